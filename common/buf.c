@@ -1,0 +1,99 @@
+/* Growable byte buffer (see buf.h). */
+#include "buf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ddp_buf_reserve(ddp_buf_t *buf, size_t extra)
+{
+    if (extra > (size_t)-1 / 2 - buf->len)
+        return -ENOMEM;
+    size_t need = buf->len + extra + 1;
+    if (need <= buf->cap)
+        return 0;
+    size_t cap = buf->cap ? buf->cap : 64;
+    while (cap < need)
+        cap *= 2;
+    char *data = realloc(buf->data, cap);
+    if (data == NULL)
+        return -ENOMEM;
+    buf->data = data;
+    buf->cap = cap;
+    return 0;
+}
+
+int ddp_buf_append(ddp_buf_t *buf, const void *data, size_t len)
+{
+    int err = ddp_buf_reserve(buf, len);
+    if (err)
+        return err;
+    if (len)
+        memcpy(buf->data + buf->len, data, len);
+    buf->len += len;
+    buf->data[buf->len] = '\0';
+    return 0;
+}
+
+int ddp_buf_puts(ddp_buf_t *buf, const char *text)
+{
+    return ddp_buf_append(buf, text, strlen(text));
+}
+
+int ddp_buf_vprintf(ddp_buf_t *buf, const char *fmt, va_list ap)
+{
+    va_list copy;
+    va_copy(copy, ap);
+    int n = vsnprintf(NULL, 0, fmt, copy);
+    va_end(copy);
+    if (n < 0)
+        return -EINVAL;
+    int err = ddp_buf_reserve(buf, (size_t)n);
+    if (err)
+        return err;
+    vsnprintf(buf->data + buf->len, (size_t)n + 1, fmt, ap);
+    buf->len += (size_t)n;
+    return 0;
+}
+
+int ddp_buf_printf(ddp_buf_t *buf, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int err = ddp_buf_vprintf(buf, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+const char *ddp_buf_str(const ddp_buf_t *buf)
+{
+    return buf->data ? buf->data : "";
+}
+
+void ddp_buf_clear(ddp_buf_t *buf)
+{
+    buf->len = 0;
+    if (buf->data)
+        buf->data[0] = '\0';
+}
+
+void ddp_buf_free(ddp_buf_t *buf)
+{
+    free(buf->data);
+    buf->data = NULL;
+    buf->len = 0;
+    buf->cap = 0;
+}
+
+char *ddp_buf_steal(ddp_buf_t *buf)
+{
+    if (buf->data == NULL && ddp_buf_reserve(buf, 0) != 0)
+        return NULL;
+    buf->data[buf->len] = '\0';
+    char *data = buf->data;
+    buf->data = NULL;
+    buf->len = 0;
+    buf->cap = 0;
+    return data;
+}

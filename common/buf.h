@@ -1,0 +1,43 @@
+/* A growable byte buffer, used to assemble lines, reports and command lines.
+ *
+ * The buffer owns its memory; data is always NUL-terminated after `len` bytes so
+ * text can be used as a C string. Appends return 0 or -ENOMEM and leave the buffer
+ * unchanged on failure. */
+#ifndef DDP_COMMON_BUF_H
+#define DDP_COMMON_BUF_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+typedef struct ddp_buf_s {
+    char *data; /* NULL until the first append */
+    size_t len;
+    size_t cap;
+} ddp_buf_t;
+
+#define DDP_BUF_INIT \
+    {                \
+        NULL, 0, 0   \
+    }
+
+int ddp_buf_reserve(ddp_buf_t *buf, size_t extra);
+int ddp_buf_append(ddp_buf_t *buf, const void *data, size_t len);
+int ddp_buf_puts(ddp_buf_t *buf, const char *text);
+int ddp_buf_printf(ddp_buf_t *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int ddp_buf_vprintf(ddp_buf_t *buf, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+
+/* The text so far ("" for an empty buffer). */
+const char *ddp_buf_str(const ddp_buf_t *buf);
+
+/* Forgets the contents but keeps the memory. */
+void ddp_buf_clear(ddp_buf_t *buf);
+
+/* Gives the memory back; the buffer is empty and reusable afterwards. */
+void ddp_buf_free(ddp_buf_t *buf);
+
+/* Hands the memory to the caller (who frees it) and empties the buffer. Never NULL
+ * unless out of memory. */
+char *ddp_buf_steal(ddp_buf_t *buf);
+
+#endif

@@ -1,0 +1,55 @@
+/* Every environment variable ddp-launch or libddp reads or writes, declared once.
+ *
+ * Each entry gives the name, the default used when it is unset (NULL: no default) and
+ * one line on its meaning; ddp-launch(1) documents the same list. The PET_<FLAG>
+ * variables are a family derived from the flag table in launcher/cli.c. Pure. */
+#ifndef DDP_COMMON_ENV_H
+#define DDP_COMMON_ENV_H
+
+#define DDP_ENV_MAP(X)                                                                        \
+    /* The worker environment: written by the launcher (torchrun's contract). */              \
+    X(LOCAL_RANK, NULL, "rank of the worker among the workers of its node")                   \
+    X(RANK, NULL, "global rank of the worker")                                                \
+    X(GROUP_RANK, NULL, "rank of the worker's node (its agent) in this round")                \
+    X(GROUP_WORLD_SIZE, NULL, "number of nodes in this round")                                \
+    X(ROLE_RANK, NULL, "rank of the worker among the workers of its role")                    \
+    X(ROLE_WORLD_SIZE, NULL, "number of workers of the worker's role")                        \
+    X(ROLE_NAME, NULL, "the --role of the workers")                                           \
+    X(LOCAL_WORLD_SIZE, NULL, "number of workers on the worker's node")                       \
+    X(WORLD_SIZE, NULL, "number of workers in the job")                                       \
+    X(MASTER_ADDR, NULL, "host of the rendezvous store")                                      \
+    X(MASTER_PORT, NULL, "port of the rendezvous store")                                      \
+    X(TORCHELASTIC_USE_AGENT_STORE, NULL, "True when the launcher hosts the store")           \
+    X(TORCHELASTIC_RESTART_COUNT, NULL, "attempt number of the worker group, from 0")         \
+    X(TORCHELASTIC_MAX_RESTARTS, NULL, "the --max-restarts of the job")                       \
+    X(TORCHELASTIC_RUN_ID, NULL, "the --rdzv-id of the job")                                  \
+    X(TORCHELASTIC_ERROR_FILE, NULL, "where a failing worker writes its error.json")          \
+    X(TORCH_NCCL_ASYNC_ERROR_HANDLING, "1", "NCCL async error handling in torch >= 2.2")      \
+    X(NCCL_ASYNC_ERROR_HANDLING, "1", "NCCL async error handling in torch < 2.2")             \
+    X(OMP_NUM_THREADS, "1", "OpenMP threads per worker; set to 1 when unset and nproc > 1")   \
+    /* Read by the launcher. */                                                               \
+    X(PYTHON_EXEC, "python3", "interpreter that runs Python training scripts (with -u)")      \
+    X(TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, NULL,                                            \
+      "prefix of tee'd console lines: ${rank}, ${local_rank}, ${role_name}")                  \
+    X(DDP_LAUNCH_LOG_LEVEL, "info", "verbosity of ddp-launch: error, warning, info or debug") \
+    X(TMPDIR, "/tmp", "where the default --log-dir is created")                               \
+    X(PATH, "/usr/local/bin:/usr/bin:/bin", "where worker programs are looked up")
+
+typedef enum {
+#define DDP_ENV_ENUM(name, def, help) DDP_ENV_##name,
+    DDP_ENV_MAP(DDP_ENV_ENUM)
+#undef DDP_ENV_ENUM
+        DDP_ENV__COUNT
+} ddp_env_id_t;
+
+const char *ddp_env_name(ddp_env_id_t id);
+const char *ddp_env_default(ddp_env_id_t id);
+const char *ddp_env_help(ddp_env_id_t id);
+
+/* The variable's value in this process, or its default when unset or empty. */
+const char *ddp_env_get(ddp_env_id_t id);
+
+/* The value of `name` in an environment array like environ (NULL when absent). */
+const char *ddp_env_lookup(char *const *envp, const char *name);
+
+#endif

@@ -1,0 +1,135 @@
+/* Whole-buffer writes and small-file reads (see io.h). */
+#include "io.h"
+
+#include "error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+/* A non-blocking descriptor we did not open (a terminal another program set
+ * O_NONBLOCK on) answers EAGAIN; wait for it instead of dropping output. */
+static int wait_writable(int fd)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+    for (;;) {
+        int r = poll(&pfd, 1, -1);
+        if (r >= 0)
+            return 0;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+int ddp_write_all(int fd, const void *data, size_t len)
+{
+    struct iovec iov = {.iov_base = (void *)data, .iov_len = len};
+    return ddp_writev_all(fd, &iov, 1);
+}
+
+int ddp_writev_all(int fd, struct iovec *iov, int n)
+{
+    while (n > 0) {
+        if (iov->iov_len == 0) {
+            iov++;
+            n--;
+            continue;
+        }
+        ssize_t w = writev(fd, iov, n > IOV_MAX ? IOV_MAX : n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                int r = wait_writable(fd);
+                if (r < 0)
+                    return r;
+                continue;
+            }
+            return -errno;
+        }
+        size_t done = (size_t)w;
+        while (n > 0 && done >= iov->iov_len) {
+            done -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + done;
+            iov->iov_len -= done;
+        }
+    }
+    return 0;
+}
+
+int ddp_read_file(const char *path, size_t limit, char **out, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int err = 0;
+    size_t cap = 4096, used = 0;
+    char *buf = malloc(cap + 1);
+    if (buf == NULL) {
+        err = -ENOMEM;
+        goto out;
+    }
+    for (;;) {
+        if (used == cap) {
+            if (cap > limit) {
+                err = DDP_ETOOBIG;
+                goto out;
+            }
+            size_t next = cap * 2 > limit + 1 ? limit + 1 : cap * 2;
+            char *grown = realloc(buf, next + 1);
+            if (grown == NULL) {
+                err = -ENOMEM;
+                goto out;
+            }
+            buf = grown;
+            cap = next;
+        }
+        ssize_t r = read(fd, buf + used, cap - used);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            err = -errno;
+            goto out;
+        }
+        if (r == 0)
+            break;
+        used += (size_t)r;
+    }
+    if (used > limit) {
+        err = DDP_ETOOBIG;
+        goto out;
+    }
+    buf[used] = '\0';
+    *out = buf;
+    *len = used;
+    buf = NULL;
+out:
+    free(buf);
+    close(fd);
+    return err;
+}
+
+static double clock_seconds(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+double ddp_clock_mono(void)
+{
+    return clock_seconds(CLOCK_MONOTONIC);
+}
+
+double ddp_clock_wall(void)
+{
+    return clock_seconds(CLOCK_REALTIME);
+}

@@ -1,0 +1,28 @@
+/* Small blocking I/O helpers over file descriptors: whole writes, whole small files.
+ *
+ * Used on the launcher's loop thread for console and log output (which are allowed to
+ * block: a stalled console stalls the launcher as it would stall torchrun's workers)
+ * and by libddp's threads. They retry EINTR and wait out EAGAIN on non-blocking fds. */
+#ifndef DDP_COMMON_IO_H
+#define DDP_COMMON_IO_H
+
+#include <stddef.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+/* Writes all `len` bytes. Returns 0 or -errno (e.g. -EPIPE when the reader is gone). */
+int ddp_write_all(int fd, const void *data, size_t len);
+
+/* Writes every byte of the `n` buffers, in order; `iov` is modified. 0 or -errno. */
+int ddp_writev_all(int fd, struct iovec *iov, int n);
+
+/* Reads at most `limit` bytes of the file at `path` into a new NUL-terminated buffer
+ * (*out, caller frees; *len without the NUL). Returns 0, -errno, or DDP_ETOOBIG when
+ * the file holds more than `limit` bytes. */
+int ddp_read_file(const char *path, size_t limit, char **out, size_t *len);
+
+/* Seconds on CLOCK_MONOTONIC and CLOCK_REALTIME. */
+double ddp_clock_mono(void);
+double ddp_clock_wall(void);
+
+#endif
