@@ -1,0 +1,741 @@
+/* The worker group's lifecycle on one libuv loop (see agent.h).
+ *
+ * States: RUNNING (workers up) -> STOPPING (a stop signal went to every worker's
+ * process group; SIGKILL when the grace timer fires) -> RUNNING again as attempt N+1
+ * when restarts are left, or DONE (handles closed, uv_run returns). Each transition is
+ * driven by a loop event: SIGCHLD (reaped by pid, never waitpid(-1)), a forwarded
+ * signal, the grace timer, or a worker pipe becoming readable. */
+#include "agent.h"
+
+#include "env.h"
+#include "error.h"
+#include "guard.h"
+#include "io.h"
+#include "logs.h"
+#include "report.h"
+#include "spawn.h"
+#include "worker_spec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <uv.h>
+
+extern char **environ;
+
+typedef enum { AGENT_RUNNING, AGENT_STOPPING, AGENT_DONE } agent_state_t;
+
+typedef enum {
+    STOP_NONE,         /* every worker succeeded */
+    STOP_FAILURE,      /* a worker failed */
+    STOP_SIGNAL,       /* the launcher received a signal to forward */
+    STOP_LAUNCH_ERROR, /* the launcher could not start the group */
+} stop_reason_t;
+
+typedef struct ddp_agent_s ddp_agent_t;
+
+/* One piped stream (stdout or stderr) of a worker; freed when its poll handle closes. */
+typedef struct ddp_stream_s {
+    uv_poll_t poll;
+    ddp_agent_t *agent;
+    struct ddp_stream_s **owner; /* the worker's pointer to this stream */
+    int fd;                      /* read end of the pipe */
+    int file_fd;                 /* the log file of a tee'd stream, else -1 */
+    bool closing;
+    ddp_console_t *console;
+    ddp_lines_t lines;
+} ddp_stream_t;
+
+typedef struct ddp_worker_s {
+    int local_rank, rank;
+    pid_t pid; /* 0 before it is started */
+    bool running;
+    char *prefix;
+    char *error_file;
+    ddp_stream_t *out, *err;
+} ddp_worker_t;
+
+struct ddp_agent_s {
+    const ddp_launch_config_t *cfg;
+    const ddp_log_t *log;
+    uv_loop_t loop;
+    uv_signal_t sigchld;
+    uv_signal_t forwarded[DDP_MAX_SIGNALS];
+    uv_timer_t kill_timer;
+    ddp_guard_t guard;
+    bool guard_warned;
+    ddp_console_t console_out, console_err;
+    char *program; /* the executable, found in PATH */
+    char *base_dir, *run_dir, *attempt_dir;
+    bool base_created;
+    rlim_t nofile; /* the soft fd limit to give back to workers; 0 if unchanged */
+    char host[256];
+
+    int attempt;
+    agent_state_t state;
+    stop_reason_t stop_reason;
+    int stop_signal;
+    ddp_worker_t *workers;
+    int nworkers, nrunning;
+    ddp_failure_t *failures; /* of the current attempt, seen before the stop began */
+    size_t nfailures;
+    int exit_code;
+
+    char scratch[64 * 1024];
+};
+
+static const char *signame(int sig, char *buf, size_t cap)
+{
+    return ddp_signal_name(sig, buf, cap);
+}
+
+/* "0, 2, 3" for the local ranks of the running workers (at most 16 named). */
+static void running_ranks(const ddp_agent_t *a, char *buf, size_t cap)
+{
+    size_t len = 0;
+    int named = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < a->nworkers && len < cap; i++) {
+        if (!a->workers[i].running)
+            continue;
+        if (named == 16) {
+            snprintf(buf + len, cap - len, ", ...");
+            break;
+        }
+        int n = snprintf(buf + len, cap - len, "%s%d", named ? ", " : "", i);
+        len += n > 0 ? (size_t)n : 0;
+        named++;
+    }
+}
+
+/* Streams. */
+
+static void on_stream_closed(uv_handle_t *handle)
+{
+    ddp_stream_t *s = handle->data;
+    close(s->fd);
+    if (s->file_fd >= 0)
+        close(s->file_fd);
+    ddp_lines_free(&s->lines);
+    free(s);
+}
+
+static void stream_close(ddp_stream_t *s)
+{
+    if (s->closing)
+        return;
+    s->closing = true;
+    ddp_lines_finish(&s->lines, s->console);
+    *s->owner = NULL;
+    uv_close((uv_handle_t *)&s->poll, on_stream_closed);
+}
+
+/* Reads what the pipe holds now (at most `budget` bytes), writes it to the log file and
+ * the console, and closes the stream at EOF. */
+static void stream_read(ddp_stream_t *s, size_t budget)
+{
+    ddp_agent_t *a = s->agent;
+    while (!s->closing && budget > 0) {
+        ssize_t r = read(s->fd, a->scratch, sizeof a->scratch);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (r <= 0) {
+            if (r < 0)
+                ddp_log_warn(a->log, "unable to read a worker's output: %s", strerror(errno));
+            stream_close(s);
+            return;
+        }
+        if (s->file_fd >= 0 && ddp_write_all(s->file_fd, a->scratch, (size_t)r) != 0) {
+            ddp_log_warn(a->log,
+                         "unable to write a worker's log file: %s; the rest goes to the "
+                         "console only",
+                         strerror(errno));
+            close(s->file_fd);
+            s->file_fd = -1;
+        }
+        if (ddp_lines_feed(&s->lines, s->console, a->scratch, (size_t)r) != 0)
+            ddp_log_error(a->log, "out of memory while assembling a worker's output lines");
+        budget -= (size_t)r < budget ? (size_t)r : budget;
+    }
+}
+
+static void on_stream_readable(uv_poll_t *handle, int status, int events)
+{
+    ddp_stream_t *s = handle->data;
+    if (status < 0) {
+        stream_close(s);
+        return;
+    }
+    /* A bounded share per event keeps one chatty worker from starving the others. */
+    stream_read(s, (size_t)1 << 20);
+}
+
+static void worker_drain(ddp_worker_t *w, bool close_after)
+{
+    ddp_stream_t *streams[2] = {w->out, w->err};
+    for (int i = 0; i < 2; i++) {
+        if (streams[i] == NULL)
+            continue;
+        stream_read(streams[i], SIZE_MAX);
+        if (close_after)
+            stream_close(streams[i]);
+    }
+}
+
+/* Stopping and finishing. */
+
+static void finish(ddp_agent_t *a)
+{
+    a->state = AGENT_DONE;
+    uv_close((uv_handle_t *)&a->sigchld, NULL);
+    uv_close((uv_handle_t *)&a->kill_timer, NULL);
+    for (int i = 0; i < a->cfg->nsignals; i++)
+        uv_close((uv_handle_t *)&a->forwarded[i], NULL);
+}
+
+static void signal_running(ddp_agent_t *a, int sig)
+{
+    for (int i = 0; i < a->nworkers; i++) {
+        ddp_worker_t *w = &a->workers[i];
+        if (!w->running)
+            continue;
+        int err = ddp_proc_signal_group(w->pid, sig);
+        if (err && err != -ESRCH)
+            ddp_log_warn(a->log, "unable to signal worker local rank %d (pid %d): %s", i,
+                         (int)w->pid, ddp_strerror(err));
+    }
+}
+
+static void on_kill_timer(uv_timer_t *timer)
+{
+    ddp_agent_t *a = timer->data;
+    char ranks[160];
+    if (a->nrunning == 0)
+        return;
+    running_ranks(a, ranks, sizeof ranks);
+    ddp_log_warn(a->log,
+                 "%d worker(s) still running %g s after the stop signal (local ranks %s): "
+                 "sending SIGKILL to their process groups",
+                 a->nrunning, a->cfg->shutdown_timeout, ranks);
+    signal_running(a, SIGKILL);
+}
+
+static void begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
+{
+    char ranks[160], name[32];
+    a->state = AGENT_STOPPING;
+    a->stop_reason = reason;
+    running_ranks(a, ranks, sizeof ranks);
+    ddp_log_warn(a->log,
+                 "stopping %d worker(s): sending %s to the process groups of local ranks %s; "
+                 "SIGKILL after %g s",
+                 a->nrunning, signame(sig, name, sizeof name), ranks, a->cfg->shutdown_timeout);
+    signal_running(a, sig);
+    uv_timer_start(&a->kill_timer, on_kill_timer, (uint64_t)(a->cfg->shutdown_timeout * 1000.0), 0);
+}
+
+static void clear_failures(ddp_agent_t *a)
+{
+    for (size_t i = 0; i < a->nfailures; i++)
+        ddp_failure_free(&a->failures[i]);
+    a->nfailures = 0;
+}
+
+static int group_start(ddp_agent_t *a);
+
+/* Every worker of the attempt has ended: clean up the groups and decide what next. */
+static void group_finished(ddp_agent_t *a)
+{
+    uv_timer_stop(&a->kill_timer);
+    for (int i = 0; i < a->nworkers; i++) {
+        ddp_worker_t *w = &a->workers[i];
+        if (w->pid <= 0)
+            continue;
+        /* Children the worker left in its process group go with it. */
+        if (kill(-w->pid, 0) == 0) {
+            ddp_log_warn(a->log,
+                         "worker local rank %d (pid %d) left processes behind in its process "
+                         "group: sending them SIGKILL",
+                         i, (int)w->pid);
+            kill(-w->pid, SIGKILL);
+        }
+        (void)ddp_guard_forget(&a->guard, w->pid);
+        worker_drain(w, true);
+        free(w->prefix);
+        free(w->error_file);
+        w->prefix = w->error_file = NULL;
+        w->pid = 0;
+    }
+    switch (a->stop_reason) {
+    case STOP_NONE:
+        a->exit_code = DDP_EXIT_OK;
+        break;
+    case STOP_SIGNAL:
+        a->exit_code = DDP_EXIT_SIGNAL_BASE + a->stop_signal;
+        break;
+    case STOP_LAUNCH_ERROR:
+        a->exit_code = DDP_EXIT_LAUNCH_FAILED;
+        break;
+    case STOP_FAILURE:
+        if (a->attempt < a->cfg->max_restarts) {
+            a->attempt++;
+            ddp_log_warn(a->log, "restarting the workers as attempt %d (restart %d of %d)",
+                         a->attempt, a->attempt, a->cfg->max_restarts);
+            clear_failures(a);
+            /* On failure group_start stops what it started or finishes the agent. */
+            (void)group_start(a);
+            return;
+        }
+        if (a->cfg->exit_code_mode == DDP_EXIT_CODE_WORKER && a->nfailures > 0)
+            a->exit_code =
+                ddp_failure_status(&a->failures[ddp_report_root(a->failures, a->nfailures)]);
+        else
+            a->exit_code = DDP_EXIT_WORKER_FAILED;
+        break;
+    }
+    finish(a);
+}
+
+/* Workers. */
+
+static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now)
+{
+    char what[64];
+    w->running = false;
+    a->nrunning--;
+    /* What the worker printed before it died comes before what we say about it. */
+    worker_drain(w, false);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        ddp_log_debug(a->log, "worker rank %d (local rank %d, pid %d) finished", w->rank,
+                      w->local_rank, (int)w->pid);
+        return;
+    }
+    ddp_failure_t f;
+    if (ddp_failure_init(&f, w->rank, w->local_rank, w->pid, status, now, w->error_file) != 0) {
+        ddp_log_error(a->log, "out of memory while recording a worker failure");
+        return;
+    }
+    if (a->state != AGENT_RUNNING) {
+        /* Ended by our stop signal (or dying on its own meanwhile): not a root cause. */
+        ddp_log_debug(a->log, "worker rank %d (pid %d) %s", w->rank, (int)w->pid,
+                      ddp_failure_describe(&f, what, sizeof what));
+        ddp_failure_free(&f);
+        return;
+    }
+    ddp_log_error(a->log, "worker rank %d (local rank %d, pid %d) %s", w->rank, w->local_rank,
+                  (int)w->pid, ddp_failure_describe(&f, what, sizeof what));
+    a->failures[a->nfailures++] = f;
+}
+
+static void on_sigchld(uv_signal_t *handle, int signum)
+{
+    ddp_agent_t *a = handle->data;
+    size_t failures_before = a->nfailures;
+    double now = ddp_clock_wall();
+    if (a->state == AGENT_DONE)
+        return;
+    /* Reap every worker that has ended (signals coalesce), then act once. */
+    for (int i = 0; i < a->nworkers; i++) {
+        ddp_worker_t *w = &a->workers[i];
+        int status;
+        pid_t r;
+        if (!w->running)
+            continue;
+        do
+            r = waitpid(w->pid, &status, WNOHANG);
+        while (r < 0 && errno == EINTR);
+        if (r == 0)
+            continue;
+        if (r < 0) {
+            ddp_log_error(a->log, "unable to wait for worker local rank %d (pid %d): %s", i,
+                          (int)w->pid, strerror(errno));
+            status = W_EXITCODE(255, 0);
+        }
+        worker_ended(a, w, status, now);
+    }
+    /* Failures are recorded only while RUNNING, so this starts the stop at most once. */
+    if (a->nfailures > failures_before) {
+        if (a->nrunning > 0)
+            begin_stop(a, SIGTERM, STOP_FAILURE);
+        else
+            a->stop_reason = STOP_FAILURE;
+    }
+    if (a->nrunning == 0)
+        group_finished(a);
+}
+
+static void on_forwarded_signal(uv_signal_t *handle, int sig)
+{
+    ddp_agent_t *a = handle->data;
+    char name[32];
+    signame(sig, name, sizeof name);
+    if (a->state == AGENT_DONE)
+        return;
+    if (a->stop_reason == STOP_SIGNAL) {
+        ddp_log_warn(a->log, "received %s again: sending SIGKILL to the workers now", name);
+        signal_running(a, SIGKILL);
+        return;
+    }
+    ddp_log_warn(a->log, "received %s: forwarding it to the %d worker(s) and stopping them", name,
+                 a->nrunning);
+    a->stop_signal = sig;
+    if (a->state == AGENT_RUNNING) {
+        begin_stop(a, sig, STOP_SIGNAL);
+    } else {
+        /* Already stopping for a failure: the job now ends instead of restarting. */
+        a->stop_reason = STOP_SIGNAL;
+        signal_running(a, sig);
+    }
+}
+
+/* Opens where one stream of a worker goes. *child_fd is the descriptor the child gets
+ * (closed by the caller after the spawn); *stream is set for piped streams. */
+static int open_sink(ddp_agent_t *a, ddp_worker_t *w, int std, int *child_fd, ddp_stream_t **stream)
+{
+    const char *file = std == DDP_STD_OUT ? "stdout.log" : "stderr.log";
+    ddp_sink_t sink = ddp_logs_sink(a->cfg, w->local_rank, std);
+    char *path = NULL;
+    int err = 0, fds[2] = {-1, -1};
+    *child_fd = -1;
+    *stream = NULL;
+    if ((sink == DDP_SINK_FILE || sink == DDP_SINK_TEE) &&
+        asprintf(&path, "%s/%d/%s", a->attempt_dir, w->local_rank, file) < 0)
+        return -ENOMEM;
+    if (sink == DDP_SINK_NULL || sink == DDP_SINK_FILE) {
+        int fd = sink == DDP_SINK_NULL ? open("/dev/null", O_WRONLY | O_CLOEXEC)
+                                       : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (fd < 0)
+            err = -errno;
+        else
+            *child_fd = fd;
+        goto out;
+    }
+    ddp_stream_t *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        err = -ENOMEM;
+        goto out;
+    }
+    s->file_fd = -1;
+    if (pipe2(fds, O_CLOEXEC) != 0 || fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0) {
+        err = -errno;
+        goto fail_stream;
+    }
+    if (sink == DDP_SINK_TEE &&
+        (s->file_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
+        err = -errno;
+        goto fail_stream;
+    }
+    s->agent = a;
+    s->fd = fds[0];
+    s->console = std == DDP_STD_OUT ? &a->console_out : &a->console_err;
+    s->owner = std == DDP_STD_OUT ? &w->out : &w->err;
+    ddp_lines_init(&s->lines, sink == DDP_SINK_TEE ? w->prefix : "", DDP_LINE_MAX);
+    s->poll.data = s;
+    *child_fd = fds[1];
+    *stream = s;
+    goto out;
+fail_stream:
+    if (fds[0] >= 0) {
+        close(fds[0]);
+        close(fds[1]);
+    }
+    free(s);
+out:
+    if (err)
+        ddp_log_error(a->log, "unable to open %s for worker local rank %d: %s",
+                      path ? path : "/dev/null", w->local_rank, ddp_strerror(err));
+    free(path);
+    return err;
+}
+
+static void discard_stream(ddp_stream_t *s)
+{
+    if (s == NULL)
+        return;
+    close(s->fd);
+    if (s->file_fd >= 0)
+        close(s->file_fd);
+    ddp_lines_free(&s->lines);
+    free(s);
+}
+
+static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
+{
+    const ddp_launch_config_t *cfg = a->cfg;
+    char **argv = NULL, **added = NULL, **envp = NULL;
+    ddp_stream_t *out = NULL, *err_stream = NULL;
+    int out_fd = -1, err_fd = -1, err;
+    ddp_worker_info_t info = {
+        .local_rank = w->local_rank,
+        .rank = w->rank,
+        .local_world_size = cfg->nproc_per_node,
+        .world_size = cfg->nproc_per_node * cfg->nnodes_max,
+        .group_rank = cfg->node_rank,
+        .group_world_size = cfg->nnodes_max,
+        .restart_count = a->attempt,
+        .use_agent_store = false,
+    };
+    if (asprintf(&w->error_file, "%s/%d/error.json", a->attempt_dir, w->local_rank) < 0) {
+        w->error_file = NULL;
+        return -ENOMEM;
+    }
+    info.error_file = w->error_file;
+    if ((err = ddp_logs_prefix(cfg, w->rank, w->local_rank, &w->prefix)) != 0 ||
+        (err = ddp_worker_argv(cfg, w->local_rank, &argv)) != 0 ||
+        (err = ddp_worker_env_added(cfg, &info, environ, &added)) != 0 ||
+        (err = ddp_worker_env_merge(environ, added, &envp)) != 0)
+        goto out;
+    if ((err = open_sink(a, w, DDP_STD_OUT, &out_fd, &out)) != 0 ||
+        (err = open_sink(a, w, DDP_STD_ERR, &err_fd, &err_stream)) != 0)
+        goto out;
+    ddp_spawn_t spec = {
+        .path = a->program,
+        .argv = argv,
+        .envp = envp,
+        .stdout_fd = out_fd,
+        .stderr_fd = err_fd,
+        .nofile = a->nofile,
+    };
+    if ((err = ddp_proc_spawn(&spec, &w->pid)) != 0) {
+        ddp_log_error(a->log, "unable to start worker local rank %d: %s", w->local_rank,
+                      ddp_strerror(err));
+        goto out;
+    }
+    w->running = true;
+    a->nrunning++;
+    if (ddp_guard_watch(&a->guard, w->pid) != 0 && !a->guard_warned) {
+        a->guard_warned = true;
+        ddp_log_warn(a->log, "the orphan guard is gone: workers still die with ddp-launch, but "
+                             "their children may not");
+    }
+    ddp_stream_t **streams[2] = {&out, &err_stream};
+    for (int i = 0; i < 2; i++) {
+        ddp_stream_t *s = *streams[i];
+        if (s == NULL)
+            continue;
+        int uverr = uv_poll_init(&a->loop, &s->poll, s->fd);
+        if (uverr != 0) {
+            ddp_log_error(a->log, "unable to watch the output of worker local rank %d: %s",
+                          w->local_rank, uv_strerror(uverr));
+            continue; /* discarded below; the worker then writes to a closed pipe */
+        }
+        *s->owner = s;
+        uv_poll_start(&s->poll, UV_READABLE, on_stream_readable);
+        *streams[i] = NULL;
+    }
+    ddp_log_debug(a->log, "started worker rank %d (local rank %d) as pid %d", w->rank,
+                  w->local_rank, (int)w->pid);
+out:
+    if (out_fd >= 0)
+        close(out_fd);
+    if (err_fd >= 0)
+        close(err_fd);
+    discard_stream(out);
+    discard_stream(err_stream);
+    ddp_strv_free(argv);
+    ddp_strv_free(added);
+    free(envp);
+    return err;
+}
+
+/* Starts attempt a->attempt. On failure the started workers are stopped (or the agent
+ * finished when none started) and the error is returned. */
+static int group_start(ddp_agent_t *a)
+{
+    free(a->attempt_dir);
+    a->attempt_dir = NULL;
+    a->state = AGENT_RUNNING;
+    a->stop_reason = STOP_NONE;
+    int err = ddp_logs_make_attempt_dir(a->run_dir, a->attempt, a->nworkers, &a->attempt_dir);
+    if (err) {
+        ddp_log_error(a->log, "unable to create attempt_%d under %s: %s", a->attempt, a->run_dir,
+                      ddp_strerror(err));
+        goto fail;
+    }
+    for (int i = 0; i < a->nworkers; i++) {
+        ddp_worker_t *w = &a->workers[i];
+        w->local_rank = i;
+        w->rank = a->cfg->node_rank * a->cfg->nproc_per_node + i;
+        if ((err = worker_start(a, w)) != 0)
+            goto fail;
+    }
+    return 0;
+fail:
+    if (a->nrunning > 0) {
+        begin_stop(a, SIGTERM, STOP_LAUNCH_ERROR);
+    } else {
+        a->exit_code = DDP_EXIT_LAUNCH_FAILED;
+        finish(a);
+    }
+    return err;
+}
+
+/* Setup and teardown. */
+
+/* Each worker costs up to four descriptors while it starts; raise the soft limit if
+ * the job needs more, and remember the old one for the workers. */
+static void raise_nofile(ddp_agent_t *a)
+{
+    struct rlimit rl;
+    rlim_t need = (rlim_t)a->nworkers * 4 + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
+        return;
+    rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+        a->nofile = old;
+}
+
+static int find_program(ddp_agent_t *a)
+{
+    const ddp_launch_config_t *cfg = a->cfg;
+    bool python = cfg->run_path || !cfg->no_python;
+    const char *name = python ? cfg->python_exec : cfg->script;
+    int err = ddp_proc_find(name, ddp_env_get(DDP_ENV_PATH), &a->program);
+    if (err == 0)
+        return 0;
+    if (python)
+        ddp_log_error(a->log,
+                      "unable to execute the Python interpreter %s: %s (set PYTHON_EXEC to the "
+                      "python that has your packages, or use --no-python for a program)",
+                      name, ddp_strerror(err));
+    else
+        ddp_log_error(a->log, "unable to execute %s: %s", name, ddp_strerror(err));
+    return err == -ENOENT ? DDP_EXIT_NOT_FOUND : DDP_EXIT_NOT_EXECUTABLE;
+}
+
+static bool any_file_output(const ddp_launch_config_t *cfg)
+{
+    for (int i = 0; i < cfg->nproc_per_node; i++) {
+        ddp_sink_t out = ddp_logs_sink(cfg, i, DDP_STD_OUT),
+                   err = ddp_logs_sink(cfg, i, DDP_STD_ERR);
+        if (out == DDP_SINK_FILE || out == DDP_SINK_TEE || err == DDP_SINK_FILE ||
+            err == DDP_SINK_TEE)
+            return true;
+    }
+    return false;
+}
+
+/* Creates the loop's handles and starts them. Only the first signal handle can fail
+ * to initialize (it creates the loop's signal pipe); after that nothing can, so a
+ * failure later leaves every handle ready for finish(). */
+static int setup_loop(ddp_agent_t *a, bool *handles_ready)
+{
+    int err = uv_signal_init(&a->loop, &a->sigchld);
+    if (err)
+        return err;
+    uv_timer_init(&a->loop, &a->kill_timer);
+    for (int i = 0; i < a->cfg->nsignals; i++) {
+        uv_signal_init(&a->loop, &a->forwarded[i]);
+        a->forwarded[i].data = a;
+    }
+    a->sigchld.data = a;
+    a->kill_timer.data = a;
+    *handles_ready = true;
+    if ((err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD)) != 0)
+        return err;
+    for (int i = 0; i < a->cfg->nsignals; i++) {
+        if ((err = uv_signal_start(&a->forwarded[i], on_forwarded_signal, a->cfg->signals[i])) != 0)
+            return err;
+    }
+    return 0;
+}
+
+static void print_report(ddp_agent_t *a)
+{
+    ddp_buf_t report = DDP_BUF_INIT;
+    bool python = a->cfg->run_path || !a->cfg->no_python;
+    if (ddp_buf_puts(&report, "\n") == 0 &&
+        ddp_report_format(&report, ddp_worker_entry_name(a->cfg), a->host, a->failures,
+                          a->nfailures, python) == 0)
+        (void)ddp_write_all(2, report.data, report.len);
+    ddp_buf_free(&report);
+}
+
+int ddp_agent_run(const ddp_launch_config_t *cfg, const ddp_log_t *log)
+{
+    ddp_agent_t *a = calloc(1, sizeof *a);
+    int err, exit_code = DDP_EXIT_LAUNCH_FAILED;
+    if (a == NULL) {
+        ddp_log_error(log, "out of memory");
+        return DDP_EXIT_LAUNCH_FAILED;
+    }
+    a->cfg = cfg;
+    a->log = log;
+    a->nworkers = cfg->nproc_per_node;
+    a->console_out.fd = 1;
+    a->console_err.fd = 2;
+    a->guard.fd = -1;
+    signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the job */
+
+    if ((err = find_program(a)) != 0) {
+        exit_code = err;
+        goto out;
+    }
+    a->workers = calloc((size_t)a->nworkers, sizeof *a->workers);
+    a->failures = calloc((size_t)a->nworkers, sizeof *a->failures);
+    if (a->workers == NULL || a->failures == NULL) {
+        ddp_log_error(log, "out of memory for %d workers", a->nworkers);
+        goto out;
+    }
+    raise_nofile(a);
+    if (gethostname(a->host, sizeof a->host - 1) != 0)
+        strcpy(a->host, "localhost");
+    if ((err = ddp_logs_make_run_dir(cfg->log_dir, cfg->run_id, &a->base_dir, &a->base_created,
+                                     &a->run_dir)) != 0) {
+        ddp_log_error(log, "unable to create the log directory under %s: %s",
+                      cfg->log_dir ? cfg->log_dir : ddp_env_get(DDP_ENV_TMPDIR), ddp_strerror(err));
+        goto out;
+    }
+    if (any_file_output(cfg))
+        ddp_log_info(log, "worker logs go to %s", a->run_dir);
+    else
+        ddp_log_debug(log, "log directory: %s", a->run_dir);
+    /* The guard is forked before the loop exists, so it holds none of its state. */
+    if ((err = ddp_guard_start(&a->guard)) != 0)
+        ddp_log_warn(log,
+                     "unable to start the orphan guard: %s; workers still die with "
+                     "ddp-launch, but their children may not",
+                     ddp_strerror(err));
+    if ((err = uv_loop_init(&a->loop)) != 0) {
+        ddp_log_error(log, "unable to set up the event loop: %s", uv_strerror(err));
+        goto out_guard;
+    }
+    bool handles_ready = false;
+    a->exit_code = DDP_EXIT_LAUNCH_FAILED;
+    if ((err = setup_loop(a, &handles_ready)) != 0) {
+        ddp_log_error(log, "unable to set up the event loop: %s", uv_strerror(err));
+        if (handles_ready)
+            finish(a);
+    } else {
+        (void)group_start(a);
+    }
+    uv_run(&a->loop, UV_RUN_DEFAULT);
+    exit_code = a->exit_code;
+    /* The report names what went wrong, also when a signal ended the job meanwhile. */
+    if (a->nfailures > 0)
+        print_report(a);
+    uv_loop_close(&a->loop);
+out_guard:
+    ddp_guard_stop(&a->guard);
+out:
+    if (a->base_created)
+        ddp_logs_remove_if_empty(a->base_dir);
+    clear_failures(a);
+    free(a->failures);
+    free(a->workers);
+    free(a->program);
+    free(a->base_dir);
+    free(a->run_dir);
+    free(a->attempt_dir);
+    free(a);
+    return exit_code;
+}

@@ -1,0 +1,1118 @@
+/* The command line of ddp-launch: the flag table, the parser and the validation.
+ *
+ * Parsing happens in two passes: collect each flag's raw text (the command line over
+ * its PET_* default), then convert and validate it with the flag's apply function,
+ * whose errors name the flag as the user gave it. Main thread, before the loop. */
+#include "cli.h"
+
+#include "ddp_config.h"
+#include "devices.h"
+#include "env.h"
+#include "error.h"
+#include "io.h"
+#include "parse.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+typedef int (*apply_fn)(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                        const ddp_log_t *log, ddp_buf_t *err);
+
+typedef struct {
+    const char *name; /* the dash spelling without "--"; the underscore one is derived */
+    char short_name;  /* 'm', 'r', 't', 'h' or 0 */
+    bool takes_value;
+    bool pet; /* reads its default from PET_<NAME> */
+    apply_fn apply;
+} flag_t;
+
+/* Formats "<origin>: <message>" into err and returns DDP_EUSAGE. */
+__attribute__((format(printf, 3, 4))) static int usage(ddp_buf_t *err, const char *origin,
+                                                       const char *fmt, ...)
+{
+    va_list ap;
+    ddp_buf_clear(err);
+    ddp_buf_printf(err, "%s: ", origin);
+    va_start(ap, fmt);
+    ddp_buf_vprintf(err, fmt, ap);
+    va_end(ap);
+    return DDP_EUSAGE;
+}
+
+static int bad_value(ddp_buf_t *err, const char *origin, const char *value, const char *expected)
+{
+    return usage(err, origin, "invalid value '%s': expected %s", value, expected);
+}
+
+static int parse_int_flag(const char *value, const char *origin, long min, long max, int *out,
+                          ddp_buf_t *err)
+{
+    long v;
+    int r = ddp_parse_long(value, min, max, &v);
+    if (r == -ERANGE)
+        return usage(err, origin, "invalid value '%s': must be between %ld and %ld", value, min,
+                     max);
+    if (r)
+        return bad_value(err, origin, value, "an integer");
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_seconds_flag(const char *value, const char *origin, double min, double max,
+                              double *out, ddp_buf_t *err)
+{
+    int r = ddp_parse_double(value, min, max, out);
+    if (r == -ERANGE)
+        return usage(err, origin, "invalid value '%s': must be between %g and %g seconds", value,
+                     min, max);
+    if (r)
+        return bad_value(err, origin, value, "a number of seconds");
+    return 0;
+}
+
+/* A boolean flag: no value on the command line means true; PET_X gives 0 or 1. */
+static int parse_switch(const char *value, const char *origin, bool *out, ddp_buf_t *err)
+{
+    if (value == NULL) {
+        *out = true;
+        return 0;
+    }
+    if (ddp_parse_bool(value, out) != 0)
+        return bad_value(err, origin, value, "0 or 1");
+    return 0;
+}
+
+static int copy_text(const char *value, const char *origin, char *dst, size_t cap, ddp_buf_t *err)
+{
+    size_t len = strlen(value);
+    if (len == 0)
+        return usage(err, origin, "the value must not be empty");
+    if (len >= cap)
+        return usage(err, origin, "the value is longer than %zu bytes", cap - 1);
+    memcpy(dst, value, len + 1);
+    return 0;
+}
+
+static int apply_nnodes(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                        const ddp_log_t *log, ddp_buf_t *err)
+{
+    static const char expected[] = "N or MIN:MAX with 0 < MIN <= MAX";
+    char text[64];
+    long lo, hi;
+    if (strlen(value) >= sizeof text)
+        return bad_value(err, origin, value, expected);
+    strcpy(text, value);
+    char *colon = strchr(text, ':');
+    if (colon != NULL)
+        *colon = '\0';
+    if (ddp_parse_long(text, 1, INT_MAX, &lo) != 0)
+        return bad_value(err, origin, value, expected);
+    hi = lo;
+    if (colon != NULL && ddp_parse_long(colon + 1, 1, INT_MAX, &hi) != 0)
+        return bad_value(err, origin, value, expected);
+    if (lo > hi)
+        return bad_value(err, origin, value, expected);
+    cfg->nnodes_min = (int)lo;
+    cfg->nnodes_max = (int)hi;
+    return 0;
+}
+
+static int apply_nproc_per_node(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                                const ddp_log_t *log, ddp_buf_t *err)
+{
+    static const struct {
+        const char *name;
+        ddp_nproc_kind_t kind;
+    } kinds[] = {{"cpu", DDP_NPROC_CPU}, {"gpu", DDP_NPROC_GPU}, {"auto", DDP_NPROC_AUTO}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        if (strcmp(value, kinds[i].name) == 0) {
+            cfg->nproc_kind = kinds[i].kind;
+            return 0;
+        }
+    }
+    long n;
+    int r = ddp_parse_long(value, 1, DDP_MAX_LOCAL_WORKERS, &n);
+    if (r == -ERANGE)
+        return usage(err, origin, "invalid value '%s': must be between 1 and %d", value,
+                     DDP_MAX_LOCAL_WORKERS);
+    if (r)
+        return bad_value(err, origin, value, "an integer, cpu, gpu or auto");
+    cfg->nproc_kind = DDP_NPROC_INT;
+    cfg->nproc_per_node = (int)n;
+    return 0;
+}
+
+static int apply_node_rank(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                           const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_int_flag(value, origin, 0, INT_MAX - 1, &cfg->node_rank, err);
+}
+
+static int apply_master_addr(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                             const ddp_log_t *log, ddp_buf_t *err)
+{
+    for (const char *p = value; *p; p++) {
+        if (isspace((unsigned char)*p))
+            return bad_value(err, origin, value, "a host name or address");
+    }
+    return copy_text(value, origin, cfg->master_addr, sizeof cfg->master_addr, err);
+}
+
+static int apply_master_port(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                             const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_int_flag(value, origin, 0, 65535, &cfg->master_port, err);
+}
+
+static int apply_local_addr(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                            const ddp_log_t *log, ddp_buf_t *err)
+{
+    if (*value == '\0')
+        return usage(err, origin, "the value must not be empty");
+    cfg->local_addr = value;
+    return 0;
+}
+
+static int apply_rdzv_backend(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                              const ddp_log_t *log, ddp_buf_t *err)
+{
+    if (strcmp(value, "static") == 0) {
+        cfg->rdzv_backend = DDP_RDZV_STATIC;
+    } else if (strcmp(value, "c10d") == 0) {
+        cfg->rdzv_backend = DDP_RDZV_C10D;
+    } else if (strncmp(value, "etcd", 4) == 0) {
+        return usage(err, origin,
+                     "the %s rendezvous backend is not supported by ddp-launch: use c10d "
+                     "(dynamic) or static",
+                     value);
+    } else {
+        return bad_value(err, origin, value, "static or c10d");
+    }
+    return 0;
+}
+
+static int apply_rdzv_endpoint(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                               const ddp_log_t *log, ddp_buf_t *err)
+{
+    if (*value == '\0') {
+        cfg->rdzv_endpoint_set = false;
+        return 0;
+    }
+    if (ddp_parse_host_port(value, -1, cfg->rdzv_endpoint_host, sizeof cfg->rdzv_endpoint_host,
+                            &cfg->rdzv_endpoint_port) != 0)
+        return bad_value(err, origin, value, "HOST, HOST:PORT or [IPV6]:PORT");
+    cfg->rdzv_endpoint_set = true;
+    return 0;
+}
+
+static int apply_rdzv_id(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                         const ddp_log_t *log, ddp_buf_t *err)
+{
+    if (*value == '\0')
+        return usage(err, origin, "the value must not be empty");
+    if (strlen(value) > 255)
+        return usage(err, origin, "the value is longer than 255 bytes");
+    char *copy = strdup(value);
+    if (copy == NULL)
+        return -ENOMEM;
+    free(cfg->run_id);
+    cfg->run_id = copy;
+    return 0;
+}
+
+static int apply_rdzv_conf(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                           const ddp_log_t *log, ddp_buf_t *err)
+{
+    /* Keys ddp-launch accepts from torchrun's backends without using them (yet). */
+    static const char *const quiet_keys[] = {"keep_alive_interval", "keep_alive_max_attempt",
+                                             "use_libuv", "rank", "store_type"};
+    struct {
+        const char *key;
+        double *slot;
+    } seconds[] = {
+        {"join_timeout", &cfg->rdzv_conf.join_timeout},
+        {"last_call_timeout", &cfg->rdzv_conf.last_call_timeout},
+        {"close_timeout", &cfg->rdzv_conf.close_timeout},
+        {"read_timeout", &cfg->rdzv_conf.read_timeout},
+        {"timeout", &cfg->rdzv_conf.timeout},
+    };
+    char *copy = strdup(value), *save = NULL;
+    int rc = 0;
+    if (copy == NULL)
+        return -ENOMEM;
+    for (char *item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        if (eq == NULL || eq == item) {
+            rc = usage(err, origin, "invalid entry '%s': expected KEY=VALUE[,KEY=VALUE...]", item);
+            goto out;
+        }
+        *eq = '\0';
+        const char *key = item, *text = eq + 1;
+        bool known = false;
+        for (size_t i = 0; i < sizeof seconds / sizeof seconds[0]; i++) {
+            if (strcmp(key, seconds[i].key) == 0) {
+                known = true;
+                if (ddp_parse_double(text, 1e-3, 1e7, seconds[i].slot) != 0) {
+                    rc = usage(err, origin,
+                               "invalid %s '%s': expected a positive number of seconds", key, text);
+                    goto out;
+                }
+            }
+        }
+        if (strcmp(key, "is_host") == 0) {
+            bool is_host;
+            known = true;
+            if (ddp_parse_bool(text, &is_host) != 0) {
+                rc = usage(err, origin, "invalid is_host '%s': expected true or false", text);
+                goto out;
+            }
+            cfg->rdzv_conf.is_host = is_host;
+        }
+        for (size_t i = 0; i < sizeof quiet_keys / sizeof quiet_keys[0]; i++)
+            known = known || strcmp(key, quiet_keys[i]) == 0;
+        if (!known)
+            ddp_log_warn(log, "%s: ignoring unknown key '%s'", origin, key);
+    }
+out:
+    free(copy);
+    return rc;
+}
+
+static int apply_standalone(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                            const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_switch(value, origin, &cfg->standalone, err);
+}
+
+static int apply_max_restarts(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                              const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_int_flag(value, origin, 0, 1000000, &cfg->max_restarts, err);
+}
+
+static int apply_monitor_interval(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                                  const ddp_log_t *log, ddp_buf_t *err)
+{
+    double v;
+    int r = ddp_parse_double(value, 0, 86400, &v);
+    if (r != 0 || v <= 0)
+        return bad_value(err, origin, value, "a positive number of seconds");
+    cfg->monitor_interval = v;
+    return 0;
+}
+
+static int apply_start_method(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                              const ddp_log_t *log, ddp_buf_t *err)
+{
+    if (strcmp(value, "spawn") != 0 && strcmp(value, "fork") != 0 &&
+        strcmp(value, "forkserver") != 0)
+        return bad_value(err, origin, value, "spawn, fork or forkserver");
+    return 0;
+}
+
+static int apply_event_log_handler(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                                   const ddp_log_t *log, ddp_buf_t *err)
+{
+    if (*value == '\0')
+        return usage(err, origin, "the value must not be empty");
+    if (strcmp(value, "null") != 0)
+        ddp_log_warn(log, "%s=%s: ddp-launch has no event log handlers; ignoring it", origin,
+                     value);
+    return 0;
+}
+
+static int apply_role(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                      const ddp_log_t *log, ddp_buf_t *err)
+{
+    if (*value == '\0')
+        return usage(err, origin, "the value must not be empty");
+    if (strlen(value) > 255)
+        return usage(err, origin, "the value is longer than 255 bytes");
+    cfg->role = value;
+    return 0;
+}
+
+static int apply_module(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                        const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_switch(value, origin, &cfg->module, err);
+}
+
+static int apply_no_python(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                           const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_switch(value, origin, &cfg->no_python, err);
+}
+
+static int apply_run_path(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                          const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_switch(value, origin, &cfg->run_path, err);
+}
+
+static int apply_use_env(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                         const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_switch(value, origin, &cfg->use_env, err);
+}
+
+static int apply_local_rank_arg(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                                const ddp_log_t *log, ddp_buf_t *err)
+{
+    if (strcmp(value, "none") == 0)
+        cfg->local_rank_arg = DDP_LOCAL_RANK_ARG_NONE;
+    else if (strcmp(value, "underscore") == 0)
+        cfg->local_rank_arg = DDP_LOCAL_RANK_ARG_UNDERSCORE;
+    else if (strcmp(value, "dash") == 0)
+        cfg->local_rank_arg = DDP_LOCAL_RANK_ARG_DASH;
+    else
+        return bad_value(err, origin, value, "none, underscore or dash");
+    return 0;
+}
+
+static int apply_log_dir(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                         const ddp_log_t *log, ddp_buf_t *err)
+{
+    if (*value == '\0')
+        return usage(err, origin, "the value must not be empty");
+    cfg->log_dir = value;
+    return 0;
+}
+
+/* "0".."3" for every rank, or "LOCAL_RANK:STD[,LOCAL_RANK:STD...]" (any digits). */
+static int parse_std_spec(const char *value, const char *origin, ddp_std_spec_t *spec,
+                          ddp_buf_t *err)
+{
+    static const char expected[] = "0, 1, 2, 3 or a map like 0:1,1:3";
+    if (value[0] >= '0' && value[0] <= '3' && value[1] == '\0') {
+        free(spec->map);
+        spec->map = NULL;
+        spec->nmap = 0;
+        spec->all = value[0] - '0';
+        return 0;
+    }
+    size_t n = 1;
+    for (const char *p = value; *p; p++)
+        n += *p == ',';
+    __typeof__(spec->map) map = calloc(n, sizeof *map);
+    if (map == NULL)
+        return -ENOMEM;
+    const char *p = value;
+    for (size_t i = 0; i < n; i++) {
+        if (!isdigit((unsigned char)*p))
+            goto bad;
+        char *end;
+        errno = 0;
+        long rank = strtol(p, &end, 10);
+        if (errno == ERANGE || rank > INT_MAX || *end != ':' || end[1] < '0' || end[1] > '3')
+            goto bad;
+        map[i].local_rank = rank;
+        map[i].std = end[1] - '0';
+        p = end + 2;
+        if (*p != (i + 1 < n ? ',' : '\0'))
+            goto bad;
+        p++;
+    }
+    free(spec->map);
+    spec->map = map;
+    spec->nmap = n;
+    spec->all = DDP_STD_NONE;
+    return 0;
+bad:
+    free(map);
+    return bad_value(err, origin, value, expected);
+}
+
+static int apply_redirects(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                           const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_std_spec(value, origin, &cfg->redirects, err);
+}
+
+static int apply_tee(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                     const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_std_spec(value, origin, &cfg->tee, err);
+}
+
+static int apply_local_ranks_filter(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                                    const ddp_log_t *log, ddp_buf_t *err)
+{
+    static const char expected[] = "a comma-separated list of local ranks, e.g. 0,1";
+    if (*value == '\0') {
+        cfg->ranks_filter_set = false;
+        return 0;
+    }
+    size_t n = 1;
+    for (const char *p = value; *p; p++)
+        n += *p == ',';
+    long *ranks = calloc(n, sizeof *ranks);
+    char *copy = strdup(value), *save = NULL;
+    int rc = 0;
+    if (ranks == NULL || copy == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    size_t got = 0;
+    for (char *item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+        if (ddp_parse_long(item, 0, INT_MAX, &ranks[got]) != 0) {
+            rc = bad_value(err, origin, value, expected);
+            goto out;
+        }
+        got++;
+    }
+    if (got != n) { /* an empty item: "0,,1" or a trailing comma */
+        rc = bad_value(err, origin, value, expected);
+        goto out;
+    }
+    free(cfg->ranks_filter);
+    cfg->ranks_filter = ranks;
+    cfg->nranks_filter = n;
+    cfg->ranks_filter_set = true;
+    ranks = NULL;
+out:
+    free(ranks);
+    free(copy);
+    return rc;
+}
+
+static int apply_logs_specs(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                            const ddp_log_t *log, ddp_buf_t *err)
+{
+    if (*value == '\0')
+        return 0;
+    return usage(err, origin,
+                 "'%s': ddp-launch has no torchrun.logs_specs plugins; its logs follow torchrun's "
+                 "default layout (see --log-dir, --redirects and --tee)",
+                 value);
+}
+
+static int apply_numa_binding(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                              const ddp_log_t *log, ddp_buf_t *err)
+{
+    if (strcmp(value, "node") != 0 && strcmp(value, "socket") != 0 &&
+        strcmp(value, "exclusive") != 0 && strcmp(value, "core-complex") != 0)
+        return bad_value(err, origin, value, "node, socket, exclusive or core-complex");
+    return usage(err, origin,
+                 "'%s': NUMA binding is not supported by ddp-launch yet; bind with "
+                 "numactl or taskset inside the worker command instead",
+                 value);
+}
+
+/* Signals that may be forwarded: the catchable ones whose default is to end the
+ * process and that are not faults of the launcher itself. */
+static const int forwardable[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGTERM, SIGUSR1, SIGUSR2,
+                                  SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF, SIGPWR};
+
+const char *ddp_signal_name(int sig, char *buf, size_t cap)
+{
+    const char *abbrev = sig > 0 && sig < NSIG ? sigabbrev_np(sig) : NULL;
+    if (abbrev == NULL)
+        snprintf(buf, cap, "SIG%d", sig);
+    else
+        snprintf(buf, cap, "SIG%s", abbrev);
+    return buf;
+}
+
+static int apply_signals_to_handle(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                                   const ddp_log_t *log, ddp_buf_t *err)
+{
+    char *copy = strdup(value), *save = NULL;
+    int rc = 0, n = 0;
+    if (copy == NULL)
+        return -ENOMEM;
+    for (char *item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+        const char *name = strncasecmp(item, "SIG", 3) == 0 ? item + 3 : item;
+        int sig = 0;
+        for (size_t i = 0; i < sizeof forwardable / sizeof forwardable[0]; i++) {
+            if (strcasecmp(name, sigabbrev_np(forwardable[i])) == 0)
+                sig = forwardable[i];
+        }
+        if (sig == 0) {
+            rc = usage(err, origin,
+                       "cannot handle '%s': choose among SIGTERM, SIGINT, SIGHUP, SIGQUIT, "
+                       "SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF, SIGPWR",
+                       item);
+            goto out;
+        }
+        bool seen = false;
+        for (int i = 0; i < n; i++)
+            seen = seen || cfg->signals[i] == sig;
+        if (!seen && n < DDP_MAX_SIGNALS)
+            cfg->signals[n++] = sig;
+    }
+    if (n == 0) {
+        rc = bad_value(err, origin, value, "a comma-separated list of signal names");
+        goto out;
+    }
+    cfg->nsignals = n;
+out:
+    free(copy);
+    return rc;
+}
+
+static int apply_shutdown_timeout(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                                  const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_seconds_flag(value, origin, 0, 7 * 86400, &cfg->shutdown_timeout, err);
+}
+
+static int apply_exit_code(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                           const ddp_log_t *log, ddp_buf_t *err)
+{
+    if (strcmp(value, "torchrun") == 0)
+        cfg->exit_code_mode = DDP_EXIT_CODE_TORCHRUN;
+    else if (strcmp(value, "worker") == 0)
+        cfg->exit_code_mode = DDP_EXIT_CODE_WORKER;
+    else
+        return bad_value(err, origin, value, "torchrun or worker");
+    return 0;
+}
+
+static int apply_dry_run(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                         const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_switch(value, origin, &cfg->dry_run, err);
+}
+
+static int apply_help(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                      const ddp_log_t *log, ddp_buf_t *err)
+{
+    cfg->help = true;
+    return 0;
+}
+
+static int apply_version(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                         const ddp_log_t *log, ddp_buf_t *err)
+{
+    cfg->version = true;
+    return 0;
+}
+
+/* Every flag; the order is the order in which values are applied. */
+static const flag_t flags[] = {
+    {"nnodes", 0, true, true, apply_nnodes},
+    {"nproc-per-node", 0, true, true, apply_nproc_per_node},
+    {"node-rank", 0, true, true, apply_node_rank},
+    {"master-addr", 0, true, true, apply_master_addr},
+    {"master-port", 0, true, true, apply_master_port},
+    {"local-addr", 0, true, true, apply_local_addr},
+    {"rdzv-backend", 0, true, true, apply_rdzv_backend},
+    {"rdzv-endpoint", 0, true, true, apply_rdzv_endpoint},
+    {"rdzv-id", 0, true, true, apply_rdzv_id},
+    {"rdzv-conf", 0, true, true, apply_rdzv_conf},
+    {"standalone", 0, false, true, apply_standalone},
+    {"max-restarts", 0, true, true, apply_max_restarts},
+    {"monitor-interval", 0, true, true, apply_monitor_interval},
+    {"start-method", 0, true, true, apply_start_method},
+    {"event-log-handler", 0, true, true, apply_event_log_handler},
+    {"role", 0, true, true, apply_role},
+    {"module", 'm', false, true, apply_module},
+    {"no-python", 0, false, true, apply_no_python},
+    {"run-path", 0, false, true, apply_run_path},
+    {"use-env", 0, false, true, apply_use_env},
+    {"local-rank-arg", 0, true, true, apply_local_rank_arg},
+    {"log-dir", 0, true, true, apply_log_dir},
+    {"redirects", 'r', true, true, apply_redirects},
+    {"tee", 't', true, true, apply_tee},
+    {"local-ranks-filter", 0, true, true, apply_local_ranks_filter},
+    {"logs-specs", 0, true, false, apply_logs_specs},
+    {"numa-binding", 0, true, false, apply_numa_binding},
+    {"signals-to-handle", 0, true, true, apply_signals_to_handle},
+    {"shutdown-timeout", 0, true, true, apply_shutdown_timeout},
+    {"exit-code", 0, true, true, apply_exit_code},
+    {"dry-run", 0, false, true, apply_dry_run},
+    {"help", 'h', false, false, apply_help},
+    {"version", 0, false, false, apply_version},
+};
+enum { NFLAGS = sizeof flags / sizeof flags[0] };
+
+/* Whether `typed` (len bytes) names the flag `name` in its dash or underscore spelling,
+ * exactly or as a prefix. */
+static bool spelling_matches(const char *name, const char *typed, size_t len, bool exact)
+{
+    if (strlen(name) < len || (exact && strlen(name) != len))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char want = name[i], got = typed[i];
+        if (want == got)
+            continue;
+        if (want == '-' && got == '_')
+            continue;
+        return false;
+    }
+    return true;
+}
+
+/* The underscore spelling must be all underscores (argparse compares the option string
+ * literally): "nproc_per-node" is neither spelling. */
+static bool one_spelling(const char *typed, size_t len)
+{
+    bool dash = false, underscore = false;
+    for (size_t i = 0; i < len; i++) {
+        dash = dash || typed[i] == '-';
+        underscore = underscore || typed[i] == '_';
+    }
+    return !(dash && underscore);
+}
+
+/* Finds the flag for a long option (without "--"): an exact match, else the only flag
+ * it is a prefix of. Returns the index, -1 when unknown, -2 when ambiguous. */
+static int find_long(const char *typed, size_t len)
+{
+    if (len == 0 || !one_spelling(typed, len))
+        return -1;
+    for (int i = 0; i < NFLAGS; i++) {
+        if (spelling_matches(flags[i].name, typed, len, true))
+            return i;
+    }
+    int found = -1;
+    for (int i = 0; i < NFLAGS; i++) {
+        if (spelling_matches(flags[i].name, typed, len, false)) {
+            if (found >= 0)
+                return -2;
+            found = i;
+        }
+    }
+    return found;
+}
+
+static void list_prefix_matches(ddp_buf_t *err, const char *typed, size_t len)
+{
+    const char *sep = "";
+    for (int i = 0; i < NFLAGS; i++) {
+        if (spelling_matches(flags[i].name, typed, len, false)) {
+            ddp_buf_printf(err, "%s--%s", sep, flags[i].name);
+            sep = ", ";
+        }
+    }
+}
+
+static bool looks_like_number(const char *text)
+{
+    double v;
+    return ddp_parse_double(text, -1e300, 1e300, &v) == 0;
+}
+
+typedef struct {
+    const char *value; /* NULL for a switch given on the command line */
+    char origin[64];   /* "--name" or "PET_NAME", for messages */
+    bool set;
+} raw_value_t;
+
+static void pet_name(const flag_t *flag, char *out, size_t cap)
+{
+    size_t n = (size_t)snprintf(out, cap, "PET_%s", flag->name);
+    for (size_t i = 4; i < n && i < cap; i++)
+        out[i] = flag->name[i - 4] == '-' ? '_' : (char)toupper((unsigned char)out[i]);
+}
+
+static void config_defaults(ddp_launch_config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->nnodes_min = cfg->nnodes_max = 1;
+    cfg->nproc_kind = DDP_NPROC_INT;
+    cfg->nproc_per_node = 1;
+    strcpy(cfg->master_addr, "127.0.0.1");
+    cfg->master_port = 29500;
+    cfg->rdzv_backend = DDP_RDZV_STATIC;
+    cfg->rdzv_conf = (ddp_rdzv_conf_t){600, 30, 30, 60, 900, -1};
+    cfg->monitor_interval = 0.1;
+    cfg->shutdown_timeout = 30;
+    cfg->signals[0] = SIGTERM;
+    cfg->signals[1] = SIGINT;
+    cfg->signals[2] = SIGHUP;
+    cfg->signals[3] = SIGQUIT;
+    cfg->nsignals = 4;
+    cfg->role = "default";
+    cfg->python_exec = ddp_env_default(DDP_ENV_PYTHON_EXEC);
+}
+
+/* Reads the options in argv into raw[]; *script_index is where the script is (argc
+ * when there is none). */
+static int scan_argv(int argc, char **argv, raw_value_t *raw, int *script_index, ddp_buf_t *err)
+{
+    int i = 1;
+    while (i < argc) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--") == 0) {
+            i++;
+            break;
+        }
+        if (arg[0] != '-' || arg[1] == '\0')
+            break;
+        int index;
+        const char *value = NULL;
+        bool inline_value = false;
+        if (arg[1] == '-') {
+            const char *name = arg + 2, *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            index = find_long(name, len);
+            if (index == -2) {
+                usage(err, arg, "ambiguous option: could be ");
+                list_prefix_matches(err, name, len);
+                return DDP_EUSAGE;
+            }
+            if (index < 0)
+                return usage(err, arg,
+                             "unrecognized option (options for the training script go after "
+                             "the script)");
+            if (eq != NULL) {
+                value = eq + 1;
+                inline_value = true;
+            }
+        } else {
+            index = -1;
+            for (int f = 0; f < NFLAGS; f++) {
+                if (flags[f].short_name == arg[1])
+                    index = f;
+            }
+            if (index < 0 || (!flags[index].takes_value && arg[2] != '\0'))
+                return usage(err, arg, "unrecognized option");
+            if (arg[2] != '\0') {
+                value = arg[2] == '=' ? arg + 3 : arg + 2;
+                inline_value = true;
+            }
+        }
+        const flag_t *flag = &flags[index];
+        raw_value_t *slot = &raw[index];
+        snprintf(slot->origin, sizeof slot->origin, "--%s", flag->name);
+        if (!flag->takes_value) {
+            if (inline_value)
+                return usage(err, slot->origin, "takes no value");
+            slot->value = NULL;
+        } else if (!inline_value) {
+            if (i + 1 >= argc || (argv[i + 1][0] == '-' && argv[i + 1][1] != '\0' &&
+                                  !looks_like_number(argv[i + 1])))
+                return usage(err, slot->origin, "expects a value");
+            value = argv[++i];
+        }
+        if (flag->takes_value)
+            slot->value = value;
+        slot->set = true;
+        i++;
+        if (flag->apply == apply_help || flag->apply == apply_version)
+            break; /* like argparse: --help acts as soon as it is seen */
+    }
+    *script_index = i;
+    return 0;
+}
+
+static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
+{
+    if (cfg->use_env && cfg->local_rank_arg != DDP_LOCAL_RANK_ARG_NONE)
+        return usage(err, "--use-env",
+                     "contradicts --local-rank-arg, which passes the local rank "
+                     "as an argument");
+    if (cfg->module && cfg->no_python && !cfg->run_path)
+        return usage(err, "--no-python", "cannot be combined with -m/--module");
+    if (cfg->nnodes_max > 1)
+        return usage(err, "--nnodes",
+                     "%d:%d: multi-node jobs are not supported by this version of ddp-launch "
+                     "yet; run one node with --nnodes=1",
+                     cfg->nnodes_min, cfg->nnodes_max);
+    if (cfg->node_rank >= cfg->nnodes_max)
+        return usage(err, "--node-rank", "%d must be less than --nnodes (%d)", cfg->node_rank,
+                     cfg->nnodes_max);
+    if (cfg->rdzv_endpoint_set && cfg->rdzv_endpoint_port < 0)
+        cfg->rdzv_endpoint_port = cfg->rdzv_backend == DDP_RDZV_C10D ? 29400 : cfg->master_port;
+    return 0;
+}
+
+int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *envp,
+                  const ddp_log_t *log, ddp_buf_t *err)
+{
+    raw_value_t raw[NFLAGS];
+    int script_index = argc, rc;
+    memset(raw, 0, sizeof raw);
+    config_defaults(cfg);
+
+    for (int i = 0; i < NFLAGS; i++) {
+        if (!flags[i].pet)
+            continue;
+        pet_name(&flags[i], raw[i].origin, sizeof raw[i].origin);
+        const char *value = ddp_env_lookup(envp, raw[i].origin);
+        if (value != NULL && *value != '\0') {
+            raw[i].value = value;
+            raw[i].set = true;
+        }
+    }
+    if ((rc = scan_argv(argc, argv, raw, &script_index, err)) != 0)
+        goto fail;
+    for (int i = 0; i < NFLAGS; i++) {
+        if (raw[i].set && (rc = flags[i].apply(cfg, raw[i].value, raw[i].origin, log, err)) != 0)
+            goto fail;
+    }
+    if (cfg->help || cfg->version)
+        return 0;
+    if ((rc = check_combinations(cfg, err)) != 0)
+        goto fail;
+    const char *python = ddp_env_lookup(envp, "PYTHON_EXEC");
+    if (python != NULL && *python != '\0')
+        cfg->python_exec = python;
+    const char *prefix = ddp_env_lookup(envp, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+    if (prefix != NULL && *prefix != '\0')
+        cfg->prefix_template = prefix;
+    if (script_index >= argc) {
+        rc = usage(err, "ddp-launch", "missing the training script (or program with --no-python)");
+        goto fail;
+    }
+    if (*argv[script_index] == '\0') {
+        rc = usage(err, "ddp-launch", "the training script must not be an empty string");
+        goto fail;
+    }
+    cfg->script = argv[script_index];
+    cfg->script_args = argv + script_index + 1;
+    cfg->nscript_args = argc - script_index - 1;
+    if (cfg->run_id == NULL && (cfg->run_id = strdup("none")) == NULL) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    return 0;
+fail:
+    ddp_cli_free(cfg);
+    return rc;
+}
+
+void ddp_cli_free(ddp_launch_config_t *cfg)
+{
+    free(cfg->run_id);
+    free(cfg->redirects.map);
+    free(cfg->tee.map);
+    free(cfg->ranks_filter);
+    cfg->run_id = NULL;
+    cfg->redirects.map = cfg->tee.map = NULL;
+    cfg->ranks_filter = NULL;
+}
+
+int ddp_std_for(const ddp_std_spec_t *spec, int local_rank)
+{
+    int std = spec->all;
+    for (size_t i = 0; i < spec->nmap; i++) {
+        if (spec->map[i].local_rank == local_rank)
+            std = spec->map[i].std;
+    }
+    return std;
+}
+
+bool ddp_cli_rank_shown(const ddp_launch_config_t *cfg, int local_rank)
+{
+    if (!cfg->ranks_filter_set)
+        return true;
+    for (size_t i = 0; i < cfg->nranks_filter; i++) {
+        if (cfg->ranks_filter[i] == local_rank)
+            return true;
+    }
+    return false;
+}
+
+/* CPUs this process may run on (its affinity, as set by Slurm or taskset). */
+static int usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* A TCP port nothing listens on now, on every interface (as PyTorch's store binds). */
+static int free_port(int *port)
+{
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int err = 0;
+    union {
+        struct sockaddr sa;
+        struct sockaddr_in v4;
+        struct sockaddr_in6 v6;
+    } addr;
+    socklen_t len;
+    memset(&addr, 0, sizeof addr);
+    if (fd >= 0) {
+        addr.v6.sin6_family = AF_INET6;
+        addr.v6.sin6_addr = in6addr_any;
+        len = sizeof addr.v6;
+    } else {
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return -errno;
+        addr.v4.sin_family = AF_INET;
+        addr.v4.sin_addr.s_addr = htonl(INADDR_ANY);
+        len = sizeof addr.v4;
+    }
+    if (bind(fd, &addr.sa, len) != 0 || getsockname(fd, &addr.sa, &len) != 0)
+        err = -errno;
+    else
+        *port = ntohs(addr.sa.sa_family == AF_INET6 ? addr.v6.sin6_port : addr.v4.sin_port);
+    close(fd);
+    return err;
+}
+
+static int random_run_id(char **out)
+{
+    unsigned char b[16];
+    char text[37];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
+        return -errno;
+    b[6] = (unsigned char)((b[6] & 0x0F) | 0x40); /* a version 4 UUID, as torchrun makes */
+    b[8] = (unsigned char)((b[8] & 0x3F) | 0x80);
+    snprintf(text, sizeof text,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+             b[15]);
+    char *copy = strdup(text);
+    if (copy == NULL)
+        return -ENOMEM;
+    free(*out);
+    *out = copy;
+    return 0;
+}
+
+int ddp_cli_resolve(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *err)
+{
+    int rc, gpus = 0;
+    if (cfg->nproc_kind == DDP_NPROC_GPU || cfg->nproc_kind == DDP_NPROC_AUTO) {
+        ddp_buf_t why = DDP_BUF_INIT;
+        rc = ddp_devices_cuda_count(&gpus, &why);
+        if (rc != 0 && cfg->nproc_kind == DDP_NPROC_GPU) {
+            usage(err, "--nproc-per-node", "gpu: %s", ddp_buf_str(&why));
+            ddp_buf_free(&why);
+            return DDP_EUSAGE;
+        }
+        ddp_buf_free(&why);
+        if (rc != 0)
+            gpus = 0;
+    }
+    switch (cfg->nproc_kind) {
+    case DDP_NPROC_INT:
+        break;
+    case DDP_NPROC_CPU:
+        cfg->nproc_per_node = usable_cpus();
+        break;
+    case DDP_NPROC_GPU:
+        cfg->nproc_per_node = gpus;
+        break;
+    case DDP_NPROC_AUTO:
+        cfg->nproc_per_node = gpus > 0 ? gpus : usable_cpus();
+        break;
+    }
+    if (cfg->nproc_per_node > DDP_MAX_LOCAL_WORKERS)
+        cfg->nproc_per_node = DDP_MAX_LOCAL_WORKERS;
+    if (cfg->nproc_kind != DDP_NPROC_INT)
+        ddp_log_debug(log, "using %d workers per node (--nproc-per-node=%s)", cfg->nproc_per_node,
+                      cfg->nproc_kind == DDP_NPROC_CPU   ? "cpu"
+                      : cfg->nproc_kind == DDP_NPROC_GPU ? "gpu"
+                                                         : "auto");
+
+    if (cfg->standalone) {
+        /* torchrun: a c10d store on localhost at a free port, with a random run id;
+         * explicit rendezvous values are overridden. */
+        cfg->rdzv_backend = DDP_RDZV_C10D;
+        if ((rc = random_run_id(&cfg->run_id)) != 0)
+            return rc;
+        strcpy(cfg->master_addr, "127.0.0.1");
+    }
+    if (cfg->standalone || cfg->rdzv_backend == DDP_RDZV_C10D || cfg->master_port == 0) {
+        /* Until the launcher hosts the store, rank 0 of the workers does, and a c10d
+         * rendezvous on one node needs no fixed port: take a free one. */
+        if (cfg->rdzv_backend == DDP_RDZV_C10D && !cfg->standalone) {
+            const char *addr = cfg->local_addr ? cfg->local_addr : "127.0.0.1";
+            if (strlen(addr) < sizeof cfg->master_addr)
+                strcpy(cfg->master_addr, addr);
+        }
+        if ((rc = free_port(&cfg->master_port)) != 0) {
+            ddp_buf_clear(err);
+            ddp_buf_printf(err, "unable to find a free port: %s", ddp_strerror(rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+void ddp_cli_print_version(int fd)
+{
+    char text[160];
+    int n = snprintf(text, sizeof text, "ddp-launch %s (CUDA device counting: %s)\n", DDP_VERSION,
+                     DDP_HAVE_CUDA ? "built in" : "not built");
+    (void)ddp_write_all(fd, text, (size_t)n);
+}
+
+static const char help_text[] =
+    "usage: ddp-launch [options] TRAINING_SCRIPT [SCRIPT ARGS...]\n"
+    "       ddp-launch [options] --no-python PROGRAM [ARGS...]\n"
+    "\n"
+    "Start and supervise data-parallel workers, like torchrun (same flags, same worker\n"
+    "environment). Every --flag-name is also accepted as --flag_name, --flag=value and\n"
+    "--flag value work, unambiguous prefixes are accepted, and each flag takes its\n"
+    "default from PET_FLAG_NAME. Everything after the script goes to the script.\n"
+    "\n"
+    "workers:\n"
+    "  --nproc-per-node N|cpu|gpu|auto  workers on this node (default 1)\n"
+    "  --nnodes N|MIN:MAX          nodes in the job (default 1; only 1 is served yet)\n"
+    "  --node-rank R               this node's rank (default 0)\n"
+    "  --role NAME                 role name: ROLE_NAME and the tee prefix (default default)\n"
+    "\n"
+    "rendezvous:\n"
+    "  --master-addr HOST          where the store listens (default 127.0.0.1)\n"
+    "  --master-port PORT          the store's port (default 29500; 0 = a free port)\n"
+    "  --local-addr HOST           this node's address as other nodes see it\n"
+    "  --rdzv-backend static|c10d  rendezvous backend (default static)\n"
+    "  --rdzv-endpoint HOST[:PORT] c10d endpoint (default port 29400)\n"
+    "  --rdzv-id ID                job id, exported as TORCHELASTIC_RUN_ID (default none)\n"
+    "  --rdzv-conf K=V,...         join_timeout, last_call_timeout, close_timeout,\n"
+    "                              read_timeout, timeout, is_host\n"
+    "  --standalone                one node, a free port and a random run id\n"
+    "\n"
+    "the program:\n"
+    "  -m, --module                run the script as a module: python -u -m MODULE\n"
+    "  --no-python                 execute the script as a program\n"
+    "  --run-path                  run the script with python (torchrun's runpy mode)\n"
+    "  --use-env                   pass the local rank in LOCAL_RANK only (the default)\n"
+    "  --local-rank-arg none|underscore|dash\n"
+    "                              also pass --local_rank=N or --local-rank=N to the script,\n"
+    "                              as torch.distributed.launch did (default none)\n"
+    "\n"
+    "supervision:\n"
+    "  --max-restarts N            restarts of the worker group before failing (default 0)\n"
+    "  --shutdown-timeout SECONDS  grace between the stop signal and SIGKILL (default 30)\n"
+    "  --signals-to-handle LIST    signals forwarded to the workers\n"
+    "                              (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)\n"
+    "  --exit-code torchrun|worker exit 1 on a worker failure (default), or the failed\n"
+    "                              worker's own status\n"
+    "  --monitor-interval SECONDS  accepted for torchrun; ddp-launch does not poll\n"
+    "  --start-method METHOD       accepted for torchrun (spawn, fork, forkserver)\n"
+    "  --event-log-handler NAME    accepted for torchrun (null)\n"
+    "\n"
+    "output:\n"
+    "  --log-dir DIR               base directory of the log files (default: a new one in "
+    "$TMPDIR)\n"
+    "  -r, --redirects SPEC        send streams to files: 0 none, 1 stdout, 2 stderr, 3 both,\n"
+    "                              or per local rank, e.g. 0:3,1:2\n"
+    "  -t, --tee SPEC              like --redirects, and also to the console with a prefix\n"
+    "  --local-ranks-filter LIST   only these local ranks reach the console, e.g. 0\n"
+    "\n"
+    "  --dry-run                   print each worker's command and environment; start nothing\n"
+    "  -h, --help                  this help\n"
+    "  --version                   the version\n"
+    "\n"
+    "Exit status: 0 success, 1 a worker failed, 2 usage error, 3 launcher failure,\n"
+    "126/127 the program cannot be executed / is not found, 128+N stopped by signal N.\n"
+    "See ddp-launch(1) for the worker environment, log layout and examples.\n";
+
+void ddp_cli_print_help(int fd)
+{
+    (void)ddp_write_all(fd, help_text, sizeof help_text - 1);
+}

@@ -1,0 +1,104 @@
+/* The --dry-run listing (see dry_run.h). */
+#include "dry_run.h"
+
+#include "buf.h"
+#include "env.h"
+#include "io.h"
+#include "logs.h"
+#include "worker_spec.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Appends `word` quoted for a POSIX shell when it needs to be. */
+static int append_shell_word(ddp_buf_t *out, const char *word)
+{
+    bool plain = *word != '\0';
+    for (const char *p = word; *p && plain; p++)
+        plain = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%",
+                       *p) != NULL;
+    if (plain)
+        return ddp_buf_puts(out, word);
+    int err = ddp_buf_puts(out, "'");
+    for (const char *p = word; *p && err == 0; p++)
+        err = *p == '\'' ? ddp_buf_puts(out, "'\\''") : ddp_buf_append(out, p, 1);
+    return err ? err : ddp_buf_puts(out, "'");
+}
+
+static const char *sink_name(ddp_sink_t sink)
+{
+    switch (sink) {
+    case DDP_SINK_NULL:
+        return "discarded";
+    case DDP_SINK_FILE:
+        return "log file";
+    case DDP_SINK_CONSOLE:
+        return "console";
+    case DDP_SINK_TEE:
+        return "log file and console";
+    }
+    return "?";
+}
+
+int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
+{
+    ddp_buf_t out = DDP_BUF_INIT;
+    char *error_file = NULL;
+    int err = ddp_buf_printf(&out,
+                             "ddp-launch --dry-run: %d worker(s) on node %d of %d, "
+                             "max restarts %d, run id %s; nothing is started\n",
+                             cfg->nproc_per_node, cfg->node_rank, cfg->nnodes_max,
+                             cfg->max_restarts, cfg->run_id);
+    for (int lr = 0; lr < cfg->nproc_per_node && err == 0; lr++) {
+        char **argv = NULL, **added = NULL;
+        int rank = cfg->node_rank * cfg->nproc_per_node + lr;
+        free(error_file);
+        if (asprintf(&error_file, "%s/%s_<random>/attempt_0/%d/error.json",
+                     cfg->log_dir ? cfg->log_dir : "<new directory in $TMPDIR>", cfg->run_id,
+                     lr) < 0) {
+            error_file = NULL;
+            err = -ENOMEM;
+            break;
+        }
+        ddp_worker_info_t info = {
+            .local_rank = lr,
+            .rank = rank,
+            .local_world_size = cfg->nproc_per_node,
+            .world_size = cfg->nproc_per_node * cfg->nnodes_max,
+            .group_rank = cfg->node_rank,
+            .group_world_size = cfg->nnodes_max,
+            .restart_count = 0,
+            .use_agent_store = false,
+            .error_file = error_file,
+        };
+        if ((err = ddp_worker_argv(cfg, lr, &argv)) == 0 &&
+            (err = ddp_worker_env_added(cfg, &info, envp, &added)) == 0) {
+            err = ddp_buf_printf(&out, "worker %d: rank %d, local rank %d\n  argv:", lr, rank, lr);
+            for (char **p = argv; *p && err == 0; p++) {
+                err = ddp_buf_puts(&out, " ");
+                if (err == 0)
+                    err = append_shell_word(&out, *p);
+            }
+            if (err == 0)
+                err = ddp_buf_printf(&out, "\n  stdout: %s, stderr: %s\n  env:\n",
+                                     sink_name(ddp_logs_sink(cfg, lr, DDP_STD_OUT)),
+                                     sink_name(ddp_logs_sink(cfg, lr, DDP_STD_ERR)));
+            for (char **p = added; *p && err == 0; p++) {
+                err = ddp_buf_puts(&out, "    ");
+                if (err == 0)
+                    err = append_shell_word(&out, *p);
+                if (err == 0)
+                    err = ddp_buf_puts(&out, "\n");
+            }
+        }
+        ddp_strv_free(argv);
+        ddp_strv_free(added);
+    }
+    free(error_file);
+    if (err == 0)
+        err = ddp_write_all(fd, out.data, out.len);
+    ddp_buf_free(&out);
+    return err;
+}

@@ -1,0 +1,13 @@
+/* --dry-run: print what each worker would run, start nothing.
+ *
+ * Shares the argv and environment builders with the agent, so what it prints is what
+ * the agent would execute. Main thread; touches no file or process. */
+#ifndef DDP_LAUNCHER_DRY_RUN_H
+#define DDP_LAUNCHER_DRY_RUN_H
+
+#include "cli.h"
+
+/* Writes the plan to `fd`. Returns 0 or -ENOMEM. */
+int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd);
+
+#endif

@@ -1,0 +1,168 @@
+/* The orphan guard process and its pipe protocol (see guard.h).
+ *
+ * The protocol is a stream of native int32 records: +pgid watch, -pgid forget,
+ * 0 goodbye. Records are 4 bytes, so each write is atomic on a pipe. */
+#include "guard.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Closes every descriptor but `keep`, so the guard holds no console or pipe of the
+ * launcher open (which would delay EOF for whoever reads the launcher's output). */
+static void close_others(int keep)
+{
+    DIR *dir = opendir("/proc/self/fd");
+    if (dir == NULL) {
+        long max = sysconf(_SC_OPEN_MAX);
+        for (int fd = 0; fd < (max > 0 && max < 65536 ? max : 65536); fd++) {
+            if (fd != keep)
+                close(fd);
+        }
+        return;
+    }
+    int dfd = dirfd(dir);
+    struct dirent *entry;
+    int *fds = NULL;
+    size_t n = 0, cap = 0;
+    while ((entry = readdir(dir)) != NULL) {
+        int fd = atoi(entry->d_name);
+        if (entry->d_name[0] < '0' || entry->d_name[0] > '9' || fd == keep || fd == dfd)
+            continue;
+        if (n == cap) {
+            size_t next = cap ? cap * 2 : 64;
+            int *grown = realloc(fds, next * sizeof *fds);
+            if (grown == NULL)
+                break;
+            fds = grown;
+            cap = next;
+        }
+        fds[n++] = fd;
+    }
+    closedir(dir);
+    for (size_t i = 0; i < n; i++)
+        close(fds[i]);
+    free(fds);
+}
+
+__attribute__((noreturn)) static void guard_main(int fd)
+{
+    static const int ignored[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
+                                  SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU, SIGALRM};
+    pid_t *groups = NULL;
+    size_t n = 0, cap = 0;
+    sigset_t none;
+    for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+        signal(ignored[i], SIG_IGN);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setsid(); /* out of the launcher's group: a kill of that group spares the guard */
+    prctl(PR_SET_NAME, "ddp-guard");
+    close_others(fd);
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+        if (null > 2)
+            close(null);
+    }
+    for (;;) {
+        int32_t rec;
+        ssize_t r = read(fd, &rec, sizeof rec);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r != (ssize_t)sizeof rec)
+            break; /* EOF or error: the launcher is gone */
+        if (rec == 0)
+            _exit(0);
+        if (rec > 0) {
+            if (n == cap) {
+                size_t next = cap ? cap * 2 : 64;
+                pid_t *grown = realloc(groups, next * sizeof *groups);
+                if (grown == NULL)
+                    continue;
+                groups = grown;
+                cap = next;
+            }
+            groups[n++] = rec;
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                if (groups[i] == -rec) {
+                    groups[i] = groups[--n];
+                    break;
+                }
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        kill(-groups[i], SIGKILL);
+    _exit(0);
+}
+
+int ddp_guard_start(ddp_guard_t *guard)
+{
+    int fds[2];
+    guard->pid = 0;
+    guard->fd = -1;
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0) {
+        int err = -errno;
+        close(fds[0]);
+        close(fds[1]);
+        return err;
+    }
+    if (pid == 0)
+        guard_main(fds[0]);
+    close(fds[0]);
+    guard->pid = pid;
+    guard->fd = fds[1];
+    return 0;
+}
+
+static int send_record(ddp_guard_t *guard, int32_t rec)
+{
+    if (guard->fd < 0)
+        return -EPIPE;
+    for (;;) {
+        ssize_t w = write(guard->fd, &rec, sizeof rec);
+        if (w == (ssize_t)sizeof rec)
+            return 0;
+        if (w < 0 && errno == EINTR)
+            continue;
+        return w < 0 ? -errno : -EIO;
+    }
+}
+
+int ddp_guard_watch(ddp_guard_t *guard, pid_t pgid)
+{
+    return send_record(guard, (int32_t)pgid);
+}
+
+int ddp_guard_forget(ddp_guard_t *guard, pid_t pgid)
+{
+    return send_record(guard, -(int32_t)pgid);
+}
+
+void ddp_guard_stop(ddp_guard_t *guard)
+{
+    if (guard->fd >= 0) {
+        (void)send_record(guard, 0);
+        close(guard->fd);
+        guard->fd = -1;
+    }
+    if (guard->pid > 0) {
+        while (waitpid(guard->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        guard->pid = 0;
+    }
+}

@@ -1,0 +1,256 @@
+/* Log directories and whole-line console output (see logs.h). */
+#include "logs.h"
+
+#include "env.h"
+#include "io.h"
+#include "template.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+ddp_sink_t ddp_logs_sink(const ddp_launch_config_t *cfg, int local_rank, int std)
+{
+    bool teed = (ddp_std_for(&cfg->tee, local_rank) & std) != 0;
+    bool redirected = (ddp_std_for(&cfg->redirects, local_rank) & std) != 0;
+    bool shown = ddp_cli_rank_shown(cfg, local_rank);
+    if (teed && shown)
+        return DDP_SINK_TEE;
+    if (teed || redirected)
+        return DDP_SINK_FILE;
+    return shown ? DDP_SINK_CONSOLE : DDP_SINK_NULL;
+}
+
+int ddp_logs_prefix(const ddp_launch_config_t *cfg, int rank, int local_rank, char **out)
+{
+    char rank_text[16], local_text[16];
+    snprintf(rank_text, sizeof rank_text, "%d", rank);
+    snprintf(local_text, sizeof local_text, "%d", local_rank);
+    if (cfg->prefix_template == NULL)
+        return asprintf(out, "[%s%d]:", cfg->role, local_rank) < 0 ? -ENOMEM : 0;
+    const ddp_template_var_t vars[] = {
+        {"rank", rank_text}, {"local_rank", local_text}, {"role_name", cfg->role}};
+    return ddp_template_substitute(cfg->prefix_template, vars, 3, out);
+}
+
+static int make_dirs(const char *path)
+{
+    char *copy = strdup(path);
+    int err = 0;
+    if (copy == NULL)
+        return -ENOMEM;
+    for (char *p = copy + 1; err == 0; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(copy, 0777) != 0 && errno != EEXIST)
+            err = -errno;
+        *p = saved;
+        if (saved == '\0')
+            break;
+    }
+    free(copy);
+    return err;
+}
+
+/* The run id names a directory: keep it readable but never a path. */
+static void safe_name(const char *run_id, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = run_id; *p && n + 1 < cap && n < 128; p++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '-' || c == '_' || (c == '.' && n > 0);
+        out[n++] = ok ? c : '_';
+    }
+    out[n] = '\0';
+}
+
+int ddp_logs_make_run_dir(const char *base, const char *run_id, char **base_out, bool *base_created,
+                          char **run_dir)
+{
+    char name[160];
+    char *base_path = NULL, *run_path = NULL;
+    int err = 0;
+    *base_created = false;
+    if (base == NULL) {
+        if (asprintf(&base_path, "%s/ddp-launch_XXXXXX", ddp_env_get(DDP_ENV_TMPDIR)) < 0)
+            return -ENOMEM;
+        if (mkdtemp(base_path) == NULL) {
+            err = -errno;
+            goto fail;
+        }
+        *base_created = true;
+    } else {
+        if ((base_path = strdup(base)) == NULL)
+            return -ENOMEM;
+        if ((err = make_dirs(base_path)) != 0)
+            goto fail;
+    }
+    safe_name(run_id, name, sizeof name);
+    if (asprintf(&run_path, "%s/%s_XXXXXX", base_path, name) < 0) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    if (mkdtemp(run_path) == NULL) {
+        err = -errno;
+        goto fail;
+    }
+    *base_out = base_path;
+    *run_dir = run_path;
+    return 0;
+fail:
+    if (*base_created)
+        rmdir(base_path);
+    *base_created = false;
+    free(base_path);
+    free(run_path);
+    return err;
+}
+
+int ddp_logs_make_attempt_dir(const char *run_dir, int attempt, int nworkers, char **attempt_dir)
+{
+    char *dir;
+    if (asprintf(&dir, "%s/attempt_%d", run_dir, attempt) < 0)
+        return -ENOMEM;
+    int err = 0;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        err = -errno;
+    for (int i = 0; i < nworkers && err == 0; i++) {
+        char *sub;
+        if (asprintf(&sub, "%s/%d", dir, i) < 0) {
+            err = -ENOMEM;
+            break;
+        }
+        if (mkdir(sub, 0777) != 0 && errno != EEXIST)
+            err = -errno;
+        free(sub);
+    }
+    if (err) {
+        free(dir);
+        return err;
+    }
+    *attempt_dir = dir;
+    return 0;
+}
+
+/* Removes empty directories under `path` (and `path`); true when it is gone. */
+static bool prune(const char *path, int depth)
+{
+    DIR *dir = depth < 16 ? opendir(path) : NULL;
+    bool empty = dir != NULL;
+    struct dirent *entry;
+    while (dir != NULL && (entry = readdir(dir)) != NULL) {
+        if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0)
+            continue;
+        char *child;
+        if (entry->d_type != DT_DIR || asprintf(&child, "%s/%s", path, entry->d_name) < 0) {
+            empty = false;
+            continue;
+        }
+        empty = prune(child, depth + 1) && empty;
+        free(child);
+    }
+    if (dir != NULL)
+        closedir(dir);
+    return empty && rmdir(path) == 0;
+}
+
+void ddp_logs_remove_if_empty(const char *path)
+{
+    (void)prune(path, 0);
+}
+
+void ddp_lines_init(ddp_lines_t *lines, const char *prefix, size_t max_line)
+{
+    memset(lines, 0, sizeof *lines);
+    lines->prefix = prefix;
+    lines->prefix_len = strlen(prefix);
+    lines->max_line = max_line;
+}
+
+void ddp_lines_free(ddp_lines_t *lines)
+{
+    ddp_buf_free(&lines->partial);
+}
+
+enum { BATCH = 192 };
+
+typedef struct {
+    struct iovec iov[BATCH];
+    int n;
+} batch_t;
+
+static void batch_flush(batch_t *b, ddp_console_t *console)
+{
+    if (b->n > 0 && !console->broken && ddp_writev_all(console->fd, b->iov, b->n) != 0)
+        console->broken = true;
+    b->n = 0;
+}
+
+static void batch_add(batch_t *b, const void *data, size_t len)
+{
+    if (len == 0)
+        return;
+    b->iov[b->n].iov_base = (void *)data;
+    b->iov[b->n].iov_len = len;
+    b->n++;
+}
+
+int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data, size_t len)
+{
+    batch_t b;
+    const char *p = data, *end = data + len;
+    b.n = 0;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (nl == NULL) {
+            size_t rest = (size_t)(end - p);
+            int err = ddp_buf_append(&lines->partial, p, rest);
+            if (err)
+                return err;
+            if (lines->partial.len >= lines->max_line) {
+                /* A line with no end in sight: show it in pieces rather than hold it. */
+                batch_add(&b, lines->prefix, lines->prefix_len);
+                batch_add(&b, lines->partial.data, lines->partial.len);
+                batch_add(&b, "\n", 1);
+                batch_flush(&b, console);
+                ddp_buf_clear(&lines->partial);
+            }
+            break;
+        }
+        batch_add(&b, lines->prefix, lines->prefix_len);
+        if (lines->partial.len > 0) {
+            batch_add(&b, lines->partial.data, lines->partial.len);
+            batch_add(&b, p, (size_t)(nl - p) + 1);
+            batch_flush(&b, console); /* before the partial buffer is reused */
+            ddp_buf_clear(&lines->partial);
+        } else {
+            batch_add(&b, p, (size_t)(nl - p) + 1);
+        }
+        p = nl + 1;
+        if (b.n > BATCH - 4)
+            batch_flush(&b, console);
+    }
+    batch_flush(&b, console);
+    return 0;
+}
+
+int ddp_lines_finish(ddp_lines_t *lines, ddp_console_t *console)
+{
+    if (lines->partial.len == 0)
+        return 0;
+    batch_t b;
+    b.n = 0;
+    batch_add(&b, lines->prefix, lines->prefix_len);
+    batch_add(&b, lines->partial.data, lines->partial.len);
+    batch_add(&b, "\n", 1);
+    batch_flush(&b, console);
+    ddp_buf_clear(&lines->partial);
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* Worker output: where each stream goes, the log directory layout, and whole-line
+ * console output.
+ *
+ * Console lines from different workers never mix: each worker stream is assembled
+ * into whole lines here and written with one writev per batch of lines, on the loop
+ * thread. Writes block (a stalled console stalls the launcher, as it would stall
+ * torchrun's workers); a console that is gone (EPIPE) is dropped, files go on. */
+#ifndef DDP_LAUNCHER_LOGS_H
+#define DDP_LAUNCHER_LOGS_H
+
+#include "buf.h"
+#include "cli.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* A line longer than this reaches the console in pieces of this size. */
+#define DDP_LINE_MAX ((size_t)64 << 20)
+
+typedef enum {
+    DDP_SINK_NULL,    /* /dev/null: filtered out of the console and not redirected */
+    DDP_SINK_FILE,    /* the worker writes its log file itself */
+    DDP_SINK_CONSOLE, /* through the launcher to the console, no prefix */
+    DDP_SINK_TEE,     /* through the launcher to its log file and the prefixed console */
+} ddp_sink_t;
+
+/* Where stream `std` (DDP_STD_OUT or DDP_STD_ERR) of `local_rank` goes. */
+ddp_sink_t ddp_logs_sink(const ddp_launch_config_t *cfg, int local_rank, int std);
+
+/* The prefix of a worker's tee'd console lines: "[<role><local_rank>]:" or the
+ * expansion of TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE. *out is a new string. */
+int ddp_logs_prefix(const ddp_launch_config_t *cfg, int rank, int local_rank, char **out);
+
+/* Creates <base>/<run_id>_<random>/ and returns its path in *run_dir. With base NULL a
+ * new base directory is made under $TMPDIR and *base_created is set. */
+int ddp_logs_make_run_dir(const char *base, const char *run_id, char **base_out, bool *base_created,
+                          char **run_dir);
+
+/* Creates <run_dir>/attempt_<n>/ and one directory per local rank in it. */
+int ddp_logs_make_attempt_dir(const char *run_dir, int attempt, int nworkers, char **attempt_dir);
+
+/* Removes `path` and everything under it if it holds no file (only empty
+ * directories); a directory holding logs or error files is kept. */
+void ddp_logs_remove_if_empty(const char *path);
+
+/* A console stream of the launcher (its stdout or stderr). */
+typedef struct ddp_console_s {
+    int fd;
+    bool broken; /* the reader is gone; output is dropped */
+} ddp_console_t;
+
+/* The unfinished last line of one worker stream. */
+typedef struct ddp_lines_s {
+    ddp_buf_t partial;
+    const char *prefix; /* borrowed; "" for none */
+    size_t prefix_len;
+    size_t max_line;
+} ddp_lines_t;
+
+void ddp_lines_init(ddp_lines_t *lines, const char *prefix, size_t max_line);
+
+/* Writes the complete lines in data (after what was pending) to the console, each
+ * with the prefix, and keeps the rest. Returns 0, or -ENOMEM. */
+int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data, size_t len);
+
+/* Writes the pending unfinished line, if any, with a newline added. */
+int ddp_lines_finish(ddp_lines_t *lines, ddp_console_t *console);
+
+void ddp_lines_free(ddp_lines_t *lines);
+
+#endif

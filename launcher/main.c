@@ -1,0 +1,70 @@
+/* ddp-launch: parse the command line, then run the job or print what it would do.
+ *
+ * Everything happens on the main thread: the CLI and resolution before the loop,
+ * then the agent's loop until the job ends; main only maps results to exit codes. */
+#include "agent.h"
+#include "cli.h"
+#include "dry_run.h"
+#include "env.h"
+#include "error.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+extern char **environ;
+
+int main(int argc, char **argv)
+{
+    ddp_log_t log;
+    ddp_log_level_t level = DDP_LOG_INFO;
+    ddp_launch_config_t cfg;
+    ddp_buf_t err = DDP_BUF_INIT;
+    int exit_code;
+
+    const char *level_text = ddp_env_get(DDP_ENV_DDP_LAUNCH_LOG_LEVEL);
+    ddp_log_init(&log, "ddp-launch", level);
+    if (ddp_log_parse_level(level_text, &level) != 0)
+        ddp_log_warn(&log,
+                     "DDP_LAUNCH_LOG_LEVEL=%s is not error, warning, info or debug; using info",
+                     level_text);
+    log.level = level;
+
+    int rc = ddp_cli_parse(&cfg, argc, argv, environ, &log, &err);
+    if (rc != 0) {
+        ddp_log_error(&log, "%s", rc == DDP_EUSAGE ? ddp_buf_str(&err) : ddp_strerror(rc));
+        fprintf(stderr,
+                "usage: ddp-launch [options] TRAINING_SCRIPT [ARGS...]; see ddp-launch --help\n");
+        ddp_buf_free(&err);
+        return DDP_EXIT_USAGE;
+    }
+    if (cfg.help) {
+        ddp_cli_print_help(1);
+        exit_code = DDP_EXIT_OK;
+        goto out;
+    }
+    if (cfg.version) {
+        ddp_cli_print_version(1);
+        exit_code = DDP_EXIT_OK;
+        goto out;
+    }
+    if ((rc = ddp_cli_resolve(&cfg, &log, &err)) != 0) {
+        ddp_log_error(&log, "%s", ddp_buf_str(&err));
+        exit_code = rc == DDP_EUSAGE ? DDP_EXIT_USAGE : DDP_EXIT_LAUNCH_FAILED;
+        goto out;
+    }
+    if (cfg.nproc_per_node > 1 && ddp_env_lookup(environ, "OMP_NUM_THREADS") == NULL)
+        ddp_log_warn(&log,
+                     "setting OMP_NUM_THREADS=1 for each of the %d workers to avoid overloading "
+                     "the machine; set it yourself to tune performance",
+                     cfg.nproc_per_node);
+    if (cfg.dry_run) {
+        exit_code = ddp_dry_run_print(&cfg, environ, 1) == 0 ? DDP_EXIT_OK : DDP_EXIT_LAUNCH_FAILED;
+        goto out;
+    }
+    exit_code = ddp_agent_run(&cfg, &log);
+out:
+    ddp_cli_free(&cfg);
+    ddp_buf_free(&err);
+    return exit_code;
+}

@@ -1,0 +1,214 @@
+/* Failure records, error.json reading and the failure report (see report.h). */
+#include "report.h"
+
+#include "cli.h"
+#include "error.h"
+#include "io.h"
+#include "json.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+/* A timestamp in an error file: a number, or a string holding one (PyTorch writes
+ * str(int(time.time()))). */
+static bool json_timestamp(const ddp_json_t *value, double *out)
+{
+    const char *text = ddp_json_string(value, NULL);
+    if (text != NULL) {
+        char *end;
+        double v = strtod(text, &end);
+        if (end == text || *end != '\0')
+            return false;
+        *out = v;
+        return true;
+    }
+    return ddp_json_number(value, out);
+}
+
+static int read_error_file(ddp_failure_t *f, const char *path)
+{
+    char *text = NULL;
+    size_t len;
+    ddp_json_t *root = NULL;
+    int err = ddp_read_file(path, DDP_ERROR_FILE_MAX, &text, &len);
+    if (err == -ENOENT)
+        return 0;
+    if ((f->error_file = strdup(path)) == NULL)
+        goto nomem;
+    if (err) {
+        if (asprintf(&f->message, "<unable to read the error file: %s>", ddp_strerror(err)) < 0)
+            goto nomem;
+        return 0;
+    }
+    err = ddp_json_parse(text, len, &root);
+    free(text);
+    text = NULL;
+    if (err == -ENOMEM)
+        goto nomem;
+    const ddp_json_t *message = ddp_json_get(root, "message");
+    const char *found = NULL;
+    double ts;
+    if (ddp_json_string(message, NULL) != NULL) {
+        /* The flat form: {"message": "...", "timestamp": N}. */
+        found = ddp_json_string(message, NULL);
+        if (json_timestamp(ddp_json_get(root, "timestamp"), &ts) && ts > 0)
+            f->timestamp = ts;
+    } else if (message != NULL) {
+        /* PyTorch's @record form: {"message": {"message": "...", "extraInfo":
+         * {"py_callstack": "...", "timestamp": "N"}}}. */
+        const ddp_json_t *extra = ddp_json_get(message, "extraInfo");
+        found = ddp_json_string(ddp_json_get(extra, "py_callstack"), NULL);
+        if (found == NULL)
+            found = ddp_json_string(ddp_json_get(message, "message"), NULL);
+        if (json_timestamp(ddp_json_get(extra, "timestamp"), &ts) && ts > 0)
+            f->timestamp = ts;
+    }
+    if (found == NULL)
+        found =
+            root == NULL ? "<the error file is not valid JSON>" : "<the error file has no message>";
+    f->message = strdup(found);
+    ddp_json_free(root);
+    return f->message ? 0 : -ENOMEM;
+nomem:
+    free(text);
+    return -ENOMEM;
+}
+
+int ddp_failure_init(ddp_failure_t *f, int rank, int local_rank, pid_t pid, int wait_status,
+                     double now, const char *error_file)
+{
+    memset(f, 0, sizeof *f);
+    f->rank = rank;
+    f->local_rank = local_rank;
+    f->pid = pid;
+    f->exitcode = WIFSIGNALED(wait_status) ? -WTERMSIG(wait_status) : WEXITSTATUS(wait_status);
+    f->timestamp = now;
+    int err = error_file ? read_error_file(f, error_file) : 0;
+    if (err)
+        ddp_failure_free(f);
+    return err;
+}
+
+void ddp_failure_free(ddp_failure_t *f)
+{
+    free(f->error_file);
+    free(f->message);
+    f->error_file = f->message = NULL;
+}
+
+int ddp_failure_status(const ddp_failure_t *f)
+{
+    return f->exitcode < 0 ? 128 - f->exitcode : f->exitcode;
+}
+
+const char *ddp_failure_describe(const ddp_failure_t *f, char *buf, size_t cap)
+{
+    char name[32];
+    if (f->exitcode < 0)
+        snprintf(buf, cap, "was killed by %s", ddp_signal_name(-f->exitcode, name, sizeof name));
+    else
+        snprintf(buf, cap, "exited with code %d", f->exitcode);
+    return buf;
+}
+
+size_t ddp_report_root(const ddp_failure_t *failures, size_t n)
+{
+    size_t root = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (failures[i].timestamp < failures[root].timestamp)
+            root = i;
+    }
+    return root;
+}
+
+static int format_failure(ddp_buf_t *out, size_t idx, const char *host, const ddp_failure_t *f,
+                          bool python)
+{
+    char when[64], name[32];
+    time_t t = (time_t)f->timestamp;
+    struct tm tm;
+    localtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%d_%H:%M:%S", &tm);
+    int err = ddp_buf_printf(out,
+                             "[%zu]:\n"
+                             "  time      : %s\n"
+                             "  host      : %s\n"
+                             "  rank      : %d (local_rank: %d)\n"
+                             "  exitcode  : %d (pid: %d)\n"
+                             "  error_file: %s\n"
+                             "  traceback : ",
+                             idx, when, host, f->rank, f->local_rank, f->exitcode, (int)f->pid,
+                             f->error_file ? f->error_file : "<N/A>");
+    if (err)
+        return err;
+    if (f->message != NULL) {
+        /* Indent the traceback's lines under the field, as torchrun does. */
+        for (const char *p = f->message; *p && err == 0;) {
+            const char *nl = strchr(p, '\n');
+            size_t len = nl ? (size_t)(nl - p) : strlen(p);
+            err = ddp_buf_append(out, p, len);
+            if (err == 0 && nl != NULL && nl[1] != '\0')
+                err = ddp_buf_puts(out, "\n  ");
+            p += len + (nl != NULL);
+        }
+    } else if (f->exitcode < 0) {
+        err = ddp_buf_printf(out, "Signal %d (%s) received by PID %d", -f->exitcode,
+                             ddp_signal_name(-f->exitcode, name, sizeof name), (int)f->pid);
+    } else if (python) {
+        err = ddp_buf_puts(out, "To enable traceback see: "
+                                "https://pytorch.org/docs/stable/elastic/errors.html");
+    } else {
+        err = ddp_buf_puts(out, "<N/A> (the program wrote no error file; see its stderr)");
+    }
+    return err ? err : ddp_buf_puts(out, "\n");
+}
+
+/* The widest line of `text`, for the banner (torchrun caps it at 60). */
+static size_t widest_line(const char *text)
+{
+    size_t widest = 0;
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        widest = len > widest ? len : widest;
+        p += len + (nl != NULL);
+    }
+    return widest;
+}
+
+int ddp_report_format(ddp_buf_t *out, const char *name, const char *host,
+                      const ddp_failure_t *failures, size_t n, bool python)
+{
+    ddp_buf_t root = DDP_BUF_INIT, others = DDP_BUF_INIT;
+    size_t root_index = ddp_report_root(failures, n);
+    int err = 0;
+    for (size_t i = 0; i < n && err == 0; i++)
+        err = format_failure(i == root_index ? &root : &others, i, host, &failures[i], python);
+    if (err == 0 && others.len == 0)
+        err = ddp_buf_puts(&others, "  <NO_OTHER_FAILURES>\n");
+    if (err == 0) {
+        char title[512];
+        snprintf(title, sizeof title, "%s FAILED", name);
+        size_t width = strlen(title);
+        size_t w1 = widest_line(ddp_buf_str(&root)), w2 = widest_line(ddp_buf_str(&others));
+        width = w1 > width ? w1 : width;
+        width = w2 > width ? w2 : width;
+        width = width > 60 ? 60 : width;
+        char border[61], section[61];
+        memset(border, '=', width);
+        memset(section, '-', width);
+        border[width] = section[width] = '\0';
+        err = ddp_buf_printf(out,
+                             "%s\n%s\n%s\nFailures:\n%s%s\n"
+                             "Root Cause (first observed failure):\n%s%s\n",
+                             border, title, section, ddp_buf_str(&others), section,
+                             ddp_buf_str(&root), border);
+    }
+    ddp_buf_free(&root);
+    ddp_buf_free(&others);
+    return err;
+}

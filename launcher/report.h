@@ -1,0 +1,49 @@
+/* Worker failures and the failure report printed when the job gives up.
+ *
+ * A failure record is made the moment a worker's exit is seen; it reads the worker's
+ * error.json (PyTorch's nested form or the flat form) if there is one. The report has
+ * torchrun's layout; its root cause is the earliest failure. Pure apart from reading
+ * the error file; used on the loop thread. */
+#ifndef DDP_LAUNCHER_REPORT_H
+#define DDP_LAUNCHER_REPORT_H
+
+#include "buf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Error files larger than this are not read. */
+#define DDP_ERROR_FILE_MAX ((size_t)4 << 20)
+
+typedef struct ddp_failure_s {
+    int rank, local_rank;
+    pid_t pid;
+    int exitcode;     /* an exit status, or minus the signal number (torchrun's form) */
+    double timestamp; /* the error file's time, else when the exit was seen */
+    char *error_file; /* its path when the worker wrote one, else NULL */
+    char *message;    /* from the error file: the traceback, else the message */
+} ddp_failure_t;
+
+/* Fills `f` for a worker that ended with waitpid status `wait_status`, seen at `now`
+ * (seconds since the epoch). Reads `error_file` when it exists; an unreadable or
+ * malformed one is reported in the message, never fatal. 0 or -ENOMEM. */
+int ddp_failure_init(ddp_failure_t *f, int rank, int local_rank, pid_t pid, int wait_status,
+                     double now, const char *error_file);
+void ddp_failure_free(ddp_failure_t *f);
+
+/* The failure's status as a shell reports it: the exit code, or 128+N for signal N. */
+int ddp_failure_status(const ddp_failure_t *f);
+
+/* One line for the log: "exited with code 7" or "was killed by SIGSEGV". */
+const char *ddp_failure_describe(const ddp_failure_t *f, char *buf, size_t cap);
+
+/* Index of the root cause: the earliest failure (the first of equals). */
+size_t ddp_report_root(const ddp_failure_t *failures, size_t n);
+
+/* Appends torchrun's failure report for `n` > 0 failures of the job `name` on `host`.
+ * `python` selects torchrun's hint for workers without an error file. */
+int ddp_report_format(ddp_buf_t *out, const char *name, const char *host,
+                      const ddp_failure_t *failures, size_t n, bool python);
+
+#endif

@@ -1,0 +1,124 @@
+/* fork/exec of workers (see spawn.h). */
+#include "spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int check_executable(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -errno;
+    if (S_ISDIR(st.st_mode))
+        return -EACCES;
+    if (access(path, X_OK) != 0)
+        return -errno;
+    return 0;
+}
+
+int ddp_proc_find(const char *name, const char *path_env, char **out)
+{
+    if (*name == '\0')
+        return -ENOENT;
+    if (strchr(name, '/') != NULL) {
+        int err = check_executable(name);
+        if (err)
+            return err;
+        *out = strdup(name);
+        return *out ? 0 : -ENOMEM;
+    }
+    int result = -ENOENT;
+    const char *dir = path_env;
+    while (dir != NULL) {
+        const char *colon = strchr(dir, ':');
+        size_t len = colon ? (size_t)(colon - dir) : strlen(dir);
+        char *candidate;
+        /* An empty entry means the current directory, as for execvp. */
+        if (asprintf(&candidate, "%.*s%s%s", (int)len, dir, len ? "/" : "", name) < 0)
+            return -ENOMEM;
+        int err = check_executable(candidate);
+        if (err == 0) {
+            *out = candidate;
+            return 0;
+        }
+        free(candidate);
+        if (err == -EACCES)
+            result = -EACCES;
+        dir = colon ? colon + 1 : NULL;
+    }
+    return result;
+}
+
+/* In the child, between fork and exec: only async-signal-safe calls from here on,
+ * apart from snprintf for the failure message (the launcher has one thread). */
+__attribute__((noreturn)) static void child_exec(const ddp_spawn_t *spec, pid_t parent)
+{
+    char msg[512];
+    sigset_t none;
+    /* Die with the launcher, even if it is SIGKILLed; if it is already gone, stop. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+        _exit(128 + SIGKILL);
+    setsid();
+    for (int sig = 1; sig < NSIG; sig++) {
+        struct sigaction sa;
+        if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) != 0)
+            continue;
+        /* Handlers of the launcher and the SIGPIPE it ignores must not reach the
+         * worker; signals ignored by whoever started the launcher stay ignored. */
+        if (sa.sa_handler != SIG_DFL && (sa.sa_handler != SIG_IGN || sig == SIGPIPE))
+            signal(sig, SIG_DFL);
+    }
+    if (spec->nofile != 0) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+            rl.rlim_cur = spec->nofile;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
+    }
+    if ((spec->stdout_fd >= 0 && dup2(spec->stdout_fd, 1) < 0) ||
+        (spec->stderr_fd >= 0 && dup2(spec->stderr_fd, 2) < 0))
+        _exit(126);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(spec->path, spec->argv, spec->envp);
+    int err = errno;
+    int n = snprintf(msg, sizeof msg, "ddp-launch: unable to execute %s: %s\n", spec->path,
+                     strerror(err));
+    if (n > 0)
+        (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    _exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
+}
+
+int ddp_proc_spawn(const ddp_spawn_t *spec, pid_t *pid)
+{
+    sigset_t all, saved;
+    pid_t parent = getpid();
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, &saved);
+    pid_t child = fork();
+    if (child == 0)
+        child_exec(spec, parent);
+    int err = child < 0 ? -errno : 0;
+    sigprocmask(SIG_SETMASK, &saved, NULL);
+    if (err)
+        return err;
+    *pid = child;
+    return 0;
+}
+
+int ddp_proc_signal_group(pid_t pid, int sig)
+{
+    if (kill(-pid, sig) == 0)
+        return 0;
+    if (errno == ESRCH && kill(pid, sig) == 0)
+        return 0;
+    return -errno;
+}

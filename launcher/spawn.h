@@ -1,0 +1,38 @@
+/* Starting one worker process: its own session and process group, a parent-death
+ * signal, its standard streams, exec.
+ *
+ * Runs on the loop thread. fork() is safe because the launcher is single-threaded;
+ * signals are blocked around it so no handler of the launcher runs in the child.
+ * Exits are observed by the agent (SIGCHLD, waitpid by pid), not here. */
+#ifndef DDP_LAUNCHER_SPAWN_H
+#define DDP_LAUNCHER_SPAWN_H
+
+#include <sys/resource.h>
+#include <sys/types.h>
+
+typedef struct ddp_spawn_s {
+    const char *path;  /* the executable, as found by ddp_proc_find */
+    char *const *argv; /* argv[0] is shown as the program name */
+    char *const *envp;
+    int stdout_fd; /* dup'd onto 1 in the child; -1 inherits the launcher's */
+    int stderr_fd; /* dup'd onto 2 in the child; -1 inherits */
+    rlim_t nofile; /* soft RLIMIT_NOFILE to restore in the child; 0 leaves it */
+} ddp_spawn_t;
+
+/* Finds `name` as execvp(3) would: a name with a slash as it is, others in the
+ * directories of `path_env`. *out is a new string. Returns 0, -ENOENT, or -EACCES when
+ * only files without execute permission (or directories) were found. */
+int ddp_proc_find(const char *name, const char *path_env, char **out);
+
+/* Forks and execs. In the child: PR_SET_PDEATHSIG=SIGKILL (so the worker dies with
+ * the launcher), setsid() (its own process group, led by its pid), default signal
+ * dispositions and an empty mask, the standard streams. If exec fails, the child
+ * writes why to its stderr and exits 127 (not found) or 126. Returns 0 and the pid,
+ * or -errno when fork fails. */
+int ddp_proc_spawn(const ddp_spawn_t *spec, pid_t *pid);
+
+/* Sends `sig` to the process group led by `pid`, or to `pid` alone if it has not
+ * made its group yet. Returns 0 or -errno (-ESRCH when nothing is left). */
+int ddp_proc_signal_group(pid_t pid, int sig);
+
+#endif

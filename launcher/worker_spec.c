@@ -1,0 +1,187 @@
+/* Worker argv and environment (see worker_spec.h). */
+#include "worker_spec.h"
+
+#include "buf.h"
+#include "env.h"
+#include "template.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ddp_strv_free(char **strv)
+{
+    if (strv == NULL)
+        return;
+    for (char **p = strv; *p != NULL; p++)
+        free(*p);
+    free(strv);
+}
+
+int ddp_substitute_local_rank(const char *arg, int local_rank, char **out)
+{
+    char value[16];
+    snprintf(value, sizeof value, "%d", local_rank);
+    const ddp_template_var_t var = {"local_rank", value};
+    return ddp_template_substitute(arg, &var, 1, out);
+}
+
+const char *ddp_worker_entry_name(const ddp_launch_config_t *cfg)
+{
+    return cfg->script;
+}
+
+int ddp_worker_argv(const ddp_launch_config_t *cfg, int local_rank, char ***out)
+{
+    bool python = cfg->run_path || !cfg->no_python;
+    size_t cap = (size_t)cfg->nscript_args + 6, n = 0;
+    char **argv = calloc(cap, sizeof *argv);
+    char rank_arg[40];
+    const char *head[5];
+    size_t nhead = 0;
+    int err = 0;
+    if (argv == NULL)
+        return -ENOMEM;
+    if (python) {
+        head[nhead++] = cfg->python_exec;
+        head[nhead++] = "-u";
+        if (cfg->module && !cfg->run_path)
+            head[nhead++] = "-m";
+    }
+    head[nhead++] = cfg->script;
+    if (cfg->local_rank_arg != DDP_LOCAL_RANK_ARG_NONE) {
+        snprintf(rank_arg, sizeof rank_arg, "--local%crank=${local_rank}",
+                 cfg->local_rank_arg == DDP_LOCAL_RANK_ARG_DASH ? '-' : '_');
+        head[nhead++] = rank_arg;
+    }
+    /* torchrun substitutes every argument after the executable, the script included. */
+    for (size_t i = 0; i < nhead && err == 0; i++) {
+        if (i == 0)
+            err = (argv[n] = strdup(head[i])) ? 0 : -ENOMEM;
+        else
+            err = ddp_substitute_local_rank(head[i], local_rank, &argv[n]);
+        n += err == 0;
+    }
+    for (int i = 0; i < cfg->nscript_args && err == 0; i++) {
+        err = ddp_substitute_local_rank(cfg->script_args[i], local_rank, &argv[n]);
+        n += err == 0;
+    }
+    if (err) {
+        ddp_strv_free(argv);
+        return err;
+    }
+    *out = argv;
+    return 0;
+}
+
+/* Appends "NAME=VALUE" strings; the first failure sticks and later calls do nothing. */
+typedef struct {
+    char **items;
+    size_t n, cap;
+    int err;
+} env_builder_t;
+
+__attribute__((format(printf, 3, 4))) static void add_var(env_builder_t *eb, ddp_env_id_t id,
+                                                          const char *fmt, ...)
+{
+    char *entry = NULL, *value = NULL;
+    va_list ap;
+    if (eb->err)
+        return;
+    if (eb->n + 1 >= eb->cap) {
+        size_t cap = eb->cap ? eb->cap * 2 : 32;
+        char **items = realloc(eb->items, cap * sizeof *items);
+        if (items == NULL) {
+            eb->err = -ENOMEM;
+            return;
+        }
+        eb->items = items;
+        eb->cap = cap;
+    }
+    va_start(ap, fmt);
+    int r = vasprintf(&value, fmt, ap);
+    va_end(ap);
+    if (r < 0 || asprintf(&entry, "%s=%s", ddp_env_name(id), value) < 0) {
+        free(value);
+        eb->err = -ENOMEM;
+        return;
+    }
+    free(value);
+    eb->items[eb->n++] = entry;
+    eb->items[eb->n] = NULL;
+}
+
+int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t *info,
+                         char *const *base, char ***out)
+{
+    /* Variables torchrun sets only when the user has not. */
+    static const ddp_env_id_t if_unset[] = {DDP_ENV_TORCH_NCCL_ASYNC_ERROR_HANDLING,
+                                            DDP_ENV_NCCL_ASYNC_ERROR_HANDLING,
+                                            DDP_ENV_OMP_NUM_THREADS};
+    env_builder_t eb = {0};
+    add_var(&eb, DDP_ENV_LOCAL_RANK, "%d", info->local_rank);
+    add_var(&eb, DDP_ENV_RANK, "%d", info->rank);
+    add_var(&eb, DDP_ENV_GROUP_RANK, "%d", info->group_rank);
+    add_var(&eb, DDP_ENV_ROLE_RANK, "%d", info->rank);
+    add_var(&eb, DDP_ENV_ROLE_NAME, "%s", cfg->role);
+    add_var(&eb, DDP_ENV_LOCAL_WORLD_SIZE, "%d", info->local_world_size);
+    add_var(&eb, DDP_ENV_WORLD_SIZE, "%d", info->world_size);
+    add_var(&eb, DDP_ENV_GROUP_WORLD_SIZE, "%d", info->group_world_size);
+    add_var(&eb, DDP_ENV_ROLE_WORLD_SIZE, "%d", info->world_size);
+    add_var(&eb, DDP_ENV_MASTER_ADDR, "%s", cfg->master_addr);
+    add_var(&eb, DDP_ENV_MASTER_PORT, "%d", cfg->master_port);
+    add_var(&eb, DDP_ENV_TORCHELASTIC_RESTART_COUNT, "%d", info->restart_count);
+    add_var(&eb, DDP_ENV_TORCHELASTIC_MAX_RESTARTS, "%d", cfg->max_restarts);
+    add_var(&eb, DDP_ENV_TORCHELASTIC_RUN_ID, "%s", cfg->run_id);
+    add_var(&eb, DDP_ENV_TORCHELASTIC_USE_AGENT_STORE, "%s",
+            info->use_agent_store ? "True" : "False");
+    for (size_t i = 0; i < sizeof if_unset / sizeof if_unset[0]; i++) {
+        ddp_env_id_t id = if_unset[i];
+        if (ddp_env_lookup(base, ddp_env_name(id)) != NULL)
+            continue;
+        if (id == DDP_ENV_OMP_NUM_THREADS && info->local_world_size <= 1)
+            continue;
+        add_var(&eb, id, "%s", ddp_env_default(id));
+    }
+    add_var(&eb, DDP_ENV_TORCHELASTIC_ERROR_FILE, "%s", info->error_file);
+    if (eb.err) {
+        ddp_strv_free(eb.items);
+        return eb.err;
+    }
+    *out = eb.items;
+    return 0;
+}
+
+static size_t name_len(const char *entry)
+{
+    const char *eq = strchr(entry, '=');
+    return eq ? (size_t)(eq - entry) : strlen(entry);
+}
+
+int ddp_worker_env_merge(char *const *base, char *const *added, char ***out)
+{
+    size_t nbase = 0, nadded = 0;
+    while (base != NULL && base[nbase] != NULL)
+        nbase++;
+    while (added[nadded] != NULL)
+        nadded++;
+    char **env = malloc((nbase + nadded + 1) * sizeof *env);
+    if (env == NULL)
+        return -ENOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i < nbase; i++) {
+        size_t len = name_len(base[i]);
+        bool replaced = false;
+        for (size_t j = 0; j < nadded && !replaced; j++)
+            replaced = name_len(added[j]) == len && strncmp(base[i], added[j], len) == 0;
+        if (!replaced)
+            env[n++] = base[i];
+    }
+    for (size_t j = 0; j < nadded; j++)
+        env[n++] = added[j];
+    env[n] = NULL;
+    *out = env;
+    return 0;
+}

@@ -1,0 +1,44 @@
+/* What each worker runs: its argv and the environment torchrun gives it.
+ *
+ * Pure functions of the config and the worker's place in the job, shared by the
+ * agent (which spawns) and --dry-run (which prints). Arrays returned here are
+ * NULL-terminated and owned by the caller (ddp_strv_free). */
+#ifndef DDP_LAUNCHER_WORKER_SPEC_H
+#define DDP_LAUNCHER_WORKER_SPEC_H
+
+#include "cli.h"
+
+typedef struct ddp_worker_info_s {
+    int local_rank, rank, local_world_size, world_size;
+    int group_rank, group_world_size;
+    int restart_count;
+    bool use_agent_store;
+    const char *error_file; /* TORCHELASTIC_ERROR_FILE */
+} ddp_worker_info_t;
+
+/* Python's string.Template.safe_substitute(local_rank=N) on one argument, as torchrun
+ * applies it: ${local_rank} and $local_rank become N, $$ becomes $, any other $ stays.
+ * *out is a new string. 0 or -ENOMEM. */
+int ddp_substitute_local_rank(const char *arg, int local_rank, char **out);
+
+/* The argv of the worker with local rank `local_rank`: python -u [-m] script, or the
+ * program itself with --no-python; the legacy --local_rank argument if asked; then the
+ * script's arguments, substituted. argv[0] is what to execute (looked up in PATH). */
+int ddp_worker_argv(const ddp_launch_config_t *cfg, int local_rank, char ***out);
+
+/* The "NAME=VALUE" entries the launcher adds for one worker, given the launcher's own
+ * environment `base` (variables that torchrun sets only when unset are left out when
+ * present there). */
+int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t *info,
+                         char *const *base, char ***out);
+
+/* `base` with `added` replacing entries of the same name. The array is new; its
+ * strings are borrowed from `base` and `added` (free the array alone with free()). */
+int ddp_worker_env_merge(char *const *base, char *const *added, char ***out);
+
+/* The name torchrun gives the job in its report: the script (or module). */
+const char *ddp_worker_entry_name(const ddp_launch_config_t *cfg);
+
+void ddp_strv_free(char **strv);
+
+#endif
