@@ -83,6 +83,7 @@ struct ddp_agent_s {
     int stop_signal;
     ddp_worker_t *workers;
     int nworkers, nrunning;
+    bool sent_sigkill;       /* the stop of this attempt escalated to SIGKILL */
     ddp_failure_t *failures; /* of the current attempt, seen before the stop began */
     size_t nfailures;
     int exit_code;
@@ -225,6 +226,7 @@ static void on_kill_timer(uv_timer_t *timer)
                  "%d worker(s) still running %g s after the stop signal (local ranks %s): "
                  "sending SIGKILL to their process groups",
                  a->nrunning, a->cfg->shutdown_timeout, ranks);
+    a->sent_sigkill = true;
     signal_running(a, SIGKILL);
 }
 
@@ -251,22 +253,41 @@ static void clear_failures(ddp_agent_t *a)
 
 static int group_start(ddp_agent_t *a);
 
+/* Processes a worker left in its process group (a data loader, a shell's background
+ * job) go with it. Groups that were SIGKILLed already are only finishing dying. */
+static void kill_leftovers(ddp_agent_t *a)
+{
+    pid_t *pgids = calloc((size_t)a->nworkers, sizeof *pgids);
+    bool *alive = calloc((size_t)a->nworkers, sizeof *alive);
+    if (pgids != NULL && alive != NULL) {
+        for (int i = 0; i < a->nworkers; i++)
+            pgids[i] = a->workers[i].pid;
+        if (ddp_proc_groups_alive(pgids, (size_t)a->nworkers, alive) != 0)
+            memset(alive, 1, (size_t)a->nworkers * sizeof *alive); /* no /proc: kill anyway */
+        for (int i = 0; i < a->nworkers; i++) {
+            if (pgids[i] <= 0 || !alive[i])
+                continue;
+            if (!a->sent_sigkill)
+                ddp_log_warn(a->log,
+                             "worker local rank %d (pid %d) left processes behind in its "
+                             "process group: sending them SIGKILL",
+                             i, (int)pgids[i]);
+            kill(-pgids[i], SIGKILL);
+        }
+    }
+    free(pgids);
+    free(alive);
+}
+
 /* Every worker of the attempt has ended: clean up the groups and decide what next. */
 static void group_finished(ddp_agent_t *a)
 {
     uv_timer_stop(&a->kill_timer);
+    kill_leftovers(a);
     for (int i = 0; i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];
         if (w->pid <= 0)
             continue;
-        /* Children the worker left in its process group go with it. */
-        if (kill(-w->pid, 0) == 0) {
-            ddp_log_warn(a->log,
-                         "worker local rank %d (pid %d) left processes behind in its process "
-                         "group: sending them SIGKILL",
-                         i, (int)w->pid);
-            kill(-w->pid, SIGKILL);
-        }
         (void)ddp_guard_forget(&a->guard, w->pid);
         worker_drain(w, true);
         free(w->prefix);
@@ -381,6 +402,7 @@ static void on_forwarded_signal(uv_signal_t *handle, int sig)
         return;
     if (a->stop_reason == STOP_SIGNAL) {
         ddp_log_warn(a->log, "received %s again: sending SIGKILL to the workers now", name);
+        a->sent_sigkill = true;
         signal_running(a, SIGKILL);
         return;
     }
@@ -554,6 +576,7 @@ static int group_start(ddp_agent_t *a)
     a->attempt_dir = NULL;
     a->state = AGENT_RUNNING;
     a->stop_reason = STOP_NONE;
+    a->sent_sigkill = false;
     int err = ddp_logs_make_attempt_dir(a->run_dir, a->attempt, a->nworkers, &a->attempt_dir);
     if (err) {
         ddp_log_error(a->log, "unable to create attempt_%d under %s: %s", a->attempt, a->run_dir,

@@ -39,13 +39,15 @@ typedef struct {
     apply_fn apply;
 } flag_t;
 
-/* Formats "<origin>: <message>" into err and returns DDP_EUSAGE. */
+/* Formats "<origin>: <message>" (or just the message when origin is NULL) into err and
+ * returns DDP_EUSAGE. */
 __attribute__((format(printf, 3, 4))) static int usage(ddp_buf_t *err, const char *origin,
                                                        const char *fmt, ...)
 {
     va_list ap;
     ddp_buf_clear(err);
-    ddp_buf_printf(err, "%s: ", origin);
+    if (origin != NULL)
+        ddp_buf_printf(err, "%s: ", origin);
     va_start(ap, fmt);
     ddp_buf_vprintf(err, fmt, ap);
     va_end(ap);
@@ -867,11 +869,11 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
     if (prefix != NULL && *prefix != '\0')
         cfg->prefix_template = prefix;
     if (script_index >= argc) {
-        rc = usage(err, "ddp-launch", "missing the training script (or program with --no-python)");
+        rc = usage(err, NULL, "missing the training script (or program with --no-python)");
         goto fail;
     }
     if (*argv[script_index] == '\0') {
-        rc = usage(err, "ddp-launch", "the training script must not be an empty string");
+        rc = usage(err, NULL, "the training script must not be an empty string");
         goto fail;
     }
     cfg->script = argv[script_index];

@@ -8,10 +8,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,7 +54,7 @@ static void close_others(int keep)
     free(fds);
 }
 
-__attribute__((noreturn)) static void guard_main(int fd)
+int ddp_guard_main(int fd)
 {
     static const int ignored[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
                                   SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU, SIGALRM};
@@ -74,6 +76,10 @@ __attribute__((noreturn)) static void guard_main(int fd)
         if (null > 2)
             close(null);
     }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode))
+        return 2; /* not started by ddp-launch */
+    bool goodbye = false;
     for (;;) {
         int32_t rec;
         ssize_t r = read(fd, &rec, sizeof rec);
@@ -81,8 +87,12 @@ __attribute__((noreturn)) static void guard_main(int fd)
             continue;
         if (r != (ssize_t)sizeof rec)
             break; /* EOF or error: the launcher is gone */
-        if (rec == 0)
-            _exit(0);
+        if (rec == 0) {
+            goodbye = true;
+            break;
+        }
+        if (rec == 1 || rec == -1)
+            continue; /* never a worker's group; kill(-1) would reach every process */
         if (rec > 0) {
             if (n == cap) {
                 size_t next = cap ? cap * 2 : 64;
@@ -102,9 +112,26 @@ __attribute__((noreturn)) static void guard_main(int fd)
             }
         }
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && !goodbye; i++)
         kill(-groups[i], SIGKILL);
-    _exit(0);
+    free(groups);
+    return 0;
+}
+
+/* The guard's own program: this binary again, named ddp-guard, so that a pkill aimed at
+ * the job's command line (pkill -9 -f train.py) does not take the guard with it. */
+__attribute__((noreturn)) static void guard_exec(int fd)
+{
+    char *const argv[] = {(char *)DDP_GUARD_NAME, (char *)DDP_GUARD_ARG, NULL};
+    if (fd != DDP_GUARD_FD) {
+        dup2(fd, DDP_GUARD_FD); /* dup2 clears close-on-exec on the copy */
+        close(fd);
+    } else {
+        fcntl(fd, F_SETFD, 0);
+    }
+    execv("/proc/self/exe", argv);
+    /* No /proc: guard from this process image instead. */
+    _exit(ddp_guard_main(DDP_GUARD_FD));
 }
 
 int ddp_guard_start(ddp_guard_t *guard)
@@ -122,7 +149,7 @@ int ddp_guard_start(ddp_guard_t *guard)
         return err;
     }
     if (pid == 0)
-        guard_main(fds[0]);
+        guard_exec(fds[0]);
     close(fds[0]);
     guard->pid = pid;
     guard->fd = fds[1];

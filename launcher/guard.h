@@ -17,7 +17,17 @@ typedef struct ddp_guard_s {
     int fd;    /* write end of the pipe; -1 when closed */
 } ddp_guard_t;
 
-/* Forks the guard. Returns 0 or -errno. */
+/* argv[0] of the guard process, and the descriptor its pipe arrives on. */
+#define DDP_GUARD_NAME "ddp-guard"
+#define DDP_GUARD_ARG  "orphan-guard"
+#define DDP_GUARD_FD   3
+
+/* The guard's main loop, reading records from `fd`; ddp-launch's main() runs it when
+ * started as DDP_GUARD_NAME with the single argument DDP_GUARD_ARG. Returns the exit
+ * status: 0, or 2 when `fd` is not the launcher's pipe. */
+int ddp_guard_main(int fd);
+
+/* Forks the guard (which re-executes this binary as DDP_GUARD_NAME). 0 or -errno. */
 int ddp_guard_start(ddp_guard_t *guard);
 
 /* Asks the guard to kill the group led by `pgid` if the launcher dies (watch) or no

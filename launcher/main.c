@@ -7,6 +7,7 @@
 #include "dry_run.h"
 #include "env.h"
 #include "error.h"
+#include "guard.h"
 #include "log.h"
 
 #include <stdio.h>
@@ -16,6 +17,9 @@ extern char **environ;
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[0], DDP_GUARD_NAME) == 0 && strcmp(argv[1], DDP_GUARD_ARG) == 0)
+        return ddp_guard_main(DDP_GUARD_FD);
+
     ddp_log_t log;
     ddp_log_level_t level = DDP_LOG_INFO;
     ddp_launch_config_t cfg;

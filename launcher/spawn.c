@@ -1,6 +1,7 @@
 /* fork/exec of workers (see spawn.h). */
 #include "spawn.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -121,4 +122,39 @@ int ddp_proc_signal_group(pid_t pid, int sig)
     if (errno == ESRCH && kill(pid, sig) == 0)
         return 0;
     return -errno;
+}
+
+int ddp_proc_groups_alive(const pid_t *pgids, size_t n, bool *alive)
+{
+    DIR *proc = opendir("/proc");
+    struct dirent *entry;
+    memset(alive, 0, n * sizeof *alive);
+    if (proc == NULL)
+        return -errno;
+    while ((entry = readdir(proc)) != NULL) {
+        char path[300], stat_text[512];
+        if (entry->d_name[0] < '0' || entry->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/stat", entry->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t len = read(fd, stat_text, sizeof stat_text - 1);
+        close(fd);
+        if (len <= 0)
+            continue;
+        stat_text[len] = '\0';
+        /* "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses. */
+        char *after = strrchr(stat_text, ')');
+        char state;
+        int ppid, pgrp;
+        if (after == NULL || sscanf(after + 1, " %c %d %d", &state, &ppid, &pgrp) != 3)
+            continue;
+        if (state == 'Z' || state == 'X' || state == 'x')
+            continue;
+        for (size_t i = 0; i < n; i++)
+            alive[i] = alive[i] || pgids[i] == pgrp;
+    }
+    closedir(proc);
+    return 0;
 }

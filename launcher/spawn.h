@@ -7,6 +7,8 @@
 #ifndef DDP_LAUNCHER_SPAWN_H
 #define DDP_LAUNCHER_SPAWN_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -34,5 +36,9 @@ int ddp_proc_spawn(const ddp_spawn_t *spec, pid_t *pid);
 /* Sends `sig` to the process group led by `pid`, or to `pid` alone if it has not
  * made its group yet. Returns 0 or -errno (-ESRCH when nothing is left). */
 int ddp_proc_signal_group(pid_t pid, int sig);
+
+/* For each i, whether the process group led by pgids[i] still holds a process that is
+ * not a zombie (one scan of /proc). Returns 0 or -errno. */
+int ddp_proc_groups_alive(const pid_t *pgids, size_t n, bool *alive);
 
 #endif
