@@ -1,0 +1,288 @@
+/* ddp-test-worker: a worker program with one behaviour per mode, for the integration
+ * tests (libuv's spawn-helper pattern: the tests start ddp-launch on it).
+ *
+ *   env                      print the worker's environment contract and argv
+ *
+ * A leading --local_rank=N or --local-rank=N (the legacy launch argument) is skipped.
+ *   exit CODE [RANK]         exit with CODE (only local rank RANK; the others wait)
+ *   signal NAME [RANK]       die of signal NAME (SEGV, ABRT, KILL, ...)
+ *   wait [ignore-term]       print "ready <local_rank> <pid>" and wait to be stopped
+ *   catch NAME...            print "ready ..." then, on one of the signals, "caught
+ *                            SIGNAME <local_rank>" and exit 0
+ *   grandchild               fork a child that waits; print "pids <pid> <child>"; wait
+ *   leave-child              fork a child that waits; print "pids ..."; exit 0
+ *   fail-until N CODE        exit CODE while TORCHELASTIC_RESTART_COUNT < N, else 0
+ *   lines COUNT              COUNT lines, each written in three pieces
+ *   big-line BYTES           one line of BYTES 'x' in 4 KiB writes
+ *   binary                   bytes 0..255 but newline, "\n", then "end" with no newline
+ *   streams                  "out <local_rank>" on stdout, "err <local_rank>" on stderr,
+ *                            an empty line on stdout
+ *   error-file FORM CODE     write TORCHELASTIC_ERROR_FILE (nested|flat), exit CODE
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+static int local_rank(void)
+{
+    const char *v = getenv("LOCAL_RANK");
+    return v ? atoi(v) : -1;
+}
+
+static void write_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, data, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            exit(90);
+        data += w;
+        len -= (size_t)w;
+    }
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    write_all(1, line, (size_t)n);
+}
+
+static int signal_number(const char *name)
+{
+    if (strncmp(name, "SIG", 3) == 0)
+        name += 3;
+    for (int sig = 1; sig < NSIG; sig++) {
+        const char *abbrev = sigabbrev_np(sig);
+        if (abbrev != NULL && strcmp(abbrev, name) == 0)
+            return sig;
+    }
+    fprintf(stderr, "test-worker: unknown signal %s\n", name);
+    exit(91);
+}
+
+static void wait_forever(void)
+{
+    for (;;)
+        pause();
+}
+
+/* Only `rank` (or every rank when absent) does the thing; the others wait. */
+static void others_wait(int argc, char **argv, int rank_arg)
+{
+    if (argc > rank_arg && atoi(argv[rank_arg]) != local_rank()) {
+        say("ready %d %d\n", local_rank(), (int)getpid());
+        wait_forever();
+    }
+}
+
+static int mode_env(int argc, char **argv)
+{
+    static const char *const names[] = {"LOCAL_RANK",
+                                        "RANK",
+                                        "GROUP_RANK",
+                                        "GROUP_WORLD_SIZE",
+                                        "ROLE_RANK",
+                                        "ROLE_WORLD_SIZE",
+                                        "ROLE_NAME",
+                                        "LOCAL_WORLD_SIZE",
+                                        "WORLD_SIZE",
+                                        "MASTER_ADDR",
+                                        "MASTER_PORT",
+                                        "TORCHELASTIC_USE_AGENT_STORE",
+                                        "TORCHELASTIC_RESTART_COUNT",
+                                        "TORCHELASTIC_MAX_RESTARTS",
+                                        "TORCHELASTIC_RUN_ID",
+                                        "TORCHELASTIC_ERROR_FILE",
+                                        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                                        "NCCL_ASYNC_ERROR_HANDLING",
+                                        "OMP_NUM_THREADS",
+                                        "DDP_TEST_MARK"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (v != NULL)
+            say("%s=%s\n", names[i], v);
+        else
+            say("%s is unset\n", names[i]);
+    }
+    for (int i = 0; i < argc; i++)
+        say("argv[%d]=%s\n", i, argv[i]);
+    return 0;
+}
+
+static volatile sig_atomic_t caught;
+static void on_signal(int sig)
+{
+    caught = sig;
+}
+
+static int mode_catch(int argc, char **argv)
+{
+    sigset_t set, old;
+    sigemptyset(&set);
+    for (int i = 2; i < argc; i++) {
+        int sig = signal_number(argv[i]);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigaction(sig, &sa, NULL);
+        sigaddset(&set, sig);
+    }
+    sigprocmask(SIG_BLOCK, &set, &old);
+    say("ready %d %d\n", local_rank(), (int)getpid());
+    while (!caught)
+        sigsuspend(&old);
+    say("caught SIG%s %d\n", sigabbrev_np(caught), local_rank());
+    return 0;
+}
+
+static int mode_lines(int argc, char **argv)
+{
+    int count = argc > 2 ? atoi(argv[2]) : 100;
+    char payload[200];
+    memset(payload, 'a' + local_rank() % 26, sizeof payload - 1);
+    payload[sizeof payload - 1] = '\0';
+    for (int i = 0; i < count; i++) {
+        char head[64];
+        int n = snprintf(head, sizeof head, "line rank=%d i=%d ", local_rank(), i);
+        write_all(1, head, (size_t)n);
+        write_all(1, payload, strlen(payload));
+        write_all(1, " end\n", 5);
+    }
+    return 0;
+}
+
+static int mode_big_line(int argc, char **argv)
+{
+    size_t bytes = argc > 2 ? strtoul(argv[2], NULL, 10) : 1 << 20;
+    char chunk[4096];
+    memset(chunk, 'x', sizeof chunk);
+    for (size_t done = 0; done < bytes;) {
+        size_t n = bytes - done < sizeof chunk ? bytes - done : sizeof chunk;
+        write_all(1, chunk, n);
+        done += n;
+    }
+    write_all(1, "\n", 1);
+    return 0;
+}
+
+static int mode_binary(void)
+{
+    char bytes[256];
+    size_t n = 0;
+    for (int c = 0; c < 256; c++) {
+        if (c != '\n')
+            bytes[n++] = (char)c;
+    }
+    write_all(1, bytes, n);
+    write_all(1, "\nend", 4);
+    return 0;
+}
+
+static int mode_error_file(int argc, char **argv)
+{
+    const char *path = getenv("TORCHELASTIC_ERROR_FILE");
+    const char *form = argc > 2 ? argv[2] : "nested";
+    int code = argc > 3 ? atoi(argv[3]) : 1;
+    FILE *f = path ? fopen(path, "w") : NULL;
+    if (f == NULL)
+        return 92;
+    if (strcmp(form, "flat") == 0)
+        fprintf(f, "{\"message\": \"flat failure of rank %d\", \"timestamp\": %ld}", local_rank(),
+                (long)time(NULL));
+    else if (strcmp(form, "garbage") == 0)
+        fprintf(f, "{\"message\": {\"message\": ");
+    else
+        fprintf(
+            f,
+            "{\"message\": {\"message\": \"RuntimeError: boom\", \"extraInfo\": "
+            "{\"py_callstack\": \"Traceback (most recent call last):\\n  File \\\"train.py\\\", "
+            "line 3\\nRuntimeError: boom on rank %d\", \"timestamp\": \"%ld\"}}}",
+            local_rank(), (long)time(NULL));
+    fclose(f);
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    char **all = argv;
+    int nall = argc;
+    /* torch.distributed.launch's --local_rank=N comes before the script's arguments. */
+    if (argc > 1 && (strncmp(argv[1], "--local_rank=", 13) == 0 ||
+                     strncmp(argv[1], "--local-rank=", 13) == 0)) {
+        argv++;
+        argc--;
+    }
+    const char *mode = argc > 1 ? argv[1] : "env";
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core); /* the fault modes must not leave core files */
+    if (strcmp(mode, "env") == 0)
+        return mode_env(nall, all);
+    if (strcmp(mode, "exit") == 0) {
+        others_wait(argc, argv, 3);
+        return argc > 2 ? atoi(argv[2]) : 0;
+    }
+    if (strcmp(mode, "signal") == 0) {
+        others_wait(argc, argv, 3);
+        int sig = signal_number(argc > 2 ? argv[2] : "SEGV");
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return 93;
+    }
+    if (strcmp(mode, "wait") == 0) {
+        if (argc > 2 && strcmp(argv[2], "ignore-term") == 0)
+            signal(SIGTERM, SIG_IGN);
+        say("ready %d %d\n", local_rank(), (int)getpid());
+        wait_forever();
+    }
+    if (strcmp(mode, "catch") == 0)
+        return mode_catch(argc, argv);
+    if (strcmp(mode, "grandchild") == 0 || strcmp(mode, "leave-child") == 0) {
+        pid_t child = fork();
+        if (child == 0)
+            wait_forever();
+        say("pids %d %d\n", (int)getpid(), (int)child);
+        if (strcmp(mode, "leave-child") == 0)
+            return 0;
+        wait_forever();
+    }
+    if (strcmp(mode, "fail-until") == 0) {
+        const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT");
+        int n = attempt ? atoi(attempt) : 0;
+        if (n < (argc > 2 ? atoi(argv[2]) : 1)) {
+            say("failing on attempt %d rank %d\n", n, local_rank());
+            return argc > 3 ? atoi(argv[3]) : 1;
+        }
+        say("succeeded on attempt %d rank %d\n", n, local_rank());
+        return 0;
+    }
+    if (strcmp(mode, "lines") == 0)
+        return mode_lines(argc, argv);
+    if (strcmp(mode, "big-line") == 0)
+        return mode_big_line(argc, argv);
+    if (strcmp(mode, "binary") == 0)
+        return mode_binary();
+    if (strcmp(mode, "streams") == 0) {
+        say("out %d\n", local_rank());
+        char line[64];
+        int n = snprintf(line, sizeof line, "err %d\n", local_rank());
+        write_all(2, line, (size_t)n);
+        write_all(1, "\n", 1);
+        return 0;
+    }
+    if (strcmp(mode, "error-file") == 0)
+        return mode_error_file(argc, argv);
+    fprintf(stderr, "test-worker: unknown mode %s\n", mode);
+    return 94;
+}

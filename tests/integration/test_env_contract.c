@@ -1,0 +1,334 @@
+/* Integration tests: the real ddp-launch gives real workers torchrun's environment and
+ * argv, checked variable by variable; --dry-run, the example, and start-up errors. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The value a worker printed for `name` under --tee 1 (its lines prefixed
+ * "[default<local_rank>]:"), or NULL. Returns a pointer into a static buffer. */
+static const char *worker_value(const th_proc_t *p, int local_rank, const char *name)
+{
+    static char value[1024];
+    char needle[128];
+    snprintf(needle, sizeof needle, "[default%d]:%s=", local_rank, name);
+    const char *at = strstr(ddp_buf_str(&p->out), needle);
+    if (at == NULL)
+        return NULL;
+    at += strlen(needle);
+    size_t len = strcspn(at, "\n");
+    snprintf(value, sizeof value, "%.*s", (int)len, at);
+    return value;
+}
+
+static void expect_var(const th_proc_t *p, int local_rank, const char *name, const char *want)
+{
+    const char *got = worker_value(p, local_rank, name);
+    if (got == NULL || strcmp(got, want) != 0) {
+        th_dump(p);
+        fail_msg("local rank %d: %s is '%s', expected '%s'", local_rank, name,
+                 got ? got : "(unset)", want);
+    }
+}
+
+static void expect_unset(const th_proc_t *p, int local_rank, const char *name)
+{
+    char needle[128];
+    snprintf(needle, sizeof needle, "[default%d]:%s is unset", local_rank, name);
+    TH_ASSERT(p, strstr(ddp_buf_str(&p->out), needle) != NULL);
+}
+
+static const char *const clean_env[] = {"OMP_NUM_THREADS",
+                                        "NCCL_ASYNC_ERROR_HANDLING",
+                                        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                                        "RANK",
+                                        "DDP_TEST_MARK=inherited",
+                                        NULL};
+
+static void test_contract_four_workers(void **state)
+{
+    char *logs = th_tmpdir();
+    char log_flag[512];
+    snprintf(log_flag, sizeof log_flag, "--log-dir=%s", logs);
+    const char *argv[] = {
+        th_launcher(),    "--nproc-per-node=4", "--tee=1",   log_flag, "--max-restarts=2",
+        "--rdzv-id=job7", "--no-python",        th_worker(), "env",    NULL};
+    th_proc_t p;
+    th_run(&p, argv, clean_env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    for (int lr = 0; lr < 4; lr++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d", lr);
+        expect_var(&p, lr, "LOCAL_RANK", num);
+        expect_var(&p, lr, "RANK", num);
+        expect_var(&p, lr, "ROLE_RANK", num);
+        expect_var(&p, lr, "GROUP_RANK", "0");
+        expect_var(&p, lr, "GROUP_WORLD_SIZE", "1");
+        expect_var(&p, lr, "LOCAL_WORLD_SIZE", "4");
+        expect_var(&p, lr, "WORLD_SIZE", "4");
+        expect_var(&p, lr, "ROLE_WORLD_SIZE", "4");
+        expect_var(&p, lr, "ROLE_NAME", "default");
+        expect_var(&p, lr, "MASTER_ADDR", "127.0.0.1");
+        expect_var(&p, lr, "MASTER_PORT", "29500");
+        expect_var(&p, lr, "TORCHELASTIC_USE_AGENT_STORE", "False");
+        expect_var(&p, lr, "TORCHELASTIC_RESTART_COUNT", "0");
+        expect_var(&p, lr, "TORCHELASTIC_MAX_RESTARTS", "2");
+        expect_var(&p, lr, "TORCHELASTIC_RUN_ID", "job7");
+        expect_var(&p, lr, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+        expect_var(&p, lr, "NCCL_ASYNC_ERROR_HANDLING", "1");
+        expect_var(&p, lr, "OMP_NUM_THREADS", "1");
+        expect_var(&p, lr, "DDP_TEST_MARK", "inherited"); /* the launcher's own env passes */
+        /* <log_dir>/<run_id>_<rand>/attempt_0/<local_rank>/error.json, in a directory
+         * that exists so the worker can write it. */
+        const char *error_file = worker_value(&p, lr, "TORCHELASTIC_ERROR_FILE");
+        TH_ASSERT(&p, error_file != NULL);
+        char prefix[600], suffix[64];
+        snprintf(prefix, sizeof prefix, "%s/job7_", logs);
+        snprintf(suffix, sizeof suffix, "/attempt_0/%d/error.json", lr);
+        TH_ASSERT(&p, strncmp(error_file, prefix, strlen(prefix)) == 0);
+        TH_ASSERT(&p, strlen(error_file) > strlen(suffix) &&
+                          strcmp(error_file + strlen(error_file) - strlen(suffix), suffix) == 0);
+        char dir[1024];
+        struct stat st;
+        snprintf(dir, sizeof dir, "%.*s", (int)(strlen(error_file) - strlen("/error.json")),
+                 error_file);
+        TH_ASSERT(&p, stat(dir, &st) == 0 && S_ISDIR(st.st_mode));
+    }
+    /* The OMP_NUM_THREADS warning, once. */
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), "OMP_NUM_THREADS=1") == 1);
+    th_cleanup(&p);
+    th_rmtree(logs);
+    free(logs);
+}
+
+static void test_contract_one_worker(void **state)
+{
+    const char *argv[] = {th_launcher(), "--tee", "1", "--no-python", th_worker(), "env", NULL};
+    th_proc_t p;
+    th_run(&p, argv, clean_env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    expect_var(&p, 0, "RANK", "0");
+    expect_var(&p, 0, "WORLD_SIZE", "1");
+    expect_var(&p, 0, "TORCHELASTIC_RUN_ID", "none");
+    expect_var(&p, 0, "TORCHELASTIC_MAX_RESTARTS", "0");
+    expect_unset(&p, 0, "OMP_NUM_THREADS"); /* torchrun sets it only for nproc > 1 */
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "OMP_NUM_THREADS") == NULL);
+    th_cleanup(&p);
+}
+
+static void test_user_settings_are_kept(void **state)
+{
+    const char *env[] = {"OMP_NUM_THREADS=5", "NCCL_ASYNC_ERROR_HANDLING=0",
+                         "TORCH_NCCL_ASYNC_ERROR_HANDLING", NULL};
+    const char *argv[] = {th_launcher(), "--nproc_per_node", "2",         "--tee", "1", "--role",
+                          "trainer",     "--no_python",      th_worker(), "env",   NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    /* With --role the prefix changes too; read the values under it. */
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "[trainer1]:OMP_NUM_THREADS=5\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "[trainer0]:NCCL_ASYNC_ERROR_HANDLING=0\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "[trainer0]:TORCH_NCCL_ASYNC_ERROR_HANDLING=1\n") !=
+                      NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "[trainer1]:ROLE_NAME=trainer\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "setting OMP_NUM_THREADS") == NULL);
+    th_cleanup(&p);
+}
+
+static void test_standalone_gets_a_free_port_and_run_id(void **state)
+{
+    const char *argv[] = {th_launcher(),
+                          "--standalone",
+                          "--nproc-per-node=2",
+                          "--tee=1",
+                          "--no-python",
+                          th_worker(),
+                          "env",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, clean_env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    char port[32], run_id[64];
+    snprintf(port, sizeof port, "%s", worker_value(&p, 0, "MASTER_PORT"));
+    snprintf(run_id, sizeof run_id, "%s", worker_value(&p, 0, "TORCHELASTIC_RUN_ID"));
+    TH_ASSERT(&p, atoi(port) > 0 && atoi(port) < 65536 && strcmp(port, "29500") != 0);
+    TH_ASSERT(&p, strlen(run_id) == 36 && run_id[8] == '-');
+    expect_var(&p, 1, "MASTER_PORT", port);
+    expect_var(&p, 1, "TORCHELASTIC_RUN_ID", run_id);
+    th_cleanup(&p);
+}
+
+static void test_argv_reaches_the_worker(void **state)
+{
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--tee=1",
+                          "--no-python",
+                          th_worker(),
+                          "env",
+                          "--lr",
+                          "0.1",
+                          "${local_rank}",
+                          "x${local_rank}y",
+                          "$$HOME",
+                          "--nproc-per-node",
+                          "9",
+                          "-m",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, clean_env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    for (int lr = 0; lr < 2; lr++) {
+        char want[256];
+        snprintf(want, sizeof want,
+                 "[default%d]:argv[2]=--lr\n[default%d]:argv[3]=0.1\n[default%d]:argv[4]=%d\n"
+                 "[default%d]:argv[5]=x%dy\n[default%d]:argv[6]=$HOME\n"
+                 "[default%d]:argv[7]=--nproc-per-node\n[default%d]:argv[8]=9\n"
+                 "[default%d]:argv[9]=-m\n",
+                 lr, lr, lr, lr, lr, lr, lr, lr, lr, lr);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), want) != NULL);
+    }
+    th_cleanup(&p);
+}
+
+static void test_legacy_local_rank_argument(void **state)
+{
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=2", "--tee=1", "--local-rank-arg=underscore",
+        "--no-python", th_worker(),          "env",     "--after",
+        NULL};
+    th_proc_t p;
+    th_run(&p, argv, clean_env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "[default1]:argv[1]=--local_rank=1\n"
+                                              "[default1]:argv[2]=env\n"
+                                              "[default1]:argv[3]=--after\n") != NULL);
+    th_cleanup(&p);
+}
+
+static void test_dry_run_starts_nothing(void **state)
+{
+    char *dir = th_tmpdir();
+    char marker[600];
+    snprintf(marker, sizeof marker, "%s/touched-${local_rank}", dir);
+    const char *dry[] = {th_launcher(), "--dry-run",      "--nproc-per-node=2",
+                         "--no-python", "/usr/bin/touch", marker,
+                         NULL};
+    th_proc_t p;
+    th_run(&p, dry, clean_env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    char want[700], file[700];
+    snprintf(want, sizeof want, "argv: /usr/bin/touch %s/touched-1\n", dir);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), want) != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "    LOCAL_RANK=1\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "    WORLD_SIZE=2\n") != NULL);
+    snprintf(file, sizeof file, "%s/touched-0", dir);
+    TH_ASSERT(&p, access(file, F_OK) != 0);
+    th_cleanup(&p);
+    /* The same command without --dry-run does run (the check above can fail). */
+    const char *real[] = {
+        th_launcher(), "--nproc-per-node=2", "--no-python", "/usr/bin/touch", marker, NULL};
+    th_run(&p, real, clean_env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, access(file, F_OK) == 0);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
+static void test_hello_example(void **state)
+{
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--no-python",
+                          getenv("DDP_TEST_HELLO"), NULL};
+    th_proc_t p;
+    th_run(&p, argv, clean_env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "hello from rank 0 of 2 (local rank 0 of 2") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "hello from rank 1 of 2 (local rank 1 of 2") != NULL);
+    th_cleanup(&p);
+    /* Outside ddp-launch the example says what is missing. */
+    const char *alone[] = {getenv("DDP_TEST_HELLO"), NULL};
+    const char *no_env[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", NULL};
+    th_run(&p, alone, no_env, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "WORLD_SIZE is not set") != NULL);
+    th_cleanup(&p);
+}
+
+static void test_start_up_errors(void **state)
+{
+    th_proc_t p;
+    const char *missing[] = {th_launcher(), "--no-python", "/nonexistent/train", NULL};
+    th_run(&p, missing, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 127);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "unable to execute /nonexistent/train") != NULL);
+    th_cleanup(&p);
+
+    char not_executable[600];
+    snprintf(not_executable, sizeof not_executable, "%s/README.md", th_source_dir());
+    const char *noexec[] = {th_launcher(), "--no-python", not_executable, NULL};
+    th_run(&p, noexec, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 126);
+    th_cleanup(&p);
+
+    const char *python[] = {th_launcher(), "train.py", NULL};
+    const char *bad_python[] = {"PYTHON_EXEC=/nonexistent/python9", NULL};
+    th_run(&p, python, bad_python, 60);
+    TH_ASSERT(&p, th_status(&p) == 127);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "PYTHON_EXEC") != NULL);
+    th_cleanup(&p);
+
+    const char *usage[] = {th_launcher(), "--nproc-per-node=many", "t.py", NULL};
+    th_run(&p, usage, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 2);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "--nproc-per-node: invalid value 'many'") != NULL);
+    th_cleanup(&p);
+
+    const char *multi[] = {th_launcher(), "--nnodes=2", "t.py", NULL};
+    th_run(&p, multi, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 2);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "multi-node") != NULL);
+    th_cleanup(&p);
+
+    const char *nothing[] = {th_launcher(), NULL};
+    th_run(&p, nothing, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 2);
+    th_cleanup(&p);
+
+    const char *help[] = {th_launcher(), "--help", NULL};
+    th_run(&p, help, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "--nproc-per-node") != NULL);
+    th_cleanup(&p);
+
+    const char *version[] = {th_launcher(), "--version", NULL};
+    th_run(&p, version, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strncmp(ddp_buf_str(&p.out), "ddp-launch ", 11) == 0);
+    th_cleanup(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_contract_four_workers),
+        cmocka_unit_test(test_contract_one_worker),
+        cmocka_unit_test(test_user_settings_are_kept),
+        cmocka_unit_test(test_standalone_gets_a_free_port_and_run_id),
+        cmocka_unit_test(test_argv_reaches_the_worker),
+        cmocka_unit_test(test_legacy_local_rank_argument),
+        cmocka_unit_test(test_dry_run_starts_nothing),
+        cmocka_unit_test(test_hello_example),
+        cmocka_unit_test(test_start_up_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,128 @@
+/* Integration tests: every worker exit code and fatal signal is reported correctly,
+ * the root cause is the failed rank, and error.json files reach the report. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_every_exit_code(void **state)
+{
+    for (int code = 0; code <= 255; code++) {
+        char text[16], want[64];
+        snprintf(text, sizeof text, "%d", code);
+        const char *argv[] = {th_launcher(), "--no-python", th_worker(), "exit", text, NULL};
+        th_proc_t p;
+        th_run(&p, argv, NULL, 60);
+        /* torchrun's convention: 1 for any failure. */
+        TH_ASSERT(&p, th_status(&p) == (code == 0 ? 0 : 1));
+        snprintf(want, sizeof want, "  exitcode  : %d (pid: ", code);
+        TH_ASSERT(&p, (strstr(ddp_buf_str(&p.err), want) != NULL) == (code != 0));
+        snprintf(want, sizeof want, "exited with code %d\n", code);
+        TH_ASSERT(&p, (strstr(ddp_buf_str(&p.err), want) != NULL) == (code != 0));
+        th_cleanup(&p);
+
+        /* --exit-code=worker passes the worker's own status through. */
+        const char *pass[] = {
+            th_launcher(), "--exit-code=worker", "--no-python", th_worker(), "exit", text, NULL};
+        th_run(&p, pass, NULL, 60);
+        TH_ASSERT(&p, th_status(&p) == code);
+        th_cleanup(&p);
+    }
+}
+
+static void test_fatal_signals(void **state)
+{
+    static const int signals[] = {SIGSEGV, SIGABRT, SIGKILL, SIGTERM, SIGBUS,
+                                  SIGFPE,  SIGILL,  SIGINT,  SIGHUP};
+    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) {
+        int sig = signals[i];
+        char name[32], want[128];
+        snprintf(name, sizeof name, "SIG%s", sigabbrev_np(sig));
+        const char *argv[] = {th_launcher(), "--no-python", th_worker(), "signal", name, NULL};
+        th_proc_t p;
+        th_run(&p, argv, NULL, 60);
+        TH_ASSERT(&p, th_status(&p) == 1);
+        snprintf(want, sizeof want, "  exitcode  : -%d (pid: ", sig);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), want) != NULL);
+        snprintf(want, sizeof want, "  traceback : Signal %d (%s) received by PID ", sig, name);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), want) != NULL);
+        snprintf(want, sizeof want, "was killed by %s\n", name);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), want) != NULL);
+        th_cleanup(&p);
+
+        const char *pass[] = {
+            th_launcher(), "--exit-code=worker", "--no-python", th_worker(), "signal", name, NULL};
+        th_run(&p, pass, NULL, 60);
+        TH_ASSERT(&p, th_status(&p) == 128 + sig);
+        th_cleanup(&p);
+    }
+}
+
+static void test_root_cause_is_the_failed_rank(void **state)
+{
+    /* Local rank 1 exits 7; ranks 0 and 2 wait and must be stopped, not reported. */
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=3", "--no-python", th_worker(), "exit", "7", "1", NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, "worker rank 1 (local rank 1, pid ") != NULL);
+    TH_ASSERT(&p, strstr(err, "stopping 2 worker(s): sending SIGTERM") != NULL);
+    const char *root = strstr(err, "Root Cause (first observed failure):\n");
+    TH_ASSERT(&p, root != NULL);
+    TH_ASSERT(&p, strstr(root, "  rank      : 1 (local_rank: 1)\n  exitcode  : 7 (pid: ") != NULL);
+    TH_ASSERT(&p, strstr(err, "Failures:\n  <NO_OTHER_FAILURES>\n") != NULL);
+    TH_ASSERT(&p, strstr(err, "ddp-test-worker FAILED\n") != NULL);
+    th_cleanup(&p);
+}
+
+static void test_error_files_reach_the_report(void **state)
+{
+    th_proc_t p;
+    const char *nested[] = {th_launcher(), "--no-python", th_worker(), "error-file",
+                            "nested",      "3",           NULL};
+    th_run(&p, nested, NULL, 60);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, "/attempt_0/0/error.json\n") != NULL);
+    TH_ASSERT(&p, strstr(err, "  traceback : Traceback (most recent call last):\n"
+                              "    File \"train.py\", line 3\n"
+                              "  RuntimeError: boom on rank 0\n") != NULL);
+    th_cleanup(&p);
+
+    const char *flat[] = {th_launcher(), "--no-python", th_worker(), "error-file",
+                          "flat",        "4",           NULL};
+    th_run(&p, flat, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "  traceback : flat failure of rank 0\n") != NULL);
+    th_cleanup(&p);
+
+    /* A broken error file is shown as such; the report still comes. */
+    const char *garbage[] = {th_launcher(), "--no-python", th_worker(), "error-file",
+                             "garbage",     "5",           NULL};
+    th_run(&p, garbage, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "<the error file is not valid JSON>") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "  exitcode  : 5 (pid: ") != NULL);
+    th_cleanup(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_exit_code),
+        cmocka_unit_test(test_fatal_signals),
+        cmocka_unit_test(test_root_cause_is_the_failed_rank),
+        cmocka_unit_test(test_error_files_reach_the_report),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

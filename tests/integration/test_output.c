@@ -1,0 +1,291 @@
+/* Integration tests: worker output through ddp-launch: --redirects, --tee, the line
+ * prefix and its template, --local-ranks-filter, whole lines under concurrency, a
+ * 10 MB line, binary data and a last line without a newline. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+#include "io.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The single <run_id>_<rand> directory under a --log-dir. */
+static char *run_dir(const char *logs, const char *run_id)
+{
+    DIR *dir = opendir(logs);
+    struct dirent *entry;
+    char *found = NULL;
+    size_t len = strlen(run_id);
+    while (dir != NULL && (entry = readdir(dir)) != NULL) {
+        if (strncmp(entry->d_name, run_id, len) == 0 && entry->d_name[len] == '_') {
+            free(found);
+            assert_true(asprintf(&found, "%s/%s", logs, entry->d_name) > 0);
+        }
+    }
+    if (dir != NULL)
+        closedir(dir);
+    assert_non_null(found);
+    return found;
+}
+
+/* The contents of <run>/attempt_0/<rank>/<name>, or NULL when it does not exist. */
+static char *log_file(const char *run, int rank, const char *name, size_t *len)
+{
+    char *path, *data = NULL;
+    size_t n = 0;
+    assert_true(asprintf(&path, "%s/attempt_0/%d/%s", run, rank, name) > 0);
+    if (ddp_read_file(path, (size_t)64 << 20, &data, &n) != 0)
+        data = NULL;
+    free(path);
+    if (len)
+        *len = n;
+    return data;
+}
+
+static void expect_file(const char *run, int rank, const char *name, const char *content)
+{
+    char *data = log_file(run, rank, name, NULL);
+    if (data == NULL || strcmp(data, content) != 0)
+        fail_msg("%s/attempt_0/%d/%s holds '%s', expected '%s'", run, rank, name,
+                 data ? data : "(no file)", content);
+    free(data);
+}
+
+static void test_redirects_layout(void **state)
+{
+    char *logs = th_tmpdir(), flag[600];
+    snprintf(flag, sizeof flag, "--log_dir=%s", logs);
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--redirects", "3", flag,
+                          "--no-python", th_worker(),          "streams",     NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "out 0") == NULL); /* redirected, not shown */
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "err 1") == NULL);
+    char *run = run_dir(logs, "none");
+    for (int rank = 0; rank < 2; rank++) {
+        char out[32], err[32];
+        snprintf(out, sizeof out, "out %d\n\n", rank);
+        snprintf(err, sizeof err, "err %d\n", rank);
+        expect_file(run, rank, "stdout.log", out);
+        expect_file(run, rank, "stderr.log", err);
+    }
+    /* A worker that exits 0 writes no error.json. */
+    TH_ASSERT(&p, log_file(run, 0, "error.json", NULL) == NULL);
+    th_cleanup(&p);
+    free(run);
+    th_rmtree(logs);
+    free(logs);
+}
+
+static void test_tee_prefix_on_each_stream(void **state)
+{
+    char *logs = th_tmpdir(), flag[600];
+    snprintf(flag, sizeof flag, "--log-dir=%s", logs);
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=2", "-t",        "3",       "--role", "trainer",
+        flag,          "--no-python",        th_worker(), "streams", NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    const char *out = ddp_buf_str(&p.out), *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, strstr(out, "[trainer0]:out 0\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "[trainer1]:out 1\n") != NULL);
+    TH_ASSERT(&p, th_count(out, "[trainer1]:\n") == 1); /* the empty line keeps its prefix */
+    TH_ASSERT(&p, strstr(err, "[trainer0]:err 0\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "err 0") == NULL); /* stderr stays on stderr */
+    char *run = run_dir(logs, "none");
+    expect_file(run, 1, "stdout.log", "out 1\n\n"); /* the file holds the bytes, no prefix */
+    expect_file(run, 1, "stderr.log", "err 1\n");
+    th_cleanup(&p);
+    free(run);
+    th_rmtree(logs);
+    free(logs);
+}
+
+static void test_tee_map_with_many_digits(void **state)
+{
+    const char *argv[] = {th_launcher(), "--nproc-per-node=12", "--tee=11:1,0:2",
+                          "--no-python", th_worker(),           "streams",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    const char *out = ddp_buf_str(&p.out), *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, strstr(out, "[default11]:out 11\n") != NULL);
+    TH_ASSERT(&p, strstr(err, "[default0]:err 0\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "\nout 3\n") != NULL || strncmp(out, "out 3\n", 6) == 0);
+    TH_ASSERT(&p, strstr(out, "[default3]") == NULL);
+    th_cleanup(&p);
+}
+
+static void test_prefix_template(void **state)
+{
+    const char *env[] = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=<${rank}|${role_name}|$$> ", NULL};
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--tee=1",
+                          "--no-python", th_worker(),          "streams",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "<1|default|$> out 1\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "<0|default|$> out 0\n") != NULL);
+    th_cleanup(&p);
+}
+
+static void test_local_ranks_filter(void **state)
+{
+    char *logs = th_tmpdir(), flag[600];
+    snprintf(flag, sizeof flag, "--log-dir=%s", logs);
+    /* Without --tee: only rank 1 reaches the console, the others nowhere. */
+    const char *plain[] = {th_launcher(), "--nproc-per-node=3", "--local-ranks-filter=1",
+                           "--no-python", th_worker(),          "streams",
+                           NULL};
+    th_proc_t p;
+    th_run(&p, plain, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "out 1\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "err 1\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "out 0") == NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "out 2") == NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "err 2") == NULL);
+    th_cleanup(&p);
+    /* With --tee: every rank's file, only rank 1 on the console. */
+    const char *teed[] = {th_launcher(),
+                          "--nproc-per-node=3",
+                          "--local-ranks-filter=1",
+                          "-t3",
+                          flag,
+                          "--no-python",
+                          th_worker(),
+                          "streams",
+                          NULL};
+    th_run(&p, teed, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "[default1]:out 1\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "out 0") == NULL);
+    char *run = run_dir(logs, "none");
+    expect_file(run, 0, "stdout.log", "out 0\n\n");
+    expect_file(run, 2, "stderr.log", "err 2\n");
+    th_cleanup(&p);
+    free(run);
+    th_rmtree(logs);
+    free(logs);
+}
+
+static void test_lines_never_mix(void **state)
+{
+    /* Four workers write 3000 lines each in three pieces per line. */
+    const int workers = 4, lines = 3000;
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=4", "--no-python", th_worker(), "lines", "3000", NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    int next[4] = {0, 0, 0, 0};
+    char payload[200];
+    const char *at = ddp_buf_str(&p.out);
+    while (*at) {
+        const char *nl = strchr(at, '\n');
+        TH_ASSERT(&p, nl != NULL);
+        int rank, i, used = 0;
+        if (sscanf(at, "line rank=%d i=%d %n", &rank, &i, &used) != 2 || rank < 0 ||
+            rank >= workers) {
+            th_dump(&p);
+            fail_msg("mixed line: '%.*s'", (int)(nl - at), at);
+        }
+        memset(payload, 'a' + rank, 199);
+        payload[199] = '\0';
+        /* The rest of the line is this rank's payload and its end marker, nothing else. */
+        TH_ASSERT(&p, (size_t)(nl - (at + used)) == 199 + 4);
+        TH_ASSERT(&p, strncmp(at + used, payload, 199) == 0 && strncmp(nl - 4, " end", 4) == 0);
+        TH_ASSERT(&p, i == next[rank]); /* in order, nothing lost */
+        next[rank]++;
+        at = nl + 1;
+    }
+    for (int r = 0; r < workers; r++)
+        TH_ASSERT(&p, next[r] == lines);
+    th_cleanup(&p);
+}
+
+static void test_ten_megabyte_line(void **state)
+{
+    const size_t bytes = 10u << 20;
+    char *logs = th_tmpdir(), flag[600], size[32];
+    snprintf(flag, sizeof flag, "--log-dir=%s", logs);
+    snprintf(size, sizeof size, "%zu", bytes);
+    const char *argv[] = {th_launcher(), "--tee=1",  flag, "--no-python",
+                          th_worker(),   "big-line", size, NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, p.out.len == strlen("[default0]:") + bytes + 1);
+    TH_ASSERT(&p, strncmp(out, "[default0]:xxxx", 15) == 0 && out[p.out.len - 1] == '\n');
+    TH_ASSERT(&p, strspn(out + 11, "x") == bytes);
+    char *run = run_dir(logs, "none");
+    size_t len;
+    char *file = log_file(run, 0, "stdout.log", &len);
+    TH_ASSERT(&p, file != NULL && len == bytes + 1);
+    free(file);
+    th_cleanup(&p);
+    free(run);
+    th_rmtree(logs);
+    free(logs);
+}
+
+static void test_binary_and_unterminated_output(void **state)
+{
+    char *logs = th_tmpdir(), flag[600];
+    snprintf(flag, sizeof flag, "--log-dir=%s", logs);
+    const char *argv[] = {th_launcher(), "--tee=1", flag, "--no-python",
+                          th_worker(),   "binary",  NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    char expected[300];
+    size_t n = 0;
+    memcpy(expected, "[default0]:", 11);
+    n = 11;
+    for (int c = 0; c < 256; c++) {
+        if (c != '\n')
+            expected[n++] = (char)c;
+    }
+    /* The console gets a newline after the unterminated last line... */
+    memcpy(expected + n, "\n[default0]:end\n", 16);
+    n += 16;
+    TH_ASSERT(&p, p.out.len == n && memcmp(p.out.data, expected, n) == 0);
+    /* ...the file exactly the bytes the worker wrote. */
+    char *run = run_dir(logs, "none");
+    size_t len;
+    char *file = log_file(run, 0, "stdout.log", &len);
+    TH_ASSERT(&p, file != NULL && len == n - 11 - 11 - 1 && memcmp(file, expected + 11, 255) == 0 &&
+                      memcmp(file + 255, "\nend", 4) == 0);
+    free(file);
+    th_cleanup(&p);
+    free(run);
+    th_rmtree(logs);
+    free(logs);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_redirects_layout),
+        cmocka_unit_test(test_tee_prefix_on_each_stream),
+        cmocka_unit_test(test_tee_map_with_many_digits),
+        cmocka_unit_test(test_prefix_template),
+        cmocka_unit_test(test_local_ranks_filter),
+        cmocka_unit_test(test_lines_never_mix),
+        cmocka_unit_test(test_ten_megabyte_line),
+        cmocka_unit_test(test_binary_and_unterminated_output),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

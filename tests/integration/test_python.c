@@ -1,0 +1,173 @@
+/* Integration tests with Python workers: PYTHON_EXEC and -u, -m, the legacy
+ * --local_rank argument, and real PyTorch (Debian's torch): a gloo all_reduce under
+ * ddp-launch and PyTorch's own error.json in the report. Skips (77) without python3. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char script_path[1024];
+
+static const char *script(const char *name)
+{
+    snprintf(script_path, sizeof script_path, "%s/tests/python/%s", th_source_dir(), name);
+    return script_path;
+}
+
+static const char *python(void)
+{
+    return getenv("DDP_TEST_PYTHON");
+}
+
+static void test_python_worker(void **state)
+{
+    char exec[600];
+    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python());
+    const char *env[] = {exec, NULL};
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2", script("env_worker.py"),
+                          "--lr",        "${local_rank}",      NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(out, "WORKER ") == 2);
+    /* -u: unbuffered, as torchrun runs Python workers. */
+    TH_ASSERT(&p, th_count(out, "\"unbuffered\": 1") == 2);
+    TH_ASSERT(&p, strstr(out, "\"RANK\": \"1\"") != NULL);
+    TH_ASSERT(&p, strstr(out, "\"WORLD_SIZE\": \"2\"") != NULL);
+    TH_ASSERT(&p, strstr(out, "\"--lr\", \"1\"]") != NULL);
+    TH_ASSERT(&p, strstr(out, "\"--lr\", \"0\"]") != NULL);
+    TH_ASSERT(&p, strstr(out, "\"module\": \"__main__\"") != NULL);
+    th_cleanup(&p);
+}
+
+static void test_python_module(void **state)
+{
+    char exec[600], path[1100];
+    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python());
+    snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
+    const char *env[] = {exec, path, NULL};
+    const char *argv[] = {th_launcher(), "-m", "env_worker", "x", NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "\"module\": \"__main__\"") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "env_worker.py\", \"x\"]") != NULL);
+    th_cleanup(&p);
+}
+
+static void test_legacy_local_rank(void **state)
+{
+    char exec[600];
+    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python());
+    const char *env[] = {exec, NULL};
+    const char *legacy[] = {th_launcher(),
+                            "--nproc-per-node=2",
+                            "--local-rank-arg=underscore",
+                            script("legacy_args.py"),
+                            "--lr",
+                            "0.5",
+                            NULL};
+    th_proc_t p;
+    th_run(&p, legacy, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "legacy rank 1 lr 0.5\n") != NULL);
+    th_cleanup(&p);
+    /* Without it the script's own argparse refuses to start: a worker failure. */
+    const char *modern[] = {th_launcher(), script("legacy_args.py"), NULL};
+    th_run(&p, modern, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "the following arguments are required: --local_rank") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "  exitcode  : 2 (pid: ") != NULL);
+    th_cleanup(&p);
+}
+
+static bool have_torch(void)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch.distributed' >/dev/null 2>&1", python());
+    return system(cmd) == 0;
+}
+
+static void test_torch_gloo_all_reduce(void **state)
+{
+    if (!have_torch()) {
+        print_message("skipped: %s cannot import torch (install python3-torch)\n", python());
+        skip();
+    }
+    char exec[600];
+    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python());
+    const char *env[] = {exec, NULL};
+    const char *argv[] = {th_launcher(), "--standalone", "--nproc-per-node=2",
+                          script("gloo_allreduce.py"), NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 300);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 0 of 2 sum 3\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 1 of 2 sum 3\n") != NULL);
+    th_cleanup(&p);
+}
+
+static void test_torch_error_file_in_report(void **state)
+{
+    if (!have_torch()) {
+        print_message("skipped: %s cannot import torch (install python3-torch)\n", python());
+        skip();
+    }
+    char exec[600];
+    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python());
+    const char *env[] = {exec, NULL};
+    const char *argv[] = {th_launcher(),
+                          "--standalone",
+                          "--nproc-per-node=2",
+                          "--shutdown-timeout=5",
+                          script("gloo_allreduce.py"),
+                          "--fail-rank",
+                          "1",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 300);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    const char *root = strstr(err, "Root Cause (first observed failure):");
+    TH_ASSERT(&p, root != NULL);
+    TH_ASSERT(&p, strstr(root, "  rank      : 1 (local_rank: 1)") != NULL);
+    /* PyTorch's @record wrote the traceback; the report shows it, indented. */
+    TH_ASSERT(&p, strstr(root, "/attempt_0/1/error.json") != NULL);
+    TH_ASSERT(&p, strstr(root, "  traceback : Traceback (most recent call last):") != NULL);
+    TH_ASSERT(&p, strstr(root, "  RuntimeError: deliberate failure on rank 1") != NULL);
+    TH_ASSERT(&p, strstr(root, "gloo_allreduce.py FAILED") == NULL);
+    TH_ASSERT(&p, strstr(err, "gloo_allreduce.py FAILED") != NULL);
+    th_cleanup(&p);
+}
+
+static int need_python(void **state)
+{
+    const char *py = python();
+    if (py == NULL || *py == '\0' || access(py, X_OK) != 0) {
+        fprintf(stderr, "skipped: no python3 (DDP_TEST_PYTHON is empty)\n");
+        exit(77);
+    }
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_python_worker),
+        cmocka_unit_test(test_python_module),
+        cmocka_unit_test(test_legacy_local_rank),
+        cmocka_unit_test(test_torch_gloo_all_reduce),
+        cmocka_unit_test(test_torch_error_file_in_report),
+    };
+    return cmocka_run_group_tests(tests, need_python, NULL);
+}

@@ -1,0 +1,115 @@
+/* Integration tests: --max-restarts restarts the whole group with a new
+ * TORCHELASTIC_RESTART_COUNT, each attempt in its own log directory. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void test_restart_until_success(void **state)
+{
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--max-restarts=3",
+                          "--no-python",
+                          th_worker(),
+                          "fail-until",
+                          "2",
+                          "9",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    const char *out = ddp_buf_str(&p.out), *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(out, "failing on attempt 0 rank") >= 1);
+    TH_ASSERT(&p, th_count(out, "failing on attempt 1 rank") >= 1);
+    TH_ASSERT(&p, strstr(out, "succeeded on attempt 2 rank 0\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "succeeded on attempt 2 rank 1\n") != NULL);
+    TH_ASSERT(&p, strstr(err, "restarting the workers as attempt 1 (restart 1 of 3)") != NULL);
+    TH_ASSERT(&p, strstr(err, "restarting the workers as attempt 2 (restart 2 of 3)") != NULL);
+    TH_ASSERT(&p, strstr(err, "attempt 3") == NULL);
+    TH_ASSERT(&p, strstr(err, "FAILED") == NULL); /* a recovered job prints no report */
+    th_cleanup(&p);
+}
+
+static bool is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static void test_restarts_run_out(void **state)
+{
+    char *logs = th_tmpdir();
+    char log_flag[600];
+    snprintf(log_flag, sizeof log_flag, "--log-dir=%s", logs);
+    const char *argv[] = {th_launcher(), "--max-restarts=1", "--rdzv-id=r", log_flag, "--no-python",
+                          th_worker(),   "fail-until",       "5",           "6",      NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    const char *out = ddp_buf_str(&p.out), *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, th_count(out, "failing on attempt 0 rank 0") == 1);
+    TH_ASSERT(&p, th_count(out, "failing on attempt 1 rank 0") == 1);
+    TH_ASSERT(&p, strstr(out, "attempt 2") == NULL);
+    TH_ASSERT(&p, th_count(err, "  exitcode  : 6 (pid: ") == 1); /* one report, at the end */
+    /* Each attempt has its own directory under <log_dir>/<run_id>_<rand>/. */
+    DIR *dir = opendir(logs);
+    struct dirent *entry;
+    char run_dir[900] = "";
+    while (dir != NULL && (entry = readdir(dir)) != NULL) {
+        if (strncmp(entry->d_name, "r_", 2) == 0)
+            snprintf(run_dir, sizeof run_dir, "%s/%s", logs, entry->d_name);
+    }
+    if (dir != NULL)
+        closedir(dir);
+    TH_ASSERT(&p, run_dir[0] != '\0');
+    char attempt[1000];
+    snprintf(attempt, sizeof attempt, "%s/attempt_0/0", run_dir);
+    TH_ASSERT(&p, is_dir(attempt));
+    snprintf(attempt, sizeof attempt, "%s/attempt_1/0", run_dir);
+    TH_ASSERT(&p, is_dir(attempt));
+    snprintf(attempt, sizeof attempt, "%s/attempt_2", run_dir);
+    TH_ASSERT(&p, !is_dir(attempt));
+    th_cleanup(&p);
+    th_rmtree(logs);
+    free(logs);
+}
+
+static void test_a_failure_restarts_every_worker(void **state)
+{
+    /* Local rank 1 fails on every attempt; rank 0 is stopped and started again each time. */
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--max-restarts=2",
+                          "--no-python",
+                          th_worker(),
+                          "exit",
+                          "3",
+                          "1",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), "stopping 1 worker(s)") == 3);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), "restarting the workers") == 2);
+    th_cleanup(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_restart_until_success),
+        cmocka_unit_test(test_restarts_run_out),
+        cmocka_unit_test(test_a_failure_restarts_every_worker),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

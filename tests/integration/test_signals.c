@@ -1,0 +1,188 @@
+/* Integration tests: signals to ddp-launch reach the workers, the grace period ends in
+ * SIGKILL, and no worker or grandchild outlives the launcher, even a SIGKILLed one. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads the pids printed by "ready <rank> <pid>" or "pids <pid> <child>" lines. */
+static int collect_pids(const char *text, const char *word, pid_t *pids, int max)
+{
+    int n = 0;
+    size_t len = strlen(word);
+    for (const char *at = strstr(text, word); at != NULL && n < max; at = strstr(at + len, word)) {
+        int a, b;
+        if (sscanf(at + len, " %d %d", &a, &b) != 2)
+            continue;
+        if (strcmp(word, "ready") == 0) {
+            pids[n++] = b;
+        } else {
+            pids[n++] = a;
+            if (n < max)
+                pids[n++] = b;
+        }
+    }
+    return n;
+}
+
+static void expect_all_gone(th_proc_t *p, const pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (!th_wait_gone(pids[i], 20)) {
+            th_dump(p);
+            kill(pids[i], SIGKILL);
+            fail_msg("process %d outlived ddp-launch", (int)pids[i]);
+        }
+    }
+}
+
+static void test_sigterm_is_forwarded(void **state)
+{
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=2", "--no-python", th_worker(), "catch", "SIGTERM", NULL};
+    th_proc_t p;
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready", 2, 30));
+    kill(p.pid, SIGTERM);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "caught SIGTERM 0\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "caught SIGTERM 1\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "received SIGTERM: forwarding it") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "SIGKILL to their") == NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "FAILED") == NULL);
+    th_cleanup(&p);
+}
+
+static void test_grace_then_sigkill(void **state)
+{
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--shutdown-timeout=1",
+                          "--no-python",
+                          th_worker(),
+                          "wait",
+                          "ignore-term",
+                          NULL};
+    th_proc_t p;
+    pid_t pids[2];
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready", 2, 30));
+    TH_ASSERT(&p, collect_pids(ddp_buf_str(&p.out), "ready", pids, 2) == 2);
+    double sent = th_now();
+    kill(p.pid, SIGTERM);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    double took = th_now() - sent;
+    TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+    /* Each step is logged: the forward, the stop, the SIGKILL after the grace. */
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, strstr(err, "received SIGTERM") != NULL);
+    TH_ASSERT(&p, strstr(err, "stopping 2 worker(s): sending SIGTERM") != NULL);
+    TH_ASSERT(&p, strstr(err, "still running 1 s after the stop signal") != NULL);
+    TH_ASSERT(&p, strstr(err, "sending SIGKILL to their process groups") != NULL);
+    TH_ASSERT(&p, took >= 0.9); /* the grace was given */
+    expect_all_gone(&p, pids, 2);
+    th_cleanup(&p);
+}
+
+static void test_sigusr1_can_be_forwarded(void **state)
+{
+    const char *argv[] = {th_launcher(), "--signals-to-handle=SIGTERM,SIGUSR1",
+                          "--no-python", th_worker(),
+                          "catch",       "SIGUSR1",
+                          NULL};
+    th_proc_t p;
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready", 1, 30));
+    kill(p.pid, SIGUSR1);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    TH_ASSERT(&p, th_status(&p) == 128 + SIGUSR1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "caught SIGUSR1 0\n") != NULL);
+    th_cleanup(&p);
+}
+
+static void test_second_signal_kills_at_once(void **state)
+{
+    const char *argv[] = {
+        th_launcher(), "--shutdown-timeout=600", "--no-python", th_worker(), "wait", "ignore-term",
+        NULL};
+    th_proc_t p;
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready", 1, 30));
+    kill(p.pid, SIGTERM);
+    TH_ASSERT(&p, th_wait_output(&p, 2, "stopping 1 worker(s)", 1, 30));
+    kill(p.pid, SIGTERM);
+    /* Well before the 600 s grace. */
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "received SIGTERM again: sending SIGKILL") != NULL);
+    th_cleanup(&p);
+}
+
+static void test_sigkill_leaves_no_orphans(void **state)
+{
+    const char *argv[] = {th_launcher(), "--nproc-per-node=3", "--no-python",
+                          th_worker(),   "grandchild",         NULL};
+    th_proc_t p;
+    pid_t pids[6];
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "pids", 3, 30));
+    TH_ASSERT(&p, collect_pids(ddp_buf_str(&p.out), "pids", pids, 6) == 6);
+    kill(p.pid, SIGKILL);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    /* Workers (parent-death signal) and their children (the guard) all go. */
+    expect_all_gone(&p, pids, 6);
+    th_cleanup(&p);
+}
+
+static void test_stop_takes_grandchildren(void **state)
+{
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--no-python",
+                          th_worker(),   "grandchild",         NULL};
+    th_proc_t p;
+    pid_t pids[4];
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "pids", 2, 30));
+    TH_ASSERT(&p, collect_pids(ddp_buf_str(&p.out), "pids", pids, 4) == 4);
+    kill(p.pid, SIGINT);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    TH_ASSERT(&p, th_status(&p) == 128 + SIGINT);
+    expect_all_gone(&p, pids, 4);
+    th_cleanup(&p);
+}
+
+static void test_leftover_children_are_killed(void **state)
+{
+    /* The worker exits 0 but leaves a child in its process group. */
+    const char *argv[] = {th_launcher(), "--no-python", th_worker(), "leave-child", NULL};
+    th_proc_t p;
+    pid_t pids[2];
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, collect_pids(ddp_buf_str(&p.out), "pids", pids, 2) == 2);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "left processes behind") != NULL);
+    expect_all_gone(&p, pids + 1, 1);
+    th_cleanup(&p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sigterm_is_forwarded),
+        cmocka_unit_test(test_grace_then_sigkill),
+        cmocka_unit_test(test_sigusr1_can_be_forwarded),
+        cmocka_unit_test(test_second_signal_kills_at_once),
+        cmocka_unit_test(test_sigkill_leaves_no_orphans),
+        cmocka_unit_test(test_stop_takes_grandchildren),
+        cmocka_unit_test(test_leftover_children_are_killed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,32 @@
+"""A real PyTorch DDP start under ddp-launch: env:// init, a gloo all_reduce, a barrier.
+
+Each rank contributes rank + 1, so every rank must see sum(1..world). With --fail-rank R,
+rank R raises inside torch's @record, which writes PyTorch's own error.json.
+"""
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+
+@record
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    args = parser.parse_args()
+    dist.init_process_group("gloo", init_method="env://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    assert rank == int(os.environ["RANK"]) and world == int(os.environ["WORLD_SIZE"])
+    if rank == args.fail_rank:
+        raise RuntimeError(f"deliberate failure on rank {rank}")
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
+    dist.barrier()
+    print(f"rank {rank} of {world} sum {int(value.item())}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

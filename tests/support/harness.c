@@ -1,0 +1,301 @@
+/* Running real processes under a deadline for the integration tests (see harness.h). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+double th_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int pidfd_open(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+static const char *required_env(const char *name)
+{
+    const char *value = getenv(name);
+    if (value == NULL || *value == '\0')
+        fail_msg("%s is not set: run the tests with meson test", name);
+    return value;
+}
+
+const char *th_launcher(void)
+{
+    return required_env("DDP_TEST_LAUNCHER");
+}
+
+const char *th_worker(void)
+{
+    return required_env("DDP_TEST_WORKER");
+}
+
+const char *th_source_dir(void)
+{
+    return required_env("DDP_TEST_SOURCE_DIR");
+}
+
+/* environ changed by `changes` ("K=V" sets, "K" removes). */
+static char **build_env(const char *const *changes)
+{
+    size_t n = 0, m = 0;
+    while (environ[n] != NULL)
+        n++;
+    while (changes != NULL && changes[m] != NULL)
+        m++;
+    char **env = calloc(n + m + 1, sizeof *env);
+    size_t k = 0;
+    assert_non_null(env);
+    for (size_t i = 0; i < n; i++) {
+        const char *eq = strchr(environ[i], '=');
+        size_t len = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+        bool changed = false;
+        for (size_t j = 0; j < m && !changed; j++) {
+            const char *ceq = strchr(changes[j], '=');
+            size_t clen = ceq ? (size_t)(ceq - changes[j]) : strlen(changes[j]);
+            changed = clen == len && strncmp(changes[j], environ[i], len) == 0;
+        }
+        if (!changed)
+            env[k++] = environ[i];
+    }
+    for (size_t j = 0; j < m; j++) {
+        if (strchr(changes[j], '=') != NULL)
+            env[k++] = (char *)changes[j];
+    }
+    env[k] = NULL;
+    return env;
+}
+
+void th_start(th_proc_t *p, const char *const *argv, const char *const *env)
+{
+    int out[2], err[2];
+    memset(p, 0, sizeof *p);
+    assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(err, O_CLOEXEC), 0);
+    char **envp = build_env(env);
+    p->started = th_now();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(out[1], 1);
+        dup2(err[1], 2);
+        int null = open("/dev/null", O_RDONLY);
+        dup2(null, 0);
+        execve(argv[0], (char *const *)argv, envp);
+        fprintf(stderr, "harness: unable to execute %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    free(envp);
+    close(out[1]);
+    close(err[1]);
+    p->pid = pid;
+    p->out_fd = out[0];
+    p->err_fd = err[0];
+    p->pidfd = pidfd_open(pid);
+    assert_true(p->pidfd >= 0);
+    fcntl(p->out_fd, F_SETFL, O_NONBLOCK);
+    fcntl(p->err_fd, F_SETFL, O_NONBLOCK);
+}
+
+static void drain(int *fd, ddp_buf_t *buf)
+{
+    char chunk[65536];
+    while (*fd >= 0) {
+        ssize_t r = read(*fd, chunk, sizeof chunk);
+        if (r > 0) {
+            assert_int_equal(ddp_buf_append(buf, chunk, (size_t)r), 0);
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno == EAGAIN)
+            return;
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+static void reap(th_proc_t *p)
+{
+    if (p->exited)
+        return;
+    if (waitpid(p->pid, &p->status, WNOHANG) == p->pid)
+        p->exited = true;
+}
+
+/* One round of waiting: output and the exit, for at most `timeout` seconds. */
+static void pump(th_proc_t *p, double timeout)
+{
+    struct pollfd fds[3];
+    int n = 0;
+    if (p->out_fd >= 0)
+        fds[n++] = (struct pollfd){.fd = p->out_fd, .events = POLLIN};
+    if (p->err_fd >= 0)
+        fds[n++] = (struct pollfd){.fd = p->err_fd, .events = POLLIN};
+    if (!p->exited)
+        fds[n++] = (struct pollfd){.fd = p->pidfd, .events = POLLIN};
+    if (n == 0)
+        return;
+    int ms = timeout <= 0 ? 0 : (int)(timeout * 1000) + 1;
+    if (poll(fds, (nfds_t)n, ms) < 0 && errno != EINTR)
+        fail_msg("poll: %s", strerror(errno));
+    drain(&p->out_fd, &p->out);
+    drain(&p->err_fd, &p->err);
+    reap(p);
+}
+
+bool th_wait_output(th_proc_t *p, int stream, const char *needle, int count, double timeout)
+{
+    double deadline = th_now() + timeout;
+    ddp_buf_t *buf = stream == 1 ? &p->out : &p->err;
+    for (;;) {
+        if (th_count(ddp_buf_str(buf), needle) >= count)
+            return true;
+        double left = deadline - th_now();
+        if (left <= 0 || (p->exited && p->out_fd < 0 && p->err_fd < 0))
+            return false;
+        pump(p, left);
+    }
+}
+
+bool th_wait_exit(th_proc_t *p, double timeout)
+{
+    double deadline = th_now() + timeout;
+    for (;;) {
+        if (p->exited && p->out_fd < 0 && p->err_fd < 0)
+            return true;
+        double left = deadline - th_now();
+        if (left <= 0)
+            return false;
+        pump(p, left);
+    }
+}
+
+int th_status(const th_proc_t *p)
+{
+    if (!p->exited)
+        return -1;
+    return WIFSIGNALED(p->status) ? 128 + WTERMSIG(p->status) : WEXITSTATUS(p->status);
+}
+
+void th_run(th_proc_t *p, const char *const *argv, const char *const *env, double timeout)
+{
+    th_start(p, argv, env);
+    if (!th_wait_exit(p, timeout)) {
+        th_dump(p);
+        th_cleanup(p);
+        fail_msg("%s did not finish within %g s", argv[0], timeout);
+    }
+}
+
+void th_cleanup(th_proc_t *p)
+{
+    if (p->pid > 0 && !p->exited) {
+        kill(p->pid, SIGKILL);
+        while (waitpid(p->pid, &p->status, 0) < 0 && errno == EINTR)
+            ;
+        p->exited = true;
+    }
+    if (p->out_fd >= 0)
+        close(p->out_fd);
+    if (p->err_fd >= 0)
+        close(p->err_fd);
+    if (p->pidfd >= 0)
+        close(p->pidfd);
+    p->out_fd = p->err_fd = p->pidfd = -1;
+    ddp_buf_free(&p->out);
+    ddp_buf_free(&p->err);
+}
+
+void th_dump(const th_proc_t *p)
+{
+    const size_t max = 8192;
+    fprintf(stderr,
+            "--- status %d; stdout (%zu bytes) ---\n%.*s\n--- stderr (%zu bytes) ---\n%.*s\n---\n",
+            th_status(p), p->out.len, (int)(p->out.len < max ? p->out.len : max),
+            ddp_buf_str(&p->out), p->err.len, (int)(p->err.len < max ? p->err.len : max),
+            ddp_buf_str(&p->err));
+}
+
+bool th_wait_gone(pid_t pid, double timeout)
+{
+    int fd = pidfd_open(pid);
+    if (fd < 0)
+        return errno == ESRCH;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    double deadline = th_now() + timeout;
+    int r = 0;
+    while (r == 0) {
+        double left = deadline - th_now();
+        if (left <= 0)
+            break;
+        r = poll(&pfd, 1, (int)(left * 1000) + 1);
+        if (r < 0 && errno == EINTR)
+            r = 0;
+    }
+    close(fd);
+    return r > 0;
+}
+
+int th_count(const char *text, const char *needle)
+{
+    int n = 0;
+    size_t len = strlen(needle);
+    for (const char *p = strstr(text, needle); p != NULL; p = strstr(p + len, needle))
+        n++;
+    return n;
+}
+
+char *th_tmpdir(void)
+{
+    const char *base = getenv("TMPDIR");
+    char *path;
+    assert_true(asprintf(&path, "%s/ddp-test-XXXXXX", base && *base ? base : "/tmp") > 0);
+    assert_non_null(mkdtemp(path));
+    return path;
+}
+
+void th_rmtree(const char *path)
+{
+    DIR *dir = opendir(path);
+    struct dirent *entry;
+    while (dir != NULL && (entry = readdir(dir)) != NULL) {
+        if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0)
+            continue;
+        char *child;
+        if (asprintf(&child, "%s/%s", path, entry->d_name) < 0)
+            continue;
+        struct stat st;
+        if (lstat(child, &st) == 0 && S_ISDIR(st.st_mode))
+            th_rmtree(child);
+        else
+            unlink(child);
+        free(child);
+    }
+    if (dir != NULL)
+        closedir(dir);
+    rmdir(path);
+}

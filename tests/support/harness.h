@@ -1,0 +1,75 @@
+/* Test support: run a real process (usually ddp-launch) with a deadline, capture its
+ * output, wait for lines in it, send it signals, and make sure nothing outlives the
+ * test.
+ *
+ * Every wait takes a timeout in seconds and returns false when it passes; nothing
+ * sleeps to let things settle: waits are poll(2) on the output pipes and a pidfd. */
+#ifndef DDP_TESTS_HARNESS_H
+#define DDP_TESTS_HARNESS_H
+
+#include "buf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct th_proc_s {
+    pid_t pid;
+    int pidfd;
+    int out_fd, err_fd; /* -1 once at EOF */
+    ddp_buf_t out, err;
+    bool exited;
+    int status; /* waitpid status once exited */
+    double started;
+} th_proc_t;
+
+/* Starts argv[0] (a path) with the test's environment changed by `env`: "K=V" sets K,
+ * "K" alone removes it; NULL-terminated, may be NULL. Aborts the test on failure. */
+void th_start(th_proc_t *p, const char *const *argv, const char *const *env);
+
+/* Waits until `needle` occurs `count` times in the stream (1 stdout, 2 stderr). */
+bool th_wait_output(th_proc_t *p, int stream, const char *needle, int count, double timeout);
+
+/* Waits for the process to exit and its output to reach EOF. */
+bool th_wait_exit(th_proc_t *p, double timeout);
+
+/* Its exit status as a shell shows it: the code, or 128+N for signal N. */
+int th_status(const th_proc_t *p);
+
+/* Runs to completion: start, wait (failing the test at the deadline). */
+void th_run(th_proc_t *p, const char *const *argv, const char *const *env, double timeout);
+
+/* Kills it if it still runs, reaps it and frees the buffers. */
+void th_cleanup(th_proc_t *p);
+
+/* Prints what the process wrote (for a failing assertion). */
+void th_dump(const th_proc_t *p);
+
+/* Waits until process `pid` (not necessarily our child) has ended. */
+bool th_wait_gone(pid_t pid, double timeout);
+
+/* Occurrences of `needle` in `text`. */
+int th_count(const char *text, const char *needle);
+
+/* The paths of the binaries under test, from the environment set by meson. */
+const char *th_launcher(void);
+const char *th_worker(void);
+const char *th_source_dir(void);
+
+/* A new empty directory (caller frees the string); th_rmtree removes one. */
+char *th_tmpdir(void);
+void th_rmtree(const char *path);
+
+/* Seconds on the monotonic clock. */
+double th_now(void);
+
+/* Asserts with the process's output shown when `cond` is false. */
+#define TH_ASSERT(p, cond)                                    \
+    do {                                                      \
+        if (!(cond)) {                                        \
+            th_dump(p);                                       \
+            fail_msg("%s:%d: %s", __FILE__, __LINE__, #cond); \
+        }                                                     \
+    } while (0)
+
+#endif

@@ -1,0 +1,52 @@
+/* Unit tests of common/buf.c. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "buf.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void test_append_grow_and_terminate(void **state)
+{
+    ddp_buf_t b = DDP_BUF_INIT;
+    assert_string_equal(ddp_buf_str(&b), "");
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(ddp_buf_printf(&b, "%d,", i), 0);
+    assert_int_equal(strncmp(b.data, "0,1,2,", 6), 0);
+    assert_int_equal(b.data[b.len], '\0');
+    assert_true(b.cap > b.len);
+    assert_int_equal(ddp_buf_append(&b, "\0x", 2), 0); /* binary data is kept */
+    assert_int_equal(b.data[b.len - 2], '\0');
+    ddp_buf_clear(&b);
+    assert_int_equal(b.len, 0);
+    assert_string_equal(ddp_buf_str(&b), "");
+    ddp_buf_free(&b);
+    assert_null(b.data);
+}
+
+static void test_steal(void **state)
+{
+    ddp_buf_t b = DDP_BUF_INIT;
+    char *empty = ddp_buf_steal(&b);
+    assert_string_equal(empty, "");
+    free(empty);
+    ddp_buf_puts(&b, "hello");
+    char *s = ddp_buf_steal(&b);
+    assert_string_equal(s, "hello");
+    assert_null(b.data);
+    assert_int_equal(b.len, 0);
+    free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_append_grow_and_terminate),
+        cmocka_unit_test(test_steal),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

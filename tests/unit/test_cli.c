@@ -1,0 +1,534 @@
+/* Unit tests of launcher/cli.c: every flag in every spelling, PET_* defaults,
+ * prefixes, bad values (naming the flag), the positional script, and resolution. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "cli.h"
+#include "error.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A parse of a space-separated command line (no quoting needed in these tests) with a
+ * space-separated environment; the result stays valid until the next parse. */
+typedef struct {
+    char *argv_text, *env_text;
+    char *argv[64];
+    char *envp[16];
+    ddp_launch_config_t cfg;
+    ddp_buf_t err;
+    ddp_log_t log;
+    int rc;
+} parse_t;
+
+static int split(char *text, char **out, int max)
+{
+    int n = 0;
+    for (char *tok = strtok(text, " "); tok != NULL && n < max - 1; tok = strtok(NULL, " "))
+        out[n++] = tok;
+    out[n] = NULL;
+    return n;
+}
+
+static void parse(parse_t *p, const char *args, const char *env)
+{
+    memset(p, 0, sizeof *p);
+    assert_true(asprintf(&p->argv_text, "ddp-launch %s", args) > 0);
+    p->env_text = strdup(env ? env : "");
+    int argc = split(p->argv_text, p->argv, 64);
+    split(p->env_text, p->envp, 16);
+    ddp_log_init(&p->log, "test", DDP_LOG_ERROR);
+    p->log.fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    p->rc = ddp_cli_parse(&p->cfg, argc, p->argv, p->envp, &p->log, &p->err);
+}
+
+static void done(parse_t *p)
+{
+    if (p->rc == 0)
+        ddp_cli_free(&p->cfg);
+    close(p->log.fd);
+    ddp_buf_free(&p->err);
+    free(p->argv_text);
+    free(p->env_text);
+}
+
+/* The parsed value of one flag, as text, for comparing against the table. */
+static void field(const ddp_launch_config_t *c, const char *flag, char *out, size_t cap)
+{
+    static const char *const kinds[] = {"int", "cpu", "gpu", "auto"};
+    static const char *const rank_args[] = {"none", "underscore", "dash"};
+    if (strcmp(flag, "nnodes") == 0) {
+        snprintf(out, cap, "%d:%d", c->nnodes_min, c->nnodes_max);
+    } else if (strcmp(flag, "nproc-per-node") == 0) {
+        snprintf(out, cap, "%s:%d", kinds[c->nproc_kind], c->nproc_per_node);
+    } else if (strcmp(flag, "node-rank") == 0) {
+        snprintf(out, cap, "%d", c->node_rank);
+    } else if (strcmp(flag, "master-addr") == 0) {
+        snprintf(out, cap, "%s", c->master_addr);
+    } else if (strcmp(flag, "master-port") == 0) {
+        snprintf(out, cap, "%d", c->master_port);
+    } else if (strcmp(flag, "local-addr") == 0) {
+        snprintf(out, cap, "%s", c->local_addr ? c->local_addr : "(null)");
+    } else if (strcmp(flag, "rdzv-backend") == 0) {
+        snprintf(out, cap, "%s", c->rdzv_backend == DDP_RDZV_C10D ? "c10d" : "static");
+    } else if (strcmp(flag, "rdzv-endpoint") == 0) {
+        snprintf(out, cap, "%s|%d", c->rdzv_endpoint_host, c->rdzv_endpoint_port);
+    } else if (strcmp(flag, "rdzv-id") == 0) {
+        snprintf(out, cap, "%s", c->run_id);
+    } else if (strcmp(flag, "rdzv-conf") == 0) {
+        snprintf(out, cap, "%g %g %g %g %g %d", c->rdzv_conf.join_timeout,
+                 c->rdzv_conf.last_call_timeout, c->rdzv_conf.close_timeout,
+                 c->rdzv_conf.read_timeout, c->rdzv_conf.timeout, c->rdzv_conf.is_host);
+    } else if (strcmp(flag, "standalone") == 0) {
+        snprintf(out, cap, "%d", c->standalone);
+    } else if (strcmp(flag, "max-restarts") == 0) {
+        snprintf(out, cap, "%d", c->max_restarts);
+    } else if (strcmp(flag, "monitor-interval") == 0) {
+        snprintf(out, cap, "%g", c->monitor_interval);
+    } else if (strcmp(flag, "role") == 0) {
+        snprintf(out, cap, "%s", c->role);
+    } else if (strcmp(flag, "module") == 0) {
+        snprintf(out, cap, "%d", c->module);
+    } else if (strcmp(flag, "no-python") == 0) {
+        snprintf(out, cap, "%d", c->no_python);
+    } else if (strcmp(flag, "run-path") == 0) {
+        snprintf(out, cap, "%d", c->run_path);
+    } else if (strcmp(flag, "use-env") == 0) {
+        snprintf(out, cap, "%d", c->use_env);
+    } else if (strcmp(flag, "local-rank-arg") == 0) {
+        snprintf(out, cap, "%s", rank_args[c->local_rank_arg]);
+    } else if (strcmp(flag, "log-dir") == 0) {
+        snprintf(out, cap, "%s", c->log_dir ? c->log_dir : "(null)");
+    } else if (strcmp(flag, "redirects") == 0 || strcmp(flag, "tee") == 0) {
+        const ddp_std_spec_t *s = flag[0] == 'r' ? &c->redirects : &c->tee;
+        size_t len = (size_t)snprintf(out, cap, "all=%d", s->all);
+        for (size_t i = 0; i < s->nmap && len < cap; i++)
+            len += (size_t)snprintf(out + len, cap - len, " %ld:%d", s->map[i].local_rank,
+                                    s->map[i].std);
+    } else if (strcmp(flag, "local-ranks-filter") == 0) {
+        size_t len = (size_t)snprintf(out, cap, "%s", c->ranks_filter_set ? "set" : "unset");
+        for (size_t i = 0; i < c->nranks_filter && len < cap; i++)
+            len += (size_t)snprintf(out + len, cap - len, " %ld", c->ranks_filter[i]);
+    } else if (strcmp(flag, "signals-to-handle") == 0) {
+        size_t len = 0;
+        out[0] = '\0';
+        for (int i = 0; i < c->nsignals && len < cap; i++)
+            len += (size_t)snprintf(out + len, cap - len, "%s%d", i ? "," : "", c->signals[i]);
+    } else if (strcmp(flag, "shutdown-timeout") == 0) {
+        snprintf(out, cap, "%g", c->shutdown_timeout);
+    } else if (strcmp(flag, "exit-code") == 0) {
+        snprintf(out, cap, "%s", c->exit_code_mode == DDP_EXIT_CODE_WORKER ? "worker" : "torchrun");
+    } else if (strcmp(flag, "dry-run") == 0) {
+        snprintf(out, cap, "%d", c->dry_run);
+    } else if (strcmp(flag, "start-method") == 0 || strcmp(flag, "event-log-handler") == 0) {
+        snprintf(out, cap, "accepted");
+    } else {
+        fail_msg("no field for flag %s", flag);
+    }
+}
+
+typedef struct {
+    const char *flag;     /* dash spelling */
+    const char *value;    /* NULL for a switch */
+    const char *expected; /* field() after parsing */
+} good_case_t;
+
+static const good_case_t good_cases[] = {
+    {"nnodes", "1", "1:1"},
+    {"nnodes", "1:1", "1:1"},
+    {"nproc-per-node", "4", "int:4"},
+    {"nproc-per-node", "4096", "int:4096"},
+    {"nproc-per-node", "cpu", "cpu:1"},
+    {"nproc-per-node", "gpu", "gpu:1"},
+    {"nproc-per-node", "auto", "auto:1"},
+    {"node-rank", "0", "0"},
+    {"master-addr", "10.1.2.3", "10.1.2.3"},
+    {"master-addr", "node-0.cluster", "node-0.cluster"},
+    {"master-port", "1234", "1234"},
+    {"master-port", "0", "0"},
+    {"local-addr", "node7", "node7"},
+    {"rdzv-backend", "c10d", "c10d"},
+    {"rdzv-backend", "static", "static"},
+    {"rdzv-endpoint", "host:1234", "host|1234"},
+    {"rdzv-endpoint", "[::1]:5", "::1|5"},
+    {"rdzv-endpoint", "host", "host|29500"},
+    {"rdzv-id", "job7", "job7"},
+    {"rdzv-conf", "join_timeout=5,is_host=true", "5 30 30 60 900 1"},
+    {"rdzv-conf", "last_call_timeout=1.5,close_timeout=2,read_timeout=3,timeout=4,is_host=0",
+     "600 1.5 2 3 4 0"},
+    {"rdzv-conf", "keep_alive_interval=5", "600 30 30 60 900 -1"},
+    {"standalone", NULL, "1"},
+    {"max-restarts", "3", "3"},
+    {"monitor-interval", "0.5", "0.5"},
+    {"start-method", "fork", "accepted"},
+    {"event-log-handler", "null", "accepted"},
+    {"role", "trainer", "trainer"},
+    {"module", NULL, "1"},
+    {"no-python", NULL, "1"},
+    {"run-path", NULL, "1"},
+    {"use-env", NULL, "1"},
+    {"local-rank-arg", "underscore", "underscore"},
+    {"local-rank-arg", "dash", "dash"},
+    {"log-dir", "/tmp/logs", "/tmp/logs"},
+    {"redirects", "3", "all=3"},
+    {"redirects", "0:1,12:2,123:3", "all=0 0:1 12:2 123:3"},
+    {"tee", "1", "all=1"},
+    {"tee", "9:0", "all=0 9:0"},
+    {"local-ranks-filter", "0,2", "set 0 2"},
+    {"signals-to-handle", "SIGTERM,SIGUSR1", "15,10"},
+    {"signals-to-handle", "usr2,INT,SIGINT", "12,2"},
+    {"shutdown-timeout", "2.5", "2.5"},
+    {"shutdown-timeout", "0", "0"},
+    {"exit-code", "worker", "worker"},
+    {"dry-run", NULL, "1"},
+};
+
+static void underscore(const char *dash, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", dash);
+    for (char *p = out; *p; p++)
+        *p = *p == '-' ? '_' : *p;
+}
+
+static void pet(const char *dash, char *out, size_t cap)
+{
+    char u[64];
+    underscore(dash, u, sizeof u);
+    snprintf(out, cap, "PET_%s", u);
+    for (char *p = out; *p; p++)
+        *p = (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+}
+
+static void expect_field(const char *args, const char *env, const good_case_t *c)
+{
+    parse_t p;
+    char got[512];
+    parse(&p, args, env);
+    if (p.rc != 0)
+        fail_msg("'%s' (env '%s'): %s", args, env ? env : "", ddp_buf_str(&p.err));
+    field(&p.cfg, c->flag, got, sizeof got);
+    if (strcmp(got, c->expected) != 0)
+        fail_msg("'%s' (env '%s'): %s is '%s', expected '%s'", args, env ? env : "", c->flag, got,
+                 c->expected);
+    done(&p);
+}
+
+static void test_every_flag_every_spelling(void **state)
+{
+    for (size_t i = 0; i < sizeof good_cases / sizeof good_cases[0]; i++) {
+        const good_case_t *c = &good_cases[i];
+        char u[64], args[512], env[256];
+        underscore(c->flag, u, sizeof u);
+        const char *names[2] = {c->flag, u};
+        for (int s = 0; s < 2; s++) {
+            if (c->value == NULL) {
+                snprintf(args, sizeof args, "--%s train.py", names[s]);
+                expect_field(args, NULL, c);
+                continue;
+            }
+            snprintf(args, sizeof args, "--%s=%s train.py", names[s], c->value);
+            expect_field(args, NULL, c);
+            snprintf(args, sizeof args, "--%s %s train.py", names[s], c->value);
+            expect_field(args, NULL, c);
+        }
+        /* The same value as a PET_* default. */
+        pet(c->flag, env, sizeof env);
+        size_t len = strlen(env);
+        snprintf(env + len, sizeof env - len, "=%s", c->value ? c->value : "1");
+        expect_field("train.py", env, c);
+    }
+}
+
+typedef struct {
+    const char *args;
+    const char *env;
+    const char *message; /* the error must contain this */
+} bad_case_t;
+
+static const bad_case_t bad_cases[] = {
+    {"--nnodes=0 t.py", NULL, "--nnodes: invalid value '0'"},
+    {"--nnodes=2:1 t.py", NULL, "--nnodes: invalid value '2:1'"},
+    {"--nnodes=1:2:3 t.py", NULL, "--nnodes"},
+    {"--nnodes=x t.py", NULL, "--nnodes"},
+    {"--nnodes=2 t.py", NULL, "multi-node jobs are not supported"},
+    {"--nnodes=1:4 t.py", NULL, "multi-node jobs are not supported"},
+    {"--nproc-per-node=0 t.py", NULL, "--nproc-per-node: invalid value '0'"},
+    {"--nproc_per_node=-1 t.py", NULL, "--nproc-per-node"},
+    {"--nproc-per-node=many t.py", NULL, "expected an integer, cpu, gpu or auto"},
+    {"--nproc-per-node=4097 t.py", NULL, "between 1 and 4096"},
+    {"--node-rank=-1 t.py", NULL, "--node-rank"},
+    {"--node-rank=1 t.py", NULL, "--node-rank: 1 must be less than --nnodes (1)"},
+    {"--master-port=65536 t.py", NULL, "--master-port: invalid value '65536'"},
+    {"--master-port=http t.py", NULL, "--master-port"},
+    {"--rdzv-backend=etcd t.py", NULL, "etcd rendezvous backend is not supported"},
+    {"--rdzv-backend=zookeeper t.py", NULL, "expected static or c10d"},
+    {"--rdzv-endpoint=[::1 t.py", NULL, "--rdzv-endpoint"},
+    {"--rdzv-endpoint=h:99999 t.py", NULL, "--rdzv-endpoint"},
+    {"--rdzv-conf=join_timeout=soon t.py", NULL, "--rdzv-conf: invalid join_timeout 'soon'"},
+    {"--rdzv-conf=is_host=perhaps t.py", NULL, "--rdzv-conf: invalid is_host"},
+    {"--rdzv-conf=novalue t.py", NULL, "--rdzv-conf: invalid entry 'novalue'"},
+    {"--standalone=1 t.py", NULL, "--standalone: takes no value"},
+    {"t.py", "PET_STANDALONE=maybe", "PET_STANDALONE: invalid value 'maybe'"},
+    {"t.py", "PET_NPROC_PER_NODE=zero", "PET_NPROC_PER_NODE: invalid value 'zero'"},
+    {"--max-restarts=-1 t.py", NULL, "--max-restarts: invalid value '-1'"},
+    {"--max-restarts -1 t.py", NULL, "--max-restarts: invalid value '-1'"},
+    {"--monitor-interval=0 t.py", NULL, "--monitor-interval"},
+    {"--start-method=thread t.py", NULL, "--start-method: invalid value 'thread'"},
+    {"--local-rank-arg=both t.py", NULL, "--local-rank-arg"},
+    {"--redirects=4 t.py", NULL, "--redirects: invalid value '4'"},
+    {"-r 0:4 t.py", NULL, "--redirects"},
+    {"--tee=a:1 t.py", NULL, "--tee"},
+    {"--tee=1: t.py", NULL, "--tee"},
+    {"--tee=0:1, t.py", NULL, "--tee"},
+    {"--local-ranks-filter=a t.py", NULL, "--local-ranks-filter"},
+    {"--local-ranks-filter=0,,1 t.py", NULL, "--local-ranks-filter"},
+    {"--local-ranks-filter=-1 t.py", NULL, "--local-ranks-filter"},
+    {"--logs-specs=custom t.py", NULL, "--logs-specs: 'custom': ddp-launch has no"},
+    {"--numa-binding=node t.py", NULL, "NUMA binding is not supported"},
+    {"--numa-binding=far t.py", NULL, "--numa-binding: invalid value 'far'"},
+    {"--signals-to-handle=SIGKILL t.py", NULL, "cannot handle 'SIGKILL'"},
+    {"--signals-to-handle=SIGFOO t.py", NULL, "cannot handle 'SIGFOO'"},
+    {"--signals-to-handle=, t.py", NULL, "--signals-to-handle"},
+    {"--shutdown-timeout=-1 t.py", NULL, "--shutdown-timeout"},
+    {"--exit-code=maybe t.py", NULL, "--exit-code"},
+    {"--role= t.py", NULL, "--role: the value must not be empty"},
+    {"--log-dir= t.py", NULL, "--log-dir"},
+    {"--master-addr= t.py", NULL, "--master-addr"},
+    {"--rdzv-id= t.py", NULL, "--rdzv-id"},
+    {"--bogus t.py", NULL, "--bogus: unrecognized option"},
+    {"--n=1 t.py", NULL, "ambiguous option: could be --nnodes, --nproc-per-node, --node-rank"},
+    {"--nproc_per-node=2 t.py", NULL, "unrecognized option"},
+    {"-x t.py", NULL, "-x: unrecognized option"},
+    {"-mx t.py", NULL, "unrecognized option"},
+    {"--role", NULL, "--role: expects a value"},
+    {"--role --tee 3 t.py", NULL, "--role: expects a value"},
+    {"-m --no-python mod", NULL, "--no-python: cannot be combined with -m/--module"},
+    {"--use-env --local-rank-arg=dash t.py", NULL, "--use-env: contradicts"},
+    {"--nproc-per-node=2", NULL, "missing the training script"},
+    {"", NULL, "missing the training script"},
+};
+
+static void test_bad_values_name_the_flag(void **state)
+{
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        const bad_case_t *c = &bad_cases[i];
+        parse_t p;
+        parse(&p, c->args, c->env);
+        if (p.rc != DDP_EUSAGE)
+            fail_msg("'%s' (env '%s'): expected a usage error, got %d", c->args,
+                     c->env ? c->env : "", p.rc);
+        if (strstr(ddp_buf_str(&p.err), c->message) == NULL)
+            fail_msg("'%s': error '%s' does not contain '%s'", c->args, ddp_buf_str(&p.err),
+                     c->message);
+        done(&p);
+    }
+}
+
+static void test_prefixes(void **state)
+{
+    static const good_case_t cases[] = {
+        {"nproc-per-node", "3", "int:3"},    /* --nproc: both spellings, one flag */
+        {"max-restarts", "2", "2"},          /* --max */
+        {"standalone", NULL, "1"},           /* --stand */
+        {"local-ranks-filter", "1", "set 1"} /* --local-ranks */
+    };
+    static const char *const typed[] = {"--nproc", "--max", "--stand", "--local-ranks"};
+    for (size_t i = 0; i < 4; i++) {
+        char args[128];
+        if (cases[i].value)
+            snprintf(args, sizeof args, "%s %s t.py", typed[i], cases[i].value);
+        else
+            snprintf(args, sizeof args, "%s t.py", typed[i]);
+        expect_field(args, NULL, &cases[i]);
+    }
+    /* An exact name wins over being a prefix of a longer one. */
+    static const good_case_t tee = {"tee", "2", "all=2"};
+    expect_field("--tee 2 t.py", NULL, &tee);
+    /* Short options: -r3, -r=3, -r 3, -m. */
+    static const good_case_t r3 = {"redirects", "3", "all=3"};
+    expect_field("-r3 t.py", NULL, &r3);
+    expect_field("-r=3 t.py", NULL, &r3);
+    expect_field("-r 3 t.py", NULL, &r3);
+    static const good_case_t m = {"module", NULL, "1"};
+    expect_field("-m pkg.train", NULL, &m);
+}
+
+static void test_command_line_beats_pet(void **state)
+{
+    static const good_case_t c = {"nproc-per-node", "2", "int:2"};
+    expect_field("--nproc-per-node=2 t.py", "PET_NPROC_PER_NODE=3", &c);
+    static const good_case_t off = {"standalone", NULL, "0"};
+    expect_field("t.py", "PET_STANDALONE=0", &off);
+    /* An empty PET_ variable is as good as unset. */
+    static const good_case_t role = {"role", "default", "default"};
+    expect_field("t.py", "PET_ROLE=", &role);
+}
+
+static void test_script_and_its_arguments_untouched(void **state)
+{
+    parse_t p;
+    parse(&p, "--nproc-per-node 2 train.py --lr 0.1 --nproc-per-node 4 -m --", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_string_equal(p.cfg.script, "train.py");
+    assert_int_equal(p.cfg.nproc_per_node, 2);
+    assert_int_equal(p.cfg.nscript_args, 6);
+    assert_string_equal(p.cfg.script_args[0], "--lr");
+    assert_string_equal(p.cfg.script_args[2], "--nproc-per-node");
+    assert_string_equal(p.cfg.script_args[3], "4");
+    assert_string_equal(p.cfg.script_args[4], "-m");
+    assert_string_equal(p.cfg.script_args[5], "--");
+    assert_false(p.cfg.module);
+    done(&p);
+
+    /* "--" ends the options: a script whose name starts with a dash. */
+    parse(&p, "--nproc 2 -- -odd-name.py --x", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_string_equal(p.cfg.script, "-odd-name.py");
+    assert_int_equal(p.cfg.nscript_args, 1);
+    done(&p);
+}
+
+static void test_help_and_version_act_at_once(void **state)
+{
+    parse_t p;
+    parse(&p, "--nproc-per-node=2 --help --bogus", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_true(p.cfg.help);
+    done(&p);
+    parse(&p, "-h", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_true(p.cfg.help);
+    done(&p);
+    parse(&p, "--version", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_true(p.cfg.version);
+    done(&p);
+}
+
+static void test_defaults_and_environment(void **state)
+{
+    parse_t p;
+    parse(&p, "train.py",
+          "PYTHON_EXEC=/opt/py/bin/python TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[${rank}]:");
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.nnodes_min, 1);
+    assert_int_equal(p.cfg.nproc_per_node, 1);
+    assert_string_equal(p.cfg.master_addr, "127.0.0.1");
+    assert_int_equal(p.cfg.master_port, 29500);
+    assert_string_equal(p.cfg.run_id, "none");
+    assert_string_equal(p.cfg.role, "default");
+    assert_int_equal(p.cfg.max_restarts, 0);
+    assert_true(p.cfg.shutdown_timeout == 30);
+    assert_int_equal(p.cfg.nsignals, 4);
+    assert_int_equal(p.cfg.signals[0], SIGTERM);
+    assert_int_equal(p.cfg.signals[3], SIGQUIT);
+    assert_string_equal(p.cfg.python_exec, "/opt/py/bin/python");
+    assert_string_equal(p.cfg.prefix_template, "[${rank}]:");
+    assert_int_equal(p.cfg.local_rank_arg, DDP_LOCAL_RANK_ARG_NONE);
+    done(&p);
+    parse(&p, "train.py", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_string_equal(p.cfg.python_exec, "python3");
+    assert_null(p.cfg.prefix_template);
+    done(&p);
+}
+
+static void test_std_spec_and_filter_lookup(void **state)
+{
+    parse_t p;
+    parse(&p, "-r 0:1,12:2 -t 3 --local-ranks-filter 1,12 t.py", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(ddp_std_for(&p.cfg.redirects, 0), DDP_STD_OUT);
+    assert_int_equal(ddp_std_for(&p.cfg.redirects, 12), DDP_STD_ERR);
+    assert_int_equal(ddp_std_for(&p.cfg.redirects, 5), DDP_STD_NONE);
+    assert_int_equal(ddp_std_for(&p.cfg.tee, 7), DDP_STD_ALL);
+    assert_true(ddp_cli_rank_shown(&p.cfg, 12));
+    assert_false(ddp_cli_rank_shown(&p.cfg, 0));
+    done(&p);
+    parse(&p, "t.py", NULL);
+    assert_true(ddp_cli_rank_shown(&p.cfg, 99));
+    done(&p);
+}
+
+static void test_resolve(void **state)
+{
+    parse_t p;
+    parse(&p, "--nproc-per-node=cpu t.py", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
+    assert_true(p.cfg.nproc_per_node >= 1);
+    assert_int_equal(p.cfg.master_port, 29500); /* static keeps its port */
+    done(&p);
+
+    /* No GPU on a test machine: gpu is a clear usage error, auto falls back to CPUs. */
+    parse(&p, "--nproc-per-node=gpu t.py", NULL);
+    assert_int_equal(p.rc, 0);
+    int rc = ddp_cli_resolve(&p.cfg, &p.log, &p.err);
+    if (rc == 0) {
+        assert_true(p.cfg.nproc_per_node >= 1); /* a machine with a GPU */
+    } else {
+        assert_int_equal(rc, DDP_EUSAGE);
+        assert_non_null(strstr(ddp_buf_str(&p.err), "--nproc-per-node: gpu:"));
+        assert_non_null(strstr(ddp_buf_str(&p.err), "CUDA"));
+    }
+    done(&p);
+    parse(&p, "--nproc-per-node=auto t.py", NULL);
+    assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
+    assert_true(p.cfg.nproc_per_node >= 1);
+    done(&p);
+
+    /* --standalone: a random run id (a UUID) and a free port, explicit values ignored. */
+    parse(&p, "--standalone --rdzv-id=mine --master-port=1 t.py", NULL);
+    assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
+    assert_int_equal(strlen(p.cfg.run_id), 36);
+    assert_int_equal(p.cfg.run_id[14], '4');
+    assert_true(p.cfg.master_port > 0 && p.cfg.master_port != 1);
+    assert_int_equal(p.cfg.rdzv_backend, DDP_RDZV_C10D);
+    assert_string_equal(p.cfg.master_addr, "127.0.0.1");
+    char first[40];
+    snprintf(first, sizeof first, "%s", p.cfg.run_id);
+    done(&p);
+    parse(&p, "--standalone t.py", NULL);
+    assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
+    assert_string_not_equal(first, p.cfg.run_id);
+    done(&p);
+
+    /* Port 0 means any free port. */
+    parse(&p, "--master-port=0 t.py", NULL);
+    assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
+    assert_true(p.cfg.master_port > 0);
+    done(&p);
+}
+
+static void test_signal_names(void **state)
+{
+    char buf[32];
+    assert_string_equal(ddp_signal_name(SIGSEGV, buf, sizeof buf), "SIGSEGV");
+    assert_string_equal(ddp_signal_name(SIGKILL, buf, sizeof buf), "SIGKILL");
+    assert_string_equal(ddp_signal_name(SIGRTMIN + 1, buf, sizeof buf), buf);
+    assert_int_equal(strncmp(buf, "SIG", 3), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_flag_every_spelling),
+        cmocka_unit_test(test_bad_values_name_the_flag),
+        cmocka_unit_test(test_prefixes),
+        cmocka_unit_test(test_command_line_beats_pet),
+        cmocka_unit_test(test_script_and_its_arguments_untouched),
+        cmocka_unit_test(test_help_and_version_act_at_once),
+        cmocka_unit_test(test_defaults_and_environment),
+        cmocka_unit_test(test_std_spec_and_filter_lookup),
+        cmocka_unit_test(test_resolve),
+        cmocka_unit_test(test_signal_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

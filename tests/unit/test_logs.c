@@ -1,0 +1,249 @@
+/* Unit tests of launcher/logs.c: whole-line assembly, sinks, prefixes, directories. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "cli.h"
+#include "logs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A console that is a temporary file, read back after the writes. */
+typedef struct {
+    FILE *file;
+    ddp_console_t console;
+} capture_t;
+
+static void capture_open(capture_t *c)
+{
+    c->file = tmpfile();
+    assert_non_null(c->file);
+    c->console.fd = fileno(c->file);
+    c->console.broken = false;
+}
+
+static char *capture_read(capture_t *c, size_t *len)
+{
+    long size = lseek(c->console.fd, 0, SEEK_END);
+    char *data = malloc((size_t)size + 1);
+    assert_int_equal(pread(c->console.fd, data, (size_t)size, 0), size);
+    data[size] = '\0';
+    *len = (size_t)size;
+    fclose(c->file);
+    return data;
+}
+
+static void test_whole_lines_with_prefix(void **state)
+{
+    capture_t c;
+    ddp_lines_t lines;
+    size_t len;
+    capture_open(&c);
+    ddp_lines_init(&lines, "[default1]:", DDP_LINE_MAX);
+    /* Pieces that split lines anywhere, an empty line, and a last line without end. */
+    const char *pieces[] = {"hel", "lo\nwor", "ld\n\nlast", " words"};
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(ddp_lines_feed(&lines, &c.console, pieces[i], strlen(pieces[i])), 0);
+    ddp_lines_finish(&lines, &c.console);
+    ddp_lines_finish(&lines, &c.console); /* nothing pending: writes nothing */
+    char *out = capture_read(&c, &len);
+    assert_string_equal(out, "[default1]:hello\n[default1]:world\n[default1]:\n"
+                             "[default1]:last words\n");
+    free(out);
+    ddp_lines_free(&lines);
+}
+
+static void test_many_lines_in_one_read(void **state)
+{
+    capture_t c;
+    ddp_lines_t lines;
+    ddp_buf_t in = DDP_BUF_INIT, want = DDP_BUF_INIT;
+    size_t len;
+    capture_open(&c);
+    ddp_lines_init(&lines, "P:", DDP_LINE_MAX);
+    for (int i = 0; i < 5000; i++) { /* more lines than one writev batch */
+        ddp_buf_printf(&in, "line %d\n", i);
+        ddp_buf_printf(&want, "P:line %d\n", i);
+    }
+    assert_int_equal(ddp_lines_feed(&lines, &c.console, in.data, in.len), 0);
+    char *out = capture_read(&c, &len);
+    assert_int_equal(len, want.len);
+    assert_memory_equal(out, want.data, len);
+    free(out);
+    ddp_buf_free(&in);
+    ddp_buf_free(&want);
+    ddp_lines_free(&lines);
+}
+
+static void test_binary_and_long_lines(void **state)
+{
+    capture_t c;
+    ddp_lines_t lines;
+    size_t len;
+    capture_open(&c);
+    ddp_lines_init(&lines, "", 16);
+    const char bin[] = {'a', 0, (char)0xff, '\r', '\n'};
+    ddp_lines_feed(&lines, &c.console, bin, sizeof bin);
+    /* 40 bytes without a newline with a 16-byte limit come out in pieces. */
+    const char *longline = "0123456789012345678901234567890123456789";
+    ddp_lines_feed(&lines, &c.console, longline, strlen(longline));
+    ddp_lines_finish(&lines, &c.console);
+    char *out = capture_read(&c, &len);
+    assert_memory_equal(out, bin, sizeof bin);
+    assert_string_equal(out + sizeof bin, "0123456789012345678901234567890123456789\n");
+    free(out);
+    ddp_lines_free(&lines);
+
+    /* Fed in small pieces, the limit splits the line. */
+    capture_open(&c);
+    ddp_lines_init(&lines, "", 16);
+    for (int i = 0; i < 4; i++)
+        ddp_lines_feed(&lines, &c.console, longline + 10 * i, 10);
+    ddp_lines_finish(&lines, &c.console);
+    out = capture_read(&c, &len);
+    assert_string_equal(out, "01234567890123456789\n01234567890123456789\n");
+    free(out);
+    ddp_lines_free(&lines);
+}
+
+static void test_broken_console_is_dropped(void **state)
+{
+    int fds[2];
+    ddp_lines_t lines;
+    signal(SIGPIPE, SIG_IGN);
+    assert_int_equal(pipe(fds), 0);
+    close(fds[0]);
+    ddp_console_t console = {.fd = fds[1], .broken = false};
+    ddp_lines_init(&lines, "", DDP_LINE_MAX);
+    assert_int_equal(ddp_lines_feed(&lines, &console, "a\nb\n", 4), 0);
+    assert_true(console.broken);
+    assert_int_equal(ddp_lines_feed(&lines, &console, "c\n", 2), 0);
+    close(fds[1]);
+    ddp_lines_free(&lines);
+}
+
+static void config(ddp_launch_config_t *cfg, const char *redirects, const char *tee,
+                   const char *filter)
+{
+    static char *argv[16]; /* the config points into it */
+    int argc = 0;
+    char *envp[] = {NULL};
+    ddp_buf_t err = DDP_BUF_INIT;
+    ddp_log_t log;
+    ddp_log_init(&log, "test", DDP_LOG_ERROR);
+    argv[argc++] = "ddp-launch";
+    argv[argc++] = "--redirects";
+    argv[argc++] = (char *)redirects;
+    argv[argc++] = "--tee";
+    argv[argc++] = (char *)tee;
+    if (filter) {
+        argv[argc++] = "--local-ranks-filter";
+        argv[argc++] = (char *)filter;
+    }
+    argv[argc++] = "t.py";
+    argv[argc] = NULL;
+    assert_int_equal(ddp_cli_parse(cfg, argc, argv, envp, &log, &err), 0);
+    ddp_buf_free(&err);
+}
+
+static void test_sinks(void **state)
+{
+    ddp_launch_config_t cfg;
+    /* Nothing asked: the console. */
+    config(&cfg, "0", "0", NULL);
+    assert_int_equal(ddp_logs_sink(&cfg, 0, DDP_STD_OUT), DDP_SINK_CONSOLE);
+    ddp_cli_free(&cfg);
+    /* Redirect stdout of rank 1 only; tee stderr of everyone. */
+    config(&cfg, "1:1", "2", NULL);
+    assert_int_equal(ddp_logs_sink(&cfg, 1, DDP_STD_OUT), DDP_SINK_FILE);
+    assert_int_equal(ddp_logs_sink(&cfg, 0, DDP_STD_OUT), DDP_SINK_CONSOLE);
+    assert_int_equal(ddp_logs_sink(&cfg, 0, DDP_STD_ERR), DDP_SINK_TEE);
+    assert_int_equal(ddp_logs_sink(&cfg, 1, DDP_STD_ERR), DDP_SINK_TEE);
+    ddp_cli_free(&cfg);
+    /* The filter: others reach no console; tee'd ones still get their file. */
+    config(&cfg, "0", "0:3", "1");
+    assert_int_equal(ddp_logs_sink(&cfg, 0, DDP_STD_OUT), DDP_SINK_FILE);
+    assert_int_equal(ddp_logs_sink(&cfg, 1, DDP_STD_OUT), DDP_SINK_CONSOLE);
+    assert_int_equal(ddp_logs_sink(&cfg, 2, DDP_STD_ERR), DDP_SINK_NULL);
+    ddp_cli_free(&cfg);
+}
+
+static void test_prefix(void **state)
+{
+    ddp_launch_config_t cfg;
+    char *prefix;
+    config(&cfg, "0", "3", NULL);
+    assert_int_equal(ddp_logs_prefix(&cfg, 17, 3, &prefix), 0);
+    assert_string_equal(prefix, "[default3]:");
+    free(prefix);
+    cfg.role = "trainer";
+    cfg.prefix_template = "${role_name}/${rank}/${local_rank} $$ ${host}|";
+    assert_int_equal(ddp_logs_prefix(&cfg, 17, 3, &prefix), 0);
+    assert_string_equal(prefix, "trainer/17/3 $ ${host}|");
+    free(prefix);
+    ddp_cli_free(&cfg);
+}
+
+static void test_directories(void **state)
+{
+    char base[] = "/tmp/ddp-logs-test-XXXXXX";
+    assert_non_null(mkdtemp(base));
+    char *base_out, *run_dir, *attempt_dir, *nested;
+    bool created;
+    assert_true(asprintf(&nested, "%s/a/b", base) > 0);
+    /* A run id that is not a safe file name is made one. */
+    assert_int_equal(ddp_logs_make_run_dir(nested, "../ns/job 1", &base_out, &created, &run_dir),
+                     0);
+    assert_false(created);
+    assert_string_equal(base_out, nested);
+    assert_int_equal(strncmp(run_dir + strlen(nested), "/_._ns_job_1_", 13), 0);
+    assert_int_equal(ddp_logs_make_attempt_dir(run_dir, 2, 3, &attempt_dir), 0);
+    char *rank2;
+    assert_true(asprintf(&rank2, "%s/attempt_2/2", run_dir) > 0);
+    struct stat st;
+    assert_int_equal(stat(rank2, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    /* Empty directories go; a file keeps its directory. */
+    char *file;
+    assert_true(asprintf(&file, "%s/stdout.log", rank2) > 0);
+    int fd = open(file, O_CREAT | O_WRONLY, 0644);
+    close(fd);
+    ddp_logs_remove_if_empty(base);
+    assert_int_equal(stat(file, &st), 0);
+    char *rank0;
+    assert_true(asprintf(&rank0, "%s/attempt_2/0", run_dir) > 0);
+    assert_int_equal(stat(rank0, &st), -1);
+    unlink(file);
+    ddp_logs_remove_if_empty(base);
+    assert_int_equal(stat(base, &st), -1);
+    free(nested);
+    free(base_out);
+    free(run_dir);
+    free(attempt_dir);
+    free(rank2);
+    free(rank0);
+    free(file);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_whole_lines_with_prefix),
+        cmocka_unit_test(test_many_lines_in_one_read),
+        cmocka_unit_test(test_binary_and_long_lines),
+        cmocka_unit_test(test_broken_console_is_dropped),
+        cmocka_unit_test(test_sinks),
+        cmocka_unit_test(test_prefix),
+        cmocka_unit_test(test_directories),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

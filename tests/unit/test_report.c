@@ -1,0 +1,145 @@
+/* Unit tests of launcher/report.c: failure records, error files, the report. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "report.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char *write_temp(const char *content)
+{
+    char *path = strdup("/tmp/ddp-error-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, content, strlen(content)), (ssize_t)strlen(content));
+    close(fd);
+    return path;
+}
+
+static void test_exit_and_signal(void **state)
+{
+    ddp_failure_t f;
+    char buf[64];
+    assert_int_equal(ddp_failure_init(&f, 3, 1, 4242, W_EXITCODE(7, 0), 100, NULL), 0);
+    assert_int_equal(f.exitcode, 7);
+    assert_int_equal(ddp_failure_status(&f), 7);
+    assert_string_equal(ddp_failure_describe(&f, buf, sizeof buf), "exited with code 7");
+    assert_null(f.error_file);
+    ddp_failure_free(&f);
+    assert_int_equal(ddp_failure_init(&f, 0, 0, 1, W_EXITCODE(0, SIGSEGV), 100, "/nonexistent/e"),
+                     0);
+    assert_int_equal(f.exitcode, -SIGSEGV);
+    assert_int_equal(ddp_failure_status(&f), 128 + SIGSEGV);
+    assert_string_equal(ddp_failure_describe(&f, buf, sizeof buf), "was killed by SIGSEGV");
+    assert_null(f.error_file); /* no file: not shown */
+    ddp_failure_free(&f);
+}
+
+static void test_error_file_forms(void **state)
+{
+    ddp_failure_t f;
+    char *nested = write_temp("{\"message\": {\"message\": \"RuntimeError: boom\", \"extraInfo\": "
+                              "{\"py_callstack\": \"Traceback:\\n  File x\\nRuntimeError: boom\", "
+                              "\"timestamp\": \"1700000000\"}}}");
+    assert_int_equal(ddp_failure_init(&f, 1, 1, 9, W_EXITCODE(1, 0), 1800000000, nested), 0);
+    assert_string_equal(f.error_file, nested);
+    assert_string_equal(f.message, "Traceback:\n  File x\nRuntimeError: boom");
+    assert_true(f.timestamp == 1700000000);
+    ddp_failure_free(&f);
+
+    char *no_stack = write_temp("{\"message\": {\"message\": \"ValueError: x\", \"extraInfo\": "
+                                "{\"timestamp\": \"1700000001\"}}}");
+    assert_int_equal(ddp_failure_init(&f, 1, 1, 9, W_EXITCODE(1, 0), 1800000000, no_stack), 0);
+    assert_string_equal(f.message, "ValueError: x");
+    ddp_failure_free(&f);
+
+    char *flat = write_temp("{\"message\": \"plain words\", \"timestamp\": 1700000002}");
+    assert_int_equal(ddp_failure_init(&f, 1, 1, 9, W_EXITCODE(1, 0), 1800000000, flat), 0);
+    assert_string_equal(f.message, "plain words");
+    assert_true(f.timestamp == 1700000002);
+    ddp_failure_free(&f);
+
+    char *garbage = write_temp("{\"message\": {\"message\": ");
+    assert_int_equal(ddp_failure_init(&f, 1, 1, 9, W_EXITCODE(1, 0), 1800000000, garbage), 0);
+    assert_string_equal(f.message, "<the error file is not valid JSON>");
+    assert_true(f.timestamp == 1800000000); /* the time it was seen */
+    ddp_failure_free(&f);
+
+    char *wrong = write_temp("[1, 2]");
+    assert_int_equal(ddp_failure_init(&f, 1, 1, 9, W_EXITCODE(1, 0), 1800000000, wrong), 0);
+    assert_string_equal(f.message, "<the error file has no message>");
+    ddp_failure_free(&f);
+
+    const char *files[] = {nested, no_stack, flat, garbage, wrong};
+    for (size_t i = 0; i < 5; i++) {
+        unlink(files[i]);
+        free((char *)files[i]);
+    }
+}
+
+static void test_report_layout(void **state)
+{
+    ddp_failure_t f[3];
+    ddp_buf_t out = DDP_BUF_INIT;
+    assert_int_equal(ddp_failure_init(&f[0], 0, 0, 100, W_EXITCODE(0, SIGKILL), 2000, NULL), 0);
+    assert_int_equal(ddp_failure_init(&f[1], 5, 1, 101, W_EXITCODE(3, 0), 1000, NULL), 0);
+    assert_int_equal(ddp_failure_init(&f[2], 6, 2, 102, W_EXITCODE(1, 0), 1000, NULL), 0);
+    f[2].message = strdup("line one\nline two");
+    assert_int_equal(ddp_report_root(f, 3), 1); /* earliest; the first of equals */
+    assert_int_equal(ddp_report_format(&out, "train.py", "node0", f, 3, true), 0);
+    const char *text = ddp_buf_str(&out);
+    const char *title = strstr(text, "train.py FAILED\n");
+    const char *root = strstr(text, "Root Cause (first observed failure):\n[1]:\n");
+    assert_non_null(title);
+    assert_non_null(root);
+    assert_non_null(strstr(root, "  rank      : 5 (local_rank: 1)\n"));
+    assert_non_null(strstr(root, "  exitcode  : 3 (pid: 101)\n"));
+    assert_non_null(strstr(root, "  host      : node0\n"));
+    assert_non_null(strstr(root, "  error_file: <N/A>\n"));
+    assert_non_null(strstr(root, "https://pytorch.org/docs/stable/elastic/errors.html"));
+    /* The others are listed before the root cause. */
+    const char *failures = strstr(text, "Failures:\n[0]:\n");
+    assert_non_null(failures);
+    assert_true(failures < root);
+    assert_non_null(strstr(failures, "  exitcode  : -9 (pid: 100)\n"));
+    assert_non_null(strstr(failures, "  traceback : Signal 9 (SIGKILL) received by PID 100\n"));
+    assert_non_null(strstr(failures, "[2]:\n"));
+    assert_non_null(strstr(failures, "  traceback : line one\n  line two\n"));
+    /* Banners are at most 60 wide and frame the report. */
+    char border[61];
+    memset(border, '=', 60);
+    border[60] = '\0';
+    assert_int_equal(strncmp(text, border, 60), 0);
+    assert_int_equal(text[60], '\n');
+    for (int i = 0; i < 3; i++)
+        ddp_failure_free(&f[i]);
+    ddp_buf_free(&out);
+
+    /* A lone failure: <NO_OTHER_FAILURES>; a program gets its own hint. */
+    ddp_failure_t one;
+    assert_int_equal(ddp_failure_init(&one, 0, 0, 7, W_EXITCODE(2, 0), 1, NULL), 0);
+    assert_int_equal(ddp_report_format(&out, "./train", "h", &one, 1, false), 0);
+    assert_non_null(strstr(ddp_buf_str(&out), "Failures:\n  <NO_OTHER_FAILURES>\n"));
+    assert_non_null(strstr(ddp_buf_str(&out), "the program wrote no error file"));
+    assert_non_null(strstr(ddp_buf_str(&out), "./train FAILED"));
+    ddp_failure_free(&one);
+    ddp_buf_free(&out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exit_and_signal),
+        cmocka_unit_test(test_error_file_forms),
+        cmocka_unit_test(test_report_layout),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
