@@ -257,6 +257,13 @@ static int group_start(ddp_agent_t *a);
  * job) go with it. Groups that were SIGKILLed already are only finishing dying. */
 static void kill_leftovers(ddp_agent_t *a)
 {
+    /* Usually no group has a member left at all (kill fails with ESRCH): then there
+     * is no need to read /proc, which only tells live members from zombies. */
+    bool any = false;
+    for (int i = 0; i < a->nworkers && !any; i++)
+        any = a->workers[i].pid > 0 && kill(-a->workers[i].pid, 0) == 0;
+    if (!any)
+        return;
     pid_t *pgids = calloc((size_t)a->nworkers, sizeof *pgids);
     bool *alive = calloc((size_t)a->nworkers, sizeof *alive);
     if (pgids != NULL && alive != NULL) {
