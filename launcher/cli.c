@@ -711,7 +711,7 @@ static bool looks_like_number(const char *text)
 
 typedef struct {
     const char *value; /* NULL for a switch given on the command line */
-    char origin[64];   /* "--name" or "PET_NAME", for messages */
+    char origin[64];   /* the flag or its PET_ variable, for messages */
     bool set;
 } raw_value_t;
 

@@ -4,7 +4,6 @@
  * 0 goodbye. Records are 4 bytes, so each write is atomic on a pipe. */
 #include "guard.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -17,41 +16,23 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Closes every descriptor but `keep`, so the guard holds no console or pipe of the
- * launcher open (which would delay EOF for whoever reads the launcher's output). */
+/* Closes every descriptor above `keep` and puts /dev/null on the standard ones, so
+ * the guard holds no console or pipe of the launcher open (which would delay EOF for
+ * whoever reads the launcher's output). `keep` is DDP_GUARD_FD, above 0, 1 and 2. */
 static void close_others(int keep)
 {
-    DIR *dir = opendir("/proc/self/fd");
-    if (dir == NULL) {
+    if (close_range((unsigned)keep + 1, ~0U, 0) != 0) {
         long max = sysconf(_SC_OPEN_MAX);
-        for (int fd = 0; fd < (max > 0 && max < 65536 ? max : 65536); fd++) {
-            if (fd != keep)
-                close(fd);
-        }
-        return;
+        for (int fd = keep + 1; fd < (max > 0 && max < 65536 ? max : 65536); fd++)
+            close(fd);
     }
-    int dfd = dirfd(dir);
-    struct dirent *entry;
-    int *fds = NULL;
-    size_t n = 0, cap = 0;
-    while ((entry = readdir(dir)) != NULL) {
-        int fd = atoi(entry->d_name);
-        if (entry->d_name[0] < '0' || entry->d_name[0] > '9' || fd == keep || fd == dfd)
-            continue;
-        if (n == cap) {
-            size_t next = cap ? cap * 2 : 64;
-            int *grown = realloc(fds, next * sizeof *fds);
-            if (grown == NULL)
-                break;
-            fds = grown;
-            cap = next;
-        }
-        fds[n++] = fd;
+    int null = open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < keep; fd++) {
+        if (fd != null)
+            dup2(null, fd);
     }
-    closedir(dir);
-    for (size_t i = 0; i < n; i++)
-        close(fds[i]);
-    free(fds);
+    if (null > keep)
+        close(null);
 }
 
 int ddp_guard_main(int fd)
@@ -68,14 +49,6 @@ int ddp_guard_main(int fd)
     setsid(); /* out of the launcher's group: a kill of that group spares the guard */
     prctl(PR_SET_NAME, "ddp-guard");
     close_others(fd);
-    int null = open("/dev/null", O_RDWR);
-    if (null >= 0) {
-        dup2(null, 0);
-        dup2(null, 1);
-        dup2(null, 2);
-        if (null > 2)
-            close(null);
-    }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode))
         return 2; /* not started by ddp-launch */
