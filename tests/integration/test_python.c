@@ -27,11 +27,36 @@ static const char *python(void)
     return getenv("DDP_TEST_PYTHON");
 }
 
+/* PYTHON_EXEC for the launcher, and optionally one more variable. */
+static const char *const *python_env(const char *extra)
+{
+    static char exec[600];
+    static const char *env[3];
+    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python());
+    env[0] = exec;
+    env[1] = extra;
+    env[2] = NULL;
+    return env;
+}
+
+static bool have_torch(void)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch.distributed' >/dev/null 2>&1", python());
+    return system(cmd) == 0;
+}
+
+#define REQUIRE_TORCH()                                                                           \
+    do {                                                                                          \
+        if (!have_torch()) {                                                                      \
+            print_message("skipped: %s cannot import torch (install python3-torch)\n", python()); \
+            skip();                                                                               \
+        }                                                                                         \
+    } while (0)
+
 static void test_python_worker(void **state)
 {
-    char exec[600];
-    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python());
-    const char *env[] = {exec, NULL};
+    const char *const *env = python_env(NULL);
     const char *argv[] = {th_launcher(), "--nproc-per-node=2", script("env_worker.py"),
                           "--lr",        "${local_rank}",      NULL};
     th_proc_t p;
@@ -51,10 +76,9 @@ static void test_python_worker(void **state)
 
 static void test_python_module(void **state)
 {
-    char exec[600], path[1100];
-    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python());
+    char path[1100];
     snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
-    const char *env[] = {exec, path, NULL};
+    const char *const *env = python_env(path);
     const char *argv[] = {th_launcher(), "-m", "env_worker", "x", NULL};
     th_proc_t p;
     th_run(&p, argv, env, 120);
@@ -66,9 +90,7 @@ static void test_python_module(void **state)
 
 static void test_legacy_local_rank(void **state)
 {
-    char exec[600];
-    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python());
-    const char *env[] = {exec, NULL};
+    const char *const *env = python_env(NULL);
     const char *legacy[] = {th_launcher(),
                             "--nproc-per-node=2",
                             "--local-rank-arg=underscore",
@@ -91,22 +113,10 @@ static void test_legacy_local_rank(void **state)
     th_cleanup(&p);
 }
 
-static bool have_torch(void)
-{
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch.distributed' >/dev/null 2>&1", python());
-    return system(cmd) == 0;
-}
-
 static void test_torch_gloo_all_reduce(void **state)
 {
-    if (!have_torch()) {
-        print_message("skipped: %s cannot import torch (install python3-torch)\n", python());
-        skip();
-    }
-    char exec[600];
-    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python());
-    const char *env[] = {exec, NULL};
+    REQUIRE_TORCH();
+    const char *const *env = python_env(NULL);
     const char *argv[] = {th_launcher(), "--standalone", "--nproc-per-node=2",
                           script("gloo_allreduce.py"), NULL};
     th_proc_t p;
@@ -119,13 +129,8 @@ static void test_torch_gloo_all_reduce(void **state)
 
 static void test_torch_error_file_in_report(void **state)
 {
-    if (!have_torch()) {
-        print_message("skipped: %s cannot import torch (install python3-torch)\n", python());
-        skip();
-    }
-    char exec[600];
-    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python());
-    const char *env[] = {exec, NULL};
+    REQUIRE_TORCH();
+    const char *const *env = python_env(NULL);
     const char *argv[] = {th_launcher(),
                           "--standalone",
                           "--nproc-per-node=2",
