@@ -320,15 +320,11 @@ static void test_start_up_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_contract_four_workers),
-        cmocka_unit_test(test_contract_one_worker),
-        cmocka_unit_test(test_user_settings_are_kept),
-        cmocka_unit_test(test_standalone_gets_a_free_port_and_run_id),
-        cmocka_unit_test(test_argv_reaches_the_worker),
-        cmocka_unit_test(test_legacy_local_rank_argument),
-        cmocka_unit_test(test_dry_run_starts_nothing),
-        cmocka_unit_test(test_hello_example),
-        cmocka_unit_test(test_start_up_errors),
+        TH_TEST(test_contract_four_workers),   TH_TEST(test_contract_one_worker),
+        TH_TEST(test_user_settings_are_kept),  TH_TEST(test_standalone_gets_a_free_port_and_run_id),
+        TH_TEST(test_argv_reaches_the_worker), TH_TEST(test_legacy_local_rank_argument),
+        TH_TEST(test_dry_run_starts_nothing),  TH_TEST(test_hello_example),
+        TH_TEST(test_start_up_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -119,10 +119,10 @@ static void test_error_files_reach_the_report(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_exit_code),
-        cmocka_unit_test(test_fatal_signals),
-        cmocka_unit_test(test_root_cause_is_the_failed_rank),
-        cmocka_unit_test(test_error_files_reach_the_report),
+        TH_TEST(test_every_exit_code),
+        TH_TEST(test_fatal_signals),
+        TH_TEST(test_root_cause_is_the_failed_rank),
+        TH_TEST(test_error_files_reach_the_report),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -278,14 +278,10 @@ static void test_binary_and_unterminated_output(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_redirects_layout),
-        cmocka_unit_test(test_tee_prefix_on_each_stream),
-        cmocka_unit_test(test_tee_map_with_many_digits),
-        cmocka_unit_test(test_prefix_template),
-        cmocka_unit_test(test_local_ranks_filter),
-        cmocka_unit_test(test_lines_never_mix),
-        cmocka_unit_test(test_ten_megabyte_line),
-        cmocka_unit_test(test_binary_and_unterminated_output),
+        TH_TEST(test_redirects_layout),         TH_TEST(test_tee_prefix_on_each_stream),
+        TH_TEST(test_tee_map_with_many_digits), TH_TEST(test_prefix_template),
+        TH_TEST(test_local_ranks_filter),       TH_TEST(test_lines_never_mix),
+        TH_TEST(test_ten_megabyte_line),        TH_TEST(test_binary_and_unterminated_output),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -168,11 +168,11 @@ static int need_python(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_python_worker),
-        cmocka_unit_test(test_python_module),
-        cmocka_unit_test(test_legacy_local_rank),
-        cmocka_unit_test(test_torch_gloo_all_reduce),
-        cmocka_unit_test(test_torch_error_file_in_report),
+        TH_TEST(test_python_worker),
+        TH_TEST(test_python_module),
+        TH_TEST(test_legacy_local_rank),
+        TH_TEST(test_torch_gloo_all_reduce),
+        TH_TEST(test_torch_error_file_in_report),
     };
     return cmocka_run_group_tests(tests, need_python, NULL);
 }

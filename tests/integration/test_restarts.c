@@ -107,9 +107,9 @@ static void test_a_failure_restarts_every_worker(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_restart_until_success),
-        cmocka_unit_test(test_restarts_run_out),
-        cmocka_unit_test(test_a_failure_restarts_every_worker),
+        TH_TEST(test_restart_until_success),
+        TH_TEST(test_restarts_run_out),
+        TH_TEST(test_a_failure_restarts_every_worker),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -176,13 +176,10 @@ static void test_leftover_children_are_killed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sigterm_is_forwarded),
-        cmocka_unit_test(test_grace_then_sigkill),
-        cmocka_unit_test(test_sigusr1_can_be_forwarded),
-        cmocka_unit_test(test_second_signal_kills_at_once),
-        cmocka_unit_test(test_sigkill_leaves_no_orphans),
-        cmocka_unit_test(test_stop_takes_grandchildren),
-        cmocka_unit_test(test_leftover_children_are_killed),
+        TH_TEST(test_sigterm_is_forwarded),         TH_TEST(test_grace_then_sigkill),
+        TH_TEST(test_sigusr1_can_be_forwarded),     TH_TEST(test_second_signal_kills_at_once),
+        TH_TEST(test_sigkill_leaves_no_orphans),    TH_TEST(test_stop_takes_grandchildren),
+        TH_TEST(test_leftover_children_are_killed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,6 +7,8 @@
 
 #include "harness.h"
 
+#include "io.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -298,4 +300,86 @@ void th_rmtree(const char *path)
     if (dir != NULL)
         closedir(dir);
     rmdir(path);
+}
+
+typedef struct {
+    char *tmpdir;
+    char *saved_tmpdir; /* TMPDIR before the test, NULL when unset */
+    char mark[64];
+} th_session_t;
+
+int th_setup(void **state)
+{
+    th_session_t *session = calloc(1, sizeof *session);
+    assert_non_null(session);
+    const char *saved = getenv("TMPDIR");
+    session->saved_tmpdir = saved ? strdup(saved) : NULL;
+    session->tmpdir = th_tmpdir();
+    snprintf(session->mark, sizeof session->mark, "DDP_TEST_SESSION=%d-%.0f", (int)getpid(),
+             th_now() * 1e6);
+    setenv("TMPDIR", session->tmpdir, 1);
+    setenv("DDP_TEST_SESSION", strchr(session->mark, '=') + 1, 1);
+    *state = session;
+    return 0;
+}
+
+/* Whether process `pid` is alive (not a zombie) and carries `mark` in its environment. */
+static bool carries_mark(const char *pid, const char *mark)
+{
+    char path[300], stat_text[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t len = read(fd, stat_text, sizeof stat_text - 1);
+    close(fd);
+    char *after = len > 0 ? (stat_text[len] = '\0', strrchr(stat_text, ')')) : NULL;
+    if (after == NULL || after[2] == 'Z' || after[2] == 'X')
+        return false;
+    snprintf(path, sizeof path, "/proc/%s/environ", pid);
+    char *env = NULL;
+    size_t env_len = 0;
+    if (ddp_read_file(path, (size_t)1 << 20, &env, &env_len) != 0)
+        return false;
+    bool found = false;
+    size_t mark_len = strlen(mark);
+    for (size_t i = 0; i < env_len && !found; i += strlen(env + i) + 1)
+        found = strncmp(env + i, mark, mark_len) == 0 && env[i + mark_len] == '\0';
+    free(env);
+    return found;
+}
+
+int th_teardown(void **state)
+{
+    th_session_t *session = *state;
+    int left = 0;
+    DIR *proc = opendir("/proc");
+    struct dirent *entry;
+    while (proc != NULL && (entry = readdir(proc)) != NULL) {
+        if (entry->d_name[0] < '0' || entry->d_name[0] > '9')
+            continue;
+        pid_t pid = atoi(entry->d_name);
+        if (pid == getpid() || !carries_mark(entry->d_name, session->mark))
+            continue;
+        /* A process killed a moment ago may still be on its way out. */
+        if (!th_wait_gone(pid, 10)) {
+            fprintf(stderr, "harness: process %d outlived its test; killing it\n", (int)pid);
+            kill(pid, SIGKILL);
+            left++;
+        }
+    }
+    if (proc != NULL)
+        closedir(proc);
+    th_rmtree(session->tmpdir);
+    if (session->saved_tmpdir != NULL)
+        setenv("TMPDIR", session->saved_tmpdir, 1);
+    else
+        unsetenv("TMPDIR");
+    free(session->saved_tmpdir);
+    free(session->tmpdir);
+    free(session);
+    unsetenv("DDP_TEST_SESSION");
+    if (left > 0)
+        fail_msg("%d process(es) outlived the test", left);
+    return 0;
 }

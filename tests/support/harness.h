@@ -60,6 +60,14 @@ const char *th_source_dir(void);
 char *th_tmpdir(void);
 void th_rmtree(const char *path);
 
+/* Per-test setup and teardown (cmocka_unit_test_setup_teardown): the test gets its own
+ * TMPDIR and a session mark in the environment that every process it starts inherits;
+ * teardown fails the test if a process with the mark is still alive once a deadline
+ * passes (killing it), and removes the directory. */
+int th_setup(void **state);
+int th_teardown(void **state);
+#define TH_TEST(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
+
 /* Seconds on the monotonic clock. */
 double th_now(void);
 
