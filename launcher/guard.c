@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -91,9 +92,9 @@ int ddp_guard_main(int fd)
     return 0;
 }
 
-/* The guard's own program: this binary again, named ddp-guard, so that a pkill aimed at
- * the job's command line (pkill -9 -f train.py) does not take the guard with it. */
-__attribute__((noreturn)) static void guard_exec(int fd)
+/* The guard's own program: this binary (`self`) again, named ddp-guard, so that a pkill
+ * aimed at the job's command line (pkill -9 -f train.py) does not take the guard with it. */
+__attribute__((noreturn)) static void guard_exec(const char *self, int fd)
 {
     char *const argv[] = {(char *)DDP_GUARD_NAME, (char *)DDP_GUARD_ARG, NULL};
     if (fd != DDP_GUARD_FD) {
@@ -102,16 +103,23 @@ __attribute__((noreturn)) static void guard_exec(int fd)
     } else {
         fcntl(fd, F_SETFD, 0);
     }
-    execv("/proc/self/exe", argv);
-    /* No /proc: guard from this process image instead. */
+    if (self != NULL)
+        execv(self, argv);
+    /* The binary is gone (or unknown): guard from this process image instead. */
     _exit(ddp_guard_main(DDP_GUARD_FD));
 }
 
 int ddp_guard_start(ddp_guard_t *guard)
 {
     int fds[2];
+    char self[PATH_MAX];
     guard->pid = 0;
     guard->fd = -1;
+    /* The path of this binary, read before the fork: under a tool like valgrind the
+     * file /proc/self/exe is the tool, while readlink answers with our program. */
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0)
+        self[len] = '\0';
     if (pipe2(fds, O_CLOEXEC) != 0)
         return -errno;
     pid_t pid = fork();
@@ -122,7 +130,7 @@ int ddp_guard_start(ddp_guard_t *guard)
         return err;
     }
     if (pid == 0)
-        guard_exec(fds[0]);
+        guard_exec(len > 0 ? self : NULL, fds[0]);
     close(fds[0]);
     guard->pid = pid;
     guard->fd = fds[1];
