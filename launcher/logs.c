@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,14 +203,40 @@ static void batch_add(batch_t *b, const void *data, size_t len)
     b->n++;
 }
 
+/* The end (one past the terminator) of the first complete line in [p, end): a line
+ * ends with "\n", "\r\n", or a "\r" that another byte follows (a progress bar
+ * redrawing itself). A "\r" that is the last byte may be the start of "\r\n": wait. */
+static const char *line_end(const char *p, const char *end)
+{
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    const char *limit = nl ? nl : end;
+    const char *cr = memchr(p, '\r', (size_t)(limit - p));
+    if (cr == NULL)
+        return nl ? nl + 1 : NULL;
+    if (cr + 1 == end)
+        return NULL;
+    return cr[1] == '\n' ? cr + 2 : cr + 1;
+}
+
 int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data, size_t len)
 {
     batch_t b;
     const char *p = data, *end = data + len;
     b.n = 0;
+    if (lines->partial.len > 0 && lines->partial.data[lines->partial.len - 1] == '\r' && len > 0) {
+        /* A held "\r": with a "\n" after it the two end one line, else it ended its own. */
+        bool crlf = data[0] == '\n';
+        if (crlf && ddp_buf_append(&lines->partial, "\n", 1) != 0)
+            return -ENOMEM;
+        p += crlf;
+        batch_add(&b, lines->prefix, lines->prefix_len);
+        batch_add(&b, lines->partial.data, lines->partial.len);
+        batch_flush(&b, console);
+        ddp_buf_clear(&lines->partial);
+    }
     while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        if (nl == NULL) {
+        const char *eol = line_end(p, end);
+        if (eol == NULL) {
             size_t rest = (size_t)(end - p);
             int err = ddp_buf_append(&lines->partial, p, rest);
             if (err)
@@ -227,13 +254,13 @@ int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data,
         batch_add(&b, lines->prefix, lines->prefix_len);
         if (lines->partial.len > 0) {
             batch_add(&b, lines->partial.data, lines->partial.len);
-            batch_add(&b, p, (size_t)(nl - p) + 1);
+            batch_add(&b, p, (size_t)(eol - p));
             batch_flush(&b, console); /* before the partial buffer is reused */
             ddp_buf_clear(&lines->partial);
         } else {
-            batch_add(&b, p, (size_t)(nl - p) + 1);
+            batch_add(&b, p, (size_t)(eol - p));
         }
-        p = nl + 1;
+        p = eol;
         if (b.n > BATCH - 4)
             batch_flush(&b, console);
     }

@@ -60,7 +60,9 @@ typedef struct ddp_lines_s {
 void ddp_lines_init(ddp_lines_t *lines, const char *prefix, size_t max_line);
 
 /* Writes the complete lines in data (after what was pending) to the console, each
- * with the prefix, and keeps the rest. Returns 0, or -ENOMEM. */
+ * with the prefix, and keeps the rest. A line ends with "\n", "\r\n", or a lone "\r",
+ * so a progress bar that redraws itself with "\r" shows as it goes. Returns 0 or
+ * -ENOMEM. */
 int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data, size_t len);
 
 /* Writes the pending unfinished line, if any, with a newline added. */

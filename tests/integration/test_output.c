@@ -250,24 +250,35 @@ static void test_binary_and_unterminated_output(void **state)
     th_proc_t p;
     th_run(&p, argv, NULL, 60);
     TH_ASSERT(&p, th_status(&p) == 0);
-    char expected[300];
-    size_t n = 0;
-    memcpy(expected, "[default0]:", 11);
-    n = 11;
+    /* What the worker wrote: every byte but the newline, then "\nend". */
+    char bytes[260];
+    size_t nbytes = 0;
     for (int c = 0; c < 256; c++) {
         if (c != '\n')
-            expected[n++] = (char)c;
+            bytes[nbytes++] = (char)c;
     }
-    /* The console gets a newline after the unterminated last line... */
+    memcpy(bytes + nbytes, "\nend", 4);
+    nbytes += 4;
+    /* The console: the "\r" (byte 13) ends a line as a terminal would show it, and the
+     * unterminated last line gets a newline. */
+    char expected[320];
+    size_t n = 0;
+    memcpy(expected + n, "[default0]:", 11);
+    n += 11;
+    memcpy(expected + n, bytes, 13); /* up to and with the '\r' (value 13) */
+    n += 13;
+    memcpy(expected + n, "[default0]:", 11);
+    n += 11;
+    memcpy(expected + n, bytes + 13, 255 - 13);
+    n += 255 - 13;
     memcpy(expected + n, "\n[default0]:end\n", 16);
     n += 16;
     TH_ASSERT(&p, p.out.len == n && memcmp(p.out.data, expected, n) == 0);
-    /* ...the file exactly the bytes the worker wrote. */
+    /* The file: exactly the bytes the worker wrote. */
     char *run = run_dir(logs, "none");
     size_t len;
     char *file = log_file(run, 0, "stdout.log", &len);
-    TH_ASSERT(&p, file != NULL && len == n - 11 - 11 - 1 && memcmp(file, expected + 11, 255) == 0 &&
-                      memcmp(file + 255, "\nend", 4) == 0);
+    TH_ASSERT(&p, file != NULL && len == nbytes && memcmp(file, bytes, nbytes) == 0);
     free(file);
     th_cleanup(&p);
     free(run);

@@ -62,6 +62,25 @@ static void test_whole_lines_with_prefix(void **state)
     ddp_lines_free(&lines);
 }
 
+static void test_carriage_returns(void **state)
+{
+    capture_t c;
+    ddp_lines_t lines;
+    size_t len;
+    capture_open(&c);
+    ddp_lines_init(&lines, "P:", DDP_LINE_MAX);
+    /* A progress bar redrawing itself, then a Windows line end split across reads, then
+     * a "\r" held at the end of a read that turns out not to start "\r\n". */
+    const char *pieces[] = {" 10%\r 20%\r", "done\r", "\nnext\r", "x\n", "last\r"};
+    for (size_t i = 0; i < 5; i++)
+        assert_int_equal(ddp_lines_feed(&lines, &c.console, pieces[i], strlen(pieces[i])), 0);
+    ddp_lines_finish(&lines, &c.console);
+    char *out = capture_read(&c, &len);
+    assert_string_equal(out, "P: 10%\rP: 20%\rP:done\r\nP:next\rP:x\nP:last\r\n");
+    free(out);
+    ddp_lines_free(&lines);
+}
+
 static void test_many_lines_in_one_read(void **state)
 {
     capture_t c;
@@ -238,6 +257,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_lines_with_prefix),
+        cmocka_unit_test(test_carriage_returns),
         cmocka_unit_test(test_many_lines_in_one_read),
         cmocka_unit_test(test_binary_and_long_lines),
         cmocka_unit_test(test_broken_console_is_dropped),
