@@ -6,13 +6,15 @@
 #ifndef DDP_COMMON_ERROR_H
 #define DDP_COMMON_ERROR_H
 
-#define DDP_ERROR_MAP(X)                    \
-    X(USAGE, "invalid usage")               \
-    X(PARSE, "malformed input")             \
-    X(TOOBIG, "input over its size limit")  \
-    X(TIMEOUT, "timed out")                 \
-    X(NOCUDA, "built without CUDA support") \
-    X(CUDA, "CUDA driver error")            \
+#define DDP_ERROR_MAP(X)                       \
+    X(USAGE, "invalid usage")                  \
+    X(PARSE, "malformed input")                \
+    X(TOOBIG, "input over its size limit")     \
+    X(TIMEOUT, "timed out")                    \
+    X(PROTO, "protocol error")                 \
+    X(CLOSED, "connection closed by the peer") \
+    X(NOCUDA, "built without CUDA support")    \
+    X(CUDA, "CUDA driver error")               \
     X(INTERNAL, "internal error")
 
 enum {
