@@ -1,0 +1,653 @@
+/* The store's TCP server on the loop (see store_server.h).
+ *
+ * A connection reads into its own buffer; process_input() decodes and answers every
+ * complete request there, collecting the replies into one write. When a WAIT is
+ * answered later (a write on another connection completed its keys), the store's
+ * callback only queues the reply and puts the connection on the resume list, which is
+ * flushed once the request being handled is done: nothing touches a connection (a
+ * failed write closes it, which changes the store) from inside the store. */
+#include "store_server.h"
+
+#include "error.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LISTENERS 8
+/* Stop reading from a client whose replies pile up unread beyond this. */
+#define WRITE_HIGH_WATER ((size_t)16 << 20)
+#define READ_CHUNK       ((size_t)64 << 10)
+
+typedef struct conn_s conn_t;
+
+struct ddp_store_server_s {
+    uv_loop_t *loop;
+    const ddp_log_t *log;
+    ddp_store_limits_t limits;
+    ddp_store_t *store;
+    uv_tcp_t listeners[MAX_LISTENERS];
+    int nlisteners;
+    int port;
+    conn_t *conns; /* every open connection */
+    size_t nconns;
+    conn_t *resume; /* connections whose WAIT was answered: to flush after this request */
+    bool draining;
+    bool closing;
+    size_t open_handles; /* handles not yet closed; the server is freed at 0 */
+    bool accept_warned;
+};
+
+struct conn_s {
+    uv_tcp_t tcp;
+    ddp_store_server_t *server;
+    conn_t *prev, *next;
+    conn_t *resume_next;
+    bool on_resume_list;
+    char peer[64];
+    ddp_store_gen_t gen;
+    ddp_store_decoder_t decoder;
+    ddp_buf_t in; /* bytes received and not yet consumed, from in_off */
+    size_t in_off;
+    ddp_buf_t out; /* replies not yet handed to libuv */
+    ddp_store_waiter_t waiter;
+    bool waiting;
+    bool reading;
+    bool closing;
+    size_t write_queued; /* bytes handed to libuv and not yet written */
+};
+
+typedef struct {
+    uv_write_t req;
+    conn_t *conn;
+    char *data;
+    size_t len;
+} write_req_t;
+
+static void process_input(conn_t *c);
+static void serve(conn_t *c);
+
+static void handle_closed(ddp_store_server_t *s)
+{
+    if (--s->open_handles == 0 && s->closing) {
+        ddp_store_free(s->store);
+        free(s);
+    }
+}
+
+static void on_conn_closed(uv_handle_t *handle)
+{
+    conn_t *c = handle->data;
+    ddp_store_server_t *s = c->server;
+    ddp_buf_free(&c->in);
+    ddp_buf_free(&c->out);
+    free(c);
+    handle_closed(s);
+}
+
+static void remove_from_resume(ddp_store_server_t *s, conn_t *c)
+{
+    if (!c->on_resume_list)
+        return;
+    for (conn_t **p = &s->resume; *p != NULL; p = &(*p)->resume_next) {
+        if (*p == c) {
+            *p = c->resume_next;
+            break;
+        }
+    }
+    c->on_resume_list = false;
+}
+
+__attribute__((format(printf, 2, 3))) static void conn_close(conn_t *c, const char *fmt, ...)
+{
+    ddp_store_server_t *s = c->server;
+    if (c->closing)
+        return;
+    if (fmt != NULL) {
+        char why[256];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, sizeof why, fmt, ap);
+        va_end(ap);
+        ddp_log_warn(s->log, "store: closing the connection from %s: %s", c->peer, why);
+    }
+    c->closing = true;
+    ddp_store_cancel(s->store, &c->waiter);
+    c->waiting = false;
+    remove_from_resume(s, c);
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    s->nconns--;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+/* Writes. */
+
+static void on_written(uv_write_t *req, int status)
+{
+    write_req_t *w = (write_req_t *)req;
+    conn_t *c = w->conn;
+    c->write_queued -= w->len;
+    free(w->data);
+    free(w);
+    if (c->closing)
+        return;
+    if (status < 0) {
+        conn_close(c, "unable to write a reply: %s", uv_strerror(status));
+        return;
+    }
+    if (!c->reading && c->write_queued < WRITE_HIGH_WATER / 2) {
+        /* The client reads its replies again: go on reading its requests. */
+        serve(c);
+    }
+}
+
+static void flush(conn_t *c)
+{
+    if (c->closing || c->out.len == 0)
+        return;
+    write_req_t *w = calloc(1, sizeof *w);
+    if (w == NULL) {
+        conn_close(c, "out of memory for a reply");
+        return;
+    }
+    w->conn = c;
+    w->len = c->out.len;
+    w->data = ddp_buf_steal(&c->out);
+    uv_buf_t buf = uv_buf_init(w->data, (unsigned)w->len);
+    int err = uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, on_written);
+    if (err) {
+        free(w->data);
+        free(w);
+        conn_close(c, "unable to write a reply: %s", uv_strerror(err));
+        return;
+    }
+    c->write_queued += w->len;
+}
+
+/* Requests. */
+
+static void on_wait_ready(ddp_store_waiter_t *waiter)
+{
+    conn_t *c = (conn_t *)((char *)waiter - offsetof(conn_t, waiter));
+    ddp_store_server_t *s = c->server;
+    /* Inside a store write: only queue the answer and come back to this connection. */
+    if (ddp_store_put_u8(&c->out, DDP_STORE_STOP_WAITING) != 0)
+        return; /* out of memory: the client times out */
+    c->waiting = false;
+    if (!c->on_resume_list) {
+        c->on_resume_list = true;
+        c->resume_next = s->resume;
+        s->resume = c;
+    }
+}
+
+static ddp_store_key_t key_of(const ddp_store_request_t *req)
+{
+    return (ddp_store_key_t){req->key, req->key_len};
+}
+
+/* The keys of a CHECK, WAIT or MULTI_GET, in an array (caller frees). */
+static ddp_store_key_t *collect_keys(const ddp_store_request_t *req)
+{
+    ddp_store_key_t *keys = malloc((req->count ? req->count : 1) * sizeof *keys);
+    ddp_store_items_t it;
+    const uint8_t *key, *value;
+    size_t klen, vlen, n = 0;
+    if (keys == NULL)
+        return NULL;
+    ddp_store_items_init(&it, req);
+    while (ddp_store_items_next(&it, &key, &klen, &value, &vlen))
+        keys[n++] = (ddp_store_key_t){key, klen};
+    return keys;
+}
+
+/* Shows a key in a message: printable bytes as they are, at most 64 of them. */
+static const char *show_key(const ddp_store_request_t *req, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < req->key_len && n + 5 < cap && i < 64; i++) {
+        uint8_t b = req->key[i];
+        n += (size_t)snprintf(buf + n, cap - n, b >= 0x20 && b < 0x7f ? "%c" : "\\x%02x", b);
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Handles one complete request. Returns 0, or -1 when the connection was closed. */
+static int handle(conn_t *c, const ddp_store_request_t *req)
+{
+    ddp_store_server_t *s = c->server;
+    ddp_buf_t *out = &c->out;
+    char shown[300];
+    int err = 0;
+    switch (req->op) {
+    case DDP_STORE_VALIDATE:
+        if (req->word != DDP_STORE_MAGIC) {
+            conn_close(c, "VALIDATE with the wrong magic 0x%08" PRIx32, req->word);
+            return -1;
+        }
+        break;
+    case DDP_STORE_PING:
+        err = ddp_store_put_u32(out, req->word);
+        break;
+    case DDP_STORE_SET:
+        err = ddp_store_set(s->store, key_of(req), req->value, req->value_len);
+        break;
+    case DDP_STORE_GET: {
+        const uint8_t *value = NULL;
+        size_t len = 0;
+        ddp_store_get(s->store, key_of(req), &value, &len); /* missing: an empty value */
+        err = ddp_store_put_bytes(out, value, len);
+        break;
+    }
+    case DDP_STORE_ADD: {
+        int64_t result;
+        err = ddp_store_add(s->store, key_of(req), req->delta, &result);
+        if (err == DDP_EPARSE || err == -ERANGE) {
+            conn_close(c, "ADD to key '%s', whose value %s", show_key(req, shown, sizeof shown),
+                       err == DDP_EPARSE ? "is not a number" : "would overflow");
+            return -1;
+        }
+        if (err == 0)
+            err = ddp_store_put_i64(out, result);
+        break;
+    }
+    case DDP_STORE_COMPARE_SET: {
+        const uint8_t *answer;
+        size_t len;
+        err = ddp_store_compare_set(s->store, key_of(req), req->value, req->value_len, req->desired,
+                                    req->desired_len, &answer, &len);
+        if (err == 0)
+            err = ddp_store_put_bytes(out, answer, len);
+        break;
+    }
+    case DDP_STORE_CHECK:
+    case DDP_STORE_WAIT: {
+        ddp_store_key_t *keys = collect_keys(req);
+        if (keys == NULL) {
+            err = -ENOMEM;
+            break;
+        }
+        if (req->op == DDP_STORE_CHECK) {
+            bool ready = true;
+            for (uint64_t i = 0; i < req->count && ready; i++)
+                ready = ddp_store_exists(s->store, keys[i]);
+            err = ddp_store_put_u8(out, ready ? DDP_STORE_READY : DDP_STORE_NOT_READY);
+        } else {
+            int r = ddp_store_wait(s->store, &c->waiter, keys, (size_t)req->count);
+            if (r == 1)
+                err = ddp_store_put_u8(out, DDP_STORE_STOP_WAITING);
+            else if (r == 0)
+                c->waiting = true;
+            else
+                err = r;
+        }
+        free(keys);
+        break;
+    }
+    case DDP_STORE_GETNUMKEYS:
+        err = ddp_store_put_i64(out, ddp_store_num_keys(s->store));
+        break;
+    case DDP_STORE_DELETE_KEY:
+        err = ddp_store_put_i64(out, ddp_store_delete(s->store, key_of(req)) ? 1 : 0);
+        break;
+    case DDP_STORE_APPEND:
+        err = ddp_store_append(s->store, key_of(req), req->value, req->value_len);
+        break;
+    case DDP_STORE_MULTI_GET:
+    case DDP_STORE_MULTI_SET: {
+        ddp_store_items_t it;
+        const uint8_t *key, *value;
+        size_t klen, vlen;
+        ddp_store_items_init(&it, req);
+        while (err == 0 && ddp_store_items_next(&it, &key, &klen, &value, &vlen)) {
+            ddp_store_key_t k = {key, klen};
+            if (req->op == DDP_STORE_MULTI_SET) {
+                err = ddp_store_set(s->store, k, value, vlen);
+                continue;
+            }
+            const uint8_t *v = NULL;
+            size_t len = 0;
+            ddp_store_get(s->store, k, &v, &len);
+            err = ddp_store_put_bytes(out, v, len);
+        }
+        break;
+    }
+    case DDP_STORE_CANCEL_WAIT:
+        /* A WAIT answered meanwhile has sent its 0 already; clients expect that. */
+        ddp_store_cancel(s->store, &c->waiter);
+        c->waiting = false;
+        err = ddp_store_put_u8(out, DDP_STORE_WAIT_CANCELED);
+        break;
+    case DDP_STORE_QUEUE_PUSH:
+        err = ddp_store_queue_push(s->store, key_of(req), req->value, req->value_len);
+        break;
+    case DDP_STORE_QUEUE_POP: {
+        int64_t length;
+        uint8_t *value = NULL;
+        size_t len = 0;
+        err = ddp_store_queue_pop(s->store, key_of(req), &length, &value, &len);
+        if (err == 0)
+            err = ddp_store_put_i64(out, length);
+        if (err == 0 && length > 0)
+            err = ddp_store_put_bytes(out, value, len);
+        free(value);
+        break;
+    }
+    case DDP_STORE_QUEUE_LEN:
+        err = ddp_store_put_i64(out, ddp_store_queue_len(s->store, key_of(req)));
+        break;
+    case DDP_STORE_WATCH_KEY:
+    default:
+        conn_close(c, "%s is not supported by ddp-launch's store", ddp_store_op_name(req->op));
+        return -1;
+    }
+    if (err) {
+        conn_close(c, "unable to serve %s: %s", ddp_store_op_name(req->op), ddp_strerror(err));
+        return -1;
+    }
+    return 0;
+}
+
+/* Flushes (and goes on reading) the connections whose WAIT was answered. */
+static void drain_resumed(ddp_store_server_t *s)
+{
+    if (s->draining)
+        return;
+    s->draining = true;
+    while (s->resume != NULL) {
+        conn_t *c = s->resume;
+        s->resume = c->resume_next;
+        c->on_resume_list = false;
+        process_input(c);
+    }
+    s->draining = false;
+}
+
+/* Every way into a connection (data, a write done, a new connection) comes here:
+ * its requests, then those of connections whose WAIT they answered. */
+static void serve(conn_t *c)
+{
+    ddp_store_server_t *s = c->server;
+    process_input(c);
+    drain_resumed(s);
+}
+
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+    conn_t *c = handle->data;
+    if (ddp_buf_reserve(&c->in, READ_CHUNK) != 0) {
+        buf->base = NULL;
+        buf->len = 0; /* libuv reports UV_ENOBUFS */
+        return;
+    }
+    buf->base = c->in.data + c->in.len;
+    buf->len = READ_CHUNK;
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    conn_t *c = stream->data;
+    if (nread == UV_EOF) {
+        conn_close(c, NULL);
+        return;
+    }
+    if (nread < 0) {
+        conn_close(c, "%s", uv_strerror((int)nread));
+        return;
+    }
+    c->in.len += (size_t)nread;
+    serve(c);
+}
+
+/* Decodes and answers what `c` has received, in order, then writes the replies. */
+static void process_input(conn_t *c)
+{
+    ddp_store_server_t *s = c->server;
+    while (!c->closing) {
+        const uint8_t *data = (const uint8_t *)c->in.data + c->in_off;
+        size_t len = c->in.len - c->in_off;
+        if (c->gen == DDP_STORE_GEN_UNKNOWN) {
+            c->gen = ddp_store_detect(data, len);
+            if (c->gen == DDP_STORE_GEN_UNKNOWN)
+                break;
+            ddp_store_decoder_init(&c->decoder, c->gen, &s->limits);
+        }
+        ddp_store_request_t req;
+        int r = ddp_store_decode(&c->decoder, data, len, &req);
+        if (r == 0)
+            break;
+        if (r < 0) {
+            conn_close(c, "%s", c->decoder.why);
+            return;
+        }
+        if (c->waiting && req.op != DDP_STORE_CANCEL_WAIT) {
+            /* PyTorch clients send one request at a time: a request while a WAIT is
+             * pending means the client gave up waiting (a torch 1.13 client times out
+             * without CANCEL_WAIT). Forget the wait, so no stray answer arrives later
+             * in the middle of the client's next reply. */
+            ddp_store_cancel(s->store, &c->waiter);
+            c->waiting = false;
+        }
+        if (handle(c, &req) != 0)
+            return;
+        c->in_off += req.size;
+    }
+    if (c->closing)
+        return;
+    /* Drop consumed bytes: all of them, or a large prefix. */
+    if (c->in_off == c->in.len) {
+        ddp_buf_clear(&c->in);
+        c->in_off = 0;
+    } else if (c->in_off >= READ_CHUNK) {
+        memmove(c->in.data, c->in.data + c->in_off, c->in.len - c->in_off);
+        c->in.len -= c->in_off;
+        c->in_off = 0;
+    }
+    flush(c);
+    if (c->closing)
+        return;
+    /* Backpressure: a client that does not read its replies is not read either. */
+    bool want_read = c->write_queued < WRITE_HIGH_WATER;
+    if (want_read && !c->reading) {
+        int err = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+        if (err) {
+            conn_close(c, "unable to read: %s", uv_strerror(err));
+            return;
+        }
+        c->reading = true;
+    } else if (!want_read && c->reading) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+}
+
+static void format_peer(uv_tcp_t *tcp, char *buf, size_t cap)
+{
+    struct sockaddr_storage addr;
+    int len = sizeof addr;
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (uv_tcp_getpeername(tcp, (struct sockaddr *)&addr, &len) == 0) {
+        if (addr.ss_family == AF_INET6) {
+            uv_ip6_name((struct sockaddr_in6 *)&addr, host, sizeof host);
+            port = ntohs(((struct sockaddr_in6 *)&addr)->sin6_port);
+        } else {
+            uv_ip4_name((struct sockaddr_in *)&addr, host, sizeof host);
+            port = ntohs(((struct sockaddr_in *)&addr)->sin_port);
+        }
+    }
+    snprintf(buf, cap, addr.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, port);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    ddp_store_server_t *s = listener->data;
+    if (status < 0 || s->closing)
+        return;
+    conn_t *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return;
+    c->server = s;
+    c->waiter.ready = on_wait_ready;
+    uv_tcp_init(s->loop, &c->tcp);
+    c->tcp.data = c;
+    s->open_handles++;
+    int err = uv_accept(listener, (uv_stream_t *)&c->tcp);
+    if (err) {
+        if (!s->accept_warned)
+            ddp_log_warn(s->log, "store: unable to accept a connection: %s", uv_strerror(err));
+        s->accept_warned = true;
+        c->closing = true;
+        uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    format_peer(&c->tcp, c->peer, sizeof c->peer);
+    c->next = s->conns;
+    if (s->conns != NULL)
+        s->conns->prev = c;
+    s->conns = c;
+    s->nconns++;
+    serve(c); /* starts reading */
+}
+
+static void on_listener_closed(uv_handle_t *handle)
+{
+    handle_closed(handle->data);
+}
+
+int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *options,
+                           ddp_store_server_t **out, ddp_buf_t *err)
+{
+    char port_text[16];
+    struct addrinfo hints = {0}, *addrs = NULL;
+    int rc;
+    ddp_store_server_t *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return -ENOMEM;
+    s->loop = loop;
+    s->log = options->log;
+    s->limits = options->limits;
+    if ((rc = ddp_store_new(&s->store)) != 0) {
+        free(s);
+        return rc;
+    }
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    snprintf(port_text, sizeof port_text, "%d", options->port);
+    int gai = getaddrinfo(options->host, port_text, &hints, &addrs);
+    if (gai != 0) {
+        ddp_buf_printf(err, "unable to resolve the store address %s: %s", options->host,
+                       gai_strerror(gai));
+        rc = DDP_EPARSE;
+        goto fail;
+    }
+    /* Every address the host resolves to ("localhost": 127.0.0.1 and ::1), all on the
+     * port the first one got. */
+    rc = -EADDRNOTAVAIL;
+    for (struct addrinfo *ai = addrs; ai != NULL && s->nlisteners < MAX_LISTENERS;
+         ai = ai->ai_next) {
+        uv_tcp_t *tcp = &s->listeners[s->nlisteners];
+        if (s->port != 0) {
+            if (ai->ai_family == AF_INET)
+                ((struct sockaddr_in *)ai->ai_addr)->sin_port = htons((uint16_t)s->port);
+            else if (ai->ai_family == AF_INET6)
+                ((struct sockaddr_in6 *)ai->ai_addr)->sin6_port = htons((uint16_t)s->port);
+        }
+        uv_tcp_init(loop, tcp);
+        tcp->data = s;
+        s->open_handles++;
+        unsigned flags = ai->ai_family == AF_INET6 ? UV_TCP_IPV6ONLY : 0;
+        int e = uv_tcp_bind(tcp, ai->ai_addr, flags);
+        if (e == 0)
+            e = uv_listen((uv_stream_t *)tcp, 65535, on_connection);
+        if (e != 0) {
+            uv_close((uv_handle_t *)tcp, on_listener_closed);
+            /* A taken port on any of the addresses is fatal: clients of that address
+             * would reach the other program. An address family this machine lacks
+             * (no IPv6) is skipped. */
+            if (e == UV_EADDRINUSE) {
+                rc = e;
+                break;
+            }
+            if (s->nlisteners == 0)
+                rc = e;
+            continue;
+        }
+        if (s->port == 0) {
+            struct sockaddr_storage bound;
+            int len = sizeof bound;
+            uv_tcp_getsockname(tcp, (struct sockaddr *)&bound, &len);
+            s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                        : ((struct sockaddr_in *)&bound)->sin_port);
+        }
+        s->nlisteners++;
+    }
+    freeaddrinfo(addrs);
+    addrs = NULL;
+    if (rc == UV_EADDRINUSE || s->nlisteners == 0) {
+        for (int i = 0; i < s->nlisteners; i++)
+            uv_close((uv_handle_t *)&s->listeners[i], on_listener_closed);
+        s->nlisteners = 0;
+        if (rc == -EADDRINUSE)
+            ddp_buf_printf(err,
+                           "port %d on %s is in use by another program (pick a free one "
+                           "with --master-port, or 0, or use --standalone)",
+                           options->port, options->host);
+        else
+            ddp_buf_printf(err, "unable to listen on %s:%d: %s", options->host, options->port,
+                           uv_strerror(rc));
+        goto fail;
+    }
+    *out = s;
+    return 0;
+fail:
+    if (addrs != NULL)
+        freeaddrinfo(addrs);
+    if (s->open_handles > 0) {
+        /* Listeners that failed are closing; let their callbacks free the server. */
+        s->closing = true;
+        return rc;
+    }
+    ddp_store_free(s->store);
+    free(s);
+    return rc;
+}
+
+int ddp_store_server_port(const ddp_store_server_t *server)
+{
+    return server->port;
+}
+
+ddp_store_t *ddp_store_server_store(ddp_store_server_t *server)
+{
+    return server->store;
+}
+
+size_t ddp_store_server_connections(const ddp_store_server_t *server)
+{
+    return server->nconns;
+}
+
+void ddp_store_server_close(ddp_store_server_t *server)
+{
+    if (server == NULL || server->closing)
+        return;
+    server->closing = true;
+    while (server->conns != NULL)
+        conn_close(server->conns, NULL);
+    for (int i = 0; i < server->nlisteners; i++)
+        uv_close((uv_handle_t *)&server->listeners[i], on_listener_closed);
+    server->nlisteners = 0;
+}

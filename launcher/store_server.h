@@ -1,0 +1,48 @@
+/* The rendezvous store's TCP server: PyTorch's TCPStore protocol (both generations) on
+ * the launcher's libuv loop.
+ *
+ * Each connection's generation is told from its first bytes; its requests are decoded
+ * incrementally and answered in order. A new request on a connection whose WAIT is
+ * pending cancels that wait: PyTorch clients send one request at a time, so the client
+ * has given up (torch 1.13 clients time out without a CANCEL_WAIT). A malformed, oversize or
+ * unsupported request closes that connection with a log line; the server, the job and
+ * the other clients go on. Everything runs on the loop thread. */
+#ifndef DDP_LAUNCHER_STORE_SERVER_H
+#define DDP_LAUNCHER_STORE_SERVER_H
+
+#include "buf.h"
+#include "log.h"
+#include "store.h"
+#include "store_codec.h"
+
+#include <uv.h>
+
+typedef struct ddp_store_server_s ddp_store_server_t;
+
+typedef struct ddp_store_server_options_s {
+    const char *host; /* address or name to bind (every address it resolves to) */
+    int port;         /* 0: a free port */
+    ddp_store_limits_t limits;
+    const ddp_log_t *log;
+} ddp_store_server_options_t;
+
+/* Binds and listens. On failure returns -errno (-EADDRINUSE when the port is taken,
+ * -EADDRNOTAVAIL when the host is not an address of this machine) or a negative
+ * getaddrinfo-derived DDP_EPARSE, with `err` saying what happened. */
+int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *options,
+                           ddp_store_server_t **out, ddp_buf_t *err);
+
+/* The port it listens on (useful with port 0). */
+int ddp_store_server_port(const ddp_store_server_t *server);
+
+/* The contents, to clear keys between attempts. */
+ddp_store_t *ddp_store_server_store(ddp_store_server_t *server);
+
+/* The number of client connections open now. */
+size_t ddp_store_server_connections(const ddp_store_server_t *server);
+
+/* Closes the listeners and every connection; the server is freed once the loop has
+ * run their close callbacks. */
+void ddp_store_server_close(ddp_store_server_t *server);
+
+#endif
