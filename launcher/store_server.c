@@ -640,6 +640,14 @@ size_t ddp_store_server_connections(const ddp_store_server_t *server)
     return server->nconns;
 }
 
+size_t ddp_store_server_waiting(const ddp_store_server_t *server)
+{
+    size_t n = 0;
+    for (const conn_t *c = server->conns; c != NULL; c = c->next)
+        n += c->waiting;
+    return n;
+}
+
 void ddp_store_server_close(ddp_store_server_t *server)
 {
     if (server == NULL || server->closing)

@@ -27,8 +27,9 @@ typedef struct ddp_store_server_options_s {
 } ddp_store_server_options_t;
 
 /* Binds and listens. On failure returns -errno (-EADDRINUSE when the port is taken,
- * -EADDRNOTAVAIL when the host is not an address of this machine) or a negative
- * getaddrinfo-derived DDP_EPARSE, with `err` saying what happened. */
+ * -EADDRNOTAVAIL when the host is not an address of this machine) or DDP_EPARSE (the
+ * host does not resolve), with `err` saying what happened; the loop must then run once
+ * more to close what was opened. */
 int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *options,
                            ddp_store_server_t **out, ddp_buf_t *err);
 
@@ -40,6 +41,9 @@ ddp_store_t *ddp_store_server_store(ddp_store_server_t *server);
 
 /* The number of client connections open now. */
 size_t ddp_store_server_connections(const ddp_store_server_t *server);
+
+/* The number of connections with a WAIT pending. */
+size_t ddp_store_server_waiting(const ddp_store_server_t *server);
 
 /* Closes the listeners and every connection; the server is freed once the loop has
  * run their close callbacks. */

@@ -3,7 +3,7 @@
  *   ddp-test-store [--host H] [--port P] [--max-key N] [--max-value N] [--max-keys N]
  *
  * Prints "listening <port>" once it listens, serves until SIGTERM or SIGINT, and says
- * "connections <n>" on SIGUSR1. Exits 4 when the port is in use. */
+ * "connections <n> waiting <m>" on SIGUSR1. Exits 4 when the port is in use. */
 #include "error.h"
 #include "log.h"
 #include "store_server.h"
@@ -30,7 +30,8 @@ static void on_stop(uv_signal_t *handle, int sig)
 static void on_usr1(uv_signal_t *handle, int sig)
 {
     app_t *app = handle->data;
-    printf("connections %zu\n", ddp_store_server_connections(app->server));
+    printf("connections %zu waiting %zu\n", ddp_store_server_connections(app->server),
+           ddp_store_server_waiting(app->server));
     fflush(stdout);
 }
 
@@ -62,6 +63,9 @@ int main(int argc, char **argv)
     int rc = ddp_store_server_start(loop, &options, &app.server, &err);
     if (rc != 0) {
         fprintf(stderr, "ddp-test-store: %s\n", ddp_buf_str(&err));
+        ddp_buf_free(&err);
+        uv_run(loop, UV_RUN_DEFAULT); /* lets the failed listeners close */
+        uv_loop_close(loop);
         return rc == -EADDRINUSE ? 4 : 1;
     }
     uv_signal_init(loop, &app.term);

@@ -1,0 +1,534 @@
+/* The blocking store client (see store_client.h): poll(2) with deadlines on one socket. */
+#include "store_client.h"
+
+#include "error.h"
+#include "io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+struct ddp_store_client_s {
+    int fd;
+    ddp_store_client_options_t options;
+    char address[300]; /* "host:port", for messages */
+    ddp_buf_t out;     /* the request being sent */
+    ddp_buf_t in;      /* bytes received and not yet consumed */
+    char error[1024];
+};
+
+__attribute__((format(printf, 3, 4))) static int fail(ddp_store_client_t *c, int err,
+                                                      const char *fmt, ...)
+{
+    char what[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(c->error, sizeof c->error, "store %s: unable to %s: %s", c->address, what,
+             ddp_strerror(err));
+    return err;
+}
+
+const char *ddp_store_client_error(const ddp_store_client_t *client)
+{
+    return client->error;
+}
+
+/* Waits for `events` on the socket until `deadline` (monotonic seconds). It always
+ * looks once, so what is known already (a refused connection) is seen even at the
+ * deadline. */
+static int wait_fd(int fd, short events, double deadline)
+{
+    for (;;) {
+        double left = deadline - ddp_clock_mono();
+        struct pollfd pfd = {.fd = fd, .events = events};
+        int ms = left <= 0 ? 0 : left > 86400 ? 86400 * 1000 : (int)(left * 1000) + 1;
+        int r = poll(&pfd, 1, ms);
+        if (r > 0)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            return -errno;
+        if (r == 0 && ddp_clock_mono() >= deadline)
+            return DDP_ETIMEOUT;
+    }
+}
+
+static int send_all(ddp_store_client_t *c, double deadline)
+{
+    size_t done = 0;
+    while (done < c->out.len) {
+        ssize_t w = send(c->fd, c->out.data + done, c->out.len - done, MSG_NOSIGNAL);
+        if (w > 0) {
+            done += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            return errno == EPIPE ? DDP_ECLOSED : -errno;
+        int err = wait_fd(c->fd, POLLOUT, deadline);
+        if (err)
+            return err;
+    }
+    ddp_buf_clear(&c->out);
+    return 0;
+}
+
+/* Reads until the reply to `op` is complete; *reply points into c->in. */
+static int recv_reply(ddp_store_client_t *c, ddp_store_op_t op, uint64_t count,
+                      ddp_store_reply_t *reply, double deadline)
+{
+    for (;;) {
+        size_t need = 0;
+        int r = ddp_store_decode_reply(op, count, &c->options.limits, (const uint8_t *)c->in.data,
+                                       c->in.len, reply, &need);
+        if (r != 0)
+            return r < 0 ? r : 0;
+        int err = ddp_buf_reserve(&c->in, 65536);
+        if (err)
+            return err;
+        ssize_t got = recv(c->fd, c->in.data + c->in.len, 65536, 0);
+        if (got > 0) {
+            c->in.len += (size_t)got;
+            continue;
+        }
+        if (got == 0)
+            return DDP_ECLOSED;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return -errno;
+        if ((err = wait_fd(c->fd, POLLIN, deadline)) != 0)
+            return err;
+    }
+}
+
+static void consume(ddp_store_client_t *c, size_t n)
+{
+    memmove(c->in.data, c->in.data + n, c->in.len - n);
+    c->in.len -= n;
+}
+
+/* Sends c->out and, when `op` has one, reads its reply. */
+static int round_trip(ddp_store_client_t *c, ddp_store_op_t op, uint64_t count,
+                      ddp_store_reply_t *reply, double deadline)
+{
+    int err = send_all(c, deadline);
+    if (err == 0 && ddp_store_op_has_reply(op))
+        err = recv_reply(c, op, count, reply, deadline);
+    return err;
+}
+
+static double op_deadline(const ddp_store_client_t *c)
+{
+    return ddp_clock_mono() + c->options.timeout;
+}
+
+static int begin(ddp_store_client_t *c, ddp_store_op_t op)
+{
+    c->error[0] = '\0';
+    ddp_buf_clear(&c->out);
+    return ddp_store_put_op(&c->out, DDP_STORE_GEN2, op);
+}
+
+static int put_key(ddp_store_client_t *c, const char *key)
+{
+    return ddp_store_put_bytes(&c->out, key, strlen(key));
+}
+
+/* A non-blocking connection to one address, finished by `deadline`. */
+static int connect_one(const struct addrinfo *ai, double deadline, int *out)
+{
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -errno;
+    int err = 0;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        if (errno != EINPROGRESS) {
+            err = -errno;
+        } else if ((err = wait_fd(fd, POLLOUT, deadline)) == 0) {
+            int so = 0;
+            socklen_t len = sizeof so;
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &len);
+            err = -so;
+        }
+    }
+    if (err) {
+        close(fd);
+        return err;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    *out = fd;
+    return 0;
+}
+
+static int handshake(ddp_store_client_t *c, double deadline)
+{
+    int err = ddp_store_put_op(&c->out, DDP_STORE_GEN2, DDP_STORE_VALIDATE);
+    if (err == 0)
+        err = ddp_store_put_u32(&c->out, DDP_STORE_MAGIC);
+    if (err == 0)
+        err = send_all(c, deadline);
+    return err ? err : ddp_store_client_ping(c);
+}
+
+int ddp_store_client_connect(const char *host, int port, const ddp_store_client_options_t *options,
+                             ddp_store_client_t **out, ddp_buf_t *errbuf)
+{
+    ddp_store_client_t *c = calloc(1, sizeof *c);
+    char port_text[16];
+    double start = ddp_clock_mono(), delay = 0.01;
+    int err = 0;
+    if (c == NULL)
+        return -ENOMEM;
+    c->fd = -1;
+    c->options = options ? *options : DDP_STORE_CLIENT_OPTIONS_DEFAULT;
+    snprintf(c->address, sizeof c->address, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    snprintf(port_text, sizeof port_text, "%d", port);
+    double deadline = start + c->options.connect_timeout;
+    int gai = 0;
+    for (int attempt = 1;; attempt++) {
+        struct addrinfo hints = {0}, *addrs = NULL;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_NUMERICSERV;
+        gai = getaddrinfo(host, port_text, &hints, &addrs);
+        if (gai != 0) {
+            /* A name that does not resolve may yet (DNS not ready): retry as well. */
+            err = gai == EAI_NONAME || gai == EAI_AGAIN ? -EHOSTUNREACH : DDP_EPARSE;
+        } else {
+            err = -ECONNREFUSED;
+            for (struct addrinfo *ai = addrs; ai != NULL; ai = ai->ai_next) {
+                err = connect_one(ai, deadline, &c->fd);
+                if (err == 0)
+                    break;
+            }
+            freeaddrinfo(addrs);
+        }
+        if (err == 0 && (err = handshake(c, deadline)) == 0) {
+            *out = c;
+            return 0;
+        }
+        if (c->fd >= 0) {
+            close(c->fd);
+            c->fd = -1;
+        }
+        double now = ddp_clock_mono();
+        if (err == DDP_EPARSE || now >= deadline) {
+            if (errbuf != NULL)
+                ddp_buf_printf(errbuf,
+                               "unable to connect to the store at %s within %g s (%d attempts): "
+                               "%s",
+                               c->address, c->options.connect_timeout, attempt,
+                               err == DDP_EPARSE ? gai_strerror(gai) : ddp_strerror(err));
+            ddp_buf_free(&c->out);
+            ddp_buf_free(&c->in);
+            free(c);
+            return err == DDP_EPARSE ? err : DDP_ETIMEOUT;
+        }
+        /* Exponential backoff with jitter, so many clients do not retry in step. */
+        unsigned jitter = 0;
+        (void)getrandom(&jitter, sizeof jitter, GRND_NONBLOCK);
+        double pause = delay * (0.5 + (jitter % 1000) / 1000.0);
+        if (pause > deadline - now)
+            pause = deadline - now; /* one last attempt at the deadline */
+        struct timespec ts = {(time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9)};
+        nanosleep(&ts, NULL);
+        delay = delay * 2 > 1.0 ? 1.0 : delay * 2;
+    }
+}
+
+void ddp_store_client_close(ddp_store_client_t *client)
+{
+    if (client == NULL)
+        return;
+    if (client->fd >= 0)
+        close(client->fd);
+    ddp_buf_free(&client->out);
+    ddp_buf_free(&client->in);
+    free(client);
+}
+
+int ddp_store_client_ping(ddp_store_client_t *c)
+{
+    uint32_t nonce = 0x5eed;
+    ddp_store_reply_t reply;
+    (void)getrandom(&nonce, sizeof nonce, GRND_NONBLOCK);
+    int err = begin(c, DDP_STORE_PING);
+    if (err == 0)
+        err = ddp_store_put_u32(&c->out, nonce);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_PING, 0, &reply, op_deadline(c));
+    if (err == 0 && reply.word != nonce)
+        err = DDP_EPROTO;
+    if (err)
+        return fail(c, err, "PING");
+    consume(c, reply.size);
+    return 0;
+}
+
+int ddp_store_client_set(ddp_store_client_t *c, const char *key, const void *value, size_t len)
+{
+    int err = begin(c, DDP_STORE_SET);
+    if (err == 0)
+        err = put_key(c, key);
+    if (err == 0)
+        err = ddp_store_put_bytes(&c->out, value, len);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_SET, 0, NULL, op_deadline(c));
+    return err ? fail(c, err, "SET '%s'", key) : 0;
+}
+
+int ddp_store_client_get(ddp_store_client_t *c, const char *key, ddp_buf_t *value)
+{
+    ddp_store_reply_t reply;
+    int err = ddp_store_client_wait(c, &key, 1, c->options.timeout);
+    if (err)
+        return err; /* the message names the key already */
+    if ((err = begin(c, DDP_STORE_GET)) == 0)
+        err = put_key(c, key);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_GET, 0, &reply, op_deadline(c));
+    if (err == 0) {
+        ddp_buf_clear(value);
+        err = ddp_buf_append(value, reply.value, reply.value_len);
+        consume(c, reply.size);
+    }
+    return err ? fail(c, err, "GET '%s'", key) : 0;
+}
+
+int ddp_store_client_add(ddp_store_client_t *c, const char *key, int64_t delta, int64_t *result)
+{
+    ddp_store_reply_t reply;
+    int err = begin(c, DDP_STORE_ADD);
+    if (err == 0)
+        err = put_key(c, key);
+    if (err == 0)
+        err = ddp_store_put_i64(&c->out, delta);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_ADD, 0, &reply, op_deadline(c));
+    if (err)
+        return fail(c, err, "ADD to '%s'", key);
+    *result = reply.number;
+    consume(c, reply.size);
+    return 0;
+}
+
+int ddp_store_client_compare_set(ddp_store_client_t *c, const char *key, const void *expected,
+                                 size_t expected_len, const void *desired, size_t desired_len,
+                                 ddp_buf_t *current)
+{
+    ddp_store_reply_t reply;
+    int err = begin(c, DDP_STORE_COMPARE_SET);
+    if (err == 0)
+        err = put_key(c, key);
+    if (err == 0)
+        err = ddp_store_put_bytes(&c->out, expected, expected_len);
+    if (err == 0)
+        err = ddp_store_put_bytes(&c->out, desired, desired_len);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_COMPARE_SET, 0, &reply, op_deadline(c));
+    if (err == 0) {
+        ddp_buf_clear(current);
+        err = ddp_buf_append(current, reply.value, reply.value_len);
+        consume(c, reply.size);
+    }
+    return err ? fail(c, err, "COMPARE_SET '%s'", key) : 0;
+}
+
+static int put_keys(ddp_store_client_t *c, const char *const *keys, size_t n)
+{
+    int err = ddp_store_put_u64(&c->out, (uint64_t)n);
+    for (size_t i = 0; i < n && err == 0; i++)
+        err = put_key(c, keys[i]);
+    return err;
+}
+
+int ddp_store_client_check(ddp_store_client_t *c, const char *const *keys, size_t n, bool *ready)
+{
+    ddp_store_reply_t reply;
+    int err = begin(c, DDP_STORE_CHECK);
+    if (err == 0)
+        err = put_keys(c, keys, n);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_CHECK, 0, &reply, op_deadline(c));
+    if (err)
+        return fail(c, err, "CHECK %zu key(s) from '%s'", n, n ? keys[0] : "");
+    *ready = reply.byte == DDP_STORE_READY;
+    consume(c, reply.size);
+    return 0;
+}
+
+int ddp_store_client_wait(ddp_store_client_t *c, const char *const *keys, size_t n, double timeout)
+{
+    ddp_store_reply_t reply;
+    double deadline = ddp_clock_mono() + timeout;
+    int err = begin(c, DDP_STORE_WAIT);
+    if (err == 0)
+        err = put_keys(c, keys, n);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_WAIT, 0, &reply, deadline);
+    if (err == 0) {
+        consume(c, reply.size);
+        return 0;
+    }
+    if (err != DDP_ETIMEOUT)
+        return fail(c, err, "WAIT for '%s'", n ? keys[0] : "");
+    /* Give up on the server too. It may have answered 0 (the keys came) just before
+     * our cancel: then the keys are there after all. */
+    bool came = false;
+    double cancel_deadline = ddp_clock_mono() + (c->options.timeout < 30 ? c->options.timeout : 30);
+    if ((err = begin(c, DDP_STORE_CANCEL_WAIT)) == 0)
+        err = round_trip(c, DDP_STORE_CANCEL_WAIT, 0, &reply, cancel_deadline);
+    if (err == 0 && reply.byte == DDP_STORE_STOP_WAITING) {
+        came = true;
+        consume(c, reply.size);
+        err = recv_reply(c, DDP_STORE_CANCEL_WAIT, 0, &reply, cancel_deadline);
+    }
+    if (err == 0 && reply.byte != DDP_STORE_WAIT_CANCELED)
+        err = DDP_EPROTO;
+    if (err)
+        return fail(c, err, "cancel the WAIT for '%s'", n ? keys[0] : "");
+    consume(c, reply.size);
+    if (came)
+        return 0;
+    return fail(c, DDP_ETIMEOUT, "WAIT %g s for '%s'%s", timeout, n ? keys[0] : "",
+                n > 1 ? " and others" : "");
+}
+
+int ddp_store_client_num_keys(ddp_store_client_t *c, int64_t *count)
+{
+    ddp_store_reply_t reply;
+    int err = begin(c, DDP_STORE_GETNUMKEYS);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_GETNUMKEYS, 0, &reply, op_deadline(c));
+    if (err)
+        return fail(c, err, "GETNUMKEYS");
+    *count = reply.number;
+    consume(c, reply.size);
+    return 0;
+}
+
+int ddp_store_client_delete(ddp_store_client_t *c, const char *key, bool *deleted)
+{
+    ddp_store_reply_t reply;
+    int err = begin(c, DDP_STORE_DELETE_KEY);
+    if (err == 0)
+        err = put_key(c, key);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_DELETE_KEY, 0, &reply, op_deadline(c));
+    if (err)
+        return fail(c, err, "DELETE_KEY '%s'", key);
+    *deleted = reply.number > 0;
+    consume(c, reply.size);
+    return 0;
+}
+
+int ddp_store_client_append(ddp_store_client_t *c, const char *key, const void *value, size_t len)
+{
+    int err = begin(c, DDP_STORE_APPEND);
+    if (err == 0)
+        err = put_key(c, key);
+    if (err == 0)
+        err = ddp_store_put_bytes(&c->out, value, len);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_APPEND, 0, NULL, op_deadline(c));
+    return err ? fail(c, err, "APPEND to '%s'", key) : 0;
+}
+
+int ddp_store_client_multi_get(ddp_store_client_t *c, const char *const *keys, size_t n,
+                               ddp_buf_t *values)
+{
+    ddp_store_reply_t reply;
+    int err = begin(c, DDP_STORE_MULTI_GET);
+    if (err == 0)
+        err = put_keys(c, keys, n);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_MULTI_GET, n, &reply, op_deadline(c));
+    if (err)
+        return fail(c, err, "MULTI_GET %zu key(s) from '%s'", n, n ? keys[0] : "");
+    const uint8_t *p = reply.items;
+    for (size_t i = 0; i < n && err == 0; i++) {
+        uint64_t len;
+        memcpy(&len, p, sizeof len);
+        ddp_buf_clear(&values[i]);
+        err = ddp_buf_append(&values[i], p + 8, (size_t)len);
+        p += 8 + len;
+    }
+    consume(c, reply.size);
+    return err ? fail(c, err, "MULTI_GET") : 0;
+}
+
+int ddp_store_client_multi_set(ddp_store_client_t *c, const char *const *keys,
+                               const void *const *values, const size_t *lens, size_t n)
+{
+    int err = begin(c, DDP_STORE_MULTI_SET);
+    if (err == 0)
+        err = ddp_store_put_u64(&c->out, (uint64_t)n);
+    for (size_t i = 0; i < n && err == 0; i++) {
+        err = put_key(c, keys[i]);
+        if (err == 0)
+            err = ddp_store_put_bytes(&c->out, values[i], lens[i]);
+    }
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_MULTI_SET, 0, NULL, op_deadline(c));
+    return err ? fail(c, err, "MULTI_SET %zu key(s) from '%s'", n, n ? keys[0] : "") : 0;
+}
+
+int ddp_store_client_queue_push(ddp_store_client_t *c, const char *key, const void *value,
+                                size_t len)
+{
+    int err = begin(c, DDP_STORE_QUEUE_PUSH);
+    if (err == 0)
+        err = put_key(c, key);
+    if (err == 0)
+        err = ddp_store_put_bytes(&c->out, value, len);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_QUEUE_PUSH, 0, NULL, op_deadline(c));
+    return err ? fail(c, err, "QUEUE_PUSH to '%s'", key) : 0;
+}
+
+int ddp_store_client_queue_pop(ddp_store_client_t *c, const char *key, ddp_buf_t *value, bool *got)
+{
+    ddp_store_reply_t reply;
+    int err = begin(c, DDP_STORE_QUEUE_POP);
+    if (err == 0)
+        err = put_key(c, key);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_QUEUE_POP, 0, &reply, op_deadline(c));
+    if (err)
+        return fail(c, err, "QUEUE_POP from '%s'", key);
+    *got = reply.number > 0;
+    ddp_buf_clear(value);
+    if (*got)
+        err = ddp_buf_append(value, reply.value, reply.value_len);
+    consume(c, reply.size);
+    return err ? fail(c, err, "QUEUE_POP from '%s'", key) : 0;
+}
+
+int ddp_store_client_queue_len(ddp_store_client_t *c, const char *key, int64_t *count)
+{
+    ddp_store_reply_t reply;
+    int err = begin(c, DDP_STORE_QUEUE_LEN);
+    if (err == 0)
+        err = put_key(c, key);
+    if (err == 0)
+        err = round_trip(c, DDP_STORE_QUEUE_LEN, 0, &reply, op_deadline(c));
+    if (err)
+        return fail(c, err, "QUEUE_LEN of '%s'", key);
+    *count = reply.number;
+    consume(c, reply.size);
+    return 0;
+}

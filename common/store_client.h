@@ -1,0 +1,89 @@
+/* A blocking client of the rendezvous store, speaking TCPStore protocol generation 2.
+ *
+ * Used by libddp and by launchers on other nodes: no event loop, one connection, one
+ * request at a time, every call bounded by a deadline. Keys are sent as given (PyTorch's
+ * own client puts "/" before user keys; a C program sharing keys with PyTorch workers
+ * adds it itself). Not thread-safe: one thread per client, or a lock around it.
+ * Functions return 0 or a negative code (DDP_ETIMEOUT, DDP_ECLOSED, DDP_EPROTO,
+ * DDP_ETOOBIG, -errno); ddp_store_client_error() then says what failed, naming the
+ * store's address and the key. */
+#ifndef DDP_COMMON_STORE_CLIENT_H
+#define DDP_COMMON_STORE_CLIENT_H
+
+#include "buf.h"
+#include "store_codec.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ddp_store_client_s ddp_store_client_t;
+
+typedef struct ddp_store_client_options_s {
+    double connect_timeout; /* s: connection attempts go on (with backoff) this long */
+    double timeout;         /* s: each operation's deadline (WAIT takes its own) */
+    ddp_store_limits_t limits;
+} ddp_store_client_options_t;
+
+#define DDP_STORE_CLIENT_OPTIONS_DEFAULT \
+    ((ddp_store_client_options_t){300, 300, DDP_STORE_LIMITS_DEFAULT})
+
+/* Connects to host:port, retrying with exponential backoff until connect_timeout, then
+ * VALIDATE and PING. On failure *out is untouched and `err` (may be NULL) says why. */
+int ddp_store_client_connect(const char *host, int port, const ddp_store_client_options_t *options,
+                             ddp_store_client_t **out, ddp_buf_t *err);
+
+/* What the last failed call did wrong, or "". */
+const char *ddp_store_client_error(const ddp_store_client_t *client);
+
+int ddp_store_client_set(ddp_store_client_t *client, const char *key, const void *value,
+                         size_t len);
+
+/* Waits (up to the client's timeout) for the key, then reads its value into *value. */
+int ddp_store_client_get(ddp_store_client_t *client, const char *key, ddp_buf_t *value);
+
+int ddp_store_client_add(ddp_store_client_t *client, const char *key, int64_t delta,
+                         int64_t *result);
+
+/* COMPARE_SET; *current receives the server's answer (see store semantics). */
+int ddp_store_client_compare_set(ddp_store_client_t *client, const char *key, const void *expected,
+                                 size_t expected_len, const void *desired, size_t desired_len,
+                                 ddp_buf_t *current);
+
+int ddp_store_client_check(ddp_store_client_t *client, const char *const *keys, size_t n,
+                           bool *ready);
+
+/* Waits until every key exists, at most `timeout` seconds; then DDP_ETIMEOUT (the wait
+ * is cancelled on the server with CANCEL_WAIT). */
+int ddp_store_client_wait(ddp_store_client_t *client, const char *const *keys, size_t n,
+                          double timeout);
+
+int ddp_store_client_num_keys(ddp_store_client_t *client, int64_t *count);
+
+int ddp_store_client_delete(ddp_store_client_t *client, const char *key, bool *deleted);
+
+int ddp_store_client_append(ddp_store_client_t *client, const char *key, const void *value,
+                            size_t len);
+
+/* values[i] receives the value of keys[i] (an empty value for a missing key). */
+int ddp_store_client_multi_get(ddp_store_client_t *client, const char *const *keys, size_t n,
+                               ddp_buf_t *values);
+
+int ddp_store_client_multi_set(ddp_store_client_t *client, const char *const *keys,
+                               const void *const *values, const size_t *lens, size_t n);
+
+int ddp_store_client_queue_push(ddp_store_client_t *client, const char *key, const void *value,
+                                size_t len);
+
+/* Pops without waiting: *got is false when the queue was empty. */
+int ddp_store_client_queue_pop(ddp_store_client_t *client, const char *key, ddp_buf_t *value,
+                               bool *got);
+
+int ddp_store_client_queue_len(ddp_store_client_t *client, const char *key, int64_t *count);
+
+/* A round trip with a random nonce. */
+int ddp_store_client_ping(ddp_store_client_t *client);
+
+void ddp_store_client_close(ddp_store_client_t *client);
+
+#endif

@@ -1,0 +1,543 @@
+/* Integration tests of the store server (ddp-test-store: the launcher's server alone)
+ * over real sockets: the captured torch 1.13 session byte for byte, the C client
+ * (generation 2), waits woken by other clients, hostile input that closes only its own
+ * connection, 10,000 concurrent clients, a client sending one byte at a time while
+ * others are served, and a client that does not read its replies. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "error.h"
+#include "harness.h"
+#include "store_client.h"
+#include "store_codec.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static const char *store_binary(void)
+{
+    const char *path = getenv("DDP_TEST_STORE");
+    if (path == NULL || *path == '\0')
+        fail_msg("DDP_TEST_STORE is not set: run the tests with meson test");
+    return path;
+}
+
+/* Starts ddp-test-store with extra arguments; returns its port. */
+static int start_store(th_proc_t *p, const char *const *extra)
+{
+    const char *argv[16] = {store_binary()};
+    int n = 1;
+    for (int i = 0; extra != NULL && extra[i] != NULL && n < 15; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    th_start(p, argv, NULL);
+    TH_ASSERT(p, th_wait_output(p, 1, "listening ", 1, 30));
+    int port = atoi(strstr(ddp_buf_str(&p->out), "listening ") + 10);
+    TH_ASSERT(p, port > 0);
+    return port;
+}
+
+static void stop_store(th_proc_t *p)
+{
+    kill(p->pid, SIGTERM);
+    TH_ASSERT(p, th_wait_exit(p, 30));
+    TH_ASSERT(p, th_status(p) == 0);
+    th_cleanup(p);
+}
+
+/* The server's count of connections with a pending WAIT, asked with SIGUSR1. */
+static int waiting(th_proc_t *p)
+{
+    int asked = th_count(ddp_buf_str(&p->out), "connections ") + 1;
+    kill(p->pid, SIGUSR1);
+    TH_ASSERT(p, th_wait_output(p, 1, "connections ", asked, 30));
+    const char *last = ddp_buf_str(&p->out), *at;
+    while ((at = strstr(last, "connections ")) != NULL)
+        last = at + 1;
+    return atoi(strstr(last - 1, "waiting ") + 8);
+}
+
+static void wait_for_waiters(th_proc_t *p, int n)
+{
+    double deadline = th_now() + 30;
+    while (waiting(p) != n)
+        TH_ASSERT(p, th_now() < deadline);
+}
+
+static int raw_connect(int port)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static void raw_send(int fd, const void *data, size_t len)
+{
+    assert_int_equal(send(fd, data, len, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+static size_t unhex(const char *hex, uint8_t *out, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = hex; *p;) {
+        unsigned byte;
+        if (*p == ' ') {
+            p++;
+            continue;
+        }
+        assert_int_equal(sscanf(p, "%2x", &byte), 1);
+        assert_true(n < cap);
+        out[n++] = (uint8_t)byte;
+        p += 2;
+    }
+    return n;
+}
+
+static void send_hex(int fd, const char *hex)
+{
+    uint8_t b[512];
+    raw_send(fd, b, unhex(hex, b, sizeof b));
+}
+
+/* Reads exactly `len` bytes within `timeout` seconds; false on EOF or timeout. */
+static bool recv_exact(int fd, void *out, size_t len, double timeout)
+{
+    double deadline = th_now() + timeout;
+    size_t got = 0;
+    while (got < len) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        double left = deadline - th_now();
+        if (left <= 0 || poll(&pfd, 1, (int)(left * 1000) + 1) <= 0)
+            return false;
+        ssize_t r = recv(fd, (char *)out + got, len - got, 0);
+        if (r <= 0)
+            return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+static void expect_hex(int fd, const char *hex)
+{
+    uint8_t want[512], got[512];
+    size_t n = unhex(hex, want, sizeof want);
+    assert_true(recv_exact(fd, got, n, 30));
+    assert_memory_equal(got, want, n);
+}
+
+/* The server closed this connection (EOF, or a reset). */
+static bool closed_by_server(int fd, double timeout)
+{
+    char b[256];
+    double deadline = th_now() + timeout;
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        double left = deadline - th_now();
+        if (left <= 0 || poll(&pfd, 1, (int)(left * 1000) + 1) <= 0)
+            return false;
+        ssize_t r = recv(fd, b, sizeof b, 0);
+        if (r <= 0)
+            return true;
+    }
+}
+
+static ddp_store_client_t *client(int port)
+{
+    ddp_store_client_t *c = NULL;
+    ddp_buf_t err = DDP_BUF_INIT;
+    ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
+    options.connect_timeout = 30;
+    options.timeout = 30;
+    if (ddp_store_client_connect("127.0.0.1", port, &options, &c, &err) != 0)
+        fail_msg("%s", ddp_buf_str(&err));
+    return c;
+}
+
+static void test_captured_gen1_session(void **state)
+{
+    th_proc_t p;
+    int port = start_store(&p, NULL);
+    int fd = raw_connect(port);
+    /* The bytes of tcpstore-protocol.md, and the server's exact answers. */
+    send_hex(fd, "03 0500000000000000 696e69742f 0100000000000000");
+    expect_hex(fd, "0100000000000000");
+    send_hex(fd, "03 0500000000000000 696e69742f 0100000000000000");
+    expect_hex(fd, "0200000000000000");
+    send_hex(fd, "00 0300000000000000 2f6b31 0500000000000000 68656c6c6f");
+    send_hex(fd, "05 0100000000000000 0300000000000000 2f6b31");
+    expect_hex(fd, "00");
+    send_hex(fd, "02 0300000000000000 2f6b31");
+    expect_hex(fd, "0500000000000000 68656c6c6f");
+    send_hex(fd, "03 0400000000000000 2f636e74 0400000000000000");
+    expect_hex(fd, "0400000000000000");
+    send_hex(fd, "03 0400000000000000 2f636e74 feffffffffffffff");
+    expect_hex(fd, "0200000000000000");
+    send_hex(fd, "01 0400000000000000 2f636173 0000000000000000 0200000000000000 7631");
+    expect_hex(fd, "0200000000000000 7631");
+    send_hex(fd, "01 0400000000000000 2f636173 0200000000000000 7631 0200000000000000 7632");
+    expect_hex(fd, "0200000000000000 7632");
+    send_hex(fd, "06");
+    expect_hex(fd, "0400000000000000"); /* init/, /k1, /cnt, /cas */
+    send_hex(fd, "08 0300000000000000 2f6b31");
+    expect_hex(fd, "0100000000000000");
+    send_hex(fd, "04 0100000000000000 0300000000000000 2f6b31");
+    expect_hex(fd, "01"); /* CHECK: NOT_READY after the delete */
+    /* A GET of a missing key answers an empty value (torch 1.13's server would drop
+     * the connection). */
+    send_hex(fd, "02 0300000000000000 2f6b31");
+    expect_hex(fd, "0000000000000000");
+    close(fd);
+    stop_store(&p);
+}
+
+static void test_c_client_operations(void **state)
+{
+    th_proc_t p;
+    int port = start_store(&p, NULL);
+    ddp_store_client_t *c = client(port);
+    ddp_buf_t v = DDP_BUF_INIT;
+    int64_t n;
+    bool flag;
+    assert_int_equal(ddp_store_client_ping(c), 0);
+    assert_int_equal(ddp_store_client_set(c, "/a", "alpha", 5), 0);
+    assert_int_equal(ddp_store_client_get(c, "/a", &v), 0);
+    assert_string_equal(ddp_buf_str(&v), "alpha");
+    assert_int_equal(ddp_store_client_add(c, "/n", 40, &n), 0);
+    assert_int_equal(ddp_store_client_add(c, "/n", 2, &n), 0);
+    assert_int_equal(n, 42);
+    assert_int_equal(ddp_store_client_compare_set(c, "/c", "", 0, "v1", 2, &v), 0);
+    assert_string_equal(ddp_buf_str(&v), "v1");
+    assert_int_equal(ddp_store_client_compare_set(c, "/c", "no", 2, "v2", 2, &v), 0);
+    assert_string_equal(ddp_buf_str(&v), "v1");
+    const char *keys[] = {"/a", "/n", "/missing"};
+    assert_int_equal(ddp_store_client_check(c, keys, 2, &flag), 0);
+    assert_true(flag);
+    assert_int_equal(ddp_store_client_check(c, keys, 3, &flag), 0);
+    assert_false(flag);
+    assert_int_equal(ddp_store_client_num_keys(c, &n), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(ddp_store_client_append(c, "/a", "bet", 3), 0);
+    assert_int_equal(ddp_store_client_get(c, "/a", &v), 0);
+    assert_string_equal(ddp_buf_str(&v), "alphabet");
+    const char *mkeys[] = {"/m1", "/m2"};
+    const void *mvals[] = {"x", "yy"};
+    size_t mlens[] = {1, 2};
+    ddp_buf_t got[3] = {DDP_BUF_INIT, DDP_BUF_INIT, DDP_BUF_INIT};
+    assert_int_equal(ddp_store_client_multi_set(c, mkeys, mvals, mlens, 2), 0);
+    const char *gkeys[] = {"/m2", "/nothing", "/m1"};
+    assert_int_equal(ddp_store_client_multi_get(c, gkeys, 3, got), 0);
+    assert_string_equal(ddp_buf_str(&got[0]), "yy");
+    assert_int_equal(got[1].len, 0);
+    assert_string_equal(ddp_buf_str(&got[2]), "x");
+    assert_int_equal(ddp_store_client_queue_push(c, "q", "1", 1), 0);
+    assert_int_equal(ddp_store_client_queue_push(c, "q", "22", 2), 0);
+    assert_int_equal(ddp_store_client_queue_len(c, "q", &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(ddp_store_client_queue_pop(c, "q", &v, &flag), 0);
+    assert_true(flag);
+    assert_string_equal(ddp_buf_str(&v), "1");
+    assert_int_equal(ddp_store_client_delete(c, "/a", &flag), 0);
+    assert_true(flag);
+    assert_int_equal(ddp_store_client_delete(c, "/a", &flag), 0);
+    assert_false(flag);
+    /* A timed-out WAIT cancels on the server and names what it waited for; the
+     * connection stays usable. */
+    const char *never[] = {"/never"};
+    assert_int_equal(ddp_store_client_wait(c, never, 1, 0.2), DDP_ETIMEOUT);
+    assert_non_null(strstr(ddp_store_client_error(c), "/never"));
+    assert_non_null(strstr(ddp_store_client_error(c), "127.0.0.1:"));
+    assert_int_equal(waiting(&p), 0);
+    assert_int_equal(ddp_store_client_ping(c), 0);
+    for (int i = 0; i < 3; i++)
+        ddp_buf_free(&got[i]);
+    ddp_buf_free(&v);
+    ddp_store_client_close(c);
+    stop_store(&p);
+}
+
+static void test_wait_is_woken_by_another_client(void **state)
+{
+    th_proc_t p;
+    int port = start_store(&p, NULL);
+    ddp_store_client_t *writer = client(port);
+    /* Generation 1 waiter on two keys, one of which exists. */
+    int fd = raw_connect(port);
+    assert_int_equal(ddp_store_client_set(writer, "/have", "1", 1), 0);
+    send_hex(fd, "05 0200000000000000 0500000000000000 2f68617665 0500000000000000 2f6c617465");
+    wait_for_waiters(&p, 1); /* the server has parked it */
+    assert_int_equal(ddp_store_client_set(writer, "/late", "1", 1), 0);
+    expect_hex(fd, "00");
+    assert_int_equal(waiting(&p), 0);
+    /* A generation 1 client whose WAIT timed out just sends its next request: the
+     * server drops the wait, so no stray answer comes when the key appears later. */
+    send_hex(fd, "05 0100000000000000 0500000000000000 2f6e657874");
+    wait_for_waiters(&p, 1);
+    send_hex(fd, "06");
+    expect_hex(fd, "0200000000000000");
+    assert_int_equal(ddp_store_client_set(writer, "/next", "1", 1), 0);
+    /* SET has no reply: a round trip on the writer's connection makes sure the server
+     * has applied it before the other connection asks. */
+    assert_int_equal(ddp_store_client_ping(writer), 0);
+    send_hex(fd, "06");
+    expect_hex(fd, "0300000000000000"); /* not a stray 00 */
+    close(fd);
+    /* A client that disconnects while waiting leaves nothing behind. */
+    fd = raw_connect(port);
+    send_hex(fd, "05 0100000000000000 0500000000000000 2f676f6e65");
+    wait_for_waiters(&p, 1);
+    close(fd);
+    wait_for_waiters(&p, 0);
+    assert_int_equal(ddp_store_client_set(writer, "/gone", "1", 1), 0);
+    ddp_store_client_close(writer);
+    stop_store(&p);
+}
+
+/* Sends `hex` on a new connection, expects the server to close it with a log line that
+ * contains `why`, and checks that another client is still served. */
+static void expect_refused(th_proc_t *p, int port, ddp_store_client_t *other, const char *hex,
+                           const char *why)
+{
+    int fd = raw_connect(port);
+    send_hex(fd, hex);
+    TH_ASSERT(p, closed_by_server(fd, 30));
+    close(fd);
+    TH_ASSERT(p, th_wait_output(p, 2, why, 1, 30));
+    assert_int_equal(ddp_store_client_ping(other), 0);
+    int64_t n;
+    assert_int_equal(ddp_store_client_add(other, "/alive", 1, &n), 0);
+}
+
+static void test_hostile_input_closes_only_its_connection(void **state)
+{
+    th_proc_t p;
+    const char *args[] = {"--max-key", "16", NULL};
+    int port = start_store(&p, args);
+    ddp_store_client_t *other = client(port);
+    expect_refused(&p, port, other, "02 ffffffffffffffff",
+                   "a key of 18446744073709551615 bytes in GET is over the limit of 16");
+    expect_refused(&p, port, other, "00 0100000000000000 41 f8ffffffffffffff",
+                   "a value of 18446744073709551608 bytes in SET");
+    expect_refused(&p, port, other, "05 ffffffffffffff7f", "keys in WAIT are over the limit");
+    expect_refused(&p, port, other, "0d", "unknown opcode 13 for a generation 1 client");
+    expect_refused(&p, port, other, "00CEF7853C 11", "unknown opcode 17 for a generation 2");
+    expect_refused(&p, port, other, "07 0100000000000000 6b", "WATCH_KEY is not supported");
+    expect_refused(&p, port, other, "02 1100000000000000", "over the limit of 16");
+    /* ADD to a value that is not a number. */
+    assert_int_equal(ddp_store_client_set(other, "/text", "hello", 5), 0);
+    assert_int_equal(ddp_store_client_ping(other), 0); /* the SET is applied */
+    expect_refused(&p, port, other, "03 0500000000000000 2f74657874 0100000000000000",
+                   "ADD to key '/text', whose value is not a number");
+    /* A truncated request and a client that goes away: nothing to log, nothing lost. */
+    int fd = raw_connect(port);
+    send_hex(fd, "00 0300000000000000 2f6b31 0500000000000000 6865");
+    close(fd);
+    int64_t n;
+    assert_int_equal(ddp_store_client_num_keys(other, &n), 0);
+    assert_int_equal(n, 2); /* /alive and /text: the truncated SET stored nothing */
+    /* A key at the limit is fine. */
+    assert_int_equal(ddp_store_client_set(other, "0123456789abcdef", "v", 1), 0);
+    ddp_store_client_close(other);
+    stop_store(&p);
+}
+
+static void raise_fd_limit(rlim_t need)
+{
+    struct rlimit rl;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max < need) {
+        rl.rlim_max = need; /* root may raise the hard limit itself */
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            print_message("skipped: RLIMIT_NOFILE hard limit %llu < %llu\n",
+                          (unsigned long long)rl.rlim_max, (unsigned long long)need);
+            skip();
+        }
+    }
+    rl.rlim_cur = rl.rlim_max;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+}
+
+static void test_ten_thousand_clients(void **state)
+{
+    enum { N = 10000 };
+    raise_fd_limit(N + 256);
+    th_proc_t p;
+    int port = start_store(&p, NULL); /* started after the limit was raised: inherits it */
+    int *fds = calloc(N, sizeof *fds);
+    bool *seen = calloc(N + 1, sizeof *seen);
+    uint8_t add[64];
+    size_t add_len =
+        unhex("03 0800000000000000 2f636f756e746572 0100000000000000", add, sizeof add);
+    /* Every client connects, is connected at the same time, and ADDs 1. */
+    for (int i = 0; i < N; i++) {
+        fds[i] = raw_connect(port);
+        raw_send(fds[i], add, add_len);
+    }
+    for (int i = 0; i < N; i++) {
+        int64_t value;
+        TH_ASSERT(&p, recv_exact(fds[i], &value, sizeof value, 60));
+        TH_ASSERT(&p, value >= 1 && value <= N && !seen[value]);
+        seen[value] = true;
+    }
+    kill(p.pid, SIGUSR1);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "connections 10000 waiting 0", 1, 30));
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    free(fds);
+    free(seen);
+    stop_store(&p);
+}
+
+typedef struct {
+    int fd;
+    atomic_int sent;
+    int total;
+    const uint8_t *bytes;
+} slow_t;
+
+static void *slow_writer(void *arg)
+{
+    slow_t *slow = arg;
+    for (int i = 0; i < slow->total; i++) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        raw_send(slow->fd, slow->bytes + i, 1);
+        atomic_store(&slow->sent, i + 1);
+        nanosleep(&ts, NULL); /* the client's pace, not a wait for the server */
+    }
+    return NULL;
+}
+
+static void test_slow_client_does_not_delay_others(void **state)
+{
+    th_proc_t p;
+    int port = start_store(&p, NULL);
+    uint8_t set[64];
+    slow_t slow = {.fd = raw_connect(port), .sent = 0};
+    slow.total =
+        (int)unhex("00 0500000000000000 2f736c6f77 0500000000000000 736c6f7721", set, sizeof set);
+    slow.bytes = set;
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, slow_writer, &slow), 0);
+    /* One byte every 50 ms: the whole SET takes over a second. Meanwhile another
+     * client gets through a thousand round trips. */
+    ddp_store_client_t *fast = client(port);
+    for (int i = 0; i < 1000; i++) {
+        int64_t n;
+        assert_int_equal(ddp_store_client_add(fast, "/fast", 1, &n), 0);
+        assert_int_equal(n, i + 1);
+    }
+    int sent = atomic_load(&slow.sent);
+    assert_true(sent < slow.total); /* the slow request was still arriving */
+    pthread_join(thread, NULL);
+    ddp_buf_t v = DDP_BUF_INIT;
+    assert_int_equal(ddp_store_client_get(fast, "/slow", &v), 0);
+    assert_string_equal(ddp_buf_str(&v), "slow!");
+    ddp_buf_free(&v);
+    ddp_store_client_close(fast);
+    close(slow.fd);
+    stop_store(&p);
+}
+
+static void test_unread_replies_do_not_stall_others(void **state)
+{
+    th_proc_t p;
+    int port = start_store(&p, NULL);
+    ddp_store_client_t *c = client(port);
+    size_t big = (size_t)1 << 20;
+    char *value = malloc(big);
+    memset(value, 'v', big);
+    assert_int_equal(ddp_store_client_set(c, "/big", value, big), 0);
+    assert_int_equal(ddp_store_client_ping(c), 0); /* the SET is applied */
+    /* 64 GETs of 1 MiB, none of the replies read (64 MiB, beyond what the server
+     * queues for one client before it stops reading from it). */
+    int greedy = raw_connect(port);
+    uint8_t get[32];
+    size_t get_len = unhex("02 0400000000000000 2f626967", get, sizeof get);
+    for (int i = 0; i < 64; i++)
+        raw_send(greedy, get, get_len);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(ddp_store_client_ping(c), 0);
+    /* Then it reads them all, complete and in order. */
+    for (int i = 0; i < 64; i++) {
+        uint64_t len;
+        TH_ASSERT(&p, recv_exact(greedy, &len, sizeof len, 60));
+        TH_ASSERT(&p, len == big);
+        TH_ASSERT(&p, recv_exact(greedy, value, big, 60));
+        TH_ASSERT(&p, value[0] == 'v' && value[big - 1] == 'v');
+    }
+    close(greedy);
+    free(value);
+    ddp_store_client_close(c);
+    stop_store(&p);
+}
+
+static void test_port_in_use(void **state)
+{
+    th_proc_t p, q;
+    char port[16];
+    snprintf(port, sizeof port, "%d", start_store(&p, NULL));
+    const char *argv[] = {store_binary(), "--port", port, NULL};
+    th_run(&q, argv, NULL, 30);
+    TH_ASSERT(&q, th_status(&q) == 4);
+    TH_ASSERT(&q, strstr(ddp_buf_str(&q.err), "is in use by another program") != NULL);
+    th_cleanup(&q);
+    stop_store(&p);
+}
+
+static void test_client_connect_deadline(void **state)
+{
+    /* Nothing listens on a port that was just free: the client retries with backoff
+     * and gives up at its deadline, naming the address. */
+    th_proc_t p;
+    int port = start_store(&p, NULL);
+    stop_store(&p);
+    ddp_store_client_t *c = NULL;
+    ddp_buf_t err = DDP_BUF_INIT;
+    ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
+    options.connect_timeout = 0.5;
+    double start = th_now();
+    assert_int_equal(ddp_store_client_connect("127.0.0.1", port, &options, &c, &err), DDP_ETIMEOUT);
+    assert_true(th_now() - start >= 0.4);
+    char want[64];
+    snprintf(want, sizeof want, "127.0.0.1:%d within 0.5 s", port);
+    assert_non_null(strstr(ddp_buf_str(&err), want));
+    assert_non_null(strstr(ddp_buf_str(&err), "refused"));
+    ddp_buf_free(&err);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        TH_TEST(test_captured_gen1_session),
+        TH_TEST(test_c_client_operations),
+        TH_TEST(test_wait_is_woken_by_another_client),
+        TH_TEST(test_hostile_input_closes_only_its_connection),
+        TH_TEST(test_ten_thousand_clients),
+        TH_TEST(test_slow_client_does_not_delay_others),
+        TH_TEST(test_unread_replies_do_not_stall_others),
+        TH_TEST(test_port_in_use),
+        TH_TEST(test_client_connect_deadline),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
