@@ -14,6 +14,7 @@
 #include "logs.h"
 #include "report.h"
 #include "spawn.h"
+#include "store_server.h"
 #include "worker_spec.h"
 
 #include <errno.h>
@@ -30,6 +31,10 @@
 extern char **environ;
 
 typedef enum { AGENT_RUNNING, AGENT_STOPPING, AGENT_DONE } agent_state_t;
+
+/* Keys under this prefix belong to the launcher and outlive attempts (PyTorch's
+ * clients put "/" before every user key, so none of theirs starts so). */
+#define DDP_STORE_KEEP "ddp-launch/"
 
 typedef enum {
     STOP_NONE,         /* every worker succeeded */
@@ -70,6 +75,8 @@ struct ddp_agent_s {
     uv_timer_t kill_timer;
     ddp_guard_t guard;
     bool guard_warned;
+    ddp_store_server_t *store; /* the rendezvous store the workers use */
+    int store_port;
     ddp_console_t console_out, console_err;
     char *program; /* the executable, found in PATH */
     char *base_dir, *run_dir, *attempt_dir;
@@ -196,6 +203,8 @@ static void worker_drain(ddp_worker_t *w, bool close_after)
 static void finish(ddp_agent_t *a)
 {
     a->state = AGENT_DONE;
+    ddp_store_server_close(a->store);
+    a->store = NULL;
     uv_close((uv_handle_t *)&a->sigchld, NULL);
     uv_close((uv_handle_t *)&a->kill_timer, NULL);
     for (int i = 0; i < a->cfg->nsignals; i++)
@@ -318,6 +327,11 @@ static void group_finished(ddp_agent_t *a)
             ddp_log_warn(a->log, "restarting the workers as attempt %d (restart %d of %d)",
                          a->attempt, a->attempt, a->cfg->max_restarts);
             clear_failures(a);
+            /* PyTorch 2.x keys have no attempt prefix: a restarted worker must not
+             * read the failed attempt's values (a stale NCCL unique id, say). */
+            size_t cleared = ddp_store_clear(ddp_store_server_store(a->store), DDP_STORE_KEEP);
+            ddp_log_debug(a->log, "cleared %zu key(s) of attempt %d from the store", cleared,
+                          a->attempt - 1);
             /* On failure group_start stops what it started or finishes the agent. */
             (void)group_start(a);
             return;
@@ -510,7 +524,9 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         .group_rank = cfg->node_rank,
         .group_world_size = cfg->nnodes_max,
         .restart_count = a->attempt,
-        .use_agent_store = false,
+        .use_agent_store = true,
+        .master_addr = cfg->master_addr,
+        .master_port = a->store_port,
     };
     if (asprintf(&w->error_file, "%s/%d/error.json", a->attempt_dir, w->local_rank) < 0) {
         w->error_file = NULL;
@@ -610,18 +626,21 @@ fail:
 
 /* Setup and teardown. */
 
-/* Each worker costs up to four descriptors while it starts; raise the soft limit if
- * the job needs more, and remember the old one for the workers. */
+/* Every store client costs a descriptor (a torch 1.13 client two) and every worker up
+ * to four while it starts: raise the soft limit to the hard one, and give the workers
+ * back the limit they would have had. */
 static void raise_nofile(ddp_agent_t *a)
 {
     struct rlimit rl;
-    rlim_t need = (rlim_t)a->nworkers * 4 + 64;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
         return;
     rlim_t old = rl.rlim_cur;
-    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+    rl.rlim_cur = rl.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
         a->nofile = old;
+    else
+        ddp_log_debug(a->log, "unable to raise the open file limit to %llu: %s",
+                      (unsigned long long)rl.rlim_max, strerror(errno));
 }
 
 static int find_program(ddp_agent_t *a)
@@ -676,6 +695,29 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
         if ((err = uv_signal_start(&a->forwarded[i], on_forwarded_signal, a->cfg->signals[i])) != 0)
             return err;
     }
+    return 0;
+}
+
+/* The rendezvous store, before any worker: at --master-addr:--master-port (port 0: a
+ * free one), or at the c10d endpoint. */
+static int start_store(ddp_agent_t *a)
+{
+    ddp_buf_t why = DDP_BUF_INIT;
+    ddp_store_server_options_t options = {
+        .host = a->cfg->master_addr,
+        .port = a->cfg->master_port,
+        .limits = a->cfg->store_limits,
+        .log = a->log,
+    };
+    int err = ddp_store_server_start(&a->loop, &options, &a->store, &why);
+    if (err) {
+        ddp_log_error(a->log, "unable to start the rendezvous store: %s", ddp_buf_str(&why));
+        ddp_buf_free(&why);
+        return err;
+    }
+    a->store_port = ddp_store_server_port(a->store);
+    ddp_log_debug(a->log, "the rendezvous store listens on %s:%d", a->cfg->master_addr,
+                  a->store_port);
     return 0;
 }
 
@@ -745,6 +787,9 @@ int ddp_agent_run(const ddp_launch_config_t *cfg, const ddp_log_t *log)
         ddp_log_error(log, "unable to set up the event loop: %s", uv_strerror(err));
         if (handles_ready)
             finish(a);
+    } else if (start_store(a) != 0) {
+        a->exit_code = DDP_EXIT_STORE_FAILED;
+        finish(a);
     } else {
         (void)group_start(a);
     }

@@ -12,11 +12,9 @@
 #include "io.h"
 #include "parse.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -25,7 +23,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 typedef int (*apply_fn)(ddp_launch_config_t *cfg, const char *value, const char *origin,
@@ -572,6 +569,63 @@ static int apply_shutdown_timeout(ddp_launch_config_t *cfg, const char *value, c
     return parse_seconds_flag(value, origin, 0, 7 * 86400, &cfg->shutdown_timeout, err);
 }
 
+/* A size in bytes: digits with an optional K, M or G (powers of 1024). */
+static int parse_size_flag(const char *value, const char *origin, uint64_t *out, ddp_buf_t *err)
+{
+    static const char expected[] = "a size in bytes like 8192, 64K or 8M";
+    char digits[32];
+    size_t len = strlen(value);
+    uint64_t scale = 1;
+    if (len == 0 || len >= sizeof digits)
+        return bad_value(err, origin, value, expected);
+    memcpy(digits, value, len + 1);
+    switch (digits[len - 1]) {
+    case 'K':
+    case 'k':
+        scale = (uint64_t)1 << 10;
+        break;
+    case 'M':
+    case 'm':
+        scale = (uint64_t)1 << 20;
+        break;
+    case 'G':
+    case 'g':
+        scale = (uint64_t)1 << 30;
+        break;
+    default:
+        break;
+    }
+    if (scale != 1)
+        digits[len - 1] = '\0';
+    long n;
+    if (ddp_parse_long(digits, 1, (long)((UINT64_C(1) << 40) / scale), &n) != 0)
+        return bad_value(err, origin, value, expected);
+    *out = (uint64_t)n * scale;
+    return 0;
+}
+
+static int apply_store_max_key(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                               const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_size_flag(value, origin, &cfg->store_limits.max_key, err);
+}
+
+static int apply_store_max_value(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                                 const ddp_log_t *log, ddp_buf_t *err)
+{
+    return parse_size_flag(value, origin, &cfg->store_limits.max_value, err);
+}
+
+static int apply_store_max_keys(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                                const ddp_log_t *log, ddp_buf_t *err)
+{
+    long n;
+    if (ddp_parse_long(value, 1, 1L << 30, &n) != 0)
+        return bad_value(err, origin, value, "a number of keys between 1 and 2^30");
+    cfg->store_limits.max_keys = (uint64_t)n;
+    return 0;
+}
+
 static int apply_exit_code(ddp_launch_config_t *cfg, const char *value, const char *origin,
                            const ddp_log_t *log, ddp_buf_t *err)
 {
@@ -636,6 +690,9 @@ static const flag_t flags[] = {
     {"signals-to-handle", 0, true, true, apply_signals_to_handle},
     {"shutdown-timeout", 0, true, true, apply_shutdown_timeout},
     {"exit-code", 0, true, true, apply_exit_code},
+    {"store-max-key", 0, true, true, apply_store_max_key},
+    {"store-max-value", 0, true, true, apply_store_max_value},
+    {"store-max-keys", 0, true, true, apply_store_max_keys},
     {"dry-run", 0, false, true, apply_dry_run},
     {"help", 'h', false, false, apply_help},
     {"version", 0, false, false, apply_version},
@@ -741,6 +798,7 @@ static void config_defaults(ddp_launch_config_t *cfg)
     cfg->nsignals = 4;
     cfg->role = "default";
     cfg->python_exec = ddp_env_default(DDP_ENV_PYTHON_EXEC);
+    cfg->store_limits = DDP_STORE_LIMITS_DEFAULT;
 }
 
 /* Reads the options in argv into raw[]; *script_index is where the script is (argc
@@ -815,6 +873,12 @@ static int scan_argv(int argc, char **argv, raw_value_t *raw, int *script_index,
 
 static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
 {
+    if (cfg->rdzv_backend == DDP_RDZV_C10D && !cfg->rdzv_endpoint_set && !cfg->standalone)
+        return usage(err, "--rdzv-backend",
+                     "c10d needs --rdzv-endpoint HOST[:PORT] (or use --standalone)");
+    /* A whole request may hold a key and two values (COMPARE_SET), or many of them. */
+    uint64_t one = cfg->store_limits.max_key + 2 * cfg->store_limits.max_value + 64;
+    cfg->store_limits.max_request = one > ((uint64_t)256 << 20) ? one : (uint64_t)256 << 20;
     if (cfg->use_env && cfg->local_rank_arg != DDP_LOCAL_RANK_ARG_NONE)
         return usage(err, "--use-env",
                      "contradicts --local-rank-arg, which passes the local rank "
@@ -931,38 +995,6 @@ static int usable_cpus(void)
     return n > 0 ? (int)n : 1;
 }
 
-/* A TCP port nothing listens on now, on every interface (as PyTorch's store binds). */
-static int free_port(int *port)
-{
-    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int err = 0;
-    union {
-        struct sockaddr sa;
-        struct sockaddr_in v4;
-        struct sockaddr_in6 v6;
-    } addr;
-    socklen_t len;
-    memset(&addr, 0, sizeof addr);
-    if (fd >= 0) {
-        addr.v6.sin6_family = AF_INET6;
-        addr.v6.sin6_addr = in6addr_any;
-        len = sizeof addr.v6;
-    } else {
-        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return -errno;
-        addr.v4.sin_family = AF_INET;
-        addr.v4.sin_addr.s_addr = htonl(INADDR_ANY);
-        len = sizeof addr.v4;
-    }
-    if (bind(fd, &addr.sa, len) != 0 || getsockname(fd, &addr.sa, &len) != 0)
-        err = -errno;
-    else
-        *port = ntohs(addr.sa.sa_family == AF_INET6 ? addr.v6.sin6_port : addr.v4.sin_port);
-    close(fd);
-    return err;
-}
-
 static int random_run_id(char **out)
 {
     unsigned char b[16];
@@ -1021,25 +1053,16 @@ int ddp_cli_resolve(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *e
 
     if (cfg->standalone) {
         /* torchrun: a c10d store on localhost at a free port, with a random run id;
-         * explicit rendezvous values are overridden. */
+         * explicit rendezvous values are overridden. Port 0: the store picks one. */
         cfg->rdzv_backend = DDP_RDZV_C10D;
         if ((rc = random_run_id(&cfg->run_id)) != 0)
             return rc;
         strcpy(cfg->master_addr, "127.0.0.1");
-    }
-    if (cfg->standalone || cfg->rdzv_backend == DDP_RDZV_C10D || cfg->master_port == 0) {
-        /* Until the launcher hosts the store, rank 0 of the workers does, and a c10d
-         * rendezvous on one node needs no fixed port: take a free one. */
-        if (cfg->rdzv_backend == DDP_RDZV_C10D && !cfg->standalone) {
-            const char *addr = cfg->local_addr ? cfg->local_addr : "127.0.0.1";
-            if (strlen(addr) < sizeof cfg->master_addr)
-                strcpy(cfg->master_addr, addr);
-        }
-        if ((rc = free_port(&cfg->master_port)) != 0) {
-            ddp_buf_clear(err);
-            ddp_buf_printf(err, "unable to find a free port: %s", ddp_strerror(rc));
-            return rc;
-        }
+        cfg->master_port = 0;
+    } else if (cfg->rdzv_backend == DDP_RDZV_C10D) {
+        /* The launcher hosts the c10d store at the endpoint; workers use it too. */
+        strcpy(cfg->master_addr, cfg->rdzv_endpoint_host);
+        cfg->master_port = cfg->rdzv_endpoint_port;
     }
     return 0;
 }

@@ -9,6 +9,7 @@
 
 #include "buf.h"
 #include "log.h"
+#include "store_codec.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,6 +25,7 @@ enum {
     DDP_EXIT_WORKER_FAILED = 1,
     DDP_EXIT_USAGE = 2,
     DDP_EXIT_LAUNCH_FAILED = 3,
+    DDP_EXIT_STORE_FAILED = 4, /* the store cannot listen: port in use, address not ours */
     DDP_EXIT_NOT_EXECUTABLE = 126,
     DDP_EXIT_NOT_FOUND = 127,
     DDP_EXIT_SIGNAL_BASE = 128,
@@ -83,6 +85,7 @@ typedef struct ddp_launch_config_s {
     ddp_rdzv_conf_t rdzv_conf;
     bool standalone;
     const char *local_addr; /* NULL: this host's name */
+    ddp_store_limits_t store_limits;
 
     /* Supervision. */
     int max_restarts;
@@ -121,9 +124,9 @@ typedef struct ddp_launch_config_s {
 int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *envp,
                   const ddp_log_t *log, ddp_buf_t *err);
 
-/* Turns `cpu`/`gpu`/`auto` into a worker count, and gives --standalone (and a c10d
- * rendezvous on one node) a free port and a random run id. DDP_EUSAGE with `err` set
- * when the count cannot be found (`gpu` without CUDA), -errno on system errors. */
+/* Turns `cpu`/`gpu`/`auto` into a worker count; --standalone gets a random run id and
+ * port 0 (the store picks a free port), c10d the endpoint as the store's address.
+ * DDP_EUSAGE with `err` set when the count cannot be found (`gpu` without CUDA). */
 int ddp_cli_resolve(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *err);
 
 void ddp_cli_free(ddp_launch_config_t *cfg);

@@ -48,9 +48,11 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
     char *error_file = NULL;
     int err = ddp_buf_printf(&out,
                              "ddp-launch --dry-run: %d worker(s) on node %d of %d, "
-                             "max restarts %d, run id %s; nothing is started\n",
+                             "max restarts %d, run id %s; nothing is started\n"
+                             "the store would listen on %s:%d%s\n",
                              cfg->nproc_per_node, cfg->node_rank, cfg->nnodes_max,
-                             cfg->max_restarts, cfg->run_id);
+                             cfg->max_restarts, cfg->run_id, cfg->master_addr, cfg->master_port,
+                             cfg->master_port == 0 ? " (0: a free port, chosen at start)" : "");
     for (int lr = 0; lr < cfg->nproc_per_node && err == 0; lr++) {
         char **argv = NULL, **added = NULL;
         int rank = cfg->node_rank * cfg->nproc_per_node + lr;
@@ -70,7 +72,9 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
             .group_rank = cfg->node_rank,
             .group_world_size = cfg->nnodes_max,
             .restart_count = 0,
-            .use_agent_store = false,
+            .use_agent_store = true,
+            .master_addr = cfg->master_addr,
+            .master_port = cfg->master_port,
             .error_file = error_file,
         };
         if ((err = ddp_worker_argv(cfg, lr, &argv)) == 0 &&

@@ -130,8 +130,8 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
     add_var(&eb, DDP_ENV_WORLD_SIZE, "%d", info->world_size);
     add_var(&eb, DDP_ENV_GROUP_WORLD_SIZE, "%d", info->group_world_size);
     add_var(&eb, DDP_ENV_ROLE_WORLD_SIZE, "%d", info->world_size);
-    add_var(&eb, DDP_ENV_MASTER_ADDR, "%s", cfg->master_addr);
-    add_var(&eb, DDP_ENV_MASTER_PORT, "%d", cfg->master_port);
+    add_var(&eb, DDP_ENV_MASTER_ADDR, "%s", info->master_addr);
+    add_var(&eb, DDP_ENV_MASTER_PORT, "%d", info->master_port);
     add_var(&eb, DDP_ENV_TORCHELASTIC_RESTART_COUNT, "%d", info->restart_count);
     add_var(&eb, DDP_ENV_TORCHELASTIC_MAX_RESTARTS, "%d", cfg->max_restarts);
     add_var(&eb, DDP_ENV_TORCHELASTIC_RUN_ID, "%s", cfg->run_id);

@@ -13,6 +13,8 @@ typedef struct ddp_worker_info_s {
     int group_rank, group_world_size;
     int restart_count;
     bool use_agent_store;
+    const char *master_addr; /* where the store listens */
+    int master_port;
     const char *error_file; /* TORCHELASTIC_ERROR_FILE */
 } ddp_worker_info_t;
 

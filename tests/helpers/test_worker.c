@@ -18,7 +18,11 @@
  *   streams                  "out <local_rank>" on stdout, "err <local_rank>" on stderr,
  *                            an empty line on stdout
  *   error-file FORM CODE     write TORCHELASTIC_ERROR_FILE (nested|flat), exit CODE
+ *   store-attempt            on attempt 0 SET /stale in the launcher's store and exit 1;
+ *                            later, exit 0 when /stale is gone ("no stale key"), else 2
  */
+#include "store_client.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -214,6 +218,41 @@ static int mode_error_file(int argc, char **argv)
     return code;
 }
 
+static int mode_store_attempt(void)
+{
+    const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+    const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT");
+    ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
+    ddp_store_client_t *store;
+    ddp_buf_t err = DDP_BUF_INIT;
+    options.connect_timeout = options.timeout = 30;
+    if (addr == NULL || port == NULL || attempt == NULL)
+        return 95;
+    if (ddp_store_client_connect(addr, atoi(port), &options, &store, &err) != 0) {
+        fprintf(stderr, "test-worker: %s\n", ddp_buf_str(&err));
+        return 96;
+    }
+    int rc = 0;
+    if (atoi(attempt) == 0) {
+        rc = ddp_store_client_set(store, "/stale", "attempt0", 8) == 0 ? 1 : 97;
+        /* SET has no reply: a round trip makes sure it landed before we exit. */
+        if (rc == 1 && ddp_store_client_ping(store) != 0)
+            rc = 97;
+        say("set /stale on attempt 0\n");
+    } else {
+        const char *keys[] = {"/stale"};
+        bool there = true;
+        if (ddp_store_client_check(store, keys, 1, &there) != 0)
+            rc = 98;
+        else if (there)
+            rc = 2, say("the key of attempt 0 is still there on attempt %s\n", attempt);
+        else
+            say("no stale key on attempt %s\n", attempt);
+    }
+    ddp_store_client_close(store);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     char **all = argv;
@@ -283,6 +322,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "error-file") == 0)
         return mode_error_file(argc, argv);
+    if (strcmp(mode, "store-attempt") == 0)
+        return mode_store_attempt();
     fprintf(stderr, "test-worker: unknown mode %s\n", mode);
     return 94;
 }

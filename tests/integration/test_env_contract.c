@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,8 +81,14 @@ static void test_contract_four_workers(void **state)
         expect_var(&p, lr, "ROLE_WORLD_SIZE", "4");
         expect_var(&p, lr, "ROLE_NAME", "default");
         expect_var(&p, lr, "MASTER_ADDR", "127.0.0.1");
-        expect_var(&p, lr, "MASTER_PORT", "29500");
-        expect_var(&p, lr, "TORCHELASTIC_USE_AGENT_STORE", "False");
+        /* The store's port (PET_MASTER_PORT=0 in the tests: a free one), the same for
+         * every worker. */
+        const char *port = worker_value(&p, lr, "MASTER_PORT");
+        TH_ASSERT(&p, port != NULL && atoi(port) > 0 && atoi(port) < 65536);
+        char first_port[16];
+        snprintf(first_port, sizeof first_port, "%s", worker_value(&p, 0, "MASTER_PORT"));
+        expect_var(&p, lr, "MASTER_PORT", first_port);
+        expect_var(&p, lr, "TORCHELASTIC_USE_AGENT_STORE", "True");
         expect_var(&p, lr, "TORCHELASTIC_RESTART_COUNT", "0");
         expect_var(&p, lr, "TORCHELASTIC_MAX_RESTARTS", "2");
         expect_var(&p, lr, "TORCHELASTIC_RUN_ID", "job7");
@@ -317,6 +326,28 @@ static void test_start_up_errors(void **state)
     th_cleanup(&p);
 }
 
+static void test_store_port_in_use(void **state)
+{
+    /* Another program holds a port: the launcher says so and exits 4. */
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    socklen_t len = sizeof addr;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&addr, &len), 0);
+    char flag[32];
+    snprintf(flag, sizeof flag, "--master-port=%d", ntohs(addr.sin_port));
+    const char *argv[] = {th_launcher(), flag, "--no-python", th_worker(), "env", NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 4);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "is in use by another program") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "LOCAL_RANK") == NULL); /* no worker ran */
+    th_cleanup(&p);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -324,7 +355,7 @@ int main(void)
         TH_TEST(test_user_settings_are_kept),  TH_TEST(test_standalone_gets_a_free_port_and_run_id),
         TH_TEST(test_argv_reaches_the_worker), TH_TEST(test_legacy_local_rank_argument),
         TH_TEST(test_dry_run_starts_nothing),  TH_TEST(test_hello_example),
-        TH_TEST(test_start_up_errors),
+        TH_TEST(test_start_up_errors),         TH_TEST(test_store_port_in_use),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,5 @@
-/* Integration tests with Python workers: PYTHON_EXEC and -u, -m, the legacy
- * --local_rank argument, and real PyTorch (Debian's torch): a gloo all_reduce under
- * ddp-launch and PyTorch's own error.json in the report. Skips (77) without python3. */
+/* Integration tests with Python workers: PYTHON_EXEC and -u, -m, and the legacy
+ * --local_rank argument. Skips (77) without python3. PyTorch itself: test_torch.c. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -38,21 +37,6 @@ static const char *const *python_env(const char *extra)
     env[2] = NULL;
     return env;
 }
-
-static bool have_torch(void)
-{
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch.distributed' >/dev/null 2>&1", python());
-    return system(cmd) == 0;
-}
-
-#define REQUIRE_TORCH()                                                                           \
-    do {                                                                                          \
-        if (!have_torch()) {                                                                      \
-            print_message("skipped: %s cannot import torch (install python3-torch)\n", python()); \
-            skip();                                                                               \
-        }                                                                                         \
-    } while (0)
 
 static void test_python_worker(void **state)
 {
@@ -113,48 +97,6 @@ static void test_legacy_local_rank(void **state)
     th_cleanup(&p);
 }
 
-static void test_torch_gloo_all_reduce(void **state)
-{
-    REQUIRE_TORCH();
-    const char *const *env = python_env(NULL);
-    const char *argv[] = {th_launcher(), "--standalone", "--nproc-per-node=2",
-                          script("gloo_allreduce.py"), NULL};
-    th_proc_t p;
-    th_run(&p, argv, env, 300);
-    TH_ASSERT(&p, th_status(&p) == 0);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 0 of 2 sum 3\n") != NULL);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 1 of 2 sum 3\n") != NULL);
-    th_cleanup(&p);
-}
-
-static void test_torch_error_file_in_report(void **state)
-{
-    REQUIRE_TORCH();
-    const char *const *env = python_env(NULL);
-    const char *argv[] = {th_launcher(),
-                          "--standalone",
-                          "--nproc-per-node=2",
-                          "--shutdown-timeout=5",
-                          script("gloo_allreduce.py"),
-                          "--fail-rank",
-                          "1",
-                          NULL};
-    th_proc_t p;
-    th_run(&p, argv, env, 300);
-    const char *err = ddp_buf_str(&p.err);
-    TH_ASSERT(&p, th_status(&p) == 1);
-    const char *root = strstr(err, "Root Cause (first observed failure):");
-    TH_ASSERT(&p, root != NULL);
-    TH_ASSERT(&p, strstr(root, "  rank      : 1 (local_rank: 1)") != NULL);
-    /* PyTorch's @record wrote the traceback; the report shows it, indented. */
-    TH_ASSERT(&p, strstr(root, "/attempt_0/1/error.json") != NULL);
-    TH_ASSERT(&p, strstr(root, "  traceback : Traceback (most recent call last):") != NULL);
-    TH_ASSERT(&p, strstr(root, "  RuntimeError: deliberate failure on rank 1") != NULL);
-    TH_ASSERT(&p, strstr(root, "gloo_allreduce.py FAILED") == NULL);
-    TH_ASSERT(&p, strstr(err, "gloo_allreduce.py FAILED") != NULL);
-    th_cleanup(&p);
-}
-
 static int need_python(void **state)
 {
     const char *py = python();
@@ -171,8 +113,6 @@ int main(void)
         TH_TEST(test_python_worker),
         TH_TEST(test_python_module),
         TH_TEST(test_legacy_local_rank),
-        TH_TEST(test_torch_gloo_all_reduce),
-        TH_TEST(test_torch_error_file_in_report),
     };
     return cmocka_run_group_tests(tests, need_python, NULL);
 }

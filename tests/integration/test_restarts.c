@@ -104,12 +104,26 @@ static void test_a_failure_restarts_every_worker(void **state)
     th_cleanup(&p);
 }
 
+static void test_store_keys_are_cleared_between_attempts(void **state)
+{
+    /* torch 2.x keys carry no attempt prefix: what attempt 0 wrote must be gone. */
+    const char *argv[] = {th_launcher(), "--max-restarts=1", "--no-python",
+                          th_worker(),   "store-attempt",    NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "set /stale on attempt 0\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "no stale key on attempt 1\n") != NULL);
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         TH_TEST(test_restart_until_success),
         TH_TEST(test_restarts_run_out),
         TH_TEST(test_a_failure_restarts_every_worker),
+        TH_TEST(test_store_keys_are_cleared_between_attempts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

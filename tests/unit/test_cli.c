@@ -154,7 +154,6 @@ static const good_case_t good_cases[] = {
     {"master-port", "1234", "1234"},
     {"master-port", "0", "0"},
     {"local-addr", "node7", "node7"},
-    {"rdzv-backend", "c10d", "c10d"},
     {"rdzv-backend", "static", "static"},
     {"rdzv-endpoint", "host:1234", "host|1234"},
     {"rdzv-endpoint", "[::1]:5", "::1|5"},
@@ -268,6 +267,8 @@ static const bad_case_t bad_cases[] = {
     {"--master-port=65536 t.py", NULL, "--master-port: invalid value '65536'"},
     {"--master-port=http t.py", NULL, "--master-port"},
     {"--rdzv-backend=etcd t.py", NULL, "etcd rendezvous backend is not supported"},
+    {"--rdzv-backend=c10d t.py", NULL, "c10d needs --rdzv-endpoint HOST[:PORT]"},
+    {"t.py", "PET_RDZV_BACKEND=c10d", "c10d needs --rdzv-endpoint"},
     {"--rdzv-backend=zookeeper t.py", NULL, "expected static or c10d"},
     {"--rdzv-endpoint=[::1 t.py", NULL, "--rdzv-endpoint"},
     {"--rdzv-endpoint=h:99999 t.py", NULL, "--rdzv-endpoint"},
@@ -298,6 +299,9 @@ static const bad_case_t bad_cases[] = {
     {"--signals-to-handle=, t.py", NULL, "--signals-to-handle"},
     {"--shutdown-timeout=-1 t.py", NULL, "--shutdown-timeout"},
     {"--exit-code=maybe t.py", NULL, "--exit-code"},
+    {"--store-max-key=0 t.py", NULL, "--store-max-key: invalid value '0'"},
+    {"--store-max-value=8X t.py", NULL, "--store-max-value: invalid value '8X'"},
+    {"--store-max-keys=-3 t.py", NULL, "--store-max-keys"},
     {"--role= t.py", NULL, "--role: the value must not be empty"},
     {"--log-dir= t.py", NULL, "--log-dir"},
     {"--master-addr= t.py", NULL, "--master-addr"},
@@ -484,12 +488,13 @@ static void test_resolve(void **state)
     assert_true(p.cfg.nproc_per_node >= 1);
     done(&p);
 
-    /* --standalone: a random run id (a UUID) and a free port, explicit values ignored. */
+    /* --standalone: a random run id (a UUID) and port 0 (the store picks a free one),
+     * explicit values ignored. */
     parse(&p, "--standalone --rdzv-id=mine --master-port=1 t.py", NULL);
     assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
     assert_int_equal(strlen(p.cfg.run_id), 36);
     assert_int_equal(p.cfg.run_id[14], '4');
-    assert_true(p.cfg.master_port > 0 && p.cfg.master_port != 1);
+    assert_int_equal(p.cfg.master_port, 0);
     assert_int_equal(p.cfg.rdzv_backend, DDP_RDZV_C10D);
     assert_string_equal(p.cfg.master_addr, "127.0.0.1");
     char first[40];
@@ -500,10 +505,27 @@ static void test_resolve(void **state)
     assert_string_not_equal(first, p.cfg.run_id);
     done(&p);
 
-    /* Port 0 means any free port. */
-    parse(&p, "--master-port=0 t.py", NULL);
+    /* c10d: the store listens at the endpoint (29400 by default). */
+    parse(&p, "--rdzv-backend=c10d --rdzv-endpoint=node7 t.py", NULL);
+    assert_int_equal(p.rc, 0);
     assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
-    assert_true(p.cfg.master_port > 0);
+    assert_string_equal(p.cfg.master_addr, "node7");
+    assert_int_equal(p.cfg.master_port, 29400);
+    assert_int_equal(p.cfg.rdzv_backend, DDP_RDZV_C10D);
+    done(&p);
+
+    /* The store's limits: PyTorch's by default, sizes with K/M/G. */
+    parse(&p, "t.py", NULL);
+    assert_int_equal(p.cfg.store_limits.max_key, 8192);
+    assert_int_equal(p.cfg.store_limits.max_value, 8u << 20);
+    assert_int_equal(p.cfg.store_limits.max_keys, 131072);
+    done(&p);
+    parse(&p, "--store-max-key=16K --store_max_value 64M --store-max-keys=10 t.py", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.store_limits.max_key, 16384);
+    assert_int_equal(p.cfg.store_limits.max_value, 64u << 20);
+    assert_int_equal(p.cfg.store_limits.max_keys, 10);
+    assert_true(p.cfg.store_limits.max_request >= (uint64_t)(128u << 20));
     done(&p);
 }
 

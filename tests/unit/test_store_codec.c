@@ -149,9 +149,9 @@ static void test_generation_detection(void **state)
         {"00 CE F7 85", DDP_STORE_GEN_UNKNOWN},
         {"00 CE F7 85 3C", DDP_STORE_GEN2},
         {"00 CE F7 85 3C 0D 01020304", DDP_STORE_GEN2},
-        {"06", DDP_STORE_GEN1},                /* GETNUMKEYS: one byte, must not wait */
-        {"03 05", DDP_STORE_GEN1},             /* ADD init/ */
-        {"00 03", DDP_STORE_GEN1},             /* SET of a 3-byte key */
+        {"06", DDP_STORE_GEN1},    /* GETNUMKEYS: one byte, must not wait */
+        {"03 05", DDP_STORE_GEN1}, /* ADD init/ */
+        {"00 03", DDP_STORE_GEN1}, /* SET of a 3-byte key */
         {"00 CE F7 85 3D", DDP_STORE_GEN1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -181,7 +181,7 @@ static void test_gen2_handshake_and_new_ops(void **state)
     ddp_store_decoder_init(&d, DDP_STORE_GEN2, NULL);
     size_t off = 0;
     static const ddp_store_op_t ops[] = {
-        DDP_STORE_VALIDATE,   DDP_STORE_PING,        DDP_STORE_ADD,       DDP_STORE_QUEUE_PUSH,
+        DDP_STORE_VALIDATE,  DDP_STORE_PING,        DDP_STORE_ADD,       DDP_STORE_QUEUE_PUSH,
         DDP_STORE_QUEUE_POP, DDP_STORE_CANCEL_WAIT, DDP_STORE_MULTI_SET,
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
@@ -237,7 +237,8 @@ static void test_hostile_input(void **state)
     expect_error(DDP_STORE_GEN1, NULL, "05 ffffffffffffffff", DDP_ETOOBIG,
                  "keys in WAIT are over the limit of 131072");
     /* PyTorch's limits, and configured ones. */
-    expect_error(DDP_STORE_GEN2, NULL, "03 0120000000000000", DDP_ETOOBIG, "over the limit of 8192");
+    expect_error(DDP_STORE_GEN2, NULL, "03 0120000000000000", DDP_ETOOBIG,
+                 "over the limit of 8192");
     ddp_store_limits_t small = {4, 8, 2, 64};
     expect_error(DDP_STORE_GEN2, &small, "03 0500000000000000", DDP_ETOOBIG, "over the limit of 4");
     expect_error(DDP_STORE_GEN2, &small, "01 0100000000000000 41 0900000000000000", DDP_ETOOBIG,

@@ -81,7 +81,9 @@ static void test_environment_contract(void **state)
                               .group_rank = 0,
                               .group_world_size = 1,
                               .restart_count = 1,
-                              .use_agent_store = false,
+                              .use_agent_store = true,
+                              .master_addr = "10.0.0.5",
+                              .master_port = 41000,
                               .error_file = "/logs/job9_x/attempt_1/2/error.json"};
     assert_int_equal(ddp_worker_env_added(&cfg, &info, base, &added), 0);
     static const struct {
@@ -96,9 +98,9 @@ static void test_environment_contract(void **state)
         {"ROLE_NAME", "trainer"},
         {"LOCAL_WORLD_SIZE", "4"},
         {"WORLD_SIZE", "4"},
-        {"MASTER_ADDR", "127.0.0.1"},
-        {"MASTER_PORT", "29500"},
-        {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+        {"MASTER_ADDR", "10.0.0.5"},
+        {"MASTER_PORT", "41000"},
+        {"TORCHELASTIC_USE_AGENT_STORE", "True"},
         {"TORCHELASTIC_RESTART_COUNT", "1"},
         {"TORCHELASTIC_MAX_RESTARTS", "3"},
         {"TORCHELASTIC_RUN_ID", "job9"},
@@ -135,6 +137,8 @@ static void test_user_values_are_kept(void **state)
                               .local_world_size = 2,
                               .world_size = 2,
                               .group_world_size = 1,
+                              .master_addr = "127.0.0.1",
+                              .master_port = 29500,
                               .error_file = "e"};
     assert_int_equal(ddp_worker_env_added(&cfg, &info, base, &added), 0);
     assert_null(value_of(added, "OMP_NUM_THREADS"));

@@ -1,0 +1,173 @@
+/* Integration tests with real PyTorch workers on the launcher's store, for one torch
+ * version given as argv[1]: "1.13" (Debian bookworm's python3-torch) or "2.6" (Debian
+ * trixie's, in a root the setup builds; skipped with the reason where it cannot).
+ * gloo all_reduce and barrier with 2 and 4 ranks, TCPStore client operations, a job
+ * that fails once and is restarted, and PyTorch's own error.json in the report. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *flavour;      /* "1.13" or "2.6" */
+static char python_exec[1024];   /* PYTHON_EXEC for the workers */
+static const char *extra_env[4]; /* what the flavour adds */
+static char exec_var[1100], root_var[1100];
+
+static const char *script(const char *name)
+{
+    static char path[4][1024];
+    static int next;
+    char *p = path[next++ % 4];
+    snprintf(p, sizeof path[0], "%s/tests/python/%s", th_source_dir(), name);
+    return p;
+}
+
+/* Runs ddp-launch with the flavour's python on `args` (NULL-terminated). */
+static void launch(th_proc_t *p, const char *const *args, double timeout)
+{
+    const char *argv[32] = {th_launcher()};
+    int n = 1;
+    for (int i = 0; args[i] != NULL && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    th_run(p, argv, extra_env, timeout);
+}
+
+static void test_gloo_two_ranks(void **state)
+{
+    const char *args[] = {"--standalone", "--nproc-per-node=2", script("gloo_allreduce.py"), NULL};
+    th_proc_t p;
+    launch(&p, args, 300);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 0 of 2 sum 3\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 1 of 2 sum 3\n") != NULL);
+    th_cleanup(&p);
+}
+
+static void test_gloo_four_ranks(void **state)
+{
+    /* Static rendezvous on a port the store picks (no fixed port in tests). */
+    const char *args[] = {"--master-port=0", "--nproc-per-node=4", script("gloo_allreduce.py"),
+                          NULL};
+    th_proc_t p;
+    launch(&p, args, 300);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    for (int rank = 0; rank < 4; rank++) {
+        char want[64];
+        snprintf(want, sizeof want, "rank %d of 4 sum 10\n", rank);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), want) != NULL);
+    }
+    th_cleanup(&p);
+}
+
+static void test_tcpstore_client(void **state)
+{
+    const char *args[] = {"--standalone", "--nproc-per-node=2", script("store_ops.py"), NULL};
+    th_proc_t p;
+    launch(&p, args, 300);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    char want[64];
+    snprintf(want, sizeof want, "rank 0 store ops ok (torch %s", flavour);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), want) != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 1 saw go\n") != NULL);
+    th_cleanup(&p);
+}
+
+static void test_restart_after_a_failure(void **state)
+{
+    const char *args[] = {"--standalone",         "--nproc-per-node=2",   "--max-restarts=1",
+                          "--shutdown-timeout=5", script("fail_once.py"), NULL};
+    th_proc_t p;
+    launch(&p, args, 300);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out, "rank 1 fails on attempt 0\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "rank 0 attempt 1 sum 3\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "rank 1 attempt 1 sum 3\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "restarting the workers as attempt 1") != NULL);
+    th_cleanup(&p);
+}
+
+static void test_error_file_in_report(void **state)
+{
+    const char *args[] = {"--standalone",
+                          "--nproc-per-node=2",
+                          "--shutdown-timeout=5",
+                          script("gloo_allreduce.py"),
+                          "--fail-rank",
+                          "1",
+                          NULL};
+    th_proc_t p;
+    launch(&p, args, 300);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    const char *root = strstr(err, "Root Cause (first observed failure):");
+    TH_ASSERT(&p, root != NULL);
+    TH_ASSERT(&p, strstr(root, "  rank      : 1 (local_rank: 1)") != NULL);
+    /* PyTorch's @record wrote the traceback; the report shows it, indented. */
+    TH_ASSERT(&p, strstr(root, "/attempt_0/1/error.json") != NULL);
+    TH_ASSERT(&p, strstr(root, "  traceback : Traceback (most recent call last):") != NULL);
+    TH_ASSERT(&p, strstr(root, "  RuntimeError: deliberate failure on rank 1") != NULL);
+    TH_ASSERT(&p, strstr(err, "gloo_allreduce.py FAILED") != NULL);
+    th_cleanup(&p);
+}
+
+/* Makes the flavour's python ready, or exits 77 saying why it cannot be. */
+static void prepare(void)
+{
+    if (strcmp(flavour, "1.13") == 0) {
+        const char *py = getenv("DDP_TEST_PYTHON");
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "'%s' -c 'import torch.distributed' >/dev/null 2>&1",
+                 py ? py : "");
+        if (py == NULL || *py == '\0' || system(cmd) != 0) {
+            printf("skipped: %s cannot import torch (apt-get install python3-torch)\n",
+                   py && *py ? py : "no python3");
+            exit(77);
+        }
+        snprintf(python_exec, sizeof python_exec, "%s", py);
+    } else {
+        const char *setup = getenv("DDP_TORCH26_SETUP"), *root = getenv("DDP_TORCH26_ROOT");
+        const char *wrapper = getenv("DDP_TORCH26_PYTHON");
+        char cmd[2200];
+        if (setup == NULL || root == NULL || wrapper == NULL) {
+            printf("skipped: run with meson test (DDP_TORCH26_* are not set)\n");
+            exit(77);
+        }
+        snprintf(cmd, sizeof cmd, "'%s' '%s'", setup, root);
+        int status = system(cmd);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            exit(WIFEXITED(status) && WEXITSTATUS(status) == 77 ? 77 : 1);
+        snprintf(python_exec, sizeof python_exec, "%s", wrapper);
+        snprintf(root_var, sizeof root_var, "DDP_TRIXIE_ROOT=%s", root);
+        extra_env[1] = root_var;
+        extra_env[2] = "USE_LIBUV=0"; /* Debian's 2.6 has no libuv (pytorch#148283) */
+    }
+    snprintf(exec_var, sizeof exec_var, "PYTHON_EXEC=%s", python_exec);
+    extra_env[0] = exec_var;
+}
+
+int main(int argc, char **argv)
+{
+    flavour = argc > 1 ? argv[1] : "1.13";
+    if (strcmp(flavour, "1.13") != 0 && strcmp(flavour, "2.6") != 0) {
+        fprintf(stderr, "usage: %s 1.13|2.6\n", argv[0]);
+        return 2;
+    }
+    prepare();
+    const struct CMUnitTest tests[] = {
+        TH_TEST(test_gloo_two_ranks),       TH_TEST(test_gloo_four_ranks),
+        TH_TEST(test_tcpstore_client),      TH_TEST(test_restart_after_a_failure),
+        TH_TEST(test_error_file_in_report),
+    };
+    return cmocka_run_group_tests_name(flavour, tests, NULL, NULL);
+}

@@ -1,0 +1,32 @@
+#!/bin/sh
+# Builds, once, a Debian trixie root with python3-torch (PyTorch 2.6) for the torch 2.6
+# tests: debootstrap --variant=minbase from this machine's configured Debian mirror,
+# then apt-get install --no-install-recommends python3-torch (about 2 minutes, 1.6 GB).
+# usage: setup.sh ROOT
+# Exits 0 when the root is ready, 77 (skip) with the reason when it cannot be built.
+set -eu
+root=$1
+[ -f "$root/.ddp-ready" ] && exit 0
+skip() {
+    echo "skipped: $*"
+    exit 77
+}
+[ "$(id -u)" = 0 ] || skip "building the trixie root needs root (debootstrap, chroot)"
+command -v debootstrap >/dev/null || skip "debootstrap is not installed (apt-get install debootstrap)"
+command -v unshare >/dev/null || skip "unshare is not installed (util-linux)"
+# The machine's mirror: the first Debian URI of its apt sources that is not security's.
+mirror=$(cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
+    grep -oE 'https?://[^ ]*/debian/?' | grep -v security | head -n 1 || true)
+mirror=${mirror:-http://deb.debian.org/debian}
+mkdir -p "$(dirname "$root")"
+exec 9>"$root.lock"
+flock 9 # one builder at a time; the others find it ready
+[ -f "$root/.ddp-ready" ] && exit 0
+rm -rf "$root"
+echo "building the trixie root in $root from $mirror (log: $root.log)"
+debootstrap --variant=minbase trixie "$root" "$mirror" >"$root.log" 2>&1 ||
+    skip "debootstrap of trixie from $mirror failed (see $root.log)"
+chroot "$root" sh -c 'apt-get update -q &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-torch' \
+    >>"$root.log" 2>&1 || skip "installing python3-torch in the trixie root failed (see $root.log)"
+touch "$root/.ddp-ready"
