@@ -21,9 +21,7 @@ typedef struct entry_s {
     uint64_t hash;
     uint8_t *key;
     size_t key_len;
-    uint8_t *value; /* NULL with has_value false */
-    size_t value_len;
-    bool has_value;
+    ddp_store_value_t *value;  /* NULL: no value (the entry holds a queue or waiters) */
     ddp_store_link_t *waiters; /* links of the waiters awaiting this key */
     queue_item_t *queue_head, *queue_tail;
     int64_t queue_len;
@@ -138,7 +136,7 @@ void ddp_store_free(ddp_store_t *store)
                 l->entry = NULL;
             free_queue(e);
             free(e->key);
-            free(e->value);
+            ddp_store_value_unref(e->value);
             free(e);
             e = next;
         }
@@ -206,7 +204,7 @@ static entry_t *intern(ddp_store_t *s, ddp_store_key_t key)
 /* Drops an entry that holds nothing any more (no value, queue or waiter). */
 static void release(ddp_store_t *s, entry_t *e)
 {
-    if (e->has_value || e->queue_head != NULL || e->waiters != NULL)
+    if (e->value != NULL || e->queue_head != NULL || e->waiters != NULL)
         return;
     entry_t **slot = &s->buckets[e->hash & (s->nbuckets - 1)];
     while (*slot != e)
@@ -214,7 +212,6 @@ static void release(ddp_store_t *s, entry_t *e)
     *slot = e->next;
     s->nentries--;
     free(e->key);
-    free(e->value);
     free(e);
 }
 
@@ -250,19 +247,55 @@ static void wake_all(entry_t *e)
     }
 }
 
+void ddp_store_value_ref(ddp_store_value_t *value)
+{
+    value->refs++;
+}
+
+void ddp_store_value_unref(ddp_store_value_t *value)
+{
+    if (value != NULL && --value->refs == 0)
+        free(value);
+}
+
+static ddp_store_value_t *new_value(const uint8_t *data, size_t len)
+{
+    ddp_store_value_t *v = malloc(sizeof *v + len);
+    if (v == NULL)
+        return NULL;
+    v->refs = 1;
+    v->len = len;
+    if (len)
+        memcpy(v->data, data, len);
+    return v;
+}
+
+static void put_value(ddp_store_t *s, entry_t *e, ddp_store_value_t *v)
+{
+    if (e->value == NULL)
+        s->nvalues++;
+    ddp_store_value_unref(e->value);
+    e->value = v;
+}
+
 static int store_value(ddp_store_t *s, entry_t *e, const uint8_t *value, size_t len)
 {
-    uint8_t *copy = malloc(len ? len : 1);
-    if (copy == NULL)
+    ddp_store_value_t *v = new_value(value, len);
+    if (v == NULL)
         return -ENOMEM;
-    memcpy(copy, value, len);
-    free(e->value);
-    e->value = copy;
-    e->value_len = len;
-    if (!e->has_value)
-        s->nvalues++;
-    e->has_value = true;
+    put_value(s, e, v);
     return 0;
+}
+
+/* Removes the entry's value; true when it had one. */
+static bool drop_value(ddp_store_t *s, entry_t *e)
+{
+    if (e->value == NULL)
+        return false;
+    ddp_store_value_unref(e->value);
+    e->value = NULL;
+    s->nvalues--;
+    return true;
 }
 
 int ddp_store_set(ddp_store_t *store, ddp_store_key_t key, const uint8_t *value, size_t len)
@@ -279,13 +312,19 @@ int ddp_store_set(ddp_store_t *store, ddp_store_key_t key, const uint8_t *value,
     return 0;
 }
 
-bool ddp_store_get(ddp_store_t *store, ddp_store_key_t key, const uint8_t **value, size_t *len)
+ddp_store_value_t *ddp_store_get_value(ddp_store_t *store, ddp_store_key_t key)
 {
     entry_t *e = lookup(store, key);
-    if (e == NULL || !e->has_value)
+    return e != NULL ? e->value : NULL;
+}
+
+bool ddp_store_get(ddp_store_t *store, ddp_store_key_t key, const uint8_t **value, size_t *len)
+{
+    ddp_store_value_t *v = ddp_store_get_value(store, key);
+    if (v == NULL)
         return false;
-    *value = e->value;
-    *len = e->value_len;
+    *value = v->data;
+    *len = v->len;
     return true;
 }
 
@@ -324,7 +363,7 @@ int ddp_store_add(ddp_store_t *store, ddp_store_key_t key, int64_t delta, int64_
     int err;
     if (e == NULL)
         return -ENOMEM;
-    if (e->has_value && (err = parse_number(e->value, e->value_len, &current)) != 0) {
+    if (e->value && (err = parse_number(e->value->data, e->value->len, &current)) != 0) {
         release(store, e);
         return err;
     }
@@ -347,7 +386,7 @@ int ddp_store_compare_set(ddp_store_t *store, ddp_store_key_t key, const uint8_t
                           const uint8_t **answer, size_t *answer_len)
 {
     entry_t *e = lookup(store, key);
-    if (e == NULL || !e->has_value) {
+    if (e == NULL || e->value == NULL) {
         if (expected_len != 0) {
             *answer = expected;
             *answer_len = expected_len;
@@ -360,14 +399,14 @@ int ddp_store_compare_set(ddp_store_t *store, ddp_store_key_t key, const uint8_t
         *answer_len = desired_len;
         return 0;
     }
-    if (e->value_len == expected_len && memcmp(e->value, expected, expected_len) == 0) {
+    if (e->value->len == expected_len && memcmp(e->value->data, expected, expected_len) == 0) {
         int err = store_value(store, e, desired, desired_len);
         if (err)
             return err;
         wake_all(e);
     }
-    *answer = e->value;
-    *answer_len = e->value_len;
+    *answer = e->value->data;
+    *answer_len = e->value->len;
     return 0;
 }
 
@@ -376,14 +415,27 @@ int ddp_store_append(ddp_store_t *store, ddp_store_key_t key, const uint8_t *val
     entry_t *e = intern(store, key);
     if (e == NULL)
         return -ENOMEM;
-    if (!e->has_value)
+    if (e->value == NULL)
         return ddp_store_set(store, key, value, len);
-    uint8_t *grown = realloc(e->value, e->value_len + len + 1);
-    if (grown == NULL)
-        return -ENOMEM;
-    memcpy(grown + e->value_len, value, len);
-    e->value = grown;
-    e->value_len += len;
+    ddp_store_value_t *v = e->value;
+    if (v->refs == 1) {
+        /* Nobody else holds it (no reply in flight): grow it in place. */
+        ddp_store_value_t *grown = realloc(v, sizeof *v + v->len + len);
+        if (grown == NULL)
+            return -ENOMEM;
+        memcpy(grown->data + grown->len, value, len);
+        grown->len += len;
+        e->value = grown;
+    } else {
+        ddp_store_value_t *joined = malloc(sizeof *joined + v->len + len);
+        if (joined == NULL)
+            return -ENOMEM;
+        joined->refs = 1;
+        joined->len = v->len + len;
+        memcpy(joined->data, v->data, v->len);
+        memcpy(joined->data + v->len, value, len);
+        put_value(store, e, joined);
+    }
     wake_all(e);
     return 0;
 }
@@ -391,13 +443,8 @@ int ddp_store_append(ddp_store_t *store, ddp_store_key_t key, const uint8_t *val
 bool ddp_store_delete(ddp_store_t *store, ddp_store_key_t key)
 {
     entry_t *e = lookup(store, key);
-    if (e == NULL || !e->has_value)
+    if (e == NULL || !drop_value(store, e))
         return false;
-    free(e->value);
-    e->value = NULL;
-    e->value_len = 0;
-    e->has_value = false;
-    store->nvalues--;
     release(store, e);
     return true;
 }
@@ -405,7 +452,7 @@ bool ddp_store_delete(ddp_store_t *store, ddp_store_key_t key)
 bool ddp_store_exists(ddp_store_t *store, ddp_store_key_t key)
 {
     entry_t *e = lookup(store, key);
-    return e != NULL && (e->has_value || e->queue_len > 0);
+    return e != NULL && (e->value != NULL || e->queue_len > 0);
 }
 
 int64_t ddp_store_num_keys(ddp_store_t *store)
@@ -539,13 +586,7 @@ size_t ddp_store_clear(ddp_store_t *store, const char *keep_prefix)
             bool keep = keep_prefix != NULL && e->key_len >= keep_len &&
                         memcmp(e->key, keep_prefix, keep_len) == 0;
             if (!keep) {
-                if (e->has_value) {
-                    free(e->value);
-                    e->value = NULL;
-                    e->has_value = false;
-                    store->nvalues--;
-                    cleared++;
-                }
+                cleared += drop_value(store, e);
                 free_queue(e);
                 release(store, e);
             }

@@ -25,6 +25,18 @@ typedef struct ddp_store_waiter_s {
     size_t nlinks;
 } ddp_store_waiter_t;
 
+/* A stored value, shared: a reply can be written from it while the key is overwritten
+ * or deleted. Whoever keeps one past the store's next write of the key takes a
+ * reference. */
+typedef struct ddp_store_value_s {
+    unsigned refs;
+    size_t len;
+    uint8_t data[];
+} ddp_store_value_t;
+
+void ddp_store_value_ref(ddp_store_value_t *value);
+void ddp_store_value_unref(ddp_store_value_t *value);
+
 typedef struct ddp_store_key_s {
     const uint8_t *data;
     size_t len;
@@ -38,6 +50,9 @@ int ddp_store_set(ddp_store_t *store, ddp_store_key_t key, const uint8_t *value,
 
 /* GET: the value (borrowed until the next write of the key), or false when missing. */
 bool ddp_store_get(ddp_store_t *store, ddp_store_key_t key, const uint8_t **value, size_t *len);
+
+/* GET as the shared value itself (borrowed; NULL when missing). */
+ddp_store_value_t *ddp_store_get_value(ddp_store_t *store, ddp_store_key_t key);
 
 /* ADD: the value as a decimal number plus `delta`, stored back as decimal text (a
  * missing key counts as 0). DDP_EPARSE when the stored value is not a number,

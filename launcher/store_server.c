@@ -22,6 +22,8 @@
 /* Stop reading from a client whose replies pile up unread beyond this. */
 #define WRITE_HIGH_WATER ((size_t)16 << 20)
 #define READ_CHUNK       ((size_t)64 << 10)
+/* A GET value at least this large is written from the store itself, not copied. */
+#define ZERO_COPY_MIN ((size_t)64 << 10)
 
 typedef struct conn_s conn_t;
 
@@ -64,8 +66,9 @@ struct conn_s {
 typedef struct {
     uv_write_t req;
     conn_t *conn;
-    char *data;
+    char *data; /* replies, owned */
     size_t len;
+    ddp_store_value_t *value; /* a stored value written after them (a reference), or NULL */
 } write_req_t;
 
 static void process_input(conn_t *c);
@@ -135,8 +138,9 @@ static void on_written(uv_write_t *req, int status)
 {
     write_req_t *w = (write_req_t *)req;
     conn_t *c = w->conn;
-    c->write_queued -= w->len;
+    c->write_queued -= w->len + (w->value ? w->value->len : 0);
     free(w->data);
+    ddp_store_value_unref(w->value);
     free(w);
     if (c->closing)
         return;
@@ -150,9 +154,11 @@ static void on_written(uv_write_t *req, int status)
     }
 }
 
-static void flush(conn_t *c)
+/* Writes the replies collected so far, then `value` (a stored value, may be NULL)
+ * straight from the store. */
+static void flush_with(conn_t *c, ddp_store_value_t *value)
 {
-    if (c->closing || c->out.len == 0)
+    if (c->closing || (c->out.len == 0 && value == NULL))
         return;
     write_req_t *w = calloc(1, sizeof *w);
     if (w == NULL) {
@@ -162,15 +168,27 @@ static void flush(conn_t *c)
     w->conn = c;
     w->len = c->out.len;
     w->data = ddp_buf_steal(&c->out);
-    uv_buf_t buf = uv_buf_init(w->data, (unsigned)w->len);
-    int err = uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, on_written);
+    uv_buf_t bufs[2] = {uv_buf_init(w->data, (unsigned)w->len)};
+    unsigned nbufs = 1;
+    if (value != NULL) {
+        ddp_store_value_ref(value); /* a SET meanwhile must not free it under the write */
+        w->value = value;
+        bufs[nbufs++] = uv_buf_init((char *)value->data, (unsigned)value->len);
+    }
+    int err = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, nbufs, on_written);
     if (err) {
         free(w->data);
+        ddp_store_value_unref(w->value);
         free(w);
         conn_close(c, "unable to write a reply: %s", uv_strerror(err));
         return;
     }
-    c->write_queued += w->len;
+    c->write_queued += w->len + (value ? value->len : 0);
+}
+
+static void flush(conn_t *c)
+{
+    flush_with(c, NULL);
 }
 
 /* Requests. */
@@ -243,10 +261,18 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
         err = ddp_store_set(s->store, key_of(req), req->value, req->value_len);
         break;
     case DDP_STORE_GET: {
-        const uint8_t *value = NULL;
-        size_t len = 0;
-        ddp_store_get(s->store, key_of(req), &value, &len); /* missing: an empty value */
-        err = ddp_store_put_bytes(out, value, len);
+        ddp_store_value_t *value = ddp_store_get_value(s->store, key_of(req));
+        if (value != NULL && value->len >= ZERO_COPY_MIN) {
+            /* A large value goes out from the store itself, after the length. */
+            err = ddp_store_put_u64(out, value->len);
+            if (err == 0)
+                flush_with(c, value);
+            if (c->closing)
+                return -1;
+            break;
+        }
+        /* A missing key answers an empty value. */
+        err = ddp_store_put_bytes(out, value ? value->data : NULL, value ? value->len : 0);
         break;
     }
     case DDP_STORE_ADD: {

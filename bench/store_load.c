@@ -1,0 +1,262 @@
+/* ddp-bench-store-load: a TCPStore load generator speaking protocol generation 1, so it
+ * drives ddp-launch's store and PyTorch 1.13's own server alike.
+ *
+ *   ddp-bench-store-load ops HOST PORT CLIENTS VALUE_BYTES SECONDS [DEPTH]
+ *       CLIENTS threads, each on its own connection, SET then GET its key (the GET's
+ *       answer is read and checked) for SECONDS. Prints "ops N seconds S". DEPTH (1 by
+ *       default, as PyTorch's clients) SET+GET pairs are sent before the answers are
+ *       read: the server's own capacity, beyond one round trip at a time.
+ *   ddp-bench-store-load barrier HOST PORT CLIENTS
+ *       CLIENTS connections at once, each ADD /arrived 1 then WAIT /open; when the count
+ *       reaches CLIENTS, one more connection SETs /open. Prints "clients N seconds S",
+ *       from the first connect to the last WAIT answered. */
+#include "buf.h"
+#include "io.h"
+#include "store_codec.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static struct sockaddr_in server;
+
+static void die(const char *what)
+{
+    fprintf(stderr, "ddp-bench-store-load: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+static int connect_blocking(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&server, sizeof server) != 0)
+        die("connect");
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+typedef struct {
+    int id;
+    size_t value_bytes;
+    int depth;
+    double until;
+    long ops;
+} worker_t;
+
+/* Buffered reading of GET answers: one recv usually brings several. */
+typedef struct {
+    int fd;
+    char *buf;
+    size_t cap, start, end;
+} reader_t;
+
+static void reader_fill(reader_t *r, size_t need)
+{
+    if (r->end - r->start >= need)
+        return;
+    memmove(r->buf, r->buf + r->start, r->end - r->start);
+    r->end -= r->start;
+    r->start = 0;
+    while (r->end < need) {
+        ssize_t got = recv(r->fd, r->buf + r->end, r->cap - r->end, 0);
+        if (got <= 0)
+            die("recv");
+        r->end += (size_t)got;
+    }
+}
+
+/* One GET answer: its length must be `expect`. */
+static void read_answer(reader_t *r, size_t expect)
+{
+    uint64_t len;
+    reader_fill(r, 8);
+    memcpy(&len, r->buf + r->start, 8);
+    if (len != expect) {
+        fprintf(stderr, "ddp-bench-store-load: GET answered %llu bytes, not %zu\n",
+                (unsigned long long)len, expect);
+        exit(1);
+    }
+    reader_fill(r, 8 + len);
+    r->start += 8 + len;
+}
+
+static void *ops_thread(void *arg)
+{
+    worker_t *w = arg;
+    int fd = connect_blocking();
+    char key[32];
+    snprintf(key, sizeof key, "/bench/%d", w->id);
+    char *value = malloc(w->value_bytes ? w->value_bytes : 1);
+    memset(value, 'a' + w->id % 26, w->value_bytes);
+    ddp_buf_t req = DDP_BUF_INIT;
+    /* DEPTH pairs of one SET and one GET, sent together (SET has no answer in
+     * generation 1). */
+    for (int i = 0; i < w->depth; i++) {
+        ddp_store_put_op(&req, DDP_STORE_GEN1, DDP_STORE_SET);
+        ddp_store_put_bytes(&req, key, strlen(key));
+        ddp_store_put_bytes(&req, value, w->value_bytes);
+        ddp_store_put_op(&req, DDP_STORE_GEN1, DDP_STORE_GET);
+        ddp_store_put_bytes(&req, key, strlen(key));
+    }
+    reader_t r = {.fd = fd, .cap = (8 + w->value_bytes) * (size_t)w->depth + 65536};
+    r.buf = malloc(r.cap);
+    while (ddp_clock_mono() < w->until) {
+        if (ddp_write_all(fd, req.data, req.len) != 0)
+            die("send");
+        for (int i = 0; i < w->depth; i++)
+            read_answer(&r, w->value_bytes);
+        w->ops += 2 * w->depth;
+    }
+    close(fd);
+    free(value);
+    free(r.buf);
+    ddp_buf_free(&req);
+    return NULL;
+}
+
+static int run_ops(int clients, size_t value_bytes, double seconds, int depth)
+{
+    pthread_t threads[256];
+    worker_t workers[256];
+    if (clients < 1 || clients > 256)
+        return 2;
+    double start = ddp_clock_mono();
+    for (int i = 0; i < clients; i++) {
+        workers[i] = (worker_t){i, value_bytes, depth < 1 ? 1 : depth, start + seconds, 0};
+        pthread_create(&threads[i], NULL, ops_thread, &workers[i]);
+    }
+    long ops = 0;
+    for (int i = 0; i < clients; i++) {
+        pthread_join(threads[i], NULL);
+        ops += workers[i].ops;
+    }
+    printf("ops %ld seconds %.6f\n", ops, ddp_clock_mono() - start);
+    return 0;
+}
+
+typedef struct {
+    int fd;
+    int stage; /* 0 connecting, 1 waiting for ADD's answer, 2 for WAIT's, 3 done */
+    uint8_t in[9];
+    size_t have;
+} client_t;
+
+static int run_barrier(int n)
+{
+    client_t *clients = calloc((size_t)n, sizeof *clients);
+    ddp_buf_t arrive = DDP_BUF_INIT, open = DDP_BUF_INIT;
+    const char *keys[] = {"/open"};
+    ddp_store_put_op(&arrive, DDP_STORE_GEN1, DDP_STORE_ADD);
+    ddp_store_put_bytes(&arrive, "/arrived", 8);
+    ddp_store_put_i64(&arrive, 1);
+    ddp_store_put_op(&arrive, DDP_STORE_GEN1, DDP_STORE_WAIT);
+    ddp_store_put_u64(&arrive, 1);
+    ddp_store_put_bytes(&arrive, keys[0], strlen(keys[0]));
+    ddp_store_put_op(&open, DDP_STORE_GEN1, DDP_STORE_SET);
+    ddp_store_put_bytes(&open, "/open", 5);
+    ddp_store_put_bytes(&open, "1", 1);
+    int coordinator = connect_blocking();
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    double start = ddp_clock_mono();
+    for (int i = 0; i < n; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
+        if (fd < 0)
+            die("socket");
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (connect(fd, (struct sockaddr *)&server, sizeof server) != 0 && errno != EINPROGRESS)
+            die("connect");
+        clients[i].fd = fd;
+        struct epoll_event ev = {.events = EPOLLOUT, .data.u32 = (uint32_t)i};
+        epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    }
+    int done = 0;
+    struct epoll_event events[1024];
+    while (done < n) {
+        int k = epoll_wait(ep, events, 1024, 30000);
+        if (k <= 0) {
+            fprintf(stderr, "ddp-bench-store-load: barrier stuck at %d of %d\n", done, n);
+            return 1;
+        }
+        for (int e = 0; e < k; e++) {
+            client_t *c = &clients[events[e].data.u32];
+            if (c->stage == 0) {
+                int so = 0;
+                socklen_t len = sizeof so;
+                getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so, &len);
+                if (so != 0) {
+                    errno = so;
+                    die("connect");
+                }
+                if (send(c->fd, arrive.data, arrive.len, MSG_NOSIGNAL) != (ssize_t)arrive.len)
+                    die("send");
+                c->stage = 1;
+                struct epoll_event ev = {.events = EPOLLIN, .data.u32 = events[e].data.u32};
+                epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+                continue;
+            }
+            ssize_t r = recv(c->fd, c->in + c->have, sizeof c->in - c->have, 0);
+            if (r <= 0) {
+                if (r < 0 && errno == EAGAIN)
+                    continue;
+                die("recv");
+            }
+            c->have += (size_t)r;
+            if (c->stage == 1 && c->have >= 8) {
+                int64_t arrived;
+                memcpy(&arrived, c->in, 8);
+                if (arrived == n && ddp_write_all(coordinator, open.data, open.len) != 0)
+                    die("send");
+                c->stage = 2;
+            }
+            if (c->stage == 2 && c->have >= 9) {
+                c->stage = 3;
+                close(c->fd);
+                done++;
+            }
+        }
+    }
+    printf("clients %d seconds %.6f\n", n, ddp_clock_mono() - start);
+    close(coordinator);
+    close(ep);
+    free(clients);
+    ddp_buf_free(&arrive);
+    ddp_buf_free(&open);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (argc < 5) {
+        fprintf(stderr,
+                "usage: %s ops HOST PORT CLIENTS VALUE_BYTES SECONDS [DEPTH]\n"
+                "       %s barrier HOST PORT CLIENTS\n",
+                argv[0], argv[0]);
+        return 2;
+    }
+    server.sin_family = AF_INET;
+    server.sin_port = htons((uint16_t)atoi(argv[3]));
+    if (inet_pton(AF_INET, argv[2], &server.sin_addr) != 1) {
+        fprintf(stderr, "ddp-bench-store-load: %s is not an IPv4 address\n", argv[2]);
+        return 2;
+    }
+    if (strcmp(argv[1], "ops") == 0 && (argc == 7 || argc == 8))
+        return run_ops(atoi(argv[4]), strtoul(argv[5], NULL, 10), atof(argv[6]),
+                       argc == 8 ? atoi(argv[7]) : 1);
+    if (strcmp(argv[1], "barrier") == 0)
+        return run_barrier(atoi(argv[4]));
+    return 2;
+}
