@@ -1,14 +1,26 @@
 #!/bin/sh
 # Quick start, step 2: install what is missing, build with warnings as errors, and run
-# every test (unit, integration, PyTorch compatibility, format). Extra arguments go to
-# meson test, e.g. tests/run.sh --suite unit.
+# every test (unit, integration, PyTorch compatibility, fuzzing, format); then the unit
+# and integration tests again built with ASan and UBSan, and the store's tests under
+# valgrind. Extra arguments go to the first meson test only (and skip the rest), e.g.
+# tests/run.sh --suite unit.
 set -eu
 cd "$(dirname "$0")/.."
 .ci/install-deps test
-if [ -f build/build.ninja ]; then
-    meson configure build -Dwerror=true
-else
-    meson setup build -Dwerror=true
-fi
+configure() { # DIR OPTIONS...: set up a build directory, or update its options
+    dir=$1
+    shift
+    if [ -f "$dir/build.ninja" ]; then
+        meson configure "$dir" "$@"
+    else
+        meson setup "$dir" "$@"
+    fi
+}
+configure build -Dwerror=true
 meson compile -C build
 meson test -C build --print-errorlogs "$@"
+[ $# -eq 0 ] || exit 0
+configure build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false
+meson compile -C build-asan
+meson test -C build-asan --print-errorlogs --suite unit --suite integration --no-suite torch
+meson test -C build --print-errorlogs --setup valgrind store store_codec store-codec-seeds

@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -162,16 +163,21 @@ static bool closed_by_server(int fd, double timeout)
     }
 }
 
-static ddp_store_client_t *client(int port)
+static ddp_store_client_t *client_at(const char *host, int port)
 {
     ddp_store_client_t *c = NULL;
     ddp_buf_t err = DDP_BUF_INIT;
     ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
     options.connect_timeout = 30;
     options.timeout = 30;
-    if (ddp_store_client_connect("127.0.0.1", port, &options, &c, &err) != 0)
+    if (ddp_store_client_connect(host, port, &options, &c, &err) != 0)
         fail_msg("%s", ddp_buf_str(&err));
     return c;
+}
+
+static ddp_store_client_t *client(int port)
+{
+    return client_at("127.0.0.1", port);
 }
 
 static void test_captured_gen1_session(void **state)
@@ -525,6 +531,77 @@ static void test_client_connect_deadline(void **state)
     ddp_buf_free(&err);
 }
 
+static bool have_ipv6_loopback(void)
+{
+    struct sockaddr_in6 addr = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+static void test_ipv6_and_names(void **state)
+{
+    if (!have_ipv6_loopback()) {
+        print_message("skipped: this machine has no IPv6 loopback\n");
+        skip();
+    }
+    th_proc_t p;
+    ddp_buf_t v = DDP_BUF_INIT;
+    const char *v6[] = {"--host", "::1", NULL};
+    int port = start_store(&p, v6);
+    ddp_store_client_t *c = client_at("::1", port);
+    assert_int_equal(ddp_store_client_set(c, "/six", "v6", 2), 0);
+    assert_int_equal(ddp_store_client_get(c, "/six", &v), 0);
+    assert_string_equal(ddp_buf_str(&v), "v6");
+    ddp_store_client_close(c);
+    stop_store(&p);
+    /* A name binds every address it resolves to (localhost: 127.0.0.1, and ::1 where
+     * the resolver says so): a client of each reaches the same store. */
+    const char *name[] = {"--host", "localhost", NULL};
+    port = start_store(&p, name);
+    ddp_store_client_t *first = client_at("127.0.0.1", port);
+    assert_int_equal(ddp_store_client_set(first, "/both", "seen", 4), 0);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *addrs, *ai;
+    assert_int_equal(getaddrinfo("localhost", NULL, &hints, &addrs), 0);
+    int reached = 0;
+    for (ai = addrs; ai != NULL; ai = ai->ai_next) {
+        char host[INET6_ADDRSTRLEN];
+        const void *raw = ai->ai_family == AF_INET6
+                              ? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
+                              : (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+        inet_ntop(ai->ai_family, raw, host, sizeof host);
+        ddp_store_client_t *other = client_at(host, port);
+        assert_int_equal(ddp_store_client_get(other, "/both", &v), 0);
+        assert_string_equal(ddp_buf_str(&v), "seen");
+        ddp_store_client_close(other);
+        reached++;
+    }
+    freeaddrinfo(addrs);
+    assert_true(reached >= 1);
+    ddp_store_client_close(first);
+    stop_store(&p);
+    ddp_buf_free(&v);
+}
+
+static void test_launcher_store_on_ipv6(void **state)
+{
+    if (!have_ipv6_loopback()) {
+        print_message("skipped: this machine has no IPv6 loopback\n");
+        skip();
+    }
+    /* The launcher binds --master-addr ::1 and its C worker reaches the store there. */
+    const char *argv[] = {th_launcher(), "--master-addr=::1", "--max-restarts=1",
+                          "--no-python", th_worker(),         "store-attempt",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "no stale key on attempt 1") != NULL);
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -538,6 +615,8 @@ int main(void)
         TH_TEST(test_unread_replies_do_not_stall_others),
         TH_TEST(test_port_in_use),
         TH_TEST(test_client_connect_deadline),
+        TH_TEST(test_ipv6_and_names),
+        TH_TEST(test_launcher_store_on_ipv6),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
