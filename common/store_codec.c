@@ -13,12 +13,12 @@
  * K a key, V a value (the first V is the value, a second the desired value),
  * I an i64, W a u32, L a u64 count and that many keys, P a count and key/value pairs. */
 static const char *const programs[DDP_STORE__NOPS] = {
-    [DDP_STORE_VALIDATE] = "W",   [DDP_STORE_SET] = "KV",        [DDP_STORE_COMPARE_SET] = "KVV",
-    [DDP_STORE_GET] = "K",        [DDP_STORE_ADD] = "KI",        [DDP_STORE_CHECK] = "L",
-    [DDP_STORE_WAIT] = "L",       [DDP_STORE_GETNUMKEYS] = "",   [DDP_STORE_WATCH_KEY] = "K",
-    [DDP_STORE_DELETE_KEY] = "K", [DDP_STORE_APPEND] = "KV",     [DDP_STORE_MULTI_GET] = "L",
-    [DDP_STORE_MULTI_SET] = "P",  [DDP_STORE_CANCEL_WAIT] = "",  [DDP_STORE_PING] = "W",
-    [DDP_STORE_QUEUE_PUSH] = "KV", [DDP_STORE_QUEUE_POP] = "K", [DDP_STORE_QUEUE_LEN] = "K",
+    [DDP_STORE_VALIDATE] = "W",    [DDP_STORE_SET] = "KV",       [DDP_STORE_COMPARE_SET] = "KVV",
+    [DDP_STORE_GET] = "K",         [DDP_STORE_ADD] = "KI",       [DDP_STORE_CHECK] = "L",
+    [DDP_STORE_WAIT] = "L",        [DDP_STORE_GETNUMKEYS] = "",  [DDP_STORE_WATCH_KEY] = "K",
+    [DDP_STORE_DELETE_KEY] = "K",  [DDP_STORE_APPEND] = "KV",    [DDP_STORE_MULTI_GET] = "L",
+    [DDP_STORE_MULTI_SET] = "P",   [DDP_STORE_CANCEL_WAIT] = "", [DDP_STORE_PING] = "W",
+    [DDP_STORE_QUEUE_PUSH] = "KV", [DDP_STORE_QUEUE_POP] = "K",  [DDP_STORE_QUEUE_LEN] = "K",
 };
 
 static const char *const names[DDP_STORE__NOPS] = {
@@ -44,16 +44,16 @@ static const char *const names[DDP_STORE__NOPS] = {
 
 /* Wire codes: torch 1.13/2.0 (generation 1) and 2.2+ (generation 2). */
 static const ddp_store_op_t gen1_ops[] = {
-    DDP_STORE_SET,        DDP_STORE_COMPARE_SET, DDP_STORE_GET,       DDP_STORE_ADD,
-    DDP_STORE_CHECK,      DDP_STORE_WAIT,        DDP_STORE_GETNUMKEYS, DDP_STORE_WATCH_KEY,
-    DDP_STORE_DELETE_KEY, DDP_STORE_APPEND,      DDP_STORE_MULTI_GET, DDP_STORE_MULTI_SET,
+    DDP_STORE_SET,         DDP_STORE_COMPARE_SET, DDP_STORE_GET,        DDP_STORE_ADD,
+    DDP_STORE_CHECK,       DDP_STORE_WAIT,        DDP_STORE_GETNUMKEYS, DDP_STORE_WATCH_KEY,
+    DDP_STORE_DELETE_KEY,  DDP_STORE_APPEND,      DDP_STORE_MULTI_GET,  DDP_STORE_MULTI_SET,
     DDP_STORE_CANCEL_WAIT,
 };
 static const ddp_store_op_t gen2_ops[] = {
-    DDP_STORE_VALIDATE,    DDP_STORE_SET,        DDP_STORE_COMPARE_SET, DDP_STORE_GET,
-    DDP_STORE_ADD,         DDP_STORE_CHECK,      DDP_STORE_WAIT,        DDP_STORE_GETNUMKEYS,
-    DDP_STORE_DELETE_KEY,  DDP_STORE_APPEND,     DDP_STORE_MULTI_GET,   DDP_STORE_MULTI_SET,
-    DDP_STORE_CANCEL_WAIT, DDP_STORE_PING,       DDP_STORE_QUEUE_PUSH,  DDP_STORE_QUEUE_POP,
+    DDP_STORE_VALIDATE,    DDP_STORE_SET,    DDP_STORE_COMPARE_SET, DDP_STORE_GET,
+    DDP_STORE_ADD,         DDP_STORE_CHECK,  DDP_STORE_WAIT,        DDP_STORE_GETNUMKEYS,
+    DDP_STORE_DELETE_KEY,  DDP_STORE_APPEND, DDP_STORE_MULTI_GET,   DDP_STORE_MULTI_SET,
+    DDP_STORE_CANCEL_WAIT, DDP_STORE_PING,   DDP_STORE_QUEUE_PUSH,  DDP_STORE_QUEUE_POP,
     DDP_STORE_QUEUE_LEN,
 };
 
@@ -373,8 +373,7 @@ static int reply_fixed(const uint8_t *buf, size_t len, size_t *pos, void *out, s
 }
 
 int ddp_store_decode_reply(ddp_store_op_t op, uint64_t count, const ddp_store_limits_t *limits,
-                           const uint8_t *buf, size_t len, ddp_store_reply_t *reply,
-                           size_t *need)
+                           const uint8_t *buf, size_t len, ddp_store_reply_t *reply, size_t *need)
 {
     uint64_t max_value = limits ? limits->max_value : DDP_STORE_LIMITS_DEFAULT.max_value;
     size_t pos = 0;

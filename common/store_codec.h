@@ -77,7 +77,7 @@ typedef struct ddp_store_limits_s {
     uint64_t max_request; /* bytes of one whole request */
 } ddp_store_limits_t;
 
-#define DDP_STORE_LIMITS_DEFAULT                                                                   \
+#define DDP_STORE_LIMITS_DEFAULT \
     ((ddp_store_limits_t){8192, (uint64_t)8 << 20, 131072, (uint64_t)256 << 20})
 
 /* A decoded request; pointers are into the buffer given to the decoder. */
@@ -112,10 +112,10 @@ typedef struct ddp_store_decoder_s {
     ddp_store_gen_t gen;
     ddp_store_limits_t limits;
     /* Progress through the request at the start of the buffer. */
-    int op;            /* -1 before the opcode is read */
+    int op;             /* -1 before the opcode is read */
     const char *fields; /* what is left to read: the op's field program */
-    size_t pos;        /* bytes of the request read so far */
-    int slot;          /* next string slot: 0 key, 1 value, 2 desired */
+    size_t pos;         /* bytes of the request read so far */
+    int slot;           /* next string slot: 0 key, 1 value, 2 desired */
     size_t off[3], len[3];
     uint64_t items_left;
     size_t items_start;
@@ -165,7 +165,6 @@ typedef struct ddp_store_reply_s {
  * MULTI_GET). Returns 1 (complete), 0 (more bytes needed, at least *need in all) or
  * DDP_ETOOBIG (a value over limits->max_value) / DDP_EPROTO (no reply exists). */
 int ddp_store_decode_reply(ddp_store_op_t op, uint64_t count, const ddp_store_limits_t *limits,
-                           const uint8_t *buf, size_t len, ddp_store_reply_t *reply,
-                           size_t *need);
+                           const uint8_t *buf, size_t len, ddp_store_reply_t *reply, size_t *need);
 
 #endif
