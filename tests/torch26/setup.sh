@@ -14,9 +14,11 @@ skip() {
 [ "$(id -u)" = 0 ] || skip "building the trixie root needs root (debootstrap, chroot)"
 command -v debootstrap >/dev/null || skip "debootstrap is not installed (apt-get install debootstrap)"
 command -v unshare >/dev/null || skip "unshare is not installed (util-linux)"
-# The machine's mirror: the first Debian URI of its apt sources that is not security's.
+# The machine's mirror: the first Debian URI of its apt sources (a deb822 "URIs:" line
+# or a one-line "deb" entry, never a comment) that is not the security archive's.
 mirror=$(cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null |
-    grep -oE 'https?://[^ ]*/debian/?' | grep -v security | head -n 1 || true)
+    grep -E '^[[:space:]]*(URIs:|deb[[:space:]])' | grep -oE 'https?://[^ ]*/debian/?' |
+    grep -v security | head -n 1 || true)
 mirror=${mirror:-http://deb.debian.org/debian}
 mkdir -p "$(dirname "$root")"
 exec 9>"$root.lock"
