@@ -175,6 +175,32 @@ static void flush_with(conn_t *c, ddp_store_value_t *value)
         w->value = value;
         bufs[nbufs++] = uv_buf_init((char *)value->data, (unsigned)value->len);
     }
+    /* Nothing queued before: write now, and queue only what the socket did not take
+     * (libuv's queued writes arm and disarm write interest: a syscall each time). */
+    if (c->write_queued == 0) {
+        int n = uv_try_write((uv_stream_t *)&c->tcp, bufs, nbufs);
+        size_t sent = n > 0 ? (size_t)n : 0;
+        if (n < 0 && n != UV_EAGAIN) {
+            free(w->data);
+            ddp_store_value_unref(w->value);
+            free(w);
+            conn_close(c, "unable to write a reply: %s", uv_strerror(n));
+            return;
+        }
+        for (unsigned i = 0; i < nbufs; i++) {
+            size_t skip = sent < bufs[i].len ? sent : bufs[i].len;
+            bufs[i].base += skip;
+            bufs[i].len -= skip;
+            sent -= skip;
+        }
+        if (bufs[nbufs - 1].len == 0) {
+            free(w->data);
+            ddp_store_value_unref(w->value);
+            free(w);
+            return;
+        }
+        /* The rest is written and counted below; the counts cover the whole request. */
+    }
     int err = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, nbufs, on_written);
     if (err) {
         free(w->data);
