@@ -148,6 +148,21 @@ static int put_key(ddp_store_client_t *c, const char *key)
     return ddp_store_put_bytes(&c->out, key, strlen(key));
 }
 
+/* The request `op` on `key`, with `value` (len bytes) when it is not NULL, and its
+ * reply in *reply (to consume) when `op` has one. A failure names the op and the key. */
+static int keyed(ddp_store_client_t *c, ddp_store_op_t op, const char *key, const void *value,
+                 size_t len, ddp_store_reply_t *reply)
+{
+    int err = begin(c, op);
+    if (err == 0)
+        err = put_key(c, key);
+    if (err == 0 && value != NULL)
+        err = ddp_store_put_bytes(&c->out, value, len);
+    if (err == 0)
+        err = round_trip(c, op, 0, reply, op_deadline(c));
+    return err ? fail(c, err, "%s '%s'", ddp_store_op_name(op), key) : 0;
+}
+
 /* A non-blocking connection to one address, finished by `deadline`. */
 static int connect_one(const struct addrinfo *ai, double deadline, int *out)
 {
@@ -281,31 +296,20 @@ int ddp_store_client_ping(ddp_store_client_t *c)
 
 int ddp_store_client_set(ddp_store_client_t *c, const char *key, const void *value, size_t len)
 {
-    int err = begin(c, DDP_STORE_SET);
-    if (err == 0)
-        err = put_key(c, key);
-    if (err == 0)
-        err = ddp_store_put_bytes(&c->out, value, len);
-    if (err == 0)
-        err = round_trip(c, DDP_STORE_SET, 0, NULL, op_deadline(c));
-    return err ? fail(c, err, "SET '%s'", key) : 0;
+    return keyed(c, DDP_STORE_SET, key, value ? value : "", len, NULL);
 }
 
 int ddp_store_client_get(ddp_store_client_t *c, const char *key, ddp_buf_t *value)
 {
     ddp_store_reply_t reply;
     int err = ddp_store_client_wait(c, &key, 1, c->options.timeout);
+    if (err == 0)
+        err = keyed(c, DDP_STORE_GET, key, NULL, 0, &reply);
     if (err)
         return err; /* the message names the key already */
-    if ((err = begin(c, DDP_STORE_GET)) == 0)
-        err = put_key(c, key);
-    if (err == 0)
-        err = round_trip(c, DDP_STORE_GET, 0, &reply, op_deadline(c));
-    if (err == 0) {
-        ddp_buf_clear(value);
-        err = ddp_buf_append(value, reply.value, reply.value_len);
-        consume(c, reply.size);
-    }
+    ddp_buf_clear(value);
+    err = ddp_buf_append(value, reply.value, reply.value_len);
+    consume(c, reply.size);
     return err ? fail(c, err, "GET '%s'", key) : 0;
 }
 
@@ -424,13 +428,9 @@ int ddp_store_client_num_keys(ddp_store_client_t *c, int64_t *count)
 int ddp_store_client_delete(ddp_store_client_t *c, const char *key, bool *deleted)
 {
     ddp_store_reply_t reply;
-    int err = begin(c, DDP_STORE_DELETE_KEY);
-    if (err == 0)
-        err = put_key(c, key);
-    if (err == 0)
-        err = round_trip(c, DDP_STORE_DELETE_KEY, 0, &reply, op_deadline(c));
+    int err = keyed(c, DDP_STORE_DELETE_KEY, key, NULL, 0, &reply);
     if (err)
-        return fail(c, err, "DELETE_KEY '%s'", key);
+        return err;
     *deleted = reply.number > 0;
     consume(c, reply.size);
     return 0;
@@ -438,14 +438,7 @@ int ddp_store_client_delete(ddp_store_client_t *c, const char *key, bool *delete
 
 int ddp_store_client_append(ddp_store_client_t *c, const char *key, const void *value, size_t len)
 {
-    int err = begin(c, DDP_STORE_APPEND);
-    if (err == 0)
-        err = put_key(c, key);
-    if (err == 0)
-        err = ddp_store_put_bytes(&c->out, value, len);
-    if (err == 0)
-        err = round_trip(c, DDP_STORE_APPEND, 0, NULL, op_deadline(c));
-    return err ? fail(c, err, "APPEND to '%s'", key) : 0;
+    return keyed(c, DDP_STORE_APPEND, key, value ? value : "", len, NULL);
 }
 
 int ddp_store_client_multi_get(ddp_store_client_t *c, const char *const *keys, size_t n,
@@ -490,26 +483,15 @@ int ddp_store_client_multi_set(ddp_store_client_t *c, const char *const *keys,
 int ddp_store_client_queue_push(ddp_store_client_t *c, const char *key, const void *value,
                                 size_t len)
 {
-    int err = begin(c, DDP_STORE_QUEUE_PUSH);
-    if (err == 0)
-        err = put_key(c, key);
-    if (err == 0)
-        err = ddp_store_put_bytes(&c->out, value, len);
-    if (err == 0)
-        err = round_trip(c, DDP_STORE_QUEUE_PUSH, 0, NULL, op_deadline(c));
-    return err ? fail(c, err, "QUEUE_PUSH to '%s'", key) : 0;
+    return keyed(c, DDP_STORE_QUEUE_PUSH, key, value ? value : "", len, NULL);
 }
 
 int ddp_store_client_queue_pop(ddp_store_client_t *c, const char *key, ddp_buf_t *value, bool *got)
 {
     ddp_store_reply_t reply;
-    int err = begin(c, DDP_STORE_QUEUE_POP);
-    if (err == 0)
-        err = put_key(c, key);
-    if (err == 0)
-        err = round_trip(c, DDP_STORE_QUEUE_POP, 0, &reply, op_deadline(c));
+    int err = keyed(c, DDP_STORE_QUEUE_POP, key, NULL, 0, &reply);
     if (err)
-        return fail(c, err, "QUEUE_POP from '%s'", key);
+        return err;
     *got = reply.number > 0;
     ddp_buf_clear(value);
     if (*got)
@@ -521,13 +503,9 @@ int ddp_store_client_queue_pop(ddp_store_client_t *c, const char *key, ddp_buf_t
 int ddp_store_client_queue_len(ddp_store_client_t *c, const char *key, int64_t *count)
 {
     ddp_store_reply_t reply;
-    int err = begin(c, DDP_STORE_QUEUE_LEN);
-    if (err == 0)
-        err = put_key(c, key);
-    if (err == 0)
-        err = round_trip(c, DDP_STORE_QUEUE_LEN, 0, &reply, op_deadline(c));
+    int err = keyed(c, DDP_STORE_QUEUE_LEN, key, NULL, 0, &reply);
     if (err)
-        return fail(c, err, "QUEUE_LEN of '%s'", key);
+        return err;
     *count = reply.number;
     consume(c, reply.size);
     return 0;
