@@ -88,10 +88,11 @@ struct ddp_agent_s {
     agent_state_t state;
     stop_reason_t stop_reason;
     int stop_signal;
+    int sent_signal; /* what the stop of this attempt sent first */
     ddp_worker_t *workers;
     int nworkers, nrunning;
     bool sent_sigkill;       /* the stop of this attempt escalated to SIGKILL */
-    ddp_failure_t *failures; /* of the current attempt, seen before the stop began */
+    ddp_failure_t *failures; /* of the current attempt: before the stop, or not ours */
     size_t nfailures;
     int exit_code;
 
@@ -244,6 +245,7 @@ static void begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
     char ranks[160], name[32];
     a->state = AGENT_STOPPING;
     a->stop_reason = reason;
+    a->sent_signal = sig;
     running_ranks(a, ranks, sizeof ranks);
     ddp_log_warn(a->log,
                  "stopping %d worker(s): sending %s to the process groups of local ranks %s; "
@@ -365,8 +367,14 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         ddp_log_error(a->log, "out of memory while recording a worker failure");
         return;
     }
-    if (a->state != AGENT_RUNNING) {
-        /* Ended by our stop signal (or dying on its own meanwhile): not a root cause. */
+    /* A worker killed, while the others stop for a failure, by a signal that is not ours
+     * failed on its own: its death may even be the first, seen late (a peer noticed its
+     * closed connection and exited before the kernel reported it). */
+    bool not_ours = a->state == AGENT_STOPPING && a->stop_reason == STOP_FAILURE &&
+                    WIFSIGNALED(status) && WTERMSIG(status) != a->sent_signal &&
+                    !(a->sent_sigkill && WTERMSIG(status) == SIGKILL);
+    if (a->state != AGENT_RUNNING && !not_ours) {
+        /* Ended by our stop signal (or exiting on its own meanwhile): not a root cause. */
         ddp_log_debug(a->log, "worker rank %d (pid %d) %s", w->rank, (int)w->pid,
                       ddp_failure_describe(&f, what, sizeof what));
         ddp_failure_free(&f);
@@ -403,8 +411,8 @@ static void on_sigchld(uv_signal_t *handle, int signum)
         }
         worker_ended(a, w, status, now);
     }
-    /* Failures are recorded only while RUNNING, so this starts the stop at most once. */
-    if (a->nfailures > failures_before) {
+    /* The first failure starts the stop (later ones come while it runs). */
+    if (a->nfailures > failures_before && a->state == AGENT_RUNNING) {
         if (a->nrunning > 0)
             begin_stop(a, SIGTERM, STOP_FAILURE);
         else

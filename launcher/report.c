@@ -7,6 +7,7 @@
 #include "json.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,10 @@ static int read_error_file(ddp_failure_t *f, const char *path)
             found = ddp_json_string(ddp_json_get(message, "message"), NULL);
         if (json_timestamp(ddp_json_get(extra, "timestamp"), &ts) && ts > 0)
             f->timestamp = ts;
+        double peer;
+        if (json_timestamp(ddp_json_get(extra, "peer_rank"), &peer) && peer >= 0 &&
+            peer <= INT_MAX && peer == (int)peer)
+            f->peer_rank = (int)peer;
     }
     if (found == NULL)
         found =
@@ -82,6 +87,7 @@ int ddp_failure_init(ddp_failure_t *f, int rank, int local_rank, pid_t pid, int 
                      double now, const char *error_file)
 {
     memset(f, 0, sizeof *f);
+    f->peer_rank = -1;
     f->rank = rank;
     f->local_rank = local_rank;
     f->pid = pid;
@@ -121,6 +127,16 @@ size_t ddp_report_root(const ddp_failure_t *failures, size_t n)
     for (size_t i = 1; i < n; i++) {
         if (failures[i].timestamp < failures[root].timestamp)
             root = i;
+    }
+    for (size_t step = 0; step < n && failures[root].peer_rank >= 0; step++) {
+        size_t next = n;
+        for (size_t i = 0; i < n && next == n; i++) {
+            if (i != root && failures[i].rank == failures[root].peer_rank)
+                next = i;
+        }
+        if (next == n)
+            break;
+        root = next;
     }
     return root;
 }

@@ -2,8 +2,10 @@
  *
  * A failure record is made the moment a worker's exit is seen; it reads the worker's
  * error.json (PyTorch's nested form or the flat form) if there is one. The report has
- * torchrun's layout; its root cause is the earliest failure. Pure apart from reading
- * the error file; used on the loop thread. */
+ * torchrun's layout; its root cause is the earliest failure, unless that one says it
+ * failed because a peer rank went away (libddp writes extraInfo.peer_rank) and that
+ * peer failed too: then the peer is. Pure apart from reading the error file; used on
+ * the loop thread. */
 #ifndef DDP_LAUNCHER_REPORT_H
 #define DDP_LAUNCHER_REPORT_H
 
@@ -23,6 +25,7 @@ typedef struct ddp_failure_s {
     double timestamp; /* the error file's time, else when the exit was seen */
     char *error_file; /* its path when the worker wrote one, else NULL */
     char *message;    /* from the error file: the traceback, else the message */
+    int peer_rank;    /* from the error file: the rank whose loss failed this one, or -1 */
 } ddp_failure_t;
 
 /* Fills `f` for a worker that ended with waitpid status `wait_status`, seen at `now`
@@ -38,7 +41,9 @@ int ddp_failure_status(const ddp_failure_t *f);
 /* One line for the log: "exited with code 7" or "was killed by SIGSEGV". */
 const char *ddp_failure_describe(const ddp_failure_t *f, char *buf, size_t cap);
 
-/* Index of the root cause: the earliest failure (the first of equals). */
+/* Index of the root cause: the earliest failure (the first of equals), then the failure
+ * of the peer it names, and so on while there is one (at most `n` steps: a cycle of
+ * ranks that each blame the next ends somewhere on the cycle). */
 size_t ddp_report_root(const ddp_failure_t *failures, size_t n);
 
 /* Appends torchrun's failure report for `n` > 0 failures of the job `name` on `host`.

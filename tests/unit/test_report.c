@@ -85,6 +85,44 @@ static void test_error_file_forms(void **state)
     }
 }
 
+/* libddp's peer_rank: a rank that failed because its peer went away points at the peer,
+ * whose own failure is the root cause even when it was seen later. */
+static void test_root_follows_peer_rank(void **state)
+{
+    ddp_failure_t f[4];
+    char *blames_2 = write_temp("{\"message\": {\"message\": \"rank 2 is gone\", \"extraInfo\": "
+                                "{\"timestamp\": \"1000\", \"peer_rank\": \"2\"}}}");
+    char *blames_0 = write_temp("{\"message\": {\"message\": \"rank 0 is gone\", \"extraInfo\": "
+                                "{\"timestamp\": \"1001\", \"peer_rank\": 0}}}");
+    char *bad_peer = write_temp("{\"message\": {\"message\": \"x\", \"extraInfo\": "
+                                "{\"timestamp\": \"999\", \"peer_rank\": \"-3\"}}}");
+    assert_int_equal(ddp_failure_init(&f[0], 0, 0, 100, W_EXITCODE(3, 0), 2000, blames_2), 0);
+    assert_int_equal(f[0].peer_rank, 2);
+    assert_int_equal(ddp_failure_init(&f[1], 1, 1, 101, W_EXITCODE(3, 0), 2000, blames_0), 0);
+    assert_int_equal(f[1].peer_rank, 0);
+    assert_int_equal(ddp_failure_init(&f[2], 2, 2, 102, W_EXITCODE(0, SIGKILL), 1500, NULL), 0);
+    assert_int_equal(f[2].peer_rank, -1);
+    /* Earliest is rank 0 (1000); it blames 2, which failed: 2 is the root. */
+    assert_int_equal(ddp_report_root(f, 3), 2);
+    /* Without rank 2's failure the chain stops at the earliest. */
+    assert_int_equal(ddp_report_root(f, 2), 0);
+    /* A cycle (0 blames 1 here, 1 blames 0) ends on it. */
+    f[0].peer_rank = 1;
+    size_t root = ddp_report_root(f, 2);
+    assert_true(root == 0 || root == 1);
+    /* A peer_rank that is not a rank is ignored; the earliest stays the root. */
+    assert_int_equal(ddp_failure_init(&f[3], 3, 3, 103, W_EXITCODE(3, 0), 2000, bad_peer), 0);
+    assert_int_equal(f[3].peer_rank, -1);
+    assert_int_equal(ddp_report_root(f, 4), 3);
+    for (size_t i = 0; i < 4; i++)
+        ddp_failure_free(&f[i]);
+    char *files[] = {blames_2, blames_0, bad_peer};
+    for (size_t i = 0; i < 3; i++) {
+        unlink(files[i]);
+        free(files[i]);
+    }
+}
+
 static void test_report_layout(void **state)
 {
     ddp_failure_t f[3];
@@ -139,6 +177,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exit_and_signal),
         cmocka_unit_test(test_error_file_forms),
+        cmocka_unit_test(test_root_follows_peer_rank),
         cmocka_unit_test(test_report_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
