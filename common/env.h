@@ -33,7 +33,9 @@
       "prefix of tee'd console lines: ${rank}, ${local_rank}, ${role_name}")                  \
     X(DDP_LAUNCH_LOG_LEVEL, "info", "verbosity of ddp-launch: error, warning, info or debug") \
     X(TMPDIR, "/tmp", "where the default --log-dir is created")                               \
-    X(PATH, "/usr/local/bin:/usr/bin:/bin", "where worker programs are looked up")
+    X(PATH, "/usr/local/bin:/usr/bin:/bin", "where worker programs are looked up")            \
+    /* Read by libddp. */                                                                     \
+    X(DDP_TIMEOUT, "300", "libddp: seconds for init and for each collective")
 
 typedef enum {
 #define DDP_ENV_ENUM(name, def, help) DDP_ENV_##name,

@@ -1,29 +1,10 @@
-/* Error codes shared by the launcher and libddp.
- *
- * Fallible functions return 0 or a negative code: a system error passes as -errno
- * (so libuv's codes flow through unchanged), our own failures use the DDP_E* codes
- * below, generated from one table together with their messages. Pure; no state. */
+/* Error codes shared by the launcher and libddp: the DDP_E* codes of the public
+ * ddp_errors.h (system errors pass as -errno, so libuv's codes flow through
+ * unchanged), and their messages. Pure; no state. */
 #ifndef DDP_COMMON_ERROR_H
 #define DDP_COMMON_ERROR_H
 
-#define DDP_ERROR_MAP(X)                       \
-    X(USAGE, "invalid usage")                  \
-    X(PARSE, "malformed input")                \
-    X(TOOBIG, "input over its size limit")     \
-    X(TIMEOUT, "timed out")                    \
-    X(PROTO, "protocol error")                 \
-    X(CLOSED, "connection closed by the peer") \
-    X(NOCUDA, "built without CUDA support")    \
-    X(CUDA, "CUDA driver error")               \
-    X(INTERNAL, "internal error")
-
-enum {
-    DDP__ERROR_FIRST = -20000,
-#define DDP_ERROR_ENUM(name, msg) DDP_E##name,
-    DDP_ERROR_MAP(DDP_ERROR_ENUM)
-#undef DDP_ERROR_ENUM
-        DDP__ERROR_LAST
-};
+#include "ddp_errors.h"
 
 /* A static, human-readable string for any code returned by ddp functions. */
 const char *ddp_strerror(int err);

@@ -265,6 +265,17 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
     }
 }
 
+int ddp_store_client_local_address(const ddp_store_client_t *client, char *host, size_t cap)
+{
+    struct sockaddr_storage addr;
+    socklen_t len = sizeof addr;
+    if (getsockname(client->fd, (struct sockaddr *)&addr, &len) != 0)
+        return -errno;
+    int gai =
+        getnameinfo((struct sockaddr *)&addr, len, host, (socklen_t)cap, NULL, 0, NI_NUMERICHOST);
+    return gai == 0 ? 0 : -EINVAL;
+}
+
 void ddp_store_client_close(ddp_store_client_t *client)
 {
     if (client == NULL)

@@ -81,6 +81,10 @@ int ddp_store_client_queue_pop(ddp_store_client_t *client, const char *key, ddp_
 
 int ddp_store_client_queue_len(ddp_store_client_t *client, const char *key, int64_t *count);
 
+/* The local address of the connection, as text: the address of this host that the
+ * store's host (and so, likely, other workers) can reach. 0 or -errno. */
+int ddp_store_client_local_address(const ddp_store_client_t *client, char *host, size_t cap);
+
 /* A round trip with a random nonce. */
 int ddp_store_client_ping(ddp_store_client_t *client);
 

@@ -1,66 +1,198 @@
-/* libddp's context: init from the launcher's environment, rank information.
+/* libddp's context: init from the launcher's environment, the store connection, the
+ * backend, collective entry points, failures (stderr and TORCHELASTIC_ERROR_FILE).
  *
  * Runs on the caller's thread; holds no global state. */
-#include "ddp.h"
+#include "internal.h"
 
+#include "buf.h"
 #include "env.h"
 #include "error.h"
-#include "log.h"
+#include "json.h"
 #include "parse.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
 
-struct ddp_s {
-    ddp_log_t log;
-    int rank, world_size;
-    int local_rank, local_world_size;
-    int restart_count;
-};
+/* PyTorch's error file form, which ddp-launch's report (and torchrun's) reads:
+ * {"message": {"message": ..., "extraInfo": {"py_callstack": ..., "timestamp": "N"}}},
+ * with "peer_rank": "P" in extraInfo when the failure is rank P going away (ddp-launch
+ * then reports P's failure as the root cause). Written to a temporary name and renamed,
+ * so a reader never sees half of it. */
+static void write_error_file(const char *message, int peer)
+{
+    const char *path = getenv(ddp_env_name(DDP_ENV_TORCHELASTIC_ERROR_FILE));
+    char ts[32], *tmp = NULL;
+    ddp_buf_t json = DDP_BUF_INIT;
+    if (path == NULL || *path == '\0')
+        return;
+    snprintf(ts, sizeof ts, "%lld", (long long)time(NULL));
+    int err = ddp_buf_puts(&json, "{\"message\": {\"message\": ");
+    err = err ? err : ddp_json_append_string(&json, message, strlen(message));
+    err = err ? err : ddp_buf_puts(&json, ", \"extraInfo\": {\"py_callstack\": ");
+    err = err ? err : ddp_json_append_string(&json, message, strlen(message));
+    err = err ? err : ddp_buf_printf(&json, ", \"timestamp\": \"%s\"", ts);
+    if (peer >= 0)
+        err = err ? err : ddp_buf_printf(&json, ", \"peer_rank\": \"%d\"", peer);
+    err = err ? err : ddp_buf_puts(&json, "}}}\n");
+    if (err == 0 && asprintf(&tmp, "%s.tmp%d", path, (int)getpid()) > 0) {
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0 && write(fd, json.data, json.len) == (ssize_t)json.len && close(fd) == 0)
+            rename(tmp, path);
+        else if (fd >= 0)
+            close(fd);
+        unlink(tmp);
+    }
+    free(tmp);
+    ddp_buf_free(&json);
+}
 
-/* Reads an integer variable in [min, max]; a missing or bad one is logged by name. */
-static int read_int(const ddp_log_t *log, ddp_env_id_t id, long min, long max, int *out)
+static int fail(ddp_t *ddp, int err, int peer, const char *fmt, va_list ap)
+{
+    vsnprintf(ddp->error, sizeof ddp->error, fmt, ap);
+    ddp_log_error(&ddp->log, "rank %d: %s", ddp->rank, ddp->error);
+    char message[1200];
+    snprintf(message, sizeof message, "libddp: rank %d: %s", ddp->rank, ddp->error);
+    write_error_file(message, peer);
+    return err;
+}
+
+int ddp_fail(ddp_t *ddp, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fail(ddp, err, -1, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+int ddp_fail_peer(ddp_t *ddp, int err, int peer, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fail(ddp, err, peer, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+void ddp_key(const ddp_t *ddp, char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    int n = snprintf(buf, cap, "ddp/%d/", ddp->restart_count);
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < cap)
+        vsnprintf(buf + n, cap - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+/* Reads an integer variable in [min, max]; a missing or bad one fails by name. */
+static int read_int(ddp_t *ddp, ddp_env_id_t id, long min, long max, int *out)
 {
     const char *name = ddp_env_name(id);
     const char *text = getenv(name);
     long v;
-    if (text == NULL || *text == '\0') {
-        ddp_log_error(log,
-                      "%s is not set: start this program with ddp-launch (or torchrun), which "
-                      "sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE",
-                      name);
-        return DDP_EUSAGE;
-    }
-    if (ddp_parse_long(text, min, max, &v) != 0) {
-        ddp_log_error(log, "%s=%s is not an integer between %ld and %ld", name, text, min, max);
-        return DDP_EUSAGE;
-    }
+    if (text == NULL || *text == '\0')
+        return ddp_fail(ddp, DDP_EUSAGE,
+                        "%s is not set: start this program with ddp-launch (or torchrun), which "
+                        "sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and "
+                        "MASTER_PORT",
+                        name);
+    if (ddp_parse_long(text, min, max, &v) != 0)
+        return ddp_fail(ddp, DDP_EUSAGE, "%s=%s is not an integer between %ld and %ld", name, text,
+                        min, max);
     *out = (int)v;
     return 0;
 }
 
+static int read_environment(ddp_t *ddp)
+{
+    int err;
+    if ((err = read_int(ddp, DDP_ENV_WORLD_SIZE, 1, INT_MAX, &ddp->world_size)) != 0 ||
+        (err = read_int(ddp, DDP_ENV_RANK, 0, ddp->world_size - 1, &ddp->rank)) != 0 ||
+        (err = read_int(ddp, DDP_ENV_LOCAL_WORLD_SIZE, 1, ddp->world_size,
+                        &ddp->local_world_size)) != 0 ||
+        (err = read_int(ddp, DDP_ENV_LOCAL_RANK, 0, ddp->local_world_size - 1, &ddp->local_rank)) !=
+            0)
+        return err;
+    if (getenv(ddp_env_name(DDP_ENV_TORCHELASTIC_RESTART_COUNT)) != NULL &&
+        (err = read_int(ddp, DDP_ENV_TORCHELASTIC_RESTART_COUNT, 0, INT_MAX,
+                        &ddp->restart_count)) != 0)
+        return err;
+    if (ddp->world_size == 1)
+        return 0; /* alone: no store needed */
+    const char *addr = getenv(ddp_env_name(DDP_ENV_MASTER_ADDR));
+    if (addr == NULL || *addr == '\0')
+        return ddp_fail(ddp, DDP_EUSAGE,
+                        "MASTER_ADDR is not set: start this program with ddp-launch");
+    if (strlen(addr) >= sizeof ddp->master_addr)
+        return ddp_fail(ddp, DDP_EUSAGE, "MASTER_ADDR is longer than %zu bytes",
+                        sizeof ddp->master_addr - 1);
+    strcpy(ddp->master_addr, addr);
+    return read_int(ddp, DDP_ENV_MASTER_PORT, 1, 65535, &ddp->master_port);
+}
+
+static double default_timeout(void)
+{
+    const char *text = getenv(ddp_env_name(DDP_ENV_DDP_TIMEOUT));
+    double v;
+    if (text != NULL && ddp_parse_double(text, 0.001, 1e7, &v) == 0)
+        return v;
+    return atof(ddp_env_default(DDP_ENV_DDP_TIMEOUT));
+}
+
 int ddp_init(ddp_t **out)
 {
+    return ddp_init_with(out, NULL);
+}
+
+int ddp_init_with(ddp_t **out, const ddp_options_t *options)
+{
+    ddp_options_t opts = options ? *options : (ddp_options_t){DDP_BACKEND_AUTO, 0};
     ddp_t *ddp = calloc(1, sizeof *ddp);
     int err;
     if (ddp == NULL)
         return -ENOMEM;
     ddp_log_init(&ddp->log, "libddp", DDP_LOG_INFO);
-    if ((err = read_int(&ddp->log, DDP_ENV_WORLD_SIZE, 1, INT_MAX, &ddp->world_size)) != 0 ||
-        (err = read_int(&ddp->log, DDP_ENV_RANK, 0, ddp->world_size - 1, &ddp->rank)) != 0 ||
-        (err = read_int(&ddp->log, DDP_ENV_LOCAL_WORLD_SIZE, 1, ddp->world_size,
-                        &ddp->local_world_size)) != 0 ||
-        (err = read_int(&ddp->log, DDP_ENV_LOCAL_RANK, 0, ddp->local_world_size - 1,
-                        &ddp->local_rank)) != 0)
+    ddp->timeout = opts.timeout > 0 ? opts.timeout : default_timeout();
+    if ((err = read_environment(ddp)) != 0)
         goto fail;
-    if (getenv(ddp_env_name(DDP_ENV_TORCHELASTIC_RESTART_COUNT)) != NULL &&
-        (err = read_int(&ddp->log, DDP_ENV_TORCHELASTIC_RESTART_COUNT, 0, INT_MAX,
-                        &ddp->restart_count)) != 0)
+    /* Die with the launcher. ddp-launch sets this itself; other launchers may not.
+     * Only under a launcher: a program run by hand keeps its shell's behaviour. */
+    if (getenv(ddp_env_name(DDP_ENV_TORCHELASTIC_RUN_ID)) != NULL) {
+        pid_t parent = getppid();
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && getppid() != parent)
+            raise(SIGKILL); /* the launcher died already */
+    }
+    if (opts.backend == DDP_BACKEND_NCCL) {
+        err = ddp_fail(ddp, DDP_ENOCUDA, "the NCCL backend is not built into this libddp");
+        goto fail;
+    }
+    ddp->backend = &ddp_cpu_backend;
+    if (ddp->world_size > 1) {
+        ddp_store_client_options_t so = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
+        ddp_buf_t why = DDP_BUF_INIT;
+        so.connect_timeout = so.timeout = ddp->timeout;
+        err = ddp_store_client_connect(ddp->master_addr, ddp->master_port, &so, &ddp->store, &why);
+        if (err) {
+            ddp_fail(ddp, err, "%s", ddp_buf_str(&why));
+            ddp_buf_free(&why);
+            goto fail;
+        }
+    }
+    if ((err = ddp->backend->init(ddp, &ddp->backend_state)) != 0)
         goto fail;
     *out = ddp;
     return 0;
 fail:
+    ddp_store_client_close(ddp->store);
     free(ddp);
     return err;
 }
@@ -90,7 +222,89 @@ int ddp_restart_count(const ddp_t *ddp)
     return ddp->restart_count;
 }
 
+const char *ddp_backend_name(const ddp_t *ddp)
+{
+    return ddp->backend->name;
+}
+
+const char *ddp_last_error(const ddp_t *ddp)
+{
+    return ddp->error;
+}
+
+/* What every collective checks first: a usable context and a supported type. */
+static int check(ddp_t *ddp, const char *what, const void *buf, ddp_dtype_t dtype, size_t count,
+                 int root)
+{
+    if (ddp->broken) {
+        char earlier[sizeof ddp->error];
+        memcpy(earlier, ddp->error, sizeof earlier); /* ddp_fail rewrites ddp->error */
+        return ddp_fail(ddp, ddp->broken, "%s after an earlier collective failed: %s", what,
+                        earlier);
+    }
+    if (buf == NULL && count > 0)
+        return ddp_fail(ddp, DDP_EUSAGE, "%s: the buffer is NULL", what);
+    if (ddp_dtype_size(dtype) == 0)
+        return ddp_fail(ddp, DDP_EUSAGE, "%s: unknown dtype %d", what, (int)dtype);
+    if ((dtype == DDP_FLOAT16 || dtype == DDP_BFLOAT16) && ddp->backend == &ddp_cpu_backend)
+        return ddp_fail(ddp, DDP_EUSAGE, "%s: %s is supported by the NCCL backend only", what,
+                        ddp_dtype_name(dtype));
+    if (count > SIZE_MAX / 8)
+        return ddp_fail(ddp, DDP_EUSAGE, "%s: %zu elements is too many", what, count);
+    if (root < 0 || root >= ddp->world_size)
+        return ddp_fail(ddp, DDP_EUSAGE, "%s: root %d is not a rank of the %d", what, root,
+                        ddp->world_size);
+    return 0;
+}
+
+/* A failed collective leaves the peers out of step: remember it. */
+static int after(ddp_t *ddp, int err)
+{
+    if (err)
+        ddp->broken = err;
+    return err;
+}
+
+int ddp_barrier(ddp_t *ddp)
+{
+    int err = check(ddp, "barrier", NULL, DDP_INT32, 0, 0);
+    return err ? err : after(ddp, ddp->backend->barrier(ddp, ddp->backend_state));
+}
+
+int ddp_broadcast(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int root)
+{
+    int err = check(ddp, "broadcast", buf, dtype, count, root);
+    return err ? err
+               : after(ddp,
+                       ddp->backend->broadcast(ddp, ddp->backend_state, buf, count, dtype, root));
+}
+
+int ddp_all_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_reduce_op_t op)
+{
+    int err = check(ddp, "all_reduce", buf, dtype, count, 0);
+    if (err == 0 && (unsigned)op > DDP_MAX)
+        err = ddp_fail(ddp, DDP_EUSAGE, "all_reduce: unknown operation %d", (int)op);
+    return err ? err
+               : after(ddp,
+                       ddp->backend->all_reduce(ddp, ddp->backend_state, buf, count, dtype, op));
+}
+
+int ddp_all_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype)
+{
+    int err = check(ddp, "all_gather", recv, dtype, count, 0);
+    if (err == 0 && send == NULL && count > 0)
+        err = ddp_fail(ddp, DDP_EUSAGE, "all_gather: the send buffer is NULL");
+    return err ? err
+               : after(ddp,
+                       ddp->backend->all_gather(ddp, ddp->backend_state, send, recv, count, dtype));
+}
+
 void ddp_finalize(ddp_t *ddp)
 {
+    if (ddp == NULL)
+        return;
+    if (ddp->backend != NULL && ddp->backend->finalize != NULL)
+        ddp->backend->finalize(ddp->backend_state);
+    ddp_store_client_close(ddp->store);
     free(ddp);
 }

@@ -1,0 +1,249 @@
+/* ddp-test-collectives: a libddp worker that checks the collectives, run under ddp-launch
+ * by the tests.
+ *
+ *   check [MAX_ELEMENTS]   all_reduce of every dtype and op, sizes 0 .. MAX_ELEMENTS,
+ *                          against a serial reference of every rank's input (each rank
+ *                          computes all inputs), and bitwise equal across ranks
+ *   collectives            broadcast from every root, all_gather, barrier
+ *   die VICTIM             all_reduce in a loop; rank VICTIM SIGKILLs itself in the
+ *                          middle; the others must fail with an error, not hang. They
+ *                          ignore SIGTERM, so what ends them is libddp's own detection.
+ * Prints "<mode> ok" and exits 0 on success; exits 1 on a wrong result, 3 when a
+ * collective fails. */
+#include <ddp.h>
+
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ddp_t *ddp;
+static int rank, world;
+
+static void fail_collective(const char *what, int err)
+{
+    fprintf(stderr, "rank %d: %s failed: %s: %s\n", rank, what, ddp_strerror(err),
+            ddp_last_error(ddp));
+    exit(3);
+}
+
+#define CALL(what, expr)                 \
+    do {                                 \
+        int err_ = (expr);               \
+        if (err_ != 0)                   \
+            fail_collective(what, err_); \
+    } while (0)
+
+/* The input of `r` at index `i`: any rank can compute any rank's. */
+static double input(int r, size_t i, int dtype)
+{
+    uint64_t h =
+        (uint64_t)i * 0x9E3779B97F4A7C15ull + (uint64_t)r * 0xBF58476D1CE4E5B9ull + (uint64_t)dtype;
+    h ^= h >> 31;
+    return (double)(int)(h % 2001) - 1000.0; /* integers in [-1000, 1000] */
+}
+
+static size_t size_of(ddp_dtype_t t)
+{
+    return t == DDP_FLOAT32 || t == DDP_INT32 ? 4 : 8;
+}
+
+static void store_value(void *buf, size_t i, ddp_dtype_t t, double v)
+{
+    switch (t) {
+    case DDP_FLOAT32:
+        ((float *)buf)[i] = (float)(v / 8.0); /* fractions, exactly representable */
+        break;
+    case DDP_FLOAT64:
+        ((double *)buf)[i] = v / 8.0;
+        break;
+    case DDP_INT32:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case DDP_INT64:
+        ((int64_t *)buf)[i] = (int64_t)v * 1000003;
+        break;
+    default:
+        break;
+    }
+}
+
+static double load_value(const void *buf, size_t i, ddp_dtype_t t)
+{
+    switch (t) {
+    case DDP_FLOAT32:
+        return ((const float *)buf)[i];
+    case DDP_FLOAT64:
+        return ((const double *)buf)[i];
+    case DDP_INT32:
+        return ((const int32_t *)buf)[i];
+    case DDP_INT64:
+        return (double)((const int64_t *)buf)[i];
+    default:
+        return 0;
+    }
+}
+
+static uint64_t fnv(const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Every rank holds the same bits: their hashes, gathered, are all equal. */
+static void same_everywhere(const void *buf, size_t len, const char *what)
+{
+    int64_t mine = (int64_t)fnv(buf, len);
+    int64_t *all = malloc((size_t)world * sizeof *all);
+    CALL("all_gather", ddp_all_gather(ddp, &mine, all, 1, DDP_INT64));
+    for (int r = 0; r < world; r++) {
+        if (all[r] != mine) {
+            fprintf(stderr, "rank %d: %s differs from rank %d's bits\n", rank, what, r);
+            exit(1);
+        }
+    }
+    free(all);
+}
+
+static int check_one(ddp_dtype_t t, ddp_reduce_op_t op, size_t count)
+{
+    size_t es = size_of(t);
+    void *buf = malloc(count * es + 1), *one = malloc(es);
+    for (size_t i = 0; i < count; i++)
+        store_value(buf, i, t, input(rank, i, (int)t));
+    CALL("all_reduce", ddp_all_reduce(ddp, buf, count, t, op));
+    for (size_t i = 0; i < count; i++) {
+        /* The serial reference, in the element type, over ranks 0..n-1. */
+        double ref = 0, mag = 0;
+        for (int r = 0; r < world; r++) {
+            store_value(one, 0, t, input(r, i, (int)t));
+            double v = load_value(one, 0, t);
+            mag += fabs(v);
+            if (r == 0)
+                ref = v;
+            else if (op == DDP_SUM || op == DDP_AVG)
+                ref += v;
+            else if (op == DDP_MIN)
+                ref = v < ref ? v : ref;
+            else
+                ref = v > ref ? v : ref;
+        }
+        if (op == DDP_AVG)
+            ref = (t == DDP_INT32 || t == DDP_INT64) ? trunc(ref / world) : ref / world;
+        double got = load_value(buf, i, t);
+        double eps = t == DDP_FLOAT32 ? FLT_EPSILON : t == DDP_FLOAT64 ? DBL_EPSILON : 0;
+        if (fabs(got - ref) > 4 * world * eps * mag) {
+            fprintf(stderr, "rank %d: dtype %d op %d count %zu: [%zu] = %.17g, expected %.17g\n",
+                    rank, (int)t, (int)op, count, i, got, ref);
+            exit(1);
+        }
+    }
+    same_everywhere(buf, count * es, "all_reduce");
+    free(buf);
+    free(one);
+    return 1;
+}
+
+static void mode_check(size_t max_elements)
+{
+    static const size_t sizes[] = {0, 1, 2, 3, 5, 7, 8, 13, 64, 100, 1000, 4097, 65537, 1000003};
+    static const ddp_dtype_t types[] = {DDP_FLOAT32, DDP_FLOAT64, DDP_INT32, DDP_INT64};
+    int cases = 0;
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        if (sizes[s] > max_elements)
+            continue;
+        for (size_t t = 0; t < 4; t++) {
+            for (int op = DDP_SUM; op <= DDP_MAX; op++)
+                cases += check_one(types[t], (ddp_reduce_op_t)op, sizes[s]);
+        }
+    }
+    /* The largest sizes for one op of each kind. */
+    if (max_elements >= (16u << 20)) {
+        cases += check_one(DDP_FLOAT32, DDP_SUM, 16u << 20);
+        cases += check_one(DDP_INT64, DDP_MAX, (16u << 20) + 1);
+        cases += check_one(DDP_FLOAT64, DDP_AVG, (16u << 20) - 1);
+    }
+    printf("check ok: %d cases, world %d\n", cases, world);
+}
+
+static void mode_collectives(void)
+{
+    static const size_t sizes[] = {0, 1, 7, 1000, (1u << 20) + 1};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        int64_t *buf = malloc((n + 1) * sizeof *buf), *all = malloc((n * world + 1) * 8);
+        for (int root = 0; root < world; root++) {
+            for (size_t i = 0; i < n; i++)
+                buf[i] = rank == root ? (int64_t)(i * 3 + (size_t)root) : -1;
+            CALL("broadcast", ddp_broadcast(ddp, buf, n, DDP_INT64, root));
+            for (size_t i = 0; i < n; i++) {
+                if (buf[i] != (int64_t)(i * 3 + (size_t)root)) {
+                    fprintf(stderr, "rank %d: broadcast from %d: [%zu] = %" PRId64 "\n", rank, root,
+                            i, buf[i]);
+                    exit(1);
+                }
+            }
+        }
+        for (size_t i = 0; i < n; i++)
+            buf[i] = (int64_t)(rank * 1000000 + (int)i);
+        CALL("all_gather", ddp_all_gather(ddp, buf, all, n, DDP_INT64));
+        for (int r = 0; r < world; r++) {
+            for (size_t i = 0; i < n; i++) {
+                if (all[(size_t)r * n + i] != (int64_t)(r * 1000000 + (int)i)) {
+                    fprintf(stderr, "rank %d: all_gather: block %d [%zu] wrong\n", rank, r, i);
+                    exit(1);
+                }
+            }
+        }
+        free(buf);
+        free(all);
+    }
+    for (int i = 0; i < 50; i++)
+        CALL("barrier", ddp_barrier(ddp));
+    printf("collectives ok, world %d\n", world);
+}
+
+static void mode_die(int victim)
+{
+    size_t n = 4u << 20;
+    float *buf = calloc(n, sizeof *buf);
+    signal(SIGTERM, SIG_IGN); /* only libddp's own detection may end us */
+    CALL("barrier", ddp_barrier(ddp));
+    for (int i = 0; i < 1000; i++) {
+        if (rank == victim && i == 3) {
+            fprintf(stderr, "rank %d: dying now\n", rank);
+            raise(SIGKILL);
+        }
+        CALL("all_reduce", ddp_all_reduce(ddp, buf, n, DDP_FLOAT32, DDP_SUM));
+    }
+    printf("die: rank %d was never stopped\n", rank);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "check";
+    int err = ddp_init(&ddp);
+    if (err != 0) {
+        fprintf(stderr, "ddp_init: %s\n", ddp_strerror(err));
+        return 3;
+    }
+    rank = ddp_rank(ddp);
+    world = ddp_world_size(ddp);
+    if (strcmp(mode, "check") == 0)
+        mode_check(argc > 2 ? strtoul(argv[2], NULL, 10) : (16u << 20));
+    else if (strcmp(mode, "collectives") == 0)
+        mode_collectives();
+    else if (strcmp(mode, "die") == 0)
+        mode_die(argc > 2 ? atoi(argv[2]) : 1);
+    else
+        return 2;
+    ddp_finalize(ddp);
+    return 0;
+}

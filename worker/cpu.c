@@ -1,0 +1,429 @@
+/* The CPU backend: collectives over a ring of TCP connections.
+ *
+ * Rank r listens, publishes "host port" in the store, connects to rank r+1 and accepts
+ * rank r-1. All-reduce is a ring reduce-scatter then all-gather: each chunk is reduced
+ * once, in ring order, by its owner and then copied to all, so every rank holds the
+ * same bits. Every transfer sends to the next rank while it receives from the previous
+ * one (poll on both sockets) and reduces data as it arrives. A transfer that makes no
+ * progress for the timeout, or a peer that closes, fails naming the peer. Runs on the
+ * thread that owns the context. */
+#include "internal.h"
+
+#include "error.h"
+#include "io.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HELLO_MAGIC 0x52504444u /* "DDPR" */
+#define SCRATCH     ((size_t)4 << 20)
+
+typedef struct {
+    int next_fd, prev_fd;
+    int next, prev; /* their ranks */
+    char next_addr[128], prev_addr[128];
+    uint8_t *scratch; /* received data waiting to be reduced */
+} cpu_t;
+
+/* One transfer: `send` to the next rank while `recv` comes from the previous one. With
+ * `reduce`, received elements are reduced into `recv` instead of copied. With
+ * `forward`, what is sent is what has been received (the send buffer is the receive
+ * buffer), as a broadcast passes data on. */
+typedef struct {
+    const uint8_t *send;
+    size_t send_len;
+    uint8_t *recv;
+    size_t recv_len;
+    bool reduce, forward;
+    ddp_dtype_t dtype;
+    ddp_reduce_op_t op;
+} transfer_t;
+
+static int transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
+{
+    size_t es = ddp_dtype_size(t->dtype), sent = 0, got = 0, reduced = 0, have = 0;
+    double deadline = ddp_clock_mono() + ddp->timeout;
+    while (sent < t->send_len || got < t->recv_len) {
+        size_t sendable = t->forward ? (got < t->send_len ? got : t->send_len) : t->send_len;
+        struct pollfd fds[2];
+        int n = 0, send_slot = -1, recv_slot = -1;
+        if (sent < sendable) {
+            send_slot = n;
+            fds[n++] = (struct pollfd){.fd = c->next_fd, .events = POLLOUT};
+        }
+        if (got < t->recv_len) {
+            recv_slot = n;
+            fds[n++] = (struct pollfd){.fd = c->prev_fd, .events = POLLIN};
+        }
+        double left = deadline - ddp_clock_mono();
+        int r = left <= 0 ? 0 : poll(fds, (nfds_t)n, (int)(left * 1000) + 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return ddp_fail(ddp, -errno, "%s: poll: %s", what, strerror(errno));
+        if (r == 0) {
+            int peer = got < t->recv_len ? c->prev : c->next;
+            return ddp_fail(ddp, DDP_ETIMEOUT,
+                            "%s: no progress with rank %d (%s) for %g s (sent %zu of %zu bytes, "
+                            "received %zu of %zu)",
+                            what, peer, peer == c->prev ? c->prev_addr : c->next_addr, ddp->timeout,
+                            sent, t->send_len, got, t->recv_len);
+        }
+        if (send_slot >= 0 && fds[send_slot].revents) {
+            ssize_t w =
+                send(c->next_fd, t->send + sent, sendable - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (w < 0 && errno != EAGAIN && errno != EINTR)
+                return ddp_fail_peer(ddp, errno == EPIPE ? DDP_ECLOSED : -errno, c->next,
+                                     "%s: rank %d (%s) is gone: %s", what, c->next, c->next_addr,
+                                     strerror(errno));
+            if (w > 0) {
+                sent += (size_t)w;
+                deadline = ddp_clock_mono() + ddp->timeout;
+            }
+        }
+        if (recv_slot >= 0 && fds[recv_slot].revents) {
+            uint8_t *into = t->reduce ? c->scratch + have : t->recv + got;
+            size_t room = t->recv_len - got;
+            if (t->reduce && room > SCRATCH - have)
+                room = SCRATCH - have;
+            ssize_t rd = recv(c->prev_fd, into, room, MSG_DONTWAIT);
+            if (rd == 0 || (rd < 0 && errno != EAGAIN && errno != EINTR))
+                return ddp_fail_peer(ddp, rd == 0 ? DDP_ECLOSED : -errno, c->prev,
+                                     "%s: rank %d (%s) is gone: %s", what, c->prev, c->prev_addr,
+                                     rd == 0 ? "it closed the connection" : strerror(errno));
+            if (rd > 0) {
+                got += (size_t)rd;
+                deadline = ddp_clock_mono() + ddp->timeout;
+                if (t->reduce) {
+                    /* Reduce the whole elements that came; keep a partial one. */
+                    have += (size_t)rd;
+                    size_t whole = have / es * es;
+                    ddp_reduce_into(t->recv + reduced, c->scratch, whole / es, t->dtype, t->op);
+                    reduced += whole;
+                    memmove(c->scratch, c->scratch + whole, have - whole);
+                    have -= whole;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* Chunk i of `count` elements split in n: sizes differ by at most one element. */
+static size_t chunk_offset(size_t count, int n, int i)
+{
+    size_t base = count / (size_t)n, extra = count % (size_t)n;
+    return base * (size_t)i + ((size_t)i < extra ? (size_t)i : extra);
+}
+
+static size_t chunk_count(size_t count, int n, int i)
+{
+    return count / (size_t)n + ((size_t)i < count % (size_t)n ? 1 : 0);
+}
+
+static int cpu_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
+                          ddp_reduce_op_t op)
+{
+    cpu_t *c = state;
+    int n = ddp->world_size, r = ddp->rank;
+    size_t es = ddp_dtype_size(dtype);
+    uint8_t *b = buf;
+    if (n == 1 || count == 0)
+        return 0;
+    /* Reduce-scatter: after n-1 steps rank r owns the whole reduction of chunk r+1. */
+    for (int s = 0; s < n - 1; s++) {
+        int out = (r - s + n) % n, in = (r - s - 1 + n) % n;
+        transfer_t t = {b + chunk_offset(count, n, out) * es,
+                        chunk_count(count, n, out) * es,
+                        b + chunk_offset(count, n, in) * es,
+                        chunk_count(count, n, in) * es,
+                        true,
+                        false,
+                        dtype,
+                        op};
+        int err = transfer(ddp, c, "all_reduce", &t);
+        if (err)
+            return err;
+    }
+    int own = (r + 1) % n;
+    if (op == DDP_AVG)
+        ddp_divide(b + chunk_offset(count, n, own) * es, chunk_count(count, n, own), dtype, n);
+    /* All-gather: the owned chunks go round the ring. */
+    for (int s = 0; s < n - 1; s++) {
+        int out = (r + 1 - s + n) % n, in = (r - s + n) % n;
+        transfer_t t = {b + chunk_offset(count, n, out) * es,
+                        chunk_count(count, n, out) * es,
+                        b + chunk_offset(count, n, in) * es,
+                        chunk_count(count, n, in) * es,
+                        false,
+                        false,
+                        dtype,
+                        op};
+        int err = transfer(ddp, c, "all_reduce", &t);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+static int cpu_barrier(ddp_t *ddp, void *state)
+{
+    /* One element a rank: every step of the ring carries data, so no rank leaves before
+     * every rank has come. */
+    int32_t *ones = malloc((size_t)ddp->world_size * sizeof *ones);
+    if (ones == NULL)
+        return ddp_fail(ddp, -ENOMEM, "barrier: out of memory");
+    for (int i = 0; i < ddp->world_size; i++)
+        ones[i] = 1;
+    int err = cpu_all_reduce(ddp, state, ones, (size_t)ddp->world_size, DDP_INT32, DDP_SUM);
+    free(ones);
+    return err;
+}
+
+static int cpu_broadcast(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
+                         int root)
+{
+    cpu_t *c = state;
+    size_t len = count * ddp_dtype_size(dtype);
+    if (ddp->world_size == 1 || len == 0)
+        return 0;
+    /* Around the ring from the root; each rank passes on what it has received so far,
+     * but for the last, whose next is the root. */
+    bool first = ddp->rank == root, last = c->next == root;
+    transfer_t t = {buf, last ? 0 : len, buf, first ? 0 : len, false, !first, dtype, DDP_SUM};
+    return transfer(ddp, c, "broadcast", &t);
+}
+
+static int cpu_all_gather(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
+                          ddp_dtype_t dtype)
+{
+    cpu_t *c = state;
+    int n = ddp->world_size, r = ddp->rank;
+    size_t block = count * ddp_dtype_size(dtype);
+    uint8_t *out = recv;
+    if (out + (size_t)r * block != send)
+        memmove(out + (size_t)r * block, send, block);
+    if (n == 1 || block == 0)
+        return 0;
+    for (int s = 0; s < n - 1; s++) {
+        int give = (r - s + n) % n, take = (r - s - 1 + n) % n;
+        transfer_t t = {out + (size_t)give * block,
+                        block,
+                        out + (size_t)take * block,
+                        block,
+                        false,
+                        false,
+                        dtype,
+                        DDP_SUM};
+        int err = transfer(ddp, c, "all_gather", &t);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+/* Listens on an ephemeral port of `host`; *port receives it. */
+static int listen_on(const char *host, int *fd_out, int *port)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST}, *ai;
+    if (getaddrinfo(host, "0", &hints, &ai) != 0)
+        return -EINVAL;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), err = 0;
+    struct sockaddr_storage addr;
+    socklen_t len = sizeof addr;
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 16) != 0 ||
+        getsockname(fd, (struct sockaddr *)&addr, &len) != 0)
+        err = -errno;
+    freeaddrinfo(ai);
+    if (err) {
+        if (fd >= 0)
+            close(fd);
+        return err;
+    }
+    *port = ntohs(addr.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&addr)->sin6_port
+                                             : ((struct sockaddr_in *)&addr)->sin_port);
+    *fd_out = fd;
+    return 0;
+}
+
+static void tune(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* Connects to the next rank at "host port", retrying until the deadline. */
+static int connect_next(ddp_t *ddp, cpu_t *c, const char *host, int port, double deadline)
+{
+    char port_text[16];
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST}, *ai;
+    snprintf(port_text, sizeof port_text, "%d", port);
+    snprintf(c->next_addr, sizeof c->next_addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host,
+             port);
+    if (getaddrinfo(host, port_text, &hints, &ai) != 0)
+        return ddp_fail(ddp, DDP_EPROTO, "rank %d published an address that is not one: %s",
+                        c->next, host);
+    int err = 0;
+    for (;;) {
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            c->next_fd = fd;
+            break;
+        }
+        err = -errno;
+        if (fd >= 0)
+            close(fd);
+        if (ddp_clock_mono() >= deadline)
+            break;
+        struct timespec pause = {0, 20 * 1000 * 1000}; /* the peer listens already */
+        nanosleep(&pause, NULL);
+    }
+    freeaddrinfo(ai);
+    if (c->next_fd < 0)
+        return ddp_fail(ddp, err, "unable to connect to rank %d at %s: %s", c->next, c->next_addr,
+                        ddp_strerror(err));
+    uint32_t hello[3] = {HELLO_MAGIC, (uint32_t)ddp->rank, (uint32_t)ddp->restart_count};
+    if (ddp_write_all(c->next_fd, hello, sizeof hello) != 0)
+        return ddp_fail(ddp, DDP_ECLOSED, "rank %d at %s closed the connection", c->next,
+                        c->next_addr);
+    return 0;
+}
+
+/* Accepts the previous rank and checks who it is. */
+static int accept_prev(ddp_t *ddp, cpu_t *c, int listen_fd, double deadline)
+{
+    uint32_t hello[3];
+    size_t got = 0;
+    struct pollfd pfd = {.fd = listen_fd, .events = POLLIN};
+    double left = deadline - ddp_clock_mono();
+    if (poll(&pfd, 1, left > 0 ? (int)(left * 1000) + 1 : 0) <= 0)
+        return ddp_fail(ddp, DDP_ETIMEOUT,
+                        "rank %d did not connect within %g s (is it running? it publishes its "
+                        "address under ddp/%d/cpu/%d)",
+                        c->prev, ddp->timeout, ddp->restart_count, c->prev);
+    c->prev_fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (c->prev_fd < 0)
+        return ddp_fail(ddp, -errno, "unable to accept rank %d: %s", c->prev, strerror(errno));
+    while (got < sizeof hello) {
+        pfd = (struct pollfd){.fd = c->prev_fd, .events = POLLIN};
+        left = deadline - ddp_clock_mono();
+        if (poll(&pfd, 1, left > 0 ? (int)(left * 1000) + 1 : 0) <= 0)
+            return ddp_fail(ddp, DDP_ETIMEOUT, "rank %d connected but said nothing", c->prev);
+        ssize_t r = recv(c->prev_fd, (char *)hello + got, sizeof hello - got, 0);
+        if (r <= 0)
+            return ddp_fail(ddp, DDP_ECLOSED, "rank %d closed the connection at once", c->prev);
+        got += (size_t)r;
+    }
+    if (hello[0] != HELLO_MAGIC || hello[1] != (uint32_t)c->prev ||
+        hello[2] != (uint32_t)ddp->restart_count)
+        return ddp_fail(ddp, DDP_EPROTO,
+                        "expected rank %d of attempt %d, but rank %u of attempt %u connected",
+                        c->prev, ddp->restart_count, hello[1], hello[2]);
+    return 0;
+}
+
+static void cpu_finalize(void *state)
+{
+    cpu_t *c = state;
+    if (c == NULL)
+        return;
+    if (c->next_fd >= 0)
+        close(c->next_fd);
+    if (c->prev_fd >= 0)
+        close(c->prev_fd);
+    free(c->scratch);
+    free(c);
+}
+
+static int cpu_init(ddp_t *ddp, void **state)
+{
+    cpu_t *c = calloc(1, sizeof *c);
+    char host[INET6_ADDRSTRLEN], key[96], value[192];
+    int listen_fd = -1, port, err;
+    ddp_buf_t peer = DDP_BUF_INIT;
+    double deadline = ddp_clock_mono() + ddp->timeout;
+    if (c == NULL)
+        return -ENOMEM;
+    c->next_fd = c->prev_fd = -1;
+    c->next = (ddp->rank + 1) % ddp->world_size;
+    c->prev = (ddp->rank - 1 + ddp->world_size) % ddp->world_size;
+    if (ddp->world_size == 1) {
+        *state = c;
+        return 0;
+    }
+    if ((c->scratch = malloc(SCRATCH)) == NULL) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    /* The address this host reaches the store from is the one to offer the others. */
+    if ((err = ddp_store_client_local_address(ddp->store, host, sizeof host)) != 0 ||
+        (err = listen_on(host, &listen_fd, &port)) != 0) {
+        ddp_fail(ddp, err, "unable to listen for the other ranks: %s", ddp_strerror(err));
+        goto fail;
+    }
+    ddp_key(ddp, key, sizeof key, "cpu/%d", ddp->rank);
+    snprintf(value, sizeof value, "%s %d", host, port);
+    if ((err = ddp_store_client_set(ddp->store, key, value, strlen(value))) != 0) {
+        ddp_fail(ddp, err, "%s", ddp_store_client_error(ddp->store));
+        goto fail;
+    }
+    ddp_key(ddp, key, sizeof key, "cpu/%d", c->next);
+    if ((err = ddp_store_client_get(ddp->store, key, &peer)) != 0) {
+        ddp_fail(ddp, err, "rank %d never published its address: %s", c->next,
+                 ddp_store_client_error(ddp->store));
+        goto fail;
+    }
+    char peer_host[INET6_ADDRSTRLEN];
+    int peer_port;
+    if (sscanf(ddp_buf_str(&peer), "%45s %d", peer_host, &peer_port) != 2) {
+        err = ddp_fail(ddp, DDP_EPROTO, "rank %d published '%s', not 'host port'", c->next,
+                       ddp_buf_str(&peer));
+        goto fail;
+    }
+    if ((err = connect_next(ddp, c, peer_host, peer_port, deadline)) != 0 ||
+        (err = accept_prev(ddp, c, listen_fd, deadline)) != 0)
+        goto fail;
+    struct sockaddr_storage from;
+    socklen_t from_len = sizeof from;
+    char from_host[INET6_ADDRSTRLEN] = "?", from_port[16] = "?";
+    if (getpeername(c->prev_fd, (struct sockaddr *)&from, &from_len) == 0)
+        getnameinfo((struct sockaddr *)&from, from_len, from_host, sizeof from_host, from_port,
+                    sizeof from_port, NI_NUMERICHOST | NI_NUMERICSERV);
+    snprintf(c->prev_addr, sizeof c->prev_addr, strchr(from_host, ':') ? "[%s]:%s" : "%s:%s",
+             from_host, from_port);
+    tune(c->next_fd);
+    tune(c->prev_fd);
+    close(listen_fd);
+    ddp_buf_free(&peer);
+    *state = c;
+    return 0;
+fail:
+    if (listen_fd >= 0)
+        close(listen_fd);
+    ddp_buf_free(&peer);
+    cpu_finalize(c);
+    return err;
+}
+
+const ddp_backend_t ddp_cpu_backend = {
+    .name = "cpu",
+    .init = cpu_init,
+    .barrier = cpu_barrier,
+    .broadcast = cpu_broadcast,
+    .all_reduce = cpu_all_reduce,
+    .all_gather = cpu_all_gather,
+    .finalize = cpu_finalize,
+};

@@ -1,0 +1,70 @@
+/* libddp's insides: the context, the backend interface, and what backends share.
+ *
+ * A context is used by one thread at a time (the reducer's communication thread takes
+ * it over while it runs collectives). Backends are a const table chosen at init. */
+#ifndef DDP_WORKER_INTERNAL_H
+#define DDP_WORKER_INTERNAL_H
+
+#include "ddp.h"
+#include "log.h"
+#include "store_client.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct ddp_backend_s {
+    const char *name;
+    /* Connects the peers; sets *state. */
+    int (*init)(ddp_t *ddp, void **state);
+    int (*barrier)(ddp_t *ddp, void *state);
+    int (*broadcast)(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype, int root);
+    int (*all_reduce)(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
+                      ddp_reduce_op_t op);
+    int (*all_gather)(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
+                      ddp_dtype_t dtype);
+    void (*finalize)(void *state);
+} ddp_backend_t;
+
+extern const ddp_backend_t ddp_cpu_backend;
+
+struct ddp_s {
+    ddp_log_t log;
+    int rank, world_size;
+    int local_rank, local_world_size;
+    int restart_count;
+    char master_addr[256];
+    int master_port;
+    double timeout; /* s, for init and each collective */
+    ddp_store_client_t *store;
+    const ddp_backend_t *backend;
+    void *backend_state;
+    int broken; /* a collective failed: the peers are out of step; later calls fail */
+    char error[1024];
+};
+
+/* Records a failure of `ddp`: the message in ddp->error, on stderr, and in
+ * TORCHELASTIC_ERROR_FILE. Returns err. */
+int ddp_fail(ddp_t *ddp, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The same for a failure that is rank `peer` going away (its connection closed or
+ * reset): the error file names the peer, so the launcher's report blames it. */
+int ddp_fail_peer(ddp_t *ddp, int err, int peer, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The store key of this attempt of the job for `name` ("ddp/<attempt>/<name>"). */
+void ddp_key(const ddp_t *ddp, char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Bytes of one element; 0 for an unknown dtype. */
+size_t ddp_dtype_size(ddp_dtype_t dtype);
+const char *ddp_dtype_name(ddp_dtype_t dtype);
+const char *ddp_op_name(ddp_reduce_op_t op);
+
+/* dst[i] = dst[i] op src[i] for `count` elements on the CPU (AVG adds: the caller
+ * divides once at the end). f16/bf16 are not supported here. */
+void ddp_reduce_into(void *dst, const void *src, size_t count, ddp_dtype_t dtype,
+                     ddp_reduce_op_t op);
+
+/* buf[i] /= divisor (integers truncate toward zero, as C does). */
+void ddp_divide(void *buf, size_t count, ddp_dtype_t dtype, int divisor);
+
+#endif
