@@ -1,24 +1,32 @@
-/* The CPU backend: collectives over a ring of TCP connections.
+/* The CPU backend: collectives over a ring of TCP connections, or of shared memory when
+ * every rank is on one host.
  *
- * Rank r listens, publishes "host port" in the store, connects to rank r+1 and accepts
- * rank r-1. All-reduce is a ring reduce-scatter then all-gather: each chunk is reduced
- * once, in ring order, by its owner and then copied to all, so every rank holds the
- * same bits. Every transfer sends to the next rank while it receives from the previous
- * one (poll on both sockets) and reduces data as it arrives. A transfer that makes no
- * progress for the timeout, or a peer that closes, fails naming the peer. Runs on the
- * thread that owns the context. */
+ * Rank r listens, creates its shared-memory inbox, publishes "host port shm-name nonce"
+ * in the store, connects to rank r+1 and accepts rank r-1. If every rank could then map
+ * both neighbours' inboxes (one host; decided by a vote over TCP), the data goes
+ * through shared memory and the sockets stay only to notice a peer that dies (the
+ * kernel closes them). All-reduce is a ring reduce-scatter then all-gather: each chunk
+ * is reduced once, in ring order, by its owner and then copied to all, so every rank
+ * holds the same bits. Every transfer sends to the next rank while it receives from the
+ * previous one, and reduces data as it arrives. A transfer that makes no progress for
+ * the timeout, or a peer that goes away, fails naming the peer. Runs on the thread that
+ * owns the context. */
 #include "internal.h"
 
 #include "error.h"
+#include "env.h"
 #include "io.h"
+#include "shm.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,12 +37,24 @@
 
 #define HELLO_MAGIC 0x52504444u /* "DDPR" */
 #define SCRATCH     ((size_t)4 << 20)
+#ifndef SHM_RING
+#define SHM_RING ((size_t)4 << 20)
+#endif
+#ifndef SHM_CHUNK
+#define SHM_CHUNK ((size_t)256 << 10)
+#endif
+#define SHM_SPINS  200 /* tries without progress before sleeping on the doorbell */
+#define SHM_NAP_MS 20  /* the longest sleep before looking at the peers' sockets */
 
 typedef struct {
     int next_fd, prev_fd;
     int next, prev; /* their ranks */
     char next_addr[128], prev_addr[128];
-    uint8_t *scratch; /* received data waiting to be reduced */
+    uint8_t *scratch;    /* received data waiting to be reduced */
+    bool shm;            /* the data goes through the segments below */
+    bool oversubscribed; /* more ranks here than CPUs: spin by yielding */
+    ddp_shm_seg_t own, next_seg, prev_seg;
+    char own_name[80]; /* until unlinked */
 } cpu_t;
 
 /* One transfer: `send` to the next rank while `recv` comes from the previous one. With
@@ -51,8 +71,99 @@ typedef struct {
     ddp_reduce_op_t op;
 } transfer_t;
 
+/* A neighbour we still wait on whose socket turned readable or broken has gone: with
+ * shared memory nothing else comes on it. (One we no longer need may have finished and
+ * closed already.) -1 if none. */
+static int gone_peer(cpu_t *c, bool need_prev, bool need_next)
+{
+    struct pollfd fds[2] = {{.fd = need_prev ? c->prev_fd : -1, .events = POLLIN},
+                            {.fd = need_next ? c->next_fd : -1, .events = POLLIN}};
+    if (poll(fds, 2, 0) <= 0)
+        return -1;
+    return fds[0].revents ? c->prev : fds[1].revents ? c->next : -1;
+}
+
+static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
+{
+    size_t es = ddp_dtype_size(t->dtype), sent = 0, got = 0;
+    double deadline = ddp_clock_mono() + ddp->timeout;
+    int idle = 0;
+    bool slept = false;
+    ddp_shm_align(&c->next_seg, true);
+    ddp_shm_align(&c->own, false);
+    while (sent < t->send_len || got < t->recv_len) {
+        size_t sendable = t->forward ? (got < t->send_len ? got : t->send_len) : t->send_len;
+        bool progress = false;
+        if (sent < sendable) {
+            size_t want = sendable - sent < SHM_CHUNK ? sendable - sent : SHM_CHUNK;
+            size_t w = ddp_shm_write(&c->next_seg, t->send + sent, want, es);
+            sent += w;
+            progress = w > 0;
+        }
+        if (got < t->recv_len) {
+            size_t n;
+            const uint8_t *data = ddp_shm_peek(&c->own, &n);
+            n = n < t->recv_len - got ? n : t->recv_len - got;
+            if (n > 0) {
+                if (t->reduce)
+                    ddp_reduce_into(t->recv + got, data, n / es, t->dtype, t->op);
+                else
+                    memcpy(t->recv + got, data, n);
+                ddp_shm_consume(&c->own, n, &c->prev_seg);
+                got += n;
+                progress = true;
+            }
+        }
+        if (progress) {
+            deadline = ddp_clock_mono() + ddp->timeout;
+            idle = 0;
+            slept = false;
+            continue;
+        }
+        if (slept) {
+            /* Nothing came since the sleep. A neighbour that exits after its last write
+             * is not gone for us until that write is read: hence only here. */
+            slept = false;
+            int gone = gone_peer(c, got < t->recv_len, sent < t->send_len);
+            if (gone >= 0)
+                return ddp_fail_peer(ddp, DDP_ECLOSED, gone,
+                                     "%s: rank %d (%s) is gone: it closed the connection", what,
+                                     gone, gone == c->prev ? c->prev_addr : c->next_addr);
+            if (ddp_clock_mono() >= deadline) {
+                int peer = got < t->recv_len ? c->prev : c->next;
+                return ddp_fail(ddp, DDP_ETIMEOUT,
+                                "%s: no progress with rank %d (%s) for %g s over shared memory "
+                                "(sent %zu of %zu bytes, received %zu of %zu)",
+                                what, peer, peer == c->prev ? c->prev_addr : c->next_addr,
+                                ddp->timeout, sent, t->send_len, got, t->recv_len);
+            }
+        }
+        if (++idle < SHM_SPINS) {
+            if (c->oversubscribed)
+                sched_yield();
+            continue;
+        }
+        /* Sleep until a neighbour rings, unless what we wait for came meanwhile. */
+        uint32_t seen = ddp_shm_bell_arm(&c->own);
+        size_t readable;
+        ddp_shm_peek(&c->own, &readable);
+        bool ready = (sent < sendable && ddp_shm_room(&c->next_seg) >= es) ||
+                     (got < t->recv_len && readable > 0);
+        double left = deadline - ddp_clock_mono();
+        if (!ready && left > 0)
+            ddp_shm_bell_wait(&c->own, seen,
+                              left * 1000 < SHM_NAP_MS ? (int)(left * 1000) + 1 : SHM_NAP_MS);
+        ddp_shm_bell_disarm(&c->own);
+        idle = SHM_SPINS; /* after a sleep, try once and sleep again */
+        slept = true;
+    }
+    return 0;
+}
+
 static int transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
 {
+    if (c->shm)
+        return transfer_shm(ddp, c, what, t);
     size_t es = ddp_dtype_size(t->dtype), sent = 0, got = 0, reduced = 0, have = 0;
     double deadline = ddp_clock_mono() + ddp->timeout;
     while (sent < t->send_len || got < t->recv_len) {
@@ -344,16 +455,85 @@ static void cpu_finalize(void *state)
         close(c->next_fd);
     if (c->prev_fd >= 0)
         close(c->prev_fd);
+    ddp_shm_unlink(c->own_name);
+    ddp_shm_close(&c->own);
+    ddp_shm_close(&c->next_seg);
+    ddp_shm_close(&c->prev_seg);
     free(c->scratch);
     free(c);
+}
+
+/* What a rank publishes: "host port shm-name nonce0 nonce1" ("-" for no segment). */
+typedef struct {
+    char host[INET6_ADDRSTRLEN];
+    int port;
+    char shm_name[80];
+    uint64_t nonce[2];
+} published_t;
+
+static int fetch_published(ddp_t *ddp, int rank, published_t *out)
+{
+    char key[96];
+    ddp_buf_t value = DDP_BUF_INIT;
+    unsigned long long n0, n1;
+    ddp_key(ddp, key, sizeof key, "cpu/%d", rank);
+    int err = ddp_store_client_get(ddp->store, key, &value);
+    if (err) {
+        ddp_fail(ddp, err, "rank %d never published its address: %s", rank,
+                 ddp_store_client_error(ddp->store));
+    } else if (sscanf(ddp_buf_str(&value), "%45s %d %79s %llx %llx", out->host, &out->port,
+                      out->shm_name, &n0, &n1) != 5 ||
+               out->port < 1 || out->port > 65535) {
+        err = ddp_fail(ddp, DDP_EPROTO, "rank %d published '%s', not 'host port shm-name nonce'",
+                       rank, ddp_buf_str(&value));
+    } else {
+        out->nonce[0] = n0;
+        out->nonce[1] = n1;
+    }
+    ddp_buf_free(&value);
+    return err;
+}
+
+/* Maps a neighbour's inbox; false (the ring stays on TCP) where it cannot: another
+ * host, DDP_SHM=0 there, or no /dev/shm. */
+static bool map_neighbour(ddp_shm_seg_t *seg, const published_t *p)
+{
+    return p->shm_name[0] == '/' && ddp_shm_open(seg, p->shm_name, p->nonce) == 0;
+}
+
+/* Every rank votes whether it mapped both neighbours; shared memory only if all did. */
+static int choose_transport(ddp_t *ddp, cpu_t *c, const published_t *next)
+{
+    published_t prev;
+    int err = fetch_published(ddp, c->prev, &prev);
+    if (err)
+        return err;
+    int32_t able = c->own.header != NULL && map_neighbour(&c->next_seg, next) &&
+                   map_neighbour(&c->prev_seg, &prev);
+    /* Over TCP still; returning, every rank has voted, so each has mapped what it can. */
+    if ((err = cpu_all_reduce(ddp, c, &able, 1, DDP_INT32, DDP_MIN)) != 0)
+        return err;
+    ddp_shm_unlink(c->own_name);
+    c->own_name[0] = '\0';
+    if (able) {
+        c->shm = true;
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        c->oversubscribed = cpus > 0 && ddp->local_world_size > cpus;
+    } else {
+        ddp_shm_close(&c->own);
+        ddp_shm_close(&c->next_seg);
+        ddp_shm_close(&c->prev_seg);
+    }
+    return 0;
 }
 
 static int cpu_init(ddp_t *ddp, void **state)
 {
     cpu_t *c = calloc(1, sizeof *c);
-    char host[INET6_ADDRSTRLEN], key[96], value[192];
+    char host[INET6_ADDRSTRLEN], key[96], value[256];
     int listen_fd = -1, port, err;
-    ddp_buf_t peer = DDP_BUF_INIT;
+    published_t next;
+    uint64_t nonce[2] = {0, 0};
     double deadline = ddp_clock_mono() + ddp->timeout;
     if (c == NULL)
         return -ENOMEM;
@@ -374,26 +554,33 @@ static int cpu_init(ddp_t *ddp, void **state)
         ddp_fail(ddp, err, "unable to listen for the other ranks: %s", ddp_strerror(err));
         goto fail;
     }
+    /* No segment is no error: the ring then runs on TCP. */
+    const char *shm = getenv(ddp_env_name(DDP_ENV_DDP_SHM));
+    if (shm == NULL || strcmp(shm, "0") != 0) {
+        /* The job's run id in the name says whose a segment is, should one be left
+         * (a rank killed between creating and the vote). */
+        const char *run_id = getenv(ddp_env_name(DDP_ENV_TORCHELASTIC_RUN_ID));
+        char tag[64];
+        int n = snprintf(tag, sizeof tag, "%.24s", run_id != NULL ? run_id : "none");
+        for (int i = 0; i < n; i++) {
+            if (!isalnum((unsigned char)tag[i]) && tag[i] != '_' && tag[i] != '.')
+                tag[i] = '_';
+        }
+        snprintf(tag + n, sizeof tag - (size_t)n, "-a%d-r%d", ddp->restart_count, ddp->rank);
+        if (ddp_shm_create(&c->own, tag, SHM_RING, c->own_name, sizeof c->own_name, nonce) != 0)
+            c->own_name[0] = '\0';
+    }
     ddp_key(ddp, key, sizeof key, "cpu/%d", ddp->rank);
-    snprintf(value, sizeof value, "%s %d", host, port);
+    snprintf(value, sizeof value, "%s %d %s %llx %llx", host, port,
+             c->own_name[0] ? c->own_name : "-", (unsigned long long)nonce[0],
+             (unsigned long long)nonce[1]);
     if ((err = ddp_store_client_set(ddp->store, key, value, strlen(value))) != 0) {
         ddp_fail(ddp, err, "%s", ddp_store_client_error(ddp->store));
         goto fail;
     }
-    ddp_key(ddp, key, sizeof key, "cpu/%d", c->next);
-    if ((err = ddp_store_client_get(ddp->store, key, &peer)) != 0) {
-        ddp_fail(ddp, err, "rank %d never published its address: %s", c->next,
-                 ddp_store_client_error(ddp->store));
+    if ((err = fetch_published(ddp, c->next, &next)) != 0)
         goto fail;
-    }
-    char peer_host[INET6_ADDRSTRLEN];
-    int peer_port;
-    if (sscanf(ddp_buf_str(&peer), "%45s %d", peer_host, &peer_port) != 2) {
-        err = ddp_fail(ddp, DDP_EPROTO, "rank %d published '%s', not 'host port'", c->next,
-                       ddp_buf_str(&peer));
-        goto fail;
-    }
-    if ((err = connect_next(ddp, c, peer_host, peer_port, deadline)) != 0 ||
+    if ((err = connect_next(ddp, c, next.host, next.port, deadline)) != 0 ||
         (err = accept_prev(ddp, c, listen_fd, deadline)) != 0)
         goto fail;
     struct sockaddr_storage from;
@@ -407,13 +594,14 @@ static int cpu_init(ddp_t *ddp, void **state)
     tune(c->next_fd);
     tune(c->prev_fd);
     close(listen_fd);
-    ddp_buf_free(&peer);
+    listen_fd = -1;
+    if ((err = choose_transport(ddp, c, &next)) != 0)
+        goto fail;
     *state = c;
     return 0;
 fail:
     if (listen_fd >= 0)
         close(listen_fd);
-    ddp_buf_free(&peer);
     cpu_finalize(c);
     return err;
 }

@@ -9,7 +9,9 @@
  *                          middle; the others must fail with an error, not hang. They
  *                          ignore SIGTERM, so what ends them is libddp's own detection.
  * Prints "<mode> ok" and exits 0 on success; exits 1 on a wrong result, 3 when a
- * collective fails. */
+ * collective fails. After init each rank prints "rank R transport shm" or "... tcp":
+ * whether it has a libddp segment of /dev/shm mapped. DDP_TEST_NO_SHM_RANK=R sets
+ * DDP_SHM=0 for rank R alone. */
 #include <ddp.h>
 
 #include <float.h>
@@ -226,9 +228,26 @@ static void mode_die(int victim)
     printf("die: rank %d was never stopped\n", rank);
 }
 
+static const char *transport(void)
+{
+    char line[512];
+    const char *found = "tcp";
+    FILE *maps = fopen("/proc/self/maps", "r");
+    while (maps != NULL && fgets(line, sizeof line, maps) != NULL) {
+        if (strstr(line, "/dev/shm/ddp-") != NULL)
+            found = "shm";
+    }
+    if (maps != NULL)
+        fclose(maps);
+    return found;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "check";
+    const char *no_shm = getenv("DDP_TEST_NO_SHM_RANK"), *my_rank = getenv("RANK");
+    if (no_shm != NULL && my_rank != NULL && strcmp(no_shm, my_rank) == 0)
+        setenv("DDP_SHM", "0", 1);
     int err = ddp_init(&ddp);
     if (err != 0) {
         fprintf(stderr, "ddp_init: %s\n", ddp_strerror(err));
@@ -236,6 +255,8 @@ int main(int argc, char **argv)
     }
     rank = ddp_rank(ddp);
     world = ddp_world_size(ddp);
+    printf("rank %d transport %s\n", rank, transport());
+    fflush(stdout);
     if (strcmp(mode, "check") == 0)
         mode_check(argc > 2 ? strtoul(argv[2], NULL, 10) : (16u << 20));
     else if (strcmp(mode, "collectives") == 0)

@@ -1,5 +1,6 @@
 /* Integration tests: libddp's CPU collectives between real worker processes under the real
- * launcher, checked against a serial reference, and a dead peer detected, not waited on. */
+ * launcher, over shared memory and over TCP, checked against a serial reference; a dead
+ * peer detected, not waited on; no segment left in /dev/shm. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -8,9 +9,11 @@
 
 #include "harness.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *collectives(void)
 {
@@ -20,72 +23,115 @@ static const char *collectives(void)
     return path;
 }
 
-static void run_check(int world, const char *max_elements)
+/* A run id of its own, so that the segments of /dev/shm it may leave are its own. */
+static void unique_run_id(char *flag, size_t cap, char *id, size_t id_cap)
 {
-    char nproc[64], ok[64];
+    static int runs;
+    snprintf(id, id_cap, "itest%d_%d", (int)getpid(), runs++);
+    snprintf(flag, cap, "--rdzv-id=%s", id);
+}
+
+/* No segment of the run is left in /dev/shm (each is unlinked once mapped). */
+static bool no_segment_left(const char *run_id)
+{
+    char prefix[128];
+    bool clean = true;
+    snprintf(prefix, sizeof prefix, "ddp-%s-", run_id);
+    DIR *dir = opendir("/dev/shm");
+    struct dirent *entry;
+    while (dir != NULL && (entry = readdir(dir)) != NULL) {
+        if (strncmp(entry->d_name, prefix, strlen(prefix)) == 0) {
+            fprintf(stderr, "left in /dev/shm: %s\n", entry->d_name);
+            clean = false;
+        }
+    }
+    if (dir != NULL)
+        closedir(dir);
+    return clean;
+}
+
+/* Runs `mode` on `world` ranks under the launcher with `env`; every rank must say
+ * "<ok>" and use `transport`. */
+static void run_mode(int world, const char *mode, const char *arg, const char *const *env,
+                     const char *transport, const char *ok)
+{
+    char nproc[64], id_flag[128], id[64], line[128];
     snprintf(nproc, sizeof nproc, "--nproc-per-node=%d", world);
-    snprintf(ok, sizeof ok, "world %d\n", world);
-    const char *argv[] = {th_launcher(), nproc,        "--no-python", collectives(),
-                          "check",       max_elements, NULL};
+    unique_run_id(id_flag, sizeof id_flag, id, sizeof id);
+    const char *argv[] = {th_launcher(), nproc, id_flag, "--no-python",
+                          collectives(), mode,  arg,     NULL};
     th_proc_t p;
-    th_run(&p, argv, NULL, 300);
+    th_run(&p, argv, env, 300);
+    const char *out = ddp_buf_str(&p.out);
     TH_ASSERT(&p, th_status(&p) == 0);
-    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "check ok: ") == world);
-    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), ok) == world);
+    snprintf(line, sizeof line, "%s, world %d\n", ok, world);
+    TH_ASSERT(&p, th_count(out, line) == world);
+    if (world > 1) {
+        snprintf(line, sizeof line, "transport %s\n", transport);
+        TH_ASSERT(&p, th_count(out, line) == world);
+    }
+    TH_ASSERT(&p, no_segment_left(id));
     th_cleanup(&p);
 }
 
+static const char *const no_shm[] = {"DDP_SHM=0", NULL};
+
 /* Every dtype and op at sizes that do not divide by the world size, and sizes smaller than
- * it; world 1 takes the no-peer path. */
+ * it, against the serial reference; world 1 takes the no-peer path. One host: shared
+ * memory, unless DDP_SHM=0 (on one rank is enough) keeps the ring on TCP. */
 static void test_all_reduce_world_1(void **state)
 {
-    run_check(1, "100000");
+    run_mode(1, "check", "100000", NULL, "tcp", "cases");
 }
 
-static void test_all_reduce_world_2_large(void **state)
+static void test_all_reduce_world_2_shm_large(void **state)
 {
-    run_check(2, "16777216"); /* 64 MiB of float32, and the odd sizes around it */
+    run_mode(2, "check", "16777216", NULL, "shm", "cases"); /* 64 MiB of float32, and more */
 }
 
-static void test_all_reduce_world_3(void **state)
+static void test_all_reduce_world_2_tcp(void **state)
 {
-    run_check(3, "1000003");
+    run_mode(2, "check", "1000003", no_shm, "tcp", "cases");
 }
 
-static void test_all_reduce_world_5(void **state)
+static void test_all_reduce_world_3_shm(void **state)
 {
-    run_check(5, "65537");
+    run_mode(3, "check", "1000003", NULL, "shm", "cases");
+}
+
+static void test_all_reduce_world_4_one_rank_without_shm(void **state)
+{
+    const char *env[] = {"DDP_TEST_NO_SHM_RANK=2", NULL};
+    run_mode(4, "check", "65537", env, "tcp", "cases");
+}
+
+static void test_all_reduce_world_5_shm(void **state)
+{
+    run_mode(5, "check", "65537", NULL, "shm", "cases");
 }
 
 static void test_broadcast_all_gather_barrier(void **state)
 {
-    for (int world = 1; world <= 4; world++) {
-        char nproc[64], ok[64];
-        snprintf(nproc, sizeof nproc, "--nproc-per-node=%d", world);
-        snprintf(ok, sizeof ok, "collectives ok, world %d\n", world);
-        const char *argv[] = {th_launcher(), nproc,         "--no-python",
-                              collectives(), "collectives", NULL};
-        th_proc_t p;
-        th_run(&p, argv, NULL, 120);
-        TH_ASSERT(&p, th_status(&p) == 0);
-        TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), ok) == world);
-        th_cleanup(&p);
-    }
+    for (int world = 1; world <= 4; world++)
+        run_mode(world, "collectives", NULL, NULL, "shm", "collectives ok");
+    run_mode(3, "collectives", NULL, no_shm, "tcp", "collectives ok");
 }
 
 /* Rank 1 of 3 is SIGKILLed in the middle of an all_reduce. Its neighbours ignore SIGTERM,
  * so the launcher's stop cannot be what ends them: libddp must notice the closed
  * connection, fail with an error naming the peer, and the report names the root cause. */
-static void test_dead_peer_is_an_error_not_a_hang(void **state)
+static void run_dead_peer(const char *const *env)
 {
+    char id_flag[128], id[64];
+    unique_run_id(id_flag, sizeof id_flag, id, sizeof id);
     const char *argv[] = {
-        th_launcher(), "--nproc-per-node=3", "--no-python", collectives(), "die", "1", NULL};
-    const char *env[] = {"DDP_TIMEOUT=600", NULL}; /* a hang would outlast the test */
+        th_launcher(), "--nproc-per-node=3", id_flag, "--no-python", collectives(), "die", "1",
+        NULL};
     th_proc_t p;
     double started = th_now();
     th_run(&p, argv, env, 120);
     const char *err = ddp_buf_str(&p.err);
-    TH_ASSERT(&p, th_now() - started < 60);
+    TH_ASSERT(&p, th_now() - started < 60); /* DDP_TIMEOUT is 600 s: a hang would show */
     TH_ASSERT(&p, th_status(&p) == 1);
     TH_ASSERT(&p, strstr(err, "rank 1: dying now") != NULL);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "was never stopped") == NULL);
@@ -94,16 +140,37 @@ static void test_dead_peer_is_an_error_not_a_hang(void **state)
                       strstr(err, "rank 2: all_reduce failed") != NULL);
     TH_ASSERT(&p, strstr(err, "rank 1 (127.0.0.1:") != NULL && strstr(err, "is gone") != NULL);
     /* The report's root cause is the rank that was killed. */
-    TH_ASSERT(&p, strstr(err, "Signal 9 (SIGKILL) received by PID") != NULL);
+    const char *root = strstr(err, "Root Cause");
+    TH_ASSERT(&p, root != NULL && strstr(root, "rank      : 1 (local_rank: 1)") != NULL);
+    TH_ASSERT(&p, root != NULL && strstr(root, "Signal 9 (SIGKILL) received by PID") != NULL);
+    TH_ASSERT(&p, no_segment_left(id));
     th_cleanup(&p);
+}
+
+static void test_dead_peer_shm(void **state)
+{
+    const char *env[] = {"DDP_TIMEOUT=600", NULL};
+    run_dead_peer(env);
+}
+
+static void test_dead_peer_tcp(void **state)
+{
+    const char *env[] = {"DDP_TIMEOUT=600", "DDP_SHM=0", NULL};
+    run_dead_peer(env);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_all_reduce_world_1),           TH_TEST(test_all_reduce_world_2_large),
-        TH_TEST(test_all_reduce_world_3),           TH_TEST(test_all_reduce_world_5),
-        TH_TEST(test_broadcast_all_gather_barrier), TH_TEST(test_dead_peer_is_an_error_not_a_hang),
+        TH_TEST(test_all_reduce_world_1),
+        TH_TEST(test_all_reduce_world_2_shm_large),
+        TH_TEST(test_all_reduce_world_2_tcp),
+        TH_TEST(test_all_reduce_world_3_shm),
+        TH_TEST(test_all_reduce_world_4_one_rank_without_shm),
+        TH_TEST(test_all_reduce_world_5_shm),
+        TH_TEST(test_broadcast_all_gather_barrier),
+        TH_TEST(test_dead_peer_shm),
+        TH_TEST(test_dead_peer_tcp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,7 +43,7 @@ typedef enum {
 
 typedef enum {
     DDP_BACKEND_AUTO, /* NCCL where it is built in and a GPU is there, else CPU */
-    DDP_BACKEND_CPU,  /* a TCP ring between the workers */
+    DDP_BACKEND_CPU,  /* a ring: shared memory when all ranks are on one host, else TCP */
     DDP_BACKEND_NCCL, /* NCCL on the GPU of LOCAL_RANK; buffers are device pointers */
 } ddp_backend_kind_t;
 

@@ -1,0 +1,225 @@
+/* Shared-memory links of the CPU backend (see shm.h).
+ *
+ * A ring is a single-producer single-consumer byte stream: the writer copies, then
+ * publishes `head` with release order; the reader reads `head` with acquire order,
+ * uses the bytes, then publishes `tail` the same way. Waking is by doorbell: a sleeper
+ * sets `sleeping`, reads `bell`, rechecks what it waits for, and futex-waits on `bell`
+ * with the value read; a ringer publishes, bumps `bell` and wakes only if `sleeping`
+ * is set (all sequentially consistent). Either the ringer sees the flag and wakes, or
+ * its bump came before the sleeper's read and the recheck sees what it published: no
+ * lost wake-up. */
+#include "shm.h"
+
+#include "error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHM_MAGIC  0x4d48535250444444ull /* "DDDPRSHM" */
+#define SHM_HEADER ((size_t)4096)
+
+struct ddp_shm_header_s {
+    uint64_t magic;
+    uint64_t nonce[2];
+    uint64_t size;
+    /* Each on its own cache line: the writer, the reader and the ringers do not share. */
+    _Alignas(64) _Atomic uint64_t head; /* bytes written, ever */
+    _Alignas(64) _Atomic uint64_t tail; /* bytes consumed, ever */
+    _Alignas(64) _Atomic uint32_t bell;
+    _Atomic uint32_t sleeping;
+    /* Private to one side each, kept here so both sides of a link agree on alignment. */
+    _Alignas(64) uint64_t write_pos; /* the writer's copy of head */
+    _Alignas(64) uint64_t read_pos;  /* the reader's copy of tail */
+};
+
+_Static_assert(sizeof(ddp_shm_header_t) <= SHM_HEADER, "the header fits its page");
+
+static uint64_t random64(void)
+{
+    uint64_t v = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &v, sizeof v) != (ssize_t)sizeof v)
+            v = 0;
+        close(fd);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return v ^ ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)getpid();
+}
+
+static int map(ddp_shm_seg_t *seg, int fd, size_t mapped)
+{
+    void *p = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return -errno;
+    seg->header = p;
+    seg->ring = (uint8_t *)p + SHM_HEADER;
+    seg->mapped = mapped;
+    return 0;
+}
+
+int ddp_shm_create(ddp_shm_seg_t *seg, const char *tag, size_t ring_size, char *name,
+                   size_t name_cap, uint64_t nonce[2])
+{
+    char path[128];
+    int fd = -1, err;
+    memset(seg, 0, sizeof *seg);
+    for (int tries = 0; fd < 0 && tries < 8; tries++) {
+        snprintf(path, sizeof path, "/ddp-%s-%016llx", tag, (unsigned long long)random64());
+        fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST)
+            return -errno;
+    }
+    if (fd < 0)
+        return -EEXIST;
+    size_t mapped = SHM_HEADER + ring_size;
+    /* Reserve every page now: tmpfs would otherwise SIGBUS the first write past its
+     * capacity. */
+    err = -posix_fallocate(fd, 0, (off_t)mapped);
+    if (err == -EOPNOTSUPP || err == -EINVAL)
+        err = ftruncate(fd, (off_t)mapped) == 0 ? 0 : -errno;
+    if (err == 0)
+        err = map(seg, fd, mapped);
+    close(fd);
+    if (err) {
+        shm_unlink(path);
+        return err;
+    }
+    ddp_shm_header_t *h = seg->header;
+    h->nonce[0] = nonce[0] = random64();
+    h->nonce[1] = nonce[1] = random64();
+    h->size = ring_size;
+    h->magic = SHM_MAGIC;
+    seg->size = ring_size;
+    snprintf(name, name_cap, "%s", path);
+    return 0;
+}
+
+int ddp_shm_open(ddp_shm_seg_t *seg, const char *name, const uint64_t nonce[2])
+{
+    struct stat st;
+    memset(seg, 0, sizeof *seg);
+    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int err = fstat(fd, &st) == 0 ? 0 : -errno;
+    if (err == 0 && (size_t)st.st_size <= SHM_HEADER)
+        err = DDP_EPROTO;
+    if (err == 0)
+        err = map(seg, fd, (size_t)st.st_size);
+    close(fd);
+    if (err)
+        return err;
+    ddp_shm_header_t *h = seg->header;
+    if (h->magic != SHM_MAGIC || h->nonce[0] != nonce[0] || h->nonce[1] != nonce[1] ||
+        h->size != seg->mapped - SHM_HEADER) {
+        ddp_shm_close(seg);
+        return DDP_EPROTO;
+    }
+    seg->size = h->size;
+    return 0;
+}
+
+void ddp_shm_unlink(const char *name)
+{
+    if (name != NULL && name[0] != '\0')
+        shm_unlink(name);
+}
+
+void ddp_shm_close(ddp_shm_seg_t *seg)
+{
+    if (seg->header != NULL)
+        munmap(seg->header, seg->mapped);
+    memset(seg, 0, sizeof *seg);
+}
+
+void ddp_shm_align(ddp_shm_seg_t *seg, bool writer)
+{
+    uint64_t *pos = writer ? &seg->header->write_pos : &seg->header->read_pos;
+    *pos = (*pos + 7) & ~(uint64_t)7;
+    if (writer)
+        atomic_store_explicit(&seg->header->head, *pos, memory_order_release);
+    else
+        atomic_store_explicit(&seg->header->tail, *pos, memory_order_release);
+}
+
+static void ring(ddp_shm_header_t *h)
+{
+    atomic_fetch_add(&h->bell, 1);
+    if (atomic_load(&h->sleeping))
+        syscall(SYS_futex, &h->bell, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+size_t ddp_shm_room(const ddp_shm_seg_t *seg)
+{
+    ddp_shm_header_t *h = seg->header;
+    uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
+    return seg->size - (size_t)(h->write_pos - tail);
+}
+
+size_t ddp_shm_write(ddp_shm_seg_t *seg, const void *data, size_t len, size_t unit)
+{
+    ddp_shm_header_t *h = seg->header;
+    size_t room = ddp_shm_room(seg), n = len < room ? len : room;
+    n -= n % unit;
+    if (n == 0)
+        return 0;
+    size_t at = (size_t)(h->write_pos % seg->size), first = seg->size - at;
+    if (first > n)
+        first = n;
+    memcpy(seg->ring + at, data, first);
+    memcpy(seg->ring, (const uint8_t *)data + first, n - first);
+    h->write_pos += n;
+    atomic_store_explicit(&h->head, h->write_pos, memory_order_release);
+    ring(h);
+    return n;
+}
+
+const uint8_t *ddp_shm_peek(const ddp_shm_seg_t *seg, size_t *len)
+{
+    ddp_shm_header_t *h = seg->header;
+    uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
+    /* The reader aligns its position at the start of a transfer, which may be before
+     * the writer has finished the previous one and aligned its own: head lags then. */
+    size_t at = (size_t)(h->read_pos % seg->size),
+           ready = head > h->read_pos ? (size_t)(head - h->read_pos) : 0;
+    *len = ready < seg->size - at ? ready : seg->size - at;
+    return seg->ring + at;
+}
+
+void ddp_shm_consume(ddp_shm_seg_t *seg, size_t len, ddp_shm_seg_t *writer_seg)
+{
+    ddp_shm_header_t *h = seg->header;
+    h->read_pos += len;
+    atomic_store_explicit(&h->tail, h->read_pos, memory_order_release);
+    ring(writer_seg->header);
+}
+
+uint32_t ddp_shm_bell_arm(ddp_shm_seg_t *own)
+{
+    /* `sleeping` first, then the bell: a ringer that missed the flag bumped the bell
+     * before this read, so the caller's recheck sees what it published. */
+    atomic_store(&own->header->sleeping, 1);
+    return atomic_load(&own->header->bell);
+}
+
+void ddp_shm_bell_wait(ddp_shm_seg_t *own, uint32_t seen, int timeout_ms)
+{
+    struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+    syscall(SYS_futex, &own->header->bell, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+void ddp_shm_bell_disarm(ddp_shm_seg_t *own)
+{
+    atomic_store(&own->header->sleeping, 0);
+}

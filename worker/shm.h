@@ -1,0 +1,59 @@
+/* Shared-memory links of the CPU backend: one inbox segment per rank in /dev/shm.
+ *
+ * Rank r's segment holds the byte ring that rank r-1 writes into and r reads from,
+ * and r's doorbell: a futex word that r sleeps on, rung by r-1 when it writes and by
+ * r+1 when it frees room in its own inbox. Each rank maps its own segment and its two
+ * neighbours'. The owner unlinks the name once both neighbours have it mapped. Used
+ * by the thread that owns the context; no locks, only atomics on the shared header. */
+#ifndef DDP_WORKER_SHM_H
+#define DDP_WORKER_SHM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ddp_shm_header_s ddp_shm_header_t;
+
+typedef struct ddp_shm_seg_s {
+    ddp_shm_header_t *header;
+    uint8_t *ring;
+    size_t size; /* bytes of the ring */
+    size_t mapped;
+} ddp_shm_seg_t;
+
+/* Creates this rank's segment: a new name under /dev/shm from `tag`, a ring of
+ * `ring_size` bytes (a multiple of 8) reserved up front, so a full /dev/shm is an error
+ * here and never a SIGBUS later. `name` (at least 64 bytes) and `nonce` receive what
+ * the neighbours need to open and check it. 0 or -errno. */
+int ddp_shm_create(ddp_shm_seg_t *seg, const char *tag, size_t ring_size, char *name,
+                   size_t name_cap, uint64_t nonce[2]);
+
+/* Maps a neighbour's segment and checks that it is the one it published (`nonce`): a
+ * name from another host's /dev/shm never matches. 0, -errno, or DDP_EPROTO. */
+int ddp_shm_open(ddp_shm_seg_t *seg, const char *name, const uint64_t nonce[2]);
+
+void ddp_shm_unlink(const char *name);
+void ddp_shm_close(ddp_shm_seg_t *seg);
+
+/* The stream positions of a link; every transfer starts both at a multiple of 8. */
+void ddp_shm_align(ddp_shm_seg_t *inbox_of_peer, bool writer);
+
+/* Writer side, on the peer's inbox: copies up to `len` bytes, in whole multiples of
+ * `unit`, as room allows, and rings the peer. Returns the bytes written. */
+size_t ddp_shm_write(ddp_shm_seg_t *peer_inbox, const void *data, size_t len, size_t unit);
+/* Room the writer has now. */
+size_t ddp_shm_room(const ddp_shm_seg_t *peer_inbox);
+
+/* Reader side, on the own inbox: a pointer to the readable bytes that are contiguous
+ * and their count (0: none yet). */
+const uint8_t *ddp_shm_peek(const ddp_shm_seg_t *inbox, size_t *len);
+/* Releases `len` bytes read and rings the writer (whose doorbell is in `writer_seg`). */
+void ddp_shm_consume(ddp_shm_seg_t *inbox, size_t len, ddp_shm_seg_t *writer_seg);
+
+/* The doorbell of `own`: read it, then sleep until it changes or `timeout_ms` passes
+ * (the caller rechecks its conditions between the two: see shm.c). */
+uint32_t ddp_shm_bell_arm(ddp_shm_seg_t *own);
+void ddp_shm_bell_wait(ddp_shm_seg_t *own, uint32_t seen, int timeout_ms);
+void ddp_shm_bell_disarm(ddp_shm_seg_t *own);
+
+#endif
