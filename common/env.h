@@ -36,7 +36,8 @@
     X(PATH, "/usr/local/bin:/usr/bin:/bin", "where worker programs are looked up")            \
     /* Read by libddp. */                                                                     \
     X(DDP_TIMEOUT, "300", "libddp: seconds for init and for each collective")                 \
-    X(DDP_SHM, "1", "libddp: 0 keeps a one-host ring on TCP instead of shared memory")
+    X(DDP_SHM, "1", "libddp: 0 keeps a one-host ring on TCP instead of shared memory")        \
+    X(DDP_BACKEND, "auto", "libddp: cpu, nccl or auto, where the program's options say auto")
 
 typedef enum {
 #define DDP_ENV_ENUM(name, def, help) DDP_ENV_##name,

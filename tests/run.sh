@@ -1,9 +1,9 @@
 #!/bin/sh
 # Quick start, step 2: install what is missing, build with warnings as errors, and run
-# every test (unit, integration, PyTorch compatibility, fuzzing, format); then the unit
-# and integration tests again built with ASan and UBSan, and the store's tests under
-# valgrind. Extra arguments go to the first meson test only (and skip the rest), e.g.
-# tests/run.sh --suite unit.
+# every test (unit, integration, PyTorch compatibility, fuzzing, format, gpu where there
+# is one); then the unit and integration tests again built with ASan and UBSan, the
+# store's tests under valgrind, and a build without the CUDA toolkit. Extra arguments
+# go to the first meson test only (and skip the rest), e.g. tests/run.sh --suite unit.
 set -eu
 cd "$(dirname "$0")/.."
 .ci/install-deps test
@@ -24,3 +24,7 @@ configure build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=fal
 meson compile -C build-asan
 meson test -C build-asan --print-errorlogs --suite unit --suite integration --no-suite torch
 meson test -C build --print-errorlogs --setup valgrind store store_codec store-codec-seeds
+# As where the CUDA toolkit is absent: libddp without its NCCL parts still builds and works.
+configure build-nocuda -Dwerror=true -Dcuda=disabled
+meson compile -C build-nocuda
+meson test -C build-nocuda --print-errorlogs --suite unit libddp

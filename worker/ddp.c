@@ -148,6 +148,56 @@ static double default_timeout(void)
     return atof(ddp_env_default(DDP_ENV_DDP_TIMEOUT));
 }
 
+/* The program's choice, else DDP_BACKEND; auto is NCCL where it is built in and this
+ * process sees a GPU. */
+static int choose_backend(ddp_t *ddp, ddp_backend_kind_t kind)
+{
+    const char *name = ddp_env_name(DDP_ENV_DDP_BACKEND), *text = getenv(name);
+    if (kind == DDP_BACKEND_AUTO && text != NULL && *text != '\0') {
+        if (strcmp(text, "cpu") == 0)
+            kind = DDP_BACKEND_CPU;
+        else if (strcmp(text, "nccl") == 0)
+            kind = DDP_BACKEND_NCCL;
+        else if (strcmp(text, "auto") != 0)
+            return ddp_fail(ddp, DDP_EUSAGE, "%s=%s is not cpu, nccl or auto", name, text);
+    }
+    if ((unsigned)kind > DDP_BACKEND_NCCL)
+        return ddp_fail(ddp, DDP_EUSAGE, "unknown backend %d", (int)kind);
+#if DDP_HAVE_NCCL
+    if (kind == DDP_BACKEND_AUTO)
+        kind = ddp_nccl_device_count(ddp) > 0 ? DDP_BACKEND_NCCL : DDP_BACKEND_CPU;
+    ddp->backend = kind == DDP_BACKEND_NCCL ? &ddp_nccl_backend : &ddp_cpu_backend;
+#else
+    if (kind == DDP_BACKEND_NCCL)
+        return ddp_fail(ddp, DDP_ENOCUDA,
+                        "the NCCL backend is not built into this libddp (built without CUDA and "
+                        "NCCL)");
+    ddp->backend = &ddp_cpu_backend;
+#endif
+    return 0;
+}
+
+#if !DDP_HAVE_NCCL
+int ddp_nccl_exchange_id(ddp_t *ddp, void *id, size_t len)
+{
+    (void)id;
+    (void)len;
+    return ddp_fail(ddp, DDP_ENOCUDA, "nccl_unique_id: libddp was built without NCCL");
+}
+
+void ddp_nccl_release(ddp_t *ddp)
+{
+    (void)ddp;
+}
+#endif
+
+int ddp_nccl_unique_id(ddp_t *ddp, void *id, size_t len)
+{
+    if (id == NULL)
+        return ddp_fail(ddp, DDP_EUSAGE, "nccl_unique_id: the id buffer is NULL");
+    return ddp_nccl_exchange_id(ddp, id, len);
+}
+
 int ddp_init(ddp_t **out)
 {
     return ddp_init_with(out, NULL);
@@ -171,11 +221,8 @@ int ddp_init_with(ddp_t **out, const ddp_options_t *options)
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && getppid() != parent)
             raise(SIGKILL); /* the launcher died already */
     }
-    if (opts.backend == DDP_BACKEND_NCCL) {
-        err = ddp_fail(ddp, DDP_ENOCUDA, "the NCCL backend is not built into this libddp");
+    if ((err = choose_backend(ddp, opts.backend)) != 0)
         goto fail;
-    }
-    ddp->backend = &ddp_cpu_backend;
     if (ddp->world_size > 1) {
         ddp_store_client_options_t so = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
         ddp_buf_t why = DDP_BUF_INIT;
@@ -193,6 +240,7 @@ int ddp_init_with(ddp_t **out, const ddp_options_t *options)
     return 0;
 fail:
     ddp_store_client_close(ddp->store);
+    ddp_nccl_release(ddp);
     free(ddp);
     return err;
 }
@@ -257,10 +305,12 @@ static int check(ddp_t *ddp, const char *what, const void *buf, ddp_dtype_t dtyp
     return 0;
 }
 
-/* A failed collective leaves the peers out of step: remember it. */
+/* A failed collective leaves the peers out of step: remember it. A usage error (a bad
+ * argument this rank refused before communicating) is the caller's to fix and leaves
+ * the context as it was. */
 static int after(ddp_t *ddp, int err)
 {
-    if (err)
+    if (err && err != DDP_EUSAGE)
         ddp->broken = err;
     return err;
 }
@@ -306,5 +356,6 @@ void ddp_finalize(ddp_t *ddp)
     if (ddp->backend != NULL && ddp->backend->finalize != NULL)
         ddp->backend->finalize(ddp->backend_state);
     ddp_store_client_close(ddp->store);
+    ddp_nccl_release(ddp);
     free(ddp);
 }

@@ -6,6 +6,7 @@
 #define DDP_WORKER_INTERNAL_H
 
 #include "ddp.h"
+#include "ddp_config.h"
 #include "log.h"
 #include "store_client.h"
 
@@ -26,6 +27,15 @@ typedef struct ddp_backend_s {
 } ddp_backend_t;
 
 extern const ddp_backend_t ddp_cpu_backend;
+#if DDP_HAVE_NCCL
+extern const ddp_backend_t ddp_nccl_backend;
+#endif
+
+/* NCCL helpers (nccl.c; without NCCL built in, they fail with DDP_ENOCUDA). The k-th
+ * exchange on every rank gets the id rank 0 made for it. */
+int ddp_nccl_exchange_id(ddp_t *ddp, void *id, size_t len);
+int ddp_nccl_device_count(ddp_t *ddp);
+void ddp_nccl_release(ddp_t *ddp);
 
 struct ddp_s {
     ddp_log_t log;
@@ -39,6 +49,8 @@ struct ddp_s {
     const ddp_backend_t *backend;
     void *backend_state;
     int broken; /* a collective failed: the peers are out of step; later calls fail */
+    struct ddp_cuda_api_s *cuda; /* CUDA and NCCL, once loaded (nccl.c) */
+    int nccl_ids;                /* unique ids exchanged so far */
     char error[1024];
 };
 

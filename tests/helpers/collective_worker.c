@@ -5,6 +5,10 @@
  *                          against a serial reference of every rank's input (each rank
  *                          computes all inputs), and bitwise equal across ranks
  *   collectives            broadcast from every root, all_gather, barrier
+ *   nccl-id                two ddp_nccl_unique_id calls: every rank must hold rank 0's
+ *                          128 bytes (gathered and compared), not zero, and the two ids
+ *                          differ; prints "nccl-id <hex of the first id>". Built without
+ *                          NCCL, checks the call fails with DDP_ENOCUDA instead.
  *   die VICTIM             all_reduce in a loop; rank VICTIM SIGKILLs itself in the
  *                          middle; the others must fail with an error, not hang. They
  *                          ignore SIGTERM, so what ends them is libddp's own detection.
@@ -212,6 +216,39 @@ static void mode_collectives(void)
     printf("collectives ok, world %d\n", world);
 }
 
+static void mode_nccl_id(void)
+{
+    unsigned char id[2][DDP_NCCL_UNIQUE_ID_BYTES];
+    int err = ddp_nccl_unique_id(ddp, id[0], sizeof id[0]);
+    if (err == DDP_ENOCUDA) {
+        printf("nccl-id unavailable: %s\n", ddp_last_error(ddp));
+        return;
+    }
+    CALL("nccl_unique_id", err);
+    CALL("nccl_unique_id", ddp_nccl_unique_id(ddp, id[1], sizeof id[1]));
+    unsigned char zero[DDP_NCCL_UNIQUE_ID_BYTES] = {0};
+    if (memcmp(id[0], zero, sizeof zero) == 0 || memcmp(id[0], id[1], sizeof zero) == 0) {
+        fprintf(stderr, "rank %d: the ids are zero or equal\n", rank);
+        exit(1);
+    }
+    for (int k = 0; k < 2; k++) {
+        unsigned char *all = malloc((size_t)world * sizeof id[k]);
+        CALL("all_gather", ddp_all_gather(ddp, id[k], all, sizeof id[k] / 8, DDP_INT64));
+        for (int r = 0; r < world; r++) {
+            if (memcmp(all + (size_t)r * sizeof id[k], id[k], sizeof id[k]) != 0) {
+                fprintf(stderr, "rank %d: id %d differs from rank %d's\n", rank, k, r);
+                exit(1);
+            }
+        }
+        free(all);
+    }
+    char hex[2 * DDP_NCCL_UNIQUE_ID_BYTES + 1];
+    for (size_t i = 0; i < sizeof id[0]; i++)
+        snprintf(hex + 2 * i, 3, "%02x", id[0][i]);
+    printf("nccl-id %s\n", hex);
+    printf("nccl-id ok, world %d\n", world);
+}
+
 static void mode_die(int victim)
 {
     size_t n = 4u << 20;
@@ -261,6 +298,8 @@ int main(int argc, char **argv)
         mode_check(argc > 2 ? strtoul(argv[2], NULL, 10) : (16u << 20));
     else if (strcmp(mode, "collectives") == 0)
         mode_collectives();
+    else if (strcmp(mode, "nccl-id") == 0)
+        mode_nccl_id();
     else if (strcmp(mode, "die") == 0)
         mode_die(argc > 2 ? atoi(argv[2]) : 1);
     else

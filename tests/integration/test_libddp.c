@@ -117,6 +117,69 @@ static void test_broadcast_all_gather_barrier(void **state)
     run_mode(3, "collectives", NULL, no_shm, "tcp", "collectives ok");
 }
 
+/* NCCL's unique id needs no GPU: rank 0's ncclGetUniqueId reaches every rank through the
+ * launcher's store, all 128 bytes of it. Without NCCL built in, the call says so. */
+static void test_nccl_unique_id_exchange(void **state)
+{
+    const char *have = getenv("DDP_TEST_HAVE_NCCL");
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=4", "--no-python", collectives(), "nccl-id", NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 120);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    if (have == NULL || strcmp(have, "1") != 0) {
+        TH_ASSERT(&p, th_count(out, "nccl-id unavailable: nccl_unique_id: libddp was built "
+                                    "without NCCL\n") == 4);
+        th_cleanup(&p);
+        return;
+    }
+    TH_ASSERT(&p, th_count(out, "nccl-id ok, world 4\n") == 4);
+    /* The ranks compared their ids among themselves; the printed ones agree too. */
+    const char *first = out;
+    while ((first = strstr(first, "nccl-id ")) != NULL && strncmp(first, "nccl-id ok", 10) == 0)
+        first++;
+    TH_ASSERT(&p, first != NULL);
+    char line[300];
+    size_t len = strcspn(first, "\n");
+    TH_ASSERT(&p, len == strlen("nccl-id ") + 256 && len < sizeof line);
+    memcpy(line, first, len);
+    line[len] = '\0';
+    TH_ASSERT(&p, th_count(out, line) == 4);
+    th_cleanup(&p);
+}
+
+/* DDP_BACKEND: nccl where no GPU is visible (or NCCL is not built in) and a bad name
+ * are clear errors at init, in the report too; auto on this GPU-less machine is cpu. */
+static void test_backend_choice(void **state)
+{
+    const char *have = getenv("DDP_TEST_HAVE_NCCL");
+    bool nccl = have != NULL && strcmp(have, "1") == 0;
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--no-python",
+                          collectives(), "collectives",        NULL};
+    const char *want_nccl[] = {"DDP_BACKEND=nccl", "CUDA_VISIBLE_DEVICES=", NULL};
+    th_proc_t p;
+    th_run(&p, argv, want_nccl, 120);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         nccl ? "the NCCL backend needs a GPU and none is visible"
+                              : "the NCCL backend is not built into this libddp") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "traceback : libddp: rank ") != NULL);
+    th_cleanup(&p);
+
+    const char *bogus[] = {"DDP_BACKEND=gloo", NULL};
+    th_run(&p, argv, bogus, 120);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "DDP_BACKEND=gloo is not cpu, nccl or auto") != NULL);
+    th_cleanup(&p);
+
+    const char *automatic[] = {"DDP_BACKEND=auto", "CUDA_VISIBLE_DEVICES=", NULL};
+    th_run(&p, argv, automatic, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "collectives ok, world 2\n") == 2);
+    th_cleanup(&p);
+}
+
 /* Rank 1 of 3 is SIGKILLed in the middle of an all_reduce. Its neighbours ignore SIGTERM,
  * so the launcher's stop cannot be what ends them: libddp must notice the closed
  * connection, fail with an error naming the peer, and the report names the root cause. */
@@ -169,6 +232,8 @@ int main(void)
         TH_TEST(test_all_reduce_world_4_one_rank_without_shm),
         TH_TEST(test_all_reduce_world_5_shm),
         TH_TEST(test_broadcast_all_gather_barrier),
+        TH_TEST(test_nccl_unique_id_exchange),
+        TH_TEST(test_backend_choice),
         TH_TEST(test_dead_peer_shm),
         TH_TEST(test_dead_peer_tcp),
     };

@@ -42,7 +42,7 @@ typedef enum {
 } ddp_reduce_op_t;
 
 typedef enum {
-    DDP_BACKEND_AUTO, /* NCCL where it is built in and a GPU is there, else CPU */
+    DDP_BACKEND_AUTO, /* DDP_BACKEND if set, else NCCL where built in and a GPU is seen, else CPU */
     DDP_BACKEND_CPU,  /* a ring: shared memory when all ranks are on one host, else TCP */
     DDP_BACKEND_NCCL, /* NCCL on the GPU of LOCAL_RANK; buffers are device pointers */
 } ddp_backend_kind_t;
@@ -86,6 +86,17 @@ int ddp_all_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_r
 /* Gathers `count` elements of `send` from every rank into `recv` (world size * count
  * elements, rank 0's first). `send` may be inside `recv` at this rank's place. */
 int ddp_all_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype);
+
+/* The bytes of an NCCL unique id (NCCL_UNIQUE_ID_BYTES). */
+#define DDP_NCCL_UNIQUE_ID_BYTES 128
+
+/* For a program that makes its own NCCL communicators: rank 0 calls ncclGetUniqueId and
+ * publishes the id in the launcher's store, every other rank waits for it; each rank
+ * gets the same DDP_NCCL_UNIQUE_ID_BYTES bytes in `id` (`len` at least that), ready for
+ * ncclCommInitRank. Every rank must make the same number of calls: the k-th call pairs
+ * with the k-th. Needs no GPU. DDP_ENOCUDA where libddp was built without NCCL or
+ * libnccl.so.2 cannot be loaded. */
+int ddp_nccl_unique_id(ddp_t *ddp, void *id, size_t len);
 
 /* What the last failed call of this context did wrong, or "". */
 const char *ddp_last_error(const ddp_t *ddp);

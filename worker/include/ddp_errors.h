@@ -14,7 +14,7 @@
     X(TIMEOUT, "timed out")                    \
     X(PROTO, "protocol error")                 \
     X(CLOSED, "connection closed by the peer") \
-    X(NOCUDA, "built without CUDA support")    \
+    X(NOCUDA, "no GPU or no CUDA support")     \
     X(CUDA, "CUDA driver error")               \
     X(INTERNAL, "internal error")
 

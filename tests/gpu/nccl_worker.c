@@ -1,0 +1,296 @@
+/* ddp-test-nccl: a libddp worker on the NCCL backend, run under ddp-launch by the gpu
+ * suite (tests/gpu/test_gpu.c).
+ *
+ *   count        prints "gpus N" (the CUDA runtime's device count); no launcher needed
+ *   collectives  all_reduce of every dtype (f16 and bf16 too) and op at several sizes
+ *                against a serial reference, bitwise equal across ranks; broadcast from
+ *                every root; all_gather; barrier; a host pointer refused with DDP_EUSAGE
+ *   die VICTIM   all_reduce in a loop; rank VICTIM SIGKILLs itself; the others ignore
+ *                SIGTERM and must end with libddp's error, not hang
+ * Prints "<mode> ok, world N" on success; exits 1 on a wrong result, 3 when a call fails. */
+#include <ddp.h>
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static ddp_t *ddp;
+static int rank, world;
+
+#define CALL(what, expr)                                                                    \
+    do {                                                                                    \
+        int err_ = (expr);                                                                  \
+        if (err_ != 0) {                                                                    \
+            fprintf(stderr, "rank %d: %s failed: %s: %s\n", rank, what, ddp_strerror(err_), \
+                    ddp_last_error(ddp));                                                   \
+            exit(3);                                                                        \
+        }                                                                                   \
+    } while (0)
+
+#define CUDA(expr)                                                                     \
+    do {                                                                               \
+        cudaError_t c_ = (expr);                                                       \
+        if (c_ != cudaSuccess) {                                                       \
+            fprintf(stderr, "rank %d: %s: %s\n", rank, #expr, cudaGetErrorString(c_)); \
+            exit(3);                                                                   \
+        }                                                                              \
+    } while (0)
+
+static size_t size_of(ddp_dtype_t t)
+{
+    return t == DDP_FLOAT64 || t == DDP_INT64 ? 8 : t == DDP_FLOAT16 || t == DDP_BFLOAT16 ? 2 : 4;
+}
+
+/* Small integers, so that every sum of up to 8 ranks is exact in every type (bf16 has 8
+ * bits of mantissa). */
+static double input(int r, size_t i)
+{
+    uint64_t h = (uint64_t)i * 0x9E3779B97F4A7C15ull + (uint64_t)r * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+    return (double)(int)(h % 31) - 15.0;
+}
+
+static uint16_t to_half(float f)
+{
+    /* Exact for the small integers and halves used here: no rounding needed. */
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, mant = x & 0x7fffffu;
+    if (exp == 0)
+        return (uint16_t)sign;
+    return (uint16_t)(sign | ((exp - 127 + 15) << 10) | (mant >> 13));
+}
+
+static float from_half(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    uint32_t x = exp == 0 && mant == 0 ? sign : sign | ((exp - 15 + 127) << 23) | (mant << 13);
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static void put(void *buf, size_t i, ddp_dtype_t t, double v)
+{
+    float f = (float)v;
+    uint32_t x;
+    switch (t) {
+    case DDP_FLOAT32:
+        ((float *)buf)[i] = f;
+        break;
+    case DDP_FLOAT64:
+        ((double *)buf)[i] = v;
+        break;
+    case DDP_INT32:
+        ((int32_t *)buf)[i] = (int32_t)v;
+        break;
+    case DDP_INT64:
+        ((int64_t *)buf)[i] = (int64_t)v;
+        break;
+    case DDP_FLOAT16:
+        ((uint16_t *)buf)[i] = to_half(f);
+        break;
+    case DDP_BFLOAT16:
+        memcpy(&x, &f, 4);
+        ((uint16_t *)buf)[i] = (uint16_t)(x >> 16);
+        break;
+    }
+}
+
+static double get(const void *buf, size_t i, ddp_dtype_t t)
+{
+    uint32_t x;
+    float f;
+    switch (t) {
+    case DDP_FLOAT32:
+        return ((const float *)buf)[i];
+    case DDP_FLOAT64:
+        return ((const double *)buf)[i];
+    case DDP_INT32:
+        return ((const int32_t *)buf)[i];
+    case DDP_INT64:
+        return (double)((const int64_t *)buf)[i];
+    case DDP_FLOAT16:
+        return from_half(((const uint16_t *)buf)[i]);
+    case DDP_BFLOAT16:
+        x = (uint32_t)((const uint16_t *)buf)[i] << 16;
+        memcpy(&f, &x, 4);
+        return f;
+    }
+    return 0;
+}
+
+static uint64_t fnv(const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void same_everywhere(const void *host, size_t len)
+{
+    int64_t mine = (int64_t)fnv(host, len), *d_mine, *d_all, *all = malloc((size_t)world * 8);
+    CUDA(cudaMalloc((void **)&d_mine, 8));
+    CUDA(cudaMalloc((void **)&d_all, (size_t)world * 8));
+    CUDA(cudaMemcpy(d_mine, &mine, 8, cudaMemcpyHostToDevice));
+    CALL("all_gather", ddp_all_gather(ddp, d_mine, d_all, 1, DDP_INT64));
+    CUDA(cudaMemcpy(all, d_all, (size_t)world * 8, cudaMemcpyDeviceToHost));
+    for (int r = 0; r < world; r++) {
+        if (all[r] != mine) {
+            fprintf(stderr, "rank %d: all_reduce result differs from rank %d's bits\n", rank, r);
+            exit(1);
+        }
+    }
+    cudaFree(d_mine);
+    cudaFree(d_all);
+    free(all);
+}
+
+static void check_all_reduce(ddp_dtype_t t, ddp_reduce_op_t op, size_t count)
+{
+    size_t es = size_of(t);
+    uint8_t *host = malloc(count * es + 8), *one = malloc(8);
+    void *dev;
+    for (size_t i = 0; i < count; i++)
+        put(host, i, t, input(rank, i));
+    CUDA(cudaMalloc(&dev, count * es + 8));
+    CUDA(cudaMemcpy(dev, host, count * es, cudaMemcpyHostToDevice));
+    CALL("all_reduce", ddp_all_reduce(ddp, dev, count, t, op));
+    CUDA(cudaMemcpy(host, dev, count * es, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < count; i++) {
+        double ref = 0;
+        for (int r = 0; r < world; r++) {
+            double v = input(r, i);
+            if (r == 0 || op == DDP_SUM || op == DDP_AVG)
+                ref = r == 0 ? v : ref + v;
+            else
+                ref = op == DDP_MIN ? fmin(ref, v) : fmax(ref, v);
+        }
+        if (op == DDP_AVG) {
+            ref = (t == DDP_INT32 || t == DDP_INT64) ? trunc(ref / world) : ref / world;
+            put(one, 0, t, ref); /* the average as the type holds it */
+            ref = get(one, 0, t);
+        }
+        double got = get(host, i, t), tol = op == DDP_AVG ? fabs(ref) * 1e-2 + 1e-2 : 0;
+        if (fabs(got - ref) > tol) {
+            fprintf(stderr, "rank %d: dtype %d op %d count %zu: [%zu] = %g, expected %g\n", rank,
+                    (int)t, (int)op, count, i, got, ref);
+            exit(1);
+        }
+    }
+    same_everywhere(host, count * es);
+    cudaFree(dev);
+    free(host);
+    free(one);
+}
+
+static void mode_collectives(void)
+{
+    static const size_t sizes[] = {0, 1, 7, 1000, (1u << 20) + 3};
+    static const ddp_dtype_t types[] = {DDP_FLOAT32, DDP_FLOAT64, DDP_INT32,
+                                        DDP_INT64,   DDP_FLOAT16, DDP_BFLOAT16};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+            for (int op = DDP_SUM; op <= DDP_MAX; op++)
+                check_all_reduce(types[t], (ddp_reduce_op_t)op, sizes[s]);
+    /* Broadcast from every root and all_gather, of int64. */
+    size_t n = 4099;
+    int64_t *host = malloc(n * world * 8), *dev, *dev_all;
+    CUDA(cudaMalloc((void **)&dev, n * 8));
+    CUDA(cudaMalloc((void **)&dev_all, n * world * 8));
+    for (int root = 0; root < world; root++) {
+        for (size_t i = 0; i < n; i++)
+            host[i] = rank == root ? (int64_t)(i * 5 + (size_t)root) : -1;
+        CUDA(cudaMemcpy(dev, host, n * 8, cudaMemcpyHostToDevice));
+        CALL("broadcast", ddp_broadcast(ddp, dev, n, DDP_INT64, root));
+        CUDA(cudaMemcpy(host, dev, n * 8, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) {
+            if (host[i] != (int64_t)(i * 5 + (size_t)root)) {
+                fprintf(stderr, "rank %d: broadcast from %d wrong at %zu\n", rank, root, i);
+                exit(1);
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        host[i] = rank * 1000000 + (int64_t)i;
+    CUDA(cudaMemcpy(dev, host, n * 8, cudaMemcpyHostToDevice));
+    CALL("all_gather", ddp_all_gather(ddp, dev, dev_all, n, DDP_INT64));
+    CUDA(cudaMemcpy(host, dev_all, n * world * 8, cudaMemcpyDeviceToHost));
+    for (int r = 0; r < world; r++) {
+        for (size_t i = 0; i < n; i++) {
+            if (host[(size_t)r * n + i] != r * 1000000 + (int64_t)i) {
+                fprintf(stderr, "rank %d: all_gather block %d wrong at %zu\n", rank, r, i);
+                exit(1);
+            }
+        }
+    }
+    for (int i = 0; i < 20; i++)
+        CALL("barrier", ddp_barrier(ddp));
+    /* A host buffer is the caller's mistake, said so; a fresh context is not broken by it. */
+    float on_host[4] = {0};
+    int err = ddp_all_reduce(ddp, on_host, 4, DDP_FLOAT32, DDP_SUM);
+    if (err != DDP_EUSAGE || strstr(ddp_last_error(ddp), "host memory") == NULL) {
+        fprintf(stderr, "rank %d: a host pointer gave %d: %s\n", rank, err, ddp_last_error(ddp));
+        exit(1);
+    }
+    cudaFree(dev);
+    cudaFree(dev_all);
+    free(host);
+    printf("collectives ok, world %d\n", world);
+}
+
+static void mode_die(int victim)
+{
+    size_t n = 16u << 20;
+    float *dev;
+    CUDA(cudaMalloc((void **)&dev, n * sizeof *dev));
+    CUDA(cudaMemset(dev, 0, n * sizeof *dev));
+    signal(SIGTERM, SIG_IGN);
+    CALL("barrier", ddp_barrier(ddp));
+    for (int i = 0; i < 100000; i++) {
+        if (rank == victim && i == 5) {
+            fprintf(stderr, "rank %d: dying now\n", rank);
+            raise(SIGKILL);
+        }
+        CALL("all_reduce", ddp_all_reduce(ddp, dev, n, DDP_FLOAT32, DDP_SUM));
+    }
+    printf("die: rank %d was never stopped\n", rank);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "collectives";
+    if (strcmp(mode, "count") == 0) {
+        int count = 0;
+        if (cudaGetDeviceCount(&count) != cudaSuccess)
+            count = 0;
+        printf("gpus %d\n", count);
+        return 0;
+    }
+    ddp_options_t options = {DDP_BACKEND_NCCL, 0};
+    int err = ddp_init_with(&ddp, &options);
+    if (err != 0) {
+        fprintf(stderr, "ddp_init: %s\n", ddp_strerror(err));
+        return 3;
+    }
+    rank = ddp_rank(ddp);
+    world = ddp_world_size(ddp);
+    if (strcmp(ddp_backend_name(ddp), "nccl") != 0) {
+        fprintf(stderr, "rank %d: backend %s, not nccl\n", rank, ddp_backend_name(ddp));
+        return 1;
+    }
+    if (strcmp(mode, "collectives") == 0)
+        mode_collectives();
+    else if (strcmp(mode, "die") == 0)
+        mode_die(argc > 2 ? atoi(argv[2]) : 1);
+    else
+        return 2;
+    ddp_finalize(ddp);
+    return 0;
+}

@@ -1,0 +1,399 @@
+/* The NCCL backend: one communicator per context on the GPU of LOCAL_RANK, and the
+ * unique-id exchange through the launcher's store.
+ *
+ * Rank 0 calls ncclGetUniqueId and SETs the 128 bytes under ddp/<attempt>/nccl/<k>; the
+ * others GET them (the store waits). The communicator is created non-blocking, and
+ * every wait (init, each collective on the context's stream) polls
+ * ncclCommGetAsyncError and the stream with a deadline: a peer that died or hangs ends
+ * in ncclCommAbort and an error, never in a hang. Runs on the thread that owns the
+ * context; CUDA and NCCL are loaded with dlopen (cuda_api.h). */
+#include "internal.h"
+
+#include "cuda_api.h"
+#include "error.h"
+#include "io.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    ddp_cuda_api_t *api;
+    ncclComm_t comm;
+    cudaStream_t stream;
+    int32_t *scratch; /* on the device, for the barrier */
+    int device;
+    bool aborted;
+} nccl_t;
+
+static ddp_cuda_api_t *api_of(ddp_t *ddp)
+{
+    if (ddp->cuda == NULL)
+        ddp->cuda = calloc(1, sizeof *ddp->cuda);
+    return ddp->cuda;
+}
+
+void ddp_nccl_release(ddp_t *ddp)
+{
+    if (ddp->cuda != NULL)
+        ddp_cuda_api_unload(ddp->cuda);
+    free(ddp->cuda);
+    ddp->cuda = NULL;
+}
+
+int ddp_nccl_device_count(ddp_t *ddp)
+{
+    ddp_cuda_api_t *api = api_of(ddp);
+    return api != NULL ? ddp_cuda_api_device_count(api) : 0;
+}
+
+int ddp_nccl_exchange_id(ddp_t *ddp, void *id, size_t len)
+{
+    char why[512], key[96];
+    ddp_cuda_api_t *api = api_of(ddp);
+    ncclUniqueId uid;
+    int err;
+    if (api == NULL)
+        return ddp_fail(ddp, -ENOMEM, "nccl_unique_id: out of memory");
+    if (len < sizeof uid.internal)
+        return ddp_fail(ddp, DDP_EUSAGE, "nccl_unique_id: %zu bytes is too small for an id (%zu)",
+                        len, sizeof uid.internal);
+    if ((err = ddp_cuda_api_load_nccl(api, why, sizeof why)) != 0)
+        return ddp_fail(ddp, err, "unable to load NCCL: %s", why);
+    ddp_key(ddp, key, sizeof key, "nccl/%d", ddp->nccl_ids);
+    if (ddp->rank == 0) {
+        ncclResult_t r = api->ncclGetUniqueId(&uid);
+        if (r != ncclSuccess)
+            return ddp_fail(ddp, DDP_ECUDA, "unable to get an NCCL unique id: %s",
+                            api->ncclGetErrorString(r));
+        if (ddp->store != NULL &&
+            (err = ddp_store_client_set(ddp->store, key, uid.internal, sizeof uid.internal)) != 0)
+            return ddp_fail(ddp, err, "unable to publish the NCCL unique id: %s",
+                            ddp_store_client_error(ddp->store));
+    } else {
+        ddp_buf_t value = DDP_BUF_INIT;
+        err = ddp_store_client_get(ddp->store, key, &value);
+        if (err)
+            ddp_fail(ddp, err, "rank 0 never published the NCCL unique id (%s): %s", key,
+                     ddp_store_client_error(ddp->store));
+        else if (value.len != sizeof uid.internal)
+            err = ddp_fail(ddp, DDP_EPROTO, "the NCCL unique id under %s has %zu bytes, not %zu",
+                           key, value.len, sizeof uid.internal);
+        else
+            memcpy(uid.internal, value.data, sizeof uid.internal);
+        ddp_buf_free(&value);
+        if (err)
+            return err;
+    }
+    ddp->nccl_ids++;
+    memcpy(id, uid.internal, sizeof uid.internal);
+    return 0;
+}
+
+static void pause_briefly(int round)
+{
+    /* The first polls come fast (a collective of a few KiB takes microseconds), then
+     * back off to 1 ms. */
+    long ns = round < 100 ? 2000 : round < 1000 ? 50000 : 1000000;
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
+
+static int nccl_fail(ddp_t *ddp, nccl_t *n, ncclResult_t r, const char *what)
+{
+    const char *detail = n->comm != NULL ? n->api->ncclGetLastError(n->comm) : "";
+    return ddp_fail(ddp, r == ncclRemoteError || r == ncclSystemError ? DDP_ECLOSED : DDP_ECUDA,
+                    "%s: NCCL: %s%s%s%s", what, n->api->ncclGetErrorString(r),
+                    detail && *detail ? " (" : "", detail ? detail : "",
+                    detail && *detail ? ")" : "");
+}
+
+static int abort_comm(ddp_t *ddp, nccl_t *n, int err, const char *what, const char *why)
+{
+    if (n->comm != NULL && !n->aborted) {
+        n->api->ncclCommAbort(n->comm);
+        n->aborted = true;
+        n->comm = NULL;
+    }
+    return ddp_fail(ddp, err, "%s: %s; the NCCL communicator was aborted", what, why);
+}
+
+/* Waits until the communicator has finished a non-blocking call (init, finalize). */
+static int wait_comm(ddp_t *ddp, nccl_t *n, const char *what)
+{
+    double deadline = ddp_clock_mono() + ddp->timeout;
+    for (int round = 0;; round++) {
+        ncclResult_t state = ncclInProgress;
+        ncclResult_t r = n->api->ncclCommGetAsyncError(n->comm, &state);
+        if (r != ncclSuccess)
+            return nccl_fail(ddp, n, r, what);
+        if (state == ncclSuccess)
+            return 0;
+        if (state != ncclInProgress) {
+            int err = nccl_fail(ddp, n, state, what);
+            return abort_comm(ddp, n, err, what, ddp->error);
+        }
+        if (ddp_clock_mono() >= deadline) {
+            char why[128];
+            snprintf(why, sizeof why, "not done after %g s (a rank missing?)", ddp->timeout);
+            return abort_comm(ddp, n, DDP_ETIMEOUT, what, why);
+        }
+        pause_briefly(round);
+    }
+}
+
+/* Waits for the work queued on the stream, watching the communicator for a peer's
+ * failure meanwhile. */
+static int wait_stream(ddp_t *ddp, nccl_t *n, const char *what)
+{
+    double deadline = ddp_clock_mono() + ddp->timeout;
+    for (int round = 0;; round++) {
+        cudaError_t c = n->api->cudaStreamQuery(n->stream);
+        if (c == cudaSuccess)
+            return 0;
+        if (c != cudaErrorNotReady)
+            return ddp_fail(ddp, DDP_ECUDA, "%s: CUDA: %s", what, n->api->cudaGetErrorString(c));
+        ncclResult_t state = ncclSuccess;
+        n->api->ncclCommGetAsyncError(n->comm, &state);
+        if (state != ncclSuccess && state != ncclInProgress) {
+            int err = nccl_fail(ddp, n, state, what);
+            return abort_comm(ddp, n, err, what, "a peer failed");
+        }
+        if (ddp_clock_mono() >= deadline) {
+            char why[160];
+            snprintf(why, sizeof why, "no progress for %g s (a rank stopped calling it?)",
+                     ddp->timeout);
+            return abort_comm(ddp, n, DDP_ETIMEOUT, what, why);
+        }
+        pause_briefly(round);
+    }
+}
+
+static void nccl_finalize(void *state);
+
+static int nccl_init(ddp_t *ddp, void **state)
+{
+    char why[512];
+    ncclUniqueId uid;
+    nccl_t *n = calloc(1, sizeof *n);
+    int err, count;
+    if (n == NULL)
+        return -ENOMEM;
+    n->api = api_of(ddp);
+    if (n->api == NULL) {
+        free(n);
+        return -ENOMEM;
+    }
+    if ((err = ddp_cuda_api_load_nccl(n->api, why, sizeof why)) != 0 ||
+        (err = ddp_cuda_api_load_cudart(n->api, why, sizeof why)) != 0) {
+        ddp_fail(ddp, err, "unable to load NCCL and the CUDA runtime: %s", why);
+        goto fail;
+    }
+    count = ddp_cuda_api_device_count(n->api);
+    if (count == 0) {
+        const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+        err = ddp_fail(ddp, DDP_ENOCUDA, "the NCCL backend needs a GPU and none is visible%s%s",
+                       visible ? ": CUDA_VISIBLE_DEVICES=" : "", visible ? visible : "");
+        goto fail;
+    }
+    if (ddp->local_rank >= count) {
+        err = ddp_fail(ddp, DDP_EUSAGE,
+                       "LOCAL_RANK %d has no GPU of its own: %d visible (run at most %d workers "
+                       "per node, --nproc-per-node=gpu)",
+                       ddp->local_rank, count, count);
+        goto fail;
+    }
+    n->device = ddp->local_rank;
+    cudaError_t c = n->api->cudaSetDevice(n->device);
+    if (c == cudaSuccess)
+        c = n->api->cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
+    if (c == cudaSuccess)
+        c = n->api->cudaMalloc((void **)&n->scratch, sizeof *n->scratch);
+    if (c != cudaSuccess) {
+        err = ddp_fail(ddp, DDP_ECUDA, "unable to set up GPU %d: %s", n->device,
+                       n->api->cudaGetErrorString(c));
+        goto fail;
+    }
+    if ((err = ddp_nccl_exchange_id(ddp, uid.internal, sizeof uid.internal)) != 0)
+        goto fail;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r =
+        n->api->ncclCommInitRankConfig(&n->comm, ddp->world_size, uid, ddp->rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        err = nccl_fail(ddp, n, r, "unable to create the NCCL communicator");
+        goto fail;
+    }
+    if ((err = wait_comm(ddp, n, "NCCL communicator init")) != 0)
+        goto fail;
+    *state = n;
+    return 0;
+fail:
+    nccl_finalize(n);
+    return err;
+}
+
+static void nccl_finalize(void *state)
+{
+    nccl_t *n = state;
+    if (n == NULL)
+        return;
+    if (n->comm != NULL) {
+        /* Finalize flushes what is queued; a broken communicator is aborted instead. */
+        ncclResult_t async = ncclSuccess;
+        n->api->ncclCommGetAsyncError(n->comm, &async);
+        if (async == ncclSuccess && n->api->ncclCommFinalize(n->comm) == ncclSuccess) {
+            for (int round = 0; round < 20000; round++) {
+                n->api->ncclCommGetAsyncError(n->comm, &async);
+                if (async != ncclInProgress)
+                    break;
+                pause_briefly(round);
+            }
+        }
+        if (async == ncclSuccess)
+            n->api->ncclCommDestroy(n->comm);
+        else
+            n->api->ncclCommAbort(n->comm);
+    }
+    if (n->scratch != NULL)
+        n->api->cudaFree(n->scratch);
+    if (n->stream != NULL)
+        n->api->cudaStreamDestroy(n->stream);
+    free(n);
+}
+
+static bool nccl_type(ddp_dtype_t dtype, ncclDataType_t *out)
+{
+    switch (dtype) {
+    case DDP_FLOAT32:
+        *out = ncclFloat32;
+        return true;
+    case DDP_FLOAT64:
+        *out = ncclFloat64;
+        return true;
+    case DDP_INT32:
+        *out = ncclInt32;
+        return true;
+    case DDP_INT64:
+        *out = ncclInt64;
+        return true;
+    case DDP_FLOAT16:
+        *out = ncclFloat16;
+        return true;
+    case DDP_BFLOAT16:
+        *out = ncclBfloat16;
+        return true;
+    }
+    return false;
+}
+
+/* Buffers of the NCCL backend are device memory: a host pointer is the caller's
+ * mistake, reported before NCCL would fault on it. */
+static int check_device_pointer(ddp_t *ddp, nccl_t *n, const char *what, const void *p)
+{
+    struct cudaPointerAttributes attr;
+    if (p == NULL)
+        return 0;
+    if (n->api->cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        n->api->cudaGetLastError();
+        attr.type = cudaMemoryTypeUnregistered;
+    }
+    if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged)
+        return 0;
+    return ddp_fail(ddp, DDP_EUSAGE,
+                    "%s: %p is host memory, but the nccl backend takes device pointers (use "
+                    "DDP_BACKEND_CPU for host buffers)",
+                    what, p);
+}
+
+static int usable(ddp_t *ddp, nccl_t *n, const char *what)
+{
+    if (n->comm == NULL)
+        return ddp_fail(ddp, DDP_ECLOSED, "%s: the NCCL communicator was aborted", what);
+    return 0;
+}
+
+static int nccl_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
+                           ddp_reduce_op_t op)
+{
+    static const ncclRedOp_t ops[] = {
+        [DDP_SUM] = ncclSum, [DDP_AVG] = ncclAvg, [DDP_MIN] = ncclMin, [DDP_MAX] = ncclMax};
+    nccl_t *n = state;
+    ncclDataType_t type;
+    int err;
+    if (count == 0)
+        return 0;
+    if (!nccl_type(dtype, &type))
+        return ddp_fail(ddp, DDP_EUSAGE, "all_reduce: unknown dtype %d", (int)dtype);
+    if ((err = usable(ddp, n, "all_reduce")) != 0 ||
+        (err = check_device_pointer(ddp, n, "all_reduce", buf)) != 0)
+        return err;
+    ncclResult_t r = n->api->ncclAllReduce(buf, buf, count, type, ops[op], n->comm, n->stream);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_fail(ddp, n, r, "all_reduce");
+    return wait_stream(ddp, n, "all_reduce");
+}
+
+static int nccl_barrier(ddp_t *ddp, void *state)
+{
+    nccl_t *n = state;
+    int err = usable(ddp, n, "barrier");
+    if (err)
+        return err;
+    cudaError_t c = n->api->cudaMemsetAsync(n->scratch, 0, sizeof *n->scratch, n->stream);
+    if (c != cudaSuccess)
+        return ddp_fail(ddp, DDP_ECUDA, "barrier: CUDA: %s", n->api->cudaGetErrorString(c));
+    return nccl_all_reduce(ddp, state, n->scratch, 1, DDP_INT32, DDP_SUM);
+}
+
+static int nccl_broadcast(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
+                          int root)
+{
+    nccl_t *n = state;
+    ncclDataType_t type;
+    int err;
+    if (count == 0)
+        return 0;
+    if (!nccl_type(dtype, &type))
+        return ddp_fail(ddp, DDP_EUSAGE, "broadcast: unknown dtype %d", (int)dtype);
+    if ((err = usable(ddp, n, "broadcast")) != 0 ||
+        (err = check_device_pointer(ddp, n, "broadcast", buf)) != 0)
+        return err;
+    ncclResult_t r = n->api->ncclBroadcast(buf, buf, count, type, root, n->comm, n->stream);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_fail(ddp, n, r, "broadcast");
+    return wait_stream(ddp, n, "broadcast");
+}
+
+static int nccl_all_gather(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
+                           ddp_dtype_t dtype)
+{
+    nccl_t *n = state;
+    ncclDataType_t type;
+    int err;
+    if (count == 0)
+        return 0;
+    if (!nccl_type(dtype, &type))
+        return ddp_fail(ddp, DDP_EUSAGE, "all_gather: unknown dtype %d", (int)dtype);
+    if ((err = usable(ddp, n, "all_gather")) != 0 ||
+        (err = check_device_pointer(ddp, n, "all_gather", send)) != 0 ||
+        (err = check_device_pointer(ddp, n, "all_gather", recv)) != 0)
+        return err;
+    ncclResult_t r = n->api->ncclAllGather(send, recv, count, type, n->comm, n->stream);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_fail(ddp, n, r, "all_gather");
+    return wait_stream(ddp, n, "all_gather");
+}
+
+const ddp_backend_t ddp_nccl_backend = {
+    .name = "nccl",
+    .init = nccl_init,
+    .barrier = nccl_barrier,
+    .broadcast = nccl_broadcast,
+    .all_reduce = nccl_all_reduce,
+    .all_gather = nccl_all_gather,
+    .finalize = nccl_finalize,
+};
