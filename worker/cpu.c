@@ -606,6 +606,28 @@ fail:
     return err;
 }
 
+static int cpu_alloc(ddp_t *ddp, void *state, size_t bytes, void **out)
+{
+    (void)state;
+    if ((*out = malloc(bytes)) == NULL)
+        return ddp_fail(ddp, -ENOMEM, "unable to allocate %zu bytes", bytes);
+    return 0;
+}
+
+static void cpu_release(void *state, void *p)
+{
+    (void)state;
+    free(p);
+}
+
+static int cpu_copy(ddp_t *ddp, void *state, void *dst, const void *src, size_t bytes)
+{
+    (void)ddp;
+    (void)state;
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
 const ddp_backend_t ddp_cpu_backend = {
     .name = "cpu",
     .init = cpu_init,
@@ -614,4 +636,7 @@ const ddp_backend_t ddp_cpu_backend = {
     .all_reduce = cpu_all_reduce,
     .all_gather = cpu_all_gather,
     .finalize = cpu_finalize,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .copy = cpu_copy,
 };

@@ -22,7 +22,12 @@
     X(cudaMemsetAsync)           \
     X(cudaPointerGetAttributes)  \
     X(cudaGetErrorString)        \
-    X(cudaGetLastError)
+    X(cudaGetLastError)          \
+    X(cudaMemcpyAsync)           \
+    X(cudaEventCreateWithFlags)  \
+    X(cudaEventRecord)           \
+    X(cudaEventDestroy)          \
+    X(cudaStreamWaitEvent)
 
 #define DDP_NCCL_FUNCTIONS(X) \
     X(ncclGetVersion)         \

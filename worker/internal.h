@@ -24,6 +24,15 @@ typedef struct ddp_backend_s {
     int (*all_gather)(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
                       ddp_dtype_t dtype);
     void (*finalize)(void *state);
+    /* Memory of the backend's buffers (host for cpu, device for nccl), for the reducer's
+     * buckets. A copy is ordered before the backend's next collective; flush waits for
+     * the copies queued (NULL: they are done at once). fence (may be NULL) makes later
+     * copies wait for the work the caller's thread has queued so far. */
+    int (*alloc)(ddp_t *ddp, void *state, size_t bytes, void **out);
+    void (*release)(void *state, void *p);
+    int (*copy)(ddp_t *ddp, void *state, void *dst, const void *src, size_t bytes);
+    int (*flush)(ddp_t *ddp, void *state);
+    int (*fence)(ddp_t *ddp, void *state);
 } ddp_backend_t;
 
 extern const ddp_backend_t ddp_cpu_backend;

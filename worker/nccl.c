@@ -24,7 +24,8 @@ typedef struct {
     ddp_cuda_api_t *api;
     ncclComm_t comm;
     cudaStream_t stream;
-    int32_t *scratch; /* on the device, for the barrier */
+    int32_t *scratch;   /* on the device, for the barrier */
+    cudaEvent_t caller; /* the caller's work so far, for fence */
     int device;
     bool aborted;
 } nccl_t;
@@ -260,6 +261,8 @@ static void nccl_finalize(void *state)
     }
     if (n->scratch != NULL)
         n->api->cudaFree(n->scratch);
+    if (n->caller != NULL)
+        n->api->cudaEventDestroy(n->caller);
     if (n->stream != NULL)
         n->api->cudaStreamDestroy(n->stream);
     free(n);
@@ -388,6 +391,55 @@ static int nccl_all_gather(ddp_t *ddp, void *state, const void *send, void *recv
     return wait_stream(ddp, n, "all_gather");
 }
 
+static int nccl_alloc(ddp_t *ddp, void *state, size_t bytes, void **out)
+{
+    nccl_t *n = state;
+    cudaError_t c = n->api->cudaMalloc(out, bytes);
+    if (c != cudaSuccess)
+        return ddp_fail(ddp, DDP_ECUDA, "unable to allocate %zu bytes on GPU %d: %s", bytes,
+                        n->device, n->api->cudaGetErrorString(c));
+    return 0;
+}
+
+static void nccl_release(void *state, void *p)
+{
+    nccl_t *n = state;
+    n->api->cudaFree(p);
+}
+
+static int nccl_copy(ddp_t *ddp, void *state, void *dst, const void *src, size_t bytes)
+{
+    nccl_t *n = state;
+    cudaError_t c = n->api->cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, n->stream);
+    if (c != cudaSuccess)
+        return ddp_fail(ddp, DDP_ECUDA, "unable to copy %zu bytes on GPU %d: %s", bytes, n->device,
+                        n->api->cudaGetErrorString(c));
+    return 0;
+}
+
+static int nccl_flush(ddp_t *ddp, void *state)
+{
+    return wait_stream(ddp, state, "copy");
+}
+
+/* The caller computes its gradients on the legacy default stream (or synchronizes with
+ * it): what it queued there before ready() comes before the bucket's copies. */
+static int nccl_fence(ddp_t *ddp, void *state)
+{
+    nccl_t *n = state;
+    cudaError_t c = cudaSuccess;
+    if (n->caller == NULL)
+        c = n->api->cudaEventCreateWithFlags(&n->caller, cudaEventDisableTiming);
+    if (c == cudaSuccess)
+        c = n->api->cudaEventRecord(n->caller, cudaStreamLegacy);
+    if (c == cudaSuccess)
+        c = n->api->cudaStreamWaitEvent(n->stream, n->caller, 0);
+    if (c != cudaSuccess)
+        return ddp_fail(ddp, DDP_ECUDA, "unable to order the copies after the caller's work: %s",
+                        n->api->cudaGetErrorString(c));
+    return 0;
+}
+
 const ddp_backend_t ddp_nccl_backend = {
     .name = "nccl",
     .init = nccl_init,
@@ -396,4 +448,9 @@ const ddp_backend_t ddp_nccl_backend = {
     .all_reduce = nccl_all_reduce,
     .all_gather = nccl_all_gather,
     .finalize = nccl_finalize,
+    .alloc = nccl_alloc,
+    .release = nccl_release,
+    .copy = nccl_copy,
+    .flush = nccl_flush,
+    .fence = nccl_fence,
 };

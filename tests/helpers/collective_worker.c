@@ -9,6 +9,13 @@
  *                          128 bytes (gathered and compared), not zero, and the two ids
  *                          differ; prints "nccl-id <hex of the first id>". Built without
  *                          NCCL, checks the call fails with DDP_ENOCUDA instead.
+ *   reducer                five gradients (f32 and f64) in a reducer with 2 MiB buckets:
+ *                          three iterations of a simulated backward pass (50 ms of
+ *                          "compute" before each ready, last registered first); each
+ *                          gradient must hold the average over the ranks; a gradient
+ *                          left unmarked is an error naming it. Prints the bucket count
+ *                          and "overlap yes" when the first bucket's all-reduce began
+ *                          before the last gradient was ready.
  *   die VICTIM             all_reduce in a loop; rank VICTIM SIGKILLs itself in the
  *                          middle; the others must fail with an error, not hang. They
  *                          ignore SIGTERM, so what ends them is libddp's own detection.
@@ -22,10 +29,12 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static ddp_t *ddp;
 static int rank, world;
@@ -249,6 +258,93 @@ static void mode_nccl_id(void)
     printf("nccl-id ok, world %d\n", world);
 }
 
+static float grad_value(int r, int g, size_t i, int iter)
+{
+    return (float)((int)((i * 7 + (size_t)g * 13 + (size_t)iter * 5) % 97) - 48 + r * 3);
+}
+
+static void compute_for(double seconds)
+{
+    struct timespec ts = {0, (long)(seconds * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void mode_reducer(void)
+{
+    static const size_t counts[] = {1000000, 100000, 10000, 300000, 200000};
+    static const ddp_dtype_t types[] = {DDP_FLOAT32, DDP_FLOAT32, DDP_FLOAT64, DDP_FLOAT32,
+                                        DDP_FLOAT32};
+    enum { G = 5 };
+    void *grads[G];
+    ddp_reducer_t *reducer;
+    ddp_reducer_options_t options = {2u << 20, 0};
+    CALL("reducer_new", ddp_reducer_new(ddp, &options, &reducer));
+    for (int g = 0; g < G; g++) {
+        grads[g] = malloc(counts[g] * 8);
+        int index = ddp_reducer_add(reducer, grads[g], counts[g], types[g]);
+        if (index != g)
+            fail_collective("reducer_add", index < 0 ? index : -1);
+    }
+    bool overlapped = true;
+    for (int iter = 0; iter < 3; iter++) {
+        for (int g = G - 1; g >= 0; g--) {
+            compute_for(0.05);
+            for (size_t i = 0; i < counts[g]; i++) {
+                float v = grad_value(rank, g, i, iter);
+                if (types[g] == DDP_FLOAT32)
+                    ((float *)grads[g])[i] = v;
+                else
+                    ((double *)grads[g])[i] = v;
+            }
+            if (iter == 2 && g == 1)
+                continue; /* forgotten: wait() must say so */
+            CALL("reducer_ready", ddp_reducer_ready(reducer, g));
+        }
+        int err = ddp_reducer_wait(reducer);
+        if (iter == 2) {
+            if (err != DDP_EUSAGE || strstr(ddp_last_error(ddp), "not marked ready") == NULL ||
+                strstr(ddp_last_error(ddp), "(1)") == NULL) {
+                fprintf(stderr, "rank %d: a forgotten gradient gave %d: %s\n", rank, err,
+                        ddp_last_error(ddp));
+                exit(1);
+            }
+            CALL("reducer_ready", ddp_reducer_ready(reducer, 1));
+            err = ddp_reducer_wait(reducer);
+        }
+        CALL("reducer_wait", err);
+        for (int g = 0; g < G; g++) {
+            for (size_t i = 0; i < counts[g]; i++) {
+                double sum = 0;
+                for (int r = 0; r < world; r++)
+                    sum += grad_value(r, g, i, iter);
+                double want =
+                    types[g] == DDP_FLOAT32 ? (double)((float)sum / (float)world) : sum / world;
+                double got =
+                    types[g] == DDP_FLOAT32 ? ((float *)grads[g])[i] : ((double *)grads[g])[i];
+                if (got != want) {
+                    fprintf(stderr, "rank %d: iteration %d gradient %d [%zu] = %g, want %g\n", rank,
+                            iter, g, i, got, want);
+                    exit(1);
+                }
+            }
+        }
+        ddp_reducer_timing_t t;
+        ddp_reducer_timing(reducer, &t);
+        if (!(t.first_ready <= t.first_comm_start && t.first_comm_start < t.last_ready &&
+              t.last_ready <= t.comm_end))
+            overlapped = false;
+        printf("rank %d iteration %d: first bucket began %.1f ms before the last gradient was "
+               "ready\n",
+               rank, iter, (t.last_ready - t.first_comm_start) * 1e3);
+    }
+    printf("buckets %d\n", ddp_reducer_buckets(reducer));
+    printf("overlap %s\n", overlapped ? "yes" : "no");
+    ddp_reducer_free(reducer);
+    for (int g = 0; g < G; g++)
+        free(grads[g]);
+    printf("reducer ok, world %d\n", world);
+}
+
 static void mode_die(int victim)
 {
     size_t n = 4u << 20;
@@ -298,6 +394,8 @@ int main(int argc, char **argv)
         mode_check(argc > 2 ? strtoul(argv[2], NULL, 10) : (16u << 20));
     else if (strcmp(mode, "collectives") == 0)
         mode_collectives();
+    else if (strcmp(mode, "reducer") == 0)
+        mode_reducer();
     else if (strcmp(mode, "nccl-id") == 0)
         mode_nccl_id();
     else if (strcmp(mode, "die") == 0)

@@ -51,9 +51,10 @@ static bool no_segment_left(const char *run_id)
 }
 
 /* Runs `mode` on `world` ranks under the launcher with `env`; every rank must say
- * "<ok>" and use `transport`. */
-static void run_mode(int world, const char *mode, const char *arg, const char *const *env,
-                     const char *transport, const char *ok)
+ * "<ok>" and use `transport`. With `keep`, the finished run is left there to look at
+ * (th_cleanup is the caller's). */
+static void run_mode_keep(int world, const char *mode, const char *arg, const char *const *env,
+                          const char *transport, const char *ok, th_proc_t *keep)
 {
     char nproc[64], id_flag[128], id[64], line[128];
     snprintf(nproc, sizeof nproc, "--nproc-per-node=%d", world);
@@ -71,7 +72,16 @@ static void run_mode(int world, const char *mode, const char *arg, const char *c
         TH_ASSERT(&p, th_count(out, line) == world);
     }
     TH_ASSERT(&p, no_segment_left(id));
-    th_cleanup(&p);
+    if (keep != NULL)
+        *keep = p;
+    else
+        th_cleanup(&p);
+}
+
+static void run_mode(int world, const char *mode, const char *arg, const char *const *env,
+                     const char *transport, const char *ok)
+{
+    run_mode_keep(world, mode, arg, env, transport, ok, NULL);
 }
 
 static const char *const no_shm[] = {"DDP_SHM=0", NULL};
@@ -115,6 +125,23 @@ static void test_broadcast_all_gather_barrier(void **state)
     for (int world = 1; world <= 4; world++)
         run_mode(world, "collectives", NULL, NULL, "shm", "collectives ok");
     run_mode(3, "collectives", NULL, no_shm, "tcp", "collectives ok");
+}
+
+/* The reducer: averages bucket by bucket while the backward pass goes on (the first
+ * bucket's all-reduce begins before the last gradient is ready), 3 buckets as PyTorch's
+ * assignment gives for these sizes, and names a gradient left unmarked. */
+static void test_reducer_overlaps_and_averages(void **state)
+{
+    for (int world = 1; world <= 3; world++) {
+        th_proc_t p;
+        run_mode_keep(world, "reducer", NULL, NULL, "shm", "reducer ok", &p);
+        const char *out = ddp_buf_str(&p.out);
+        TH_ASSERT(&p, th_count(out, "buckets 3\n") == world);
+        TH_ASSERT(&p, th_count(out, "overlap yes\n") == world);
+        TH_ASSERT(&p,
+                  th_count(ddp_buf_str(&p.err), "not marked ready in this iteration (1)") == world);
+        th_cleanup(&p);
+    }
 }
 
 /* NCCL's unique id needs no GPU: rank 0's ncclGetUniqueId reaches every rank through the
@@ -232,6 +259,7 @@ int main(void)
         TH_TEST(test_all_reduce_world_4_one_rank_without_shm),
         TH_TEST(test_all_reduce_world_5_shm),
         TH_TEST(test_broadcast_all_gather_barrier),
+        TH_TEST(test_reducer_overlaps_and_averages),
         TH_TEST(test_nccl_unique_id_exchange),
         TH_TEST(test_backend_choice),
         TH_TEST(test_dead_peer_shm),

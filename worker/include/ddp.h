@@ -87,6 +87,50 @@ int ddp_all_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_r
  * elements, rank 0's first). `send` may be inside `recv` at this rank's place. */
 int ddp_all_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype);
 
+/* The gradient reducer, as PyTorch's DDP has: the program registers its gradient
+ * buffers once; in each backward pass it marks each one ready as soon as it is
+ * computed, and a communication thread averages full buckets across the ranks while
+ * the backward pass goes on; ddp_reducer_wait() before the optimizer step returns when
+ * every gradient holds the average. Buckets take the gradients last registered first
+ * (the order backward produces them), one dtype each, the first up to first_bucket_bytes
+ * (1 MiB) so communication starts early, the others up to bucket_bytes (25 MiB); they
+ * are reduced in order, so every rank runs the same collectives. Buffers are the
+ * backend's memory (host for cpu, device for nccl, computed on the default stream).
+ * From a ready() until wait() the reducer owns the context and the ready gradients:
+ * the program makes no other call on either. */
+typedef struct ddp_reducer_s ddp_reducer_t;
+
+typedef struct ddp_reducer_options_s {
+    size_t bucket_bytes;       /* 0: 25 MiB */
+    size_t first_bucket_bytes; /* 0: 1 MiB */
+} ddp_reducer_options_t;
+
+/* When the last iteration's events happened, in seconds of CLOCK_MONOTONIC. */
+typedef struct ddp_reducer_timing_s {
+    double first_ready;      /* the first gradient marked ready */
+    double last_ready;       /* the last gradient marked ready */
+    double first_comm_start; /* the first bucket's all-reduce began */
+    double comm_end;         /* the last bucket's results were in place */
+} ddp_reducer_timing_t;
+
+/* A reducer of `ddp` (options may be NULL); freed with ddp_reducer_free(). */
+int ddp_reducer_new(ddp_t *ddp, const ddp_reducer_options_t *options, ddp_reducer_t **out);
+/* Registers `count` elements at `grad` (the reducer borrows it); returns its index, from
+ * 0, or a negative error. All before the first ready(). */
+int ddp_reducer_add(ddp_reducer_t *reducer, void *grad, size_t count, ddp_dtype_t dtype);
+/* Gradient `index` is computed for this iteration: its bucket starts once all of its
+ * gradients are. Twice in one iteration is DDP_EUSAGE. */
+int ddp_reducer_ready(ddp_reducer_t *reducer, int index);
+/* Waits until every bucket is averaged and copied back. A gradient not marked ready is
+ * DDP_EUSAGE, naming it (mark it and wait again); a failed collective is its error. */
+int ddp_reducer_wait(ddp_reducer_t *reducer);
+/* The number of buckets (after the first ready()). */
+int ddp_reducer_buckets(const ddp_reducer_t *reducer);
+/* The timing of the last iteration that wait() completed. */
+void ddp_reducer_timing(const ddp_reducer_t *reducer, ddp_reducer_timing_t *out);
+/* Finishes the iteration in flight, if any, stops the thread and frees. NULL is allowed. */
+void ddp_reducer_free(ddp_reducer_t *reducer);
+
 /* The bytes of an NCCL unique id (NCCL_UNIQUE_ID_BYTES). */
 #define DDP_NCCL_UNIQUE_ID_BYTES 128
 
