@@ -9,6 +9,7 @@
 #include "error.h"
 #include "json.h"
 #include "parse.h"
+#include "sampler.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -347,6 +348,27 @@ int ddp_all_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_d
     return err ? err
                : after(ddp,
                        ddp->backend->all_gather(ddp, ddp->backend_state, send, recv, count, dtype));
+}
+
+size_t ddp_sampler_count(const ddp_t *ddp, size_t dataset_size,
+                         const ddp_sampler_options_t *options)
+{
+    return ddp_sample_count(dataset_size, ddp->world_size, options != NULL && options->drop_last);
+}
+
+int ddp_sampler_indices(ddp_t *ddp, size_t dataset_size, const ddp_sampler_options_t *options,
+                        uint64_t epoch, size_t *indices, size_t capacity)
+{
+    if (indices == NULL && capacity > 0)
+        return ddp_fail(ddp, DDP_EUSAGE, "sampler: the index buffer is NULL");
+    int err =
+        ddp_sample(dataset_size, ddp->rank, ddp->world_size, options, epoch, indices, capacity);
+    if (err == DDP_EUSAGE)
+        return ddp_fail(ddp, err, "sampler: room for %zu indices, %zu needed", capacity,
+                        ddp_sampler_count(ddp, dataset_size, options));
+    if (err)
+        return ddp_fail(ddp, err, "sampler: out of memory for %zu indices", dataset_size);
+    return 0;
 }
 
 void ddp_finalize(ddp_t *ddp)

@@ -60,6 +60,7 @@ struct ddp_s {
     int broken; /* a collective failed: the peers are out of step; later calls fail */
     struct ddp_cuda_api_s *cuda; /* CUDA and NCCL, once loaded (nccl.c) */
     int nccl_ids;                /* unique ids exchanged so far */
+    int checkpoints;             /* checkpoint saves and loads so far */
     char error[1024];
 };
 

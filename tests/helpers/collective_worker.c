@@ -16,6 +16,14 @@
  *                          left unmarked is an error naming it. Prints the bucket count
  *                          and "overlap yes" when the first bucket's all-reduce began
  *                          before the last gradient was ready.
+ *   sampler                every rank's indices gathered: each sample exactly once per
+ *                          epoch (save PyTorch's padding), for several sizes, with and
+ *                          without drop_last; epochs differ
+ *   checkpoint DIR         save and load round trips in DIR (rank 0's data reaches all),
+ *                          no checkpoint yet, corrupt / truncated / foreign files, a file
+ *                          only rank 0 sees
+ *   resume DIR STEPS       a training loop that saves a checkpoint each step; attempt 0's
+ *                          rank 1 fails after step 3; a restarted attempt resumes from it
  *   die VICTIM             all_reduce in a loop; rank VICTIM SIGKILLs itself in the
  *                          middle; the others must fail with an error, not hang. They
  *                          ignore SIGTERM, so what ends them is libddp's own detection.
@@ -25,6 +33,7 @@
  * DDP_SHM=0 for rank R alone. */
 #include <ddp.h>
 
+#include <errno.h>
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
@@ -34,7 +43,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static ddp_t *ddp;
 static int rank, world;
@@ -345,6 +356,178 @@ static void mode_reducer(void)
     printf("reducer ok, world %d\n", world);
 }
 
+static void mode_sampler(void)
+{
+    static const size_t sizes[] = {1000, 1001, 3, 0};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        for (int drop = 0; drop <= 1; drop++) {
+            size_t size = sizes[s], *first = NULL;
+            ddp_sampler_options_t o = {true, drop != 0, 7};
+            size_t per = ddp_sampler_count(ddp, size, &o), total = per * (size_t)world;
+            for (uint64_t epoch = 0; epoch < 3; epoch++) {
+                int64_t *mine = malloc((per + 1) * 8), *all = malloc((total + 1) * 8);
+                size_t *idx = malloc((per + 1) * sizeof *idx);
+                CALL("sampler", ddp_sampler_indices(ddp, size, &o, epoch, idx, per));
+                for (size_t i = 0; i < per; i++)
+                    mine[i] = (int64_t)idx[i];
+                CALL("all_gather", ddp_all_gather(ddp, mine, all, per, DDP_INT64));
+                unsigned *seen = calloc(size + 1, sizeof *seen);
+                size_t distinct = 0;
+                for (size_t i = 0; i < total; i++) {
+                    if (all[i] < 0 || (size_t)all[i] >= size) {
+                        fprintf(stderr, "rank %d: index %" PRId64 " of %zu\n", rank, all[i], size);
+                        exit(1);
+                    }
+                    distinct += seen[all[i]]++ == 0;
+                }
+                /* Without drop_last all are seen; with it, `total` distinct ones. */
+                if (distinct != (drop ? total : size)) {
+                    fprintf(stderr, "rank %d: size %zu drop %d epoch %d: %zu distinct of %zu\n",
+                            rank, size, drop, (int)epoch, distinct, total);
+                    exit(1);
+                }
+                if (epoch == 0) {
+                    first = idx;
+                } else {
+                    if (size >= 1000 && memcmp(first, idx, per * sizeof *idx) == 0) {
+                        fprintf(stderr, "rank %d: epoch %d repeats epoch 0\n", rank, (int)epoch);
+                        exit(1);
+                    }
+                    free(idx);
+                }
+                free(seen);
+                free(mine);
+                free(all);
+            }
+            free(first);
+        }
+    }
+    printf("sampler ok, world %d\n", world);
+}
+
+static unsigned char payload_byte(size_t i, int version)
+{
+    return (unsigned char)(i * 31 + (size_t)version * 7 + 1);
+}
+
+/* Loads `path`; exits unless the result is `want` (0: and the payload is version's). */
+static void expect_load(const char *path, int want, int version, const char *words)
+{
+    void *data = NULL;
+    size_t len = 0;
+    int err = ddp_checkpoint_load(ddp, path, &data, &len);
+    if (err != want || (words != NULL && strstr(ddp_last_error(ddp), words) == NULL)) {
+        fprintf(stderr, "rank %d: load %s gave %d (%s), wanted %d and '%s'\n", rank, path, err,
+                ddp_last_error(ddp), want, words ? words : "");
+        exit(1);
+    }
+    if (want == 0) {
+        for (size_t i = 0; i < len; i++) {
+            if (len != (1u << 20) + 3 || ((unsigned char *)data)[i] != payload_byte(i, version)) {
+                fprintf(stderr, "rank %d: the loaded checkpoint is not version %d\n", rank,
+                        version);
+                exit(1);
+            }
+        }
+        free(data);
+    }
+}
+
+/* Rank 0 alone rewrites the file, between barriers. */
+static void tamper(const char *path, const char *how)
+{
+    CALL("barrier", ddp_barrier(ddp));
+    if (rank == 0) {
+        FILE *f = fopen(path, strcmp(how, "foreign") == 0 ? "w" : "r+");
+        if (strcmp(how, "flip") == 0) {
+            fseek(f, 32 + 1000, SEEK_SET);
+            fputc(0x5a, f);
+        } else if (strcmp(how, "foreign") == 0) {
+            fputs("not a checkpoint at all, but longer than a header is\n", f);
+        }
+        fclose(f);
+        if (strcmp(how, "truncate") == 0 && truncate(path, 32 + 100) != 0)
+            exit(3);
+    }
+    CALL("barrier", ddp_barrier(ddp));
+}
+
+static void mode_checkpoint(const char *dir)
+{
+    char path[4096];
+    size_t len = (1u << 20) + 3;
+    unsigned char *data = malloc(len);
+    snprintf(path, sizeof path, "%s/ckpt.bin", dir);
+    expect_load(path, -ENOENT, 0, "no checkpoint at");
+    for (int version = 1; version <= 2; version++) {
+        /* Every rank passes its own bytes; rank 0's are the ones written. */
+        for (size_t i = 0; i < len; i++)
+            data[i] = rank == 0 ? payload_byte(i, version) : 0xee;
+        CALL("checkpoint_save", ddp_checkpoint_save(ddp, path, data, len));
+        expect_load(path, 0, version, NULL);
+    }
+    tamper(path, "flip");
+    expect_load(path, DDP_EPARSE, 0, "checksum");
+    tamper(path, "truncate");
+    expect_load(path, DDP_EPARSE, 0, "truncated");
+    tamper(path, "foreign");
+    expect_load(path, DDP_EPARSE, 0, "not a libddp checkpoint");
+    /* A save into a directory that does not exist fails on every rank alike. */
+    char bad[4200];
+    snprintf(bad, sizeof bad, "%s/no/such/dir/ckpt.bin", dir);
+    int err = ddp_checkpoint_save(ddp, bad, data, len);
+    if (err != -ENOENT || strstr(ddp_last_error(ddp), "no/such/dir") == NULL) {
+        fprintf(stderr, "rank %d: a save into a missing directory gave %d: %s\n", rank, err,
+                ddp_last_error(ddp));
+        exit(1);
+    }
+    /* The same relative path is a file for rank 0 and nothing for the others, as on
+     * node-local disks. */
+    if (world > 1) {
+        char own[4200];
+        snprintf(own, sizeof own, "%s/rank%d", dir, rank);
+        if (mkdir(own, 0755) != 0 || chdir(own) != 0)
+            exit(3);
+        for (size_t i = 0; i < len; i++)
+            data[i] = payload_byte(i, 1);
+        /* A valid file at rank 0's ./local.bin, saved through its absolute path. */
+        char local0[4300];
+        snprintf(local0, sizeof local0, "%s/rank0/local.bin", dir);
+        CALL("checkpoint_save", ddp_checkpoint_save(ddp, local0, data, len));
+        expect_load("local.bin", DDP_EUSAGE, 0, "exists for 1 of the");
+    }
+    free(data);
+    printf("checkpoint ok, world %d\n", world);
+}
+
+static void mode_resume(const char *dir, int steps)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/resume.bin", dir);
+    int64_t step = 0;
+    void *data;
+    size_t len;
+    int err = ddp_checkpoint_load(ddp, path, &data, &len);
+    if (err == 0 && len == sizeof step) {
+        memcpy(&step, data, sizeof step);
+        free(data);
+        printf("rank %d attempt %d resumed at step %d\n", rank, ddp_restart_count(ddp), (int)step);
+    } else if (err != -ENOENT) {
+        fail_collective("checkpoint_load", err);
+    }
+    for (; step < steps; step++) {
+        int64_t x = step;
+        CALL("all_reduce", ddp_all_reduce(ddp, &x, 1, DDP_INT64, DDP_SUM));
+        int64_t next = step + 1;
+        CALL("checkpoint_save", ddp_checkpoint_save(ddp, path, &next, sizeof next));
+        if (ddp_restart_count(ddp) == 0 && rank == 1 && next == 3) {
+            fprintf(stderr, "rank 1: failing after step 3\n");
+            exit(5);
+        }
+    }
+    printf("rank %d finished %d steps on attempt %d\n", rank, steps, ddp_restart_count(ddp));
+}
+
 static void mode_die(int victim)
 {
     size_t n = 4u << 20;
@@ -396,6 +579,12 @@ int main(int argc, char **argv)
         mode_collectives();
     else if (strcmp(mode, "reducer") == 0)
         mode_reducer();
+    else if (strcmp(mode, "sampler") == 0)
+        mode_sampler();
+    else if (strcmp(mode, "checkpoint") == 0 && argc > 2)
+        mode_checkpoint(argv[2]);
+    else if (strcmp(mode, "resume") == 0 && argc > 3)
+        mode_resume(argv[2], atoi(argv[3]));
     else if (strcmp(mode, "nccl-id") == 0)
         mode_nccl_id();
     else if (strcmp(mode, "die") == 0)

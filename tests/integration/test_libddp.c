@@ -144,6 +144,73 @@ static void test_reducer_overlaps_and_averages(void **state)
     }
 }
 
+/* The sampler: across the ranks every sample once per epoch (PyTorch's padding aside). */
+static void test_sampler_exactly_once(void **state)
+{
+    for (int world = 1; world <= 4; world++)
+        run_mode(world, "sampler", NULL, NULL, "shm", "sampler ok");
+}
+
+/* Names in `dir` other than `allowed` (a temporary file left by a save shows here). */
+static int stray_files(const char *dir, const char *const *allowed)
+{
+    int stray = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        bool ok = e->d_name[0] == '.';
+        for (int i = 0; allowed[i] != NULL && !ok; i++)
+            ok = strcmp(e->d_name, allowed[i]) == 0;
+        if (!ok) {
+            fprintf(stderr, "unexpected in %s: %s\n", dir, e->d_name);
+            stray++;
+        }
+    }
+    if (d != NULL)
+        closedir(d);
+    return stray;
+}
+
+/* Checkpoint round trips, no checkpoint yet, damaged files, a file only one rank sees. */
+static void test_checkpoint_round_trip(void **state)
+{
+    for (int world = 1; world <= 3; world += 2) {
+        char *dir = th_tmpdir();
+        run_mode(world, "checkpoint", dir, NULL, "shm", "checkpoint ok");
+        const char *allowed[] = {"ckpt.bin", "rank0", "rank1", "rank2", NULL};
+        assert_int_equal(stray_files(dir, allowed), 0);
+        th_rmtree(dir);
+        free(dir);
+    }
+}
+
+/* The use they are for: attempt 0 fails after step 3, the launcher restarts the job,
+ * and attempt 1 resumes from the checkpoint of step 3 instead of step 0. */
+static void test_restart_resumes_from_checkpoint(void **state)
+{
+    char *dir = th_tmpdir();
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--max-restarts=1",
+                          "--no-python",
+                          collectives(),
+                          "resume",
+                          dir,
+                          "6",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 120);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "rank 1: failing after step 3") != NULL);
+    TH_ASSERT(&p, strstr(out, "rank 0 attempt 1 resumed at step 3\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "rank 1 attempt 1 resumed at step 3\n") != NULL);
+    TH_ASSERT(&p, th_count(out, "finished 6 steps on attempt 1\n") == 2);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* NCCL's unique id needs no GPU: rank 0's ncclGetUniqueId reaches every rank through the
  * launcher's store, all 128 bytes of it. Without NCCL built in, the call says so. */
 static void test_nccl_unique_id_exchange(void **state)
@@ -260,6 +327,9 @@ int main(void)
         TH_TEST(test_all_reduce_world_5_shm),
         TH_TEST(test_broadcast_all_gather_barrier),
         TH_TEST(test_reducer_overlaps_and_averages),
+        TH_TEST(test_sampler_exactly_once),
+        TH_TEST(test_checkpoint_round_trip),
+        TH_TEST(test_restart_resumes_from_checkpoint),
         TH_TEST(test_nccl_unique_id_exchange),
         TH_TEST(test_backend_choice),
         TH_TEST(test_dead_peer_shm),

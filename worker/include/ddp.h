@@ -15,7 +15,9 @@
 #ifndef DDP_H
 #define DDP_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ddp_errors.h"
 
@@ -130,6 +132,39 @@ int ddp_reducer_buckets(const ddp_reducer_t *reducer);
 void ddp_reducer_timing(const ddp_reducer_t *reducer, ddp_reducer_timing_t *out);
 /* Finishes the iteration in flight, if any, stops the thread and frees. NULL is allowed. */
 void ddp_reducer_free(ddp_reducer_t *reducer);
+
+/* The distributed sampler, with PyTorch's DistributedSampler semantics: each epoch, every
+ * rank takes its share of one permutation of 0 .. dataset_size-1 (shuffled by seed +
+ * epoch, the same on every rank), so every sample goes to exactly one rank. Without
+ * drop_last the list is padded by repeating its start to a multiple of the world size
+ * (each rank gets ceil(size / world) indices); with it the tail is cut (floor). The
+ * permutation is libddp's own, not torch's randperm. */
+typedef struct ddp_sampler_options_s {
+    bool shuffle;
+    bool drop_last;
+    uint64_t seed;
+} ddp_sampler_options_t;
+
+/* PyTorch's defaults; NULL options mean the same. */
+#define DDP_SAMPLER_OPTIONS_DEFAULT ((ddp_sampler_options_t){true, false, 0})
+
+/* The number of indices this rank gets per epoch. */
+size_t ddp_sampler_count(const ddp_t *ddp, size_t dataset_size,
+                         const ddp_sampler_options_t *options);
+/* This rank's indices of epoch `epoch`, in the order to visit them, into `indices`
+ * (room for `capacity`; DDP_EUSAGE if short of ddp_sampler_count). */
+int ddp_sampler_indices(ddp_t *ddp, size_t dataset_size, const ddp_sampler_options_t *options,
+                        uint64_t epoch, size_t *indices, size_t capacity);
+
+/* Checkpoints. ddp_checkpoint_save(): every rank calls it; after a barrier, rank 0
+ * writes `len` bytes of `data` to `path` atomically (a temporary file, fsync, rename)
+ * with a checksum, and every rank returns rank 0's result. ddp_checkpoint_load(): every
+ * rank reads `path` between two barriers, into *data (malloc'd; the caller frees) and
+ * *len. -ENOENT (quietly) when there is no checkpoint yet; DDP_EPARSE for a file that is
+ * not one, is truncated or fails its checksum; DDP_EUSAGE when only some ranks see the
+ * file (not a shared filesystem). */
+int ddp_checkpoint_save(ddp_t *ddp, const char *path, const void *data, size_t len);
+int ddp_checkpoint_load(ddp_t *ddp, const char *path, void **data, size_t *len);
 
 /* The bytes of an NCCL unique id (NCCL_UNIQUE_ID_BYTES). */
 #define DDP_NCCL_UNIQUE_ID_BYTES 128
