@@ -1,0 +1,36 @@
+#!/bin/sh
+# Installs the build into a scratch root with meson install, then builds the collectives
+# test worker against the installed ddp.h and libddp through pkg-config, shared and
+# static, and runs each under ddp-launch on 2 ranks: the installed library and headers
+# stand alone.
+# usage: install.sh BUILD_DIR SOURCE_DIR
+set -eu
+build=$1
+source=$2
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+meson install -C "$build" --destdir "$root" --no-rebuild --quiet >/dev/null
+pc=$(find "$root" -name libddp.pc)
+[ -n "$pc" ] || { echo "install.sh: no libddp.pc installed" >&2; exit 1; }
+export PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$root"
+libdir=$(pkg-config --variable=libdir libddp) # already under the sysroot
+cflags=$(pkg-config --cflags libddp)
+cc $cflags -o "$root/shared" "$source/tests/helpers/collective_worker.c" \
+    $(pkg-config --libs libddp) -lm
+# Static: the archive alone, with the libraries pkg-config lists as private.
+cc $cflags -o "$root/static" "$source/tests/helpers/collective_worker.c" \
+    "$libdir/libddp.a" $(pkg-config --libs --static libddp | sed 's/-lddp//') -lm
+for kind in shared static; do
+    out=$(LD_LIBRARY_PATH="$libdir" "$root/usr/local/bin/ddp-launch" \
+        --nproc-per-node=2 --no-python "$root/$kind" collectives 2>&1) || {
+        echo "$out" >&2
+        exit 1
+    }
+    n=$(printf '%s\n' "$out" | grep -c '^collectives ok, world 2$' || true)
+    [ "$n" -eq 2 ] || { echo "install.sh: $kind: $out" >&2; exit 1; }
+    echo "$kind: ok"
+done
+if [ "$(ldd "$root/static" | grep -c libddp || true)" -ne 0 ]; then
+    echo "install.sh: the static build links libddp.so" >&2
+    exit 1
+fi
