@@ -16,7 +16,7 @@ if ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n){return 0;}' |
     exit 77
 fi
 "$clang" -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-    -fno-sanitize-recover=undefined -I"$src/common" -I"$2" \
+    -fno-sanitize-recover=undefined -I"$src/common" -I"$src/worker/include" -I"$2" \
     "$src/common/store_codec.c" "$src/common/buf.c" "$src/common/error.c" \
     "$src/tests/fuzz/fuzz_store_codec.c" -o "$out/fuzz_store_codec"
 # The seeds become corpus files; what the fuzzer finds stays in the build directory
