@@ -423,8 +423,8 @@ static int accept_prev(ddp_t *ddp, cpu_t *c, int listen_fd, double deadline)
     if (poll(&pfd, 1, left > 0 ? (int)(left * 1000) + 1 : 0) <= 0)
         return ddp_fail(ddp, DDP_ETIMEOUT,
                         "rank %d did not connect within %g s (is it running? it publishes its "
-                        "address under ddp/%d/cpu/%d)",
-                        c->prev, ddp->timeout, ddp->restart_count, c->prev);
+                        "address under ddp/%d/%s/cpu/%d)",
+                        c->prev, ddp->timeout, ddp->restart_count, ddp->group, c->prev);
     c->prev_fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
     if (c->prev_fd < 0)
         return ddp_fail(ddp, -errno, "unable to accept rank %d: %s", c->prev, strerror(errno));

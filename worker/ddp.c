@@ -87,7 +87,7 @@ int ddp_fail_peer(ddp_t *ddp, int err, int peer, const char *fmt, ...)
 void ddp_key(const ddp_t *ddp, char *buf, size_t cap, const char *fmt, ...)
 {
     va_list ap;
-    int n = snprintf(buf, cap, "ddp/%d/", ddp->restart_count);
+    int n = snprintf(buf, cap, "ddp/%d/%s/", ddp->restart_count, ddp->group);
     va_start(ap, fmt);
     if (n > 0 && (size_t)n < cap)
         vsnprintf(buf + n, cap - (size_t)n, fmt, ap);
@@ -206,13 +206,23 @@ int ddp_init(ddp_t **out)
 
 int ddp_init_with(ddp_t **out, const ddp_options_t *options)
 {
-    ddp_options_t opts = options ? *options : (ddp_options_t){DDP_BACKEND_AUTO, 0};
+    ddp_options_t opts = options ? *options : (ddp_options_t){DDP_BACKEND_AUTO, 0, NULL};
     ddp_t *ddp = calloc(1, sizeof *ddp);
     int err;
     if (ddp == NULL)
         return -ENOMEM;
     ddp_log_init(&ddp->log, "libddp", DDP_LOG_INFO);
     ddp->timeout = opts.timeout > 0 ? opts.timeout : default_timeout();
+    const char *group = opts.group != NULL ? opts.group : "main";
+    size_t group_len = strlen(group);
+    if (group_len == 0 || group_len >= sizeof ddp->group ||
+        strspn(group, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+            group_len) {
+        err = ddp_fail(ddp, DDP_EUSAGE,
+                       "group name '%s' is not 1 to 32 letters, digits, '_', '.' or '-'", group);
+        goto fail;
+    }
+    memcpy(ddp->group, group, group_len + 1);
     if ((err = read_environment(ddp)) != 0)
         goto fail;
     /* Die with the launcher. ddp-launch sets this itself; other launchers may not.

@@ -52,6 +52,7 @@ struct ddp_s {
     int local_rank, local_world_size;
     int restart_count;
     char master_addr[256];
+    char group[33];
     int master_port;
     double timeout; /* s, for init and each collective */
     ddp_store_client_t *store;
@@ -72,7 +73,7 @@ int ddp_fail(ddp_t *ddp, int err, const char *fmt, ...) __attribute__((format(pr
 int ddp_fail_peer(ddp_t *ddp, int err, int peer, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* The store key of this attempt of the job for `name` ("ddp/<attempt>/<name>"). */
+/* The store key of this attempt of the job for `name` ("ddp/<attempt>/<group>/<name>"). */
 void ddp_key(const ddp_t *ddp, char *buf, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

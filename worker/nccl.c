@@ -1,7 +1,7 @@
 /* The NCCL backend: one communicator per context on the GPU of LOCAL_RANK, and the
  * unique-id exchange through the launcher's store.
  *
- * Rank 0 calls ncclGetUniqueId and SETs the 128 bytes under ddp/<attempt>/nccl/<k>; the
+ * Rank 0 calls ncclGetUniqueId and SETs the 128 bytes under ddp/<attempt>/<group>/nccl/<k>; the
  * others GET them (the store waits). The communicator is created non-blocking, and
  * every wait (init, each collective on the context's stream) polls
  * ncclCommGetAsyncError and the stream with a deadline: a peer that died or hangs ends

@@ -273,7 +273,7 @@ int main(int argc, char **argv)
         printf("gpus %d\n", count);
         return 0;
     }
-    ddp_options_t options = {DDP_BACKEND_NCCL, 0};
+    ddp_options_t options = {.backend = DDP_BACKEND_NCCL};
     int err = ddp_init_with(&ddp, &options);
     if (err != 0) {
         fprintf(stderr, "ddp_init: %s\n", ddp_strerror(err));

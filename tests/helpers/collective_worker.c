@@ -24,6 +24,8 @@
  *                          only rank 0 sees
  *   resume DIR STEPS       a training loop that saves a checkpoint each step; attempt 0's
  *                          rank 1 fails after step 3; a restarted attempt resumes from it
+ *   groups                 a second context (group "second") beside the first: their
+ *                          all_reduces interleave and each gets its own answer
  *   die VICTIM             all_reduce in a loop; rank VICTIM SIGKILLs itself in the
  *                          middle; the others must fail with an error, not hang. They
  *                          ignore SIGTERM, so what ends them is libddp's own detection.
@@ -528,6 +530,34 @@ static void mode_resume(const char *dir, int steps)
     printf("rank %d finished %d steps on attempt %d\n", rank, steps, ddp_restart_count(ddp));
 }
 
+static void mode_groups(void)
+{
+    ddp_t *second;
+    ddp_options_t options = {.group = "second"};
+    CALL("init of group second", ddp_init_with(&second, &options));
+    for (int i = 0; i < 20; i++) {
+        int64_t a = rank + i, b = 1000 * rank - i;
+        CALL("all_reduce", ddp_all_reduce(ddp, &a, 1, DDP_INT64, DDP_SUM));
+        int err = ddp_all_reduce(second, &b, 1, DDP_INT64, DDP_MAX);
+        if (err)
+            fail_collective("all_reduce of group second", err);
+        if (a != (int64_t)world * (world - 1) / 2 + (int64_t)world * i ||
+            b != 1000 * (world - 1) - i) {
+            fprintf(stderr, "rank %d: groups mixed up: %lld %lld\n", rank, (long long)a,
+                    (long long)b);
+            exit(1);
+        }
+    }
+    ddp_t *bad;
+    options.group = "no/slashes";
+    if (ddp_init_with(&bad, &options) != DDP_EUSAGE) {
+        fprintf(stderr, "rank %d: a bad group name was accepted\n", rank);
+        exit(1);
+    }
+    ddp_finalize(second);
+    printf("groups ok, world %d\n", world);
+}
+
 static void mode_die(int victim)
 {
     size_t n = 4u << 20;
@@ -579,6 +609,8 @@ int main(int argc, char **argv)
         mode_collectives();
     else if (strcmp(mode, "reducer") == 0)
         mode_reducer();
+    else if (strcmp(mode, "groups") == 0)
+        mode_groups();
     else if (strcmp(mode, "sampler") == 0)
         mode_sampler();
     else if (strcmp(mode, "checkpoint") == 0 && argc > 2)

@@ -144,6 +144,12 @@ static void test_reducer_overlaps_and_averages(void **state)
     }
 }
 
+/* Two contexts in one process (two process groups) keep their collectives apart. */
+static void test_two_groups(void **state)
+{
+    run_mode(3, "groups", NULL, NULL, "shm", "groups ok");
+}
+
 /* The sampler: across the ranks every sample once per epoch (PyTorch's padding aside). */
 static void test_sampler_exactly_once(void **state)
 {
@@ -327,6 +333,7 @@ int main(void)
         TH_TEST(test_all_reduce_world_5_shm),
         TH_TEST(test_broadcast_all_gather_barrier),
         TH_TEST(test_reducer_overlaps_and_averages),
+        TH_TEST(test_two_groups),
         TH_TEST(test_sampler_exactly_once),
         TH_TEST(test_checkpoint_round_trip),
         TH_TEST(test_restart_resumes_from_checkpoint),

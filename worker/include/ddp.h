@@ -52,6 +52,11 @@ typedef enum {
 typedef struct ddp_options_s {
     ddp_backend_kind_t backend;
     double timeout; /* seconds for init and for each collective; 0: DDP_TIMEOUT or 300 */
+    /* The context's group name (letters, digits, '_', '.', '-'; at most 32): a process
+     * may hold several contexts, as PyTorch has several process groups, each with its
+     * own connections, when every rank creates them with the same names in the same
+     * order. NULL: "main". */
+    const char *group;
 } ddp_options_t;
 
 /* Joins the job: reads the environment, connects to the store (retrying until the
