@@ -27,4 +27,5 @@ meson test -C build --print-errorlogs --setup valgrind store store_codec store-c
 # As where the CUDA toolkit is absent: libddp without its NCCL parts still builds and works.
 configure build-nocuda -Dwerror=true -Dcuda=disabled
 meson compile -C build-nocuda
-meson test -C build-nocuda --print-errorlogs --suite unit libddp
+meson test -C build-nocuda --print-errorlogs --suite unit
+meson test -C build-nocuda --print-errorlogs libddp
