@@ -1,0 +1,466 @@
+/* fashion-mnist: trains an MLP or the course's FashionCNN on FashionMNIST, data-parallel
+ * under ddp-launch, with libddp's sampler, gradient reducer and checkpoints.
+ *
+ * Each rank takes its share of every epoch (ddp_sampler_indices), computes the forward
+ * and backward passes of its batch, and hands each gradient to the reducer as soon as
+ * backward has it, so the averaging overlaps the rest of the backward pass; wait, then
+ * SGD. --sync-bn makes batch norm use the statistics of the global batch, over a second
+ * libddp context ("syncbn") so that they do not queue behind the gradients. Rank 0
+ * prints progress, saves a checkpoint after each epoch, and a restarted job resumes from
+ * it. Run: ddp-launch --nproc-per-node=2 --no-python ./fashion-mnist --epochs 1 */
+#include "data.h"
+#include "model.h"
+
+#include <ddp.h>
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    fm_arch_t arch;
+    int epochs, batch, log_every, limit_train, limit_test, max_steps;
+    float lr, momentum;
+    uint64_t seed;
+    const char *data, *checkpoint, *dump;
+    bool sync_bn, dropout, cosine;
+} options_t;
+
+typedef struct {
+    ddp_t *ddp, *syncbn;
+    ddp_reducer_t *reducer;
+    int rank, world;
+} job_t;
+
+static void usage(FILE *to)
+{
+    fprintf(to,
+            "usage: fashion-mnist [--model cnn|mlp] [--epochs N] [--batch-size B] [--lr LR]\n"
+            "                     [--momentum M] [--seed S] [--data DIR] [--device cpu]\n"
+            "                     [--sync-bn] [--no-dropout] [--checkpoint PATH]\n"
+            "                     [--log-every N] [--limit-train N] [--limit-test N]\n"
+            "                     [--max-steps N] [--dump-params PATH]\n"
+            "                     [--lr-schedule cosine|constant]\n"
+            "Trains on FashionMNIST under ddp-launch (1 worker without it). --batch-size is\n"
+            "per worker (default 64); --lr defaults to 0.05 for cnn, 0.1 for mlp, annealed\n"
+            "to 0 over the run (cosine). Data: Debian's dataset-fashion-mnist in %s.\n",
+            FM_DEFAULT_DATA_DIR);
+}
+
+static int parse_int(const char *flag, const char *text, int min, int *out)
+{
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (*text == '\0' || *end != '\0' || v < min || v > 1000000000) {
+        fprintf(stderr, "fashion-mnist: %s %s: not an integer >= %d\n", flag, text, min);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_float(const char *flag, const char *text, float *out)
+{
+    char *end;
+    double v = strtod(text, &end);
+    if (*text == '\0' || *end != '\0' || !(v >= 0) || v > 1e6) {
+        fprintf(stderr, "fashion-mnist: %s %s: not a number >= 0\n", flag, text);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, options_t *o)
+{
+    static const struct option flags[] = {
+        {"model", required_argument, NULL, 'm'},
+        {"epochs", required_argument, NULL, 'e'},
+        {"batch-size", required_argument, NULL, 'b'},
+        {"lr", required_argument, NULL, 'l'},
+        {"momentum", required_argument, NULL, 'M'},
+        {"seed", required_argument, NULL, 's'},
+        {"data", required_argument, NULL, 'd'},
+        {"device", required_argument, NULL, 'D'},
+        {"sync-bn", no_argument, NULL, 'S'},
+        {"no-dropout", no_argument, NULL, 'n'},
+        {"checkpoint", required_argument, NULL, 'c'},
+        {"log-every", required_argument, NULL, 'L'},
+        {"limit-train", required_argument, NULL, 't'},
+        {"limit-test", required_argument, NULL, 'T'},
+        {"max-steps", required_argument, NULL, 'x'},
+        {"dump-params", required_argument, NULL, 'p'},
+        {"lr-schedule", required_argument, NULL, 'C'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    *o = (options_t){.arch = FM_CNN,
+                     .epochs = 1,
+                     .batch = 64,
+                     .log_every = 100,
+                     .lr = -1,
+                     .momentum = 0.9f,
+                     .data = FM_DEFAULT_DATA_DIR,
+                     .dropout = true,
+                     .cosine = true};
+    int seed = 0, c;
+    while ((c = getopt_long(argc, argv, "h", flags, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'm':
+            if (strcmp(optarg, "cnn") == 0)
+                o->arch = FM_CNN;
+            else if (strcmp(optarg, "mlp") == 0)
+                o->arch = FM_MLP;
+            else
+                bad = fprintf(stderr, "fashion-mnist: --model %s: cnn or mlp\n", optarg);
+            break;
+        case 'e':
+            bad = parse_int("--epochs", optarg, 1, &o->epochs);
+            break;
+        case 'b':
+            bad = parse_int("--batch-size", optarg, 1, &o->batch);
+            break;
+        case 'l':
+            bad = parse_float("--lr", optarg, &o->lr);
+            break;
+        case 'M':
+            bad = parse_float("--momentum", optarg, &o->momentum);
+            break;
+        case 's':
+            bad = parse_int("--seed", optarg, 0, &seed);
+            o->seed = (uint64_t)seed;
+            break;
+        case 'd':
+            o->data = optarg;
+            break;
+        case 'D':
+            if (strcmp(optarg, "cpu") != 0)
+                bad = fprintf(stderr,
+                              "fashion-mnist: --device %s: this build has the cpu device "
+                              "only\n",
+                              optarg);
+            break;
+        case 'S':
+            o->sync_bn = true;
+            break;
+        case 'n':
+            o->dropout = false;
+            break;
+        case 'c':
+            o->checkpoint = optarg;
+            break;
+        case 'L':
+            bad = parse_int("--log-every", optarg, 1, &o->log_every);
+            break;
+        case 't':
+            bad = parse_int("--limit-train", optarg, 1, &o->limit_train);
+            break;
+        case 'T':
+            bad = parse_int("--limit-test", optarg, 1, &o->limit_test);
+            break;
+        case 'x':
+            bad = parse_int("--max-steps", optarg, 1, &o->max_steps);
+            break;
+        case 'p':
+            o->dump = optarg;
+            break;
+        case 'C':
+            if (strcmp(optarg, "cosine") == 0 || strcmp(optarg, "constant") == 0)
+                o->cosine = strcmp(optarg, "cosine") == 0;
+            else
+                bad = fprintf(stderr, "fashion-mnist: --lr-schedule %s: cosine or constant\n",
+                              optarg);
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return -1;
+        }
+        if (bad)
+            return -1;
+    }
+    if (o->lr < 0)
+        o->lr = o->arch == FM_MLP ? 0.1f : 0.05f; /* what reaches the targets in one epoch */
+    if (optind < argc) {
+        fprintf(stderr, "fashion-mnist: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Stops the job with libddp's message (and the error file the launcher reads). */
+static void check(job_t *job, ddp_t *ctx, const char *what, int err)
+{
+    if (err == 0)
+        return;
+    fprintf(stderr, "fashion-mnist: rank %d: %s: %s: %s\n", job->rank, what, ddp_strerror(err),
+            ctx ? ddp_last_error(ctx) : "");
+    exit(1);
+}
+
+static int all_sum(void *ctx, double *values, int n)
+{
+    return ddp_all_reduce(ctx, values, (size_t)n, DDP_FLOAT64, DDP_SUM);
+}
+
+static void grad_ready(void *ctx, int param)
+{
+    job_t *job = ctx;
+    check(job, job->ddp, "reducer_ready", ddp_reducer_ready(job->reducer, param));
+}
+
+/* What a checkpoint holds: where to resume, then the parameters, the momentum buffers
+ * and the batch-norm statistics of rank 0. */
+typedef struct {
+    char magic[8];
+    int32_t arch, next_epoch;
+    uint64_t nvalues, nbuffers;
+} checkpoint_header_t;
+
+static int save_checkpoint(job_t *job, const options_t *o, const fm_model_t *m, int next_epoch)
+{
+    size_t len = sizeof(checkpoint_header_t) + (2 * m->nvalues + m->nbuffers) * sizeof(float);
+    char *blob = malloc(len);
+    if (blob == NULL)
+        return -ENOMEM;
+    checkpoint_header_t h = {"FMNIST01", (int32_t)m->arch, next_epoch, m->nvalues, m->nbuffers};
+    char *p = blob;
+    memcpy(p, &h, sizeof h);
+    p += sizeof h;
+    memcpy(p, m->values, m->nvalues * sizeof(float));
+    p += m->nvalues * sizeof(float);
+    memcpy(p, m->momentum, m->nvalues * sizeof(float));
+    p += m->nvalues * sizeof(float);
+    memcpy(p, m->buffers, m->nbuffers * sizeof(float));
+    int err = ddp_checkpoint_save(job->ddp, o->checkpoint, blob, len);
+    free(blob);
+    return err;
+}
+
+/* Resumes from the checkpoint if there is one: returns the epoch to start at. */
+static int load_checkpoint(job_t *job, const options_t *o, fm_model_t *m)
+{
+    void *blob;
+    size_t len;
+    checkpoint_header_t h;
+    int err = ddp_checkpoint_load(job->ddp, o->checkpoint, &blob, &len);
+    if (err == -ENOENT)
+        return 0;
+    check(job, job->ddp, "checkpoint_load", err);
+    memcpy(&h, blob, len >= sizeof h ? sizeof h : 0);
+    if (len < sizeof h || memcmp(h.magic, "FMNIST01", 8) != 0 || h.arch != (int32_t)m->arch ||
+        h.nvalues != m->nvalues || h.nbuffers != m->nbuffers ||
+        len != sizeof h + (2 * m->nvalues + m->nbuffers) * sizeof(float)) {
+        fprintf(stderr,
+                "fashion-mnist: %s is a checkpoint of another model (remove it to start over)\n",
+                o->checkpoint);
+        exit(1);
+    }
+    const char *p = (const char *)blob + sizeof h;
+    memcpy(m->values, p, m->nvalues * sizeof(float));
+    p += m->nvalues * sizeof(float);
+    memcpy(m->momentum, p, m->nvalues * sizeof(float));
+    p += m->nvalues * sizeof(float);
+    memcpy(m->buffers, p, m->nbuffers * sizeof(float));
+    free(blob);
+    return h.next_epoch;
+}
+
+/* Test accuracy: each rank a strided share of the test set, the counts summed. Batch norm
+ * uses rank 0's running statistics everywhere (PyTorch's DDP broadcasts buffers). */
+static double evaluate(job_t *job, fm_model_t *m, const fm_dataset_t *test, int limit, int batch)
+{
+    int n = limit > 0 && limit < test->count ? limit : test->count;
+    float *x = malloc((size_t)batch * 784 * sizeof *x);
+    uint8_t *y = malloc((size_t)batch);
+    int64_t counts[2] = {0, 0};
+    if (m->nbuffers > 0)
+        check(job, job->ddp, "broadcast",
+              ddp_broadcast(job->ddp, m->buffers, m->nbuffers, DDP_FLOAT32, 0));
+    for (int start = job->rank; start < n; start += batch * job->world) {
+        int b = 0;
+        for (int i = start; i < n && b < batch; i += job->world, b++) {
+            fm_dataset_image(test, i, x + (size_t)b * 784);
+            y[b] = test->labels[i];
+        }
+        int right;
+        fm_model_forward(m, x, y, b, false, &right);
+        counts[0] += right;
+        counts[1] += b;
+    }
+    check(job, job->ddp, "all_reduce", ddp_all_reduce(job->ddp, counts, 2, DDP_INT64, DDP_SUM));
+    free(x);
+    free(y);
+    return counts[1] > 0 ? (double)counts[0] / (double)counts[1] : 0;
+}
+
+static void dump_params(const options_t *o, const fm_model_t *m)
+{
+    FILE *f = fopen(o->dump, "wb");
+    if (f == NULL || fwrite(m->values, sizeof(float), m->nvalues, f) != m->nvalues ||
+        fclose(f) != 0) {
+        fprintf(stderr, "fashion-mnist: unable to write %s\n", o->dump);
+        exit(1);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    options_t o;
+    job_t job = {0};
+    fm_dataset_t train, test;
+    fm_model_t m;
+    char why[8192];
+    if (parse_args(argc, argv, &o) != 0)
+        return 2;
+    /* Run by hand, without a launcher: one worker. */
+    if (getenv("WORLD_SIZE") == NULL) {
+        setenv("RANK", "0", 0);
+        setenv("WORLD_SIZE", "1", 0);
+        setenv("LOCAL_RANK", "0", 0);
+        setenv("LOCAL_WORLD_SIZE", "1", 0);
+    }
+    check(&job, NULL, "init", ddp_init(&job.ddp));
+    job.rank = ddp_rank(job.ddp);
+    job.world = ddp_world_size(job.ddp);
+    if (fm_dataset_load(o.data, 1, &train, why, sizeof why) != 0 ||
+        fm_dataset_load(o.data, 0, &test, why, sizeof why) != 0) {
+        fprintf(stderr,
+                "fashion-mnist: %s\n(install Debian's dataset-fashion-mnist, or give --data DIR "
+                "with the four IDX files of FashionMNIST or MNIST)\n",
+                why);
+        return 1;
+    }
+    if (fm_model_init(&m, o.arch, o.batch, o.seed) != 0) {
+        fprintf(stderr, "fashion-mnist: out of memory for the model\n");
+        return 1;
+    }
+    if (!o.dropout)
+        m.dropout = 0;
+    /* Rank 0's initial parameters everywhere, as DDP's constructor does. */
+    check(&job, job.ddp, "broadcast", ddp_broadcast(job.ddp, m.values, m.nvalues, DDP_FLOAT32, 0));
+    if (o.sync_bn && job.world > 1 && o.arch == FM_CNN) {
+        ddp_options_t group = {.group = "syncbn"};
+        check(&job, job.ddp, "init of group syncbn", ddp_init_with(&job.syncbn, &group));
+        m.sync = all_sum;
+        m.sync_ctx = job.syncbn;
+    }
+    m.rng ^= (uint64_t)job.rank * 0x9E3779B97F4A7C15ull; /* each rank its own dropout */
+    check(&job, job.ddp, "reducer_new", ddp_reducer_new(job.ddp, NULL, &job.reducer));
+    for (int p = 0; p < m.nparams; p++) {
+        int index = ddp_reducer_add(job.reducer, m.params[p].grad, m.params[p].count, DDP_FLOAT32);
+        check(&job, job.ddp, "reducer_add", index < 0 ? index : 0);
+    }
+    int first_epoch = o.checkpoint ? load_checkpoint(&job, &o, &m) : 0;
+    if (first_epoch > 0 && job.rank == 0)
+        printf("resumed from %s at epoch %d (attempt %d)\n", o.checkpoint, first_epoch + 1,
+               ddp_restart_count(job.ddp));
+
+    int n = o.limit_train > 0 && o.limit_train < train.count ? o.limit_train : train.count;
+    ddp_sampler_options_t so = {.shuffle = true, .drop_last = true, .seed = o.seed};
+    size_t per_rank = ddp_sampler_count(job.ddp, (size_t)n, &so);
+    size_t *indices = malloc((per_rank + 1) * sizeof *indices);
+    float *x = malloc((size_t)o.batch * 784 * sizeof *x);
+    uint8_t *labels = malloc((size_t)o.batch);
+    int steps = (int)(per_rank / (size_t)o.batch); /* full batches only, as drop_last */
+    if (steps == 0) {
+        fprintf(stderr, "fashion-mnist: %d samples on %d ranks make no batch of %d\n", n, job.world,
+                o.batch);
+        return 2;
+    }
+    if (job.rank == 0)
+        printf("training %s on %d samples, %d worker(s) x batch %d, %d steps per epoch\n",
+               o.arch == FM_CNN ? "FashionCNN" : "MLP", n, job.world, o.batch, steps);
+    int total_steps = 0;
+    bool stop = false;
+    for (int epoch = first_epoch; epoch < o.epochs && !stop; epoch++) {
+        check(&job, job.ddp, "sampler",
+              ddp_sampler_indices(job.ddp, (size_t)n, &so, (uint64_t)epoch, indices, per_rank));
+        double started = now(), loss_sum = 0;
+        int loss_steps = 0, epoch_steps = 0;
+        for (int step = 0; step < steps; step++) {
+            for (int b = 0; b < o.batch; b++) {
+                size_t i = indices[(size_t)step * o.batch + b];
+                fm_dataset_image(&train, (int)i, x + (size_t)b * 784);
+                labels[b] = train.labels[i];
+            }
+            double loss = fm_model_forward(&m, x, labels, o.batch, true, NULL);
+            if (loss < 0) {
+                fprintf(stderr, "fashion-mnist: rank %d: batch norm's all_reduce failed: %s\n",
+                        job.rank, ddp_last_error(job.syncbn));
+                return 1;
+            }
+            if (fm_model_backward(&m, labels, grad_ready, &job) != 0) {
+                fprintf(stderr, "fashion-mnist: rank %d: batch norm's all_reduce failed: %s\n",
+                        job.rank, ddp_last_error(job.syncbn));
+                return 1;
+            }
+            check(&job, job.ddp, "reducer_wait", ddp_reducer_wait(job.reducer));
+            /* Cosine annealing over the whole run (torch's CosineAnnealingLR, per step). */
+            double progress = (double)(epoch * steps + step) / ((double)o.epochs * steps);
+            float lr = o.cosine ? (float)(o.lr * 0.5 * (1 + cos(M_PI * progress))) : o.lr;
+            fm_model_sgd(&m, lr, o.momentum);
+            loss_sum += loss;
+            loss_steps++;
+            total_steps++;
+            epoch_steps++;
+            if ((step + 1) % o.log_every == 0 || step + 1 == steps) {
+                /* The loss of every rank, averaged for the log line. */
+                double mean[2] = {loss_sum, (double)loss_steps};
+                check(&job, job.ddp, "all_reduce",
+                      ddp_all_reduce(job.ddp, mean, 2, DDP_FLOAT64, DDP_SUM));
+                double elapsed = now() - started;
+                double rate = (double)(step + 1) * o.batch * job.world / elapsed;
+                double eta = (double)(steps - step - 1) * o.batch * job.world / rate;
+                if (job.rank == 0)
+                    printf("epoch %d/%d step %d/%d loss %.4f samples/s %.0f eta %d:%02d\n",
+                           epoch + 1, o.epochs, step + 1, steps, mean[0] / mean[1], rate,
+                           (int)eta / 60, (int)eta % 60);
+                fflush(stdout);
+                loss_sum = 0;
+                loss_steps = 0;
+            }
+            if (o.max_steps > 0 && total_steps >= o.max_steps) {
+                stop = true;
+                break;
+            }
+        }
+        double took = now() - started;
+        if (job.rank == 0)
+            printf("epoch %d/%d done in %.1f s: %.0f samples/s\n", epoch + 1, o.epochs, took,
+                   (double)epoch_steps * o.batch * job.world / took);
+        if (o.checkpoint != NULL && !stop)
+            check(&job, job.ddp, "checkpoint_save", save_checkpoint(&job, &o, &m, epoch + 1));
+    }
+    double accuracy = evaluate(&job, &m, &test, o.limit_test, o.batch);
+    if (job.rank == 0) {
+        printf("test accuracy %.2f%%\n", 100 * accuracy);
+        if (o.dump != NULL)
+            dump_params(&o, &m);
+    }
+    ddp_reducer_free(job.reducer);
+    ddp_finalize(job.syncbn);
+    ddp_finalize(job.ddp);
+    fm_model_free(&m);
+    fm_dataset_free(&train);
+    fm_dataset_free(&test);
+    free(indices);
+    free(x);
+    free(labels);
+    return 0;
+}

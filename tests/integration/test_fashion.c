@@ -1,0 +1,266 @@
+/* Integration tests: the FashionMNIST example trains for real on Debian's
+ * dataset-fashion-mnist under the real launcher: accuracy targets, DDP's equivalence
+ * with one worker of twice the batch, resuming after a worker is killed mid-epoch, and
+ * clear errors for missing or damaged data. Skipped (77) where the dataset is absent. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DATA "/usr/share/datasets/fashion-mnist"
+
+static const char *example(void)
+{
+    const char *path = getenv("DDP_TEST_FASHION");
+    if (path == NULL || *path == '\0')
+        fail_msg("DDP_TEST_FASHION is not set: run the tests with meson test");
+    return path;
+}
+
+/* The test accuracy the run printed, in percent; -1 if none. */
+static double accuracy(const char *out)
+{
+    const char *line = strstr(out, "test accuracy ");
+    return line != NULL ? atof(line + strlen("test accuracy ")) : -1;
+}
+
+static void test_mlp_one_epoch_two_workers(void **state)
+{
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--no-python", example(), "--model",
+                          "mlp",         "--epochs",           "1",           NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 300);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out, "training MLP on 60000 samples, 2 worker(s) x batch 64") != NULL);
+    TH_ASSERT(&p, strstr(out, "epoch 1/1 step 100/468 loss ") != NULL); /* progress lines */
+    TH_ASSERT(&p, accuracy(out) >= 85.0);
+    th_cleanup(&p);
+}
+
+static void test_cnn_one_epoch_two_workers(void **state)
+{
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--no-python", example(), "--model",
+                          "cnn",         "--epochs",           "1",           NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 1200);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out, "training FashionCNN on 60000 samples") != NULL);
+    TH_ASSERT(&p, accuracy(out) >= 88.0);
+    th_cleanup(&p);
+}
+
+static int read_floats(const char *path, float **out)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *out = malloc((size_t)len + 4);
+    size_t got = fread(*out, 1, (size_t)len, f);
+    fclose(f);
+    return got == (size_t)len ? (int)(len / 4) : -1;
+}
+
+/* ||a - b|| / ||a|| of the two parameter dumps. */
+static double relative_difference(const char *a_path, const char *b_path)
+{
+    float *a, *b;
+    int n = read_floats(a_path, &a), m = read_floats(b_path, &b);
+    assert_true(n > 1000);
+    assert_int_equal(n, m);
+    double diff = 0, norm = 0;
+    for (int i = 0; i < n; i++) {
+        diff += pow((double)a[i] - b[i], 2);
+        norm += pow(a[i], 2);
+    }
+    free(a);
+    free(b);
+    return sqrt(diff / norm);
+}
+
+/* Runs `world` workers of batch `batch` for 10 steps from seed 3; the parameters go to
+ * `dump`. */
+static void run_steps(int world, const char *batch, const char *dump, bool sync_bn)
+{
+    char nproc[64], dump_flag[600];
+    snprintf(nproc, sizeof nproc, "--nproc-per-node=%d", world);
+    snprintf(dump_flag, sizeof dump_flag, "--dump-params=%s", dump);
+    const char *argv[] = {th_launcher(),
+                          nproc,
+                          "--no-python",
+                          example(),
+                          "--batch-size",
+                          batch,
+                          "--no-dropout",
+                          "--max-steps=10",
+                          "--seed=3",
+                          "--limit-test=200",
+                          dump_flag,
+                          sync_bn ? "--sync-bn" : NULL,
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 300);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    th_cleanup(&p);
+}
+
+/* DDP is data parallelism, not a different algorithm: 2 workers x batch 16 and 1 worker
+ * x batch 32 see the same samples each step (the sampler), average the same gradient (the
+ * reducer) and, with --sync-bn, the same batch statistics: after 10 steps their
+ * parameters agree to float rounding. Without --sync-bn they do not, which shows the
+ * comparison can tell. */
+static void test_two_workers_equal_one_with_twice_the_batch(void **state)
+{
+    char *dir = th_tmpdir(), one[600], two[600], two_local_bn[600];
+    snprintf(one, sizeof one, "%s/one.bin", dir);
+    snprintf(two, sizeof two, "%s/two.bin", dir);
+    snprintf(two_local_bn, sizeof two_local_bn, "%s/two-local-bn.bin", dir);
+    run_steps(1, "32", one, true);
+    run_steps(2, "16", two, true);
+    run_steps(2, "16", two_local_bn, false);
+    double same = relative_difference(one, two), local = relative_difference(one, two_local_bn);
+    printf("relative difference: %.3g with --sync-bn, %.3g without\n", same, local);
+    assert_true(same <= 1e-5);
+    assert_true(local > 1e-4);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* The pid of the worker of rank `rank` in the job `run_id`, from /proc. */
+static pid_t find_worker(const char *run_id, int rank)
+{
+    char want_id[128], want_rank[32], path[64], env[16384];
+    snprintf(want_id, sizeof want_id, "TORCHELASTIC_RUN_ID=%s", run_id);
+    snprintf(want_rank, sizeof want_rank, "RANK=%d", rank);
+    DIR *proc = opendir("/proc");
+    struct dirent *e;
+    pid_t found = -1;
+    while (proc != NULL && found < 0 && (e = readdir(proc)) != NULL) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 0)
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+        FILE *f = fopen(path, "rb");
+        if (f == NULL)
+            continue;
+        size_t len = fread(env, 1, sizeof env - 1, f);
+        fclose(f);
+        env[len] = '\0';
+        bool id = false, r = false;
+        for (size_t i = 0; i < len; i += strlen(env + i) + 1) {
+            id = id || strcmp(env + i, want_id) == 0;
+            r = r || strcmp(env + i, want_rank) == 0;
+        }
+        if (id && r)
+            found = pid;
+    }
+    if (proc != NULL)
+        closedir(proc);
+    return found;
+}
+
+/* A worker SIGKILLed in the middle of epoch 2: the launcher restarts the job, which
+ * resumes from the checkpoint rank 0 wrote after epoch 1 and finishes. */
+static void test_killed_worker_resumes_from_checkpoint(void **state)
+{
+    char *dir = th_tmpdir(), ckpt[600], id_flag[64], run_id[48];
+    snprintf(ckpt, sizeof ckpt, "--checkpoint=%s/fm.ckpt", dir);
+    snprintf(run_id, sizeof run_id, "fm%d", (int)getpid());
+    snprintf(id_flag, sizeof id_flag, "--rdzv-id=%s", run_id);
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--max-restarts=1",
+                          id_flag,
+                          "--no-python",
+                          example(),
+                          "--model=mlp",
+                          "--epochs=3",
+                          "--limit-train=20000",
+                          "--log-every=5",
+                          ckpt,
+                          NULL};
+    th_proc_t p;
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "epoch 2/3 step 20/", 1, 120));
+    pid_t victim = find_worker(run_id, 1);
+    TH_ASSERT(&p, victim > 0);
+    TH_ASSERT(&p, kill(victim, SIGKILL) == 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 300));
+    const char *out = ddp_buf_str(&p.out), *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(err, "restarting the workers as attempt 1") != NULL);
+    TH_ASSERT(&p, strstr(out, "at epoch 2 (attempt 1)\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "epoch 3/3 done") != NULL);
+    TH_ASSERT(&p, accuracy(out) > 70.0);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* Missing and damaged data are errors that name the file (and the package). */
+static void test_bad_data_is_a_clear_error(void **state)
+{
+    char *dir = th_tmpdir(), flag[600], cmd[2000];
+    snprintf(flag, sizeof flag, "--data=%s", dir);
+    const char *argv[] = {th_launcher(), "--no-python", example(), flag, NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "train-images-idx3-ubyte: No such file") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "dataset-fashion-mnist") != NULL);
+    th_cleanup(&p);
+    /* The real files, the training images cut short. */
+    snprintf(cmd, sizeof cmd,
+             "cp %s/*.gz '%s' && gzip -dc %s/train-images-idx3-ubyte.gz | head -c 100000 | "
+             "gzip > '%s/train-images-idx3-ubyte.gz'",
+             DATA, dir, DATA, dir);
+    assert_int_equal(system(cmd), 0);
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "train-images-idx3-ubyte.gz is truncated") != NULL);
+    th_cleanup(&p);
+    /* Labels that are not labels. */
+    snprintf(cmd, sizeof cmd,
+             "cp %s/train-images-idx3-ubyte.gz '%s' && echo garbage | gzip > "
+             "'%s/t10k-labels-idx1-ubyte.gz'",
+             DATA, dir, dir);
+    assert_int_equal(system(cmd), 0);
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p,
+              strstr(ddp_buf_str(&p.err), "t10k-labels-idx1-ubyte.gz is not an IDX file") != NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    if (access(DATA "/train-images-idx3-ubyte.gz", R_OK) != 0) {
+        printf("no FashionMNIST in %s (apt-get install dataset-fashion-mnist): skipped\n", DATA);
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        TH_TEST(test_bad_data_is_a_clear_error),
+        TH_TEST(test_mlp_one_epoch_two_workers),
+        TH_TEST(test_two_workers_equal_one_with_twice_the_batch),
+        TH_TEST(test_killed_worker_resumes_from_checkpoint),
+        TH_TEST(test_cnn_one_epoch_two_workers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
