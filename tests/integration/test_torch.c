@@ -2,7 +2,8 @@
  * version given as argv[1]: "1.13" (Debian bookworm's python3-torch) or "2.6" (Debian
  * trixie's, in a root the setup builds; skipped with the reason where it cannot).
  * gloo all_reduce and barrier with 2 and 4 ranks, TCPStore client operations, a job
- * that fails once and is restarted, and PyTorch's own error.json in the report. */
+ * that fails once and is restarted, PyTorch's own error.json in the report, and the
+ * PyTorch FashionMNIST example training with DDP. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -121,6 +122,55 @@ static void test_error_file_in_report(void **state)
     th_cleanup(&p);
 }
 
+/* examples/torch/train_fashion.py, the course's DDP steps, trains for real on a subset of
+ * FashionMNIST (copied into the test's directory, which the trixie root sees too),
+ * checkpoints each epoch, and a second run resumes from the checkpoint. */
+static void test_train_fashion(void **state)
+{
+    char *dir = th_tmpdir(), cmd[2000], data[1100], ckpt[1100], path[1100];
+    snprintf(cmd, sizeof cmd, "cp /usr/share/datasets/fashion-mnist/*-ubyte.gz '%s'", dir);
+    if (system(cmd) != 0) {
+        printf("no FashionMNIST (apt-get install dataset-fashion-mnist): not trained\n");
+        th_rmtree(dir);
+        free(dir);
+        return;
+    }
+    snprintf(data, sizeof data, "--data=%s", dir);
+    snprintf(ckpt, sizeof ckpt, "--checkpoint=%s/fashion.pt", dir);
+    snprintf(path, sizeof path, "%s/examples/torch/train_fashion.py", th_source_dir());
+    const char *args[] = {"--standalone",
+                          "--nproc-per-node=2",
+                          path,
+                          "--model=mlp",
+                          "--epochs=2",
+                          "--limit-train=4000",
+                          "--limit-test=1000",
+                          "--log-every=20",
+                          data,
+                          ckpt,
+                          NULL};
+    th_proc_t p;
+    launch(&p, args, 600);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out, "training MLP on 4000 samples, 2 worker(s) x batch 64, 31 steps "
+                              "per epoch\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "epoch 2/2 step 20/31 loss ") != NULL);
+    const char *acc = strstr(out, "test accuracy ");
+    TH_ASSERT(&p, acc != NULL && atof(acc + strlen("test accuracy ")) >= 60.0);
+    th_cleanup(&p);
+    /* Three epochs now: the checkpoint of two is there. */
+    args[4] = "--epochs=3";
+    launch(&p, args, 600);
+    out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out, "/fashion.pt at epoch 3 (attempt 0)\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "epoch 1/3") == NULL && strstr(out, "epoch 3/3 done") != NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* Makes the flavour's python ready, or exits 77 saying why it cannot be. */
 static void prepare(void)
 {
@@ -167,7 +217,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         TH_TEST(test_gloo_two_ranks),       TH_TEST(test_gloo_four_ranks),
         TH_TEST(test_tcpstore_client),      TH_TEST(test_restart_after_a_failure),
-        TH_TEST(test_error_file_in_report),
+        TH_TEST(test_error_file_in_report), TH_TEST(test_train_fashion),
     };
     return cmocka_run_group_tests_name(flavour, tests, NULL, NULL);
 }
