@@ -35,8 +35,9 @@ typedef struct {
 typedef struct {
     ddp_dtype_t dtype;
     size_t count;
-    void *flat; /* the backend's memory */
-    int *members;
+    void *flat; /* the backend's memory, or the gradients' own when in_place */
+    bool in_place;
+    int *members; /* ascending: the bucket's layout is in registration order */
     int nmembers;
     int pending; /* members not yet ready in this iteration */
 } bucket_t;
@@ -124,7 +125,6 @@ static int form_buckets(ddp_reducer_t *r)
         }
         bucket_t *bucket = &r->buckets[b];
         grad->bucket = b;
-        grad->offset = bucket->count * es;
         bucket->count += grad->count;
         bucket->members[bucket->nmembers++] = g;
         size_t limit = b == 0 ? r->first_bucket_bytes : r->bucket_bytes;
@@ -133,23 +133,47 @@ static int form_buckets(ddp_reducer_t *r)
     }
     for (int b = 0; b < r->nbuckets; b++) {
         bucket_t *bucket = &r->buckets[b];
+        size_t es = ddp_dtype_size(bucket->dtype), offset = 0;
         bucket->pending = bucket->nmembers;
+        /* Members were added last first: lay them out first to last, as their addresses
+         * run when the gradients are one block. Then the bucket is that memory itself,
+         * averaged in place without a copy (PyTorch's gradient_as_bucket_view); either
+         * way the elements are in the same order, so ranks that differ agree. */
+        for (int i = 0, j = bucket->nmembers - 1; i < j; i++, j--) {
+            int t = bucket->members[i];
+            bucket->members[i] = bucket->members[j];
+            bucket->members[j] = t;
+        }
+        bucket->in_place = true;
+        for (int i = 0; i < bucket->nmembers; i++) {
+            grad_t *g = &r->grads[bucket->members[i]];
+            g->offset = offset;
+            if ((char *)r->grads[bucket->members[0]].buf + offset != (char *)g->buf)
+                bucket->in_place = false;
+            offset += g->count * es;
+        }
+        if (bucket->in_place) {
+            bucket->flat = r->grads[bucket->members[0]].buf;
+            continue;
+        }
         int err =
-            ddp->backend->alloc(ddp, ddp->backend_state,
-                                bucket->count * ddp_dtype_size(bucket->dtype) + 8, &bucket->flat);
+            ddp->backend->alloc(ddp, ddp->backend_state, bucket->count * es + 8, &bucket->flat);
         if (err)
             return err;
     }
     return 0;
 }
 
-/* Copies the bucket's gradients in, averages it across the ranks, copies them back. */
+/* Copies the bucket's gradients in, averages it across the ranks, copies them back (no
+ * copies for a bucket in place). */
 static int reduce_bucket(ddp_reducer_t *r, bucket_t *bucket)
 {
     ddp_t *ddp = r->ddp;
     const ddp_backend_t *be = ddp->backend;
     size_t es = ddp_dtype_size(bucket->dtype);
     int err = 0;
+    if (bucket->in_place)
+        return ddp_all_reduce(ddp, bucket->flat, bucket->count, bucket->dtype, DDP_AVG);
     for (int i = 0; i < bucket->nmembers && err == 0; i++) {
         grad_t *g = &r->grads[bucket->members[i]];
         err = be->copy(ddp, ddp->backend_state, (char *)bucket->flat + g->offset, g->buf,
@@ -308,7 +332,7 @@ void ddp_reducer_free(ddp_reducer_t *r)
         pthread_join(r->thread, NULL);
     }
     for (int b = 0; b < r->nbuckets; b++) {
-        if (r->buckets[b].flat != NULL)
+        if (r->buckets[b].flat != NULL && !r->buckets[b].in_place)
             r->ddp->backend->release(r->ddp->backend_state, r->buckets[b].flat);
         free(r->buckets[b].members);
     }

@@ -9,7 +9,7 @@
  *                          128 bytes (gathered and compared), not zero, and the two ids
  *                          differ; prints "nccl-id <hex of the first id>". Built without
  *                          NCCL, checks the call fails with DDP_ENOCUDA instead.
- *   reducer                five gradients (f32 and f64) in a reducer with 2 MiB buckets:
+ *   reducer [LAYOUT]       five gradients (f32 and f64) in a reducer with 2 MiB buckets:
  *                          three iterations of a simulated backward pass (50 ms of
  *                          "compute" before each ready, last registered first); each
  *                          gradient must hold the average over the ranks; a gradient
@@ -282,7 +282,9 @@ static void compute_for(double seconds)
     nanosleep(&ts, NULL);
 }
 
-static void mode_reducer(void)
+/* `layout`: "separate" buffers, one "block" in registration order (each bucket is then
+ * averaged in place), or "mixed" (rank 0 a block, the others separate). */
+static void mode_reducer(const char *layout)
 {
     static const size_t counts[] = {1000000, 100000, 10000, 300000, 200000};
     static const ddp_dtype_t types[] = {DDP_FLOAT32, DDP_FLOAT32, DDP_FLOAT64, DDP_FLOAT32,
@@ -292,8 +294,14 @@ static void mode_reducer(void)
     ddp_reducer_t *reducer;
     ddp_reducer_options_t options = {2u << 20, 0};
     CALL("reducer_new", ddp_reducer_new(ddp, &options, &reducer));
-    for (int g = 0; g < G; g++) {
-        grads[g] = malloc(counts[g] * 8);
+    bool block = strcmp(layout, "block") == 0 || (strcmp(layout, "mixed") == 0 && rank == 0);
+    size_t total = 0;
+    for (int g = 0; g < G; g++)
+        total += counts[g] * size_of(types[g]);
+    char *all = block ? malloc(total) : NULL;
+    for (int g = 0, offset = 0; g < G; g++) {
+        grads[g] = block ? all + offset : malloc(counts[g] * 8);
+        offset += (int)(counts[g] * size_of(types[g]));
         int index = ddp_reducer_add(reducer, grads[g], counts[g], types[g]);
         if (index != g)
             fail_collective("reducer_add", index < 0 ? index : -1);
@@ -353,8 +361,9 @@ static void mode_reducer(void)
     printf("buckets %d\n", ddp_reducer_buckets(reducer));
     printf("overlap %s\n", overlapped ? "yes" : "no");
     ddp_reducer_free(reducer);
-    for (int g = 0; g < G; g++)
+    for (int g = 0; g < G && !block; g++)
         free(grads[g]);
+    free(all);
     printf("reducer ok, world %d\n", world);
 }
 
@@ -608,7 +617,7 @@ int main(int argc, char **argv)
     else if (strcmp(mode, "collectives") == 0)
         mode_collectives();
     else if (strcmp(mode, "reducer") == 0)
-        mode_reducer();
+        mode_reducer(argc > 2 ? argv[2] : "separate");
     else if (strcmp(mode, "groups") == 0)
         mode_groups();
     else if (strcmp(mode, "sampler") == 0)
