@@ -97,7 +97,7 @@ def main():
     parser.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=64, help="per worker")
-    parser.add_argument("--lr", type=float, default=None, help="0.05 cnn, 0.1 mlp")
+    parser.add_argument("--lr", type=float, default=None, help="0.02 cnn, 0.1 mlp")
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", default=DATA)
@@ -106,7 +106,7 @@ def main():
     parser.add_argument("--limit-train", type=int, default=0)
     parser.add_argument("--limit-test", type=int, default=0)
     args = parser.parse_args()
-    lr = args.lr if args.lr is not None else (0.1 if args.model == "mlp" else 0.05)
+    lr = args.lr if args.lr is not None else (0.1 if args.model == "mlp" else 0.02)
 
     # Step 1: join the job from the environment the launcher gives (RANK, WORLD_SIZE,
     # MASTER_ADDR, MASTER_PORT); one process alone without a launcher.
