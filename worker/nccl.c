@@ -312,10 +312,16 @@ static int check_device_pointer(ddp_t *ddp, nccl_t *n, const char *what, const v
                     what, p);
 }
 
+/* The communicator is open, and the calling thread (the reducer's, say, not only the one
+ * that called init) works on the context's GPU. */
 static int usable(ddp_t *ddp, nccl_t *n, const char *what)
 {
     if (n->comm == NULL)
         return ddp_fail(ddp, DDP_ECLOSED, "%s: the NCCL communicator was aborted", what);
+    cudaError_t c = n->api->cudaSetDevice(n->device);
+    if (c != cudaSuccess)
+        return ddp_fail(ddp, DDP_ECUDA, "%s: cudaSetDevice(%d): %s", what, n->device,
+                        n->api->cudaGetErrorString(c));
     return 0;
 }
 
@@ -410,6 +416,9 @@ static void nccl_release(void *state, void *p)
 static int nccl_copy(ddp_t *ddp, void *state, void *dst, const void *src, size_t bytes)
 {
     nccl_t *n = state;
+    int err = usable(ddp, n, "copy");
+    if (err)
+        return err;
     cudaError_t c = n->api->cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, n->stream);
     if (c != cudaSuccess)
         return ddp_fail(ddp, DDP_ECUDA, "unable to copy %zu bytes on GPU %d: %s", bytes, n->device,

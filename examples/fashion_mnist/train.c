@@ -10,6 +10,7 @@
  * it. Run: ddp-launch --nproc-per-node=2 --no-python ./fashion-mnist --epochs 1 */
 #include "data.h"
 #include "model.h"
+#include "model_cuda.h"
 
 #include <ddp.h>
 
@@ -28,12 +29,15 @@ typedef struct {
     float lr, momentum;
     uint64_t seed;
     const char *data, *checkpoint, *dump;
-    bool sync_bn, dropout, cosine;
+    bool sync_bn, dropout, cosine, cuda;
 } options_t;
 
+/* ddp averages the gradients (NCCL on the GPU with --device cuda); host holds the
+ * collectives on host memory (the same context on the CPU, a CPU group beside NCCL). */
 typedef struct {
-    ddp_t *ddp, *syncbn;
+    ddp_t *ddp, *host, *syncbn;
     ddp_reducer_t *reducer;
+    fm_gpu_t *gpu; /* --device cuda */
     int rank, world;
 } job_t;
 
@@ -41,7 +45,7 @@ static void usage(FILE *to)
 {
     fprintf(to,
             "usage: fashion-mnist [--model cnn|mlp] [--epochs N] [--batch-size B] [--lr LR]\n"
-            "                     [--momentum M] [--seed S] [--data DIR] [--device cpu]\n"
+            "                     [--momentum M] [--seed S] [--data DIR] [--device cpu|cuda]\n"
             "                     [--sync-bn] [--no-dropout] [--checkpoint PATH]\n"
             "                     [--log-every N] [--limit-train N] [--limit-test N]\n"
             "                     [--max-steps N] [--dump-params PATH]\n"
@@ -140,11 +144,10 @@ static int parse_args(int argc, char **argv, options_t *o)
             o->data = optarg;
             break;
         case 'D':
-            if (strcmp(optarg, "cpu") != 0)
-                bad = fprintf(stderr,
-                              "fashion-mnist: --device %s: this build has the cpu device "
-                              "only\n",
-                              optarg);
+            if (strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0)
+                o->cuda = strcmp(optarg, "cuda") == 0;
+            else
+                bad = fprintf(stderr, "fashion-mnist: --device %s: cpu or cuda\n", optarg);
             break;
         case 'S':
             o->sync_bn = true;
@@ -194,6 +197,16 @@ static int parse_args(int argc, char **argv, options_t *o)
         fprintf(stderr, "fashion-mnist: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
+    char why[256];
+    if (o->cuda && fm_gpu_built(why, sizeof why) != 0) {
+        fprintf(stderr, "fashion-mnist: --device cuda: %s\n", why);
+        return -1;
+    }
+    if (o->cuda && o->sync_bn) {
+        fprintf(stderr, "fashion-mnist: --sync-bn runs on the cpu device only (cuDNN's batch "
+                        "norm takes the statistics of each GPU's own batch)\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -209,9 +222,43 @@ static void check(job_t *job, ddp_t *ctx, const char *what, int err)
 {
     if (err == 0)
         return;
-    fprintf(stderr, "fashion-mnist: rank %d: %s: %s: %s\n", job->rank, what, ddp_strerror(err),
-            ctx ? ddp_last_error(ctx) : "");
+    const char *why = ctx != NULL ? ddp_last_error(ctx) : "";
+    fprintf(stderr, "fashion-mnist: rank %d: %s: %s%s%s\n", job->rank, what, ddp_strerror(err),
+            *why != '\0' ? ": " : "", why);
     exit(1);
+}
+
+/* The model's steps on its device: the CPU layers, or cuDNN and cuBLAS. */
+static void gpu_check(job_t *job, const char *what, int err)
+{
+    if (err == 0)
+        return;
+    fprintf(stderr, "fashion-mnist: rank %d: %s on the GPU: %s\n", job->rank, what,
+            fm_gpu_error(job->gpu));
+    exit(1);
+}
+
+static double forward(job_t *job, fm_model_t *m, const float *x, const uint8_t *labels, int batch,
+                      bool train, int *correct)
+{
+    if (job->gpu == NULL)
+        return fm_model_forward(m, x, labels, batch, train, correct);
+    double loss = fm_gpu_forward(job->gpu, x, labels, batch, train, correct);
+    gpu_check(job, "forward", loss < 0 ? -1 : 0);
+    return loss;
+}
+
+/* Device to host (before the host copy is read: checkpoint, evaluation, dump), and back. */
+static void pull(job_t *job)
+{
+    if (job->gpu != NULL)
+        gpu_check(job, "copy to the host", fm_gpu_pull(job->gpu));
+}
+
+static void push(job_t *job)
+{
+    if (job->gpu != NULL)
+        gpu_check(job, "copy to the device", fm_gpu_push(job->gpu));
 }
 
 static int all_sum(void *ctx, double *values, int n)
@@ -290,9 +337,12 @@ static double evaluate(job_t *job, fm_model_t *m, const fm_dataset_t *test, int 
     float *x = malloc((size_t)batch * 784 * sizeof *x);
     uint8_t *y = malloc((size_t)batch);
     int64_t counts[2] = {0, 0};
-    if (m->nbuffers > 0)
-        check(job, job->ddp, "broadcast",
-              ddp_broadcast(job->ddp, m->buffers, m->nbuffers, DDP_FLOAT32, 0));
+    if (m->nbuffers > 0) {
+        pull(job);
+        check(job, job->host, "broadcast",
+              ddp_broadcast(job->host, m->buffers, m->nbuffers, DDP_FLOAT32, 0));
+        push(job);
+    }
     for (int start = job->rank; start < n; start += batch * job->world) {
         int b = 0;
         for (int i = start; i < n && b < batch; i += job->world, b++) {
@@ -300,11 +350,11 @@ static double evaluate(job_t *job, fm_model_t *m, const fm_dataset_t *test, int 
             y[b] = test->labels[i];
         }
         int right;
-        fm_model_forward(m, x, y, b, false, &right);
+        forward(job, m, x, y, b, false, &right);
         counts[0] += right;
         counts[1] += b;
     }
-    check(job, job->ddp, "all_reduce", ddp_all_reduce(job->ddp, counts, 2, DDP_INT64, DDP_SUM));
+    check(job, job->host, "all_reduce", ddp_all_reduce(job->host, counts, 2, DDP_INT64, DDP_SUM));
     free(x);
     free(y);
     return counts[1] > 0 ? (double)counts[0] / (double)counts[1] : 0;
@@ -336,9 +386,16 @@ int main(int argc, char **argv)
         setenv("LOCAL_RANK", "0", 0);
         setenv("LOCAL_WORLD_SIZE", "1", 0);
     }
-    check(&job, NULL, "init", ddp_init(&job.ddp));
+    /* The gradients' context: NCCL with --device cuda (then a CPU group for host data). */
+    ddp_options_t grads = {.backend = o.cuda ? DDP_BACKEND_NCCL : DDP_BACKEND_CPU};
+    check(&job, NULL, "init", ddp_init_with(&job.ddp, &grads));
     job.rank = ddp_rank(job.ddp);
     job.world = ddp_world_size(job.ddp);
+    job.host = job.ddp;
+    if (o.cuda) {
+        ddp_options_t host = {.backend = DDP_BACKEND_CPU, .group = "host"};
+        check(&job, job.ddp, "init of group host", ddp_init_with(&job.host, &host));
+    }
     if (fm_dataset_load(o.data, 1, &train, why, sizeof why) != 0 ||
         fm_dataset_load(o.data, 0, &test, why, sizeof why) != 0) {
         fprintf(stderr,
@@ -354,7 +411,8 @@ int main(int argc, char **argv)
     if (!o.dropout)
         m.dropout = 0;
     /* Rank 0's initial parameters everywhere, as DDP's constructor does. */
-    check(&job, job.ddp, "broadcast", ddp_broadcast(job.ddp, m.values, m.nvalues, DDP_FLOAT32, 0));
+    check(&job, job.host, "broadcast",
+          ddp_broadcast(job.host, m.values, m.nvalues, DDP_FLOAT32, 0));
     if (o.sync_bn && job.world > 1 && o.arch == FM_CNN) {
         ddp_options_t group = {.group = "syncbn"};
         check(&job, job.ddp, "init of group syncbn", ddp_init_with(&job.syncbn, &group));
@@ -362,12 +420,19 @@ int main(int argc, char **argv)
         m.sync_ctx = job.syncbn;
     }
     m.rng ^= (uint64_t)job.rank * 0x9E3779B97F4A7C15ull; /* each rank its own dropout */
+    if (o.cuda && fm_gpu_new(&m, ddp_local_rank(job.ddp), &job.gpu, why, sizeof why) != 0) {
+        fprintf(stderr, "fashion-mnist: rank %d: --device cuda: %s\n", job.rank, why);
+        return 1;
+    }
     check(&job, job.ddp, "reducer_new", ddp_reducer_new(job.ddp, NULL, &job.reducer));
     for (int p = 0; p < m.nparams; p++) {
-        int index = ddp_reducer_add(job.reducer, m.params[p].grad, m.params[p].count, DDP_FLOAT32);
+        float *grad = job.gpu != NULL ? fm_gpu_grad(job.gpu, p) : m.params[p].grad;
+        int index = ddp_reducer_add(job.reducer, grad, m.params[p].count, DDP_FLOAT32);
         check(&job, job.ddp, "reducer_add", index < 0 ? index : 0);
     }
     int first_epoch = o.checkpoint ? load_checkpoint(&job, &o, &m) : 0;
+    if (first_epoch > 0)
+        push(&job);
     if (first_epoch > 0 && job.rank == 0)
         printf("resumed from %s at epoch %d (attempt %d)\n", o.checkpoint, first_epoch + 1,
                ddp_restart_count(job.ddp));
@@ -385,8 +450,9 @@ int main(int argc, char **argv)
         return 2;
     }
     if (job.rank == 0)
-        printf("training %s on %d samples, %d worker(s) x batch %d, %d steps per epoch\n",
-               o.arch == FM_CNN ? "FashionCNN" : "MLP", n, job.world, o.batch, steps);
+        printf("training %s on %d samples, %d worker(s) x batch %d, %d steps per epoch, on %s\n",
+               o.arch == FM_CNN ? "FashionCNN" : "MLP", n, job.world, o.batch, steps,
+               o.cuda ? "GPUs (cuDNN, NCCL)" : "CPUs (OpenBLAS)");
     int total_steps = 0;
     bool stop = false;
     for (int epoch = first_epoch; epoch < o.epochs && !stop; epoch++) {
@@ -400,13 +466,15 @@ int main(int argc, char **argv)
                 fm_dataset_image(&train, (int)i, x + (size_t)b * 784);
                 labels[b] = train.labels[i];
             }
-            double loss = fm_model_forward(&m, x, labels, o.batch, true, NULL);
+            double loss = forward(&job, &m, x, labels, o.batch, true, NULL);
             if (loss < 0) {
                 fprintf(stderr, "fashion-mnist: rank %d: batch norm's all_reduce failed: %s\n",
                         job.rank, ddp_last_error(job.syncbn));
                 return 1;
             }
-            if (fm_model_backward(&m, labels, grad_ready, &job) != 0) {
+            if (job.gpu != NULL)
+                gpu_check(&job, "backward", fm_gpu_backward(job.gpu, labels, grad_ready, &job));
+            else if (fm_model_backward(&m, labels, grad_ready, &job) != 0) {
                 fprintf(stderr, "fashion-mnist: rank %d: batch norm's all_reduce failed: %s\n",
                         job.rank, ddp_last_error(job.syncbn));
                 return 1;
@@ -419,7 +487,10 @@ int main(int argc, char **argv)
             /* Cosine annealing over the whole run (torch's CosineAnnealingLR, per step). */
             double progress = (double)(epoch * steps + step) / ((double)o.epochs * steps);
             float lr = o.cosine ? (float)(o.lr * 0.5 * (1 + cos(M_PI * progress))) : o.lr;
-            fm_model_sgd(&m, lr, o.momentum);
+            if (job.gpu != NULL)
+                gpu_check(&job, "sgd", fm_gpu_sgd(job.gpu, lr, o.momentum));
+            else
+                fm_model_sgd(&m, lr, o.momentum);
             loss_sum += loss;
             loss_steps++;
             total_steps++;
@@ -427,8 +498,8 @@ int main(int argc, char **argv)
             if ((step + 1) % o.log_every == 0 || step + 1 == steps) {
                 /* The loss of every rank, averaged for the log line. */
                 double mean[2] = {loss_sum, (double)loss_steps};
-                check(&job, job.ddp, "all_reduce",
-                      ddp_all_reduce(job.ddp, mean, 2, DDP_FLOAT64, DDP_SUM));
+                check(&job, job.host, "all_reduce",
+                      ddp_all_reduce(job.host, mean, 2, DDP_FLOAT64, DDP_SUM));
                 double elapsed = now() - started;
                 double rate = (double)(step + 1) * o.batch * job.world / elapsed;
                 double eta = (double)(steps - step - 1) * o.batch * job.world / rate;
@@ -451,17 +522,24 @@ int main(int argc, char **argv)
                    "waiting for the all-reduce\n",
                    epoch + 1, o.epochs, took, (double)epoch_steps * o.batch * job.world / took,
                    1e3 * took / epoch_steps, 1e3 * exposed / epoch_steps);
-        if (o.checkpoint != NULL && !stop)
+        if (o.checkpoint != NULL && !stop) {
+            pull(&job);
             check(&job, job.ddp, "checkpoint_save", save_checkpoint(&job, &o, &m, epoch + 1));
+        }
     }
     double accuracy = evaluate(&job, &m, &test, o.limit_test, o.batch);
     if (job.rank == 0) {
         printf("test accuracy %.2f%%\n", 100 * accuracy);
-        if (o.dump != NULL)
+        if (o.dump != NULL) {
+            pull(&job);
             dump_params(&o, &m);
+        }
     }
     ddp_reducer_free(job.reducer);
+    fm_gpu_free(job.gpu);
     ddp_finalize(job.syncbn);
+    if (job.host != job.ddp)
+        ddp_finalize(job.host);
     ddp_finalize(job.ddp);
     fm_model_free(&m);
     fm_dataset_free(&train);

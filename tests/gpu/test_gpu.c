@@ -1,5 +1,6 @@
 /* GPU tests (suite gpu): libddp's NCCL backend between real workers under the real
- * launcher, one GPU per rank. Exits 77 (skipped) where the CUDA runtime sees no GPU. */
+ * launcher, one GPU per rank, and the FashionMNIST example's cuDNN path. Exits 77 (skipped) where
+ * the CUDA runtime sees no GPU. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -59,6 +60,53 @@ static void test_dead_peer(void **state)
     th_cleanup(&p);
 }
 
+/* Runs `world` workers of the FashionMNIST example on `device` for 20 steps from seed 5;
+ * the parameters go to `dump`. */
+static void fashion_run(const char *fashion, const char *device, int world, const char *dump)
+{
+    char nproc[64], device_flag[64], dump_flag[600];
+    snprintf(nproc, sizeof nproc, "--nproc-per-node=%d", world);
+    snprintf(device_flag, sizeof device_flag, "--device=%s", device);
+    snprintf(dump_flag, sizeof dump_flag, "--dump-params=%s", dump);
+    const char *argv[] = {th_launcher(), nproc,      "--no-python",    fashion,
+                          device_flag,   "--seed=5", "--max-steps=20", "--limit-test=500",
+                          dump_flag,     NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 600);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out, strcmp(device, "cuda") == 0 ? "on GPUs (cuDNN, NCCL)"
+                                                          : "on CPUs (OpenBLAS)") != NULL);
+    TH_ASSERT(&p, strstr(out, "test accuracy") != NULL);
+    th_cleanup(&p);
+}
+
+/* The example's cuDNN + cuBLAS path against its CPU path: the same seed, samples and
+ * dropout masks (the host draws them for both), FP32 without TF32, so after 20 steps the
+ * parameters differ only by the rounding of other summation orders. With 1 worker, and
+ * with 2 (NCCL averaging against libddp's CPU ring) where there are 2 GPUs. */
+static void test_fashion_cuda_matches_cpu(void **state)
+{
+    const char *fashion = getenv("DDP_TEST_FASHION");
+    if (fashion == NULL || *fashion == '\0') {
+        printf("the example was built without cuDNN: skipped\n");
+        skip();
+    }
+    char *dir = th_tmpdir(), cpu[600], cuda[600];
+    for (int world = 1; world <= (gpus < 2 ? gpus : 2); world++) {
+        snprintf(cpu, sizeof cpu, "%s/cpu-%d.bin", dir, world);
+        snprintf(cuda, sizeof cuda, "%s/cuda-%d.bin", dir, world);
+        fashion_run(fashion, "cpu", world, cpu);
+        fashion_run(fashion, "cuda", world, cuda);
+        double difference = th_relative_difference(cpu, cuda);
+        printf("%d worker(s): relative difference of the parameters, cuda vs cpu: %.3g\n", world,
+               difference);
+        assert_true(difference <= 1e-4);
+    }
+    th_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     /* How many GPUs the CUDA runtime sees, asked of the worker program itself. */
@@ -76,6 +124,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         TH_TEST(test_collectives),
         TH_TEST(test_dead_peer),
+        TH_TEST(test_fashion_cuda_matches_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

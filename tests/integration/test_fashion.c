@@ -11,7 +11,6 @@
 #include "harness.h"
 
 #include <dirent.h>
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,37 +61,6 @@ static void test_cnn_one_epoch_two_workers(void **state)
     th_cleanup(&p);
 }
 
-static int read_floats(const char *path, float **out)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return -1;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *out = malloc((size_t)len + 4);
-    size_t got = fread(*out, 1, (size_t)len, f);
-    fclose(f);
-    return got == (size_t)len ? (int)(len / 4) : -1;
-}
-
-/* ||a - b|| / ||a|| of the two parameter dumps. */
-static double relative_difference(const char *a_path, const char *b_path)
-{
-    float *a, *b;
-    int n = read_floats(a_path, &a), m = read_floats(b_path, &b);
-    assert_true(n > 1000);
-    assert_int_equal(n, m);
-    double diff = 0, norm = 0;
-    for (int i = 0; i < n; i++) {
-        diff += pow((double)a[i] - b[i], 2);
-        norm += pow(a[i], 2);
-    }
-    free(a);
-    free(b);
-    return sqrt(diff / norm);
-}
-
 /* Runs `world` workers of batch `batch` for 10 steps from seed 3; the parameters go to
  * `dump`. */
 static void run_steps(int world, const char *batch, const char *dump, bool sync_bn)
@@ -133,7 +101,8 @@ static void test_two_workers_equal_one_with_twice_the_batch(void **state)
     run_steps(1, "32", one, true);
     run_steps(2, "16", two, true);
     run_steps(2, "16", two_local_bn, false);
-    double same = relative_difference(one, two), local = relative_difference(one, two_local_bn);
+    double same = th_relative_difference(one, two),
+           local = th_relative_difference(one, two_local_bn);
     printf("relative difference: %.3g with --sync-bn, %.3g without\n", same, local);
     assert_true(same <= 1e-5);
     assert_true(local > 1e-4);

@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -400,4 +401,34 @@ int th_teardown(void **state)
     if (left > 0)
         fail_msg("%d process(es) outlived the test", left);
     return 0;
+}
+
+static int read_floats(const char *path, float **out)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *out = malloc((size_t)len + 4);
+    size_t got = fread(*out, 1, (size_t)len, f);
+    fclose(f);
+    return got == (size_t)len ? (int)(len / 4) : -1;
+}
+
+double th_relative_difference(const char *a_path, const char *b_path)
+{
+    float *a, *b;
+    int n = read_floats(a_path, &a), m = read_floats(b_path, &b);
+    assert_true(n > 1000);
+    assert_int_equal(n, m);
+    double diff = 0, norm = 0;
+    for (int i = 0; i < n; i++) {
+        diff += pow((double)a[i] - b[i], 2);
+        norm += pow(a[i], 2);
+    }
+    free(a);
+    free(b);
+    return sqrt(diff / norm);
 }

@@ -71,6 +71,10 @@ int th_teardown(void **state);
 /* Seconds on the monotonic clock. */
 double th_now(void);
 
+/* ||a - b|| / ||a|| of two files of float32 (parameter dumps); asserts both hold the
+ * same number, over 1000. */
+double th_relative_difference(const char *a_path, const char *b_path);
+
 /* Asserts with the process's output shown when `cond` is false. */
 #define TH_ASSERT(p, cond)                                    \
     do {                                                      \
