@@ -34,6 +34,9 @@
     X(DDP_LAUNCH_LOG_LEVEL, "info", "verbosity of ddp-launch: error, warning, info or debug") \
     X(TMPDIR, "/tmp", "where the default --log-dir is created")                               \
     X(PATH, "/usr/local/bin:/usr/bin:/bin", "where worker programs are looked up")            \
+    X(SLURM_NNODES, NULL, "Slurm: --nnodes where neither the flag nor PET_NNODES gives it")   \
+    X(SLURM_NODEID, NULL, "Slurm: --node-rank where neither the flag nor PET_ gives it")      \
+    X(SLURM_JOB_NODELIST, NULL, "Slurm: its first host is --master-addr where none is given") \
     /* Read by libddp. */                                                                     \
     X(DDP_TIMEOUT, "300", "libddp: seconds for init and for each collective")                 \
     X(DDP_SHM, "1", "libddp: 0 keeps a one-host ring on TCP instead of shared memory")        \

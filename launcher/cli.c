@@ -11,6 +11,7 @@
 #include "error.h"
 #include "io.h"
 #include "parse.h"
+#include "slurm.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -871,6 +872,55 @@ static int scan_argv(int argc, char **argv, raw_value_t *raw, int *script_index,
     return 0;
 }
 
+static int flag_index(const char *name)
+{
+    for (int f = 0; f < NFLAGS; f++) {
+        if (strcmp(flags[f].name, name) == 0)
+            return f;
+    }
+    return -1;
+}
+
+/* Inside a Slurm job, what neither a flag nor a PET_ variable gave: --nnodes from
+ * SLURM_NNODES, --node-rank from SLURM_NODEID, --master-addr from the first host of
+ * SLURM_JOB_NODELIST (expanded as Slurm does). Not with --standalone, one node by its
+ * definition. `host` holds the first host while the values are applied. */
+static int slurm_defaults(raw_value_t *raw, char *const *envp, char *host, size_t cap,
+                          const ddp_log_t *log, ddp_buf_t *err)
+{
+    static const struct {
+        const char *flag;
+        ddp_env_id_t var;
+    } from[] = {
+        {"nnodes", DDP_ENV_SLURM_NNODES},
+        {"node-rank", DDP_ENV_SLURM_NODEID},
+        {"master-addr", DDP_ENV_SLURM_JOB_NODELIST},
+    };
+    if (raw[flag_index("standalone")].set)
+        return 0;
+    for (size_t i = 0; i < sizeof from / sizeof from[0]; i++) {
+        raw_value_t *slot = &raw[flag_index(from[i].flag)];
+        const char *name = ddp_env_name(from[i].var), *value = ddp_env_lookup(envp, name);
+        if (slot->set || value == NULL || *value == '\0')
+            continue;
+        if (from[i].var == DDP_ENV_SLURM_JOB_NODELIST) {
+            ddp_buf_t why = DDP_BUF_INIT;
+            int rc = ddp_slurm_first_host(value, host, cap, &why);
+            if (rc != 0) {
+                rc = usage(err, name, "%s", ddp_buf_str(&why));
+                ddp_buf_free(&why);
+                return rc;
+            }
+            value = host;
+        }
+        slot->value = value;
+        slot->set = true;
+        snprintf(slot->origin, sizeof slot->origin, "%s", name);
+        ddp_log_info(log, "--%s=%s from %s", from[i].flag, value, name);
+    }
+    return 0;
+}
+
 static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
 {
     if (cfg->rdzv_backend == DDP_RDZV_C10D && !cfg->rdzv_endpoint_set && !cfg->standalone)
@@ -917,6 +967,9 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
         }
     }
     if ((rc = scan_argv(argc, argv, raw, &script_index, err)) != 0)
+        goto fail;
+    char slurm_host[256];
+    if ((rc = slurm_defaults(raw, envp, slurm_host, sizeof slurm_host, log, err)) != 0)
         goto fail;
     for (int i = 0; i < NFLAGS; i++) {
         if (raw[i].set && (rc = flags[i].apply(cfg, raw[i].value, raw[i].origin, log, err)) != 0)

@@ -375,6 +375,39 @@ static void test_command_line_beats_pet(void **state)
     expect_field("t.py", "PET_ROLE=", &role);
 }
 
+/* Inside a Slurm job: SLURM_NNODES, SLURM_NODEID and the first host of
+ * SLURM_JOB_NODELIST where neither a flag nor PET_ gives them; not with --standalone. */
+static void test_slurm_environment(void **state)
+{
+    const char *slurm = "SLURM_NNODES=1 SLURM_NODEID=0 SLURM_JOB_NODELIST=gpu[07-09,12],login";
+    static const good_case_t addr = {"master-addr", NULL, "gpu07"};
+    expect_field("t.py", slurm, &addr);
+    static const good_case_t flag = {"master-addr", NULL, "10.0.0.1"};
+    expect_field("--master-addr=10.0.0.1 t.py", slurm, &flag);
+    static const good_case_t pet = {"master-addr", NULL, "head"};
+    expect_field("t.py", "PET_MASTER_ADDR=head SLURM_JOB_NODELIST=gpu[07-09]", &pet);
+    static const good_case_t standalone = {"master-addr", NULL, "127.0.0.1"};
+    expect_field("--standalone t.py", slurm, &standalone);
+    static const good_case_t nodes = {"nnodes", NULL, "1:1"};
+    expect_field("t.py", slurm, &nodes);
+
+    parse_t p;
+    parse(&p, "t.py", "SLURM_JOB_NODELIST=gpu[07-");
+    assert_int_equal(p.rc, DDP_EUSAGE);
+    assert_non_null(strstr(ddp_buf_str(&p.err), "SLURM_JOB_NODELIST"));
+    assert_non_null(strstr(ddp_buf_str(&p.err), "'[' without ']'"));
+    done(&p);
+    parse(&p, "t.py", "SLURM_NODEID=x");
+    assert_int_equal(p.rc, DDP_EUSAGE);
+    assert_non_null(strstr(ddp_buf_str(&p.err), "SLURM_NODEID: invalid value 'x'"));
+    done(&p);
+    /* Slurm's node id beyond its node count is the same error as the flags'. */
+    parse(&p, "t.py", "SLURM_NNODES=1 SLURM_NODEID=3");
+    assert_int_equal(p.rc, DDP_EUSAGE);
+    assert_non_null(strstr(ddp_buf_str(&p.err), "3 must be less than --nnodes (1)"));
+    done(&p);
+}
+
 static void test_script_and_its_arguments_untouched(void **state)
 {
     parse_t p;
@@ -545,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_bad_values_name_the_flag),
         cmocka_unit_test(test_prefixes),
         cmocka_unit_test(test_command_line_beats_pet),
+        cmocka_unit_test(test_slurm_environment),
         cmocka_unit_test(test_script_and_its_arguments_untouched),
         cmocka_unit_test(test_help_and_version_act_at_once),
         cmocka_unit_test(test_defaults_and_environment),
