@@ -52,11 +52,14 @@ static void im2col(const float *x, float *col, int cin, int batch, int h, int w,
                         memset(out, 0, (size_t)ow * sizeof *out);
                         continue;
                     }
-                    const float *in = src + (size_t)sy * w;
-                    for (int ox = 0; ox < ow; ox++) {
-                        int sx = ox + kx;
-                        out[ox] = sx >= 0 && sx < w ? in[sx] : 0.0f;
-                    }
+                    /* Columns [x0, x1) read the input; the padding outside them is 0. */
+                    const float *in = src + (size_t)sy * w + kx;
+                    int x0 = kx < 0 ? -kx : 0, x1 = w - kx < ow ? w - kx : ow;
+                    for (int ox = 0; ox < x0; ox++)
+                        out[ox] = 0.0f;
+                    memcpy(out + x0, in + x0, (size_t)(x1 - x0) * sizeof *out);
+                    for (int ox = x1; ox < ow; ox++)
+                        out[ox] = 0.0f;
                 }
             }
         }
@@ -80,11 +83,11 @@ static void col2im(const float *col, float *dx, int cin, int batch, int h, int w
                     int sy = oy + ky;
                     if (sy < 0 || sy >= h)
                         continue;
-                    for (int ox = 0; ox < ow; ox++) {
-                        int sx = ox + kx;
-                        if (sx >= 0 && sx < w)
-                            dst[(size_t)sy * w + sx] += src[(size_t)oy * ow + ox];
-                    }
+                    int x0 = kx < 0 ? -kx : 0, x1 = w - kx < ow ? w - kx : ow;
+                    float *to = dst + (size_t)sy * w + kx;
+                    const float *from = src + (size_t)oy * ow;
+                    for (int ox = x0; ox < x1; ox++)
+                        to[ox] += from[ox];
                 }
             }
         }
@@ -208,9 +211,10 @@ int fm_bn_forward(fm_bn_t *bn, const float *x, float *y, int n, bool train, fm_a
         bn->inv_std[ch] = inv;
         const float *in = x + (size_t)ch * n;
         float *xhat = bn->xhat + (size_t)ch * n, *out = y + (size_t)ch * n;
-        for (int i = 0; i < n; i++) {
-            xhat[i] = (float)((in[i] - mean) * inv);
-            out[i] = bn->gamma[ch] * xhat[i] + bn->beta[ch];
+        float m = (float)mean, is = (float)inv, gamma = bn->gamma[ch], beta = bn->beta[ch];
+        for (int i = 0; i < n; i++) { /* in float: vectorized */
+            xhat[i] = (in[i] - m) * is;
+            out[i] = gamma * xhat[i] + beta;
         }
         double unbiased = count > 1 ? var * count / (count - 1) : var;
         bn->running_mean[ch] =
@@ -249,12 +253,12 @@ int fm_bn_backward(fm_bn_t *bn, const float *dy, float *dx, int n, fm_all_sum_fn
      * gradient of the mean loss. */
     double total = sync != NULL ? bn->count : n;
     for (int ch = 0; ch < c; ch++) {
-        double mean_dy = s[ch] / total, mean_dot = s[c + ch] / total;
-        double scale = bn->gamma[ch] * bn->inv_std[ch];
+        float mean_dy = (float)(s[ch] / total), mean_dot = (float)(s[c + ch] / total);
+        float scale = (float)(bn->gamma[ch] * bn->inv_std[ch]);
         const float *g = dy + (size_t)ch * n, *xhat = bn->xhat + (size_t)ch * n;
         float *out = dx + (size_t)ch * n;
         for (int i = 0; i < n; i++)
-            out[i] = (float)(scale * (g[i] - mean_dy - xhat[i] * mean_dot));
+            out[i] = scale * (g[i] - mean_dy - xhat[i] * mean_dot);
     }
     return 0;
 }
