@@ -12,6 +12,7 @@
 #include "guard.h"
 #include "io.h"
 #include "logs.h"
+#include "rdzv.h"
 #include "report.h"
 #include "spawn.h"
 #include "store_server.h"
@@ -30,7 +31,9 @@
 
 extern char **environ;
 
-typedef enum { AGENT_RUNNING, AGENT_STOPPING, AGENT_DONE } agent_state_t;
+/* AGENT_WAITING: between rounds of a multi-node job, no worker running, until the
+ * rendezvous says what next. */
+typedef enum { AGENT_RUNNING, AGENT_STOPPING, AGENT_WAITING, AGENT_DONE } agent_state_t;
 
 /* Keys under this prefix belong to the launcher and outlive attempts (PyTorch's
  * clients put "/" before every user key, so none of theirs starts so). */
@@ -41,6 +44,8 @@ typedef enum {
     STOP_FAILURE,      /* a worker failed */
     STOP_SIGNAL,       /* the launcher received a signal to forward */
     STOP_LAUNCH_ERROR, /* the launcher could not start the group */
+    STOP_REMOTE,       /* a worker failed on another node */
+    STOP_ABORTED,      /* the multi-node job ended (another node, or the store, gone) */
 } stop_reason_t;
 
 typedef struct ddp_agent_s ddp_agent_t;
@@ -83,6 +88,11 @@ struct ddp_agent_s {
     bool base_created;
     rlim_t nofile; /* the soft fd limit to give back to workers; 0 if unchanged */
     char host[256];
+
+    /* This node's share of the job: one node alone, or what the rendezvous formed. */
+    ddp_rdzv_t *rdzv; /* multi-node jobs */
+    int rank_offset, world_size, nnodes;
+    int abort_exit_code; /* STOP_ABORTED's */
 
     int attempt;
     agent_state_t state;
@@ -204,6 +214,7 @@ static void worker_drain(ddp_worker_t *w, bool close_after)
 static void finish(ddp_agent_t *a)
 {
     a->state = AGENT_DONE;
+    ddp_rdzv_close(a->rdzv);
     ddp_store_server_close(a->store);
     a->store = NULL;
     uv_close((uv_handle_t *)&a->sigchld, NULL);
@@ -297,6 +308,14 @@ static void kill_leftovers(ddp_agent_t *a)
     free(alive);
 }
 
+/* A failed job's status: 1, or with --exit-code=worker the root cause's own. */
+static int failure_exit_code(const ddp_agent_t *a)
+{
+    if (a->cfg->exit_code_mode == DDP_EXIT_CODE_WORKER && a->nfailures > 0)
+        return ddp_failure_status(&a->failures[ddp_report_root(a->failures, a->nfailures)]);
+    return DDP_EXIT_WORKER_FAILED;
+}
+
 /* Every worker of the attempt has ended: clean up the groups and decide what next. */
 static void group_finished(ddp_agent_t *a)
 {
@@ -313,6 +332,15 @@ static void group_finished(ddp_agent_t *a)
         w->prefix = w->error_file = NULL;
         w->pid = 0;
     }
+    /* A multi-node job goes on as the rendezvous decides, for every node alike. */
+    if (a->rdzv != NULL && (a->stop_reason == STOP_NONE || a->stop_reason == STOP_FAILURE ||
+                            a->stop_reason == STOP_REMOTE)) {
+        a->state = AGENT_WAITING;
+        ddp_rdzv_post(a->rdzv,
+                      a->stop_reason == STOP_NONE ? DDP_RDZV_EV_SUCCEEDED : DDP_RDZV_EV_STOPPED,
+                      NULL);
+        return;
+    }
     switch (a->stop_reason) {
     case STOP_NONE:
         a->exit_code = DDP_EXIT_OK;
@@ -323,6 +351,7 @@ static void group_finished(ddp_agent_t *a)
     case STOP_LAUNCH_ERROR:
         a->exit_code = DDP_EXIT_LAUNCH_FAILED;
         break;
+    case STOP_REMOTE:
     case STOP_FAILURE:
         if (a->attempt < a->cfg->max_restarts) {
             a->attempt++;
@@ -338,11 +367,10 @@ static void group_finished(ddp_agent_t *a)
             (void)group_start(a);
             return;
         }
-        if (a->cfg->exit_code_mode == DDP_EXIT_CODE_WORKER && a->nfailures > 0)
-            a->exit_code =
-                ddp_failure_status(&a->failures[ddp_report_root(a->failures, a->nfailures)]);
-        else
-            a->exit_code = DDP_EXIT_WORKER_FAILED;
+        a->exit_code = failure_exit_code(a);
+        break;
+    case STOP_ABORTED:
+        a->exit_code = a->abort_exit_code;
         break;
     }
     finish(a);
@@ -390,7 +418,7 @@ static void on_sigchld(uv_signal_t *handle, int signum)
     ddp_agent_t *a = handle->data;
     size_t failures_before = a->nfailures;
     double now = ddp_clock_wall();
-    if (a->state == AGENT_DONE)
+    if (a->state == AGENT_DONE || a->state == AGENT_WAITING)
         return;
     /* Reap every worker that has ended (signals coalesce), then act once. */
     for (int i = 0; i < a->nworkers; i++) {
@@ -411,8 +439,16 @@ static void on_sigchld(uv_signal_t *handle, int signum)
         }
         worker_ended(a, w, status, now);
     }
-    /* The first failure starts the stop (later ones come while it runs). */
+    /* The first failure starts the stop (later ones come while it runs), on every node
+     * of a multi-node job. */
     if (a->nfailures > failures_before && a->state == AGENT_RUNNING) {
+        if (a->rdzv != NULL) {
+            char what[64], message[256];
+            const ddp_failure_t *f = &a->failures[failures_before];
+            snprintf(message, sizeof message, "worker rank %d (local rank %d, pid %d) %s", f->rank,
+                     f->local_rank, (int)f->pid, ddp_failure_describe(f, what, sizeof what));
+            ddp_rdzv_post(a->rdzv, DDP_RDZV_EV_FAILED, message);
+        }
         if (a->nrunning > 0)
             begin_stop(a, SIGTERM, STOP_FAILURE);
         else
@@ -429,6 +465,17 @@ static void on_forwarded_signal(uv_signal_t *handle, int sig)
     signame(sig, name, sizeof name);
     if (a->state == AGENT_DONE)
         return;
+    if (a->rdzv != NULL) {
+        char message[96];
+        snprintf(message, sizeof message, "its launcher received %s", name);
+        ddp_rdzv_post(a->rdzv, DDP_RDZV_EV_ABORT, message);
+    }
+    if (a->state == AGENT_WAITING) {
+        ddp_log_warn(a->log, "received %s between rounds: ending", name);
+        a->exit_code = DDP_EXIT_SIGNAL_BASE + sig;
+        finish(a);
+        return;
+    }
     if (a->stop_reason == STOP_SIGNAL) {
         ddp_log_warn(a->log, "received %s again: sending SIGKILL to the workers now", name);
         a->sent_sigkill = true;
@@ -528,13 +575,13 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         .local_rank = w->local_rank,
         .rank = w->rank,
         .local_world_size = cfg->nproc_per_node,
-        .world_size = cfg->nproc_per_node * cfg->nnodes_max,
+        .world_size = a->world_size,
         .group_rank = cfg->node_rank,
-        .group_world_size = cfg->nnodes_max,
+        .group_world_size = a->nnodes,
         .restart_count = a->attempt,
         .use_agent_store = true,
         .master_addr = cfg->master_addr,
-        .master_port = a->store_port,
+        .master_port = a->store != NULL ? a->store_port : cfg->master_port,
     };
     if (asprintf(&w->error_file, "%s/%d/error.json", a->attempt_dir, w->local_rank) < 0) {
         w->error_file = NULL;
@@ -617,7 +664,7 @@ static int group_start(ddp_agent_t *a)
     for (int i = 0; i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];
         w->local_rank = i;
-        w->rank = a->cfg->node_rank * a->cfg->nproc_per_node + i;
+        w->rank = a->rank_offset + i;
         if ((err = worker_start(a, w)) != 0)
             goto fail;
     }
@@ -630,6 +677,78 @@ fail:
         finish(a);
     }
     return err;
+}
+
+/* Multi-node jobs: what the rendezvous thread decided, for every node alike. */
+
+static void round_start(ddp_agent_t *a, const ddp_rdzv_world_t *world)
+{
+    a->attempt = world->round;
+    a->rank_offset = world->rank_offset;
+    a->world_size = world->world_size;
+    a->nnodes = world->nnodes;
+    clear_failures(a);
+    if (a->store != NULL && world->round > 0) {
+        /* As between attempts on one node; then the other nodes may start theirs. */
+        char key[640];
+        size_t cleared = ddp_store_clear(ddp_store_server_store(a->store), DDP_STORE_KEEP);
+        ddp_log_debug(a->log, "cleared %zu key(s) of round %d from the store", cleared,
+                      world->round - 1);
+        ddp_rdzv_cleared_key(a->cfg, world->round, key, sizeof key);
+        ddp_store_key_t k = {(const uint8_t *)key, strlen(key)};
+        if (ddp_store_set(ddp_store_server_store(a->store), k, (const uint8_t *)"1", 1) != 0) {
+            ddp_log_error(a->log, "out of memory in the store");
+            a->exit_code = DDP_EXIT_LAUNCH_FAILED;
+            finish(a);
+            return;
+        }
+    }
+    ddp_log_info(a->log, "round %d: %d node(s), %d workers; this node runs ranks %d to %d",
+                 world->round, world->nnodes, world->world_size, world->rank_offset,
+                 world->rank_offset + a->nworkers - 1);
+    (void)group_start(a);
+}
+
+static void on_rdzv_command(void *ctx)
+{
+    ddp_agent_t *a = ctx;
+    ddp_rdzv_world_t world;
+    char message[1536];
+    int exit_code;
+    ddp_rdzv_cmd_t cmd;
+    while (a->state != AGENT_DONE && (cmd = ddp_rdzv_take(a->rdzv, &world, &exit_code, message,
+                                                          sizeof message)) != DDP_RDZV_CMD_NONE) {
+        switch (cmd) {
+        case DDP_RDZV_CMD_NONE:
+            break;
+        case DDP_RDZV_CMD_START:
+            if (a->state == AGENT_WAITING)
+                round_start(a, &world);
+            break;
+        case DDP_RDZV_CMD_STOP:
+            if (a->state == AGENT_RUNNING && a->nrunning > 0) {
+                ddp_log_warn(a->log, "the round failed on another node (%s)", message);
+                begin_stop(a, SIGTERM, STOP_REMOTE);
+            }
+            break;
+        case DDP_RDZV_CMD_FINISH:
+            if (exit_code == DDP_EXIT_WORKER_FAILED && a->nfailures > 0)
+                exit_code = failure_exit_code(a); /* the report names the cause */
+            else if (exit_code != DDP_EXIT_OK)
+                ddp_log_error(a->log, "%s", message);
+            if (a->nrunning > 0) {
+                a->abort_exit_code = exit_code;
+                if (a->state == AGENT_RUNNING)
+                    begin_stop(a, SIGTERM, STOP_ABORTED);
+                else
+                    a->stop_reason = STOP_ABORTED;
+            } else {
+                a->exit_code = exit_code;
+                finish(a);
+            }
+            break;
+        }
+    }
 }
 
 /* Setup and teardown. */
@@ -751,6 +870,9 @@ int ddp_agent_run(const ddp_launch_config_t *cfg, const ddp_log_t *log)
     a->cfg = cfg;
     a->log = log;
     a->nworkers = cfg->nproc_per_node;
+    a->rank_offset = 0; /* one node; a multi-node job's rendezvous sets them per round */
+    a->world_size = cfg->nproc_per_node;
+    a->nnodes = 1;
     a->console_out.fd = 1;
     a->console_err.fd = 2;
     a->guard.fd = -1;
@@ -795,13 +917,24 @@ int ddp_agent_run(const ddp_launch_config_t *cfg, const ddp_log_t *log)
         ddp_log_error(log, "unable to set up the event loop: %s", uv_strerror(err));
         if (handles_ready)
             finish(a);
-    } else if (start_store(a) != 0) {
+    } else if (cfg->node_rank == 0 && start_store(a) != 0) {
         a->exit_code = DDP_EXIT_STORE_FAILED;
         finish(a);
+    } else if (cfg->nnodes_max > 1) {
+        /* Node 0 hosts the store; every node's launcher meets the others there. */
+        a->state = AGENT_WAITING;
+        if ((err = ddp_rdzv_start(&a->loop, cfg, log, on_rdzv_command, a, &a->rdzv)) != 0) {
+            ddp_log_error(log, "unable to start the rendezvous: %s", ddp_strerror(err));
+            finish(a);
+        } else {
+            ddp_log_info(log, "node %d of %d: joining the job at %s:%d", cfg->node_rank,
+                         cfg->nnodes_max, cfg->master_addr, cfg->master_port);
+        }
     } else {
         (void)group_start(a);
     }
     uv_run(&a->loop, UV_RUN_DEFAULT);
+    ddp_rdzv_free(a->rdzv);
     exit_code = a->exit_code;
     /* The report names what went wrong, also when a signal ended the job meanwhile. */
     if (a->nfailures > 0)

@@ -935,11 +935,21 @@ static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
                      "as an argument");
     if (cfg->module && cfg->no_python && !cfg->run_path)
         return usage(err, "--no-python", "cannot be combined with -m/--module");
-    if (cfg->nnodes_max > 1)
+    if (cfg->nnodes_min != cfg->nnodes_max ||
+        (cfg->nnodes_max > 1 && cfg->rdzv_backend != DDP_RDZV_STATIC))
         return usage(err, "--nnodes",
-                     "%d:%d: multi-node jobs are not supported by this version of ddp-launch "
-                     "yet; run one node with --nnodes=1",
-                     cfg->nnodes_min, cfg->nnodes_max);
+                     "%d:%d with --rdzv-backend=%s: elastic (dynamic) rendezvous is not "
+                     "supported by this version of ddp-launch yet; give a fixed --nnodes with "
+                     "--node-rank and --master-addr (static rendezvous)",
+                     cfg->nnodes_min, cfg->nnodes_max,
+                     cfg->rdzv_backend == DDP_RDZV_STATIC ? "static" : "c10d");
+    if (cfg->nnodes_max > 1 && cfg->standalone)
+        return usage(err, "--standalone", "is one node; it cannot run a job of --nnodes=%d",
+                     cfg->nnodes_max);
+    if (cfg->nnodes_max > 1 && cfg->master_port == 0)
+        return usage(err, "--master-port",
+                     "0 (a free port) serves one node only: the other nodes of a multi-node "
+                     "job must know node 0's port; give the same fixed port on every node");
     if (cfg->node_rank >= cfg->nnodes_max)
         return usage(err, "--node-rank", "%d must be less than --nnodes (%d)", cfg->node_rank,
                      cfg->nnodes_max);

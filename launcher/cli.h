@@ -26,6 +26,7 @@ enum {
     DDP_EXIT_USAGE = 2,
     DDP_EXIT_LAUNCH_FAILED = 3,
     DDP_EXIT_STORE_FAILED = 4, /* the store cannot listen: port in use, address not ours */
+    DDP_EXIT_RDZV_FAILED = 5,  /* the nodes could not form or keep the job (see the message) */
     DDP_EXIT_NOT_EXECUTABLE = 126,
     DDP_EXIT_NOT_FOUND = 127,
     DDP_EXIT_SIGNAL_BASE = 128,

@@ -68,6 +68,9 @@ int th_setup(void **state);
 int th_teardown(void **state);
 #define TH_TEST(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
+/* A TCP port of 127.0.0.1 that was free a moment ago. */
+int th_free_port(void);
+
 /* Seconds on the monotonic clock. */
 double th_now(void);
 

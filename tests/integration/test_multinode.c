@@ -1,0 +1,293 @@
+/* Multi-node jobs with static rendezvous: one real ddp-launch per "node", the nodes
+ * meeting at node 0's store on 127.0.0.1 (several launchers on one machine: the same
+ * protocol as between machines, without network namespaces). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_NODES 3
+
+typedef struct {
+    int port;
+    char run_id[64];
+    th_proc_t node[MAX_NODES];
+    int n;
+} job_t;
+
+static void job_init(job_t *job)
+{
+    memset(job, 0, sizeof *job);
+    job->port = th_free_port();
+    snprintf(job->run_id, sizeof job->run_id, "mn-%d-%d", (int)getpid(), job->port);
+}
+
+/* Starts a launcher: `flags` (space-separated, at most 6) then the program and its
+ * arguments (NULL-terminated), with `env` added to the environment (may be NULL). */
+static th_proc_t *start_node_env(job_t *job, int nnodes, int node_rank, int nproc,
+                                 const char *flags, const char *const *program,
+                                 const char *const *env)
+{
+    static char buf[MAX_NODES][12][128];
+    char f[256];
+    snprintf(f, sizeof f, "%s", flags ? flags : "");
+    const char *argv[32];
+    int n = 0, b = 0;
+    char(*mine)[128] = buf[job->n];
+    argv[n++] = th_launcher();
+    snprintf(mine[b], sizeof mine[b], "--nnodes=%d", nnodes);
+    argv[n++] = mine[b++];
+    snprintf(mine[b], sizeof mine[b], "--node-rank=%d", node_rank);
+    argv[n++] = mine[b++];
+    snprintf(mine[b], sizeof mine[b], "--nproc-per-node=%d", nproc);
+    argv[n++] = mine[b++];
+    snprintf(mine[b], sizeof mine[b], "--master-port=%d", job->port);
+    argv[n++] = mine[b++];
+    snprintf(mine[b], sizeof mine[b], "--rdzv-id=%s", job->run_id);
+    argv[n++] = mine[b++];
+    argv[n++] = "--master-addr=127.0.0.1";
+    if (strstr(program[0], ".py") == NULL)
+        argv[n++] = "--no-python";
+    for (char *save, *tok = strtok_r(f, " ", &save); tok != NULL; tok = strtok_r(NULL, " ", &save))
+        argv[n++] = tok;
+    for (int i = 0; program[i] != NULL; i++)
+        argv[n++] = program[i];
+    argv[n] = NULL;
+    th_proc_t *p = &job->node[job->n++];
+    th_start(p, argv, env);
+    return p;
+}
+
+static th_proc_t *start_node(job_t *job, int nnodes, int node_rank, int nproc, const char *flags,
+                             const char *const *program)
+{
+    return start_node_env(job, nnodes, node_rank, nproc, flags, program, NULL);
+}
+
+static void job_wait(job_t *job, double timeout)
+{
+    for (int i = 0; i < job->n; i++)
+        TH_ASSERT(&job->node[i], th_wait_exit(&job->node[i], timeout));
+}
+
+static void job_cleanup(job_t *job)
+{
+    for (int i = 0; i < job->n; i++)
+        th_cleanup(&job->node[i]);
+}
+
+static const char *out(th_proc_t *p)
+{
+    return ddp_buf_str(&p->out);
+}
+
+static const char *err(th_proc_t *p)
+{
+    return ddp_buf_str(&p->err);
+}
+
+/* Nodes with different --nproc-per-node: ranks follow node order, every worker gets the
+ * job's world and its node's share, and they all reach node 0's store. */
+static void test_nodes_form_one_job(void **state)
+{
+    const char *env[] = {th_worker(), "env", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n1 = start_node(&job, 3, 1, 2, NULL, env);
+    th_proc_t *n2 = start_node(&job, 3, 2, 1, NULL, env);
+    th_proc_t *n0 = start_node(&job, 3, 0, 1, NULL, env); /* the store comes last */
+    job_wait(&job, 60);
+    for (int i = 0; i < 3; i++)
+        TH_ASSERT(&job.node[i], th_status(&job.node[i]) == 0);
+    char port[64];
+    snprintf(port, sizeof port, "MASTER_PORT=%d\n", job.port);
+    TH_ASSERT(n0, strstr(out(n0), "RANK=0\n") != NULL && strstr(out(n0), "GROUP_RANK=0\n"));
+    TH_ASSERT(n1, strstr(out(n1), "\nRANK=1\n") != NULL && strstr(out(n1), "\nRANK=2\n"));
+    TH_ASSERT(n1, th_count(out(n1), "LOCAL_WORLD_SIZE=2\n") == 2);
+    TH_ASSERT(n1, th_count(out(n1), "GROUP_RANK=1\n") == 2);
+    TH_ASSERT(n2, strstr(out(n2), "\nRANK=3\n") != NULL && strstr(out(n2), "GROUP_RANK=2\n"));
+    for (int i = 0; i < 3; i++) {
+        th_proc_t *p = &job.node[i];
+        int workers = p == n1 ? 2 : 1;
+        TH_ASSERT(p, th_count(out(p), "\nWORLD_SIZE=4\n") == workers);
+        TH_ASSERT(p, th_count(out(p), "GROUP_WORLD_SIZE=3\n") == workers);
+        TH_ASSERT(p, th_count(out(p), port) == workers);
+        TH_ASSERT(p, th_count(out(p), "TORCHELASTIC_RESTART_COUNT=0\n") == workers);
+    }
+    job_cleanup(&job);
+}
+
+/* A worker failing on node 1 stops node 0's workers too, and both nodes start round 1
+ * (TORCHELASTIC_RESTART_COUNT=1 everywhere); --max-restarts is the job's budget. */
+static void test_failure_restarts_every_node(void **state)
+{
+    const char *waits[] = {th_worker(), "wait-until", "1", NULL};
+    const char *fails[] = {th_worker(), "fail-until", "1", "3", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 2, "--max-restarts=1", waits);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, "--max-restarts=1", fails);
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_status(n0) == 0);
+    TH_ASSERT(n1, th_status(n1) == 0);
+    TH_ASSERT(n1, strstr(out(n1), "failing on attempt 0 rank 0") != NULL);
+    TH_ASSERT(n1, strstr(out(n1), "succeeded on attempt 1 rank 0") != NULL);
+    TH_ASSERT(n0, th_count(out(n0), "ready ") == 2); /* round 0, stopped */
+    TH_ASSERT(n0, th_count(out(n0), "TORCHELASTIC_RESTART_COUNT=1\n") == 2);
+    TH_ASSERT(n0, strstr(err(n0), "the round failed on another node (node 1") != NULL);
+    TH_ASSERT(n0, strstr(err(n0), "worker rank 2 (local rank 0") != NULL);
+    job_cleanup(&job);
+}
+
+/* Without a restart left the job fails on every node: node 1 with its report, node 0
+ * naming node 1's failure. */
+static void test_failure_without_restarts_ends_every_node(void **state)
+{
+    const char *waits[] = {th_worker(), "wait", NULL};
+    const char *fails[] = {th_worker(), "exit", "7", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, NULL, waits);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, NULL, fails);
+    double started = th_now();
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_now() - started < 30);
+    TH_ASSERT(n1, th_status(n1) == 1);
+    TH_ASSERT(n1, strstr(err(n1), "exitcode  : 7") != NULL);
+    TH_ASSERT(n0, th_status(n0) == 1);
+    TH_ASSERT(n0, strstr(err(n0), "no restart left") != NULL);
+    TH_ASSERT(n0, strstr(err(n0), "node 1 (") != NULL);
+    job_cleanup(&job);
+}
+
+/* Rendezvous errors end every node with status 5 and a message naming the node. */
+static void test_node_that_never_joins(void **state)
+{
+    const char *env[] = {th_worker(), "env", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 3, 0, 1, "--rdzv-conf=timeout=2", env);
+    th_proc_t *n2 = start_node(&job, 3, 2, 1, "--rdzv-conf=timeout=2", env);
+    double started = th_now();
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_now() - started < 20);
+    TH_ASSERT(n0, th_status(n0) == 5);
+    TH_ASSERT(n0, strstr(err(n0), "node(s) 1 did not join within 2 s") != NULL);
+    TH_ASSERT(n2, th_status(n2) == 5);
+    TH_ASSERT(n2, strstr(err(n2), "node(s) 1 did not join") != NULL);
+    TH_ASSERT(n0, strstr(out(n0), "RANK=") == NULL); /* no worker started */
+    job_cleanup(&job);
+}
+
+static void test_store_unreachable(void **state)
+{
+    const char *env[] = {th_worker(), "env", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=2", env);
+    job_wait(&job, 60);
+    char want[128];
+    snprintf(want, sizeof want, "node 0's rendezvous store at 127.0.0.1:%d could not be reached",
+             job.port);
+    TH_ASSERT(n1, th_status(n1) == 5);
+    TH_ASSERT(n1, strstr(err(n1), want) != NULL);
+    job_cleanup(&job);
+}
+
+static void test_mismatched_nnodes(void **state)
+{
+    const char *env[] = {th_worker(), "env", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, "--rdzv-conf=timeout=20", env);
+    th_proc_t *n1 = start_node(&job, 3, 1, 1, "--rdzv-conf=timeout=20", env);
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_status(n0) == 5);
+    TH_ASSERT(n0, strstr(err(n0), "runs with --nnodes=3") != NULL);
+    TH_ASSERT(n1, th_status(n1) == 5);
+    TH_ASSERT(n1, strstr(err(n1), "runs with --nnodes=3") != NULL);
+    job_cleanup(&job);
+}
+
+/* Two launchers with one --node-rank: the second to claim it ends the job everywhere. */
+static void test_duplicate_node_rank(void **state)
+{
+    const char *waits[] = {th_worker(), "wait", NULL};
+    job_t job;
+    job_init(&job);
+    start_node(&job, 2, 0, 1, "--rdzv-conf=timeout=20", waits);
+    start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=20", waits);
+    start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=20", waits);
+    job_wait(&job, 60);
+    for (int i = 0; i < 3; i++) {
+        TH_ASSERT(&job.node[i], th_status(&job.node[i]) == 5);
+        TH_ASSERT(&job.node[i], strstr(err(&job.node[i]), "node rank 1 is taken") != NULL);
+    }
+    job_cleanup(&job);
+}
+
+/* libddp's collectives across the nodes' workers (2 + 1 ranks). */
+static void test_libddp_across_nodes(void **state)
+{
+    const char *collectives[] = {getenv("DDP_TEST_COLLECTIVES"), "collectives", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 2, NULL, collectives);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, NULL, collectives);
+    job_wait(&job, 120);
+    TH_ASSERT(n0, th_status(n0) == 0);
+    TH_ASSERT(n1, th_status(n1) == 0);
+    TH_ASSERT(n0, th_count(out(n0), "collectives ok, world 3") == 2);
+    TH_ASSERT(n1, th_count(out(n1), "collectives ok, world 3") == 1);
+    job_cleanup(&job);
+}
+
+/* PyTorch (Debian's 1.13) with gloo across 2 nodes of 1 and 2 ranks. */
+static void test_torch_gloo_across_nodes(void **state)
+{
+    const char *python = getenv("DDP_TEST_PYTHON");
+    char script[1024], probe[1200], python_exec[1100];
+    snprintf(probe, sizeof probe, "%s -c 'import torch' 2>/dev/null", python ? python : "");
+    if (python == NULL || *python == '\0' || system(probe) != 0) {
+        printf("no python with torch (apt-get install python3-torch): skipped\n");
+        skip();
+    }
+    snprintf(script, sizeof script, "%s/tests/python/gloo_allreduce.py", th_source_dir());
+    snprintf(python_exec, sizeof python_exec, "PYTHON_EXEC=%s", python);
+    const char *program[] = {script, NULL}, *env[] = {python_exec, NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node_env(&job, 2, 0, 1, NULL, program, env);
+    th_proc_t *n1 = start_node_env(&job, 2, 1, 2, NULL, program, env);
+    job_wait(&job, 300);
+    TH_ASSERT(n0, th_status(n0) == 0);
+    TH_ASSERT(n1, th_status(n1) == 0);
+    TH_ASSERT(n0, strstr(out(n0), "rank 0 of 3 sum 6") != NULL);
+    TH_ASSERT(n1, strstr(out(n1), "rank 1 of 3 sum 6") != NULL);
+    TH_ASSERT(n1, strstr(out(n1), "rank 2 of 3 sum 6") != NULL);
+    job_cleanup(&job);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        TH_TEST(test_nodes_form_one_job),
+        TH_TEST(test_failure_restarts_every_node),
+        TH_TEST(test_failure_without_restarts_ends_every_node),
+        TH_TEST(test_node_that_never_joins),
+        TH_TEST(test_store_unreachable),
+        TH_TEST(test_mismatched_nnodes),
+        TH_TEST(test_duplicate_node_rank),
+        TH_TEST(test_libddp_across_nodes),
+        TH_TEST(test_torch_gloo_across_nodes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
