@@ -237,8 +237,7 @@ static int apply_rdzv_conf(ddp_launch_config_t *cfg, const char *value, const ch
                            const ddp_log_t *log, ddp_buf_t *err)
 {
     /* Keys ddp-launch accepts from torchrun's backends without using them (yet). */
-    static const char *const quiet_keys[] = {"keep_alive_interval", "keep_alive_max_attempt",
-                                             "use_libuv", "rank", "store_type"};
+    static const char *const quiet_keys[] = {"use_libuv", "rank", "store_type"};
     struct {
         const char *key;
         double *slot;
@@ -248,6 +247,7 @@ static int apply_rdzv_conf(ddp_launch_config_t *cfg, const char *value, const ch
         {"close_timeout", &cfg->rdzv_conf.close_timeout},
         {"read_timeout", &cfg->rdzv_conf.read_timeout},
         {"timeout", &cfg->rdzv_conf.timeout},
+        {"keep_alive_interval", &cfg->rdzv_conf.keep_alive_interval},
     };
     char *copy = strdup(value), *save = NULL;
     int rc = 0;
@@ -271,6 +271,16 @@ static int apply_rdzv_conf(ddp_launch_config_t *cfg, const char *value, const ch
                     goto out;
                 }
             }
+        }
+        if (strcmp(key, "keep_alive_max_attempt") == 0) {
+            long attempts;
+            known = true;
+            if (ddp_parse_long(text, 1, 1000000, &attempts) != 0) {
+                rc = usage(err, origin, "invalid keep_alive_max_attempt '%s': expected 1 or more",
+                           text);
+                goto out;
+            }
+            cfg->rdzv_conf.keep_alive_max_attempt = (int)attempts;
         }
         if (strcmp(key, "is_host") == 0) {
             bool is_host;
@@ -789,7 +799,7 @@ static void config_defaults(ddp_launch_config_t *cfg)
     strcpy(cfg->master_addr, "127.0.0.1");
     cfg->master_port = 29500;
     cfg->rdzv_backend = DDP_RDZV_STATIC;
-    cfg->rdzv_conf = (ddp_rdzv_conf_t){600, 30, 30, 60, 900, -1};
+    cfg->rdzv_conf = (ddp_rdzv_conf_t){600, 30, 30, 60, 900, -1, 1, 3};
     cfg->monitor_interval = 0.1;
     cfg->shutdown_timeout = 30;
     cfg->signals[0] = SIGTERM;
@@ -1161,7 +1171,8 @@ static const char help_text[] =
     "  --rdzv-endpoint HOST[:PORT] c10d: where the store listens (default port 29400)\n"
     "  --rdzv-id ID                job id, exported as TORCHELASTIC_RUN_ID (default none)\n"
     "  --rdzv-conf K=V,...         join_timeout, last_call_timeout, close_timeout,\n"
-    "                              read_timeout, timeout, is_host\n"
+    "                              read_timeout, timeout, keep_alive_interval,\n"
+    "                              keep_alive_max_attempt, is_host\n"
     "  --standalone                one node, a free port and a random run id\n"
     "  --store-max-key SIZE        longest key the store takes (default 8K)\n"
     "  --store-max-value SIZE      largest value (default 8M)\n"

@@ -60,12 +60,14 @@ typedef struct ddp_std_spec_s {
 } ddp_std_spec_t;
 
 typedef struct ddp_rdzv_conf_s {
-    double join_timeout;      /* s, default 600 */
-    double last_call_timeout; /* s, default 30 */
-    double close_timeout;     /* s, default 30 */
-    double read_timeout;      /* s, default 60 */
-    double timeout;           /* s, static rendezvous, default 900 */
-    int is_host;              /* -1 unset, 0 or 1 */
+    double join_timeout;        /* s, default 600 */
+    double last_call_timeout;   /* s, default 30 */
+    double close_timeout;       /* s, default 30 */
+    double read_timeout;        /* s, default 60 */
+    double timeout;             /* s, static rendezvous, default 900 */
+    int is_host;                /* -1 unset, 0 or 1 */
+    double keep_alive_interval; /* s between a launcher's heartbeats, default 1 */
+    int keep_alive_max_attempt; /* heartbeats missed before a node is lost, default 3 */
 } ddp_rdzv_conf_t;
 
 typedef struct ddp_launch_config_s {

@@ -44,6 +44,7 @@ struct ddp_rdzv_s {
     int head, count;
 
     /* The thread's own. */
+    double next_beat; /* when this launcher's next heartbeat is due */
     ddp_store_client_t *client;
     char host[256];
     char prefix[512]; /* ddp-launch/rdzv/<run id>/ */
@@ -180,6 +181,92 @@ static int connect_store(ddp_rdzv_t *r, double deadline, ddp_buf_t *why)
     return DDP_ECLOSED;
 }
 
+/* This launcher's heartbeat, when due: beat/<node rank> counts up every
+ * keep_alive_interval while the thread lives. */
+static int beat(ddp_rdzv_t *r)
+{
+    double now = ddp_clock_mono();
+    char key[640];
+    int64_t ignored;
+    if (now < r->next_beat)
+        return 0;
+    r->next_beat = now + r->cfg->rdzv_conf.keep_alive_interval;
+    key_of(r, key, sizeof key, "beat/%d", r->cfg->node_rank);
+    return ddp_store_client_add(r->client, key, 1, &ignored);
+}
+
+/* The other nodes' heartbeats as last seen, and when each last moved. */
+typedef struct {
+    int n;
+    char **keys;
+    ddp_buf_t *values;
+    int64_t *seen;
+    double *moved, next_check;
+} liveness_t;
+
+static void liveness_free(liveness_t *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        if (l->keys != NULL)
+            free(l->keys[i]);
+        if (l->values != NULL)
+            ddp_buf_free(&l->values[i]);
+    }
+    free(l->keys);
+    free(l->values);
+    free(l->seen);
+    free(l->moved);
+}
+
+static int liveness_init(ddp_rdzv_t *r, liveness_t *l)
+{
+    int n = r->cfg->nnodes_max;
+    char key[640];
+    double now = ddp_clock_mono();
+    *l = (liveness_t){.n = n, .next_check = now};
+    l->keys = calloc((size_t)n, sizeof *l->keys);
+    l->values = calloc((size_t)n, sizeof *l->values);
+    l->seen = calloc((size_t)n, sizeof *l->seen);
+    l->moved = calloc((size_t)n, sizeof *l->moved);
+    if (l->keys == NULL || l->values == NULL || l->seen == NULL || l->moved == NULL)
+        return -ENOMEM;
+    for (int i = 0; i < n; i++) {
+        key_of(r, key, sizeof key, "beat/%d", i);
+        if ((l->keys[i] = strdup(key)) == NULL)
+            return -ENOMEM;
+        l->seen[i] = -1;
+        l->moved[i] = now; /* each node has the whole timeout from the round's start */
+    }
+    return 0;
+}
+
+/* Beats, and once an interval reads the others' beats: *lost is the first node whose
+ * heartbeat has not moved for keep_alive_max_attempt intervals, else -1. */
+static int liveness_check(ddp_rdzv_t *r, liveness_t *l, int *lost)
+{
+    const ddp_rdzv_conf_t *conf = &r->cfg->rdzv_conf;
+    double now = ddp_clock_mono();
+    int err = beat(r);
+    *lost = -1;
+    if (err || now < l->next_check)
+        return err;
+    l->next_check = now + conf->keep_alive_interval / 2;
+    if ((err = ddp_store_client_multi_get(r->client, (const char *const *)l->keys, (size_t)l->n,
+                                          l->values)) != 0)
+        return err;
+    for (int i = 0; i < l->n; i++) {
+        int64_t count = strtoll(ddp_buf_str(&l->values[i]), NULL, 10);
+        if (count != l->seen[i]) {
+            l->seen[i] = count;
+            l->moved[i] = now;
+        } else if (i != r->cfg->node_rank && *lost < 0 &&
+                   now - l->moved[i] > conf->keep_alive_interval * conf->keep_alive_max_attempt) {
+            *lost = i;
+        }
+    }
+    return 0;
+}
+
 /* Parses "nnodes nproc max_restarts host" (host: at most 255 characters). */
 static bool parse_node(const char *text, int *nnodes, int *nproc, int *max_restarts, char host[256])
 {
@@ -228,9 +315,8 @@ static int join(ddp_rdzv_t *r, int round, ddp_rdzv_world_t *world, ddp_buf_t *wh
             break;
         }
         err = ddp_store_client_wait(r->client, (const char *const *)keys, (size_t)nnodes, SLICE);
-        if (err != DDP_ETIMEOUT)
+        if (err != DDP_ETIMEOUT || (err = beat(r)) != 0)
             break;
-        err = 0;
         if (aborted_elsewhere(r, why)) {
             err = DDP_EUSAGE;
             break;
@@ -308,9 +394,12 @@ static int await_key(ddp_rdzv_t *r, const char *key, double timeout, ddp_buf_t *
         if (quitting(r))
             return DDP_ECLOSED;
         int err = ddp_store_client_wait(r->client, keys, 1, SLICE);
-        if (err != DDP_ETIMEOUT) {
-            if (err)
-                ddp_buf_printf(why, "%s", store_error(r));
+        if (err == 0)
+            return 0;
+        if (err == DDP_ETIMEOUT)
+            err = beat(r);
+        if (err) {
+            ddp_buf_printf(why, "%s", store_error(r));
             return err;
         }
         if (aborted_elsewhere(r, why))
@@ -324,11 +413,26 @@ static int await_key(ddp_rdzv_t *r, const char *key, double timeout, ddp_buf_t *
 
 typedef enum { ROUND_SUCCEEDED, ROUND_FAILED, ROUND_ENDED } outcome_t;
 
-/* The round runs: relays failures both ways until the local workers have all ended. */
-static outcome_t watch(ddp_rdzv_t *r, int round, ddp_buf_t *failure)
+/* Posts the round's failure (the first one names it; later ones keep it); *failure
+ * receives the one that stands. */
+static int post_failure(ddp_rdzv_t *r, const char *failed_key, const char *value,
+                        ddp_buf_t *failure)
+{
+    ddp_buf_t current = DDP_BUF_INIT;
+    int err =
+        ddp_store_client_compare_set(r->client, failed_key, "", 0, value, strlen(value), &current);
+    ddp_buf_clear(failure);
+    ddp_buf_puts(failure, err == 0 ? ddp_buf_str(&current) : value);
+    ddp_buf_free(&current);
+    return err;
+}
+
+/* The round runs: relays failures both ways, and watches the other nodes' heartbeats,
+ * until the local workers have all ended. */
+static outcome_t watch_round(ddp_rdzv_t *r, int round, ddp_buf_t *failure, liveness_t *live)
 {
     const ddp_launch_config_t *cfg = r->cfg;
-    char failed_key[640], done_key[640];
+    char failed_key[640], done_key[640], value[1536];
     bool posted_failure = false, told_stop = false, done_posted = false;
     key_of(r, failed_key, sizeof failed_key, "%d/failed", round);
     key_of(r, done_key, sizeof done_key, "%d/done", round);
@@ -346,25 +450,33 @@ static outcome_t watch(ddp_rdzv_t *r, int round, ddp_buf_t *failure)
         }
         if (quit)
             return ROUND_ENDED;
-        int err = 0;
-        if (failed && !posted_failure) {
-            /* The first failure of the round names it; later ones keep it. */
-            char value[1536];
-            int n =
-                snprintf(value, sizeof value, "node %d (%s): %s", cfg->node_rank, r->host, message);
-            ddp_buf_t current = DDP_BUF_INIT;
-            err = ddp_store_client_compare_set(r->client, failed_key, "", 0, value, (size_t)n,
-                                               &current);
-            ddp_buf_clear(failure);
-            ddp_buf_puts(failure, ddp_buf_str(&current));
-            ddp_buf_free(&current);
+        int lost = -1, err = liveness_check(r, live, &lost);
+        if (err == 0 && failed && !posted_failure) {
+            snprintf(value, sizeof value, "node %d (%s): %s", cfg->node_rank, r->host, message);
+            err = post_failure(r, failed_key, value, failure);
             posted_failure = true;
+        }
+        if (err == 0 && lost >= 0 && !posted_failure && !told_stop) {
+            /* A node gone silent: its launcher died, or its network went away. The
+             * workers stop as for a failure there. */
+            snprintf(value, sizeof value,
+                     "node %d's launcher stopped answering: no heartbeat for %g s "
+                     "(--rdzv-conf keep_alive_interval x keep_alive_max_attempt)",
+                     lost,
+                     cfg->rdzv_conf.keep_alive_interval * cfg->rdzv_conf.keep_alive_max_attempt);
+            ddp_log_error(r->log, "%s", value);
+            err = post_failure(r, failed_key, value, failure);
+            posted_failure = true;
+            if (done_posted)
+                return ROUND_FAILED;
+            command(r, DDP_RDZV_CMD_STOP, NULL, 0, "%s", ddp_buf_str(failure));
+            told_stop = true;
         }
         if (stopped)
             return ROUND_FAILED;
-        if (succeeded && !done_posted) {
+        if (err == 0 && succeeded && !done_posted) {
             int64_t ignored;
-            err = err ? err : ddp_store_client_add(r->client, done_key, 1, &ignored);
+            err = ddp_store_client_add(r->client, done_key, 1, &ignored);
             done_posted = true;
         }
         if (err == 0 && done_posted) {
@@ -379,12 +491,12 @@ static outcome_t watch(ddp_rdzv_t *r, int round, ddp_buf_t *failure)
             const char *keys[] = {failed_key};
             err = ddp_store_client_wait(r->client, keys, 1, SLICE);
             if (err == 0) {
-                ddp_buf_t value = DDP_BUF_INIT;
-                if ((err = ddp_store_client_get(r->client, failed_key, &value)) == 0) {
+                ddp_buf_t got = DDP_BUF_INIT;
+                if ((err = ddp_store_client_get(r->client, failed_key, &got)) == 0) {
                     ddp_buf_clear(failure);
-                    ddp_buf_puts(failure, ddp_buf_str(&value));
+                    ddp_buf_puts(failure, ddp_buf_str(&got));
                 }
-                ddp_buf_free(&value);
+                ddp_buf_free(&got);
                 if (done_posted)
                     return ROUND_FAILED;
                 command(r, DDP_RDZV_CMD_STOP, NULL, 0, "%s", ddp_buf_str(failure));
@@ -409,6 +521,18 @@ static outcome_t watch(ddp_rdzv_t *r, int round, ddp_buf_t *failure)
             return ROUND_ENDED;
         }
     }
+}
+
+static outcome_t watch(ddp_rdzv_t *r, int round, ddp_buf_t *failure)
+{
+    liveness_t live;
+    outcome_t outcome = ROUND_ENDED;
+    if (liveness_init(r, &live) == 0)
+        outcome = watch_round(r, round, failure, &live);
+    else
+        command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_LAUNCH_FAILED, "out of memory");
+    liveness_free(&live);
+    return outcome;
 }
 
 /* After success: every node says it is leaving; node 0, whose store the others use,

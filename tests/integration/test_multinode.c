@@ -9,6 +9,7 @@
 
 #include "harness.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +235,30 @@ static void test_duplicate_node_rank(void **state)
     job_cleanup(&job);
 }
 
+/* Node 1's launcher SIGKILLed (its workers go with it): node 0 notices its silence
+ * within 5 s (heartbeats), stops its workers and tries round 1, which node 1 never
+ * joins: the job ends naming it. */
+static void test_node_loss_noticed(void **state)
+{
+    const char *waits[] = {th_worker(), "wait", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, "--max-restarts=1 --rdzv-conf=timeout=3", waits);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, "--max-restarts=1 --rdzv-conf=timeout=3", waits);
+    TH_ASSERT(n0, th_wait_output(n0, 1, "ready ", 1, 30));
+    TH_ASSERT(n1, th_wait_output(n1, 1, "ready ", 1, 30));
+    double killed = th_now();
+    assert_int_equal(kill(n1->pid, SIGKILL), 0);
+    TH_ASSERT(n0, th_wait_output(n0, 2, "node 1's launcher stopped answering", 1, 30));
+    double noticed = th_now() - killed;
+    printf("node 1's loss noticed after %.1f s\n", noticed);
+    TH_ASSERT(n0, noticed <= 5.5);
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_status(n0) == 5);
+    TH_ASSERT(n0, strstr(err(n0), "round 1: node(s) 1 did not join within 3 s") != NULL);
+    job_cleanup(&job);
+}
+
 /* libddp's collectives across the nodes' workers (2 + 1 ranks). */
 static void test_libddp_across_nodes(void **state)
 {
@@ -286,6 +311,7 @@ int main(void)
         TH_TEST(test_store_unreachable),
         TH_TEST(test_mismatched_nnodes),
         TH_TEST(test_duplicate_node_rank),
+        TH_TEST(test_node_loss_noticed),
         TH_TEST(test_libddp_across_nodes),
         TH_TEST(test_torch_gloo_across_nodes),
     };

@@ -280,6 +280,8 @@ static const bad_case_t bad_cases[] = {
     {"--rdzv-conf=join_timeout=soon t.py", NULL, "--rdzv-conf: invalid join_timeout 'soon'"},
     {"--rdzv-conf=is_host=perhaps t.py", NULL, "--rdzv-conf: invalid is_host"},
     {"--rdzv-conf=novalue t.py", NULL, "--rdzv-conf: invalid entry 'novalue'"},
+    {"--rdzv-conf=keep_alive_max_attempt=0 t.py", NULL, "invalid keep_alive_max_attempt '0'"},
+    {"--rdzv-conf=keep_alive_interval=-1 t.py", NULL, "invalid keep_alive_interval '-1'"},
     {"--standalone=1 t.py", NULL, "--standalone: takes no value"},
     {"t.py", "PET_STANDALONE=maybe", "PET_STANDALONE: invalid value 'maybe'"},
     {"t.py", "PET_NPROC_PER_NODE=zero", "PET_NPROC_PER_NODE: invalid value 'zero'"},
