@@ -1,6 +1,8 @@
-/* Multi-node jobs with static rendezvous: one real ddp-launch per "node", the nodes
- * meeting at node 0's store on 127.0.0.1 (several launchers on one machine: the same
- * protocol as between machines, without network namespaces). */
+/* Multi-node jobs with static rendezvous: one real ddp-launch per "node". Each node is a
+ * Linux network namespace the test creates (a veth pair to a bridge, an address of its
+ * own: node i is 10.A.B.(i+1)), and node 0's launcher hosts the store at its address;
+ * where namespaces cannot be made (no root, no ip), every node is a launcher on
+ * 127.0.0.1 instead. The namespaces and the bridge are removed at the end. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -16,6 +18,88 @@
 #include <unistd.h>
 
 #define MAX_NODES 3
+
+/* Where the nodes live. */
+static struct {
+    bool netns;
+    const char *ip; /* the ip program */
+    char bridge[16];
+    char ns[MAX_NODES][32];
+    char addr[MAX_NODES][32];
+    char dev[MAX_NODES][16]; /* the node's interface, inside its namespace */
+} net;
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    return system(cmd);
+}
+
+static int net_teardown(void **state)
+{
+    if (!net.netns)
+        return 0;
+    for (int i = 0; i < MAX_NODES; i++)
+        sh("%s netns del %s 2>/dev/null", net.ip, net.ns[i]);
+    sh("%s link del %s 2>/dev/null", net.ip, net.bridge);
+    /* Nothing of ours may be left. */
+    int left = sh("%s netns list | grep -q '^%s' || %s link show %s >/dev/null 2>&1", net.ip,
+                  net.ns[0], net.ip, net.bridge);
+    net.netns = false;
+    if (left == 0)
+        fail_msg("a namespace or the bridge %s outlived the tests", net.bridge);
+    return 0;
+}
+
+static int net_setup(void **state)
+{
+    int tag = (int)getpid() % 100000, a = 100 + tag % 100, b = tag / 100 % 250;
+    for (int i = 0; i < MAX_NODES; i++)
+        snprintf(net.addr[i], sizeof net.addr[i], "127.0.0.1");
+    net.ip = access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip"
+             : access("/sbin/ip", X_OK) == 0   ? "/sbin/ip"
+                                               : NULL;
+    if (net.ip == NULL || geteuid() != 0) {
+        printf("no network namespaces (%s): every node on 127.0.0.1\n",
+               net.ip == NULL ? "no ip program" : "not root");
+        return 0;
+    }
+    snprintf(net.bridge, sizeof net.bridge, "ddpb%d", tag);
+    net.netns = true; /* from here on, teardown removes what exists */
+    int err = sh("%s link add %s type bridge && %s link set %s up", net.ip, net.bridge, net.ip,
+                 net.bridge);
+    for (int i = 0; i < MAX_NODES && err == 0; i++) {
+        char host_end[16];
+        snprintf(net.ns[i], sizeof net.ns[i], "ddp%dn%d", tag, i);
+        snprintf(net.addr[i], sizeof net.addr[i], "10.%d.%d.%d", a, b, i + 1);
+        snprintf(net.dev[i], sizeof net.dev[i], "ddp%dp%d", tag, i);
+        snprintf(host_end, sizeof host_end, "ddp%dv%d", tag, i);
+        const char *ip = net.ip, *ns = net.ns[i], *dev = net.dev[i];
+        err = sh("%s netns add %s", ip, ns);
+        err = err ? err : sh("%s link add %s type veth peer name %s", ip, host_end, dev);
+        err = err ? err : sh("%s link set %s netns %s", ip, dev, ns);
+        err = err ? err : sh("%s link set %s master %s", ip, host_end, net.bridge);
+        err = err ? err : sh("%s link set %s up", ip, host_end);
+        err = err ? err : sh("%s -n %s addr add %s/24 dev %s", ip, ns, net.addr[i], dev);
+        err = err ? err : sh("%s -n %s link set %s up", ip, ns, dev);
+        err = err ? err : sh("%s -n %s link set lo up", ip, ns);
+    }
+    if (err != 0) {
+        net_teardown(state);
+        for (int i = 0; i < MAX_NODES; i++)
+            snprintf(net.addr[i], sizeof net.addr[i], "127.0.0.1");
+        printf("network namespaces cannot be made here: every node on 127.0.0.1\n");
+        return 0;
+    }
+    printf("nodes in network namespaces %s.. on bridge %s, 10.%d.%d.0/24\n", net.ns[0], net.bridge,
+           a, b);
+    return 0;
+}
 
 typedef struct {
     int port;
@@ -40,9 +124,15 @@ static th_proc_t *start_node_env(job_t *job, int nnodes, int node_rank, int npro
     static char buf[MAX_NODES][12][128];
     char f[256];
     snprintf(f, sizeof f, "%s", flags ? flags : "");
-    const char *argv[32];
+    const char *argv[40];
     int n = 0, b = 0;
     char(*mine)[128] = buf[job->n];
+    if (net.netns) {
+        argv[n++] = net.ip;
+        argv[n++] = "netns";
+        argv[n++] = "exec";
+        argv[n++] = net.ns[node_rank];
+    }
     argv[n++] = th_launcher();
     snprintf(mine[b], sizeof mine[b], "--nnodes=%d", nnodes);
     argv[n++] = mine[b++];
@@ -54,7 +144,8 @@ static th_proc_t *start_node_env(job_t *job, int nnodes, int node_rank, int npro
     argv[n++] = mine[b++];
     snprintf(mine[b], sizeof mine[b], "--rdzv-id=%s", job->run_id);
     argv[n++] = mine[b++];
-    argv[n++] = "--master-addr=127.0.0.1";
+    snprintf(mine[b], sizeof mine[b], "--master-addr=%s", net.addr[0]);
+    argv[n++] = mine[b++];
     if (strstr(program[0], ".py") == NULL)
         argv[n++] = "--no-python";
     for (char *save, *tok = strtok_r(f, " ", &save); tok != NULL; tok = strtok_r(NULL, " ", &save))
@@ -196,8 +287,8 @@ static void test_store_unreachable(void **state)
     th_proc_t *n1 = start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=2", env);
     job_wait(&job, 60);
     char want[128];
-    snprintf(want, sizeof want, "node 0's rendezvous store at 127.0.0.1:%d could not be reached",
-             job.port);
+    snprintf(want, sizeof want, "node 0's rendezvous store at %s:%d could not be reached",
+             net.addr[0], job.port);
     TH_ASSERT(n1, th_status(n1) == 5);
     TH_ASSERT(n1, strstr(err(n1), want) != NULL);
     job_cleanup(&job);
@@ -287,11 +378,17 @@ static void test_torch_gloo_across_nodes(void **state)
     }
     snprintf(script, sizeof script, "%s/tests/python/gloo_allreduce.py", th_source_dir());
     snprintf(python_exec, sizeof python_exec, "PYTHON_EXEC=%s", python);
-    const char *program[] = {script, NULL}, *env[] = {python_exec, NULL};
+    /* gloo binds the address of the host's name unless told the interface. */
+    char ifname[2][64];
+    for (int i = 0; i < 2; i++)
+        snprintf(ifname[i], sizeof ifname[i], "GLOO_SOCKET_IFNAME=%s",
+                 net.netns ? net.dev[i] : "lo");
+    const char *program[] = {script, NULL}, *env0[] = {python_exec, ifname[0], NULL},
+               *env1[] = {python_exec, ifname[1], NULL};
     job_t job;
     job_init(&job);
-    th_proc_t *n0 = start_node_env(&job, 2, 0, 1, NULL, program, env);
-    th_proc_t *n1 = start_node_env(&job, 2, 1, 2, NULL, program, env);
+    th_proc_t *n0 = start_node_env(&job, 2, 0, 1, NULL, program, env0);
+    th_proc_t *n1 = start_node_env(&job, 2, 1, 2, NULL, program, env1);
     job_wait(&job, 300);
     TH_ASSERT(n0, th_status(n0) == 0);
     TH_ASSERT(n1, th_status(n1) == 0);
@@ -315,5 +412,5 @@ int main(void)
         TH_TEST(test_libddp_across_nodes),
         TH_TEST(test_torch_gloo_across_nodes),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, net_setup, net_teardown);
 }
