@@ -91,7 +91,7 @@ struct ddp_agent_s {
 
     /* This node's share of the job: one node alone, or what the rendezvous formed. */
     ddp_rdzv_t *rdzv; /* multi-node jobs */
-    int rank_offset, world_size, nnodes;
+    int rank_offset, world_size, nnodes, group_rank, restart_count;
     int abort_exit_code; /* STOP_ABORTED's */
 
     int attempt;
@@ -576,9 +576,9 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         .rank = w->rank,
         .local_world_size = cfg->nproc_per_node,
         .world_size = a->world_size,
-        .group_rank = cfg->node_rank,
+        .group_rank = a->group_rank,
         .group_world_size = a->nnodes,
-        .restart_count = a->attempt,
+        .restart_count = a->rdzv != NULL ? a->restart_count : a->attempt,
         .use_agent_store = true,
         .master_addr = cfg->master_addr,
         .master_port = a->store != NULL ? a->store_port : cfg->master_port,
@@ -684,6 +684,8 @@ fail:
 static void round_start(ddp_agent_t *a, const ddp_rdzv_world_t *world)
 {
     a->attempt = world->round;
+    a->restart_count = world->restarts;
+    a->group_rank = world->node_rank;
     a->rank_offset = world->rank_offset;
     a->world_size = world->world_size;
     a->nnodes = world->nnodes;
@@ -703,9 +705,9 @@ static void round_start(ddp_agent_t *a, const ddp_rdzv_world_t *world)
             return;
         }
     }
-    ddp_log_info(a->log, "round %d: %d node(s), %d workers; this node runs ranks %d to %d",
-                 world->round, world->nnodes, world->world_size, world->rank_offset,
-                 world->rank_offset + a->nworkers - 1);
+    ddp_log_info(a->log, "round %d: %d node(s), %d workers; this is node %d, with ranks %d to %d",
+                 world->round, world->nnodes, world->world_size, world->node_rank,
+                 world->rank_offset, world->rank_offset + a->nworkers - 1);
     (void)group_start(a);
 }
 
@@ -827,7 +829,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
 
 /* The rendezvous store, before any worker: at --master-addr:--master-port (port 0: a
  * free one), or at the c10d endpoint. */
-static int start_store(ddp_agent_t *a)
+static int start_store(ddp_agent_t *a, bool quiet_if_not_ours)
 {
     ddp_buf_t why = DDP_BUF_INIT;
     ddp_store_server_options_t options = {
@@ -837,6 +839,14 @@ static int start_store(ddp_agent_t *a)
         .log = a->log,
     };
     int err = ddp_store_server_start(&a->loop, &options, &a->store, &why);
+    if (err && quiet_if_not_ours && (err == -EADDRINUSE || err == -EADDRNOTAVAIL)) {
+        /* c10d: another launcher hosts the endpoint (or it is not this machine's). */
+        ddp_log_debug(a->log, "not hosting the store at %s:%d: %s", a->cfg->master_addr,
+                      a->cfg->master_port, ddp_buf_str(&why));
+        ddp_buf_free(&why);
+        a->store = NULL;
+        return 0;
+    }
     if (err) {
         ddp_log_error(a->log, "unable to start the rendezvous store: %s", ddp_buf_str(&why));
         ddp_buf_free(&why);
@@ -846,6 +856,19 @@ static int start_store(ddp_agent_t *a)
     ddp_log_debug(a->log, "the rendezvous store listens on %s:%d", a->cfg->master_addr,
                   a->store_port);
     return 0;
+}
+
+/* Whether this launcher serves the store: one node, or node 0 of a static job (a failure
+ * is fatal); with c10d, whoever can bind the endpoint, unless is_host says (torchrun:
+ * the endpoint's machine hosts). */
+static int host_store(ddp_agent_t *a)
+{
+    const ddp_launch_config_t *cfg = a->cfg;
+    if (cfg->nnodes_max == 1 || !ddp_rdzv_dynamic(cfg))
+        return cfg->node_rank == 0 ? start_store(a, false) : 0;
+    if (cfg->rdzv_conf.is_host == 0)
+        return 0;
+    return start_store(a, cfg->rdzv_conf.is_host < 0);
 }
 
 static void print_report(ddp_agent_t *a)
@@ -871,6 +894,7 @@ int ddp_agent_run(const ddp_launch_config_t *cfg, const ddp_log_t *log)
     a->log = log;
     a->nworkers = cfg->nproc_per_node;
     a->rank_offset = 0; /* one node; a multi-node job's rendezvous sets them per round */
+    a->group_rank = 0;
     a->world_size = cfg->nproc_per_node;
     a->nnodes = 1;
     a->console_out.fd = 1;
@@ -917,15 +941,20 @@ int ddp_agent_run(const ddp_launch_config_t *cfg, const ddp_log_t *log)
         ddp_log_error(log, "unable to set up the event loop: %s", uv_strerror(err));
         if (handles_ready)
             finish(a);
-    } else if (cfg->node_rank == 0 && start_store(a) != 0) {
+    } else if (host_store(a) != 0) {
         a->exit_code = DDP_EXIT_STORE_FAILED;
         finish(a);
     } else if (cfg->nnodes_max > 1) {
-        /* Node 0 hosts the store; every node's launcher meets the others there. */
+        /* Every node's launcher meets the others in the store. */
         a->state = AGENT_WAITING;
-        if ((err = ddp_rdzv_start(&a->loop, cfg, log, on_rdzv_command, a, &a->rdzv)) != 0) {
+        if ((err = ddp_rdzv_start(&a->loop, cfg, log, a->store != NULL, on_rdzv_command, a,
+                                  &a->rdzv)) != 0) {
             ddp_log_error(log, "unable to start the rendezvous: %s", ddp_strerror(err));
             finish(a);
+        } else if (ddp_rdzv_dynamic(cfg)) {
+            ddp_log_info(log, "joining the elastic job (%d to %d nodes) at %s:%d%s",
+                         cfg->nnodes_min, cfg->nnodes_max, cfg->master_addr, cfg->master_port,
+                         a->store != NULL ? ", hosting its store" : "");
         } else {
             ddp_log_info(log, "node %d of %d: joining the job at %s:%d", cfg->node_rank,
                          cfg->nnodes_max, cfg->master_addr, cfg->master_port);

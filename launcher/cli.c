@@ -945,14 +945,11 @@ static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
                      "as an argument");
     if (cfg->module && cfg->no_python && !cfg->run_path)
         return usage(err, "--no-python", "cannot be combined with -m/--module");
-    if (cfg->nnodes_min != cfg->nnodes_max ||
-        (cfg->nnodes_max > 1 && cfg->rdzv_backend != DDP_RDZV_STATIC))
+    if (cfg->nnodes_min != cfg->nnodes_max && cfg->rdzv_backend == DDP_RDZV_STATIC)
         return usage(err, "--nnodes",
-                     "%d:%d with --rdzv-backend=%s: elastic (dynamic) rendezvous is not "
-                     "supported by this version of ddp-launch yet; give a fixed --nnodes with "
-                     "--node-rank and --master-addr (static rendezvous)",
-                     cfg->nnodes_min, cfg->nnodes_max,
-                     cfg->rdzv_backend == DDP_RDZV_STATIC ? "static" : "c10d");
+                     "%d:%d: a range of nodes needs elastic rendezvous: add "
+                     "--rdzv-backend=c10d --rdzv-endpoint=HOST[:PORT] (static needs a fixed N)",
+                     cfg->nnodes_min, cfg->nnodes_max);
     if (cfg->nnodes_max > 1 && cfg->standalone)
         return usage(err, "--standalone", "is one node; it cannot run a job of --nnodes=%d",
                      cfg->nnodes_max);

@@ -44,6 +44,13 @@ struct ddp_rdzv_s {
     int head, count;
 
     /* The thread's own. */
+    bool hosting; /* this launcher's loop serves the store */
+    bool dynamic; /* c10d: nodes and their ranks found per round */
+    char id[320]; /* this launcher, among all: host-pid */
+    char beat_key[640];
+    char **member_beats; /* the beat keys of this round's nodes */
+    int nmembers;
+    int prev_rank;    /* this node's rank in the last round, or -1 */
     double next_beat; /* when this launcher's next heartbeat is due */
     ddp_store_client_t *client;
     char host[256];
@@ -129,7 +136,7 @@ static void abort_job(ddp_rdzv_t *r, const char *why)
     if (r->client == NULL || ddp_store_client_set(r->client, key, value, (size_t)n) != 0)
         return;
     /* Node 0's store goes with it: leave the others a moment to read why. */
-    if (r->cfg->node_rank == 0)
+    if (r->hosting)
         nap(r, 1.0);
 }
 
@@ -147,7 +154,7 @@ static bool aborted_elsewhere(ddp_rdzv_t *r, ddp_buf_t *why)
         ddp_buf_printf(why, "the job was ended by %s", ddp_buf_str(&value));
     ddp_buf_free(&value);
     /* Node 0's store goes with it: leave the others a moment to read why. */
-    if (r->cfg->node_rank == 0)
+    if (r->hosting)
         nap(r, 1.0);
     return true;
 }
@@ -186,13 +193,11 @@ static int connect_store(ddp_rdzv_t *r, double deadline, ddp_buf_t *why)
 static int beat(ddp_rdzv_t *r)
 {
     double now = ddp_clock_mono();
-    char key[640];
     int64_t ignored;
     if (now < r->next_beat)
         return 0;
     r->next_beat = now + r->cfg->rdzv_conf.keep_alive_interval;
-    key_of(r, key, sizeof key, "beat/%d", r->cfg->node_rank);
-    return ddp_store_client_add(r->client, key, 1, &ignored);
+    return ddp_store_client_add(r->client, r->beat_key, 1, &ignored);
 }
 
 /* The other nodes' heartbeats as last seen, and when each last moved. */
@@ -220,8 +225,7 @@ static void liveness_free(liveness_t *l)
 
 static int liveness_init(ddp_rdzv_t *r, liveness_t *l)
 {
-    int n = r->cfg->nnodes_max;
-    char key[640];
+    int n = r->nmembers;
     double now = ddp_clock_mono();
     *l = (liveness_t){.n = n, .next_check = now};
     l->keys = calloc((size_t)n, sizeof *l->keys);
@@ -231,8 +235,7 @@ static int liveness_init(ddp_rdzv_t *r, liveness_t *l)
     if (l->keys == NULL || l->values == NULL || l->seen == NULL || l->moved == NULL)
         return -ENOMEM;
     for (int i = 0; i < n; i++) {
-        key_of(r, key, sizeof key, "beat/%d", i);
-        if ((l->keys[i] = strdup(key)) == NULL)
+        if ((l->keys[i] = strdup(r->member_beats[i])) == NULL)
             return -ENOMEM;
         l->seen[i] = -1;
         l->moved[i] = now; /* each node has the whole timeout from the round's start */
@@ -259,10 +262,32 @@ static int liveness_check(ddp_rdzv_t *r, liveness_t *l, int *lost)
         if (count != l->seen[i]) {
             l->seen[i] = count;
             l->moved[i] = now;
-        } else if (i != r->cfg->node_rank && *lost < 0 &&
+        } else if (strcmp(l->keys[i], r->beat_key) != 0 && *lost < 0 &&
                    now - l->moved[i] > conf->keep_alive_interval * conf->keep_alive_max_attempt) {
             *lost = i;
         }
+    }
+    return 0;
+}
+
+/* This round's nodes' beat keys, in node rank order (the thread's copy). */
+static int set_members(ddp_rdzv_t *r, int n, const char *const *ids)
+{
+    char key[640];
+    for (int i = 0; i < r->nmembers; i++)
+        free(r->member_beats[i]);
+    free(r->member_beats);
+    r->nmembers = 0;
+    if ((r->member_beats = calloc((size_t)n, sizeof *r->member_beats)) == NULL)
+        return -ENOMEM;
+    for (int i = 0; i < n; i++) {
+        if (ids != NULL)
+            key_of(r, key, sizeof key, "beat/%s", ids[i]);
+        else
+            key_of(r, key, sizeof key, "beat/%d", i);
+        if ((r->member_beats[i] = strdup(key)) == NULL)
+            return -ENOMEM;
+        r->nmembers = i + 1;
     }
     return 0;
 }
@@ -368,6 +393,10 @@ static int join(ddp_rdzv_t *r, int round, ddp_rdzv_world_t *world, ddp_buf_t *wh
                 world->rank_offset += nproc;
             world->world_size += nproc;
         }
+        world->node_rank = me;
+        world->restarts = round;
+        if (err == 0)
+            err = set_members(r, nnodes, NULL);
         if (err)
             abort_job(r, ddp_buf_str(why));
     }
@@ -382,6 +411,181 @@ static int join(ddp_rdzv_t *r, int round, ddp_rdzv_world_t *world, ddp_buf_t *wh
     return err;
 store_failed:
     ddp_buf_printf(why, "round %d: %s", round, store_error(r));
+    return err;
+}
+
+bool ddp_rdzv_dynamic(const ddp_launch_config_t *cfg)
+{
+    return cfg->nnodes_max > 1 &&
+           (cfg->rdzv_backend == DDP_RDZV_C10D || cfg->nnodes_min != cfg->nnodes_max);
+}
+
+typedef struct {
+    int arrival, nproc, prev_rank, max_restarts;
+    char id[320];
+} member_t;
+
+/* Orders the round's nodes: last round's ranks first, in that order, then newcomers in
+ * arrival order. */
+static int member_order(const void *a, const void *b)
+{
+    const member_t *x = a, *y = b;
+    int px = x->prev_rank >= 0 ? x->prev_rank : 1 << 30,
+        py = y->prev_rank >= 0 ? y->prev_rank : 1 << 30;
+    if (px != py)
+        return px < py ? -1 : 1;
+    return x->arrival - y->arrival;
+}
+
+/* Dynamic round: arrive, wait for the close (MAX nodes, or MIN for last_call_timeout),
+ * then this node's rank and share. A node that arrives after the close moves on to the
+ * next round (*round grows) and waits there for the running nodes to re-form. */
+static int join_dynamic(ddp_rdzv_t *r, int *round, ddp_rdzv_world_t *world, ddp_buf_t *why)
+{
+    const ddp_launch_config_t *cfg = r->cfg;
+    const ddp_rdzv_conf_t *conf = &cfg->rdzv_conf;
+    double deadline = ddp_clock_mono() + conf->join_timeout;
+    char key[640], closed_key[640], value[512];
+    int err;
+    for (;;) {
+        int64_t arrivals, open;
+        key_of(r, key, sizeof key, "open");
+        /* The newest round is where to go (a restarted launcher comes back to it). */
+        if ((err = ddp_store_client_add(r->client, key, 0, &open)) != 0)
+            goto store_failed;
+        if (open > *round)
+            *round = (int)open;
+        else if (open < *round &&
+                 (err = ddp_store_client_add(r->client, key, *round - open, &open)) != 0)
+            goto store_failed;
+        key_of(r, key, sizeof key, "%d/join", *round);
+        if ((err = ddp_store_client_add(r->client, key, 1, &arrivals)) != 0)
+            goto store_failed;
+        int me = (int)arrivals - 1;
+        int n = snprintf(value, sizeof value, "%d %d %d %s", cfg->nproc_per_node, r->prev_rank,
+                         cfg->max_restarts, r->id);
+        key_of(r, key, sizeof key, "%d/member/%d", *round, me);
+        if ((err = ddp_store_client_set(r->client, key, value, (size_t)n)) != 0)
+            goto store_failed;
+        key_of(r, closed_key, sizeof closed_key, "%d/closed", *round);
+        double min_since = -1;
+        int64_t size = -1;
+        while (size < 0) {
+            const char *keys[] = {closed_key};
+            if (quitting(r))
+                return DDP_ECLOSED;
+            err = ddp_store_client_wait(r->client, keys, 1, SLICE);
+            if (err == 0) {
+                ddp_buf_t got = DDP_BUF_INIT;
+                if ((err = ddp_store_client_get(r->client, closed_key, &got)) == 0)
+                    size = strtoll(ddp_buf_str(&got), NULL, 10);
+                ddp_buf_free(&got);
+                if (err)
+                    goto store_failed;
+                break;
+            }
+            if (err != DDP_ETIMEOUT || (err = beat(r)) != 0)
+                goto store_failed;
+            key_of(r, key, sizeof key, "%d/join", *round);
+            int64_t count;
+            if ((err = ddp_store_client_add(r->client, key, 0, &count)) != 0)
+                goto store_failed;
+            double now = ddp_clock_mono();
+            if (count >= cfg->nnodes_min && min_since < 0)
+                min_since = now;
+            /* Full, or enough for long enough: close it at this count (the first
+             * closer's count stands). */
+            if (count >= cfg->nnodes_max ||
+                (min_since >= 0 && now - min_since >= conf->last_call_timeout)) {
+                char text[32];
+                int len = snprintf(text, sizeof text, "%lld",
+                                   (long long)(count < cfg->nnodes_max ? count : cfg->nnodes_max));
+                ddp_buf_t current = DDP_BUF_INIT;
+                err = ddp_store_client_compare_set(r->client, closed_key, "", 0, text, (size_t)len,
+                                                   &current);
+                ddp_buf_free(&current);
+                if (err)
+                    goto store_failed;
+                continue; /* read it back above */
+            }
+            if (aborted_elsewhere(r, why))
+                return DDP_EUSAGE;
+            key_of(r, key, sizeof key, "finished");
+            const char *done[] = {key};
+            bool finished = false;
+            if ((err = ddp_store_client_check(r->client, done, 1, &finished)) != 0)
+                goto store_failed;
+            if (finished) {
+                ddp_buf_printf(why, "the job finished before this node could join it");
+                return DDP_ECLOSED;
+            }
+            if (now >= deadline) {
+                ddp_buf_printf(why,
+                               "round %d: %lld node(s) joined within %g s (--rdzv-conf "
+                               "join_timeout), fewer than --nnodes=%d:%d asks",
+                               *round, (long long)count, conf->join_timeout, cfg->nnodes_min,
+                               cfg->nnodes_max);
+                return DDP_ETIMEOUT;
+            }
+        }
+        if (me >= size) {
+            /* Late: the next round, which the running nodes open for us. */
+            ddp_log_info(r->log,
+                         "round %d closed with %lld node(s) before this one: waiting "
+                         "for the job to re-form in round %d",
+                         *round, (long long)size, *round + 1);
+            (*round)++;
+            continue;
+        }
+        /* Every member's entry, then the order. */
+        member_t *members = calloc((size_t)size, sizeof *members);
+        const char **ids = calloc((size_t)size, sizeof *ids);
+        err = members != NULL && ids != NULL ? 0 : -ENOMEM;
+        for (int i = 0; i < size && err == 0; i++) {
+            ddp_buf_t got = DDP_BUF_INIT;
+            key_of(r, key, sizeof key, "%d/member/%d", *round, i);
+            err = ddp_store_client_get(r->client, key, &got);
+            members[i].arrival = i;
+            if (err == 0 &&
+                sscanf(ddp_buf_str(&got), "%d %d %d %319s", &members[i].nproc,
+                       &members[i].prev_rank, &members[i].max_restarts, members[i].id) != 4) {
+                ddp_buf_printf(why, "round %d: node %d's entry in the store is malformed", *round,
+                               i);
+                err = DDP_EPROTO;
+            } else if (err == 0 && members[i].max_restarts != cfg->max_restarts) {
+                ddp_buf_printf(why,
+                               "launcher %s runs with --max-restarts=%d, this one (%s) with %d: "
+                               "the restart budget is the job's",
+                               members[i].id, members[i].max_restarts, r->id, cfg->max_restarts);
+                err = DDP_EUSAGE;
+            }
+            ddp_buf_free(&got);
+        }
+        if (err == 0) {
+            qsort(members, (size_t)size, sizeof *members, member_order);
+            *world = (ddp_rdzv_world_t){.round = *round, .nnodes = (int)size};
+            for (int i = 0; i < size; i++) {
+                ids[i] = members[i].id;
+                if (members[i].arrival == me) {
+                    world->node_rank = i;
+                    world->rank_offset = world->world_size;
+                }
+                world->world_size += members[i].nproc;
+            }
+            err = set_members(r, (int)size, ids);
+            r->prev_rank = world->node_rank;
+        }
+        if (err && why->len == 0)
+            ddp_buf_printf(why, "round %d: %s", *round,
+                           err == -ENOMEM ? "out of memory" : store_error(r));
+        if (err == DDP_EUSAGE)
+            abort_job(r, ddp_buf_str(why));
+        free(members);
+        free(ids);
+        return err;
+    }
+store_failed:
+    ddp_buf_printf(why, "round %d: %s", *round, store_error(r));
     return err;
 }
 
@@ -411,7 +615,8 @@ static int await_key(ddp_rdzv_t *r, const char *key, double timeout, ddp_buf_t *
     }
 }
 
-typedef enum { ROUND_SUCCEEDED, ROUND_FAILED, ROUND_ENDED } outcome_t;
+/* ROUND_REFORM: the nodes changed (c10d): the next round, no restart spent. */
+typedef enum { ROUND_SUCCEEDED, ROUND_FAILED, ROUND_REFORM, ROUND_ENDED } outcome_t;
 
 /* Posts the round's failure (the first one names it; later ones keep it); *failure
  * receives the one that stands. */
@@ -433,9 +638,12 @@ static outcome_t watch_round(ddp_rdzv_t *r, int round, ddp_buf_t *failure, liven
 {
     const ddp_launch_config_t *cfg = r->cfg;
     char failed_key[640], done_key[640], value[1536];
-    bool posted_failure = false, told_stop = false, done_posted = false;
+    char join_key[640], reform_key[640];
+    bool posted_failure = false, told_stop = false, done_posted = false, reform = false;
     key_of(r, failed_key, sizeof failed_key, "%d/failed", round);
     key_of(r, done_key, sizeof done_key, "%d/done", round);
+    key_of(r, join_key, sizeof join_key, "%d/join", round);
+    key_of(r, reform_key, sizeof reform_key, "%d/reform", round);
     for (;;) {
         pthread_mutex_lock(&r->mutex);
         bool quit = r->quit, failed = r->failed, stopped = r->stopped, succeeded = r->succeeded,
@@ -456,24 +664,40 @@ static outcome_t watch_round(ddp_rdzv_t *r, int round, ddp_buf_t *failure, liven
             err = post_failure(r, failed_key, value, failure);
             posted_failure = true;
         }
+        if (err == 0 && r->dynamic && !done_posted && !posted_failure && !told_stop &&
+            r->nmembers < cfg->nnodes_max) {
+            /* A node arrived after the close: the job re-forms with it. */
+            int64_t arrivals = 0;
+            err = ddp_store_client_add(r->client, join_key, 0, &arrivals);
+            if (err == 0 && arrivals > r->nmembers) {
+                ddp_buf_clear(failure);
+                ddp_buf_printf(failure, "%lld node(s) waiting to join",
+                               (long long)(arrivals - r->nmembers));
+                command(r, DDP_RDZV_CMD_STOP, NULL, 0, "%s", ddp_buf_str(failure));
+                told_stop = reform = true;
+            }
+        }
         if (err == 0 && lost >= 0 && !posted_failure && !told_stop) {
             /* A node gone silent: its launcher died, or its network went away. The
-             * workers stop as for a failure there. */
+             * workers stop as for a failure there (c10d: the others re-form). */
+            reform = r->dynamic;
             snprintf(value, sizeof value,
                      "node %d's launcher stopped answering: no heartbeat for %g s "
                      "(--rdzv-conf keep_alive_interval x keep_alive_max_attempt)",
                      lost,
                      cfg->rdzv_conf.keep_alive_interval * cfg->rdzv_conf.keep_alive_max_attempt);
             ddp_log_error(r->log, "%s", value);
-            err = post_failure(r, failed_key, value, failure);
+            if (r->dynamic) /* before the failure, so that whoever reads it sees this */
+                err = ddp_store_client_set(r->client, reform_key, "1", 1);
+            err = err ? err : post_failure(r, failed_key, value, failure);
             posted_failure = true;
             if (done_posted)
-                return ROUND_FAILED;
+                return reform ? ROUND_REFORM : ROUND_FAILED;
             command(r, DDP_RDZV_CMD_STOP, NULL, 0, "%s", ddp_buf_str(failure));
             told_stop = true;
         }
         if (stopped)
-            return ROUND_FAILED;
+            return reform ? ROUND_REFORM : ROUND_FAILED;
         if (err == 0 && succeeded && !done_posted) {
             int64_t ignored;
             err = ddp_store_client_add(r->client, done_key, 1, &ignored);
@@ -482,7 +706,7 @@ static outcome_t watch_round(ddp_rdzv_t *r, int round, ddp_buf_t *failure, liven
         if (err == 0 && done_posted) {
             int64_t done = 0;
             err = ddp_store_client_add(r->client, done_key, 0, &done);
-            if (err == 0 && done >= cfg->nnodes_max)
+            if (err == 0 && done >= r->nmembers)
                 return ROUND_SUCCEEDED;
         }
         /* Another node's failure: stop ours, or, when they are done already, go on to
@@ -497,8 +721,12 @@ static outcome_t watch_round(ddp_rdzv_t *r, int round, ddp_buf_t *failure, liven
                     ddp_buf_puts(failure, ddp_buf_str(&got));
                 }
                 ddp_buf_free(&got);
+                /* c10d: a lost node is not a failure of the job: re-form. */
+                const char *reform_keys[] = {reform_key};
+                if (err == 0 && r->dynamic)
+                    err = ddp_store_client_check(r->client, reform_keys, 1, &reform);
                 if (done_posted)
-                    return ROUND_FAILED;
+                    return reform ? ROUND_REFORM : ROUND_FAILED;
                 command(r, DDP_RDZV_CMD_STOP, NULL, 0, "%s", ddp_buf_str(failure));
                 told_stop = true;
             } else if (err == DDP_ETIMEOUT) {
@@ -542,10 +770,15 @@ static void exit_barrier(ddp_rdzv_t *r)
     char key[640];
     int64_t gone = 0;
     key_of(r, key, sizeof key, "exit");
-    if (ddp_store_client_add(r->client, key, 1, &gone) != 0 || r->cfg->node_rank != 0)
+    if (r->dynamic) {
+        char finished[640];
+        key_of(r, finished, sizeof finished, "finished");
+        (void)ddp_store_client_set(r->client, finished, "1", 1);
+    }
+    if (ddp_store_client_add(r->client, key, 1, &gone) != 0 || !r->hosting)
         return;
     double deadline = ddp_clock_mono() + 30;
-    while (gone < r->cfg->nnodes_max && ddp_clock_mono() < deadline && !quitting(r)) {
+    while (gone < r->nmembers && ddp_clock_mono() < deadline && !quitting(r)) {
         nap(r, 0.02);
         if (ddp_store_client_add(r->client, key, 0, &gone) != 0)
             return;
@@ -562,16 +795,23 @@ static void *run(void *arg)
         command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED, "%s", ddp_buf_str(&why));
         goto out;
     }
-    for (int round = 0;; round++) {
+    for (int round = 0, restarts = 0;; round++) {
         ddp_rdzv_world_t world;
         char key[640];
         ddp_buf_clear(&why);
         ddp_log_debug(r->log, "joining round %d of the rendezvous at %s:%d", round,
                       cfg->master_addr, cfg->master_port);
-        int err = join(r, round, &world, &why);
-        /* Node 0 clears the last round's keys on its loop when it starts the round; the
-         * others start after that. */
-        if (err == 0 && round > 0 && cfg->node_rank != 0) {
+        int err = r->dynamic ? join_dynamic(r, &round, &world, &why) : join(r, round, &world, &why);
+        world.restarts = restarts;
+        if (err == DDP_ECLOSED && !quitting(r) && why.len > 0) {
+            /* A latecomer to a job that has finished. */
+            ddp_log_warn(r->log, "%s", ddp_buf_str(&why));
+            command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_OK, NULL);
+            goto out;
+        }
+        /* The host clears the last round's keys on its loop when it starts the round;
+         * the others start after that. */
+        if (err == 0 && round > 0 && !r->hosting) {
             ddp_rdzv_cleared_key(cfg, round, key, sizeof key);
             err = await_key(r, key, timeout, &why);
         }
@@ -590,12 +830,18 @@ static void *run(void *arg)
             command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_OK, NULL);
             goto out;
         }
-        if (round >= cfg->max_restarts) {
+        if (outcome == ROUND_REFORM) {
+            ddp_log_warn(r->log, "round %d: the nodes changed (%s): re-forming the job as round %d",
+                         round, ddp_buf_str(&failure), round + 1);
+            continue;
+        }
+        if (restarts >= cfg->max_restarts) {
             command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_WORKER_FAILED,
                     "the job failed in round %d, with no restart left (--max-restarts=%d): %s",
                     round, cfg->max_restarts, ddp_buf_str(&failure));
             goto out;
         }
+        restarts++;
         ddp_log_warn(r->log, "round %d failed (%s): restarting every node as round %d", round,
                      ddp_buf_str(&failure), round + 1);
     }
@@ -612,18 +858,26 @@ static void on_async(uv_async_t *handle)
 }
 
 int ddp_rdzv_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_log_t *log,
-                   void (*on_command)(void *ctx), void *ctx, ddp_rdzv_t **out)
+                   bool hosting, void (*on_command)(void *ctx), void *ctx, ddp_rdzv_t **out)
 {
     ddp_rdzv_t *r = calloc(1, sizeof *r);
     if (r == NULL)
         return -ENOMEM;
     r->cfg = cfg;
     r->log = log;
+    r->hosting = hosting;
+    r->dynamic = ddp_rdzv_dynamic(cfg);
+    r->prev_rank = -1;
     r->on_command = on_command;
     r->ctx = ctx;
     if (gethostname(r->host, sizeof r->host - 1) != 0)
         strcpy(r->host, "localhost");
     snprintf(r->prefix, sizeof r->prefix, "ddp-launch/rdzv/%s/", cfg->run_id);
+    snprintf(r->id, sizeof r->id, "%s-%d", r->host, (int)getpid());
+    if (r->dynamic)
+        key_of(r, r->beat_key, sizeof r->beat_key, "beat/%s", r->id);
+    else
+        key_of(r, r->beat_key, sizeof r->beat_key, "beat/%d", cfg->node_rank);
     pthread_mutex_init(&r->mutex, NULL);
     pthread_cond_init(&r->wake, NULL);
     int err = uv_async_init(loop, &r->async, on_async);
@@ -705,6 +959,9 @@ void ddp_rdzv_free(ddp_rdzv_t *r)
     if (r->thread_started)
         pthread_join(r->thread, NULL);
     ddp_store_client_close(r->client);
+    for (int i = 0; i < r->nmembers; i++)
+        free(r->member_beats[i]);
+    free(r->member_beats);
     pthread_mutex_destroy(&r->mutex);
     pthread_cond_destroy(&r->wake);
     free(r);

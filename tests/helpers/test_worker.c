@@ -14,6 +14,7 @@
  *   fail-until N CODE        exit CODE while TORCHELASTIC_RESTART_COUNT < N, else 0
  *   wait-until N             wait to be stopped while TORCHELASTIC_RESTART_COUNT < N,
  *                            then as env
+ *   until-world N            wait to be stopped unless WORLD_SIZE is N, then as env
  *   lines COUNT              COUNT lines, each written in three pieces
  *   big-line BYTES           one line of BYTES 'x' in 4 KiB writes
  *   binary                   bytes 0..255 but newline, "\n", then "end" with no newline
@@ -311,6 +312,14 @@ int main(int argc, char **argv)
     if (strcmp(mode, "wait-until") == 0) {
         const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT");
         if ((attempt ? atoi(attempt) : 0) < (argc > 2 ? atoi(argv[2]) : 1)) {
+            say("ready %d %d\n", local_rank(), (int)getpid());
+            wait_forever();
+        }
+        return mode_env(nall, all);
+    }
+    if (strcmp(mode, "until-world") == 0) {
+        const char *world = getenv("WORLD_SIZE");
+        if ((world ? atoi(world) : 0) != (argc > 2 ? atoi(argv[2]) : 1)) {
             say("ready %d %d\n", local_rank(), (int)getpid());
             wait_forever();
         }

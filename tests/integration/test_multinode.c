@@ -134,8 +134,10 @@ static th_proc_t *start_node_env(job_t *job, int nnodes, int node_rank, int npro
         argv[n++] = net.ns[node_rank];
     }
     argv[n++] = th_launcher();
-    snprintf(mine[b], sizeof mine[b], "--nnodes=%d", nnodes);
-    argv[n++] = mine[b++];
+    if (nnodes > 0) { /* else the flags say */
+        snprintf(mine[b], sizeof mine[b], "--nnodes=%d", nnodes);
+        argv[n++] = mine[b++];
+    }
     snprintf(mine[b], sizeof mine[b], "--node-rank=%d", node_rank);
     argv[n++] = mine[b++];
     snprintf(mine[b], sizeof mine[b], "--nproc-per-node=%d", nproc);
@@ -350,6 +352,119 @@ static void test_node_loss_noticed(void **state)
     job_cleanup(&job);
 }
 
+/* Elastic (c10d) flags: --nnodes=RANGE at node 0's address, last call after `last_call`
+ * seconds. */
+static void elastic_flags(const job_t *job, const char *range, int last_call, char *out, size_t cap)
+{
+    snprintf(out, cap,
+             "--nnodes=%s --rdzv-backend=c10d --rdzv-endpoint=%s:%d "
+             "--rdzv-conf=last_call_timeout=%d,join_timeout=60",
+             range, net.addr[0], job->port, last_call);
+}
+
+/* c10d with --nnodes=2:3: the round closes at once when 3 launchers come; each gets a
+ * node rank of its own, and the node hosting the endpoint serves the store. */
+static void test_elastic_closes_when_full(void **state)
+{
+    const char *env[] = {th_worker(), "env", NULL};
+    char flags[256];
+    job_t job;
+    job_init(&job);
+    elastic_flags(&job, "2:3", 60, flags, sizeof flags);
+    for (int i = 0; i < 3; i++)
+        start_node(&job, 0, i, i == 1 ? 2 : 1, flags, env);
+    double started = th_now();
+    job_wait(&job, 60);
+    TH_ASSERT(&job.node[0], th_now() - started < 30); /* not the 60 s last call */
+    int ranks[3] = {0, 0, 0};
+    for (int i = 0; i < 3; i++) {
+        th_proc_t *p = &job.node[i];
+        TH_ASSERT(p, th_status(p) == 0);
+        TH_ASSERT(p, strstr(out(p), "GROUP_WORLD_SIZE=3\n") != NULL);
+        TH_ASSERT(p, strstr(out(p), "\nWORLD_SIZE=4\n") != NULL);
+        const char *g = strstr(out(p), "GROUP_RANK=");
+        TH_ASSERT(p, g != NULL && atoi(g + 11) >= 0 && atoi(g + 11) < 3);
+        ranks[atoi(g + 11)]++;
+    }
+    assert_int_equal(ranks[0] * ranks[1] * ranks[2], 1); /* 0, 1 and 2, once each */
+    job_cleanup(&job);
+}
+
+/* Two launchers of --nnodes=2:3: the round closes with 2 once the last call (1 s) passes;
+ * a third that comes while they run makes them re-form with it (round 1), keeping their
+ * node ranks, the newcomer last, and no restart spent. */
+static void test_elastic_late_joiner(void **state)
+{
+    const char *workers[] = {th_worker(), "until-world", "3", NULL};
+    char flags[256];
+    job_t job;
+    job_init(&job);
+    elastic_flags(&job, "2:3", 1, flags, sizeof flags);
+    th_proc_t *a = start_node(&job, 0, 0, 1, flags, workers);
+    th_proc_t *b = start_node(&job, 0, 1, 1, flags, workers);
+    TH_ASSERT(a, th_wait_output(a, 1, "ready ", 1, 30));
+    TH_ASSERT(b, th_wait_output(b, 1, "ready ", 1, 30));
+    th_proc_t *late = start_node(&job, 0, 2, 1, flags, workers);
+    job_wait(&job, 60);
+    for (int i = 0; i < 3; i++) {
+        th_proc_t *p = &job.node[i];
+        TH_ASSERT(p, th_status(p) == 0);
+        TH_ASSERT(p, strstr(out(p), "GROUP_WORLD_SIZE=3\n") != NULL);
+        TH_ASSERT(p, strstr(out(p), "TORCHELASTIC_RESTART_COUNT=0\n") != NULL);
+    }
+    TH_ASSERT(late, strstr(out(late), "GROUP_RANK=2\n") != NULL);
+    TH_ASSERT(late, strstr(out(late), "\nRANK=2\n") != NULL);
+    TH_ASSERT(a, strstr(err(a), "re-forming the job as round 1") != NULL);
+    job_cleanup(&job);
+}
+
+/* Three launchers of --nnodes=2:3; one is SIGKILLed: the other two re-form without it
+ * (2 >= MIN) and their workers see a world of 2. */
+static void test_elastic_reforms_without_a_lost_node(void **state)
+{
+    const char *workers[] = {th_worker(), "until-world", "2", NULL};
+    char flags[256];
+    job_t job;
+    job_init(&job);
+    elastic_flags(&job, "2:3", 1, flags, sizeof flags);
+    th_proc_t *a = start_node(&job, 0, 0, 1, flags, workers);
+    th_proc_t *b = start_node(&job, 0, 1, 1, flags, workers);
+    th_proc_t *c = start_node(&job, 0, 2, 1, flags, workers);
+    for (int i = 0; i < 3; i++)
+        TH_ASSERT(&job.node[i], th_wait_output(&job.node[i], 1, "ready ", 1, 30));
+    assert_int_equal(kill(c->pid, SIGKILL), 0);
+    TH_ASSERT(a, th_wait_exit(a, 60));
+    TH_ASSERT(b, th_wait_exit(b, 60));
+    for (int i = 0; i < 2; i++) {
+        th_proc_t *p = &job.node[i];
+        TH_ASSERT(p, th_status(p) == 0);
+        TH_ASSERT(p, strstr(out(p), "GROUP_WORLD_SIZE=2\n") != NULL);
+        TH_ASSERT(p, strstr(err(p), "stopped answering") != NULL ||
+                         strstr(err(p), "the nodes changed") != NULL);
+    }
+    th_wait_exit(c, 10);
+    job_cleanup(&job);
+}
+
+/* Fewer than MIN launchers for join_timeout: status 5, saying how many came. */
+static void test_elastic_too_few_nodes(void **state)
+{
+    const char *env[] = {th_worker(), "env", NULL};
+    char flags[256];
+    job_t job;
+    job_init(&job);
+    snprintf(flags, sizeof flags,
+             "--nnodes=2:3 --rdzv-backend=c10d --rdzv-endpoint=%s:%d "
+             "--rdzv-conf=join_timeout=2",
+             net.addr[0], job.port);
+    th_proc_t *a = start_node(&job, 0, 0, 1, flags, env);
+    job_wait(&job, 60);
+    TH_ASSERT(a, th_status(a) == 5);
+    TH_ASSERT(a, strstr(err(a), "1 node(s) joined within 2 s") != NULL);
+    TH_ASSERT(a, strstr(out(a), "RANK=") == NULL);
+    job_cleanup(&job);
+}
+
 /* libddp's collectives across the nodes' workers (2 + 1 ranks). */
 static void test_libddp_across_nodes(void **state)
 {
@@ -409,6 +524,10 @@ int main(void)
         TH_TEST(test_mismatched_nnodes),
         TH_TEST(test_duplicate_node_rank),
         TH_TEST(test_node_loss_noticed),
+        TH_TEST(test_elastic_closes_when_full),
+        TH_TEST(test_elastic_late_joiner),
+        TH_TEST(test_elastic_reforms_without_a_lost_node),
+        TH_TEST(test_elastic_too_few_nodes),
         TH_TEST(test_libddp_across_nodes),
         TH_TEST(test_torch_gloo_across_nodes),
     };

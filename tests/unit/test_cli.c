@@ -258,8 +258,7 @@ static const bad_case_t bad_cases[] = {
     {"--nnodes=2:1 t.py", NULL, "--nnodes: invalid value '2:1'"},
     {"--nnodes=1:2:3 t.py", NULL, "--nnodes"},
     {"--nnodes=x t.py", NULL, "--nnodes"},
-    {"--nnodes=1:4 t.py", NULL, "elastic (dynamic) rendezvous is not supported"},
-    {"--nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=h t.py", NULL, "elastic (dynamic)"},
+    {"--nnodes=1:4 t.py", NULL, "--nnodes: 1:4: a range of nodes needs elastic rendezvous"},
     {"--nnodes=2 --master-port=0 t.py", NULL, "--master-port: 0 (a free port) serves one node"},
     {"--nnodes=2 --standalone t.py", NULL, "--standalone: is one node"},
     {"--nnodes=2 --node-rank=2 t.py", NULL, "--node-rank: 2 must be less than --nnodes (2)"},
@@ -380,6 +379,17 @@ static void test_command_line_beats_pet(void **state)
     /* An empty PET_ variable is as good as unset. */
     static const good_case_t role = {"role", "default", "default"};
     expect_field("t.py", "PET_ROLE=", &role);
+}
+
+/* An elastic job: a range of nodes with c10d. */
+static void test_elastic_nodes(void **state)
+{
+    parse_t p;
+    parse(&p, "--nnodes=1:4 --rdzv-backend=c10d --rdzv-endpoint=head:29400 t.py", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.nnodes_min, 1);
+    assert_int_equal(p.cfg.nnodes_max, 4);
+    done(&p);
 }
 
 /* Inside a Slurm job: SLURM_NNODES, SLURM_NODEID and the first host of
@@ -586,6 +596,7 @@ int main(void)
         cmocka_unit_test(test_prefixes),
         cmocka_unit_test(test_command_line_beats_pet),
         cmocka_unit_test(test_slurm_environment),
+        cmocka_unit_test(test_elastic_nodes),
         cmocka_unit_test(test_script_and_its_arguments_untouched),
         cmocka_unit_test(test_help_and_version_act_at_once),
         cmocka_unit_test(test_defaults_and_environment),
