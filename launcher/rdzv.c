@@ -163,7 +163,7 @@ static int connect_store(ddp_rdzv_t *r, double deadline, ddp_buf_t *why)
 {
     const ddp_launch_config_t *cfg = r->cfg;
     ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
-    options.timeout = 30;
+    options.timeout = cfg->rdzv_conf.read_timeout; /* each store call's deadline */
     while (!quitting(r)) {
         double left = deadline - ddp_clock_mono();
         options.connect_timeout = left < 1 ? (left > 0 ? left : 0.01) : 1;
@@ -763,8 +763,8 @@ static outcome_t watch(ddp_rdzv_t *r, int round, ddp_buf_t *failure)
     return outcome;
 }
 
-/* After success: every node says it is leaving; node 0, whose store the others use,
- * waits for them (a bounded time) before it goes. */
+/* After success: every node says it is leaving; the host, whose store the others use,
+ * waits for them (up to close_timeout) before it goes. */
 static void exit_barrier(ddp_rdzv_t *r)
 {
     char key[640];
@@ -777,7 +777,7 @@ static void exit_barrier(ddp_rdzv_t *r)
     }
     if (ddp_store_client_add(r->client, key, 1, &gone) != 0 || !r->hosting)
         return;
-    double deadline = ddp_clock_mono() + 30;
+    double deadline = ddp_clock_mono() + r->cfg->rdzv_conf.close_timeout;
     while (gone < r->nmembers && ddp_clock_mono() < deadline && !quitting(r)) {
         nap(r, 0.02);
         if (ddp_store_client_add(r->client, key, 0, &gone) != 0)
