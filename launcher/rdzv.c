@@ -293,33 +293,107 @@ static int set_members(ddp_rdzv_t *r, int n, const char *const *ids)
 }
 
 /* Parses "nnodes nproc max_restarts host" (host: at most 255 characters). */
-static bool parse_node(const char *text, int *nnodes, int *nproc, int *max_restarts, char host[256])
+static bool parse_node(const char *text, int *nnodes, int *nproc, int *max_restarts, char host[256],
+                       char id[320])
 {
-    return sscanf(text, "%d %d %d %255s", nnodes, nproc, max_restarts, host) == 4 && *nnodes > 0 &&
-           *nproc > 0 && *max_restarts >= 0;
+    return sscanf(text, "%d %d %d %255s %319s", nnodes, nproc, max_restarts, host, id) == 5 &&
+           *nnodes > 0 && *nproc > 0 && *max_restarts >= 0;
+}
+
+/* The newest round anyone has joined (ADD on "open"): a launcher that comes back, or
+ * comes late, goes there rather than to round 0. */
+static int newest_round(ddp_rdzv_t *r, int *round)
+{
+    char key[640];
+    int64_t open;
+    int err;
+    key_of(r, key, sizeof key, "open");
+    if ((err = ddp_store_client_add(r->client, key, 0, &open)) != 0)
+        return err;
+    if (open > *round)
+        *round = (int)open;
+    else if (open < *round)
+        err = ddp_store_client_add(r->client, key, *round - open, &open);
+    return err;
+}
+
+/* Node rank `me` of the round is claimed by launcher `owner`, not this one: a duplicate
+ * --node-rank if the owner is alive (its heartbeat moves), or this node's previous
+ * launcher, lost, if it stays still for the liveness timeout. 1: the owner is gone,
+ * 0: alive (a duplicate), or an error. */
+static int owner_gone(ddp_rdzv_t *r, const char *owner)
+{
+    const ddp_rdzv_conf_t *conf = &r->cfg->rdzv_conf;
+    char key[640];
+    ddp_buf_t value = DDP_BUF_INIT;
+    int64_t first = -1;
+    double until = ddp_clock_mono() + conf->keep_alive_interval * conf->keep_alive_max_attempt;
+    key_of(r, key, sizeof key, "beat/%s", owner);
+    const char *keys[] = {key};
+    int err = 0;
+    while (err == 0 && !quitting(r) && ddp_clock_mono() < until) {
+        if ((err = ddp_store_client_multi_get(r->client, keys, 1, &value)) != 0)
+            break;
+        int64_t count = strtoll(ddp_buf_str(&value), NULL, 10);
+        if (first >= 0 && count != first) {
+            ddp_buf_free(&value);
+            return 0;
+        }
+        first = count;
+        if ((err = beat(r)) == 0)
+            nap(r, SLICE);
+    }
+    ddp_buf_free(&value);
+    return err ? err : quitting(r) ? DDP_ECLOSED : 1;
 }
 
 /* Round `round`: every node arrives (within the rendezvous timeout) with the same
  * --nnodes and --max-restarts, each node rank once; this node's share of the world. */
-static int join(ddp_rdzv_t *r, int round, ddp_rdzv_world_t *world, ddp_buf_t *why)
+static int join(ddp_rdzv_t *r, int *roundp, ddp_rdzv_world_t *world, ddp_buf_t *why)
 {
     const ddp_launch_config_t *cfg = r->cfg;
-    int nnodes = cfg->nnodes_max, me = cfg->node_rank, err;
+    int nnodes = cfg->nnodes_max, me = cfg->node_rank, err, round = *roundp;
     char key[640], value[512];
-    int64_t claims;
-    key_of(r, key, sizeof key, "%d/claim/%d", round, me);
-    if ((err = ddp_store_client_add(r->client, key, 1, &claims)) != 0)
-        goto store_failed;
-    if (claims > 1) {
-        ddp_buf_printf(why,
-                       "node rank %d is taken: another launcher joined with --node-rank=%d "
-                       "(every node needs its own, 0 to %d)",
-                       me, me, nnodes - 1);
-        abort_job(r, ddp_buf_str(why));
-        return DDP_EUSAGE;
+    /* This node's rank in the newest round, once: a live second claimant is a duplicate
+     * --node-rank; a silent one is this node's lost launcher, which the others leave
+     * behind in the next round, where this one then goes. */
+    for (;;) {
+        ddp_buf_t owner = DDP_BUF_INIT;
+        if ((err = newest_round(r, roundp)) != 0)
+            goto store_failed;
+        round = *roundp;
+        key_of(r, key, sizeof key, "%d/claim/%d", round, me);
+        err = ddp_store_client_compare_set(r->client, key, "", 0, r->id, strlen(r->id), &owner);
+        if (err == 0 && strcmp(ddp_buf_str(&owner), r->id) != 0) {
+            int gone = owner_gone(r, ddp_buf_str(&owner));
+            if (gone == 0) {
+                ddp_buf_printf(why,
+                               "node rank %d is taken: another launcher (%s) joined with "
+                               "--node-rank=%d (every node needs its own, 0 to %d)",
+                               me, ddp_buf_str(&owner), me, nnodes - 1);
+                ddp_buf_free(&owner);
+                abort_job(r, ddp_buf_str(why));
+                return DDP_EUSAGE;
+            }
+            ddp_buf_free(&owner);
+            if (gone < 0) {
+                err = gone;
+                goto store_failed;
+            }
+            ddp_log_info(r->log,
+                         "round %d: node rank %d was held by a launcher that is gone: joining "
+                         "the next round",
+                         round, me);
+            (*roundp)++;
+            continue;
+        }
+        ddp_buf_free(&owner);
+        if (err)
+            goto store_failed;
+        break;
     }
-    int n = snprintf(value, sizeof value, "%d %d %d %s", nnodes, cfg->nproc_per_node,
-                     cfg->max_restarts, r->host);
+    int n = snprintf(value, sizeof value, "%d %d %d %s %s", nnodes, cfg->nproc_per_node,
+                     cfg->max_restarts, r->host, r->id);
     key_of(r, key, sizeof key, "%d/node/%d", round, me);
     if ((err = ddp_store_client_set(r->client, key, value, (size_t)n)) != 0)
         goto store_failed;
@@ -371,10 +445,16 @@ static int join(ddp_rdzv_t *r, int round, ddp_rdzv_world_t *world, ddp_buf_t *wh
     /* The same job everywhere; this node's ranks follow the nodes before it. */
     if (err == 0) {
         *world = (ddp_rdzv_world_t){.round = round, .nnodes = nnodes};
+        char(*ids)[320] = calloc((size_t)nnodes, sizeof *ids);
+        const char **id_list = calloc((size_t)nnodes, sizeof *id_list);
+        if (ids == NULL || id_list == NULL)
+            err = -ENOMEM;
         for (int i = 0; i < nnodes && err == 0; i++) {
             int their_nnodes, nproc, max_restarts;
             char host[256];
-            if (!parse_node(ddp_buf_str(&values[i]), &their_nnodes, &nproc, &max_restarts, host)) {
+            id_list[i] = ids[i];
+            if (!parse_node(ddp_buf_str(&values[i]), &their_nnodes, &nproc, &max_restarts, host,
+                            ids[i])) {
                 ddp_buf_printf(why, "node %d published a malformed entry in the store: '%.100s'", i,
                                ddp_buf_str(&values[i]));
                 err = DDP_EPROTO;
@@ -396,7 +476,9 @@ static int join(ddp_rdzv_t *r, int round, ddp_rdzv_world_t *world, ddp_buf_t *wh
         world->node_rank = me;
         world->restarts = round;
         if (err == 0)
-            err = set_members(r, nnodes, NULL);
+            err = set_members(r, nnodes, id_list);
+        free(ids);
+        free(id_list);
         if (err)
             abort_job(r, ddp_buf_str(why));
     }
@@ -448,15 +530,9 @@ static int join_dynamic(ddp_rdzv_t *r, int *round, ddp_rdzv_world_t *world, ddp_
     char key[640], closed_key[640], value[512];
     int err;
     for (;;) {
-        int64_t arrivals, open;
-        key_of(r, key, sizeof key, "open");
+        int64_t arrivals;
         /* The newest round is where to go (a restarted launcher comes back to it). */
-        if ((err = ddp_store_client_add(r->client, key, 0, &open)) != 0)
-            goto store_failed;
-        if (open > *round)
-            *round = (int)open;
-        else if (open < *round &&
-                 (err = ddp_store_client_add(r->client, key, *round - open, &open)) != 0)
+        if ((err = newest_round(r, round)) != 0)
             goto store_failed;
         key_of(r, key, sizeof key, "%d/join", *round);
         if ((err = ddp_store_client_add(r->client, key, 1, &arrivals)) != 0)
@@ -574,6 +650,16 @@ static int join_dynamic(ddp_rdzv_t *r, int *round, ddp_rdzv_world_t *world, ddp_
             }
             err = set_members(r, (int)size, ids);
             r->prev_rank = world->node_rank;
+            /* The job's failures so far, as whoever saw the last one counted them. */
+            ddp_buf_t count = DDP_BUF_INIT;
+            const char *restart_keys[1] = {key};
+            bool there = false;
+            key_of(r, key, sizeof key, "%d/restarts", *round);
+            if (err == 0 &&
+                (err = ddp_store_client_check(r->client, restart_keys, 1, &there)) == 0 && there &&
+                (err = ddp_store_client_get(r->client, key, &count)) == 0)
+                world->restarts = (int)strtol(ddp_buf_str(&count), NULL, 10);
+            ddp_buf_free(&count);
         }
         if (err && why->len == 0)
             ddp_buf_printf(why, "round %d: %s", *round,
@@ -785,6 +871,19 @@ static void exit_barrier(ddp_rdzv_t *r)
     }
 }
 
+/* c10d: round `round` follows a failure: the job's restart count there is `restarts`
+ * (the first node to say so sets it; a newcomer reads it when it joins). */
+static int count_restart(ddp_rdzv_t *r, int round, int restarts)
+{
+    char key[640], text[32];
+    ddp_buf_t current = DDP_BUF_INIT;
+    int n = snprintf(text, sizeof text, "%d", restarts);
+    key_of(r, key, sizeof key, "%d/restarts", round);
+    int err = ddp_store_client_compare_set(r->client, key, "", 0, text, (size_t)n, &current);
+    ddp_buf_free(&current);
+    return err;
+}
+
 static void *run(void *arg)
 {
     ddp_rdzv_t *r = arg;
@@ -795,14 +894,14 @@ static void *run(void *arg)
         command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED, "%s", ddp_buf_str(&why));
         goto out;
     }
-    for (int round = 0, restarts = 0;; round++) {
+    for (int round = 0;; round++) {
         ddp_rdzv_world_t world;
         char key[640];
         ddp_buf_clear(&why);
         ddp_log_debug(r->log, "joining round %d of the rendezvous at %s:%d", round,
                       cfg->master_addr, cfg->master_port);
-        int err = r->dynamic ? join_dynamic(r, &round, &world, &why) : join(r, round, &world, &why);
-        world.restarts = restarts;
+        int err =
+            r->dynamic ? join_dynamic(r, &round, &world, &why) : join(r, &round, &world, &why);
         if (err == DDP_ECLOSED && !quitting(r) && why.len > 0) {
             /* A latecomer to a job that has finished. */
             ddp_log_warn(r->log, "%s", ddp_buf_str(&why));
@@ -831,17 +930,29 @@ static void *run(void *arg)
             goto out;
         }
         if (outcome == ROUND_REFORM) {
+            /* The same restart count in the re-formed round, newcomers included. */
+            if ((err = count_restart(r, round + 1, world.restarts)) != 0) {
+                command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                        "lost the rendezvous store at %s:%d: %s", cfg->master_addr,
+                        cfg->master_port, store_error(r));
+                goto out;
+            }
             ddp_log_warn(r->log, "round %d: the nodes changed (%s): re-forming the job as round %d",
                          round, ddp_buf_str(&failure), round + 1);
             continue;
         }
-        if (restarts >= cfg->max_restarts) {
+        if (world.restarts >= cfg->max_restarts) {
             command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_WORKER_FAILED,
                     "the job failed in round %d, with no restart left (--max-restarts=%d): %s",
                     round, cfg->max_restarts, ddp_buf_str(&failure));
             goto out;
         }
-        restarts++;
+        if (r->dynamic && (err = count_restart(r, round + 1, world.restarts + 1)) != 0) {
+            command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                    "lost the rendezvous store at %s:%d: %s", cfg->master_addr, cfg->master_port,
+                    store_error(r));
+            goto out;
+        }
         ddp_log_warn(r->log, "round %d failed (%s): restarting every node as round %d", round,
                      ddp_buf_str(&failure), round + 1);
     }
@@ -874,10 +985,7 @@ int ddp_rdzv_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_lo
         strcpy(r->host, "localhost");
     snprintf(r->prefix, sizeof r->prefix, "ddp-launch/rdzv/%s/", cfg->run_id);
     snprintf(r->id, sizeof r->id, "%s-%d", r->host, (int)getpid());
-    if (r->dynamic)
-        key_of(r, r->beat_key, sizeof r->beat_key, "beat/%s", r->id);
-    else
-        key_of(r, r->beat_key, sizeof r->beat_key, "beat/%d", cfg->node_rank);
+    key_of(r, r->beat_key, sizeof r->beat_key, "beat/%s", r->id);
     pthread_mutex_init(&r->mutex, NULL);
     pthread_cond_init(&r->wake, NULL);
     int err = uv_async_init(loop, &r->async, on_async);

@@ -352,6 +352,30 @@ static void test_node_loss_noticed(void **state)
     job_cleanup(&job);
 }
 
+/* Node 1's launcher SIGKILLed, then started again at once (its machine back): the new
+ * launcher finds its rank held by the lost one, waits that one out, and both nodes go on
+ * with round 1. */
+static void test_lost_node_returns(void **state)
+{
+    const char *workers[] = {th_worker(), "wait-until", "1", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, "--max-restarts=1", workers);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, "--max-restarts=1", workers);
+    TH_ASSERT(n0, th_wait_output(n0, 1, "ready ", 1, 30));
+    TH_ASSERT(n1, th_wait_output(n1, 1, "ready ", 1, 30));
+    assert_int_equal(kill(n1->pid, SIGKILL), 0);
+    TH_ASSERT(n1, th_wait_exit(n1, 10));
+    th_proc_t *again = start_node(&job, 2, 1, 1, "--max-restarts=1", workers);
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_status(n0) == 0);
+    TH_ASSERT(again, th_status(again) == 0);
+    TH_ASSERT(n0, strstr(out(n0), "TORCHELASTIC_RESTART_COUNT=1\n") != NULL);
+    TH_ASSERT(again, strstr(out(again), "TORCHELASTIC_RESTART_COUNT=1\n") != NULL);
+    TH_ASSERT(again, strstr(out(again), "\nRANK=1\n") != NULL);
+    job_cleanup(&job);
+}
+
 /* Elastic (c10d) flags: --nnodes=RANGE at node 0's address, last call after `last_call`
  * seconds. */
 static void elastic_flags(const job_t *job, const char *range, int last_call, char *out, size_t cap)
@@ -524,6 +548,7 @@ int main(void)
         TH_TEST(test_mismatched_nnodes),
         TH_TEST(test_duplicate_node_rank),
         TH_TEST(test_node_loss_noticed),
+        TH_TEST(test_lost_node_returns),
         TH_TEST(test_elastic_closes_when_full),
         TH_TEST(test_elastic_late_joiner),
         TH_TEST(test_elastic_reforms_without_a_lost_node),
