@@ -352,6 +352,27 @@ static void test_node_loss_noticed(void **state)
     job_cleanup(&job);
 }
 
+/* Node 0's launcher SIGKILLed: its store goes with it, and node 1 ends at once (status
+ * 5), its workers stopped, saying the store is lost. */
+static void test_store_host_lost(void **state)
+{
+    const char *waits[] = {th_worker(), "wait", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, NULL, waits);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, NULL, waits);
+    TH_ASSERT(n0, th_wait_output(n0, 1, "ready ", 1, 30));
+    TH_ASSERT(n1, th_wait_output(n1, 1, "ready ", 1, 30));
+    double killed = th_now();
+    assert_int_equal(kill(n0->pid, SIGKILL), 0);
+    TH_ASSERT(n1, th_wait_exit(n1, 30));
+    TH_ASSERT(n1, th_now() - killed < 10);
+    TH_ASSERT(n1, th_status(n1) == 5);
+    TH_ASSERT(n1, strstr(err(n1), "lost the rendezvous store") != NULL);
+    job_wait(&job, 10);
+    job_cleanup(&job);
+}
+
 /* Node 1's launcher SIGKILLed, then started again at once (its machine back): the new
  * launcher finds its rank held by the lost one, waits that one out, and both nodes go on
  * with round 1. */
@@ -549,6 +570,7 @@ int main(void)
         TH_TEST(test_duplicate_node_rank),
         TH_TEST(test_node_loss_noticed),
         TH_TEST(test_lost_node_returns),
+        TH_TEST(test_store_host_lost),
         TH_TEST(test_elastic_closes_when_full),
         TH_TEST(test_elastic_late_joiner),
         TH_TEST(test_elastic_reforms_without_a_lost_node),
