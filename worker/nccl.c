@@ -325,6 +325,27 @@ static int usable(ddp_t *ddp, nccl_t *n, const char *what)
     return 0;
 }
 
+/* Before a collective: its dtype in NCCL's terms, a usable communicator, and device
+ * buffers (`other` may be NULL). */
+static int prepare(ddp_t *ddp, nccl_t *n, const char *what, ddp_dtype_t dtype, ncclDataType_t *type,
+                   const void *buf, const void *other)
+{
+    int err;
+    if (!nccl_type(dtype, type))
+        return ddp_fail(ddp, DDP_EUSAGE, "%s: unknown dtype %d", what, (int)dtype);
+    if ((err = usable(ddp, n, what)) != 0 || (err = check_device_pointer(ddp, n, what, buf)) != 0)
+        return err;
+    return other != NULL ? check_device_pointer(ddp, n, what, other) : 0;
+}
+
+/* After it is queued: NCCL's answer, then its completion (or the deadline). */
+static int complete(ddp_t *ddp, nccl_t *n, ncclResult_t r, const char *what)
+{
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_fail(ddp, n, r, what);
+    return wait_stream(ddp, n, what);
+}
+
 static int nccl_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
                            ddp_reduce_op_t op)
 {
@@ -335,15 +356,11 @@ static int nccl_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp
     int err;
     if (count == 0)
         return 0;
-    if (!nccl_type(dtype, &type))
-        return ddp_fail(ddp, DDP_EUSAGE, "all_reduce: unknown dtype %d", (int)dtype);
-    if ((err = usable(ddp, n, "all_reduce")) != 0 ||
-        (err = check_device_pointer(ddp, n, "all_reduce", buf)) != 0)
+    if ((err = prepare(ddp, n, "all_reduce", dtype, &type, buf, NULL)) != 0)
         return err;
-    ncclResult_t r = n->api->ncclAllReduce(buf, buf, count, type, ops[op], n->comm, n->stream);
-    if (r != ncclSuccess && r != ncclInProgress)
-        return nccl_fail(ddp, n, r, "all_reduce");
-    return wait_stream(ddp, n, "all_reduce");
+    return complete(ddp, n,
+                    n->api->ncclAllReduce(buf, buf, count, type, ops[op], n->comm, n->stream),
+                    "all_reduce");
 }
 
 static int nccl_barrier(ddp_t *ddp, void *state)
@@ -366,15 +383,10 @@ static int nccl_broadcast(ddp_t *ddp, void *state, void *buf, size_t count, ddp_
     int err;
     if (count == 0)
         return 0;
-    if (!nccl_type(dtype, &type))
-        return ddp_fail(ddp, DDP_EUSAGE, "broadcast: unknown dtype %d", (int)dtype);
-    if ((err = usable(ddp, n, "broadcast")) != 0 ||
-        (err = check_device_pointer(ddp, n, "broadcast", buf)) != 0)
+    if ((err = prepare(ddp, n, "broadcast", dtype, &type, buf, NULL)) != 0)
         return err;
-    ncclResult_t r = n->api->ncclBroadcast(buf, buf, count, type, root, n->comm, n->stream);
-    if (r != ncclSuccess && r != ncclInProgress)
-        return nccl_fail(ddp, n, r, "broadcast");
-    return wait_stream(ddp, n, "broadcast");
+    return complete(ddp, n, n->api->ncclBroadcast(buf, buf, count, type, root, n->comm, n->stream),
+                    "broadcast");
 }
 
 static int nccl_all_gather(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
@@ -385,16 +397,10 @@ static int nccl_all_gather(ddp_t *ddp, void *state, const void *send, void *recv
     int err;
     if (count == 0)
         return 0;
-    if (!nccl_type(dtype, &type))
-        return ddp_fail(ddp, DDP_EUSAGE, "all_gather: unknown dtype %d", (int)dtype);
-    if ((err = usable(ddp, n, "all_gather")) != 0 ||
-        (err = check_device_pointer(ddp, n, "all_gather", send)) != 0 ||
-        (err = check_device_pointer(ddp, n, "all_gather", recv)) != 0)
+    if ((err = prepare(ddp, n, "all_gather", dtype, &type, send, recv)) != 0)
         return err;
-    ncclResult_t r = n->api->ncclAllGather(send, recv, count, type, n->comm, n->stream);
-    if (r != ncclSuccess && r != ncclInProgress)
-        return nccl_fail(ddp, n, r, "all_gather");
-    return wait_stream(ddp, n, "all_gather");
+    return complete(ddp, n, n->api->ncclAllGather(send, recv, count, type, n->comm, n->stream),
+                    "all_gather");
 }
 
 static int nccl_alloc(ddp_t *ddp, void *state, size_t bytes, void **out)
