@@ -704,6 +704,14 @@ static int await_key(ddp_rdzv_t *r, const char *key, double timeout, ddp_buf_t *
 /* ROUND_REFORM: the nodes changed (c10d): the next round, no restart spent. */
 typedef enum { ROUND_SUCCEEDED, ROUND_FAILED, ROUND_REFORM, ROUND_ENDED } outcome_t;
 
+/* The store stopped answering mid-job: this node ends (status 5). */
+static void store_lost(ddp_rdzv_t *r)
+{
+    command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+            "lost the rendezvous store at %s:%d: %s", r->cfg->master_addr, r->cfg->master_port,
+            store_error(r));
+}
+
 /* Posts the round's failure (the first one names it; later ones keep it); *failure
  * receives the one that stands. */
 static int post_failure(ddp_rdzv_t *r, const char *failed_key, const char *value,
@@ -829,9 +837,7 @@ static outcome_t watch_round(ddp_rdzv_t *r, int round, ddp_buf_t *failure, liven
         }
         ddp_buf_free(&why);
         if (err) {
-            command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
-                    "lost the rendezvous store at %s:%d: %s", cfg->master_addr, cfg->master_port,
-                    store_error(r));
+            store_lost(r);
             return ROUND_ENDED;
         }
     }
@@ -929,32 +935,25 @@ static void *run(void *arg)
             command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_OK, NULL);
             goto out;
         }
-        if (outcome == ROUND_REFORM) {
-            /* The same restart count in the re-formed round, newcomers included. */
-            if ((err = count_restart(r, round + 1, world.restarts)) != 0) {
-                command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
-                        "lost the rendezvous store at %s:%d: %s", cfg->master_addr,
-                        cfg->master_port, store_error(r));
-                goto out;
-            }
-            ddp_log_warn(r->log, "round %d: the nodes changed (%s): re-forming the job as round %d",
-                         round, ddp_buf_str(&failure), round + 1);
-            continue;
-        }
-        if (world.restarts >= cfg->max_restarts) {
+        /* A failure spends a restart; re-forming (c10d: the nodes changed) does not. */
+        bool failed = outcome == ROUND_FAILED;
+        if (failed && world.restarts >= cfg->max_restarts) {
             command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_WORKER_FAILED,
                     "the job failed in round %d, with no restart left (--max-restarts=%d): %s",
                     round, cfg->max_restarts, ddp_buf_str(&failure));
             goto out;
         }
-        if (r->dynamic && (err = count_restart(r, round + 1, world.restarts + 1)) != 0) {
-            command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
-                    "lost the rendezvous store at %s:%d: %s", cfg->master_addr, cfg->master_port,
-                    store_error(r));
+        /* c10d: the next round's restart count, newcomers included. */
+        if (r->dynamic && count_restart(r, round + 1, world.restarts + failed) != 0) {
+            store_lost(r);
             goto out;
         }
-        ddp_log_warn(r->log, "round %d failed (%s): restarting every node as round %d", round,
-                     ddp_buf_str(&failure), round + 1);
+        if (failed)
+            ddp_log_warn(r->log, "round %d failed (%s): restarting every node as round %d", round,
+                         ddp_buf_str(&failure), round + 1);
+        else
+            ddp_log_warn(r->log, "round %d: the nodes changed (%s): re-forming the job as round %d",
+                         round, ddp_buf_str(&failure), round + 1);
     }
 out:
     ddp_buf_free(&why);
