@@ -398,13 +398,14 @@ static void test_lost_node_returns(void **state)
 }
 
 /* Elastic (c10d) flags: --nnodes=RANGE at node 0's address, last call after `last_call`
- * seconds. */
-static void elastic_flags(const job_t *job, const char *range, int last_call, char *out, size_t cap)
+ * seconds, at most `join` seconds for MIN nodes. */
+static void elastic_flags(const job_t *job, const char *range, int last_call, int join, char *out,
+                          size_t cap)
 {
     snprintf(out, cap,
              "--nnodes=%s --rdzv-backend=c10d --rdzv-endpoint=%s:%d "
-             "--rdzv-conf=last_call_timeout=%d,join_timeout=60",
-             range, net.addr[0], job->port, last_call);
+             "--rdzv-conf=last_call_timeout=%d,join_timeout=%d",
+             range, net.addr[0], job->port, last_call, join);
 }
 
 /* c10d with --nnodes=2:3: the round closes at once when 3 launchers come; each gets a
@@ -415,7 +416,7 @@ static void test_elastic_closes_when_full(void **state)
     char flags[256];
     job_t job;
     job_init(&job);
-    elastic_flags(&job, "2:3", 60, flags, sizeof flags);
+    elastic_flags(&job, "2:3", 60, 60, flags, sizeof flags);
     for (int i = 0; i < 3; i++)
         start_node(&job, 0, i, i == 1 ? 2 : 1, flags, env);
     double started = th_now();
@@ -444,7 +445,7 @@ static void test_elastic_late_joiner(void **state)
     char flags[256];
     job_t job;
     job_init(&job);
-    elastic_flags(&job, "2:3", 1, flags, sizeof flags);
+    elastic_flags(&job, "2:3", 1, 60, flags, sizeof flags);
     th_proc_t *a = start_node(&job, 0, 0, 1, flags, workers);
     th_proc_t *b = start_node(&job, 0, 1, 1, flags, workers);
     TH_ASSERT(a, th_wait_output(a, 1, "ready ", 1, 30));
@@ -471,7 +472,7 @@ static void test_elastic_reforms_without_a_lost_node(void **state)
     char flags[256];
     job_t job;
     job_init(&job);
-    elastic_flags(&job, "2:3", 1, flags, sizeof flags);
+    elastic_flags(&job, "2:3", 1, 60, flags, sizeof flags);
     th_proc_t *a = start_node(&job, 0, 0, 1, flags, workers);
     th_proc_t *b = start_node(&job, 0, 1, 1, flags, workers);
     th_proc_t *c = start_node(&job, 0, 2, 1, flags, workers);
@@ -498,10 +499,7 @@ static void test_elastic_too_few_nodes(void **state)
     char flags[256];
     job_t job;
     job_init(&job);
-    snprintf(flags, sizeof flags,
-             "--nnodes=2:3 --rdzv-backend=c10d --rdzv-endpoint=%s:%d "
-             "--rdzv-conf=join_timeout=2",
-             net.addr[0], job.port);
+    elastic_flags(&job, "2:3", 30, 2, flags, sizeof flags);
     th_proc_t *a = start_node(&job, 0, 0, 1, flags, env);
     job_wait(&job, 60);
     TH_ASSERT(a, th_status(a) == 5);
