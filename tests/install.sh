@@ -34,3 +34,16 @@ if [ "$(ldd "$root/static" | grep -c libddp || true)" -ne 0 ]; then
     echo "install.sh: the static build links libddp.so" >&2
     exit 1
 fi
+# The example's GPU module, where it was built, is installed where the installed program
+# looks for it.
+if [ -f "$build/examples/fashion-mnist-cuda.so" ]; then
+    [ -f "$libdir/ddp-launch/fashion-mnist-cuda.so" ] || {
+        echo "install.sh: no fashion-mnist-cuda.so in $libdir/ddp-launch" >&2
+        exit 1
+    }
+    grep -aq "${libdir#"$root"}/ddp-launch" "$root/usr/local/bin/fashion-mnist" || {
+        echo "install.sh: fashion-mnist does not look in ${libdir#"$root"}/ddp-launch" >&2
+        exit 1
+    }
+    echo "fashion-mnist-cuda.so: ok"
+fi

@@ -100,19 +100,15 @@ static int fail(fm_gpu_t *g, const char *fmt, ...)
 
 static const float one = 1, zero = 0;
 
-int fm_gpu_built(char *why, size_t len)
-{
-    (void)why;
-    (void)len;
-    return 0;
-}
+static void gpu_free(fm_gpu_t *g);
+static int gpu_push(fm_gpu_t *g);
 
-const char *fm_gpu_error(const fm_gpu_t *g)
+static const char *gpu_error(const fm_gpu_t *g)
 {
     return g->why;
 }
 
-float *fm_gpu_grad(const fm_gpu_t *g, int param)
+static float *gpu_grad(const fm_gpu_t *g, int param)
 {
     return g->grad[param];
 }
@@ -320,10 +316,10 @@ static int setup(fm_gpu_t *g, int device)
     }
     if (shape(g, g->batch_cap) != 0)
         return -1;
-    return fm_gpu_push(g);
+    return gpu_push(g);
 }
 
-int fm_gpu_new(fm_model_t *host, int device, fm_gpu_t **out, char *why, size_t len)
+static int gpu_new(fm_model_t *host, int device, fm_gpu_t **out, char *why, size_t len)
 {
     fm_gpu_t *g = calloc(1, sizeof *g);
     if (g == NULL) {
@@ -334,14 +330,14 @@ int fm_gpu_new(fm_model_t *host, int device, fm_gpu_t **out, char *why, size_t l
     g->batch_cap = host->batch_cap;
     if (setup(g, device) != 0) {
         snprintf(why, len, "GPU %d: %s", device, g->why);
-        fm_gpu_free(g);
+        gpu_free(g);
         return -1;
     }
     *out = g;
     return 0;
 }
 
-void fm_gpu_free(fm_gpu_t *g)
+static void gpu_free(fm_gpu_t *g)
 {
     if (g == NULL)
         return;
@@ -368,7 +364,7 @@ void fm_gpu_free(fm_gpu_t *g)
 
 /* ---- moving state ---- */
 
-int fm_gpu_pull(fm_gpu_t *g)
+static int gpu_pull(fm_gpu_t *g)
 {
     fm_model_t *m = g->host;
     size_t bytes = m->nvalues * sizeof(float);
@@ -379,7 +375,7 @@ int fm_gpu_pull(fm_gpu_t *g)
     return 0;
 }
 
-int fm_gpu_push(fm_gpu_t *g)
+static int gpu_push(fm_gpu_t *g)
 {
     fm_model_t *m = g->host;
     size_t bytes = m->nvalues * sizeof(float);
@@ -535,15 +531,15 @@ static int forward(fm_gpu_t *g, const float *x, int B, bool train)
     return 0;
 }
 
-double fm_gpu_forward(fm_gpu_t *g, const float *x, const uint8_t *labels, int batch, bool train,
-                      int *correct)
+static double gpu_forward(fm_gpu_t *g, const float *x, const uint8_t *labels, int batch, bool train,
+                          int *correct)
 {
     if (forward(g, x, batch, train) != 0)
         return -1;
     return fm_cross_entropy(g->host->logits, labels, batch, CLASSES, NULL, correct);
 }
 
-int fm_gpu_backward(fm_gpu_t *g, const uint8_t *labels, fm_grad_ready_fn ready, void *ctx)
+static int gpu_backward(fm_gpu_t *g, const uint8_t *labels, fm_grad_ready_fn ready, void *ctx)
 {
     fm_model_t *m = g->host;
     int B = g->batch;
@@ -593,7 +589,7 @@ int fm_gpu_backward(fm_gpu_t *g, const uint8_t *labels, fm_grad_ready_fn ready, 
 }
 
 /* torch.optim.SGD with momentum: buf = momentum buf + grad; value -= lr buf. */
-int fm_gpu_sgd(fm_gpu_t *g, float lr, float momentum)
+static int gpu_sgd(fm_gpu_t *g, float lr, float momentum)
 {
     int n = (int)g->host->nvalues;
     float step = -lr;
@@ -601,4 +597,22 @@ int fm_gpu_sgd(fm_gpu_t *g, float lr, float momentum)
     BLAS(g, cublasSaxpy(g->blas, n, &one, g->grads, 1, g->momentum, 1));
     BLAS(g, cublasSaxpy(g->blas, n, &step, g->momentum, 1, g->values, 1));
     return 0;
+}
+
+/* The module's one exported symbol (model_cuda.h). */
+__attribute__((visibility("default"))) const fm_gpu_ops_t *fm_gpu_module(void)
+{
+    static const fm_gpu_ops_t ops = {
+        .abi = FM_GPU_ABI,
+        .new_model = gpu_new,
+        .free_model = gpu_free,
+        .forward = gpu_forward,
+        .backward = gpu_backward,
+        .sgd = gpu_sgd,
+        .grad = gpu_grad,
+        .pull = gpu_pull,
+        .push = gpu_push,
+        .error = gpu_error,
+    };
+    return &ops;
 }

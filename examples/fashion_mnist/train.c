@@ -197,8 +197,8 @@ static int parse_args(int argc, char **argv, options_t *o)
         fprintf(stderr, "fashion-mnist: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    char why[256];
-    if (o->cuda && fm_gpu_built(why, sizeof why) != 0) {
+    char why[1024];
+    if (o->cuda && fm_gpu_load(why, sizeof why) != 0) {
         fprintf(stderr, "fashion-mnist: --device cuda: %s\n", why);
         return -1;
     }

@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,6 +219,60 @@ static void test_bad_data_is_a_clear_error(void **state)
     free(dir);
 }
 
+/* Runs the example under the launcher with `hidden` covered by an empty tmpfs, in a
+ * mount namespace of its own; `args` (at most 4) go to the example. */
+static void run_hiding(th_proc_t *p, const char *hidden, const char *const *args)
+{
+    const char *argv[16] = {"/usr/bin/unshare",
+                            "--mount",
+                            "/bin/sh",
+                            "-c",
+                            "mount -t tmpfs none \"$0\" && exec \"$@\"",
+                            hidden,
+                            th_launcher(),
+                            "--no-python",
+                            example()};
+    for (int i = 0; i < 4 && args[i] != NULL; i++)
+        argv[9 + i] = args[i];
+    th_run(p, argv, NULL, 120);
+}
+
+/* The CUDA toolkit hidden: the program still starts and trains on the CPU, since only
+ * the GPU module links CUDA, and --device cuda names the library that is missing. */
+static void test_runs_where_cuda_is_absent(void **state)
+{
+    const char *cuda = getenv("DDP_TEST_CUDA_ROOT"), *module = getenv("DDP_TEST_FASHION_GPU");
+    if (cuda == NULL || *cuda == '\0' || access(cuda, F_OK) != 0) {
+        printf("no CUDA toolkit here: nothing to hide\n");
+        return;
+    }
+    const char *probe[] = {"/usr/bin/unshare", "--mount", "/bin/true", NULL};
+    th_proc_t p;
+    th_run(&p, probe, NULL, 30);
+    bool can_hide = th_status(&p) == 0;
+    th_cleanup(&p);
+    if (!can_hide) {
+        printf("cannot make a mount namespace (not root?): skipped\n");
+        return;
+    }
+    const char *cpu[] = {"--max-steps=3", "--limit-test=200", NULL};
+    run_hiding(&p, cuda, cpu);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "on CPUs (OpenBLAS)") != NULL);
+    TH_ASSERT(&p, accuracy(ddp_buf_str(&p.out)) >= 0);
+    th_cleanup(&p);
+    if (module == NULL || strcmp(module, "1") != 0)
+        return; /* built without cuDNN: --device cuda says so, whatever is installed */
+    const char *gpu[] = {"--device=cuda", NULL};
+    run_hiding(&p, cuda, gpu);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, "--device cuda: cannot load the GPU module") != NULL);
+    TH_ASSERT(&p, strstr(err, "cannot open shared object file") != NULL);
+    TH_ASSERT(&p, strstr(err, "add their directory to LD_LIBRARY_PATH") != NULL);
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     if (access(DATA "/train-images-idx3-ubyte.gz", R_OK) != 0) {
@@ -226,6 +281,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         TH_TEST(test_bad_data_is_a_clear_error),
+        TH_TEST(test_runs_where_cuda_is_absent),
         TH_TEST(test_mlp_one_epoch_two_workers),
         TH_TEST(test_two_workers_equal_one_with_twice_the_batch),
         TH_TEST(test_killed_worker_resumes_from_checkpoint),
