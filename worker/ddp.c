@@ -149,8 +149,8 @@ static double default_timeout(void)
     return atof(ddp_env_default(DDP_ENV_DDP_TIMEOUT));
 }
 
-/* The program's choice, else DDP_BACKEND; auto is NCCL where it is built in and this
- * process sees a GPU. */
+/* The program's choice, else DDP_BACKEND; auto is CPU and NCCL by memory (auto.c) where
+ * NCCL is built in and this process sees a GPU, else CPU. */
 static int choose_backend(ddp_t *ddp, ddp_backend_kind_t kind)
 {
     const char *name = ddp_env_name(DDP_ENV_DDP_BACKEND), *text = getenv(name);
@@ -166,8 +166,9 @@ static int choose_backend(ddp_t *ddp, ddp_backend_kind_t kind)
         return ddp_fail(ddp, DDP_EUSAGE, "unknown backend %d", (int)kind);
 #if DDP_HAVE_NCCL
     if (kind == DDP_BACKEND_AUTO)
-        kind = ddp_nccl_device_count(ddp) > 0 ? DDP_BACKEND_NCCL : DDP_BACKEND_CPU;
-    ddp->backend = kind == DDP_BACKEND_NCCL ? &ddp_nccl_backend : &ddp_cpu_backend;
+        ddp->backend = ddp_nccl_device_count(ddp) > 0 ? &ddp_auto_backend : &ddp_cpu_backend;
+    else
+        ddp->backend = kind == DDP_BACKEND_NCCL ? &ddp_nccl_backend : &ddp_cpu_backend;
 #else
     if (kind == DDP_BACKEND_NCCL)
         return ddp_fail(ddp, DDP_ENOCUDA,
@@ -305,14 +306,44 @@ static int check(ddp_t *ddp, const char *what, const void *buf, ddp_dtype_t dtyp
         return ddp_fail(ddp, DDP_EUSAGE, "%s: the buffer is NULL", what);
     if (ddp_dtype_size(dtype) == 0)
         return ddp_fail(ddp, DDP_EUSAGE, "%s: unknown dtype %d", what, (int)dtype);
-    if ((dtype == DDP_FLOAT16 || dtype == DDP_BFLOAT16) && ddp->backend == &ddp_cpu_backend)
-        return ddp_fail(ddp, DDP_EUSAGE, "%s: %s is supported by the NCCL backend only", what,
-                        ddp_dtype_name(dtype));
     if (count > SIZE_MAX / 8)
         return ddp_fail(ddp, DDP_EUSAGE, "%s: %zu elements is too many", what, count);
     if (root < 0 || root >= ddp->world_size)
         return ddp_fail(ddp, DDP_EUSAGE, "%s: root %d is not a rank of the %d", what, root,
                         ddp->world_size);
+    return 0;
+}
+
+int ddp_backend_for(ddp_t *ddp, const void *p, const ddp_backend_t **be, void **state)
+{
+    if (ddp->backend->resolve != NULL)
+        return ddp->backend->resolve(ddp, ddp->backend_state, p, be, state);
+    *be = ddp->backend;
+    *state = ddp->backend_state;
+    return 0;
+}
+
+/* The backend that serves `buf` (and `other`, on the same memory), which must take
+ * `dtype`. */
+static int serve(ddp_t *ddp, const char *what, const void *buf, const void *other,
+                 ddp_dtype_t dtype, const ddp_backend_t **be, void **state)
+{
+    int err = ddp_backend_for(ddp, buf, be, state);
+    if (err)
+        return err;
+    if (other != NULL && ddp->backend->resolve != NULL) {
+        const ddp_backend_t *other_be;
+        void *other_state;
+        if ((err = ddp_backend_for(ddp, other, &other_be, &other_state)) != 0)
+            return err;
+        if (other_be != *be)
+            return ddp_fail(ddp, DDP_EUSAGE,
+                            "%s: one buffer is host memory and the other device memory", what);
+    }
+    if ((dtype == DDP_FLOAT16 || dtype == DDP_BFLOAT16) && *be == &ddp_cpu_backend)
+        return ddp_fail(ddp, DDP_EUSAGE,
+                        "%s: %s is supported by the NCCL backend only (on device memory)", what,
+                        ddp_dtype_name(dtype));
     return 0;
 }
 
@@ -334,30 +365,36 @@ int ddp_barrier(ddp_t *ddp)
 
 int ddp_broadcast(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int root)
 {
+    const ddp_backend_t *be;
+    void *state;
     int err = check(ddp, "broadcast", buf, dtype, count, root);
-    return err ? err
-               : after(ddp,
-                       ddp->backend->broadcast(ddp, ddp->backend_state, buf, count, dtype, root));
+    if (err == 0)
+        err = serve(ddp, "broadcast", buf, NULL, dtype, &be, &state);
+    return err ? after(ddp, err) : after(ddp, be->broadcast(ddp, state, buf, count, dtype, root));
 }
 
 int ddp_all_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_reduce_op_t op)
 {
+    const ddp_backend_t *be;
+    void *state;
     int err = check(ddp, "all_reduce", buf, dtype, count, 0);
     if (err == 0 && (unsigned)op > DDP_MAX)
         err = ddp_fail(ddp, DDP_EUSAGE, "all_reduce: unknown operation %d", (int)op);
-    return err ? err
-               : after(ddp,
-                       ddp->backend->all_reduce(ddp, ddp->backend_state, buf, count, dtype, op));
+    if (err == 0)
+        err = serve(ddp, "all_reduce", buf, NULL, dtype, &be, &state);
+    return err ? after(ddp, err) : after(ddp, be->all_reduce(ddp, state, buf, count, dtype, op));
 }
 
 int ddp_all_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype)
 {
+    const ddp_backend_t *be;
+    void *state;
     int err = check(ddp, "all_gather", recv, dtype, count, 0);
     if (err == 0 && send == NULL && count > 0)
         err = ddp_fail(ddp, DDP_EUSAGE, "all_gather: the send buffer is NULL");
-    return err ? err
-               : after(ddp,
-                       ddp->backend->all_gather(ddp, ddp->backend_state, send, recv, count, dtype));
+    if (err == 0)
+        err = serve(ddp, "all_gather", recv, send, dtype, &be, &state);
+    return err ? after(ddp, err) : after(ddp, be->all_gather(ddp, state, send, recv, count, dtype));
 }
 
 size_t ddp_sampler_count(const ddp_t *ddp, size_t dataset_size,

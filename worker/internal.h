@@ -33,17 +33,29 @@ typedef struct ddp_backend_s {
     int (*copy)(ddp_t *ddp, void *state, void *dst, const void *src, size_t bytes);
     int (*flush)(ddp_t *ddp, void *state);
     int (*fence)(ddp_t *ddp, void *state);
+    /* The auto backend only (NULL for the others): the backend and state that serve
+     * memory `p`. */
+    int (*resolve)(ddp_t *ddp, void *state, const void *p, const struct ddp_backend_s **be,
+                   void **be_state);
 } ddp_backend_t;
 
 extern const ddp_backend_t ddp_cpu_backend;
 #if DDP_HAVE_NCCL
 extern const ddp_backend_t ddp_nccl_backend;
+extern const ddp_backend_t ddp_auto_backend;
 #endif
+
+/* The backend and state that serve memory `p`: the context's own, or the one the auto
+ * backend picks for p's memory (auto.c). */
+int ddp_backend_for(ddp_t *ddp, const void *p, const ddp_backend_t **be, void **state);
 
 /* NCCL helpers (nccl.c; without NCCL built in, they fail with DDP_ENOCUDA). The k-th
  * exchange on every rank gets the id rank 0 made for it. */
 int ddp_nccl_exchange_id(ddp_t *ddp, void *id, size_t len);
 int ddp_nccl_device_count(ddp_t *ddp);
+/* Whether `p` is device (or managed) memory; false where there is no CUDA runtime. Creates
+ * no CUDA context. */
+bool ddp_nccl_is_device_memory(ddp_t *ddp, const void *p);
 void ddp_nccl_release(ddp_t *ddp);
 
 struct ddp_s {

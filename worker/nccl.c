@@ -293,18 +293,25 @@ static bool nccl_type(ddp_dtype_t dtype, ncclDataType_t *out)
     return false;
 }
 
+bool ddp_nccl_is_device_memory(ddp_t *ddp, const void *p)
+{
+    char why[256];
+    ddp_cuda_api_t *api = api_of(ddp);
+    struct cudaPointerAttributes attr;
+    if (p == NULL || api == NULL || ddp_cuda_api_load_cudart(api, why, sizeof why) != 0)
+        return false;
+    if (api->cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        api->cudaGetLastError();
+        return false;
+    }
+    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
 /* Buffers of the NCCL backend are device memory: a host pointer is the caller's
  * mistake, reported before NCCL would fault on it. */
-static int check_device_pointer(ddp_t *ddp, nccl_t *n, const char *what, const void *p)
+static int check_device_pointer(ddp_t *ddp, const char *what, const void *p)
 {
-    struct cudaPointerAttributes attr;
-    if (p == NULL)
-        return 0;
-    if (n->api->cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-        n->api->cudaGetLastError();
-        attr.type = cudaMemoryTypeUnregistered;
-    }
-    if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged)
+    if (p == NULL || ddp_nccl_is_device_memory(ddp, p))
         return 0;
     return ddp_fail(ddp, DDP_EUSAGE,
                     "%s: %p is host memory, but the nccl backend takes device pointers (use "
@@ -333,9 +340,9 @@ static int prepare(ddp_t *ddp, nccl_t *n, const char *what, ddp_dtype_t dtype, n
     int err;
     if (!nccl_type(dtype, type))
         return ddp_fail(ddp, DDP_EUSAGE, "%s: unknown dtype %d", what, (int)dtype);
-    if ((err = usable(ddp, n, what)) != 0 || (err = check_device_pointer(ddp, n, what, buf)) != 0)
+    if ((err = usable(ddp, n, what)) != 0 || (err = check_device_pointer(ddp, what, buf)) != 0)
         return err;
-    return other != NULL ? check_device_pointer(ddp, n, what, other) : 0;
+    return other != NULL ? check_device_pointer(ddp, what, other) : 0;
 }
 
 /* After it is queued: NCCL's answer, then its completion (or the deadline). */

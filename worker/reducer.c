@@ -50,6 +50,8 @@ struct ddp_reducer_s {
     bucket_t *buckets;
     int nbuckets;
     bool frozen;
+    const ddp_backend_t *be; /* the backend of the gradients' memory, once frozen */
+    void *be_state;
 
     pthread_t thread;
     bool thread_started;
@@ -105,6 +107,23 @@ int ddp_reducer_add(ddp_reducer_t *r, void *grad, size_t count, ddp_dtype_t dtyp
 static int form_buckets(ddp_reducer_t *r)
 {
     ddp_t *ddp = r->ddp;
+    /* One backend serves every bucket: the gradients are all host or all device memory
+     * (the auto backend tells which). */
+    for (int g = 0; g < r->ngrads; g++) {
+        const ddp_backend_t *be;
+        void *state;
+        int err = ddp_backend_for(ddp, r->grads[g].buf, &be, &state);
+        if (err)
+            return err;
+        if (g == 0) {
+            r->be = be;
+            r->be_state = state;
+        } else if (be != r->be) {
+            return ddp_fail(ddp, DDP_EUSAGE,
+                            "reducer: gradients 0 and %d are not both host or both device memory",
+                            g);
+        }
+    }
     r->buckets = calloc((size_t)r->ngrads + 1, sizeof *r->buckets);
     if (r->buckets == NULL)
         return ddp_fail(ddp, -ENOMEM, "reducer: out of memory");
@@ -156,8 +175,7 @@ static int form_buckets(ddp_reducer_t *r)
             bucket->flat = r->grads[bucket->members[0]].buf;
             continue;
         }
-        int err =
-            ddp->backend->alloc(ddp, ddp->backend_state, bucket->count * es + 8, &bucket->flat);
+        int err = r->be->alloc(ddp, r->be_state, bucket->count * es + 8, &bucket->flat);
         if (err)
             return err;
     }
@@ -169,25 +187,23 @@ static int form_buckets(ddp_reducer_t *r)
 static int reduce_bucket(ddp_reducer_t *r, bucket_t *bucket)
 {
     ddp_t *ddp = r->ddp;
-    const ddp_backend_t *be = ddp->backend;
+    const ddp_backend_t *be = r->be;
     size_t es = ddp_dtype_size(bucket->dtype);
     int err = 0;
     if (bucket->in_place)
         return ddp_all_reduce(ddp, bucket->flat, bucket->count, bucket->dtype, DDP_AVG);
     for (int i = 0; i < bucket->nmembers && err == 0; i++) {
         grad_t *g = &r->grads[bucket->members[i]];
-        err = be->copy(ddp, ddp->backend_state, (char *)bucket->flat + g->offset, g->buf,
-                       g->count * es);
+        err = be->copy(ddp, r->be_state, (char *)bucket->flat + g->offset, g->buf, g->count * es);
     }
     if (err == 0)
         err = ddp_all_reduce(ddp, bucket->flat, bucket->count, bucket->dtype, DDP_AVG);
     for (int i = 0; i < bucket->nmembers && err == 0; i++) {
         grad_t *g = &r->grads[bucket->members[i]];
-        err = be->copy(ddp, ddp->backend_state, g->buf, (char *)bucket->flat + g->offset,
-                       g->count * es);
+        err = be->copy(ddp, r->be_state, g->buf, (char *)bucket->flat + g->offset, g->count * es);
     }
     if (err == 0 && be->flush != NULL)
-        err = be->flush(ddp, ddp->backend_state);
+        err = be->flush(ddp, r->be_state);
     return err;
 }
 
@@ -245,7 +261,7 @@ int ddp_reducer_ready(ddp_reducer_t *r, int index)
     if (!r->frozen && (err = freeze(r)) != 0)
         return err;
     /* With the NCCL backend, the bucket's copies wait for the work queued so far. */
-    if (ddp->backend->fence != NULL && (err = ddp->backend->fence(ddp, ddp->backend_state)) != 0)
+    if (r->be->fence != NULL && (err = r->be->fence(ddp, r->be_state)) != 0)
         return err;
     pthread_mutex_lock(&r->mutex);
     grad_t *g = &r->grads[index];
@@ -333,7 +349,7 @@ void ddp_reducer_free(ddp_reducer_t *r)
     }
     for (int b = 0; b < r->nbuckets; b++) {
         if (r->buckets[b].flat != NULL && !r->buckets[b].in_place)
-            r->ddp->backend->release(r->ddp->backend_state, r->buckets[b].flat);
+            r->be->release(r->be_state, r->buckets[b].flat);
         free(r->buckets[b].members);
     }
     free(r->buckets);

@@ -7,12 +7,16 @@
  *                every root; all_gather; barrier; a host pointer refused with DDP_EUSAGE
  *   die VICTIM   all_reduce in a loop; rank VICTIM SIGKILLs itself; the others ignore
  *                SIGTERM and must end with libddp's error, not hang
+ *   auto         the auto backend ("cpu+nccl"): host buffers on the CPU ring, device
+ *                buffers on NCCL (created by the first of them), a reducer of device
+ *                gradients; mixing host and device memory, or f16 on the host, refused
  * Prints "<mode> ok, world N" on success; exits 1 on a wrong result, 3 when a call fails. */
 #include <ddp.h>
 
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,6 +249,80 @@ static void mode_collectives(void)
     printf("collectives ok, world %d\n", world);
 }
 
+/* Expects `err` to be a usage error whose message holds `want`. */
+static void refused(const char *what, int err, const char *want)
+{
+    if (err != DDP_EUSAGE || strstr(ddp_last_error(ddp), want) == NULL) {
+        fprintf(stderr, "rank %d: %s gave %d: %s\n", rank, what, err, ddp_last_error(ddp));
+        exit(1);
+    }
+}
+
+static void mode_auto(void)
+{
+    /* Host memory: the CPU ring. */
+    int64_t host[3] = {rank, 1, -rank}, want = (int64_t)world * (world - 1) / 2;
+    CALL("host all_reduce", ddp_all_reduce(ddp, host, 3, DDP_INT64, DDP_SUM));
+    if (host[0] != want || host[1] != world || host[2] != -want) {
+        fprintf(stderr, "rank %d: host all_reduce gave %lld %lld %lld\n", rank, (long long)host[0],
+                (long long)host[1], (long long)host[2]);
+        exit(1);
+    }
+    /* Device memory: NCCL, its communicator made now. */
+    float values[2] = {(float)rank, 2.0f}, *dev;
+    CUDA(cudaMalloc((void **)&dev, sizeof values));
+    CUDA(cudaMemcpy(dev, values, sizeof values, cudaMemcpyHostToDevice));
+    CALL("device all_reduce", ddp_all_reduce(ddp, dev, 2, DDP_FLOAT32, DDP_AVG));
+    CUDA(cudaMemcpy(values, dev, sizeof values, cudaMemcpyDeviceToHost));
+    if (values[0] != (float)(world - 1) / 2 || values[1] != 2.0f) {
+        fprintf(stderr, "rank %d: device all_reduce gave %g %g\n", rank, values[0], values[1]);
+        exit(1);
+    }
+    /* Refused before any communication: the context stays usable. */
+    uint16_t half[2] = {0};
+    refused("f16 on the host", ddp_all_reduce(ddp, half, 2, DDP_FLOAT16, DDP_SUM),
+            "supported by the NCCL backend only");
+    int64_t *gathered;
+    CUDA(cudaMalloc((void **)&gathered, (size_t)world * 8));
+    refused("all_gather from host to device", ddp_all_gather(ddp, host, gathered, 1, DDP_INT64),
+            "one buffer is host memory and the other device memory");
+    /* A reducer of device gradients (NCCL), then one that mixes memories. */
+    ddp_reducer_t *reducer;
+    float g[8], *grads;
+    for (int i = 0; i < 8; i++)
+        g[i] = (float)(rank + i);
+    CUDA(cudaMalloc((void **)&grads, sizeof g));
+    CUDA(cudaMemcpy(grads, g, sizeof g, cudaMemcpyHostToDevice));
+    CALL("reducer_new", ddp_reducer_new(ddp, NULL, &reducer));
+    if (ddp_reducer_add(reducer, grads, 5, DDP_FLOAT32) < 0 ||
+        ddp_reducer_add(reducer, grads + 5, 3, DDP_FLOAT32) < 0)
+        CALL("reducer_add", -1);
+    CALL("reducer_ready", ddp_reducer_ready(reducer, 1));
+    CALL("reducer_ready", ddp_reducer_ready(reducer, 0));
+    CALL("reducer_wait", ddp_reducer_wait(reducer));
+    CUDA(cudaMemcpy(g, grads, sizeof g, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 8; i++) {
+        if (g[i] != (float)(world - 1) / 2 + (float)i) {
+            fprintf(stderr, "rank %d: reducer gave [%d] = %g\n", rank, i, g[i]);
+            exit(1);
+        }
+    }
+    ddp_reducer_free(reducer);
+    float on_host[4];
+    CALL("reducer_new", ddp_reducer_new(ddp, NULL, &reducer));
+    if (ddp_reducer_add(reducer, grads, 8, DDP_FLOAT32) < 0 ||
+        ddp_reducer_add(reducer, on_host, 4, DDP_FLOAT32) < 0)
+        CALL("reducer_add", -1);
+    refused("a reducer of host and device gradients", ddp_reducer_ready(reducer, 0),
+            "not both host or both device memory");
+    ddp_reducer_free(reducer);
+    CALL("barrier", ddp_barrier(ddp));
+    cudaFree(gathered);
+    cudaFree(grads);
+    cudaFree(dev);
+    printf("auto ok, world %d\n", world);
+}
+
 static void mode_die(int victim)
 {
     size_t n = 16u << 20;
@@ -273,7 +351,8 @@ int main(int argc, char **argv)
         printf("gpus %d\n", count);
         return 0;
     }
-    ddp_options_t options = {.backend = DDP_BACKEND_NCCL};
+    bool automatic = strcmp(mode, "auto") == 0;
+    ddp_options_t options = {.backend = automatic ? DDP_BACKEND_AUTO : DDP_BACKEND_NCCL};
     int err = ddp_init_with(&ddp, &options);
     if (err != 0) {
         fprintf(stderr, "ddp_init: %s\n", ddp_strerror(err));
@@ -281,11 +360,14 @@ int main(int argc, char **argv)
     }
     rank = ddp_rank(ddp);
     world = ddp_world_size(ddp);
-    if (strcmp(ddp_backend_name(ddp), "nccl") != 0) {
-        fprintf(stderr, "rank %d: backend %s, not nccl\n", rank, ddp_backend_name(ddp));
+    const char *backend = automatic ? "cpu+nccl" : "nccl";
+    if (strcmp(ddp_backend_name(ddp), backend) != 0) {
+        fprintf(stderr, "rank %d: backend %s, not %s\n", rank, ddp_backend_name(ddp), backend);
         return 1;
     }
-    if (strcmp(mode, "collectives") == 0)
+    if (automatic)
+        mode_auto();
+    else if (strcmp(mode, "collectives") == 0)
         mode_collectives();
     else if (strcmp(mode, "die") == 0)
         mode_die(argc > 2 ? atoi(argv[2]) : 1);

@@ -23,18 +23,41 @@ static const char *nccl_worker(void)
     return path;
 }
 
-static void test_collectives(void **state)
+/* Runs `program mode` on `world` workers under the launcher: each must print
+ * "<mode> ok, world <world>". */
+static void run_mode(const char *program, const char *mode, int world)
 {
-    int world = gpus < 4 ? gpus : 4;
     char nproc[64], ok[64];
     snprintf(nproc, sizeof nproc, "--nproc-per-node=%d", world);
-    snprintf(ok, sizeof ok, "collectives ok, world %d\n", world);
-    const char *argv[] = {th_launcher(), nproc, "--no-python", nccl_worker(), "collectives", NULL};
+    snprintf(ok, sizeof ok, "%s ok, world %d\n", mode, world);
+    const char *argv[] = {th_launcher(), nproc, "--no-python", program, mode, NULL};
     th_proc_t p;
     th_run(&p, argv, NULL, 600);
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), ok) == world);
     th_cleanup(&p);
+}
+
+static void test_collectives(void **state)
+{
+    run_mode(nccl_worker(), "collectives", gpus < 4 ? gpus : 4);
+}
+
+/* The auto backend: host buffers on the CPU ring and device buffers on NCCL in one
+ * context. */
+static void test_auto_backend(void **state)
+{
+    run_mode(nccl_worker(), "auto", gpus < 4 ? gpus : 4);
+}
+
+/* A program with host buffers alone, on the default (auto) backend, with more workers
+ * than GPUs: NCCL is never needed, so nothing asks for a GPU per worker. */
+static void test_host_buffers_with_more_workers_than_gpus(void **state)
+{
+    const char *collectives = getenv("DDP_TEST_COLLECTIVES");
+    if (collectives == NULL || *collectives == '\0')
+        fail_msg("DDP_TEST_COLLECTIVES is not set: run the tests with meson test");
+    run_mode(collectives, "collectives", gpus + 1);
 }
 
 /* A rank killed mid-all-reduce: the others end with an error (NCCL's, or libddp's abort
@@ -123,6 +146,8 @@ int main(void)
     th_cleanup(&p);
     const struct CMUnitTest tests[] = {
         TH_TEST(test_collectives),
+        TH_TEST(test_auto_backend),
+        TH_TEST(test_host_buffers_with_more_workers_than_gpus),
         TH_TEST(test_dead_peer),
         TH_TEST(test_fashion_cuda_matches_cpu),
     };

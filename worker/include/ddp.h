@@ -44,7 +44,10 @@ typedef enum {
 } ddp_reduce_op_t;
 
 typedef enum {
-    DDP_BACKEND_AUTO, /* DDP_BACKEND if set, else NCCL where built in and a GPU is seen, else CPU */
+    /* DDP_BACKEND if set; else, where NCCL is built in and a GPU is seen, CPU for host
+     * buffers and NCCL for device buffers (PyTorch 2.x's "cpu:gloo,cuda:nccl"; NCCL's
+     * communicator is made by the first collective on device memory); else CPU. */
+    DDP_BACKEND_AUTO,
     DDP_BACKEND_CPU,  /* a ring: shared memory when all ranks are on one host, else TCP */
     DDP_BACKEND_NCCL, /* NCCL on the GPU of LOCAL_RANK; buffers are device pointers */
 } ddp_backend_kind_t;
@@ -77,7 +80,7 @@ int ddp_local_rank(const ddp_t *ddp);
 int ddp_local_world_size(const ddp_t *ddp);
 /* The attempt number of the job (TORCHELASTIC_RESTART_COUNT), from 0. */
 int ddp_restart_count(const ddp_t *ddp);
-/* "cpu" or "nccl". */
+/* "cpu", "nccl", or "cpu+nccl" (the auto backend where a GPU is seen). */
 const char *ddp_backend_name(const ddp_t *ddp);
 
 /* Returns once every worker has called it. */
