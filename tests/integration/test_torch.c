@@ -1,6 +1,7 @@
 /* Integration tests with real PyTorch workers on the launcher's store, for one torch
  * version given as argv[1]: "1.13" (Debian bookworm's python3-torch) or "2.6" (Debian
- * trixie's, in a root the setup builds; skipped with the reason where it cannot).
+ * trixie's, in a root the setup builds; skipped with the reason where it cannot), or
+ * "python": whichever torch DDP_TEST_PYTHON has (run by hand against another torch).
  * gloo all_reduce and barrier with 2 and 4 ranks, TCPStore client operations, a job
  * that fails once and is restarted, PyTorch's own error.json in the report, and the
  * PyTorch FashionMNIST example training with DDP. */
@@ -18,7 +19,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *flavour;      /* "1.13" or "2.6" */
+static const char *flavour;      /* "1.13", "2.6" or "python" */
+static char version[64];         /* the torch version the workers must report */
 static char python_exec[1024];   /* PYTHON_EXEC for the workers */
 static const char *extra_env[4]; /* what the flavour adds */
 static char exec_var[1100], root_var[1100];
@@ -76,8 +78,8 @@ static void test_tcpstore_client(void **state)
     th_proc_t p;
     launch(&p, args, 300);
     TH_ASSERT(&p, th_status(&p) == 0);
-    char want[64];
-    snprintf(want, sizeof want, "rank 0 store ops ok (torch %s", flavour);
+    char want[128];
+    snprintf(want, sizeof want, "rank 0 store ops ok (torch %s", version);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), want) != NULL);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 1 saw go\n") != NULL);
     th_cleanup(&p);
@@ -174,14 +176,32 @@ static void test_train_fashion(void **state)
 /* Makes the flavour's python ready, or exits 77 saying why it cannot be. */
 static void prepare(void)
 {
-    if (strcmp(flavour, "1.13") == 0) {
+    snprintf(version, sizeof version, "%s", flavour);
+    if (strcmp(flavour, "2.6") != 0) {
+        /* DDP_TEST_PYTHON's torch: Debian's 1.13, or with "python" whichever it has. */
         const char *py = getenv("DDP_TEST_PYTHON");
         char cmd[1200];
-        snprintf(cmd, sizeof cmd, "'%s' -c 'import torch.distributed' >/dev/null 2>&1",
+        snprintf(cmd, sizeof cmd,
+                 "'%s' -c 'import torch.distributed, torch; print(torch.__version__)' 2>/dev/null",
                  py ? py : "");
-        if (py == NULL || *py == '\0' || system(cmd) != 0) {
+        FILE *out = py != NULL && *py != '\0' ? popen(cmd, "r") : NULL;
+        char found[64] = "";
+        if (out != NULL) {
+            if (fgets(found, sizeof found, out) == NULL)
+                found[0] = '\0';
+            found[strcspn(found, "\n")] = '\0';
+            pclose(out);
+        }
+        if (found[0] == '\0') {
             printf("skipped: %s cannot import torch (apt-get install python3-torch)\n",
                    py && *py ? py : "no python3");
+            exit(77);
+        }
+        if (strcmp(flavour, "python") == 0) {
+            snprintf(version, sizeof version, "%s", found);
+        } else if (strncmp(found, flavour, strlen(flavour)) != 0) {
+            printf("skipped: %s has torch %s, not %s (run with the flavour python)\n", py, found,
+                   flavour);
             exit(77);
         }
         snprintf(python_exec, sizeof python_exec, "%s", py);
@@ -209,8 +229,9 @@ static void prepare(void)
 int main(int argc, char **argv)
 {
     flavour = argc > 1 ? argv[1] : "1.13";
-    if (strcmp(flavour, "1.13") != 0 && strcmp(flavour, "2.6") != 0) {
-        fprintf(stderr, "usage: %s 1.13|2.6\n", argv[0]);
+    if (strcmp(flavour, "1.13") != 0 && strcmp(flavour, "2.6") != 0 &&
+        strcmp(flavour, "python") != 0) {
+        fprintf(stderr, "usage: %s 1.13|2.6|python (python: DDP_TEST_PYTHON's torch)\n", argv[0]);
         return 2;
     }
     prepare();
