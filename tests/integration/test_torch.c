@@ -1,7 +1,8 @@
 /* Integration tests with real PyTorch workers on the launcher's store, for one torch
  * version given as argv[1]: "1.13" (Debian bookworm's python3-torch) or "2.6" (Debian
  * trixie's, in a root the setup builds; skipped with the reason where it cannot), or
- * "python": whichever torch DDP_TEST_PYTHON has (run by hand against another torch).
+ * "python": whichever torch the python in DDP_TEST_TORCH_PYTHON has (skipped where it is
+ * unset), to test against another torch by hand.
  * gloo all_reduce and barrier with 2 and 4 ranks, TCPStore client operations, a job
  * that fails once and is restarted, PyTorch's own error.json in the report, and the
  * PyTorch FashionMNIST example training with DDP. */
@@ -13,6 +14,7 @@
 
 #include "harness.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,8 +180,14 @@ static void prepare(void)
 {
     snprintf(version, sizeof version, "%s", flavour);
     if (strcmp(flavour, "2.6") != 0) {
-        /* DDP_TEST_PYTHON's torch: Debian's 1.13, or with "python" whichever it has. */
-        const char *py = getenv("DDP_TEST_PYTHON");
+        /* DDP_TEST_PYTHON's torch, Debian's 1.13; or with "python" whichever torch
+         * DDP_TEST_TORCH_PYTHON has (set by whoever runs the test). */
+        bool any = strcmp(flavour, "python") == 0;
+        const char *py = getenv(any ? "DDP_TEST_TORCH_PYTHON" : "DDP_TEST_PYTHON");
+        if (any && (py == NULL || *py == '\0')) {
+            printf("skipped: DDP_TEST_TORCH_PYTHON names no python to test with\n");
+            exit(77);
+        }
         char cmd[1200];
         snprintf(cmd, sizeof cmd,
                  "'%s' -c 'import torch.distributed, torch; print(torch.__version__)' 2>/dev/null",
@@ -197,7 +205,7 @@ static void prepare(void)
                    py && *py ? py : "no python3");
             exit(77);
         }
-        if (strcmp(flavour, "python") == 0) {
+        if (any) {
             snprintf(version, sizeof version, "%s", found);
         } else if (strncmp(found, flavour, strlen(flavour)) != 0) {
             printf("skipped: %s has torch %s, not %s (run with the flavour python)\n", py, found,
@@ -231,7 +239,8 @@ int main(int argc, char **argv)
     flavour = argc > 1 ? argv[1] : "1.13";
     if (strcmp(flavour, "1.13") != 0 && strcmp(flavour, "2.6") != 0 &&
         strcmp(flavour, "python") != 0) {
-        fprintf(stderr, "usage: %s 1.13|2.6|python (python: DDP_TEST_PYTHON's torch)\n", argv[0]);
+        fprintf(stderr, "usage: %s 1.13|2.6|python (python: DDP_TEST_TORCH_PYTHON's torch)\n",
+                argv[0]);
         return 2;
     }
     prepare();
