@@ -8,6 +8,7 @@
 #include "worker_spec.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,13 +47,32 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
 {
     ddp_buf_t out = DDP_BUF_INIT;
     char *error_file = NULL;
+    bool elastic = cfg->rdzv_backend == DDP_RDZV_C10D;
     int err = ddp_buf_printf(&out,
                              "ddp-launch --dry-run: %d worker(s) on node %d of %d, "
-                             "max restarts %d, run id %s; nothing is started\n"
-                             "the store would listen on %s:%d%s\n",
+                             "max restarts %d, run id %s; nothing is started\n",
                              cfg->nproc_per_node, cfg->node_rank, cfg->nnodes_max,
-                             cfg->max_restarts, cfg->run_id, cfg->master_addr, cfg->master_port,
+                             cfg->max_restarts, cfg->run_id);
+    if (err == 0 && cfg->nnodes_max == 1)
+        err = ddp_buf_printf(&out, "the store would listen on %s:%d%s\n", cfg->master_addr,
+                             cfg->master_port,
                              cfg->master_port == 0 ? " (0: a free port, chosen at start)" : "");
+    else if (err == 0)
+        err = ddp_buf_printf(
+            &out,
+            "the rendezvous store: %s:%d, %s\n"
+            "the ranks below take this node as node %d and every node as running %d worker(s); "
+            "the rendezvous decides%s\n",
+            cfg->master_addr, cfg->master_port,
+            elastic && cfg->rdzv_conf.is_host == 1   ? "hosted by this launcher (is_host)"
+            : elastic && cfg->rdzv_conf.is_host == 0 ? "hosted by another launcher (is_host=0)"
+            : elastic                                ? "hosted by the launcher that can bind it"
+            : cfg->node_rank == 0                    ? "hosted by this node"
+                                                     : "hosted by node 0",
+            cfg->node_rank, cfg->nproc_per_node,
+            elastic ? " (node ranks come in the order nodes join, WORLD_SIZE with the nodes "
+                      "that do)"
+                    : "");
     for (int lr = 0; lr < cfg->nproc_per_node && err == 0; lr++) {
         char **argv = NULL, **added = NULL;
         int rank = cfg->node_rank * cfg->nproc_per_node + lr;

@@ -254,6 +254,32 @@ static void test_dry_run_starts_nothing(void **state)
     free(dir);
 }
 
+/* On node 1 of a static job: the store is node 0's, and the ranks shown rest on every
+ * node running as many workers as this one, which the header says. */
+static void test_dry_run_of_another_node(void **state)
+{
+    const char *dry[] = {th_launcher(),
+                         "--dry-run",
+                         "--nnodes=2",
+                         "--node-rank=1",
+                         "--master-addr=10.9.9.9",
+                         "--master-port=29500",
+                         "--nproc-per-node=2",
+                         "--no-python",
+                         "/bin/true",
+                         NULL};
+    th_proc_t p;
+    th_run(&p, dry, clean_env, 60);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out, "the rendezvous store: 10.9.9.9:29500, hosted by node 0\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "every node as running 2 worker(s)") != NULL);
+    TH_ASSERT(&p, strstr(out, "would listen") == NULL);
+    TH_ASSERT(&p, strstr(out, "worker 0: rank 2, local rank 0\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "    WORLD_SIZE=4\n") != NULL);
+    th_cleanup(&p);
+}
+
 static void test_hello_example(void **state)
 {
     const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--no-python",
@@ -354,8 +380,9 @@ int main(void)
         TH_TEST(test_contract_four_workers),   TH_TEST(test_contract_one_worker),
         TH_TEST(test_user_settings_are_kept),  TH_TEST(test_standalone_gets_a_free_port_and_run_id),
         TH_TEST(test_argv_reaches_the_worker), TH_TEST(test_legacy_local_rank_argument),
-        TH_TEST(test_dry_run_starts_nothing),  TH_TEST(test_hello_example),
-        TH_TEST(test_start_up_errors),         TH_TEST(test_store_port_in_use),
+        TH_TEST(test_dry_run_starts_nothing),  TH_TEST(test_dry_run_of_another_node),
+        TH_TEST(test_hello_example),           TH_TEST(test_start_up_errors),
+        TH_TEST(test_store_port_in_use),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
