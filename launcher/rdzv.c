@@ -164,15 +164,26 @@ static int connect_store(ddp_rdzv_t *r, double deadline, ddp_buf_t *why)
     const ddp_launch_config_t *cfg = r->cfg;
     ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
     options.timeout = cfg->rdzv_conf.read_timeout; /* each store call's deadline */
+    double started = ddp_clock_mono(), next_note = started + 2;
     while (!quitting(r)) {
-        double left = deadline - ddp_clock_mono();
+        double now = ddp_clock_mono(), left = deadline - now;
         options.connect_timeout = left < 1 ? (left > 0 ? left : 0.01) : 1;
         ddp_buf_clear(why);
         int err =
             ddp_store_client_connect(cfg->master_addr, cfg->master_port, &options, &r->client, why);
         if (err == 0)
             return 0;
-        if (ddp_clock_mono() >= deadline) {
+        now = ddp_clock_mono();
+        if (now >= next_note && now < deadline) {
+            /* Waiting is normal while the hosting launcher starts; a long wait says why. */
+            ddp_log_info(r->log,
+                         "still waiting for the rendezvous store at %s:%d after %.0f s (%s); "
+                         "giving up in %.0f s (--rdzv-conf timeout)",
+                         cfg->master_addr, cfg->master_port, now - started, ddp_buf_str(why),
+                         deadline - now);
+            next_note = now + 30;
+        }
+        if (now >= deadline) {
             ddp_buf_t detail = DDP_BUF_INIT;
             ddp_buf_puts(&detail, ddp_buf_str(why));
             ddp_buf_clear(why);

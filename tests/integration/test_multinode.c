@@ -286,13 +286,17 @@ static void test_store_unreachable(void **state)
     const char *env[] = {th_worker(), "env", NULL};
     job_t job;
     job_init(&job);
-    th_proc_t *n1 = start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=2", env);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=4", env);
     job_wait(&job, 60);
-    char want[128];
+    char want[128], waiting[128];
     snprintf(want, sizeof want, "node 0's rendezvous store at %s:%d could not be reached",
+             net.addr[0], job.port);
+    /* Not silent meanwhile: after about 2 s it says what it waits for. */
+    snprintf(waiting, sizeof waiting, "still waiting for the rendezvous store at %s:%d after ",
              net.addr[0], job.port);
     TH_ASSERT(n1, th_status(n1) == 5);
     TH_ASSERT(n1, strstr(err(n1), want) != NULL);
+    TH_ASSERT(n1, strstr(err(n1), waiting) != NULL);
     job_cleanup(&job);
 }
 
