@@ -16,7 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define SLICE 0.1 /* s: the longest a store call blocks the thread */
+#define SLICE      0.1  /* s: the longest a store call blocks the thread */
+#define NOTE_FIRST 5.0  /* s: a wait in a rendezvous is said after this long, */
+#define NOTE_EVERY 30.0 /* then every NOTE_EVERY s */
 
 struct ddp_rdzv_s {
     const ddp_launch_config_t *cfg;
@@ -164,7 +166,7 @@ static int connect_store(ddp_rdzv_t *r, double deadline, ddp_buf_t *why)
     const ddp_launch_config_t *cfg = r->cfg;
     ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
     options.timeout = cfg->rdzv_conf.read_timeout; /* each store call's deadline */
-    double started = ddp_clock_mono(), next_note = started + 2;
+    double started = ddp_clock_mono(), next_note = started + NOTE_FIRST;
     while (!quitting(r)) {
         double now = ddp_clock_mono(), left = deadline - now;
         options.connect_timeout = left < 1 ? (left > 0 ? left : 0.01) : 1;
@@ -181,7 +183,7 @@ static int connect_store(ddp_rdzv_t *r, double deadline, ddp_buf_t *why)
                          "giving up in %.0f s (--rdzv-conf timeout)",
                          cfg->master_addr, cfg->master_port, now - started, ddp_buf_str(why),
                          deadline - now);
-            next_note = now + 30;
+            next_note = now + NOTE_EVERY;
         }
         if (now >= deadline) {
             ddp_buf_t detail = DDP_BUF_INIT;
@@ -360,6 +362,20 @@ static int owner_gone(ddp_rdzv_t *r, const char *owner)
 
 /* Round `round`: every node arrives (within the rendezvous timeout) with the same
  * --nnodes and --max-restarts, each node rank once; this node's share of the world. */
+/* Appends the node ranks whose entry (keys[i]) is not in the store yet: "1, 3". */
+static void missing_nodes(ddp_rdzv_t *r, char **keys, int nnodes, ddp_buf_t *out)
+{
+    size_t before = out->len;
+    for (int i = 0; i < nnodes; i++) {
+        const char *one[] = {keys[i]};
+        bool here = false;
+        if (ddp_store_client_check(r->client, one, 1, &here) == 0 && !here)
+            ddp_buf_printf(out, "%s%d", out->len > before ? ", " : "", i);
+    }
+    if (out->len == before)
+        ddp_buf_puts(out, "?");
+}
+
 static int join(ddp_rdzv_t *r, int *roundp, ddp_rdzv_world_t *world, ddp_buf_t *why)
 {
     const ddp_launch_config_t *cfg = r->cfg;
@@ -418,7 +434,8 @@ static int join(ddp_rdzv_t *r, int *roundp, ddp_rdzv_world_t *world, ddp_buf_t *
         if ((keys[i] = strdup(key)) == NULL)
             err = -ENOMEM;
     }
-    double deadline = ddp_clock_mono() + cfg->rdzv_conf.timeout;
+    double started = ddp_clock_mono(), deadline = started + cfg->rdzv_conf.timeout;
+    double next_note = started + NOTE_FIRST;
     while (err == 0) {
         if (quitting(r)) {
             err = DDP_ECLOSED;
@@ -431,21 +448,27 @@ static int join(ddp_rdzv_t *r, int *roundp, ddp_rdzv_world_t *world, ddp_buf_t *
             err = DDP_EUSAGE;
             break;
         }
-        if (ddp_clock_mono() < deadline)
-            continue;
-        /* Name the nodes that never came. */
+        double now = ddp_clock_mono();
         ddp_buf_t missing = DDP_BUF_INIT;
-        for (int i = 0; i < nnodes; i++) {
-            const char *one[] = {keys[i]};
-            bool here = false;
-            if (ddp_store_client_check(r->client, one, 1, &here) == 0 && !here)
-                ddp_buf_printf(&missing, "%s%d", missing.len ? ", " : "", i);
+        if (now < deadline && now >= next_note) {
+            missing_nodes(r, keys, nnodes, &missing);
+            ddp_log_info(r->log,
+                         "round %d: waiting for node(s) %s to join (%.0f s so far; giving up in "
+                         "%.0f s, --rdzv-conf timeout)",
+                         round, ddp_buf_str(&missing), now - started, deadline - now);
+            next_note = now + NOTE_EVERY;
         }
+        if (now < deadline) {
+            ddp_buf_free(&missing);
+            continue;
+        }
+        /* Name the nodes that never came. */
+        missing_nodes(r, keys, nnodes, &missing);
         ddp_buf_printf(why,
                        "round %d: node(s) %s did not join within %g s (--rdzv-conf timeout); "
                        "the store is at %s:%d",
-                       round, missing.len ? ddp_buf_str(&missing) : "?", cfg->rdzv_conf.timeout,
-                       cfg->master_addr, cfg->master_port);
+                       round, ddp_buf_str(&missing), cfg->rdzv_conf.timeout, cfg->master_addr,
+                       cfg->master_port);
         ddp_buf_free(&missing);
         abort_job(r, ddp_buf_str(why));
         err = DDP_ETIMEOUT;
@@ -537,7 +560,8 @@ static int join_dynamic(ddp_rdzv_t *r, int *round, ddp_rdzv_world_t *world, ddp_
 {
     const ddp_launch_config_t *cfg = r->cfg;
     const ddp_rdzv_conf_t *conf = &cfg->rdzv_conf;
-    double deadline = ddp_clock_mono() + conf->join_timeout;
+    double started = ddp_clock_mono(), deadline = started + conf->join_timeout;
+    double next_note = started + NOTE_FIRST;
     char key[640], closed_key[640], value[512];
     int err;
     for (;;) {
@@ -605,6 +629,14 @@ static int join_dynamic(ddp_rdzv_t *r, int *round, ddp_rdzv_world_t *world, ddp_
             if (finished) {
                 ddp_buf_printf(why, "the job finished before this node could join it");
                 return DDP_ECLOSED;
+            }
+            if (count < cfg->nnodes_min && now >= next_note && now < deadline) {
+                ddp_log_info(r->log,
+                             "round %d: %lld node(s) here, waiting for --nnodes=%d:%d (%.0f s so "
+                             "far; giving up in %.0f s, --rdzv-conf join_timeout)",
+                             *round, (long long)count, cfg->nnodes_min, cfg->nnodes_max,
+                             now - started, deadline - now);
+                next_note = now + NOTE_EVERY;
             }
             if (now >= deadline) {
                 ddp_buf_printf(why,
