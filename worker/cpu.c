@@ -477,7 +477,11 @@ static int fetch_published(ddp_t *ddp, int rank, published_t *out)
     ddp_buf_t value = DDP_BUF_INIT;
     unsigned long long n0, n1;
     ddp_key(ddp, key, sizeof key, "cpu/%d", rank);
-    int err = ddp_store_client_get(ddp->store, key, &value);
+    char what[64];
+    snprintf(what, sizeof what, "rank %d, which has not called ddp_init yet", rank);
+    int err = ddp_wait_key_aloud(ddp, key, what);
+    if (err == 0)
+        err = ddp_store_client_get(ddp->store, key, &value);
     if (err) {
         ddp_fail(ddp, err, "rank %d never published its address: %s", rank,
                  ddp_store_client_error(ddp->store));

@@ -7,6 +7,7 @@
 #include "buf.h"
 #include "env.h"
 #include "error.h"
+#include "io.h"
 #include "json.h"
 #include "parse.h"
 #include "sampler.h"
@@ -312,6 +313,25 @@ static int check(ddp_t *ddp, const char *what, const void *buf, ddp_dtype_t dtyp
         return ddp_fail(ddp, DDP_EUSAGE, "%s: root %d is not a rank of the %d", what, root,
                         ddp->world_size);
     return 0;
+}
+
+int ddp_wait_key_aloud(ddp_t *ddp, const char *key, const char *what)
+{
+    double started = ddp_clock_mono(), deadline = started + ddp->timeout;
+    double every = ddp->timeout / 3 < 30 ? ddp->timeout / 3 : 30;
+    const char *keys[] = {key};
+    for (;;) {
+        double left = deadline - ddp_clock_mono();
+        int err = ddp_store_client_wait(ddp->store, keys, 1,
+                                        left < every ? (left > 0.001 ? left : 0.001) : every);
+        double now = ddp_clock_mono();
+        if (err != DDP_ETIMEOUT || now >= deadline - 0.001)
+            return err;
+        ddp_log_warn(&ddp->log,
+                     "rank %d: still waiting for %s (%.0f s; giving up in %.0f s, "
+                     "DDP_TIMEOUT)",
+                     ddp->rank, what, now - started, deadline - now);
+    }
 }
 
 int ddp_backend_for(ddp_t *ddp, const void *p, const ddp_backend_t **be, void **state)

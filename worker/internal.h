@@ -85,6 +85,11 @@ int ddp_fail(ddp_t *ddp, int err, const char *fmt, ...) __attribute__((format(pr
 int ddp_fail_peer(ddp_t *ddp, int err, int peer, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Waits until `key` is in the store, saying on stderr every 30 s (or a third of the
+ * timeout) that this rank still waits for `what`; DDP_ETIMEOUT after the context's
+ * timeout. */
+int ddp_wait_key_aloud(ddp_t *ddp, const char *key, const char *what);
+
 /* The store key of this attempt of the job for `name` ("ddp/<attempt>/<group>/<name>"). */
 void ddp_key(const ddp_t *ddp, char *buf, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

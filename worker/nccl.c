@@ -76,7 +76,9 @@ int ddp_nccl_exchange_id(ddp_t *ddp, void *id, size_t len)
                             ddp_store_client_error(ddp->store));
     } else {
         ddp_buf_t value = DDP_BUF_INIT;
-        err = ddp_store_client_get(ddp->store, key, &value);
+        err = ddp_wait_key_aloud(ddp, key, "rank 0's NCCL unique id (its NCCL set-up)");
+        if (err == 0)
+            err = ddp_store_client_get(ddp->store, key, &value);
         if (err)
             ddp_fail(ddp, err, "rank 0 never published the NCCL unique id (%s): %s", key,
                      ddp_store_client_error(ddp->store));

@@ -603,6 +603,12 @@ int main(int argc, char **argv)
     const char *no_shm = getenv("DDP_TEST_NO_SHM_RANK"), *my_rank = getenv("RANK");
     if (no_shm != NULL && my_rank != NULL && strcmp(no_shm, my_rank) == 0)
         setenv("DDP_SHM", "0", 1);
+    /* DDP_TEST_LATE_RANK=R:S: rank R sleeps S seconds before joining. */
+    const char *late = getenv("DDP_TEST_LATE_RANK");
+    int late_rank, late_seconds;
+    if (late != NULL && my_rank != NULL && sscanf(late, "%d:%d", &late_rank, &late_seconds) == 2 &&
+        late_rank == atoi(my_rank))
+        sleep((unsigned)late_seconds);
     int err = ddp_init(&ddp);
     if (err != 0) {
         fprintf(stderr, "ddp_init: %s\n", ddp_strerror(err));

@@ -99,6 +99,19 @@ static void test_all_reduce_world_2_shm_large(void **state)
     run_mode(2, "check", "16777216", NULL, "shm", "cases"); /* 64 MiB of float32, and more */
 }
 
+/* A rank that calls ddp_init late is waited for, and the wait is said (every third of
+ * DDP_TIMEOUT here), not silent. */
+static void test_late_rank_is_waited_for_aloud(void **state)
+{
+    const char *late[] = {"DDP_TIMEOUT=6", "DDP_TEST_LATE_RANK=1:3", NULL};
+    th_proc_t p;
+    run_mode_keep(2, "check", "1000", late, "shm", "cases", &p);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "rank 0: still waiting for rank 1, which has not called ddp_init yet (") !=
+                      NULL);
+    th_cleanup(&p);
+}
+
 static void test_all_reduce_world_2_tcp(void **state)
 {
     run_mode(2, "check", "1000003", no_shm, "tcp", "cases");
@@ -331,6 +344,7 @@ int main(void)
         TH_TEST(test_all_reduce_world_1),
         TH_TEST(test_all_reduce_world_2_shm_large),
         TH_TEST(test_all_reduce_world_2_tcp),
+        TH_TEST(test_late_rank_is_waited_for_aloud),
         TH_TEST(test_all_reduce_world_3_shm),
         TH_TEST(test_all_reduce_world_4_one_rank_without_shm),
         TH_TEST(test_all_reduce_world_5_shm),
