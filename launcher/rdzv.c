@@ -161,6 +161,16 @@ static bool aborted_elsewhere(ddp_rdzv_t *r, ddp_buf_t *why)
     return true;
 }
 
+/* Whether a wait is to be said now: `*next` starts NOTE_FIRST s after the wait began,
+ * and moves on NOTE_EVERY s each time it is due; never at or past the deadline. */
+static bool note_due(double *next, double now, double deadline)
+{
+    if (now < *next || now >= deadline)
+        return false;
+    *next = now + NOTE_EVERY;
+    return true;
+}
+
 static int connect_store(ddp_rdzv_t *r, double deadline, ddp_buf_t *why)
 {
     const ddp_launch_config_t *cfg = r->cfg;
@@ -176,15 +186,13 @@ static int connect_store(ddp_rdzv_t *r, double deadline, ddp_buf_t *why)
         if (err == 0)
             return 0;
         now = ddp_clock_mono();
-        if (now >= next_note && now < deadline) {
-            /* Waiting is normal while the hosting launcher starts; a long wait says why. */
+        /* Waiting is normal while the hosting launcher starts; a long wait says why. */
+        if (note_due(&next_note, now, deadline))
             ddp_log_info(r->log,
                          "still waiting for the rendezvous store at %s:%d after %.0f s (%s); "
                          "giving up in %.0f s (--rdzv-conf timeout)",
                          cfg->master_addr, cfg->master_port, now - started, ddp_buf_str(why),
                          deadline - now);
-            next_note = now + NOTE_EVERY;
-        }
         if (now >= deadline) {
             ddp_buf_t detail = DDP_BUF_INIT;
             ddp_buf_puts(&detail, ddp_buf_str(why));
@@ -449,21 +457,20 @@ static int join(ddp_rdzv_t *r, int *roundp, ddp_rdzv_world_t *world, ddp_buf_t *
             break;
         }
         double now = ddp_clock_mono();
+        bool timed_out = now >= deadline;
+        if (!timed_out && !note_due(&next_note, now, deadline))
+            continue;
+        /* Name the nodes not here: while waiting now and then, and at the end. */
         ddp_buf_t missing = DDP_BUF_INIT;
-        if (now < deadline && now >= next_note) {
-            missing_nodes(r, keys, nnodes, &missing);
+        missing_nodes(r, keys, nnodes, &missing);
+        if (!timed_out) {
             ddp_log_info(r->log,
                          "round %d: waiting for node(s) %s to join (%.0f s so far; giving up in "
                          "%.0f s, --rdzv-conf timeout)",
                          round, ddp_buf_str(&missing), now - started, deadline - now);
-            next_note = now + NOTE_EVERY;
-        }
-        if (now < deadline) {
             ddp_buf_free(&missing);
             continue;
         }
-        /* Name the nodes that never came. */
-        missing_nodes(r, keys, nnodes, &missing);
         ddp_buf_printf(why,
                        "round %d: node(s) %s did not join within %g s (--rdzv-conf timeout); "
                        "the store is at %s:%d",
@@ -630,14 +637,12 @@ static int join_dynamic(ddp_rdzv_t *r, int *round, ddp_rdzv_world_t *world, ddp_
                 ddp_buf_printf(why, "the job finished before this node could join it");
                 return DDP_ECLOSED;
             }
-            if (count < cfg->nnodes_min && now >= next_note && now < deadline) {
+            if (count < cfg->nnodes_min && note_due(&next_note, now, deadline))
                 ddp_log_info(r->log,
                              "round %d: %lld node(s) here, waiting for --nnodes=%d:%d (%.0f s so "
                              "far; giving up in %.0f s, --rdzv-conf join_timeout)",
                              *round, (long long)count, cfg->nnodes_min, cfg->nnodes_max,
                              now - started, deadline - now);
-                next_note = now + NOTE_EVERY;
-            }
             if (now >= deadline) {
                 ddp_buf_printf(why,
                                "round %d: %lld node(s) joined within %g s (--rdzv-conf "
