@@ -390,7 +390,9 @@ int ddp_broadcast(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int ro
     int err = check(ddp, "broadcast", buf, dtype, count, root);
     if (err == 0)
         err = serve(ddp, "broadcast", buf, NULL, dtype, &be, &state);
-    return err ? after(ddp, err) : after(ddp, be->broadcast(ddp, state, buf, count, dtype, root));
+    if (err == 0)
+        err = be->broadcast(ddp, state, buf, count, dtype, root);
+    return after(ddp, err);
 }
 
 int ddp_all_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_reduce_op_t op)
@@ -402,7 +404,9 @@ int ddp_all_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_r
         err = ddp_fail(ddp, DDP_EUSAGE, "all_reduce: unknown operation %d", (int)op);
     if (err == 0)
         err = serve(ddp, "all_reduce", buf, NULL, dtype, &be, &state);
-    return err ? after(ddp, err) : after(ddp, be->all_reduce(ddp, state, buf, count, dtype, op));
+    if (err == 0)
+        err = be->all_reduce(ddp, state, buf, count, dtype, op);
+    return after(ddp, err);
 }
 
 int ddp_all_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype)
@@ -414,7 +418,9 @@ int ddp_all_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_d
         err = ddp_fail(ddp, DDP_EUSAGE, "all_gather: the send buffer is NULL");
     if (err == 0)
         err = serve(ddp, "all_gather", recv, send, dtype, &be, &state);
-    return err ? after(ddp, err) : after(ddp, be->all_gather(ddp, state, send, recv, count, dtype));
+    if (err == 0)
+        err = be->all_gather(ddp, state, send, recv, count, dtype);
+    return after(ddp, err);
 }
 
 size_t ddp_sampler_count(const ddp_t *ddp, size_t dataset_size,
