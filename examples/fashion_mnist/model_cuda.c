@@ -79,24 +79,18 @@ static int fail(fm_gpu_t *g, const char *fmt, ...)
     return -1;
 }
 
-#define CUDA(g, call)                                                                       \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess)                                                              \
-            return fail(g, "CUDA: %s (model_cuda.c:%d)", cudaGetErrorString(e_), __LINE__); \
+/* Returns the library's reason, with the line, when `call` does not give `ok`. */
+#define CHECKED(g, type, ok, library, reason, call)                                 \
+    do {                                                                            \
+        type s_ = (call);                                                           \
+        if (s_ != (ok))                                                             \
+            return fail(g, library ": %s (model_cuda.c:%d)", reason(s_), __LINE__); \
     } while (0)
-#define DNN(g, call)                                                                          \
-    do {                                                                                      \
-        cudnnStatus_t s_ = (call);                                                            \
-        if (s_ != CUDNN_STATUS_SUCCESS)                                                       \
-            return fail(g, "cuDNN: %s (model_cuda.c:%d)", cudnnGetErrorString(s_), __LINE__); \
-    } while (0)
-#define BLAS(g, call)                                                                            \
-    do {                                                                                         \
-        cublasStatus_t s_ = (call);                                                              \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                         \
-            return fail(g, "cuBLAS: %s (model_cuda.c:%d)", cublasGetStatusString(s_), __LINE__); \
-    } while (0)
+#define CUDA(g, call) CHECKED(g, cudaError_t, cudaSuccess, "CUDA", cudaGetErrorString, call)
+#define DNN(g, call) \
+    CHECKED(g, cudnnStatus_t, CUDNN_STATUS_SUCCESS, "cuDNN", cudnnGetErrorString, call)
+#define BLAS(g, call) \
+    CHECKED(g, cublasStatus_t, CUBLAS_STATUS_SUCCESS, "cuBLAS", cublasGetStatusString, call)
 
 static const float one = 1, zero = 0;
 
