@@ -8,7 +8,6 @@
 #include "worker_spec.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,11 +42,22 @@ static const char *sink_name(ddp_sink_t sink)
     return "?";
 }
 
+/* Who serves a multi-node job's store, as far as this node can tell before it starts. */
+static const char *store_host(const ddp_launch_config_t *cfg)
+{
+    if (cfg->rdzv_backend != DDP_RDZV_C10D)
+        return cfg->node_rank == 0 ? "hosted by this node" : "hosted by node 0";
+    if (cfg->rdzv_conf.is_host == 1)
+        return "hosted by this launcher (is_host)";
+    if (cfg->rdzv_conf.is_host == 0)
+        return "hosted by another launcher (is_host=0)";
+    return "hosted by the launcher that can bind it";
+}
+
 int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
 {
     ddp_buf_t out = DDP_BUF_INIT;
     char *error_file = NULL;
-    bool elastic = cfg->rdzv_backend == DDP_RDZV_C10D;
     int err = ddp_buf_printf(&out,
                              "ddp-launch --dry-run: %d worker(s) on node %d of %d, "
                              "max restarts %d, run id %s; nothing is started\n",
@@ -63,16 +73,12 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
             "the rendezvous store: %s:%d, %s\n"
             "the ranks below take this node as node %d and every node as running %d worker(s); "
             "the rendezvous decides%s\n",
-            cfg->master_addr, cfg->master_port,
-            elastic && cfg->rdzv_conf.is_host == 1   ? "hosted by this launcher (is_host)"
-            : elastic && cfg->rdzv_conf.is_host == 0 ? "hosted by another launcher (is_host=0)"
-            : elastic                                ? "hosted by the launcher that can bind it"
-            : cfg->node_rank == 0                    ? "hosted by this node"
-                                                     : "hosted by node 0",
-            cfg->node_rank, cfg->nproc_per_node,
-            elastic ? " (node ranks come in the order nodes join, WORLD_SIZE with the nodes "
-                      "that do)"
-                    : "");
+            cfg->master_addr, cfg->master_port, store_host(cfg), cfg->node_rank,
+            cfg->nproc_per_node,
+            cfg->rdzv_backend == DDP_RDZV_C10D
+                ? " (node ranks come in the order nodes join, WORLD_SIZE with the nodes "
+                  "that do)"
+                : "");
     for (int lr = 0; lr < cfg->nproc_per_node && err == 0; lr++) {
         char **argv = NULL, **added = NULL;
         int rank = cfg->node_rank * cfg->nproc_per_node + lr;
