@@ -194,6 +194,15 @@ static void check_all_reduce(ddp_dtype_t t, ddp_reduce_op_t op, size_t count)
     free(one);
 }
 
+/* Expects `err` to be a usage error whose message holds `want`. */
+static void refused(const char *what, int err, const char *want)
+{
+    if (err != DDP_EUSAGE || strstr(ddp_last_error(ddp), want) == NULL) {
+        fprintf(stderr, "rank %d: %s gave %d: %s\n", rank, what, err, ddp_last_error(ddp));
+        exit(1);
+    }
+}
+
 static void mode_collectives(void)
 {
     static const size_t sizes[] = {0, 1, 7, 1000, (1u << 20) + 3};
@@ -238,24 +247,11 @@ static void mode_collectives(void)
         CALL("barrier", ddp_barrier(ddp));
     /* A host buffer is the caller's mistake, said so; a fresh context is not broken by it. */
     float on_host[4] = {0};
-    int err = ddp_all_reduce(ddp, on_host, 4, DDP_FLOAT32, DDP_SUM);
-    if (err != DDP_EUSAGE || strstr(ddp_last_error(ddp), "host memory") == NULL) {
-        fprintf(stderr, "rank %d: a host pointer gave %d: %s\n", rank, err, ddp_last_error(ddp));
-        exit(1);
-    }
+    refused("a host pointer", ddp_all_reduce(ddp, on_host, 4, DDP_FLOAT32, DDP_SUM), "host memory");
     cudaFree(dev);
     cudaFree(dev_all);
     free(host);
     printf("collectives ok, world %d\n", world);
-}
-
-/* Expects `err` to be a usage error whose message holds `want`. */
-static void refused(const char *what, int err, const char *want)
-{
-    if (err != DDP_EUSAGE || strstr(ddp_last_error(ddp), want) == NULL) {
-        fprintf(stderr, "rank %d: %s gave %d: %s\n", rank, what, err, ddp_last_error(ddp));
-        exit(1);
-    }
 }
 
 static void mode_auto(void)
