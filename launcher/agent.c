@@ -836,6 +836,7 @@ static int start_store(ddp_agent_t *a, bool quiet_if_not_ours)
         .host = a->cfg->master_addr,
         .port = a->cfg->master_port,
         .limits = a->cfg->store_limits,
+        .busy_poll_us = a->cfg->store_busy_poll_us,
         .log = a->log,
     };
     int err = ddp_store_server_start(&a->loop, &options, &a->store, &why);

@@ -637,6 +637,16 @@ static int apply_store_max_keys(ddp_launch_config_t *cfg, const char *value, con
     return 0;
 }
 
+static int apply_store_busy_poll(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                                 const ddp_log_t *log, ddp_buf_t *err)
+{
+    long n;
+    if (ddp_parse_long(value, 0, 1000000, &n) != 0)
+        return bad_value(err, origin, value, "microseconds between 0 and 1000000");
+    cfg->store_busy_poll_us = (unsigned)n;
+    return 0;
+}
+
 static int apply_exit_code(ddp_launch_config_t *cfg, const char *value, const char *origin,
                            const ddp_log_t *log, ddp_buf_t *err)
 {
@@ -704,6 +714,7 @@ static const flag_t flags[] = {
     {"store-max-key", 0, true, true, apply_store_max_key},
     {"store-max-value", 0, true, true, apply_store_max_value},
     {"store-max-keys", 0, true, true, apply_store_max_keys},
+    {"store-busy-poll", 0, true, true, apply_store_busy_poll},
     {"dry-run", 0, false, true, apply_dry_run},
     {"help", 'h', false, false, apply_help},
     {"version", 0, false, false, apply_version},
@@ -810,6 +821,7 @@ static void config_defaults(ddp_launch_config_t *cfg)
     cfg->role = "default";
     cfg->python_exec = ddp_env_default(DDP_ENV_PYTHON_EXEC);
     cfg->store_limits = DDP_STORE_LIMITS_DEFAULT;
+    cfg->store_busy_poll_us = 200;
 }
 
 /* Reads the options in argv into raw[]; *script_index is where the script is (argc
@@ -1174,6 +1186,8 @@ static const char help_text[] =
     "  --store-max-key SIZE        longest key the store takes (default 8K)\n"
     "  --store-max-value SIZE      largest value (default 8M)\n"
     "  --store-max-keys N          most keys in one request (default 131072)\n"
+    "  --store-busy-poll USEC      after a request, the store polls this long for the\n"
+    "                              next before it sleeps (default 200; 0 = never)\n"
     "\n"
     "the program:\n"
     "  -m, --module                run the script as a module: python -u -m MODULE\n"

@@ -89,6 +89,7 @@ typedef struct ddp_launch_config_s {
     bool standalone;
     const char *local_addr; /* NULL: this host's name */
     ddp_store_limits_t store_limits;
+    unsigned store_busy_poll_us; /* see ddp_store_server_options_t */
 
     /* Supervision. */
     int max_restarts;

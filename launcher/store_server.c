@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netdb.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,11 @@ struct ddp_store_server_s {
     bool closing;
     size_t open_handles; /* handles not yet closed; the server is freed at 0 */
     bool accept_warned;
+    uv_idle_t busy_poll;                /* active while polling for the next request */
+    uint64_t busy_poll_ns;              /* 0: no busy polling (and the handle is not initialised) */
+    uint64_t requests, polled_requests; /* handled, ever; as the last poll saw them */
+    uint64_t poll_until; /* uv_hrtime() at which polling stops without a new request */
+    uint64_t polls;      /* loop turns spent polling, ever */
 };
 
 struct conn_s {
@@ -80,6 +86,28 @@ static void handle_closed(ddp_store_server_t *s)
         ddp_store_free(s->store);
         free(s);
     }
+}
+
+static void on_own_handle_closed(uv_handle_t *handle)
+{
+    handle_closed(handle->data);
+}
+
+/* Each loop turn while busy polling (the loop then polls for I/O without sleeping):
+ * a new request extends the window, an expired window ends it. */
+static void on_busy_poll(uv_idle_t *idle)
+{
+    ddp_store_server_t *s = idle->data;
+    uint64_t now = uv_hrtime();
+    if (s->requests != s->polled_requests) {
+        s->polled_requests = s->requests;
+        s->poll_until = now + s->busy_poll_ns;
+    } else if (now >= s->poll_until) {
+        uv_idle_stop(idle);
+        return;
+    }
+    s->polls++;
+    sched_yield();
 }
 
 static void on_conn_closed(uv_handle_t *handle)
@@ -273,6 +301,9 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
     ddp_buf_t *out = &c->out;
     char shown[300];
     int err = 0;
+    s->requests++;
+    if (s->busy_poll_ns > 0 && !uv_is_active((uv_handle_t *)&s->busy_poll))
+        uv_idle_start(&s->busy_poll, on_busy_poll);
     switch (req->op) {
     case DDP_STORE_VALIDATE:
         if (req->word != DDP_STORE_MAGIC) {
@@ -573,11 +604,6 @@ static void on_connection(uv_stream_t *listener, int status)
     serve(c); /* starts reading */
 }
 
-static void on_listener_closed(uv_handle_t *handle)
-{
-    handle_closed(handle->data);
-}
-
 int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *options,
                            ddp_store_server_t **out, ddp_buf_t *err)
 {
@@ -625,7 +651,7 @@ int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *op
         if (e == 0)
             e = uv_listen((uv_stream_t *)tcp, 65535, on_connection);
         if (e != 0) {
-            uv_close((uv_handle_t *)tcp, on_listener_closed);
+            uv_close((uv_handle_t *)tcp, on_own_handle_closed);
             /* A taken port on any of the addresses is fatal: clients of that address
              * would reach the other program. An address family this machine lacks
              * (no IPv6) is skipped. */
@@ -650,7 +676,7 @@ int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *op
     addrs = NULL;
     if (rc == UV_EADDRINUSE || s->nlisteners == 0) {
         for (int i = 0; i < s->nlisteners; i++)
-            uv_close((uv_handle_t *)&s->listeners[i], on_listener_closed);
+            uv_close((uv_handle_t *)&s->listeners[i], on_own_handle_closed);
         s->nlisteners = 0;
         if (rc == -EADDRINUSE)
             ddp_buf_printf(err,
@@ -661,6 +687,12 @@ int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *op
             ddp_buf_printf(err, "unable to listen on %s:%d: %s", options->host, options->port,
                            uv_strerror(rc));
         goto fail;
+    }
+    s->busy_poll_ns = (uint64_t)options->busy_poll_us * 1000;
+    if (s->busy_poll_ns > 0) {
+        uv_idle_init(loop, &s->busy_poll);
+        s->busy_poll.data = s;
+        s->open_handles++;
     }
     *out = s;
     return 0;
@@ -687,6 +719,11 @@ ddp_store_t *ddp_store_server_store(ddp_store_server_t *server)
     return server->store;
 }
 
+uint64_t ddp_store_server_busy_polls(const ddp_store_server_t *server)
+{
+    return server->polls;
+}
+
 size_t ddp_store_server_connections(const ddp_store_server_t *server)
 {
     return server->nconns;
@@ -708,6 +745,8 @@ void ddp_store_server_close(ddp_store_server_t *server)
     while (server->conns != NULL)
         conn_close(server->conns, NULL);
     for (int i = 0; i < server->nlisteners; i++)
-        uv_close((uv_handle_t *)&server->listeners[i], on_listener_closed);
+        uv_close((uv_handle_t *)&server->listeners[i], on_own_handle_closed);
     server->nlisteners = 0;
+    if (server->busy_poll_ns > 0)
+        uv_close((uv_handle_t *)&server->busy_poll, on_own_handle_closed);
 }

@@ -1,13 +1,16 @@
 /* ddp-test-store: the launcher's store server alone on a loop, for tests and benchmarks.
  *
  *   ddp-test-store [--host H] [--port P] [--max-key N] [--max-value N] [--max-keys N]
+ *                  [--busy-poll USEC]
  *
  * Prints "listening <port>" once it listens, serves until SIGTERM or SIGINT, and says
- * "connections <n> waiting <m>" on SIGUSR1. Exits 4 when the port is in use. */
+ * "connections <n> waiting <m> busy-polls <k>" on SIGUSR1. Exits 4 when the port is in use. Busy
+ * polls for 200 µs after a request, as ddp-launch does by default. */
 #include "error.h"
 #include "log.h"
 #include "store_server.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,15 +33,17 @@ static void on_stop(uv_signal_t *handle, int sig)
 static void on_usr1(uv_signal_t *handle, int sig)
 {
     app_t *app = handle->data;
-    printf("connections %zu waiting %zu\n", ddp_store_server_connections(app->server),
-           ddp_store_server_waiting(app->server));
+    printf("connections %zu waiting %zu busy-polls %" PRIu64 "\n",
+           ddp_store_server_connections(app->server), ddp_store_server_waiting(app->server),
+           ddp_store_server_busy_polls(app->server));
     fflush(stdout);
 }
 
 int main(int argc, char **argv)
 {
     ddp_log_t log;
-    ddp_store_server_options_t options = {"127.0.0.1", 0, DDP_STORE_LIMITS_DEFAULT, &log};
+    ddp_store_server_options_t options = {
+        .host = "127.0.0.1", .limits = DDP_STORE_LIMITS_DEFAULT, .log = &log, .busy_poll_us = 200};
     ddp_buf_t err = DDP_BUF_INIT;
     app_t app;
     struct rlimit rl;
@@ -54,6 +59,8 @@ int main(int argc, char **argv)
             options.limits.max_value = strtoull(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--max-keys") == 0)
             options.limits.max_keys = strtoull(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--busy-poll") == 0)
+            options.busy_poll_us = (unsigned)strtoul(argv[i + 1], NULL, 10);
     }
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
         rl.rlim_cur = rl.rlim_max;

@@ -62,8 +62,8 @@ static void stop_store(th_proc_t *p)
     th_cleanup(p);
 }
 
-/* The server's count of connections with a pending WAIT, asked with SIGUSR1. */
-static int waiting(th_proc_t *p)
+/* One of the server's counts ("waiting ", "busy-polls "), asked with SIGUSR1. */
+static long long server_count(th_proc_t *p, const char *name)
 {
     int asked = th_count(ddp_buf_str(&p->out), "connections ") + 1;
     kill(p->pid, SIGUSR1);
@@ -71,7 +71,13 @@ static int waiting(th_proc_t *p)
     const char *last = ddp_buf_str(&p->out), *at;
     while ((at = strstr(last, "connections ")) != NULL)
         last = at + 1;
-    return atoi(strstr(last - 1, "waiting ") + 8);
+    return atoll(strstr(last - 1, name) + strlen(name));
+}
+
+/* The server's count of connections with a pending WAIT. */
+static int waiting(th_proc_t *p)
+{
+    return (int)server_count(p, "waiting ");
 }
 
 static void wait_for_waiters(th_proc_t *p, int n)
@@ -497,6 +503,65 @@ static void test_unread_replies_do_not_stall_others(void **state)
     stop_store(&p);
 }
 
+/* CPU seconds (user and system) the process has used. */
+static double cpu_seconds(pid_t pid)
+{
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    /* utime and stime are fields 14 and 15; the name (field 2) may hold spaces. */
+    const char *p = strrchr(text, ')');
+    assert_non_null(p);
+    unsigned long utime = 0, stime = 0;
+    assert_int_equal(
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime), 2);
+    return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static void round_trips(int port, int n)
+{
+    ddp_store_client_t *c = client(port);
+    for (int i = 0; i < n; i++) {
+        int64_t value;
+        assert_int_equal(ddp_store_client_add(c, "/polled", 1, &value), 0);
+        assert_int_equal(value, i + 1);
+    }
+    ddp_store_client_close(c);
+}
+
+static void test_busy_polling_follows_requests(void **state)
+{
+    /* Between one client's round trips the server polls instead of sleeping... */
+    th_proc_t p;
+    int port = start_store(&p, NULL);
+    round_trips(port, 1000);
+    long long polls = server_count(&p, "busy-polls ");
+    TH_ASSERT(&p, polls > 0);
+    /* ...and a little after the last request it sleeps: no turn polled and no CPU
+     * used in a second without requests (200 µs is the window). */
+    struct timespec settle = {0, 300 * 1000 * 1000}, second = {1, 0};
+    nanosleep(&settle, NULL);
+    polls = server_count(&p, "busy-polls ");
+    double cpu = cpu_seconds(p.pid);
+    nanosleep(&second, NULL);
+    TH_ASSERT(&p, server_count(&p, "busy-polls ") == polls);
+    double idle_cpu = cpu_seconds(p.pid) - cpu;
+    if (idle_cpu > 0.05)
+        fail_msg("the idle store used %.2f s of CPU in 1 s", idle_cpu);
+    stop_store(&p);
+
+    /* --busy-poll 0: never. */
+    const char *off[] = {"--busy-poll", "0", NULL};
+    port = start_store(&p, off);
+    round_trips(port, 1000);
+    TH_ASSERT(&p, server_count(&p, "busy-polls ") == 0);
+    stop_store(&p);
+}
+
 static void test_port_in_use(void **state)
 {
     th_proc_t p, q;
@@ -613,6 +678,7 @@ int main(void)
         TH_TEST(test_ten_thousand_clients),
         TH_TEST(test_slow_client_does_not_delay_others),
         TH_TEST(test_unread_replies_do_not_stall_others),
+        TH_TEST(test_busy_polling_follows_requests),
         TH_TEST(test_port_in_use),
         TH_TEST(test_client_connect_deadline),
         TH_TEST(test_ipv6_and_names),

@@ -308,6 +308,9 @@ static const bad_case_t bad_cases[] = {
     {"--store-max-key=0 t.py", NULL, "--store-max-key: invalid value '0'"},
     {"--store-max-value=8X t.py", NULL, "--store-max-value: invalid value '8X'"},
     {"--store-max-keys=-3 t.py", NULL, "--store-max-keys"},
+    {"--store-busy-poll=-1 t.py", NULL, "--store-busy-poll: invalid value '-1'"},
+    {"--store-busy-poll=2000000 t.py", NULL, "microseconds between 0 and 1000000"},
+    {"--store-busy-poll=fast t.py", NULL, "--store-busy-poll: invalid value 'fast'"},
     {"--role= t.py", NULL, "--role: the value must not be empty"},
     {"--log-dir= t.py", NULL, "--log-dir"},
     {"--master-addr= t.py", NULL, "--master-addr"},
@@ -569,6 +572,15 @@ static void test_resolve(void **state)
     assert_int_equal(p.cfg.store_limits.max_key, 8192);
     assert_int_equal(p.cfg.store_limits.max_value, 8u << 20);
     assert_int_equal(p.cfg.store_limits.max_keys, 131072);
+    assert_int_equal(p.cfg.store_busy_poll_us, 200);
+    done(&p);
+    parse(&p, "--store_busy_poll=0 t.py", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.store_busy_poll_us, 0);
+    done(&p);
+    parse(&p, "t.py", "PET_STORE_BUSY_POLL=50");
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.store_busy_poll_us, 50);
     done(&p);
     parse(&p, "--store-max-key=16K --store_max_value 64M --store-max-keys=10 t.py", NULL);
     assert_int_equal(p.rc, 0);
