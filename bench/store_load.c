@@ -6,6 +6,12 @@
  *       answer is read and checked) for SECONDS. Prints "ops N seconds S". DEPTH (1 by
  *       default, as PyTorch's clients) SET+GET pairs are sent before the answers are
  *       read: the server's own capacity, beyond one round trip at a time.
+ *   ddp-bench-store-load ops-events HOST PORT CLIENTS VALUE_BYTES SECONDS [DEPTH]
+ *       The same load from one thread: CLIENTS connections on one epoll set, each with
+ *       its DEPTH pairs in flight and the next sent when the last answer is in (as
+ *       redis-benchmark's clients). The server sees the same traffic; the generator
+ *       spends less of the machine on thread switches, which on few cores otherwise
+ *       hides the server's own cost.
  *   ddp-bench-store-load barrier HOST PORT CLIENTS
  *       CLIENTS connections at once, each ADD /arrived 1 then WAIT /open; when the count
  *       reaches CLIENTS, one more connection SETs /open. Prints "clients N seconds S",
@@ -19,6 +25,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +150,111 @@ static int run_ops(int clients, size_t value_bytes, double seconds, int depth)
     return 0;
 }
 
+/* One connection of ops-events: its reader, and the answers still due. */
+typedef struct {
+    reader_t r;
+    int due;
+} mux_conn_t;
+
+/* Takes the answers that have arrived without blocking; true when all DEPTH are in. */
+static bool mux_take(mux_conn_t *c, size_t value_bytes)
+{
+    reader_t *r = &c->r;
+    for (;;) {
+        while (c->due > 0 && r->end - r->start >= 8) {
+            uint64_t len;
+            memcpy(&len, r->buf + r->start, 8);
+            if (len != value_bytes) {
+                fprintf(stderr, "ddp-bench-store-load: GET answered %llu bytes, not %zu\n",
+                        (unsigned long long)len, value_bytes);
+                exit(1);
+            }
+            if (r->end - r->start < 8 + len)
+                break;
+            r->start += 8 + len;
+            c->due--;
+        }
+        if (c->due == 0)
+            return true;
+        memmove(r->buf, r->buf + r->start, r->end - r->start);
+        r->end -= r->start;
+        r->start = 0;
+        ssize_t got = recv(r->fd, r->buf + r->end, r->cap - r->end, MSG_DONTWAIT);
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return false;
+        if (got <= 0)
+            die("recv");
+        r->end += (size_t)got;
+    }
+}
+
+static int run_ops_events(int clients, size_t value_bytes, double seconds, int depth)
+{
+    if (clients < 1 || clients > 4096 || depth < 1)
+        return 2;
+    mux_conn_t *conns = calloc((size_t)clients, sizeof *conns);
+    ddp_buf_t *reqs = calloc((size_t)clients, sizeof *reqs);
+    char *value = malloc(value_bytes ? value_bytes : 1);
+    memset(value, 'a', value_bytes);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    for (int i = 0; i < clients; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "/bench/%d", i);
+        for (int d = 0; d < depth; d++) {
+            ddp_store_put_op(&reqs[i], DDP_STORE_GEN1, DDP_STORE_SET);
+            ddp_store_put_bytes(&reqs[i], key, strlen(key));
+            ddp_store_put_bytes(&reqs[i], value, value_bytes);
+            ddp_store_put_op(&reqs[i], DDP_STORE_GEN1, DDP_STORE_GET);
+            ddp_store_put_bytes(&reqs[i], key, strlen(key));
+        }
+        conns[i].r.fd = connect_blocking();
+        conns[i].r.cap = (8 + value_bytes) * (size_t)depth + 65536;
+        conns[i].r.buf = malloc(conns[i].r.cap);
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
+        epoll_ctl(ep, EPOLL_CTL_ADD, conns[i].r.fd, &ev);
+    }
+    double start = ddp_clock_mono(), until = start + seconds;
+    long ops = 0;
+    int busy = clients;
+    for (int i = 0; i < clients; i++) {
+        if (ddp_write_all(conns[i].r.fd, reqs[i].data, reqs[i].len) != 0)
+            die("send");
+        conns[i].due = depth;
+    }
+    struct epoll_event events[256];
+    while (busy > 0) {
+        int k = epoll_wait(ep, events, 256, 30000);
+        if (k <= 0)
+            die("epoll_wait");
+        bool more = ddp_clock_mono() < until;
+        for (int e = 0; e < k; e++) {
+            int i = (int)events[e].data.u32;
+            mux_conn_t *c = &conns[i];
+            if (c->due == 0 || !mux_take(c, value_bytes))
+                continue;
+            ops += 2L * depth;
+            if (!more) {
+                busy--;
+                continue;
+            }
+            if (ddp_write_all(c->r.fd, reqs[i].data, reqs[i].len) != 0)
+                die("send");
+            c->due = depth;
+        }
+    }
+    printf("ops %ld seconds %.6f\n", ops, ddp_clock_mono() - start);
+    for (int i = 0; i < clients; i++) {
+        close(conns[i].r.fd);
+        free(conns[i].r.buf);
+        ddp_buf_free(&reqs[i]);
+    }
+    close(ep);
+    free(conns);
+    free(reqs);
+    free(value);
+    return 0;
+}
+
 typedef struct {
     int fd;
     int stage; /* 0 connecting, 1 waiting for ADD's answer, 2 for WAIT's, 3 done */
@@ -243,8 +355,9 @@ int main(int argc, char **argv)
     if (argc < 5) {
         fprintf(stderr,
                 "usage: %s ops HOST PORT CLIENTS VALUE_BYTES SECONDS [DEPTH]\n"
+                "       %s ops-events HOST PORT CLIENTS VALUE_BYTES SECONDS [DEPTH]\n"
                 "       %s barrier HOST PORT CLIENTS\n",
-                argv[0], argv[0]);
+                argv[0], argv[0], argv[0]);
         return 2;
     }
     server.sin_family = AF_INET;
@@ -256,6 +369,9 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "ops") == 0 && (argc == 7 || argc == 8))
         return run_ops(atoi(argv[4]), strtoul(argv[5], NULL, 10), atof(argv[6]),
                        argc == 8 ? atoi(argv[7]) : 1);
+    if (strcmp(argv[1], "ops-events") == 0 && (argc == 7 || argc == 8))
+        return run_ops_events(atoi(argv[4]), strtoul(argv[5], NULL, 10), atof(argv[6]),
+                              argc == 8 ? atoi(argv[7]) : 1);
     if (strcmp(argv[1], "barrier") == 0)
         return run_barrier(atoi(argv[4]));
     return 2;
