@@ -302,7 +302,7 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
     char shown[300];
     int err = 0;
     s->requests++;
-    if (s->busy_poll_ns > 0 && !uv_is_active((uv_handle_t *)&s->busy_poll))
+    if (s->busy_poll_ns > 0 && !s->closing && !uv_is_active((uv_handle_t *)&s->busy_poll))
         uv_idle_start(&s->busy_poll, on_busy_poll);
     switch (req->op) {
     case DDP_STORE_VALIDATE:
