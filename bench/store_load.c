@@ -66,67 +66,98 @@ typedef struct {
     size_t cap, start, end;
 } reader_t;
 
-static void reader_fill(reader_t *r, size_t need)
+/* Makes `need` bytes readable; without `block`, false when the socket has no more now. */
+static bool reader_fill(reader_t *r, size_t need, bool block)
 {
     if (r->end - r->start >= need)
-        return;
+        return true;
     memmove(r->buf, r->buf + r->start, r->end - r->start);
     r->end -= r->start;
     r->start = 0;
     while (r->end < need) {
-        ssize_t got = recv(r->fd, r->buf + r->end, r->cap - r->end, 0);
+        ssize_t got = recv(r->fd, r->buf + r->end, r->cap - r->end, block ? 0 : MSG_DONTWAIT);
+        if (got < 0 && !block && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return false;
         if (got <= 0)
             die("recv");
         r->end += (size_t)got;
     }
+    return true;
 }
 
-/* One GET answer: its length must be `expect`. */
-static void read_answer(reader_t *r, size_t expect)
+/* One GET answer, whose length must be `expect`; without `block`, false (and nothing
+ * consumed) when it has not all arrived yet. */
+static bool read_answer(reader_t *r, size_t expect, bool block)
 {
     uint64_t len;
-    reader_fill(r, 8);
+    if (!reader_fill(r, 8, block))
+        return false;
     memcpy(&len, r->buf + r->start, 8);
     if (len != expect) {
         fprintf(stderr, "ddp-bench-store-load: GET answered %llu bytes, not %zu\n",
                 (unsigned long long)len, expect);
         exit(1);
     }
-    reader_fill(r, 8 + len);
+    if (!reader_fill(r, 8 + len, block))
+        return false;
     r->start += 8 + len;
+    return true;
+}
+
+/* A client's connection: DEPTH pairs of one SET and one GET of its key, sent together
+ * (SET has no answer in generation 1), and the reader of their answers. */
+typedef struct {
+    reader_t r;
+    ddp_buf_t req;
+    int due; /* answers still to come (ops-events) */
+} bench_conn_t;
+
+static void bench_conn_open(bench_conn_t *c, int id, const char *value, size_t value_bytes,
+                            int depth)
+{
+    char key[32];
+    snprintf(key, sizeof key, "/bench/%d", id);
+    *c = (bench_conn_t){.req = DDP_BUF_INIT};
+    for (int i = 0; i < depth; i++) {
+        ddp_store_put_op(&c->req, DDP_STORE_GEN1, DDP_STORE_SET);
+        ddp_store_put_bytes(&c->req, key, strlen(key));
+        ddp_store_put_bytes(&c->req, value, value_bytes);
+        ddp_store_put_op(&c->req, DDP_STORE_GEN1, DDP_STORE_GET);
+        ddp_store_put_bytes(&c->req, key, strlen(key));
+    }
+    c->r.fd = connect_blocking();
+    c->r.cap = (8 + value_bytes) * (size_t)depth + 65536;
+    c->r.buf = malloc(c->r.cap);
+}
+
+static void bench_conn_send(bench_conn_t *c)
+{
+    if (ddp_write_all(c->r.fd, c->req.data, c->req.len) != 0)
+        die("send");
+}
+
+static void bench_conn_close(bench_conn_t *c)
+{
+    close(c->r.fd);
+    free(c->r.buf);
+    ddp_buf_free(&c->req);
 }
 
 static void *ops_thread(void *arg)
 {
     worker_t *w = arg;
-    int fd = connect_blocking();
-    char key[32];
-    snprintf(key, sizeof key, "/bench/%d", w->id);
     char *value = malloc(w->value_bytes ? w->value_bytes : 1);
     memset(value, 'a' + w->id % 26, w->value_bytes);
-    ddp_buf_t req = DDP_BUF_INIT;
-    /* DEPTH pairs of one SET and one GET, sent together (SET has no answer in
-     * generation 1). */
-    for (int i = 0; i < w->depth; i++) {
-        ddp_store_put_op(&req, DDP_STORE_GEN1, DDP_STORE_SET);
-        ddp_store_put_bytes(&req, key, strlen(key));
-        ddp_store_put_bytes(&req, value, w->value_bytes);
-        ddp_store_put_op(&req, DDP_STORE_GEN1, DDP_STORE_GET);
-        ddp_store_put_bytes(&req, key, strlen(key));
-    }
-    reader_t r = {.fd = fd, .cap = (8 + w->value_bytes) * (size_t)w->depth + 65536};
-    r.buf = malloc(r.cap);
+    bench_conn_t c;
+    bench_conn_open(&c, w->id, value, w->value_bytes, w->depth);
     while (ddp_clock_mono() < w->until) {
-        if (ddp_write_all(fd, req.data, req.len) != 0)
-            die("send");
+        bench_conn_send(&c);
         for (int i = 0; i < w->depth; i++)
-            read_answer(&r, w->value_bytes);
+            read_answer(&c.r, w->value_bytes, true);
         w->ops += 2 * w->depth;
     }
-    close(fd);
+    bench_conn_close(&c);
     free(value);
-    free(r.buf);
-    ddp_buf_free(&req);
     return NULL;
 }
 
@@ -150,66 +181,16 @@ static int run_ops(int clients, size_t value_bytes, double seconds, int depth)
     return 0;
 }
 
-/* One connection of ops-events: its reader, and the answers still due. */
-typedef struct {
-    reader_t r;
-    int due;
-} mux_conn_t;
-
-/* Takes the answers that have arrived without blocking; true when all DEPTH are in. */
-static bool mux_take(mux_conn_t *c, size_t value_bytes)
-{
-    reader_t *r = &c->r;
-    for (;;) {
-        while (c->due > 0 && r->end - r->start >= 8) {
-            uint64_t len;
-            memcpy(&len, r->buf + r->start, 8);
-            if (len != value_bytes) {
-                fprintf(stderr, "ddp-bench-store-load: GET answered %llu bytes, not %zu\n",
-                        (unsigned long long)len, value_bytes);
-                exit(1);
-            }
-            if (r->end - r->start < 8 + len)
-                break;
-            r->start += 8 + len;
-            c->due--;
-        }
-        if (c->due == 0)
-            return true;
-        memmove(r->buf, r->buf + r->start, r->end - r->start);
-        r->end -= r->start;
-        r->start = 0;
-        ssize_t got = recv(r->fd, r->buf + r->end, r->cap - r->end, MSG_DONTWAIT);
-        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return false;
-        if (got <= 0)
-            die("recv");
-        r->end += (size_t)got;
-    }
-}
-
 static int run_ops_events(int clients, size_t value_bytes, double seconds, int depth)
 {
     if (clients < 1 || clients > 4096 || depth < 1)
         return 2;
-    mux_conn_t *conns = calloc((size_t)clients, sizeof *conns);
-    ddp_buf_t *reqs = calloc((size_t)clients, sizeof *reqs);
+    bench_conn_t *conns = calloc((size_t)clients, sizeof *conns);
     char *value = malloc(value_bytes ? value_bytes : 1);
     memset(value, 'a', value_bytes);
     int ep = epoll_create1(EPOLL_CLOEXEC);
     for (int i = 0; i < clients; i++) {
-        char key[32];
-        snprintf(key, sizeof key, "/bench/%d", i);
-        for (int d = 0; d < depth; d++) {
-            ddp_store_put_op(&reqs[i], DDP_STORE_GEN1, DDP_STORE_SET);
-            ddp_store_put_bytes(&reqs[i], key, strlen(key));
-            ddp_store_put_bytes(&reqs[i], value, value_bytes);
-            ddp_store_put_op(&reqs[i], DDP_STORE_GEN1, DDP_STORE_GET);
-            ddp_store_put_bytes(&reqs[i], key, strlen(key));
-        }
-        conns[i].r.fd = connect_blocking();
-        conns[i].r.cap = (8 + value_bytes) * (size_t)depth + 65536;
-        conns[i].r.buf = malloc(conns[i].r.cap);
+        bench_conn_open(&conns[i], i, value, value_bytes, depth);
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
         epoll_ctl(ep, EPOLL_CTL_ADD, conns[i].r.fd, &ev);
     }
@@ -217,8 +198,7 @@ static int run_ops_events(int clients, size_t value_bytes, double seconds, int d
     long ops = 0;
     int busy = clients;
     for (int i = 0; i < clients; i++) {
-        if (ddp_write_all(conns[i].r.fd, reqs[i].data, reqs[i].len) != 0)
-            die("send");
+        bench_conn_send(&conns[i]);
         conns[i].due = depth;
     }
     struct epoll_event events[256];
@@ -228,29 +208,27 @@ static int run_ops_events(int clients, size_t value_bytes, double seconds, int d
             die("epoll_wait");
         bool more = ddp_clock_mono() < until;
         for (int e = 0; e < k; e++) {
-            int i = (int)events[e].data.u32;
-            mux_conn_t *c = &conns[i];
-            if (c->due == 0 || !mux_take(c, value_bytes))
+            bench_conn_t *c = &conns[events[e].data.u32];
+            if (c->due == 0)
+                continue;
+            while (c->due > 0 && read_answer(&c->r, value_bytes, false))
+                c->due--;
+            if (c->due > 0)
                 continue;
             ops += 2L * depth;
             if (!more) {
                 busy--;
                 continue;
             }
-            if (ddp_write_all(c->r.fd, reqs[i].data, reqs[i].len) != 0)
-                die("send");
+            bench_conn_send(c);
             c->due = depth;
         }
     }
     printf("ops %ld seconds %.6f\n", ops, ddp_clock_mono() - start);
-    for (int i = 0; i < clients; i++) {
-        close(conns[i].r.fd);
-        free(conns[i].r.buf);
-        ddp_buf_free(&reqs[i]);
-    }
+    for (int i = 0; i < clients; i++)
+        bench_conn_close(&conns[i]);
     close(ep);
     free(conns);
-    free(reqs);
     free(value);
     return 0;
 }
