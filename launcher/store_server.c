@@ -43,11 +43,10 @@ struct ddp_store_server_s {
     bool closing;
     size_t open_handles; /* handles not yet closed; the server is freed at 0 */
     bool accept_warned;
-    uv_idle_t busy_poll;                /* active while polling for the next request */
-    uint64_t busy_poll_ns;              /* 0: no busy polling (and the handle is not initialised) */
-    uint64_t requests, polled_requests; /* handled, ever; as the last poll saw them */
-    uint64_t poll_until; /* uv_hrtime() at which polling stops without a new request */
-    uint64_t polls;      /* loop turns spent polling, ever */
+    uv_idle_t busy_poll;   /* active while polling for the next request */
+    uint64_t busy_poll_ns; /* 0: no busy polling (and the handle is not initialised) */
+    uint64_t poll_until;   /* uv_hrtime() at which polling stops without a new request */
+    uint64_t polls;        /* loop turns spent polling, ever */
 };
 
 struct conn_s {
@@ -93,16 +92,12 @@ static void on_own_handle_closed(uv_handle_t *handle)
     handle_closed(handle->data);
 }
 
-/* Each loop turn while busy polling (the loop then polls for I/O without sleeping):
- * a new request extends the window, an expired window ends it. */
+/* Each loop turn while busy polling (the loop then polls for I/O without sleeping),
+ * until the window that each request extends (in handle) has passed. */
 static void on_busy_poll(uv_idle_t *idle)
 {
     ddp_store_server_t *s = idle->data;
-    uint64_t now = uv_hrtime();
-    if (s->requests != s->polled_requests) {
-        s->polled_requests = s->requests;
-        s->poll_until = now + s->busy_poll_ns;
-    } else if (now >= s->poll_until) {
+    if (uv_hrtime() >= s->poll_until) {
         uv_idle_stop(idle);
         return;
     }
@@ -301,9 +296,10 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
     ddp_buf_t *out = &c->out;
     char shown[300];
     int err = 0;
-    s->requests++;
-    if (s->busy_poll_ns > 0 && !s->closing && !uv_is_active((uv_handle_t *)&s->busy_poll))
-        uv_idle_start(&s->busy_poll, on_busy_poll);
+    if (s->busy_poll_ns > 0 && !s->closing) {
+        s->poll_until = uv_hrtime() + s->busy_poll_ns;
+        uv_idle_start(&s->busy_poll, on_busy_poll); /* no-op while already polling */
+    }
     switch (req->op) {
     case DDP_STORE_VALIDATE:
         if (req->word != DDP_STORE_MAGIC) {
