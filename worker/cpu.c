@@ -69,6 +69,7 @@ typedef struct {
     bool reduce, forward;
     ddp_dtype_t dtype;
     ddp_reduce_op_t op;
+    int average_over; /* the last step of an average: divide by this as data comes */
 } transfer_t;
 
 /* A neighbour we still wait on whose socket turned readable or broken has gone: with
@@ -106,7 +107,7 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
             n = n < t->recv_len - got ? n : t->recv_len - got;
             if (n > 0) {
                 if (t->reduce)
-                    ddp_reduce_into(t->recv + got, data, n / es, t->dtype, t->op);
+                    ddp_reduce_into(t->recv + got, data, n / es, t->dtype, t->op, t->average_over);
                 else
                     memcpy(t->recv + got, data, n);
                 ddp_shm_consume(&c->own, n, &c->prev_seg);
@@ -221,7 +222,8 @@ static int transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
                     /* Reduce the whole elements that came; keep a partial one. */
                     have += (size_t)rd;
                     size_t whole = have / es * es;
-                    ddp_reduce_into(t->recv + reduced, c->scratch, whole / es, t->dtype, t->op);
+                    ddp_reduce_into(t->recv + reduced, c->scratch, whole / es, t->dtype, t->op,
+                                    t->average_over);
                     reduced += whole;
                     memmove(c->scratch, c->scratch + whole, have - whole);
                     have -= whole;
@@ -253,7 +255,8 @@ static int cpu_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_
     uint8_t *b = buf;
     if (n == 1 || count == 0)
         return 0;
-    /* Reduce-scatter: after n-1 steps rank r owns the whole reduction of chunk r+1. */
+    /* Reduce-scatter: after n-1 steps rank r owns the whole reduction of chunk r+1. The
+     * last step, into that chunk, also divides an average: one pass over the data. */
     for (int s = 0; s < n - 1; s++) {
         int out = (r - s + n) % n, in = (r - s - 1 + n) % n;
         transfer_t t = {b + chunk_offset(count, n, out) * es,
@@ -263,14 +266,12 @@ static int cpu_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_
                         true,
                         false,
                         dtype,
-                        op};
+                        op,
+                        s == n - 2 ? n : 0};
         int err = transfer(ddp, c, "all_reduce", &t);
         if (err)
             return err;
     }
-    int own = (r + 1) % n;
-    if (op == DDP_AVG)
-        ddp_divide(b + chunk_offset(count, n, own) * es, chunk_count(count, n, own), dtype, n);
     /* All-gather: the owned chunks go round the ring. */
     for (int s = 0; s < n - 1; s++) {
         int out = (r + 1 - s + n) % n, in = (r - s + n) % n;
@@ -281,7 +282,8 @@ static int cpu_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_
                         false,
                         false,
                         dtype,
-                        op};
+                        op,
+                        0};
         int err = transfer(ddp, c, "all_reduce", &t);
         if (err)
             return err;
@@ -313,7 +315,7 @@ static int cpu_broadcast(ddp_t *ddp, void *state, void *buf, size_t count, ddp_d
     /* Around the ring from the root; each rank passes on what it has received so far,
      * but for the last, whose next is the root. */
     bool first = ddp->rank == root, last = c->next == root;
-    transfer_t t = {buf, last ? 0 : len, buf, first ? 0 : len, false, !first, dtype, DDP_SUM};
+    transfer_t t = {buf, last ? 0 : len, buf, first ? 0 : len, false, !first, dtype, DDP_SUM, 0};
     return transfer(ddp, c, "broadcast", &t);
 }
 
@@ -337,7 +339,8 @@ static int cpu_all_gather(ddp_t *ddp, void *state, const void *send, void *recv,
                         false,
                         false,
                         dtype,
-                        DDP_SUM};
+                        DDP_SUM,
+                        0};
         int err = transfer(ddp, c, "all_gather", &t);
         if (err)
             return err;

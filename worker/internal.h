@@ -99,12 +99,11 @@ size_t ddp_dtype_size(ddp_dtype_t dtype);
 const char *ddp_dtype_name(ddp_dtype_t dtype);
 const char *ddp_op_name(ddp_reduce_op_t op);
 
-/* dst[i] = dst[i] op src[i] for `count` elements on the CPU (AVG adds: the caller
- * divides once at the end). f16/bf16 are not supported here. */
+/* dst[i] = dst[i] op src[i] for `count` elements on the CPU. AVG adds, and with
+ * `average_over` > 0 (the last step of an average) also divides the result by it, in
+ * the same pass: the bits are those of the sum divided afterwards (integers truncate
+ * toward zero, as C does). f16/bf16 are not supported here. */
 void ddp_reduce_into(void *dst, const void *src, size_t count, ddp_dtype_t dtype,
-                     ddp_reduce_op_t op);
-
-/* buf[i] /= divisor (integers truncate toward zero, as C does). */
-void ddp_divide(void *buf, size_t count, ddp_dtype_t dtype, int divisor);
+                     ddp_reduce_op_t op, int average_over);
 
 #endif
