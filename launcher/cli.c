@@ -15,6 +15,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
@@ -24,6 +25,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef int (*apply_fn)(ddp_launch_config_t *cfg, const char *value, const char *origin,
@@ -1097,9 +1099,47 @@ static int random_run_id(char **out)
     return 0;
 }
 
+/* Whether python could run the training script at all. A compiled program (ELF), or an
+ * executable script whose #! line names no python, would fail in every worker with a
+ * SyntaxError: it runs directly instead, as with --no-python. A script that cannot be
+ * read is left to python, which says why. */
+static void resolve_script(ddp_launch_config_t *cfg, const ddp_log_t *log)
+{
+    if (cfg->no_python || cfg->module || cfg->run_path)
+        return;
+    char head[256];
+    ssize_t n = -1;
+    int fd = open(cfg->script, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd >= 0) {
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+            n = read(fd, head, sizeof head - 1);
+        close(fd);
+    }
+    if (n < 4)
+        return;
+    head[n] = '\0';
+    const char *kind = NULL;
+    if (memcmp(head, "\177ELF", 4) == 0) {
+        kind = "a compiled program (ELF)";
+    } else if (head[0] == '#' && head[1] == '!' && access(cfg->script, X_OK) == 0) {
+        char *eol = strchr(head, '\n');
+        if (eol != NULL)
+            *eol = '\0';
+        if (strstr(head, "python") == NULL)
+            kind = "a script for another interpreter";
+    }
+    if (kind == NULL)
+        return;
+    cfg->no_python = true;
+    ddp_log_info(log, "%s is %s, not a Python script: running it directly, as --no-python does",
+                 cfg->script, kind);
+}
+
 int ddp_cli_resolve(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *err)
 {
     int rc, gpus = 0;
+    resolve_script(cfg, log);
     if (cfg->nproc_kind == DDP_NPROC_GPU || cfg->nproc_kind == DDP_NPROC_AUTO) {
         ddp_buf_t why = DDP_BUF_INIT;
         rc = ddp_devices_cuda_count(&gpus, &why);
@@ -1159,7 +1199,7 @@ void ddp_cli_print_version(int fd)
 
 static const char help_text[] =
     "usage: ddp-launch [options] TRAINING_SCRIPT [SCRIPT ARGS...]\n"
-    "       ddp-launch [options] --no-python PROGRAM [ARGS...]\n"
+    "       ddp-launch [options] [--no-python] PROGRAM [ARGS...]\n"
     "\n"
     "Start and supervise data-parallel workers, like torchrun (same flags, same worker\n"
     "environment). Every --flag-name is also accepted as --flag_name, --flag=value and\n"
@@ -1191,7 +1231,8 @@ static const char help_text[] =
     "\n"
     "the program:\n"
     "  -m, --module                run the script as a module: python -u -m MODULE\n"
-    "  --no-python                 execute the script as a program\n"
+    "  --no-python                 execute the script as a program (implied for a\n"
+    "                              compiled program, or a #! script that names no python)\n"
     "  --run-path                  run the script with python (torchrun's runpy mode)\n"
     "  --use-env                   pass the local rank in LOCAL_RANK only (the default)\n"
     "  --local-rank-arg none|underscore|dash\n"

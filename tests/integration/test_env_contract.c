@@ -254,6 +254,54 @@ static void test_dry_run_starts_nothing(void **state)
     free(dir);
 }
 
+/* A compiled program and a shell script given without --no-python run as programs:
+ * python (a PYTHON_EXEC that does not exist here) is never started for them. */
+static void test_program_without_no_python(void **state)
+{
+    char *dir = th_tmpdir();
+    char marker[600], script[600], file[700];
+    snprintf(marker, sizeof marker, "%s/touched-${local_rank}", dir);
+    const char *no_python[] = {"PYTHON_EXEC=/nonexistent/python9", "OMP_NUM_THREADS", NULL};
+    const char *elf[] = {th_launcher(), "--nproc-per-node=2", "/usr/bin/touch", marker, NULL};
+    th_proc_t p;
+    th_run(&p, elf, no_python, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "/usr/bin/touch is a compiled program (ELF), not a Python script: "
+                         "running it directly, as --no-python does") != NULL);
+    snprintf(file, sizeof file, "%s/touched-1", dir);
+    TH_ASSERT(&p, access(file, F_OK) == 0);
+    th_cleanup(&p);
+
+    snprintf(script, sizeof script, "%s/train.sh", dir);
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\necho \"rank $RANK of $WORLD_SIZE, args $*\"\n");
+    fclose(f);
+    assert_int_equal(chmod(script, 0755), 0);
+    const char *sh[] = {th_launcher(), "--nproc-per-node=2", script, "--lr", "0.1", NULL};
+    th_run(&p, sh, no_python, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 1 of 2, args --lr 0.1") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "is a script for another interpreter") != NULL);
+    th_cleanup(&p);
+
+    /* A Python script still goes to PYTHON_EXEC, as in torchrun: here it fails to start. */
+    snprintf(script, sizeof script, "%s/train.py", dir);
+    f = fopen(script, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/usr/bin/env python3\nprint('ran')\n");
+    fclose(f);
+    assert_int_equal(chmod(script, 0755), 0);
+    const char *py[] = {th_launcher(), script, NULL};
+    th_run(&p, py, no_python, 60);
+    TH_ASSERT(&p, th_status(&p) == 127);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "PYTHON_EXEC") != NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* On node 1 of a static job: the store is node 0's, and the ranks shown rest on every
  * node running as many workers as this one, which the header says. */
 static void test_dry_run_of_another_node(void **state)
@@ -377,11 +425,17 @@ static void test_store_port_in_use(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_contract_four_workers),   TH_TEST(test_contract_one_worker),
-        TH_TEST(test_user_settings_are_kept),  TH_TEST(test_standalone_gets_a_free_port_and_run_id),
-        TH_TEST(test_argv_reaches_the_worker), TH_TEST(test_legacy_local_rank_argument),
-        TH_TEST(test_dry_run_starts_nothing),  TH_TEST(test_dry_run_of_another_node),
-        TH_TEST(test_hello_example),           TH_TEST(test_start_up_errors),
+        TH_TEST(test_contract_four_workers),
+        TH_TEST(test_contract_one_worker),
+        TH_TEST(test_user_settings_are_kept),
+        TH_TEST(test_standalone_gets_a_free_port_and_run_id),
+        TH_TEST(test_argv_reaches_the_worker),
+        TH_TEST(test_legacy_local_rank_argument),
+        TH_TEST(test_dry_run_starts_nothing),
+        TH_TEST(test_dry_run_of_another_node),
+        TH_TEST(test_program_without_no_python),
+        TH_TEST(test_hello_example),
+        TH_TEST(test_start_up_errors),
         TH_TEST(test_store_port_in_use),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* A parse of a space-separated command line (no quoting needed in these tests) with a
@@ -591,6 +592,72 @@ static void test_resolve(void **state)
     done(&p);
 }
 
+/* A file in a fresh directory with `head` as its content and `mode`; its path in `out`. */
+static void write_script(char *dir, char *out, size_t cap, const char *name, const char *head,
+                         size_t len, mode_t mode)
+{
+    snprintf(out, cap, "%s/%s", dir, name);
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, head, len), (ssize_t)len);
+    close(fd);
+    assert_int_equal(chmod(out, mode), 0);
+}
+
+/* Whether resolution runs `script` (with `flags` before it) directly, without python. */
+static bool runs_directly(const char *flags, const char *script)
+{
+    parse_t p;
+    char args[600];
+    snprintf(args, sizeof args, "%s %s --lr 1", flags, script);
+    parse(&p, args, NULL);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
+    bool direct = p.cfg.no_python;
+    done(&p);
+    return direct;
+}
+
+/* What python could never run runs as a program; a Python script, or anything that
+ * is not clearly something else, still goes to python, as in torchrun. */
+static void test_resolve_program_or_script(void **state)
+{
+    char dir[] = "/tmp/ddp-test-cli-XXXXXX", path[600];
+    assert_non_null(mkdtemp(dir));
+    static const char elf[] = "\177ELF\2\1\1\0\0\0\0\0\0\0\0\0";
+    write_script(dir, path, sizeof path, "train", elf, sizeof elf, 0755);
+    assert_true(runs_directly("", path));
+    assert_true(runs_directly("--nproc-per-node=2", path));
+    assert_false(runs_directly("--run-path", path)); /* python asked for explicitly */
+    static const char sh[] = "#!/bin/sh\necho $RANK\n";
+    write_script(dir, path, sizeof path, "train.sh", sh, sizeof sh - 1, 0755);
+    assert_true(runs_directly("", path));
+    write_script(dir, path, sizeof path, "noexec.sh", sh, sizeof sh - 1, 0644);
+    assert_false(runs_directly("", path)); /* it could not be executed either */
+    static const char py[] = "#!/usr/bin/env python3\nimport os\n";
+    write_script(dir, path, sizeof path, "train.py", py, sizeof py - 1, 0755);
+    assert_false(runs_directly("", path));
+    static const char py_s[] = "#!/usr/bin/env -S python3 -u\n# sh would say: not found\n";
+    write_script(dir, path, sizeof path, "s.py", py_s, sizeof py_s - 1, 0755);
+    assert_false(runs_directly("", path));
+    write_script(dir, path, sizeof path, "plain.py", "import os\n", 10, 0644);
+    assert_false(runs_directly("", path));
+    write_script(dir, path, sizeof path, "tiny", "1", 1, 0755);
+    assert_false(runs_directly("", path));
+    assert_false(runs_directly("", "/nonexistent/train.py")); /* python says why */
+    assert_false(runs_directly("", dir));       /* python runs a directory's __main__.py */
+    assert_false(runs_directly("-m", "train")); /* a module name, not a path */
+    assert_true(runs_directly("--no-python", "/nonexistent/prog"));
+
+    static const char *names[] = {"train", "train.sh", "noexec.sh", "train.py",
+                                  "s.py",  "plain.py", "tiny"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        assert_int_equal(unlink(path), 0);
+    }
+    assert_int_equal(rmdir(dir), 0);
+}
+
 static void test_signal_names(void **state)
 {
     char buf[32];
@@ -614,6 +681,7 @@ int main(void)
         cmocka_unit_test(test_defaults_and_environment),
         cmocka_unit_test(test_std_spec_and_filter_lookup),
         cmocka_unit_test(test_resolve),
+        cmocka_unit_test(test_resolve_program_or_script),
         cmocka_unit_test(test_signal_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
