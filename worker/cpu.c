@@ -37,11 +37,13 @@
 
 #define HELLO_MAGIC 0x52504444u /* "DDPR" */
 #define SCRATCH     ((size_t)4 << 20)
+/* A ring that stays in a core's L2 cache: with 4 MiB, 2 ranks spent 10 % more CPU time
+ * on a training step's all-reduce, and 4 ranks on 2 cores took 1.4x as long for 6 MB. */
 #ifndef SHM_RING
-#define SHM_RING ((size_t)4 << 20)
+#define SHM_RING ((size_t)1 << 20)
 #endif
 #ifndef SHM_CHUNK
-#define SHM_CHUNK ((size_t)256 << 10)
+#define SHM_CHUNK ((size_t)128 << 10)
 #endif
 #define SHM_SPINS  200 /* tries without progress before sleeping on the doorbell */
 #define SHM_NAP_MS 20  /* the longest sleep before looking at the peers' sockets */
