@@ -13,6 +13,8 @@
  * Prints "<mode> ok, world N" on success; exits 1 on a wrong result, 3 when a call fails. */
 #include <ddp.h>
 
+#include "../helpers/fnv.h"
+
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <signal.h>
@@ -126,15 +128,6 @@ static double get(const void *buf, size_t i, ddp_dtype_t t)
         return f;
     }
     return 0;
-}
-
-static uint64_t fnv(const void *data, size_t len)
-{
-    const uint8_t *p = data;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
 }
 
 static void same_everywhere(const void *host, size_t len)

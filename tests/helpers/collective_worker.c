@@ -35,6 +35,8 @@
  * DDP_SHM=0 for rank R alone. */
 #include <ddp.h>
 
+#include "fnv.h"
+
 #include <errno.h>
 #include <float.h>
 #include <inttypes.h>
@@ -114,15 +116,6 @@ static double load_value(const void *buf, size_t i, ddp_dtype_t t)
     default:
         return 0;
     }
-}
-
-static uint64_t fnv(const void *data, size_t len)
-{
-    const uint8_t *p = data;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
 }
 
 /* Every rank holds the same bits: their hashes, gathered, are all equal. */
