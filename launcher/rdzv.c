@@ -1047,6 +1047,7 @@ int ddp_rdzv_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_lo
         *out = r; /* freed by ddp_rdzv_free after the loop has closed the handle */
         return -err;
     }
+    (void)pthread_setname_np(r->thread, "ddp-rdzv");
     r->thread_started = true;
     *out = r;
     return 0;

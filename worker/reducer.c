@@ -246,6 +246,8 @@ static int freeze(ddp_reducer_t *r)
     if ((err = pthread_create(&r->thread, NULL, communicate, r)) != 0)
         return ddp_fail(ddp, -err, "reducer: unable to start the communication thread: %s",
                         strerror(err));
+    /* Its name in top -H, gdb and perf. */
+    (void)pthread_setname_np(r->thread, "ddp-reducer");
     r->thread_started = true;
     r->frozen = true;
     return 0;

@@ -37,6 +37,7 @@
 
 #include "fnv.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <float.h>
 #include <inttypes.h>
@@ -277,6 +278,28 @@ static void compute_for(double seconds)
 
 /* `layout`: "separate" buffers, one "block" in registration order (each bucket is then
  * averaged in place), or "mixed" (rank 0 a block, the others separate). */
+/* Whether a thread of this process has `name` (/proc/self/task/TID/comm). */
+static bool has_thread_named(const char *name)
+{
+    DIR *dir = opendir("/proc/self/task");
+    bool found = false;
+    for (struct dirent *e; dir != NULL && !found && (e = readdir(dir)) != NULL;) {
+        char path[300], comm[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(comm, sizeof comm, f) != NULL) {
+            comm[strcspn(comm, "\n")] = '\0';
+            found = strcmp(comm, name) == 0;
+        }
+        fclose(f);
+    }
+    if (dir != NULL)
+        closedir(dir);
+    return found;
+}
+
 static void mode_reducer(const char *layout)
 {
     static const size_t counts[] = {1000000, 100000, 10000, 300000, 200000};
@@ -353,6 +376,7 @@ static void mode_reducer(const char *layout)
     }
     printf("buckets %d\n", ddp_reducer_buckets(reducer));
     printf("overlap %s\n", overlapped ? "yes" : "no");
+    printf("thread named %s\n", has_thread_named("ddp-reducer") ? "yes" : "no");
     ddp_reducer_free(reducer);
     for (int g = 0; g < G && !block; g++)
         free(grads[g]);

@@ -154,6 +154,7 @@ static void test_reducer_overlaps_and_averages(void **state)
         const char *out = ddp_buf_str(&p.out);
         TH_ASSERT(&p, th_count(out, "buckets 3\n") == world);
         TH_ASSERT(&p, th_count(out, "overlap yes\n") == world);
+        TH_ASSERT(&p, th_count(out, "thread named yes\n") == world); /* for top -H, gdb */
         TH_ASSERT(&p,
                   th_count(ddp_buf_str(&p.err), "not marked ready in this iteration (1)") == world);
         th_cleanup(&p);
