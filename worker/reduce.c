@@ -76,7 +76,7 @@ const char *ddp_op_name(ddp_reduce_op_t op)
  * defined); an average divides the wrapped sum, signed. */
 #define INTEGER_LOOPS(S, U)                                      \
     do {                                                         \
-        if (op == DDP_AVG && average_over > 0) {                 \
+        if (average) {                                           \
             S *restrict d = dst;                                 \
             const S *restrict s = src;                           \
             for (size_t i = 0; i < count; i++)                   \
