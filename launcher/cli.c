@@ -1100,9 +1100,9 @@ static int random_run_id(char **out)
 }
 
 /* Whether python could run the training script at all. A compiled program (ELF), or an
- * executable script whose #! line names no python, would fail in every worker with a
- * SyntaxError: it runs directly instead, as with --no-python. A script that cannot be
- * read is left to python, which says why. */
+ * executable script whose #! line names neither python nor pypy, would fail in every
+ * worker with a SyntaxError: it runs directly instead, as with --no-python. A script
+ * that cannot be read is left to python, which says why. */
 static void resolve_script(ddp_launch_config_t *cfg, const ddp_log_t *log)
 {
     if (cfg->no_python || cfg->module || cfg->run_path)
@@ -1126,7 +1126,7 @@ static void resolve_script(ddp_launch_config_t *cfg, const ddp_log_t *log)
         char *eol = strchr(head, '\n');
         if (eol != NULL)
             *eol = '\0';
-        if (strstr(head, "python") == NULL)
+        if (strstr(head, "python") == NULL && strstr(head, "pypy") == NULL)
             kind = "a script for another interpreter";
     }
     if (kind == NULL)

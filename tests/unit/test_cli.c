@@ -640,6 +640,9 @@ static void test_resolve_program_or_script(void **state)
     static const char py_s[] = "#!/usr/bin/env -S python3 -u\n# sh would say: not found\n";
     write_script(dir, path, sizeof path, "s.py", py_s, sizeof py_s - 1, 0755);
     assert_false(runs_directly("", path));
+    static const char pypy[] = "#!/usr/bin/env pypy3\nimport os\n";
+    write_script(dir, path, sizeof path, "p.py", pypy, sizeof pypy - 1, 0755);
+    assert_false(runs_directly("", path));
     write_script(dir, path, sizeof path, "plain.py", "import os\n", 10, 0644);
     assert_false(runs_directly("", path));
     write_script(dir, path, sizeof path, "tiny", "1", 1, 0755);
@@ -650,7 +653,7 @@ static void test_resolve_program_or_script(void **state)
     assert_true(runs_directly("--no-python", "/nonexistent/prog"));
 
     static const char *names[] = {"train", "train.sh", "noexec.sh", "train.py",
-                                  "s.py",  "plain.py", "tiny"};
+                                  "s.py",  "p.py",     "plain.py",  "tiny"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         assert_int_equal(unlink(path), 0);
