@@ -254,6 +254,18 @@ static void test_dry_run_starts_nothing(void **state)
     free(dir);
 }
 
+/* Writes `text` to DIR/NAME, mode 0755; its path in `path`. */
+static void write_executable(char *path, size_t cap, const char *dir, const char *name,
+                             const char *text)
+{
+    snprintf(path, cap, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, 0755), 0);
+}
+
 /* A compiled program and a shell script given without --no-python run as programs:
  * python (a PYTHON_EXEC that does not exist here) is never started for them. */
 static void test_program_without_no_python(void **state)
@@ -273,12 +285,8 @@ static void test_program_without_no_python(void **state)
     TH_ASSERT(&p, access(file, F_OK) == 0);
     th_cleanup(&p);
 
-    snprintf(script, sizeof script, "%s/train.sh", dir);
-    FILE *f = fopen(script, "w");
-    assert_non_null(f);
-    fprintf(f, "#!/bin/sh\necho \"rank $RANK of $WORLD_SIZE, args $*\"\n");
-    fclose(f);
-    assert_int_equal(chmod(script, 0755), 0);
+    write_executable(script, sizeof script, dir, "train.sh",
+                     "#!/bin/sh\necho \"rank $RANK of $WORLD_SIZE, args $*\"\n");
     const char *sh[] = {th_launcher(), "--nproc-per-node=2", script, "--lr", "0.1", NULL};
     th_run(&p, sh, no_python, 60);
     TH_ASSERT(&p, th_status(&p) == 0);
@@ -287,12 +295,8 @@ static void test_program_without_no_python(void **state)
     th_cleanup(&p);
 
     /* A Python script still goes to PYTHON_EXEC, as in torchrun: here it fails to start. */
-    snprintf(script, sizeof script, "%s/train.py", dir);
-    f = fopen(script, "w");
-    assert_non_null(f);
-    fprintf(f, "#!/usr/bin/env python3\nprint('ran')\n");
-    fclose(f);
-    assert_int_equal(chmod(script, 0755), 0);
+    write_executable(script, sizeof script, dir, "train.py",
+                     "#!/usr/bin/env python3\nprint('ran')\n");
     const char *py[] = {th_launcher(), script, NULL};
     th_run(&p, py, no_python, 60);
     TH_ASSERT(&p, th_status(&p) == 127);
