@@ -443,6 +443,10 @@ int main(int argc, char **argv)
     size_t *indices = malloc((per_rank + 1) * sizeof *indices);
     float *x = malloc((size_t)o.batch * 784 * sizeof *x);
     uint8_t *labels = malloc((size_t)o.batch);
+    if (indices == NULL || x == NULL || labels == NULL) {
+        fprintf(stderr, "fashion-mnist: out of memory for a batch of %d\n", o.batch);
+        return 1;
+    }
     int steps = (int)(per_rank / (size_t)o.batch); /* full batches only, as drop_last */
     if (steps == 0) {
         fprintf(stderr, "fashion-mnist: %d samples on %d ranks make no batch of %d\n", n, job.world,
