@@ -13,6 +13,7 @@
  * Prints "<mode> ok, world N" on success; exits 1 on a wrong result, 3 when a call fails. */
 #include <ddp.h>
 
+#include "../helpers/elements.h"
 #include "../helpers/fnv.h"
 
 #include <cuda_runtime_api.h>
@@ -46,11 +47,6 @@ static int rank, world;
         }                                                                              \
     } while (0)
 
-static size_t size_of(ddp_dtype_t t)
-{
-    return t == DDP_FLOAT64 || t == DDP_INT64 ? 8 : t == DDP_FLOAT16 || t == DDP_BFLOAT16 ? 2 : 4;
-}
-
 /* Small integers, so that every sum of up to 8 ranks is exact in every type (bf16 has 8
  * bits of mantissa). */
 static double input(int r, size_t i)
@@ -58,26 +54,6 @@ static double input(int r, size_t i)
     uint64_t h = (uint64_t)i * 0x9E3779B97F4A7C15ull + (uint64_t)r * 0xBF58476D1CE4E5B9ull;
     h ^= h >> 31;
     return (double)(int)(h % 31) - 15.0;
-}
-
-static uint16_t to_half(float f)
-{
-    /* Exact for the small integers and halves used here: no rounding needed. */
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, mant = x & 0x7fffffu;
-    if (exp == 0)
-        return (uint16_t)sign;
-    return (uint16_t)(sign | ((exp - 127 + 15) << 10) | (mant >> 13));
-}
-
-static float from_half(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-    uint32_t x = exp == 0 && mant == 0 ? sign : sign | ((exp - 15 + 127) << 23) | (mant << 13);
-    float f;
-    memcpy(&f, &x, 4);
-    return f;
 }
 
 static void put(void *buf, size_t i, ddp_dtype_t t, double v)
@@ -98,36 +74,13 @@ static void put(void *buf, size_t i, ddp_dtype_t t, double v)
         ((int64_t *)buf)[i] = (int64_t)v;
         break;
     case DDP_FLOAT16:
-        ((uint16_t *)buf)[i] = to_half(f);
+        ((uint16_t *)buf)[i] = element_to_half(f);
         break;
     case DDP_BFLOAT16:
         memcpy(&x, &f, 4);
         ((uint16_t *)buf)[i] = (uint16_t)(x >> 16);
         break;
     }
-}
-
-static double get(const void *buf, size_t i, ddp_dtype_t t)
-{
-    uint32_t x;
-    float f;
-    switch (t) {
-    case DDP_FLOAT32:
-        return ((const float *)buf)[i];
-    case DDP_FLOAT64:
-        return ((const double *)buf)[i];
-    case DDP_INT32:
-        return ((const int32_t *)buf)[i];
-    case DDP_INT64:
-        return (double)((const int64_t *)buf)[i];
-    case DDP_FLOAT16:
-        return from_half(((const uint16_t *)buf)[i]);
-    case DDP_BFLOAT16:
-        x = (uint32_t)((const uint16_t *)buf)[i] << 16;
-        memcpy(&f, &x, 4);
-        return f;
-    }
-    return 0;
 }
 
 static void same_everywhere(const void *host, size_t len)
@@ -151,7 +104,7 @@ static void same_everywhere(const void *host, size_t len)
 
 static void check_all_reduce(ddp_dtype_t t, ddp_reduce_op_t op, size_t count)
 {
-    size_t es = size_of(t);
+    size_t es = element_size(t);
     uint8_t *host = malloc(count * es + 8), *one = malloc(8);
     void *dev;
     for (size_t i = 0; i < count; i++)
@@ -172,9 +125,9 @@ static void check_all_reduce(ddp_dtype_t t, ddp_reduce_op_t op, size_t count)
         if (op == DDP_AVG) {
             ref = (t == DDP_INT32 || t == DDP_INT64) ? trunc(ref / world) : ref / world;
             put(one, 0, t, ref); /* the average as the type holds it */
-            ref = get(one, 0, t);
+            ref = element_load(one, 0, t);
         }
-        double got = get(host, i, t), tol = op == DDP_AVG ? fabs(ref) * 1e-2 + 1e-2 : 0;
+        double got = element_load(host, i, t), tol = op == DDP_AVG ? fabs(ref) * 1e-2 + 1e-2 : 0;
         if (fabs(got - ref) > tol) {
             fprintf(stderr, "rank %d: dtype %d op %d count %zu: [%zu] = %g, expected %g\n", rank,
                     (int)t, (int)op, count, i, got, ref);

@@ -35,6 +35,7 @@
  * DDP_SHM=0 for rank R alone. */
 #include <ddp.h>
 
+#include "elements.h"
 #include "fnv.h"
 
 #include <dirent.h>
@@ -78,11 +79,6 @@ static double input(int r, size_t i, int dtype)
     return (double)(int)(h % 2001) - 1000.0; /* integers in [-1000, 1000] */
 }
 
-static size_t size_of(ddp_dtype_t t)
-{
-    return t == DDP_FLOAT32 || t == DDP_INT32 ? 4 : 8;
-}
-
 static void store_value(void *buf, size_t i, ddp_dtype_t t, double v)
 {
     switch (t) {
@@ -103,22 +99,6 @@ static void store_value(void *buf, size_t i, ddp_dtype_t t, double v)
     }
 }
 
-static double load_value(const void *buf, size_t i, ddp_dtype_t t)
-{
-    switch (t) {
-    case DDP_FLOAT32:
-        return ((const float *)buf)[i];
-    case DDP_FLOAT64:
-        return ((const double *)buf)[i];
-    case DDP_INT32:
-        return ((const int32_t *)buf)[i];
-    case DDP_INT64:
-        return (double)((const int64_t *)buf)[i];
-    default:
-        return 0;
-    }
-}
-
 /* Every rank holds the same bits: their hashes, gathered, are all equal. */
 static void same_everywhere(const void *buf, size_t len, const char *what)
 {
@@ -136,7 +116,7 @@ static void same_everywhere(const void *buf, size_t len, const char *what)
 
 static int check_one(ddp_dtype_t t, ddp_reduce_op_t op, size_t count)
 {
-    size_t es = size_of(t);
+    size_t es = element_size(t);
     void *buf = malloc(count * es + 1), *one = malloc(es);
     for (size_t i = 0; i < count; i++)
         store_value(buf, i, t, input(rank, i, (int)t));
@@ -146,7 +126,7 @@ static int check_one(ddp_dtype_t t, ddp_reduce_op_t op, size_t count)
         double ref = 0, mag = 0;
         for (int r = 0; r < world; r++) {
             store_value(one, 0, t, input(r, i, (int)t));
-            double v = load_value(one, 0, t);
+            double v = element_load(one, 0, t);
             mag += fabs(v);
             if (r == 0)
                 ref = v;
@@ -159,7 +139,7 @@ static int check_one(ddp_dtype_t t, ddp_reduce_op_t op, size_t count)
         }
         if (op == DDP_AVG)
             ref = (t == DDP_INT32 || t == DDP_INT64) ? trunc(ref / world) : ref / world;
-        double got = load_value(buf, i, t);
+        double got = element_load(buf, i, t);
         double eps = t == DDP_FLOAT32 ? FLT_EPSILON : t == DDP_FLOAT64 ? DBL_EPSILON : 0;
         if (fabs(got - ref) > 4 * world * eps * mag) {
             fprintf(stderr, "rank %d: dtype %d op %d count %zu: [%zu] = %.17g, expected %.17g\n",
@@ -313,11 +293,11 @@ static void mode_reducer(const char *layout)
     bool block = strcmp(layout, "block") == 0 || (strcmp(layout, "mixed") == 0 && rank == 0);
     size_t total = 0;
     for (int g = 0; g < G; g++)
-        total += counts[g] * size_of(types[g]);
+        total += counts[g] * element_size(types[g]);
     char *all = block ? malloc(total) : NULL;
     for (int g = 0, offset = 0; g < G; g++) {
         grads[g] = block ? all + offset : malloc(counts[g] * 8);
-        offset += (int)(counts[g] * size_of(types[g]));
+        offset += (int)(counts[g] * element_size(types[g]));
         int index = ddp_reducer_add(reducer, grads[g], counts[g], types[g]);
         if (index != g)
             fail_collective("reducer_add", index < 0 ? index : -1);
