@@ -9,8 +9,12 @@
  * is reduced once, in ring order, by its owner and then copied to all, so every rank
  * holds the same bits. Every transfer sends to the next rank while it receives from the
  * previous one, and reduces data as it arrives. A transfer that makes no progress for
- * the timeout, or a peer that goes away, fails naming the peer. Runs on the thread that
- * owns the context. */
+ * the timeout, or a peer that goes away, fails naming the peer. Every collective's
+ * first transfer begins with a description of the call (which collective, its number
+ * in the context, count, dtype, operation or root), checked against the previous
+ * rank's before any of its data is used: ranks that call different collectives, or
+ * the same with another count or dtype, fail at once saying so, instead of mixing
+ * their data or waiting for the timeout. Runs on the thread that owns the context. */
 #include "internal.h"
 
 #include "error.h"
@@ -48,6 +52,24 @@
 #define SHM_SPINS  200 /* tries without progress before sleeping on the doorbell */
 #define SHM_NAP_MS 20  /* the longest sleep before looking at the peers' sockets */
 
+/* What a rank says of the collective it is in: the first bytes of every collective's
+ * first transfer. A multiple of 8 bytes, as the rings' positions are. */
+typedef struct {
+    uint32_t magic;
+    uint16_t kind; /* collective_t */
+    uint16_t dtype;
+    uint32_t op; /* the reduction, or the root of a broadcast */
+    uint32_t zero;
+    uint64_t seq; /* collectives of the context before this one */
+    uint64_t count;
+} call_t;
+
+_Static_assert(sizeof(call_t) == 32, "a call description is 32 bytes");
+
+#define CALL_MAGIC 0x43504444u /* "DDPC" */
+
+typedef enum { CALL_ALL_REDUCE = 1, CALL_BARRIER, CALL_BROADCAST, CALL_ALL_GATHER } collective_t;
+
 typedef struct {
     int next_fd, prev_fd;
     int next, prev; /* their ranks */
@@ -57,12 +79,15 @@ typedef struct {
     bool oversubscribed; /* more ranks here than CPUs: spin by yielding */
     ddp_shm_seg_t own, next_seg, prev_seg;
     char own_name[80]; /* until unlinked */
+    uint64_t calls;    /* collectives so far: the next one's number */
 } cpu_t;
 
 /* One transfer: `send` to the next rank while `recv` comes from the previous one. With
  * `reduce`, received elements are reduced into `recv` instead of copied. With
  * `forward`, what is sent is what has been received (the send buffer is the receive
- * buffer), as a broadcast passes data on. */
+ * buffer), as a broadcast passes data on. With `call`, this rank's description of the
+ * collective goes first, and the previous rank's must be the same before its data is
+ * taken. */
 typedef struct {
     const uint8_t *send;
     size_t send_len;
@@ -72,7 +97,52 @@ typedef struct {
     ddp_dtype_t dtype;
     ddp_reduce_op_t op;
     int average_over; /* the last step of an average: divide by this as data comes */
+    const call_t *call;
 } transfer_t;
+
+/* "all_reduce #4 of 1000 float32 (sum)", of a description that may come from a peer. */
+static void describe(const call_t *call, char *buf, size_t cap)
+{
+    static const char *const kinds[] = {"?", "all_reduce", "barrier", "broadcast", "all_gather"};
+    const char *kind = call->kind < sizeof kinds / sizeof kinds[0] ? kinds[call->kind] : "?";
+    int n = snprintf(buf, cap, "%s #%llu", kind, (unsigned long long)call->seq);
+    if (n < 0 || (size_t)n >= cap || call->kind == CALL_BARRIER)
+        return;
+    const char *dtype = ddp_dtype_name((ddp_dtype_t)call->dtype);
+    if (call->kind == CALL_ALL_REDUCE)
+        snprintf(buf + n, cap - (size_t)n, " of %llu %s (%s)", (unsigned long long)call->count,
+                 dtype, ddp_op_name((ddp_reduce_op_t)call->op));
+    else if (call->kind == CALL_BROADCAST)
+        snprintf(buf + n, cap - (size_t)n, " of %llu %s from rank %u",
+                 (unsigned long long)call->count, dtype, call->op);
+    else
+        snprintf(buf + n, cap - (size_t)n, " of %llu %s a rank", (unsigned long long)call->count,
+                 dtype);
+}
+
+/* The previous rank's description against this rank's: 0, or the failure saying both. */
+static int check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *mine,
+                      const call_t *theirs)
+{
+    char here[128], there[128];
+    if (memcmp(mine, theirs, sizeof *mine) == 0)
+        return 0;
+    if (theirs->magic != CALL_MAGIC)
+        return ddp_fail(ddp, DDP_EPROTO,
+                        "%s: rank %d (%s) sent no description of its collective: is it the same "
+                        "version of libddp?",
+                        what, c->prev, c->prev_addr);
+    describe(mine, here, sizeof here);
+    describe(theirs, there, sizeof there);
+    /* A usage error, but found mid-collective: the links hold data no call will read,
+     * so the context is broken as by any failed collective. */
+    ddp->broken = DDP_EUSAGE;
+    return ddp_fail(ddp, DDP_EUSAGE,
+                    "collectives differ: this rank called %s, but rank %d (%s) called %s; every "
+                    "rank must make the same collective calls in the same order, with the same "
+                    "count, dtype and operation",
+                    here, c->prev, c->prev_addr, there);
+}
 
 /* A neighbour we still wait on whose socket turned readable or broken has gone: with
  * shared memory nothing else comes on it. (One we no longer need may have finished and
@@ -89,21 +159,40 @@ static int gone_peer(cpu_t *c, bool need_prev, bool need_next)
 static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
 {
     size_t es = ddp_dtype_size(t->dtype), sent = 0, got = 0;
+    /* The call's description: its bytes sent and received, ahead of the data. */
+    size_t hl = t->call != NULL ? sizeof(call_t) : 0, hs = 0, hg = 0;
+    call_t theirs;
     double deadline = ddp_clock_mono() + ddp->timeout;
-    int idle = 0;
+    int idle = 0, err;
     bool slept = false;
     ddp_shm_align(&c->next_seg, true);
     ddp_shm_align(&c->own, false);
-    while (sent < t->send_len || got < t->recv_len) {
+    while (hs < hl || hg < hl || sent < t->send_len || got < t->recv_len) {
         size_t sendable = t->forward ? (got < t->send_len ? got : t->send_len) : t->send_len;
         bool progress = false;
-        if (sent < sendable) {
+        if (hs < hl) {
+            size_t w = ddp_shm_write(&c->next_seg, (const uint8_t *)t->call + hs, hl - hs, 8);
+            hs += w;
+            progress = w > 0;
+        } else if (sent < sendable) {
             size_t want = sendable - sent < SHM_CHUNK ? sendable - sent : SHM_CHUNK;
             size_t w = ddp_shm_write(&c->next_seg, t->send + sent, want, es);
             sent += w;
             progress = w > 0;
         }
-        if (got < t->recv_len) {
+        if (hg < hl) {
+            size_t n;
+            const uint8_t *data = ddp_shm_peek(&c->own, &n);
+            n = n < hl - hg ? n : hl - hg;
+            if (n > 0) {
+                memcpy((uint8_t *)&theirs + hg, data, n);
+                ddp_shm_consume(&c->own, n, &c->prev_seg);
+                hg += n;
+                progress = true;
+                if (hg == hl && (err = check_call(ddp, c, what, t->call, &theirs)) != 0)
+                    return err;
+            }
+        } else if (got < t->recv_len) {
             size_t n;
             const uint8_t *data = ddp_shm_peek(&c->own, &n);
             n = n < t->recv_len - got ? n : t->recv_len - got;
@@ -127,13 +216,15 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
             /* Nothing came since the sleep. A neighbour that exits after its last write
              * is not gone for us until that write is read: hence only here. */
             slept = false;
-            int gone = gone_peer(c, got < t->recv_len, sent < t->send_len);
+            bool need_prev = hg < hl || got < t->recv_len,
+                 need_next = hs < hl || sent < t->send_len;
+            int gone = gone_peer(c, need_prev, need_next);
             if (gone >= 0)
                 return ddp_fail_peer(ddp, DDP_ECLOSED, gone,
                                      "%s: rank %d (%s) is gone: it closed the connection", what,
                                      gone, gone == c->prev ? c->prev_addr : c->next_addr);
             if (ddp_clock_mono() >= deadline) {
-                int peer = got < t->recv_len ? c->prev : c->next;
+                int peer = need_prev ? c->prev : c->next;
                 return ddp_fail(ddp, DDP_ETIMEOUT,
                                 "%s: no progress with rank %d (%s) for %g s over shared memory "
                                 "(sent %zu of %zu bytes, received %zu of %zu)",
@@ -150,8 +241,9 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
         uint32_t seen = ddp_shm_bell_arm(&c->own);
         size_t readable;
         ddp_shm_peek(&c->own, &readable);
-        bool ready = (sent < sendable && ddp_shm_room(&c->next_seg) >= es) ||
-                     (got < t->recv_len && readable > 0);
+        bool ready = (hs < hl && ddp_shm_room(&c->next_seg) >= 8) ||
+                     (hs == hl && sent < sendable && ddp_shm_room(&c->next_seg) >= es) ||
+                     ((hg < hl || got < t->recv_len) && readable > 0);
         double left = deadline - ddp_clock_mono();
         if (!ready && left > 0)
             ddp_shm_bell_wait(&c->own, seen,
@@ -168,16 +260,18 @@ static int transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
     if (c->shm)
         return transfer_shm(ddp, c, what, t);
     size_t es = ddp_dtype_size(t->dtype), sent = 0, got = 0, reduced = 0, have = 0;
+    size_t hl = t->call != NULL ? sizeof(call_t) : 0, hs = 0, hg = 0; /* as in transfer_shm */
+    call_t theirs;
     double deadline = ddp_clock_mono() + ddp->timeout;
-    while (sent < t->send_len || got < t->recv_len) {
+    while (hs < hl || hg < hl || sent < t->send_len || got < t->recv_len) {
         size_t sendable = t->forward ? (got < t->send_len ? got : t->send_len) : t->send_len;
         struct pollfd fds[2];
         int n = 0, send_slot = -1, recv_slot = -1;
-        if (sent < sendable) {
+        if (hs < hl || sent < sendable) {
             send_slot = n;
             fds[n++] = (struct pollfd){.fd = c->next_fd, .events = POLLOUT};
         }
-        if (got < t->recv_len) {
+        if (hg < hl || got < t->recv_len) {
             recv_slot = n;
             fds[n++] = (struct pollfd){.fd = c->prev_fd, .events = POLLIN};
         }
@@ -188,7 +282,7 @@ static int transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
         if (r < 0)
             return ddp_fail(ddp, -errno, "%s: poll: %s", what, strerror(errno));
         if (r == 0) {
-            int peer = got < t->recv_len ? c->prev : c->next;
+            int peer = hg < hl || got < t->recv_len ? c->prev : c->next;
             return ddp_fail(ddp, DDP_ETIMEOUT,
                             "%s: no progress with rank %d (%s) for %g s (sent %zu of %zu bytes, "
                             "received %zu of %zu)",
@@ -196,28 +290,39 @@ static int transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
                             sent, t->send_len, got, t->recv_len);
         }
         if (send_slot >= 0 && fds[send_slot].revents) {
-            ssize_t w =
-                send(c->next_fd, t->send + sent, sendable - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+            ssize_t w = hs < hl ? send(c->next_fd, (const uint8_t *)t->call + hs, hl - hs,
+                                       MSG_DONTWAIT | MSG_NOSIGNAL)
+                                : send(c->next_fd, t->send + sent, sendable - sent,
+                                       MSG_DONTWAIT | MSG_NOSIGNAL);
             if (w < 0 && errno != EAGAIN && errno != EINTR)
                 return ddp_fail_peer(ddp, errno == EPIPE ? DDP_ECLOSED : -errno, c->next,
                                      "%s: rank %d (%s) is gone: %s", what, c->next, c->next_addr,
                                      strerror(errno));
             if (w > 0) {
-                sent += (size_t)w;
+                *(hs < hl ? &hs : &sent) += (size_t)w;
                 deadline = ddp_clock_mono() + ddp->timeout;
             }
         }
         if (recv_slot >= 0 && fds[recv_slot].revents) {
-            uint8_t *into = t->reduce ? c->scratch + have : t->recv + got;
-            size_t room = t->recv_len - got;
-            if (t->reduce && room > SCRATCH - have)
+            bool header = hg < hl;
+            uint8_t *into = header      ? (uint8_t *)&theirs + hg
+                            : t->reduce ? c->scratch + have
+                                        : t->recv + got;
+            size_t room = header ? hl - hg : t->recv_len - got;
+            if (!header && t->reduce && room > SCRATCH - have)
                 room = SCRATCH - have;
             ssize_t rd = recv(c->prev_fd, into, room, MSG_DONTWAIT);
             if (rd == 0 || (rd < 0 && errno != EAGAIN && errno != EINTR))
                 return ddp_fail_peer(ddp, rd == 0 ? DDP_ECLOSED : -errno, c->prev,
                                      "%s: rank %d (%s) is gone: %s", what, c->prev, c->prev_addr,
                                      rd == 0 ? "it closed the connection" : strerror(errno));
-            if (rd > 0) {
+            if (rd > 0 && header) {
+                hg += (size_t)rd;
+                deadline = ddp_clock_mono() + ddp->timeout;
+                int err = hg == hl ? check_call(ddp, c, what, t->call, &theirs) : 0;
+                if (err)
+                    return err;
+            } else if (rd > 0) {
                 got += (size_t)rd;
                 deadline = ddp_clock_mono() + ddp->timeout;
                 if (t->reduce) {
@@ -248,15 +353,37 @@ static size_t chunk_count(size_t count, int n, int i)
     return count / (size_t)n + ((size_t)i < count % (size_t)n ? 1 : 0);
 }
 
-static int cpu_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
-                          ddp_reduce_op_t op)
+/* This rank's description of the collective it begins, numbered in the context. */
+static call_t begin_call(cpu_t *c, collective_t kind, size_t count, ddp_dtype_t dtype,
+                         unsigned op_or_root)
 {
-    cpu_t *c = state;
+    return (call_t){.magic = CALL_MAGIC,
+                    .kind = (uint16_t)kind,
+                    .dtype = (uint16_t)dtype,
+                    .op = op_or_root,
+                    .seq = c->calls++,
+                    .count = count};
+}
+
+/* A collective without data (count 0) still checks that every rank made the same call. */
+static int call_only(ddp_t *ddp, cpu_t *c, const char *what, const call_t *call)
+{
+    transfer_t t = {.call = call, .dtype = (ddp_dtype_t)call->dtype};
+    return transfer(ddp, c, what, &t);
+}
+
+static int ring_all_reduce(ddp_t *ddp, cpu_t *c, collective_t kind, void *buf, size_t count,
+                           ddp_dtype_t dtype, ddp_reduce_op_t op)
+{
     int n = ddp->world_size, r = ddp->rank;
     size_t es = ddp_dtype_size(dtype);
     uint8_t *b = buf;
-    if (n == 1 || count == 0)
+    const char *what = kind == CALL_BARRIER ? "barrier" : "all_reduce";
+    if (n == 1)
         return 0;
+    call_t call = begin_call(c, kind, count, dtype, (unsigned)op);
+    if (count == 0)
+        return call_only(ddp, c, what, &call);
     /* Reduce-scatter: after n-1 steps rank r owns the whole reduction of chunk r+1. The
      * last step, into that chunk, also divides an average: one pass over the data. */
     for (int s = 0; s < n - 1; s++) {
@@ -269,8 +396,9 @@ static int cpu_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_
                         false,
                         dtype,
                         op,
-                        s == n - 2 ? n : 0};
-        int err = transfer(ddp, c, "all_reduce", &t);
+                        s == n - 2 ? n : 0,
+                        s == 0 ? &call : NULL};
+        int err = transfer(ddp, c, what, &t);
         if (err)
             return err;
     }
@@ -285,12 +413,19 @@ static int cpu_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_
                         false,
                         dtype,
                         op,
-                        0};
-        int err = transfer(ddp, c, "all_reduce", &t);
+                        0,
+                        NULL};
+        int err = transfer(ddp, c, what, &t);
         if (err)
             return err;
     }
     return 0;
+}
+
+static int cpu_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
+                          ddp_reduce_op_t op)
+{
+    return ring_all_reduce(ddp, state, CALL_ALL_REDUCE, buf, count, dtype, op);
 }
 
 static int cpu_barrier(ddp_t *ddp, void *state)
@@ -302,7 +437,8 @@ static int cpu_barrier(ddp_t *ddp, void *state)
         return ddp_fail(ddp, -ENOMEM, "barrier: out of memory");
     for (int i = 0; i < ddp->world_size; i++)
         ones[i] = 1;
-    int err = cpu_all_reduce(ddp, state, ones, (size_t)ddp->world_size, DDP_INT32, DDP_SUM);
+    int err = ring_all_reduce(ddp, state, CALL_BARRIER, ones, (size_t)ddp->world_size, DDP_INT32,
+                              DDP_SUM);
     free(ones);
     return err;
 }
@@ -312,12 +448,16 @@ static int cpu_broadcast(ddp_t *ddp, void *state, void *buf, size_t count, ddp_d
 {
     cpu_t *c = state;
     size_t len = count * ddp_dtype_size(dtype);
-    if (ddp->world_size == 1 || len == 0)
+    if (ddp->world_size == 1)
         return 0;
+    call_t call = begin_call(c, CALL_BROADCAST, count, dtype, (unsigned)root);
+    if (len == 0)
+        return call_only(ddp, c, "broadcast", &call);
     /* Around the ring from the root; each rank passes on what it has received so far,
-     * but for the last, whose next is the root. */
+     * but for the last, whose next is the root (which still hears its description). */
     bool first = ddp->rank == root, last = c->next == root;
-    transfer_t t = {buf, last ? 0 : len, buf, first ? 0 : len, false, !first, dtype, DDP_SUM, 0};
+    transfer_t t = {buf, last ? 0 : len, buf, first ? 0 : len, false, !first, dtype, DDP_SUM,
+                    0,   &call};
     return transfer(ddp, c, "broadcast", &t);
 }
 
@@ -330,8 +470,11 @@ static int cpu_all_gather(ddp_t *ddp, void *state, const void *send, void *recv,
     uint8_t *out = recv;
     if (out + (size_t)r * block != send)
         memmove(out + (size_t)r * block, send, block);
-    if (n == 1 || block == 0)
+    if (n == 1)
         return 0;
+    call_t call = begin_call(c, CALL_ALL_GATHER, count, dtype, 0);
+    if (block == 0)
+        return call_only(ddp, c, "all_gather", &call);
     for (int s = 0; s < n - 1; s++) {
         int give = (r - s + n) % n, take = (r - s - 1 + n) % n;
         transfer_t t = {out + (size_t)give * block,
@@ -342,7 +485,8 @@ static int cpu_all_gather(ddp_t *ddp, void *state, const void *send, void *recv,
                         false,
                         dtype,
                         DDP_SUM,
-                        0};
+                        0,
+                        s == 0 ? &call : NULL};
         int err = transfer(ddp, c, "all_gather", &t);
         if (err)
             return err;

@@ -580,6 +580,34 @@ static void mode_die(int victim)
     printf("die: rank %d was never stopped\n", rank);
 }
 
+/* The last rank makes a collective call that differs from the others' by `how` (count,
+ * dtype, op or kind): its neighbours must fail at once saying so (a rank further away
+ * finds its neighbour gone), and a later collective must fail too. */
+static void mode_mismatch(const char *how)
+{
+    size_t n = 1000;
+    float *buf = calloc(n + 1, sizeof(double));
+    bool odd = rank == world - 1;
+    int err;
+    CALL("barrier", ddp_barrier(ddp));
+    if (odd && strcmp(how, "count") == 0)
+        err = ddp_all_reduce(ddp, buf, n + 1, DDP_FLOAT32, DDP_SUM);
+    else if (odd && strcmp(how, "dtype") == 0)
+        err = ddp_all_reduce(ddp, buf, n, DDP_INT32, DDP_SUM);
+    else if (odd && strcmp(how, "op") == 0)
+        err = ddp_all_reduce(ddp, buf, n, DDP_FLOAT32, DDP_MAX);
+    else if (odd && strcmp(how, "kind") == 0)
+        err = ddp_broadcast(ddp, buf, n, DDP_FLOAT32, 0);
+    else
+        err = ddp_all_reduce(ddp, buf, n, DDP_FLOAT32, DDP_SUM);
+    int later = ddp_barrier(ddp);
+    printf("rank %d: mismatch %s: %s; then %s\n", rank, how, err ? ddp_strerror(err) : "no error",
+           later ? "failed too" : "went on");
+    fflush(stdout);
+    free(buf);
+    exit(err ? 3 : 0);
+}
+
 static const char *transport(void)
 {
     char line[512];
@@ -631,6 +659,8 @@ int main(int argc, char **argv)
         mode_resume(argv[2], atoi(argv[3]));
     else if (strcmp(mode, "nccl-id") == 0)
         mode_nccl_id();
+    else if (strcmp(mode, "mismatch") == 0 && argc > 2)
+        mode_mismatch(argv[2]);
     else if (strcmp(mode, "die") == 0)
         mode_die(argc > 2 ? atoi(argv[2]) : 1);
     else

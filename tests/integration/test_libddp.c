@@ -339,6 +339,62 @@ static void test_dead_peer_tcp(void **state)
     run_dead_peer(env);
 }
 
+/* Ranks whose collective calls differ fail at once, saying what each called, instead of
+ * mixing data of different shapes or waiting out the timeout (600 s here; the run has
+ * 120). */
+static void run_mismatch(int world, const char *how, const char *const *env, const char *here,
+                         const char *there)
+{
+    char nproc[64], id_flag[128], id[64], line[128];
+    snprintf(nproc, sizeof nproc, "--nproc-per-node=%d", world);
+    unique_run_id(id_flag, sizeof id_flag, id, sizeof id);
+    const char *argv[] = {th_launcher(), nproc,      id_flag, "--no-python",
+                          collectives(), "mismatch", how,     NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    const char *out = ddp_buf_str(&p.out), *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    /* The last rank and its next, rank 0, see each other's call. */
+    snprintf(line, sizeof line, "rank %d: collectives differ: this rank called %s, but rank %d (",
+             world - 1, there, world - 2);
+    TH_ASSERT(&p, strstr(err, line) != NULL);
+    snprintf(line, sizeof line, "rank 0: collectives differ: this rank called %s, but rank %d (",
+             here, world - 1);
+    TH_ASSERT(&p, strstr(err, line) != NULL);
+    snprintf(line, sizeof line, ") called %s; every rank must make the same collective calls",
+             there);
+    TH_ASSERT(&p, strstr(err, line) != NULL);
+    snprintf(line, sizeof line, "rank %d: mismatch %s: invalid usage; then failed too\n", world - 1,
+             how);
+    TH_ASSERT(&p, strstr(out, line) != NULL);
+    TH_ASSERT(&p, strstr(out, "went on") == NULL && strstr(out, "no error") == NULL);
+    TH_ASSERT(&p, no_segment_left(id));
+    th_cleanup(&p);
+}
+
+static void test_mismatched_collectives_shm(void **state)
+{
+    const char *env[] = {"DDP_TIMEOUT=600", NULL};
+    /* #0 is the transport vote, #1 the barrier: the mismatch is collective #2. */
+    run_mismatch(2, "count", env, "all_reduce #2 of 1000 float32 (sum)",
+                 "all_reduce #2 of 1001 float32 (sum)");
+    run_mismatch(2, "dtype", env, "all_reduce #2 of 1000 float32 (sum)",
+                 "all_reduce #2 of 1000 int32 (sum)");
+    run_mismatch(2, "op", env, "all_reduce #2 of 1000 float32 (sum)",
+                 "all_reduce #2 of 1000 float32 (max)");
+    run_mismatch(3, "kind", env, "all_reduce #2 of 1000 float32 (sum)",
+                 "broadcast #2 of 1000 float32 from rank 0");
+}
+
+static void test_mismatched_collectives_tcp(void **state)
+{
+    const char *env[] = {"DDP_TIMEOUT=600", "DDP_SHM=0", NULL};
+    run_mismatch(2, "count", env, "all_reduce #2 of 1000 float32 (sum)",
+                 "all_reduce #2 of 1001 float32 (sum)");
+    run_mismatch(3, "kind", env, "all_reduce #2 of 1000 float32 (sum)",
+                 "broadcast #2 of 1000 float32 from rank 0");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +415,8 @@ int main(void)
         TH_TEST(test_backend_choice),
         TH_TEST(test_dead_peer_shm),
         TH_TEST(test_dead_peer_tcp),
+        TH_TEST(test_mismatched_collectives_shm),
+        TH_TEST(test_mismatched_collectives_tcp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

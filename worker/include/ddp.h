@@ -10,8 +10,9 @@
  * so that ddp-launch's failure report shows the cause. A failed collective leaves the
  * workers out of step: every later collective of that context fails at once (the job
  * is restarted by the launcher, not repaired). Each collective fails when a peer makes
- * no progress for the timeout or goes away; it never waits forever. A context is used
- * by one thread at a time. */
+ * no progress for the timeout or goes away; it never waits forever. On the CPU backend,
+ * ranks whose calls differ (another collective, count, dtype, op or root) fail at once
+ * with DDP_EUSAGE, naming both calls. A context is used by one thread at a time. */
 #ifndef DDP_H
 #define DDP_H
 
