@@ -60,7 +60,7 @@ typedef struct {
     uint16_t dtype;
     uint32_t op; /* the reduction, or the root of a broadcast */
     uint32_t zero;
-    uint64_t seq; /* collectives of the context before this one */
+    uint64_t seq; /* its number in the context: 0 is init's vote, the program's first is 1 */
     uint64_t count;
 } call_t;
 
