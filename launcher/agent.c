@@ -401,7 +401,14 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
     bool not_ours = a->state == AGENT_STOPPING && a->stop_reason == STOP_FAILURE &&
                     WIFSIGNALED(status) && WTERMSIG(status) != a->sent_signal &&
                     !(a->sent_sigkill && WTERMSIG(status) == SIGKILL);
-    if (a->state != AGENT_RUNNING && !not_ours) {
+    /* Nor is one that a failure already recorded blames (its connections closed before
+     * the stop began) and that then ends on its own, with an exit code or its own error
+     * file: the report's root cause is its failure, not the neighbour's that noticed. */
+    bool blamed = false;
+    for (size_t i = 0; i < a->nfailures && !blamed; i++)
+        blamed = a->failures[i].peer_rank == w->rank;
+    bool own_end = (WIFEXITED(status) && WEXITSTATUS(status) != 0) || f.message != NULL;
+    if (a->state != AGENT_RUNNING && !not_ours && !(blamed && own_end)) {
         /* Ended by our stop signal (or exiting on its own meanwhile): not a root cause. */
         ddp_log_debug(a->log, "worker rank %d (pid %d) %s", w->rank, (int)w->pid,
                       ddp_failure_describe(&f, what, sizeof what));

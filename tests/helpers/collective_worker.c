@@ -608,6 +608,23 @@ static void mode_mismatch(const char *how)
     exit(err ? 3 : 0);
 }
 
+/* Rank `victim` leaves: it closes its links and exits with code 5 a second later, on its
+ * own (our stop's SIGTERM ignored), after the others have failed for it. */
+static void mode_leave(int victim)
+{
+    float x = 1;
+    CALL("barrier", ddp_barrier(ddp));
+    if (rank == victim) {
+        signal(SIGTERM, SIG_IGN);
+        ddp_finalize(ddp);
+        fprintf(stderr, "rank %d: leaving\n", rank);
+        sleep(1);
+        exit(5);
+    }
+    CALL("all_reduce", ddp_all_reduce(ddp, &x, 1, DDP_FLOAT32, DDP_SUM));
+    printf("leave: rank %d was never stopped\n", rank);
+}
+
 static const char *transport(void)
 {
     char line[512];
@@ -661,6 +678,8 @@ int main(int argc, char **argv)
         mode_nccl_id();
     else if (strcmp(mode, "mismatch") == 0 && argc > 2)
         mode_mismatch(argv[2]);
+    else if (strcmp(mode, "leave") == 0)
+        mode_leave(argc > 2 ? atoi(argv[2]) : 0);
     else if (strcmp(mode, "die") == 0)
         mode_die(argc > 2 ? atoi(argv[2]) : 1);
     else
