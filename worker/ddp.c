@@ -60,6 +60,7 @@ static void write_error_file(const char *message, int peer)
 static int fail(ddp_t *ddp, int err, int peer, const char *fmt, va_list ap)
 {
     vsnprintf(ddp->error, sizeof ddp->error, fmt, ap);
+    ddp->error_peer = peer;
     ddp_log_error(&ddp->log, "rank %d: %s", ddp->rank, ddp->error);
     char message[1200];
     snprintf(message, sizeof message, "libddp: rank %d: %s", ddp->rank, ddp->error);
@@ -300,8 +301,9 @@ static int check(ddp_t *ddp, const char *what, const void *buf, ddp_dtype_t dtyp
     if (ddp->broken) {
         char earlier[sizeof ddp->error];
         memcpy(earlier, ddp->error, sizeof earlier); /* ddp_fail rewrites ddp->error */
-        return ddp_fail(ddp, ddp->broken, "%s after an earlier collective failed: %s", what,
-                        earlier);
+        /* The error file still blames the peer the earlier failure blamed. */
+        return ddp_fail_peer(ddp, ddp->broken, ddp->error_peer,
+                             "%s after an earlier collective failed: %s", what, earlier);
     }
     if (buf == NULL && count > 0)
         return ddp_fail(ddp, DDP_EUSAGE, "%s: the buffer is NULL", what);

@@ -70,7 +70,8 @@ struct ddp_s {
     ddp_store_client_t *store;
     const ddp_backend_t *backend;
     void *backend_state;
-    int broken; /* a collective failed: the peers are out of step; later calls fail */
+    int broken;     /* a collective failed: the peers are out of step; later calls fail */
+    int error_peer; /* the rank the last failure blames for going away, or -1 */
     struct ddp_cuda_api_s *cuda; /* CUDA and NCCL, once loaded (nccl.c) */
     int nccl_ids;                /* unique ids exchanged so far */
     int checkpoints;             /* checkpoint saves and loads so far */

@@ -609,7 +609,8 @@ static void mode_mismatch(const char *how)
 }
 
 /* Rank `victim` leaves: it closes its links and exits with code 5 a second later, on its
- * own (our stop's SIGTERM ignored), after the others have failed for it. */
+ * own (our stop's SIGTERM ignored), after the others have failed for it, each with one
+ * more collective (which fails too, and must still blame the victim) before exiting. */
 static void mode_leave(int victim)
 {
     float x = 1;
@@ -621,7 +622,9 @@ static void mode_leave(int victim)
         sleep(1);
         exit(5);
     }
-    CALL("all_reduce", ddp_all_reduce(ddp, &x, 1, DDP_FLOAT32, DDP_SUM));
+    int err = ddp_all_reduce(ddp, &x, 1, DDP_FLOAT32, DDP_SUM);
+    if (err != 0 && ddp_barrier(ddp) != 0)
+        fail_collective("all_reduce", err);
     printf("leave: rank %d was never stopped\n", rank);
 }
 

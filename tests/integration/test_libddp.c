@@ -328,8 +328,9 @@ static void run_dead_peer(const char *const *env)
 }
 
 /* A rank that leaves (its links closed) and exits with an error a moment later, after
- * its neighbour has failed for it and the stop has begun: the report's root cause is
- * still its own failure, not the neighbour's that noticed. */
+ * its neighbour has failed for it (and made one more collective, which failed too) and
+ * the stop has begun: the report's root cause is still its own failure, not the
+ * neighbour's that noticed. */
 static void test_peer_that_leaves_is_the_root_cause(void **state)
 {
     char id_flag[128], id[64];
