@@ -180,30 +180,23 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
             sent += w;
             progress = w > 0;
         }
-        if (hg < hl) {
-            size_t n;
+        bool header = hg < hl;
+        if (header || got < t->recv_len) {
+            size_t n, want = header ? hl - hg : t->recv_len - got;
             const uint8_t *data = ddp_shm_peek(&c->own, &n);
-            n = n < hl - hg ? n : hl - hg;
+            n = n < want ? n : want;
             if (n > 0) {
-                memcpy((uint8_t *)&theirs + hg, data, n);
-                ddp_shm_consume(&c->own, n, &c->prev_seg);
-                hg += n;
-                progress = true;
-                if (hg == hl && (err = check_call(ddp, c, what, t->call, &theirs)) != 0)
-                    return err;
-            }
-        } else if (got < t->recv_len) {
-            size_t n;
-            const uint8_t *data = ddp_shm_peek(&c->own, &n);
-            n = n < t->recv_len - got ? n : t->recv_len - got;
-            if (n > 0) {
-                if (t->reduce)
+                if (header)
+                    memcpy((uint8_t *)&theirs + hg, data, n);
+                else if (t->reduce)
                     ddp_reduce_into(t->recv + got, data, n / es, t->dtype, t->op, t->average_over);
                 else
                     memcpy(t->recv + got, data, n);
                 ddp_shm_consume(&c->own, n, &c->prev_seg);
-                got += n;
+                *(header ? &hg : &got) += n;
                 progress = true;
+                if (header && hg == hl && (err = check_call(ddp, c, what, t->call, &theirs)) != 0)
+                    return err;
             }
         }
         if (progress) {

@@ -586,7 +586,7 @@ static void mode_die(int victim)
 static void mode_mismatch(const char *how)
 {
     size_t n = 1000;
-    float *buf = calloc(n + 1, sizeof(double));
+    float *buf = calloc(n + 1, sizeof *buf); /* float32 or int32 elements */
     bool odd = rank == world - 1;
     int err;
     CALL("barrier", ddp_barrier(ddp));
