@@ -386,15 +386,52 @@ int ddp_store_client_check(ddp_store_client_t *c, const char *const *keys, size_
     return 0;
 }
 
+/* Waits until the socket has something to read (0), `wake_fd` is readable (1), or the
+ * deadline passes (DDP_ETIMEOUT). */
+static int wait_readable_or_wake(ddp_store_client_t *c, int wake_fd, double deadline)
+{
+    if (c->in.len > 0)
+        return 0; /* the reply has begun to arrive already */
+    for (;;) {
+        double left = deadline - ddp_clock_mono();
+        struct pollfd pfd[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = wake_fd, .events = POLLIN}};
+        int ms = left <= 0 ? 0 : left > 86400 ? 86400 * 1000 : (int)(left * 1000) + 1;
+        int r = poll(pfd, 2, ms);
+        if (r < 0 && errno != EINTR)
+            return -errno;
+        if (r > 0 && pfd[0].revents != 0)
+            return 0;
+        if (r > 0 && pfd[1].revents != 0)
+            return 1;
+        if (r == 0 && ddp_clock_mono() >= deadline)
+            return DDP_ETIMEOUT;
+    }
+}
+
 int ddp_store_client_wait(ddp_store_client_t *c, const char *const *keys, size_t n, double timeout)
+{
+    return ddp_store_client_wait_or_wake(c, keys, n, timeout, -1);
+}
+
+int ddp_store_client_wait_or_wake(ddp_store_client_t *c, const char *const *keys, size_t n,
+                                  double timeout, int wake_fd)
 {
     ddp_store_reply_t reply;
     double deadline = ddp_clock_mono() + timeout;
     int err = begin(c, DDP_STORE_WAIT);
+    bool woken = false;
     if (err == 0)
         err = put_keys(c, keys, n);
-    if (err == 0)
+    if (err == 0 && wake_fd < 0) {
         err = round_trip(c, DDP_STORE_WAIT, 0, &reply, deadline);
+    } else if (err == 0 && (err = send_all(c, deadline)) == 0) {
+        err = wait_readable_or_wake(c, wake_fd, deadline);
+        woken = err == 1;
+        if (err == 0)
+            err = recv_reply(c, DDP_STORE_WAIT, 0, &reply, deadline);
+        else if (woken)
+            err = DDP_ETIMEOUT; /* cancelled below as a timeout is */
+    }
     if (err == 0) {
         consume(c, reply.size);
         return 0;
@@ -419,6 +456,8 @@ int ddp_store_client_wait(ddp_store_client_t *c, const char *const *keys, size_t
     consume(c, reply.size);
     if (came)
         return 0;
+    if (woken)
+        return 1;
     return fail(c, DDP_ETIMEOUT, "WAIT %g s for '%s'%s", timeout, n ? keys[0] : "",
                 n > 1 ? " and others" : "");
 }

@@ -58,6 +58,12 @@ int ddp_store_client_check(ddp_store_client_t *client, const char *const *keys, 
 int ddp_store_client_wait(ddp_store_client_t *client, const char *const *keys, size_t n,
                           double timeout);
 
+/* The same, but it also ends (the wait cancelled on the server) as soon as `wake_fd` is
+ * readable: then 1. With wake_fd < 0 it is ddp_store_client_wait. The caller empties
+ * wake_fd; it may be readable already when called (then 1 at once, after a round trip). */
+int ddp_store_client_wait_or_wake(ddp_store_client_t *client, const char *const *keys, size_t n,
+                                  double timeout, int wake_fd);
+
 int ddp_store_client_num_keys(ddp_store_client_t *client, int64_t *count);
 
 int ddp_store_client_delete(ddp_store_client_t *client, const char *key, bool *deleted);

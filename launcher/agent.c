@@ -13,6 +13,8 @@
 #include "io.h"
 #include "logs.h"
 #include "rdzv.h"
+#include "rdzv_coord.h"
+#include "rdzv_record.h"
 #include "report.h"
 #include "spawn.h"
 #include "store_server.h"
@@ -90,7 +92,8 @@ struct ddp_agent_s {
     char host[256];
 
     /* This node's share of the job: one node alone, or what the rendezvous formed. */
-    ddp_rdzv_t *rdzv; /* multi-node jobs */
+    ddp_rdzv_t *rdzv;        /* multi-node jobs */
+    ddp_rdzv_coord_t *coord; /* multi-node jobs whose store this launcher serves */
     int rank_offset, world_size, nnodes, group_rank, restart_count;
     int abort_exit_code; /* STOP_ABORTED's */
 
@@ -215,7 +218,15 @@ static void finish(ddp_agent_t *a)
 {
     a->state = AGENT_DONE;
     ddp_rdzv_close(a->rdzv);
-    ddp_store_server_close(a->store);
+    if (a->coord != NULL) {
+        /* The other nodes read how the job ended from our store: it stays until they
+         * have left (after success, up to close_timeout). */
+        ddp_rdzv_coord_finish(a->coord,
+                              a->exit_code == DDP_EXIT_OK ? a->cfg->rdzv_conf.close_timeout : 1.0);
+        a->coord = NULL;
+    } else {
+        ddp_store_server_close(a->store);
+    }
     a->store = NULL;
     uv_close((uv_handle_t *)&a->sigchld, NULL);
     uv_close((uv_handle_t *)&a->kill_timer, NULL);
@@ -697,21 +708,7 @@ static void round_start(ddp_agent_t *a, const ddp_rdzv_world_t *world)
     a->world_size = world->world_size;
     a->nnodes = world->nnodes;
     clear_failures(a);
-    if (a->store != NULL && world->round > 0) {
-        /* As between attempts on one node; then the other nodes may start theirs. */
-        char key[640];
-        size_t cleared = ddp_store_clear(ddp_store_server_store(a->store), DDP_STORE_KEEP);
-        ddp_log_debug(a->log, "cleared %zu key(s) of round %d from the store", cleared,
-                      world->round - 1);
-        ddp_rdzv_cleared_key(a->cfg, world->round, key, sizeof key);
-        ddp_store_key_t k = {(const uint8_t *)key, strlen(key)};
-        if (ddp_store_set(ddp_store_server_store(a->store), k, (const uint8_t *)"1", 1) != 0) {
-            ddp_log_error(a->log, "out of memory in the store");
-            a->exit_code = DDP_EXIT_LAUNCH_FAILED;
-            finish(a);
-            return;
-        }
-    }
+    /* The coordinator has cleared the last round's keys from the store already. */
     ddp_log_info(a->log, "round %d: %d node(s), %d workers; this is node %d, with ranks %d to %d",
                  world->round, world->nnodes, world->world_size, world->node_rank,
                  world->rank_offset, world->rank_offset + a->nworkers - 1);
@@ -953,10 +950,17 @@ int ddp_agent_run(const ddp_launch_config_t *cfg, const ddp_log_t *log)
         a->exit_code = DDP_EXIT_STORE_FAILED;
         finish(a);
     } else if (cfg->nnodes_max > 1) {
-        /* Every node's launcher meets the others in the store. */
+        /* Every node's launcher meets the others in the store; the one serving it
+         * coordinates. */
+        char id[DDP_RDZV_ID_MAX];
+        ddp_rdzv_launcher_id(id, a->host);
         a->state = AGENT_WAITING;
-        if ((err = ddp_rdzv_start(&a->loop, cfg, log, a->store != NULL, on_rdzv_command, a,
-                                  &a->rdzv)) != 0) {
+        if (a->store != NULL &&
+            (err = ddp_rdzv_coord_start(&a->loop, a->store, cfg, log, id, &a->coord)) != 0) {
+            ddp_log_error(log, "unable to start the rendezvous: %s", ddp_strerror(err));
+            finish(a);
+        } else if ((err = ddp_rdzv_start(&a->loop, cfg, log, id, on_rdzv_command, a, &a->rdzv)) !=
+                   0) {
             ddp_log_error(log, "unable to start the rendezvous: %s", ddp_strerror(err));
             finish(a);
         } else if (ddp_rdzv_dynamic(cfg)) {

@@ -1,35 +1,17 @@
-/* Static rendezvous of a multi-node job: the launchers of every node meet in the store
- * that node 0's launcher hosts, form each round (attempt) of the job together and end
- * it together.
+/* The rendezvous of a multi-node job, as each launcher takes part in it: a thread of
+ * the agent speaks to the store with the blocking client (the hosting launcher's too,
+ * over its own loop's server) and hands the agent's loop commands through a uv_async:
+ * start round R with this world, stop the workers (the round ends elsewhere), finish
+ * with this status. The loop posts what happens to the local workers: a failure, their
+ * end after a stop, their success, or the launcher's own end (a signal); each post also
+ * wakes the thread out of its store wait (an eventfd beside the socket).
  *
- * A thread of the agent speaks to the store with the blocking client (node 0's too, over
- * its own loop's server), and hands the agent's loop commands through a uv_async: start
- * round R with this world, stop the workers (another node failed), finish with this
- * status. The loop posts what happens to the local workers: a failure, their end after
- * a stop, their success, or the launcher's own end (a signal).
- *
- * Dynamic rendezvous (c10d, --nnodes=MIN:MAX): launchers join the open round in arrival
- * order; it closes at MAX nodes, or at MIN once last_call_timeout has passed since MIN
- * were there; node ranks keep last round's order, newcomers after. A node that comes
- * after the close waits in the next round, and the running nodes re-form with it; a
- * lost node makes the others re-form without it (while MIN remain). Re-forming costs
- * no restart.
- *
- * In the store, under ddp-launch/rdzv/<run id>/ (kept when a round's keys are cleared):
- *   <round>/claim/<node rank>   ADD: a second claim is a duplicate --node-rank
- *   <round>/node/<node rank>    "nnodes nproc max_restarts host"
- *   <round>/cleared             node 0 cleared the previous round's keys (round > 0)
- *   <round>/failed              the first failure of the round, named
- *   <round>/done                nodes whose workers all succeeded (ADD)
- *   exit                        nodes gone after success (ADD); node 0 waits for all
- *   abort                       the job ends on every node, without restarts
- *   beat/<node rank or id>      heartbeats (ADD)
- * and for dynamic rendezvous:
- *   open                        the newest round (ADD)
- *   <round>/join                arrivals (ADD: the arrival index)
- *   <round>/member/<arrival>    "nproc previous_rank max_restarts id"
- *   <round>/closed              how many arrivals the round took
- *   finished                    the job succeeded: a waiting latecomer leaves */
+ * What a round is, who is in it and how it ends is decided by the coordinator on the
+ * hosting launcher's loop (rdzv_coord.h); this side joins, waits for its answer, runs
+ * the round while it waits for the round's outcome, reports its workers' end, and
+ * beats every keep_alive_interval. Static rendezvous (--node-rank given) and c10d
+ * (--nnodes=MIN:MAX, node ranks assigned per round, stable across rounds) differ only
+ * at the coordinator (rdzv_static.c, rdzv_c10d.c). Keys: rdzv_record.h. */
 #ifndef DDP_LAUNCHER_RDZV_H
 #define DDP_LAUNCHER_RDZV_H
 
@@ -63,11 +45,10 @@ typedef enum {
     DDP_RDZV_EV_ABORT,     /* this launcher ends (message): so does the job */
 } ddp_rdzv_event_t;
 
-/* Starts the thread. `hosting`: this launcher's loop serves the store (node 0's, or the
- * c10d endpoint's). `on_command` runs on the loop when a command is ready (take it
- * with ddp_rdzv_take). */
+/* Starts the thread of the launcher whose id is `id` (ddp_rdzv_launcher_id; copied).
+ * `on_command` runs on the loop when a command is ready (take it with ddp_rdzv_take). */
 int ddp_rdzv_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_log_t *log,
-                   bool hosting, void (*on_command)(void *ctx), void *ctx, ddp_rdzv_t **out);
+                   const char *id, void (*on_command)(void *ctx), void *ctx, ddp_rdzv_t **out);
 
 /* Whether `cfg` asks for dynamic (c10d, elastic) rendezvous across nodes. */
 bool ddp_rdzv_dynamic(const ddp_launch_config_t *cfg);
@@ -79,10 +60,6 @@ void ddp_rdzv_post(ddp_rdzv_t *r, ddp_rdzv_event_t event, const char *message);
  * on_command callback takes them all: one wake-up may stand for several). */
 ddp_rdzv_cmd_t ddp_rdzv_take(ddp_rdzv_t *r, ddp_rdzv_world_t *world, int *exit_code, char *message,
                              size_t cap);
-
-/* The key node 0 sets in its own store once it has cleared the keys of the rounds
- * before `round`; into key[cap]. */
-void ddp_rdzv_cleared_key(const ddp_launch_config_t *cfg, int round, char *key, size_t cap);
 
 /* From the loop, when the agent finishes: the thread is told to stop and the async
  * handle closed (the thread ends once its current store call returns). */

@@ -47,6 +47,10 @@ struct ddp_store_server_s {
     uint64_t busy_poll_ns; /* 0: no busy polling (and the handle is not initialised) */
     uint64_t poll_until;   /* uv_hrtime() at which polling stops without a new request */
     uint64_t polls;        /* loop turns spent polling, ever */
+    uint64_t requests;     /* requests served, ever */
+    const ddp_store_server_watch_t *watch; /* writes under a prefix, or NULL */
+    size_t watch_prefix_len;
+    bool in_request; /* handling a request: its serve() drains the resume list after */
 };
 
 struct conn_s {
@@ -66,6 +70,7 @@ struct conn_s {
     bool reading;
     bool closing;
     size_t write_queued; /* bytes handed to libuv and not yet written */
+    void *tag;           /* the watcher's, once this client wrote under its prefix */
 };
 
 typedef struct {
@@ -142,6 +147,8 @@ __attribute__((format(printf, 2, 3))) static void conn_close(conn_t *c, const ch
         ddp_log_warn(s->log, "store: closing the connection from %s: %s", c->peer, why);
     }
     c->closing = true;
+    if (c->tag != NULL && s->watch != NULL && s->watch->on_close != NULL)
+        s->watch->on_close(s->watch->ctx, c->tag);
     ddp_store_cancel(s->store, &c->waiter);
     c->waiting = false;
     remove_from_resume(s, c);
@@ -289,6 +296,20 @@ static const char *show_key(const ddp_store_request_t *req, char *buf, size_t ca
     return buf;
 }
 
+/* Tells the watcher of a write of `key` by `c`, when the key is under its prefix. */
+static void notify_write(conn_t *c, ddp_store_key_t key)
+{
+    ddp_store_server_t *s = c->server;
+    const ddp_store_server_watch_t *w = s->watch;
+    if (w == NULL || key.len < s->watch_prefix_len ||
+        memcmp(key.data, w->prefix, s->watch_prefix_len) != 0)
+        return;
+    const uint8_t *value = NULL;
+    size_t len = 0;
+    (void)ddp_store_get(s->store, key, &value, &len);
+    w->on_write(w->ctx, &c->tag, key, value, len);
+}
+
 /* Handles one complete request. Returns 0, or -1 when the connection was closed. */
 static int handle(conn_t *c, const ddp_store_request_t *req)
 {
@@ -296,7 +317,8 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
     ddp_buf_t *out = &c->out;
     char shown[300];
     int err = 0;
-    if (s->busy_poll_ns > 0 && !s->closing) {
+    s->requests++;
+    if (s->busy_poll_ns > 0 && !s->closing && c->tag == NULL) {
         s->poll_until = uv_hrtime() + s->busy_poll_ns;
         uv_idle_start(&s->busy_poll, on_busy_poll); /* no-op while already polling */
     }
@@ -312,6 +334,8 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
         break;
     case DDP_STORE_SET:
         err = ddp_store_set(s->store, key_of(req), req->value, req->value_len);
+        if (err == 0)
+            notify_write(c, key_of(req));
         break;
     case DDP_STORE_GET: {
         ddp_store_value_t *value = ddp_store_get_value(s->store, key_of(req));
@@ -338,6 +362,8 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
         }
         if (err == 0)
             err = ddp_store_put_i64(out, result);
+        if (err == 0)
+            notify_write(c, key_of(req));
         break;
     }
     case DDP_STORE_COMPARE_SET: {
@@ -347,6 +373,8 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
                                     req->desired_len, &answer, &len);
         if (err == 0)
             err = ddp_store_put_bytes(out, answer, len);
+        if (err == 0)
+            notify_write(c, key_of(req));
         break;
     }
     case DDP_STORE_CHECK:
@@ -381,6 +409,8 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
         break;
     case DDP_STORE_APPEND:
         err = ddp_store_append(s->store, key_of(req), req->value, req->value_len);
+        if (err == 0)
+            notify_write(c, key_of(req));
         break;
     case DDP_STORE_MULTI_GET:
     case DDP_STORE_MULTI_SET: {
@@ -391,7 +421,8 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
         while (err == 0 && ddp_store_items_next(&it, &key, &klen, &value, &vlen)) {
             ddp_store_key_t k = {key, klen};
             if (req->op == DDP_STORE_MULTI_SET) {
-                err = ddp_store_set(s->store, k, value, vlen);
+                if ((err = ddp_store_set(s->store, k, value, vlen)) == 0)
+                    notify_write(c, k);
                 continue;
             }
             const uint8_t *v = NULL;
@@ -517,7 +548,10 @@ static void process_input(conn_t *c)
             ddp_store_cancel(s->store, &c->waiter);
             c->waiting = false;
         }
-        if (handle(c, &req) != 0)
+        s->in_request = true;
+        int handled = handle(c, &req);
+        s->in_request = false;
+        if (handled != 0)
             return;
         c->in_off += req.size;
     }
@@ -720,6 +754,11 @@ uint64_t ddp_store_server_busy_polls(const ddp_store_server_t *server)
     return server->polls;
 }
 
+uint64_t ddp_store_server_requests(const ddp_store_server_t *server)
+{
+    return server->requests;
+}
+
 size_t ddp_store_server_connections(const ddp_store_server_t *server)
 {
     return server->nconns;
@@ -731,6 +770,22 @@ size_t ddp_store_server_waiting(const ddp_store_server_t *server)
     for (const conn_t *c = server->conns; c != NULL; c = c->next)
         n += c->waiting;
     return n;
+}
+
+void ddp_store_server_watch(ddp_store_server_t *server, const ddp_store_server_watch_t *watch)
+{
+    server->watch = watch;
+    server->watch_prefix_len = watch != NULL ? strlen(watch->prefix) : 0;
+}
+
+int ddp_store_server_set(ddp_store_server_t *server, const char *key, const void *value, size_t len)
+{
+    ddp_store_key_t k = {(const uint8_t *)key, strlen(key)};
+    int err = ddp_store_set(server->store, k, value, len);
+    /* Inside a request, the serve() around it answers the waiters when it is done. */
+    if (err == 0 && !server->in_request)
+        drain_resumed(server);
+    return err;
 }
 
 void ddp_store_server_close(ddp_store_server_t *server)

@@ -55,8 +55,34 @@ size_t ddp_store_server_connections(const ddp_store_server_t *server);
 /* The number of connections with a WAIT pending. */
 size_t ddp_store_server_waiting(const ddp_store_server_t *server);
 
+/* The requests served, ever. */
+uint64_t ddp_store_server_requests(const ddp_store_server_t *server);
+
 /* The loop turns spent busy polling, ever. */
 uint64_t ddp_store_server_busy_polls(const ddp_store_server_t *server);
+
+/* Watching the writes under one key prefix (the launcher's rendezvous coordinator):
+ * on_write runs on the loop after every request of a client that wrote a key starting
+ * with `prefix` (SET, ADD, COMPARE_SET, APPEND, MULTI_SET), with the value the key now
+ * holds; *tag is the connection's own tag, NULL until on_write sets it. on_close runs
+ * when a connection with a tag closes (its client died, or gave up). A connection that
+ * has a tag is not busy-polled for: its traffic is the launchers', not a worker's.
+ * Neither callback may close connections; both may write to the store through
+ * ddp_store_server_set. */
+typedef struct ddp_store_server_watch_s {
+    const char *prefix;
+    void (*on_write)(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *value, size_t len);
+    void (*on_close)(void *ctx, void *tag);
+    void *ctx;
+} ddp_store_server_watch_t;
+
+/* Installs `watch` (borrowed until replaced), or removes it with NULL. */
+void ddp_store_server_watch(ddp_store_server_t *server, const ddp_store_server_watch_t *watch);
+
+/* SET from the loop itself, outside any request: the clients whose WAIT it completes
+ * are answered at once. 0 or -ENOMEM. */
+int ddp_store_server_set(ddp_store_server_t *server, const char *key, const void *value,
+                         size_t len);
 
 /* Closes the listeners and every connection; the server is freed once the loop has
  * run their close callbacks. */

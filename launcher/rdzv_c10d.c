@@ -1,0 +1,104 @@
+/* Dynamic (c10d) rendezvous at the coordinator: launchers join in arrival order; the
+ * round closes at MAX, or at MIN once last_call_timeout has passed since MIN were there
+ * and every live launcher of the last round is back; node ranks keep the last round's
+ * order, newcomers after. A join while a round of fewer than MAX runs re-forms the job,
+ * and so does a lost launcher (no restart spent either way). Fewer than MIN for
+ * join_timeout ends the job. */
+#include "rdzv_backend.h"
+
+#include <stdlib.h>
+
+static int c10d_init(ddp_rdzv_coord_t *c)
+{
+    return 0;
+}
+
+static int c10d_admit(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, double now, ddp_buf_t *why)
+{
+    if (c->njoined >= c->cfg->nnodes_min && c->min_since < 0)
+        c->min_since = now;
+    return 0;
+}
+
+static void c10d_forget(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m)
+{
+    if (c->njoined < c->cfg->nnodes_min)
+        c->min_since = -1;
+}
+
+/* Last round's ranks first, in that order, then newcomers in arrival order. */
+static int member_order(const void *a, const void *b)
+{
+    const ddp_rdzv_member_t *x = *(ddp_rdzv_member_t *const *)a,
+                            *y = *(ddp_rdzv_member_t *const *)b;
+    int px = x->node_rank >= 0 ? x->node_rank : 1 << 30,
+        py = y->node_rank >= 0 ? y->node_rank : 1 << 30;
+    if (px != py)
+        return px < py ? -1 : 1;
+    return x->arrival < y->arrival ? -1 : x->arrival > y->arrival;
+}
+
+static int c10d_close(ddp_rdzv_coord_t *c, double now, ddp_rdzv_member_t **ranked)
+{
+    const ddp_launch_config_t *cfg = c->cfg;
+    bool full = c->njoined >= cfg->nnodes_max;
+    bool last_call_over = c->njoined >= cfg->nnodes_min && c->min_since >= 0 &&
+                          now - c->min_since >= cfg->rdzv_conf.last_call_timeout &&
+                          c->nawaited == 0;
+    if (!full && !last_call_over)
+        return 0;
+    int n = 0;
+    for (size_t i = 0; i < c->nmembers; i++)
+        if (c->members[i]->joined)
+            ranked[n++] = c->members[i];
+    qsort(ranked, (size_t)n, sizeof *ranked, member_order);
+    c->min_since = -1;
+    return n < cfg->nnodes_max ? n : cfg->nnodes_max;
+}
+
+static bool c10d_waiting(ddp_rdzv_coord_t *c, double now, ddp_buf_t *status)
+{
+    const ddp_launch_config_t *cfg = c->cfg;
+    double deadline = c->forming_since + cfg->rdzv_conf.join_timeout;
+    bool enough = c->njoined >= cfg->nnodes_min;
+    bool expired = !enough && now >= deadline;
+    if (enough || (!expired && now < c->next_status))
+        return false;
+    if (expired)
+        ddp_buf_printf(status,
+                       "round %d: %d node(s) joined within %g s (--rdzv-conf join_timeout), fewer "
+                       "than --nnodes=%d:%d asks",
+                       c->round, c->njoined, cfg->rdzv_conf.join_timeout, cfg->nnodes_min,
+                       cfg->nnodes_max);
+    else
+        ddp_buf_printf(status,
+                       "round %d: %d node(s) here, waiting for --nnodes=%d:%d (%.0f s so far; "
+                       "giving up in %.0f s, --rdzv-conf join_timeout)",
+                       c->round, c->njoined, cfg->nnodes_min, cfg->nnodes_max,
+                       now - c->forming_since, deadline - now);
+    return expired;
+}
+
+static int c10d_tick(ddp_rdzv_coord_t *c, double now, ddp_buf_t *why)
+{
+    if (c->njoined >= c->cfg->nnodes_min && c->min_since < 0)
+        c->min_since = now;
+    return 0;
+}
+
+static bool c10d_reform_on_join(const ddp_rdzv_coord_t *c)
+{
+    return c->nrunning < c->cfg->nnodes_max;
+}
+
+const ddp_rdzv_backend_ops_t ddp_rdzv_c10d_backend = {
+    .name = "c10d",
+    .init = c10d_init,
+    .admit = c10d_admit,
+    .forget = c10d_forget,
+    .close = c10d_close,
+    .waiting = c10d_waiting,
+    .tick = c10d_tick,
+    .reform_on_join = c10d_reform_on_join,
+    .loss_reforms = true,
+};

@@ -1,0 +1,508 @@
+/* The rendezvous coordinator (see rdzv_coord.h; phases in rdzv_backend.h). Runs on the
+ * loop of the launcher that serves the store; never blocks, never closes a connection. */
+#include "rdzv_backend.h"
+
+#include "error.h"
+#include "io.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TICK_MS      100 /* deadlines, last calls and the liveness check */
+#define STATUS_EVERY 1.0 /* s between refreshes of what a forming round waits for */
+/* A tick this late (s) means the loop was busy: nobody's silence is judged on it. */
+#define LATE_TICK 1.0
+#define STATS_EVERY 5.0 /* s between the debug lines on the store's load */
+
+static void publish(ddp_rdzv_coord_t *c, const char *key, const ddp_rdzv_verdict_t *v)
+{
+    ddp_buf_t text = DDP_BUF_INIT;
+    if (ddp_rdzv_verdict_format(v, &text) != 0 ||
+        ddp_store_server_set(c->server, key, text.data, text.len) != 0)
+        ddp_log_error(c->log, "rendezvous: unable to publish '%s': out of memory", key);
+    ddp_buf_free(&text);
+}
+
+static void publish_assign(ddp_rdzv_coord_t *c, const ddp_rdzv_member_t *m,
+                           const ddp_rdzv_verdict_t *v)
+{
+    char key[512];
+    ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "assign/%s/%d", m->id, m->join.seq);
+    publish(c, key, v);
+}
+
+static void publish_outcome(ddp_rdzv_coord_t *c, const ddp_rdzv_verdict_t *v)
+{
+    char key[512];
+    ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/outcome", c->round);
+    publish(c, key, v);
+    c->outcome_published = true;
+}
+
+double ddp_rdzv_coord_beat_limit(const ddp_rdzv_coord_t *c)
+{
+    return c->cfg->rdzv_conf.keep_alive_interval * c->cfg->rdzv_conf.keep_alive_max_attempt;
+}
+
+/* OVER: once no other launcher is connected, `left` lets our own one go. */
+static void check_left(ddp_rdzv_coord_t *c)
+{
+    if (c->phase != COORD_OVER || c->left_published || c->nconnected > 0)
+        return;
+    char key[512];
+    ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "left");
+    if (ddp_store_server_set(c->server, key, "1", 1) == 0)
+        c->left_published = true;
+}
+
+/* The job is over: the running round's outcome and every waiting launcher's assign
+ * say so, and so will the answer to any later join. */
+static void job_over(ddp_rdzv_coord_t *c, int exit_code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void job_over(ddp_rdzv_coord_t *c, int exit_code, const char *fmt, ...)
+{
+    if (c->phase == COORD_OVER)
+        return;
+    ddp_rdzv_verdict_t *end = &c->end;
+    *end = (ddp_rdzv_verdict_t){.kind = DDP_RDZV_VERDICT_END, .exit_code = exit_code};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(end->message, sizeof end->message, fmt, ap);
+    va_end(ap);
+    ddp_log_debug(c->log, "rendezvous: the job ends (%d): %s", exit_code, end->message);
+    if (c->phase == COORD_RUNNING && !c->outcome_published)
+        publish_outcome(c, end);
+    c->phase = COORD_OVER;
+    for (size_t i = 0; i < c->nmembers; i++) {
+        ddp_rdzv_member_t *m = c->members[i];
+        if (m->joined && !m->lost)
+            publish_assign(c, m, end);
+        m->joined = false;
+    }
+    check_left(c);
+}
+
+/* Every member's workers succeeded. */
+static void job_done(ddp_rdzv_coord_t *c)
+{
+    ddp_rdzv_verdict_t done = {.kind = DDP_RDZV_VERDICT_DONE};
+    publish_outcome(c, &done);
+    job_over(c, DDP_EXIT_OK, "the job finished before this node could join it");
+}
+
+/* The running round stops (a failure, a lost or a new node); the next one forms. */
+static void round_stop(ddp_rdzv_coord_t *c, bool failed, const char *message)
+{
+    if (failed && c->restarts >= c->cfg->max_restarts) {
+        job_over(c, DDP_EXIT_WORKER_FAILED,
+                 "the job failed in round %d, with no restart left (--max-restarts=%d): %s",
+                 c->round, c->cfg->max_restarts, message);
+        return;
+    }
+    ddp_rdzv_verdict_t stop = {.kind = failed ? DDP_RDZV_VERDICT_STOP_FAILED
+                                              : DDP_RDZV_VERDICT_STOP_REFORM};
+    snprintf(stop.message, sizeof stop.message, "%s", message);
+    publish_outcome(c, &stop);
+    for (int i = 0; i < c->nrunning; i++) {
+        ddp_rdzv_member_t *m = c->running[i];
+        m->in_round = false;
+        if (!m->lost && !m->joined) {
+            m->awaited = true;
+            c->nawaited++;
+        }
+    }
+    c->nrunning = 0;
+    c->restarts += failed;
+    c->round++;
+    c->phase = COORD_FORMING;
+    c->forming_since = ddp_clock_mono();
+    c->min_since = -1;
+    c->next_status = 0;
+}
+
+/* The forming round closes with ranked[0..n): each learns its share, at its assign key. */
+static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
+{
+    if (c->round > 0) {
+        /* The workers of every member have ended (each joined after): the last round's
+         * keys go, as between attempts on one node. Ours stay. */
+        size_t cleared = ddp_store_clear(ddp_store_server_store(c->server), "ddp-launch/");
+        ddp_log_debug(c->log, "cleared %zu key(s) of round %d from the store", cleared,
+                      c->round - 1);
+    }
+    int world_size = 0;
+    for (int i = 0; i < n; i++)
+        world_size += ranked[i]->join.nproc;
+    double now = ddp_clock_mono();
+    ddp_rdzv_verdict_t v = {.kind = DDP_RDZV_VERDICT_WORLD};
+    v.world = (ddp_rdzv_world_t){
+        .round = c->round, .restarts = c->restarts, .nnodes = n, .world_size = world_size};
+    c->phase = COORD_RUNNING;
+    c->nrunning = n;
+    c->nsucceeded = 0;
+    c->outcome_published = false;
+    for (int i = 0; i < n; i++) {
+        ddp_rdzv_member_t *m = ranked[i];
+        c->running[i] = m;
+        m->joined = false;
+        m->in_round = true;
+        m->succeeded = false;
+        m->node_rank = i;
+        m->last_beat = now; /* a fresh keep-alive window for the round */
+        c->njoined--;
+        v.world.node_rank = i;
+        publish_assign(c, m, &v);
+        v.world.rank_offset += m->join.nproc;
+    }
+    ddp_log_debug(c->log, "rendezvous: round %d formed: %d node(s), %d workers", c->round, n,
+                  world_size);
+}
+
+static void try_close(ddp_rdzv_coord_t *c, double now)
+{
+    if (c->phase != COORD_FORMING)
+        return;
+    int n = c->backend->close(c, now, c->running);
+    if (n > 0)
+        form_round(c, c->running, n);
+}
+
+/* `m` is gone: it leaves whatever it was part of. */
+static void member_lost(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char *why)
+{
+    if (m->lost)
+        return;
+    m->lost = true;
+    if (m->joined) {
+        m->joined = false;
+        c->njoined--;
+        c->backend->forget(c, m);
+    }
+    if (m->awaited) {
+        m->awaited = false;
+        c->nawaited--;
+    }
+    if (c->phase == COORD_RUNNING && m->in_round && !c->outcome_published) {
+        char message[DDP_RDZV_MSG_MAX];
+        snprintf(message, sizeof message, "node %d's launcher stopped answering: %s", m->node_rank,
+                 why);
+        ddp_log_debug(c->log, "rendezvous: %s", message);
+        round_stop(c, !c->backend->loss_reforms, message);
+    }
+    if (c->phase == COORD_FORMING)
+        try_close(c, ddp_clock_mono());
+}
+
+/* Whether `j` is the same job as ours; else ends it, naming both sides. */
+static bool same_job(ddp_rdzv_coord_t *c, const ddp_rdzv_member_t *m, const ddp_rdzv_join_t *j)
+{
+    const ddp_launch_config_t *cfg = c->cfg;
+    char who[DDP_RDZV_ID_MAX + 300], us[300];
+    if (j->node_rank >= 0)
+        snprintf(who, sizeof who, "node %d (%s)", j->node_rank, j->host);
+    else
+        snprintf(who, sizeof who, "launcher %s", m->id);
+    if (c->backend == &ddp_rdzv_static_backend)
+        snprintf(us, sizeof us, "node %d (%s)", cfg->node_rank, c->host);
+    else
+        snprintf(us, sizeof us, "this one (%s)", c->own_id);
+    if (j->nnodes_min != cfg->nnodes_min || j->nnodes_max != cfg->nnodes_max) {
+        if (j->nnodes_min == j->nnodes_max && cfg->nnodes_min == cfg->nnodes_max)
+            job_over(c, DDP_EXIT_RDZV_FAILED, "%s runs with --nnodes=%d, %s with %d", who,
+                     j->nnodes_max, us, cfg->nnodes_max);
+        else
+            job_over(c, DDP_EXIT_RDZV_FAILED, "%s runs with --nnodes=%d:%d, %s with %d:%d", who,
+                     j->nnodes_min, j->nnodes_max, us, cfg->nnodes_min, cfg->nnodes_max);
+        return false;
+    }
+    if (j->max_restarts != cfg->max_restarts) {
+        job_over(c, DDP_EXIT_RDZV_FAILED,
+                 "%s runs with --max-restarts=%d, %s with %d: the restart budget is the job's", who,
+                 j->max_restarts, us, cfg->max_restarts);
+        return false;
+    }
+    return true;
+}
+
+static void on_join(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_join_t *j)
+{
+    double now = ddp_clock_mono();
+    if (m->joined) { /* a join again before an answer: the newest counts */
+        m->joined = false;
+        c->njoined--;
+        c->backend->forget(c, m);
+    }
+    m->join = *j;
+    m->last_beat = now;
+    if (c->phase == COORD_OVER) {
+        publish_assign(c, m, &c->end);
+        return;
+    }
+    if (!same_job(c, m, j)) {
+        publish_assign(c, m, &c->end);
+        return;
+    }
+    if (m->awaited) {
+        m->awaited = false;
+        c->nawaited--;
+    }
+    m->joined = true;
+    m->arrival = c->arrivals++;
+    c->njoined++;
+    ddp_buf_t why = DDP_BUF_INIT;
+    if (c->backend->admit(c, m, now, &why) != 0) {
+        job_over(c, DDP_EXIT_RDZV_FAILED, "%s", ddp_buf_str(&why));
+    } else if (c->phase == COORD_RUNNING && !c->outcome_published &&
+               c->backend->reform_on_join(c)) {
+        char message[64];
+        snprintf(message, sizeof message, "%d node(s) waiting to join", c->njoined);
+        round_stop(c, false, message);
+    }
+    ddp_buf_free(&why);
+    try_close(c, now);
+}
+
+static void on_report(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_report_t *r)
+{
+    if (c->phase != COORD_RUNNING || r->round != c->round || !m->in_round || c->outcome_published)
+        return;
+    if (r->failed) {
+        char message[DDP_RDZV_MSG_MAX];
+        snprintf(message, sizeof message, "node %d (%.255s): %.1200s", m->node_rank, m->join.host,
+                 r->message);
+        round_stop(c, true, message);
+        return;
+    }
+    if (!m->succeeded) {
+        m->succeeded = true;
+        if (++c->nsucceeded == c->nrunning)
+            job_done(c);
+    }
+}
+
+static ddp_rdzv_member_t *member_new(ddp_rdzv_coord_t *c, const uint8_t *id, size_t len)
+{
+    if (len == 0 || len >= DDP_RDZV_ID_MAX || memchr(id, '/', len) != NULL)
+        return NULL;
+    if (c->nmembers == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        ddp_rdzv_member_t **members = realloc(c->members, cap * sizeof *members);
+        ddp_rdzv_member_t **running = realloc(c->running, cap * sizeof *running);
+        if (members != NULL)
+            c->members = members;
+        if (running != NULL)
+            c->running = running;
+        if (members == NULL || running == NULL)
+            return NULL;
+        c->cap = cap;
+    }
+    ddp_rdzv_member_t *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return NULL;
+    memcpy(m->id, id, len);
+    m->connected = true;
+    m->node_rank = -1;
+    m->dup_since = -1;
+    c->members[c->nmembers++] = m;
+    c->nconnected += strcmp(m->id, c->own_id) != 0;
+    return m;
+}
+
+/* The write of `key` (under our prefix) by a launcher's connection, tagged `*tag`. */
+static void on_write(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *value, size_t len)
+{
+    ddp_rdzv_coord_t *c = ctx;
+    const char *rest = (const char *)key.data + strlen(c->prefix);
+    size_t rest_len = key.len - strlen(c->prefix);
+    ddp_rdzv_member_t *m = *tag;
+    if (rest_len > 5 && memcmp(rest, "join/", 5) == 0) {
+        ddp_rdzv_join_t join;
+        if (m == NULL && (m = member_new(c, (const uint8_t *)rest + 5, rest_len - 5)) == NULL) {
+            ddp_log_warn(c->log, "rendezvous: a join under an unusable name was ignored");
+            return;
+        }
+        *tag = m;
+        if (!ddp_rdzv_join_parse(value, len, &join)) {
+            ddp_log_warn(c->log, "rendezvous: launcher %s sent a malformed join: ignored", m->id);
+            return;
+        }
+        on_join(c, m, &join);
+    } else if (m != NULL && rest_len > 5 && memcmp(rest, "beat/", 5) == 0) {
+        m->last_beat = ddp_clock_mono();
+    } else if (m != NULL && rest_len > 7 && memcmp(rest, "report/", 7) == 0) {
+        ddp_rdzv_report_t report;
+        if (ddp_rdzv_report_parse(value, len, &report))
+            on_report(c, m, &report);
+        else
+            ddp_log_warn(c->log, "rendezvous: launcher %s sent a malformed report", m->id);
+    } else if (rest_len == 5 && memcmp(rest, "abort", 5) == 0) {
+        job_over(c, DDP_EXIT_RDZV_FAILED, "the job was ended by %.*s",
+                 (int)(len < 1200 ? len : 1200), (const char *)value);
+    }
+}
+
+static void on_close(void *ctx, void *tag)
+{
+    ddp_rdzv_coord_t *c = ctx;
+    ddp_rdzv_member_t *m = tag;
+    if (!m->connected)
+        return;
+    m->connected = false;
+    c->nconnected -= strcmp(m->id, c->own_id) != 0;
+    member_lost(c, m, "its connection to the store closed");
+    check_left(c);
+}
+
+/* Members silent past the keep-alive limit are lost. A late tick judges nobody: the
+ * loop was busy, and the beats it has not read yet are not the launchers' fault. */
+static void check_liveness(ddp_rdzv_coord_t *c, double now)
+{
+    bool late = c->last_tick > 0 && now - c->last_tick > LATE_TICK;
+    double limit = ddp_rdzv_coord_beat_limit(c);
+    char why[160];
+    snprintf(why, sizeof why,
+             "no heartbeat for %g s (--rdzv-conf keep_alive_interval x keep_alive_max_attempt)",
+             limit);
+    for (size_t i = 0; i < c->nmembers; i++) {
+        ddp_rdzv_member_t *m = c->members[i];
+        if (m->lost || !m->connected)
+            continue;
+        if (late)
+            m->last_beat = now;
+        else if (now - m->last_beat > limit)
+            member_lost(c, m, why);
+    }
+    c->last_tick = now;
+}
+
+static void refresh_status(ddp_rdzv_coord_t *c, double now)
+{
+    ddp_buf_t status = DDP_BUF_INIT;
+    bool expired = c->backend->waiting(c, now, &status);
+    if (expired) {
+        job_over(c, DDP_EXIT_RDZV_FAILED, "%s", ddp_buf_str(&status));
+    } else if (status.len > 0) {
+        char key[512];
+        c->next_status = now + STATUS_EVERY;
+        ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "status");
+        (void)ddp_store_server_set(c->server, key, status.data, status.len);
+    }
+    ddp_buf_free(&status);
+}
+
+/* Finishing: the server closes once the others have gone (or at the deadline). */
+static bool finished(ddp_rdzv_coord_t *c, double now)
+{
+    if (!c->finishing || (c->nconnected > 0 && now < c->finish_deadline))
+        return false;
+    ddp_store_server_t *server = c->server;
+    ddp_rdzv_coord_close(c);
+    ddp_store_server_close(server);
+    return true;
+}
+
+/* For operators (and bench/scale): the store's load, at debug level. */
+static void log_stats(ddp_rdzv_coord_t *c, double now)
+{
+    if (now < c->next_stats)
+        return;
+    c->next_stats = now + STATS_EVERY;
+    ddp_log_debug(c->log,
+                  "rendezvous: round %d, %zu other launcher(s) connected; the store has served "
+                  "%llu requests in %.3f s",
+                  c->round, c->nconnected,
+                  (unsigned long long)ddp_store_server_requests(c->server), now - c->started);
+}
+
+static void on_tick(uv_timer_t *timer)
+{
+    ddp_rdzv_coord_t *c = timer->data;
+    double now = ddp_clock_mono();
+    if (finished(c, now))
+        return;
+    log_stats(c, now);
+    ddp_buf_t why = DDP_BUF_INIT;
+    check_liveness(c, now);
+    if (c->phase != COORD_OVER && c->backend->tick(c, now, &why) != 0)
+        job_over(c, DDP_EXIT_RDZV_FAILED, "%s", ddp_buf_str(&why));
+    ddp_buf_free(&why);
+    try_close(c, now);
+    if (c->phase == COORD_FORMING)
+        refresh_status(c, now);
+}
+
+void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *c, double linger)
+{
+    if (c->phase != COORD_OVER)
+        job_over(c, DDP_EXIT_RDZV_FAILED, "the launcher serving the store (%s) has ended",
+                 c->own_id);
+    c->finishing = true;
+    c->finish_deadline = ddp_clock_mono() + linger;
+    (void)finished(c, ddp_clock_mono());
+}
+
+static void on_timer_closed(uv_handle_t *handle)
+{
+    ddp_rdzv_coord_t *c = handle->data;
+    for (size_t i = 0; i < c->nmembers; i++)
+        free(c->members[i]);
+    free(c->members);
+    free(c->running);
+    free(c->holders);
+    free(c);
+}
+
+int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
+                         const ddp_launch_config_t *cfg, const ddp_log_t *log, const char *own_id,
+                         ddp_rdzv_coord_t **out)
+{
+    ddp_rdzv_coord_t *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return -ENOMEM;
+    c->loop = loop;
+    c->server = server;
+    c->cfg = cfg;
+    c->log = log;
+    c->backend = ddp_rdzv_dynamic(cfg) ? &ddp_rdzv_c10d_backend : &ddp_rdzv_static_backend;
+    snprintf(c->own_id, sizeof c->own_id, "%s", own_id);
+    if (gethostname(c->host, sizeof c->host - 1) != 0)
+        strcpy(c->host, "localhost");
+    ddp_rdzv_key(c->prefix, sizeof c->prefix, cfg->run_id, "%s", "");
+    c->started = c->forming_since = ddp_clock_mono();
+    c->min_since = -1;
+    char key[512];
+    ddp_rdzv_key(key, sizeof key, cfg->run_id, "coordinator");
+    int err = c->backend->init(c);
+    if (err == 0)
+        err = ddp_store_server_set(server, key, own_id, strlen(own_id));
+    if (err) {
+        free(c->holders);
+        free(c);
+        return err;
+    }
+    c->watch = (ddp_store_server_watch_t){c->prefix, on_write, on_close, c};
+    ddp_store_server_watch(server, &c->watch);
+    uv_timer_init(loop, &c->timer);
+    c->timer.data = c;
+    uv_timer_start(&c->timer, on_tick, TICK_MS, TICK_MS);
+    *out = c;
+    return 0;
+}
+
+void ddp_rdzv_coord_close(ddp_rdzv_coord_t *c)
+{
+    if (c == NULL)
+        return;
+    ddp_store_server_watch(c->server, NULL);
+    uv_close((uv_handle_t *)&c->timer, on_timer_closed);
+}
+
+int ddp_rdzv_coord_round(const ddp_rdzv_coord_t *c, bool *running)
+{
+    *running = c->phase == COORD_RUNNING;
+    return c->round;
+}

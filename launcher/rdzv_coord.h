@@ -1,0 +1,51 @@
+/* The rendezvous coordinator: the one place that decides a multi-node job's rounds.
+ *
+ * It runs on the loop of the launcher that serves the store (node 0's, or the c10d
+ * endpoint's), beside the store server, and sees the launchers' rendezvous writes as
+ * they happen (ddp_store_server_watch): joins, reports, heartbeats, aborts. It forms each
+ * round (which launchers, in which node-rank order, with which share of the world),
+ * notices a lost launcher (its connection to the store closes, or its heartbeats stop),
+ * and publishes every decision once, in a key that each launcher waits on
+ * (rdzv_record.h). Every launcher, its own host's included, is a client of the store
+ * (rdzv.c); none reads the others' state.
+ *
+ * Costs: a join, a report or a heartbeat is O(1) here; forming a round of N nodes is
+ * O(N log N) once; the liveness check is O(N) per tick, in memory, on this loop (no
+ * store round trip, so a busy store cannot make a live node look silent: a tick that
+ * comes late, the loop having been busy, judges nobody). Store traffic is O(N) per
+ * heartbeat interval for the whole job.
+ *
+ * Invariant (one round for everyone): only the coordinator closes a round, numbers it
+ * and assigns its members; a launcher learns its round and node rank only from its own
+ * assign key, written once per join. So every launcher that runs round R runs it with
+ * the same members, and no two groups can advance separately. */
+#ifndef DDP_LAUNCHER_RDZV_COORD_H
+#define DDP_LAUNCHER_RDZV_COORD_H
+
+#include "cli.h"
+#include "log.h"
+#include "store_server.h"
+
+#include <uv.h>
+
+typedef struct ddp_rdzv_coord_s ddp_rdzv_coord_t;
+
+/* Starts coordinating the job of `cfg` through `server` (both must outlive it).
+ * `own_id`: the id of this process's own launcher (ddp_rdzv_launcher_id). */
+int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
+                         const ddp_launch_config_t *cfg, const ddp_log_t *log, const char *own_id,
+                         ddp_rdzv_coord_t **out);
+
+/* Our launcher ends: the job ends with it if it has not (the others are told), and
+ * once every other launcher has left, or after `linger` seconds, the coordinator closes
+ * the server and itself. The server is the coordinator's to close from now on. */
+void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *coord, double linger);
+
+/* Stops watching and closes the timer at once (the server stays open); freed once the
+ * loop has closed it. NULL is harmless. */
+void ddp_rdzv_coord_close(ddp_rdzv_coord_t *coord);
+
+/* The current round and whether it is running (for tests and the bench). */
+int ddp_rdzv_coord_round(const ddp_rdzv_coord_t *coord, bool *running);
+
+#endif

@@ -1,0 +1,385 @@
+/* What the rendezvous thread does (see rdzv.h): one launcher's phases of a multi-node job.
+ *
+ *   CONNECT --store reached, a coordinator there--> JOIN
+ *   JOIN    --assign/<id>/<seq>: world--> RUN (START to the loop)
+ *           --assign: end--> END (FINISH; a latecomer to a finished job exits 0)
+ *   RUN     --outcome: stop-failed | stop-reform--> STOP (STOP to the loop)
+ *           --outcome: done | end--> END (FINISH)
+ *   STOP    --our workers have all ended--> JOIN (the next round)
+ *   any     --the store lost, a deadline, the loop's quit or abort--> END
+ *
+ * In every phase the thread waits in the store for one key (its answer, or the round's
+ * outcome) and is woken out of that wait by the loop's posts; it beats every
+ * keep_alive_interval. Nothing here reads another launcher's state: the coordinator
+ * decides, and publishes each decision once. */
+#include "rdzv_node.h"
+
+#include "error.h"
+#include "io.h"
+
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NOTE_FIRST 5.0  /* s: a wait is said after this long, */
+#define NOTE_EVERY 30.0 /* then every NOTE_EVERY s */
+#define GRACE      60.0 /* s past the coordinator's own deadline before a launcher gives up */
+
+typedef enum { NODE_CONNECT, NODE_JOIN, NODE_RUN, NODE_STOP, NODE_END } node_phase_t;
+
+/* What a wait ended with (or a negative error). */
+enum { AWAIT_READY = 0, AWAIT_WOKEN = 1, AWAIT_TIMEOUT = 2 };
+
+static void key_of(const ddp_rdzv_t *r, char *key, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void key_of(const ddp_rdzv_t *r, char *key, size_t cap, const char *fmt, ...)
+{
+    char rest[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rest, sizeof rest, fmt, ap);
+    va_end(ap);
+    ddp_rdzv_key(key, cap, r->cfg->run_id, "%s", rest);
+}
+
+/* The store failed us mid-job: this node ends (status 5). */
+static node_phase_t store_lost(ddp_rdzv_t *r)
+{
+    ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                     "lost the rendezvous store at %s:%d: %s", r->cfg->master_addr,
+                     r->cfg->master_port, ddp_store_client_error(r->client));
+    return NODE_END;
+}
+
+/* This launcher's heartbeat, when due. */
+static int beat(ddp_rdzv_t *r, double now)
+{
+    char key[512];
+    int64_t ignored;
+    if (now < r->next_beat)
+        return 0;
+    r->next_beat = now + r->cfg->rdzv_conf.keep_alive_interval;
+    key_of(r, key, sizeof key, "beat/%s", r->id);
+    return ddp_store_client_add(r->client, key, 1, &ignored);
+}
+
+/* Waits for `key` until `deadline`, beating meanwhile; a post of the loop ends it. */
+static int await_key(ddp_rdzv_t *r, const char *key, double deadline)
+{
+    const char *keys[] = {key};
+    for (;;) {
+        double now = ddp_clock_mono();
+        int err = beat(r, now);
+        if (err)
+            return err;
+        if (now >= deadline)
+            return AWAIT_TIMEOUT;
+        double until = r->next_beat < deadline ? r->next_beat : deadline;
+        err = ddp_store_client_wait_or_wake(r->client, keys, 1, until - now, r->wake_fd);
+        if (err == 0 || err == 1)
+            return err == 0 ? AWAIT_READY : AWAIT_WOKEN;
+        if (err != DDP_ETIMEOUT)
+            return err;
+    }
+}
+
+/* Waits for a post of the loop only, beating meanwhile. */
+static int await_post(ddp_rdzv_t *r)
+{
+    for (;;) {
+        double now = ddp_clock_mono();
+        int err = beat(r, now);
+        if (err)
+            return err;
+        struct pollfd pfd = {.fd = r->wake_fd, .events = POLLIN};
+        int ms = (int)((r->next_beat - now) * 1000) + 1;
+        int n = poll(&pfd, 1, ms > 0 ? ms : 0);
+        if (n > 0)
+            return AWAIT_WOKEN;
+        if (n < 0 && errno != EINTR)
+            return -errno;
+    }
+}
+
+/* Reads a verdict the coordinator wrote at `key`; false (the job ended) when it cannot. */
+static bool read_verdict(ddp_rdzv_t *r, const char *key, ddp_rdzv_verdict_t *v)
+{
+    ddp_buf_t text = DDP_BUF_INIT;
+    int err = ddp_store_client_get(r->client, key, &text);
+    bool ok = err == 0 && ddp_rdzv_verdict_parse(text.data, text.len, v);
+    if (err)
+        store_lost(r);
+    else if (!ok)
+        ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                         "the rendezvous store at %s:%d holds a malformed answer at '%s': "
+                         "'%.100s'",
+                         r->cfg->master_addr, r->cfg->master_port, key, ddp_buf_str(&text));
+    ddp_buf_free(&text);
+    return ok;
+}
+
+/* The loop's posts: false when this launcher ends (its abort told to the job). */
+static bool take_posts(ddp_rdzv_t *r, int round, bool report, bool *reported)
+{
+    ddp_rdzv_events_t ev = ddp_rdzv_take_events(r);
+    char key[512];
+    if (ev.aborted) {
+        char value[DDP_RDZV_MSG_MAX];
+        int n = snprintf(value, sizeof value, "node %d (%s): %s", r->cfg->node_rank, r->host,
+                         ev.message);
+        key_of(r, key, sizeof key, "abort");
+        (void)ddp_store_client_set(r->client, key, value, (size_t)n);
+        return false;
+    }
+    if (ev.quit)
+        return false;
+    if (ev.stopped || ev.succeeded)
+        r->local_running = false;
+    if (report && !*reported && (ev.failed || ev.succeeded)) {
+        ddp_rdzv_report_t rep = {.round = round, .failed = ev.failed};
+        ddp_buf_t text = DDP_BUF_INIT;
+        snprintf(rep.message, sizeof rep.message, "%s", ev.failed ? ev.message : "");
+        key_of(r, key, sizeof key, "report/%s", r->id);
+        if (ddp_rdzv_report_format(&rep, &text) == 0 &&
+            ddp_store_client_set(r->client, key, text.data, text.len) != 0) {
+            ddp_buf_free(&text);
+            store_lost(r);
+            return false;
+        }
+        ddp_buf_free(&text);
+        *reported = true;
+    }
+    return true;
+}
+
+static node_phase_t finish(ddp_rdzv_t *r, const ddp_rdzv_verdict_t *v, bool joining)
+{
+    if (v->kind == DDP_RDZV_VERDICT_DONE) {
+        ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_OK, NULL);
+    } else if (v->exit_code == DDP_EXIT_OK && joining) {
+        /* A latecomer to a job that has finished. */
+        ddp_log_warn(r->log, "%s", v->message);
+        ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_OK, NULL);
+    } else {
+        ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, v->exit_code, "%s", v->message);
+    }
+    return NODE_END;
+}
+
+static node_phase_t node_connect(ddp_rdzv_t *r)
+{
+    const ddp_launch_config_t *cfg = r->cfg;
+    ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
+    ddp_buf_t why = DDP_BUF_INIT;
+    char key[512];
+    double started = ddp_clock_mono(), deadline = started + cfg->rdzv_conf.timeout;
+    double next_note = started + NOTE_FIRST;
+    options.timeout = cfg->rdzv_conf.read_timeout; /* each store call's deadline */
+    while (!ddp_rdzv_quitting(r)) {
+        double now = ddp_clock_mono(), left = deadline - now;
+        options.connect_timeout = left < 1 ? (left > 0 ? left : 0.01) : 1;
+        ddp_buf_clear(&why);
+        if (ddp_store_client_connect(cfg->master_addr, cfg->master_port, &options, &r->client,
+                                     &why) == 0)
+            break;
+        now = ddp_clock_mono();
+        /* Waiting is normal while the hosting launcher starts; a long wait says why. */
+        if (now >= next_note && now < deadline) {
+            next_note = now + NOTE_EVERY;
+            ddp_log_info(r->log,
+                         "still waiting for the rendezvous store at %s:%d after %.0f s (%s); "
+                         "giving up in %.0f s (--rdzv-conf timeout)",
+                         cfg->master_addr, cfg->master_port, now - started, ddp_buf_str(&why),
+                         deadline - now);
+        }
+        if (now >= deadline) {
+            ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                             "node 0's rendezvous store at %s:%d could not be reached within "
+                             "%g s (--rdzv-conf timeout): %s",
+                             cfg->master_addr, cfg->master_port, cfg->rdzv_conf.timeout,
+                             ddp_buf_str(&why));
+            ddp_buf_free(&why);
+            return NODE_END;
+        }
+    }
+    ddp_buf_free(&why);
+    if (r->client == NULL)
+        return NODE_END; /* quitting */
+    /* The coordinator marks the store as a ddp-launch's before any client can connect. */
+    const char *keys[1] = {key};
+    bool there = false;
+    key_of(r, key, sizeof key, "coordinator");
+    if (ddp_store_client_check(r->client, keys, 1, &there) != 0)
+        return store_lost(r);
+    if (!there) {
+        ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                         "the store at %s:%d is not served by a ddp-launch of job '%s' (one "
+                         "launcher of the job must serve it: --rdzv-conf is_host)",
+                         cfg->master_addr, cfg->master_port, cfg->run_id);
+        return NODE_END;
+    }
+    return NODE_JOIN;
+}
+
+/* Every NOTE_EVERY s while it waits for its place, the launcher says what the forming
+ * round waits for (the coordinator's status). */
+static void note_status(ddp_rdzv_t *r)
+{
+    char key[512];
+    const char *keys[1] = {key};
+    bool there = false;
+    ddp_buf_t status = DDP_BUF_INIT;
+    key_of(r, key, sizeof key, "status");
+    if (ddp_store_client_check(r->client, keys, 1, &there) == 0 && there &&
+        ddp_store_client_get(r->client, key, &status) == 0 && status.len > 0)
+        ddp_log_info(r->log, "%s", ddp_buf_str(&status));
+    ddp_buf_free(&status);
+}
+
+static int join_record(ddp_rdzv_t *r)
+{
+    const ddp_launch_config_t *cfg = r->cfg;
+    ddp_rdzv_join_t join = {
+        .seq = ++r->seq,
+        .nnodes_min = cfg->nnodes_min,
+        .nnodes_max = cfg->nnodes_max,
+        .node_rank = ddp_rdzv_dynamic(cfg) ? -1 : cfg->node_rank,
+        .nproc = cfg->nproc_per_node,
+        .max_restarts = cfg->max_restarts,
+    };
+    char key[512];
+    ddp_buf_t text = DDP_BUF_INIT;
+    snprintf(join.host, sizeof join.host, "%s", r->host);
+    key_of(r, key, sizeof key, "join/%s", r->id);
+    int err = ddp_rdzv_join_format(&join, &text);
+    if (err == 0)
+        err = ddp_store_client_set(r->client, key, text.data, text.len);
+    ddp_buf_free(&text);
+    return err;
+}
+
+static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world)
+{
+    const ddp_launch_config_t *cfg = r->cfg;
+    double wait = ddp_rdzv_dynamic(cfg) ? cfg->rdzv_conf.join_timeout : cfg->rdzv_conf.timeout;
+    double started = ddp_clock_mono(), deadline = started + wait + GRACE;
+    double next_note = started + NOTE_FIRST;
+    char key[512];
+    if (join_record(r) != 0)
+        return store_lost(r);
+    key_of(r, key, sizeof key, "assign/%s/%d", r->id, r->seq);
+    ddp_log_debug(r->log, "joined the rendezvous at %s:%d; waiting for a place in a round",
+                  cfg->master_addr, cfg->master_port);
+    for (;;) {
+        double now = ddp_clock_mono();
+        int rc = await_key(r, key, fmin(next_note, deadline));
+        bool ignored = false;
+        ddp_rdzv_verdict_t v;
+        if (rc == AWAIT_READY) {
+            if (!read_verdict(r, key, &v))
+                return NODE_END;
+            if (v.kind != DDP_RDZV_VERDICT_WORLD)
+                return finish(r, &v, true);
+            *world = v.world;
+            r->local_running = true;
+            ddp_rdzv_command(r, DDP_RDZV_CMD_START, world, 0, NULL);
+            return NODE_RUN;
+        }
+        if (rc < 0)
+            return store_lost(r);
+        if (rc == AWAIT_WOKEN && !take_posts(r, -1, false, &ignored))
+            return NODE_END;
+        now = ddp_clock_mono();
+        if (now >= deadline) {
+            ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                             "the rendezvous at %s:%d gave this node no place within %.0f s",
+                             cfg->master_addr, cfg->master_port, wait + GRACE);
+            return NODE_END;
+        }
+        if (now >= next_note) {
+            next_note = now + NOTE_EVERY;
+            note_status(r);
+        }
+    }
+}
+
+static node_phase_t node_run(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, ddp_rdzv_verdict_t *v)
+{
+    char key[512];
+    bool reported = false;
+    key_of(r, key, sizeof key, "%d/outcome", world->round);
+    for (;;) {
+        int rc = await_key(r, key, INFINITY);
+        if (rc < 0)
+            return store_lost(r);
+        if (rc == AWAIT_WOKEN && !take_posts(r, world->round, true, &reported))
+            return NODE_END;
+        if (rc != AWAIT_READY)
+            continue;
+        if (!read_verdict(r, key, v))
+            return NODE_END;
+        if (v->kind == DDP_RDZV_VERDICT_DONE || v->kind == DDP_RDZV_VERDICT_END)
+            return finish(r, v, false);
+        if (v->kind == DDP_RDZV_VERDICT_WORLD) {
+            ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                             "the rendezvous store at %s:%d holds a world where round %d's "
+                             "outcome should be",
+                             r->cfg->master_addr, r->cfg->master_port, world->round);
+            return NODE_END;
+        }
+        if (r->local_running)
+            ddp_rdzv_command(r, DDP_RDZV_CMD_STOP, NULL, 0, "%s", v->message);
+        return NODE_STOP;
+    }
+}
+
+static node_phase_t node_stop(ddp_rdzv_t *r, const ddp_rdzv_world_t *world,
+                              const ddp_rdzv_verdict_t *v)
+{
+    bool ignored = true;
+    while (r->local_running) {
+        int rc = await_post(r);
+        if (rc < 0)
+            return store_lost(r);
+        if (!take_posts(r, world->round, false, &ignored))
+            return NODE_END;
+    }
+    if (v->kind == DDP_RDZV_VERDICT_STOP_FAILED)
+        ddp_log_warn(r->log, "round %d failed (%s): restarting every node as round %d",
+                     world->round, v->message, world->round + 1);
+    else
+        ddp_log_warn(r->log, "round %d: the nodes changed (%s): re-forming the job as round %d",
+                     world->round, v->message, world->round + 1);
+    return NODE_JOIN;
+}
+
+void *ddp_rdzv_node_run(void *arg)
+{
+    ddp_rdzv_t *r = arg;
+    ddp_rdzv_world_t world = {0};
+    ddp_rdzv_verdict_t outcome;
+    node_phase_t phase = NODE_CONNECT;
+    while (phase != NODE_END) {
+        switch (phase) {
+        case NODE_CONNECT:
+            phase = node_connect(r);
+            break;
+        case NODE_JOIN:
+            phase = node_join(r, &world);
+            break;
+        case NODE_RUN:
+            phase = node_run(r, &world, &outcome);
+            break;
+        case NODE_STOP:
+            phase = node_stop(r, &world, &outcome);
+            break;
+        case NODE_END:
+            break;
+        }
+    }
+    return NULL;
+}

@@ -1,0 +1,62 @@
+/* The rendezvous thread's state, shared by rdzv.c (the mailbox between the thread and
+ * the agent's loop) and rdzv_node.c (what the thread does: the launcher's phases). */
+#ifndef DDP_LAUNCHER_RDZV_NODE_H
+#define DDP_LAUNCHER_RDZV_NODE_H
+
+#include "rdzv.h"
+#include "rdzv_record.h"
+#include "store_client.h"
+
+#include <pthread.h>
+
+/* What the loop has posted since the thread last looked. */
+typedef struct {
+    bool failed, stopped, succeeded, aborted, quit;
+    char message[1024];
+} ddp_rdzv_events_t;
+
+struct ddp_rdzv_s {
+    const ddp_launch_config_t *cfg;
+    const ddp_log_t *log;
+    uv_async_t async;
+    void (*on_command)(void *ctx);
+    void *ctx;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mutex;
+    int wake_fd; /* eventfd: readable while the loop has posted something */
+
+    /* Loop to thread, under the mutex. */
+    ddp_rdzv_events_t events;
+    bool closed;
+
+    /* Thread to loop, under the mutex: commands in order (a STOP may follow a START
+     * before the loop has taken it). */
+    struct {
+        ddp_rdzv_cmd_t cmd;
+        ddp_rdzv_world_t world;
+        int exit_code;
+        char message[DDP_RDZV_MSG_MAX];
+    } queue[8];
+    int head, count;
+
+    /* The thread's own. */
+    char id[DDP_RDZV_ID_MAX];
+    char host[256];
+    int seq;            /* joins so far */
+    double next_beat;   /* when the next heartbeat is due */
+    bool local_running; /* this node's workers of the current round have not all ended */
+    ddp_store_client_t *client;
+};
+
+/* The thread's body (rdzv_node.c). */
+void *ddp_rdzv_node_run(void *arg);
+
+/* Thread side of the mailbox (rdzv.c). */
+void ddp_rdzv_command(ddp_rdzv_t *r, ddp_rdzv_cmd_t cmd, const ddp_rdzv_world_t *world,
+                      int exit_code, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Takes what the loop has posted (and empties the wake fd). */
+ddp_rdzv_events_t ddp_rdzv_take_events(ddp_rdzv_t *r);
+bool ddp_rdzv_quitting(ddp_rdzv_t *r);
+
+#endif
