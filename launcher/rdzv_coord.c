@@ -15,7 +15,7 @@
 #define TICK_MS      100 /* deadlines, last calls and the liveness check */
 #define STATUS_EVERY 1.0 /* s between refreshes of what a forming round waits for */
 /* A tick this late (s) means the loop was busy: nobody's silence is judged on it. */
-#define LATE_TICK 1.0
+#define LATE_TICK   1.0
 #define STATS_EVERY 5.0 /* s between the debug lines on the store's load */
 
 static void publish(ddp_rdzv_coord_t *c, const char *key, const ddp_rdzv_verdict_t *v)
@@ -414,8 +414,8 @@ static void log_stats(ddp_rdzv_coord_t *c, double now)
     ddp_log_debug(c->log,
                   "rendezvous: round %d, %zu other launcher(s) connected; the store has served "
                   "%llu requests in %.3f s",
-                  c->round, c->nconnected,
-                  (unsigned long long)ddp_store_server_requests(c->server), now - c->started);
+                  c->round, c->nconnected, (unsigned long long)ddp_store_server_requests(c->server),
+                  now - c->started);
 }
 
 static void on_tick(uv_timer_t *timer)
