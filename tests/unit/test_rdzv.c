@@ -1,0 +1,622 @@
+/* Unit tests of the rendezvous: the records (rdzv_record.c) as pure functions, and the
+ * coordinator with its backends (rdzv_coord.c, rdzv_static.c, rdzv_c10d.c) against the
+ * real store server on a loop thread of this process, the launchers played by blocking
+ * store clients in the test's thread: no launcher is spawned. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "error.h"
+#include "io.h"
+#include "rdzv_coord.h"
+#include "rdzv_record.h"
+#include "store_client.h"
+#include "store_server.h"
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The loop thread: the store server and the coordinator, as the hosting launcher has
+ * them. */
+typedef struct {
+    ddp_launch_config_t cfg;
+    ddp_log_t log;
+    uv_loop_t loop;
+    uv_async_t stop;
+    ddp_store_server_t *server;
+    ddp_rdzv_coord_t *coord;
+    pthread_t thread;
+    sem_t ready;
+    int port;
+    int start_err;
+} fixture_t;
+
+static void on_stop(uv_async_t *handle)
+{
+    fixture_t *f = handle->data;
+    ddp_rdzv_coord_close(f->coord);
+    ddp_store_server_close(f->server);
+    uv_close((uv_handle_t *)&f->stop, NULL);
+}
+
+static void *loop_main(void *arg)
+{
+    fixture_t *f = arg;
+    ddp_buf_t why = DDP_BUF_INIT;
+    ddp_store_server_options_t options = {
+        .host = "127.0.0.1", .port = 0, .limits = DDP_STORE_LIMITS_DEFAULT, .log = &f->log};
+    uv_loop_init(&f->loop);
+    uv_async_init(&f->loop, &f->stop, on_stop);
+    f->stop.data = f;
+    f->start_err = ddp_store_server_start(&f->loop, &options, &f->server, &why);
+    if (f->start_err == 0) {
+        f->port = ddp_store_server_port(f->server);
+        f->start_err =
+            ddp_rdzv_coord_start(&f->loop, f->server, &f->cfg, &f->log, "coordinator", &f->coord);
+    }
+    sem_post(&f->ready);
+    if (f->start_err == 0)
+        uv_run(&f->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&f->loop);
+    ddp_buf_free(&why);
+    return NULL;
+}
+
+/* A job: static with `nnodes` nodes, or c10d MIN:MAX when min < max. */
+static fixture_t *fixture(int min, int max, int max_restarts, double keep_alive)
+{
+    static int jobs;
+    fixture_t *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    ddp_log_init(&f->log, "test_rdzv", getenv("RDZV_DEBUG") ? DDP_LOG_DEBUG : DDP_LOG_ERROR);
+    ddp_launch_config_t *cfg = &f->cfg;
+    cfg->nnodes_min = min;
+    cfg->nnodes_max = max;
+    cfg->rdzv_backend = min < max ? DDP_RDZV_C10D : DDP_RDZV_STATIC;
+    cfg->max_restarts = max_restarts;
+    cfg->node_rank = min < max ? -1 : 0;
+    snprintf(cfg->master_addr, sizeof cfg->master_addr, "127.0.0.1");
+    cfg->run_id = malloc(32);
+    snprintf(cfg->run_id, 32, "job%d", ++jobs);
+    cfg->rdzv_conf = (ddp_rdzv_conf_t){.join_timeout = 30,
+                                       .last_call_timeout = 0.3,
+                                       .close_timeout = 5,
+                                       .read_timeout = 10,
+                                       .timeout = 30,
+                                       .is_host = -1,
+                                       .keep_alive_interval = keep_alive,
+                                       .keep_alive_max_attempt = 3};
+    sem_init(&f->ready, 0, 0);
+    assert_int_equal(pthread_create(&f->thread, NULL, loop_main, f), 0);
+    sem_wait(&f->ready);
+    assert_int_equal(f->start_err, 0);
+    return f;
+}
+
+static void fixture_free(fixture_t *f)
+{
+    uv_async_send(&f->stop);
+    pthread_join(f->thread, NULL);
+    sem_destroy(&f->ready);
+    free(f->cfg.run_id);
+    free(f);
+}
+
+/* A launcher, as the store sees it. */
+typedef struct {
+    ddp_store_client_t *client;
+    char id[32];
+    int seq;
+    const fixture_t *f;
+} node_t;
+
+static void key(const node_t *n, char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void key(const node_t *n, char *buf, size_t cap, const char *fmt, ...)
+{
+    char rest[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rest, sizeof rest, fmt, ap);
+    va_end(ap);
+    ddp_rdzv_key(buf, cap, n->f->cfg.run_id, "%s", rest);
+}
+
+static void node_connect(node_t *n, const fixture_t *f, const char *id)
+{
+    ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
+    options.connect_timeout = options.timeout = 10;
+    memset(n, 0, sizeof *n);
+    n->f = f;
+    snprintf(n->id, sizeof n->id, "%s", id);
+    assert_int_equal(ddp_store_client_connect("127.0.0.1", f->port, &options, &n->client, NULL), 0);
+}
+
+static void node_leave(node_t *n)
+{
+    ddp_store_client_close(n->client);
+    n->client = NULL;
+}
+
+/* Joins as node `rank` (-1: c10d) with `nproc` workers, the job's own flags otherwise. */
+static void join_as(node_t *n, int rank, int nproc, int nnodes_max)
+{
+    const ddp_launch_config_t *cfg = &n->f->cfg;
+    ddp_rdzv_join_t j = {.seq = ++n->seq,
+                         .nnodes_min = cfg->nnodes_min,
+                         .nnodes_max = nnodes_max,
+                         .node_rank = rank,
+                         .nproc = nproc,
+                         .max_restarts = cfg->max_restarts};
+    if (cfg->nnodes_min == cfg->nnodes_max)
+        j.nnodes_min = nnodes_max;
+    snprintf(j.host, sizeof j.host, "host-%s", n->id);
+    char k[256];
+    ddp_buf_t text = DDP_BUF_INIT;
+    assert_int_equal(ddp_rdzv_join_format(&j, &text), 0);
+    key(n, k, sizeof k, "join/%s", n->id);
+    assert_int_equal(ddp_store_client_set(n->client, k, text.data, text.len), 0);
+    /* SET has no reply: a round trip on the same connection makes sure the join was
+     * handled before the test goes on (the joins of several clients come in order). */
+    assert_int_equal(ddp_store_client_ping(n->client), 0);
+    ddp_buf_free(&text);
+}
+
+static void join(node_t *n, int rank, int nproc)
+{
+    join_as(n, rank, nproc, n->f->cfg.nnodes_max);
+}
+
+/* Reads the verdict at `k` (waiting for it up to the client's timeout). */
+static ddp_rdzv_verdict_t read_verdict(node_t *n, const char *k)
+{
+    ddp_buf_t text = DDP_BUF_INIT;
+    ddp_rdzv_verdict_t v;
+    assert_int_equal(ddp_store_client_get(n->client, k, &text), 0);
+    assert_true(ddp_rdzv_verdict_parse(text.data, text.len, &v));
+    ddp_buf_free(&text);
+    return v;
+}
+
+static ddp_rdzv_verdict_t answer(node_t *n)
+{
+    char k[256];
+    key(n, k, sizeof k, "assign/%s/%d", n->id, n->seq);
+    return read_verdict(n, k);
+}
+
+static ddp_rdzv_verdict_t outcome(node_t *n, int round)
+{
+    char k[256];
+    key(n, k, sizeof k, "%d/outcome", round);
+    return read_verdict(n, k);
+}
+
+static bool has_answer(node_t *n)
+{
+    char k[256];
+    const char *keys[] = {k};
+    bool there = false;
+    key(n, k, sizeof k, "assign/%s/%d", n->id, n->seq);
+    assert_int_equal(ddp_store_client_check(n->client, keys, 1, &there), 0);
+    return there;
+}
+
+static void beat(node_t *n)
+{
+    char k[256];
+    int64_t ignored;
+    key(n, k, sizeof k, "beat/%s", n->id);
+    assert_int_equal(ddp_store_client_add(n->client, k, 1, &ignored), 0);
+}
+
+static void report(node_t *n, int round, bool failed, const char *message)
+{
+    ddp_rdzv_report_t r = {.round = round, .failed = failed};
+    ddp_buf_t text = DDP_BUF_INIT;
+    char k[256];
+    snprintf(r.message, sizeof r.message, "%s", message);
+    assert_int_equal(ddp_rdzv_report_format(&r, &text), 0);
+    key(n, k, sizeof k, "report/%s", n->id);
+    assert_int_equal(ddp_store_client_set(n->client, k, text.data, text.len), 0);
+    ddp_buf_free(&text);
+}
+
+static void pause_s(double seconds)
+{
+    struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Beats for `seconds` as each of nodes[0..count). */
+static void beat_for(node_t *nodes, int count, double seconds)
+{
+    double until = ddp_clock_mono() + seconds;
+    while (ddp_clock_mono() < until) {
+        for (int i = 0; i < count; i++)
+            beat(&nodes[i]);
+        pause_s(0.05);
+    }
+}
+
+static void assert_world(const ddp_rdzv_verdict_t *v, int round, int restarts, int node_rank,
+                         int nnodes, int rank_offset, int world_size)
+{
+    assert_int_equal(v->kind, DDP_RDZV_VERDICT_WORLD);
+    assert_int_equal(v->world.round, round);
+    assert_int_equal(v->world.restarts, restarts);
+    assert_int_equal(v->world.node_rank, node_rank);
+    assert_int_equal(v->world.nnodes, nnodes);
+    assert_int_equal(v->world.rank_offset, rank_offset);
+    assert_int_equal(v->world.world_size, world_size);
+}
+
+/* Records. */
+
+static void test_records_parse_what_they_format(void **state)
+{
+    ddp_rdzv_join_t j = {.seq = 3,
+                         .nnodes_min = 2,
+                         .nnodes_max = 4,
+                         .node_rank = -1,
+                         .nproc = 8,
+                         .max_restarts = 1},
+                    back;
+    snprintf(j.host, sizeof j.host, "gpu-17");
+    ddp_buf_t text = DDP_BUF_INIT;
+    assert_int_equal(ddp_rdzv_join_format(&j, &text), 0);
+    assert_true(ddp_rdzv_join_parse(text.data, text.len, &back));
+    assert_int_equal(back.seq, 3);
+    assert_int_equal(back.nnodes_min, 2);
+    assert_int_equal(back.nnodes_max, 4);
+    assert_int_equal(back.node_rank, -1);
+    assert_int_equal(back.nproc, 8);
+    assert_int_equal(back.max_restarts, 1);
+    assert_string_equal(back.host, "gpu-17");
+    ddp_rdzv_verdict_t v = {.kind = DDP_RDZV_VERDICT_END, .exit_code = 5}, w;
+    snprintf(v.message, sizeof v.message, "node(s) 1 did not join");
+    ddp_buf_clear(&text);
+    assert_int_equal(ddp_rdzv_verdict_format(&v, &text), 0);
+    assert_true(ddp_rdzv_verdict_parse(text.data, text.len, &w));
+    assert_int_equal(w.kind, DDP_RDZV_VERDICT_END);
+    assert_int_equal(w.exit_code, 5);
+    assert_string_equal(w.message, v.message);
+    ddp_buf_free(&text);
+}
+
+static void test_records_refuse_garbage(void **state)
+{
+    static const char *const joins[] = {
+        "",
+        "1 2 3",
+        "1 2 1 0 1 0 host",
+        /* max < min */ "1 1 1 1 1 0 host", /* rank >= max */
+        "1 1 2 0 0 0 host",
+        /* no workers */ "1 1 2 0 1 0 host trailing",
+        "x 1 2 0 1 0 host",
+    };
+    ddp_rdzv_join_t j;
+    for (size_t i = 0; i < sizeof joins / sizeof joins[0]; i++)
+        assert_false(ddp_rdzv_join_parse(joins[i], strlen(joins[i]), &j));
+    assert_false(ddp_rdzv_join_parse("1 1 2 0 1 0 h\0st", 15, &j)); /* a NUL inside */
+    static const char *const verdicts[] = {
+        "",
+        "world",
+        "world 0 0 2 2 0 1",
+        /* rank >= nnodes */ "world 0 0 0 1 0 0",
+        "end x m",
+        "end 300 m",
+        "done now",
+        "start 1",
+        "world 0 0 0 1 0 1 7",
+    };
+    ddp_rdzv_verdict_t v;
+    for (size_t i = 0; i < sizeof verdicts / sizeof verdicts[0]; i++)
+        assert_false(ddp_rdzv_verdict_parse(verdicts[i], strlen(verdicts[i]), &v));
+    char big[4096];
+    memset(big, 'a', sizeof big);
+    memcpy(big, "end 1 ", 6);
+    assert_false(ddp_rdzv_verdict_parse(big, sizeof big, &v));
+    ddp_rdzv_report_t r;
+    assert_false(ddp_rdzv_report_parse("0 maybe x", 9, &r));
+    assert_false(ddp_rdzv_report_parse("-1 failed x", 11, &r));
+}
+
+static void test_format_ranks(void **state)
+{
+    bool here[10] = {true, false, false, false, true, false, true, true, true, false};
+    ddp_buf_t out = DDP_BUF_INIT;
+    ddp_rdzv_format_ranks(&out, here, 10, 20);
+    assert_string_equal(ddp_buf_str(&out), "1-3, 5, 9");
+    ddp_buf_clear(&out);
+    ddp_rdzv_format_ranks(&out, here, 10, 2);
+    assert_string_equal(ddp_buf_str(&out), "1-3, 5, ...");
+    ddp_buf_free(&out);
+}
+
+/* Static rendezvous. */
+
+/* Nodes join in any order; ranks follow node order, each gets its own share. */
+static void test_static_forms_in_node_order(void **state)
+{
+    fixture_t *f = fixture(3, 3, 0, 5);
+    node_t n[3];
+    for (int i = 0; i < 3; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "n%d", i);
+        node_connect(&n[i], f, id);
+    }
+    join(&n[2], 2, 3);
+    join(&n[0], 0, 1);
+    assert_false(has_answer(&n[0])); /* node 1 is missing */
+    join(&n[1], 1, 2);
+    ddp_rdzv_verdict_t v[3];
+    for (int i = 0; i < 3; i++)
+        v[i] = answer(&n[i]);
+    assert_world(&v[0], 0, 0, 0, 3, 0, 6);
+    assert_world(&v[1], 0, 0, 1, 3, 1, 6);
+    assert_world(&v[2], 0, 0, 2, 3, 3, 6);
+    /* Success once every node has said so; a latecomer then hears it is over. */
+    report(&n[0], 0, false, "");
+    report(&n[2], 0, false, "");
+    report(&n[1], 0, false, "");
+    assert_int_equal(outcome(&n[0], 0).kind, DDP_RDZV_VERDICT_DONE);
+    node_t late;
+    node_connect(&late, f, "late");
+    join(&late, 1, 1);
+    ddp_rdzv_verdict_t end = answer(&late);
+    assert_int_equal(end.kind, DDP_RDZV_VERDICT_END);
+    assert_int_equal(end.exit_code, 0);
+    for (int i = 0; i < 3; i++)
+        node_leave(&n[i]);
+    node_leave(&late);
+    fixture_free(f);
+}
+
+/* A node's launcher dies (its connection closes): the round stops at once, naming it;
+ * its launcher started again takes the rank in the next round, which spends a restart;
+ * with none left a failure ends the job. */
+static void test_static_lost_node(void **state)
+{
+    fixture_t *f = fixture(2, 2, 1, 5);
+    node_t a, b, b2;
+    node_connect(&a, f, "a");
+    node_connect(&b, f, "b");
+    join(&a, 0, 1);
+    join(&b, 1, 1);
+    ddp_rdzv_verdict_t v = answer(&a);
+    assert_world(&v, 0, 0, 0, 2, 0, 2);
+    node_leave(&b);
+    v = outcome(&a, 0);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_STOP_FAILED);
+    assert_non_null(strstr(v.message, "node 1's launcher stopped answering: its connection"));
+    node_connect(&b2, f, "b2");
+    join(&b2, 1, 1);
+    join(&a, 0, 1);
+    v = answer(&a);
+    assert_world(&v, 1, 1, 0, 2, 0, 2);
+    v = answer(&b2);
+    assert_world(&v, 1, 1, 1, 2, 1, 2);
+    report(&a, 0, true, "stale: round 0 is over"); /* ignored */
+    report(&b2, 1, true, "worker rank 1 exited with 7");
+    v = outcome(&a, 1);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_END);
+    assert_int_equal(v.exit_code, DDP_EXIT_WORKER_FAILED);
+    assert_non_null(strstr(v.message, "no restart left (--max-restarts=1): node 1 (host-b2): "
+                                      "worker rank 1 exited with 7"));
+    node_leave(&b2);
+    node_leave(&a);
+    fixture_free(f);
+}
+
+/* A launcher alive but silent (hung, cut off) is lost after the keep-alive limit. */
+static void test_silent_node_lost(void **state)
+{
+    fixture_t *f = fixture(2, 2, 1, 0.5);
+    node_t n[2];
+    node_connect(&n[0], f, "talks");
+    node_connect(&n[1], f, "silent");
+    join(&n[0], 0, 1);
+    join(&n[1], 1, 1);
+    ddp_rdzv_verdict_t v = answer(&n[0]);
+    assert_world(&v, 0, 0, 0, 2, 0, 2);
+    double started = ddp_clock_mono();
+    beat_for(n, 2, 1.0); /* both beat: nobody is lost */
+    char k[256];
+    const char *keys[] = {k};
+    bool there = true;
+    key(&n[0], k, sizeof k, "0/outcome");
+    assert_int_equal(ddp_store_client_check(n[0].client, keys, 1, &there), 0);
+    assert_false(there);
+    beat_for(n, 1, 2.5); /* one stops */
+    v = outcome(&n[0], 0);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_STOP_FAILED);
+    assert_non_null(
+        strstr(v.message, "node 1's launcher stopped answering: no heartbeat for 1.5 s"));
+    assert_true(ddp_clock_mono() - started < 10);
+    node_leave(&n[0]);
+    node_leave(&n[1]);
+    fixture_free(f);
+}
+
+/* Two live launchers claim one node rank: the job ends on both, naming the rank. */
+static void test_static_duplicate_rank(void **state)
+{
+    fixture_t *f = fixture(2, 2, 0, 0.5);
+    node_t n[3];
+    node_connect(&n[0], f, "first");
+    node_connect(&n[1], f, "second");
+    node_connect(&n[2], f, "zero");
+    join(&n[0], 1, 1);
+    join(&n[1], 1, 1);
+    join(&n[2], 0, 1);
+    beat_for(n, 3, 2.5);
+    for (int i = 0; i < 3; i++) {
+        ddp_rdzv_verdict_t v = answer(&n[i]);
+        assert_int_equal(v.kind, DDP_RDZV_VERDICT_END);
+        assert_int_equal(v.exit_code, DDP_EXIT_RDZV_FAILED);
+        assert_non_null(strstr(v.message, "node rank 1 is taken: another launcher (first)"));
+    }
+    for (int i = 0; i < 3; i++)
+        node_leave(&n[i]);
+    fixture_free(f);
+}
+
+/* A launcher of another job shape ends the job, naming both sides. */
+static void test_static_mismatch_ends_the_job(void **state)
+{
+    fixture_t *f = fixture(2, 2, 0, 5);
+    node_t a, b;
+    node_connect(&a, f, "a");
+    node_connect(&b, f, "b");
+    join(&a, 0, 1);
+    join_as(&b, 1, 1, 3);
+    for (node_t *n = &a; n != NULL; n = n == &a ? &b : NULL) {
+        ddp_rdzv_verdict_t v = answer(n);
+        assert_int_equal(v.kind, DDP_RDZV_VERDICT_END);
+        assert_int_equal(v.exit_code, DDP_EXIT_RDZV_FAILED);
+        assert_non_null(strstr(v.message, "node 1 (host-b) runs with --nnodes=3"));
+    }
+    node_leave(&a);
+    node_leave(&b);
+    fixture_free(f);
+}
+
+/* c10d 2:3: the round closes at MIN after the last call; a node that comes while it runs
+ * makes it re-form (no restart), the others keeping their ranks, the newcomer last. */
+static void test_c10d_late_node(void **state)
+{
+    fixture_t *f = fixture(2, 3, 0, 5);
+    node_t n[3];
+    node_connect(&n[0], f, "a");
+    node_connect(&n[1], f, "b");
+    node_connect(&n[2], f, "c");
+    join(&n[0], -1, 1);
+    join(&n[1], -1, 2);
+    ddp_rdzv_verdict_t v = answer(&n[1]);
+    assert_world(&v, 0, 0, 1, 2, 1, 3);
+    join(&n[2], -1, 4);
+    v = outcome(&n[0], 0);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_STOP_REFORM);
+    assert_string_equal(v.message, "1 node(s) waiting to join");
+    join(&n[1], -1, 2); /* b comes back first, and stays rank 1 */
+    join(&n[0], -1, 1);
+    v = answer(&n[0]);
+    assert_world(&v, 1, 0, 0, 3, 0, 7);
+    v = answer(&n[1]);
+    assert_world(&v, 1, 0, 1, 3, 1, 7);
+    v = answer(&n[2]);
+    assert_world(&v, 1, 0, 2, 3, 3, 7);
+    for (int i = 0; i < 3; i++)
+        node_leave(&n[i]);
+    fixture_free(f);
+}
+
+/* c10d 3:6 with launchers lost at every moment of a round (running, re-forming, after
+ * some have rejoined): every launcher that gets a place in a round gets the same round
+ * and node count as the others, and the ranks are 0..n-1 once each. */
+static void test_c10d_one_round_for_everyone(void **state)
+{
+    fixture_t *f = fixture(3, 6, 0, 5);
+    node_t n[6];
+    bool alive[6];
+    for (int i = 0; i < 6; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "l%d", i);
+        node_connect(&n[i], f, id);
+        join(&n[i], -1, 1);
+        alive[i] = true;
+    }
+    int round = 0;
+    for (int lose = 5; lose >= 3; lose--) {
+        int count = 0, seen_round = -1, ranks = 0;
+        for (int i = 0; i < 6; i++) {
+            if (!alive[i])
+                continue;
+            ddp_rdzv_verdict_t v = answer(&n[i]);
+            assert_int_equal(v.kind, DDP_RDZV_VERDICT_WORLD);
+            assert_true(seen_round < 0 || v.world.round == seen_round);
+            seen_round = v.world.round;
+            ranks |= 1 << v.world.node_rank;
+            count++;
+            assert_int_equal(v.world.nnodes, lose + 1);
+        }
+        assert_int_equal(seen_round, round);
+        assert_int_equal(ranks, (1 << count) - 1);
+        /* Lose one while the round runs, and (but the last time) one more after the
+         * first survivor has rejoined, while the next round forms. */
+        alive[lose] = false;
+        node_leave(&n[lose]);
+        assert_int_equal(outcome(&n[0], round).kind, DDP_RDZV_VERDICT_STOP_REFORM);
+        round++;
+        join(&n[0], -1, 1);
+        for (int i = 1; i < 6; i++)
+            if (alive[i])
+                join(&n[i], -1, 1);
+        if (lose == 3)
+            break;
+    }
+    for (int i = 0; i < 6; i++)
+        if (alive[i])
+            node_leave(&n[i]);
+    fixture_free(f);
+}
+
+/* Fewer than MIN for join_timeout: the job ends, saying how many came. An abort from any
+ * launcher ends it too. */
+static void test_c10d_too_few_and_abort(void **state)
+{
+    fixture_t *f = fixture(2, 3, 0, 5);
+    f->cfg.rdzv_conf.join_timeout = 0.5; /* read on the loop's next tick */
+    node_t a;
+    node_connect(&a, f, "alone");
+    join(&a, -1, 1);
+    ddp_rdzv_verdict_t v = answer(&a);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_END);
+    assert_int_equal(v.exit_code, DDP_EXIT_RDZV_FAILED);
+    assert_non_null(strstr(v.message, "round 0: 1 node(s) joined within 0.5 s"));
+    node_leave(&a);
+    fixture_free(f);
+
+    f = fixture(2, 2, 0, 5);
+    node_t n[2];
+    node_connect(&n[0], f, "a");
+    node_connect(&n[1], f, "b");
+    join(&n[0], 0, 1);
+    join(&n[1], 1, 1);
+    v = answer(&n[0]);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_WORLD);
+    char k[256];
+    key(&n[1], k, sizeof k, "abort");
+    assert_int_equal(ddp_store_client_set(n[1].client, k, "node 1 (b): SIGTERM", 19), 0);
+    v = outcome(&n[0], 0);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_END);
+    assert_string_equal(v.message, "the job was ended by node 1 (b): SIGTERM");
+    node_leave(&n[0]);
+    node_leave(&n[1]);
+    fixture_free(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_records_parse_what_they_format),
+        cmocka_unit_test(test_records_refuse_garbage),
+        cmocka_unit_test(test_format_ranks),
+        cmocka_unit_test(test_static_forms_in_node_order),
+        cmocka_unit_test(test_static_lost_node),
+        cmocka_unit_test(test_silent_node_lost),
+        cmocka_unit_test(test_static_duplicate_rank),
+        cmocka_unit_test(test_static_mismatch_ends_the_job),
+        cmocka_unit_test(test_c10d_late_node),
+        cmocka_unit_test(test_c10d_one_round_for_everyone),
+        cmocka_unit_test(test_c10d_too_few_and_abort),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
