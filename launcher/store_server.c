@@ -50,7 +50,8 @@ struct ddp_store_server_s {
     uint64_t requests;     /* requests served, ever */
     const ddp_store_server_watch_t *watch; /* writes under a prefix, or NULL */
     size_t watch_prefix_len;
-    bool in_request; /* handling a request: its serve() drains the resume list after */
+    bool in_request;    /* handling a request: its serve() drains the resume list after */
+    uv_idle_t deferred; /* drains the resume list on the next loop turn */
 };
 
 struct conn_s {
@@ -718,6 +719,9 @@ int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *op
                            uv_strerror(rc));
         goto fail;
     }
+    uv_idle_init(loop, &s->deferred);
+    s->deferred.data = s;
+    s->open_handles++;
     s->busy_poll_ns = (uint64_t)options->busy_poll_us * 1000;
     if (s->busy_poll_ns > 0) {
         uv_idle_init(loop, &s->busy_poll);
@@ -778,13 +782,22 @@ void ddp_store_server_watch(ddp_store_server_t *server, const ddp_store_server_w
     server->watch_prefix_len = watch != NULL ? strlen(watch->prefix) : 0;
 }
 
+static void on_deferred(uv_idle_t *idle)
+{
+    ddp_store_server_t *s = idle->data;
+    uv_idle_stop(idle);
+    drain_resumed(s);
+}
+
 int ddp_store_server_set(ddp_store_server_t *server, const char *key, const void *value, size_t len)
 {
     ddp_store_key_t k = {(const uint8_t *)key, strlen(key)};
     int err = ddp_store_set(server->store, k, value, len);
-    /* Inside a request, the serve() around it answers the waiters when it is done. */
-    if (err == 0 && !server->in_request)
-        drain_resumed(server);
+    /* Inside a request, the serve() around it answers the waiters when it is done;
+     * elsewhere (a timer, a connection closing) they are answered on the next loop turn,
+     * from the top of the loop: never from inside the caller. */
+    if (err == 0 && !server->in_request && !server->closing)
+        uv_idle_start(&server->deferred, on_deferred);
     return err;
 }
 
@@ -798,6 +811,7 @@ void ddp_store_server_close(ddp_store_server_t *server)
     for (int i = 0; i < server->nlisteners; i++)
         uv_close((uv_handle_t *)&server->listeners[i], on_own_handle_closed);
     server->nlisteners = 0;
+    uv_close((uv_handle_t *)&server->deferred, on_own_handle_closed);
     if (server->busy_poll_ns > 0)
         uv_close((uv_handle_t *)&server->busy_poll, on_own_handle_closed);
 }

@@ -79,8 +79,9 @@ typedef struct ddp_store_server_watch_s {
 /* Installs `watch` (borrowed until replaced), or removes it with NULL. */
 void ddp_store_server_watch(ddp_store_server_t *server, const ddp_store_server_watch_t *watch);
 
-/* SET from the loop itself, outside any request: the clients whose WAIT it completes
- * are answered at once. 0 or -ENOMEM. */
+/* SET from the loop itself (a watcher's callback, a timer): the clients whose WAIT it
+ * completes are answered when the request being handled is done, or else on the next
+ * loop turn, never from inside the caller. 0 or -ENOMEM. */
 int ddp_store_server_set(ddp_store_server_t *server, const char *key, const void *value,
                          size_t len);
 
