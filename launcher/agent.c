@@ -15,6 +15,7 @@
 #include "rdzv.h"
 #include "rdzv_coord.h"
 #include "rdzv_record.h"
+#include "signals.h"
 #include "report.h"
 #include "spawn.h"
 #include "store_server.h"

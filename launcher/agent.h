@@ -7,7 +7,7 @@
 #ifndef DDP_LAUNCHER_AGENT_H
 #define DDP_LAUNCHER_AGENT_H
 
-#include "cli.h"
+#include "config.h"
 #include "log.h"
 
 /* Runs the job described by `cfg` (resolved) to its end and returns ddp-launch's

@@ -11,6 +11,7 @@
 #include "error.h"
 #include "io.h"
 #include "parse.h"
+#include "signals.h"
 #include "slurm.h"
 
 #include <ctype.h>
@@ -31,12 +32,35 @@
 typedef int (*apply_fn)(ddp_launch_config_t *cfg, const char *value, const char *origin,
                         const ddp_log_t *log, ddp_buf_t *err);
 
+/* How a flag's value is read: most by kind into a field of the config; the rest by a
+ * function of their own. */
+typedef enum {
+    KIND_SWITCH,  /* bool: no value on the command line (true), 0 or 1 from PET_ */
+    KIND_INT,     /* int within [min, max] */
+    KIND_SECONDS, /* double within [min, max] */
+    KIND_SIZE,    /* uint64_t: digits with an optional K, M or G */
+    KIND_TEXT,    /* const char * into argv or the environment: not empty, at most max bytes */
+    KIND_CHOICE,  /* int (an enum): the index of the value among `choices`; no field: checked */
+    KIND_STD,     /* ddp_std_spec_t: torchrun's 0..3 or LOCAL_RANK:STD,... */
+    KIND_CODE,    /* apply() */
+} flag_kind_t;
+
+#define NO_FIELD SIZE_MAX
+
+/* One row per flag: the parser, --help and the man-page lint all read this table. */
 typedef struct {
     const char *name; /* the dash spelling without "--"; the underscore one is derived */
     char short_name;  /* 'm', 'r', 't', 'h' or 0 */
-    bool takes_value;
-    bool pet; /* reads its default from PET_<NAME> */
-    apply_fn apply;
+    flag_kind_t kind;
+    size_t field; /* offsetof(ddp_launch_config_t, ...), or NO_FIELD */
+    long min, max;
+    const char *const *choices; /* KIND_CHOICE: NULL-terminated */
+    apply_fn apply;             /* KIND_CODE */
+    bool pet;                   /* reads its default from PET_<NAME> */
+    bool at_once;               /* acts as soon as it is seen (--help, --version) */
+    int group;                  /* --help's heading: an index into group_names */
+    const char *arg;            /* --help: the value's name ("" for a switch) */
+    const char *help;           /* --help: what it does ("\n" continues the line) */
 } flag_t;
 
 /* Formats "<origin>: <message>" (or just the message when origin is NULL) into err and
@@ -157,12 +181,6 @@ static int apply_nproc_per_node(ddp_launch_config_t *cfg, const char *value, con
     return 0;
 }
 
-static int apply_node_rank(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                           const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_int_flag(value, origin, 0, INT_MAX - 1, &cfg->node_rank, err);
-}
-
 static int apply_master_addr(ddp_launch_config_t *cfg, const char *value, const char *origin,
                              const ddp_log_t *log, ddp_buf_t *err)
 {
@@ -171,21 +189,6 @@ static int apply_master_addr(ddp_launch_config_t *cfg, const char *value, const 
             return bad_value(err, origin, value, "a host name or address");
     }
     return copy_text(value, origin, cfg->master_addr, sizeof cfg->master_addr, err);
-}
-
-static int apply_master_port(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                             const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_int_flag(value, origin, 0, 65535, &cfg->master_port, err);
-}
-
-static int apply_local_addr(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                            const ddp_log_t *log, ddp_buf_t *err)
-{
-    if (*value == '\0')
-        return usage(err, origin, "the value must not be empty");
-    cfg->local_addr = value;
-    return 0;
 }
 
 static int apply_rdzv_backend(ddp_launch_config_t *cfg, const char *value, const char *origin,
@@ -303,18 +306,6 @@ out:
     return rc;
 }
 
-static int apply_standalone(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                            const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_switch(value, origin, &cfg->standalone, err);
-}
-
-static int apply_max_restarts(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                              const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_int_flag(value, origin, 0, 1000000, &cfg->max_restarts, err);
-}
-
 static int apply_monitor_interval(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                   const ddp_log_t *log, ddp_buf_t *err)
 {
@@ -326,15 +317,6 @@ static int apply_monitor_interval(ddp_launch_config_t *cfg, const char *value, c
     return 0;
 }
 
-static int apply_start_method(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                              const ddp_log_t *log, ddp_buf_t *err)
-{
-    if (strcmp(value, "spawn") != 0 && strcmp(value, "fork") != 0 &&
-        strcmp(value, "forkserver") != 0)
-        return bad_value(err, origin, value, "spawn, fork or forkserver");
-    return 0;
-}
-
 static int apply_event_log_handler(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                    const ddp_log_t *log, ddp_buf_t *err)
 {
@@ -343,64 +325,6 @@ static int apply_event_log_handler(ddp_launch_config_t *cfg, const char *value, 
     if (strcmp(value, "null") != 0)
         ddp_log_warn(log, "%s=%s: ddp-launch has no event log handlers; ignoring it", origin,
                      value);
-    return 0;
-}
-
-static int apply_role(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                      const ddp_log_t *log, ddp_buf_t *err)
-{
-    if (*value == '\0')
-        return usage(err, origin, "the value must not be empty");
-    if (strlen(value) > 255)
-        return usage(err, origin, "the value is longer than 255 bytes");
-    cfg->role = value;
-    return 0;
-}
-
-static int apply_module(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                        const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_switch(value, origin, &cfg->module, err);
-}
-
-static int apply_no_python(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                           const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_switch(value, origin, &cfg->no_python, err);
-}
-
-static int apply_run_path(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                          const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_switch(value, origin, &cfg->run_path, err);
-}
-
-static int apply_use_env(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                         const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_switch(value, origin, &cfg->use_env, err);
-}
-
-static int apply_local_rank_arg(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                                const ddp_log_t *log, ddp_buf_t *err)
-{
-    if (strcmp(value, "none") == 0)
-        cfg->local_rank_arg = DDP_LOCAL_RANK_ARG_NONE;
-    else if (strcmp(value, "underscore") == 0)
-        cfg->local_rank_arg = DDP_LOCAL_RANK_ARG_UNDERSCORE;
-    else if (strcmp(value, "dash") == 0)
-        cfg->local_rank_arg = DDP_LOCAL_RANK_ARG_DASH;
-    else
-        return bad_value(err, origin, value, "none, underscore or dash");
-    return 0;
-}
-
-static int apply_log_dir(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                         const ddp_log_t *log, ddp_buf_t *err)
-{
-    if (*value == '\0')
-        return usage(err, origin, "the value must not be empty");
-    cfg->log_dir = value;
     return 0;
 }
 
@@ -446,18 +370,6 @@ static int parse_std_spec(const char *value, const char *origin, ddp_std_spec_t 
 bad:
     free(map);
     return bad_value(err, origin, value, expected);
-}
-
-static int apply_redirects(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                           const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_std_spec(value, origin, &cfg->redirects, err);
-}
-
-static int apply_tee(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                     const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_std_spec(value, origin, &cfg->tee, err);
 }
 
 static int apply_local_ranks_filter(ddp_launch_config_t *cfg, const char *value, const char *origin,
@@ -524,21 +436,6 @@ static int apply_numa_binding(ddp_launch_config_t *cfg, const char *value, const
                  value);
 }
 
-/* Signals that may be forwarded: the catchable ones whose default is to end the
- * process and that are not faults of the launcher itself. */
-static const int forwardable[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGTERM, SIGUSR1, SIGUSR2,
-                                  SIGALRM, SIGXCPU, SIGVTALRM, SIGPROF, SIGPWR};
-
-const char *ddp_signal_name(int sig, char *buf, size_t cap)
-{
-    const char *abbrev = sig > 0 && sig < NSIG ? sigabbrev_np(sig) : NULL;
-    if (abbrev == NULL)
-        snprintf(buf, cap, "SIG%d", sig);
-    else
-        snprintf(buf, cap, "SIG%s", abbrev);
-    return buf;
-}
-
 static int apply_signals_to_handle(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                    const ddp_log_t *log, ddp_buf_t *err)
 {
@@ -548,11 +445,7 @@ static int apply_signals_to_handle(ddp_launch_config_t *cfg, const char *value, 
         return -ENOMEM;
     for (char *item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
         const char *name = strncasecmp(item, "SIG", 3) == 0 ? item + 3 : item;
-        int sig = 0;
-        for (size_t i = 0; i < sizeof forwardable / sizeof forwardable[0]; i++) {
-            if (strcasecmp(name, sigabbrev_np(forwardable[i])) == 0)
-                sig = forwardable[i];
-        }
+        int sig = ddp_signal_forwardable(name);
         if (sig == 0) {
             rc = usage(err, origin,
                        "cannot handle '%s': choose among SIGTERM, SIGINT, SIGHUP, SIGQUIT, "
@@ -574,12 +467,6 @@ static int apply_signals_to_handle(ddp_launch_config_t *cfg, const char *value, 
 out:
     free(copy);
     return rc;
-}
-
-static int apply_shutdown_timeout(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                                  const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_seconds_flag(value, origin, 0, 7 * 86400, &cfg->shutdown_timeout, err);
 }
 
 /* A size in bytes: digits with an optional K, M or G (powers of 1024). */
@@ -617,18 +504,6 @@ static int parse_size_flag(const char *value, const char *origin, uint64_t *out,
     return 0;
 }
 
-static int apply_store_max_key(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                               const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_size_flag(value, origin, &cfg->store_limits.max_key, err);
-}
-
-static int apply_store_max_value(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                                 const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_size_flag(value, origin, &cfg->store_limits.max_value, err);
-}
-
 static int apply_store_max_keys(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                 const ddp_log_t *log, ddp_buf_t *err)
 {
@@ -649,77 +524,105 @@ static int apply_store_busy_poll(ddp_launch_config_t *cfg, const char *value, co
     return 0;
 }
 
-static int apply_exit_code(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                           const ddp_log_t *log, ddp_buf_t *err)
-{
-    if (strcmp(value, "torchrun") == 0)
-        cfg->exit_code_mode = DDP_EXIT_CODE_TORCHRUN;
-    else if (strcmp(value, "worker") == 0)
-        cfg->exit_code_mode = DDP_EXIT_CODE_WORKER;
-    else
-        return bad_value(err, origin, value, "torchrun or worker");
-    return 0;
-}
+/* --help's headings, in its order. */
+enum { G_WORKERS, G_RDZV, G_PROGRAM, G_SUPERVISION, G_OUTPUT, G_OTHER, NGROUPS };
+static const char *const group_names[NGROUPS] = {
+    "workers",     "rendezvous (ddp-launch hosts the store the workers meet in)",
+    "the program", "supervision",
+    "output",      NULL};
 
-static int apply_dry_run(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                         const ddp_log_t *log, ddp_buf_t *err)
-{
-    return parse_switch(value, origin, &cfg->dry_run, err);
-}
+static const char *const local_rank_args[] = {"none", "underscore", "dash", NULL};
+static const char *const exit_codes[] = {"torchrun", "worker", NULL};
+static const char *const start_methods[] = {"spawn", "fork", "forkserver", NULL};
 
-static int apply_help(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                      const ddp_log_t *log, ddp_buf_t *err)
-{
-    cfg->help = true;
-    return 0;
-}
-
-static int apply_version(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                         const ddp_log_t *log, ddp_buf_t *err)
-{
-    cfg->version = true;
-    return 0;
-}
+#define FIELD(f) offsetof(ddp_launch_config_t, f)
+#define SWITCH(name, short_name, f, pet) \
+    name, short_name, KIND_SWITCH, FIELD(f), 0, 0, NULL, NULL, pet
+#define INT(name, f, lo, hi) name, 0, KIND_INT, FIELD(f), lo, hi, NULL, NULL, true
+#define TEXT(name, f, most)  name, 0, KIND_TEXT, FIELD(f), 0, most, NULL, NULL, true
+#define CODE(name, fn, pet)  name, 0, KIND_CODE, NO_FIELD, 0, 0, NULL, fn, pet
 
 /* Every flag; the order is the order in which values are applied. */
 static const flag_t flags[] = {
-    {"nnodes", 0, true, true, apply_nnodes},
-    {"nproc-per-node", 0, true, true, apply_nproc_per_node},
-    {"node-rank", 0, true, true, apply_node_rank},
-    {"master-addr", 0, true, true, apply_master_addr},
-    {"master-port", 0, true, true, apply_master_port},
-    {"local-addr", 0, true, true, apply_local_addr},
-    {"rdzv-backend", 0, true, true, apply_rdzv_backend},
-    {"rdzv-endpoint", 0, true, true, apply_rdzv_endpoint},
-    {"rdzv-id", 0, true, true, apply_rdzv_id},
-    {"rdzv-conf", 0, true, true, apply_rdzv_conf},
-    {"standalone", 0, false, true, apply_standalone},
-    {"max-restarts", 0, true, true, apply_max_restarts},
-    {"monitor-interval", 0, true, true, apply_monitor_interval},
-    {"start-method", 0, true, true, apply_start_method},
-    {"event-log-handler", 0, true, true, apply_event_log_handler},
-    {"role", 0, true, true, apply_role},
-    {"module", 'm', false, true, apply_module},
-    {"no-python", 0, false, true, apply_no_python},
-    {"run-path", 0, false, true, apply_run_path},
-    {"use-env", 0, false, true, apply_use_env},
-    {"local-rank-arg", 0, true, true, apply_local_rank_arg},
-    {"log-dir", 0, true, true, apply_log_dir},
-    {"redirects", 'r', true, true, apply_redirects},
-    {"tee", 't', true, true, apply_tee},
-    {"local-ranks-filter", 0, true, true, apply_local_ranks_filter},
-    {"logs-specs", 0, true, false, apply_logs_specs},
-    {"numa-binding", 0, true, false, apply_numa_binding},
-    {"signals-to-handle", 0, true, true, apply_signals_to_handle},
-    {"shutdown-timeout", 0, true, true, apply_shutdown_timeout},
-    {"exit-code", 0, true, true, apply_exit_code},
-    {"store-max-key", 0, true, true, apply_store_max_key},
-    {"store-max-value", 0, true, true, apply_store_max_value},
-    {"store-max-keys", 0, true, true, apply_store_max_keys},
-    {"store-busy-poll", 0, true, true, apply_store_busy_poll},
-    {"dry-run", 0, false, true, apply_dry_run},
-    {"help", 'h', false, false, apply_help},
-    {"version", 0, false, false, apply_version},
+    {CODE("nnodes", apply_nnodes, true), false, G_WORKERS, "N|MIN:MAX",
+     "nodes in the job (default 1; a fixed N: static rendezvous)"},
+    {CODE("nproc-per-node", apply_nproc_per_node, true), false, G_WORKERS, "N|cpu|gpu|auto",
+     "workers on this node (default 1)"},
+    {INT("node-rank", node_rank, 0, INT_MAX - 1), false, G_WORKERS, "R",
+     "this node's rank (default 0; node 0 hosts the store)"},
+    {CODE("master-addr", apply_master_addr, true), false, G_RDZV, "HOST",
+     "node 0's store address (default 127.0.0.1)"},
+    {INT("master-port", master_port, 0, 65535), false, G_RDZV, "PORT",
+     "the store's port (default 29500; 0 = a free port)"},
+    {TEXT("local-addr", local_addr, 0), false, G_RDZV, "HOST",
+     "this node's address as other nodes see it"},
+    {CODE("rdzv-backend", apply_rdzv_backend, true), false, G_RDZV, "static|c10d",
+     "rendezvous backend (default static)"},
+    {CODE("rdzv-endpoint", apply_rdzv_endpoint, true), false, G_RDZV, "HOST[:PORT]",
+     "c10d: where the store listens (default port 29400)"},
+    {CODE("rdzv-id", apply_rdzv_id, true), false, G_RDZV, "ID",
+     "job id, exported as TORCHELASTIC_RUN_ID (default none)"},
+    {CODE("rdzv-conf", apply_rdzv_conf, true), false, G_RDZV, "K=V,...",
+     "join_timeout, last_call_timeout, close_timeout,\nread_timeout, timeout, "
+     "keep_alive_interval,\nkeep_alive_max_attempt, is_host"},
+    {SWITCH("standalone", 0, standalone, true), false, G_RDZV, "",
+     "one node, a free port and a random run id"},
+    {INT("max-restarts", max_restarts, 0, 1000000), false, G_SUPERVISION, "N",
+     "restarts of the worker group before failing (default 0)"},
+    {CODE("monitor-interval", apply_monitor_interval, true), false, G_SUPERVISION, "SECONDS",
+     "accepted for torchrun; ddp-launch does not poll"},
+    {"start-method", 0, KIND_CHOICE, NO_FIELD, 0, 0, start_methods, NULL, true, false,
+     G_SUPERVISION, "METHOD", "accepted for torchrun (spawn, fork, forkserver)"},
+    {CODE("event-log-handler", apply_event_log_handler, true), false, G_SUPERVISION, "NAME",
+     "accepted for torchrun (null)"},
+    {TEXT("role", role, 255), false, G_WORKERS, "NAME",
+     "role name: ROLE_NAME and the tee prefix (default default)"},
+    {SWITCH("module", 'm', module, true), false, G_PROGRAM, "",
+     "run the script as a module: python -u -m MODULE"},
+    {SWITCH("no-python", 0, no_python, true), false, G_PROGRAM, "",
+     "execute the script as a program (implied for a\ncompiled program, or a #! script that "
+     "names no python)"},
+    {SWITCH("run-path", 0, run_path, true), false, G_PROGRAM, "",
+     "run the script with python (torchrun's runpy mode)"},
+    {SWITCH("use-env", 0, use_env, true), false, G_PROGRAM, "",
+     "pass the local rank in LOCAL_RANK only (the default)"},
+    {"local-rank-arg", 0, KIND_CHOICE, FIELD(local_rank_arg), 0, 0, local_rank_args, NULL, true,
+     false, G_PROGRAM, "none|underscore|dash",
+     "also pass --local_rank=N or --local-rank=N to the script,\nas torch.distributed.launch "
+     "did (default none)"},
+    {TEXT("log-dir", log_dir, 0), false, G_OUTPUT, "DIR",
+     "base directory of the log files (default: a new one in $TMPDIR)"},
+    {"redirects", 'r', KIND_STD, FIELD(redirects), 0, 0, NULL, NULL, true, false, G_OUTPUT, "SPEC",
+     "send streams to files: 0 none, 1 stdout, 2 stderr, 3 both,\nor per local rank, e.g. "
+     "0:3,1:2"},
+    {"tee", 't', KIND_STD, FIELD(tee), 0, 0, NULL, NULL, true, false, G_OUTPUT, "SPEC",
+     "like --redirects, and also to the console with a prefix"},
+    {CODE("local-ranks-filter", apply_local_ranks_filter, true), false, G_OUTPUT, "LIST",
+     "only these local ranks reach the console, e.g. 0"},
+    {CODE("logs-specs", apply_logs_specs, false), false, G_OUTPUT, "NAME",
+     "accepted for torchrun when empty; no plugins"},
+    {CODE("numa-binding", apply_numa_binding, false), false, G_SUPERVISION, "MODE",
+     "torchrun's NUMA binding: not supported (bind with numactl)"},
+    {CODE("signals-to-handle", apply_signals_to_handle, true), false, G_SUPERVISION, "LIST",
+     "signals forwarded to the workers\n(default SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
+    {"shutdown-timeout", 0, KIND_SECONDS, FIELD(shutdown_timeout), 0, 7 * 86400, NULL, NULL, true,
+     false, G_SUPERVISION, "SECONDS", "grace between the stop signal and SIGKILL (default 30)"},
+    {"exit-code", 0, KIND_CHOICE, FIELD(exit_code_mode), 0, 0, exit_codes, NULL, true, false,
+     G_SUPERVISION, "torchrun|worker",
+     "exit 1 on a worker failure (default), or the failed\nworker's own status"},
+    {"store-max-key", 0, KIND_SIZE, FIELD(store_limits.max_key), 0, 0, NULL, NULL, true, false,
+     G_RDZV, "SIZE", "longest key the store takes (default 8K)"},
+    {"store-max-value", 0, KIND_SIZE, FIELD(store_limits.max_value), 0, 0, NULL, NULL, true, false,
+     G_RDZV, "SIZE", "largest value (default 8M)"},
+    {CODE("store-max-keys", apply_store_max_keys, true), false, G_RDZV, "N",
+     "most keys in one request (default 131072)"},
+    {CODE("store-busy-poll", apply_store_busy_poll, true), false, G_RDZV, "USEC",
+     "after a request, the store polls this long for the\nnext before it sleeps (default 200; "
+     "0 = never)"},
+    {SWITCH("dry-run", 0, dry_run, true), false, G_OTHER, "",
+     "print each worker's command and environment; start nothing"},
+    {SWITCH("help", 'h', help, false), true, G_OTHER, "", "this help"},
+    {SWITCH("version", 0, version, false), true, G_OTHER, "", "the version"},
 };
 enum { NFLAGS = sizeof flags / sizeof flags[0] };
 
@@ -803,29 +706,6 @@ static void pet_name(const flag_t *flag, char *out, size_t cap)
         out[i] = flag->name[i - 4] == '-' ? '_' : (char)toupper((unsigned char)out[i]);
 }
 
-static void config_defaults(ddp_launch_config_t *cfg)
-{
-    memset(cfg, 0, sizeof *cfg);
-    cfg->nnodes_min = cfg->nnodes_max = 1;
-    cfg->nproc_kind = DDP_NPROC_INT;
-    cfg->nproc_per_node = 1;
-    strcpy(cfg->master_addr, "127.0.0.1");
-    cfg->master_port = 29500;
-    cfg->rdzv_backend = DDP_RDZV_STATIC;
-    cfg->rdzv_conf = (ddp_rdzv_conf_t){600, 30, 30, 60, 900, -1, 1, 3};
-    cfg->monitor_interval = 0.1;
-    cfg->shutdown_timeout = 30;
-    cfg->signals[0] = SIGTERM;
-    cfg->signals[1] = SIGINT;
-    cfg->signals[2] = SIGHUP;
-    cfg->signals[3] = SIGQUIT;
-    cfg->nsignals = 4;
-    cfg->role = "default";
-    cfg->python_exec = ddp_env_default(DDP_ENV_PYTHON_EXEC);
-    cfg->store_limits = DDP_STORE_LIMITS_DEFAULT;
-    cfg->store_busy_poll_us = 200;
-}
-
 /* Reads the options in argv into raw[]; *script_index is where the script is (argc
  * when there is none). */
 static int scan_argv(int argc, char **argv, raw_value_t *raw, int *script_index, ddp_buf_t *err)
@@ -865,7 +745,7 @@ static int scan_argv(int argc, char **argv, raw_value_t *raw, int *script_index,
                 if (flags[f].short_name == arg[1])
                     index = f;
             }
-            if (index < 0 || (!flags[index].takes_value && arg[2] != '\0'))
+            if (index < 0 || (flags[index].kind == KIND_SWITCH && arg[2] != '\0'))
                 return usage(err, arg, "unrecognized option");
             if (arg[2] != '\0') {
                 value = arg[2] == '=' ? arg + 3 : arg + 2;
@@ -875,7 +755,7 @@ static int scan_argv(int argc, char **argv, raw_value_t *raw, int *script_index,
         const flag_t *flag = &flags[index];
         raw_value_t *slot = &raw[index];
         snprintf(slot->origin, sizeof slot->origin, "--%s", flag->name);
-        if (!flag->takes_value) {
+        if (flag->kind == KIND_SWITCH) {
             if (inline_value)
                 return usage(err, slot->origin, "takes no value");
             slot->value = NULL;
@@ -885,11 +765,11 @@ static int scan_argv(int argc, char **argv, raw_value_t *raw, int *script_index,
                 return usage(err, slot->origin, "expects a value");
             value = argv[++i];
         }
-        if (flag->takes_value)
+        if (flag->kind != KIND_SWITCH)
             slot->value = value;
         slot->set = true;
         i++;
-        if (flag->apply == apply_help || flag->apply == apply_version)
+        if (flag->at_once)
             break; /* like argparse: --help acts as soon as it is seen */
     }
     *script_index = i;
@@ -979,13 +859,69 @@ static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
     return 0;
 }
 
+static int apply_text(const flag_t *f, const char *value, const char *origin, const char **field,
+                      ddp_buf_t *err)
+{
+    if (*value == '\0')
+        return usage(err, origin, "the value must not be empty");
+    if (f->max > 0 && strlen(value) > (size_t)f->max)
+        return usage(err, origin, "the value is longer than %ld bytes", f->max);
+    *field = value;
+    return 0;
+}
+
+static int apply_choice(const flag_t *f, const char *value, const char *origin, int *field,
+                        ddp_buf_t *err)
+{
+    char expected[160] = "";
+    size_t len = 0;
+    for (int i = 0; f->choices[i] != NULL; i++) {
+        if (strcmp(value, f->choices[i]) == 0) {
+            if (field != NULL)
+                *field = i;
+            return 0;
+        }
+        const char *sep = i == 0 ? "" : f->choices[i + 1] == NULL ? " or " : ", ";
+        len += (size_t)snprintf(expected + len, len < sizeof expected ? sizeof expected - len : 0,
+                                "%s%s", sep, f->choices[i]);
+    }
+    return bad_value(err, origin, value, expected);
+}
+
+/* Converts and checks one flag's value into the config, as its row says. */
+static int apply_flag(const flag_t *f, ddp_launch_config_t *cfg, const raw_value_t *raw,
+                      const ddp_log_t *log, ddp_buf_t *err)
+{
+    const char *value = raw->value, *origin = raw->origin;
+    void *field = f->field == NO_FIELD ? NULL : (char *)cfg + f->field;
+    switch (f->kind) {
+    case KIND_SWITCH:
+        return parse_switch(value, origin, field, err);
+    case KIND_INT:
+        return parse_int_flag(value, origin, f->min, f->max, field, err);
+    case KIND_SECONDS:
+        return parse_seconds_flag(value, origin, (double)f->min, (double)f->max, field, err);
+    case KIND_SIZE:
+        return parse_size_flag(value, origin, field, err);
+    case KIND_TEXT:
+        return apply_text(f, value, origin, field, err);
+    case KIND_CHOICE:
+        return apply_choice(f, value, origin, field, err);
+    case KIND_STD:
+        return parse_std_spec(value, origin, field, err);
+    case KIND_CODE:
+        break;
+    }
+    return f->apply(cfg, value, origin, log, err);
+}
+
 int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *envp,
                   const ddp_log_t *log, ddp_buf_t *err)
 {
     raw_value_t raw[NFLAGS];
     int script_index = argc, rc;
     memset(raw, 0, sizeof raw);
-    config_defaults(cfg);
+    ddp_config_defaults(cfg);
 
     for (int i = 0; i < NFLAGS; i++) {
         if (!flags[i].pet)
@@ -1003,7 +939,7 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
     if ((rc = slurm_defaults(raw, envp, slurm_host, sizeof slurm_host, log, err)) != 0)
         goto fail;
     for (int i = 0; i < NFLAGS; i++) {
-        if (raw[i].set && (rc = flags[i].apply(cfg, raw[i].value, raw[i].origin, log, err)) != 0)
+        if (raw[i].set && (rc = apply_flag(&flags[i], cfg, &raw[i], log, err)) != 0)
             goto fail;
     }
     if (cfg->help || cfg->version)
@@ -1033,40 +969,8 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
     }
     return 0;
 fail:
-    ddp_cli_free(cfg);
+    ddp_config_free(cfg);
     return rc;
-}
-
-void ddp_cli_free(ddp_launch_config_t *cfg)
-{
-    free(cfg->run_id);
-    free(cfg->redirects.map);
-    free(cfg->tee.map);
-    free(cfg->ranks_filter);
-    cfg->run_id = NULL;
-    cfg->redirects.map = cfg->tee.map = NULL;
-    cfg->ranks_filter = NULL;
-}
-
-int ddp_std_for(const ddp_std_spec_t *spec, int local_rank)
-{
-    int std = spec->all;
-    for (size_t i = 0; i < spec->nmap; i++) {
-        if (spec->map[i].local_rank == local_rank)
-            std = spec->map[i].std;
-    }
-    return std;
-}
-
-bool ddp_cli_rank_shown(const ddp_launch_config_t *cfg, int local_rank)
-{
-    if (!cfg->ranks_filter_set)
-        return true;
-    for (size_t i = 0; i < cfg->nranks_filter; i++) {
-        if (cfg->ranks_filter[i] == local_rank)
-            return true;
-    }
-    return false;
 }
 
 /* CPUs this process may run on (its affinity, as set by Slurm or taskset). */
@@ -1197,77 +1101,64 @@ void ddp_cli_print_version(int fd)
     (void)ddp_write_all(fd, text, (size_t)n);
 }
 
-static const char help_text[] =
-    "usage: ddp-launch [options] TRAINING_SCRIPT [SCRIPT ARGS...]\n"
-    "       ddp-launch [options] [--no-python] PROGRAM [ARGS...]\n"
-    "\n"
-    "Start and supervise data-parallel workers, like torchrun (same flags, same worker\n"
-    "environment). Every --flag-name is also accepted as --flag_name, --flag=value and\n"
-    "--flag value work, unambiguous prefixes are accepted, and each flag takes its\n"
-    "default from PET_FLAG_NAME. Everything after the script goes to the script.\n"
-    "\n"
-    "workers:\n"
-    "  --nproc-per-node N|cpu|gpu|auto  workers on this node (default 1)\n"
-    "  --nnodes N|MIN:MAX          nodes in the job (default 1; a fixed N: static rendezvous)\n"
-    "  --node-rank R               this node's rank (default 0; node 0 hosts the store)\n"
-    "  --role NAME                 role name: ROLE_NAME and the tee prefix (default default)\n"
-    "\n"
-    "rendezvous (ddp-launch hosts the store the workers meet in):\n"
-    "  --master-addr HOST          node 0's store address (default 127.0.0.1)\n"
-    "  --master-port PORT          the store's port (default 29500; 0 = a free port)\n"
-    "  --local-addr HOST           this node's address as other nodes see it\n"
-    "  --rdzv-backend static|c10d  rendezvous backend (default static)\n"
-    "  --rdzv-endpoint HOST[:PORT] c10d: where the store listens (default port 29400)\n"
-    "  --rdzv-id ID                job id, exported as TORCHELASTIC_RUN_ID (default none)\n"
-    "  --rdzv-conf K=V,...         join_timeout, last_call_timeout, close_timeout,\n"
-    "                              read_timeout, timeout, keep_alive_interval,\n"
-    "                              keep_alive_max_attempt, is_host\n"
-    "  --standalone                one node, a free port and a random run id\n"
-    "  --store-max-key SIZE        longest key the store takes (default 8K)\n"
-    "  --store-max-value SIZE      largest value (default 8M)\n"
-    "  --store-max-keys N          most keys in one request (default 131072)\n"
-    "  --store-busy-poll USEC      after a request, the store polls this long for the\n"
-    "                              next before it sleeps (default 200; 0 = never)\n"
-    "\n"
-    "the program:\n"
-    "  -m, --module                run the script as a module: python -u -m MODULE\n"
-    "  --no-python                 execute the script as a program (implied for a\n"
-    "                              compiled program, or a #! script that names no python)\n"
-    "  --run-path                  run the script with python (torchrun's runpy mode)\n"
-    "  --use-env                   pass the local rank in LOCAL_RANK only (the default)\n"
-    "  --local-rank-arg none|underscore|dash\n"
-    "                              also pass --local_rank=N or --local-rank=N to the script,\n"
-    "                              as torch.distributed.launch did (default none)\n"
-    "\n"
-    "supervision:\n"
-    "  --max-restarts N            restarts of the worker group before failing (default 0)\n"
-    "  --shutdown-timeout SECONDS  grace between the stop signal and SIGKILL (default 30)\n"
-    "  --signals-to-handle LIST    signals forwarded to the workers\n"
-    "                              (default SIGTERM,SIGINT,SIGHUP,SIGQUIT)\n"
-    "  --exit-code torchrun|worker exit 1 on a worker failure (default), or the failed\n"
-    "                              worker's own status\n"
-    "  --monitor-interval SECONDS  accepted for torchrun; ddp-launch does not poll\n"
-    "  --start-method METHOD       accepted for torchrun (spawn, fork, forkserver)\n"
-    "  --event-log-handler NAME    accepted for torchrun (null)\n"
-    "\n"
-    "output:\n"
-    "  --log-dir DIR               base directory of the log files (default: a new one in "
-    "$TMPDIR)\n"
-    "  -r, --redirects SPEC        send streams to files: 0 none, 1 stdout, 2 stderr, 3 both,\n"
-    "                              or per local rank, e.g. 0:3,1:2\n"
-    "  -t, --tee SPEC              like --redirects, and also to the console with a prefix\n"
-    "  --local-ranks-filter LIST   only these local ranks reach the console, e.g. 0\n"
-    "\n"
-    "  --dry-run                   print each worker's command and environment; start nothing\n"
-    "  -h, --help                  this help\n"
-    "  --version                   the version\n"
-    "\n"
-    "Exit status: 0 success, 1 a worker failed, 2 usage error, 3 launcher failure,\n"
-    "4 the store cannot listen (port in use), 126/127 the program cannot be executed /\n"
-    "is not found, 128+N stopped by signal N.\n"
-    "See ddp-launch(1) for the worker environment, log layout and examples.\n";
+#define HELP_COLUMN 30 /* where the flags' descriptions start */
+
+/* One flag's lines: "  -r, --redirects SPEC" then its description at HELP_COLUMN. */
+static void help_flag(ddp_buf_t *out, const flag_t *f)
+{
+    size_t start = out->len;
+    ddp_buf_puts(out, "  ");
+    if (f->short_name != 0)
+        ddp_buf_printf(out, "-%c, ", f->short_name);
+    ddp_buf_printf(out, "--%s%s%s", f->name, *f->arg ? " " : "", f->arg);
+    size_t used = out->len - start;
+    if (used + 2 <= HELP_COLUMN)
+        ddp_buf_printf(out, "%*s", (int)(HELP_COLUMN - used), "");
+    else /* as argparse: the description on a line of its own */
+        ddp_buf_printf(out, "\n%*s", HELP_COLUMN, "");
+    for (const char *line = f->help; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t n = end ? (size_t)(end - line) : strlen(line);
+        ddp_buf_append(out, line, n);
+        ddp_buf_puts(out, "\n");
+        if (end == NULL)
+            break;
+        line = end + 1;
+        ddp_buf_printf(out, "%*s", HELP_COLUMN, "");
+    }
+}
 
 void ddp_cli_print_help(int fd)
 {
-    (void)ddp_write_all(fd, help_text, sizeof help_text - 1);
+    ddp_buf_t out = DDP_BUF_INIT;
+    ddp_buf_puts(&out,
+                 "usage: ddp-launch [options] TRAINING_SCRIPT [SCRIPT ARGS...]\n"
+                 "       ddp-launch [options] [--no-python] PROGRAM [ARGS...]\n"
+                 "\n"
+                 "Start and supervise data-parallel workers, like torchrun (same flags, same "
+                 "worker\n"
+                 "environment). Every --flag-name is also accepted as --flag_name, "
+                 "--flag=value and\n"
+                 "--flag value work, unambiguous prefixes are accepted, and each flag takes "
+                 "its\n"
+                 "default from PET_FLAG_NAME. Everything after the script goes to the script.\n");
+    for (int g = 0; g < NGROUPS; g++) {
+        ddp_buf_puts(&out, "\n");
+        if (group_names[g] != NULL)
+            ddp_buf_printf(&out, "%s:\n", group_names[g]);
+        for (int i = 0; i < NFLAGS; i++) {
+            if (flags[i].group == g)
+                help_flag(&out, &flags[i]);
+        }
+    }
+    ddp_buf_puts(&out,
+                 "\n"
+                 "Exit status: 0 success, 1 a worker failed, 2 usage error, 3 launcher failure,\n"
+                 "4 the store cannot listen (port in use), 5 the nodes could not form or keep "
+                 "the\n"
+                 "job, 126/127 the program cannot be executed / is not found, 128+N stopped by\n"
+                 "signal N. See ddp-launch(1) for the worker environment, log layout and "
+                 "examples.\n");
+    (void)ddp_write_all(fd, ddp_buf_str(&out), out.len);
+    ddp_buf_free(&out);
 }

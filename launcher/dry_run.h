@@ -5,7 +5,7 @@
 #ifndef DDP_LAUNCHER_DRY_RUN_H
 #define DDP_LAUNCHER_DRY_RUN_H
 
-#include "cli.h"
+#include "config.h"
 
 /* Writes the plan to `fd`. Returns 0 or -ENOMEM. */
 int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd);

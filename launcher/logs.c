@@ -18,7 +18,7 @@ ddp_sink_t ddp_logs_sink(const ddp_launch_config_t *cfg, int local_rank, int std
 {
     bool teed = (ddp_std_for(&cfg->tee, local_rank) & std) != 0;
     bool redirected = (ddp_std_for(&cfg->redirects, local_rank) & std) != 0;
-    bool shown = ddp_cli_rank_shown(cfg, local_rank);
+    bool shown = ddp_config_rank_shown(cfg, local_rank);
     if (teed && shown)
         return DDP_SINK_TEE;
     if (teed || redirected)

@@ -9,7 +9,7 @@
 #define DDP_LAUNCHER_LOGS_H
 
 #include "buf.h"
-#include "cli.h"
+#include "config.h"
 
 #include <stdbool.h>
 #include <stddef.h>

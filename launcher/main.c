@@ -68,7 +68,7 @@ int main(int argc, char **argv)
     }
     exit_code = ddp_agent_run(&cfg, &log);
 out:
-    ddp_cli_free(&cfg);
+    ddp_config_free(&cfg);
     ddp_buf_free(&err);
     return exit_code;
 }

@@ -15,7 +15,7 @@
 #ifndef DDP_LAUNCHER_RDZV_H
 #define DDP_LAUNCHER_RDZV_H
 
-#include "cli.h"
+#include "config.h"
 #include "log.h"
 
 #include <uv.h>

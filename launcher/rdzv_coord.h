@@ -22,7 +22,7 @@
 #ifndef DDP_LAUNCHER_RDZV_COORD_H
 #define DDP_LAUNCHER_RDZV_COORD_H
 
-#include "cli.h"
+#include "config.h"
 #include "log.h"
 #include "store_server.h"
 

@@ -1,7 +1,7 @@
 /* Failure records, error.json reading and the failure report (see report.h). */
 #include "report.h"
 
-#include "cli.h"
+#include "signals.h"
 #include "error.h"
 #include "io.h"
 #include "json.h"

@@ -6,7 +6,7 @@
 #ifndef DDP_LAUNCHER_WORKER_SPEC_H
 #define DDP_LAUNCHER_WORKER_SPEC_H
 
-#include "cli.h"
+#include "config.h"
 
 typedef struct ddp_worker_info_s {
     int local_rank, rank, local_world_size, world_size;

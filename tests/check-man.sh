@@ -1,5 +1,6 @@
 #!/bin/sh
-# Every option ddp-launch --help lists is documented in ddp-launch(1).
+# The options ddp-launch --help lists (generated from the flag table) and those that
+# ddp-launch(1) documents in its OPTIONS section are the same, both ways.
 #   check-man.sh DDP_LAUNCH MAN_PAGE
 set -eu
 launcher=$1 page=$2
@@ -15,5 +16,15 @@ for flag in $flags; do
         missing=1
     fi
 done
-[ "$missing" = 0 ] && echo "check-man: $(echo "$flags" | wc -l) options, all in $(basename "$page")"
+# The other way: each item of OPTIONS (the line after .TP) names a flag --help lists.
+documented=$(awk '/^\.SH OPTIONS/ { on = 1; next } /^\.SH/ { on = 0 } on && prev == ".TP" { print } { prev = $0 }' "$page" |
+    sed 's/\\-/-/g' | grep -oE -- '--[a-z][a-z-]*' | sort -u)
+[ -n "$documented" ] || { echo "check-man: no options found in $page's OPTIONS" >&2; exit 1; }
+for flag in $documented; do
+    if ! printf '%s\n' "$flags" | grep -qx -- "$flag"; then
+        echo "check-man: $flag is in $page but not in --help" >&2
+        missing=1
+    fi
+done
+[ "$missing" = 0 ] && echo "check-man: $(echo "$flags" | wc -l) options, the same in --help and $(basename "$page")"
 exit "$missing"

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "cli.h"
+#include "signals.h"
 #include "error.h"
 
 #include <fcntl.h>
@@ -53,7 +54,7 @@ static void parse(parse_t *p, const char *args, const char *env)
 static void done(parse_t *p)
 {
     if (p->rc == 0)
-        ddp_cli_free(&p->cfg);
+        ddp_config_free(&p->cfg);
     close(p->log.fd);
     ddp_buf_free(&p->err);
     free(p->argv_text);
@@ -507,11 +508,11 @@ static void test_std_spec_and_filter_lookup(void **state)
     assert_int_equal(ddp_std_for(&p.cfg.redirects, 12), DDP_STD_ERR);
     assert_int_equal(ddp_std_for(&p.cfg.redirects, 5), DDP_STD_NONE);
     assert_int_equal(ddp_std_for(&p.cfg.tee, 7), DDP_STD_ALL);
-    assert_true(ddp_cli_rank_shown(&p.cfg, 12));
-    assert_false(ddp_cli_rank_shown(&p.cfg, 0));
+    assert_true(ddp_config_rank_shown(&p.cfg, 12));
+    assert_false(ddp_config_rank_shown(&p.cfg, 0));
     done(&p);
     parse(&p, "t.py", NULL);
-    assert_true(ddp_cli_rank_shown(&p.cfg, 99));
+    assert_true(ddp_config_rank_shown(&p.cfg, 99));
     done(&p);
 }
 

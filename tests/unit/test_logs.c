@@ -180,20 +180,20 @@ static void test_sinks(void **state)
     /* Nothing asked: the console. */
     config(&cfg, "0", "0", NULL);
     assert_int_equal(ddp_logs_sink(&cfg, 0, DDP_STD_OUT), DDP_SINK_CONSOLE);
-    ddp_cli_free(&cfg);
+    ddp_config_free(&cfg);
     /* Redirect stdout of rank 1 only; tee stderr of everyone. */
     config(&cfg, "1:1", "2", NULL);
     assert_int_equal(ddp_logs_sink(&cfg, 1, DDP_STD_OUT), DDP_SINK_FILE);
     assert_int_equal(ddp_logs_sink(&cfg, 0, DDP_STD_OUT), DDP_SINK_CONSOLE);
     assert_int_equal(ddp_logs_sink(&cfg, 0, DDP_STD_ERR), DDP_SINK_TEE);
     assert_int_equal(ddp_logs_sink(&cfg, 1, DDP_STD_ERR), DDP_SINK_TEE);
-    ddp_cli_free(&cfg);
+    ddp_config_free(&cfg);
     /* The filter: others reach no console; tee'd ones still get their file. */
     config(&cfg, "0", "0:3", "1");
     assert_int_equal(ddp_logs_sink(&cfg, 0, DDP_STD_OUT), DDP_SINK_FILE);
     assert_int_equal(ddp_logs_sink(&cfg, 1, DDP_STD_OUT), DDP_SINK_CONSOLE);
     assert_int_equal(ddp_logs_sink(&cfg, 2, DDP_STD_ERR), DDP_SINK_NULL);
-    ddp_cli_free(&cfg);
+    ddp_config_free(&cfg);
 }
 
 static void test_prefix(void **state)
@@ -209,7 +209,7 @@ static void test_prefix(void **state)
     assert_int_equal(ddp_logs_prefix(&cfg, 17, 3, &prefix), 0);
     assert_string_equal(prefix, "trainer/17/3 $ ${host}|");
     free(prefix);
-    ddp_cli_free(&cfg);
+    ddp_config_free(&cfg);
 }
 
 static void test_directories(void **state)

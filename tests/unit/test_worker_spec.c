@@ -44,7 +44,7 @@ static void expect_argv(const char *args, char **envp, int local_rank, const cha
     if (strcmp(joined, expected) != 0)
         fail_msg("%s: argv '%s', expected '%s'", args, joined, expected);
     ddp_strv_free(argv);
-    ddp_cli_free(&cfg);
+    ddp_config_free(&cfg);
 }
 
 static void test_argv(void **state)
@@ -124,7 +124,7 @@ static void test_environment_contract(void **state)
     assert_int_equal(ranks, 1);
     free(merged);
     ddp_strv_free(added);
-    ddp_cli_free(&cfg);
+    ddp_config_free(&cfg);
 }
 
 static void test_user_values_are_kept(void **state)
@@ -145,7 +145,7 @@ static void test_user_values_are_kept(void **state)
     assert_null(value_of(added, "NCCL_ASYNC_ERROR_HANDLING"));
     assert_string_equal(value_of(added, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
     ddp_strv_free(added);
-    ddp_cli_free(&cfg);
+    ddp_config_free(&cfg);
 
     /* One worker: no OMP_NUM_THREADS default, as torchrun. */
     char *empty[] = {NULL};
@@ -154,7 +154,7 @@ static void test_user_values_are_kept(void **state)
     assert_int_equal(ddp_worker_env_added(&cfg, &info, empty, &added), 0);
     assert_null(value_of(added, "OMP_NUM_THREADS"));
     ddp_strv_free(added);
-    ddp_cli_free(&cfg);
+    ddp_config_free(&cfg);
 }
 
 int main(void)

@@ -1,0 +1,63 @@
+/* The launcher's configuration: defaults and what it owns (see config.h). */
+#include "config.h"
+
+#include "env.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ddp_config_defaults(ddp_launch_config_t *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->nnodes_min = cfg->nnodes_max = 1;
+    cfg->nproc_kind = DDP_NPROC_INT;
+    cfg->nproc_per_node = 1;
+    strcpy(cfg->master_addr, "127.0.0.1");
+    cfg->master_port = 29500;
+    cfg->rdzv_backend = DDP_RDZV_STATIC;
+    cfg->rdzv_conf = (ddp_rdzv_conf_t){600, 30, 30, 60, 900, -1, 1, 3};
+    cfg->monitor_interval = 0.1;
+    cfg->shutdown_timeout = 30;
+    cfg->signals[0] = SIGTERM;
+    cfg->signals[1] = SIGINT;
+    cfg->signals[2] = SIGHUP;
+    cfg->signals[3] = SIGQUIT;
+    cfg->nsignals = 4;
+    cfg->role = "default";
+    cfg->python_exec = ddp_env_default(DDP_ENV_PYTHON_EXEC);
+    cfg->store_limits = DDP_STORE_LIMITS_DEFAULT;
+    cfg->store_busy_poll_us = 200;
+}
+
+void ddp_config_free(ddp_launch_config_t *cfg)
+{
+    free(cfg->run_id);
+    free(cfg->redirects.map);
+    free(cfg->tee.map);
+    free(cfg->ranks_filter);
+    cfg->run_id = NULL;
+    cfg->redirects.map = cfg->tee.map = NULL;
+    cfg->ranks_filter = NULL;
+}
+
+int ddp_std_for(const ddp_std_spec_t *spec, int local_rank)
+{
+    int std = spec->all;
+    for (size_t i = 0; i < spec->nmap; i++) {
+        if (spec->map[i].local_rank == local_rank)
+            std = spec->map[i].std;
+    }
+    return std;
+}
+
+bool ddp_config_rank_shown(const ddp_launch_config_t *cfg, int local_rank)
+{
+    if (!cfg->ranks_filter_set)
+        return true;
+    for (size_t i = 0; i < cfg->nranks_filter; i++) {
+        if (cfg->ranks_filter[i] == local_rank)
+            return true;
+    }
+    return false;
+}

@@ -1,0 +1,131 @@
+/* The launcher's configuration: everything the command line, PET_* variables and
+ * Slurm's environment decide, the limits, and ddp-launch's exit statuses. A plain value:
+ * cli.c fills it, and every other module reads it (never writes it). */
+#ifndef DDP_LAUNCHER_CONFIG_H
+#define DDP_LAUNCHER_CONFIG_H
+
+#include "store_codec.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Most workers one node may run: each costs two pipes and a process group. */
+#define DDP_MAX_LOCAL_WORKERS 4096
+#define DDP_MAX_SIGNALS       16
+#define DDP_HOST_MAX          256
+
+/* How ddp-launch exits (the table in ddp-launch(1)). */
+enum {
+    DDP_EXIT_OK = 0,
+    DDP_EXIT_WORKER_FAILED = 1,
+    DDP_EXIT_USAGE = 2,
+    DDP_EXIT_LAUNCH_FAILED = 3,
+    DDP_EXIT_STORE_FAILED = 4, /* the store cannot listen: port in use, address not ours */
+    DDP_EXIT_RDZV_FAILED = 5,  /* the nodes could not form or keep the job (see the message) */
+    DDP_EXIT_NOT_EXECUTABLE = 126,
+    DDP_EXIT_NOT_FOUND = 127,
+    DDP_EXIT_SIGNAL_BASE = 128,
+};
+
+typedef enum { DDP_NPROC_INT, DDP_NPROC_CPU, DDP_NPROC_GPU, DDP_NPROC_AUTO } ddp_nproc_kind_t;
+typedef enum { DDP_RDZV_STATIC, DDP_RDZV_C10D } ddp_rdzv_backend_t;
+
+/* What the worker is told its local rank through, besides LOCAL_RANK. */
+typedef enum {
+    DDP_LOCAL_RANK_ARG_NONE,       /* torchrun, or launch --use-env */
+    DDP_LOCAL_RANK_ARG_UNDERSCORE, /* --local_rank=N, torch.distributed.launch <= 1.13 */
+    DDP_LOCAL_RANK_ARG_DASH,       /* --local-rank=N, torch.distributed.launch >= 2.0 */
+} ddp_local_rank_arg_t;
+
+typedef enum {
+    DDP_EXIT_CODE_TORCHRUN, /* 1 for any worker failure */
+    DDP_EXIT_CODE_WORKER,   /* the root cause's own status (128+N for signal N) */
+} ddp_exit_code_mode_t;
+
+/* torchrun's Std flags: which streams of a worker go to log files. */
+enum { DDP_STD_NONE = 0, DDP_STD_OUT = 1, DDP_STD_ERR = 2, DDP_STD_ALL = 3 };
+
+typedef struct ddp_std_spec_s {
+    int all;     /* for every local rank ("-r 3"), or 0 with a map */
+    size_t nmap; /* "-r 0:1,1:2": per local rank */
+    struct {
+        long local_rank;
+        int std;
+    } * map;
+} ddp_std_spec_t;
+
+typedef struct ddp_rdzv_conf_s {
+    double join_timeout;        /* s, default 600 */
+    double last_call_timeout;   /* s, default 30 */
+    double close_timeout;       /* s, default 30 */
+    double read_timeout;        /* s, default 60 */
+    double timeout;             /* s, static rendezvous, default 900 */
+    int is_host;                /* -1 unset, 0 or 1 */
+    double keep_alive_interval; /* s between a launcher's heartbeats, default 1 */
+    int keep_alive_max_attempt; /* heartbeats missed before a node is lost, default 3 */
+} ddp_rdzv_conf_t;
+
+typedef struct ddp_launch_config_s {
+    /* Nodes and workers. */
+    int nnodes_min, nnodes_max;
+    ddp_nproc_kind_t nproc_kind;
+    int nproc_per_node; /* the count: given, or found by ddp_cli_resolve */
+    int node_rank;
+
+    /* Rendezvous. */
+    char master_addr[DDP_HOST_MAX];
+    int master_port;
+    ddp_rdzv_backend_t rdzv_backend;
+    bool rdzv_endpoint_set;
+    char rdzv_endpoint_host[DDP_HOST_MAX];
+    int rdzv_endpoint_port;
+    char *run_id; /* owned */
+    ddp_rdzv_conf_t rdzv_conf;
+    bool standalone;
+    const char *local_addr; /* NULL: this host's name */
+    ddp_store_limits_t store_limits;
+    unsigned store_busy_poll_us; /* see ddp_store_server_options_t */
+
+    /* Supervision. */
+    int max_restarts;
+    double monitor_interval; /* accepted; supervision is event-driven */
+    double shutdown_timeout; /* s between the stop signal and SIGKILL */
+    int signals[DDP_MAX_SIGNALS];
+    int nsignals;
+    ddp_exit_code_mode_t exit_code_mode;
+
+    /* The workers' program. */
+    const char *role;
+    bool module, no_python, run_path;
+    ddp_local_rank_arg_t local_rank_arg;
+    bool use_env;            /* legacy launch's --use-env: no local rank argument */
+    const char *python_exec; /* PYTHON_EXEC */
+    const char *script;
+    char **script_args; /* points into argv */
+    int nscript_args;
+
+    /* Output. */
+    const char *log_dir; /* NULL: a new directory under TMPDIR */
+    ddp_std_spec_t redirects, tee;
+    bool ranks_filter_set;
+    size_t nranks_filter;
+    long *ranks_filter;          /* owned */
+    const char *prefix_template; /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE or NULL */
+
+    /* What to do. */
+    bool help, version, dry_run;
+} ddp_launch_config_t;
+
+/* torchrun's defaults (every flag unset). */
+void ddp_config_defaults(ddp_launch_config_t *cfg);
+
+/* Frees what the config owns (run id, maps, filter); it can be filled again. */
+void ddp_config_free(ddp_launch_config_t *cfg);
+
+/* The Std flags of `local_rank` under a --redirects/--tee spec. */
+int ddp_std_for(const ddp_std_spec_t *spec, int local_rank);
+
+/* Whether `local_rank`'s output may reach the console (--local-ranks-filter). */
+bool ddp_config_rank_shown(const ddp_launch_config_t *cfg, int local_rank);
+
+#endif
