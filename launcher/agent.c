@@ -12,6 +12,7 @@
 #include "guard.h"
 #include "io.h"
 #include "logs.h"
+#include "output.h"
 #include "rdzv.h"
 #include "rdzv_coord.h"
 #include "rdzv_record.h"
@@ -53,18 +54,6 @@ typedef enum {
 
 typedef struct ddp_agent_s ddp_agent_t;
 
-/* One piped stream (stdout or stderr) of a worker; freed when its poll handle closes. */
-typedef struct ddp_stream_s {
-    uv_poll_t poll;
-    ddp_agent_t *agent;
-    struct ddp_stream_s **owner; /* the worker's pointer to this stream */
-    int fd;                      /* read end of the pipe */
-    int file_fd;                 /* the log file of a tee'd stream, else -1 */
-    bool closing;
-    ddp_console_t *console;
-    ddp_lines_t lines;
-} ddp_stream_t;
-
 typedef struct ddp_worker_s {
     int local_rank, rank;
     pid_t pid; /* 0 before it is started */
@@ -85,8 +74,8 @@ struct ddp_agent_s {
     bool guard_warned;
     ddp_store_server_t *store; /* the rendezvous store the workers use */
     int store_port;
-    ddp_console_t console_out, console_err;
-    char *program; /* the executable, found in PATH */
+    ddp_output_t output; /* where the workers' piped streams go */
+    char *program;       /* the executable, found in PATH */
     char *base_dir, *run_dir, *attempt_dir;
     bool base_created;
     rlim_t nofile; /* the soft fd limit to give back to workers; 0 if unchanged */
@@ -109,8 +98,6 @@ struct ddp_agent_s {
     ddp_failure_t *failures; /* of the current attempt: before the stop, or not ours */
     size_t nfailures;
     int exit_code;
-
-    char scratch[64 * 1024];
 };
 
 static const char *signame(int sig, char *buf, size_t cap)
@@ -137,80 +124,13 @@ static void running_ranks(const ddp_agent_t *a, char *buf, size_t cap)
     }
 }
 
-/* Streams. */
-
-static void on_stream_closed(uv_handle_t *handle)
-{
-    ddp_stream_t *s = handle->data;
-    close(s->fd);
-    if (s->file_fd >= 0)
-        close(s->file_fd);
-    ddp_lines_free(&s->lines);
-    free(s);
-}
-
-static void stream_close(ddp_stream_t *s)
-{
-    if (s->closing)
-        return;
-    s->closing = true;
-    ddp_lines_finish(&s->lines, s->console);
-    *s->owner = NULL;
-    uv_close((uv_handle_t *)&s->poll, on_stream_closed);
-}
-
-/* Reads what the pipe holds now (at most `budget` bytes), writes it to the log file and
- * the console, and closes the stream at EOF. */
-static void stream_read(ddp_stream_t *s, size_t budget)
-{
-    ddp_agent_t *a = s->agent;
-    while (!s->closing && budget > 0) {
-        ssize_t r = read(s->fd, a->scratch, sizeof a->scratch);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
-        if (r <= 0) {
-            if (r < 0)
-                ddp_log_warn(a->log, "unable to read a worker's output: %s", strerror(errno));
-            stream_close(s);
-            return;
-        }
-        if (s->file_fd >= 0 && ddp_write_all(s->file_fd, a->scratch, (size_t)r) != 0) {
-            ddp_log_warn(a->log,
-                         "unable to write a worker's log file: %s; the rest goes to the "
-                         "console only",
-                         strerror(errno));
-            close(s->file_fd);
-            s->file_fd = -1;
-        }
-        if (ddp_lines_feed(&s->lines, s->console, a->scratch, (size_t)r) != 0)
-            ddp_log_error(a->log, "out of memory while assembling a worker's output lines");
-        budget -= (size_t)r < budget ? (size_t)r : budget;
-    }
-}
-
-static void on_stream_readable(uv_poll_t *handle, int status, int events)
-{
-    ddp_stream_t *s = handle->data;
-    if (status < 0) {
-        stream_close(s);
-        return;
-    }
-    /* A bounded share per event keeps one chatty worker from starving the others. */
-    stream_read(s, (size_t)1 << 20);
-}
-
+/* Reads what the worker's pipes hold; closes them when `close_after`. */
 static void worker_drain(ddp_worker_t *w, bool close_after)
 {
-    ddp_stream_t *streams[2] = {w->out, w->err};
-    for (int i = 0; i < 2; i++) {
-        if (streams[i] == NULL)
-            continue;
-        stream_read(streams[i], SIZE_MAX);
-        if (close_after)
-            stream_close(streams[i]);
-    }
+    /* Each call may close (and NULL) the worker's pointer: read both first. */
+    ddp_stream_t *out = w->out, *err = w->err;
+    ddp_output_drain(out, close_after);
+    ddp_output_drain(err, close_after);
 }
 
 /* Stopping and finishing. */
@@ -513,77 +433,6 @@ static void on_forwarded_signal(uv_signal_t *handle, int sig)
     }
 }
 
-/* Opens where one stream of a worker goes. *child_fd is the descriptor the child gets
- * (closed by the caller after the spawn); *stream is set for piped streams. */
-static int open_sink(ddp_agent_t *a, ddp_worker_t *w, int std, int *child_fd, ddp_stream_t **stream)
-{
-    const char *file = std == DDP_STD_OUT ? "stdout.log" : "stderr.log";
-    ddp_sink_t sink = ddp_logs_sink(a->cfg, w->local_rank, std);
-    char *path = NULL;
-    int err = 0, fds[2] = {-1, -1};
-    *child_fd = -1;
-    *stream = NULL;
-    if ((sink == DDP_SINK_FILE || sink == DDP_SINK_TEE) &&
-        asprintf(&path, "%s/%d/%s", a->attempt_dir, w->local_rank, file) < 0)
-        return -ENOMEM;
-    if (sink == DDP_SINK_NULL || sink == DDP_SINK_FILE) {
-        int fd = sink == DDP_SINK_NULL ? open("/dev/null", O_WRONLY | O_CLOEXEC)
-                                       : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-        if (fd < 0)
-            err = -errno;
-        else
-            *child_fd = fd;
-        goto out;
-    }
-    ddp_stream_t *s = calloc(1, sizeof *s);
-    if (s == NULL) {
-        err = -ENOMEM;
-        goto out;
-    }
-    s->file_fd = -1;
-    if (pipe2(fds, O_CLOEXEC) != 0 || fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0) {
-        err = -errno;
-        goto fail_stream;
-    }
-    if (sink == DDP_SINK_TEE &&
-        (s->file_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
-        err = -errno;
-        goto fail_stream;
-    }
-    s->agent = a;
-    s->fd = fds[0];
-    s->console = std == DDP_STD_OUT ? &a->console_out : &a->console_err;
-    s->owner = std == DDP_STD_OUT ? &w->out : &w->err;
-    ddp_lines_init(&s->lines, sink == DDP_SINK_TEE ? w->prefix : "", DDP_LINE_MAX);
-    s->poll.data = s;
-    *child_fd = fds[1];
-    *stream = s;
-    goto out;
-fail_stream:
-    if (fds[0] >= 0) {
-        close(fds[0]);
-        close(fds[1]);
-    }
-    free(s);
-out:
-    if (err)
-        ddp_log_error(a->log, "unable to open %s for worker local rank %d: %s",
-                      path ? path : "/dev/null", w->local_rank, ddp_strerror(err));
-    free(path);
-    return err;
-}
-
-static void discard_stream(ddp_stream_t *s)
-{
-    if (s == NULL)
-        return;
-    close(s->fd);
-    if (s->file_fd >= 0)
-        close(s->file_fd);
-    ddp_lines_free(&s->lines);
-    free(s);
-}
-
 static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
 {
     const ddp_launch_config_t *cfg = a->cfg;
@@ -612,8 +461,10 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         (err = ddp_worker_env_added(cfg, &info, environ, &added)) != 0 ||
         (err = ddp_worker_env_merge(environ, added, &envp)) != 0)
         goto out;
-    if ((err = open_sink(a, w, DDP_STD_OUT, &out_fd, &out)) != 0 ||
-        (err = open_sink(a, w, DDP_STD_ERR, &err_fd, &err_stream)) != 0)
+    if ((err = ddp_output_open(&a->output, cfg, a->attempt_dir, w->local_rank, w->prefix,
+                               DDP_STD_OUT, &out_fd, &out)) != 0 ||
+        (err = ddp_output_open(&a->output, cfg, a->attempt_dir, w->local_rank, w->prefix,
+                               DDP_STD_ERR, &err_fd, &err_stream)) != 0)
         goto out;
     ddp_spawn_t spec = {
         .path = a->program,
@@ -635,21 +486,11 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         ddp_log_warn(a->log, "the orphan guard is gone: workers still die with ddp-launch, but "
                              "their children may not");
     }
-    ddp_stream_t **streams[2] = {&out, &err_stream};
-    for (int i = 0; i < 2; i++) {
-        ddp_stream_t *s = *streams[i];
-        if (s == NULL)
-            continue;
-        int uverr = uv_poll_init(&a->loop, &s->poll, s->fd);
-        if (uverr != 0) {
-            ddp_log_error(a->log, "unable to watch the output of worker local rank %d: %s",
-                          w->local_rank, uv_strerror(uverr));
-            continue; /* discarded below; the worker then writes to a closed pipe */
-        }
-        *s->owner = s;
-        uv_poll_start(&s->poll, UV_READABLE, on_stream_readable);
-        *streams[i] = NULL;
-    }
+    if (out != NULL)
+        ddp_output_watch(out, &w->out, w->local_rank);
+    if (err_stream != NULL)
+        ddp_output_watch(err_stream, &w->err, w->local_rank);
+    out = err_stream = NULL;
     ddp_log_debug(a->log, "started worker rank %d (local rank %d) as pid %d", w->rank,
                   w->local_rank, (int)w->pid);
 out:
@@ -657,8 +498,8 @@ out:
         close(out_fd);
     if (err_fd >= 0)
         close(err_fd);
-    discard_stream(out);
-    discard_stream(err_stream);
+    ddp_output_discard(out);
+    ddp_output_discard(err_stream);
     ddp_strv_free(argv);
     ddp_strv_free(added);
     free(envp);
@@ -903,8 +744,10 @@ int ddp_agent_run(const ddp_launch_config_t *cfg, const ddp_log_t *log)
     a->group_rank = 0;
     a->world_size = cfg->nproc_per_node;
     a->nnodes = 1;
-    a->console_out.fd = 1;
-    a->console_err.fd = 2;
+    a->output.console_out.fd = 1;
+    a->output.console_err.fd = 2;
+    a->output.log = log;
+    a->output.loop = &a->loop;
     a->guard.fd = -1;
     signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the job */
 

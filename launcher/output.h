@@ -1,0 +1,48 @@
+/* Where a worker's stdout and stderr go: /dev/null, a log file, or a pipe that the loop
+ * reads into the log file and onto the console in whole lines with the worker's prefix.
+ *
+ * Runs on the agent's loop. A piped stream is read as the pipe becomes readable (a
+ * bounded share per event, so one chatty worker cannot starve the others) and drained
+ * when its worker ends; it frees itself once its poll handle has closed. */
+#ifndef DDP_LAUNCHER_OUTPUT_H
+#define DDP_LAUNCHER_OUTPUT_H
+
+#include "config.h"
+#include "log.h"
+#include "logs.h"
+
+#include <stdbool.h>
+#include <uv.h>
+
+typedef struct ddp_stream_s ddp_stream_t;
+
+/* What every stream of one agent shares. */
+typedef struct {
+    uv_loop_t *loop;
+    const ddp_log_t *log;
+    ddp_console_t console_out, console_err;
+    char scratch[64 * 1024]; /* one read's bytes */
+} ddp_output_t;
+
+/* Opens where stream `std` (DDP_STD_OUT or DDP_STD_ERR) of local rank `local_rank` goes,
+ * under `attempt_dir`, its lines prefixed with `prefix` when tee'd (borrowed until the
+ * stream closes). *child_fd is the descriptor the worker gets (the caller closes it
+ * after the spawn); *stream is set for a piped stream (NULL otherwise). Logs and
+ * returns -errno on failure. */
+int ddp_output_open(ddp_output_t *output, const ddp_launch_config_t *cfg, const char *attempt_dir,
+                    int local_rank, const char *prefix, int std, int *child_fd,
+                    ddp_stream_t **stream);
+
+/* Once the worker runs: reads the stream as it becomes readable; *owner is set to it,
+ * and back to NULL when it closes. On failure (logged) the stream is discarded and the
+ * worker writes into a closed pipe. */
+void ddp_output_watch(ddp_stream_t *stream, ddp_stream_t **owner, int local_rank);
+
+/* A stream that was never watched (the spawn failed). NULL is harmless. */
+void ddp_output_discard(ddp_stream_t *stream);
+
+/* Reads everything the pipe holds now; then closes the stream when `close_after`. NULL
+ * is harmless. */
+void ddp_output_drain(ddp_stream_t *stream, bool close_after);
+
+#endif
