@@ -1,10 +1,26 @@
 /* The worker group's lifecycle on one libuv loop (see agent.h).
  *
- * States: RUNNING (workers up) -> STOPPING (a stop signal went to every worker's
- * process group; SIGKILL when the grace timer fires) -> RUNNING again as attempt N+1
- * when restarts are left, or DONE (handles closed, uv_run returns). Each transition is
- * driven by a loop event: SIGCHLD (reaped by pid, never waitpid(-1)), a forwarded
- * signal, the grace timer, or a worker pipe becoming readable. */
+ * Its states and what moves it, each a loop event (SIGCHLD reaped by pid, never
+ * waitpid(-1); a forwarded signal; the grace timer; a rendezvous command):
+ *
+ *   state     event                                        next
+ *   --------  -------------------------------------------  ------------------------------
+ *   (start)   one node                                     RUNNING (attempt 0)
+ *   (start)   several nodes                                WAITING
+ *   WAITING   rendezvous START (round R's world)           RUNNING (attempt R)
+ *   WAITING   rendezvous FINISH, or a forwarded signal     DONE
+ *   RUNNING   a worker failed, a signal, STOP, FINISH      STOPPING (signal the groups, arm
+ *                                                          the grace timer)
+ *   RUNNING   every worker succeeded                       DONE, or WAITING (several nodes)
+ *   STOPPING  the grace timer fires                        STOPPING (SIGKILL to the groups)
+ *   STOPPING  the last worker ended: a restart left (one   RUNNING (attempt N+1)
+ *             node)
+ *   STOPPING  the last worker ended, several nodes, after  WAITING (the rendezvous decides)
+ *             a failure here or elsewhere
+ *   STOPPING  the last worker ended otherwise              DONE
+ *   DONE      (handles closing; uv_run returns)            -
+ *
+ * Worker output is read as its pipes become readable (output.c), throughout. */
 #include "agent.h"
 
 #include "env.h"
@@ -35,8 +51,7 @@
 
 extern char **environ;
 
-/* AGENT_WAITING: between rounds of a multi-node job, no worker running, until the
- * rendezvous says what next. */
+/* The states of the table above. */
 typedef enum { AGENT_RUNNING, AGENT_STOPPING, AGENT_WAITING, AGENT_DONE } agent_state_t;
 
 /* Keys under this prefix belong to the launcher and outlive attempts (PyTorch's
@@ -98,6 +113,7 @@ struct ddp_agent_s {
     ddp_failure_t *failures; /* of the current attempt: before the stop, or not ours */
     size_t nfailures;
     int exit_code;
+    bool loop_ready; /* the loop was initialised: agent_free closes it */
 };
 
 static const char *signame(int sig, char *buf, size_t cap)
@@ -327,20 +343,13 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         ddp_log_error(a->log, "out of memory while recording a worker failure");
         return;
     }
-    /* A worker killed, while the others stop for a failure, by a signal that is not ours
-     * failed on its own: its death may even be the first, seen late (a peer noticed its
-     * closed connection and exited before the kernel reported it). */
-    bool not_ours = a->state == AGENT_STOPPING && a->stop_reason == STOP_FAILURE &&
-                    WIFSIGNALED(status) && WTERMSIG(status) != a->sent_signal &&
-                    !(a->sent_sigkill && WTERMSIG(status) == SIGKILL);
-    /* Nor is one that a failure already recorded blames (its connections closed before
-     * the stop began) and that then ends on its own, with an exit code or its own error
-     * file: the report's root cause is its failure, not the neighbour's that noticed. */
-    bool blamed = false;
-    for (size_t i = 0; i < a->nfailures && !blamed; i++)
-        blamed = a->failures[i].peer_rank == w->rank;
-    bool own_end = (WIFEXITED(status) && WEXITSTATUS(status) != 0) || f.message != NULL;
-    if (a->state != AGENT_RUNNING && !not_ours && !(blamed && own_end)) {
+    ddp_stop_state_t stop = {
+        .stopping = a->state != AGENT_RUNNING,
+        .for_failure = a->state == AGENT_STOPPING && a->stop_reason == STOP_FAILURE,
+        .sent_signal = a->sent_signal,
+        .sent_sigkill = a->sent_sigkill,
+    };
+    if (!ddp_report_own_failure(&f, status, &stop, a->failures, a->nfailures)) {
         /* Ended by our stop signal (or exiting on its own meanwhile): not a root cause. */
         ddp_log_debug(a->log, "worker rank %d (pid %d) %s", w->rank, (int)w->pid,
                       ddp_failure_describe(&f, what, sizeof what));
@@ -705,17 +714,21 @@ static int start_store(ddp_agent_t *a, bool quiet_if_not_ours)
     return 0;
 }
 
-/* Whether this launcher serves the store: one node, or node 0 of a static job (a failure
- * is fatal); with c10d, whoever can bind the endpoint, unless is_host says (torchrun:
- * the endpoint's machine hosts). */
+/* Whether this launcher serves the store (ddp_config_store_host): one node, or node 0
+ * of a static job (a failure is fatal); with c10d, whoever can bind the endpoint, unless
+ * is_host says (torchrun: the endpoint's machine hosts). */
 static int host_store(ddp_agent_t *a)
 {
-    const ddp_launch_config_t *cfg = a->cfg;
-    if (cfg->nnodes_max == 1 || !ddp_rdzv_dynamic(cfg))
-        return cfg->node_rank == 0 ? start_store(a, false) : 0;
-    if (cfg->rdzv_conf.is_host == 0)
-        return 0;
-    return start_store(a, cfg->rdzv_conf.is_host < 0);
+    switch (ddp_config_store_host(a->cfg)) {
+    case DDP_STORE_HOST_SELF:
+        return start_store(a, false);
+    case DDP_STORE_HOST_IF_FREE:
+        return start_store(a, true);
+    case DDP_STORE_HOST_NODE0:
+    case DDP_STORE_HOST_ELSEWHERE:
+        break;
+    }
+    return 0;
 }
 
 static void print_report(ddp_agent_t *a)
@@ -729,37 +742,36 @@ static void print_report(ddp_agent_t *a)
     ddp_buf_free(&report);
 }
 
-int ddp_agent_run(const ddp_launch_config_t *cfg, const ddp_log_t *log)
+/* Everything before the loop runs: the program found, the log directory, the orphan
+ * guard, the loop itself. 0, or the exit status to return (what failed is logged);
+ * agent_free undoes whatever was done either way. */
+static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_agent_t **out)
 {
     ddp_agent_t *a = calloc(1, sizeof *a);
-    int err, exit_code = DDP_EXIT_LAUNCH_FAILED;
+    int err;
     if (a == NULL) {
         ddp_log_error(log, "out of memory");
         return DDP_EXIT_LAUNCH_FAILED;
     }
+    *out = a;
     a->cfg = cfg;
     a->log = log;
     a->nworkers = cfg->nproc_per_node;
-    a->rank_offset = 0; /* one node; a multi-node job's rendezvous sets them per round */
-    a->group_rank = 0;
-    a->world_size = cfg->nproc_per_node;
+    a->world_size = cfg->nproc_per_node; /* one node; the rendezvous sets them per round */
     a->nnodes = 1;
     a->output.console_out.fd = 1;
     a->output.console_err.fd = 2;
     a->output.log = log;
     a->output.loop = &a->loop;
     a->guard.fd = -1;
-    signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the job */
-
-    if ((err = find_program(a)) != 0) {
-        exit_code = err;
-        goto out;
-    }
+    a->exit_code = DDP_EXIT_LAUNCH_FAILED;
+    if ((err = find_program(a)) != 0)
+        return err;
     a->workers = calloc((size_t)a->nworkers, sizeof *a->workers);
     a->failures = calloc((size_t)a->nworkers, sizeof *a->failures);
     if (a->workers == NULL || a->failures == NULL) {
         ddp_log_error(log, "out of memory for %d workers", a->nworkers);
-        goto out;
+        return DDP_EXIT_LAUNCH_FAILED;
     }
     raise_nofile(a);
     if (gethostname(a->host, sizeof a->host - 1) != 0)
@@ -768,7 +780,7 @@ int ddp_agent_run(const ddp_launch_config_t *cfg, const ddp_log_t *log)
                                      &a->run_dir)) != 0) {
         ddp_log_error(log, "unable to create the log directory under %s: %s",
                       cfg->log_dir ? cfg->log_dir : ddp_env_get(DDP_ENV_TMPDIR), ddp_strerror(err));
-        goto out;
+        return DDP_EXIT_LAUNCH_FAILED;
     }
     if (any_file_output(cfg))
         ddp_log_info(log, "worker logs go to %s", a->run_dir);
@@ -782,52 +794,70 @@ int ddp_agent_run(const ddp_launch_config_t *cfg, const ddp_log_t *log)
                      ddp_strerror(err));
     if ((err = uv_loop_init(&a->loop)) != 0) {
         ddp_log_error(log, "unable to set up the event loop: %s", uv_strerror(err));
-        goto out_guard;
+        return DDP_EXIT_LAUNCH_FAILED;
     }
+    a->loop_ready = true;
+    return 0;
+}
+
+/* A multi-node job: the coordinator where this launcher serves the store, and this
+ * launcher's rendezvous thread. A failure finishes the agent. */
+static void start_rendezvous(ddp_agent_t *a)
+{
+    const ddp_launch_config_t *cfg = a->cfg;
+    char id[DDP_RDZV_ID_MAX];
+    int err = 0;
+    ddp_rdzv_launcher_id(id, a->host);
+    a->state = AGENT_WAITING;
+    if (a->store != NULL)
+        err = ddp_rdzv_coord_start(&a->loop, a->store, cfg, a->log, id, &a->coord);
+    if (err == 0)
+        err = ddp_rdzv_start(&a->loop, cfg, a->log, id, on_rdzv_command, a, &a->rdzv);
+    if (err != 0) {
+        ddp_log_error(a->log, "unable to start the rendezvous: %s", ddp_strerror(err));
+        finish(a);
+    } else if (ddp_rdzv_dynamic(cfg)) {
+        ddp_log_info(a->log, "joining the elastic job (%d to %d nodes) at %s:%d%s", cfg->nnodes_min,
+                     cfg->nnodes_max, cfg->master_addr, cfg->master_port,
+                     a->store != NULL ? ", hosting its store" : "");
+    } else {
+        ddp_log_info(a->log, "node %d of %d: joining the job at %s:%d", cfg->node_rank,
+                     cfg->nnodes_max, cfg->master_addr, cfg->master_port);
+    }
+}
+
+/* The loop's handles, the store, then the rendezvous or the first attempt. A failure
+ * finishes the agent: the loop then only closes what was opened. */
+static void agent_start(ddp_agent_t *a)
+{
     bool handles_ready = false;
-    a->exit_code = DDP_EXIT_LAUNCH_FAILED;
-    if ((err = setup_loop(a, &handles_ready)) != 0) {
-        ddp_log_error(log, "unable to set up the event loop: %s", uv_strerror(err));
+    int err = setup_loop(a, &handles_ready);
+    if (err != 0) {
+        ddp_log_error(a->log, "unable to set up the event loop: %s", uv_strerror(err));
         if (handles_ready)
             finish(a);
     } else if (host_store(a) != 0) {
         a->exit_code = DDP_EXIT_STORE_FAILED;
         finish(a);
-    } else if (cfg->nnodes_max > 1) {
-        /* Every node's launcher meets the others in the store; the one serving it
-         * coordinates. */
-        char id[DDP_RDZV_ID_MAX];
-        ddp_rdzv_launcher_id(id, a->host);
-        a->state = AGENT_WAITING;
-        if (a->store != NULL &&
-            (err = ddp_rdzv_coord_start(&a->loop, a->store, cfg, log, id, &a->coord)) != 0) {
-            ddp_log_error(log, "unable to start the rendezvous: %s", ddp_strerror(err));
-            finish(a);
-        } else if ((err = ddp_rdzv_start(&a->loop, cfg, log, id, on_rdzv_command, a, &a->rdzv)) !=
-                   0) {
-            ddp_log_error(log, "unable to start the rendezvous: %s", ddp_strerror(err));
-            finish(a);
-        } else if (ddp_rdzv_dynamic(cfg)) {
-            ddp_log_info(log, "joining the elastic job (%d to %d nodes) at %s:%d%s",
-                         cfg->nnodes_min, cfg->nnodes_max, cfg->master_addr, cfg->master_port,
-                         a->store != NULL ? ", hosting its store" : "");
-        } else {
-            ddp_log_info(log, "node %d of %d: joining the job at %s:%d", cfg->node_rank,
-                         cfg->nnodes_max, cfg->master_addr, cfg->master_port);
-        }
+    } else if (a->cfg->nnodes_max > 1) {
+        start_rendezvous(a);
     } else {
         (void)group_start(a);
     }
-    uv_run(&a->loop, UV_RUN_DEFAULT);
-    ddp_rdzv_free(a->rdzv);
-    exit_code = a->exit_code;
-    /* The report names what went wrong, also when a signal ended the job meanwhile. */
-    if (a->nfailures > 0)
-        print_report(a);
-    uv_loop_close(&a->loop);
-out_guard:
+}
+
+/* After the loop (or instead of it): the report, then everything agent_new made. */
+static int agent_free(ddp_agent_t *a, int exit_code)
+{
+    if (a->loop_ready) {
+        ddp_rdzv_free(a->rdzv);
+        exit_code = a->exit_code;
+        /* The report names what went wrong, also when a signal ended the job meanwhile. */
+        if (a->nfailures > 0)
+            print_report(a);
+        uv_loop_close(&a->loop);
+    }
     ddp_guard_stop(&a->guard);
-out:
     if (a->base_created)
         ddp_logs_remove_if_empty(a->base_dir);
     clear_failures(a);
@@ -839,4 +869,18 @@ out:
     free(a->attempt_dir);
     free(a);
     return exit_code;
+}
+
+int ddp_agent_run(const ddp_launch_config_t *cfg, const ddp_log_t *log)
+{
+    ddp_agent_t *a = NULL;
+    signal(SIGPIPE, SIG_IGN); /* a closed console must not kill the job */
+    int exit_code = agent_new(cfg, log, &a);
+    if (a == NULL)
+        return exit_code;
+    if (exit_code == 0) {
+        agent_start(a);
+        uv_run(&a->loop, UV_RUN_DEFAULT);
+    }
+    return agent_free(a, exit_code);
 }

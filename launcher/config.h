@@ -116,6 +116,16 @@ typedef struct ddp_launch_config_s {
     bool help, version, dry_run;
 } ddp_launch_config_t;
 
+/* Who serves the job's store, as far as one launcher can tell before it starts. */
+typedef enum {
+    DDP_STORE_HOST_SELF,     /* this launcher: one node, or node 0 (failing to listen is fatal) */
+    DDP_STORE_HOST_IF_FREE,  /* c10d: whichever launcher can bind the endpoint */
+    DDP_STORE_HOST_NODE0,    /* static: node 0's launcher, not this one */
+    DDP_STORE_HOST_ELSEWHERE /* c10d with is_host=false: another launcher */
+} ddp_store_host_t;
+
+ddp_store_host_t ddp_config_store_host(const ddp_launch_config_t *cfg);
+
 /* torchrun's defaults (every flag unset). */
 void ddp_config_defaults(ddp_launch_config_t *cfg);
 

@@ -45,12 +45,17 @@ static const char *sink_name(ddp_sink_t sink)
 /* Who serves a multi-node job's store, as far as this node can tell before it starts. */
 static const char *store_host(const ddp_launch_config_t *cfg)
 {
-    if (cfg->rdzv_backend != DDP_RDZV_C10D)
-        return cfg->node_rank == 0 ? "hosted by this node" : "hosted by node 0";
-    if (cfg->rdzv_conf.is_host == 1)
-        return "hosted by this launcher (is_host)";
-    if (cfg->rdzv_conf.is_host == 0)
+    switch (ddp_config_store_host(cfg)) {
+    case DDP_STORE_HOST_SELF:
+        return cfg->rdzv_backend == DDP_RDZV_C10D ? "hosted by this launcher (is_host)"
+                                                  : "hosted by this node";
+    case DDP_STORE_HOST_NODE0:
+        return "hosted by node 0";
+    case DDP_STORE_HOST_ELSEWHERE:
         return "hosted by another launcher (is_host=0)";
+    case DDP_STORE_HOST_IF_FREE:
+        break;
+    }
     return "hosted by the launcher that can bind it";
 }
 

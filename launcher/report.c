@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,21 @@ const char *ddp_failure_describe(const ddp_failure_t *f, char *buf, size_t cap)
     else
         snprintf(buf, cap, "exited with code %d", f->exitcode);
     return buf;
+}
+
+bool ddp_report_own_failure(const ddp_failure_t *f, int wait_status, const ddp_stop_state_t *stop,
+                            const ddp_failure_t *recorded, size_t n)
+{
+    if (!stop->stopping)
+        return true;
+    int sig = WIFSIGNALED(wait_status) ? WTERMSIG(wait_status) : 0;
+    bool not_ours = stop->for_failure && sig != 0 && sig != stop->sent_signal &&
+                    !(stop->sent_sigkill && sig == SIGKILL);
+    bool blamed = false;
+    for (size_t i = 0; i < n && !blamed; i++)
+        blamed = recorded[i].peer_rank == f->rank;
+    bool own_end = (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) != 0) || f->message != NULL;
+    return not_ours || (blamed && own_end);
 }
 
 size_t ddp_report_root(const ddp_failure_t *failures, size_t n)

@@ -123,6 +123,46 @@ static void test_root_follows_peer_rank(void **state)
     }
 }
 
+/* Which ends are failures of their own, and which the effect of our stop: a table. */
+static void test_own_failure(void **state)
+{
+    static const ddp_stop_state_t running = {false, false, SIGTERM, false},
+                                  failing = {true, true, SIGTERM, false},
+                                  killing = {true, true, SIGTERM, true},
+                                  signalled = {true, false, SIGINT, false};
+    ddp_failure_t blaming = {.rank = 0, .peer_rank = 2}, blames_other = {.rank = 0, .peer_rank = 5};
+    const struct {
+        const ddp_stop_state_t *stop;
+        int status;
+        bool message; /* it wrote an error file */
+        bool blamed;  /* a recorded failure names it as its lost peer */
+        bool own;
+    } cases[] = {
+        {&running, W_EXITCODE(1, 0), false, false, true}, /* nothing stopping: always */
+        {&running, W_EXITCODE(0, SIGTERM), false, false, true},
+        {&failing, W_EXITCODE(0, SIGTERM), false, false, false},   /* our stop signal */
+        {&failing, W_EXITCODE(0, SIGSEGV), false, false, true},    /* not ours: its own */
+        {&killing, W_EXITCODE(0, SIGKILL), false, false, false},   /* our escalation */
+        {&failing, W_EXITCODE(0, SIGKILL), false, false, true},    /* SIGKILL we never sent */
+        {&signalled, W_EXITCODE(0, SIGSEGV), false, false, false}, /* stopping for a signal */
+        {&failing, W_EXITCODE(3, 0), false, false, false},         /* exited during our stop */
+        {&failing, W_EXITCODE(3, 0), false, true, true},           /* ...but blamed, with a code */
+        {&failing, W_EXITCODE(0, 0), true, true, true},            /* ...or its own error file */
+        {&failing, W_EXITCODE(0, SIGTERM), false, true, false},    /* blamed, ended by us */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ddp_failure_t f = {.rank = 2, .peer_rank = -1};
+        f.message = cases[i].message ? "Traceback" : NULL;
+        const ddp_failure_t *recorded = cases[i].blamed ? &blaming : &blames_other;
+        bool own = ddp_report_own_failure(&f, cases[i].status, cases[i].stop, recorded, 1);
+        if (own != cases[i].own)
+            fail_msg("case %zu: %s, expected %s", i, own ? "own" : "ours",
+                     cases[i].own ? "own" : "ours");
+    }
+    ddp_failure_t f = {.rank = 2, .peer_rank = -1};
+    assert_false(ddp_report_own_failure(&f, W_EXITCODE(3, 0), &failing, NULL, 0));
+}
+
 static void test_report_layout(void **state)
 {
     ddp_failure_t f[3];
@@ -175,9 +215,8 @@ static void test_report_layout(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exit_and_signal),
-        cmocka_unit_test(test_error_file_forms),
-        cmocka_unit_test(test_root_follows_peer_rank),
+        cmocka_unit_test(test_exit_and_signal),        cmocka_unit_test(test_error_file_forms),
+        cmocka_unit_test(test_root_follows_peer_rank), cmocka_unit_test(test_own_failure),
         cmocka_unit_test(test_report_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
