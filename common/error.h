@@ -1,6 +1,7 @@
-/* Error codes shared by the launcher and libddp: the DDP_E* codes of the public
- * ddp_errors.h (system errors pass as -errno, so libuv's codes flow through
- * unchanged), and their messages. Pure; no state. */
+/* Error codes shared by the launcher and libddp: the DDP_E* codes of ddp_errors.h
+ * beside this file (libddp installs it as its public header; system errors pass as
+ * -errno, so libuv's codes flow through unchanged), and their messages. Pure; no
+ * state. */
 #ifndef DDP_COMMON_ERROR_H
 #define DDP_COMMON_ERROR_H
 

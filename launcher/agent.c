@@ -363,6 +363,7 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
 
 static void on_sigchld(uv_signal_t *handle, int signum)
 {
+    (void)signum;
     ddp_agent_t *a = handle->data;
     size_t failures_before = a->nfailures;
     double now = ddp_clock_wall();

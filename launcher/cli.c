@@ -135,6 +135,7 @@ static int copy_text(const char *value, const char *origin, char *dst, size_t ca
 static int apply_nnodes(ddp_launch_config_t *cfg, const char *value, const char *origin,
                         const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)log;
     static const char expected[] = "N or MIN:MAX with 0 < MIN <= MAX";
     char text[64];
     long lo, hi;
@@ -159,6 +160,7 @@ static int apply_nnodes(ddp_launch_config_t *cfg, const char *value, const char 
 static int apply_nproc_per_node(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                 const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)log;
     static const struct {
         const char *name;
         ddp_nproc_kind_t kind;
@@ -184,6 +186,7 @@ static int apply_nproc_per_node(ddp_launch_config_t *cfg, const char *value, con
 static int apply_master_addr(ddp_launch_config_t *cfg, const char *value, const char *origin,
                              const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)log;
     for (const char *p = value; *p; p++) {
         if (isspace((unsigned char)*p))
             return bad_value(err, origin, value, "a host name or address");
@@ -194,6 +197,7 @@ static int apply_master_addr(ddp_launch_config_t *cfg, const char *value, const 
 static int apply_rdzv_backend(ddp_launch_config_t *cfg, const char *value, const char *origin,
                               const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)log;
     if (strcmp(value, "static") == 0) {
         cfg->rdzv_backend = DDP_RDZV_STATIC;
     } else if (strcmp(value, "c10d") == 0) {
@@ -212,6 +216,7 @@ static int apply_rdzv_backend(ddp_launch_config_t *cfg, const char *value, const
 static int apply_rdzv_endpoint(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)log;
     if (*value == '\0') {
         cfg->rdzv_endpoint_set = false;
         return 0;
@@ -226,6 +231,7 @@ static int apply_rdzv_endpoint(ddp_launch_config_t *cfg, const char *value, cons
 static int apply_rdzv_id(ddp_launch_config_t *cfg, const char *value, const char *origin,
                          const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)log;
     if (*value == '\0')
         return usage(err, origin, "the value must not be empty");
     if (strlen(value) > 255)
@@ -309,6 +315,7 @@ out:
 static int apply_monitor_interval(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                   const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)log;
     double v;
     int r = ddp_parse_double(value, 0, 86400, &v);
     if (r != 0 || v <= 0)
@@ -320,6 +327,7 @@ static int apply_monitor_interval(ddp_launch_config_t *cfg, const char *value, c
 static int apply_event_log_handler(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                    const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)cfg;
     if (*value == '\0')
         return usage(err, origin, "the value must not be empty");
     if (strcmp(value, "null") != 0)
@@ -375,6 +383,7 @@ bad:
 static int apply_local_ranks_filter(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                     const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)log;
     static const char expected[] = "a comma-separated list of local ranks, e.g. 0,1";
     if (*value == '\0') {
         cfg->ranks_filter_set = false;
@@ -416,6 +425,8 @@ out:
 static int apply_logs_specs(ddp_launch_config_t *cfg, const char *value, const char *origin,
                             const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)cfg;
+    (void)log;
     if (*value == '\0')
         return 0;
     return usage(err, origin,
@@ -427,6 +438,8 @@ static int apply_logs_specs(ddp_launch_config_t *cfg, const char *value, const c
 static int apply_numa_binding(ddp_launch_config_t *cfg, const char *value, const char *origin,
                               const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)cfg;
+    (void)log;
     if (strcmp(value, "node") != 0 && strcmp(value, "socket") != 0 &&
         strcmp(value, "exclusive") != 0 && strcmp(value, "core-complex") != 0)
         return bad_value(err, origin, value, "node, socket, exclusive or core-complex");
@@ -439,6 +452,7 @@ static int apply_numa_binding(ddp_launch_config_t *cfg, const char *value, const
 static int apply_signals_to_handle(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                    const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)log;
     char *copy = strdup(value), *save = NULL;
     int rc = 0, n = 0;
     if (copy == NULL)
@@ -507,6 +521,7 @@ static int parse_size_flag(const char *value, const char *origin, uint64_t *out,
 static int apply_store_max_keys(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                 const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)log;
     long n;
     if (ddp_parse_long(value, 1, 1L << 30, &n) != 0)
         return bad_value(err, origin, value, "a number of keys between 1 and 2^30");
@@ -517,6 +532,7 @@ static int apply_store_max_keys(ddp_launch_config_t *cfg, const char *value, con
 static int apply_store_busy_poll(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                  const ddp_log_t *log, ddp_buf_t *err)
 {
+    (void)log;
     long n;
     if (ddp_parse_long(value, 0, 1000000, &n) != 0)
         return bad_value(err, origin, value, "microseconds between 0 and 1000000");

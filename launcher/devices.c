@@ -2,6 +2,7 @@
 #include "devices.h"
 
 #include "ddp_config.h"
+#include "dl.h"
 #include "error.h"
 
 #include <dlfcn.h>
@@ -14,12 +15,6 @@ typedef int (*cu_error_string_fn)(int error, const char **text);
 
 /* ISO C has no cast from the object pointer dlsym returns to a function pointer;
  * copying the bytes is what POSIX prescribes instead. */
-static void load_symbol(void *lib, const char *name, void *fn, size_t size)
-{
-    void *sym = dlsym(lib, name);
-    memcpy(fn, &sym, size);
-}
-
 int ddp_devices_cuda_count(int *count, ddp_buf_t *why)
 {
     int rc = DDP_ECUDA, n = 0;
@@ -31,9 +26,9 @@ int ddp_devices_cuda_count(int *count, ddp_buf_t *why)
     cu_init_fn cu_init;
     cu_count_fn cu_count;
     cu_error_string_fn cu_error_string;
-    load_symbol(lib, "cuInit", &cu_init, sizeof cu_init);
-    load_symbol(lib, "cuDeviceGetCount", &cu_count, sizeof cu_count);
-    load_symbol(lib, "cuGetErrorString", &cu_error_string, sizeof cu_error_string);
+    ddp_dl_symbol(lib, "cuInit", &cu_init, sizeof cu_init);
+    ddp_dl_symbol(lib, "cuDeviceGetCount", &cu_count, sizeof cu_count);
+    ddp_dl_symbol(lib, "cuGetErrorString", &cu_error_string, sizeof cu_error_string);
     if (cu_init == NULL || cu_count == NULL) {
         ddp_buf_puts(why, "the CUDA driver lacks cuInit or cuDeviceGetCount");
         goto out;

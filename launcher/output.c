@@ -73,6 +73,7 @@ static void stream_read(ddp_stream_t *s, size_t budget)
 
 static void on_stream_readable(uv_poll_t *handle, int status, int events)
 {
+    (void)events;
     ddp_stream_t *s = handle->data;
     if (status < 0) {
         stream_close(s);

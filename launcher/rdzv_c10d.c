@@ -10,11 +10,14 @@
 
 static int c10d_init(ddp_rdzv_coord_t *c)
 {
+    (void)c;
     return 0;
 }
 
 static int c10d_admit(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, double now, ddp_buf_t *why)
 {
+    (void)m;
+    (void)why;
     if (c->njoined >= c->cfg->nnodes_min && c->min_since < 0)
         c->min_since = now;
     return 0;
@@ -22,6 +25,7 @@ static int c10d_admit(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, double now, ddp
 
 static void c10d_forget(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m)
 {
+    (void)m;
     if (c->njoined < c->cfg->nnodes_min)
         c->min_since = -1;
 }
@@ -81,6 +85,7 @@ static bool c10d_waiting(ddp_rdzv_coord_t *c, double now, ddp_buf_t *status)
 
 static int c10d_tick(ddp_rdzv_coord_t *c, double now, ddp_buf_t *why)
 {
+    (void)why;
     if (c->njoined >= c->cfg->nnodes_min && c->min_since < 0)
         c->min_since = now;
     return 0;

@@ -56,6 +56,7 @@ static void static_forget(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m)
 
 static int static_close(ddp_rdzv_coord_t *c, double now, ddp_rdzv_member_t **ranked)
 {
+    (void)now;
     int n = c->cfg->nnodes_max;
     if (c->nheld < n || c->npending > 0)
         return 0;
@@ -122,6 +123,7 @@ static int static_tick(ddp_rdzv_coord_t *c, double now, ddp_buf_t *why)
 
 static bool static_reform_on_join(const ddp_rdzv_coord_t *c)
 {
+    (void)c;
     return false;
 }
 

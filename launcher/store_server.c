@@ -311,7 +311,8 @@ static void notify_write(conn_t *c, ddp_store_key_t key)
     w->on_write(w->ctx, &c->tag, key, value, len);
 }
 
-/* Handles one complete request. Returns 0, or -1 when the connection was closed. */
+/* Handles one complete request. Returns 0, or DDP_ECLOSED when it closed the connection
+ * (a protocol error, a failed write). */
 static int handle(conn_t *c, const ddp_store_request_t *req)
 {
     ddp_store_server_t *s = c->server;
@@ -327,7 +328,7 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
     case DDP_STORE_VALIDATE:
         if (req->word != DDP_STORE_MAGIC) {
             conn_close(c, "VALIDATE with the wrong magic 0x%08" PRIx32, req->word);
-            return -1;
+            return DDP_ECLOSED;
         }
         break;
     case DDP_STORE_PING:
@@ -346,7 +347,7 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
             if (err == 0)
                 flush_with(c, value);
             if (c->closing)
-                return -1;
+                return DDP_ECLOSED;
             break;
         }
         /* A missing key answers an empty value. */
@@ -359,7 +360,7 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
         if (err == DDP_EPARSE || err == -ERANGE) {
             conn_close(c, "ADD to key '%s', whose value %s", show_key(req, shown, sizeof shown),
                        err == DDP_EPARSE ? "is not a number" : "would overflow");
-            return -1;
+            return DDP_ECLOSED;
         }
         if (err == 0)
             err = ddp_store_put_i64(out, result);
@@ -460,11 +461,11 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
     case DDP_STORE_WATCH_KEY:
     default:
         conn_close(c, "%s is not supported by ddp-launch's store", ddp_store_op_name(req->op));
-        return -1;
+        return DDP_ECLOSED;
     }
     if (err) {
         conn_close(c, "unable to serve %s: %s", ddp_store_op_name(req->op), ddp_strerror(err));
-        return -1;
+        return DDP_ECLOSED;
     }
     return 0;
 }
@@ -495,6 +496,7 @@ static void serve(conn_t *c)
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
 {
+    (void)suggested;
     conn_t *c = handle->data;
     if (ddp_buf_reserve(&c->in, READ_CHUNK) != 0) {
         buf->base = NULL;
@@ -507,6 +509,7 @@ static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
+    (void)buf;
     conn_t *c = stream->data;
     if (nread == UV_EOF) {
         conn_close(c, NULL);

@@ -15,6 +15,11 @@ pc=$(find "$root" -name libddp.pc)
 export PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$root"
 libdir=$(pkg-config --variable=libdir libddp) # already under the sysroot
 cflags=$(pkg-config --cflags libddp)
+# The helper hashes with common's header-only FNV-1a: that one file, and nothing else of
+# the source tree, is visible beside what was installed.
+mkdir "$root/helper"
+cp "$source/common/hash.h" "$root/helper/"
+cflags="$cflags -I$root/helper"
 cc $cflags -o "$root/shared" "$source/tests/helpers/collective_worker.c" \
     $(pkg-config --libs libddp) -lm
 # Static: the archive alone, with the libraries pkg-config lists as private.

@@ -10,6 +10,7 @@
 #include "internal.h"
 
 #include "error.h"
+#include "hash.h"
 #include "io.h"
 
 #include <errno.h>
@@ -24,15 +25,6 @@
 
 #define MAGIC  "DDPCKPT1"
 #define HEADER 32
-
-static uint64_t fnv1a(const void *data, size_t len)
-{
-    const uint8_t *p = data;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
 
 static void put64(uint8_t *p, uint64_t v)
 {
@@ -61,7 +53,7 @@ static int write_checkpoint(const char *path, const void *data, size_t len, char
     }
     memcpy(header, MAGIC, 8);
     put64(header + 8, len);
-    put64(header + 16, fnv1a(data, len));
+    put64(header + 16, ddp_fnv1a64(data, len));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         err = -errno;
@@ -192,7 +184,7 @@ static int read_checkpoint(const char *path, void **out, size_t *out_len, char *
         }
         have += (size_t)r;
     }
-    if (fnv1a(data, len) != hash) {
+    if (ddp_fnv1a64(data, len) != hash) {
         err = DDP_EPARSE;
         snprintf(why, why_cap, "%s is corrupt: its payload does not match its checksum", path);
         goto out;

@@ -2,6 +2,7 @@
 #include "cuda_api.h"
 
 #include "ddp_config.h"
+#include "dl.h"
 #include "error.h"
 
 #include <dlfcn.h>
@@ -25,13 +26,6 @@ static void *open_library(const char *soname, char *why, size_t why_cap)
 
 /* ISO C has no cast from the object pointer dlsym returns to a function pointer; POSIX
  * guarantees the representations match, so the bytes are copied. */
-static bool load_symbol(void *lib, const char *name, void *fn, size_t size)
-{
-    void *sym = dlsym(lib, name);
-    memcpy(fn, &sym, size);
-    return sym != NULL;
-}
-
 int ddp_cuda_api_load_nccl(ddp_cuda_api_t *api, char *why, size_t why_cap)
 {
     const char *soname = "libnccl.so.2";
@@ -41,7 +35,7 @@ int ddp_cuda_api_load_nccl(ddp_cuda_api_t *api, char *why, size_t why_cap)
     if (lib == NULL)
         return DDP_ENOCUDA;
 #define DDP_API_LOAD(name)                                                \
-    if (!load_symbol(lib, #name, &api->name, sizeof api->name)) {         \
+    if (!ddp_dl_symbol(lib, #name, &api->name, sizeof api->name)) {       \
         snprintf(why, why_cap, "%s has no %s (too old?)", soname, #name); \
         dlclose(lib);                                                     \
         return DDP_ENOCUDA;                                               \

@@ -14,7 +14,7 @@
 #include <ddp.h>
 
 #include "../helpers/elements.h"
-#include "../helpers/fnv.h"
+#include "hash.h"
 
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -85,7 +85,8 @@ static void put(void *buf, size_t i, ddp_dtype_t t, double v)
 
 static void same_everywhere(const void *host, size_t len)
 {
-    int64_t mine = (int64_t)fnv(host, len), *d_mine, *d_all, *all = malloc((size_t)world * 8);
+    int64_t mine = (int64_t)ddp_fnv1a64(host, len), *d_mine, *d_all,
+            *all = malloc((size_t)world * 8);
     CUDA(cudaMalloc((void **)&d_mine, 8));
     CUDA(cudaMalloc((void **)&d_all, (size_t)world * 8));
     CUDA(cudaMemcpy(d_mine, &mine, 8, cudaMemcpyHostToDevice));

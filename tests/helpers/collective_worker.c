@@ -36,7 +36,7 @@
 #include <ddp.h>
 
 #include "elements.h"
-#include "fnv.h"
+#include "hash.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -102,7 +102,7 @@ static void store_value(void *buf, size_t i, ddp_dtype_t t, double v)
 /* Every rank holds the same bits: their hashes, gathered, are all equal. */
 static void same_everywhere(const void *buf, size_t len, const char *what)
 {
-    int64_t mine = (int64_t)fnv(buf, len);
+    int64_t mine = (int64_t)ddp_fnv1a64(buf, len);
     int64_t *all = malloc((size_t)world * sizeof *all);
     CALL("all_gather", ddp_all_gather(ddp, &mine, all, 1, DDP_INT64));
     for (int r = 0; r < world; r++) {
