@@ -18,11 +18,6 @@
 int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *envp,
                   const ddp_log_t *log, ddp_buf_t *err);
 
-/* Turns `cpu`/`gpu`/`auto` into a worker count; --standalone gets a random run id and
- * port 0 (the store picks a free port), c10d the endpoint as the store's address.
- * DDP_EUSAGE with `err` set when the count cannot be found (`gpu` without CUDA). */
-int ddp_cli_resolve(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *err);
-
 void ddp_cli_print_help(int fd);
 void ddp_cli_print_version(int fd);
 

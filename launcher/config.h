@@ -69,7 +69,7 @@ typedef struct ddp_launch_config_s {
     /* Nodes and workers. */
     int nnodes_min, nnodes_max;
     ddp_nproc_kind_t nproc_kind;
-    int nproc_per_node; /* the count: given, or found by ddp_cli_resolve */
+    int nproc_per_node; /* the count: given, or found by ddp_resolve_config */
     int node_rank;
 
     /* Rendezvous. */

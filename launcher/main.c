@@ -4,6 +4,7 @@
  * then the agent's loop until the job ends; main only maps results to exit codes. */
 #include "agent.h"
 #include "cli.h"
+#include "resolve.h"
 #include "dry_run.h"
 #include "env.h"
 #include "error.h"
@@ -52,7 +53,7 @@ int main(int argc, char **argv)
         exit_code = DDP_EXIT_OK;
         goto out;
     }
-    if ((rc = ddp_cli_resolve(&cfg, &log, &err)) != 0) {
+    if ((rc = ddp_resolve_config(&cfg, &log, &err)) != 0) {
         ddp_log_error(&log, "%s", ddp_buf_str(&err));
         exit_code = rc == DDP_EUSAGE ? DDP_EXIT_USAGE : DDP_EXIT_LAUNCH_FAILED;
         goto out;

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "cli.h"
+#include "resolve.h"
 #include "signals.h"
 #include "error.h"
 
@@ -521,7 +522,7 @@ static void test_resolve(void **state)
     parse_t p;
     parse(&p, "--nproc-per-node=cpu t.py", NULL);
     assert_int_equal(p.rc, 0);
-    assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
+    assert_int_equal(ddp_resolve_config(&p.cfg, &p.log, &p.err), 0);
     assert_true(p.cfg.nproc_per_node >= 1);
     assert_int_equal(p.cfg.master_port, 29500); /* static keeps its port */
     done(&p);
@@ -529,7 +530,7 @@ static void test_resolve(void **state)
     /* No GPU on a test machine: gpu is a clear usage error, auto falls back to CPUs. */
     parse(&p, "--nproc-per-node=gpu t.py", NULL);
     assert_int_equal(p.rc, 0);
-    int rc = ddp_cli_resolve(&p.cfg, &p.log, &p.err);
+    int rc = ddp_resolve_config(&p.cfg, &p.log, &p.err);
     if (rc == 0) {
         assert_true(p.cfg.nproc_per_node >= 1); /* a machine with a GPU */
     } else {
@@ -539,14 +540,14 @@ static void test_resolve(void **state)
     }
     done(&p);
     parse(&p, "--nproc-per-node=auto t.py", NULL);
-    assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
+    assert_int_equal(ddp_resolve_config(&p.cfg, &p.log, &p.err), 0);
     assert_true(p.cfg.nproc_per_node >= 1);
     done(&p);
 
     /* --standalone: a random run id (a UUID) and port 0 (the store picks a free one),
      * explicit values ignored. */
     parse(&p, "--standalone --rdzv-id=mine --master-port=1 t.py", NULL);
-    assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
+    assert_int_equal(ddp_resolve_config(&p.cfg, &p.log, &p.err), 0);
     assert_int_equal(strlen(p.cfg.run_id), 36);
     assert_int_equal(p.cfg.run_id[14], '4');
     assert_int_equal(p.cfg.master_port, 0);
@@ -556,14 +557,14 @@ static void test_resolve(void **state)
     snprintf(first, sizeof first, "%s", p.cfg.run_id);
     done(&p);
     parse(&p, "--standalone t.py", NULL);
-    assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
+    assert_int_equal(ddp_resolve_config(&p.cfg, &p.log, &p.err), 0);
     assert_string_not_equal(first, p.cfg.run_id);
     done(&p);
 
     /* c10d: the store listens at the endpoint (29400 by default). */
     parse(&p, "--rdzv-backend=c10d --rdzv-endpoint=node7 t.py", NULL);
     assert_int_equal(p.rc, 0);
-    assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
+    assert_int_equal(ddp_resolve_config(&p.cfg, &p.log, &p.err), 0);
     assert_string_equal(p.cfg.master_addr, "node7");
     assert_int_equal(p.cfg.master_port, 29400);
     assert_int_equal(p.cfg.rdzv_backend, DDP_RDZV_C10D);
@@ -613,7 +614,7 @@ static bool runs_directly(const char *flags, const char *script)
     snprintf(args, sizeof args, "%s %s --lr 1", flags, script);
     parse(&p, args, NULL);
     assert_int_equal(p.rc, 0);
-    assert_int_equal(ddp_cli_resolve(&p.cfg, &p.log, &p.err), 0);
+    assert_int_equal(ddp_resolve_config(&p.cfg, &p.log, &p.err), 0);
     bool direct = p.cfg.no_python;
     done(&p);
     return direct;

@@ -1,0 +1,136 @@
+/* The configuration's resolution, after parsing and before the job (see resolve.h). */
+#include "resolve.h"
+
+#include "devices.h"
+#include "error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* CPUs this process may run on (its affinity, as set by Slurm or taskset). */
+static int usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static int random_run_id(char **out)
+{
+    unsigned char b[16];
+    char text[37];
+    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
+        return -errno;
+    b[6] = (unsigned char)((b[6] & 0x0F) | 0x40); /* a version 4 UUID, as torchrun makes */
+    b[8] = (unsigned char)((b[8] & 0x3F) | 0x80);
+    snprintf(text, sizeof text,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+             b[15]);
+    char *copy = strdup(text);
+    if (copy == NULL)
+        return -ENOMEM;
+    free(*out);
+    *out = copy;
+    return 0;
+}
+
+/* Whether python could run the training script at all. A compiled program (ELF), or an
+ * executable script whose #! line names neither python nor pypy, would fail in every
+ * worker with a SyntaxError: it runs directly instead, as with --no-python. A script
+ * that cannot be read is left to python, which says why. */
+static void resolve_script(ddp_launch_config_t *cfg, const ddp_log_t *log)
+{
+    if (cfg->no_python || cfg->module || cfg->run_path)
+        return;
+    char head[256];
+    ssize_t n = -1;
+    int fd = open(cfg->script, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st;
+    if (fd >= 0) {
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+            n = read(fd, head, sizeof head - 1);
+        close(fd);
+    }
+    if (n < 4)
+        return;
+    head[n] = '\0';
+    const char *kind = NULL;
+    if (memcmp(head, "\177ELF", 4) == 0) {
+        kind = "a compiled program (ELF)";
+    } else if (head[0] == '#' && head[1] == '!' && access(cfg->script, X_OK) == 0) {
+        char *eol = strchr(head, '\n');
+        if (eol != NULL)
+            *eol = '\0';
+        if (strstr(head, "python") == NULL && strstr(head, "pypy") == NULL)
+            kind = "a script for another interpreter";
+    }
+    if (kind == NULL)
+        return;
+    cfg->no_python = true;
+    ddp_log_info(log, "%s is %s, not a Python script: running it directly, as --no-python does",
+                 cfg->script, kind);
+}
+
+int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *err)
+{
+    int rc, gpus = 0;
+    resolve_script(cfg, log);
+    if (cfg->nproc_kind == DDP_NPROC_GPU || cfg->nproc_kind == DDP_NPROC_AUTO) {
+        ddp_buf_t why = DDP_BUF_INIT;
+        rc = ddp_devices_cuda_count(&gpus, &why);
+        if (rc != 0 && cfg->nproc_kind == DDP_NPROC_GPU) {
+            ddp_buf_clear(err);
+            ddp_buf_printf(err, "--nproc-per-node: gpu: %s", ddp_buf_str(&why));
+            ddp_buf_free(&why);
+            return DDP_EUSAGE;
+        }
+        ddp_buf_free(&why);
+        if (rc != 0)
+            gpus = 0;
+    }
+    switch (cfg->nproc_kind) {
+    case DDP_NPROC_INT:
+        break;
+    case DDP_NPROC_CPU:
+        cfg->nproc_per_node = usable_cpus();
+        break;
+    case DDP_NPROC_GPU:
+        cfg->nproc_per_node = gpus;
+        break;
+    case DDP_NPROC_AUTO:
+        cfg->nproc_per_node = gpus > 0 ? gpus : usable_cpus();
+        break;
+    }
+    if (cfg->nproc_per_node > DDP_MAX_LOCAL_WORKERS)
+        cfg->nproc_per_node = DDP_MAX_LOCAL_WORKERS;
+    if (cfg->nproc_kind != DDP_NPROC_INT)
+        ddp_log_debug(log, "using %d workers per node (--nproc-per-node=%s)", cfg->nproc_per_node,
+                      cfg->nproc_kind == DDP_NPROC_CPU   ? "cpu"
+                      : cfg->nproc_kind == DDP_NPROC_GPU ? "gpu"
+                                                         : "auto");
+
+    if (cfg->standalone) {
+        /* torchrun: a c10d store on localhost at a free port, with a random run id;
+         * explicit rendezvous values are overridden. Port 0: the store picks one. */
+        cfg->rdzv_backend = DDP_RDZV_C10D;
+        if ((rc = random_run_id(&cfg->run_id)) != 0)
+            return rc;
+        strcpy(cfg->master_addr, "127.0.0.1");
+        cfg->master_port = 0;
+    } else if (cfg->rdzv_backend == DDP_RDZV_C10D) {
+        /* The launcher hosts the c10d store at the endpoint; workers use it too. */
+        strcpy(cfg->master_addr, cfg->rdzv_endpoint_host);
+        cfg->master_port = cfg->rdzv_endpoint_port;
+    }
+    return 0;
+}
