@@ -34,18 +34,6 @@ typedef enum { NODE_CONNECT, NODE_JOIN, NODE_RUN, NODE_STOP, NODE_END } node_pha
 /* What a wait ended with (or a negative error). */
 enum { AWAIT_READY = 0, AWAIT_WOKEN = 1, AWAIT_TIMEOUT = 2 };
 
-static void key_of(const ddp_rdzv_t *r, char *key, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void key_of(const ddp_rdzv_t *r, char *key, size_t cap, const char *fmt, ...)
-{
-    char rest[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(rest, sizeof rest, fmt, ap);
-    va_end(ap);
-    ddp_rdzv_key(key, cap, r->cfg->run_id, "%s", rest);
-}
-
 /* The store failed us mid-job: this node ends (status 5). */
 static node_phase_t store_lost(ddp_rdzv_t *r)
 {
@@ -63,7 +51,7 @@ static int beat(ddp_rdzv_t *r, double now)
     if (now < r->next_beat)
         return 0;
     r->next_beat = now + r->cfg->rdzv_conf.keep_alive_interval;
-    key_of(r, key, sizeof key, "beat/%s", r->id);
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "beat/%s", r->id);
     return ddp_store_client_add(r->client, key, 1, &ignored);
 }
 
@@ -131,7 +119,7 @@ static bool take_posts(ddp_rdzv_t *r, int round, bool report, bool *reported)
         char value[DDP_RDZV_MSG_MAX];
         int n = snprintf(value, sizeof value, "node %d (%s): %s", r->cfg->node_rank, r->host,
                          ev.message);
-        key_of(r, key, sizeof key, "abort");
+        ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "abort");
         (void)ddp_store_client_set(r->client, key, value, (size_t)n);
         return false;
     }
@@ -143,7 +131,7 @@ static bool take_posts(ddp_rdzv_t *r, int round, bool report, bool *reported)
         ddp_rdzv_report_t rep = {.round = round, .failed = ev.failed};
         ddp_buf_t text = DDP_BUF_INIT;
         snprintf(rep.message, sizeof rep.message, "%s", ev.failed ? ev.message : "");
-        key_of(r, key, sizeof key, "report/%s", r->id);
+        ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "report/%s", r->id);
         if (ddp_rdzv_report_format(&rep, &text) == 0 &&
             ddp_store_client_set(r->client, key, text.data, text.len) != 0) {
             ddp_buf_free(&text);
@@ -212,7 +200,7 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
     /* The coordinator marks the store as a ddp-launch's before any client can connect. */
     const char *keys[1] = {key};
     bool there = false;
-    key_of(r, key, sizeof key, "coordinator");
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "coordinator");
     if (ddp_store_client_check(r->client, keys, 1, &there) != 0)
         return store_lost(r);
     if (!there) {
@@ -233,7 +221,7 @@ static void note_status(ddp_rdzv_t *r)
     const char *keys[1] = {key};
     bool there = false;
     ddp_buf_t status = DDP_BUF_INIT;
-    key_of(r, key, sizeof key, "status");
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "status");
     if (ddp_store_client_check(r->client, keys, 1, &there) == 0 && there &&
         ddp_store_client_get(r->client, key, &status) == 0 && status.len > 0)
         ddp_log_info(r->log, "%s", ddp_buf_str(&status));
@@ -254,7 +242,7 @@ static int join_record(ddp_rdzv_t *r)
     char key[512];
     ddp_buf_t text = DDP_BUF_INIT;
     snprintf(join.host, sizeof join.host, "%s", r->host);
-    key_of(r, key, sizeof key, "join/%s", r->id);
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "join/%s", r->id);
     int err = ddp_rdzv_join_format(&join, &text);
     if (err == 0)
         err = ddp_store_client_set(r->client, key, text.data, text.len);
@@ -271,7 +259,7 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world)
     char key[512];
     if (join_record(r) != 0)
         return store_lost(r);
-    key_of(r, key, sizeof key, "assign/%s/%d", r->id, r->seq);
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "assign/%s/%d", r->id, r->seq);
     ddp_log_debug(r->log, "joined the rendezvous at %s:%d; waiting for a place in a round",
                   cfg->master_addr, cfg->master_port);
     for (;;) {
@@ -311,7 +299,7 @@ static node_phase_t node_run(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, ddp_r
 {
     char key[512];
     bool reported = false;
-    key_of(r, key, sizeof key, "%d/outcome", world->round);
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/outcome", world->round);
     for (;;) {
         int rc = await_key(r, key, INFINITY);
         if (rc < 0)

@@ -116,18 +116,6 @@ typedef struct {
     const fixture_t *f;
 } node_t;
 
-static void key(const node_t *n, char *buf, size_t cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void key(const node_t *n, char *buf, size_t cap, const char *fmt, ...)
-{
-    char rest[128];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(rest, sizeof rest, fmt, ap);
-    va_end(ap);
-    ddp_rdzv_key(buf, cap, n->f->cfg.run_id, "%s", rest);
-}
-
 static void node_connect(node_t *n, const fixture_t *f, const char *id)
 {
     ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
@@ -160,7 +148,7 @@ static void join_as(node_t *n, int rank, int nproc, int nnodes_max)
     char k[256];
     ddp_buf_t text = DDP_BUF_INIT;
     assert_int_equal(ddp_rdzv_join_format(&j, &text), 0);
-    key(n, k, sizeof k, "join/%s", n->id);
+    ddp_rdzv_key(k, sizeof k, n->f->cfg.run_id, "join/%s", n->id);
     assert_int_equal(ddp_store_client_set(n->client, k, text.data, text.len), 0);
     /* SET has no reply: a round trip on the same connection makes sure the join was
      * handled before the test goes on (the joins of several clients come in order). */
@@ -187,14 +175,14 @@ static ddp_rdzv_verdict_t read_verdict(node_t *n, const char *k)
 static ddp_rdzv_verdict_t answer(node_t *n)
 {
     char k[256];
-    key(n, k, sizeof k, "assign/%s/%d", n->id, n->seq);
+    ddp_rdzv_key(k, sizeof k, n->f->cfg.run_id, "assign/%s/%d", n->id, n->seq);
     return read_verdict(n, k);
 }
 
 static ddp_rdzv_verdict_t outcome(node_t *n, int round)
 {
     char k[256];
-    key(n, k, sizeof k, "%d/outcome", round);
+    ddp_rdzv_key(k, sizeof k, n->f->cfg.run_id, "%d/outcome", round);
     return read_verdict(n, k);
 }
 
@@ -203,7 +191,7 @@ static bool has_answer(node_t *n)
     char k[256];
     const char *keys[] = {k};
     bool there = false;
-    key(n, k, sizeof k, "assign/%s/%d", n->id, n->seq);
+    ddp_rdzv_key(k, sizeof k, n->f->cfg.run_id, "assign/%s/%d", n->id, n->seq);
     assert_int_equal(ddp_store_client_check(n->client, keys, 1, &there), 0);
     return there;
 }
@@ -212,7 +200,7 @@ static void beat(node_t *n)
 {
     char k[256];
     int64_t ignored;
-    key(n, k, sizeof k, "beat/%s", n->id);
+    ddp_rdzv_key(k, sizeof k, n->f->cfg.run_id, "beat/%s", n->id);
     assert_int_equal(ddp_store_client_add(n->client, k, 1, &ignored), 0);
 }
 
@@ -223,7 +211,7 @@ static void report(node_t *n, int round, bool failed, const char *message)
     char k[256];
     snprintf(r.message, sizeof r.message, "%s", message);
     assert_int_equal(ddp_rdzv_report_format(&r, &text), 0);
-    key(n, k, sizeof k, "report/%s", n->id);
+    ddp_rdzv_key(k, sizeof k, n->f->cfg.run_id, "report/%s", n->id);
     assert_int_equal(ddp_store_client_set(n->client, k, text.data, text.len), 0);
     ddp_buf_free(&text);
 }
@@ -431,7 +419,7 @@ static void test_silent_node_lost(void **state)
     char k[256];
     const char *keys[] = {k};
     bool there = true;
-    key(&n[0], k, sizeof k, "0/outcome");
+    ddp_rdzv_key(k, sizeof k, n[0].f->cfg.run_id, "0/outcome");
     assert_int_equal(ddp_store_client_check(n[0].client, keys, 1, &there), 0);
     assert_false(there);
     beat_for(n, 1, 2.5); /* one stops */
@@ -593,7 +581,7 @@ static void test_c10d_too_few_and_abort(void **state)
     v = answer(&n[0]);
     assert_int_equal(v.kind, DDP_RDZV_VERDICT_WORLD);
     char k[256];
-    key(&n[1], k, sizeof k, "abort");
+    ddp_rdzv_key(k, sizeof k, n[1].f->cfg.run_id, "abort");
     assert_int_equal(ddp_store_client_set(n[1].client, k, "node 1 (b): SIGTERM", 19), 0);
     v = outcome(&n[0], 0);
     assert_int_equal(v.kind, DDP_RDZV_VERDICT_END);
