@@ -56,6 +56,7 @@ out:
 #else
 int ddp_devices_cuda_count(int *count, ddp_buf_t *why)
 {
+    (void)count;
     ddp_buf_puts(why, "ddp-launch was built without CUDA, so it cannot count GPUs; give a "
                       "number, cpu or auto");
     return DDP_ENOCUDA;
