@@ -119,11 +119,11 @@ static void bench_conn_open(bench_conn_t *c, int id, const char *value, size_t v
     snprintf(key, sizeof key, "/bench/%d", id);
     *c = (bench_conn_t){.req = DDP_BUF_INIT};
     for (int i = 0; i < depth; i++) {
-        ddp_store_put_op(&c->req, DDP_STORE_GEN1, DDP_STORE_SET);
-        ddp_store_put_bytes(&c->req, key, strlen(key));
-        ddp_store_put_bytes(&c->req, value, value_bytes);
-        ddp_store_put_op(&c->req, DDP_STORE_GEN1, DDP_STORE_GET);
-        ddp_store_put_bytes(&c->req, key, strlen(key));
+        ddp_codec_put_op(&c->req, DDP_CODEC_GEN1, DDP_CODEC_SET);
+        ddp_codec_put_bytes(&c->req, key, strlen(key));
+        ddp_codec_put_bytes(&c->req, value, value_bytes);
+        ddp_codec_put_op(&c->req, DDP_CODEC_GEN1, DDP_CODEC_GET);
+        ddp_codec_put_bytes(&c->req, key, strlen(key));
     }
     c->r.fd = connect_blocking();
     c->r.cap = (8 + value_bytes) * (size_t)depth + 65536;
@@ -245,15 +245,15 @@ static int run_barrier(int n)
     client_t *clients = calloc((size_t)n, sizeof *clients);
     ddp_buf_t arrive = DDP_BUF_INIT, open = DDP_BUF_INIT;
     const char *keys[] = {"/open"};
-    ddp_store_put_op(&arrive, DDP_STORE_GEN1, DDP_STORE_ADD);
-    ddp_store_put_bytes(&arrive, "/arrived", 8);
-    ddp_store_put_i64(&arrive, 1);
-    ddp_store_put_op(&arrive, DDP_STORE_GEN1, DDP_STORE_WAIT);
-    ddp_store_put_u64(&arrive, 1);
-    ddp_store_put_bytes(&arrive, keys[0], strlen(keys[0]));
-    ddp_store_put_op(&open, DDP_STORE_GEN1, DDP_STORE_SET);
-    ddp_store_put_bytes(&open, "/open", 5);
-    ddp_store_put_bytes(&open, "1", 1);
+    ddp_codec_put_op(&arrive, DDP_CODEC_GEN1, DDP_CODEC_ADD);
+    ddp_codec_put_bytes(&arrive, "/arrived", 8);
+    ddp_codec_put_i64(&arrive, 1);
+    ddp_codec_put_op(&arrive, DDP_CODEC_GEN1, DDP_CODEC_WAIT);
+    ddp_codec_put_u64(&arrive, 1);
+    ddp_codec_put_bytes(&arrive, keys[0], strlen(keys[0]));
+    ddp_codec_put_op(&open, DDP_CODEC_GEN1, DDP_CODEC_SET);
+    ddp_codec_put_bytes(&open, "/open", 5);
+    ddp_codec_put_bytes(&open, "1", 1);
     int coordinator = connect_blocking();
     int ep = epoll_create1(EPOLL_CLOEXEC);
     double start = ddp_clock_mono();

@@ -87,12 +87,12 @@ static int send_all(ddp_store_client_t *c, double deadline)
 }
 
 /* Reads until the reply to `op` is complete; *reply points into c->in. */
-static int recv_reply(ddp_store_client_t *c, ddp_store_op_t op, uint64_t count,
-                      ddp_store_reply_t *reply, double deadline)
+static int recv_reply(ddp_store_client_t *c, ddp_codec_op_t op, uint64_t count,
+                      ddp_codec_reply_t *reply, double deadline)
 {
     for (;;) {
         size_t need = 0;
-        int r = ddp_store_decode_reply(op, count, &c->options.limits, (const uint8_t *)c->in.data,
+        int r = ddp_codec_decode_reply(op, count, &c->options.limits, (const uint8_t *)c->in.data,
                                        c->in.len, reply, &need);
         if (r != 0)
             return r < 0 ? r : 0;
@@ -122,11 +122,11 @@ static void consume(ddp_store_client_t *c, size_t n)
 }
 
 /* Sends c->out and, when `op` has one, reads its reply. */
-static int round_trip(ddp_store_client_t *c, ddp_store_op_t op, uint64_t count,
-                      ddp_store_reply_t *reply, double deadline)
+static int round_trip(ddp_store_client_t *c, ddp_codec_op_t op, uint64_t count,
+                      ddp_codec_reply_t *reply, double deadline)
 {
     int err = send_all(c, deadline);
-    if (err == 0 && ddp_store_op_has_reply(op))
+    if (err == 0 && ddp_codec_op_has_reply(op))
         err = recv_reply(c, op, count, reply, deadline);
     return err;
 }
@@ -136,31 +136,31 @@ static double op_deadline(const ddp_store_client_t *c)
     return ddp_clock_mono() + c->options.timeout;
 }
 
-static int begin(ddp_store_client_t *c, ddp_store_op_t op)
+static int begin(ddp_store_client_t *c, ddp_codec_op_t op)
 {
     c->error[0] = '\0';
     ddp_buf_clear(&c->out);
-    return ddp_store_put_op(&c->out, DDP_STORE_GEN2, op);
+    return ddp_codec_put_op(&c->out, DDP_CODEC_GEN2, op);
 }
 
 static int put_key(ddp_store_client_t *c, const char *key)
 {
-    return ddp_store_put_bytes(&c->out, key, strlen(key));
+    return ddp_codec_put_bytes(&c->out, key, strlen(key));
 }
 
 /* The request `op` on `key`, with `value` (len bytes) when it is not NULL, and its
  * reply in *reply (to consume) when `op` has one. A failure names the op and the key. */
-static int keyed(ddp_store_client_t *c, ddp_store_op_t op, const char *key, const void *value,
-                 size_t len, ddp_store_reply_t *reply)
+static int keyed(ddp_store_client_t *c, ddp_codec_op_t op, const char *key, const void *value,
+                 size_t len, ddp_codec_reply_t *reply)
 {
     int err = begin(c, op);
     if (err == 0)
         err = put_key(c, key);
     if (err == 0 && value != NULL)
-        err = ddp_store_put_bytes(&c->out, value, len);
+        err = ddp_codec_put_bytes(&c->out, value, len);
     if (err == 0)
         err = round_trip(c, op, 0, reply, op_deadline(c));
-    return err ? fail(c, err, "%s '%s'", ddp_store_op_name(op), key) : 0;
+    return err ? fail(c, err, "%s '%s'", ddp_codec_op_name(op), key) : 0;
 }
 
 /* A non-blocking connection to one address, finished by `deadline`. */
@@ -192,9 +192,9 @@ static int connect_one(const struct addrinfo *ai, double deadline, int *out)
 
 static int handshake(ddp_store_client_t *c, double deadline)
 {
-    int err = ddp_store_put_op(&c->out, DDP_STORE_GEN2, DDP_STORE_VALIDATE);
+    int err = ddp_codec_put_op(&c->out, DDP_CODEC_GEN2, DDP_CODEC_VALIDATE);
     if (err == 0)
-        err = ddp_store_put_u32(&c->out, DDP_STORE_MAGIC);
+        err = ddp_codec_put_u32(&c->out, DDP_CODEC_MAGIC);
     if (err == 0)
         err = send_all(c, deadline);
     return err ? err : ddp_store_client_ping(c);
@@ -290,13 +290,13 @@ void ddp_store_client_close(ddp_store_client_t *client)
 int ddp_store_client_ping(ddp_store_client_t *c)
 {
     uint32_t nonce = 0x5eed;
-    ddp_store_reply_t reply;
+    ddp_codec_reply_t reply;
     (void)getrandom(&nonce, sizeof nonce, GRND_NONBLOCK);
-    int err = begin(c, DDP_STORE_PING);
+    int err = begin(c, DDP_CODEC_PING);
     if (err == 0)
-        err = ddp_store_put_u32(&c->out, nonce);
+        err = ddp_codec_put_u32(&c->out, nonce);
     if (err == 0)
-        err = round_trip(c, DDP_STORE_PING, 0, &reply, op_deadline(c));
+        err = round_trip(c, DDP_CODEC_PING, 0, &reply, op_deadline(c));
     if (err == 0 && reply.word != nonce)
         err = DDP_EPROTO;
     if (err)
@@ -307,15 +307,15 @@ int ddp_store_client_ping(ddp_store_client_t *c)
 
 int ddp_store_client_set(ddp_store_client_t *c, const char *key, const void *value, size_t len)
 {
-    return keyed(c, DDP_STORE_SET, key, value ? value : "", len, NULL);
+    return keyed(c, DDP_CODEC_SET, key, value ? value : "", len, NULL);
 }
 
 int ddp_store_client_get(ddp_store_client_t *c, const char *key, ddp_buf_t *value)
 {
-    ddp_store_reply_t reply;
+    ddp_codec_reply_t reply;
     int err = ddp_store_client_wait(c, &key, 1, c->options.timeout);
     if (err == 0)
-        err = keyed(c, DDP_STORE_GET, key, NULL, 0, &reply);
+        err = keyed(c, DDP_CODEC_GET, key, NULL, 0, &reply);
     if (err)
         return err; /* the message names the key already */
     ddp_buf_clear(value);
@@ -326,14 +326,14 @@ int ddp_store_client_get(ddp_store_client_t *c, const char *key, ddp_buf_t *valu
 
 int ddp_store_client_add(ddp_store_client_t *c, const char *key, int64_t delta, int64_t *result)
 {
-    ddp_store_reply_t reply;
-    int err = begin(c, DDP_STORE_ADD);
+    ddp_codec_reply_t reply;
+    int err = begin(c, DDP_CODEC_ADD);
     if (err == 0)
         err = put_key(c, key);
     if (err == 0)
-        err = ddp_store_put_i64(&c->out, delta);
+        err = ddp_codec_put_i64(&c->out, delta);
     if (err == 0)
-        err = round_trip(c, DDP_STORE_ADD, 0, &reply, op_deadline(c));
+        err = round_trip(c, DDP_CODEC_ADD, 0, &reply, op_deadline(c));
     if (err)
         return fail(c, err, "ADD to '%s'", key);
     *result = reply.number;
@@ -345,16 +345,16 @@ int ddp_store_client_compare_set(ddp_store_client_t *c, const char *key, const v
                                  size_t expected_len, const void *desired, size_t desired_len,
                                  ddp_buf_t *current)
 {
-    ddp_store_reply_t reply;
-    int err = begin(c, DDP_STORE_COMPARE_SET);
+    ddp_codec_reply_t reply;
+    int err = begin(c, DDP_CODEC_COMPARE_SET);
     if (err == 0)
         err = put_key(c, key);
     if (err == 0)
-        err = ddp_store_put_bytes(&c->out, expected, expected_len);
+        err = ddp_codec_put_bytes(&c->out, expected, expected_len);
     if (err == 0)
-        err = ddp_store_put_bytes(&c->out, desired, desired_len);
+        err = ddp_codec_put_bytes(&c->out, desired, desired_len);
     if (err == 0)
-        err = round_trip(c, DDP_STORE_COMPARE_SET, 0, &reply, op_deadline(c));
+        err = round_trip(c, DDP_CODEC_COMPARE_SET, 0, &reply, op_deadline(c));
     if (err == 0) {
         ddp_buf_clear(current);
         err = ddp_buf_append(current, reply.value, reply.value_len);
@@ -365,7 +365,7 @@ int ddp_store_client_compare_set(ddp_store_client_t *c, const char *key, const v
 
 static int put_keys(ddp_store_client_t *c, const char *const *keys, size_t n)
 {
-    int err = ddp_store_put_u64(&c->out, (uint64_t)n);
+    int err = ddp_codec_put_u64(&c->out, (uint64_t)n);
     for (size_t i = 0; i < n && err == 0; i++)
         err = put_key(c, keys[i]);
     return err;
@@ -373,15 +373,15 @@ static int put_keys(ddp_store_client_t *c, const char *const *keys, size_t n)
 
 int ddp_store_client_check(ddp_store_client_t *c, const char *const *keys, size_t n, bool *ready)
 {
-    ddp_store_reply_t reply;
-    int err = begin(c, DDP_STORE_CHECK);
+    ddp_codec_reply_t reply;
+    int err = begin(c, DDP_CODEC_CHECK);
     if (err == 0)
         err = put_keys(c, keys, n);
     if (err == 0)
-        err = round_trip(c, DDP_STORE_CHECK, 0, &reply, op_deadline(c));
+        err = round_trip(c, DDP_CODEC_CHECK, 0, &reply, op_deadline(c));
     if (err)
         return fail(c, err, "CHECK %zu key(s) from '%s'", n, n ? keys[0] : "");
-    *ready = reply.byte == DDP_STORE_READY;
+    *ready = reply.byte == DDP_CODEC_READY;
     consume(c, reply.size);
     return 0;
 }
@@ -416,19 +416,19 @@ int ddp_store_client_wait(ddp_store_client_t *c, const char *const *keys, size_t
 int ddp_store_client_wait_or_wake(ddp_store_client_t *c, const char *const *keys, size_t n,
                                   double timeout, int wake_fd)
 {
-    ddp_store_reply_t reply;
+    ddp_codec_reply_t reply;
     double deadline = ddp_clock_mono() + timeout;
-    int err = begin(c, DDP_STORE_WAIT);
+    int err = begin(c, DDP_CODEC_WAIT);
     bool woken = false;
     if (err == 0)
         err = put_keys(c, keys, n);
     if (err == 0 && wake_fd < 0) {
-        err = round_trip(c, DDP_STORE_WAIT, 0, &reply, deadline);
+        err = round_trip(c, DDP_CODEC_WAIT, 0, &reply, deadline);
     } else if (err == 0 && (err = send_all(c, deadline)) == 0) {
         err = wait_readable_or_wake(c, wake_fd, deadline);
         woken = err == 1;
         if (err == 0)
-            err = recv_reply(c, DDP_STORE_WAIT, 0, &reply, deadline);
+            err = recv_reply(c, DDP_CODEC_WAIT, 0, &reply, deadline);
         else if (woken)
             err = DDP_ETIMEOUT; /* cancelled below as a timeout is */
     }
@@ -442,14 +442,14 @@ int ddp_store_client_wait_or_wake(ddp_store_client_t *c, const char *const *keys
      * our cancel: then the keys are there after all. */
     bool came = false;
     double cancel_deadline = ddp_clock_mono() + (c->options.timeout < 30 ? c->options.timeout : 30);
-    if ((err = begin(c, DDP_STORE_CANCEL_WAIT)) == 0)
-        err = round_trip(c, DDP_STORE_CANCEL_WAIT, 0, &reply, cancel_deadline);
-    if (err == 0 && reply.byte == DDP_STORE_STOP_WAITING) {
+    if ((err = begin(c, DDP_CODEC_CANCEL_WAIT)) == 0)
+        err = round_trip(c, DDP_CODEC_CANCEL_WAIT, 0, &reply, cancel_deadline);
+    if (err == 0 && reply.byte == DDP_CODEC_STOP_WAITING) {
         came = true;
         consume(c, reply.size);
-        err = recv_reply(c, DDP_STORE_CANCEL_WAIT, 0, &reply, cancel_deadline);
+        err = recv_reply(c, DDP_CODEC_CANCEL_WAIT, 0, &reply, cancel_deadline);
     }
-    if (err == 0 && reply.byte != DDP_STORE_WAIT_CANCELED)
+    if (err == 0 && reply.byte != DDP_CODEC_WAIT_CANCELED)
         err = DDP_EPROTO;
     if (err)
         return fail(c, err, "cancel the WAIT for '%s'", n ? keys[0] : "");
@@ -464,10 +464,10 @@ int ddp_store_client_wait_or_wake(ddp_store_client_t *c, const char *const *keys
 
 int ddp_store_client_num_keys(ddp_store_client_t *c, int64_t *count)
 {
-    ddp_store_reply_t reply;
-    int err = begin(c, DDP_STORE_GETNUMKEYS);
+    ddp_codec_reply_t reply;
+    int err = begin(c, DDP_CODEC_GETNUMKEYS);
     if (err == 0)
-        err = round_trip(c, DDP_STORE_GETNUMKEYS, 0, &reply, op_deadline(c));
+        err = round_trip(c, DDP_CODEC_GETNUMKEYS, 0, &reply, op_deadline(c));
     if (err)
         return fail(c, err, "GETNUMKEYS");
     *count = reply.number;
@@ -477,8 +477,8 @@ int ddp_store_client_num_keys(ddp_store_client_t *c, int64_t *count)
 
 int ddp_store_client_delete(ddp_store_client_t *c, const char *key, bool *deleted)
 {
-    ddp_store_reply_t reply;
-    int err = keyed(c, DDP_STORE_DELETE_KEY, key, NULL, 0, &reply);
+    ddp_codec_reply_t reply;
+    int err = keyed(c, DDP_CODEC_DELETE_KEY, key, NULL, 0, &reply);
     if (err)
         return err;
     *deleted = reply.number > 0;
@@ -488,18 +488,18 @@ int ddp_store_client_delete(ddp_store_client_t *c, const char *key, bool *delete
 
 int ddp_store_client_append(ddp_store_client_t *c, const char *key, const void *value, size_t len)
 {
-    return keyed(c, DDP_STORE_APPEND, key, value ? value : "", len, NULL);
+    return keyed(c, DDP_CODEC_APPEND, key, value ? value : "", len, NULL);
 }
 
 int ddp_store_client_multi_get(ddp_store_client_t *c, const char *const *keys, size_t n,
                                ddp_buf_t *values)
 {
-    ddp_store_reply_t reply;
-    int err = begin(c, DDP_STORE_MULTI_GET);
+    ddp_codec_reply_t reply;
+    int err = begin(c, DDP_CODEC_MULTI_GET);
     if (err == 0)
         err = put_keys(c, keys, n);
     if (err == 0)
-        err = round_trip(c, DDP_STORE_MULTI_GET, n, &reply, op_deadline(c));
+        err = round_trip(c, DDP_CODEC_MULTI_GET, n, &reply, op_deadline(c));
     if (err)
         return fail(c, err, "MULTI_GET %zu key(s) from '%s'", n, n ? keys[0] : "");
     const uint8_t *p = reply.items;
@@ -517,29 +517,29 @@ int ddp_store_client_multi_get(ddp_store_client_t *c, const char *const *keys, s
 int ddp_store_client_multi_set(ddp_store_client_t *c, const char *const *keys,
                                const void *const *values, const size_t *lens, size_t n)
 {
-    int err = begin(c, DDP_STORE_MULTI_SET);
+    int err = begin(c, DDP_CODEC_MULTI_SET);
     if (err == 0)
-        err = ddp_store_put_u64(&c->out, (uint64_t)n);
+        err = ddp_codec_put_u64(&c->out, (uint64_t)n);
     for (size_t i = 0; i < n && err == 0; i++) {
         err = put_key(c, keys[i]);
         if (err == 0)
-            err = ddp_store_put_bytes(&c->out, values[i], lens[i]);
+            err = ddp_codec_put_bytes(&c->out, values[i], lens[i]);
     }
     if (err == 0)
-        err = round_trip(c, DDP_STORE_MULTI_SET, 0, NULL, op_deadline(c));
+        err = round_trip(c, DDP_CODEC_MULTI_SET, 0, NULL, op_deadline(c));
     return err ? fail(c, err, "MULTI_SET %zu key(s) from '%s'", n, n ? keys[0] : "") : 0;
 }
 
 int ddp_store_client_queue_push(ddp_store_client_t *c, const char *key, const void *value,
                                 size_t len)
 {
-    return keyed(c, DDP_STORE_QUEUE_PUSH, key, value ? value : "", len, NULL);
+    return keyed(c, DDP_CODEC_QUEUE_PUSH, key, value ? value : "", len, NULL);
 }
 
 int ddp_store_client_queue_pop(ddp_store_client_t *c, const char *key, ddp_buf_t *value, bool *got)
 {
-    ddp_store_reply_t reply;
-    int err = keyed(c, DDP_STORE_QUEUE_POP, key, NULL, 0, &reply);
+    ddp_codec_reply_t reply;
+    int err = keyed(c, DDP_CODEC_QUEUE_POP, key, NULL, 0, &reply);
     if (err)
         return err;
     *got = reply.number > 0;
@@ -552,8 +552,8 @@ int ddp_store_client_queue_pop(ddp_store_client_t *c, const char *key, ddp_buf_t
 
 int ddp_store_client_queue_len(ddp_store_client_t *c, const char *key, int64_t *count)
 {
-    ddp_store_reply_t reply;
-    int err = keyed(c, DDP_STORE_QUEUE_LEN, key, NULL, 0, &reply);
+    ddp_codec_reply_t reply;
+    int err = keyed(c, DDP_CODEC_QUEUE_LEN, key, NULL, 0, &reply);
     if (err)
         return err;
     *count = reply.number;

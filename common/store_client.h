@@ -22,11 +22,11 @@ typedef struct ddp_store_client_s ddp_store_client_t;
 typedef struct ddp_store_client_options_s {
     double connect_timeout; /* s: connection attempts go on (with backoff) this long */
     double timeout;         /* s: each operation's deadline (WAIT takes its own) */
-    ddp_store_limits_t limits;
+    ddp_codec_limits_t limits;
 } ddp_store_client_options_t;
 
 #define DDP_STORE_CLIENT_OPTIONS_DEFAULT \
-    ((ddp_store_client_options_t){300, 300, DDP_STORE_LIMITS_DEFAULT})
+    ((ddp_store_client_options_t){300, 300, DDP_CODEC_LIMITS_DEFAULT})
 
 /* Connects to host:port, retrying with exponential backoff until connect_timeout, then
  * VALIDATE and PING. On failure *out is untouched and `err` (may be NULL) says why. */

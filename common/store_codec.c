@@ -12,71 +12,71 @@
 /* What each operation's request holds after its opcode, one letter a field:
  * K a key, V a value (the first V is the value, a second the desired value),
  * I an i64, W a u32, L a u64 count and that many keys, P a count and key/value pairs. */
-static const char *const programs[DDP_STORE__NOPS] = {
-    [DDP_STORE_VALIDATE] = "W",    [DDP_STORE_SET] = "KV",       [DDP_STORE_COMPARE_SET] = "KVV",
-    [DDP_STORE_GET] = "K",         [DDP_STORE_ADD] = "KI",       [DDP_STORE_CHECK] = "L",
-    [DDP_STORE_WAIT] = "L",        [DDP_STORE_GETNUMKEYS] = "",  [DDP_STORE_WATCH_KEY] = "K",
-    [DDP_STORE_DELETE_KEY] = "K",  [DDP_STORE_APPEND] = "KV",    [DDP_STORE_MULTI_GET] = "L",
-    [DDP_STORE_MULTI_SET] = "P",   [DDP_STORE_CANCEL_WAIT] = "", [DDP_STORE_PING] = "W",
-    [DDP_STORE_QUEUE_PUSH] = "KV", [DDP_STORE_QUEUE_POP] = "K",  [DDP_STORE_QUEUE_LEN] = "K",
+static const char *const programs[DDP_CODEC__NOPS] = {
+    [DDP_CODEC_VALIDATE] = "W",    [DDP_CODEC_SET] = "KV",       [DDP_CODEC_COMPARE_SET] = "KVV",
+    [DDP_CODEC_GET] = "K",         [DDP_CODEC_ADD] = "KI",       [DDP_CODEC_CHECK] = "L",
+    [DDP_CODEC_WAIT] = "L",        [DDP_CODEC_GETNUMKEYS] = "",  [DDP_CODEC_WATCH_KEY] = "K",
+    [DDP_CODEC_DELETE_KEY] = "K",  [DDP_CODEC_APPEND] = "KV",    [DDP_CODEC_MULTI_GET] = "L",
+    [DDP_CODEC_MULTI_SET] = "P",   [DDP_CODEC_CANCEL_WAIT] = "", [DDP_CODEC_PING] = "W",
+    [DDP_CODEC_QUEUE_PUSH] = "KV", [DDP_CODEC_QUEUE_POP] = "K",  [DDP_CODEC_QUEUE_LEN] = "K",
 };
 
-static const char *const names[DDP_STORE__NOPS] = {
-    [DDP_STORE_VALIDATE] = "VALIDATE",
-    [DDP_STORE_SET] = "SET",
-    [DDP_STORE_COMPARE_SET] = "COMPARE_SET",
-    [DDP_STORE_GET] = "GET",
-    [DDP_STORE_ADD] = "ADD",
-    [DDP_STORE_CHECK] = "CHECK",
-    [DDP_STORE_WAIT] = "WAIT",
-    [DDP_STORE_GETNUMKEYS] = "GETNUMKEYS",
-    [DDP_STORE_WATCH_KEY] = "WATCH_KEY",
-    [DDP_STORE_DELETE_KEY] = "DELETE_KEY",
-    [DDP_STORE_APPEND] = "APPEND",
-    [DDP_STORE_MULTI_GET] = "MULTI_GET",
-    [DDP_STORE_MULTI_SET] = "MULTI_SET",
-    [DDP_STORE_CANCEL_WAIT] = "CANCEL_WAIT",
-    [DDP_STORE_PING] = "PING",
-    [DDP_STORE_QUEUE_PUSH] = "QUEUE_PUSH",
-    [DDP_STORE_QUEUE_POP] = "QUEUE_POP",
-    [DDP_STORE_QUEUE_LEN] = "QUEUE_LEN",
+static const char *const names[DDP_CODEC__NOPS] = {
+    [DDP_CODEC_VALIDATE] = "VALIDATE",
+    [DDP_CODEC_SET] = "SET",
+    [DDP_CODEC_COMPARE_SET] = "COMPARE_SET",
+    [DDP_CODEC_GET] = "GET",
+    [DDP_CODEC_ADD] = "ADD",
+    [DDP_CODEC_CHECK] = "CHECK",
+    [DDP_CODEC_WAIT] = "WAIT",
+    [DDP_CODEC_GETNUMKEYS] = "GETNUMKEYS",
+    [DDP_CODEC_WATCH_KEY] = "WATCH_KEY",
+    [DDP_CODEC_DELETE_KEY] = "DELETE_KEY",
+    [DDP_CODEC_APPEND] = "APPEND",
+    [DDP_CODEC_MULTI_GET] = "MULTI_GET",
+    [DDP_CODEC_MULTI_SET] = "MULTI_SET",
+    [DDP_CODEC_CANCEL_WAIT] = "CANCEL_WAIT",
+    [DDP_CODEC_PING] = "PING",
+    [DDP_CODEC_QUEUE_PUSH] = "QUEUE_PUSH",
+    [DDP_CODEC_QUEUE_POP] = "QUEUE_POP",
+    [DDP_CODEC_QUEUE_LEN] = "QUEUE_LEN",
 };
 
 /* Wire codes: torch 1.13/2.0 (generation 1) and 2.2+ (generation 2). */
-static const ddp_store_op_t gen1_ops[] = {
-    DDP_STORE_SET,         DDP_STORE_COMPARE_SET, DDP_STORE_GET,        DDP_STORE_ADD,
-    DDP_STORE_CHECK,       DDP_STORE_WAIT,        DDP_STORE_GETNUMKEYS, DDP_STORE_WATCH_KEY,
-    DDP_STORE_DELETE_KEY,  DDP_STORE_APPEND,      DDP_STORE_MULTI_GET,  DDP_STORE_MULTI_SET,
-    DDP_STORE_CANCEL_WAIT,
+static const ddp_codec_op_t gen1_ops[] = {
+    DDP_CODEC_SET,         DDP_CODEC_COMPARE_SET, DDP_CODEC_GET,        DDP_CODEC_ADD,
+    DDP_CODEC_CHECK,       DDP_CODEC_WAIT,        DDP_CODEC_GETNUMKEYS, DDP_CODEC_WATCH_KEY,
+    DDP_CODEC_DELETE_KEY,  DDP_CODEC_APPEND,      DDP_CODEC_MULTI_GET,  DDP_CODEC_MULTI_SET,
+    DDP_CODEC_CANCEL_WAIT,
 };
-static const ddp_store_op_t gen2_ops[] = {
-    DDP_STORE_VALIDATE,    DDP_STORE_SET,    DDP_STORE_COMPARE_SET, DDP_STORE_GET,
-    DDP_STORE_ADD,         DDP_STORE_CHECK,  DDP_STORE_WAIT,        DDP_STORE_GETNUMKEYS,
-    DDP_STORE_DELETE_KEY,  DDP_STORE_APPEND, DDP_STORE_MULTI_GET,   DDP_STORE_MULTI_SET,
-    DDP_STORE_CANCEL_WAIT, DDP_STORE_PING,   DDP_STORE_QUEUE_PUSH,  DDP_STORE_QUEUE_POP,
-    DDP_STORE_QUEUE_LEN,
+static const ddp_codec_op_t gen2_ops[] = {
+    DDP_CODEC_VALIDATE,    DDP_CODEC_SET,    DDP_CODEC_COMPARE_SET, DDP_CODEC_GET,
+    DDP_CODEC_ADD,         DDP_CODEC_CHECK,  DDP_CODEC_WAIT,        DDP_CODEC_GETNUMKEYS,
+    DDP_CODEC_DELETE_KEY,  DDP_CODEC_APPEND, DDP_CODEC_MULTI_GET,   DDP_CODEC_MULTI_SET,
+    DDP_CODEC_CANCEL_WAIT, DDP_CODEC_PING,   DDP_CODEC_QUEUE_PUSH,  DDP_CODEC_QUEUE_POP,
+    DDP_CODEC_QUEUE_LEN,
 };
 
-const char *ddp_store_op_name(ddp_store_op_t op)
+const char *ddp_codec_op_name(ddp_codec_op_t op)
 {
-    return op < DDP_STORE__NOPS ? names[op] : "?";
+    return op < DDP_CODEC__NOPS ? names[op] : "?";
 }
 
-static int op_from_code(ddp_store_gen_t gen, uint8_t code)
+static int op_from_code(ddp_codec_gen_t gen, uint8_t code)
 {
-    if (gen == DDP_STORE_GEN1 && code < sizeof gen1_ops / sizeof gen1_ops[0])
+    if (gen == DDP_CODEC_GEN1 && code < sizeof gen1_ops / sizeof gen1_ops[0])
         return (int)gen1_ops[code];
-    if (gen == DDP_STORE_GEN2 && code < sizeof gen2_ops / sizeof gen2_ops[0])
+    if (gen == DDP_CODEC_GEN2 && code < sizeof gen2_ops / sizeof gen2_ops[0])
         return (int)gen2_ops[code];
     return -1;
 }
 
-int ddp_store_op_code(ddp_store_gen_t gen, ddp_store_op_t op)
+int ddp_codec_op_code(ddp_codec_gen_t gen, ddp_codec_op_t op)
 {
-    const ddp_store_op_t *ops = gen == DDP_STORE_GEN1 ? gen1_ops : gen2_ops;
-    size_t n = gen == DDP_STORE_GEN1 ? sizeof gen1_ops / sizeof gen1_ops[0]
+    const ddp_codec_op_t *ops = gen == DDP_CODEC_GEN1 ? gen1_ops : gen2_ops;
+    size_t n = gen == DDP_CODEC_GEN1 ? sizeof gen1_ops / sizeof gen1_ops[0]
                                      : sizeof gen2_ops / sizeof gen2_ops[0];
-    if (gen != DDP_STORE_GEN1 && gen != DDP_STORE_GEN2)
+    if (gen != DDP_CODEC_GEN1 && gen != DDP_CODEC_GEN2)
         return -1;
     for (size_t i = 0; i < n; i++) {
         if (ops[i] == op)
@@ -85,21 +85,21 @@ int ddp_store_op_code(ddp_store_gen_t gen, ddp_store_op_t op)
     return -1;
 }
 
-bool ddp_store_op_has_reply(ddp_store_op_t op)
+bool ddp_codec_op_has_reply(ddp_codec_op_t op)
 {
-    return op != DDP_STORE_SET && op != DDP_STORE_APPEND && op != DDP_STORE_MULTI_SET &&
-           op != DDP_STORE_QUEUE_PUSH && op != DDP_STORE_VALIDATE;
+    return op != DDP_CODEC_SET && op != DDP_CODEC_APPEND && op != DDP_CODEC_MULTI_SET &&
+           op != DDP_CODEC_QUEUE_PUSH && op != DDP_CODEC_VALIDATE;
 }
 
-ddp_store_gen_t ddp_store_detect(const uint8_t *buf, size_t len)
+ddp_codec_gen_t ddp_codec_detect(const uint8_t *buf, size_t len)
 {
     static const uint8_t validate[5] = {0x00, 0xCE, 0xF7, 0x85, 0x3C};
     size_t n = len < sizeof validate ? len : sizeof validate;
     if (len == 0)
-        return DDP_STORE_GEN_UNKNOWN;
+        return DDP_CODEC_GEN_UNKNOWN;
     if (memcmp(buf, validate, n) != 0)
-        return DDP_STORE_GEN1;
-    return n == sizeof validate ? DDP_STORE_GEN2 : DDP_STORE_GEN_UNKNOWN;
+        return DDP_CODEC_GEN1;
+    return n == sizeof validate ? DDP_CODEC_GEN2 : DDP_CODEC_GEN_UNKNOWN;
 }
 
 static uint64_t load_u64(const uint8_t *p)
@@ -109,16 +109,16 @@ static uint64_t load_u64(const uint8_t *p)
     return v;
 }
 
-void ddp_store_decoder_init(ddp_store_decoder_t *d, ddp_store_gen_t gen,
-                            const ddp_store_limits_t *limits)
+void ddp_codec_decoder_init(ddp_codec_decoder_t *d, ddp_codec_gen_t gen,
+                            const ddp_codec_limits_t *limits)
 {
     memset(d, 0, sizeof *d);
     d->gen = gen;
-    d->limits = limits ? *limits : DDP_STORE_LIMITS_DEFAULT;
+    d->limits = limits ? *limits : DDP_CODEC_LIMITS_DEFAULT;
     d->op = -1;
 }
 
-__attribute__((format(printf, 3, 4))) static int fail(ddp_store_decoder_t *d, int err,
+__attribute__((format(printf, 3, 4))) static int fail(ddp_codec_decoder_t *d, int err,
                                                       const char *fmt, ...)
 {
     va_list ap;
@@ -130,11 +130,11 @@ __attribute__((format(printf, 3, 4))) static int fail(ddp_store_decoder_t *d, in
 
 /* Makes sure `size` more bytes fit the request limit and are in the buffer.
  * 1: there; 0: d->need set; <0: over the limit. */
-static int want(ddp_store_decoder_t *d, size_t len, uint64_t size)
+static int want(ddp_codec_decoder_t *d, size_t len, uint64_t size)
 {
     if (size > d->limits.max_request || d->pos > d->limits.max_request - size)
         return fail(d, DDP_ETOOBIG, "%s request over the limit of %" PRIu64 " bytes",
-                    ddp_store_op_name((ddp_store_op_t)d->op), d->limits.max_request);
+                    ddp_codec_op_name((ddp_codec_op_t)d->op), d->limits.max_request);
     if (len < d->pos || len - d->pos < size) {
         d->need = d->pos + (size_t)size;
         return 0;
@@ -143,7 +143,7 @@ static int want(ddp_store_decoder_t *d, size_t len, uint64_t size)
 }
 
 /* A u64 length and its bytes, at most `max`. Sets *off and *slen on 1. */
-static int read_string(ddp_store_decoder_t *d, const uint8_t *buf, size_t len, uint64_t max,
+static int read_string(ddp_codec_decoder_t *d, const uint8_t *buf, size_t len, uint64_t max,
                        const char *what, size_t *off, size_t *slen)
 {
     int r = want(d, len, 8);
@@ -152,7 +152,7 @@ static int read_string(ddp_store_decoder_t *d, const uint8_t *buf, size_t len, u
     uint64_t n = load_u64(buf + d->pos);
     if (n > max)
         return fail(d, DDP_ETOOBIG, "%s of %" PRIu64 " bytes in %s is over the limit of %" PRIu64,
-                    what, n, ddp_store_op_name((ddp_store_op_t)d->op), max);
+                    what, n, ddp_codec_op_name((ddp_codec_op_t)d->op), max);
     if ((r = want(d, len, 8 + n)) <= 0)
         return r;
     *off = d->pos + 8;
@@ -161,7 +161,7 @@ static int read_string(ddp_store_decoder_t *d, const uint8_t *buf, size_t len, u
     return 1;
 }
 
-static int read_fixed(ddp_store_decoder_t *d, const uint8_t *buf, size_t len, void *out,
+static int read_fixed(ddp_codec_decoder_t *d, const uint8_t *buf, size_t len, void *out,
                       size_t size)
 {
     int r = want(d, len, size);
@@ -174,7 +174,7 @@ static int read_fixed(ddp_store_decoder_t *d, const uint8_t *buf, size_t len, vo
 
 /* Reads the next field of the program (or the next list item). 1: read; 0: need
  * more bytes; <0: malformed. */
-static int read_field(ddp_store_decoder_t *d, const uint8_t *buf, size_t len)
+static int read_field(ddp_codec_decoder_t *d, const uint8_t *buf, size_t len)
 {
     size_t off, slen;
     int r;
@@ -220,7 +220,7 @@ static int read_field(ddp_store_decoder_t *d, const uint8_t *buf, size_t len)
             return r;
         if (d->count > d->limits.max_keys)
             return fail(d, DDP_ETOOBIG, "%" PRIu64 " keys in %s are over the limit of %" PRIu64,
-                        d->count, ddp_store_op_name((ddp_store_op_t)d->op), d->limits.max_keys);
+                        d->count, ddp_codec_op_name((ddp_codec_op_t)d->op), d->limits.max_keys);
         d->items_left = d->count;
         d->items_start = d->pos;
         if (d->count == 0)
@@ -234,8 +234,8 @@ static int read_field(ddp_store_decoder_t *d, const uint8_t *buf, size_t len)
     return r;
 }
 
-int ddp_store_decode(ddp_store_decoder_t *d, const uint8_t *buf, size_t len,
-                     ddp_store_request_t *req)
+int ddp_codec_decode(ddp_codec_decoder_t *d, const uint8_t *buf, size_t len,
+                     ddp_codec_request_t *req)
 {
     if (d->op < 0) {
         if (len < 1) {
@@ -262,7 +262,7 @@ int ddp_store_decode(ddp_store_decoder_t *d, const uint8_t *buf, size_t len,
             return r;
     }
     memset(req, 0, sizeof *req);
-    req->op = (ddp_store_op_t)d->op;
+    req->op = (ddp_codec_op_t)d->op;
     req->size = d->pos;
     req->key = buf + d->off[0];
     req->key_len = d->len[0];
@@ -279,11 +279,11 @@ int ddp_store_decode(ddp_store_decoder_t *d, const uint8_t *buf, size_t len,
     return 1;
 }
 
-void ddp_store_items_init(ddp_store_items_t *it, const ddp_store_request_t *req)
+void ddp_codec_items_init(ddp_codec_items_t *it, const ddp_codec_request_t *req)
 {
     it->p = req->items;
     it->end = req->items + req->items_len;
-    it->pairs = req->op == DDP_STORE_MULTI_SET;
+    it->pairs = req->op == DDP_CODEC_MULTI_SET;
 }
 
 /* Items were checked by the decoder; this only walks them. */
@@ -294,7 +294,7 @@ static const uint8_t *next_string(const uint8_t *p, const uint8_t **s, size_t *l
     return p + 8 + *len;
 }
 
-bool ddp_store_items_next(ddp_store_items_t *it, const uint8_t **key, size_t *key_len,
+bool ddp_codec_items_next(ddp_codec_items_t *it, const uint8_t **key, size_t *key_len,
                           const uint8_t **value, size_t *value_len)
 {
     if (it->p >= it->end)
@@ -305,38 +305,38 @@ bool ddp_store_items_next(ddp_store_items_t *it, const uint8_t **key, size_t *ke
     return true;
 }
 
-int ddp_store_put_u8(ddp_buf_t *out, uint8_t v)
+int ddp_codec_put_u8(ddp_buf_t *out, uint8_t v)
 {
     return ddp_buf_append(out, &v, sizeof v);
 }
 
-int ddp_store_put_u32(ddp_buf_t *out, uint32_t v)
+int ddp_codec_put_u32(ddp_buf_t *out, uint32_t v)
 {
     return ddp_buf_append(out, &v, sizeof v);
 }
 
-int ddp_store_put_u64(ddp_buf_t *out, uint64_t v)
+int ddp_codec_put_u64(ddp_buf_t *out, uint64_t v)
 {
     return ddp_buf_append(out, &v, sizeof v);
 }
 
-int ddp_store_put_i64(ddp_buf_t *out, int64_t v)
+int ddp_codec_put_i64(ddp_buf_t *out, int64_t v)
 {
     return ddp_buf_append(out, &v, sizeof v);
 }
 
-int ddp_store_put_bytes(ddp_buf_t *out, const void *data, size_t len)
+int ddp_codec_put_bytes(ddp_buf_t *out, const void *data, size_t len)
 {
     int err = ddp_buf_reserve(out, 8 + len);
     if (err == 0)
-        err = ddp_store_put_u64(out, (uint64_t)len);
+        err = ddp_codec_put_u64(out, (uint64_t)len);
     return err ? err : ddp_buf_append(out, data, len);
 }
 
-int ddp_store_put_op(ddp_buf_t *out, ddp_store_gen_t gen, ddp_store_op_t op)
+int ddp_codec_put_op(ddp_buf_t *out, ddp_codec_gen_t gen, ddp_codec_op_t op)
 {
-    int code = ddp_store_op_code(gen, op);
-    return code < 0 ? DDP_EPROTO : ddp_store_put_u8(out, (uint8_t)code);
+    int code = ddp_codec_op_code(gen, op);
+    return code < 0 ? DDP_EPROTO : ddp_codec_put_u8(out, (uint8_t)code);
 }
 
 /* Reply fields: 1 read, 0 need more (*need set), <0 over the limit. */
@@ -372,34 +372,34 @@ static int reply_fixed(const uint8_t *buf, size_t len, size_t *pos, void *out, s
     return 1;
 }
 
-int ddp_store_decode_reply(ddp_store_op_t op, uint64_t count, const ddp_store_limits_t *limits,
-                           const uint8_t *buf, size_t len, ddp_store_reply_t *reply, size_t *need)
+int ddp_codec_decode_reply(ddp_codec_op_t op, uint64_t count, const ddp_codec_limits_t *limits,
+                           const uint8_t *buf, size_t len, ddp_codec_reply_t *reply, size_t *need)
 {
-    uint64_t max_value = limits ? limits->max_value : DDP_STORE_LIMITS_DEFAULT.max_value;
+    uint64_t max_value = limits ? limits->max_value : DDP_CODEC_LIMITS_DEFAULT.max_value;
     size_t pos = 0;
     int r;
     memset(reply, 0, sizeof *reply);
     switch (op) {
-    case DDP_STORE_GET:
-    case DDP_STORE_COMPARE_SET:
+    case DDP_CODEC_GET:
+    case DDP_CODEC_COMPARE_SET:
         r = reply_bytes(buf, len, &pos, max_value, &reply->value, &reply->value_len, need);
         break;
-    case DDP_STORE_ADD:
-    case DDP_STORE_GETNUMKEYS:
-    case DDP_STORE_DELETE_KEY:
-    case DDP_STORE_QUEUE_LEN:
+    case DDP_CODEC_ADD:
+    case DDP_CODEC_GETNUMKEYS:
+    case DDP_CODEC_DELETE_KEY:
+    case DDP_CODEC_QUEUE_LEN:
         r = reply_fixed(buf, len, &pos, &reply->number, sizeof reply->number, need);
         break;
-    case DDP_STORE_CHECK:
-    case DDP_STORE_WAIT:
-    case DDP_STORE_CANCEL_WAIT:
-    case DDP_STORE_WATCH_KEY:
+    case DDP_CODEC_CHECK:
+    case DDP_CODEC_WAIT:
+    case DDP_CODEC_CANCEL_WAIT:
+    case DDP_CODEC_WATCH_KEY:
         r = reply_fixed(buf, len, &pos, &reply->byte, 1, need);
         break;
-    case DDP_STORE_PING:
+    case DDP_CODEC_PING:
         r = reply_fixed(buf, len, &pos, &reply->word, sizeof reply->word, need);
         break;
-    case DDP_STORE_MULTI_GET:
+    case DDP_CODEC_MULTI_GET:
         r = 1;
         for (uint64_t i = 0; i < count && r == 1; i++) {
             const uint8_t *v;
@@ -409,7 +409,7 @@ int ddp_store_decode_reply(ddp_store_op_t op, uint64_t count, const ddp_store_li
         reply->items = buf;
         reply->items_len = pos;
         break;
-    case DDP_STORE_QUEUE_POP:
+    case DDP_CODEC_QUEUE_POP:
         r = reply_fixed(buf, len, &pos, &reply->number, sizeof reply->number, need);
         if (r == 1 && reply->number > 0)
             r = reply_bytes(buf, len, &pos, max_value, &reply->value, &reply->value_len, need);

@@ -26,7 +26,7 @@ void ddp_config_defaults(ddp_launch_config_t *cfg)
     cfg->nsignals = 4;
     cfg->role = "default";
     cfg->python_exec = ddp_env_default(DDP_ENV_PYTHON_EXEC);
-    cfg->store_limits = DDP_STORE_LIMITS_DEFAULT;
+    cfg->store_limits = DDP_CODEC_LIMITS_DEFAULT;
     cfg->store_busy_poll_us = 200;
 }
 

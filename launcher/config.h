@@ -83,7 +83,7 @@ typedef struct ddp_launch_config_s {
     ddp_rdzv_conf_t rdzv_conf;
     bool standalone;
     const char *local_addr; /* NULL: this host's name */
-    ddp_store_limits_t store_limits;
+    ddp_codec_limits_t store_limits;
     unsigned store_busy_poll_us; /* see ddp_store_server_options_t */
 
     /* Supervision. */

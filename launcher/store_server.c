@@ -31,7 +31,7 @@ typedef struct conn_s conn_t;
 struct ddp_store_server_s {
     uv_loop_t *loop;
     const ddp_log_t *log;
-    ddp_store_limits_t limits;
+    ddp_codec_limits_t limits;
     ddp_store_t *store;
     uv_tcp_t listeners[MAX_LISTENERS];
     int nlisteners;
@@ -61,8 +61,8 @@ struct conn_s {
     conn_t *resume_next;
     bool on_resume_list;
     char peer[64];
-    ddp_store_gen_t gen;
-    ddp_store_decoder_t decoder;
+    ddp_codec_gen_t gen;
+    ddp_codec_decoder_t decoder;
     ddp_buf_t in; /* bytes received and not yet consumed, from in_off */
     size_t in_off;
     ddp_buf_t out; /* replies not yet handed to libuv */
@@ -255,7 +255,7 @@ static void on_wait_ready(ddp_store_waiter_t *waiter)
     conn_t *c = (conn_t *)((char *)waiter - offsetof(conn_t, waiter));
     ddp_store_server_t *s = c->server;
     /* Inside a store write: only queue the answer and come back to this connection. */
-    if (ddp_store_put_u8(&c->out, DDP_STORE_STOP_WAITING) != 0)
+    if (ddp_codec_put_u8(&c->out, DDP_CODEC_STOP_WAITING) != 0)
         return; /* out of memory: the client times out */
     c->waiting = false;
     if (!c->on_resume_list) {
@@ -265,28 +265,28 @@ static void on_wait_ready(ddp_store_waiter_t *waiter)
     }
 }
 
-static ddp_store_key_t key_of(const ddp_store_request_t *req)
+static ddp_store_key_t key_of(const ddp_codec_request_t *req)
 {
     return (ddp_store_key_t){req->key, req->key_len};
 }
 
 /* The keys of a CHECK, WAIT or MULTI_GET, in an array (caller frees). */
-static ddp_store_key_t *collect_keys(const ddp_store_request_t *req)
+static ddp_store_key_t *collect_keys(const ddp_codec_request_t *req)
 {
     ddp_store_key_t *keys = malloc((req->count ? req->count : 1) * sizeof *keys);
-    ddp_store_items_t it;
+    ddp_codec_items_t it;
     const uint8_t *key, *value;
     size_t klen, vlen, n = 0;
     if (keys == NULL)
         return NULL;
-    ddp_store_items_init(&it, req);
-    while (ddp_store_items_next(&it, &key, &klen, &value, &vlen))
+    ddp_codec_items_init(&it, req);
+    while (ddp_codec_items_next(&it, &key, &klen, &value, &vlen))
         keys[n++] = (ddp_store_key_t){key, klen};
     return keys;
 }
 
 /* Shows a key in a message: printable bytes as they are, at most 64 of them. */
-static const char *show_key(const ddp_store_request_t *req, char *buf, size_t cap)
+static const char *show_key(const ddp_codec_request_t *req, char *buf, size_t cap)
 {
     size_t n = 0;
     for (size_t i = 0; i < req->key_len && n + 5 < cap && i < 64; i++) {
@@ -313,7 +313,7 @@ static void notify_write(conn_t *c, ddp_store_key_t key)
 
 /* Handles one complete request. Returns 0, or DDP_ECLOSED when it closed the connection
  * (a protocol error, a failed write). */
-static int handle(conn_t *c, const ddp_store_request_t *req)
+static int handle(conn_t *c, const ddp_codec_request_t *req)
 {
     ddp_store_server_t *s = c->server;
     ddp_buf_t *out = &c->out;
@@ -325,25 +325,25 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
         uv_idle_start(&s->busy_poll, on_busy_poll); /* no-op while already polling */
     }
     switch (req->op) {
-    case DDP_STORE_VALIDATE:
-        if (req->word != DDP_STORE_MAGIC) {
+    case DDP_CODEC_VALIDATE:
+        if (req->word != DDP_CODEC_MAGIC) {
             conn_close(c, "VALIDATE with the wrong magic 0x%08" PRIx32, req->word);
             return DDP_ECLOSED;
         }
         break;
-    case DDP_STORE_PING:
-        err = ddp_store_put_u32(out, req->word);
+    case DDP_CODEC_PING:
+        err = ddp_codec_put_u32(out, req->word);
         break;
-    case DDP_STORE_SET:
+    case DDP_CODEC_SET:
         err = ddp_store_set(s->store, key_of(req), req->value, req->value_len);
         if (err == 0)
             notify_write(c, key_of(req));
         break;
-    case DDP_STORE_GET: {
+    case DDP_CODEC_GET: {
         ddp_store_value_t *value = ddp_store_get_value(s->store, key_of(req));
         if (value != NULL && value->len >= ZERO_COPY_MIN) {
             /* A large value goes out from the store itself, after the length. */
-            err = ddp_store_put_u64(out, value->len);
+            err = ddp_codec_put_u64(out, value->len);
             if (err == 0)
                 flush_with(c, value);
             if (c->closing)
@@ -351,10 +351,10 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
             break;
         }
         /* A missing key answers an empty value. */
-        err = ddp_store_put_bytes(out, value ? value->data : NULL, value ? value->len : 0);
+        err = ddp_codec_put_bytes(out, value ? value->data : NULL, value ? value->len : 0);
         break;
     }
-    case DDP_STORE_ADD: {
+    case DDP_CODEC_ADD: {
         int64_t result;
         err = ddp_store_add(s->store, key_of(req), req->delta, &result);
         if (err == DDP_EPARSE || err == -ERANGE) {
@@ -363,38 +363,38 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
             return DDP_ECLOSED;
         }
         if (err == 0)
-            err = ddp_store_put_i64(out, result);
+            err = ddp_codec_put_i64(out, result);
         if (err == 0)
             notify_write(c, key_of(req));
         break;
     }
-    case DDP_STORE_COMPARE_SET: {
+    case DDP_CODEC_COMPARE_SET: {
         const uint8_t *answer;
         size_t len;
         err = ddp_store_compare_set(s->store, key_of(req), req->value, req->value_len, req->desired,
                                     req->desired_len, &answer, &len);
         if (err == 0)
-            err = ddp_store_put_bytes(out, answer, len);
+            err = ddp_codec_put_bytes(out, answer, len);
         if (err == 0)
             notify_write(c, key_of(req));
         break;
     }
-    case DDP_STORE_CHECK:
-    case DDP_STORE_WAIT: {
+    case DDP_CODEC_CHECK:
+    case DDP_CODEC_WAIT: {
         ddp_store_key_t *keys = collect_keys(req);
         if (keys == NULL) {
             err = -ENOMEM;
             break;
         }
-        if (req->op == DDP_STORE_CHECK) {
+        if (req->op == DDP_CODEC_CHECK) {
             bool ready = true;
             for (uint64_t i = 0; i < req->count && ready; i++)
                 ready = ddp_store_exists(s->store, keys[i]);
-            err = ddp_store_put_u8(out, ready ? DDP_STORE_READY : DDP_STORE_NOT_READY);
+            err = ddp_codec_put_u8(out, ready ? DDP_CODEC_READY : DDP_CODEC_NOT_READY);
         } else {
             int r = ddp_store_wait(s->store, &c->waiter, keys, (size_t)req->count);
             if (r == 1)
-                err = ddp_store_put_u8(out, DDP_STORE_STOP_WAITING);
+                err = ddp_codec_put_u8(out, DDP_CODEC_STOP_WAITING);
             else if (r == 0)
                 c->waiting = true;
             else
@@ -403,26 +403,26 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
         free(keys);
         break;
     }
-    case DDP_STORE_GETNUMKEYS:
-        err = ddp_store_put_i64(out, ddp_store_num_keys(s->store));
+    case DDP_CODEC_GETNUMKEYS:
+        err = ddp_codec_put_i64(out, ddp_store_num_keys(s->store));
         break;
-    case DDP_STORE_DELETE_KEY:
-        err = ddp_store_put_i64(out, ddp_store_delete(s->store, key_of(req)) ? 1 : 0);
+    case DDP_CODEC_DELETE_KEY:
+        err = ddp_codec_put_i64(out, ddp_store_delete(s->store, key_of(req)) ? 1 : 0);
         break;
-    case DDP_STORE_APPEND:
+    case DDP_CODEC_APPEND:
         err = ddp_store_append(s->store, key_of(req), req->value, req->value_len);
         if (err == 0)
             notify_write(c, key_of(req));
         break;
-    case DDP_STORE_MULTI_GET:
-    case DDP_STORE_MULTI_SET: {
-        ddp_store_items_t it;
+    case DDP_CODEC_MULTI_GET:
+    case DDP_CODEC_MULTI_SET: {
+        ddp_codec_items_t it;
         const uint8_t *key, *value;
         size_t klen, vlen;
-        ddp_store_items_init(&it, req);
-        while (err == 0 && ddp_store_items_next(&it, &key, &klen, &value, &vlen)) {
+        ddp_codec_items_init(&it, req);
+        while (err == 0 && ddp_codec_items_next(&it, &key, &klen, &value, &vlen)) {
             ddp_store_key_t k = {key, klen};
-            if (req->op == DDP_STORE_MULTI_SET) {
+            if (req->op == DDP_CODEC_MULTI_SET) {
                 if ((err = ddp_store_set(s->store, k, value, vlen)) == 0)
                     notify_write(c, k);
                 continue;
@@ -430,41 +430,41 @@ static int handle(conn_t *c, const ddp_store_request_t *req)
             const uint8_t *v = NULL;
             size_t len = 0;
             ddp_store_get(s->store, k, &v, &len);
-            err = ddp_store_put_bytes(out, v, len);
+            err = ddp_codec_put_bytes(out, v, len);
         }
         break;
     }
-    case DDP_STORE_CANCEL_WAIT:
+    case DDP_CODEC_CANCEL_WAIT:
         /* A WAIT answered meanwhile has sent its 0 already; clients expect that. */
         ddp_store_cancel(s->store, &c->waiter);
         c->waiting = false;
-        err = ddp_store_put_u8(out, DDP_STORE_WAIT_CANCELED);
+        err = ddp_codec_put_u8(out, DDP_CODEC_WAIT_CANCELED);
         break;
-    case DDP_STORE_QUEUE_PUSH:
+    case DDP_CODEC_QUEUE_PUSH:
         err = ddp_store_queue_push(s->store, key_of(req), req->value, req->value_len);
         break;
-    case DDP_STORE_QUEUE_POP: {
+    case DDP_CODEC_QUEUE_POP: {
         int64_t length;
         uint8_t *value = NULL;
         size_t len = 0;
         err = ddp_store_queue_pop(s->store, key_of(req), &length, &value, &len);
         if (err == 0)
-            err = ddp_store_put_i64(out, length);
+            err = ddp_codec_put_i64(out, length);
         if (err == 0 && length > 0)
-            err = ddp_store_put_bytes(out, value, len);
+            err = ddp_codec_put_bytes(out, value, len);
         free(value);
         break;
     }
-    case DDP_STORE_QUEUE_LEN:
-        err = ddp_store_put_i64(out, ddp_store_queue_len(s->store, key_of(req)));
+    case DDP_CODEC_QUEUE_LEN:
+        err = ddp_codec_put_i64(out, ddp_store_queue_len(s->store, key_of(req)));
         break;
-    case DDP_STORE_WATCH_KEY:
+    case DDP_CODEC_WATCH_KEY:
     default:
-        conn_close(c, "%s is not supported by ddp-launch's store", ddp_store_op_name(req->op));
+        conn_close(c, "%s is not supported by ddp-launch's store", ddp_codec_op_name(req->op));
         return DDP_ECLOSED;
     }
     if (err) {
-        conn_close(c, "unable to serve %s: %s", ddp_store_op_name(req->op), ddp_strerror(err));
+        conn_close(c, "unable to serve %s: %s", ddp_codec_op_name(req->op), ddp_strerror(err));
         return DDP_ECLOSED;
     }
     return 0;
@@ -530,21 +530,21 @@ static void process_input(conn_t *c)
     while (!c->closing) {
         const uint8_t *data = (const uint8_t *)c->in.data + c->in_off;
         size_t len = c->in.len - c->in_off;
-        if (c->gen == DDP_STORE_GEN_UNKNOWN) {
-            c->gen = ddp_store_detect(data, len);
-            if (c->gen == DDP_STORE_GEN_UNKNOWN)
+        if (c->gen == DDP_CODEC_GEN_UNKNOWN) {
+            c->gen = ddp_codec_detect(data, len);
+            if (c->gen == DDP_CODEC_GEN_UNKNOWN)
                 break;
-            ddp_store_decoder_init(&c->decoder, c->gen, &s->limits);
+            ddp_codec_decoder_init(&c->decoder, c->gen, &s->limits);
         }
-        ddp_store_request_t req;
-        int r = ddp_store_decode(&c->decoder, data, len, &req);
+        ddp_codec_request_t req;
+        int r = ddp_codec_decode(&c->decoder, data, len, &req);
         if (r == 0)
             break;
         if (r < 0) {
             conn_close(c, "%s", c->decoder.why);
             return;
         }
-        if (c->waiting && req.op != DDP_STORE_CANCEL_WAIT) {
+        if (c->waiting && req.op != DDP_CODEC_CANCEL_WAIT) {
             /* PyTorch clients send one request at a time: a request while a WAIT is
              * pending means the client gave up waiting (a torch 1.13 client times out
              * without CANCEL_WAIT). Forget the wait, so no stray answer arrives later

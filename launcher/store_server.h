@@ -29,7 +29,7 @@ typedef struct ddp_store_server_s ddp_store_server_t;
 typedef struct ddp_store_server_options_s {
     const char *host; /* address or name to bind (every address it resolves to) */
     int port;         /* 0: a free port */
-    ddp_store_limits_t limits;
+    ddp_codec_limits_t limits;
     const ddp_log_t *log;
     /* After answering a request, poll for the next one this long (µs) before the loop
      * sleeps again, yielding the CPU to any thread that can run meanwhile; 0: never. */

@@ -43,7 +43,7 @@ int main(int argc, char **argv)
 {
     ddp_log_t log;
     ddp_store_server_options_t options = {
-        .host = "127.0.0.1", .limits = DDP_STORE_LIMITS_DEFAULT, .log = &log, .busy_poll_us = 200};
+        .host = "127.0.0.1", .limits = DDP_CODEC_LIMITS_DEFAULT, .log = &log, .busy_poll_us = 200};
     ddp_buf_t err = DDP_BUF_INIT;
     app_t app;
     struct rlimit rl;

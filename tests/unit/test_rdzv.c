@@ -50,7 +50,7 @@ static void *loop_main(void *arg)
     fixture_t *f = arg;
     ddp_buf_t why = DDP_BUF_INIT;
     ddp_store_server_options_t options = {
-        .host = "127.0.0.1", .port = 0, .limits = DDP_STORE_LIMITS_DEFAULT, .log = &f->log};
+        .host = "127.0.0.1", .port = 0, .limits = DDP_CODEC_LIMITS_DEFAULT, .log = &f->log};
     uv_loop_init(&f->loop);
     uv_async_init(&f->loop, &f->stop, on_stop);
     f->stop.data = f;
