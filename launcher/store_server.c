@@ -638,11 +638,87 @@ static void on_connection(uv_stream_t *listener, int status)
     serve(c); /* starts reading */
 }
 
-int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *options,
-                           ddp_store_server_t **out, ddp_buf_t *err)
+/* Listens on one resolved address (on the port the first one got, or a free one): 0,
+ * or the libuv error (the handle is then closing). */
+static int listen_one(ddp_store_server_t *s, struct addrinfo *ai)
+{
+    uv_tcp_t *tcp = &s->listeners[s->nlisteners];
+    if (s->port != 0) {
+        if (ai->ai_family == AF_INET)
+            ((struct sockaddr_in *)ai->ai_addr)->sin_port = htons((uint16_t)s->port);
+        else if (ai->ai_family == AF_INET6)
+            ((struct sockaddr_in6 *)ai->ai_addr)->sin6_port = htons((uint16_t)s->port);
+    }
+    uv_tcp_init(s->loop, tcp);
+    tcp->data = s;
+    s->open_handles++;
+    unsigned flags = ai->ai_family == AF_INET6 ? UV_TCP_IPV6ONLY : 0;
+    int e = uv_tcp_bind(tcp, ai->ai_addr, flags);
+    if (e == 0)
+        e = uv_listen((uv_stream_t *)tcp, 65535, on_connection);
+    if (e != 0) {
+        uv_close((uv_handle_t *)tcp, on_own_handle_closed);
+        return e;
+    }
+    if (s->port == 0) {
+        struct sockaddr_storage bound;
+        int len = sizeof bound;
+        uv_tcp_getsockname(tcp, (struct sockaddr *)&bound, &len);
+        s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                    : ((struct sockaddr_in *)&bound)->sin_port);
+    }
+    s->nlisteners++;
+    return 0;
+}
+
+/* Every address the host resolves to ("localhost": 127.0.0.1 and ::1), all on one port.
+ * A taken port on any of them is fatal (clients of that address would reach the other
+ * program); an address family this machine lacks (no IPv6) is skipped. 0, or an error
+ * with `err` said (the listeners are then closing). */
+static int listen_all(ddp_store_server_t *s, const ddp_store_server_options_t *options,
+                      ddp_buf_t *err)
 {
     char port_text[16];
     struct addrinfo hints = {0}, *addrs = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    snprintf(port_text, sizeof port_text, "%d", options->port);
+    int gai = getaddrinfo(options->host, port_text, &hints, &addrs);
+    if (gai != 0) {
+        ddp_buf_printf(err, "unable to resolve the store address %s: %s", options->host,
+                       gai_strerror(gai));
+        return DDP_EPARSE;
+    }
+    int rc = -EADDRNOTAVAIL;
+    for (struct addrinfo *ai = addrs; ai != NULL && s->nlisteners < MAX_LISTENERS;
+         ai = ai->ai_next) {
+        int e = listen_one(s, ai);
+        if (e == UV_EADDRINUSE || (e != 0 && s->nlisteners == 0))
+            rc = e;
+        if (e == UV_EADDRINUSE)
+            break;
+    }
+    freeaddrinfo(addrs);
+    if (rc != UV_EADDRINUSE && s->nlisteners > 0)
+        return 0;
+    for (int i = 0; i < s->nlisteners; i++)
+        uv_close((uv_handle_t *)&s->listeners[i], on_own_handle_closed);
+    s->nlisteners = 0;
+    if (rc == -EADDRINUSE)
+        ddp_buf_printf(err,
+                       "port %d on %s is in use by another program (pick a free one "
+                       "with --master-port, or 0, or use --standalone)",
+                       options->port, options->host);
+    else
+        ddp_buf_printf(err, "unable to listen on %s:%d: %s", options->host, options->port,
+                       uv_strerror(rc));
+    return rc;
+}
+
+int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *options,
+                           ddp_store_server_t **out, ddp_buf_t *err)
+{
     int rc;
     ddp_store_server_t *s = calloc(1, sizeof *s);
     if (s == NULL)
@@ -654,73 +730,15 @@ int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *op
         free(s);
         return rc;
     }
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    snprintf(port_text, sizeof port_text, "%d", options->port);
-    int gai = getaddrinfo(options->host, port_text, &hints, &addrs);
-    if (gai != 0) {
-        ddp_buf_printf(err, "unable to resolve the store address %s: %s", options->host,
-                       gai_strerror(gai));
-        rc = DDP_EPARSE;
-        goto fail;
-    }
-    /* Every address the host resolves to ("localhost": 127.0.0.1 and ::1), all on the
-     * port the first one got. */
-    rc = -EADDRNOTAVAIL;
-    for (struct addrinfo *ai = addrs; ai != NULL && s->nlisteners < MAX_LISTENERS;
-         ai = ai->ai_next) {
-        uv_tcp_t *tcp = &s->listeners[s->nlisteners];
-        if (s->port != 0) {
-            if (ai->ai_family == AF_INET)
-                ((struct sockaddr_in *)ai->ai_addr)->sin_port = htons((uint16_t)s->port);
-            else if (ai->ai_family == AF_INET6)
-                ((struct sockaddr_in6 *)ai->ai_addr)->sin6_port = htons((uint16_t)s->port);
+    if ((rc = listen_all(s, options, err)) != 0) {
+        if (s->open_handles > 0) {
+            /* Listeners that failed are closing; let their callbacks free the server. */
+            s->closing = true;
+            return rc;
         }
-        uv_tcp_init(loop, tcp);
-        tcp->data = s;
-        s->open_handles++;
-        unsigned flags = ai->ai_family == AF_INET6 ? UV_TCP_IPV6ONLY : 0;
-        int e = uv_tcp_bind(tcp, ai->ai_addr, flags);
-        if (e == 0)
-            e = uv_listen((uv_stream_t *)tcp, 65535, on_connection);
-        if (e != 0) {
-            uv_close((uv_handle_t *)tcp, on_own_handle_closed);
-            /* A taken port on any of the addresses is fatal: clients of that address
-             * would reach the other program. An address family this machine lacks
-             * (no IPv6) is skipped. */
-            if (e == UV_EADDRINUSE) {
-                rc = e;
-                break;
-            }
-            if (s->nlisteners == 0)
-                rc = e;
-            continue;
-        }
-        if (s->port == 0) {
-            struct sockaddr_storage bound;
-            int len = sizeof bound;
-            uv_tcp_getsockname(tcp, (struct sockaddr *)&bound, &len);
-            s->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                        : ((struct sockaddr_in *)&bound)->sin_port);
-        }
-        s->nlisteners++;
-    }
-    freeaddrinfo(addrs);
-    addrs = NULL;
-    if (rc == UV_EADDRINUSE || s->nlisteners == 0) {
-        for (int i = 0; i < s->nlisteners; i++)
-            uv_close((uv_handle_t *)&s->listeners[i], on_own_handle_closed);
-        s->nlisteners = 0;
-        if (rc == -EADDRINUSE)
-            ddp_buf_printf(err,
-                           "port %d on %s is in use by another program (pick a free one "
-                           "with --master-port, or 0, or use --standalone)",
-                           options->port, options->host);
-        else
-            ddp_buf_printf(err, "unable to listen on %s:%d: %s", options->host, options->port,
-                           uv_strerror(rc));
-        goto fail;
+        ddp_store_free(s->store);
+        free(s);
+        return rc;
     }
     uv_idle_init(loop, &s->deferred);
     s->deferred.data = s;
@@ -733,17 +751,6 @@ int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *op
     }
     *out = s;
     return 0;
-fail:
-    if (addrs != NULL)
-        freeaddrinfo(addrs);
-    if (s->open_handles > 0) {
-        /* Listeners that failed are closing; let their callbacks free the server. */
-        s->closing = true;
-        return rc;
-    }
-    ddp_store_free(s->store);
-    free(s);
-    return rc;
 }
 
 int ddp_store_server_port(const ddp_store_server_t *server)
