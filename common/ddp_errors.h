@@ -16,7 +16,8 @@
     X(CLOSED, "connection closed by the peer") \
     X(NOCUDA, "no GPU or no CUDA support")     \
     X(CUDA, "CUDA driver error")               \
-    X(INTERNAL, "internal error")
+    X(INTERNAL, "internal error")              \
+    X(NOTFILE, "it is not a regular file")
 
 enum {
     DDP__ERROR_FIRST = -20000,

@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -67,10 +68,16 @@ int ddp_writev_all(int fd, struct iovec *iov, int n)
 
 int ddp_read_file(const char *path, size_t limit, char **out, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Non-blocking: opening a FIFO for reading would otherwise wait for a writer. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return -errno;
-    int err = 0;
+    struct stat st;
+    int err = fstat(fd, &st) != 0 ? -errno : S_ISREG(st.st_mode) ? 0 : DDP_ENOTFILE;
+    if (err) {
+        close(fd);
+        return err;
+    }
     size_t cap = 4096, used = 0;
     char *buf = malloc(cap + 1);
     if (buf == NULL) {

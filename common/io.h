@@ -16,9 +16,10 @@ int ddp_write_all(int fd, const void *data, size_t len);
 /* Writes every byte of the `n` buffers, in order; `iov` is modified. 0 or -errno. */
 int ddp_writev_all(int fd, struct iovec *iov, int n);
 
-/* Reads at most `limit` bytes of the file at `path` into a new NUL-terminated buffer
- * (*out, caller frees; *len without the NUL). Returns 0, -errno, or DDP_ETOOBIG when
- * the file holds more than `limit` bytes. */
+/* Reads at most `limit` bytes of the regular file at `path` into a new NUL-terminated
+ * buffer (*out, caller frees; *len without the NUL). Never blocks on what is not a
+ * regular file (a FIFO, a device, a directory): DDP_ENOTFILE. Returns 0, -errno,
+ * DDP_ENOTFILE, or DDP_ETOOBIG when the file holds more than `limit` bytes. */
 int ddp_read_file(const char *path, size_t limit, char **out, size_t *len);
 
 /* Seconds on CLOCK_MONOTONIC and CLOCK_REALTIME. */

@@ -116,6 +116,33 @@ static void test_error_files_reach_the_report(void **state)
     th_cleanup(&p);
 }
 
+/* An error file that is not a regular file (a FIFO nobody writes, a directory) must not
+ * hang the launcher on its loop's thread: the report says what it found. */
+static void test_error_file_that_is_no_file(void **state)
+{
+    static const struct {
+        const char *make, *said;
+    } kinds[] = {
+        {"mkfifo \"$TORCHELASTIC_ERROR_FILE\"", "<unable to read the error file: it is not a "
+                                                "regular file>"},
+        {"mkdir \"$TORCHELASTIC_ERROR_FILE\"", "<unable to read the error file: it is not a "
+                                               "regular file>"},
+    };
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        char script[160];
+        snprintf(script, sizeof script, "%s && exit 3", kinds[i].make);
+        const char *argv[] = {th_launcher(), "--no-python", "/bin/sh", "-c", script, NULL};
+        th_proc_t p;
+        double started = th_now();
+        th_run(&p, argv, NULL, 30);
+        TH_ASSERT(&p, th_now() - started < 10);
+        TH_ASSERT(&p, th_status(&p) == 1);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), kinds[i].said) != NULL);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "  exitcode  : 3 (pid: ") != NULL);
+        th_cleanup(&p);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -123,6 +150,7 @@ int main(void)
         TH_TEST(test_fatal_signals),
         TH_TEST(test_root_cause_is_the_failed_rank),
         TH_TEST(test_error_files_reach_the_report),
+        TH_TEST(test_error_file_that_is_no_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
