@@ -211,6 +211,10 @@ static void begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
                  "SIGKILL after %g s",
                  a->nrunning, signame(sig, name, sizeof name), ranks, a->cfg->shutdown_timeout);
     signal_running(a, sig);
+    /* A stopped worker (SIGSTOP, a debugger let go) that handles the signal would keep it
+     * pending until the grace period ends: continue it, so it acts on it now. */
+    if (sig != SIGKILL && sig != SIGCONT)
+        signal_running(a, SIGCONT);
     uv_timer_start(&a->kill_timer, on_kill_timer, (uint64_t)(a->cfg->shutdown_timeout * 1000.0), 0);
 }
 

@@ -173,13 +173,38 @@ static void test_leftover_children_are_killed(void **state)
     th_cleanup(&p);
 }
 
+/* A worker stopped (SIGSTOP) that handles SIGTERM acts on the stop at once: the stop
+ * sends SIGCONT after the signal, so it does not wait out the grace period stopped.
+ * ($$$$ is the shell's $$ once the launcher has expanded its templates.) */
+static void test_stopped_worker_is_continued(void **state)
+{
+    const char *script = "if [ \"$LOCAL_RANK\" = 0 ]; then trap 'exit 7' TERM; kill -STOP $$$$; "
+                         "sleep 30; else sleep 0.3; exit 3; fi";
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--shutdown-timeout=20",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          script,
+                          NULL};
+    th_proc_t p;
+    double started = th_now();
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, th_now() - started < 10);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "sending SIGKILL") == NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "  exitcode  : 3 (pid: ") != NULL);
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         TH_TEST(test_sigterm_is_forwarded),         TH_TEST(test_grace_then_sigkill),
         TH_TEST(test_sigusr1_can_be_forwarded),     TH_TEST(test_second_signal_kills_at_once),
         TH_TEST(test_sigkill_leaves_no_orphans),    TH_TEST(test_stop_takes_grandchildren),
-        TH_TEST(test_leftover_children_are_killed),
+        TH_TEST(test_leftover_children_are_killed), TH_TEST(test_stopped_worker_is_continued),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
