@@ -700,6 +700,18 @@ static int start_store(ddp_agent_t *a, bool quiet_if_not_ours)
         .log = a->log,
     };
     int err = ddp_store_server_start(&a->loop, &options, &a->store, &why);
+    if (err == -EADDRINUSE && a->cfg->nnodes_max == 1 && !a->cfg->master_port_given &&
+        a->cfg->master_port != 0) {
+        /* One node, torchrun's default port busy: nobody else needs to know the port,
+         * so any free one does (the workers get it in MASTER_PORT). */
+        ddp_log_info(a->log,
+                     "port %d on %s is in use by another program: the store listens on a free "
+                     "port instead (give --master-port to insist on one)",
+                     a->cfg->master_port, a->cfg->master_addr);
+        ddp_buf_clear(&why);
+        options.port = 0;
+        err = ddp_store_server_start(&a->loop, &options, &a->store, &why);
+    }
     if (err && quiet_if_not_ours && (err == -EADDRINUSE || err == -EADDRNOTAVAIL)) {
         /* c10d: another launcher hosts the endpoint (or it is not this machine's). */
         ddp_log_debug(a->log, "not hosting the store at %s:%d: %s", a->cfg->master_addr,

@@ -960,6 +960,7 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
     }
     if (cfg->help || cfg->version)
         return 0;
+    cfg->master_port_given = raw[flag_index("master-port")].set;
     if ((rc = check_combinations(cfg, err)) != 0)
         goto fail;
     const char *python = ddp_env_lookup(envp, "PYTHON_EXEC");

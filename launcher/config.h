@@ -75,6 +75,7 @@ typedef struct ddp_launch_config_s {
     /* Rendezvous. */
     char master_addr[DDP_HOST_MAX];
     int master_port;
+    bool master_port_given; /* by --master-port, PET_MASTER_PORT or the c10d endpoint */
     ddp_rdzv_backend_t rdzv_backend;
     bool rdzv_endpoint_set;
     char rdzv_endpoint_host[DDP_HOST_MAX];

@@ -131,6 +131,7 @@ int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t
         /* The launcher hosts the c10d store at the endpoint; workers use it too. */
         strcpy(cfg->master_addr, cfg->rdzv_endpoint_host);
         cfg->master_port = cfg->rdzv_endpoint_port;
+        cfg->master_port_given = true;
     }
     return 0;
 }
