@@ -84,6 +84,9 @@ struct ddp_agent_s {
     uv_loop_t loop;
     uv_signal_t sigchld;
     uv_signal_t forwarded[DDP_MAX_SIGNALS];
+    uv_signal_t unforwarded[DDP_MAX_SIGNALS]; /* the other signals that would end us */
+    int unforwarded_sig[DDP_MAX_SIGNALS];
+    int nunforwarded;
     uv_timer_t kill_timer;
     ddp_guard_t guard;
     bool guard_warned;
@@ -169,6 +172,8 @@ static void finish(ddp_agent_t *a)
     uv_close((uv_handle_t *)&a->kill_timer, NULL);
     for (int i = 0; i < a->cfg->nsignals; i++)
         uv_close((uv_handle_t *)&a->forwarded[i], NULL);
+    for (int i = 0; i < a->nunforwarded; i++)
+        uv_close((uv_handle_t *)&a->unforwarded[i], NULL);
 }
 
 static void signal_running(ddp_agent_t *a, int sig)
@@ -411,11 +416,13 @@ static void on_sigchld(uv_signal_t *handle, int signum)
         group_finished(a);
 }
 
-static void on_forwarded_signal(uv_signal_t *handle, int sig)
+/* The launcher received `sig`: the workers get `send` (the signal itself when it is to
+ * be forwarded, else SIGTERM), the job stops, and ddp-launch exits 128+sig. */
+static void stop_for_signal(ddp_agent_t *a, int sig, int send)
 {
-    ddp_agent_t *a = handle->data;
-    char name[32];
+    char name[32], sent[32];
     signame(sig, name, sizeof name);
+    signame(send, sent, sizeof sent);
     if (a->state == AGENT_DONE)
         return;
     if (a->rdzv != NULL) {
@@ -435,16 +442,33 @@ static void on_forwarded_signal(uv_signal_t *handle, int sig)
         signal_running(a, SIGKILL);
         return;
     }
-    ddp_log_warn(a->log, "received %s: forwarding it to the %d worker(s) and stopping them", name,
-                 a->nrunning);
+    if (send == sig)
+        ddp_log_warn(a->log, "received %s: forwarding it to the %d worker(s) and stopping them",
+                     name, a->nrunning);
+    else
+        ddp_log_warn(a->log,
+                     "received %s, which --signals-to-handle does not forward: stopping the %d "
+                     "worker(s) with %s",
+                     name, a->nrunning, sent);
     a->stop_signal = sig;
     if (a->state == AGENT_RUNNING) {
-        begin_stop(a, sig, STOP_SIGNAL);
+        begin_stop(a, send, STOP_SIGNAL);
     } else {
         /* Already stopping for a failure: the job now ends instead of restarting. */
         a->stop_reason = STOP_SIGNAL;
-        signal_running(a, sig);
+        signal_running(a, send);
     }
+}
+
+static void on_forwarded_signal(uv_signal_t *handle, int sig)
+{
+    stop_for_signal(handle->data, sig, sig);
+}
+
+/* A signal that would end ddp-launch outright: the workers stop and the report comes. */
+static void on_unforwarded_signal(uv_signal_t *handle, int sig)
+{
+    stop_for_signal(handle->data, sig, SIGTERM);
 }
 
 static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
@@ -675,6 +699,20 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
         uv_signal_init(&a->loop, &a->forwarded[i]);
         a->forwarded[i].data = a;
     }
+    /* The other signals whose default would end ddp-launch stop the job instead. */
+    const int *all;
+    size_t nall = ddp_signal_forwardables(&all);
+    for (size_t k = 0; k < nall && a->nunforwarded < DDP_MAX_SIGNALS; k++) {
+        bool forwarded = false;
+        for (int i = 0; i < a->cfg->nsignals; i++)
+            forwarded = forwarded || a->cfg->signals[i] == all[k];
+        if (forwarded)
+            continue;
+        a->unforwarded_sig[a->nunforwarded] = all[k];
+        uv_signal_t *h = &a->unforwarded[a->nunforwarded++];
+        uv_signal_init(&a->loop, h);
+        h->data = a;
+    }
     a->sigchld.data = a;
     a->kill_timer.data = a;
     *handles_ready = true;
@@ -682,6 +720,11 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
         return err;
     for (int i = 0; i < a->cfg->nsignals; i++) {
         if ((err = uv_signal_start(&a->forwarded[i], on_forwarded_signal, a->cfg->signals[i])) != 0)
+            return err;
+    }
+    for (int i = 0; i < a->nunforwarded; i++) {
+        if ((err = uv_signal_start(&a->unforwarded[i], on_unforwarded_signal,
+                                   a->unforwarded_sig[i])) != 0)
             return err;
     }
     return 0;

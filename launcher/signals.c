@@ -29,3 +29,9 @@ int ddp_signal_forwardable(const char *name)
     }
     return 0;
 }
+
+size_t ddp_signal_forwardables(const int **list)
+{
+    *list = forwardable;
+    return sizeof forwardable / sizeof forwardable[0];
+}

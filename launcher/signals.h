@@ -11,4 +11,8 @@ const char *ddp_signal_name(int sig, char *buf, size_t cap);
 /* The forwardable signal called `name` (without SIG, any case: "term", "USR1"), or 0. */
 int ddp_signal_forwardable(const char *name);
 
+/* The forwardable signals (every catchable one whose default ends a process and that
+ * is not a fault of the launcher itself): their count, the list into *list. */
+size_t ddp_signal_forwardables(const int **list);
+
 #endif

@@ -109,6 +109,30 @@ static void test_sigusr1_can_be_forwarded(void **state)
     th_cleanup(&p);
 }
 
+/* A signal that is not forwarded but would end ddp-launch outright (SIGUSR1, SIGALRM)
+ * stops the workers with SIGTERM and ends with 128+N and its message, instead of
+ * killing the launcher. */
+static void test_unforwarded_signal_stops_cleanly(void **state)
+{
+    static const int sigs[] = {SIGUSR1, SIGALRM};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        const char *argv[] = {
+            th_launcher(), "--nproc-per-node=2", "--no-python", th_worker(), "catch", "SIGTERM",
+            NULL};
+        th_proc_t p;
+        th_start(&p, argv, NULL);
+        TH_ASSERT(&p, th_wait_output(&p, 1, "ready", 2, 30));
+        kill(p.pid, sigs[i]);
+        TH_ASSERT(&p, th_wait_exit(&p, 30));
+        TH_ASSERT(&p, th_status(&p) == 128 + sigs[i]);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "caught SIGTERM 0\n") != NULL);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "caught SIGTERM 1\n") != NULL);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "which --signals-to-handle does not forward: "
+                                                  "stopping the 2 worker(s) with SIGTERM") != NULL);
+        th_cleanup(&p);
+    }
+}
+
 static void test_second_signal_kills_at_once(void **state)
 {
     const char *argv[] = {
@@ -201,10 +225,15 @@ static void test_stopped_worker_is_continued(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_sigterm_is_forwarded),         TH_TEST(test_grace_then_sigkill),
-        TH_TEST(test_sigusr1_can_be_forwarded),     TH_TEST(test_second_signal_kills_at_once),
-        TH_TEST(test_sigkill_leaves_no_orphans),    TH_TEST(test_stop_takes_grandchildren),
-        TH_TEST(test_leftover_children_are_killed), TH_TEST(test_stopped_worker_is_continued),
+        TH_TEST(test_sigterm_is_forwarded),
+        TH_TEST(test_grace_then_sigkill),
+        TH_TEST(test_sigusr1_can_be_forwarded),
+        TH_TEST(test_second_signal_kills_at_once),
+        TH_TEST(test_sigkill_leaves_no_orphans),
+        TH_TEST(test_stop_takes_grandchildren),
+        TH_TEST(test_leftover_children_are_killed),
+        TH_TEST(test_stopped_worker_is_continued),
+        TH_TEST(test_unforwarded_signal_stops_cleanly),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
