@@ -751,7 +751,7 @@ static int start_store(ddp_agent_t *a, bool quiet_if_not_ours)
                      "port %d on %s is in use by another program: the store listens on a free "
                      "port instead (give --master-port to insist on one)",
                      a->cfg->master_port, a->cfg->master_addr);
-        ddp_buf_clear(&why);
+        ddp_buf_free(&why);
         options.port = 0;
         err = ddp_store_server_start(&a->loop, &options, &a->store, &why);
     }
@@ -768,6 +768,7 @@ static int start_store(ddp_agent_t *a, bool quiet_if_not_ours)
         ddp_buf_free(&why);
         return err;
     }
+    ddp_buf_free(&why);
     a->store_port = ddp_store_server_port(a->store);
     ddp_log_debug(a->log, "the rendezvous store listens on %s:%d", a->cfg->master_addr,
                   a->store_port);
