@@ -732,15 +732,28 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
 
 /* The rendezvous store, before any worker: at --master-addr:--master-port (port 0: a
  * free one), or at the c10d endpoint. */
+/* Descriptors kept for the launcher's own work beside the store's clients: its loop,
+ * the guard, log files, and each worker's pipes and error file while it starts. */
+static size_t descriptor_reserve(const ddp_agent_t *a)
+{
+    return 64 + 8 * (size_t)a->nworkers;
+}
+
 static int start_store(ddp_agent_t *a, bool quiet_if_not_ours)
 {
     ddp_buf_t why = DDP_BUF_INIT;
+    struct rlimit rl = {0, 0};
+    size_t reserve = descriptor_reserve(a), cap = 0;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        cap = rl.rlim_cur > reserve + 16 ? (size_t)(rl.rlim_cur - reserve) : 16;
     ddp_store_server_options_t options = {
         .host = a->cfg->master_addr,
         .port = a->cfg->master_port,
         .limits = a->cfg->store_limits,
         .busy_poll_us = a->cfg->store_busy_poll_us,
         .log = a->log,
+        .max_connections = cap,
+        .nofile = (unsigned long long)rl.rlim_cur,
     };
     int err = ddp_store_server_start(&a->loop, &options, &a->store, &why);
     if (err == -EADDRINUSE && a->cfg->nnodes_max == 1 && !a->cfg->master_port_given &&

@@ -83,22 +83,30 @@ static void on_stream_readable(uv_poll_t *handle, int status, int events)
     stream_read(s, (size_t)1 << 20);
 }
 
-/* A pipe whose read end the loop reads, for a piped sink. */
+/* A pipe whose read end the loop reads, for a piped sink. Logs what failed. */
 static int open_pipe(ddp_output_t *o, ddp_sink_t sink, const char *path, const char *prefix,
-                     int std, int *child_fd, ddp_stream_t **stream)
+                     int std, int local_rank, int *child_fd, ddp_stream_t **stream)
 {
+    const char *name = std == DDP_STD_OUT ? "stdout" : "stderr";
     int fds[2] = {-1, -1}, err = 0;
     ddp_stream_t *s = calloc(1, sizeof *s);
-    if (s == NULL)
+    if (s == NULL) {
+        ddp_log_error(o->log, "out of memory for the %s of worker local rank %d", name,
+                      local_rank);
         return -ENOMEM;
+    }
     s->file_fd = -1;
     if (pipe2(fds, O_CLOEXEC) != 0 || fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0) {
         err = -errno;
+        ddp_log_error(o->log, "unable to create a pipe for the %s of worker local rank %d: %s",
+                      name, local_rank, ddp_strerror(err));
         goto fail;
     }
     if (sink == DDP_SINK_TEE &&
         (s->file_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
         err = -errno;
+        ddp_log_error(o->log, "unable to open %s for worker local rank %d: %s", path, local_rank,
+                      ddp_strerror(err));
         goto fail;
     }
     s->output = o;
@@ -134,16 +142,16 @@ int ddp_output_open(ddp_output_t *o, const ddp_launch_config_t *cfg, const char 
     if (sink == DDP_SINK_NULL || sink == DDP_SINK_FILE) {
         int fd = sink == DDP_SINK_NULL ? open("/dev/null", O_WRONLY | O_CLOEXEC)
                                        : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-        if (fd < 0)
+        if (fd < 0) {
             err = -errno;
-        else
+            ddp_log_error(o->log, "unable to open %s for worker local rank %d: %s",
+                          path ? path : "/dev/null", local_rank, ddp_strerror(err));
+        } else {
             *child_fd = fd;
+        }
     } else {
-        err = open_pipe(o, sink, path, prefix, std, child_fd, stream);
+        err = open_pipe(o, sink, path, prefix, std, local_rank, child_fd, stream);
     }
-    if (err)
-        ddp_log_error(o->log, "unable to open %s for worker local rank %d: %s",
-                      path ? path : "/dev/null", local_rank, ddp_strerror(err));
     free(path);
     return err;
 }

@@ -48,6 +48,9 @@ struct ddp_store_server_s {
     uint64_t poll_until;   /* uv_hrtime() at which polling stops without a new request */
     uint64_t polls;        /* loop turns spent polling, ever */
     uint64_t requests;     /* requests served, ever */
+    size_t max_conns;      /* 0: no cap */
+    unsigned long long nofile;
+    uint64_t refused;                      /* connections refused at the cap, ever */
     const ddp_store_server_watch_t *watch; /* writes under a prefix, or NULL */
     size_t watch_prefix_len;
     bool in_request;    /* handling a request: its serve() drains the resume list after */
@@ -628,8 +631,20 @@ static void on_connection(uv_stream_t *listener, int status)
         uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
         return;
     }
-    uv_tcp_nodelay(&c->tcp, 1);
     format_peer(&c->tcp, c->peer, sizeof c->peer);
+    if (s->max_conns > 0 && s->nconns >= s->max_conns) {
+        /* Said the first time, then every 100th: a flood must not flood the log too. */
+        if (s->refused++ % 100 == 0)
+            ddp_log_warn(s->log,
+                         "store: refusing a connection from %s: %zu are open, the most the "
+                         "open-file limit (%llu) leaves beside the launcher's own descriptors "
+                         "(%llu refused so far)",
+                         c->peer, s->nconns, s->nofile, (unsigned long long)s->refused);
+        c->closing = true;
+        uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
     c->next = s->conns;
     if (s->conns != NULL)
         s->conns->prev = c;
@@ -726,6 +741,8 @@ int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *op
     s->loop = loop;
     s->log = options->log;
     s->limits = options->limits;
+    s->max_conns = options->max_connections;
+    s->nofile = options->nofile;
     if ((rc = ddp_store_new(&s->store)) != 0) {
         free(s);
         return rc;

@@ -34,6 +34,12 @@ typedef struct ddp_store_server_options_s {
     /* After answering a request, poll for the next one this long (µs) before the loop
      * sleeps again, yielding the CPU to any thread that can run meanwhile; 0: never. */
     unsigned busy_poll_us;
+    /* The most client connections open at once (0: no cap); past it a new one is closed
+     * at once with a log line, so idle clients cannot take the descriptors the launcher
+     * needs for its own work. `nofile` is the open-file limit it was derived from, for
+     * that line. */
+    size_t max_connections;
+    unsigned long long nofile;
 } ddp_store_server_options_t;
 
 /* Binds and listens. On failure returns -errno (-EADDRINUSE when the port is taken,

@@ -8,11 +8,16 @@
 
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static void test_restart_until_success(void **state)
 {
@@ -117,6 +122,50 @@ static void test_store_keys_are_cleared_between_attempts(void **state)
     th_cleanup(&p);
 }
 
+/* Idle clients of the store cannot take the descriptors a restart needs: with an
+ * open-file limit of 64 and 100 clients connected, the launcher keeps a reserve (it
+ * refuses the clients past it, saying so) and the next attempt starts. */
+static void test_idle_clients_cannot_block_a_restart(void **state)
+{
+    enum { CLIENTS = 100 };
+    int port = th_free_port(), fds[CLIENTS];
+    char flag[32];
+    snprintf(flag, sizeof flag, "--master-port=%d", port);
+    const char *argv[] = {"/bin/sh",
+                          "-c",
+                          "ulimit -n 64 && exec \"$@\"",
+                          "sh",
+                          th_launcher(),
+                          flag,
+                          "--max-restarts=1",
+                          "--no-python",
+                          th_worker(),
+                          "wait",
+                          NULL};
+    th_proc_t p;
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready 0 ", 1, 30));
+    int worker = 0;
+    TH_ASSERT(&p, sscanf(strstr(ddp_buf_str(&p.out), "ready 0 ") + 8, "%d", &worker) == 1);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < CLIENTS; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&addr, sizeof addr), 0);
+    }
+    TH_ASSERT(&p, th_wait_output(&p, 2, "store: refusing a connection", 1, 30));
+    kill(worker, SIGKILL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready 0 ", 2, 30));
+    kill(p.pid, SIGTERM);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "restarting the workers as attempt 1") != NULL);
+    for (int i = 0; i < CLIENTS; i++)
+        close(fds[i]);
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -124,6 +173,7 @@ int main(void)
         TH_TEST(test_restarts_run_out),
         TH_TEST(test_a_failure_restarts_every_worker),
         TH_TEST(test_store_keys_are_cleared_between_attempts),
+        TH_TEST(test_idle_clients_cannot_block_a_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
