@@ -91,8 +91,7 @@ static int open_pipe(ddp_output_t *o, ddp_sink_t sink, const char *path, const c
     int fds[2] = {-1, -1}, err = 0;
     ddp_stream_t *s = calloc(1, sizeof *s);
     if (s == NULL) {
-        ddp_log_error(o->log, "out of memory for the %s of worker local rank %d", name,
-                      local_rank);
+        ddp_log_error(o->log, "out of memory for the %s of worker local rank %d", name, local_rank);
         return -ENOMEM;
     }
     s->file_fd = -1;
