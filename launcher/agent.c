@@ -54,10 +54,6 @@ extern char **environ;
 /* The states of the table above. */
 typedef enum { AGENT_RUNNING, AGENT_STOPPING, AGENT_WAITING, AGENT_DONE } agent_state_t;
 
-/* Keys under this prefix belong to the launcher and outlive attempts (PyTorch's
- * clients put "/" before every user key, so none of theirs starts so). */
-#define DDP_STORE_KEEP "ddp-launch/"
-
 typedef enum {
     STOP_NONE,         /* every worker succeeded */
     STOP_FAILURE,      /* a worker failed */
@@ -890,7 +886,7 @@ static void start_rendezvous(ddp_agent_t *a)
     if (err != 0) {
         ddp_log_error(a->log, "unable to start the rendezvous: %s", ddp_strerror(err));
         finish(a);
-    } else if (ddp_rdzv_dynamic(cfg)) {
+    } else if (ddp_config_dynamic(cfg)) {
         ddp_log_info(a->log, "joining the elastic job (%d to %d nodes) at %s:%d%s", cfg->nnodes_min,
                      cfg->nnodes_max, cfg->master_addr, cfg->master_port,
                      a->store != NULL ? ", hosting its store" : "");

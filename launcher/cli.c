@@ -6,7 +6,6 @@
 #include "cli.h"
 
 #include "ddp_config.h"
-#include "devices.h"
 #include "env.h"
 #include "error.h"
 #include "io.h"
@@ -16,17 +15,13 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 typedef int (*apply_fn)(ddp_launch_config_t *cfg, const char *value, const char *origin,

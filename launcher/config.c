@@ -62,11 +62,15 @@ bool ddp_config_rank_shown(const ddp_launch_config_t *cfg, int local_rank)
     return false;
 }
 
+bool ddp_config_dynamic(const ddp_launch_config_t *cfg)
+{
+    return cfg->nnodes_max > 1 &&
+           (cfg->rdzv_backend == DDP_RDZV_C10D || cfg->nnodes_min != cfg->nnodes_max);
+}
+
 ddp_store_host_t ddp_config_store_host(const ddp_launch_config_t *cfg)
 {
-    bool dynamic = cfg->nnodes_max > 1 &&
-                   (cfg->rdzv_backend == DDP_RDZV_C10D || cfg->nnodes_min != cfg->nnodes_max);
-    if (!dynamic)
+    if (!ddp_config_dynamic(cfg))
         return cfg->node_rank == 0 ? DDP_STORE_HOST_SELF : DDP_STORE_HOST_NODE0;
     if (cfg->rdzv_conf.is_host == 1)
         return DDP_STORE_HOST_SELF;

@@ -117,6 +117,9 @@ typedef struct ddp_launch_config_s {
     bool help, version, dry_run;
 } ddp_launch_config_t;
 
+/* Whether `cfg` asks for dynamic (c10d, elastic) rendezvous across nodes. */
+bool ddp_config_dynamic(const ddp_launch_config_t *cfg);
+
 /* Who serves the job's store, as far as one launcher can tell before it starts. */
 typedef enum {
     DDP_STORE_HOST_SELF,     /* this launcher: one node, or node 0 (failing to listen is fatal) */

@@ -13,12 +13,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-bool ddp_rdzv_dynamic(const ddp_launch_config_t *cfg)
-{
-    return cfg->nnodes_max > 1 &&
-           (cfg->rdzv_backend == DDP_RDZV_C10D || cfg->nnodes_min != cfg->nnodes_max);
-}
-
 void ddp_rdzv_command(ddp_rdzv_t *r, ddp_rdzv_cmd_t cmd, const ddp_rdzv_world_t *world,
                       int exit_code, const char *fmt, ...)
 {

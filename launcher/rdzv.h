@@ -50,9 +50,6 @@ typedef enum {
 int ddp_rdzv_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_log_t *log,
                    const char *id, void (*on_command)(void *ctx), void *ctx, ddp_rdzv_t **out);
 
-/* Whether `cfg` asks for dynamic (c10d, elastic) rendezvous across nodes. */
-bool ddp_rdzv_dynamic(const ddp_launch_config_t *cfg);
-
 /* From the loop: what happened to the local workers (message may be NULL). */
 void ddp_rdzv_post(ddp_rdzv_t *r, ddp_rdzv_event_t event, const char *message);
 

@@ -130,7 +130,7 @@ static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
     if (c->round > 0) {
         /* The workers of every member have ended (each joined after): the last round's
          * keys go, as between attempts on one node. Ours stay. */
-        size_t cleared = ddp_store_clear(ddp_store_server_store(c->server), "ddp-launch/");
+        size_t cleared = ddp_store_clear(ddp_store_server_store(c->server), DDP_STORE_KEEP);
         ddp_log_debug(c->log, "cleared %zu key(s) of round %d from the store", cleared,
                       c->round - 1);
     }
@@ -467,7 +467,7 @@ int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
     c->server = server;
     c->cfg = cfg;
     c->log = log;
-    c->backend = ddp_rdzv_dynamic(cfg) ? &ddp_rdzv_c10d_backend : &ddp_rdzv_static_backend;
+    c->backend = ddp_config_dynamic(cfg) ? &ddp_rdzv_c10d_backend : &ddp_rdzv_static_backend;
     snprintf(c->own_id, sizeof c->own_id, "%s", own_id);
     if (gethostname(c->host, sizeof c->host - 1) != 0)
         strcpy(c->host, "localhost");
@@ -499,10 +499,4 @@ void ddp_rdzv_coord_close(ddp_rdzv_coord_t *c)
         return;
     ddp_store_server_watch(c->server, NULL);
     uv_close((uv_handle_t *)&c->timer, on_timer_closed);
-}
-
-int ddp_rdzv_coord_round(const ddp_rdzv_coord_t *c, bool *running)
-{
-    *running = c->phase == COORD_RUNNING;
-    return c->round;
 }

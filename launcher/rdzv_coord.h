@@ -45,7 +45,4 @@ void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *coord, double linger);
  * loop has closed it. NULL is harmless. */
 void ddp_rdzv_coord_close(ddp_rdzv_coord_t *coord);
 
-/* The current round and whether it is running (for tests and the bench). */
-int ddp_rdzv_coord_round(const ddp_rdzv_coord_t *coord, bool *running);
-
 #endif

@@ -235,7 +235,7 @@ static int join_record(ddp_rdzv_t *r)
         .seq = ++r->seq,
         .nnodes_min = cfg->nnodes_min,
         .nnodes_max = cfg->nnodes_max,
-        .node_rank = ddp_rdzv_dynamic(cfg) ? -1 : cfg->node_rank,
+        .node_rank = ddp_config_dynamic(cfg) ? -1 : cfg->node_rank,
         .nproc = cfg->nproc_per_node,
         .max_restarts = cfg->max_restarts,
     };
@@ -253,7 +253,7 @@ static int join_record(ddp_rdzv_t *r)
 static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world)
 {
     const ddp_launch_config_t *cfg = r->cfg;
-    double wait = ddp_rdzv_dynamic(cfg) ? cfg->rdzv_conf.join_timeout : cfg->rdzv_conf.timeout;
+    double wait = ddp_config_dynamic(cfg) ? cfg->rdzv_conf.join_timeout : cfg->rdzv_conf.timeout;
     double started = ddp_clock_mono(), deadline = started + wait + GRACE;
     double next_note = started + NOTE_FIRST;
     char key[512];

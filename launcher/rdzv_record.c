@@ -1,6 +1,8 @@
 /* The rendezvous records' texts (see rdzv_record.h). Pure: no store, no loop. */
 #include "rdzv_record.h"
 
+#include "store.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,7 +18,7 @@ void ddp_rdzv_launcher_id(char id[DDP_RDZV_ID_MAX], const char *host)
 void ddp_rdzv_key(char *key, size_t cap, const char *run_id, const char *fmt, ...)
 {
     va_list ap;
-    size_t n = (size_t)snprintf(key, cap, "ddp-launch/rdzv/%s/", run_id);
+    size_t n = (size_t)snprintf(key, cap, DDP_STORE_KEEP "rdzv/%s/", run_id);
     va_start(ap, fmt);
     vsnprintf(key + (n < cap ? n : cap), n < cap ? cap - n : 0, fmt, ap);
     va_end(ap);

@@ -42,6 +42,10 @@ typedef struct ddp_store_key_s {
     size_t len;
 } ddp_store_key_t;
 
+/* Keys under this prefix belong to the launcher and outlive attempts and rounds (PyTorch's
+ * clients put "/" before every user key, so none of theirs starts so). */
+#define DDP_STORE_KEEP "ddp-launch/"
+
 int ddp_store_new(ddp_store_t **out);
 void ddp_store_free(ddp_store_t *store);
 
