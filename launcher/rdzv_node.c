@@ -93,11 +93,30 @@ static int await_post(ddp_rdzv_t *r)
     }
 }
 
-/* Reads a verdict the coordinator wrote at `key`; false (the job ended) when it cannot. */
+/* Whether a wait is to be said now: `*next` starts NOTE_FIRST s after the wait began,
+ * and moves on NOTE_EVERY s each time it is due; never at or past the deadline. */
+static bool note_due(double *next, double now, double deadline)
+{
+    if (now < *next || now >= deadline)
+        return false;
+    *next = now + NOTE_EVERY;
+    return true;
+}
+
+/* The value at `key` in one round trip (a GET would WAIT for it first): the caller
+ * knows it exists, or takes a missing key as empty. */
+static int read_key(ddp_rdzv_t *r, const char *key, ddp_buf_t *value)
+{
+    const char *keys[1] = {key};
+    return ddp_store_client_multi_get(r->client, keys, 1, value);
+}
+
+/* Reads a verdict the coordinator wrote at `key` (its wait has just seen the key);
+ * false (the job ended) when it cannot. */
 static bool read_verdict(ddp_rdzv_t *r, const char *key, ddp_rdzv_verdict_t *v)
 {
     ddp_buf_t text = DDP_BUF_INIT;
-    int err = ddp_store_client_get(r->client, key, &text);
+    int err = read_key(r, key, &text);
     bool ok = err == 0 && ddp_rdzv_verdict_parse(text.data, text.len, v);
     if (err)
         store_lost(r);
@@ -176,8 +195,7 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
             break;
         now = ddp_clock_mono();
         /* Waiting is normal while the hosting launcher starts; a long wait says why. */
-        if (now >= next_note && now < deadline) {
-            next_note = now + NOTE_EVERY;
+        if (note_due(&next_note, now, deadline)) {
             ddp_log_info(r->log,
                          "still waiting for the rendezvous store at %s:%d after %.0f s (%s); "
                          "giving up in %.0f s (--rdzv-conf timeout)",
@@ -218,12 +236,9 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
 static void note_status(ddp_rdzv_t *r)
 {
     char key[512];
-    const char *keys[1] = {key};
-    bool there = false;
     ddp_buf_t status = DDP_BUF_INIT;
     ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "status");
-    if (ddp_store_client_check(r->client, keys, 1, &there) == 0 && there &&
-        ddp_store_client_get(r->client, key, &status) == 0 && status.len > 0)
+    if (read_key(r, key, &status) == 0 && status.len > 0) /* none yet: empty */
         ddp_log_info(r->log, "%s", ddp_buf_str(&status));
     ddp_buf_free(&status);
 }
@@ -288,10 +303,8 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world)
                              cfg->master_addr, cfg->master_port, wait + GRACE);
             return NODE_END;
         }
-        if (now >= next_note) {
-            next_note = now + NOTE_EVERY;
+        if (note_due(&next_note, now, deadline))
             note_status(r);
-        }
     }
 }
 
