@@ -21,6 +21,7 @@
 typedef struct ddp_rdzv_member_s {
     char id[DDP_RDZV_ID_MAX];
     ddp_rdzv_join_t join; /* its latest join record */
+    bool own;             /* our own launcher's (not counted among the others) */
     bool connected;       /* its connection to the store is open */
     bool lost;            /* gone: connection closed, or silent past the keep-alive limit */
     bool joined;          /* waiting in the forming round */
@@ -46,6 +47,7 @@ struct ddp_rdzv_coord_s {
     const ddp_rdzv_backend_ops_t *backend;
     ddp_store_server_watch_t watch;
     char prefix[320]; /* ddp-launch/rdzv/<run id>/ */
+    size_t prefix_len;
     char own_id[DDP_RDZV_ID_MAX];
     char host[256];
 

@@ -305,10 +305,11 @@ static ddp_rdzv_member_t *member_new(ddp_rdzv_coord_t *c, const uint8_t *id, siz
         return NULL;
     memcpy(m->id, id, len);
     m->connected = true;
+    m->own = strcmp(m->id, c->own_id) == 0;
     m->node_rank = -1;
     m->dup_since = -1;
     c->members[c->nmembers++] = m;
-    c->nconnected += strcmp(m->id, c->own_id) != 0;
+    c->nconnected += !m->own;
     return m;
 }
 
@@ -316,8 +317,8 @@ static ddp_rdzv_member_t *member_new(ddp_rdzv_coord_t *c, const uint8_t *id, siz
 static void on_write(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *value, size_t len)
 {
     ddp_rdzv_coord_t *c = ctx;
-    const char *rest = (const char *)key.data + strlen(c->prefix);
-    size_t rest_len = key.len - strlen(c->prefix);
+    const char *rest = (const char *)key.data + c->prefix_len;
+    size_t rest_len = key.len - c->prefix_len;
     ddp_rdzv_member_t *m = *tag;
     if (rest_len > 5 && memcmp(rest, "join/", 5) == 0) {
         ddp_rdzv_join_t join;
@@ -352,7 +353,7 @@ static void on_close(void *ctx, void *tag)
     if (!m->connected)
         return;
     m->connected = false;
-    c->nconnected -= strcmp(m->id, c->own_id) != 0;
+    c->nconnected -= !m->own;
     member_lost(c, m, "its connection to the store closed");
     check_left(c);
 }
@@ -363,18 +364,20 @@ static void check_liveness(ddp_rdzv_coord_t *c, double now)
 {
     bool late = c->last_tick > 0 && now - c->last_tick > LATE_TICK;
     double limit = ddp_rdzv_coord_beat_limit(c);
-    char why[160];
-    snprintf(why, sizeof why,
-             "no heartbeat for %g s (--rdzv-conf keep_alive_interval x keep_alive_max_attempt)",
-             limit);
     for (size_t i = 0; i < c->nmembers; i++) {
         ddp_rdzv_member_t *m = c->members[i];
         if (m->lost || !m->connected)
             continue;
-        if (late)
+        if (late) {
             m->last_beat = now;
-        else if (now - m->last_beat > limit)
+        } else if (now - m->last_beat > limit) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "no heartbeat for %g s (--rdzv-conf keep_alive_interval x "
+                     "keep_alive_max_attempt)",
+                     limit);
             member_lost(c, m, why);
+        }
     }
     c->last_tick = now;
 }
@@ -472,6 +475,7 @@ int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
     if (gethostname(c->host, sizeof c->host - 1) != 0)
         strcpy(c->host, "localhost");
     ddp_rdzv_key(c->prefix, sizeof c->prefix, cfg->run_id, "%s", "");
+    c->prefix_len = strlen(c->prefix);
     c->started = c->forming_since = ddp_clock_mono();
     c->min_since = -1;
     char key[512];

@@ -339,8 +339,6 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
         break;
     case DDP_CODEC_SET:
         err = ddp_store_set(s->store, key_of(req), req->value, req->value_len);
-        if (err == 0)
-            notify_write(c, key_of(req));
         break;
     case DDP_CODEC_GET: {
         ddp_store_value_t *value = ddp_store_get_value(s->store, key_of(req));
@@ -367,8 +365,6 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
         }
         if (err == 0)
             err = ddp_codec_put_i64(out, result);
-        if (err == 0)
-            notify_write(c, key_of(req));
         break;
     }
     case DDP_CODEC_COMPARE_SET: {
@@ -378,8 +374,6 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
                                     req->desired_len, &answer, &len);
         if (err == 0)
             err = ddp_codec_put_bytes(out, answer, len);
-        if (err == 0)
-            notify_write(c, key_of(req));
         break;
     }
     case DDP_CODEC_CHECK:
@@ -414,8 +408,6 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
         break;
     case DDP_CODEC_APPEND:
         err = ddp_store_append(s->store, key_of(req), req->value, req->value_len);
-        if (err == 0)
-            notify_write(c, key_of(req));
         break;
     case DDP_CODEC_MULTI_GET:
     case DDP_CODEC_MULTI_SET: {
@@ -470,6 +462,10 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
         conn_close(c, "unable to serve %s: %s", ddp_codec_op_name(req->op), ddp_strerror(err));
         return DDP_ECLOSED;
     }
+    /* The watcher hears of each write (MULTI_SET's, key by key, above). */
+    if (req->op == DDP_CODEC_SET || req->op == DDP_CODEC_ADD || req->op == DDP_CODEC_COMPARE_SET ||
+        req->op == DDP_CODEC_APPEND)
+        notify_write(c, key_of(req));
     return 0;
 }
 
