@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -29,6 +30,18 @@ static bool json_timestamp(const ddp_json_t *value, double *out)
         return true;
     }
     return ddp_json_number(value, out);
+}
+
+/* PyTorch's timestamp is whole seconds, so two ranks that fail in the same second tie and
+ * the first in rank order would be taken for the root cause (a rank that fails because
+ * its peer closed the connection ahead of the peer itself). Within that second the file's
+ * modification time orders them. */
+static double refine_timestamp(double ts, const char *path)
+{
+    struct stat st;
+    if (ts != (double)(long long)ts || stat(path, &st) != 0 || (double)st.st_mtim.tv_sec != ts)
+        return ts;
+    return ts + (double)st.st_mtim.tv_nsec / 1e9;
 }
 
 static int read_error_file(ddp_failure_t *f, const char *path)
@@ -73,6 +86,7 @@ static int read_error_file(ddp_failure_t *f, const char *path)
             peer <= INT_MAX && peer == (int)peer)
             f->peer_rank = (int)peer;
     }
+    f->timestamp = refine_timestamp(f->timestamp, path);
     if (found == NULL)
         found =
             root == NULL ? "<the error file is not valid JSON>" : "<the error file has no message>";

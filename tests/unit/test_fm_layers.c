@@ -71,7 +71,11 @@ static void check_gradient_within(const char *what, float *values, const float *
         fail_msg("%s: %d of %d gradient entries disagree with finite differences", what, bad,
                  checked);
     double cosine = an2 > 0 && fd2 > 0 ? dot_an / sqrt(an2 * fd2) : 1;
-    if (an2 + fd2 > 1e-8 && cosine < 0.99)
+    /* A gradient that is zero in truth (a convolution's bias before batch norm, which
+     * removes any constant) is noise on both sides, about 1e-5 for a float loss near 2
+     * and EPS 1e-3: its direction means nothing, and the entries were compared above. */
+    double rms = sqrt(fmax(an2, fd2) / checked);
+    if (rms > 1e-4 && cosine < 0.99)
         fail_msg("%s: the gradient points elsewhere than finite differences (cosine %.4f)", what,
                  cosine);
 }

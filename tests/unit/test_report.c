@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char *write_temp(const char *content)
@@ -123,6 +126,38 @@ static void test_root_follows_peer_rank(void **state)
     }
 }
 
+/* PyTorch writes whole seconds: two ranks that fail in the same second are ordered by
+ * their files' modification times, so the rank that failed first (here rank 1, listed
+ * second) is the root cause, as it was in a CI run where rank 0 failed on rank 1's closed
+ * connection a few milliseconds later. A timestamp of another second is left as written. */
+static void test_same_second_ordered_by_file_time(void **state)
+{
+    const char *text = "{\"message\": {\"message\": \"x\", \"extraInfo\": "
+                       "{\"timestamp\": \"1700000000\"}}}";
+    char *later = write_temp(text), *first = write_temp(text);
+    struct timespec at_later[2] = {{1700000000, 900000000}, {1700000000, 900000000}};
+    struct timespec at_first[2] = {{1700000000, 100000000}, {1700000000, 100000000}};
+    assert_int_equal(utimensat(AT_FDCWD, later, at_later, 0), 0);
+    assert_int_equal(utimensat(AT_FDCWD, first, at_first, 0), 0);
+    ddp_failure_t f[3];
+    assert_int_equal(ddp_failure_init(&f[0], 0, 0, 100, W_EXITCODE(1, 0), 1800000000, later), 0);
+    assert_int_equal(ddp_failure_init(&f[1], 1, 1, 101, W_EXITCODE(1, 0), 1800000000, first), 0);
+    assert_true(f[0].timestamp > 1700000000.8 && f[0].timestamp < 1700000001);
+    assert_true(f[1].timestamp > 1700000000 && f[1].timestamp < 1700000000.2);
+    assert_int_equal(ddp_report_root(f, 2), 1);
+    /* The file's time is of another second: the written timestamp stands. */
+    struct timespec elsewhere[2] = {{1700000005, 0}, {1700000005, 0}};
+    assert_int_equal(utimensat(AT_FDCWD, first, elsewhere, 0), 0);
+    assert_int_equal(ddp_failure_init(&f[2], 1, 1, 101, W_EXITCODE(1, 0), 1800000000, first), 0);
+    assert_true(f[2].timestamp == 1700000000);
+    for (size_t i = 0; i < 3; i++)
+        ddp_failure_free(&f[i]);
+    unlink(later);
+    unlink(first);
+    free(later);
+    free(first);
+}
+
 /* Which ends are failures of their own, and which the effect of our stop: a table. */
 static void test_own_failure(void **state)
 {
@@ -215,9 +250,12 @@ static void test_report_layout(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exit_and_signal),        cmocka_unit_test(test_error_file_forms),
-        cmocka_unit_test(test_root_follows_peer_rank), cmocka_unit_test(test_own_failure),
+        cmocka_unit_test(test_exit_and_signal),
+        cmocka_unit_test(test_error_file_forms),
+        cmocka_unit_test(test_root_follows_peer_rank),
+        cmocka_unit_test(test_own_failure),
         cmocka_unit_test(test_report_layout),
+        cmocka_unit_test(test_same_second_ordered_by_file_time),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
