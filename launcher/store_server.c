@@ -22,11 +22,21 @@
 #define MAX_LISTENERS 8
 /* Stop reading from a client whose replies pile up unread beyond this. */
 #define WRITE_HIGH_WATER ((size_t)16 << 20)
+/* ... or whose replies of its own (copies, not stored values) reach this. */
+#define OWNED_HIGH_WATER ((size_t)4 << 20)
 #define READ_CHUNK       ((size_t)64 << 10)
 /* A GET value at least this large is written from the store itself, not copied. */
 #define ZERO_COPY_MIN ((size_t)64 << 10)
+/* The bytes of values one MULTI_GET reply copies; the rest go by reference. */
+#define REPLY_COPY_MAX ((size_t)256 << 10)
 
 typedef struct conn_s conn_t;
+
+/* A stored value written after the first `at` bytes of a connection's replies. */
+typedef struct {
+    size_t at;
+    ddp_store_value_t *value; /* referenced */
+} out_ref_t;
 
 struct ddp_store_server_s {
     uv_loop_t *loop;
@@ -68,12 +78,16 @@ struct conn_s {
     ddp_codec_decoder_t decoder;
     ddp_buf_t in; /* bytes received and not yet consumed, from in_off */
     size_t in_off;
-    ddp_buf_t out; /* replies not yet handed to libuv */
+    ddp_buf_t out;   /* replies not yet handed to libuv */
+    out_ref_t *refs; /* stored values among them */
+    size_t nrefs, cap_refs;
+    size_t ref_bytes; /* their lengths, summed */
     ddp_store_waiter_t waiter;
     bool waiting;
     bool reading;
     bool closing;
     size_t write_queued; /* bytes handed to libuv and not yet written */
+    size_t owned_queued; /* of those, the connection's own (copies, bookkeeping) */
     void *tag;           /* the watcher's, once this client wrote under its prefix */
 };
 
@@ -82,7 +96,10 @@ typedef struct {
     conn_t *conn;
     char *data; /* replies, owned */
     size_t len;
-    ddp_store_value_t *value; /* a stored value written after them (a reference), or NULL */
+    ddp_store_value_t **values; /* stored values written among them (references) */
+    size_t nvalues;
+    size_t total; /* bytes written: len and the values' */
+    size_t owned; /* what counts against OWNED_HIGH_WATER */
 } write_req_t;
 
 static void process_input(conn_t *c);
@@ -120,6 +137,9 @@ static void on_conn_closed(uv_handle_t *handle)
     ddp_store_server_t *s = c->server;
     ddp_buf_free(&c->in);
     ddp_buf_free(&c->out);
+    for (size_t i = 0; i < c->nrefs; i++)
+        ddp_store_value_unref(c->refs[i].value);
+    free(c->refs);
     free(c);
     handle_closed(s);
 }
@@ -166,89 +186,176 @@ __attribute__((format(printf, 2, 3))) static void conn_close(conn_t *c, const ch
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 
-/* Writes. */
+/* Writes.
+ *
+ * A connection's replies are bytes of its own (c->out) with stored values referenced in
+ * between (c->refs): a large GET, and a MULTI_GET's values once its copies reach
+ * REPLY_COPY_MAX, go out from the store itself. flush() hands both to libuv as one write.
+ * What a connection may hold is bounded twice: decoding stops while its own bytes (copies,
+ * headers, the references' bookkeeping) reach OWNED_HIGH_WATER or everything queued
+ * reaches WRITE_HIGH_WATER, and goes on once the client has read half of it. */
+
+static size_t ref_cost(size_t nrefs)
+{
+    return nrefs * (sizeof(ddp_store_value_t *) + sizeof(uv_buf_t) + sizeof(out_ref_t));
+}
+
+/* Whether `c` holds as many replies as it may before its client reads some. */
+static bool over_water(const conn_t *c)
+{
+    return c->out.len + ref_cost(c->nrefs) + c->owned_queued >= OWNED_HIGH_WATER ||
+           c->out.len + c->ref_bytes + c->write_queued >= WRITE_HIGH_WATER;
+}
+
+static bool under_low_water(const conn_t *c)
+{
+    return c->owned_queued < OWNED_HIGH_WATER / 2 && c->write_queued < WRITE_HIGH_WATER / 2;
+}
+
+static void write_req_free(write_req_t *w)
+{
+    for (size_t i = 0; i < w->nvalues; i++)
+        ddp_store_value_unref(w->values[i]);
+    free(w->values);
+    free(w->data);
+    free(w);
+}
 
 static void on_written(uv_write_t *req, int status)
 {
     write_req_t *w = (write_req_t *)req;
     conn_t *c = w->conn;
-    c->write_queued -= w->len + (w->value ? w->value->len : 0);
-    free(w->data);
-    ddp_store_value_unref(w->value);
-    free(w);
+    c->write_queued -= w->total;
+    c->owned_queued -= w->owned;
+    write_req_free(w);
     if (c->closing)
         return;
     if (status < 0) {
         conn_close(c, "unable to write a reply: %s", uv_strerror(status));
         return;
     }
-    if (!c->reading && c->write_queued < WRITE_HIGH_WATER / 2) {
-        /* The client reads its replies again: go on reading its requests. */
+    if (!c->reading && under_low_water(c)) {
+        /* The client reads its replies again: go on with its requests. */
         serve(c);
     }
 }
 
-/* Writes the replies collected so far, then `value` (a stored value, may be NULL)
- * straight from the store. */
-static void flush_with(conn_t *c, ddp_store_value_t *value)
+/* Appends a reference to `value` (borrowed from the store; len > 0) at the end of the
+ * replies so far. 0 or -ENOMEM. */
+static int put_ref(conn_t *c, ddp_store_value_t *value)
 {
-    if (c->closing || (c->out.len == 0 && value == NULL))
-        return;
+    if (c->nrefs == c->cap_refs) {
+        size_t cap = c->cap_refs ? 2 * c->cap_refs : 8;
+        out_ref_t *grown = realloc(c->refs, cap * sizeof *grown);
+        if (grown == NULL)
+            return -ENOMEM;
+        c->refs = grown;
+        c->cap_refs = cap;
+    }
+    ddp_store_value_ref(value); /* a SET meanwhile must not free it under the write */
+    c->refs[c->nrefs++] = (out_ref_t){c->out.len, value};
+    c->ref_bytes += value->len;
+    return 0;
+}
+
+/* The write of everything collected: own bytes and references in order. */
+static write_req_t *take_replies(conn_t *c, uv_buf_t **bufs_out, unsigned *nbufs_out)
+{
     write_req_t *w = calloc(1, sizeof *w);
+    uv_buf_t *bufs = malloc((2 * c->nrefs + 1) * sizeof *bufs);
+    ddp_store_value_t **values = c->nrefs ? malloc(c->nrefs * sizeof *values) : NULL;
+    if (w == NULL || bufs == NULL || (c->nrefs && values == NULL)) {
+        free(w), free(bufs), free(values);
+        return NULL;
+    }
+    unsigned n = 0;
+    size_t at = 0;
+    w->conn = c;
+    w->len = c->out.len;
+    w->data = ddp_buf_steal(&c->out);
+    for (size_t i = 0; i < c->nrefs; i++) {
+        if (c->refs[i].at > at)
+            bufs[n++] = uv_buf_init(w->data + at, (unsigned)(c->refs[i].at - at));
+        at = c->refs[i].at;
+        values[i] = c->refs[i].value;
+        bufs[n++] = uv_buf_init((char *)values[i]->data, (unsigned)values[i]->len);
+    }
+    if (w->len > at)
+        bufs[n++] = uv_buf_init(w->data + at, (unsigned)(w->len - at));
+    w->values = values;
+    w->nvalues = c->nrefs;
+    w->total = w->len + c->ref_bytes;
+    w->owned = w->len + ref_cost(c->nrefs);
+    c->nrefs = 0;
+    c->ref_bytes = 0;
+    *bufs_out = bufs;
+    *nbufs_out = n;
+    return w;
+}
+
+/* Writes the replies collected so far. */
+static void flush(conn_t *c)
+{
+    if (c->closing || (c->out.len == 0 && c->nrefs == 0))
+        return;
+    uv_buf_t *bufs, *rest;
+    unsigned nbufs;
+    write_req_t *w = take_replies(c, &bufs, &nbufs);
     if (w == NULL) {
         conn_close(c, "out of memory for a reply");
         return;
     }
-    w->conn = c;
-    w->len = c->out.len;
-    w->data = ddp_buf_steal(&c->out);
-    uv_buf_t bufs[2] = {uv_buf_init(w->data, (unsigned)w->len)};
-    unsigned nbufs = 1;
-    if (value != NULL) {
-        ddp_store_value_ref(value); /* a SET meanwhile must not free it under the write */
-        w->value = value;
-        bufs[nbufs++] = uv_buf_init((char *)value->data, (unsigned)value->len);
-    }
+    rest = bufs;
     /* Nothing queued before: write now, and queue only what the socket did not take
      * (libuv's queued writes arm and disarm write interest: a syscall each time). */
     if (c->write_queued == 0) {
         int n = uv_try_write((uv_stream_t *)&c->tcp, bufs, nbufs);
         size_t sent = n > 0 ? (size_t)n : 0;
         if (n < 0 && n != UV_EAGAIN) {
-            free(w->data);
-            ddp_store_value_unref(w->value);
-            free(w);
+            free(bufs);
+            write_req_free(w);
             conn_close(c, "unable to write a reply: %s", uv_strerror(n));
             return;
         }
-        for (unsigned i = 0; i < nbufs; i++) {
-            size_t skip = sent < bufs[i].len ? sent : bufs[i].len;
-            bufs[i].base += skip;
-            bufs[i].len -= skip;
-            sent -= skip;
+        while (nbufs > 0 && sent >= rest->len) {
+            sent -= rest->len;
+            rest++;
+            nbufs--;
         }
-        if (bufs[nbufs - 1].len == 0) {
-            free(w->data);
-            ddp_store_value_unref(w->value);
-            free(w);
+        if (nbufs == 0) {
+            free(bufs);
+            write_req_free(w);
             return;
         }
+        rest->base += sent;
+        rest->len -= sent;
         /* The rest is written and counted below; the counts cover the whole request. */
     }
-    int err = uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, nbufs, on_written);
+    int err = uv_write(&w->req, (uv_stream_t *)&c->tcp, rest, nbufs, on_written);
+    free(bufs); /* libuv keeps its own copy of the array */
     if (err) {
-        free(w->data);
-        ddp_store_value_unref(w->value);
-        free(w);
+        write_req_free(w);
         conn_close(c, "unable to write a reply: %s", uv_strerror(err));
         return;
     }
-    c->write_queued += w->len + (value ? value->len : 0);
+    c->write_queued += w->total;
+    c->owned_queued += w->owned;
 }
 
-static void flush(conn_t *c)
+/* Appends one value to the replies as a u64 length and the bytes: copied while small
+ * (`copy_budget`, the bytes this reply may still copy, shrinks by what is copied),
+ * referenced otherwise. A missing key is an empty value. */
+static int put_value(conn_t *c, ddp_store_value_t *value, size_t *copy_budget)
 {
-    flush_with(c, NULL);
+    size_t len = value != NULL ? value->len : 0;
+    int err = ddp_codec_put_u64(&c->out, len);
+    if (err || len == 0)
+        return err;
+    if (len < ZERO_COPY_MIN && len <= *copy_budget) {
+        *copy_budget -= len;
+        return ddp_buf_append(&c->out, value->data, len);
+    }
+    return put_ref(c, value);
 }
 
 /* Requests. */
@@ -341,18 +448,8 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
         err = ddp_store_set(s->store, key_of(req), req->value, req->value_len);
         break;
     case DDP_CODEC_GET: {
-        ddp_store_value_t *value = ddp_store_get_value(s->store, key_of(req));
-        if (value != NULL && value->len >= ZERO_COPY_MIN) {
-            /* A large value goes out from the store itself, after the length. */
-            err = ddp_codec_put_u64(out, value->len);
-            if (err == 0)
-                flush_with(c, value);
-            if (c->closing)
-                return DDP_ECLOSED;
-            break;
-        }
-        /* A missing key answers an empty value. */
-        err = ddp_codec_put_bytes(out, value ? value->data : NULL, value ? value->len : 0);
+        size_t budget = ZERO_COPY_MIN;
+        err = put_value(c, ddp_store_get_value(s->store, key_of(req)), &budget);
         break;
     }
     case DDP_CODEC_ADD: {
@@ -413,7 +510,7 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
     case DDP_CODEC_MULTI_SET: {
         ddp_codec_items_t it;
         const uint8_t *key, *value;
-        size_t klen, vlen;
+        size_t klen, vlen, budget = REPLY_COPY_MAX;
         ddp_codec_items_init(&it, req);
         while (err == 0 && ddp_codec_items_next(&it, &key, &klen, &value, &vlen)) {
             ddp_store_key_t k = {key, klen};
@@ -422,10 +519,7 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
                     notify_write(c, k);
                 continue;
             }
-            const uint8_t *v = NULL;
-            size_t len = 0;
-            ddp_store_get(s->store, k, &v, &len);
-            err = ddp_codec_put_bytes(out, v, len);
+            err = put_value(c, ddp_store_get_value(s->store, k), &budget);
         }
         break;
     }
@@ -522,26 +616,32 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     serve(c);
 }
 
-/* Decodes and answers what `c` has received, in order, then writes the replies. */
-static void process_input(conn_t *c)
+/* Decodes and answers the requests `c` has received, in order, until the input ends
+ * in an incomplete one or the replies reach their bound. Returns true in the second
+ * case (requests may remain), false when all is answered or the connection closed. */
+static bool answer_requests(conn_t *c)
 {
     ddp_store_server_t *s = c->server;
     while (!c->closing) {
         const uint8_t *data = (const uint8_t *)c->in.data + c->in_off;
         size_t len = c->in.len - c->in_off;
+        if (len == 0)
+            return false;
+        if (over_water(c))
+            return true;
         if (c->gen == DDP_CODEC_GEN_UNKNOWN) {
             c->gen = ddp_codec_detect(data, len);
             if (c->gen == DDP_CODEC_GEN_UNKNOWN)
-                break;
+                return false;
             ddp_codec_decoder_init(&c->decoder, c->gen, &s->limits);
         }
         ddp_codec_request_t req;
         int r = ddp_codec_decode(&c->decoder, data, len, &req);
         if (r == 0)
-            break;
+            return false;
         if (r < 0) {
             conn_close(c, "%s", c->decoder.why);
-            return;
+            return false;
         }
         if (c->waiting && req.op != DDP_CODEC_CANCEL_WAIT) {
             /* PyTorch clients send one request at a time: a request while a WAIT is
@@ -555,8 +655,21 @@ static void process_input(conn_t *c)
         int handled = handle(c, &req);
         s->in_request = false;
         if (handled != 0)
-            return;
+            return false;
         c->in_off += req.size;
+    }
+    return false;
+}
+
+/* Answers what `c` has received, writes the replies, and reads on while its client
+ * reads them. */
+static void process_input(conn_t *c)
+{
+    /* A bound reached with requests left: write, and go on if the socket took it all. */
+    while (answer_requests(c)) {
+        flush(c);
+        if (c->closing || over_water(c))
+            break;
     }
     if (c->closing)
         return;
@@ -572,8 +685,9 @@ static void process_input(conn_t *c)
     flush(c);
     if (c->closing)
         return;
-    /* Backpressure: a client that does not read its replies is not read either. */
-    bool want_read = c->write_queued < WRITE_HIGH_WATER;
+    /* Backpressure: a client that does not read its replies is not read either (nor
+     * are the requests it has sent answered) until it has read half of them. */
+    bool want_read = !over_water(c);
     if (want_read && !c->reading) {
         int err = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
         if (err) {

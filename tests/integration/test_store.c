@@ -503,6 +503,110 @@ static void test_unread_replies_do_not_stall_others(void **state)
     stop_store(&p);
 }
 
+/* The peak resident memory of a process, in MiB (VmHWM). */
+static double peak_mib(pid_t pid)
+{
+    char path[64], line[256];
+    double kib = -1;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kib = atof(line + 6);
+    }
+    fclose(f);
+    assert_true(kib > 0);
+    return kib / 1024;
+}
+
+/* A generation 2 connection that has sent VALIDATE. */
+static int raw_connect_gen2(int port, ddp_buf_t *req)
+{
+    int fd = raw_connect(port);
+    ddp_buf_clear(req);
+    assert_int_equal(ddp_codec_put_op(req, DDP_CODEC_GEN2, DDP_CODEC_VALIDATE), 0);
+    assert_int_equal(ddp_codec_put_u32(req, DDP_CODEC_MAGIC), 0);
+    raw_send(fd, req->data, req->len);
+    ddp_buf_clear(req);
+    return fd;
+}
+
+/* Reads `n` replies that are each `len` bytes of 'v' (one u64 length and the bytes). */
+static bool read_values(int fd, size_t n, size_t len, char *scratch)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t got;
+        if (!recv_exact(fd, &got, sizeof got, 60) || got != len ||
+            !recv_exact(fd, scratch, len, 60) || scratch[0] != 'v' || scratch[len - 1] != 'v')
+            return false;
+    }
+    return true;
+}
+
+/* Requests that ask for far more than they weigh, pipelined by a client that never
+ * reads: 5000 GETs of a 60 KiB value (copied) and of a 64 KiB one (by reference), then
+ * MULTI_GETs of the same 1 MiB key 300 times over. The server stops answering such a
+ * client while its replies are unread, so its memory stays small (it reached 315 MiB
+ * before), others are served meanwhile, and every reply arrives, whole and in order,
+ * once the client reads. */
+static void test_amplifying_requests_stay_bounded(void **state)
+{
+    th_proc_t p;
+    int port = start_store(&p, NULL);
+    ddp_store_client_t *c = client(port);
+    static const size_t sizes[] = {60 << 10, 64 << 10, 1 << 20};
+    char *value = malloc(1 << 20);
+    memset(value, 'v', 1 << 20);
+    for (int i = 0; i < 3; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "/v%d", i);
+        assert_int_equal(ddp_store_client_set(c, key, value, sizes[i]), 0);
+    }
+    assert_int_equal(ddp_store_client_ping(c), 0);
+    ddp_buf_t req = DDP_BUF_INIT;
+    int gets[2], multi = raw_connect_gen2(port, &req);
+    for (int i = 0; i < 2; i++) {
+        char key[16];
+        gets[i] = raw_connect_gen2(port, &req);
+        snprintf(key, sizeof key, "/v%d", i);
+        for (int n = 0; n < 5000; n++) {
+            assert_int_equal(ddp_codec_put_op(&req, DDP_CODEC_GEN2, DDP_CODEC_GET), 0);
+            assert_int_equal(ddp_codec_put_bytes(&req, key, strlen(key)), 0);
+        }
+        raw_send(gets[i], req.data, req.len);
+        ddp_buf_clear(&req);
+    }
+    for (int n = 0; n < 20; n++) {
+        assert_int_equal(ddp_codec_put_op(&req, DDP_CODEC_GEN2, DDP_CODEC_MULTI_GET), 0);
+        assert_int_equal(ddp_codec_put_u64(&req, 300), 0);
+        for (int k = 0; k < 300; k++)
+            assert_int_equal(ddp_codec_put_bytes(&req, "/v2", 3), 0);
+    }
+    raw_send(multi, req.data, req.len);
+    /* Others are served meanwhile, and the server has taken in what it will. */
+    for (int i = 0; i < 200; i++)
+        assert_int_equal(ddp_store_client_ping(c), 0);
+    usleep(300 * 1000);
+    assert_int_equal(ddp_store_client_ping(c), 0);
+    double peak = peak_mib(p.pid);
+    printf("store peak RSS under the attacks: %.1f MiB\n", peak);
+#if !defined(__SANITIZE_ADDRESS__)
+    /* (ASan's shadow memory and quarantine make a sanitized server's RSS meaningless.) */
+    TH_ASSERT(&p, peak < 32);
+#endif
+    TH_ASSERT(&p, read_values(gets[0], 5000, sizes[0], value));
+    TH_ASSERT(&p, read_values(gets[1], 5000, sizes[1], value));
+    TH_ASSERT(&p, read_values(multi, 20 * 300, sizes[2], value));
+    close(gets[0]);
+    close(gets[1]);
+    close(multi);
+    ddp_buf_free(&req);
+    free(value);
+    ddp_store_client_close(c);
+    stop_store(&p);
+}
+
 /* CPU seconds (user and system) the process has used. */
 static double cpu_seconds(pid_t pid)
 {
@@ -678,6 +782,7 @@ int main(void)
         TH_TEST(test_ten_thousand_clients),
         TH_TEST(test_slow_client_does_not_delay_others),
         TH_TEST(test_unread_replies_do_not_stall_others),
+        TH_TEST(test_amplifying_requests_stay_bounded),
         TH_TEST(test_busy_polling_follows_requests),
         TH_TEST(test_port_in_use),
         TH_TEST(test_client_connect_deadline),
