@@ -69,6 +69,7 @@ typedef struct ddp_worker_s {
     int local_rank, rank;
     pid_t pid; /* 0 before it is started */
     bool running;
+    bool forgotten; /* the guard no longer watches its group (it was empty when reaped) */
     char *prefix;
     char *error_file;
     ddp_stream_t *out, *err;
@@ -278,7 +279,8 @@ static void group_finished(ddp_agent_t *a)
         ddp_worker_t *w = &a->workers[i];
         if (w->pid <= 0)
             continue;
-        (void)ddp_guard_forget(&a->guard, w->pid);
+        if (!w->forgotten)
+            (void)ddp_guard_forget(&a->guard, w->pid);
         worker_drain(w, true);
         free(w->prefix);
         free(w->error_file);
@@ -336,6 +338,11 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
     char what[64];
     w->running = false;
     a->nrunning--;
+    /* A group with nobody left may be reused by an unrelated process at once: the guard
+     * forgets it now, not when the whole attempt ends (a group with members left is
+     * forgotten then, after kill_leftovers; while it has members its number is taken). */
+    if (kill(-w->pid, 0) != 0 && errno == ESRCH)
+        w->forgotten = ddp_guard_forget(&a->guard, w->pid) == 0;
     /* What the worker printed before it died comes before what we say about it. */
     worker_drain(w, false);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
@@ -507,6 +514,7 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         .stdout_fd = out_fd,
         .stderr_fd = err_fd,
         .nofile = a->nofile,
+        .guard_fd = a->guard.fd,
     };
     if ((err = ddp_proc_spawn(&spec, &w->pid)) != 0) {
         ddp_log_error(a->log, "unable to start worker local rank %d: %s", w->local_rank,
@@ -514,8 +522,9 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         goto out;
     }
     w->running = true;
+    w->forgotten = false;
     a->nrunning++;
-    if (ddp_guard_watch(&a->guard, w->pid) != 0 && !a->guard_warned) {
+    if (ddp_guard_check(&a->guard) != 0 && !a->guard_warned) {
         a->guard_warned = true;
         ddp_log_warn(a->log, "the orphan guard is gone: workers still die with ddp-launch, but "
                              "their children may not");
@@ -650,6 +659,11 @@ static void raise_nofile(ddp_agent_t *a)
     else
         ddp_log_debug(a->log, "unable to raise the open file limit to %llu: %s",
                       (unsigned long long)rl.rlim_max, strerror(errno));
+}
+
+static void announce_log_dir(void *ctx, const char *dir)
+{
+    (void)ddp_guard_log_dir(ctx, dir); /* without a guard: nobody to tell */
 }
 
 static int find_program(ddp_agent_t *a)
@@ -846,8 +860,15 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     raise_nofile(a);
     if (gethostname(a->host, sizeof a->host - 1) != 0)
         strcpy(a->host, "localhost");
-    if ((err = ddp_logs_make_run_dir(cfg->log_dir, cfg->run_id, &a->base_dir, &a->base_created,
-                                     &a->run_dir)) != 0) {
+    /* The guard is forked before the loop exists, so it holds none of its state,
+     * and before the log directory, which it removes if the launcher dies with it empty. */
+    if ((err = ddp_guard_start(&a->guard)) != 0)
+        ddp_log_warn(log,
+                     "unable to start the orphan guard: %s; workers still die with "
+                     "ddp-launch, but their children may not",
+                     ddp_strerror(err));
+    if ((err = ddp_logs_make_run_dir(cfg->log_dir, cfg->run_id, announce_log_dir, &a->guard,
+                                     &a->base_dir, &a->base_created, &a->run_dir)) != 0) {
         ddp_log_error(log, "unable to create the log directory under %s: %s",
                       cfg->log_dir ? cfg->log_dir : ddp_env_get(DDP_ENV_TMPDIR), ddp_strerror(err));
         return DDP_EXIT_LAUNCH_FAILED;
@@ -856,12 +877,6 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
         ddp_log_info(log, "worker logs go to %s", a->run_dir);
     else
         ddp_log_debug(log, "log directory: %s", a->run_dir);
-    /* The guard is forked before the loop exists, so it holds none of its state. */
-    if ((err = ddp_guard_start(&a->guard)) != 0)
-        ddp_log_warn(log,
-                     "unable to start the orphan guard: %s; workers still die with "
-                     "ddp-launch, but their children may not",
-                     ddp_strerror(err));
     if ((err = uv_loop_init(&a->loop)) != 0) {
         ddp_log_error(log, "unable to set up the event loop: %s", uv_strerror(err));
         return DDP_EXIT_LAUNCH_FAILED;

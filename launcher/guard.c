@@ -1,8 +1,13 @@
 /* The orphan guard process and its pipe protocol (see guard.h).
  *
- * The protocol is a stream of native int32 records: +pgid watch, -pgid forget,
- * 0 goodbye. Records are 4 bytes, so each write is atomic on a pipe. */
+ * The protocol is a stream of native int32 records: +pgid watch (written by the group's
+ * first process, spawn.c), -pgid forget, 0 goodbye, 1 "are you there" (never a worker's
+ * group), and DIR_RECORD, a length and that many bytes: the log directory to remove if
+ * it is empty. Each record is one write of at most PIPE_BUF bytes, so it is atomic on
+ * the pipe, whoever writes it. */
 #include "guard.h"
+
+#include "logs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,12 +41,41 @@ static void close_others(int keep)
         close(null);
 }
 
+/* Never a -pgid: pids stay below 2^22. */
+#define DIR_RECORD INT32_MIN
+
+static bool read_exact(int fd, void *out, size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, (char *)out + got, len - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+/* A DIR_RECORD's path, into dir (PIPE_BUF bytes). */
+static bool read_dir(int fd, char *dir)
+{
+    int32_t len;
+    if (!read_exact(fd, &len, sizeof len) || len <= 0 || len >= PIPE_BUF - 8 ||
+        !read_exact(fd, dir, (size_t)len))
+        return false;
+    dir[len] = '\0';
+    return true;
+}
+
 int ddp_guard_main(int fd)
 {
     static const int ignored[] = {SIGHUP,  SIGINT,  SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
                                   SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU, SIGALRM};
     pid_t *groups = NULL;
     size_t n = 0, cap = 0;
+    static char dir[PIPE_BUF];
     sigset_t none;
     for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
         signal(ignored[i], SIG_IGN);
@@ -64,6 +98,11 @@ int ddp_guard_main(int fd)
         if (rec == 0) {
             goodbye = true;
             break;
+        }
+        if (rec == DIR_RECORD) {
+            if (!read_dir(fd, dir))
+                break;
+            continue;
         }
         if (rec == 1 || rec == -1)
             continue; /* never a worker's group; kill(-1) would reach every process */
@@ -88,6 +127,8 @@ int ddp_guard_main(int fd)
     }
     for (size_t i = 0; i < n && !goodbye; i++)
         kill(-groups[i], SIGKILL);
+    if (!goodbye && dir[0] != '\0')
+        ddp_logs_remove_if_empty(dir);
     free(groups);
     return 0;
 }
@@ -137,13 +178,14 @@ int ddp_guard_start(ddp_guard_t *guard)
     return 0;
 }
 
-static int send_record(ddp_guard_t *guard, int32_t rec)
+/* One record, in one write (at most PIPE_BUF bytes: atomic). */
+static int send_bytes(ddp_guard_t *guard, const void *rec, size_t len)
 {
     if (guard->fd < 0)
         return -EPIPE;
     for (;;) {
-        ssize_t w = write(guard->fd, &rec, sizeof rec);
-        if (w == (ssize_t)sizeof rec)
+        ssize_t w = write(guard->fd, rec, len);
+        if (w == (ssize_t)len)
             return 0;
         if (w < 0 && errno == EINTR)
             continue;
@@ -151,9 +193,26 @@ static int send_record(ddp_guard_t *guard, int32_t rec)
     }
 }
 
-int ddp_guard_watch(ddp_guard_t *guard, pid_t pgid)
+static int send_record(ddp_guard_t *guard, int32_t rec)
 {
-    return send_record(guard, (int32_t)pgid);
+    return send_bytes(guard, &rec, sizeof rec);
+}
+
+int ddp_guard_check(ddp_guard_t *guard)
+{
+    return send_record(guard, 1);
+}
+
+int ddp_guard_log_dir(ddp_guard_t *guard, const char *dir)
+{
+    size_t len = strlen(dir);
+    char rec[PIPE_BUF];
+    int32_t head[2] = {DIR_RECORD, (int32_t)len};
+    if (len == 0 || len >= PIPE_BUF - sizeof head)
+        return -ENAMETOOLONG;
+    memcpy(rec, head, sizeof head);
+    memcpy(rec + sizeof head, dir, len);
+    return send_bytes(guard, rec, sizeof head + len);
 }
 
 int ddp_guard_forget(ddp_guard_t *guard, pid_t pgid)

@@ -5,7 +5,8 @@
  * children. The guard is forked before the loop starts, in its own session, ignoring
  * the usual termination signals; it reads the process groups to watch from a pipe
  * and, when the pipe reaches EOF without a clean goodbye (the launcher is gone),
- * SIGKILLs every group it still watches. The launcher side runs on the loop thread. */
+ * SIGKILLs every group it still watches and removes the default log directory if
+ * nothing was written into it. The launcher side runs on the loop thread. */
 #ifndef DDP_LAUNCHER_GUARD_H
 #define DDP_LAUNCHER_GUARD_H
 
@@ -30,10 +31,20 @@ int ddp_guard_main(int fd);
 /* Forks the guard (which re-executes this binary as DDP_GUARD_NAME). 0 or -errno. */
 int ddp_guard_start(ddp_guard_t *guard);
 
-/* Asks the guard to kill the group led by `pgid` if the launcher dies (watch) or no
- * longer (forget). Returns 0, or -errno when the guard is gone. */
-int ddp_guard_watch(ddp_guard_t *guard, pid_t pgid);
+/* The guard learns of a group from the group's first process itself, before it runs
+ * any program (spawn.c writes DDP_GUARD_WATCH's record, its pid, to `fd`): a launcher
+ * killed between fork and its own next step leaves no group unknown to the guard. */
+
+/* Whether the guard is still there (a record it ignores). 0, or -errno when it is gone. */
+int ddp_guard_check(ddp_guard_t *guard);
+
+/* Tells the guard that the group led by `pgid` is gone or no longer its to kill, so that
+ * a later group that reuses the number is not taken for it. 0, or -errno. */
 int ddp_guard_forget(ddp_guard_t *guard, pid_t pgid);
+
+/* The default log directory, told before it is made: when the launcher dies, the guard
+ * removes it if it holds no file. 0, or -errno. */
+int ddp_guard_log_dir(ddp_guard_t *guard, const char *dir);
 
 /* Says goodbye (the guard exits without killing) and reaps it. */
 void ddp_guard_stop(ddp_guard_t *guard);

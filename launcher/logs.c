@@ -8,9 +8,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,20 +74,45 @@ static void safe_name(const char *run_id, char *out, size_t cap)
     out[n] = '\0';
 }
 
-int ddp_logs_make_run_dir(const char *base, const char *run_id, char **base_out, bool *base_created,
-                          char **run_dir)
+/* mkdtemp(3), but the name is announced before the directory exists. */
+static int make_new_dir(const char *parent, ddp_logs_announce_fn announce, void *ctx, char **out)
+{
+    static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    for (int tries = 0; tries < 100; tries++) {
+        uint8_t random[8];
+        char suffix[9];
+        if (getrandom(random, sizeof random, 0) != (ssize_t)sizeof random)
+            return -errno;
+        for (size_t i = 0; i < sizeof random; i++)
+            suffix[i] = letters[random[i] % (sizeof letters - 1)];
+        suffix[8] = '\0';
+        char *path;
+        if (asprintf(&path, "%s/ddp-launch_%s", parent, suffix) < 0)
+            return -ENOMEM;
+        if (announce != NULL)
+            announce(ctx, path);
+        if (mkdir(path, 0700) == 0) {
+            *out = path;
+            return 0;
+        }
+        int err = -errno;
+        free(path);
+        if (err != -EEXIST)
+            return err;
+    }
+    return -EEXIST;
+}
+
+int ddp_logs_make_run_dir(const char *base, const char *run_id, ddp_logs_announce_fn announce,
+                          void *ctx, char **base_out, bool *base_created, char **run_dir)
 {
     char name[160];
     char *base_path = NULL, *run_path = NULL;
     int err = 0;
     *base_created = false;
     if (base == NULL) {
-        if (asprintf(&base_path, "%s/ddp-launch_XXXXXX", ddp_env_get(DDP_ENV_TMPDIR)) < 0)
-            return -ENOMEM;
-        if (mkdtemp(base_path) == NULL) {
-            err = -errno;
-            goto fail;
-        }
+        if ((err = make_new_dir(ddp_env_get(DDP_ENV_TMPDIR), announce, ctx, &base_path)) != 0)
+            return err;
         *base_created = true;
     } else {
         if ((base_path = strdup(base)) == NULL)

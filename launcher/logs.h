@@ -31,10 +31,15 @@ ddp_sink_t ddp_logs_sink(const ddp_launch_config_t *cfg, int local_rank, int std
  * expansion of TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE. *out is a new string. */
 int ddp_logs_prefix(const ddp_launch_config_t *cfg, int rank, int local_rank, char **out);
 
+/* Told the path of a new base directory before it is made (the orphan guard, which then
+ * removes it if it is empty when the launcher is killed, at whatever moment). */
+typedef void (*ddp_logs_announce_fn)(void *ctx, const char *dir);
+
 /* Creates <base>/<run_id>_<random>/ and returns its path in *run_dir. With base NULL a
- * new base directory is made under $TMPDIR and *base_created is set. */
-int ddp_logs_make_run_dir(const char *base, const char *run_id, char **base_out, bool *base_created,
-                          char **run_dir);
+ * new base directory is made under $TMPDIR (announced first, when `announce` is given)
+ * and *base_created is set. */
+int ddp_logs_make_run_dir(const char *base, const char *run_id, ddp_logs_announce_fn announce,
+                          void *ctx, char **base_out, bool *base_created, char **run_dir);
 
 /* Creates <run_dir>/attempt_<n>/ and one directory per local rank in it. */
 int ddp_logs_make_attempt_dir(const char *run_dir, int attempt, int nworkers, char **attempt_dir);

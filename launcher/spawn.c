@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,11 @@ __attribute__((noreturn)) static void child_exec(const ddp_spawn_t *spec, pid_t 
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
         _exit(128 + SIGKILL);
     setsid();
+    if (spec->guard_fd >= 0) {
+        /* Every signal is blocked here: a guard that is gone is EPIPE, not SIGPIPE. */
+        int32_t group = (int32_t)getpid();
+        (void)!write(spec->guard_fd, &group, sizeof group);
+    }
     for (int sig = 1; sig < NSIG; sig++) {
         struct sigaction sa;
         if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) != 0)

@@ -19,6 +19,7 @@ typedef struct ddp_spawn_s {
     int stdout_fd; /* dup'd onto 1 in the child; -1 inherits the launcher's */
     int stderr_fd; /* dup'd onto 2 in the child; -1 inherits */
     rlim_t nofile; /* soft RLIMIT_NOFILE to restore in the child; 0 leaves it */
+    int guard_fd;  /* the orphan guard's pipe (guard.h), or -1 */
 } ddp_spawn_t;
 
 /* Finds `name` as execvp(3) would: a name with a slash as it is, others in the
@@ -27,10 +28,12 @@ typedef struct ddp_spawn_s {
 int ddp_proc_find(const char *name, const char *path_env, char **out);
 
 /* Forks and execs. In the child: PR_SET_PDEATHSIG=SIGKILL (so the worker dies with
- * the launcher), setsid() (its own process group, led by its pid), default signal
- * dispositions and an empty mask, the standard streams. If exec fails, the child
- * writes why to its stderr and exits 127 (not found) or 126. Returns 0 and the pid,
- * or -errno when fork fails. */
+ * the launcher), setsid() (its own process group, led by its pid), the group written
+ * to the orphan guard's pipe (so the guard knows it before any program of the group
+ * runs, even when the launcher dies before fork returns; a guard that is gone does not
+ * stop the start), default signal dispositions and an empty mask, the standard streams. If exec
+ * fails, the child writes why to its stderr and exits 127 (not found) or 126. Returns 0 and the
+ * pid, or -errno when fork fails. */
 int ddp_proc_spawn(const ddp_spawn_t *spec, pid_t *pid);
 
 /* Sends `sig` to the process group led by `pid`, or to `pid` alone if it has not

@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Reads the pids printed by "ready <rank> <pid>" or "pids <pid> <child>" lines. */
 static int collect_pids(const char *text, const char *word, pid_t *pids, int max)
@@ -167,6 +170,59 @@ static void test_sigkill_leaves_no_orphans(void **state)
     th_cleanup(&p);
 }
 
+/* Entries of a directory, "." and ".." aside. */
+static int entries(const char *path)
+{
+    DIR *dir = opendir(path);
+    struct dirent *entry;
+    int n = 0;
+    assert_non_null(dir);
+    while ((entry = readdir(dir)) != NULL)
+        n += strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0;
+    closedir(dir);
+    return n;
+}
+
+/* ddp-launch SIGKILLed 0-10 ms after it starts, while it forks its four workers, each of
+ * which forks a child of its own at once: no process of the job survives (the guard
+ * knows each worker's group before the worker's program runs), and no empty log
+ * directory is left in TMPDIR (the guard knows of it before it is made). 30 trials here,
+ * DDP_TEST_ORPHAN_TRIALS in the stress suite (300). Each trial's processes carry a mark
+ * of their own in the environment, by which the survivors are found. */
+static void test_early_sigkill_leaves_no_orphans(void **state)
+{
+    const char *argv[] = {th_launcher(), "--nproc-per-node=4",           "--no-python", "/bin/sh",
+                          "-c",          "sleep 1000 & exec sleep 1000", NULL};
+    const char *text = getenv("DDP_TEST_ORPHAN_TRIALS");
+    int trials = text != NULL && atoi(text) > 0 ? atoi(text) : 30, orphans = 0, dirs = 0;
+    const char *tmpdir = getenv("TMPDIR");
+    for (int trial = 0; trial < trials; trial++) {
+        char mark[64];
+        snprintf(mark, sizeof mark, "DDP_TEST_TRIAL=%d-%d", (int)getpid(), trial);
+        const char *env[] = {mark, NULL};
+        th_proc_t p;
+        th_start(&p, argv, env);
+        usleep((useconds_t)((trial * 37 % 100) * 100)); /* 0 to 9.9 ms, spread */
+        kill(p.pid, SIGKILL);
+        TH_ASSERT(&p, th_wait_exit(&p, 30));
+        int left = th_end_marked(mark, 5);
+        if (left > 0)
+            fprintf(stderr, "trial %d (SIGKILL after %.1f ms): %d process(es) survived\n", trial,
+                    (trial * 37 % 100) / 10.0, left);
+        orphans += left;
+        if (entries(tmpdir) > 0) {
+            fprintf(stderr, "trial %d: a log directory was left in TMPDIR\n", trial);
+            dirs++;
+            th_rmtree(tmpdir);
+            assert_int_equal(mkdir(tmpdir, 0700), 0);
+        }
+        th_cleanup(&p);
+    }
+    printf("%d trials: %d orphans, %d log directories left\n", trials, orphans, dirs);
+    assert_int_equal(orphans, 0);
+    assert_int_equal(dirs, 0);
+}
+
 static void test_stop_takes_grandchildren(void **state)
 {
     const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--no-python",
@@ -222,18 +278,17 @@ static void test_stopped_worker_is_continued(void **state)
     th_cleanup(&p);
 }
 
-int main(void)
+/* An argument runs only the tests whose names match it (the stress suite's orphan loop). */
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_sigterm_is_forwarded),
-        TH_TEST(test_grace_then_sigkill),
-        TH_TEST(test_sigusr1_can_be_forwarded),
-        TH_TEST(test_second_signal_kills_at_once),
-        TH_TEST(test_sigkill_leaves_no_orphans),
-        TH_TEST(test_stop_takes_grandchildren),
-        TH_TEST(test_leftover_children_are_killed),
-        TH_TEST(test_stopped_worker_is_continued),
-        TH_TEST(test_unforwarded_signal_stops_cleanly),
+        TH_TEST(test_sigterm_is_forwarded),        TH_TEST(test_grace_then_sigkill),
+        TH_TEST(test_sigusr1_can_be_forwarded),    TH_TEST(test_second_signal_kills_at_once),
+        TH_TEST(test_sigkill_leaves_no_orphans),   TH_TEST(test_early_sigkill_leaves_no_orphans),
+        TH_TEST(test_stop_takes_grandchildren),    TH_TEST(test_leftover_children_are_killed),
+        TH_TEST(test_stopped_worker_is_continued), TH_TEST(test_unforwarded_signal_stops_cleanly),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

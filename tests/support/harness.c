@@ -371,9 +371,8 @@ static bool carries_mark(const char *pid, const char *mark)
     return found;
 }
 
-int th_teardown(void **state)
+int th_end_marked(const char *mark, double timeout)
 {
-    th_session_t *session = *state;
     int left = 0;
     DIR *proc = opendir("/proc");
     struct dirent *entry;
@@ -381,10 +380,10 @@ int th_teardown(void **state)
         if (entry->d_name[0] < '0' || entry->d_name[0] > '9')
             continue;
         pid_t pid = atoi(entry->d_name);
-        if (pid == getpid() || !carries_mark(entry->d_name, session->mark))
+        if (pid == getpid() || !carries_mark(entry->d_name, mark))
             continue;
         /* A process killed a moment ago may still be on its way out. */
-        if (!th_wait_gone(pid, 10)) {
+        if (!th_wait_gone(pid, timeout)) {
             fprintf(stderr, "harness: process %d outlived its test; killing it\n", (int)pid);
             kill(pid, SIGKILL);
             left++;
@@ -392,6 +391,13 @@ int th_teardown(void **state)
     }
     if (proc != NULL)
         closedir(proc);
+    return left;
+}
+
+int th_teardown(void **state)
+{
+    th_session_t *session = *state;
+    int left = th_end_marked(session->mark, 10);
     th_rmtree(session->tmpdir);
     if (session->saved_tmpdir != NULL)
         setenv("TMPDIR", session->saved_tmpdir, 1);

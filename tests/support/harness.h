@@ -68,6 +68,11 @@ int th_setup(void **state);
 int th_teardown(void **state);
 #define TH_TEST(f) cmocka_unit_test_setup_teardown(f, th_setup, th_teardown)
 
+/* Ends the processes with `mark` ("K=V") in their environment: waits up to `timeout`
+ * seconds for each to be gone, SIGKILLs (by pid) those that are not, and returns how
+ * many had to be killed. */
+int th_end_marked(const char *mark, double timeout);
+
 /* A TCP port of 127.0.0.1 that was free a moment ago. */
 int th_free_port(void);
 

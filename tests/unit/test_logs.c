@@ -212,6 +212,53 @@ static void test_prefix(void **state)
     ddp_config_free(&cfg);
 }
 
+typedef struct {
+    char *announced;
+    bool existed;
+} announce_case_t;
+
+static void record_announce(void *ctx, const char *dir)
+{
+    announce_case_t *c = ctx;
+    struct stat st;
+    free(c->announced);
+    c->announced = strdup(dir);
+    c->existed = stat(dir, &st) == 0;
+}
+
+/* The default base directory under $TMPDIR is announced (to the orphan guard) before
+ * it exists, and is the directory then made. */
+static void test_default_base_is_announced_first(void **state)
+{
+    char tmp[] = "/tmp/ddp-logs-tmpdir-XXXXXX";
+    assert_non_null(mkdtemp(tmp));
+    char *saved = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+    setenv("TMPDIR", tmp, 1);
+    announce_case_t c = {NULL, false};
+    char *base_out, *run_dir;
+    bool created;
+    assert_int_equal(
+        ddp_logs_make_run_dir(NULL, "job", record_announce, &c, &base_out, &created, &run_dir), 0);
+    assert_true(created);
+    assert_non_null(c.announced);
+    assert_false(c.existed);
+    assert_string_equal(c.announced, base_out);
+    assert_int_equal(strncmp(base_out, tmp, strlen(tmp)), 0);
+    struct stat st;
+    assert_int_equal(stat(run_dir, &st), 0);
+    ddp_logs_remove_if_empty(base_out);
+    assert_int_equal(stat(base_out, &st), -1);
+    rmdir(tmp);
+    if (saved != NULL)
+        setenv("TMPDIR", saved, 1);
+    else
+        unsetenv("TMPDIR");
+    free(saved);
+    free(c.announced);
+    free(base_out);
+    free(run_dir);
+}
+
 static void test_directories(void **state)
 {
     char base[] = "/tmp/ddp-logs-test-XXXXXX";
@@ -220,8 +267,8 @@ static void test_directories(void **state)
     bool created;
     assert_true(asprintf(&nested, "%s/a/b", base) > 0);
     /* A run id that is not a safe file name is made one. */
-    assert_int_equal(ddp_logs_make_run_dir(nested, "../ns/job 1", &base_out, &created, &run_dir),
-                     0);
+    assert_int_equal(
+        ddp_logs_make_run_dir(nested, "../ns/job 1", NULL, NULL, &base_out, &created, &run_dir), 0);
     assert_false(created);
     assert_string_equal(base_out, nested);
     assert_int_equal(strncmp(run_dir + strlen(nested), "/_._ns_job_1_", 13), 0);
@@ -264,6 +311,7 @@ int main(void)
         cmocka_unit_test(test_sinks),
         cmocka_unit_test(test_prefix),
         cmocka_unit_test(test_directories),
+        cmocka_unit_test(test_default_base_is_announced_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
