@@ -600,7 +600,7 @@ static const flag_t flags[] = {
     {"local-rank-arg", 0, KIND_CHOICE, FIELD(local_rank_arg), 0, 0, local_rank_args, NULL, true,
      false, G_PROGRAM, "none|underscore|dash",
      "also pass --local_rank=N or --local-rank=N to the script,\nas torch.distributed.launch "
-     "did (default none)"},
+     "did (default: the spelling the script's\nadd_argument defines, else none)"},
     {TEXT("log-dir", log_dir, 0), false, G_OUTPUT, "DIR",
      "base directory of the log files (default: a new one in $TMPDIR)"},
     {"redirects", 'r', KIND_STD, FIELD(redirects), 0, 0, NULL, NULL, true, false, G_OUTPUT, "SPEC",
@@ -956,6 +956,7 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
     if (cfg->help || cfg->version)
         return 0;
     cfg->master_port_given = raw[flag_index("master-port")].set;
+    cfg->local_rank_arg_given = raw[flag_index("local-rank-arg")].set;
     if ((rc = check_combinations(cfg, err)) != 0)
         goto fail;
     const char *python = ddp_env_lookup(envp, "PYTHON_EXEC");

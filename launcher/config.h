@@ -99,8 +99,9 @@ typedef struct ddp_launch_config_s {
     const char *role;
     bool module, no_python, run_path;
     ddp_local_rank_arg_t local_rank_arg;
-    bool use_env;            /* legacy launch's --use-env: no local rank argument */
-    const char *python_exec; /* PYTHON_EXEC */
+    bool local_rank_arg_given; /* by --local-rank-arg (else found in the script's text) */
+    bool use_env;              /* legacy launch's --use-env: no local rank argument */
+    const char *python_exec;   /* PYTHON_EXEC */
     const char *script;
     char **script_args; /* points into argv */
     int nscript_args;

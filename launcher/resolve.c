@@ -3,6 +3,8 @@
 
 #include "devices.h"
 #include "error.h"
+#include "io.h"
+#include "pyscan.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -81,10 +83,36 @@ static void resolve_script(ddp_launch_config_t *cfg, const ddp_log_t *log)
                  cfg->script, kind);
 }
 
+/* torch.distributed.launch passed --local_rank=N (torch 2: --local-rank=N); torchrun
+ * does not, and a tutorial's script that parses the option with a default of 0 would
+ * put every rank on local rank 0 (on GPUs: all on GPU 0). When the Python script
+ * defines the option and neither --local-rank-arg nor --use-env says otherwise, it is
+ * passed in the script's spelling, and said. */
+static void resolve_local_rank_arg(ddp_launch_config_t *cfg, const ddp_log_t *log)
+{
+    if (cfg->no_python || cfg->module || cfg->use_env || cfg->local_rank_arg_given)
+        return;
+    char *text = NULL;
+    size_t len;
+    if (ddp_read_file(cfg->script, (size_t)8 << 20, &text, &len) != 0)
+        return; /* python says why it cannot read it */
+    ddp_local_rank_arg_t found = ddp_pyscan_local_rank_option(text, len);
+    free(text);
+    if (found == DDP_LOCAL_RANK_ARG_NONE)
+        return;
+    const char *option = found == DDP_LOCAL_RANK_ARG_DASH ? "--local-rank" : "--local_rank";
+    cfg->local_rank_arg = found;
+    ddp_log_info(log,
+                 "%s defines %s: passing %s=N to each worker, as torch.distributed.launch did "
+                 "(--local-rank-arg=none turns this off)",
+                 cfg->script, option, option);
+}
+
 int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *err)
 {
     int rc, gpus = 0;
     resolve_script(cfg, log);
+    resolve_local_rank_arg(cfg, log);
     if (cfg->nproc_kind == DDP_NPROC_GPU || cfg->nproc_kind == DDP_NPROC_AUTO) {
         ddp_buf_t why = DDP_BUF_INIT;
         rc = ddp_devices_cuda_count(&gpus, &why);

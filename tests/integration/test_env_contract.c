@@ -250,6 +250,9 @@ static void test_dry_run_starts_nothing(void **state)
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), want) != NULL);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "    LOCAL_RANK=1\n") != NULL);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "    WORLD_SIZE=2\n") != NULL);
+    /* OMP_NUM_THREADS=1 is shown in the environment, without the warning of a real run. */
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "    OMP_NUM_THREADS=1\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "setting OMP_NUM_THREADS=1") == NULL);
     snprintf(file, sizeof file, "%s/touched-0", dir);
     TH_ASSERT(&p, access(file, F_OK) != 0);
     th_cleanup(&p);
@@ -259,6 +262,7 @@ static void test_dry_run_starts_nothing(void **state)
     th_run(&p, real, clean_env, 60);
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, access(file, F_OK) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "setting OMP_NUM_THREADS=1") != NULL);
     th_cleanup(&p);
     th_rmtree(dir);
     free(dir);

@@ -1,5 +1,6 @@
 /* Integration tests with Python workers: PYTHON_EXEC and -u, -m, and the legacy
- * --local_rank argument. Skips (77) without python3. PyTorch itself: test_torch.c. */
+ * --local_rank argument (asked for, or found in the script's text). Skips (77) without python3.
+ * PyTorch itself: test_torch.c. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -87,13 +88,72 @@ static void test_legacy_local_rank(void **state)
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "legacy rank 1 lr 0.5\n") != NULL);
     th_cleanup(&p);
-    /* Without it the script's own argparse refuses to start: a worker failure. */
-    const char *modern[] = {th_launcher(), script("legacy_args.py"), NULL};
-    th_run(&p, modern, env, 120);
-    TH_ASSERT(&p, th_status(&p) == 1);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
-                         "the following arguments are required: --local_rank") != NULL);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "  exitcode  : 2 (pid: ") != NULL);
+    /* Without the flag, the option is found in the script's text and passed as well. */
+    const char *plain[] = {th_launcher(), "--nproc-per-node=2", script("legacy_args.py"), NULL};
+    th_run(&p, plain, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "legacy rank 1 lr 0.01\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "legacy_args.py defines --local_rank: passing "
+                                              "--local_rank=N to each worker") != NULL);
+    th_cleanup(&p);
+    /* --local-rank-arg=none (or --use-env) keeps it out: the script's argparse refuses to
+     * start, a worker failure. */
+    const char *off[] = {th_launcher(), "--local-rank-arg=none", script("legacy_args.py"), NULL};
+    const char *use_env[] = {th_launcher(), "--use-env", script("legacy_args.py"), NULL};
+    const char *const *refused[] = {off, use_env};
+    for (int i = 0; i < 2; i++) {
+        th_run(&p, refused[i], env, 120);
+        TH_ASSERT(&p, th_status(&p) == 1);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                             "the following arguments are required: --local_rank") != NULL);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "  exitcode  : 2 (pid: ") != NULL);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "defines --local_rank") == NULL);
+        th_cleanup(&p);
+    }
+}
+
+/* Writes a script into the test's TMPDIR; returns its path (static). */
+static const char *write_script(const char *name, const char *text)
+{
+    static char path[1100];
+    snprintf(path, sizeof path, "%s/%s", getenv("TMPDIR"), name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+    return path;
+}
+
+/* The tutorial's default of 0 would give every rank local rank 0 if nothing were passed;
+ * torch 2's spelling is passed in that spelling. A script that names the option only in a
+ * comment gets no argument. */
+static void test_local_rank_spellings(void **state)
+{
+    const char *const *env = python_env(NULL);
+    const char *dash = write_script(
+        "dash.py", "import argparse, os, sys\n"
+                   "parser = argparse.ArgumentParser()\n"
+                   "parser.add_argument('--local-rank', type=int, default=0)\n"
+                   "args = parser.parse_args()\n"
+                   "print('dash rank', args.local_rank, 'env', os.environ['LOCAL_RANK'])\n");
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2", dash, NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "dash rank 0 env 0\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "dash rank 1 env 1\n") != NULL);
+    TH_ASSERT(&p,
+              strstr(ddp_buf_str(&p.err), "defines --local-rank: passing --local-rank=N") != NULL);
+    th_cleanup(&p);
+    const char *comment = write_script(
+        "comment.py", "import os, sys\n"
+                      "# parser.add_argument('--local_rank', type=int) is not needed: see below\n"
+                      "print('comment rank', os.environ['LOCAL_RANK'], 'argv', sys.argv[1:])\n");
+    argv[2] = comment;
+    th_run(&p, argv, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "comment rank 1 argv []\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "defines") == NULL);
     th_cleanup(&p);
 }
 
@@ -113,6 +173,7 @@ int main(void)
         TH_TEST(test_python_worker),
         TH_TEST(test_python_module),
         TH_TEST(test_legacy_local_rank),
+        TH_TEST(test_local_rank_spellings),
     };
     return cmocka_run_group_tests(tests, need_python, NULL);
 }
