@@ -21,6 +21,7 @@
 
 struct ddp_store_client_s {
     int fd;
+    ddp_codec_gen_t gen; /* GEN2, or GEN1 once a server reset VALIDATE (torch 1.13, 2.0) */
     ddp_store_client_options_t options;
     char address[300]; /* "host:port", for messages */
     ddp_buf_t out;     /* the request being sent */
@@ -68,6 +69,8 @@ static int wait_fd(int fd, short events, double deadline)
 static int send_all(ddp_store_client_t *c, double deadline)
 {
     size_t done = 0;
+    if (c->fd < 0)
+        return DDP_ECLOSED; /* closed after a WAIT that could not be cancelled */
     while (done < c->out.len) {
         ssize_t w = send(c->fd, c->out.data + done, c->out.len - done, MSG_NOSIGNAL);
         if (w > 0) {
@@ -140,7 +143,7 @@ static int begin(ddp_store_client_t *c, ddp_codec_op_t op)
 {
     c->error[0] = '\0';
     ddp_buf_clear(&c->out);
-    return ddp_codec_put_op(&c->out, DDP_CODEC_GEN2, op);
+    return ddp_codec_put_op(&c->out, c->gen, op);
 }
 
 static int put_key(ddp_store_client_t *c, const char *key)
@@ -190,14 +193,27 @@ static int connect_one(const struct addrinfo *ai, double deadline, int *out)
     return 0;
 }
 
+/* Generation 2 opens with VALIDATE and a PING. A generation 1 server (torch 1.13 and
+ * 2.0) takes VALIDATE for a SET with an absurd key length and resets the connection:
+ * the caller then connects again and speaks generation 1, whose first request
+ * (GETNUMKEYS, which changes nothing) shows the server answers. */
 static int handshake(ddp_store_client_t *c, double deadline)
 {
-    int err = ddp_codec_put_op(&c->out, DDP_CODEC_GEN2, DDP_CODEC_VALIDATE);
-    if (err == 0)
-        err = ddp_codec_put_u32(&c->out, DDP_CODEC_MAGIC);
-    if (err == 0)
-        err = send_all(c, deadline);
+    int err = 0;
+    if (c->gen == DDP_CODEC_GEN2) {
+        err = ddp_codec_put_op(&c->out, DDP_CODEC_GEN2, DDP_CODEC_VALIDATE);
+        if (err == 0)
+            err = ddp_codec_put_u32(&c->out, DDP_CODEC_MAGIC);
+        if (err == 0)
+            err = send_all(c, deadline);
+    }
     return err ? err : ddp_store_client_ping(c);
+}
+
+/* Whether a failed generation 2 handshake looks like a generation 1 server's answer. */
+static bool reset_by_gen1(int err)
+{
+    return err == DDP_ECLOSED || err == -ECONNRESET || err == -EPIPE;
 }
 
 int ddp_store_client_connect(const char *host, int port, const ddp_store_client_options_t *options,
@@ -210,11 +226,13 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
     if (c == NULL)
         return -ENOMEM;
     c->fd = -1;
+    c->gen = DDP_CODEC_GEN2;
     c->options = options ? *options : DDP_STORE_CLIENT_OPTIONS_DEFAULT;
     snprintf(c->address, sizeof c->address, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
     snprintf(port_text, sizeof port_text, "%d", port);
     double deadline = start + c->options.connect_timeout;
     int gai = 0;
+    bool said_slow = false;
     for (int attempt = 1;; attempt++) {
         struct addrinfo hints = {0}, *addrs = NULL;
         hints.ai_socktype = SOCK_STREAM;
@@ -240,7 +258,26 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
             close(c->fd);
             c->fd = -1;
         }
+        ddp_buf_clear(&c->in);
+        if (c->gen == DDP_CODEC_GEN2 && reset_by_gen1(err)) {
+            /* Again at once, not after a pause: the server is there. */
+            c->gen = DDP_CODEC_GEN1;
+            continue;
+        }
+        c->gen = DDP_CODEC_GEN2; /* generation 1 failed too: start over next time */
         double now = ddp_clock_mono();
+        if (!said_slow && c->options.on_slow != NULL && now - start >= c->options.slow_after &&
+            now < deadline) {
+            char what[600];
+            said_slow = true;
+            snprintf(what, sizeof what,
+                     "still unable to connect to the store at %s after %.0f s (%s); trying until "
+                     "%g s have passed",
+                     c->address, now - start,
+                     err == DDP_EPARSE ? gai_strerror(gai) : ddp_strerror(err),
+                     c->options.connect_timeout);
+            c->options.on_slow(c->options.slow_ctx, what);
+        }
         if (err == DDP_EPARSE || now >= deadline) {
             if (errbuf != NULL)
                 ddp_buf_printf(errbuf,
@@ -291,6 +328,10 @@ int ddp_store_client_ping(ddp_store_client_t *c)
 {
     uint32_t nonce = 0x5eed;
     ddp_codec_reply_t reply;
+    if (c->gen == DDP_CODEC_GEN1) {
+        int64_t keys; /* generation 1 has no PING: a request that changes nothing */
+        return ddp_store_client_num_keys(c, &keys);
+    }
     (void)getrandom(&nonce, sizeof nonce, GRND_NONBLOCK);
     int err = begin(c, DDP_CODEC_PING);
     if (err == 0)
@@ -413,11 +454,37 @@ int ddp_store_client_wait(ddp_store_client_t *c, const char *const *keys, size_t
     return ddp_store_client_wait_or_wake(c, keys, n, timeout, -1);
 }
 
+/* Generation 1 has no CANCEL_WAIT: a WAIT that timed out would be answered later, in
+ * the middle of the next reply. So it is CHECK, polled (1 ms apart at first, 100 ms at
+ * most), sleeping on `wake_fd` between (-1: none). 0, 1 (woken) or an error. */
+static int wait_by_checks(ddp_store_client_t *c, const char *const *keys, size_t n, double timeout,
+                          int wake_fd)
+{
+    double deadline = ddp_clock_mono() + timeout, pause = 0.001;
+    for (;;) {
+        bool ready;
+        int err = ddp_store_client_check(c, keys, n, &ready);
+        if (err || ready)
+            return err;
+        double left = deadline - ddp_clock_mono();
+        if (left <= 0)
+            return fail(c, DDP_ETIMEOUT, "WAIT %g s for '%s'%s", timeout, n ? keys[0] : "",
+                        n > 1 ? " and others" : "");
+        struct pollfd pfd = {.fd = wake_fd, .events = POLLIN};
+        double nap = pause < left ? pause : left;
+        if (poll(&pfd, wake_fd >= 0 ? 1 : 0, (int)(nap * 1000) + 1) > 0)
+            return 1;
+        pause = pause * 2 < 0.1 ? pause * 2 : 0.1;
+    }
+}
+
 int ddp_store_client_wait_or_wake(ddp_store_client_t *c, const char *const *keys, size_t n,
                                   double timeout, int wake_fd)
 {
     ddp_codec_reply_t reply;
     double deadline = ddp_clock_mono() + timeout;
+    if (c->gen == DDP_CODEC_GEN1)
+        return wait_by_checks(c, keys, n, timeout, wake_fd);
     int err = begin(c, DDP_CODEC_WAIT);
     bool woken = false;
     if (err == 0)

@@ -23,13 +23,22 @@ typedef struct ddp_store_client_options_s {
     double connect_timeout; /* s: connection attempts go on (with backoff) this long */
     double timeout;         /* s: each operation's deadline (WAIT takes its own) */
     ddp_codec_limits_t limits;
+    /* Told once, with a sentence, when connecting has failed for slow_after seconds
+     * (NULL: nobody). */
+    void (*on_slow)(void *ctx, const char *what);
+    void *slow_ctx;
+    double slow_after;
 } ddp_store_client_options_t;
 
 #define DDP_STORE_CLIENT_OPTIONS_DEFAULT \
-    ((ddp_store_client_options_t){300, 300, DDP_CODEC_LIMITS_DEFAULT})
+    ((ddp_store_client_options_t){300, 300, DDP_CODEC_LIMITS_DEFAULT, NULL, NULL, 5})
 
 /* Connects to host:port, retrying with exponential backoff until connect_timeout, then
- * VALIDATE and PING. On failure *out is untouched and `err` (may be NULL) says why. */
+ * VALIDATE and PING (generation 2, torch 2.2 and later). A server that resets VALIDATE
+ * (generation 1: torch 1.13 and 2.0) is spoken to in generation 1 instead, where the
+ * operations it lacks (PING aside, answered by GETNUMKEYS) fail with DDP_EPROTO and a
+ * WAIT is polled with CHECK (there is no CANCEL_WAIT to end one that timed out). On failure *out
+ * is untouched and `err` (may be NULL) says why. */
 int ddp_store_client_connect(const char *host, int port, const ddp_store_client_options_t *options,
                              ddp_store_client_t **out, ddp_buf_t *err);
 

@@ -85,6 +85,7 @@ struct ddp_agent_s {
     int unforwarded_sig[DDP_MAX_SIGNALS];
     int nunforwarded;
     uv_timer_t kill_timer;
+    bool stop_notice_due; /* the kill timer says first that the workers have not exited */
     ddp_guard_t guard;
     bool guard_warned;
     ddp_store_server_t *store; /* the rendezvous store the workers use */
@@ -186,13 +187,27 @@ static void signal_running(ddp_agent_t *a, int sig)
     }
 }
 
+/* A stop for a signal (Ctrl-C) that the workers have not obeyed after this long is
+ * said, with what to do, rather than waited out in silence. */
+#define STOP_NOTICE_S 2.0
+
 static void on_kill_timer(uv_timer_t *timer)
 {
     ddp_agent_t *a = timer->data;
-    char ranks[160];
+    char ranks[160], name[32];
     if (a->nrunning == 0)
         return;
     running_ranks(a, ranks, sizeof ranks);
+    if (a->stop_notice_due) {
+        double left = a->cfg->shutdown_timeout - STOP_NOTICE_S;
+        a->stop_notice_due = false;
+        ddp_log_warn(a->log,
+                     "%d worker(s) have not exited yet (local ranks %s): SIGKILL in %g s, or "
+                     "now on a second signal (%s again: a second Ctrl-C)",
+                     a->nrunning, ranks, left, signame(a->stop_signal, name, sizeof name));
+        uv_timer_start(&a->kill_timer, on_kill_timer, (uint64_t)(left * 1000.0), 0);
+        return;
+    }
     ddp_log_warn(a->log,
                  "%d worker(s) still running %g s after the stop signal (local ranks %s): "
                  "sending SIGKILL to their process groups",
@@ -217,7 +232,11 @@ static void begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
      * pending until the grace period ends: continue it, so it acts on it now. */
     if (sig != SIGKILL && sig != SIGCONT)
         signal_running(a, SIGCONT);
-    uv_timer_start(&a->kill_timer, on_kill_timer, (uint64_t)(a->cfg->shutdown_timeout * 1000.0), 0);
+    double wait = a->cfg->shutdown_timeout;
+    a->stop_notice_due = reason == STOP_SIGNAL && wait > 2 * STOP_NOTICE_S;
+    if (a->stop_notice_due)
+        wait = STOP_NOTICE_S;
+    uv_timer_start(&a->kill_timer, on_kill_timer, (uint64_t)(wait * 1000.0), 0);
 }
 
 static void clear_failures(ddp_agent_t *a)

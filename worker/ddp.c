@@ -202,6 +202,14 @@ int ddp_nccl_unique_id(ddp_t *ddp, void *id, size_t len)
     return ddp_nccl_exchange_id(ddp, id, len);
 }
 
+/* Connecting to the store takes long: say so (the launcher's store may not be up yet,
+ * or MASTER_ADDR and MASTER_PORT point elsewhere). */
+static void say_store_slow(void *ctx, const char *what)
+{
+    const ddp_t *ddp = ctx;
+    ddp_log_warn(&ddp->log, "rank %d: %s (MASTER_ADDR, MASTER_PORT; DDP_TIMEOUT)", ddp->rank, what);
+}
+
 int ddp_init(ddp_t **out)
 {
     return ddp_init_with(out, NULL);
@@ -241,6 +249,8 @@ int ddp_init_with(ddp_t **out, const ddp_options_t *options)
         ddp_store_client_options_t so = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
         ddp_buf_t why = DDP_BUF_INIT;
         so.connect_timeout = so.timeout = ddp->timeout;
+        so.on_slow = say_store_slow;
+        so.slow_ctx = ddp;
         err = ddp_store_client_connect(ddp->master_addr, ddp->master_port, &so, &ddp->store, &why);
         if (err) {
             ddp_fail(ddp, err, "%s", ddp_buf_str(&why));

@@ -186,14 +186,17 @@ def main():
             os.replace(args.checkpoint + ".tmp", args.checkpoint)
         dist.barrier()
 
-    # Test accuracy: each rank a strided share, the counts summed.
-    model.eval()
+    # Test accuracy: each rank a strided share, the counts summed. The unwrapped model
+    # (model.module) evaluates: the DDP wrapper's forward broadcasts buffers (batch norm's)
+    # from rank 0, a collective that would wait forever for a rank whose share is empty.
+    net = model.module
+    net.eval()
     correct = torch.zeros(2, dtype=torch.int64, device=device)
     with torch.no_grad():
         xs, ys = test.tensors
         for start in range(rank * 1000, len(test), 1000 * world):
             x, y = xs[start:start + 1000].to(device), ys[start:start + 1000].to(device)
-            correct[0] += (model(x).argmax(1) == y).sum()
+            correct[0] += (net(x).argmax(1) == y).sum()
             correct[1] += len(y)
     dist.all_reduce(correct)
     if rank == 0:

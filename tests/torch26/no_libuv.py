@@ -4,7 +4,8 @@ Debian built torch 2.6 without libuv, but 2.6's TCPStore asks for libuv by defau
 (pytorch/pytorch#148283), and init_process_group's agent-store path
 (TORCHELASTIC_USE_AGENT_STORE=True) makes its TCPStore without a use_libuv argument, so
 no setting of the worker reaches it. This shim, used only by the torch 2.6 tests, makes
-that TCPStore default to use_libuv=False, then runs the script (or -m module) as
+that TCPStore, and torchrun's own (for the tests that run torchrun), default to
+use_libuv=False, then runs the script (or -m module) as
 __main__ with the arguments it would have had.
 
 usage: python3 -u no_libuv.py [-m module | script] [args...]
@@ -27,6 +28,18 @@ def _tcpstore_without_libuv(*args, **kwargs):
 
 
 rendezvous.TCPStore = _tcpstore_without_libuv
+
+
+class _TCPStoreWithoutLibuv(_TCPStore):
+    """TCPStore for modules imported from here on (torchrun's static and c10d rendezvous
+    make theirs with `from torch.distributed import TCPStore`, without use_libuv)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("use_libuv", False)
+        super().__init__(*args, **kwargs)
+
+
+dist.TCPStore = _TCPStoreWithoutLibuv
 
 args = sys.argv[1:]
 if args[:1] == ["-m"]:

@@ -1,12 +1,15 @@
 #!/bin/sh
 # Builds, once, a Debian trixie root with python3-torch (PyTorch 2.6) for the torch 2.6
 # tests: debootstrap --variant=minbase from this machine's configured Debian mirror,
-# then apt-get install --no-install-recommends python3-torch (about 2 minutes, 1.6 GB).
+# then apt-get install --no-install-recommends python3-torch and libopenblas0-pthread (the
+# BLAS of libddp's C example, which runs there under torchrun 2.6): about 2 minutes, 1.6 GB.
+# The mark of a finished root names what it holds: a root of an older list is rebuilt.
 # usage: setup.sh ROOT
 # Exits 0 when the root is ready, 77 (skip) with the reason when it cannot be built.
 set -eu
 root=$1
-[ -f "$root/.ddp-ready" ] && exit 0
+ready="$root/.ddp-ready-2" # 2: python3-torch and libopenblas0-pthread
+[ -f "$ready" ] && exit 0
 skip() {
     echo "skipped: $*"
     exit 77
@@ -23,12 +26,12 @@ mirror=${mirror:-http://deb.debian.org/debian}
 mkdir -p "$(dirname "$root")"
 exec 9>"$root.lock"
 flock 9 # one builder at a time; the others find it ready
-[ -f "$root/.ddp-ready" ] && exit 0
+[ -f "$ready" ] && exit 0
 rm -rf "$root"
 echo "building the trixie root in $root from $mirror (log: $root.log)"
 debootstrap --variant=minbase trixie "$root" "$mirror" >"$root.log" 2>&1 ||
     skip "debootstrap of trixie from $mirror failed (see $root.log)"
 chroot "$root" sh -c 'apt-get update -q &&
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-torch' \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-torch libopenblas0-pthread' \
     >>"$root.log" 2>&1 || skip "installing python3-torch in the trixie root failed (see $root.log)"
-touch "$root/.ddp-ready"
+touch "$ready"
