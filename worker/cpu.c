@@ -624,7 +624,12 @@ static int fetch_published(ddp_t *ddp, int rank, published_t *out)
     int err = ddp_wait_key_aloud(ddp, key, what);
     if (err == 0)
         err = ddp_store_client_get(ddp->store, key, &value);
-    if (err) {
+    if (err == DDP_ETIMEOUT) {
+        ddp_fail(ddp, err,
+                 "rank %d never published its address within %g s (DDP_TIMEOUT): it has not "
+                 "called ddp_init",
+                 rank, ddp->timeout);
+    } else if (err) {
         ddp_fail(ddp, err, "rank %d never published its address: %s", rank,
                  ddp_store_client_error(ddp->store));
     } else if (sscanf(ddp_buf_str(&value), "%45s %d %79s %llx %llx", out->host, &out->port,

@@ -79,7 +79,12 @@ int ddp_nccl_exchange_id(ddp_t *ddp, void *id, size_t len)
         err = ddp_wait_key_aloud(ddp, key, "rank 0's NCCL unique id (its NCCL set-up)");
         if (err == 0)
             err = ddp_store_client_get(ddp->store, key, &value);
-        if (err)
+        if (err == DDP_ETIMEOUT)
+            ddp_fail(ddp, err,
+                     "rank 0 never published the NCCL unique id (%s) within %g s "
+                     "(DDP_TIMEOUT)",
+                     key, ddp->timeout);
+        else if (err)
             ddp_fail(ddp, err, "rank 0 never published the NCCL unique id (%s): %s", key,
                      ddp_store_client_error(ddp->store));
         else if (value.len != sizeof uid.internal)

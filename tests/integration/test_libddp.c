@@ -431,10 +431,30 @@ static void test_mismatched_collectives_tcp(void **state)
                  "broadcast #2 of 1000 float32 from rank 0");
 }
 
+/* A rank whose peer never calls ddp_init says, in its own name, which rank and for how
+ * long (DDP_TIMEOUT), not the last of its one-second waits. */
+static void test_init_timeout_names_the_missing_rank(void **state)
+{
+    char script[600];
+    snprintf(script, sizeof script, "if [ \"$LOCAL_RANK\" = 0 ]; then sleep 30; else exec '%s'; fi",
+             getenv("DDP_TEST_HELLO"));
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=2", "--no-python", "/bin/sh", "-c", script, NULL};
+    const char *env[] = {"DDP_TIMEOUT=2", NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "rank 1: rank 0 never published its address within 2 s (DDP_TIMEOUT): "
+                         "it has not called ddp_init") != NULL);
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         TH_TEST(test_all_reduce_world_1),
+        TH_TEST(test_init_timeout_names_the_missing_rank),
         TH_TEST(test_all_reduce_world_2_shm_large),
         TH_TEST(test_all_reduce_world_2_tcp),
         TH_TEST(test_late_rank_is_waited_for_aloud),
