@@ -26,6 +26,7 @@
 #include "env.h"
 #include "error.h"
 #include "guard.h"
+#include "pyscan.h"
 #include "io.h"
 #include "logs.h"
 #include "output.h"
@@ -40,6 +41,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -834,6 +836,38 @@ static int host_store(ddp_agent_t *a)
     return 0;
 }
 
+/* A Python script that imports torch failed without an error file (@record writes one
+ * once torch is imported): if the interpreter has no torch at all (find_spec, which
+ * imports nothing), say which interpreter ran it and how to pick another. Many machines
+ * have a python3 on PATH without torch. */
+static void say_if_torch_is_missing(ddp_agent_t *a, bool python)
+{
+    const ddp_failure_t *root = &a->failures[ddp_report_root(a->failures, a->nfailures)];
+    char *text = NULL, cmd[PATH_MAX + 200];
+    size_t len;
+    if (!python || a->cfg->module || root->exitcode != 1 || root->message != NULL ||
+        strchr(a->program, '\'') != NULL ||
+        ddp_read_file(a->cfg->script, (size_t)8 << 20, &text, &len) != 0)
+        return;
+    bool imports = ddp_pyscan_imports(text, len, "torch");
+    free(text);
+    if (!imports)
+        return;
+    snprintf(cmd, sizeof cmd,
+             "timeout 10 '%s' -c 'import importlib.util, sys; "
+             "sys.exit(3 if importlib.util.find_spec(\"torch\") is None else 0)' "
+             ">/dev/null 2>&1",
+             a->program);
+    int status = system(cmd);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
+        ddp_log_error(
+            a->log,
+            "the workers' Python interpreter %s has no module named 'torch': set "
+            "PYTHON_EXEC to a python that has it (for example PYTHON_EXEC=/usr/bin/python3 "
+            "where Debian's python3-torch is installed)",
+            a->program);
+}
+
 static void print_report(ddp_agent_t *a)
 {
     ddp_buf_t report = DDP_BUF_INIT;
@@ -843,6 +877,7 @@ static void print_report(ddp_agent_t *a)
                           a->nfailures, python) == 0)
         (void)ddp_write_all(2, report.data, report.len);
     ddp_buf_free(&report);
+    say_if_torch_is_missing(a, python);
 }
 
 /* Everything before the loop runs: the program found, the log directory, the orphan

@@ -122,3 +122,18 @@ ddp_local_rank_arg_t ddp_pyscan_local_rank_option(const char *text, size_t len)
     }
     return DDP_LOCAL_RANK_ARG_NONE;
 }
+
+bool ddp_pyscan_imports(const char *text, size_t len, const char *module)
+{
+    scanner_t s = {.p = text, .end = text + len};
+    size_t want = strlen(module);
+    bool after_keyword = false;
+    for (next(&s); s.kind != TOK_END; next(&s)) {
+        bool name = s.kind == TOK_NAME;
+        if (name && after_keyword && s.len == want && memcmp(s.start, module, want) == 0)
+            return true;
+        after_keyword = name && ((s.len == 6 && memcmp(s.start, "import", 6) == 0) ||
+                                 (s.len == 4 && memcmp(s.start, "from", 4) == 0));
+    }
+    return false;
+}

@@ -9,6 +9,7 @@
 
 #include "config.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The local rank option the script defines in an add_argument call: the first of
@@ -16,5 +17,8 @@
  * call's string arguments, or DDP_LOCAL_RANK_ARG_NONE when no call defines either. A
  * name only mentioned in a comment, a docstring or another call does not count. */
 ddp_local_rank_arg_t ddp_pyscan_local_rank_option(const char *text, size_t len);
+
+/* Whether the script imports `module` (import module[.x] / from module[.x] import). */
+bool ddp_pyscan_imports(const char *text, size_t len, const char *module);
 
 #endif

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char script_path[1024];
@@ -157,6 +158,40 @@ static void test_local_rank_spellings(void **state)
     th_cleanup(&p);
 }
 
+/* The workers' python has no torch (here the real one without its site packages, -S):
+ * the report is followed by which interpreter ran them and how to pick another. A script
+ * that does not import torch, failing the same way, gets no such line. */
+static void test_python_without_torch_is_named(void **state)
+{
+    char wrapper_text[700];
+    snprintf(wrapper_text, sizeof wrapper_text, "#!/bin/sh\nexec '%s' -S \"$@\"\n", python());
+    const char *wrapper = write_script("python-nosite", wrapper_text);
+    char exec[1200];
+    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", wrapper);
+    assert_int_equal(chmod(wrapper, 0755), 0);
+    char wrapper_path[1100];
+    snprintf(wrapper_path, sizeof wrapper_path, "%s", wrapper);
+    const char *env[] = {exec, NULL};
+    const char *uses = write_script("uses_torch.py", "import torch\nprint(torch.__version__)\n");
+    const char *argv[] = {th_launcher(), uses, NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "No module named 'torch'") != NULL);
+    char want[1300];
+    snprintf(want, sizeof want,
+             "the workers' Python interpreter %s has no module named 'torch': set PYTHON_EXEC",
+             wrapper_path);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), want) != NULL);
+    th_cleanup(&p);
+    const char *other = write_script("fails.py", "import sys\nsys.exit(1)\n");
+    argv[1] = other;
+    th_run(&p, argv, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "has no module named 'torch'") == NULL);
+    th_cleanup(&p);
+}
+
 static int need_python(void **state)
 {
     const char *py = python();
@@ -174,6 +209,7 @@ int main(void)
         TH_TEST(test_python_module),
         TH_TEST(test_legacy_local_rank),
         TH_TEST(test_local_rank_spellings),
+        TH_TEST(test_python_without_torch_is_named),
     };
     return cmocka_run_group_tests(tests, need_python, NULL);
 }

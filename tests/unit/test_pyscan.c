@@ -58,11 +58,25 @@ static void test_mentions_are_not_definitions(void **state)
     assert_int_equal(scan(""), DDP_LOCAL_RANK_ARG_NONE);
 }
 
+static void test_imports(void **state)
+{
+    const char *yes[] = {"import torch\n", "import torch.distributed as dist\n",
+                         "from torch.nn.parallel import DistributedDataParallel as DDP\n",
+                         "import os\nfrom torch import nn\n"};
+    for (size_t i = 0; i < 4; i++)
+        assert_true(ddp_pyscan_imports(yes[i], strlen(yes[i]), "torch"));
+    const char *no[] = {"import torchvision\n", "# import torch\n", "print('import torch')\n",
+                        "x = torch\n"};
+    for (size_t i = 0; i < 4; i++)
+        assert_false(ddp_pyscan_imports(no[i], strlen(no[i]), "torch"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defined_options),
         cmocka_unit_test(test_mentions_are_not_definitions),
+        cmocka_unit_test(test_imports),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
