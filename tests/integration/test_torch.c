@@ -126,19 +126,28 @@ static void test_error_file_in_report(void **state)
     th_cleanup(&p);
 }
 
+/* A new directory holding FashionMNIST (which the trixie root sees too), or NULL with a
+ * line saying why not. */
+static char *fashion_data(void)
+{
+    char *dir = th_tmpdir(), cmd[2000];
+    snprintf(cmd, sizeof cmd, "cp /usr/share/datasets/fashion-mnist/*-ubyte.gz '%s'", dir);
+    if (system(cmd) == 0)
+        return dir;
+    printf("no FashionMNIST (apt-get install dataset-fashion-mnist): not trained\n");
+    th_rmtree(dir);
+    free(dir);
+    return NULL;
+}
+
 /* examples/torch/train_fashion.py, the course's DDP steps, trains for real on a subset of
  * FashionMNIST (copied into the test's directory, which the trixie root sees too),
  * checkpoints each epoch, and a second run resumes from the checkpoint. */
 static void test_train_fashion(void **state)
 {
-    char *dir = th_tmpdir(), cmd[2000], data[1100], ckpt[1100], path[1100];
-    snprintf(cmd, sizeof cmd, "cp /usr/share/datasets/fashion-mnist/*-ubyte.gz '%s'", dir);
-    if (system(cmd) != 0) {
-        printf("no FashionMNIST (apt-get install dataset-fashion-mnist): not trained\n");
-        th_rmtree(dir);
-        free(dir);
+    char *dir = fashion_data(), data[1100], ckpt[1100], path[1100];
+    if (dir == NULL)
         return;
-    }
     snprintf(data, sizeof data, "--data=%s", dir);
     snprintf(ckpt, sizeof ckpt, "--checkpoint=%s/fashion.pt", dir);
     snprintf(path, sizeof path, "%s/examples/torch/train_fashion.py", th_source_dir());
@@ -198,14 +207,9 @@ static void test_c_example_under_torchrun(void **state)
         printf("skipped: no C example (DDP_TEST_FASHION)\n");
         return;
     }
-    char *dir = th_tmpdir(), cmd[2000], data[1100], port[32];
-    snprintf(cmd, sizeof cmd, "cp /usr/share/datasets/fashion-mnist/*-ubyte.gz '%s'", dir);
-    if (system(cmd) != 0) {
-        printf("no FashionMNIST (apt-get install dataset-fashion-mnist): not trained\n");
-        th_rmtree(dir);
-        free(dir);
+    char *dir = fashion_data(), data[1100], port[32];
+    if (dir == NULL)
         return;
-    }
     snprintf(data, sizeof data, "--data=%s", dir);
     snprintf(port, sizeof port, "--master_port=%d", th_free_port());
     const char *argv[24] = {python_exec,     "-m", "torch.distributed.run",   "--nnodes=1",
