@@ -69,8 +69,6 @@ static int wait_fd(int fd, short events, double deadline)
 static int send_all(ddp_store_client_t *c, double deadline)
 {
     size_t done = 0;
-    if (c->fd < 0)
-        return DDP_ECLOSED; /* closed after a WAIT that could not be cancelled */
     while (done < c->out.len) {
         ssize_t w = send(c->fd, c->out.data + done, c->out.len - done, MSG_NOSIGNAL);
         if (w > 0) {
@@ -216,6 +214,20 @@ static bool reset_by_gen1(int err)
     return err == DDP_ECLOSED || err == -ECONNRESET || err == -EPIPE;
 }
 
+/* Tells options.on_slow, once, that connecting has failed for `waited` seconds. */
+static bool say_slow(const ddp_store_client_t *c, double waited, const char *why)
+{
+    char what[600];
+    if (c->options.on_slow == NULL)
+        return false;
+    snprintf(what, sizeof what,
+             "still unable to connect to the store at %s after %.0f s (%s); trying until %g s "
+             "have passed",
+             c->address, waited, why, c->options.connect_timeout);
+    c->options.on_slow(c->options.slow_ctx, what);
+    return true;
+}
+
 int ddp_store_client_connect(const char *host, int port, const ddp_store_client_options_t *options,
                              ddp_store_client_t **out, ddp_buf_t *errbuf)
 {
@@ -266,18 +278,9 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
         }
         c->gen = DDP_CODEC_GEN2; /* generation 1 failed too: start over next time */
         double now = ddp_clock_mono();
-        if (!said_slow && c->options.on_slow != NULL && now - start >= c->options.slow_after &&
-            now < deadline) {
-            char what[600];
-            said_slow = true;
-            snprintf(what, sizeof what,
-                     "still unable to connect to the store at %s after %.0f s (%s); trying until "
-                     "%g s have passed",
-                     c->address, now - start,
-                     err == DDP_EPARSE ? gai_strerror(gai) : ddp_strerror(err),
-                     c->options.connect_timeout);
-            c->options.on_slow(c->options.slow_ctx, what);
-        }
+        if (!said_slow && now - start >= c->options.slow_after && now < deadline)
+            said_slow =
+                say_slow(c, now - start, err == DDP_EPARSE ? gai_strerror(gai) : ddp_strerror(err));
         if (err == DDP_EPARSE || now >= deadline) {
             if (errbuf != NULL)
                 ddp_buf_printf(errbuf,

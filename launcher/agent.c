@@ -71,7 +71,6 @@ typedef struct ddp_worker_s {
     int local_rank, rank;
     pid_t pid; /* 0 before it is started */
     bool running;
-    bool forgotten; /* the guard no longer watches its group (it was empty when reaped) */
     char *prefix;
     char *error_file;
     ddp_stream_t *out, *err;
@@ -300,8 +299,7 @@ static void group_finished(ddp_agent_t *a)
         ddp_worker_t *w = &a->workers[i];
         if (w->pid <= 0)
             continue;
-        if (!w->forgotten)
-            (void)ddp_guard_forget(&a->guard, w->pid);
+        (void)ddp_guard_forget(&a->guard, w->pid); /* again if forgotten at reap: a no-op */
         worker_drain(w, true);
         free(w->prefix);
         free(w->error_file);
@@ -363,7 +361,7 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
      * forgets it now, not when the whole attempt ends (a group with members left is
      * forgotten then, after kill_leftovers; while it has members its number is taken). */
     if (kill(-w->pid, 0) != 0 && errno == ESRCH)
-        w->forgotten = ddp_guard_forget(&a->guard, w->pid) == 0;
+        (void)ddp_guard_forget(&a->guard, w->pid);
     /* What the worker printed before it died comes before what we say about it. */
     worker_drain(w, false);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
@@ -543,7 +541,6 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         goto out;
     }
     w->running = true;
-    w->forgotten = false;
     a->nrunning++;
     if (ddp_guard_check(&a->guard) != 0 && !a->guard_warned) {
         a->guard_warned = true;
@@ -847,7 +844,7 @@ static void say_if_torch_is_missing(ddp_agent_t *a, bool python)
     size_t len;
     if (!python || a->cfg->module || root->exitcode != 1 || root->message != NULL ||
         strchr(a->program, '\'') != NULL ||
-        ddp_read_file(a->cfg->script, (size_t)8 << 20, &text, &len) != 0)
+        ddp_read_file(a->cfg->script, DDP_PYSCAN_MAX, &text, &len) != 0)
         return;
     bool imports = ddp_pyscan_imports(text, len, "torch");
     free(text);

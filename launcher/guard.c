@@ -7,6 +7,7 @@
  * the pipe, whoever writes it. */
 #include "guard.h"
 
+#include "io.h"
 #include "logs.h"
 
 #include <errno.h>
@@ -41,8 +42,10 @@ static void close_others(int keep)
         close(null);
 }
 
-/* Never a -pgid: pids stay below 2^22. */
+/* Never a -pgid: pids stay below 2^22. Its path is shorter than DIR_MAX, so that the
+ * whole record fits one atomic write. */
 #define DIR_RECORD INT32_MIN
+#define DIR_MAX    (PIPE_BUF - 2 * sizeof(int32_t))
 
 static bool read_exact(int fd, void *out, size_t len)
 {
@@ -62,7 +65,7 @@ static bool read_exact(int fd, void *out, size_t len)
 static bool read_dir(int fd, char *dir)
 {
     int32_t len;
-    if (!read_exact(fd, &len, sizeof len) || len <= 0 || len >= PIPE_BUF - 8 ||
+    if (!read_exact(fd, &len, sizeof len) || len <= 0 || (size_t)len >= DIR_MAX ||
         !read_exact(fd, dir, (size_t)len))
         return false;
     dir[len] = '\0';
@@ -90,10 +93,7 @@ int ddp_guard_main(int fd)
     bool goodbye = false;
     for (;;) {
         int32_t rec;
-        ssize_t r = read(fd, &rec, sizeof rec);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r != (ssize_t)sizeof rec)
+        if (!read_exact(fd, &rec, sizeof rec))
             break; /* EOF or error: the launcher is gone */
         if (rec == 0) {
             goodbye = true;
@@ -181,16 +181,7 @@ int ddp_guard_start(ddp_guard_t *guard)
 /* One record, in one write (at most PIPE_BUF bytes: atomic). */
 static int send_bytes(ddp_guard_t *guard, const void *rec, size_t len)
 {
-    if (guard->fd < 0)
-        return -EPIPE;
-    for (;;) {
-        ssize_t w = write(guard->fd, rec, len);
-        if (w == (ssize_t)len)
-            return 0;
-        if (w < 0 && errno == EINTR)
-            continue;
-        return w < 0 ? -errno : -EIO;
-    }
+    return guard->fd < 0 ? -EPIPE : ddp_write_all(guard->fd, rec, len);
 }
 
 static int send_record(ddp_guard_t *guard, int32_t rec)
@@ -208,7 +199,7 @@ int ddp_guard_log_dir(ddp_guard_t *guard, const char *dir)
     size_t len = strlen(dir);
     char rec[PIPE_BUF];
     int32_t head[2] = {DIR_RECORD, (int32_t)len};
-    if (len == 0 || len >= PIPE_BUF - sizeof head)
+    if (len == 0 || len >= DIR_MAX)
         return -ENAMETOOLONG;
     memcpy(rec, head, sizeof head);
     memcpy(rec + sizeof head, dir, len);

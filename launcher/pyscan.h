@@ -12,6 +12,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* The most of a script the launcher reads to scan it (a larger one is not scanned). */
+#define DDP_PYSCAN_MAX ((size_t)8 << 20)
+
 /* The local rank option the script defines in an add_argument call: the first of
  * "--local_rank" (DDP_LOCAL_RANK_ARG_UNDERSCORE) and "--local-rank" (DASH) among the
  * call's string arguments, or DDP_LOCAL_RANK_ARG_NONE when no call defines either. A

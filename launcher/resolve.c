@@ -94,7 +94,7 @@ static void resolve_local_rank_arg(ddp_launch_config_t *cfg, const ddp_log_t *lo
         return;
     char *text = NULL;
     size_t len;
-    if (ddp_read_file(cfg->script, (size_t)8 << 20, &text, &len) != 0)
+    if (ddp_read_file(cfg->script, DDP_PYSCAN_MAX, &text, &len) != 0)
         return; /* python says why it cannot read it */
     ddp_local_rank_arg_t found = ddp_pyscan_local_rank_option(text, len);
     free(text);

@@ -258,14 +258,19 @@ static int put_ref(conn_t *c, ddp_store_value_t *value)
     return 0;
 }
 
-/* The write of everything collected: own bytes and references in order. */
-static write_req_t *take_replies(conn_t *c, uv_buf_t **bufs_out, unsigned *nbufs_out)
+/* The write of everything collected: own bytes and references in order, described in
+ * `local` (of `cap` entries) when they fit, else in an array to free. */
+static write_req_t *take_replies(conn_t *c, uv_buf_t *local, size_t cap, uv_buf_t **bufs_out,
+                                 unsigned *nbufs_out)
 {
     write_req_t *w = calloc(1, sizeof *w);
-    uv_buf_t *bufs = malloc((2 * c->nrefs + 1) * sizeof *bufs);
+    size_t need = 2 * c->nrefs + 1;
+    uv_buf_t *bufs = need <= cap ? local : malloc(need * sizeof *bufs);
     ddp_store_value_t **values = c->nrefs ? malloc(c->nrefs * sizeof *values) : NULL;
     if (w == NULL || bufs == NULL || (c->nrefs && values == NULL)) {
-        free(w), free(bufs), free(values);
+        free(w), free(values);
+        if (bufs != local)
+            free(bufs);
         return NULL;
     }
     unsigned n = 0;
@@ -298,9 +303,9 @@ static void flush(conn_t *c)
 {
     if (c->closing || (c->out.len == 0 && c->nrefs == 0))
         return;
-    uv_buf_t *bufs, *rest;
+    uv_buf_t local[8], *bufs, *rest;
     unsigned nbufs;
-    write_req_t *w = take_replies(c, &bufs, &nbufs);
+    write_req_t *w = take_replies(c, local, sizeof local / sizeof local[0], &bufs, &nbufs);
     if (w == NULL) {
         conn_close(c, "out of memory for a reply");
         return;
@@ -308,34 +313,30 @@ static void flush(conn_t *c)
     rest = bufs;
     /* Nothing queued before: write now, and queue only what the socket did not take
      * (libuv's queued writes arm and disarm write interest: a syscall each time). */
+    int err = 0;
     if (c->write_queued == 0) {
         int n = uv_try_write((uv_stream_t *)&c->tcp, bufs, nbufs);
         size_t sent = n > 0 ? (size_t)n : 0;
-        if (n < 0 && n != UV_EAGAIN) {
-            free(bufs);
-            write_req_free(w);
-            conn_close(c, "unable to write a reply: %s", uv_strerror(n));
-            return;
-        }
-        while (nbufs > 0 && sent >= rest->len) {
+        err = n < 0 && n != UV_EAGAIN ? n : 0;
+        while (err == 0 && nbufs > 0 && sent >= rest->len) {
             sent -= rest->len;
             rest++;
             nbufs--;
         }
-        if (nbufs == 0) {
-            free(bufs);
-            write_req_free(w);
-            return;
+        if (err == 0 && nbufs > 0) {
+            rest->base += sent;
+            rest->len -= sent;
         }
-        rest->base += sent;
-        rest->len -= sent;
         /* The rest is written and counted below; the counts cover the whole request. */
     }
-    int err = uv_write(&w->req, (uv_stream_t *)&c->tcp, rest, nbufs, on_written);
-    free(bufs); /* libuv keeps its own copy of the array */
-    if (err) {
-        write_req_free(w);
-        conn_close(c, "unable to write a reply: %s", uv_strerror(err));
+    if (err == 0 && nbufs > 0)
+        err = uv_write(&w->req, (uv_stream_t *)&c->tcp, rest, nbufs, on_written);
+    if (bufs != local)
+        free(bufs); /* libuv keeps its own copy of the array */
+    if (err != 0 || nbufs == 0) {
+        write_req_free(w); /* failed, or all written at once */
+        if (err)
+            conn_close(c, "unable to write a reply: %s", uv_strerror(err));
         return;
     }
     c->write_queued += w->total;
