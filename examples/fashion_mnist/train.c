@@ -272,6 +272,16 @@ static void grad_ready(void *ctx, int param)
     check(job, job->ddp, "reducer_ready", ddp_reducer_ready(job->reducer, param));
 }
 
+/* Dropout's generator at the start of an epoch: each rank its own masks, and a function
+ * of the epoch (as the sampler's order is), so a run resumed from the checkpoint of an
+ * epoch draws the masks an uninterrupted run drew: the checkpoint holds the generator by
+ * holding the epoch, whatever the world size of the resumed run. */
+static uint64_t dropout_generator(uint64_t seed, int rank, int epoch)
+{
+    return seed ^ 0x5DEECE66Dull ^ ((uint64_t)rank + 1) * 0x9E3779B97F4A7C15ull ^
+           ((uint64_t)epoch + 1) * 0xD1B54A32D192ED03ull;
+}
+
 /* What a checkpoint holds: where to resume, then the parameters, the momentum buffers
  * and the batch-norm statistics of rank 0. */
 typedef struct {
@@ -377,6 +387,9 @@ int main(int argc, char **argv)
     fm_dataset_t train, test;
     fm_model_t m;
     char why[8192];
+    /* Each line as it is printed: a pipe to the launcher would otherwise hold the first
+     * ones until a buffer fills. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (parse_args(argc, argv, &o) != 0)
         return 2;
     /* Run by hand, without a launcher: one worker. */
@@ -419,7 +432,6 @@ int main(int argc, char **argv)
         m.sync = all_sum;
         m.sync_ctx = job.syncbn;
     }
-    m.rng ^= (uint64_t)job.rank * 0x9E3779B97F4A7C15ull; /* each rank its own dropout */
     if (o.cuda && fm_gpu_new(&m, ddp_local_rank(job.ddp), &job.gpu, why, sizeof why) != 0) {
         fprintf(stderr, "fashion-mnist: rank %d: --device cuda: %s\n", job.rank, why);
         return 1;
@@ -460,6 +472,7 @@ int main(int argc, char **argv)
     int total_steps = 0;
     bool stop = false;
     for (int epoch = first_epoch; epoch < o.epochs && !stop; epoch++) {
+        m.rng = dropout_generator(o.seed, job.rank, epoch);
         check(&job, job.ddp, "sampler",
               ddp_sampler_indices(job.ddp, (size_t)n, &so, (uint64_t)epoch, indices, per_rank));
         double started = now(), loss_sum = 0, exposed = 0;
@@ -511,7 +524,6 @@ int main(int argc, char **argv)
                     printf("epoch %d/%d step %d/%d loss %.4f samples/s %.0f eta %d:%02d\n",
                            epoch + 1, o.epochs, step + 1, steps, mean[0] / mean[1], rate,
                            (int)eta / 60, (int)eta % 60);
-                fflush(stdout);
                 loss_sum = 0;
                 loss_steps = 0;
             }
