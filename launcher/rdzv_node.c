@@ -1,11 +1,13 @@
 /* What the rendezvous thread does (see rdzv.h): one launcher's phases of a multi-node job.
  *
  *   CONNECT --store reached, a coordinator there--> JOIN
- *   JOIN    --assign/<id>/<seq>: world--> RUN (START to the loop)
+ *   JOIN    --assign/<id>/<seq>: world, and our last workers have all ended--> RUN
+ *             (START to the loop)
  *           --assign: end--> END (FINISH; a latecomer to a finished job exits 0)
  *   RUN     --outcome: stop-failed | stop-reform--> STOP (STOP to the loop)
  *           --outcome: done | end--> END (FINISH)
- *   STOP    --our workers have all ended--> JOIN (the next round)
+ *   STOP    --said--> JOIN (the next round: the workers end while the round forms, so
+ *             a re-form takes the longer of their stop and the last call, not the sum)
  *   any     --the store lost, a deadline, the loop's quit or abort--> END
  *
  * In every phase the thread waits in the store for one key (its answer, or the round's
@@ -265,6 +267,23 @@ static int join_record(ddp_rdzv_t *r)
     return err;
 }
 
+/* Before a round starts here: the last round's workers have all ended (the loop posts
+ * it). False when this launcher ends instead. */
+static bool await_stopped(ddp_rdzv_t *r)
+{
+    bool ignored = true;
+    while (r->local_running) {
+        int rc = await_post(r);
+        if (rc < 0) {
+            store_lost(r);
+            return false;
+        }
+        if (!take_posts(r, -1, false, &ignored))
+            return false;
+    }
+    return true;
+}
+
 static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world)
 {
     const ddp_launch_config_t *cfg = r->cfg;
@@ -287,6 +306,8 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world)
                 return NODE_END;
             if (v.kind != DDP_RDZV_VERDICT_WORLD)
                 return finish(r, &v, true);
+            if (!await_stopped(r))
+                return NODE_END;
             *world = v.world;
             r->local_running = true;
             ddp_rdzv_command(r, DDP_RDZV_CMD_START, world, 0, NULL);
@@ -338,17 +359,9 @@ static node_phase_t node_run(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, ddp_r
     }
 }
 
-static node_phase_t node_stop(ddp_rdzv_t *r, const ddp_rdzv_world_t *world,
+static node_phase_t node_stop(const ddp_rdzv_t *r, const ddp_rdzv_world_t *world,
                               const ddp_rdzv_verdict_t *v)
 {
-    bool ignored = true;
-    while (r->local_running) {
-        int rc = await_post(r);
-        if (rc < 0)
-            return store_lost(r);
-        if (!take_posts(r, world->round, false, &ignored))
-            return NODE_END;
-    }
     if (v->kind == DDP_RDZV_VERDICT_STOP_FAILED)
         ddp_log_warn(r->log, "round %d failed (%s): restarting every node as round %d",
                      world->round, v->message, world->round + 1);

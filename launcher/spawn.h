@@ -1,7 +1,8 @@
 /* Starting one worker process: its own session and process group, a parent-death
  * signal, its standard streams, exec.
  *
- * Runs on the loop thread. fork() is safe because the launcher is single-threaded;
+ * Runs on the loop thread. The child shares the launcher's memory until it execs
+ * (clone with CLONE_VM | CLONE_VFORK, as posix_spawn; fork where that is refused);
  * signals are blocked around it so no handler of the launcher runs in the child.
  * Exits are observed by the agent (SIGCHLD, waitpid by pid), not here. */
 #ifndef DDP_LAUNCHER_SPAWN_H
@@ -27,13 +28,13 @@ typedef struct ddp_spawn_s {
  * only files without execute permission (or directories) were found. */
 int ddp_proc_find(const char *name, const char *path_env, char **out);
 
-/* Forks and execs. In the child: PR_SET_PDEATHSIG=SIGKILL (so the worker dies with
+/* Starts a child and execs. In the child: PR_SET_PDEATHSIG=SIGKILL (so the worker dies with
  * the launcher), setsid() (its own process group, led by its pid), the group written
  * to the orphan guard's pipe (so the guard knows it before any program of the group
  * runs, even when the launcher dies before fork returns; a guard that is gone does not
  * stop the start), default signal dispositions and an empty mask, the standard streams. If exec
  * fails, the child writes why to its stderr and exits 127 (not found) or 126. Returns 0 and the
- * pid, or -errno when fork fails. */
+ * pid, or -errno when the child cannot be made. */
 int ddp_proc_spawn(const ddp_spawn_t *spec, pid_t *pid);
 
 /* Sends `sig` to the process group led by `pid`, or to `pid` alone if it has not
