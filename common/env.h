@@ -6,40 +6,45 @@
 #ifndef DDP_COMMON_ENV_H
 #define DDP_COMMON_ENV_H
 
-#define DDP_ENV_MAP(X)                                                                        \
-    /* The worker environment: written by the launcher (torchrun's contract). */              \
-    X(LOCAL_RANK, NULL, "rank of the worker among the workers of its node")                   \
-    X(RANK, NULL, "global rank of the worker")                                                \
-    X(GROUP_RANK, NULL, "rank of the worker's node (its agent) in this round")                \
-    X(GROUP_WORLD_SIZE, NULL, "number of nodes in this round")                                \
-    X(ROLE_RANK, NULL, "rank of the worker among the workers of its role")                    \
-    X(ROLE_WORLD_SIZE, NULL, "number of workers of the worker's role")                        \
-    X(ROLE_NAME, NULL, "the --role of the workers")                                           \
-    X(LOCAL_WORLD_SIZE, NULL, "number of workers on the worker's node")                       \
-    X(WORLD_SIZE, NULL, "number of workers in the job")                                       \
-    X(MASTER_ADDR, NULL, "host of the rendezvous store")                                      \
-    X(MASTER_PORT, NULL, "port of the rendezvous store")                                      \
-    X(TORCHELASTIC_USE_AGENT_STORE, NULL, "True when the launcher hosts the store")           \
-    X(TORCHELASTIC_RESTART_COUNT, NULL, "attempt number of the worker group, from 0")         \
-    X(TORCHELASTIC_MAX_RESTARTS, NULL, "the --max-restarts of the job")                       \
-    X(TORCHELASTIC_RUN_ID, NULL, "the --rdzv-id of the job")                                  \
-    X(TORCHELASTIC_ERROR_FILE, NULL, "where a failing worker writes its error.json")          \
-    X(TORCH_NCCL_ASYNC_ERROR_HANDLING, "1", "NCCL async error handling in torch >= 2.2")      \
-    X(NCCL_ASYNC_ERROR_HANDLING, "1", "NCCL async error handling in torch < 2.2")             \
-    X(OMP_NUM_THREADS, "1", "OpenMP threads per worker; set to 1 when unset and nproc > 1")   \
-    /* Read by the launcher. */                                                               \
-    X(PYTHON_EXEC, "python3", "interpreter that runs Python training scripts (with -u)")      \
-    X(TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, NULL,                                            \
-      "prefix of tee'd console lines: ${rank}, ${local_rank}, ${role_name}")                  \
-    X(DDP_LAUNCH_LOG_LEVEL, "info", "verbosity of ddp-launch: error, warning, info or debug") \
-    X(TMPDIR, "/tmp", "where the default --log-dir is created")                               \
-    X(PATH, "/usr/local/bin:/usr/bin:/bin", "where worker programs are looked up")            \
-    X(SLURM_NNODES, NULL, "Slurm: --nnodes where neither the flag nor PET_NNODES gives it")   \
-    X(SLURM_NODEID, NULL, "Slurm: --node-rank where neither the flag nor PET_ gives it")      \
-    X(SLURM_JOB_NODELIST, NULL, "Slurm: its first host is --master-addr where none is given") \
-    /* Read by libddp. */                                                                     \
-    X(DDP_TIMEOUT, "300", "libddp: seconds for init and for each collective")                 \
-    X(DDP_SHM, "1", "libddp: 0 keeps a one-host ring on TCP instead of shared memory")        \
+#define DDP_ENV_MAP(X)                                                                          \
+    /* The worker environment: written by the launcher (torchrun's contract). */                \
+    X(LOCAL_RANK, NULL, "rank of the worker among the workers of its node")                     \
+    X(RANK, NULL, "global rank of the worker")                                                  \
+    X(GROUP_RANK, NULL, "rank of the worker's node (its agent) in this round")                  \
+    X(GROUP_WORLD_SIZE, NULL, "number of nodes in this round")                                  \
+    X(ROLE_RANK, NULL, "rank of the worker among the workers of its role")                      \
+    X(ROLE_WORLD_SIZE, NULL, "number of workers of the worker's role")                          \
+    X(ROLE_NAME, NULL, "the --role of the workers")                                             \
+    X(LOCAL_WORLD_SIZE, NULL, "number of workers on the worker's node")                         \
+    X(WORLD_SIZE, NULL, "number of workers in the job")                                         \
+    X(MASTER_ADDR, NULL, "host of the rendezvous store")                                        \
+    X(MASTER_PORT, NULL, "port of the rendezvous store")                                        \
+    X(TORCHELASTIC_USE_AGENT_STORE, NULL, "True when the launcher hosts the store")             \
+    X(TORCHELASTIC_RESTART_COUNT, NULL, "attempt number of the worker group, from 0")           \
+    X(TORCHELASTIC_MAX_RESTARTS, NULL, "the --max-restarts of the job")                         \
+    X(TORCHELASTIC_RUN_ID, NULL, "the --rdzv-id of the job")                                    \
+    X(TORCHELASTIC_ERROR_FILE, NULL, "where a failing worker writes its error.json")            \
+    X(TORCH_NCCL_ASYNC_ERROR_HANDLING, "1", "NCCL async error handling in torch >= 2.2")        \
+    X(NCCL_ASYNC_ERROR_HANDLING, "1", "NCCL async error handling in torch < 2.2")               \
+    X(OMP_NUM_THREADS, "1", "OpenMP threads per worker; set to 1 when unset and nproc > 1")     \
+    /* Read by the launcher. */                                                                 \
+    X(PYTHON_EXEC, "python3", "interpreter that runs Python training scripts (with -u)")        \
+    X(TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, NULL,                                              \
+      "prefix of tee'd console lines: ${rank}, ${local_rank}, ${role_name}")                    \
+    X(DDP_LAUNCH_LOG_LEVEL, "info", "verbosity of ddp-launch: error, warning, info or debug")   \
+    X(TMPDIR, "/tmp", "where the default --log-dir is created")                                 \
+    X(PATH, "/usr/local/bin:/usr/bin:/bin", "where worker programs are looked up")              \
+    X(SLURM_NNODES, NULL, "Slurm: --nnodes where neither the flag nor PET_NNODES gives it")     \
+    X(SLURM_NODEID, NULL, "Slurm: --node-rank where neither the flag nor PET_ gives it")        \
+    X(SLURM_JOB_NODELIST, NULL, "Slurm: its first host is --master-addr where none is given")   \
+    X(SLURM_STEP_NODELIST, NULL, "Slurm: in a step, its first host is --master-addr")           \
+    X(SLURM_JOB_ID, NULL, "Slurm: the job's store port (--master-port) where none is given")    \
+    X(SLURM_STEP_ID, NULL, "Slurm: set in a step (srun); unset, the launcher runs srun")        \
+    X(SLURM_JOB_NUM_NODES, NULL, "Slurm: the allocation's nodes, one launcher each")            \
+    X(SLURM_STEP_TASKS_PER_NODE, NULL, "Slurm: a step of more than one task a node is refused") \
+    /* Read by libddp. */                                                                       \
+    X(DDP_TIMEOUT, "300", "libddp: seconds for init and for each collective")                   \
+    X(DDP_SHM, "1", "libddp: 0 keeps a one-host ring on TCP instead of shared memory")          \
     X(DDP_BACKEND, "auto", "libddp: cpu, nccl or auto, where the program's options say auto")
 
 typedef enum {

@@ -796,10 +796,42 @@ static int flag_index(const char *name)
     return -1;
 }
 
-/* Inside a Slurm job, what neither a flag nor a PET_ variable gave: --nnodes from
- * SLURM_NNODES, --node-rank from SLURM_NODEID, --master-addr from the first host of
- * SLURM_JOB_NODELIST (expanded as Slurm does). Not with --standalone, one node by its
- * definition. `host` holds the first host while the values are applied. */
+/* Whether this launcher runs in a Slurm allocation but outside any step (sbatch's
+ * script, salloc's shell), where Slurm's variables describe the allocation, not a place
+ * in a step. A hand-set environment without SLURM_JOB_ID counts as a step. */
+static bool slurm_outside_step(char *const *envp)
+{
+    const char *job = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_JOB_ID)),
+               *step = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_STEP_ID));
+    return job != NULL && *job != '\0' && (step == NULL || *step == '\0');
+}
+
+/* A step of more than one task on this node would start that many launchers, each with
+ * all its workers, as the same node. */
+static int slurm_one_task(char *const *envp, ddp_buf_t *err)
+{
+    const char *name = ddp_env_name(DDP_ENV_SLURM_STEP_TASKS_PER_NODE);
+    const char *spec = ddp_env_lookup(envp, name),
+               *node = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_NODEID));
+    int tasks = 1;
+    ddp_buf_t why = DDP_BUF_INIT;
+    if (spec == NULL || *spec == '\0' || node == NULL ||
+        ddp_slurm_tasks_on_node(spec, atoi(node), &tasks, &why) != 0 || tasks <= 1) {
+        ddp_buf_free(&why); /* unreadable counts: Slurm's business, not a reason to stop */
+        return 0;
+    }
+    return usage(err, name,
+                 "%s: srun started %d tasks on this node, but ddp-launch runs once per node and "
+                 "starts --nproc-per-node workers itself: use srun --ntasks-per-node=1",
+                 spec, tasks);
+}
+
+/* Inside a Slurm job step, what neither a flag nor a PET_ variable gave: --nnodes from
+ * SLURM_NNODES (the step's), --node-rank from SLURM_NODEID, --master-addr from the first
+ * host of SLURM_STEP_NODELIST (of SLURM_JOB_NODELIST where there is none). Not with
+ * --standalone, one node by its definition, nor outside a step, where the launcher starts
+ * itself on every node (fanout.h). `host` holds the first host while the values are
+ * applied. */
 static int slurm_defaults(raw_value_t *raw, char *const *envp, char *host, size_t cap,
                           const ddp_log_t *log, ddp_buf_t *err)
 {
@@ -809,31 +841,58 @@ static int slurm_defaults(raw_value_t *raw, char *const *envp, char *host, size_
     } from[] = {
         {"nnodes", DDP_ENV_SLURM_NNODES},
         {"node-rank", DDP_ENV_SLURM_NODEID},
+        {"master-addr", DDP_ENV_SLURM_STEP_NODELIST},
         {"master-addr", DDP_ENV_SLURM_JOB_NODELIST},
     };
-    if (raw[flag_index("standalone")].set)
+    if (raw[flag_index("standalone")].set || slurm_outside_step(envp))
         return 0;
-    for (size_t i = 0; i < sizeof from / sizeof from[0]; i++) {
+    int rc = slurm_one_task(envp, err);
+    for (size_t i = 0; i < sizeof from / sizeof from[0] && rc == 0; i++) {
         raw_value_t *slot = &raw[flag_index(from[i].flag)];
         const char *name = ddp_env_name(from[i].var), *value = ddp_env_lookup(envp, name);
         if (slot->set || value == NULL || *value == '\0')
             continue;
-        if (from[i].var == DDP_ENV_SLURM_JOB_NODELIST) {
+        if (from[i].var == DDP_ENV_SLURM_JOB_NODELIST ||
+            from[i].var == DDP_ENV_SLURM_STEP_NODELIST) {
             ddp_buf_t why = DDP_BUF_INIT;
-            int rc = ddp_slurm_first_host(value, host, cap, &why);
-            if (rc != 0) {
+            if (ddp_slurm_first_host(value, host, cap, &why) != 0)
                 rc = usage(err, name, "%s", ddp_buf_str(&why));
-                ddp_buf_free(&why);
-                return rc;
-            }
+            ddp_buf_free(&why);
             value = host;
         }
         slot->value = value;
-        slot->set = true;
+        slot->set = rc == 0;
         snprintf(slot->origin, sizeof slot->origin, "%s", name);
-        ddp_log_info(log, "--%s=%s from %s", from[i].flag, value, name);
+        if (rc == 0)
+            ddp_log_info(log, "--%s=%s from %s", from[i].flag, value, name);
     }
-    return 0;
+    return rc;
+}
+
+/* After the flags: a multi-node job of a Slurm allocation whose store port nobody gave
+ * gets its job's own (slurm.h), and an allocation of more than one node outside any step,
+ * without --nnodes or --node-rank, is started on every node through srun. */
+static void slurm_after(ddp_launch_config_t *cfg, const raw_value_t *raw, char *const *envp,
+                        const ddp_log_t *log)
+{
+    const char *job = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_JOB_ID)),
+               *nodes = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_JOB_NUM_NODES));
+    if (cfg->standalone || job == NULL)
+        return;
+    if (slurm_outside_step(envp) && !raw[flag_index("nnodes")].set &&
+        !raw[flag_index("node-rank")].set && nodes != NULL && atoi(nodes) > 1) {
+        cfg->slurm_fanout = atoi(nodes);
+        return;
+    }
+    int port = ddp_slurm_port(job);
+    if (raw[flag_index("master-port")].set || port < 0 || cfg->nnodes_max <= 1 ||
+        cfg->rdzv_backend != DDP_RDZV_STATIC)
+        return;
+    cfg->master_port = port;
+    ddp_log_info(log,
+                 "--master-port=%d from SLURM_JOB_ID=%s (%d + the job id modulo %d: one port "
+                 "a job)",
+                 port, job, DDP_SLURM_PORT_BASE, DDP_SLURM_PORT_SPAN);
 }
 
 static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
@@ -957,6 +1016,7 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
         return 0;
     cfg->master_port_given = raw[flag_index("master-port")].set;
     cfg->local_rank_arg_given = raw[flag_index("local-rank-arg")].set;
+    slurm_after(cfg, raw, envp, log);
     if ((rc = check_combinations(cfg, err)) != 0)
         goto fail;
     const char *python = ddp_env_lookup(envp, "PYTHON_EXEC");

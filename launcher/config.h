@@ -76,6 +76,8 @@ typedef struct ddp_launch_config_s {
     char master_addr[DDP_HOST_MAX];
     int master_port;
     bool master_port_given; /* by --master-port, PET_MASTER_PORT or the c10d endpoint */
+    int slurm_fanout;       /* > 0: in a Slurm allocation of this many nodes, outside a step: this
+                               launcher starts one per node through srun (fanout.h) */
     ddp_rdzv_backend_t rdzv_backend;
     bool rdzv_endpoint_set;
     char rdzv_endpoint_host[DDP_HOST_MAX];

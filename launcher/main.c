@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "resolve.h"
 #include "dry_run.h"
+#include "fanout.h"
 #include "env.h"
 #include "error.h"
 #include "guard.h"
@@ -51,6 +52,10 @@ int main(int argc, char **argv)
     if (cfg.version) {
         ddp_cli_print_version(1);
         exit_code = DDP_EXIT_OK;
+        goto out;
+    }
+    if (cfg.slurm_fanout > 0) {
+        exit_code = ddp_fanout_slurm(&cfg, argc, argv, environ, 1, &log);
         goto out;
     }
     if ((rc = ddp_resolve_config(&cfg, &log, &err)) != 0) {

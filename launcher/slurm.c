@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_HOSTS 1000000
@@ -173,4 +174,53 @@ int ddp_slurm_first_host(const char *list, char *out, size_t cap, ddp_buf_t *why
         return DDP_EPARSE;
     }
     return err;
+}
+
+int ddp_slurm_tasks_on_node(const char *spec, int node, int *count, ddp_buf_t *why)
+{
+    const char *p = spec, *end;
+    long first = 0; /* the first node of the current entry */
+    int found = -1;
+    if (spec == NULL || *spec == '\0' || node < 0) {
+        ddp_buf_puts(why, "no task counts");
+        return DDP_EPARSE;
+    }
+    end = spec + strlen(spec);
+    /* Every entry is read, so that a malformed list is one whatever the node. */
+    for (;;) {
+        long tasks, repeat = 1;
+        int width;
+        if (!number(&p, end, &tasks, &width))
+            goto bad;
+        if (*p == '(') {
+            p++;
+            if (*p++ != 'x' || !number(&p, end, &repeat, &width) || *p++ != ')' || repeat < 1)
+                goto bad;
+        }
+        if (found < 0 && node < first + repeat)
+            found = (int)tasks;
+        first += repeat;
+        if (*p == '\0')
+            break;
+        if (*p++ != ',')
+            goto bad;
+    }
+    if (found >= 0) {
+        *count = found;
+        return 0;
+    }
+    ddp_buf_printf(why, "'%s' counts tasks for %ld node(s), not node %d", spec, first, node);
+    return DDP_EPARSE;
+bad:
+    ddp_buf_printf(why, "'%s' is not a list of task counts like 2(x3),1", spec);
+    return DDP_EPARSE;
+}
+
+int ddp_slurm_port(const char *job_id)
+{
+    char *end;
+    unsigned long long id = strtoull(job_id, &end, 10);
+    if (*job_id == '\0' || *end != '\0')
+        return -1;
+    return (int)(DDP_SLURM_PORT_BASE + id % DDP_SLURM_PORT_SPAN);
 }

@@ -1,6 +1,5 @@
-/* Slurm's environment: its host lists ("node[01-04,07]") and what a job step tells
- * ddp-launch when no flag does (SLURM_NNODES, SLURM_NODEID, the first host of
- * SLURM_JOB_NODELIST). Pure. */
+/* Slurm's environment: its host lists ("node[01-04,07]"), its task counts per node, and
+ * the store's port of a job. Pure. */
 #ifndef DDP_LAUNCHER_SLURM_H
 #define DDP_LAUNCHER_SLURM_H
 
@@ -19,5 +18,18 @@ int ddp_slurm_hostlist_each(const char *list, int (*emit)(void *ctx, const char 
 
 /* The first host of `list` into out[cap]. 0, or DDP_EINVAL with the reason in `why`. */
 int ddp_slurm_first_host(const char *list, char *out, size_t cap, ddp_buf_t *why);
+
+/* The number of tasks on node `node` (0-based) of a step, from Slurm's compressed counts
+ * (SLURM_STEP_TASKS_PER_NODE: "2(x3),1" is 2, 2, 2, 1). 0, or DDP_EPARSE with the reason
+ * in `why`. */
+int ddp_slurm_tasks_on_node(const char *spec, int node, int *count, ddp_buf_t *why);
+
+/* The store's port of a multi-node job inside Slurm when none is given: one per job
+ * (DDP_SLURM_PORT_BASE + SLURM_JOB_ID mod DDP_SLURM_PORT_SPAN, below Linux's ephemeral
+ * ports and 29500), the same on every node, so two jobs sharing a node do not meet. -1
+ * when `job_id` is not a number. */
+#define DDP_SLURM_PORT_BASE 10000
+#define DDP_SLURM_PORT_SPAN 19000
+int ddp_slurm_port(const char *job_id);
 
 #endif

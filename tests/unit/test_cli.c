@@ -431,6 +431,62 @@ static void test_slurm_environment(void **state)
     done(&p);
 }
 
+/* A real step: the step's node list names the store's host; more than one task on this
+ * node is refused; the job's id gives the port of a multi-node job (not of one node, not
+ * over a given port). */
+static void test_slurm_step(void **state)
+{
+    const char *step = "SLURM_JOB_ID=77 SLURM_STEP_ID=0 SLURM_NNODES=2 SLURM_NODEID=1 "
+                       "SLURM_JOB_NODELIST=n[0-2] SLURM_STEP_NODELIST=n[1-2] "
+                       "SLURM_STEP_TASKS_PER_NODE=1(x2)";
+    static const good_case_t addr = {"master-addr", NULL, "n1"};
+    expect_field("t.py", step, &addr);
+    static const good_case_t port = {"master-port", NULL, "10077"};
+    expect_field("t.py", step, &port);
+    static const good_case_t given = {"master-port", NULL, "29400"};
+    expect_field("--master-port=29400 t.py", step, &given);
+    static const good_case_t one = {"master-port", NULL, "29500"};
+    expect_field("t.py", "SLURM_JOB_ID=77 SLURM_STEP_ID=0 SLURM_NNODES=1 SLURM_NODEID=0", &one);
+    parse_t p;
+    parse(&p, "t.py",
+          "SLURM_JOB_ID=77 SLURM_STEP_ID=0 SLURM_NNODES=2 SLURM_NODEID=1 "
+          "SLURM_STEP_TASKS_PER_NODE=1,2");
+    assert_int_equal(p.rc, DDP_EUSAGE);
+    assert_non_null(strstr(ddp_buf_str(&p.err), "srun started 2 tasks on this node"));
+    done(&p);
+    parse(&p, "t.py", step);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.slurm_fanout, 0);
+    done(&p);
+}
+
+/* In an allocation outside a step (sbatch's script): no place from Slurm's variables,
+ * which describe the allocation; one launcher a node through srun instead, unless the
+ * node flags are given or the allocation is one node. */
+static void test_slurm_allocation(void **state)
+{
+    const char *batch = "SLURM_JOB_ID=9 SLURM_JOB_NUM_NODES=3 SLURM_NNODES=3 SLURM_NODEID=0 "
+                        "SLURM_JOB_NODELIST=n[0-2]";
+    parse_t p;
+    parse(&p, "--nproc-per-node=2 t.py", batch);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.slurm_fanout, 3);
+    assert_int_equal(p.cfg.nnodes_max, 1);
+    done(&p);
+    parse(&p, "--nnodes=1 t.py", batch);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.slurm_fanout, 0);
+    done(&p);
+    parse(&p, "t.py", "SLURM_JOB_ID=9 SLURM_JOB_NUM_NODES=1 SLURM_NNODES=1");
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.slurm_fanout, 0);
+    done(&p);
+    parse(&p, "--standalone t.py", batch);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.slurm_fanout, 0);
+    done(&p);
+}
+
 static void test_script_and_its_arguments_untouched(void **state)
 {
     parse_t p;
@@ -680,6 +736,8 @@ int main(void)
         cmocka_unit_test(test_prefixes),
         cmocka_unit_test(test_command_line_beats_pet),
         cmocka_unit_test(test_slurm_environment),
+        cmocka_unit_test(test_slurm_step),
+        cmocka_unit_test(test_slurm_allocation),
         cmocka_unit_test(test_elastic_nodes),
         cmocka_unit_test(test_script_and_its_arguments_untouched),
         cmocka_unit_test(test_help_and_version_act_at_once),

@@ -8,6 +8,7 @@
 #include "error.h"
 #include "slurm.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static int collect(void *ctx, const char *host)
@@ -85,12 +86,56 @@ static void test_first_host_and_early_stop(void **state)
     ddp_buf_free(&why);
 }
 
+/* Slurm's compressed task counts: "2(x3),1" is 2, 2, 2, 1. */
+static void test_tasks_on_node(void **state)
+{
+    int count = -1;
+    ddp_buf_t why = DDP_BUF_INIT;
+    static const struct {
+        const char *spec;
+        int node, count;
+    } good[] = {{"1", 0, 1},     {"1(x3)", 2, 1},       {"2(x3),1", 2, 2}, {"2(x3),1", 3, 1},
+                {"1,4,1", 1, 4}, {"3(x2),1(x2)", 3, 1}, {"16", 0, 16}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        assert_int_equal(ddp_slurm_tasks_on_node(good[i].spec, good[i].node, &count, &why), 0);
+        assert_int_equal(count, good[i].count);
+    }
+    static const char *const bad[] = {"", "x", "2(x", "2(3)", "2(x0)", "2,", "2(x3)1", "-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ddp_buf_clear(&why);
+        assert_int_equal(ddp_slurm_tasks_on_node(bad[i], 0, &count, &why), DDP_EPARSE);
+        assert_true(why.len > 0);
+    }
+    ddp_buf_clear(&why);
+    assert_int_equal(ddp_slurm_tasks_on_node("2(x3)", 3, &count, &why), DDP_EPARSE);
+    assert_non_null(strstr(ddp_buf_str(&why), "for 3 node(s), not node 3"));
+    ddp_buf_free(&why);
+}
+
+/* One port a job, the same wherever computed, never 29500 nor an ephemeral one. */
+static void test_port_of_a_job(void **state)
+{
+    assert_int_equal(ddp_slurm_port("12"), DDP_SLURM_PORT_BASE + 12);
+    assert_int_equal(ddp_slurm_port("19012"), DDP_SLURM_PORT_BASE + 12);
+    assert_int_not_equal(ddp_slurm_port("13"), ddp_slurm_port("12"));
+    for (unsigned long id = 0; id < 100000; id += 7) {
+        char text[32];
+        snprintf(text, sizeof text, "%lu", id);
+        int port = ddp_slurm_port(text);
+        assert_true(port >= 10000 && port < 29000);
+    }
+    assert_int_equal(ddp_slurm_port(""), -1);
+    assert_int_equal(ddp_slurm_port("12_3"), -1); /* an array job's id is not one number */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expands_as_slurm),
         cmocka_unit_test(test_rejects_bad_lists),
         cmocka_unit_test(test_first_host_and_early_stop),
+        cmocka_unit_test(test_tasks_on_node),
+        cmocka_unit_test(test_port_of_a_job),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,337 @@
+/* Multi-node jobs under a real Slurm (Debian's slurmctld, slurmd and munge): a cluster of
+ * three nodes, each a network namespace with its own hostname, that
+ * tests/support/slurm-cluster brings up for these tests and removes after them. Under
+ * srun nothing is typed but the per-node command; in an allocation, one ddp-launch
+ * starts the job on every node through srun. Skipped (77) where namespaces or the
+ * packages are missing. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define NODES        3
+#define FASHION_DATA "/usr/share/datasets/fashion-mnist"
+
+static struct {
+    char dir[512];    /* the cluster's state */
+    char script[512]; /* tests/support/slurm-cluster */
+    char conf[600];   /* SLURM_CONF=... */
+    char tag[32];     /* its namespaces are dds<tag>n<i> */
+} cluster;
+
+static void run_script(const char *args, char *out, size_t cap)
+{
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "'%s' %s", cluster.script, args);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t len = fread(out, 1, cap - 1, f);
+    out[len] = '\0';
+    int status = pclose(f);
+    if (status != 0)
+        fail_msg("%s failed (%d): %s", cmd, status, out);
+}
+
+/* The value of `name=` among the lines of `text`, into out[cap]. */
+static void line_value(const char *text, const char *name, char *out, size_t cap)
+{
+    const char *at = strstr(text, name);
+    if (at == NULL)
+        fail_msg("slurm-cluster printed no %s: %s", name, text);
+    at += strlen(name);
+    size_t len = strcspn(at, "\n");
+    snprintf(out, cap, "%.*s", (int)(len < cap ? len : cap - 1), at);
+}
+
+static int cluster_up(void **state)
+{
+    (void)state;
+    char out[4096];
+    const char *base = getenv("TMPDIR");
+    snprintf(cluster.script, sizeof cluster.script, "%s/tests/support/slurm-cluster",
+             th_source_dir());
+    snprintf(cluster.dir, sizeof cluster.dir, "%s/ddp-slurm-%d", base && *base ? base : "/tmp",
+             (int)getpid());
+    char args[700];
+    snprintf(args, sizeof args, "up '%s' %d", cluster.dir, NODES);
+    run_script(args, out, sizeof out);
+    line_value(out, "SLURM_CONF=", cluster.conf + strlen("SLURM_CONF="),
+               sizeof cluster.conf - strlen("SLURM_CONF="));
+    memcpy(cluster.conf, "SLURM_CONF=", strlen("SLURM_CONF="));
+    line_value(out, "DDP_SLURM_TAG=", cluster.tag, sizeof cluster.tag);
+    printf("a Slurm cluster of %d nodes: %s\n", NODES, cluster.conf);
+    return 0;
+}
+
+static int cluster_down(void **state)
+{
+    (void)state;
+    char out[4096], args[700];
+    snprintf(args, sizeof args, "down '%s'", cluster.dir);
+    run_script(args, out, sizeof out);
+    return 0;
+}
+
+/* The environment of srun and sbatch: the cluster's configuration, no port of the
+ * integration tests' (PET_MASTER_PORT=0 would ask every node for a free port of its own),
+ * PyTorch's python for Python workers. */
+static const char *const *job_env(void)
+{
+    static const char *env[4];
+    env[0] = cluster.conf;
+    env[1] = "PET_MASTER_PORT";
+    env[2] = "PYTHON_EXEC=/usr/bin/python3";
+    env[3] = NULL;
+    return env;
+}
+
+/* `srun -N3 --ntasks-per-node=1 ddp-launch ARGS...` (args: at most 12). */
+static void srun_launchers(th_proc_t *p, const char *const *args, double timeout)
+{
+    const char *argv[24] = {"/usr/bin/srun", "--nodes=3", "--ntasks-per-node=1", "--time=5",
+                            th_launcher()};
+    for (int i = 0; i < 12 && args[i] != NULL; i++)
+        argv[5 + i] = args[i];
+    th_run(p, argv, job_env(), timeout);
+}
+
+/* Writes a batch script of `body` to DIR/job.sh, submits it with `sbatch -N3 --wait`,
+ * and returns its output (the caller frees). */
+static char *sbatch(const char *body, int *status)
+{
+    char *dir = th_tmpdir(), script[700], output[700], flag[720];
+    snprintf(script, sizeof script, "%s/job.sh", dir);
+    snprintf(output, sizeof output, "%s/job.out", dir);
+    snprintf(flag, sizeof flag, "--output=%s", output);
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\n%s\n", body);
+    fclose(f);
+    chmod(script, 0755);
+    const char *argv[] = {"/usr/bin/sbatch", "--nodes=3", "--wait", "--time=5", flag, script, NULL};
+    th_proc_t p;
+    th_run(&p, argv, job_env(), 300);
+    *status = th_status(&p);
+    th_cleanup(&p);
+    f = fopen(output, "r");
+    char *text = calloc(1, 1 << 20);
+    assert_non_null(text);
+    if (f != NULL) {
+        size_t len = fread(text, 1, (1 << 20) - 1, f);
+        text[len] = '\0';
+        fclose(f);
+    }
+    th_rmtree(dir);
+    free(dir);
+    return text;
+}
+
+static void assert_hellos(const char *out, int world, const char *const *hosts)
+{
+    char line[128];
+    for (int r = 0; r < world; r++) {
+        snprintf(line, sizeof line, "hello from rank %d of %d (", r, world);
+        if (strstr(out, line) == NULL)
+            fail_msg("no '%s' in:\n%s", line, out);
+    }
+    for (int i = 0; hosts[i] != NULL; i++) {
+        snprintf(line, sizeof line, " on %s, pid", hosts[i]);
+        if (strstr(out, line) == NULL)
+            fail_msg("no rank ran on %s:\n%s", hosts[i], out);
+    }
+}
+
+/* Under srun, each launcher finds its place from Slurm's variables: 6 ranks on n0..n2,
+ * the store on the first node at the job's own port. */
+static void test_srun_forms_the_job(void **state)
+{
+    const char *args[] = {"--nproc-per-node=2", "--no-python", getenv("DDP_TEST_HELLO"), NULL};
+    th_proc_t p;
+    srun_launchers(&p, args, 120);
+    const char *out = ddp_buf_str(&p.out), *err = ddp_buf_str(&p.err);
+    const char *hosts[] = {"n0", "n1", "n2", NULL};
+    TH_ASSERT(&p, th_status(&p) == 0);
+    assert_hellos(out, 6, hosts);
+    TH_ASSERT(&p, th_count(err, "--master-addr=n0 from SLURM_STEP_NODELIST") == 3);
+    TH_ASSERT(&p, th_count(err, " from SLURM_JOB_ID=") == 3);
+    th_cleanup(&p);
+}
+
+/* The C example trains on 3 nodes of 2 workers. */
+static void test_srun_c_example_trains(void **state)
+{
+    const char *fashion = getenv("DDP_TEST_FASHION");
+    if (fashion == NULL || *fashion == '\0' || access(FASHION_DATA, R_OK) != 0) {
+        printf("no FashionMNIST example or data here: skipped\n");
+        return;
+    }
+    const char *args[] = {"--nproc-per-node=2", "--no-python",       fashion, "--model=mlp",
+                          "--max-steps=30",     "--limit-test=1200", NULL};
+    th_proc_t p;
+    srun_launchers(&p, args, 300);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out, "training MLP on 60000 samples, 6 worker(s) x batch 64") != NULL);
+    TH_ASSERT(&p, strstr(out, "test accuracy ") != NULL);
+    th_cleanup(&p);
+}
+
+/* PyTorch's gloo across the 3 nodes: every rank sees the sum of 1..6. */
+static void test_srun_pytorch_gloo(void **state)
+{
+    char script[600];
+    snprintf(script, sizeof script, "%s/tests/python/gloo_allreduce.py", th_source_dir());
+    const char *probe[] = {"/usr/bin/python3", "-c", "import torch", NULL};
+    th_proc_t p;
+    th_run(&p, probe, NULL, 120);
+    bool torch = th_status(&p) == 0;
+    th_cleanup(&p);
+    if (!torch) {
+        printf("no PyTorch for /usr/bin/python3: skipped\n");
+        return;
+    }
+    const char *args[] = {"--nproc-per-node=2", script, NULL};
+    srun_launchers(&p, args, 300);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    for (int r = 0; r < 6; r++) {
+        char line[64];
+        snprintf(line, sizeof line, "rank %d of 6 sum 21\n", r);
+        TH_ASSERT(&p, strstr(out, line) != NULL);
+    }
+    th_cleanup(&p);
+}
+
+/* In an allocation, outside a step, one ddp-launch starts a launcher on every node
+ * through srun; --dry-run shows the srun command and each node's; the job's exit status
+ * is the batch script's. */
+static void test_one_command_in_an_allocation(void **state)
+{
+    char body[2000];
+    const char *hello = getenv("DDP_TEST_HELLO");
+    snprintf(body, sizeof body,
+             "'%s' --nproc-per-node=2 --dry-run --no-python '%s'\n"
+             "'%s' --nproc-per-node=2 --no-python '%s'\necho \"exit=$?\"\n"
+             "'%s' --nproc-per-node=1 --no-python /bin/sh -c 'exit 3'\necho \"exit=$?\"\n",
+             th_launcher(), hello, th_launcher(), hello, th_launcher());
+    int status;
+    char *out = sbatch(body, &status);
+    const char *hosts[] = {"n0", "n1", "n2", NULL};
+    if (status != 0 || strstr(out, "exit=0\n") == NULL)
+        fail_msg("sbatch: %d, output:\n%s", status, out);
+    assert_hellos(out, 6, hosts);
+    assert_non_null(strstr(out, "--nodes=3 --ntasks=3 --ntasks-per-node=1"));
+    char line[256];
+    snprintf(line, sizeof line,
+             "on n2: %s --nnodes=3 --node-rank=2 --master-addr=n0 --master-port=", th_launcher());
+    if (strstr(out, line) == NULL)
+        fail_msg("no '%s' in:\n%s", line, out);
+    /* A worker's failure is the job's. */
+    if (strstr(out, "exit=1\n") == NULL)
+        fail_msg("the failing job's status is not 1:\n%s", out);
+    free(out);
+}
+
+/* Two jobs sharing a node do not meet on 29500: with it held on the first node, the job
+ * forms at its own port; given --master-port=29500, it cannot. */
+static void test_port_of_the_job_not_29500(void **state)
+{
+    char ns[64], net[80], body[2000];
+    snprintf(ns, sizeof ns, "/run/netns/dds%sn0", cluster.tag);
+    snprintf(net, sizeof net, "--net=%s", ns);
+    const char *holder[] = {"/usr/bin/nsenter",
+                            net,
+                            "/usr/bin/python3",
+                            "-c",
+                            "import socket, sys, time\n"
+                            "s = socket.socket()\n"
+                            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                            "s.bind(('0.0.0.0', 29500))\n"
+                            "s.listen()\n"
+                            "print('holding 29500', flush=True)\n"
+                            "time.sleep(120)\n",
+                            NULL};
+    th_proc_t hold;
+    th_start(&hold, holder, NULL);
+    TH_ASSERT(&hold, th_wait_output(&hold, 1, "holding 29500", 1, 30));
+    const char *hello = getenv("DDP_TEST_HELLO");
+    snprintf(body, sizeof body,
+             "'%s' --nproc-per-node=1 --no-python '%s'\necho \"exit=$?\"\n"
+             "srun --kill-on-bad-exit=1 '%s' --nproc-per-node=1 --master-port=29500 "
+             "--no-python '%s'\n"
+             "echo \"exit=$?\"\n",
+             th_launcher(), hello, th_launcher(), hello);
+    int status;
+    char *out = sbatch(body, &status);
+    const char *hosts[] = {"n0", "n1", "n2", NULL};
+    kill(hold.pid, SIGKILL);
+    th_cleanup(&hold);
+    if (strstr(out, "exit=0\n") == NULL)
+        fail_msg("the job did not form beside a held 29500:\n%s", out);
+    assert_hellos(out, 3, hosts);
+    if (strstr(out, "port 29500 on ") == NULL ||
+        strstr(out, "is in use by another program") == NULL || th_count(out, "exit=0\n") != 1)
+        fail_msg("--master-port=29500 did not fail, port in use:\n%s", out);
+    free(out);
+}
+
+/* srun --ntasks-per-node=2 would start two launchers as one node: refused, saying why. */
+static void test_two_tasks_a_node_refused(void **state)
+{
+    const char *argv[] = {"/usr/bin/srun", "--nodes=1",   "--ntasks-per-node=2",
+                          "--time=2",      th_launcher(), "--nproc-per-node=1",
+                          "--no-python",   "/bin/true",   NULL};
+    th_proc_t p;
+    th_run(&p, argv, job_env(), 120);
+    TH_ASSERT(&p, th_status(&p) == 2);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), "srun started 2 tasks on this node") == 2);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "use srun --ntasks-per-node=1") != NULL);
+    th_cleanup(&p);
+}
+
+/* A step on a part of the allocation (srun -N2 -r1: n1 and n2): its first node hosts the
+ * store, not the allocation's. */
+static void test_step_of_part_of_the_allocation(void **state)
+{
+    char body[1000];
+    snprintf(body, sizeof body,
+             "srun --nodes=2 --relative=1 '%s' --nproc-per-node=1 --no-python '%s'\n"
+             "echo \"exit=$?\"\n",
+             th_launcher(), getenv("DDP_TEST_HELLO"));
+    int status;
+    char *out = sbatch(body, &status);
+    const char *hosts[] = {"n1", "n2", NULL};
+    if (strstr(out, "exit=0\n") == NULL || strstr(out, "--master-addr=n1 from") == NULL)
+        fail_msg("the step of n1 and n2 did not form at n1:\n%s", out);
+    assert_hellos(out, 2, hosts);
+    free(out);
+}
+
+int main(void)
+{
+    char why[600];
+    snprintf(why, sizeof why, "'%s/tests/support/slurm-cluster' check", th_source_dir());
+    if (system(why) != 0)
+        return 77; /* the script said why */
+    const struct CMUnitTest tests[] = {
+        TH_TEST(test_srun_forms_the_job),
+        TH_TEST(test_two_tasks_a_node_refused),
+        TH_TEST(test_one_command_in_an_allocation),
+        TH_TEST(test_step_of_part_of_the_allocation),
+        TH_TEST(test_port_of_the_job_not_29500),
+        TH_TEST(test_srun_c_example_trains),
+        TH_TEST(test_srun_pytorch_gloo),
+    };
+    return cmocka_run_group_tests(tests, cluster_up, cluster_down);
+}
