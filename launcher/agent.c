@@ -450,7 +450,7 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
     if (a->rdzv != NULL) {
         char message[96];
         snprintf(message, sizeof message, "its launcher received %s", name);
-        ddp_rdzv_post(a->rdzv, DDP_RDZV_EV_ABORT, message);
+        ddp_rdzv_post_abort(a->rdzv, sig, message);
     }
     if (a->state == AGENT_WAITING) {
         ddp_log_warn(a->log, "received %s between rounds: ending", name);
@@ -476,9 +476,11 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
     if (a->state == AGENT_RUNNING) {
         begin_stop(a, send, STOP_SIGNAL);
     } else {
-        /* Already stopping for a failure: the job now ends instead of restarting. */
+        /* Already stopping for a failure: the job now ends instead of restarting. A
+         * stop that sent this very signal (another node's, forwarded) sends it once. */
         a->stop_reason = STOP_SIGNAL;
-        signal_running(a, send);
+        if (a->sent_signal != send)
+            signal_running(a, send);
     }
 }
 
@@ -618,6 +620,17 @@ static void round_start(ddp_agent_t *a, const ddp_rdzv_world_t *world)
     (void)group_start(a);
 }
 
+/* The signal that stops the workers when another node ends the job with `exit_code`:
+ * the signal that node received (128+N) where this one forwards it, else SIGTERM. */
+static int peer_signal(const ddp_agent_t *a, int exit_code)
+{
+    int sig = exit_code - DDP_EXIT_SIGNAL_BASE;
+    for (int i = 0; i < a->cfg->nsignals && sig > 0; i++)
+        if (a->cfg->signals[i] == sig)
+            return sig;
+    return SIGTERM;
+}
+
 static void on_rdzv_command(void *ctx)
 {
     ddp_agent_t *a = ctx;
@@ -648,7 +661,7 @@ static void on_rdzv_command(void *ctx)
             if (a->nrunning > 0) {
                 a->abort_exit_code = exit_code;
                 if (a->state == AGENT_RUNNING)
-                    begin_stop(a, SIGTERM, STOP_ABORTED);
+                    begin_stop(a, peer_signal(a, exit_code), STOP_ABORTED);
                 else
                     a->stop_reason = STOP_ABORTED;
             } else {

@@ -115,6 +115,14 @@ int ddp_rdzv_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_lo
     return 0;
 }
 
+void ddp_rdzv_post_abort(ddp_rdzv_t *r, int sig, const char *message)
+{
+    pthread_mutex_lock(&r->mutex);
+    r->events.abort_signal = sig;
+    pthread_mutex_unlock(&r->mutex);
+    ddp_rdzv_post(r, DDP_RDZV_EV_ABORT, message);
+}
+
 void ddp_rdzv_post(ddp_rdzv_t *r, ddp_rdzv_event_t event, const char *message)
 {
     pthread_mutex_lock(&r->mutex);

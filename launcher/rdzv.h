@@ -42,7 +42,7 @@ typedef enum {
     DDP_RDZV_EV_FAILED,    /* a local worker failed (message): the round must stop */
     DDP_RDZV_EV_STOPPED,   /* after a failure, every local worker has ended */
     DDP_RDZV_EV_SUCCEEDED, /* every local worker of the round succeeded */
-    DDP_RDZV_EV_ABORT,     /* this launcher ends (message): so does the job */
+    DDP_RDZV_EV_ABORT,     /* this launcher ends (ddp_rdzv_post_abort): so does the job */
 } ddp_rdzv_event_t;
 
 /* Starts the thread of the launcher whose id is `id` (ddp_rdzv_launcher_id; copied).
@@ -52,6 +52,12 @@ int ddp_rdzv_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_lo
 
 /* From the loop: what happened to the local workers (message may be NULL). */
 void ddp_rdzv_post(ddp_rdzv_t *r, ddp_rdzv_event_t event, const char *message);
+
+/* From the loop: this launcher received signal `sig` and ends (message: why); every other
+ * node ends too, with 128+sig, and forwards `sig` to its workers where it forwards it
+ * (so a signal Slurm sends every node reaches every worker, whichever node gets it
+ * first). */
+void ddp_rdzv_post_abort(ddp_rdzv_t *r, int sig, const char *message);
 
 /* From the loop: the next command, or DDP_RDZV_CMD_NONE when there is none left (the
  * on_command callback takes them all: one wake-up may stand for several). */

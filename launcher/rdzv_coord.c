@@ -313,6 +313,19 @@ static ddp_rdzv_member_t *member_new(ddp_rdzv_coord_t *c, const uint8_t *id, siz
     return m;
 }
 
+/* A launcher ended for a signal ("SIG node N (host): why"): the job ends with 128+SIG,
+ * which every launcher forwards to its workers where it forwards that signal. */
+static void on_abort(ddp_rdzv_coord_t *c, const void *value, size_t len)
+{
+    char text[1300], *rest;
+    snprintf(text, sizeof text, "%.*s", (int)(len < sizeof text - 1 ? len : sizeof text - 1),
+             (const char *)value);
+    long sig = strtol(text, &rest, 10);
+    bool ok = rest != text && *rest == ' ' && sig > 0 && sig < 65;
+    job_over(c, ok ? DDP_EXIT_SIGNAL_BASE + (int)sig : DDP_EXIT_RDZV_FAILED,
+             "the job was ended by %s", ok ? rest + 1 : text);
+}
+
 /* The write of `key` (under our prefix) by a launcher's connection, tagged `*tag`. */
 static void on_write(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *value, size_t len)
 {
@@ -341,8 +354,7 @@ static void on_write(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *
         else
             ddp_log_warn(c->log, "rendezvous: launcher %s sent a malformed report", m->id);
     } else if (rest_len == 5 && memcmp(rest, "abort", 5) == 0) {
-        job_over(c, DDP_EXIT_RDZV_FAILED, "the job was ended by %.*s",
-                 (int)(len < 1200 ? len : 1200), (const char *)value);
+        on_abort(c, value, len);
     }
 }
 

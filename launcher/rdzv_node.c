@@ -138,8 +138,8 @@ static bool take_posts(ddp_rdzv_t *r, int round, bool report, bool *reported)
     char key[512];
     if (ev.aborted) {
         char value[DDP_RDZV_MSG_MAX];
-        int n = snprintf(value, sizeof value, "node %d (%s): %s", r->cfg->node_rank, r->host,
-                         ev.message);
+        int n = snprintf(value, sizeof value, "%d node %d (%s): %s", ev.abort_signal,
+                         r->cfg->node_rank, r->host, ev.message);
         ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "abort");
         (void)ddp_store_client_set(r->client, key, value, (size_t)n);
         return false;

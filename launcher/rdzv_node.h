@@ -12,6 +12,7 @@
 /* What the loop has posted since the thread last looked. */
 typedef struct {
     bool failed, stopped, succeeded, aborted, quit;
+    int abort_signal; /* aborted: the signal this launcher received */
     char message[1024];
 } ddp_rdzv_events_t;
 

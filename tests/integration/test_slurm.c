@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NODES        3
@@ -318,6 +319,146 @@ static void test_step_of_part_of_the_allocation(void **state)
     free(out);
 }
 
+/* Submits a batch script of `body` without waiting: its job id; its output goes to
+ * `output`. */
+static int submit(const char *body, const char *dir, const char *output)
+{
+    char script[700], flag[720];
+    snprintf(script, sizeof script, "%s/job.sh", dir);
+    snprintf(flag, sizeof flag, "--output=%s", output);
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\n%s\n", body);
+    fclose(f);
+    chmod(script, 0755);
+    const char *argv[] = {
+        "/usr/bin/sbatch", "--parsable", "--nodes=3", "--time=5", flag, script, NULL};
+    th_proc_t p;
+    th_run(&p, argv, job_env(), 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    int id = atoi(ddp_buf_str(&p.out));
+    TH_ASSERT(&p, id > 0);
+    th_cleanup(&p);
+    return id;
+}
+
+/* The text of `path` (empty when it cannot be read); the caller frees. */
+static char *slurp(const char *path)
+{
+    char *text = calloc(1, 1 << 20);
+    assert_non_null(text);
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+        size_t len = fread(text, 1, (1 << 20) - 1, f);
+        text[len] = '\0';
+        fclose(f);
+    }
+    return text;
+}
+
+/* Polls `path` (every 50 ms, up to `timeout` s) until `needle` is in it `count` times. */
+static bool wait_file(const char *path, const char *needle, int count, double timeout)
+{
+    double deadline = th_now() + timeout;
+    for (;;) {
+        char *text = slurp(path);
+        bool there = th_count(text, needle) >= count;
+        free(text);
+        if (there || th_now() >= deadline)
+            return there;
+        struct timespec tick = {0, 50 * 1000 * 1000};
+        nanosleep(&tick, NULL);
+    }
+}
+
+/* Polls squeue (every 100 ms, up to `timeout` s) until job `id` has left the queue. */
+static bool wait_job_gone(int id, double timeout)
+{
+    char job[32];
+    snprintf(job, sizeof job, "--jobs=%d", id);
+    const char *argv[] = {"/usr/bin/squeue", "--noheader", "--format=%i", job, NULL};
+    double deadline = th_now() + timeout;
+    for (;;) {
+        th_proc_t p;
+        th_run(&p, argv, job_env(), 30);
+        bool gone = strstr(ddp_buf_str(&p.out), job + strlen("--jobs=")) == NULL;
+        th_cleanup(&p);
+        if (gone || th_now() >= deadline)
+            return gone;
+        struct timespec tick = {0, 100 * 1000 * 1000};
+        nanosleep(&tick, NULL);
+    }
+}
+
+/* Runs `scancel [flag] ID` for job `id`. */
+static void scancel(int id, const char *flag)
+{
+    char job[32];
+    snprintf(job, sizeof job, "%d", id);
+    const char *argv[] = {"/usr/bin/scancel", flag != NULL ? flag : job, flag != NULL ? job : NULL,
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, job_env(), 30);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    th_cleanup(&p);
+}
+
+/* Preemption: `scancel --signal=USR1` reaches every worker on every node through
+ * --signals-to-handle=SIGTERM,SIGUSR1 (one command in the allocation). */
+static void test_scancel_usr1_reaches_every_worker(void **state)
+{
+    char *dir = th_tmpdir(), output[700], body[2000];
+    snprintf(output, sizeof output, "%s/job.out", dir);
+    snprintf(body, sizeof body,
+             "'%s' --signals-to-handle=SIGTERM,SIGUSR1 --nproc-per-node=2 --no-python /bin/sh -c "
+             "'trap \"echo got USR1 rank $RANK on $(hostname); exit 0\" USR1; echo ready rank "
+             "$RANK; while :; do sleep 0.2; done'",
+             th_launcher());
+    int id = submit(body, dir, output);
+    if (!wait_file(output, "ready rank ", 6, 60)) {
+        char *text = slurp(output);
+        fail_msg("the 6 workers did not start:\n%s", text);
+    }
+    scancel(id, "--signal=USR1");
+    assert_true(wait_job_gone(id, 60));
+    char *text = slurp(output);
+    for (int r = 0; r < 6; r++) {
+        char line[64];
+        snprintf(line, sizeof line, "got USR1 rank %d on n%d\n", r, r / 2);
+        if (strstr(text, line) == NULL)
+            fail_msg("no '%s' in:\n%s", line, text);
+    }
+    free(text);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* A job Slurm ends (scancel: SIGTERM, SIGKILL after KillWait=5 s) stops workers that
+ * ignore SIGTERM within --shutdown-timeout, on every node, before Slurm's SIGKILL; no
+ * process is left (the test's teardown looks for any that carries its mark). */
+static void test_scancel_stops_every_node(void **state)
+{
+    char *dir = th_tmpdir(), output[700], body[2000];
+    snprintf(output, sizeof output, "%s/job.out", dir);
+    snprintf(body, sizeof body,
+             "'%s' --shutdown-timeout=1 --nproc-per-node=2 --no-python /bin/sh -c "
+             "'trap \"\" TERM; echo ready rank $RANK; while :; do sleep 0.2; done'",
+             th_launcher());
+    int id = submit(body, dir, output);
+    if (!wait_file(output, "ready rank ", 6, 60)) {
+        char *text = slurp(output);
+        fail_msg("the 6 workers did not start:\n%s", text);
+    }
+    scancel(id, NULL);
+    assert_true(wait_job_gone(id, 60));
+    char *text = slurp(output);
+    if (th_count(text, "still running 1 s after the stop signal") != 3)
+        fail_msg("not every node's launcher stopped its workers itself:\n%s", text);
+    free(text);
+    th_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     char why[600];
@@ -330,6 +471,8 @@ int main(void)
         TH_TEST(test_one_command_in_an_allocation),
         TH_TEST(test_step_of_part_of_the_allocation),
         TH_TEST(test_port_of_the_job_not_29500),
+        TH_TEST(test_scancel_usr1_reaches_every_worker),
+        TH_TEST(test_scancel_stops_every_node),
         TH_TEST(test_srun_c_example_trains),
         TH_TEST(test_srun_pytorch_gloo),
     };
