@@ -1,6 +1,6 @@
 /* Multi-node jobs under a real Slurm (Debian's slurmctld, slurmd and munge): a cluster of
  * three nodes, each a network namespace with its own hostname, that
- * tests/support/slurm-cluster brings up for these tests and removes after them. Under
+ * tests/support/cluster brings up for these tests and removes after them. Under
  * srun nothing is typed but the per-node command; in an allocation, one ddp-launch
  * starts the job on every node through srun. Skipped (77) where namespaces or the
  * packages are missing. */
@@ -26,7 +26,7 @@
 
 static struct {
     char dir[512];    /* the cluster's state */
-    char script[512]; /* tests/support/slurm-cluster */
+    char script[512]; /* tests/support/cluster */
     char conf[600];   /* SLURM_CONF=... */
     char tag[32];     /* its namespaces are dds<tag>n<i> */
 } cluster;
@@ -49,7 +49,7 @@ static void line_value(const char *text, const char *name, char *out, size_t cap
 {
     const char *at = strstr(text, name);
     if (at == NULL)
-        fail_msg("slurm-cluster printed no %s: %s", name, text);
+        fail_msg("the cluster script printed no %s: %s", name, text);
     at += strlen(name);
     size_t len = strcspn(at, "\n");
     snprintf(out, cap, "%.*s", (int)(len < cap ? len : cap - 1), at);
@@ -60,17 +60,17 @@ static int cluster_up(void **state)
     (void)state;
     char out[4096];
     const char *base = getenv("TMPDIR");
-    snprintf(cluster.script, sizeof cluster.script, "%s/tests/support/slurm-cluster",
+    snprintf(cluster.script, sizeof cluster.script, "%s/tests/support/cluster",
              th_source_dir());
     snprintf(cluster.dir, sizeof cluster.dir, "%s/ddp-slurm-%d", base && *base ? base : "/tmp",
              (int)getpid());
     char args[700];
-    snprintf(args, sizeof args, "up '%s' %d", cluster.dir, NODES);
+    snprintf(args, sizeof args, "up slurm '%s' %d", cluster.dir, NODES);
     run_script(args, out, sizeof out);
     line_value(out, "SLURM_CONF=", cluster.conf + strlen("SLURM_CONF="),
                sizeof cluster.conf - strlen("SLURM_CONF="));
     memcpy(cluster.conf, "SLURM_CONF=", strlen("SLURM_CONF="));
-    line_value(out, "DDP_SLURM_TAG=", cluster.tag, sizeof cluster.tag);
+    line_value(out, "DDP_CLUSTER_TAG=", cluster.tag, sizeof cluster.tag);
     printf("a Slurm cluster of %d nodes: %s\n", NODES, cluster.conf);
     return 0;
 }
@@ -462,7 +462,7 @@ static void test_scancel_stops_every_node(void **state)
 int main(void)
 {
     char why[600];
-    snprintf(why, sizeof why, "'%s/tests/support/slurm-cluster' check", th_source_dir());
+    snprintf(why, sizeof why, "'%s/tests/support/cluster' check slurm", th_source_dir());
     if (system(why) != 0)
         return 77; /* the script said why */
     const struct CMUnitTest tests[] = {
