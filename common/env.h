@@ -32,6 +32,7 @@
     X(TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, NULL,                                              \
       "prefix of tee'd console lines: ${rank}, ${local_rank}, ${role_name}")                    \
     X(DDP_LAUNCH_LOG_LEVEL, "info", "verbosity of ddp-launch: error, warning, info or debug")   \
+    X(DDP_LAUNCH_SSH, "ssh", "the command (words split at blanks) --hosts starts nodes with")   \
     X(TMPDIR, "/tmp", "where the default --log-dir is created")                                 \
     X(PATH, "/usr/local/bin:/usr/bin:/bin", "where worker programs are looked up")              \
     X(SLURM_NNODES, NULL, "Slurm: --nnodes where neither the flag nor PET_NNODES gives it")     \

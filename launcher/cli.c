@@ -561,6 +561,11 @@ static const flag_t flags[] = {
      "workers on this node (default 1)"},
     {INT("node-rank", node_rank, 0, INT_MAX - 1), false, G_WORKERS, "R",
      "this node's rank (default 0; node 0 hosts the store)"},
+    {"hosts", 0, KIND_TEXT, FIELD(hosts), 0, 0, NULL, NULL, false, false, G_WORKERS, "H0,H1,...",
+     "the job's nodes: node 0 is this one (H0), the others\nare started over ssh "
+     "(Slurm's host list syntax)"},
+    {"hostfile", 0, KIND_TEXT, FIELD(hostfile), 0, 0, NULL, NULL, false, false, G_WORKERS, "FILE",
+     "as --hosts, one host a line: 'HOST [slots=N]' (N: its\n--nproc-per-node unless given)"},
     {CODE("master-addr", apply_master_addr, true), false, G_RDZV, "HOST",
      "node 0's store address (default 127.0.0.1)"},
     {INT("master-port", master_port, 0, 65535), false, G_RDZV, "PORT",
@@ -877,7 +882,7 @@ static void slurm_after(ddp_launch_config_t *cfg, const raw_value_t *raw, char *
 {
     const char *job = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_JOB_ID)),
                *nodes = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_JOB_NUM_NODES));
-    if (cfg->standalone || job == NULL)
+    if (cfg->standalone || job == NULL || cfg->hosts != NULL || cfg->hostfile != NULL)
         return;
     if (slurm_outside_step(envp) && !raw[flag_index("nnodes")].set &&
         !raw[flag_index("node-rank")].set && nodes != NULL && atoi(nodes) > 1) {
@@ -903,6 +908,17 @@ static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
     /* A whole request may hold a key and two values (COMPARE_SET), or many of them. */
     uint64_t one = cfg->store_limits.max_key + 2 * cfg->store_limits.max_value + 64;
     cfg->store_limits.max_request = one > ((uint64_t)256 << 20) ? one : (uint64_t)256 << 20;
+    if (cfg->hosts != NULL || cfg->hostfile != NULL) {
+        const char *which = cfg->hosts != NULL ? "--hosts" : "--hostfile";
+        if (cfg->hosts != NULL && cfg->hostfile != NULL)
+            return usage(err, "--hosts", "and --hostfile both name the job's nodes: give one");
+        if (cfg->standalone || cfg->rdzv_backend != DDP_RDZV_STATIC)
+            return usage(err, which, "starts a static job of its hosts (not with %s)",
+                         cfg->standalone ? "--standalone" : "--rdzv-backend=c10d");
+        if (cfg->nnodes_max != 1 || cfg->node_rank != 0)
+            return usage(err, which, "gives the nodes and their ranks: leave out %s",
+                         cfg->nnodes_max != 1 ? "--nnodes" : "--node-rank");
+    }
     if (cfg->use_env && cfg->local_rank_arg != DDP_LOCAL_RANK_ARG_NONE)
         return usage(err, "--use-env",
                      "contradicts --local-rank-arg, which passes the local rank "
@@ -1015,6 +1031,7 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
     if (cfg->help || cfg->version)
         return 0;
     cfg->master_port_given = raw[flag_index("master-port")].set;
+    cfg->nproc_per_node_given = raw[flag_index("nproc-per-node")].set;
     cfg->local_rank_arg_given = raw[flag_index("local-rank-arg")].set;
     slurm_after(cfg, raw, envp, log);
     if ((rc = check_combinations(cfg, err)) != 0)

@@ -5,11 +5,15 @@
 #include "env.h"
 #include "error.h"
 #include "io.h"
+#include "parse.h"
 #include "slurm.h"
 #include "spawn.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,12 +37,31 @@ static void shell_word(ddp_buf_t *out, const char *word)
     ddp_buf_puts(out, "'");
 }
 
-/* The launcher's own arguments, but --dry-run (for the lines a dry run prints). */
-static void own_args(ddp_buf_t *out, int argc, char **argv)
+/* Whether `arg` is the flag `name` ("--name" or "--name=...", '_' for '-' too). */
+static bool is_flag(const char *arg, const char *name, bool *with_value)
+{
+    if (strncmp(arg, "--", 2) != 0)
+        return false;
+    arg += 2;
+    for (; *name != '\0'; name++, arg++)
+        if (*arg != *name && !(*name == '-' && *arg == '_'))
+            return false;
+    *with_value = *arg == '=';
+    return *arg == '\0' || *arg == '=';
+}
+
+/* The launcher's arguments as another node gets them: without --dry-run, and without
+ * --hosts and --hostfile (and their values) before the script at argv[script]. */
+static void own_args(ddp_buf_t *out, int argc, char **argv, int script)
 {
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--dry-run") == 0 || strcmp(argv[i], "--dry_run") == 0)
+        bool with_value = false;
+        if (i < script &&
+            (is_flag(argv[i], "dry-run", &with_value) || is_flag(argv[i], "hosts", &with_value) ||
+             is_flag(argv[i], "hostfile", &with_value))) {
+            i += !with_value && strncmp(argv[i] + 2, "dry", 3) != 0;
             continue;
+        }
         ddp_buf_puts(out, " ");
         shell_word(out, argv[i]);
     }
@@ -47,7 +70,7 @@ static void own_args(ddp_buf_t *out, int argc, char **argv)
 typedef struct {
     ddp_buf_t *out;
     const char *self, *first;
-    int nodes, index, port, argc;
+    int nodes, index, port, argc, script;
     char **argv;
 } node_line_t;
 
@@ -58,7 +81,7 @@ static int node_line(void *ctx, const char *host)
                    n->nodes, n->index, n->first);
     if (n->port > 0)
         ddp_buf_printf(n->out, " --master-port=%d", n->port);
-    own_args(n->out, n->argc, n->argv);
+    own_args(n->out, n->argc, n->argv, n->script);
     ddp_buf_puts(n->out, "\n");
     return ++n->index >= n->nodes;
 }
@@ -78,9 +101,11 @@ static int dry_run(const ddp_launch_config_t *cfg, int argc, char **argv, char *
         ddp_buf_puts(&out, " ");
         shell_word(&out, srun[i]);
     }
-    own_args(&out, argc, argv);
+    int script = (int)(cfg->script_args - argv) - 1;
+    own_args(&out, argc, argv, script);
     ddp_buf_puts(&out, "\neach node then runs, as Slurm's variables make it:\n");
-    node_line_t n = {&out, srun[5], first, cfg->slurm_fanout, 0, ddp_slurm_port(job), argc, argv};
+    node_line_t n = {&out, srun[5], first, cfg->slurm_fanout, 0, ddp_slurm_port(job),
+                     argc, script,  argv};
     if (list != NULL && ddp_slurm_first_host(list, first, sizeof first, &why) == 0)
         (void)ddp_slurm_hostlist_each(list, node_line, &n, &why);
     if (why.len > 0)
@@ -136,4 +161,357 @@ int ddp_fanout_slurm(const ddp_launch_config_t *cfg, int argc, char **argv, char
     free(args);
     free(srun_path);
     return code;
+}
+
+/* --hosts and --hostfile: node 0 here, the others over ssh. */
+
+static int add_host(ddp_fanout_hosts_t *h, const char *name, int slots)
+{
+    char **names = realloc(h->names, (size_t)(h->n + 1) * sizeof *names);
+    if (names == NULL)
+        return -ENOMEM;
+    h->names = names;
+    int *counts = realloc(h->slots, (size_t)(h->n + 1) * sizeof *counts);
+    if (counts == NULL)
+        return -ENOMEM;
+    h->slots = counts;
+    if ((h->names[h->n] = strdup(name)) == NULL)
+        return -ENOMEM;
+    h->slots[h->n++] = slots;
+    return 0;
+}
+
+static int emit_host(void *ctx, const char *host)
+{
+    return add_host(ctx, host, 0) != 0;
+}
+
+int ddp_fanout_parse_hostfile(const char *text, ddp_fanout_hosts_t *out, ddp_buf_t *why)
+{
+    int number = 0;
+    for (const char *p = text; *p != '\0';) {
+        const char *end = strchr(p, '\n');
+        size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
+        char line[1024], *save, *word;
+        number++;
+        if (len >= sizeof line) {
+            ddp_buf_printf(why, "line %d is over %zu characters", number, sizeof line - 1);
+            return DDP_EPARSE;
+        }
+        memcpy(line, p, len);
+        line[len] = '\0';
+        p += len + (end != NULL);
+        char *hash = strchr(line, '#');
+        if (hash != NULL)
+            *hash = '\0';
+        char *host = strtok_r(line, " \t\r", &save);
+        if (host == NULL)
+            continue;
+        long slots = 0;
+        while ((word = strtok_r(NULL, " \t\r", &save)) != NULL) {
+            if (strncmp(word, "slots=", 6) != 0 || ddp_parse_long(word + 6, 1, 1 << 20, &slots)) {
+                ddp_buf_printf(why, "line %d: '%s' is not slots=N (a count from 1)", number, word);
+                return DDP_EPARSE;
+            }
+        }
+        if (add_host(out, host, (int)slots) != 0)
+            return -ENOMEM;
+    }
+    if (out->n == 0) {
+        ddp_buf_puts(why, "it names no host");
+        return DDP_EPARSE;
+    }
+    return 0;
+}
+
+void ddp_fanout_hosts_free(ddp_fanout_hosts_t *hosts)
+{
+    for (int i = 0; i < hosts->n; i++)
+        free(hosts->names[i]);
+    free(hosts->names);
+    free(hosts->slots);
+    memset(hosts, 0, sizeof *hosts);
+}
+
+int ddp_fanout_hosts(ddp_launch_config_t *cfg, ddp_fanout_hosts_t *out, ddp_buf_t *err)
+{
+    ddp_buf_t why = DDP_BUF_INIT;
+    const char *origin = cfg->hosts != NULL ? "--hosts" : "--hostfile";
+    int rc;
+    memset(out, 0, sizeof *out);
+    if (cfg->hosts != NULL) {
+        rc = ddp_slurm_hostlist_each(cfg->hosts, emit_host, out, &why);
+    } else {
+        char *text = NULL;
+        size_t len;
+        rc = ddp_read_file(cfg->hostfile, 1 << 20, &text, &len);
+        if (rc != 0)
+            ddp_buf_printf(&why, "cannot read %s: %s", cfg->hostfile, ddp_strerror(rc));
+        else
+            rc = ddp_fanout_parse_hostfile(text, out, &why);
+        free(text);
+    }
+    if (rc == 0 && strlen(out->names[0]) >= sizeof cfg->master_addr) {
+        ddp_buf_printf(&why, "the first host's name is over %zu characters",
+                       sizeof cfg->master_addr - 1);
+        rc = DDP_EPARSE;
+    }
+    if (rc == 0 && out->n > 1 && cfg->master_port == 0) {
+        ddp_buf_puts(&why, "--master-port 0 (a free port) serves one node only: give a fixed port");
+        rc = DDP_EPARSE;
+    }
+    if (rc != 0) {
+        ddp_buf_printf(err, "%s: %s", origin, ddp_buf_str(&why));
+        ddp_buf_free(&why);
+        ddp_fanout_hosts_free(out);
+        return DDP_EUSAGE;
+    }
+    ddp_buf_free(&why);
+    cfg->nnodes_min = cfg->nnodes_max = out->n;
+    cfg->node_rank = 0;
+    if (strcmp(cfg->master_addr, "127.0.0.1") == 0)
+        snprintf(cfg->master_addr, sizeof cfg->master_addr, "%s", out->names[0]);
+    if (!cfg->nproc_per_node_given && out->slots[0] > 0) {
+        cfg->nproc_kind = DDP_NPROC_INT;
+        cfg->nproc_per_node = out->slots[0];
+    }
+    return 0;
+}
+
+/* What node i runs: the same launcher in the same directory, its place given. */
+static void node_command(ddp_buf_t *cmd, const ddp_launch_config_t *cfg,
+                         const ddp_fanout_hosts_t *hosts, int i, const char *self, int argc,
+                         char **argv)
+{
+    static const char *const passed[] = {"PYTHON_EXEC", "DDP_LAUNCH_LOG_LEVEL", "OMP_NUM_THREADS"};
+    ddp_buf_puts(cmd, "env");
+    for (size_t k = 0; k < sizeof passed / sizeof passed[0]; k++) {
+        const char *value = getenv(passed[k]);
+        if (value == NULL)
+            continue;
+        ddp_buf_printf(cmd, " %s=", passed[k]);
+        shell_word(cmd, value);
+    }
+    ddp_buf_puts(cmd, " ");
+    shell_word(cmd, self);
+    ddp_buf_printf(cmd, " --nnodes=%d --node-rank=%d --master-addr=", hosts->n, i);
+    shell_word(cmd, cfg->master_addr);
+    ddp_buf_printf(cmd, " --master-port=%d", cfg->master_port);
+    if (!cfg->nproc_per_node_given && hosts->slots[i] > 0)
+        ddp_buf_printf(cmd, " --nproc-per-node=%d", hosts->slots[i]);
+    own_args(cmd, argc, argv, (int)(cfg->script_args - argv) - 1);
+}
+
+/* The ssh command's words: DDP_LAUNCH_SSH split at blanks (default ssh), then -n
+ * -o BatchMode=yes HOST COMMAND. */
+static char **ssh_argv(const char *host, const char *command, char *words)
+{
+    char **argv = calloc(64, sizeof *argv), *save;
+    int n = 0;
+    if (argv == NULL)
+        return NULL;
+    for (char *w = strtok_r(words, " \t", &save); w != NULL && n < 56;
+         w = strtok_r(NULL, " \t", &save))
+        argv[n++] = w;
+    if (n == 0)
+        argv[n++] = "ssh";
+    argv[n++] = "-n";
+    argv[n++] = "-o";
+    argv[n++] = "BatchMode=yes";
+    argv[n++] = (char *)host;
+    argv[n++] = (char *)command;
+    return argv;
+}
+
+static int fanout_dry_run(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hosts, int argc,
+                          char **argv, const char *self, const char *cwd, int fd)
+{
+    ddp_buf_t out = DDP_BUF_INIT;
+    const char *ssh = ddp_env_get(DDP_ENV_DDP_LAUNCH_SSH);
+    for (int i = 0; i < hosts->n; i++) {
+        ddp_buf_t cmd = DDP_BUF_INIT;
+        node_command(&cmd, cfg, hosts, i, self, argc, argv);
+        if (i == 0) {
+            ddp_buf_printf(&out, "node 0 (%s, here): %s\n", hosts->names[0], ddp_buf_str(&cmd));
+        } else {
+            ddp_buf_printf(&out, "node %d (%s): %s -n -o BatchMode=yes %s ", i, hosts->names[i],
+                           ssh, hosts->names[i]);
+            ddp_buf_t remote = DDP_BUF_INIT;
+            ddp_buf_puts(&remote, "cd ");
+            shell_word(&remote, cwd);
+            ddp_buf_printf(&remote, " && exec %s", ddp_buf_str(&cmd));
+            shell_word(&out, ddp_buf_str(&remote));
+            ddp_buf_puts(&out, "\n");
+            ddp_buf_free(&remote);
+        }
+        ddp_buf_free(&cmd);
+    }
+    int err = ddp_write_all(fd, out.data, out.len);
+    ddp_buf_free(&out);
+    return err == 0 ? DDP_EXIT_OK : DDP_EXIT_LAUNCH_FAILED;
+}
+
+#define SSH_GRACE  5.0  /* s: a node's ssh failed, the job has not ended: node 0 is ended */
+#define SSH_LINGER 30.0 /* s: node 0 has ended, the other nodes' ssh sessions have not */
+
+typedef struct {
+    const ddp_fanout_hosts_t *hosts;
+    const ddp_log_t *log;
+    pid_t node0, *pids; /* pids[i] for node i >= 1; 0 once reaped */
+    int code0, first_remote_code, left;
+    double failed_at, node0_ended_at;
+    bool node0_done, ended_node0, sent_term, sent_kill;
+} supervisor_t;
+
+static int status_code(int status)
+{
+    return WIFEXITED(status) ? WEXITSTATUS(status) : DDP_EXIT_SIGNAL_BASE + WTERMSIG(status);
+}
+
+static void reap(supervisor_t *s, double now)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        int code = status_code(status);
+        if (pid == s->node0) {
+            s->code0 = code;
+            s->node0_done = true;
+            s->node0_ended_at = now;
+            continue;
+        }
+        for (int i = 1; i < s->hosts->n; i++) {
+            if (s->pids[i] != pid)
+                continue;
+            s->pids[i] = 0;
+            s->left--;
+            if (code != 0 && s->first_remote_code == 0)
+                s->first_remote_code = code;
+            if (code != 0 && !s->node0_done) {
+                ddp_log_error(s->log,
+                              "node %d (%s): its ssh ended with status %d while the job runs%s", i,
+                              s->hosts->names[i], code,
+                              code == 255 ? " (ssh could not run it: its message is above)" : "");
+                if (s->failed_at < 0)
+                    s->failed_at = now;
+            }
+        }
+    }
+}
+
+static void deadlines(supervisor_t *s, double now)
+{
+    if (!s->node0_done && s->failed_at >= 0 && now - s->failed_at >= SSH_GRACE && !s->ended_node0) {
+        ddp_log_error(s->log,
+                      "a node of the job is not running: ending the job (SIGTERM to node 0)");
+        kill(s->node0, SIGTERM);
+        s->ended_node0 = true;
+    }
+    if (!s->node0_done || s->left == 0 || now - s->node0_ended_at < SSH_LINGER)
+        return;
+    int sig = now - s->node0_ended_at < SSH_LINGER + SSH_GRACE ? SIGTERM : SIGKILL;
+    if ((sig == SIGTERM && s->sent_term) || (sig == SIGKILL && s->sent_kill))
+        return;
+    ddp_log_warn(s->log, "%d node(s)' ssh still running %g s after node 0 ended: sending %s",
+                 s->left, SSH_LINGER, sig == SIGTERM ? "SIGTERM" : "SIGKILL");
+    for (int i = 1; i < s->hosts->n; i++)
+        if (s->pids[i] > 0)
+            kill(-s->pids[i], sig);
+    s->sent_term = true;
+    s->sent_kill = sig == SIGKILL;
+}
+
+/* Starts node i's ssh in a process group of its own (a Ctrl-C at the terminal is node
+ * 0's to forward; the other nodes hear of it through the store). */
+static pid_t start_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hosts, int i,
+                       const char *self, const char *cwd, int argc, char **argv,
+                       const sigset_t *old, const ddp_log_t *log)
+{
+    ddp_buf_t cmd = DDP_BUF_INIT, remote = DDP_BUF_INIT;
+    char *words = strdup(ddp_env_get(DDP_ENV_DDP_LAUNCH_SSH));
+    node_command(&cmd, cfg, hosts, i, self, argc, argv);
+    ddp_buf_puts(&remote, "cd ");
+    shell_word(&remote, cwd);
+    ddp_buf_printf(&remote, " && exec %s", ddp_buf_str(&cmd));
+    char **args = words != NULL ? ssh_argv(hosts->names[i], ddp_buf_str(&remote), words) : NULL;
+    pid_t pid = args != NULL ? fork() : -1;
+    if (pid == 0) {
+        /* The supervisor has one thread and no handlers: the dispositions are defaults. */
+        setpgid(0, 0);
+        sigprocmask(SIG_SETMASK, old, NULL);
+        execvp(args[0], args);
+        _exit(127);
+    }
+    int err = pid < 0 ? (args == NULL ? ENOMEM : errno) : 0;
+    if (err != 0) {
+        ddp_log_error(log, "node %d (%s): unable to run %s: %s", i, hosts->names[i],
+                      args != NULL ? args[0] : "ssh", strerror(err));
+        pid = -1;
+    } else {
+        ddp_log_info(log, "node %d (%s): started over ssh", i, hosts->names[i]);
+    }
+    free(args);
+    free(words);
+    ddp_buf_free(&cmd);
+    ddp_buf_free(&remote);
+    return pid;
+}
+
+int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hosts, int argc,
+                   char **argv, int fd, const ddp_log_t *log, bool *run_here)
+{
+    static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+    char self[PATH_MAX], cwd[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    *run_here = false;
+    if (len <= 0 || getcwd(cwd, sizeof cwd) == NULL) {
+        ddp_log_error(log, "unable to find this ddp-launch's path or working directory: %s",
+                      strerror(errno));
+        return DDP_EXIT_LAUNCH_FAILED;
+    }
+    self[len] = '\0';
+    if (cfg->dry_run)
+        return fanout_dry_run(cfg, hosts, argc, argv, self, cwd, fd);
+    sigset_t mask, old;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    for (size_t k = 0; k < sizeof forwarded / sizeof forwarded[0]; k++)
+        sigaddset(&mask, forwarded[k]);
+    sigprocmask(SIG_BLOCK, &mask, &old);
+    supervisor_t s = {.hosts = hosts, .log = log, .failed_at = -1, .left = 0};
+    s.pids = calloc((size_t)hosts->n, sizeof *s.pids);
+    s.node0 = s.pids != NULL ? fork() : -1;
+    if (s.node0 == 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        free(s.pids);
+        *run_here = true;
+        return DDP_EXIT_OK;
+    }
+    if (s.node0 < 0) {
+        ddp_log_error(log, "unable to start node 0: %s", strerror(errno));
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        free(s.pids);
+        return DDP_EXIT_LAUNCH_FAILED;
+    }
+    for (int i = 1; i < hosts->n; i++) {
+        s.pids[i] = start_ssh(cfg, hosts, i, self, cwd, argc, argv, &old, log);
+        if (s.pids[i] > 0)
+            s.left++;
+        else if (s.failed_at < 0)
+            s.failed_at = ddp_clock_mono() - SSH_GRACE; /* node 0 ends at once */
+    }
+    while (!s.node0_done || s.left > 0) {
+        struct timespec tick = {0, 200 * 1000 * 1000};
+        int sig = sigtimedwait(&mask, NULL, &tick);
+        if (sig > 0 && sig != SIGCHLD && !s.node0_done)
+            kill(s.node0, sig); /* node 0 ends the job on every node */
+        double now = ddp_clock_mono();
+        reap(&s, now);
+        deadlines(&s, now);
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    free(s.pids);
+    if (s.ended_node0)
+        return DDP_EXIT_RDZV_FAILED;
+    return s.code0 != 0 ? s.code0 : s.first_remote_code;
 }

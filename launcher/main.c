@@ -26,6 +26,7 @@ int main(int argc, char **argv)
     ddp_log_level_t level = DDP_LOG_INFO;
     ddp_launch_config_t cfg;
     ddp_buf_t err = DDP_BUF_INIT;
+    ddp_fanout_hosts_t hosts = {0};
     int exit_code;
 
     const char *level_text = ddp_env_get(DDP_ENV_DDP_LAUNCH_LOG_LEVEL);
@@ -54,6 +55,17 @@ int main(int argc, char **argv)
         exit_code = DDP_EXIT_OK;
         goto out;
     }
+    if (cfg.hosts != NULL || cfg.hostfile != NULL) {
+        bool here = false;
+        if ((rc = ddp_fanout_hosts(&cfg, &hosts, &err)) != 0) {
+            ddp_log_error(&log, "%s", ddp_buf_str(&err));
+            exit_code = DDP_EXIT_USAGE;
+            goto out;
+        }
+        exit_code = ddp_fanout_ssh(&cfg, &hosts, argc, argv, 1, &log, &here);
+        if (!here)
+            goto out;
+    }
     if (cfg.slurm_fanout > 0) {
         exit_code = ddp_fanout_slurm(&cfg, argc, argv, environ, 1, &log);
         goto out;
@@ -76,6 +88,7 @@ int main(int argc, char **argv)
                      cfg.nproc_per_node);
     exit_code = ddp_agent_run(&cfg, &log);
 out:
+    ddp_fanout_hosts_free(&hosts);
     ddp_config_free(&cfg);
     ddp_buf_free(&err);
     return exit_code;

@@ -60,8 +60,7 @@ static int cluster_up(void **state)
     (void)state;
     char out[4096];
     const char *base = getenv("TMPDIR");
-    snprintf(cluster.script, sizeof cluster.script, "%s/tests/support/cluster",
-             th_source_dir());
+    snprintf(cluster.script, sizeof cluster.script, "%s/tests/support/cluster", th_source_dir());
     snprintf(cluster.dir, sizeof cluster.dir, "%s/ddp-slurm-%d", base && *base ? base : "/tmp",
              (int)getpid());
     char args[700];

@@ -487,6 +487,36 @@ static void test_slurm_allocation(void **state)
     done(&p);
 }
 
+/* --hosts and --hostfile name the nodes: one of them, a static job, no node flags; and
+ * no srun fan-out inside a Slurm allocation when they are given. */
+static void test_hosts_flags(void **state)
+{
+    static const struct {
+        const char *args, *message;
+    } bad[] = {
+        {"--hosts=a,b --hostfile=f t.py", "--hosts: and --hostfile both name the job's nodes"},
+        {"--hosts=a,b --nnodes=2 t.py",
+         "--hosts: gives the nodes and their ranks: leave out --nnodes"},
+        {"--hostfile=f --node-rank=1 --nnodes=1 t.py", "leave out --node-rank"},
+        {"--hosts=a,b --standalone t.py", "not with --standalone"},
+        {"--hosts=a,b --rdzv-backend=c10d --rdzv-endpoint=a t.py", "not with --rdzv-backend=c10d"},
+    };
+    parse_t p;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        parse(&p, bad[i].args, NULL);
+        assert_int_equal(p.rc, DDP_EUSAGE);
+        if (strstr(ddp_buf_str(&p.err), bad[i].message) == NULL)
+            fail_msg("'%s': '%s'", bad[i].args, ddp_buf_str(&p.err));
+        done(&p);
+    }
+    parse(&p, "--hosts=a,b --nproc-per-node=2 t.py", "SLURM_JOB_ID=9 SLURM_JOB_NUM_NODES=3");
+    assert_int_equal(p.rc, 0);
+    assert_string_equal(p.cfg.hosts, "a,b");
+    assert_int_equal(p.cfg.slurm_fanout, 0);
+    assert_true(p.cfg.nproc_per_node_given);
+    done(&p);
+}
+
 static void test_script_and_its_arguments_untouched(void **state)
 {
     parse_t p;
@@ -738,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_slurm_environment),
         cmocka_unit_test(test_slurm_step),
         cmocka_unit_test(test_slurm_allocation),
+        cmocka_unit_test(test_hosts_flags),
         cmocka_unit_test(test_elastic_nodes),
         cmocka_unit_test(test_script_and_its_arguments_untouched),
         cmocka_unit_test(test_help_and_version_act_at_once),

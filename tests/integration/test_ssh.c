@@ -1,0 +1,235 @@
+/* One command starts every node over ssh (--hosts, --hostfile): three nodes, each a
+ * network namespace with its own hostname and a real sshd (Debian's openssh-server) that
+ * tests/support/cluster brings up with keys it makes, and removes after the tests. The
+ * launcher runs as node 0 (n0). Skipped (77) where namespaces or sshd are missing. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NODES 3
+
+static struct {
+    char dir[512], script[512], ssh[700], tag[32];
+} cluster;
+
+static void run_script(const char *args, char *out, size_t cap)
+{
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "'%s' %s", cluster.script, args);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t len = fread(out, 1, cap - 1, f);
+    out[len] = '\0';
+    if (pclose(f) != 0)
+        fail_msg("%s failed: %s", cmd, out);
+}
+
+static void line_value(const char *text, const char *name, char *out, size_t cap)
+{
+    const char *at = strstr(text, name);
+    if (at == NULL)
+        fail_msg("the cluster script printed no %s: %s", name, text);
+    at += strlen(name);
+    snprintf(out, cap, "%.*s", (int)strcspn(at, "\n"), at);
+}
+
+static int cluster_up(void **state)
+{
+    (void)state;
+    char out[4096], args[700], config[512];
+    const char *base = getenv("TMPDIR");
+    snprintf(cluster.script, sizeof cluster.script, "%s/tests/support/cluster", th_source_dir());
+    snprintf(cluster.dir, sizeof cluster.dir, "%s/ddp-ssh-%d", base && *base ? base : "/tmp",
+             (int)getpid());
+    snprintf(args, sizeof args, "up ssh '%s' %d", cluster.dir, NODES);
+    run_script(args, out, sizeof out);
+    line_value(out, "DDP_SSH_CONFIG=", config, sizeof config);
+    line_value(out, "DDP_CLUSTER_TAG=", cluster.tag, sizeof cluster.tag);
+    snprintf(cluster.ssh, sizeof cluster.ssh, "DDP_LAUNCH_SSH=ssh -F %s", config);
+    return 0;
+}
+
+static int cluster_down(void **state)
+{
+    (void)state;
+    char out[4096], args[700];
+    snprintf(args, sizeof args, "down '%s'", cluster.dir);
+    run_script(args, out, sizeof out);
+    return 0;
+}
+
+/* Starts `ddp-launch ARGS...` (at most 12) on node 0 with the cluster's ssh command. */
+static void start_on_node0(th_proc_t *p, const char *const *args)
+{
+    const char *argv[24] = {cluster.script, "run", cluster.dir, "0", th_launcher()};
+    for (int i = 0; i < 12 && args[i] != NULL; i++)
+        argv[5 + i] = args[i];
+    const char *env[] = {cluster.ssh, "PET_MASTER_PORT", "PYTHON_EXEC=/usr/bin/python3", NULL};
+    th_start(p, argv, env);
+}
+
+/* The processes left in node i's namespace, sshd aside. */
+static int left_on_node(int i)
+{
+    char cmd[700], out[4096], pid_path[600];
+    snprintf(pid_path, sizeof pid_path, "%s/sshd-n%d.pid", cluster.dir, i);
+    snprintf(cmd, sizeof cmd, "ip netns pids dds%sn%d | grep -vx \"$(cat '%s')\" | wc -l",
+             cluster.tag, i, pid_path);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t len = fread(out, 1, sizeof out - 1, f);
+    out[len] = '\0';
+    pclose(f);
+    return atoi(out);
+}
+
+/* Polls (every 50 ms, up to 10 s) until nodes 1.. have nothing left but their sshd. */
+static bool remote_nodes_empty(void)
+{
+    double deadline = th_now() + 10;
+    for (;;) {
+        int left = 0;
+        for (int i = 1; i < NODES; i++)
+            left += left_on_node(i);
+        if (left == 0 || th_now() >= deadline)
+            return left == 0;
+        struct timespec tick = {0, 50 * 1000 * 1000};
+        nanosleep(&tick, NULL);
+    }
+}
+
+static void test_hosts_start_every_node(void **state)
+{
+    const char *args[] = {"--hosts=n[0-2]", "--nproc-per-node=2", "--no-python",
+                          getenv("DDP_TEST_HELLO"), NULL};
+    th_proc_t p;
+    start_on_node0(&p, args);
+    TH_ASSERT(&p, th_wait_exit(&p, 120));
+    const char *out = ddp_buf_str(&p.out), *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    for (int r = 0; r < 6; r++) {
+        char line[96];
+        snprintf(line, sizeof line, "hello from rank %d of 6 (local rank %d of 2 on n%d,", r, r % 2,
+                 r / 2);
+        TH_ASSERT(&p, strstr(out, line) != NULL);
+    }
+    TH_ASSERT(&p, strstr(err, "node 1 (n1): started over ssh") != NULL);
+    TH_ASSERT(&p, strstr(err, "node 2 (n2): started over ssh") != NULL);
+    th_cleanup(&p);
+    assert_true(remote_nodes_empty());
+}
+
+/* A hostfile's slots are each node's workers; --dry-run shows each node's command. */
+static void test_hostfile_slots_and_dry_run(void **state)
+{
+    char *dir = th_tmpdir(), path[600], flag[620];
+    snprintf(path, sizeof path, "%s/hostfile", dir);
+    snprintf(flag, sizeof flag, "--hostfile=%s", path);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("# two nodes\nn0 slots=1\n\nn2 slots=2   # the second\n", f);
+    fclose(f);
+    const char *dry[] = {flag, "--dry-run", "--no-python", getenv("DDP_TEST_HELLO"), "a b", NULL};
+    th_proc_t p;
+    start_on_node0(&p, dry);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out, "node 0 (n0, here): ") != NULL);
+    TH_ASSERT(&p, strstr(out, "node 1 (n2): ssh -F ") != NULL);
+    TH_ASSERT(&p, strstr(out, " -n -o BatchMode=yes n2 'cd ") != NULL);
+    TH_ASSERT(&p, strstr(out, "--nnodes=2 --node-rank=1 --master-addr=n0 --master-port=29500 "
+                              "--nproc-per-node=2 --no-python") != NULL);
+    TH_ASSERT(&p, strstr(out, "--hostfile") == NULL);
+    th_cleanup(&p);
+    const char *run[] = {flag, "--no-python", getenv("DDP_TEST_HELLO"), NULL};
+    start_on_node0(&p, run);
+    TH_ASSERT(&p, th_wait_exit(&p, 120));
+    out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out, "hello from rank 0 of 3 (local rank 0 of 1 on n0,") != NULL);
+    TH_ASSERT(&p, strstr(out, "hello from rank 2 of 3 (local rank 1 of 2 on n2,") != NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* A host ssh cannot reach: said at once, and the job ends (status 5) instead of waiting
+ * the rendezvous timeout for it. */
+static void test_unreachable_host_ends_the_job(void **state)
+{
+    const char *args[] = {"--hosts=n0,n1,nowhere", "--no-python", "/bin/sleep", "100", NULL};
+    th_proc_t p;
+    start_on_node0(&p, args);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 5);
+    TH_ASSERT(&p, strstr(err, "node 2 (nowhere): its ssh ended with status 255") != NULL);
+    TH_ASSERT(&p, strstr(err, "a node of the job is not running: ending the job") != NULL);
+    th_cleanup(&p);
+    assert_true(remote_nodes_empty());
+}
+
+/* A worker failing on another node fails the job (status 1), every node ends. */
+static void test_remote_failure_is_the_jobs(void **state)
+{
+    const char *args[] = {"--hosts=n0,n1,n2",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "if [ \"$RANK\" = 2 ]; then exit 3; fi; sleep 100",
+                          NULL};
+    th_proc_t p;
+    start_on_node0(&p, args);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "exited with code 3") != NULL);
+    th_cleanup(&p);
+    assert_true(remote_nodes_empty());
+}
+
+/* Ctrl-C (SIGINT to the command) ends the job on every node with 130, nothing left. */
+static void test_interrupt_ends_every_node(void **state)
+{
+    const char *args[] = {"--hosts=n0,n1,n2",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "echo ready $RANK; exec sleep 100",
+                          NULL};
+    th_proc_t p;
+    start_on_node0(&p, args);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready ", 3, 60));
+    TH_ASSERT(&p, kill(p.pid, SIGINT) == 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 130);
+    th_cleanup(&p);
+    assert_true(remote_nodes_empty());
+}
+
+int main(void)
+{
+    char check[600];
+    snprintf(check, sizeof check, "'%s/tests/support/cluster' check ssh", th_source_dir());
+    if (system(check) != 0)
+        return 77; /* the script said why */
+    const struct CMUnitTest tests[] = {
+        TH_TEST(test_hosts_start_every_node),        TH_TEST(test_hostfile_slots_and_dry_run),
+        TH_TEST(test_unreachable_host_ends_the_job), TH_TEST(test_remote_failure_is_the_jobs),
+        TH_TEST(test_interrupt_ends_every_node),
+    };
+    return cmocka_run_group_tests(tests, cluster_up, cluster_down);
+}
