@@ -161,7 +161,8 @@ static void finish(ddp_agent_t *a)
         /* The other nodes read how the job ended from our store: it stays until they
          * have left (after success, up to close_timeout). */
         ddp_rdzv_coord_finish(a->coord,
-                              a->exit_code == DDP_EXIT_OK ? a->cfg->rdzv_conf.close_timeout : 1.0);
+                              a->exit_code == DDP_EXIT_OK ? a->cfg->rdzv_conf.close_timeout : 1.0,
+                              a->stop_reason == STOP_SIGNAL ? a->stop_signal : 0);
         a->coord = NULL;
     } else {
         ddp_store_server_close(a->store);

@@ -17,7 +17,7 @@
 #include "log.h"
 
 /* Replaces this process with `srun --nodes=N --ntasks=N --ntasks-per-node=1
- * --kill-on-bad-exit=1 <this ddp-launch> ARGS...` (argv[1..] as given); with --dry-run,
+ * <this ddp-launch> ARGS...` (argv[1..] as given); with --dry-run,
  * prints that command and the one each node then runs to `fd` instead. Returns an exit
  * code only when it cannot: srun not on PATH (DDP_EXIT_NOT_FOUND), exec failed. */
 int ddp_fanout_slurm(const ddp_launch_config_t *cfg, int argc, char **argv, char *const *envp,

@@ -450,9 +450,14 @@ static void on_tick(uv_timer_t *timer)
         refresh_status(c, now);
 }
 
-void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *c, double linger)
+void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *c, double linger, int sig)
 {
-    if (c->phase != COORD_OVER)
+    /* (A signal's own abort record may still be on its way from our rendezvous thread.) */
+    if (c->phase != COORD_OVER && sig > 0)
+        job_over(c, DDP_EXIT_SIGNAL_BASE + sig,
+                 "the job was ended by the launcher serving the store (%s): it received SIG%s",
+                 c->own_id, sigabbrev_np(sig) != NULL ? sigabbrev_np(sig) : "a signal");
+    else if (c->phase != COORD_OVER)
         job_over(c, DDP_EXIT_RDZV_FAILED, "the launcher serving the store (%s) has ended",
                  c->own_id);
     c->finishing = true;

@@ -36,10 +36,11 @@ int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
                          const ddp_launch_config_t *cfg, const ddp_log_t *log, const char *own_id,
                          ddp_rdzv_coord_t **out);
 
-/* Our launcher ends: the job ends with it if it has not (the others are told), and
- * once every other launcher has left, or after `linger` seconds, the coordinator closes
- * the server and itself. The server is the coordinator's to close from now on. */
-void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *coord, double linger);
+/* Our launcher ends: the job ends with it if it has not (the others are told: with
+ * 128+`sig` when it ends for signal `sig`, which they forward, else status 5), and once
+ * every other launcher has left, or after `linger` seconds, the coordinator closes the
+ * server and itself. The server is the coordinator's to close from now on. */
+void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *coord, double linger, int sig);
 
 /* Stops watching and closes the timer at once (the server stays open); freed once the
  * loop has closed it. NULL is harmless. */
