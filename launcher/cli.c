@@ -535,6 +535,18 @@ static int apply_store_busy_poll(ddp_launch_config_t *cfg, const char *value, co
     return 0;
 }
 
+/* --env and --env-list take effect in collect_env (they repeat); here they are checked. */
+static int apply_env(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                     const ddp_log_t *log, ddp_buf_t *err)
+{
+    (void)cfg;
+    (void)value;
+    (void)origin;
+    (void)log;
+    (void)err;
+    return 0;
+}
+
 /* --help's headings, in its order. */
 enum { G_WORKERS, G_RDZV, G_PROGRAM, G_SUPERVISION, G_OUTPUT, G_OTHER, NGROUPS };
 static const char *const group_names[NGROUPS] = {
@@ -619,6 +631,11 @@ static const flag_t flags[] = {
      "accepted for torchrun when empty; no plugins"},
     {CODE("numa-binding", apply_numa_binding, false), false, G_SUPERVISION, "MODE",
      "torchrun's NUMA binding: not supported (bind with numactl)"},
+    {CODE("env", apply_env, false), false, G_PROGRAM, "NAME[=VALUE]",
+     "set NAME for every worker: VALUE, or this launcher's\nvalue (repeatable; node 0's on every "
+     "node it starts)"},
+    {CODE("env-list", apply_env, false), false, G_PROGRAM, "NAME,...",
+     "--env for each NAME (this launcher's value)"},
     {CODE("signals-to-handle", apply_signals_to_handle, true), false, G_SUPERVISION, "LIST",
      "signals forwarded to the workers\n(default SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
     {"shutdown-timeout", 0, KIND_SECONDS, FIELD(shutdown_timeout), 0, 7 * 86400, NULL, NULL, true,
@@ -900,6 +917,69 @@ static void slurm_after(ddp_launch_config_t *cfg, const raw_value_t *raw, char *
                  port, job, DDP_SLURM_PORT_BASE, DDP_SLURM_PORT_SPAN);
 }
 
+/* One --env entry: NAME=VALUE as given, or NAME with the value it has in `envp`. */
+static int add_env(ddp_launch_config_t *cfg, const char *origin, const char *item, size_t len,
+                   char *const *envp, ddp_buf_t *err)
+{
+    const char *eq = memchr(item, '=', len);
+    size_t name_len = eq != NULL ? (size_t)(eq - item) : len;
+    char name[256];
+    bool good = name_len > 0 && name_len < sizeof name && !isdigit((unsigned char)item[0]);
+    for (size_t i = 0; i < name_len && good; i++)
+        good = isalnum((unsigned char)item[i]) || item[i] == '_';
+    if (!good)
+        return usage(err, origin, "'%.*s' is not a variable name", (int)name_len, item);
+    memcpy(name, item, name_len);
+    name[name_len] = '\0';
+    /* The worker contract is the launcher's: one of these set by hand breaks the job. */
+    for (int id = DDP_ENV_LOCAL_RANK; id <= DDP_ENV_TORCHELASTIC_ERROR_FILE; id++) {
+        if (strcmp(name, ddp_env_name((ddp_env_id_t)id)) == 0)
+            return usage(err, origin, "%s is set by ddp-launch for each worker", name);
+    }
+    const char *value = eq != NULL ? eq + 1 : ddp_env_lookup(envp, name);
+    if (value == NULL)
+        return usage(err, origin, "%s is not set here: give %s=VALUE", name, name);
+    char **set = realloc(cfg->env_set, (size_t)(cfg->nenv + 1) * sizeof *set);
+    if (set == NULL)
+        return -ENOMEM;
+    cfg->env_set = set;
+    int n = eq != NULL ? (int)(len - name_len - 1) : (int)strlen(value);
+    if (asprintf(&cfg->env_set[cfg->nenv], "%s=%.*s", name, n, value) < 0)
+        return -ENOMEM;
+    cfg->nenv++;
+    return 0;
+}
+
+/* Every --env and --env-list before the script, in order (they repeat; the flag table
+ * keeps one value a flag). */
+static int collect_env(ddp_launch_config_t *cfg, char **argv, int script_index, char *const *envp,
+                       ddp_buf_t *err)
+{
+    for (int i = 1; i < script_index; i++) {
+        const char *arg = argv[i], *value = NULL;
+        bool list = strncmp(arg, "--env-list", 10) == 0 || strncmp(arg, "--env_list", 10) == 0;
+        size_t at = list ? 10 : 5;
+        if (!list && strncmp(arg, "--env", 5) != 0)
+            continue;
+        if (arg[at] == '=')
+            value = arg + at + 1;
+        else if (arg[at] == '\0' && i + 1 < script_index)
+            value = argv[++i];
+        else
+            continue; /* another flag (--event-log-handler) */
+        for (const char *p = value;;) {
+            size_t len = list ? strcspn(p, ",") : strlen(p);
+            int rc = add_env(cfg, list ? "--env-list" : "--env", p, len, envp, err);
+            if (rc != 0)
+                return rc;
+            if (p[len] == '\0')
+                break;
+            p += len + 1;
+        }
+    }
+    return 0;
+}
+
 static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
 {
     if (cfg->rdzv_backend == DDP_RDZV_C10D && !cfg->rdzv_endpoint_set && !cfg->standalone)
@@ -1034,6 +1114,8 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
     cfg->nproc_per_node_given = raw[flag_index("nproc-per-node")].set;
     cfg->local_rank_arg_given = raw[flag_index("local-rank-arg")].set;
     slurm_after(cfg, raw, envp, log);
+    if ((rc = collect_env(cfg, argv, script_index, envp, err)) != 0)
+        goto fail;
     if ((rc = check_combinations(cfg, err)) != 0)
         goto fail;
     const char *python = ddp_env_lookup(envp, "PYTHON_EXEC");

@@ -36,6 +36,11 @@ void ddp_config_free(ddp_launch_config_t *cfg)
     free(cfg->redirects.map);
     free(cfg->tee.map);
     free(cfg->ranks_filter);
+    for (int i = 0; i < cfg->nenv; i++)
+        free(cfg->env_set[i]);
+    free(cfg->env_set);
+    cfg->env_set = NULL;
+    cfg->nenv = 0;
     cfg->run_id = NULL;
     cfg->redirects.map = cfg->tee.map = NULL;
     cfg->ranks_filter = NULL;

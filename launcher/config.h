@@ -81,6 +81,8 @@ typedef struct ddp_launch_config_s {
     const char *hosts;      /* --hosts: node 0 here, the others started over ssh (fanout.h) */
     const char *hostfile;   /* --hostfile: the same from a file of "host [slots=N]" lines */
     bool nproc_per_node_given; /* by --nproc-per-node or PET_NPROC_PER_NODE */
+    char **env_set;            /* --env and --env-list: "NAME=VALUE" for every worker (owned) */
+    int nenv;
     ddp_rdzv_backend_t rdzv_backend;
     bool rdzv_endpoint_set;
     char rdzv_endpoint_host[DDP_HOST_MAX];

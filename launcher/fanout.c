@@ -50,18 +50,25 @@ static bool is_flag(const char *arg, const char *name, bool *with_value)
     return *arg == '\0' || *arg == '=';
 }
 
-/* The launcher's arguments as another node gets them: without --dry-run, and without
- * --hosts and --hostfile (and their values) before the script at argv[script]. */
-static void own_args(ddp_buf_t *out, int argc, char **argv, int script)
+/* The launcher's arguments as another node gets them: its --env entries with this
+ * node's values (NAME=VALUE), then the arguments without --dry-run, --hosts, --hostfile,
+ * --env and --env-list (and their values) before the script at argv[script]. */
+static void own_args(ddp_buf_t *out, const ddp_launch_config_t *cfg, int argc, char **argv,
+                     int script)
 {
+    static const char *const dropped[] = {"hosts", "hostfile", "env", "env-list"};
+    for (int i = 0; i < cfg->nenv; i++) {
+        ddp_buf_puts(out, " --env ");
+        shell_word(out, cfg->env_set[i]);
+    }
     for (int i = 1; i < argc; i++) {
-        bool with_value = false;
-        if (i < script &&
-            (is_flag(argv[i], "dry-run", &with_value) || is_flag(argv[i], "hosts", &with_value) ||
-             is_flag(argv[i], "hostfile", &with_value))) {
-            i += !with_value && strncmp(argv[i] + 2, "dry", 3) != 0;
-            continue;
+        bool with_value = false, drop = i < script && is_flag(argv[i], "dry-run", &with_value);
+        for (size_t k = 0; k < sizeof dropped / sizeof dropped[0] && i < script && !drop; k++) {
+            drop = is_flag(argv[i], dropped[k], &with_value);
+            i += drop && !with_value; /* its value */
         }
+        if (drop)
+            continue;
         ddp_buf_puts(out, " ");
         shell_word(out, argv[i]);
     }
@@ -69,6 +76,7 @@ static void own_args(ddp_buf_t *out, int argc, char **argv, int script)
 
 typedef struct {
     ddp_buf_t *out;
+    const ddp_launch_config_t *cfg;
     const char *self, *first;
     int nodes, index, port, argc, script;
     char **argv;
@@ -81,7 +89,7 @@ static int node_line(void *ctx, const char *host)
                    n->nodes, n->index, n->first);
     if (n->port > 0)
         ddp_buf_printf(n->out, " --master-port=%d", n->port);
-    own_args(n->out, n->argc, n->argv, n->script);
+    own_args(n->out, n->cfg, n->argc, n->argv, n->script);
     ddp_buf_puts(n->out, "\n");
     return ++n->index >= n->nodes;
 }
@@ -102,10 +110,10 @@ static int dry_run(const ddp_launch_config_t *cfg, int argc, char **argv, char *
         shell_word(&out, srun[i]);
     }
     int script = (int)(cfg->script_args - argv) - 1;
-    own_args(&out, argc, argv, script);
+    own_args(&out, cfg, argc, argv, script);
     ddp_buf_puts(&out, "\neach node then runs, as Slurm's variables make it:\n");
-    node_line_t n = {&out, srun[4], first, cfg->slurm_fanout, 0, ddp_slurm_port(job),
-                     argc, script,  argv};
+    node_line_t n = {&out, cfg,    srun[4], first, cfg->slurm_fanout, 0, ddp_slurm_port(job),
+                     argc, script, argv};
     if (list != NULL && ddp_slurm_first_host(list, first, sizeof first, &why) == 0)
         (void)ddp_slurm_hostlist_each(list, node_line, &n, &why);
     if (why.len > 0)
@@ -301,7 +309,7 @@ static void node_command(ddp_buf_t *cmd, const ddp_launch_config_t *cfg,
     ddp_buf_printf(cmd, " --master-port=%d", cfg->master_port);
     if (!cfg->nproc_per_node_given && hosts->slots[i] > 0)
         ddp_buf_printf(cmd, " --nproc-per-node=%d", hosts->slots[i]);
-    own_args(cmd, argc, argv, (int)(cfg->script_args - argv) - 1);
+    own_args(cmd, cfg, argc, argv, (int)(cfg->script_args - argv) - 1);
 }
 
 /* The ssh command's words: DDP_LAUNCH_SSH split at blanks (default ssh), then -n

@@ -83,34 +83,42 @@ typedef struct {
     int err;
 } env_builder_t;
 
-__attribute__((format(printf, 3, 4))) static void add_var(env_builder_t *eb, ddp_env_id_t id,
-                                                          const char *fmt, ...)
+/* Appends `entry` ("NAME=VALUE", taken over; NULL: out of memory). */
+static void push(env_builder_t *eb, char *entry)
 {
-    char *entry = NULL, *value = NULL;
-    va_list ap;
-    if (eb->err)
+    if (eb->err || entry == NULL) {
+        eb->err = eb->err ? eb->err : -ENOMEM;
+        free(entry);
         return;
+    }
     if (eb->n + 1 >= eb->cap) {
         size_t cap = eb->cap ? eb->cap * 2 : 32;
         char **items = realloc(eb->items, cap * sizeof *items);
         if (items == NULL) {
             eb->err = -ENOMEM;
+            free(entry);
             return;
         }
         eb->items = items;
         eb->cap = cap;
     }
+    eb->items[eb->n++] = entry;
+    eb->items[eb->n] = NULL;
+}
+
+__attribute__((format(printf, 3, 4))) static void add_var(env_builder_t *eb, ddp_env_id_t id,
+                                                          const char *fmt, ...)
+{
+    char *entry = NULL, *value = NULL;
+    va_list ap;
     va_start(ap, fmt);
     int r = vasprintf(&value, fmt, ap);
     va_end(ap);
-    if (r < 0 || asprintf(&entry, "%s=%s", ddp_env_name(id), value) < 0) {
+    if (r < 0 || asprintf(&entry, "%s=%s", ddp_env_name(id), value) < 0)
+        entry = NULL;
+    if (r >= 0)
         free(value);
-        eb->err = -ENOMEM;
-        return;
-    }
-    free(value);
-    eb->items[eb->n++] = entry;
-    eb->items[eb->n] = NULL;
+    push(eb, entry);
 }
 
 int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t *info,
@@ -139,13 +147,16 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
             info->use_agent_store ? "True" : "False");
     for (size_t i = 0; i < sizeof if_unset / sizeof if_unset[0]; i++) {
         ddp_env_id_t id = if_unset[i];
-        if (ddp_env_lookup(base, ddp_env_name(id)) != NULL)
+        if (ddp_env_lookup(base, ddp_env_name(id)) != NULL ||
+            ddp_env_lookup(cfg->env_set, ddp_env_name(id)) != NULL)
             continue;
         if (id == DDP_ENV_OMP_NUM_THREADS && info->local_world_size <= 1)
             continue;
         add_var(&eb, id, "%s", ddp_env_default(id));
     }
     add_var(&eb, DDP_ENV_TORCHELASTIC_ERROR_FILE, "%s", info->error_file);
+    for (int i = 0; i < cfg->nenv && !eb.err; i++) /* --env: names cli.c let through */
+        push(&eb, strdup(cfg->env_set[i]));
     if (eb.err) {
         ddp_strv_free(eb.items);
         return eb.err;

@@ -167,6 +167,41 @@ static void test_hostfile_slots_and_dry_run(void **state)
     free(dir);
 }
 
+/* --env NAME: node 0's value reaches the workers of every node (the other nodes' sshd
+ * sessions do not have it); --env NAME=VALUE as given. */
+static void test_env_reaches_every_node(void **state)
+{
+    const char *argv[] = {
+        cluster.script,
+        "run",
+        cluster.dir,
+        "0",
+        "/usr/bin/env",
+        "DDP_TEST_FROM_NODE0=node 0's value",
+        th_launcher(),
+        "--hosts=n0,n1,n2",
+        "--env",
+        "DDP_TEST_FROM_NODE0",
+        "--env=DDP_TEST_GIVEN=a=b",
+        "--no-python",
+        "/bin/sh",
+        "-c",
+        "echo \"rank $RANK on $(hostname): $DDP_TEST_FROM_NODE0/$DDP_TEST_GIVEN\"",
+        NULL};
+    const char *env[] = {cluster.ssh, "PET_MASTER_PORT", NULL};
+    th_proc_t p;
+    th_start(&p, argv, env);
+    TH_ASSERT(&p, th_wait_exit(&p, 120));
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    for (int r = 0; r < 3; r++) {
+        char line[128];
+        snprintf(line, sizeof line, "rank %d on n%d: node 0's value/a=b\n", r, r);
+        TH_ASSERT(&p, strstr(out, line) != NULL);
+    }
+    th_cleanup(&p);
+}
+
 /* A host ssh cannot reach: said at once, and the job ends (status 5) instead of waiting
  * the rendezvous timeout for it. */
 static void test_unreachable_host_ends_the_job(void **state)
@@ -227,9 +262,9 @@ int main(void)
     if (system(check) != 0)
         return 77; /* the script said why */
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_hosts_start_every_node),        TH_TEST(test_hostfile_slots_and_dry_run),
-        TH_TEST(test_unreachable_host_ends_the_job), TH_TEST(test_remote_failure_is_the_jobs),
-        TH_TEST(test_interrupt_ends_every_node),
+        TH_TEST(test_hosts_start_every_node),     TH_TEST(test_hostfile_slots_and_dry_run),
+        TH_TEST(test_env_reaches_every_node),     TH_TEST(test_unreachable_host_ends_the_job),
+        TH_TEST(test_remote_failure_is_the_jobs), TH_TEST(test_interrupt_ends_every_node),
     };
     return cmocka_run_group_tests(tests, cluster_up, cluster_down);
 }

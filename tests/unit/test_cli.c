@@ -517,6 +517,39 @@ static void test_hosts_flags(void **state)
     done(&p);
 }
 
+/* --env and --env-list repeat, in order: NAME=VALUE as given, NAME with this launcher's
+ * value; a name that is not one, one not set, or one of the worker contract's is refused;
+ * the script's own --env is the script's. */
+static void test_env_flags(void **state)
+{
+    parse_t p;
+    parse(&p, "--env A=1 --env=B --env-list C,D --env_list=A t.py --env X=2", "B=b C=c=c D= A=z");
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.nenv, 5);
+    static const char *const want[] = {"A=1", "B=b", "C=c=c", "D=", "A=z"};
+    for (int i = 0; i < 5; i++)
+        assert_string_equal(p.cfg.env_set[i], want[i]);
+    done(&p);
+    static const struct {
+        const char *args, *env, *message;
+    } bad[] = {
+        {"--env NOPE t.py", NULL, "--env: NOPE is not set here: give NOPE=VALUE"},
+        {"--env-list A,NOPE t.py", "A=1", "--env-list: NOPE is not set here"},
+        {"--env 9A=1 t.py", NULL, "'9A' is not a variable name"},
+        {"--env A-B=1 t.py", NULL, "'A-B' is not a variable name"},
+        {"--env =1 t.py", NULL, "'' is not a variable name"},
+        {"--env WORLD_SIZE=8 t.py", NULL, "WORLD_SIZE is set by ddp-launch for each worker"},
+        {"--env-list MASTER_PORT t.py", "MASTER_PORT=1", "MASTER_PORT is set by ddp-launch"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        parse(&p, bad[i].args, bad[i].env);
+        assert_int_equal(p.rc, DDP_EUSAGE);
+        if (strstr(ddp_buf_str(&p.err), bad[i].message) == NULL)
+            fail_msg("'%s': '%s'", bad[i].args, ddp_buf_str(&p.err));
+        done(&p);
+    }
+}
+
 static void test_script_and_its_arguments_untouched(void **state)
 {
     parse_t p;
@@ -769,6 +802,7 @@ int main(void)
         cmocka_unit_test(test_slurm_step),
         cmocka_unit_test(test_slurm_allocation),
         cmocka_unit_test(test_hosts_flags),
+        cmocka_unit_test(test_env_flags),
         cmocka_unit_test(test_elastic_nodes),
         cmocka_unit_test(test_script_and_its_arguments_untouched),
         cmocka_unit_test(test_help_and_version_act_at_once),
