@@ -318,9 +318,9 @@ static void test_step_of_part_of_the_allocation(void **state)
     free(out);
 }
 
-/* Submits a batch script of `body` without waiting: its job id; its output goes to
- * `output`. */
-static int submit(const char *body, const char *dir, const char *output)
+/* Submits a batch script of `body` without waiting (with sbatch's --signal `signal`
+ * where not NULL): its job id; its output goes to `output`. */
+static int submit(const char *body, const char *dir, const char *output, const char *signal)
 {
     char script[700], flag[720];
     snprintf(script, sizeof script, "%s/job.sh", dir);
@@ -330,8 +330,15 @@ static int submit(const char *body, const char *dir, const char *output)
     fprintf(f, "#!/bin/sh\n%s\n", body);
     fclose(f);
     chmod(script, 0755);
-    const char *argv[] = {
-        "/usr/bin/sbatch", "--parsable", "--nodes=3", "--time=5", flag, script, NULL};
+    /* With a warning signal, a one-minute job: Slurm sends it within that minute. */
+    const char *argv[] = {"/usr/bin/sbatch",
+                          "--parsable",
+                          "--nodes=3",
+                          signal != NULL ? "--time=1" : "--time=5",
+                          flag,
+                          signal != NULL ? signal : script,
+                          signal != NULL ? script : NULL,
+                          NULL};
     th_proc_t p;
     th_run(&p, argv, job_env(), 60);
     TH_ASSERT(&p, th_status(&p) == 0);
@@ -402,9 +409,12 @@ static void scancel(int id, const char *flag)
     th_cleanup(&p);
 }
 
-/* Preemption: `scancel --signal=USR1` reaches every worker on every node through
- * --signals-to-handle=SIGTERM,SIGUSR1 (one command in the allocation). */
-static void test_scancel_usr1_reaches_every_worker(void **state)
+/* Preemption: USR1 reaches every worker on every node through
+ * --signals-to-handle=SIGTERM,SIGUSR1 (one command in the allocation): from `scancel
+ * --signal=USR1`, or from `sbatch --signal=USR1@60` (Slurm sends it on its own timer,
+ * within the job's first minute here). (slurmstepd signals every process of the step
+ * itself too, so a worker may see it twice.) */
+static void usr1_reaches_every_worker(const char *sbatch_flag, bool scancel_it)
 {
     char *dir = th_tmpdir(), output[700], body[2000];
     snprintf(output, sizeof output, "%s/job.out", dir);
@@ -413,23 +423,36 @@ static void test_scancel_usr1_reaches_every_worker(void **state)
              "'trap \"echo got USR1 rank $RANK on $(hostname); exit 0\" USR1; echo ready rank "
              "$RANK; while :; do sleep 0.2; done'",
              th_launcher());
-    int id = submit(body, dir, output);
+    int id = submit(body, dir, output, sbatch_flag);
     if (!wait_file(output, "ready rank ", 6, 60)) {
         char *text = slurp(output);
         fail_msg("the 6 workers did not start:\n%s", text);
     }
-    scancel(id, "--signal=USR1");
-    assert_true(wait_job_gone(id, 60));
+    if (scancel_it)
+        scancel(id, "--signal=USR1");
+    assert_true(wait_job_gone(id, 120));
     char *text = slurp(output);
     for (int r = 0; r < 6; r++) {
         char line[64];
         snprintf(line, sizeof line, "got USR1 rank %d on n%d\n", r, r / 2);
-        if (strstr(text, line) == NULL)
-            fail_msg("no '%s' in:\n%s", line, text);
+        if (th_count(text, line) < 1) {
+            printf("%s\n", text); /* whole (fail_msg cuts long messages) */
+            fail_msg("%d times '%s'", th_count(text, line), line);
+        }
     }
     free(text);
     th_rmtree(dir);
     free(dir);
+}
+
+static void test_scancel_usr1_reaches_every_worker(void **state)
+{
+    usr1_reaches_every_worker(NULL, true);
+}
+
+static void test_sbatch_signal_reaches_every_worker(void **state)
+{
+    usr1_reaches_every_worker("--signal=USR1@60", false);
 }
 
 /* A job Slurm ends (scancel: SIGTERM, SIGKILL after KillWait=5 s) stops workers that
@@ -443,7 +466,7 @@ static void test_scancel_stops_every_node(void **state)
              "'%s' --shutdown-timeout=1 --nproc-per-node=2 --no-python /bin/sh -c "
              "'trap \"\" TERM; echo ready rank $RANK; while :; do sleep 0.2; done'",
              th_launcher());
-    int id = submit(body, dir, output);
+    int id = submit(body, dir, output, NULL);
     if (!wait_file(output, "ready rank ", 6, 60)) {
         char *text = slurp(output);
         fail_msg("the 6 workers did not start:\n%s", text);
@@ -471,6 +494,7 @@ int main(void)
         TH_TEST(test_step_of_part_of_the_allocation),
         TH_TEST(test_port_of_the_job_not_29500),
         TH_TEST(test_scancel_usr1_reaches_every_worker),
+        TH_TEST(test_sbatch_signal_reaches_every_worker),
         TH_TEST(test_scancel_stops_every_node),
         TH_TEST(test_srun_c_example_trains),
         TH_TEST(test_srun_pytorch_gloo),
