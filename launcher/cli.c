@@ -547,6 +547,30 @@ static int apply_env(ddp_launch_config_t *cfg, const char *value, const char *or
     return 0;
 }
 
+/* --env-check NAME,...: names compared across the nodes besides the built-in ones. */
+static int apply_env_check(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                           const ddp_log_t *log, ddp_buf_t *err)
+{
+    (void)log;
+    for (const char *p = value; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        bool good = len > 0 && !isdigit((unsigned char)*p);
+        for (size_t i = 0; i < len && good; i++)
+            good = isalnum((unsigned char)p[i]) || p[i] == '_';
+        if (!good)
+            return usage(err, origin, "'%.*s' is not a variable name", (int)len, p);
+        char **names = realloc(cfg->env_check, (size_t)(cfg->nenv_check + 1) * sizeof *names);
+        if (names == NULL)
+            return -ENOMEM;
+        cfg->env_check = names;
+        if ((cfg->env_check[cfg->nenv_check] = strndup(p, len)) == NULL)
+            return -ENOMEM;
+        cfg->nenv_check++;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
 /* --help's headings, in its order. */
 enum { G_WORKERS, G_RDZV, G_PROGRAM, G_SUPERVISION, G_OUTPUT, G_OTHER, NGROUPS };
 static const char *const group_names[NGROUPS] = {
@@ -636,6 +660,10 @@ static const flag_t flags[] = {
      "node it starts)"},
     {CODE("env-list", apply_env, false), false, G_PROGRAM, "NAME,...",
      "--env for each NAME (this launcher's value)"},
+    {CODE("env-check", apply_env_check, true), false, G_RDZV, "NAME,...",
+     "more variables the nodes must agree on (NCCL_* and\nothers are compared always)"},
+    {SWITCH("env-check-strict", 0, env_check_strict, true), false, G_RDZV, "",
+     "a variable that differs between nodes ends the job\n(status 5) before any worker starts"},
     {CODE("signals-to-handle", apply_signals_to_handle, true), false, G_SUPERVISION, "LIST",
      "signals forwarded to the workers\n(default SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
     {"shutdown-timeout", 0, KIND_SECONDS, FIELD(shutdown_timeout), 0, 7 * 86400, NULL, NULL, true,

@@ -41,6 +41,11 @@ void ddp_config_free(ddp_launch_config_t *cfg)
     free(cfg->env_set);
     cfg->env_set = NULL;
     cfg->nenv = 0;
+    for (int i = 0; i < cfg->nenv_check; i++)
+        free(cfg->env_check[i]);
+    free(cfg->env_check);
+    cfg->env_check = NULL;
+    cfg->nenv_check = 0;
     cfg->run_id = NULL;
     cfg->redirects.map = cfg->tee.map = NULL;
     cfg->ranks_filter = NULL;

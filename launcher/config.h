@@ -83,6 +83,9 @@ typedef struct ddp_launch_config_s {
     bool nproc_per_node_given; /* by --nproc-per-node or PET_NPROC_PER_NODE */
     char **env_set;            /* --env and --env-list: "NAME=VALUE" for every worker (owned) */
     int nenv;
+    char **env_check; /* --env-check: more names the nodes must agree on (owned) */
+    int nenv_check;
+    bool env_check_strict; /* --env-check-strict: a difference ends the job (status 5) */
     ddp_rdzv_backend_t rdzv_backend;
     bool rdzv_endpoint_set;
     char rdzv_endpoint_host[DDP_HOST_MAX];

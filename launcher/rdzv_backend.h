@@ -32,6 +32,7 @@ typedef struct ddp_rdzv_member_s {
     uint64_t arrival;     /* join order */
     double last_beat;     /* monotonic s */
     double dup_since;     /* static: claims a rank a live launcher holds, since; < 0 */
+    char *env;            /* its environment record (envcheck.h), from its latest join */
 } ddp_rdzv_member_t;
 
 typedef enum { COORD_FORMING, COORD_RUNNING, COORD_OVER } ddp_rdzv_phase_t;

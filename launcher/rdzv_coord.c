@@ -2,6 +2,7 @@
  * loop of the launcher that serves the store; never blocks, never closes a connection. */
 #include "rdzv_backend.h"
 
+#include "envcheck.h"
 #include "error.h"
 #include "io.h"
 
@@ -124,6 +125,33 @@ static void round_stop(ddp_rdzv_coord_t *c, bool failed, const char *message)
     c->next_status = 0;
 }
 
+/* The members' environment records, compared (envcheck.h): a difference is a warning in
+ * `message` for every node, or with --env-check-strict the end of the job (false). */
+static bool environments_agree(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n,
+                               char *message, size_t cap)
+{
+    const char **records = malloc((size_t)n * sizeof *records);
+    ddp_buf_t diff = DDP_BUF_INIT;
+    if (records == NULL)
+        return true;
+    for (int i = 0; i < n; i++)
+        records[i] = ranked[i]->env;
+    int differ = ddp_envcheck_compare(records, n, 5, &diff);
+    free(records);
+    bool strict = c->cfg->env_check_strict;
+    if (differ > 0 && strict)
+        job_over(c, DDP_EXIT_RDZV_FAILED,
+                 "the nodes' environments differ (--env-check-strict: no worker started):\n%s",
+                 ddp_buf_str(&diff));
+    else if (differ > 0)
+        snprintf(message, cap,
+                 "the nodes' environments differ (a multi-node job may hang or "
+                 "fail in its first collective):\n%s",
+                 ddp_buf_str(&diff));
+    ddp_buf_free(&diff);
+    return differ == 0 || !strict;
+}
+
 /* The forming round closes with ranked[0..n): each learns its share, at its assign key. */
 static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
 {
@@ -139,6 +167,8 @@ static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
         world_size += ranked[i]->join.nproc;
     double now = ddp_clock_mono();
     ddp_rdzv_verdict_t v = {.kind = DDP_RDZV_VERDICT_WORLD};
+    if (!environments_agree(c, ranked, n, v.message, sizeof v.message))
+        return;
     v.world = (ddp_rdzv_world_t){
         .round = c->round, .restarts = c->restarts, .nnodes = n, .world_size = world_size};
     c->phase = COORD_RUNNING;
@@ -340,7 +370,12 @@ static void on_write(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *
             return;
         }
         *tag = m;
-        if (!ddp_rdzv_join_parse(value, len, &join)) {
+        /* The join's own line, then its environment record (envcheck.h). */
+        const uint8_t *nl = memchr(value, '\n', len);
+        size_t head = nl != NULL ? (size_t)(nl - value) : len;
+        free(m->env);
+        m->env = nl != NULL ? strndup((const char *)nl + 1, len - head - 1) : NULL;
+        if (!ddp_rdzv_join_parse(value, head, &join)) {
             ddp_log_warn(c->log, "rendezvous: launcher %s sent a malformed join: ignored", m->id);
             return;
         }
@@ -468,8 +503,10 @@ void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *c, double linger, int sig)
 static void on_timer_closed(uv_handle_t *handle)
 {
     ddp_rdzv_coord_t *c = handle->data;
-    for (size_t i = 0; i < c->nmembers; i++)
+    for (size_t i = 0; i < c->nmembers; i++) {
+        free(c->members[i]->env);
         free(c->members[i]);
+    }
     free(c->members);
     free(c->running);
     free(c->holders);

@@ -16,6 +16,7 @@
  * decides, and publishes each decision once. */
 #include "rdzv_node.h"
 
+#include "envcheck.h"
 #include "error.h"
 #include "io.h"
 
@@ -26,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+extern char **environ;
 
 #define NOTE_FIRST 5.0  /* s: a wait is said after this long, */
 #define NOTE_EVERY 30.0 /* then every NOTE_EVERY s */
@@ -261,6 +264,9 @@ static int join_record(ddp_rdzv_t *r)
     snprintf(join.host, sizeof join.host, "%s", r->host);
     ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "join/%s", r->id);
     int err = ddp_rdzv_join_format(&join, &text);
+    /* The environment the nodes must agree on, in the same record (envcheck.h). */
+    if (err == 0 && (err = ddp_buf_puts(&text, "\n")) == 0)
+        err = ddp_envcheck_record(cfg, environ, &text);
     if (err == 0)
         err = ddp_store_client_set(r->client, key, text.data, text.len);
     ddp_buf_free(&text);
@@ -308,6 +314,8 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world)
                 return finish(r, &v, true);
             if (!await_stopped(r))
                 return NODE_END;
+            if (v.message[0] != '\0') /* the nodes' environments differ */
+                ddp_log_warn(r->log, "%s", v.message);
             *world = v.world;
             r->local_running = true;
             ddp_rdzv_command(r, DDP_RDZV_CMD_START, world, 0, NULL);

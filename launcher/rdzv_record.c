@@ -71,8 +71,9 @@ int ddp_rdzv_verdict_format(const ddp_rdzv_verdict_t *v, ddp_buf_t *out)
     const ddp_rdzv_world_t *w = &v->world;
     switch (v->kind) {
     case DDP_RDZV_VERDICT_WORLD:
-        return ddp_buf_printf(out, "world %d %d %d %d %d %d", w->round, w->restarts, w->node_rank,
-                              w->nnodes, w->rank_offset, w->world_size);
+        return ddp_buf_printf(out, "world %d %d %d %d %d %d%s%s", w->round, w->restarts,
+                              w->node_rank, w->nnodes, w->rank_offset, w->world_size,
+                              v->message[0] != '\0' ? " " : "", v->message);
     case DDP_RDZV_VERDICT_END:
         return ddp_buf_printf(out, "end %d %s", v->exit_code, v->message);
     case DDP_RDZV_VERDICT_DONE:
@@ -84,13 +85,15 @@ int ddp_rdzv_verdict_format(const ddp_rdzv_verdict_t *v, ddp_buf_t *out)
     return ddp_buf_printf(out, "%s %s", verdict_words[v->kind], v->message);
 }
 
-static bool parse_world(const char *rest, ddp_rdzv_world_t *w)
+/* "R RESTARTS RANK NODES OFFSET WORLD[ MESSAGE]": *used is where the message starts. */
+static bool parse_world(const char *rest, ddp_rdzv_world_t *w, int *used)
 {
     int end = 0;
     if (sscanf(rest, "%d %d %d %d %d %d%n", &w->round, &w->restarts, &w->node_rank, &w->nnodes,
                &w->rank_offset, &w->world_size, &end) != 6 ||
-        rest[end] != '\0')
+        (rest[end] != '\0' && rest[end] != ' '))
         return false;
+    *used = end + (rest[end] == ' ');
     return w->round >= 0 && w->restarts >= 0 && w->nnodes >= 1 && w->node_rank >= 0 &&
            w->node_rank < w->nnodes && w->rank_offset >= 0 && w->world_size > w->rank_offset;
 }
@@ -107,8 +110,12 @@ bool ddp_rdzv_verdict_parse(const void *text, size_t len, ddp_rdzv_verdict_t *ou
         const char *rest = buf[n] == ' ' ? buf + n + 1 : buf + n;
         ddp_rdzv_verdict_t v = {.kind = (ddp_rdzv_verdict_kind_t)k};
         int used = 0;
-        if (v.kind == DDP_RDZV_VERDICT_WORLD && !parse_world(rest, &v.world))
-            return false;
+        if (v.kind == DDP_RDZV_VERDICT_WORLD) {
+            if (!parse_world(rest, &v.world, &used))
+                return false;
+            rest += used;
+            used = 0;
+        }
         if (v.kind == DDP_RDZV_VERDICT_DONE && *rest != '\0')
             return false;
         if (v.kind == DDP_RDZV_VERDICT_END) {
@@ -118,7 +125,7 @@ bool ddp_rdzv_verdict_parse(const void *text, size_t len, ddp_rdzv_verdict_t *ou
             rest += used;
             rest += *rest == ' ';
         }
-        if (v.kind != DDP_RDZV_VERDICT_WORLD && v.kind != DDP_RDZV_VERDICT_DONE)
+        if (v.kind != DDP_RDZV_VERDICT_DONE)
             snprintf(v.message, sizeof v.message, "%s", rest);
         *out = v;
         return true;

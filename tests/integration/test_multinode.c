@@ -517,6 +517,49 @@ static void test_elastic_too_few_nodes(void **state)
     job_cleanup(&job);
 }
 
+/* A variable set on one node only (NCCL_SOCKET_IFNAME, as from one node's profile): every
+ * node warns, naming it and both sides; the job runs. */
+static void test_environment_difference_warned(void **state)
+{
+    const char *prog[] = {"/bin/echo", "worker ran", NULL};
+    const char *one[] = {"NCCL_SOCKET_IFNAME=eth7", NULL};
+    job_t job;
+    job_init(&job);
+    start_node(&job, 2, 1, 1, NULL, prog);
+    start_node_env(&job, 2, 0, 1, NULL, prog, one);
+    job_wait(&job, 60);
+    for (int i = 0; i < 2; i++) {
+        th_proc_t *p = &job.node[i];
+        TH_ASSERT(p, th_status(p) == 0);
+        TH_ASSERT(p, strstr(err(p), "the nodes' environments differ") != NULL);
+        TH_ASSERT(p, strstr(err(p), "NCCL_SOCKET_IFNAME differs: 'eth7' on node 0, unset on "
+                                    "node 1") != NULL);
+        TH_ASSERT(p, strstr(out(p), "worker ran") != NULL);
+    }
+    job_cleanup(&job);
+}
+
+/* --env-check-strict (given to the store's host): the difference ends the job, status 5
+ * on every node, before any worker starts; a variable named by --env-check counts. */
+static void test_environment_difference_strict(void **state)
+{
+    const char *prog[] = {"/bin/echo", "worker ran", NULL};
+    const char *value[] = {"DDP_TEST_SETTING=a", NULL};
+    job_t job;
+    job_init(&job);
+    start_node(&job, 2, 1, 1, "--env-check=DDP_TEST_SETTING", prog);
+    start_node_env(&job, 2, 0, 1, "--env-check-strict --env-check=DDP_TEST_SETTING", prog, value);
+    job_wait(&job, 60);
+    for (int i = 0; i < 2; i++) {
+        th_proc_t *p = &job.node[i];
+        TH_ASSERT(p, th_status(p) == 5);
+        TH_ASSERT(p, strstr(err(p), "--env-check-strict: no worker started") != NULL);
+        TH_ASSERT(p, strstr(err(p), "DDP_TEST_SETTING differs: 'a' on node 0, unset on node 1"));
+        TH_ASSERT(p, strstr(out(p), "worker ran") == NULL);
+    }
+    job_cleanup(&job);
+}
+
 /* libddp's collectives across the nodes' workers (2 + 1 ranks). */
 static void test_libddp_across_nodes(void **state)
 {
@@ -582,6 +625,8 @@ int main(void)
         TH_TEST(test_elastic_late_joiner),
         TH_TEST(test_elastic_reforms_without_a_lost_node),
         TH_TEST(test_elastic_too_few_nodes),
+        TH_TEST(test_environment_difference_warned),
+        TH_TEST(test_environment_difference_strict),
         TH_TEST(test_libddp_across_nodes),
         TH_TEST(test_torch_gloo_across_nodes),
     };
