@@ -100,6 +100,7 @@ struct ddp_agent_s {
 
     /* This node's share of the job: one node alone, or what the rendezvous formed. */
     ddp_rdzv_t *rdzv;        /* multi-node jobs */
+    char **job_env;          /* multi-node: node 0's --env entries for this round */
     ddp_rdzv_coord_t *coord; /* multi-node jobs whose store this launcher serves */
     int rank_offset, world_size, nnodes, group_rank, restart_count;
     int abort_exit_code; /* STOP_ABORTED's */
@@ -513,6 +514,7 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         .use_agent_store = true,
         .master_addr = cfg->master_addr,
         .master_port = a->store != NULL ? a->store_port : cfg->master_port,
+        .job_env = a->job_env,
     };
     if (asprintf(&w->error_file, "%s/%d/error.json", a->attempt_dir, w->local_rank) < 0) {
         w->error_file = NULL;
@@ -614,6 +616,8 @@ static void round_start(ddp_agent_t *a, const ddp_rdzv_world_t *world)
     a->world_size = world->world_size;
     a->nnodes = world->nnodes;
     clear_failures(a);
+    ddp_strv_free(a->job_env);
+    a->job_env = ddp_rdzv_job_env(a->rdzv);
     /* The coordinator has cleared the last round's keys from the store already. */
     ddp_log_info(a->log, "round %d: %d node(s), %d workers; this is node %d, with ranks %d to %d",
                  world->round, world->nnodes, world->world_size, world->node_rank,
@@ -1001,6 +1005,7 @@ static int agent_free(ddp_agent_t *a, int exit_code)
 {
     if (a->loop_ready) {
         ddp_rdzv_free(a->rdzv);
+        ddp_strv_free(a->job_env);
         exit_code = a->exit_code;
         /* The report names what went wrong, also when a signal ended the job meanwhile. */
         if (a->nfailures > 0)

@@ -2,6 +2,7 @@
  * to the loop through a uv_async, events come back under a mutex with an eventfd that
  * wakes the thread's store waits. The thread's own work is in rdzv_node.c. */
 #include "rdzv_node.h"
+#include "worker_spec.h"
 
 #include "error.h"
 
@@ -164,6 +165,23 @@ ddp_rdzv_cmd_t ddp_rdzv_take(ddp_rdzv_t *r, ddp_rdzv_world_t *world, int *exit_c
     return cmd;
 }
 
+char **ddp_rdzv_job_env(ddp_rdzv_t *r)
+{
+    pthread_mutex_lock(&r->mutex);
+    size_t n = 0;
+    while (r->job_env != NULL && r->job_env[n] != NULL)
+        n++;
+    char **copy = calloc(n + 1, sizeof *copy);
+    for (size_t i = 0; copy != NULL && i < n; i++) {
+        if ((copy[i] = strdup(r->job_env[i])) == NULL) {
+            ddp_strv_free(copy);
+            copy = NULL;
+        }
+    }
+    pthread_mutex_unlock(&r->mutex);
+    return copy;
+}
+
 void ddp_rdzv_close(ddp_rdzv_t *r)
 {
     if (r == NULL)
@@ -185,6 +203,7 @@ void ddp_rdzv_free(ddp_rdzv_t *r)
     if (r->thread_started)
         pthread_join(r->thread, NULL);
     ddp_store_client_close(r->client);
+    ddp_strv_free(r->job_env);
     close(r->wake_fd);
     pthread_mutex_destroy(&r->mutex);
     free(r);

@@ -64,6 +64,11 @@ void ddp_rdzv_post_abort(ddp_rdzv_t *r, int sig, const char *message);
 ddp_rdzv_cmd_t ddp_rdzv_take(ddp_rdzv_t *r, ddp_rdzv_world_t *world, int *exit_code, char *message,
                              size_t cap);
 
+/* From the loop, after a START: a copy of node 0's --env entries ("NAME=VALUE",
+ * NULL-terminated; free with ddp_strv_free), for every worker of the round; NULL when out
+ * of memory. */
+char **ddp_rdzv_job_env(ddp_rdzv_t *r);
+
 /* From the loop, when the agent finishes: the thread is told to stop and the async
  * handle closed (the thread ends once its current store call returns). */
 void ddp_rdzv_close(ddp_rdzv_t *r);

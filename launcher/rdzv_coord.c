@@ -343,6 +343,21 @@ static ddp_rdzv_member_t *member_new(ddp_rdzv_coord_t *c, const uint8_t *id, siz
     return m;
 }
 
+/* This launcher's --env entries, one a line, for every node's workers ("env"). */
+static int publish_env(ddp_rdzv_coord_t *c, ddp_store_server_t *server)
+{
+    ddp_buf_t text = DDP_BUF_INIT;
+    char key[512];
+    int err = 0;
+    for (int i = 0; i < c->cfg->nenv && err == 0; i++)
+        err = ddp_buf_printf(&text, "%s\n", c->cfg->env_set[i]);
+    ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "env");
+    if (err == 0)
+        err = ddp_store_server_set(server, key, text.len > 0 ? text.data : "", text.len);
+    ddp_buf_free(&text);
+    return err;
+}
+
 /* A launcher ended for a signal ("SIG node N (host): why"): the job ends with 128+SIG,
  * which every launcher forwards to its workers where it forwards that signal. */
 static void on_abort(ddp_rdzv_coord_t *c, const void *value, size_t len)
@@ -537,6 +552,8 @@ int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
     int err = c->backend->init(c);
     if (err == 0)
         err = ddp_store_server_set(server, key, own_id, strlen(own_id));
+    if (err == 0)
+        err = publish_env(c, server);
     if (err) {
         free(c->holders);
         free(c);

@@ -17,6 +17,7 @@
 #include "rdzv_node.h"
 
 #include "envcheck.h"
+#include "worker_spec.h"
 #include "error.h"
 #include "io.h"
 
@@ -290,6 +291,44 @@ static bool await_stopped(ddp_rdzv_t *r)
     return true;
 }
 
+/* The lines of `text` as a NULL-terminated array (NULL when out of memory). */
+static char **split_lines(const char *text)
+{
+    size_t n = 0, k = 0;
+    for (const char *c = text; *c != '\0'; c++)
+        n += *c == '\n';
+    char **lines = calloc(n + 2, sizeof *lines);
+    for (const char *p = text; lines != NULL && *p != '\0'; k++) {
+        size_t len = strcspn(p, "\n");
+        if ((lines[k] = strndup(p, len)) == NULL) {
+            ddp_strv_free(lines);
+            return NULL;
+        }
+        p += len + (p[len] == '\n');
+    }
+    return lines;
+}
+
+/* Node 0's --env entries, for this node's workers (the key holds one a line). */
+static bool read_job_env(ddp_rdzv_t *r)
+{
+    char key[512];
+    ddp_buf_t text = DDP_BUF_INIT;
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "env");
+    if (read_key(r, key, &text) != 0) {
+        ddp_buf_free(&text);
+        store_lost(r);
+        return false;
+    }
+    char **entries = split_lines(ddp_buf_str(&text));
+    ddp_buf_free(&text);
+    pthread_mutex_lock(&r->mutex);
+    ddp_strv_free(r->job_env);
+    r->job_env = entries;
+    pthread_mutex_unlock(&r->mutex);
+    return true;
+}
+
 static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world)
 {
     const ddp_launch_config_t *cfg = r->cfg;
@@ -316,6 +355,8 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world)
                 return NODE_END;
             if (v.message[0] != '\0') /* the nodes' environments differ */
                 ddp_log_warn(r->log, "%s", v.message);
+            if (!read_job_env(r))
+                return NODE_END;
             *world = v.world;
             r->local_running = true;
             ddp_rdzv_command(r, DDP_RDZV_CMD_START, world, 0, NULL);

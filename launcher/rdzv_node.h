@@ -27,6 +27,10 @@ struct ddp_rdzv_s {
     pthread_mutex_t mutex;
     int wake_fd; /* eventfd: readable while the loop has posted something */
 
+    /* Thread to loop, under the mutex: node 0's --env entries ("NAME=VALUE"), read at each
+     * round's assignment, before the START that uses them. */
+    char **job_env;
+
     /* Loop to thread, under the mutex. */
     ddp_rdzv_events_t events;
     bool closed;

@@ -155,8 +155,18 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
         add_var(&eb, id, "%s", ddp_env_default(id));
     }
     add_var(&eb, DDP_ENV_TORCHELASTIC_ERROR_FILE, "%s", info->error_file);
-    for (int i = 0; i < cfg->nenv && !eb.err; i++) /* --env: names cli.c let through */
-        push(&eb, strdup(cfg->env_set[i]));
+    /* --env (names cli.c let through): node 0's entries win over this node's. */
+    for (int i = 0; i < cfg->nenv && !eb.err; i++) {
+        size_t len = strcspn(cfg->env_set[i], "=");
+        bool overridden = false;
+        for (int k = 0; info->job_env != NULL && info->job_env[k] != NULL && !overridden; k++)
+            overridden = strncmp(info->job_env[k], cfg->env_set[i], len + 1) == 0;
+        if (!overridden)
+            push(&eb, strdup(cfg->env_set[i]));
+    }
+    for (int k = 0; info->job_env != NULL && info->job_env[k] != NULL && !eb.err; k++)
+        if (strchr(info->job_env[k], '=') != NULL)
+            push(&eb, strdup(info->job_env[k]));
     if (eb.err) {
         ddp_strv_free(eb.items);
         return eb.err;

@@ -16,6 +16,7 @@ typedef struct ddp_worker_info_s {
     const char *master_addr; /* where the store listens */
     int master_port;
     const char *error_file; /* TORCHELASTIC_ERROR_FILE */
+    char *const *job_env;   /* node 0's --env entries (multi-node), over this node's; or NULL */
 } ddp_worker_info_t;
 
 /* Python's string.Template.safe_substitute(local_rank=N) on one argument, as torchrun

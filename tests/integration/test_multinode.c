@@ -517,6 +517,24 @@ static void test_elastic_too_few_nodes(void **state)
     job_cleanup(&job);
 }
 
+/* --env on node 0 (the store's host) reaches the workers of every node, over a node's
+ * own --env of the same name; a node's other --env stays its own. */
+static void test_env_of_node0_everywhere(void **state)
+{
+    const char *prog[] = {"/bin/sh", "-c", "echo \"rank $RANK: $NCCL_DEBUG/$DDP_X/$DDP_Y\"", NULL};
+    const char *node0[] = {"DDP_X=node0", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n1 = start_node(&job, 2, 1, 2, "--env DDP_X=node1 --env DDP_Y=mine", prog);
+    th_proc_t *n0 = start_node_env(&job, 2, 0, 1, "--env NCCL_DEBUG=INFO --env DDP_X", prog, node0);
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_status(n0) == 0 && th_status(n1) == 0);
+    TH_ASSERT(n0, strstr(out(n0), "rank 0: INFO/node0/\n") != NULL);
+    TH_ASSERT(n1, strstr(out(n1), "rank 1: INFO/node0/mine\n") != NULL);
+    TH_ASSERT(n1, strstr(out(n1), "rank 2: INFO/node0/mine\n") != NULL);
+    job_cleanup(&job);
+}
+
 /* A variable set on one node only (NCCL_SOCKET_IFNAME, as from one node's profile): every
  * node warns, naming it and both sides; the job runs. */
 static void test_environment_difference_warned(void **state)
@@ -625,6 +643,7 @@ int main(void)
         TH_TEST(test_elastic_late_joiner),
         TH_TEST(test_elastic_reforms_without_a_lost_node),
         TH_TEST(test_elastic_too_few_nodes),
+        TH_TEST(test_env_of_node0_everywhere),
         TH_TEST(test_environment_difference_warned),
         TH_TEST(test_environment_difference_strict),
         TH_TEST(test_libddp_across_nodes),
