@@ -967,10 +967,11 @@ static int add_env(ddp_launch_config_t *cfg, const char *origin, const char *ite
     const char *value = eq != NULL ? eq + 1 : ddp_env_lookup(envp, name);
     if (value == NULL)
         return usage(err, origin, "%s is not set here: give %s=VALUE", name, name);
-    char **set = realloc(cfg->env_set, (size_t)(cfg->nenv + 1) * sizeof *set);
+    char **set = realloc(cfg->env_set, (size_t)(cfg->nenv + 2) * sizeof *set);
     if (set == NULL)
         return -ENOMEM;
     cfg->env_set = set;
+    set[cfg->nenv + 1] = NULL; /* NULL-terminated, as an environment */
     int n = eq != NULL ? (int)(len - name_len - 1) : (int)strlen(value);
     if (asprintf(&cfg->env_set[cfg->nenv], "%s=%.*s", name, n, value) < 0)
         return -ENOMEM;
