@@ -3,7 +3,8 @@
  * while the round closes, after the workers started, while the job re-forms), with one
  * core kept busy by a spinning process. Every launcher that ran the job to its end must
  * have ended in the same round with the same members. DDP_TEST_STRESS_TRIALS sets the
- * number of trials (50). */
+ * number of trials (50). And a thousand static launchers of which three differ in one
+ * variable: the environment check says so in one line. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -139,9 +140,45 @@ static void test_one_round_for_everyone(void **state)
     waitpid(spinner, NULL, 0);
 }
 
+/* A thousand launchers (static, 127.0.0.1, a worker each) of which three have another
+ * NCCL_SOCKET_IFNAME: node 0 warns in one line naming the three, not a line a node. */
+static void test_thousand_nodes_three_differ(void **state)
+{
+    enum { N = 1000 };
+    char cmd[1400], port[32], nnodes[32], run_id[64];
+    int p = th_free_port();
+    snprintf(port, sizeof port, "--master-port=%d", p);
+    snprintf(nnodes, sizeof nnodes, "--nnodes=%d", N);
+    snprintf(run_id, sizeof run_id, "--rdzv-id=envk%d", (int)getpid());
+    snprintf(cmd, sizeof cmd,
+             "i=1; while [ $i -lt %d ]; do "
+             "if [ $i = 17 ] || [ $i = 500 ] || [ $i = 501 ]; then x=ib0; else x=eth0; fi; "
+             "NCCL_SOCKET_IFNAME=$x '%s' %s --node-rank=$i --master-addr=127.0.0.1 %s %s "
+             "--no-python /bin/true >/dev/null 2>&1 & i=$((i + 1)); done; wait",
+             N, th_launcher(), nnodes, port, run_id);
+    const char *others[] = {"/bin/sh", "-c", cmd, NULL};
+    const char *node0[] = {th_launcher(), nnodes, "--node-rank=0", "--master-addr=127.0.0.1",
+                           port,          run_id, "--no-python",   "/bin/true",
+                           NULL};
+    const char *env[] = {"NCCL_SOCKET_IFNAME=eth0", "PET_MASTER_PORT", NULL};
+    th_proc_t rest, host;
+    th_start(&rest, others, env);
+    th_start(&host, node0, env);
+    TH_ASSERT(&host, th_wait_exit(&host, 300));
+    TH_ASSERT(&rest, th_wait_exit(&rest, 300));
+    const char *err = ddp_buf_str(&host.err);
+    TH_ASSERT(&host, th_status(&host) == 0);
+    TH_ASSERT(&host, strstr(err, "NCCL_SOCKET_IFNAME differs: 'eth0' on nodes 0-16, 18-499, "
+                                 "502-999, 'ib0' on nodes 17, 500-501\n") != NULL);
+    TH_ASSERT(&host, th_count(err, "differs") == 1);
+    th_cleanup(&host);
+    th_cleanup(&rest);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        TH_TEST(test_thousand_nodes_three_differ),
         TH_TEST(test_one_round_for_everyone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
