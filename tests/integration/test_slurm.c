@@ -24,62 +24,20 @@
 #define NODES        3
 #define FASHION_DATA "/usr/share/datasets/fashion-mnist"
 
-static struct {
-    char dir[512];    /* the cluster's state */
-    char script[512]; /* tests/support/cluster */
-    char conf[600];   /* SLURM_CONF=... */
-    char tag[32];     /* its namespaces are dds<tag>n<i> */
-} cluster;
-
-static void run_script(const char *args, char *out, size_t cap)
-{
-    char cmd[1400];
-    snprintf(cmd, sizeof cmd, "'%s' %s", cluster.script, args);
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    size_t len = fread(out, 1, cap - 1, f);
-    out[len] = '\0';
-    int status = pclose(f);
-    if (status != 0)
-        fail_msg("%s failed (%d): %s", cmd, status, out);
-}
-
-/* The value of `name=` among the lines of `text`, into out[cap]. */
-static void line_value(const char *text, const char *name, char *out, size_t cap)
-{
-    const char *at = strstr(text, name);
-    if (at == NULL)
-        fail_msg("the cluster script printed no %s: %s", name, text);
-    at += strlen(name);
-    size_t len = strcspn(at, "\n");
-    snprintf(out, cap, "%.*s", (int)(len < cap ? len : cap - 1), at);
-}
+static th_cluster_t cluster; /* cluster.config: SLURM_CONF=... */
 
 static int cluster_up(void **state)
 {
     (void)state;
-    char out[4096];
-    const char *base = getenv("TMPDIR");
-    snprintf(cluster.script, sizeof cluster.script, "%s/tests/support/cluster", th_source_dir());
-    snprintf(cluster.dir, sizeof cluster.dir, "%s/ddp-slurm-%d", base && *base ? base : "/tmp",
-             (int)getpid());
-    char args[700];
-    snprintf(args, sizeof args, "up slurm '%s' %d", cluster.dir, NODES);
-    run_script(args, out, sizeof out);
-    line_value(out, "SLURM_CONF=", cluster.conf + strlen("SLURM_CONF="),
-               sizeof cluster.conf - strlen("SLURM_CONF="));
-    memcpy(cluster.conf, "SLURM_CONF=", strlen("SLURM_CONF="));
-    line_value(out, "DDP_CLUSTER_TAG=", cluster.tag, sizeof cluster.tag);
-    printf("a Slurm cluster of %d nodes: %s\n", NODES, cluster.conf);
+    th_cluster_up(&cluster, "slurm", NODES);
+    printf("a Slurm cluster of %d nodes: %s\n", NODES, cluster.config);
     return 0;
 }
 
 static int cluster_down(void **state)
 {
     (void)state;
-    char out[4096], args[700];
-    snprintf(args, sizeof args, "down '%s'", cluster.dir);
-    run_script(args, out, sizeof out);
+    th_cluster_down(&cluster);
     return 0;
 }
 
@@ -89,7 +47,7 @@ static int cluster_down(void **state)
 static const char *const *job_env(void)
 {
     static const char *env[4];
-    env[0] = cluster.conf;
+    env[0] = cluster.config;
     env[1] = "PET_MASTER_PORT";
     env[2] = "PYTHON_EXEC=/usr/bin/python3";
     env[3] = NULL;
@@ -106,32 +64,106 @@ static void srun_launchers(th_proc_t *p, const char *const *args, double timeout
     th_run(p, argv, job_env(), timeout);
 }
 
-/* Writes a batch script of `body` to DIR/job.sh, submits it with `sbatch -N3 --wait`,
- * and returns its output (the caller frees). */
-static char *sbatch(const char *body, int *status)
+/* Submits a batch script of `body` without waiting (with sbatch's --signal `signal`
+ * where not NULL): its job id; its output goes to `output`. */
+static int submit(const char *body, const char *dir, const char *output, const char *signal)
 {
-    char *dir = th_tmpdir(), script[700], output[700], flag[720];
+    char script[700], flag[720];
     snprintf(script, sizeof script, "%s/job.sh", dir);
-    snprintf(output, sizeof output, "%s/job.out", dir);
     snprintf(flag, sizeof flag, "--output=%s", output);
     FILE *f = fopen(script, "w");
     assert_non_null(f);
     fprintf(f, "#!/bin/sh\n%s\n", body);
     fclose(f);
     chmod(script, 0755);
-    const char *argv[] = {"/usr/bin/sbatch", "--nodes=3", "--wait", "--time=5", flag, script, NULL};
+    /* With a warning signal, a one-minute job: Slurm sends it within that minute. */
+    const char *argv[] = {"/usr/bin/sbatch",
+                          "--parsable",
+                          "--nodes=3",
+                          signal != NULL ? "--time=1" : "--time=5",
+                          flag,
+                          signal != NULL ? signal : script,
+                          signal != NULL ? script : NULL,
+                          NULL};
     th_proc_t p;
-    th_run(&p, argv, job_env(), 300);
-    *status = th_status(&p);
+    th_run(&p, argv, job_env(), 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    int id = atoi(ddp_buf_str(&p.out));
+    TH_ASSERT(&p, id > 0);
     th_cleanup(&p);
-    f = fopen(output, "r");
+    return id;
+}
+
+/* The text of `path` (empty when it cannot be read); the caller frees. */
+static char *slurp(const char *path)
+{
     char *text = calloc(1, 1 << 20);
     assert_non_null(text);
+    FILE *f = fopen(path, "r");
     if (f != NULL) {
         size_t len = fread(text, 1, (1 << 20) - 1, f);
         text[len] = '\0';
         fclose(f);
     }
+    return text;
+}
+
+/* Polls `path` (every 50 ms, up to `timeout` s) until `needle` is in it `count` times. */
+static bool wait_file(const char *path, const char *needle, int count, double timeout)
+{
+    double deadline = th_now() + timeout;
+    for (;;) {
+        char *text = slurp(path);
+        bool there = th_count(text, needle) >= count;
+        free(text);
+        if (there || th_now() >= deadline)
+            return there;
+        struct timespec tick = {0, 50 * 1000 * 1000};
+        nanosleep(&tick, NULL);
+    }
+}
+
+/* Polls squeue (every 100 ms, up to `timeout` s) until job `id` has left the queue. */
+static bool wait_job_gone(int id, double timeout)
+{
+    char job[32];
+    snprintf(job, sizeof job, "--jobs=%d", id);
+    const char *argv[] = {"/usr/bin/squeue", "--noheader", "--format=%i", job, NULL};
+    double deadline = th_now() + timeout;
+    for (;;) {
+        th_proc_t p;
+        th_run(&p, argv, job_env(), 30);
+        bool gone = strstr(ddp_buf_str(&p.out), job + strlen("--jobs=")) == NULL;
+        th_cleanup(&p);
+        if (gone || th_now() >= deadline)
+            return gone;
+        struct timespec tick = {0, 100 * 1000 * 1000};
+        nanosleep(&tick, NULL);
+    }
+}
+
+/* Runs `scancel [flag] ID` for job `id`. */
+static void scancel(int id, const char *flag)
+{
+    char job[32];
+    snprintf(job, sizeof job, "%d", id);
+    const char *argv[] = {"/usr/bin/scancel", flag != NULL ? flag : job, flag != NULL ? job : NULL,
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, job_env(), 30);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    th_cleanup(&p);
+}
+
+/* Submits a batch script of `body` on the 3 nodes, waits for its end, and returns its
+ * output (the caller frees). */
+static char *sbatch(const char *body)
+{
+    char *dir = th_tmpdir(), output[700];
+    snprintf(output, sizeof output, "%s/job.out", dir);
+    int id = submit(body, dir, output, NULL);
+    assert_true(wait_job_gone(id, 300));
+    char *text = slurp(output);
     th_rmtree(dir);
     free(dir);
     return text;
@@ -225,11 +257,10 @@ static void test_one_command_in_an_allocation(void **state)
              "'%s' --nproc-per-node=2 --no-python '%s'\necho \"exit=$?\"\n"
              "'%s' --nproc-per-node=1 --no-python /bin/sh -c 'exit 3'\necho \"exit=$?\"\n",
              th_launcher(), hello, th_launcher(), hello, th_launcher());
-    int status;
-    char *out = sbatch(body, &status);
+    char *out = sbatch(body);
     const char *hosts[] = {"n0", "n1", "n2", NULL};
-    if (status != 0 || strstr(out, "exit=0\n") == NULL)
-        fail_msg("sbatch: %d, output:\n%s", status, out);
+    if (strstr(out, "exit=0\n") == NULL)
+        fail_msg("the job failed:\n%s", out);
     assert_hellos(out, 6, hosts);
     assert_non_null(strstr(out, "--nodes=3 --ntasks=3 --ntasks-per-node=1"));
     char line[256];
@@ -272,8 +303,7 @@ static void test_port_of_the_job_not_29500(void **state)
              "--no-python '%s'\n"
              "echo \"exit=$?\"\n",
              th_launcher(), hello, th_launcher(), hello);
-    int status;
-    char *out = sbatch(body, &status);
+    char *out = sbatch(body);
     const char *hosts[] = {"n0", "n1", "n2", NULL};
     kill(hold.pid, SIGKILL);
     th_cleanup(&hold);
@@ -309,104 +339,12 @@ static void test_step_of_part_of_the_allocation(void **state)
              "srun --nodes=2 --relative=1 '%s' --nproc-per-node=1 --no-python '%s'\n"
              "echo \"exit=$?\"\n",
              th_launcher(), getenv("DDP_TEST_HELLO"));
-    int status;
-    char *out = sbatch(body, &status);
+    char *out = sbatch(body);
     const char *hosts[] = {"n1", "n2", NULL};
     if (strstr(out, "exit=0\n") == NULL || strstr(out, "--master-addr=n1 from") == NULL)
         fail_msg("the step of n1 and n2 did not form at n1:\n%s", out);
     assert_hellos(out, 2, hosts);
     free(out);
-}
-
-/* Submits a batch script of `body` without waiting (with sbatch's --signal `signal`
- * where not NULL): its job id; its output goes to `output`. */
-static int submit(const char *body, const char *dir, const char *output, const char *signal)
-{
-    char script[700], flag[720];
-    snprintf(script, sizeof script, "%s/job.sh", dir);
-    snprintf(flag, sizeof flag, "--output=%s", output);
-    FILE *f = fopen(script, "w");
-    assert_non_null(f);
-    fprintf(f, "#!/bin/sh\n%s\n", body);
-    fclose(f);
-    chmod(script, 0755);
-    /* With a warning signal, a one-minute job: Slurm sends it within that minute. */
-    const char *argv[] = {"/usr/bin/sbatch",
-                          "--parsable",
-                          "--nodes=3",
-                          signal != NULL ? "--time=1" : "--time=5",
-                          flag,
-                          signal != NULL ? signal : script,
-                          signal != NULL ? script : NULL,
-                          NULL};
-    th_proc_t p;
-    th_run(&p, argv, job_env(), 60);
-    TH_ASSERT(&p, th_status(&p) == 0);
-    int id = atoi(ddp_buf_str(&p.out));
-    TH_ASSERT(&p, id > 0);
-    th_cleanup(&p);
-    return id;
-}
-
-/* The text of `path` (empty when it cannot be read); the caller frees. */
-static char *slurp(const char *path)
-{
-    char *text = calloc(1, 1 << 20);
-    assert_non_null(text);
-    FILE *f = fopen(path, "r");
-    if (f != NULL) {
-        size_t len = fread(text, 1, (1 << 20) - 1, f);
-        text[len] = '\0';
-        fclose(f);
-    }
-    return text;
-}
-
-/* Polls `path` (every 50 ms, up to `timeout` s) until `needle` is in it `count` times. */
-static bool wait_file(const char *path, const char *needle, int count, double timeout)
-{
-    double deadline = th_now() + timeout;
-    for (;;) {
-        char *text = slurp(path);
-        bool there = th_count(text, needle) >= count;
-        free(text);
-        if (there || th_now() >= deadline)
-            return there;
-        struct timespec tick = {0, 50 * 1000 * 1000};
-        nanosleep(&tick, NULL);
-    }
-}
-
-/* Polls squeue (every 100 ms, up to `timeout` s) until job `id` has left the queue. */
-static bool wait_job_gone(int id, double timeout)
-{
-    char job[32];
-    snprintf(job, sizeof job, "--jobs=%d", id);
-    const char *argv[] = {"/usr/bin/squeue", "--noheader", "--format=%i", job, NULL};
-    double deadline = th_now() + timeout;
-    for (;;) {
-        th_proc_t p;
-        th_run(&p, argv, job_env(), 30);
-        bool gone = strstr(ddp_buf_str(&p.out), job + strlen("--jobs=")) == NULL;
-        th_cleanup(&p);
-        if (gone || th_now() >= deadline)
-            return gone;
-        struct timespec tick = {0, 100 * 1000 * 1000};
-        nanosleep(&tick, NULL);
-    }
-}
-
-/* Runs `scancel [flag] ID` for job `id`. */
-static void scancel(int id, const char *flag)
-{
-    char job[32];
-    snprintf(job, sizeof job, "%d", id);
-    const char *argv[] = {"/usr/bin/scancel", flag != NULL ? flag : job, flag != NULL ? job : NULL,
-                          NULL};
-    th_proc_t p;
-    th_run(&p, argv, job_env(), 30);
-    TH_ASSERT(&p, th_status(&p) == 0);
-    th_cleanup(&p);
 }
 
 /* Preemption: USR1 reaches every worker on every node through

@@ -21,53 +21,22 @@
 
 #define NODES 3
 
-static struct {
-    char dir[512], script[512], ssh[700], tag[32];
-} cluster;
-
-static void run_script(const char *args, char *out, size_t cap)
-{
-    char cmd[1400];
-    snprintf(cmd, sizeof cmd, "'%s' %s", cluster.script, args);
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    size_t len = fread(out, 1, cap - 1, f);
-    out[len] = '\0';
-    if (pclose(f) != 0)
-        fail_msg("%s failed: %s", cmd, out);
-}
-
-static void line_value(const char *text, const char *name, char *out, size_t cap)
-{
-    const char *at = strstr(text, name);
-    if (at == NULL)
-        fail_msg("the cluster script printed no %s: %s", name, text);
-    at += strlen(name);
-    snprintf(out, cap, "%.*s", (int)strcspn(at, "\n"), at);
-}
+static th_cluster_t cluster;
+static char ssh_command[800]; /* DDP_LAUNCH_SSH=ssh -F <the cluster's config> */
 
 static int cluster_up(void **state)
 {
     (void)state;
-    char out[4096], args[700], config[512];
-    const char *base = getenv("TMPDIR");
-    snprintf(cluster.script, sizeof cluster.script, "%s/tests/support/cluster", th_source_dir());
-    snprintf(cluster.dir, sizeof cluster.dir, "%s/ddp-ssh-%d", base && *base ? base : "/tmp",
-             (int)getpid());
-    snprintf(args, sizeof args, "up ssh '%s' %d", cluster.dir, NODES);
-    run_script(args, out, sizeof out);
-    line_value(out, "DDP_SSH_CONFIG=", config, sizeof config);
-    line_value(out, "DDP_CLUSTER_TAG=", cluster.tag, sizeof cluster.tag);
-    snprintf(cluster.ssh, sizeof cluster.ssh, "DDP_LAUNCH_SSH=ssh -F %s", config);
+    th_cluster_up(&cluster, "ssh", NODES);
+    snprintf(ssh_command, sizeof ssh_command, "DDP_LAUNCH_SSH=ssh -F %s",
+             strchr(cluster.config, '=') + 1);
     return 0;
 }
 
 static int cluster_down(void **state)
 {
     (void)state;
-    char out[4096], args[700];
-    snprintf(args, sizeof args, "down '%s'", cluster.dir);
-    run_script(args, out, sizeof out);
+    th_cluster_down(&cluster);
     return 0;
 }
 
@@ -77,7 +46,7 @@ static void start_on_node0(th_proc_t *p, const char *const *args)
     const char *argv[24] = {cluster.script, "run", cluster.dir, "0", th_launcher()};
     for (int i = 0; i < 12 && args[i] != NULL; i++)
         argv[5 + i] = args[i];
-    const char *env[] = {cluster.ssh, "PET_MASTER_PORT", "PYTHON_EXEC=/usr/bin/python3", NULL};
+    const char *env[] = {ssh_command, "PET_MASTER_PORT", "PYTHON_EXEC=/usr/bin/python3", NULL};
     th_start(p, argv, env);
 }
 
@@ -188,7 +157,7 @@ static void test_env_reaches_every_node(void **state)
         "-c",
         "echo \"rank $RANK on $(hostname): $DDP_TEST_FROM_NODE0/$DDP_TEST_GIVEN\"",
         NULL};
-    const char *env[] = {cluster.ssh, "PET_MASTER_PORT", NULL};
+    const char *env[] = {ssh_command, "PET_MASTER_PORT", NULL};
     th_proc_t p;
     th_start(&p, argv, env);
     TH_ASSERT(&p, th_wait_exit(&p, 120));

@@ -453,3 +453,49 @@ int th_free_port(void)
     close(fd);
     return ntohs(addr.sin_port);
 }
+
+/* Runs the cluster script with `args`; its output into out[cap]. */
+static void cluster_script(const th_cluster_t *c, const char *args, char *out, size_t cap)
+{
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "'%s' %s", c->script, args);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t len = fread(out, 1, cap - 1, f);
+    out[len] = '\0';
+    int status = pclose(f);
+    if (status != 0)
+        fail_msg("%s failed (%d): %s", cmd, status, out);
+}
+
+/* The line of `text` that starts with `name`, into out[cap]. */
+static void cluster_line(const char *text, const char *name, bool whole, char *out, size_t cap)
+{
+    const char *at = strstr(text, name);
+    if (at == NULL)
+        fail_msg("the cluster script printed no %s: %s", name, text);
+    if (!whole)
+        at += strlen(name);
+    snprintf(out, cap, "%.*s", (int)strcspn(at, "\n"), at);
+}
+
+void th_cluster_up(th_cluster_t *c, const char *kind, int nodes)
+{
+    char out[4096], args[700];
+    const char *base = getenv("TMPDIR");
+    snprintf(c->script, sizeof c->script, "%s/tests/support/cluster", th_source_dir());
+    snprintf(c->dir, sizeof c->dir, "%s/ddp-%s-%d", base && *base ? base : "/tmp", kind,
+             (int)getpid());
+    snprintf(args, sizeof args, "up %s '%s' %d", kind, c->dir, nodes);
+    cluster_script(c, args, out, sizeof out);
+    cluster_line(out, strcmp(kind, "slurm") == 0 ? "SLURM_CONF=" : "DDP_SSH_CONFIG=", true,
+                 c->config, sizeof c->config);
+    cluster_line(out, "DDP_CLUSTER_TAG=", false, c->tag, sizeof c->tag);
+}
+
+void th_cluster_down(th_cluster_t *c)
+{
+    char out[4096], args[700];
+    snprintf(args, sizeof args, "down '%s'", c->dir);
+    cluster_script(c, args, out, sizeof out);
+}

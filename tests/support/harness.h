@@ -73,6 +73,16 @@ int th_teardown(void **state);
  * many had to be killed. */
 int th_end_marked(const char *mark, double timeout);
 
+/* A cluster of tests/support/cluster: `kind` "slurm" or "ssh", `nodes` nodes n0.., its
+ * state in a directory under TMPDIR. `config` is the script's line for it ("SLURM_CONF=..."
+ * or "DDP_SSH_CONFIG=..."), `tag` names its namespaces (dds<tag>n<i>). Fails the test when
+ * the cluster cannot be brought up; th_cluster_down removes everything. */
+typedef struct {
+    char dir[512], script[512], config[700], tag[32];
+} th_cluster_t;
+void th_cluster_up(th_cluster_t *c, const char *kind, int nodes);
+void th_cluster_down(th_cluster_t *c);
+
 /* A TCP port of 127.0.0.1 that was free a moment ago. */
 int th_free_port(void);
 
