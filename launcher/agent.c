@@ -38,6 +38,7 @@
 #include "spawn.h"
 #include "store_server.h"
 #include "worker_spec.h"
+#include "events.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -101,6 +102,7 @@ struct ddp_agent_s {
     /* This node's share of the job: one node alone, or what the rendezvous formed. */
     ddp_rdzv_t *rdzv;        /* multi-node jobs */
     char **job_env;          /* multi-node: node 0's --env entries for this round */
+    ddp_events_t events;     /* --event-log-handler */
     ddp_rdzv_coord_t *coord; /* multi-node jobs whose store this launcher serves */
     int rank_offset, world_size, nnodes, group_rank, restart_count;
     int abort_exit_code; /* STOP_ABORTED's */
@@ -190,6 +192,24 @@ static void signal_running(ddp_agent_t *a, int sig)
     }
 }
 
+/* The launcher signals its running workers: `sig`, why, to how many. */
+static void stop_event(const ddp_agent_t *a, const char *name, int sig)
+{
+    static const char *const reasons[] = {"none",         "failure", "signal",
+                                          "launch_error", "remote",  "aborted"};
+    ddp_buf_t fields = DDP_BUF_INIT;
+    char sig_name[32];
+    ddp_events_str(&fields, "signal", signame(sig, sig_name, sizeof sig_name));
+    ddp_events_str(&fields, "reason",
+                   (size_t)a->stop_reason < sizeof reasons / sizeof reasons[0]
+                       ? reasons[a->stop_reason]
+                       : "?");
+    ddp_events_int(&fields, "attempt", a->attempt);
+    ddp_events_int(&fields, "workers", a->nrunning);
+    ddp_events_emit(&a->events, name, &fields);
+    ddp_buf_free(&fields);
+}
+
 /* A stop for a signal (Ctrl-C) that the workers have not obeyed after this long is
  * said, with what to do, rather than waited out in silence. */
 #define STOP_NOTICE_S 2.0
@@ -216,6 +236,7 @@ static void on_kill_timer(uv_timer_t *timer)
                  "sending SIGKILL to their process groups",
                  a->nrunning, a->cfg->shutdown_timeout, ranks);
     a->sent_sigkill = true;
+    stop_event(a, "sigkill_sent", SIGKILL);
     signal_running(a, SIGKILL);
 }
 
@@ -231,6 +252,7 @@ static void begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
                  "SIGKILL after %g s",
                  a->nrunning, signame(sig, name, sizeof name), ranks, a->cfg->shutdown_timeout);
     signal_running(a, sig);
+    stop_event(a, "stop_sent", sig);
     /* A stopped worker (SIGSTOP, a debugger let go) that handles the signal would keep it
      * pending until the grace period ends: continue it, so it acts on it now. */
     if (sig != SIGKILL && sig != SIGCONT)
@@ -333,6 +355,11 @@ static void group_finished(ddp_agent_t *a)
             a->attempt++;
             ddp_log_warn(a->log, "restarting the workers as attempt %d (restart %d of %d)",
                          a->attempt, a->attempt, a->cfg->max_restarts);
+            ddp_buf_t fields = DDP_BUF_INIT;
+            ddp_events_int(&fields, "attempt", a->attempt);
+            ddp_events_int(&fields, "max_restarts", a->cfg->max_restarts);
+            ddp_events_emit(&a->events, "restart", &fields);
+            ddp_buf_free(&fields);
             clear_failures(a);
             /* PyTorch 2.x keys have no attempt prefix: a restarted worker must not
              * read the failed attempt's values (a stale NCCL unique id, say). */
@@ -354,11 +381,34 @@ static void group_finished(ddp_agent_t *a)
 
 /* Workers. */
 
+/* A worker's event: its attempt, ranks and pid, then `more` (may be NULL). */
+static void worker_event(const ddp_agent_t *a, const ddp_worker_t *w, const char *name,
+                         const ddp_buf_t *more)
+{
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_int(&fields, "attempt", a->attempt);
+    ddp_events_int(&fields, "rank", w->rank);
+    ddp_events_int(&fields, "local_rank", w->local_rank);
+    ddp_events_int(&fields, "pid", w->pid);
+    if (more != NULL)
+        ddp_buf_append(&fields, more->data, more->len);
+    ddp_events_emit(&a->events, name, &fields);
+    ddp_buf_free(&fields);
+}
+
 static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now)
 {
     char what[64];
     w->running = false;
     a->nrunning--;
+    ddp_buf_t fields = DDP_BUF_INIT;
+    if (WIFEXITED(status))
+        ddp_events_int(&fields, "exit_code", WEXITSTATUS(status));
+    else
+        ddp_events_str(&fields, "signal", signame(WTERMSIG(status), what, sizeof what));
+    ddp_events_str(&fields, "while", a->state == AGENT_RUNNING ? "running" : "stopping");
+    worker_event(a, w, "worker_exited", &fields);
+    ddp_buf_free(&fields);
     /* A group with nobody left may be reused by an unrelated process at once: the guard
      * forgets it now, not when the whole attempt ends (a group with members left is
      * forgotten then, after kill_leftovers; while it has members its number is taken). */
@@ -463,6 +513,7 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
     if (a->stop_reason == STOP_SIGNAL) {
         ddp_log_warn(a->log, "received %s again: sending SIGKILL to the workers now", name);
         a->sent_sigkill = true;
+        stop_event(a, "sigkill_sent", SIGKILL);
         signal_running(a, SIGKILL);
         return;
     }
@@ -559,6 +610,7 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
     out = err_stream = NULL;
     ddp_log_debug(a->log, "started worker rank %d (local rank %d) as pid %d", w->rank,
                   w->local_rank, (int)w->pid);
+    worker_event(a, w, "worker_started", NULL);
 out:
     if (out_fd >= 0)
         close(out_fd);
@@ -619,6 +671,14 @@ static void round_start(ddp_agent_t *a, const ddp_rdzv_world_t *world)
     ddp_strv_free(a->job_env);
     a->job_env = ddp_rdzv_job_env(a->rdzv);
     /* The coordinator has cleared the last round's keys from the store already. */
+    a->events.node_rank = world->node_rank;
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_int(&fields, "round", world->round);
+    ddp_events_int(&fields, "nnodes", world->nnodes);
+    ddp_events_int(&fields, "world_size", world->world_size);
+    ddp_events_int(&fields, "first_rank", world->rank_offset);
+    ddp_events_emit(&a->events, "round_formed", &fields);
+    ddp_buf_free(&fields);
     ddp_log_info(a->log, "round %d: %d node(s), %d workers; this is node %d, with ranks %d to %d",
                  world->round, world->nnodes, world->world_size, world->node_rank,
                  world->rank_offset, world->rank_offset + a->nworkers - 1);
@@ -898,6 +958,27 @@ static void print_report(ddp_agent_t *a)
 /* Everything before the loop runs: the program found, the log directory, the orphan
  * guard, the loop itself. 0, or the exit status to return (what failed is logged);
  * agent_free undoes whatever was done either way. */
+/* --event-log-handler, and its first event. */
+static int open_events(ddp_agent_t *a)
+{
+    const ddp_launch_config_t *cfg = a->cfg;
+    int err = ddp_events_open(&a->events, cfg->event_log, cfg->run_id,
+                              ddp_config_dynamic(cfg) ? -1 : cfg->node_rank);
+    if (err) {
+        ddp_log_error(a->log, "--event-log-handler=%s: %s", cfg->event_log, strerror(-err));
+        return DDP_EXIT_LAUNCH_FAILED;
+    }
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_int(&fields, "nproc_per_node", cfg->nproc_per_node);
+    ddp_events_int(&fields, "nnodes_min", cfg->nnodes_min);
+    ddp_events_int(&fields, "nnodes_max", cfg->nnodes_max);
+    ddp_events_int(&fields, "max_restarts", cfg->max_restarts);
+    ddp_events_str(&fields, "program", cfg->script);
+    ddp_events_emit(&a->events, "job_started", &fields);
+    ddp_buf_free(&fields);
+    return 0;
+}
+
 static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_agent_t **out)
 {
     ddp_agent_t *a = calloc(1, sizeof *a);
@@ -909,6 +990,7 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     *out = a;
     a->cfg = cfg;
     a->log = log;
+    a->events.fd = -1;
     a->nworkers = cfg->nproc_per_node;
     a->world_size = cfg->nproc_per_node; /* one node; the rendezvous sets them per round */
     a->nnodes = 1;
@@ -918,6 +1000,8 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->output.loop = &a->loop;
     a->guard.fd = -1;
     a->exit_code = DDP_EXIT_LAUNCH_FAILED;
+    if ((err = open_events(a)) != 0)
+        return err;
     if ((err = find_program(a)) != 0)
         return err;
     a->workers = calloc((size_t)a->nworkers, sizeof *a->workers);
@@ -1016,6 +1100,11 @@ static int agent_free(ddp_agent_t *a, int exit_code)
     if (a->base_created)
         ddp_logs_remove_if_empty(a->base_dir);
     clear_failures(a);
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_int(&fields, "exit_code", exit_code);
+    ddp_events_emit(&a->events, "job_ended", &fields);
+    ddp_buf_free(&fields);
+    ddp_events_close(&a->events);
     free(a->failures);
     free(a->workers);
     free(a->program);

@@ -11,6 +11,7 @@
 #include "io.h"
 #include "parse.h"
 #include "signals.h"
+#include "events.h"
 #include "slurm.h"
 
 #include <ctype.h>
@@ -322,12 +323,10 @@ static int apply_monitor_interval(ddp_launch_config_t *cfg, const char *value, c
 static int apply_event_log_handler(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                    const ddp_log_t *log, ddp_buf_t *err)
 {
-    (void)cfg;
-    if (*value == '\0')
-        return usage(err, origin, "the value must not be empty");
-    if (strcmp(value, "null") != 0)
-        ddp_log_warn(log, "%s=%s: ddp-launch has no event log handlers; ignoring it", origin,
-                     value);
+    (void)log;
+    if (!ddp_events_valid(value))
+        return usage(err, origin, "invalid value '%s': expected null, console or file:PATH", value);
+    cfg->event_log = value;
     return 0;
 }
 
@@ -625,8 +624,8 @@ static const flag_t flags[] = {
      "accepted for torchrun; ddp-launch does not poll"},
     {"start-method", 0, KIND_CHOICE, NO_FIELD, 0, 0, start_methods, NULL, true, false,
      G_SUPERVISION, "METHOD", "accepted for torchrun (spawn, fork, forkserver)"},
-    {CODE("event-log-handler", apply_event_log_handler, true), false, G_SUPERVISION, "NAME",
-     "accepted for torchrun (null)"},
+    {CODE("event-log-handler", apply_event_log_handler, true), false, G_SUPERVISION,
+     "null|console|file:PATH", "a JSON line for every launcher event (default null)"},
     {TEXT("role", role, 255), false, G_WORKERS, "NAME",
      "role name: ROLE_NAME and the tee prefix (default default)"},
     {SWITCH("module", 'm', module, true), false, G_PROGRAM, "",

@@ -81,6 +81,7 @@ typedef struct ddp_launch_config_s {
     const char *hosts;      /* --hosts: node 0 here, the others started over ssh (fanout.h) */
     const char *hostfile;   /* --hostfile: the same from a file of "host [slots=N]" lines */
     bool nproc_per_node_given; /* by --nproc-per-node or PET_NPROC_PER_NODE */
+    const char *event_log;     /* --event-log-handler: null, console or file:PATH (events.h) */
     char **env_set; /* --env and --env-list: "NAME=VALUE" for every worker (owned; NULL-ended) */
     int nenv;
     char **env_check; /* --env-check: more names the nodes must agree on (owned) */

@@ -7,6 +7,8 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "io.h"
+#include "json.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -166,6 +168,105 @@ static void test_idle_clients_cannot_block_a_restart(void **state)
     th_cleanup(&p);
 }
 
+/* The text of `path` (the caller frees); fails the test when it cannot be read. */
+static char *read_all(const char *path)
+{
+    char *text;
+    size_t len;
+    if (ddp_read_file(path, 1 << 20, &text, &len) != 0)
+        fail_msg("cannot read %s", path);
+    return text;
+}
+
+/* The string or number at `key` of an event, as text, into out[cap] ("" when absent). */
+static void field(const ddp_json_t *event, const char *key, char *out, size_t cap)
+{
+    const ddp_json_t *v = ddp_json_get(event, key);
+    double n;
+    size_t len;
+    const char *s = v != NULL ? ddp_json_string(v, &len) : NULL;
+    if (s != NULL)
+        snprintf(out, cap, "%.*s", (int)len, s);
+    else if (v != NULL && ddp_json_number(v, &n))
+        snprintf(out, cap, "%.0f", n);
+    else
+        snprintf(out, cap, "%s", "");
+}
+
+/* --event-log-handler=file:PATH: a job with one restart, its event log read back line by
+ * line, every line JSON, in order, with the fields a scheduler reads. */
+static void test_event_log_of_a_restart(void **state)
+{
+    char *dir = th_tmpdir(), path[600], flag[640];
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    snprintf(flag, sizeof flag, "--event-log-handler=file:%s", path);
+    const char *argv[] = {th_launcher(),
+                          flag,
+                          "--max-restarts=1",
+                          "--nproc-per-node=2",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then "
+                          "exit 3; fi; sleep 0.3",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    th_cleanup(&p);
+    /* event, then key=value pairs it must have ("" ends them) */
+    static const char *const want[][6] = {
+        {"job_started", "nproc_per_node=2", "max_restarts=1", "program=/bin/sh", ""},
+        {"worker_started", "attempt=0", ""},
+        {"worker_started", "attempt=0", ""},
+        {"worker_exited", "rank=1", "exit_code=3", "while=running", ""},
+        {"stop_sent", "signal=SIGTERM", "reason=failure", "workers=1", ""},
+        {"worker_exited", "rank=0", "signal=SIGTERM", "while=stopping", ""},
+        {"restart", "attempt=1", ""},
+        {"worker_started", "attempt=1", ""},
+        {"worker_started", "attempt=1", ""},
+        {"worker_exited", "attempt=1", "exit_code=0", ""},
+        {"worker_exited", "attempt=1", "exit_code=0", ""},
+        {"job_ended", "exit_code=0", ""},
+    };
+    char *text = read_all(path), *save = NULL, value[256];
+    size_t n = 0;
+    double last = 0;
+    for (char *line = strtok_r(text, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save), n++) {
+        ddp_json_t *event = NULL;
+        if (ddp_json_parse(line, strlen(line), &event) != 0)
+            fail_msg("line %zu is not JSON: %s", n + 1, line);
+        if (n >= sizeof want / sizeof want[0])
+            fail_msg("an event too many: %s", line);
+        field(event, "event", value, sizeof value);
+        if (strcmp(value, want[n][0]) != 0)
+            fail_msg("event %zu is %s, expected %s: %s", n + 1, value, want[n][0], line);
+        for (int k = 1; want[n][k][0] != '\0'; k++) {
+            const char *eq = strchr(want[n][k], '=');
+            char key[64];
+            snprintf(key, sizeof key, "%.*s", (int)(eq - want[n][k]), want[n][k]);
+            field(event, key, value, sizeof value);
+            if (strcmp(value, eq + 1) != 0)
+                fail_msg("event %zu: %s is '%s', expected '%s': %s", n + 1, key, value, eq + 1,
+                         line);
+        }
+        const ddp_json_t *t = ddp_json_get(event, "time");
+        double time;
+        assert_true(t != NULL && ddp_json_number(t, &time) && time >= last);
+        last = time;
+        field(event, "node", value, sizeof value);
+        assert_string_equal(value, "0");
+        field(event, "run_id", value, sizeof value);
+        assert_string_equal(value, "none");
+        ddp_json_free(event);
+    }
+    assert_int_equal(n, sizeof want / sizeof want[0]);
+    free(text);
+    th_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -174,6 +275,7 @@ int main(void)
         TH_TEST(test_a_failure_restarts_every_worker),
         TH_TEST(test_store_keys_are_cleared_between_attempts),
         TH_TEST(test_idle_clients_cannot_block_a_restart),
+        TH_TEST(test_event_log_of_a_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

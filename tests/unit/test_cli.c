@@ -130,8 +130,10 @@ static void field(const ddp_launch_config_t *c, const char *flag, char *out, siz
         snprintf(out, cap, "%s", c->exit_code_mode == DDP_EXIT_CODE_WORKER ? "worker" : "torchrun");
     } else if (strcmp(flag, "dry-run") == 0) {
         snprintf(out, cap, "%d", c->dry_run);
-    } else if (strcmp(flag, "start-method") == 0 || strcmp(flag, "event-log-handler") == 0) {
+    } else if (strcmp(flag, "start-method") == 0) {
         snprintf(out, cap, "accepted");
+    } else if (strcmp(flag, "event-log-handler") == 0) {
+        snprintf(out, cap, "%s", c->event_log != NULL ? c->event_log : "null");
     } else {
         fail_msg("no field for flag %s", flag);
     }
@@ -172,7 +174,9 @@ static const good_case_t good_cases[] = {
     {"max-restarts", "3", "3"},
     {"monitor-interval", "0.5", "0.5"},
     {"start-method", "fork", "accepted"},
-    {"event-log-handler", "null", "accepted"},
+    {"event-log-handler", "null", "null"},
+    {"event-log-handler", "console", "console"},
+    {"event-log-handler", "file:/tmp/events.jsonl", "file:/tmp/events.jsonl"},
     {"role", "trainer", "trainer"},
     {"module", NULL, "1"},
     {"no-python", NULL, "1"},
@@ -540,6 +544,8 @@ static void test_env_flags(void **state)
         {"--env =1 t.py", NULL, "'' is not a variable name"},
         {"--env WORLD_SIZE=8 t.py", NULL, "WORLD_SIZE is set by ddp-launch for each worker"},
         {"--env-list MASTER_PORT t.py", "MASTER_PORT=1", "MASTER_PORT is set by ddp-launch"},
+        {"--event-log-handler=json t.py", NULL, "expected null, console or file:PATH"},
+        {"--event-log-handler=file: t.py", NULL, "expected null, console or file:PATH"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         parse(&p, bad[i].args, bad[i].env);
