@@ -943,6 +943,55 @@ static void say_if_torch_is_missing(ddp_agent_t *a, bool python)
             a->program);
 }
 
+#define TAIL_LINES 10
+#define TAIL_BYTES 4096
+
+/* The root cause's stderr went to its log file only (--redirects without --tee): its last
+ * lines follow the report, since they were not on the console. */
+static void say_stderr_tail(const ddp_agent_t *a)
+{
+    const ddp_failure_t *root = &a->failures[ddp_report_root(a->failures, (size_t)a->nfailures)];
+    int local_rank = root->local_rank;
+    if (a->attempt_dir == NULL || !(ddp_std_for(&a->cfg->redirects, local_rank) & DDP_STD_ERR) ||
+        (ddp_std_for(&a->cfg->tee, local_rank) & DDP_STD_ERR))
+        return;
+    char path[PATH_MAX], tail[TAIL_BYTES + 1];
+    snprintf(path, sizeof path, "%s/%d/stderr.log", a->attempt_dir, local_rank);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    off_t from = st.st_size > TAIL_BYTES ? st.st_size - TAIL_BYTES : 0;
+    ssize_t n = pread(fd, tail, TAIL_BYTES, from);
+    close(fd);
+    if (n <= 0)
+        return;
+    tail[n] = '\0';
+    /* The last TAIL_LINES lines (a partial first line of the window dropped). */
+    char *start = tail, *end = tail + n;
+    if (from > 0)
+        start = strchr(tail, '\n') != NULL ? strchr(tail, '\n') + 1 : end;
+    if (end > start && end[-1] == '\n')
+        *--end = '\0';
+    char *p = end;
+    for (int count = 0; p > start; p--)
+        if (p[-1] == '\n' && ++count == TAIL_LINES)
+            break;
+    start = p;
+    ddp_buf_t out = DDP_BUF_INIT;
+    ddp_buf_printf(&out, "the last lines of rank %d's stderr (%s):\n", root->rank, path);
+    for (char *line = start; *line != '\0';) {
+        size_t len = strcspn(line, "\n");
+        ddp_buf_printf(&out, "  | %.*s\n", (int)len, line);
+        line += len + (line[len] == '\n');
+    }
+    (void)ddp_write_all(2, out.data, out.len);
+    ddp_buf_free(&out);
+}
+
 static void print_report(ddp_agent_t *a)
 {
     ddp_buf_t report = DDP_BUF_INIT;
@@ -952,12 +1001,10 @@ static void print_report(ddp_agent_t *a)
                           a->nfailures, python) == 0)
         (void)ddp_write_all(2, report.data, report.len);
     ddp_buf_free(&report);
+    say_stderr_tail(a);
     say_if_torch_is_missing(a, python);
 }
 
-/* Everything before the loop runs: the program found, the log directory, the orphan
- * guard, the loop itself. 0, or the exit status to return (what failed is logged);
- * agent_free undoes whatever was done either way. */
 /* --event-log-handler, and its first event. */
 static int open_events(ddp_agent_t *a)
 {
@@ -979,6 +1026,9 @@ static int open_events(ddp_agent_t *a)
     return 0;
 }
 
+/* Everything before the loop runs: the program found, the log directory, the orphan
+ * guard, the loop itself. 0, or the exit status to return (what failed is logged);
+ * agent_free undoes whatever was done either way. */
 static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_agent_t **out)
 {
     ddp_agent_t *a = calloc(1, sizeof *a);

@@ -286,6 +286,37 @@ static void test_binary_and_unterminated_output(void **state)
     free(logs);
 }
 
+/* A failing worker whose stderr went to its log file only: the report is followed by its
+ * last 10 lines (not the 5 before them); with --tee they were on the console already and
+ * are not repeated. */
+static void test_report_shows_stderr_tail(void **state)
+{
+    const char *script = "if [ $RANK = 1 ]; then i=1; while [ $i -le 15 ]; do echo \"line $i\" "
+                         ">&2; i=$((i + 1)); done; echo 'boom: the cause' >&2; exit 4; fi; "
+                         "sleep 0.3";
+    const char *redirected[] = {th_launcher(), "-r",      "2",  "--nproc-per-node=2",
+                                "--no-python", "/bin/sh", "-c", script,
+                                NULL};
+    th_proc_t p;
+    th_run(&p, redirected, NULL, 60);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, "the last lines of rank 1's stderr (") != NULL);
+    TH_ASSERT(&p, strstr(err, "  | line 7\n") != NULL && strstr(err, "  | line 15\n") != NULL);
+    TH_ASSERT(&p, strstr(err, "  | boom: the cause\n") != NULL);
+    TH_ASSERT(&p, strstr(err, "  | line 6\n") == NULL);
+    th_cleanup(&p);
+    const char *teed[] = {th_launcher(), "-t",      "2",  "--nproc-per-node=2",
+                          "--no-python", "/bin/sh", "-c", script,
+                          NULL};
+    th_run(&p, teed, NULL, 60);
+    err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, "boom: the cause") != NULL); /* on the console, prefixed */
+    TH_ASSERT(&p, strstr(err, "the last lines of rank") == NULL);
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -293,6 +324,7 @@ int main(void)
         TH_TEST(test_tee_map_with_many_digits), TH_TEST(test_prefix_template),
         TH_TEST(test_local_ranks_filter),       TH_TEST(test_lines_never_mix),
         TH_TEST(test_ten_megabyte_line),        TH_TEST(test_binary_and_unterminated_output),
+        TH_TEST(test_report_shows_stderr_tail),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
