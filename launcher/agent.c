@@ -75,6 +75,7 @@ typedef struct ddp_worker_s {
     char *prefix;
     char *error_file;
     ddp_stream_t *out, *err;
+    long peak_rss_kb; /* its largest resident set (wait4), once it has ended */
 } ddp_worker_t;
 
 struct ddp_agent_s {
@@ -100,10 +101,12 @@ struct ddp_agent_s {
     char host[256];
 
     /* This node's share of the job: one node alone, or what the rendezvous formed. */
-    ddp_rdzv_t *rdzv;        /* multi-node jobs */
-    char **job_env;          /* multi-node: node 0's --env entries for this round */
-    ddp_events_t events;     /* --event-log-handler */
-    ddp_rdzv_coord_t *coord; /* multi-node jobs whose store this launcher serves */
+    ddp_rdzv_t *rdzv;         /* multi-node jobs */
+    char **job_env;           /* multi-node: node 0's --env entries for this round */
+    ddp_events_t events;      /* --event-log-handler */
+    long long oom_kills;      /* the memory cgroup's OOM kills when the attempt started; -1 */
+    char oom_where[PATH_MAX]; /* that counter's file */
+    ddp_rdzv_coord_t *coord;  /* multi-node jobs whose store this launcher serves */
     int rank_offset, world_size, nnodes, group_rank, restart_count;
     int abort_exit_code; /* STOP_ABORTED's */
 
@@ -381,6 +384,57 @@ static void group_finished(ddp_agent_t *a)
 
 /* Workers. */
 
+/* The OOM kills of this launcher's memory cgroup, which its workers share (cgroup v2's
+ * memory.events, v1's memory.oom_control); -1 where neither can be read. */
+static long long oom_kills(char *where, size_t cap)
+{
+    char line[512], path[PATH_MAX];
+    long long kills = -1;
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    while (f != NULL && kills < 0 && fgets(line, sizeof line, f) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        char *rel = strrchr(line, ':');
+        bool v1 = strstr(line, ":memory:") != NULL, v2 = strncmp(line, "0::", 3) == 0;
+        if (rel == NULL || (!v1 && !v2))
+            continue;
+        snprintf(path, sizeof path,
+                 v1 ? "/sys/fs/cgroup/memory%s/memory.oom_control"
+                    : "/sys/fs/cgroup%s/memory.events",
+                 rel + 1);
+        FILE *counts = fopen(path, "r");
+        char entry[128];
+        while (counts != NULL && fgets(entry, sizeof entry, counts) != NULL)
+            if (sscanf(entry, "oom_kill %lld", &kills) == 1)
+                snprintf(where, cap, "%s", path);
+        if (counts != NULL)
+            fclose(counts);
+    }
+    if (f != NULL)
+        fclose(f);
+    return kills;
+}
+
+/* A worker killed by SIGKILL that no stop of ours sent, while its memory cgroup counted
+ * an OOM kill: the kernel's OOM killer ended it. The message says so, where to read it,
+ * and how much memory the worker had. NULL otherwise (or out of memory). */
+static char *oom_message(ddp_agent_t *a, const ddp_worker_t *w, int status)
+{
+    char where[PATH_MAX];
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL || a->sent_sigkill || a->oom_kills < 0)
+        return NULL;
+    long long now = oom_kills(where, sizeof where);
+    if (now <= a->oom_kills)
+        return NULL;
+    char *text;
+    if (asprintf(&text,
+                 "out of memory: the kernel's OOM killer ended it (oom_kill %lld -> %lld in %s); "
+                 "its peak RSS was %ld MiB",
+                 a->oom_kills, now, where, w->peak_rss_kb / 1024) < 0)
+        return NULL;
+    a->oom_kills = now; /* the next one is another's */
+    return text;
+}
+
 /* A worker's event: its attempt, ranks and pid, then `more` (may be NULL). */
 static void worker_event(const ddp_agent_t *a, const ddp_worker_t *w, const char *name,
                          const ddp_buf_t *more)
@@ -426,6 +480,11 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         ddp_log_error(a->log, "out of memory while recording a worker failure");
         return;
     }
+    char *oom = oom_message(a, w, status);
+    if (oom != NULL && f.message == NULL) /* the report's line for it */
+        f.message = oom;
+    else
+        free(oom);
     ddp_stop_state_t stop = {
         .stopping = a->state != AGENT_RUNNING,
         .for_failure = a->state == AGENT_STOPPING && a->stop_reason == STOP_FAILURE,
@@ -457,10 +516,11 @@ static void on_sigchld(uv_signal_t *handle, int signum)
         ddp_worker_t *w = &a->workers[i];
         int status;
         pid_t r;
+        struct rusage usage = {0};
         if (!w->running)
             continue;
         do
-            r = waitpid(w->pid, &status, WNOHANG);
+            r = wait4(w->pid, &status, WNOHANG, &usage);
         while (r < 0 && errno == EINTR);
         if (r == 0)
             continue;
@@ -469,6 +529,7 @@ static void on_sigchld(uv_signal_t *handle, int signum)
                           (int)w->pid, strerror(errno));
             status = W_EXITCODE(255, 0);
         }
+        w->peak_rss_kb = usage.ru_maxrss;
         worker_ended(a, w, status, now);
     }
     /* The first failure starts the stop (later ones come while it runs), on every node
@@ -628,6 +689,7 @@ out:
  * finished when none started) and the error is returned. */
 static int group_start(ddp_agent_t *a)
 {
+    a->oom_kills = oom_kills(a->oom_where, sizeof a->oom_where);
     free(a->attempt_dir);
     a->attempt_dir = NULL;
     a->state = AGENT_RUNNING;

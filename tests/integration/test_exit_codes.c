@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 static void test_every_exit_code(void **state)
 {
@@ -143,6 +146,69 @@ static void test_error_file_that_is_no_file(void **state)
     }
 }
 
+/* A memory cgroup of 64 MiB under this process's own (v1 or v2), for the launcher of the
+ * next test; false (and why) where none can be made. */
+static bool make_memory_cgroup(char *dir, size_t cap)
+{
+    char line[512];
+    bool made = false;
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    while (f != NULL && !made && fgets(line, sizeof line, f) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        char *rel = strrchr(line, ':'), limit[700];
+        bool v1 = strstr(line, ":memory:") != NULL, v2 = strncmp(line, "0::", 3) == 0;
+        if (rel == NULL || (!v1 && !v2))
+            continue;
+        snprintf(dir, cap, "%s%s/ddp-oom-%d", v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup",
+                 rel + 1, (int)getpid());
+        snprintf(limit, sizeof limit, "%s/%s", dir, v1 ? "memory.limit_in_bytes" : "memory.max");
+        if (mkdir(dir, 0755) != 0)
+            continue;
+        FILE *l = fopen(limit, "w");
+        made = l != NULL && fputs("67108864", l) >= 0;
+        if (l != NULL && fclose(l) != 0)
+            made = false;
+        if (!made)
+            rmdir(dir);
+    }
+    if (f != NULL)
+        fclose(f);
+    return made;
+}
+
+/* A worker the kernel's OOM killer ends (its cgroup's limit, 64 MiB, against 300 MiB) is
+ * reported as out of memory, with the counter it was read from and its peak RSS; the
+ * other worker is not. */
+static void test_out_of_memory_is_named(void **state)
+{
+    char dir[600], cmd[1600];
+    if (!make_memory_cgroup(dir, sizeof dir)) {
+        printf("no memory cgroup can be made here (not root, no memory controller): skipped\n");
+        return;
+    }
+    snprintf(cmd, sizeof cmd,
+             "echo $$ > '%s/cgroup.procs' && exec '%s' --nproc-per-node=2 --no-python "
+             "/usr/bin/python3 -c \"import os, time\nif os.environ['RANK'] == '1':\n"
+             "    b = b'x' * (300 << 20)\nelse:\n    time.sleep(5)\"",
+             dir, th_launcher());
+    const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 120);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, "rank      : 1 (local_rank: 1)") != NULL);
+    TH_ASSERT(&p,
+              strstr(err, "out of memory: the kernel's OOM killer ended it (oom_kill ") != NULL);
+    TH_ASSERT(&p, strstr(err, "its peak RSS was ") != NULL);
+    th_cleanup(&p);
+    /* Its processes have ended; the kernel may take a moment to let the group go. */
+    double deadline = th_now() + 5;
+    while (rmdir(dir) != 0 && th_now() < deadline) {
+        struct timespec tick = {0, 50 * 1000 * 1000};
+        nanosleep(&tick, NULL);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -151,6 +217,7 @@ int main(void)
         TH_TEST(test_root_cause_is_the_failed_rank),
         TH_TEST(test_error_files_reach_the_report),
         TH_TEST(test_error_file_that_is_no_file),
+        TH_TEST(test_out_of_memory_is_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
