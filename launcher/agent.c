@@ -72,6 +72,7 @@ typedef struct ddp_worker_s {
     int local_rank, rank;
     pid_t pid; /* 0 before it is started */
     bool running;
+    bool succeeded; /* in this attempt */
     char *prefix;
     char *error_file;
     ddp_stream_t *out, *err;
@@ -88,7 +89,9 @@ struct ddp_agent_s {
     int unforwarded_sig[DDP_MAX_SIGNALS];
     int nunforwarded;
     uv_timer_t kill_timer;
-    bool stop_notice_due; /* the kill timer says first that the workers have not exited */
+    uv_timer_t wait_timer; /* some workers finished, others run: said after WAIT_NOTE_S */
+    double first_finished; /* when the first worker of the attempt finished; < 0: none */
+    bool stop_notice_due;  /* the kill timer says first that the workers have not exited */
     ddp_guard_t guard;
     bool guard_warned;
     ddp_store_server_t *store; /* the rendezvous store the workers use */
@@ -176,6 +179,7 @@ static void finish(ddp_agent_t *a)
     a->store = NULL;
     uv_close((uv_handle_t *)&a->sigchld, NULL);
     uv_close((uv_handle_t *)&a->kill_timer, NULL);
+    uv_close((uv_handle_t *)&a->wait_timer, NULL);
     for (int i = 0; i < a->cfg->nsignals; i++)
         uv_close((uv_handle_t *)&a->forwarded[i], NULL);
     for (int i = 0; i < a->nunforwarded; i++)
@@ -246,6 +250,7 @@ static void on_kill_timer(uv_timer_t *timer)
 static void begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
 {
     char ranks[160], name[32];
+    uv_timer_stop(&a->wait_timer);
     a->state = AGENT_STOPPING;
     a->stop_reason = reason;
     a->sent_signal = sig;
@@ -321,6 +326,7 @@ static int failure_exit_code(const ddp_agent_t *a)
 static void group_finished(ddp_agent_t *a)
 {
     uv_timer_stop(&a->kill_timer);
+    uv_timer_stop(&a->wait_timer);
     kill_leftovers(a);
     for (int i = 0; i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];
@@ -383,6 +389,48 @@ static void group_finished(ddp_agent_t *a)
 }
 
 /* Workers. */
+
+#define WAIT_NOTE_S  60  /* s after the first worker finished while others run: say who runs */
+#define WAIT_EVERY_S 300 /* then every WAIT_EVERY_S s */
+
+/* The global ranks of the workers that are (`running`) or have finished, as "0-2, 5". */
+static void ranks_where(const ddp_agent_t *a, bool running, ddp_buf_t *out)
+{
+    int first = -1, last = -1, named = 0;
+    for (int i = 0; i <= a->nworkers; i++) {
+        const ddp_worker_t *w = i < a->nworkers ? &a->workers[i] : NULL;
+        bool in = w != NULL && (running ? w->running : w->succeeded);
+        if (in && first >= 0 && w->rank == last + 1) {
+            last = w->rank;
+            continue;
+        }
+        if (first >= 0 && named++ < 8)
+            ddp_buf_printf(out, "%s%d", out->len > 0 ? ", " : "", first);
+        if (first >= 0 && last > first && named <= 8)
+            ddp_buf_printf(out, "-%d", last);
+        first = last = in ? w->rank : -1;
+    }
+    if (named > 8)
+        ddp_buf_puts(out, ", ...");
+}
+
+/* Some workers finished and others still run (a rank stuck, or only slower): said once a
+ * while, so a silent job is not taken for a hung one, nor the reverse. */
+static void on_wait_timer(uv_timer_t *timer)
+{
+    ddp_agent_t *a = timer->data;
+    if (a->state != AGENT_RUNNING || a->nrunning == 0)
+        return;
+    ddp_buf_t done = DDP_BUF_INIT, running = DDP_BUF_INIT;
+    ranks_where(a, false, &done);
+    ranks_where(a, true, &running);
+    ddp_log_info(a->log, "rank%s %s finished; waiting for rank%s %s (still running for %.0f s)",
+                 strpbrk(ddp_buf_str(&done), ",-") ? "s" : "", ddp_buf_str(&done),
+                 strpbrk(ddp_buf_str(&running), ",-") ? "s" : "", ddp_buf_str(&running),
+                 ddp_clock_wall() - a->first_finished);
+    ddp_buf_free(&done);
+    ddp_buf_free(&running);
+}
 
 /* The OOM kills of this launcher's memory cgroup, which its workers share (cgroup v2's
  * memory.events, v1's memory.oom_control); -1 where neither can be read. */
@@ -473,6 +521,11 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         ddp_log_debug(a->log, "worker rank %d (local rank %d, pid %d) finished", w->rank,
                       w->local_rank, (int)w->pid);
+        w->succeeded = true;
+        if (a->state == AGENT_RUNNING && a->nrunning > 0 && a->first_finished < 0) {
+            a->first_finished = now;
+            uv_timer_start(&a->wait_timer, on_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
+        }
         return;
     }
     ddp_failure_t f;
@@ -690,6 +743,9 @@ out:
 static int group_start(ddp_agent_t *a)
 {
     a->oom_kills = oom_kills(a->oom_where, sizeof a->oom_where);
+    a->first_finished = -1;
+    for (int i = 0; i < a->nworkers; i++)
+        a->workers[i].succeeded = false;
     free(a->attempt_dir);
     a->attempt_dir = NULL;
     a->state = AGENT_RUNNING;
@@ -863,6 +919,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     if (err)
         return err;
     uv_timer_init(&a->loop, &a->kill_timer);
+    uv_timer_init(&a->loop, &a->wait_timer);
     for (int i = 0; i < a->cfg->nsignals; i++) {
         uv_signal_init(&a->loop, &a->forwarded[i]);
         a->forwarded[i].data = a;
@@ -883,6 +940,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     }
     a->sigchld.data = a;
     a->kill_timer.data = a;
+    a->wait_timer.data = a;
     *handles_ready = true;
     if ((err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD)) != 0)
         return err;

@@ -209,6 +209,25 @@ static void test_out_of_memory_is_named(void **state)
     }
 }
 
+/* Some workers finished, one goes on: after 60 s the launcher says who finished and who
+ * it waits for, so a job that only looks silent is told from a hung one. */
+static void test_waiting_for_the_rest_is_said(void **state)
+{
+    const char *argv[] = {th_launcher(), "--nproc-per-node=4",
+                          "--no-python", "/bin/sh",
+                          "-c",          "if [ $RANK = 2 ]; then exec sleep 100; fi",
+                          NULL};
+    th_proc_t p;
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(
+                      &p, 2, "ranks 0-1, 3 finished; waiting for rank 2 (still running for 60 s)",
+                      1, 90));
+    TH_ASSERT(&p, kill(p.pid, SIGTERM) == 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -218,6 +237,7 @@ int main(void)
         TH_TEST(test_error_files_reach_the_report),
         TH_TEST(test_error_file_that_is_no_file),
         TH_TEST(test_out_of_memory_is_named),
+        TH_TEST(test_waiting_for_the_rest_is_said),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
