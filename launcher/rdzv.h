@@ -36,6 +36,7 @@ typedef struct {
     int nnodes;      /* GROUP_WORLD_SIZE */
     int rank_offset; /* the global rank of this node's local rank 0 */
     int world_size;  /* the workers of every node */
+    int nenv;        /* node 0's --env entries (at the store's key env; none: not read) */
 } ddp_rdzv_world_t;
 
 typedef enum {

@@ -169,8 +169,11 @@ static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
     ddp_rdzv_verdict_t v = {.kind = DDP_RDZV_VERDICT_WORLD};
     if (!environments_agree(c, ranked, n, v.message, sizeof v.message))
         return;
-    v.world = (ddp_rdzv_world_t){
-        .round = c->round, .restarts = c->restarts, .nnodes = n, .world_size = world_size};
+    v.world = (ddp_rdzv_world_t){.round = c->round,
+                                 .restarts = c->restarts,
+                                 .nnodes = n,
+                                 .world_size = world_size,
+                                 .nenv = c->cfg->nenv};
     c->phase = COORD_RUNNING;
     c->nrunning = n;
     c->nsucceeded = 0;

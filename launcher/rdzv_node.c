@@ -309,13 +309,14 @@ static char **split_lines(const char *text)
     return lines;
 }
 
-/* Node 0's --env entries, for this node's workers (the key holds one a line). */
-static bool read_job_env(ddp_rdzv_t *r)
+/* Node 0's --env entries, for this node's workers (the key holds one a line); read only
+ * when the world says there are some (a round trip less per node and round otherwise). */
+static bool read_job_env(ddp_rdzv_t *r, int nenv)
 {
     char key[512];
     ddp_buf_t text = DDP_BUF_INIT;
     ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "env");
-    if (read_key(r, key, &text) != 0) {
+    if (nenv > 0 && read_key(r, key, &text) != 0) {
         ddp_buf_free(&text);
         store_lost(r);
         return false;
@@ -355,7 +356,7 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world)
                 return NODE_END;
             if (v.message[0] != '\0') /* the nodes' environments differ */
                 ddp_log_warn(r->log, "%s", v.message);
-            if (!read_job_env(r))
+            if (!read_job_env(r, v.world.nenv))
                 return NODE_END;
             *world = v.world;
             r->local_running = true;

@@ -71,8 +71,8 @@ int ddp_rdzv_verdict_format(const ddp_rdzv_verdict_t *v, ddp_buf_t *out)
     const ddp_rdzv_world_t *w = &v->world;
     switch (v->kind) {
     case DDP_RDZV_VERDICT_WORLD:
-        return ddp_buf_printf(out, "world %d %d %d %d %d %d%s%s", w->round, w->restarts,
-                              w->node_rank, w->nnodes, w->rank_offset, w->world_size,
+        return ddp_buf_printf(out, "world %d %d %d %d %d %d %d%s%s", w->round, w->restarts,
+                              w->node_rank, w->nnodes, w->rank_offset, w->world_size, w->nenv,
                               v->message[0] != '\0' ? " " : "", v->message);
     case DDP_RDZV_VERDICT_END:
         return ddp_buf_printf(out, "end %d %s", v->exit_code, v->message);
@@ -85,17 +85,18 @@ int ddp_rdzv_verdict_format(const ddp_rdzv_verdict_t *v, ddp_buf_t *out)
     return ddp_buf_printf(out, "%s %s", verdict_words[v->kind], v->message);
 }
 
-/* "R RESTARTS RANK NODES OFFSET WORLD[ MESSAGE]": *used is where the message starts. */
+/* "R RESTARTS RANK NODES OFFSET WORLD NENV[ MESSAGE]": *used is where the message starts. */
 static bool parse_world(const char *rest, ddp_rdzv_world_t *w, int *used)
 {
     int end = 0;
-    if (sscanf(rest, "%d %d %d %d %d %d%n", &w->round, &w->restarts, &w->node_rank, &w->nnodes,
-               &w->rank_offset, &w->world_size, &end) != 6 ||
+    if (sscanf(rest, "%d %d %d %d %d %d %d%n", &w->round, &w->restarts, &w->node_rank, &w->nnodes,
+               &w->rank_offset, &w->world_size, &w->nenv, &end) != 7 ||
         (rest[end] != '\0' && rest[end] != ' '))
         return false;
     *used = end + (rest[end] == ' ');
     return w->round >= 0 && w->restarts >= 0 && w->nnodes >= 1 && w->node_rank >= 0 &&
-           w->node_rank < w->nnodes && w->rank_offset >= 0 && w->world_size > w->rank_offset;
+           w->node_rank < w->nnodes && w->rank_offset >= 0 && w->world_size > w->rank_offset &&
+           w->nenv >= 0;
 }
 
 bool ddp_rdzv_verdict_parse(const void *text, size_t len, ddp_rdzv_verdict_t *out)

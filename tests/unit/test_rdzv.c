@@ -296,21 +296,24 @@ static void test_records_refuse_garbage(void **state)
     static const char *const verdicts[] = {
         "",
         "world",
-        "world 0 0 2 2 0 1",
-        /* rank >= nnodes */ "world 0 0 0 1 0 0",
+        "world 0 0 2 2 0 1 0",
+        /* rank >= nnodes */ "world 0 0 0 1 0 0 0",
+        /* node 0's --env entries */ "world 0 0 0 1 0 1 -1",
+        /* without them (an older record) */ "world 0 0 0 1 0 1",
         "end x m",
         "end 300 m",
         "done now",
         "start 1",
-        "world 0 0 0 1 0 1x warning",
+        "world 0 0 0 1 0 1 0x warning",
     };
     ddp_rdzv_verdict_t v;
     for (size_t i = 0; i < sizeof verdicts / sizeof verdicts[0]; i++)
         assert_false(ddp_rdzv_verdict_parse(verdicts[i], strlen(verdicts[i]), &v));
     /* A world may carry a warning for every node (the environments differ). */
-    const char *warned = "world 0 0 0 1 0 1 A differs:\nB";
+    const char *warned = "world 0 0 0 1 0 1 2 A differs:\nB";
     assert_true(ddp_rdzv_verdict_parse(warned, strlen(warned), &v));
     assert_int_equal(v.world.world_size, 1);
+    assert_int_equal(v.world.nenv, 2);
     assert_string_equal(v.message, "A differs:\nB");
     char big[4096];
     memset(big, 'a', sizeof big);
