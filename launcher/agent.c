@@ -73,6 +73,7 @@ typedef struct ddp_worker_s {
     pid_t pid; /* 0 before it is started */
     bool running;
     bool succeeded; /* in this attempt */
+    bool stopped;   /* in this attempt, ended by the launcher's stop, not a failure of its own */
     char *prefix;
     char *error_file;
     ddp_stream_t *out, *err;
@@ -548,6 +549,7 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         /* Ended by our stop signal (or exiting on its own meanwhile): not a root cause. */
         ddp_log_debug(a->log, "worker rank %d (pid %d) %s", w->rank, (int)w->pid,
                       ddp_failure_describe(&f, what, sizeof what));
+        w->stopped = true;
         ddp_failure_free(&f);
         return;
     }
@@ -745,7 +747,7 @@ static int group_start(ddp_agent_t *a)
     a->oom_kills = oom_kills(a->oom_where, sizeof a->oom_where);
     a->first_finished = -1;
     for (int i = 0; i < a->nworkers; i++)
-        a->workers[i].succeeded = false;
+        a->workers[i].succeeded = a->workers[i].stopped = false;
     free(a->attempt_dir);
     a->attempt_dir = NULL;
     a->state = AGENT_RUNNING;
@@ -1112,6 +1114,28 @@ static void say_stderr_tail(const ddp_agent_t *a)
     ddp_buf_free(&out);
 }
 
+/* The ranks the launcher's stop ended, told apart from the failures above. */
+static void say_stopped(const ddp_agent_t *a)
+{
+    ddp_buf_t ranks = DDP_BUF_INIT;
+    char name[32];
+    int n = 0;
+    for (int i = 0; i < a->nworkers; i++) {
+        if (!a->workers[i].stopped)
+            continue;
+        if (n++ < 16)
+            ddp_buf_printf(&ranks, "%s%d", ranks.len > 0 ? ", " : "", a->workers[i].rank);
+    }
+    if (n > 16)
+        ddp_buf_puts(&ranks, ", ...");
+    if (n > 0)
+        ddp_log_info(a->log, "stopped by ddp-launch, not failures of their own: rank%s %s (%s%s)",
+                     n > 1 ? "s" : "", ddp_buf_str(&ranks),
+                     signame(a->sent_signal, name, sizeof name),
+                     a->sent_sigkill ? ", then SIGKILL" : "");
+    ddp_buf_free(&ranks);
+}
+
 static void print_report(ddp_agent_t *a)
 {
     ddp_buf_t report = DDP_BUF_INIT;
@@ -1122,6 +1146,7 @@ static void print_report(ddp_agent_t *a)
         (void)ddp_write_all(2, report.data, report.len);
     ddp_buf_free(&report);
     say_stderr_tail(a);
+    say_stopped(a);
     say_if_torch_is_missing(a, python);
 }
 

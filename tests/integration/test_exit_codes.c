@@ -228,6 +228,35 @@ static void test_waiting_for_the_rest_is_said(void **state)
     th_cleanup(&p);
 }
 
+/* After the report, the ranks the launcher's stop ended are told apart from the failure:
+ * with the signal that ended them, and SIGKILL when the grace period ran out. */
+static void test_stopped_ranks_told_apart(void **state)
+{
+    const char *quick[] = {th_launcher(), "--nproc-per-node=3",
+                           "--no-python", "/bin/sh",
+                           "-c",          "if [ $RANK = 1 ]; then exit 2; fi; exec sleep 30",
+                           NULL};
+    th_proc_t p;
+    th_run(&p, quick, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "stopped by ddp-launch, not failures of their own: "
+                                              "ranks 0, 2 (SIGTERM)\n") != NULL);
+    th_cleanup(&p);
+    const char *stubborn[] = {th_launcher(),
+                              "--nproc-per-node=2",
+                              "--shutdown-timeout=1",
+                              "--no-python",
+                              "/bin/sh",
+                              "-c",
+                              "if [ $RANK = 1 ]; then exit 2; fi; trap '' TERM; sleep 30",
+                              NULL};
+    th_run(&p, stubborn, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "not failures of their own: rank 0 (SIGTERM, then "
+                                              "SIGKILL)\n") != NULL);
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -238,6 +267,7 @@ int main(void)
         TH_TEST(test_error_file_that_is_no_file),
         TH_TEST(test_out_of_memory_is_named),
         TH_TEST(test_waiting_for_the_rest_is_said),
+        TH_TEST(test_stopped_ranks_told_apart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
