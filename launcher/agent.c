@@ -105,12 +105,11 @@ struct ddp_agent_s {
     char host[256];
 
     /* This node's share of the job: one node alone, or what the rendezvous formed. */
-    ddp_rdzv_t *rdzv;         /* multi-node jobs */
-    char **job_env;           /* multi-node: node 0's --env entries for this round */
-    ddp_events_t events;      /* --event-log-handler */
-    long long oom_kills;      /* the memory cgroup's OOM kills when the attempt started; -1 */
-    char oom_where[PATH_MAX]; /* that counter's file */
-    ddp_rdzv_coord_t *coord;  /* multi-node jobs whose store this launcher serves */
+    ddp_rdzv_t *rdzv;        /* multi-node jobs */
+    char **job_env;          /* multi-node: node 0's --env entries for this round */
+    ddp_events_t events;     /* --event-log-handler */
+    long long oom_kills;     /* the memory cgroup's OOM kills when the attempt started; -1 */
+    ddp_rdzv_coord_t *coord; /* multi-node jobs whose store this launcher serves */
     int rank_offset, world_size, nnodes, group_rank, restart_count;
     int abort_exit_code; /* STOP_ABORTED's */
 
@@ -397,22 +396,12 @@ static void group_finished(ddp_agent_t *a)
 /* The global ranks of the workers that are (`running`) or have finished, as "0-2, 5". */
 static void ranks_where(const ddp_agent_t *a, bool running, ddp_buf_t *out)
 {
-    int first = -1, last = -1, named = 0;
-    for (int i = 0; i <= a->nworkers; i++) {
-        const ddp_worker_t *w = i < a->nworkers ? &a->workers[i] : NULL;
-        bool in = w != NULL && (running ? w->running : w->succeeded);
-        if (in && first >= 0 && w->rank == last + 1) {
-            last = w->rank;
-            continue;
-        }
-        if (first >= 0 && named++ < 8)
-            ddp_buf_printf(out, "%s%d", out->len > 0 ? ", " : "", first);
-        if (first >= 0 && last > first && named <= 8)
-            ddp_buf_printf(out, "-%d", last);
-        first = last = in ? w->rank : -1;
-    }
-    if (named > 8)
-        ddp_buf_puts(out, ", ...");
+    bool *other = calloc((size_t)a->nworkers, sizeof *other); /* format_ranks names the false */
+    for (int i = 0; other != NULL && i < a->nworkers; i++)
+        other[i] = !(running ? a->workers[i].running : a->workers[i].succeeded);
+    if (other != NULL)
+        ddp_rdzv_format_ranks_from(out, other, a->nworkers, 8, a->rank_offset);
+    free(other);
 }
 
 /* Some workers finished and others still run (a rank stuck, or only slower): said once a
@@ -434,7 +423,8 @@ static void on_wait_timer(uv_timer_t *timer)
 }
 
 /* The OOM kills of this launcher's memory cgroup, which its workers share (cgroup v2's
- * memory.events, v1's memory.oom_control); -1 where neither can be read. */
+ * memory.events, v1's memory.oom_control; its path into where[cap] unless NULL); -1 where
+ * neither can be read. */
 static long long oom_kills(char *where, size_t cap)
 {
     char line[512], path[PATH_MAX];
@@ -453,7 +443,7 @@ static long long oom_kills(char *where, size_t cap)
         FILE *counts = fopen(path, "r");
         char entry[128];
         while (counts != NULL && fgets(entry, sizeof entry, counts) != NULL)
-            if (sscanf(entry, "oom_kill %lld", &kills) == 1)
+            if (sscanf(entry, "oom_kill %lld", &kills) == 1 && where != NULL)
                 snprintf(where, cap, "%s", path);
         if (counts != NULL)
             fclose(counts);
@@ -744,7 +734,7 @@ out:
  * finished when none started) and the error is returned. */
 static int group_start(ddp_agent_t *a)
 {
-    a->oom_kills = oom_kills(a->oom_where, sizeof a->oom_where);
+    a->oom_kills = oom_kills(NULL, 0);
     a->first_finished = -1;
     for (int i = 0; i < a->nworkers; i++)
         a->workers[i].succeeded = a->workers[i].stopped = false;

@@ -546,6 +546,30 @@ static int apply_env(ddp_launch_config_t *cfg, const char *value, const char *or
     return 0;
 }
 
+/* Whether p[0, len) is a variable name: letters, digits and '_', not a digit first. */
+static bool variable_name(const char *p, size_t len)
+{
+    bool good = len > 0 && !isdigit((unsigned char)*p);
+    for (size_t i = 0; i < len && good; i++)
+        good = isalnum((unsigned char)p[i]) || p[i] == '_';
+    return good;
+}
+
+/* Appends `item` (taken over; NULL: out of memory) to the NULL-terminated list (*list,
+ * *n entries): --env's and --env-check's. 0 or -ENOMEM. */
+static int append_item(char ***list, int *n, char *item)
+{
+    char **grown = item != NULL ? realloc(*list, (size_t)(*n + 2) * sizeof *grown) : NULL;
+    if (grown == NULL) {
+        free(item);
+        return -ENOMEM;
+    }
+    grown[(*n)++] = item;
+    grown[*n] = NULL;
+    *list = grown;
+    return 0;
+}
+
 /* --env-check NAME,...: names compared across the nodes besides the built-in ones. */
 static int apply_env_check(ddp_launch_config_t *cfg, const char *value, const char *origin,
                            const ddp_log_t *log, ddp_buf_t *err)
@@ -553,18 +577,10 @@ static int apply_env_check(ddp_launch_config_t *cfg, const char *value, const ch
     (void)log;
     for (const char *p = value; *p != '\0';) {
         size_t len = strcspn(p, ",");
-        bool good = len > 0 && !isdigit((unsigned char)*p);
-        for (size_t i = 0; i < len && good; i++)
-            good = isalnum((unsigned char)p[i]) || p[i] == '_';
-        if (!good)
+        if (!variable_name(p, len))
             return usage(err, origin, "'%.*s' is not a variable name", (int)len, p);
-        char **names = realloc(cfg->env_check, (size_t)(cfg->nenv_check + 1) * sizeof *names);
-        if (names == NULL)
+        if (append_item(&cfg->env_check, &cfg->nenv_check, strndup(p, len)) != 0)
             return -ENOMEM;
-        cfg->env_check = names;
-        if ((cfg->env_check[cfg->nenv_check] = strndup(p, len)) == NULL)
-            return -ENOMEM;
-        cfg->nenv_check++;
         p += len + (p[len] == ',');
     }
     return 0;
@@ -951,10 +967,7 @@ static int add_env(ddp_launch_config_t *cfg, const char *origin, const char *ite
     const char *eq = memchr(item, '=', len);
     size_t name_len = eq != NULL ? (size_t)(eq - item) : len;
     char name[256];
-    bool good = name_len > 0 && name_len < sizeof name && !isdigit((unsigned char)item[0]);
-    for (size_t i = 0; i < name_len && good; i++)
-        good = isalnum((unsigned char)item[i]) || item[i] == '_';
-    if (!good)
+    if (name_len >= sizeof name || !variable_name(item, name_len))
         return usage(err, origin, "'%.*s' is not a variable name", (int)name_len, item);
     memcpy(name, item, name_len);
     name[name_len] = '\0';
@@ -966,16 +979,11 @@ static int add_env(ddp_launch_config_t *cfg, const char *origin, const char *ite
     const char *value = eq != NULL ? eq + 1 : ddp_env_lookup(envp, name);
     if (value == NULL)
         return usage(err, origin, "%s is not set here: give %s=VALUE", name, name);
-    char **set = realloc(cfg->env_set, (size_t)(cfg->nenv + 2) * sizeof *set);
-    if (set == NULL)
-        return -ENOMEM;
-    cfg->env_set = set;
-    set[cfg->nenv + 1] = NULL; /* NULL-terminated, as an environment */
     int n = eq != NULL ? (int)(len - name_len - 1) : (int)strlen(value);
-    if (asprintf(&cfg->env_set[cfg->nenv], "%s=%.*s", name, n, value) < 0)
-        return -ENOMEM;
-    cfg->nenv++;
-    return 0;
+    char *entry;
+    if (asprintf(&entry, "%s=%.*s", name, n, value) < 0)
+        entry = NULL;
+    return append_item(&cfg->env_set, &cfg->nenv, entry); /* NULL-ended, as an environment */
 }
 
 /* Every --env and --env-list before the script, in order (they repeat; the flag table

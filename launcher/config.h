@@ -84,7 +84,7 @@ typedef struct ddp_launch_config_s {
     const char *event_log;     /* --event-log-handler: null, console or file:PATH (events.h) */
     char **env_set; /* --env and --env-list: "NAME=VALUE" for every worker (owned; NULL-ended) */
     int nenv;
-    char **env_check; /* --env-check: more names the nodes must agree on (owned) */
+    char **env_check; /* --env-check: more names the nodes must agree on (owned; NULL-ended) */
     int nenv_check;
     bool env_check_strict; /* --env-check-strict: a difference ends the job (status 5) */
     ddp_rdzv_backend_t rdzv_backend;

@@ -12,8 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Appends `word` quoted for a POSIX shell when it needs to be. */
-static int append_shell_word(ddp_buf_t *out, const char *word)
+int ddp_shell_word(ddp_buf_t *out, const char *word)
 {
     bool plain = *word != '\0';
     for (const char *p = word; *p && plain; p++)
@@ -114,7 +113,7 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
             for (char **p = argv; *p && err == 0; p++) {
                 err = ddp_buf_puts(&out, " ");
                 if (err == 0)
-                    err = append_shell_word(&out, *p);
+                    err = ddp_shell_word(&out, *p);
             }
             if (err == 0)
                 err = ddp_buf_printf(&out, "\n  stdout: %s, stderr: %s\n  env:\n",
@@ -123,7 +122,7 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
             for (char **p = added; *p && err == 0; p++) {
                 err = ddp_buf_puts(&out, "    ");
                 if (err == 0)
-                    err = append_shell_word(&out, *p);
+                    err = ddp_shell_word(&out, *p);
                 if (err == 0)
                     err = ddp_buf_puts(&out, "\n");
             }

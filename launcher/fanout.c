@@ -2,6 +2,7 @@
 #include "fanout.h"
 
 #include "buf.h"
+#include "dry_run.h"
 #include "env.h"
 #include "error.h"
 #include "io.h"
@@ -20,24 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* A word for a shell: as it is when it is plain, else in single quotes. */
-static void shell_word(ddp_buf_t *out, const char *word)
-{
-    bool plain = *word != '\0';
-    for (const char *c = word; *c != '\0' && plain; c++)
-        plain = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=./:,+@%",
-                       *c) != NULL;
-    if (plain) {
-        ddp_buf_puts(out, word);
-        return;
-    }
-    ddp_buf_puts(out, "'");
-    for (const char *c = word; *c != '\0'; c++)
-        ddp_buf_puts(out, *c == '\'' ? "'\\''" : (char[]){*c, '\0'});
-    ddp_buf_puts(out, "'");
-}
-
-/* Whether `arg` is the flag `name` ("--name" or "--name=...", '_' for '-' too). */
+/* Whether `arg` is the flag called `name`, alone or with "=VALUE" ('_' for '-' too). */
 static bool is_flag(const char *arg, const char *name, bool *with_value)
 {
     if (strncmp(arg, "--", 2) != 0)
@@ -59,7 +43,7 @@ static void own_args(ddp_buf_t *out, const ddp_launch_config_t *cfg, int argc, c
     static const char *const dropped[] = {"hosts", "hostfile", "env", "env-list"};
     for (int i = 0; i < cfg->nenv; i++) {
         ddp_buf_puts(out, " --env ");
-        shell_word(out, cfg->env_set[i]);
+        ddp_shell_word(out, cfg->env_set[i]);
     }
     for (int i = 1; i < argc; i++) {
         bool with_value = false, drop = i < script && is_flag(argv[i], "dry-run", &with_value);
@@ -70,7 +54,7 @@ static void own_args(ddp_buf_t *out, const ddp_launch_config_t *cfg, int argc, c
         if (drop)
             continue;
         ddp_buf_puts(out, " ");
-        shell_word(out, argv[i]);
+        ddp_shell_word(out, argv[i]);
     }
 }
 
@@ -107,7 +91,7 @@ static int dry_run(const ddp_launch_config_t *cfg, int argc, char **argv, char *
                    job, cfg->slurm_fanout, list != NULL ? list : "?");
     for (int i = 0; srun[i] != NULL && i < 5; i++) {
         ddp_buf_puts(&out, " ");
-        shell_word(&out, srun[i]);
+        ddp_shell_word(&out, srun[i]);
     }
     int script = (int)(cfg->script_args - argv) - 1;
     own_args(&out, cfg, argc, argv, script);
@@ -288,24 +272,30 @@ int ddp_fanout_hosts(ddp_launch_config_t *cfg, ddp_fanout_hosts_t *out, ddp_buf_
     return 0;
 }
 
-/* What node i runs: the same launcher in the same directory, its place given. */
+/* What node i runs: the same launcher, its place given; for another node (`cwd` not
+ * NULL), in this working directory. */
 static void node_command(ddp_buf_t *cmd, const ddp_launch_config_t *cfg,
-                         const ddp_fanout_hosts_t *hosts, int i, const char *self, int argc,
-                         char **argv)
+                         const ddp_fanout_hosts_t *hosts, int i, const char *self, const char *cwd,
+                         int argc, char **argv)
 {
     static const char *const passed[] = {"PYTHON_EXEC", "DDP_LAUNCH_LOG_LEVEL", "OMP_NUM_THREADS"};
+    if (cwd != NULL) {
+        ddp_buf_puts(cmd, "cd ");
+        ddp_shell_word(cmd, cwd);
+        ddp_buf_puts(cmd, " && exec ");
+    }
     ddp_buf_puts(cmd, "env");
     for (size_t k = 0; k < sizeof passed / sizeof passed[0]; k++) {
         const char *value = getenv(passed[k]);
         if (value == NULL)
             continue;
         ddp_buf_printf(cmd, " %s=", passed[k]);
-        shell_word(cmd, value);
+        ddp_shell_word(cmd, value);
     }
     ddp_buf_puts(cmd, " ");
-    shell_word(cmd, self);
+    ddp_shell_word(cmd, self);
     ddp_buf_printf(cmd, " --nnodes=%d --node-rank=%d --master-addr=", hosts->n, i);
-    shell_word(cmd, cfg->master_addr);
+    ddp_shell_word(cmd, cfg->master_addr);
     ddp_buf_printf(cmd, " --master-port=%d", cfg->master_port);
     if (!cfg->nproc_per_node_given && hosts->slots[i] > 0)
         ddp_buf_printf(cmd, " --nproc-per-node=%d", hosts->slots[i]);
@@ -337,23 +327,21 @@ static int fanout_dry_run(const ddp_launch_config_t *cfg, const ddp_fanout_hosts
                           char **argv, const char *self, const char *cwd, int fd)
 {
     ddp_buf_t out = DDP_BUF_INIT;
-    const char *ssh = ddp_env_get(DDP_ENV_DDP_LAUNCH_SSH);
     for (int i = 0; i < hosts->n; i++) {
         ddp_buf_t cmd = DDP_BUF_INIT;
-        node_command(&cmd, cfg, hosts, i, self, argc, argv);
-        if (i == 0) {
-            ddp_buf_printf(&out, "node 0 (%s, here): %s\n", hosts->names[0], ddp_buf_str(&cmd));
-        } else {
-            ddp_buf_printf(&out, "node %d (%s): %s -n -o BatchMode=yes %s ", i, hosts->names[i],
-                           ssh, hosts->names[i]);
-            ddp_buf_t remote = DDP_BUF_INIT;
-            ddp_buf_puts(&remote, "cd ");
-            shell_word(&remote, cwd);
-            ddp_buf_printf(&remote, " && exec %s", ddp_buf_str(&cmd));
-            shell_word(&out, ddp_buf_str(&remote));
-            ddp_buf_puts(&out, "\n");
-            ddp_buf_free(&remote);
+        node_command(&cmd, cfg, hosts, i, self, i == 0 ? NULL : cwd, argc, argv);
+        char *words = i == 0 ? NULL : strdup(ddp_env_get(DDP_ENV_DDP_LAUNCH_SSH));
+        char **ssh = words != NULL ? ssh_argv(hosts->names[i], ddp_buf_str(&cmd), words) : NULL;
+        ddp_buf_printf(&out, "node %d (%s%s):", i, hosts->names[i], i == 0 ? ", here" : "");
+        if (i == 0)
+            ddp_buf_printf(&out, " %s", ddp_buf_str(&cmd));
+        for (int k = 0; ssh != NULL && ssh[k] != NULL; k++) { /* what start_ssh runs */
+            ddp_buf_puts(&out, " ");
+            ddp_shell_word(&out, ssh[k]);
         }
+        ddp_buf_puts(&out, "\n");
+        free(ssh);
+        free(words);
         ddp_buf_free(&cmd);
     }
     int err = ddp_write_all(fd, out.data, out.len);
@@ -437,13 +425,10 @@ static pid_t start_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t 
                        const char *self, const char *cwd, int argc, char **argv,
                        const sigset_t *old, const ddp_log_t *log)
 {
-    ddp_buf_t cmd = DDP_BUF_INIT, remote = DDP_BUF_INIT;
+    ddp_buf_t cmd = DDP_BUF_INIT;
     char *words = strdup(ddp_env_get(DDP_ENV_DDP_LAUNCH_SSH));
-    node_command(&cmd, cfg, hosts, i, self, argc, argv);
-    ddp_buf_puts(&remote, "cd ");
-    shell_word(&remote, cwd);
-    ddp_buf_printf(&remote, " && exec %s", ddp_buf_str(&cmd));
-    char **args = words != NULL ? ssh_argv(hosts->names[i], ddp_buf_str(&remote), words) : NULL;
+    node_command(&cmd, cfg, hosts, i, self, cwd, argc, argv);
+    char **args = words != NULL ? ssh_argv(hosts->names[i], ddp_buf_str(&cmd), words) : NULL;
     pid_t pid = args != NULL ? fork() : -1;
     if (pid == 0) {
         /* The supervisor has one thread and no handlers: the dispositions are defaults. */
@@ -463,7 +448,6 @@ static pid_t start_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t 
     free(args);
     free(words);
     ddp_buf_free(&cmd);
-    ddp_buf_free(&remote);
     return pid;
 }
 

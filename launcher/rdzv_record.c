@@ -160,6 +160,11 @@ bool ddp_rdzv_report_parse(const void *text, size_t len, ddp_rdzv_report_t *out)
 
 void ddp_rdzv_format_ranks(ddp_buf_t *out, const bool *present, int n, int most)
 {
+    ddp_rdzv_format_ranks_from(out, present, n, most, 0);
+}
+
+void ddp_rdzv_format_ranks_from(ddp_buf_t *out, const bool *present, int n, int most, int base)
+{
     int runs = 0;
     for (int i = 0; i < n; i++) {
         if (present[i])
@@ -171,9 +176,9 @@ void ddp_rdzv_format_ranks(ddp_buf_t *out, const bool *present, int n, int most)
             ddp_buf_puts(out, ", ...");
             return;
         }
-        ddp_buf_printf(out, "%s%d", runs ? ", " : "", i);
+        ddp_buf_printf(out, "%s%d", runs ? ", " : "", base + i);
         if (last > i)
-            ddp_buf_printf(out, "-%d", last);
+            ddp_buf_printf(out, "-%d", base + last);
         runs++;
         i = last;
     }

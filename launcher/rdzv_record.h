@@ -74,7 +74,8 @@ int ddp_rdzv_report_format(const ddp_rdzv_report_t *report, ddp_buf_t *out);
 bool ddp_rdzv_report_parse(const void *text, size_t len, ddp_rdzv_report_t *out);
 
 /* Appends the i in [0, n) with present[i] false as runs, "1-3, 5, 9", naming at most
- * `most` runs (then ", ..."). */
+ * `most` runs (then ", ..."); _from names them base + i. */
 void ddp_rdzv_format_ranks(ddp_buf_t *out, const bool *present, int n, int most);
+void ddp_rdzv_format_ranks_from(ddp_buf_t *out, const bool *present, int n, int most, int base);
 
 #endif
