@@ -27,6 +27,7 @@
     X(TORCH_NCCL_ASYNC_ERROR_HANDLING, "1", "NCCL async error handling in torch >= 2.2")        \
     X(NCCL_ASYNC_ERROR_HANDLING, "1", "NCCL async error handling in torch < 2.2")               \
     X(OMP_NUM_THREADS, "1", "OpenMP threads per worker; set to 1 when unset and nproc > 1")     \
+    X(PYTHONPATH, NULL, "with --hang-dump, ddp-launch's sitecustomize directory comes first")   \
     /* Read by the launcher. */                                                                 \
     X(PYTHON_EXEC, "python3", "interpreter that runs Python training scripts (with -u)")        \
     X(TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, NULL,                                              \
@@ -46,7 +47,8 @@
     /* Read by libddp. */                                                                       \
     X(DDP_TIMEOUT, "300", "libddp: seconds for init and for each collective")                   \
     X(DDP_SHM, "1", "libddp: 0 keeps a one-host ring on TCP instead of shared memory")          \
-    X(DDP_BACKEND, "auto", "libddp: cpu, nccl or auto, where the program's options say auto")
+    X(DDP_BACKEND, "auto", "libddp: cpu, nccl or auto, where the program's options say auto")   \
+    X(DDP_DUMP_SIGNAL, NULL, "set by ddp-launch: the signal a worker dumps its state on")
 
 typedef enum {
 #define DDP_ENV_ENUM(name, def, help) DDP_ENV_##name,

@@ -238,6 +238,8 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
                      (hs == hl && sent < sendable && ddp_shm_room(&c->next_seg) >= es) ||
                      ((hg < hl || got < t->recv_len) && readable > 0);
         double left = deadline - ddp_clock_mono();
+        /* The flight recorder's peer: the one whose data this rank still needs. */
+        ddp_flight_peer(ddp, hg < hl || got < t->recv_len ? c->prev : c->next);
         if (!ready && left > 0)
             ddp_shm_bell_wait(&c->own, seen,
                               left * 1000 < SHM_NAP_MS ? (int)(left * 1000) + 1 : SHM_NAP_MS);
@@ -269,6 +271,7 @@ static int transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
             fds[n++] = (struct pollfd){.fd = c->prev_fd, .events = POLLIN};
         }
         double left = deadline - ddp_clock_mono();
+        ddp_flight_peer(ddp, recv_slot >= 0 ? c->prev : c->next);
         int r = left <= 0 ? 0 : poll(fds, (nfds_t)n, (int)(left * 1000) + 1);
         if (r < 0 && errno == EINTR)
             continue;

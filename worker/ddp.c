@@ -7,6 +7,7 @@
 #include "buf.h"
 #include "env.h"
 #include "error.h"
+#include "flight.h"
 #include "io.h"
 #include "json.h"
 #include "parse.h"
@@ -243,7 +244,7 @@ int ddp_init_with(ddp_t **out, const ddp_options_t *options)
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && getppid() != parent)
             raise(SIGKILL); /* the launcher died already */
     }
-    if ((err = choose_backend(ddp, opts.backend)) != 0)
+    if ((err = choose_backend(ddp, opts.backend)) != 0 || (err = ddp_flight_open(ddp)) != 0)
         goto fail;
     if (ddp->world_size > 1) {
         ddp_store_client_options_t so = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
@@ -265,6 +266,7 @@ int ddp_init_with(ddp_t **out, const ddp_options_t *options)
 fail:
     ddp_store_client_close(ddp->store);
     ddp_nccl_release(ddp);
+    ddp_flight_close(ddp);
     free(ddp);
     return err;
 }
@@ -389,10 +391,18 @@ static int after(ddp_t *ddp, int err)
     return err;
 }
 
+/* A collective's run through the backend, in the flight recorder. */
+#define RECORDED(ddp, op, count, dtype, reduce_op, root, call)                    \
+    (ddp_flight_enter(ddp, op, count, dtype, (int)(reduce_op), root), err = call, \
+     ddp_flight_leave(ddp, err), err)
+
 int ddp_barrier(ddp_t *ddp)
 {
     int err = check(ddp, "barrier", NULL, DDP_INT32, 0, 0);
-    return err ? err : after(ddp, ddp->backend->barrier(ddp, ddp->backend_state));
+    if (err == 0)
+        err = RECORDED(ddp, DDP_FLIGHT_BARRIER, 0, DDP_INT32, 0, 0,
+                       ddp->backend->barrier(ddp, ddp->backend_state));
+    return err ? after(ddp, err) : 0;
 }
 
 int ddp_broadcast(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int root)
@@ -403,7 +413,8 @@ int ddp_broadcast(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int ro
     if (err == 0)
         err = serve(ddp, "broadcast", buf, NULL, dtype, &be, &state);
     if (err == 0)
-        err = be->broadcast(ddp, state, buf, count, dtype, root);
+        err = RECORDED(ddp, DDP_FLIGHT_BROADCAST, count, dtype, 0, root,
+                       be->broadcast(ddp, state, buf, count, dtype, root));
     return after(ddp, err);
 }
 
@@ -417,7 +428,8 @@ int ddp_all_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_r
     if (err == 0)
         err = serve(ddp, "all_reduce", buf, NULL, dtype, &be, &state);
     if (err == 0)
-        err = be->all_reduce(ddp, state, buf, count, dtype, op);
+        err = RECORDED(ddp, DDP_FLIGHT_ALL_REDUCE, count, dtype, op, 0,
+                       be->all_reduce(ddp, state, buf, count, dtype, op));
     return after(ddp, err);
 }
 
@@ -431,7 +443,8 @@ int ddp_all_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_d
     if (err == 0)
         err = serve(ddp, "all_gather", recv, send, dtype, &be, &state);
     if (err == 0)
-        err = be->all_gather(ddp, state, send, recv, count, dtype);
+        err = RECORDED(ddp, DDP_FLIGHT_ALL_GATHER, count, dtype, 0, 0,
+                       be->all_gather(ddp, state, send, recv, count, dtype));
     return after(ddp, err);
 }
 
@@ -464,5 +477,6 @@ void ddp_finalize(ddp_t *ddp)
         ddp->backend->finalize(ddp->backend_state);
     ddp_store_client_close(ddp->store);
     ddp_nccl_release(ddp);
+    ddp_flight_close(ddp);
     free(ddp);
 }

@@ -7,6 +7,7 @@
 
 #include "ddp.h"
 #include "ddp_config.h"
+#include "flight.h"
 #include "log.h"
 #include "store_client.h"
 
@@ -76,7 +77,23 @@ struct ddp_s {
     int nccl_ids;                /* unique ids exchanged so far */
     int checkpoints;             /* checkpoint saves and loads so far */
     char error[1024];
+    /* The flight recorder (flight.c): the ring, mapped from a file beside the error file
+     * or in plain memory, and where its dumps go ("" for none). */
+    struct ddp_flight_ring_s *flight;
+    bool flight_mapped;
+    char flight_json[4096], flight_tmp[4200];
 };
+
+/* The flight recorder (flight.c). open: the context's ring (rank, world size and group
+ * known), its dump signal armed; 0 or -ENOMEM. enter/leave bracket each collective
+ * (leave with its result: a failure writes the dump); peer names the rank the current
+ * collective waits on. close: unregisters and unmaps (the ring file stays, for the
+ * launcher). */
+int ddp_flight_open(ddp_t *ddp);
+void ddp_flight_close(ddp_t *ddp);
+void ddp_flight_enter(ddp_t *ddp, int op, size_t count, ddp_dtype_t dtype, int reduce_op, int root);
+void ddp_flight_peer(ddp_t *ddp, int peer);
+void ddp_flight_leave(ddp_t *ddp, int err);
 
 /* Records a failure of `ddp`: the message in ddp->error, on stderr, and in
  * TORCHELASTIC_ERROR_FILE. Returns err. */
@@ -97,8 +114,6 @@ void ddp_key(const ddp_t *ddp, char *buf, size_t cap, const char *fmt, ...)
 
 /* Bytes of one element; 0 for an unknown dtype. */
 size_t ddp_dtype_size(ddp_dtype_t dtype);
-const char *ddp_dtype_name(ddp_dtype_t dtype);
-const char *ddp_op_name(ddp_reduce_op_t op);
 
 /* dst[i] = dst[i] op src[i] for `count` elements on the CPU. AVG adds, and with
  * `average_over` > 0 (the last step of an average) also divides the result by it, in

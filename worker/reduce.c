@@ -22,19 +22,6 @@ size_t ddp_dtype_size(ddp_dtype_t dtype)
     return 0;
 }
 
-const char *ddp_dtype_name(ddp_dtype_t dtype)
-{
-    static const char *const names[] = {"float32", "float64", "int32",
-                                        "int64",   "float16", "bfloat16"};
-    return (unsigned)dtype < sizeof names / sizeof names[0] ? names[dtype] : "?";
-}
-
-const char *ddp_op_name(ddp_reduce_op_t op)
-{
-    static const char *const names[] = {"sum", "avg", "min", "max"};
-    return (unsigned)op < sizeof names / sizeof names[0] ? names[op] : "?";
-}
-
 #define REDUCE_LOOPS(T)                           \
     do {                                          \
         T *restrict d = dst;                      \
