@@ -26,6 +26,7 @@
 #include "env.h"
 #include "error.h"
 #include "guard.h"
+#include "hang.h"
 #include "pyscan.h"
 #include "io.h"
 #include "logs.h"
@@ -36,6 +37,7 @@
 #include "signals.h"
 #include "report.h"
 #include "spawn.h"
+#include "stacks.h"
 #include "store_server.h"
 #include "worker_spec.h"
 #include "events.h"
@@ -48,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
@@ -78,7 +81,16 @@ typedef struct ddp_worker_s {
     char *error_file;
     ddp_stream_t *out, *err;
     long peak_rss_kb; /* its largest resident set (wait4), once it has ended */
+    /* --hang-timeout's view of its progress at the last look (hang.h). */
+    bool has_ring;     /* libddp's flight recorder: progress is a finished collective */
+    uint64_t progress; /* its rings' finished collectives */
+    double cpu;        /* without a ring: its CPU seconds, */
+    uint64_t output;   /* and the bytes of its output */
+    double active_at;  /* when it last made progress (wall) */
 } ddp_worker_t;
+
+/* A hang report's phases (see hang_begin). */
+typedef enum { HANG_IDLE, HANG_COLLECTING, HANG_WAITING } hang_phase_t;
 
 struct ddp_agent_s {
     const ddp_launch_config_t *cfg;
@@ -125,6 +137,22 @@ struct ddp_agent_s {
     size_t nfailures;
     int exit_code;
     bool loop_ready; /* the loop was initialised: agent_free closes it */
+
+    /* Hang reports (hang_begin). */
+    uv_timer_t hang_timer; /* --hang-timeout: looks at every worker's progress */
+    uv_timer_t hang_wait;  /* the report's pauses and bounds */
+    hang_phase_t hang;
+    bool hang_done;        /* this attempt's report is made (one an attempt) */
+    bool hang_found;       /* by this node (else another asked for our rows) */
+    bool hang_stalled;     /* found by --hang-timeout: the report ends the attempt */
+    char hang_why[160];    /* what found it */
+    bool hang_paused;      /* the dumps' pause has passed */
+    bool hang_stacks_done; /* --hang-dump's tools have ended */
+    bool deferred_failure; /* a worker failed during the report: its stop waits */
+    bool deferred_remote;  /* the round failed elsewhere during the report: the same */
+    char deferred_message[DDP_RDZV_MSG_MAX];
+    int dump_signal;  /* DDP_DUMP_SIGNAL */
+    char *python_dir; /* --hang-dump: the sitecustomize's directory */
 };
 
 static const char *signame(int sig, char *buf, size_t cap)
@@ -180,6 +208,8 @@ static void finish(ddp_agent_t *a)
     uv_close((uv_handle_t *)&a->sigchld, NULL);
     uv_close((uv_handle_t *)&a->kill_timer, NULL);
     uv_close((uv_handle_t *)&a->wait_timer, NULL);
+    uv_close((uv_handle_t *)&a->hang_timer, NULL);
+    uv_close((uv_handle_t *)&a->hang_wait, NULL);
     for (int i = 0; i < a->cfg->nsignals; i++)
         uv_close((uv_handle_t *)&a->forwarded[i], NULL);
     for (int i = 0; i < a->nunforwarded; i++)
@@ -251,6 +281,7 @@ static void begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
 {
     char ranks[160], name[32];
     uv_timer_stop(&a->wait_timer);
+    uv_timer_stop(&a->hang_timer);
     a->state = AGENT_STOPPING;
     a->stop_reason = reason;
     a->sent_signal = sig;
@@ -327,6 +358,7 @@ static void group_finished(ddp_agent_t *a)
 {
     uv_timer_stop(&a->kill_timer);
     uv_timer_stop(&a->wait_timer);
+    uv_timer_stop(&a->hang_timer);
     kill_leftovers(a);
     for (int i = 0; i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];
@@ -548,6 +580,292 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
     a->failures[a->nfailures++] = f;
 }
 
+/* Hang reports: where every rank stands, before anything is stopped (hang.h).
+ *
+ * Found here (a worker's collective timed out, or --hang-timeout passed with no
+ * progress on any worker), or asked for by another node: the workers that catch the
+ * dump signal write their flight recorder (libddp) or Python stacks (--hang-dump); with
+ * --hang-dump the stack tools run; after a pause for those, the rows are made from the
+ * rings and /proc. One node prints them; a multi-node job's rows meet at the node that
+ * found the hang first, through the store. Meanwhile failures and the round's stop
+ * wait (a signal does not); then they go on as they would have. */
+
+#define HANG_PAUSE_MS 500  /* for the workers' own dumps */
+#define HANG_TOOLS_S  15.0 /* each stack tool's limit */
+#define HANG_GATHER_S 10.0 /* the reporter's wait for the other nodes' rows */
+
+static void fail_round(ddp_agent_t *a, size_t first);
+
+/* The bytes a worker has written so far: its pipes, and its log files. */
+static uint64_t worker_output(const ddp_agent_t *a, const ddp_worker_t *w)
+{
+    uint64_t bytes = ddp_output_bytes(w->out) + ddp_output_bytes(w->err);
+    for (int k = 0; k < 2 && a->attempt_dir != NULL; k++) {
+        char path[PATH_MAX];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%d/%s", a->attempt_dir, w->local_rank,
+                 k == 0 ? "stdout.log" : "stderr.log");
+        if (stat(path, &st) == 0)
+            bytes += (uint64_t)st.st_size;
+    }
+    return bytes;
+}
+
+static void worker_dir(const ddp_agent_t *a, const ddp_worker_t *w, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/%d", a->attempt_dir, w->local_rank);
+}
+
+static void on_hang_stacks_done(void *ctx);
+static void on_hang_wait(uv_timer_t *timer);
+
+static void hang_begin(ddp_agent_t *a, bool found, bool stalled, const char *why)
+{
+    a->hang = HANG_COLLECTING;
+    a->hang_found = found;
+    a->hang_stalled = stalled;
+    a->hang_paused = false;
+    a->hang_stacks_done = true;
+    snprintf(a->hang_why, sizeof a->hang_why, "%s", why);
+    uv_timer_stop(&a->hang_timer);
+    ddp_log_warn(a->log, "%s: collecting where every rank stands before stopping anything", why);
+    pid_t *pids = calloc((size_t)a->nworkers, sizeof *pids);
+    char **paths = calloc((size_t)a->nworkers + 1, sizeof *paths);
+    int n = 0;
+    for (int i = 0; i < a->nworkers; i++) {
+        ddp_worker_t *w = &a->workers[i];
+        if (!w->running)
+            continue;
+        if (ddp_hang_catches(w->pid, a->dump_signal))
+            kill(w->pid, a->dump_signal);
+        if (pids != NULL && paths != NULL &&
+            asprintf(&paths[n], "%s/%d/stack.txt", a->attempt_dir, w->local_rank) > 0)
+            pids[n++] = w->pid;
+    }
+    const char *tool = NULL;
+    if (a->cfg->hang_dump && pids != NULL && paths != NULL &&
+        ddp_stacks_start(&a->loop, pids, paths, n, HANG_TOOLS_S, on_hang_stacks_done, a, &tool) ==
+            0) {
+        a->hang_stacks_done = false;
+        if (tool == NULL)
+            ddp_log_warn(a->log, "--hang-dump: neither eu-stack (elfutils) nor gdb is on PATH: "
+                                 "no native stacks");
+    }
+    ddp_strv_free(paths);
+    free(pids);
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_int(&fields, "attempt", a->attempt);
+    ddp_events_str(&fields, "reason", why);
+    ddp_events_emit(&a->events, "hang_suspected", &fields);
+    ddp_buf_free(&fields);
+    uv_timer_start(&a->hang_wait, on_hang_wait, HANG_PAUSE_MS, 0);
+}
+
+/* The report of `text` (every node's rows): the table on stderr and in the attempt's
+ * hang_report.txt, an event; the verdict into *verdict. */
+static void hang_print(ddp_agent_t *a, const char *text, ddp_buf_t *verdict)
+{
+    ddp_hang_row_t *rows = NULL;
+    size_t n = 0;
+    ddp_buf_t table = DDP_BUF_INIT;
+    if (ddp_hang_rows_parse(text, &rows, &n) != 0)
+        ddp_log_warn(a->log, "a node's hang rows were malformed: the report holds those before");
+    ddp_hang_sort(rows, n);
+    ddp_hang_table(rows, n, &table);
+    ddp_hang_verdict(rows, n, verdict);
+    ddp_log_error(a->log, "hang report (%s), before anything is stopped:", a->hang_why);
+    (void)ddp_write_all(2, table.data, table.len);
+    ddp_log_error(a->log, "verdict: %s", ddp_buf_str(verdict));
+    ddp_log_info(a->log,
+                 "each rank's flight recorder (libddp) is in %s/<local rank>/flight_<group>.json%s",
+                 a->attempt_dir,
+                 a->cfg->hang_dump ? "; stacks in stack.txt and python_stack.txt beside it" : "");
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/hang_report.txt", a->attempt_dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        ddp_buf_printf(&table, "verdict: %s\n", ddp_buf_str(verdict));
+        (void)ddp_write_all(fd, table.data, table.len);
+        close(fd);
+    }
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_int(&fields, "attempt", a->attempt);
+    ddp_events_str(&fields, "reason", a->hang_why);
+    ddp_events_int(&fields, "ranks", (long long)n);
+    ddp_events_str(&fields, "verdict", ddp_buf_str(verdict));
+    ddp_events_emit(&a->events, "hang_report", &fields);
+    ddp_buf_free(&fields);
+    ddp_buf_free(&table);
+    free(rows);
+}
+
+/* The report is made (verdict: its verdict; NULL where another node printed it, or the
+ * rows never came): what waited goes on. */
+static void hang_end(ddp_agent_t *a, const char *verdict)
+{
+    uv_timer_stop(&a->hang_wait);
+    a->hang = HANG_IDLE;
+    a->hang_done = true;
+    if (a->deferred_failure) {
+        fail_round(a, 0);
+    } else if (a->deferred_remote) {
+        ddp_log_warn(a->log, "the round failed on another node (%s)", a->deferred_message);
+        if (a->nrunning > 0)
+            begin_stop(a, SIGTERM, STOP_REMOTE);
+        else
+            a->stop_reason = STOP_REMOTE;
+    } else if (a->hang_stalled && (verdict != NULL || a->rdzv == NULL)) {
+        char message[DDP_RDZV_MSG_MAX];
+        snprintf(message, sizeof message, "the job hung (no progress for %g s): %s",
+                 a->cfg->hang_timeout, verdict != NULL ? verdict : "see the report");
+        ddp_log_error(a->log, "%s; stopping it as a failure", message);
+        if (a->rdzv != NULL)
+            ddp_rdzv_post(a->rdzv, DDP_RDZV_EV_FAILED, message);
+        if (a->nrunning > 0)
+            begin_stop(a, SIGTERM, STOP_FAILURE);
+        else
+            a->stop_reason = STOP_FAILURE;
+    }
+    if (a->nrunning == 0)
+        group_finished(a);
+}
+
+/* A signal or the job's end overtakes the report. */
+static void hang_cancel(ddp_agent_t *a)
+{
+    uv_timer_stop(&a->hang_wait);
+    a->hang = HANG_IDLE;
+    a->hang_done = true;
+}
+
+/* The rows of this node's workers: printed (one node) or handed to the rendezvous. */
+static void hang_collected(ddp_agent_t *a)
+{
+    ddp_hang_row_t *rows = calloc((size_t)a->nworkers, sizeof *rows);
+    ddp_buf_t text = DDP_BUF_INIT;
+    double now = ddp_clock_wall();
+    for (int i = 0; rows != NULL && i < a->nworkers; i++) {
+        ddp_worker_t *w = &a->workers[i];
+        char dir[PATH_MAX];
+        worker_dir(a, w, dir, sizeof dir);
+        if (ddp_hang_row_from_dir(dir, now, &rows[i]) != 0) {
+            char frame[200];
+            if (w->running) {
+                ddp_hang_row_from_proc(w->pid, w->rank, now - w->active_at, &rows[i]);
+                size_t len = strlen(rows[i].note);
+                if (ddp_hang_python_frame(dir, frame, sizeof frame))
+                    snprintf(rows[i].note + len, sizeof rows[i].note - len, "; Python in %s",
+                             frame);
+            } else {
+                rows[i].peer = -1;
+                snprintf(rows[i].note, sizeof rows[i].note, "no libddp ring; it has ended");
+            }
+        }
+        rows[i].rank = w->rank;
+    }
+    if (rows != NULL)
+        ddp_hang_rows_format(rows, (size_t)a->nworkers, &text);
+    free(rows);
+    if (a->rdzv != NULL) {
+        a->hang = HANG_WAITING;
+        ddp_rdzv_post_hang(a->rdzv, a->hang_found, HANG_GATHER_S, ddp_buf_str(&text));
+        uv_timer_start(&a->hang_wait, on_hang_wait, (uint64_t)((HANG_GATHER_S + 5) * 1000), 0);
+    } else {
+        ddp_buf_t verdict = DDP_BUF_INIT;
+        hang_print(a, ddp_buf_str(&text), &verdict);
+        hang_end(a, ddp_buf_str(&verdict));
+        ddp_buf_free(&verdict);
+    }
+    ddp_buf_free(&text);
+}
+
+static void on_hang_stacks_done(void *ctx)
+{
+    ddp_agent_t *a = ctx;
+    a->hang_stacks_done = true;
+    if (a->hang == HANG_COLLECTING && a->hang_paused)
+        hang_collected(a);
+}
+
+static void on_hang_wait(uv_timer_t *timer)
+{
+    ddp_agent_t *a = timer->data;
+    if (a->hang == HANG_COLLECTING) {
+        a->hang_paused = true;
+        if (a->hang_stacks_done)
+            hang_collected(a);
+    } else if (a->hang == HANG_WAITING) {
+        ddp_log_warn(a->log, "the hang report did not come within %g s", HANG_GATHER_S + 5);
+        hang_end(a, NULL);
+    }
+}
+
+/* --hang-timeout: a worker with a ring progresses when it finishes a collective; one
+ * without, when it writes output or uses a tenth of a CPU. None for the timeout: a hang. */
+static void on_hang_timer(uv_timer_t *timer)
+{
+    ddp_agent_t *a = timer->data;
+    double now = ddp_clock_wall(), idle = -1;
+    double interval = (double)uv_timer_get_repeat(timer) / 1000.0;
+    if (a->state != AGENT_RUNNING || a->hang != HANG_IDLE || a->hang_done || a->nrunning == 0)
+        return;
+    for (int i = 0; i < a->nworkers; i++) {
+        ddp_worker_t *w = &a->workers[i];
+        char dir[PATH_MAX];
+        bool found, active;
+        if (!w->running)
+            continue;
+        worker_dir(a, w, dir, sizeof dir);
+        uint64_t progress = ddp_hang_progress(dir, &found);
+        if (found) {
+            active = !w->has_ring || progress != w->progress;
+            w->has_ring = true;
+            w->progress = progress;
+        } else {
+            double cpu = ddp_hang_cpu_seconds(w->pid);
+            uint64_t output = worker_output(a, w);
+            active = output != w->output || cpu - w->cpu >= 0.1 * interval;
+            w->cpu = cpu;
+            w->output = output;
+        }
+        if (active)
+            w->active_at = now;
+        if (idle < 0 || now - w->active_at < idle)
+            idle = now - w->active_at;
+    }
+    if (idle >= a->cfg->hang_timeout) {
+        char why[160];
+        snprintf(why, sizeof why, "no rank has made progress for %.0f s (--hang-timeout)", idle);
+        hang_begin(a, true, true, why);
+    }
+}
+
+/* A failure of attempt's worker `f` that is a libddp collective timing out. */
+static bool timed_out(const ddp_agent_t *a, const ddp_failure_t *f)
+{
+    char dir[PATH_MAX];
+    ddp_hang_row_t row;
+    snprintf(dir, sizeof dir, "%s/%d", a->attempt_dir, f->local_rank);
+    return ddp_hang_row_from_dir(dir, ddp_clock_wall(), &row) == 0 && row.timed_out;
+}
+
+/* The attempt's first failure (failures[first]) ends the round: on every node of a
+ * multi-node job. */
+static void fail_round(ddp_agent_t *a, size_t first)
+{
+    if (a->rdzv != NULL && first < a->nfailures) {
+        char what[64], message[256];
+        const ddp_failure_t *f = &a->failures[first];
+        snprintf(message, sizeof message, "worker rank %d (local rank %d, pid %d) %s", f->rank,
+                 f->local_rank, (int)f->pid, ddp_failure_describe(f, what, sizeof what));
+        ddp_rdzv_post(a->rdzv, DDP_RDZV_EV_FAILED, message);
+    }
+    if (a->nrunning > 0)
+        begin_stop(a, SIGTERM, STOP_FAILURE);
+    else
+        a->stop_reason = STOP_FAILURE;
+}
+
 static void on_sigchld(uv_signal_t *handle, int signum)
 {
     (void)signum;
@@ -580,19 +898,21 @@ static void on_sigchld(uv_signal_t *handle, int signum)
     /* The first failure starts the stop (later ones come while it runs), on every node
      * of a multi-node job. */
     if (a->nfailures > failures_before && a->state == AGENT_RUNNING) {
-        if (a->rdzv != NULL) {
-            char what[64], message[256];
-            const ddp_failure_t *f = &a->failures[failures_before];
-            snprintf(message, sizeof message, "worker rank %d (local rank %d, pid %d) %s", f->rank,
-                     f->local_rank, (int)f->pid, ddp_failure_describe(f, what, sizeof what));
-            ddp_rdzv_post(a->rdzv, DDP_RDZV_EV_FAILED, message);
+        /* A collective that timed out: where every rank stands comes first. */
+        if (a->hang == HANG_IDLE && !a->hang_done && timed_out(a, &a->failures[failures_before])) {
+            char why[128];
+            snprintf(why, sizeof why, "rank %d's collective timed out",
+                     a->failures[failures_before].rank);
+            hang_begin(a, true, false, why);
         }
-        if (a->nrunning > 0)
-            begin_stop(a, SIGTERM, STOP_FAILURE);
+        /* During a report a failure's stop waits for it (fail_round names the first
+         * failure: there is none before a report starts, which a failure would stop). */
+        if (a->hang != HANG_IDLE)
+            a->deferred_failure = true;
         else
-            a->stop_reason = STOP_FAILURE;
+            fail_round(a, failures_before);
     }
-    if (a->nrunning == 0)
+    if (a->nrunning == 0 && a->hang == HANG_IDLE)
         group_finished(a);
 }
 
@@ -603,8 +923,11 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
     char name[32], sent[32];
     signame(sig, name, sizeof name);
     signame(send, sent, sizeof sent);
+    bool reporting = a->hang != HANG_IDLE;
     if (a->state == AGENT_DONE)
         return;
+    if (reporting)
+        hang_cancel(a);
     if (a->rdzv != NULL) {
         char message[96];
         snprintf(message, sizeof message, "its launcher received %s", name);
@@ -634,6 +957,8 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
     a->stop_signal = sig;
     if (a->state == AGENT_RUNNING) {
         begin_stop(a, send, STOP_SIGNAL);
+        if (reporting && a->nrunning == 0) /* every worker ended during the report */
+            group_finished(a);
     } else {
         /* Already stopping for a failure: the job now ends instead of restarting. A
          * stop that sent this very signal (another node's, forwarded) sends it once. */
@@ -672,6 +997,8 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         .master_addr = cfg->master_addr,
         .master_port = a->store != NULL ? a->store_port : cfg->master_port,
         .job_env = a->job_env,
+        .dump_signal = a->dump_signal,
+        .python_dir = a->python_dir,
     };
     if (asprintf(&w->error_file, "%s/%d/error.json", a->attempt_dir, w->local_rank) < 0) {
         w->error_file = NULL;
@@ -743,6 +1070,8 @@ static int group_start(ddp_agent_t *a)
     a->state = AGENT_RUNNING;
     a->stop_reason = STOP_NONE;
     a->sent_sigkill = false;
+    a->hang = HANG_IDLE;
+    a->hang_done = a->deferred_failure = a->deferred_remote = false;
     int err = ddp_logs_make_attempt_dir(a->run_dir, a->attempt, a->nworkers, &a->attempt_dir);
     if (err) {
         ddp_log_error(a->log, "unable to create attempt_%d under %s: %s", a->attempt, a->run_dir,
@@ -753,8 +1082,18 @@ static int group_start(ddp_agent_t *a)
         ddp_worker_t *w = &a->workers[i];
         w->local_rank = i;
         w->rank = a->rank_offset + i;
+        w->has_ring = false;
+        w->progress = w->output = 0;
+        w->cpu = 0;
+        w->active_at = ddp_clock_wall();
         if ((err = worker_start(a, w)) != 0)
             goto fail;
+    }
+    if (a->cfg->hang_timeout > 0) {
+        /* A few looks per timeout, at most one a second. */
+        double every = a->cfg->hang_timeout / 4 < 1 ? a->cfg->hang_timeout / 4 : 1;
+        uint64_t ms = every * 1000 < 50 ? 50 : (uint64_t)(every * 1000);
+        uv_timer_start(&a->hang_timer, on_hang_timer, ms, ms);
     }
     return 0;
 fail:
@@ -822,13 +1161,42 @@ static void on_rdzv_command(void *ctx)
             if (a->state == AGENT_WAITING)
                 round_start(a, &world);
             break;
+        case DDP_RDZV_CMD_HANG:
+            if (a->state == AGENT_RUNNING && a->hang == HANG_IDLE && !a->hang_done)
+                hang_begin(a, false, false, "another node found a hang");
+            break;
+        case DDP_RDZV_CMD_HANG_REPORT: {
+            char *rows = ddp_rdzv_take_hang_rows(a->rdzv);
+            if (a->hang == HANG_WAITING && rows != NULL) {
+                ddp_buf_t verdict = DDP_BUF_INIT;
+                hang_print(a, rows, &verdict);
+                hang_end(a, ddp_buf_str(&verdict));
+                ddp_buf_free(&verdict);
+            }
+            free(rows);
+            break;
+        }
+        case DDP_RDZV_CMD_HANG_DONE:
+            if (a->hang == HANG_WAITING) {
+                ddp_log_info(a->log, "this node's ranks are in the hang report of the node that "
+                                     "found the hang");
+                hang_end(a, NULL);
+            }
+            break;
         case DDP_RDZV_CMD_STOP:
+            if (a->hang != HANG_IDLE && a->state == AGENT_RUNNING) {
+                a->deferred_remote = true; /* after the report */
+                snprintf(a->deferred_message, sizeof a->deferred_message, "%s", message);
+                break;
+            }
             if (a->state == AGENT_RUNNING && a->nrunning > 0) {
                 ddp_log_warn(a->log, "the round failed on another node (%s)", message);
                 begin_stop(a, SIGTERM, STOP_REMOTE);
             }
             break;
         case DDP_RDZV_CMD_FINISH:
+            if (a->hang != HANG_IDLE)
+                hang_cancel(a);
             if (exit_code == DDP_EXIT_WORKER_FAILED && a->nfailures > 0)
                 exit_code = failure_exit_code(a); /* the report names the cause */
             else if (exit_code != DDP_EXIT_OK)
@@ -912,6 +1280,8 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
         return err;
     uv_timer_init(&a->loop, &a->kill_timer);
     uv_timer_init(&a->loop, &a->wait_timer);
+    uv_timer_init(&a->loop, &a->hang_timer);
+    uv_timer_init(&a->loop, &a->hang_wait);
     for (int i = 0; i < a->cfg->nsignals; i++) {
         uv_signal_init(&a->loop, &a->forwarded[i]);
         a->forwarded[i].data = a;
@@ -933,6 +1303,8 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     a->sigchld.data = a;
     a->kill_timer.data = a;
     a->wait_timer.data = a;
+    a->hang_timer.data = a;
+    a->hang_wait.data = a;
     *handles_ready = true;
     if ((err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD)) != 0)
         return err;
@@ -1211,6 +1583,16 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
                       cfg->log_dir ? cfg->log_dir : ddp_env_get(DDP_ENV_TMPDIR), ddp_strerror(err));
         return DDP_EXIT_LAUNCH_FAILED;
     }
+    /* The signal a worker dumps its state on: a real-time one, which programs seldom use
+     * (and which is sent only to a worker that catches it). */
+    a->dump_signal = SIGRTMIN + 6;
+    if (cfg->hang_dump && (asprintf(&a->python_dir, "%s/python", a->run_dir) < 0 ||
+                           (err = ddp_stacks_write_sitecustomize(a->python_dir)) != 0)) {
+        ddp_log_warn(log, "--hang-dump: unable to write %s/sitecustomize.py: %s; no Python stacks",
+                     a->python_dir ? a->python_dir : a->run_dir, ddp_strerror(err));
+        free(a->python_dir);
+        a->python_dir = NULL;
+    }
     if (any_file_output(cfg))
         ddp_log_info(log, "worker logs go to %s", a->run_dir);
     else
@@ -1296,6 +1678,7 @@ static int agent_free(ddp_agent_t *a, int exit_code)
     free(a->base_dir);
     free(a->run_dir);
     free(a->attempt_dir);
+    free(a->python_dir);
     free(a);
     return exit_code;
 }

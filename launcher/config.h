@@ -105,6 +105,8 @@ typedef struct ddp_launch_config_s {
     int signals[DDP_MAX_SIGNALS];
     int nsignals;
     ddp_exit_code_mode_t exit_code_mode;
+    double hang_timeout; /* --hang-timeout: s with no progress before a hang report; 0: off */
+    bool hang_dump;      /* --hang-dump: the report also saves every worker's stacks */
 
     /* The workers' program. */
     const char *role;

@@ -20,6 +20,7 @@ struct ddp_stream_s {
     int fd;               /* read end of the pipe */
     int file_fd;          /* the log file of a tee'd stream, else -1 */
     bool closing;
+    uint64_t bytes; /* read so far */
     ddp_console_t *console;
     ddp_lines_t lines;
 };
@@ -57,6 +58,7 @@ static void stream_read(ddp_stream_t *s, size_t budget)
             stream_close(s);
             return;
         }
+        s->bytes += (uint64_t)r;
         if (s->file_fd >= 0 && ddp_write_all(s->file_fd, o->scratch, (size_t)r) != 0) {
             ddp_log_warn(o->log,
                          "unable to write a worker's log file: %s; the rest goes to the "
@@ -187,4 +189,9 @@ void ddp_output_drain(ddp_stream_t *s, bool close_after)
     stream_read(s, SIZE_MAX);
     if (close_after)
         stream_close(s);
+}
+
+uint64_t ddp_output_bytes(const ddp_stream_t *s)
+{
+    return s != NULL ? s->bytes : 0;
 }

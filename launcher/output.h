@@ -12,6 +12,7 @@
 #include "logs.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <uv.h>
 
 typedef struct ddp_stream_s ddp_stream_t;
@@ -40,6 +41,9 @@ void ddp_output_watch(ddp_stream_t *stream, ddp_stream_t **owner, int local_rank
 
 /* A stream that was never watched (the spawn failed). NULL is harmless. */
 void ddp_output_discard(ddp_stream_t *stream);
+
+/* The bytes read from the stream so far (0 for NULL). */
+uint64_t ddp_output_bytes(const ddp_stream_t *stream);
 
 /* Reads everything the pipe holds now; then closes the stream when `close_after`. NULL
  * is harmless. */

@@ -147,6 +147,26 @@ void ddp_rdzv_post(ddp_rdzv_t *r, ddp_rdzv_event_t event, const char *message)
     pthread_mutex_unlock(&r->mutex);
 }
 
+void ddp_rdzv_post_hang(ddp_rdzv_t *r, bool initiate, double wait, const char *rows)
+{
+    pthread_mutex_lock(&r->mutex);
+    free(r->events.hang_rows);
+    r->events.hang_rows = strdup(rows);
+    r->events.hang_initiate = initiate;
+    r->events.hang_wait = wait;
+    wake(r);
+    pthread_mutex_unlock(&r->mutex);
+}
+
+char *ddp_rdzv_take_hang_rows(ddp_rdzv_t *r)
+{
+    pthread_mutex_lock(&r->mutex);
+    char *rows = r->hang_rows;
+    r->hang_rows = NULL;
+    pthread_mutex_unlock(&r->mutex);
+    return rows;
+}
+
 ddp_rdzv_cmd_t ddp_rdzv_take(ddp_rdzv_t *r, ddp_rdzv_world_t *world, int *exit_code, char *message,
                              size_t cap)
 {
@@ -204,6 +224,8 @@ void ddp_rdzv_free(ddp_rdzv_t *r)
         pthread_join(r->thread, NULL);
     ddp_store_client_close(r->client);
     ddp_strv_free(r->job_env);
+    free(r->hang_rows);
+    free(r->events.hang_rows);
     close(r->wake_fd);
     pthread_mutex_destroy(&r->mutex);
     free(r);

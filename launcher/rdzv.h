@@ -27,6 +27,13 @@ typedef enum {
     DDP_RDZV_CMD_START,  /* start the workers of `world` */
     DDP_RDZV_CMD_STOP,   /* another node failed (message): stop the workers */
     DDP_RDZV_CMD_FINISH, /* the job is over: exit with `exit_code` (message: why) */
+    /* A hang report (hang.h): another node asks for this node's rows (post them with
+     * ddp_rdzv_post_hang); this node reports and every node's rows are in (take them with
+     * ddp_rdzv_take_hang_rows); or this node's rows are in the store and another node
+     * reports. */
+    DDP_RDZV_CMD_HANG,
+    DDP_RDZV_CMD_HANG_REPORT,
+    DDP_RDZV_CMD_HANG_DONE,
 } ddp_rdzv_cmd_t;
 
 typedef struct {
@@ -59,6 +66,16 @@ void ddp_rdzv_post(ddp_rdzv_t *r, ddp_rdzv_event_t event, const char *message);
  * (so a signal Slurm sends every node reaches every worker, whichever node gets it
  * first). */
 void ddp_rdzv_post_abort(ddp_rdzv_t *r, int sig, const char *message);
+
+/* From the loop, while a round runs: this node's hang rows (text, copied); `initiate`
+ * when this node found the hang (the first such node reports: it waits for every node's
+ * rows, at most `wait` s, and hands them back with CMD_HANG_REPORT; the others get
+ * CMD_HANG_DONE once theirs are in). */
+void ddp_rdzv_post_hang(ddp_rdzv_t *r, bool initiate, double wait, const char *rows);
+
+/* From the loop, after CMD_HANG_REPORT: every node's rows that came, one text (malloc'd;
+ * the caller frees), or NULL. */
+char *ddp_rdzv_take_hang_rows(ddp_rdzv_t *r);
 
 /* From the loop: the next command, or DDP_RDZV_CMD_NONE when there is none left (the
  * on_command callback takes them all: one wake-up may stand for several). */

@@ -42,6 +42,9 @@ static void publish_outcome(ddp_rdzv_coord_t *c, const ddp_rdzv_verdict_t *v)
     ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/outcome", c->round);
     publish(c, key, v);
     c->outcome_published = true;
+    /* What the running launchers wait on: the outcome, or a hang report's request. */
+    ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/news", c->round);
+    (void)ddp_store_server_set(c->server, key, "outcome", 7);
 }
 
 double ddp_rdzv_coord_beat_limit(const ddp_rdzv_coord_t *c)

@@ -135,11 +135,99 @@ static bool read_verdict(ddp_rdzv_t *r, const char *key, ddp_rdzv_verdict_t *v)
     return ok;
 }
 
-/* The loop's posts: false when this launcher ends (its abort told to the job). */
-static bool take_posts(ddp_rdzv_t *r, int round, bool report, bool *reported)
+/* The reporter of a hang: waits (beating) until every node's rows are in or `wait` s
+ * have passed, then hands the loop those that came. */
+static bool gather_hang(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, double wait)
+{
+    size_t n = (size_t)world->nnodes;
+    char **keys = calloc(n, sizeof *keys);
+    ddp_buf_t *values = calloc(n, sizeof *values);
+    bool ok = keys != NULL && values != NULL;
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = (keys[i] = malloc(512)) != NULL;
+        if (ok)
+            ddp_rdzv_key(keys[i], 512, r->cfg->run_id, "%d/hang/%zu", world->round, i);
+    }
+    double deadline = ddp_clock_mono() + wait;
+    int err = 0;
+    while (ok && !ddp_rdzv_quitting(r)) {
+        double now = ddp_clock_mono();
+        if ((err = beat(r, now)) != 0 || now >= deadline)
+            break;
+        double until = fmin(r->next_beat, deadline);
+        err = ddp_store_client_wait(r->client, (const char *const *)keys, n, until - now);
+        if (err != DDP_ETIMEOUT)
+            break;
+        err = 0;
+    }
+    if (ok && (err == 0 || err == DDP_ETIMEOUT))
+        err = ddp_store_client_multi_get(r->client, (const char *const *)keys, n, values);
+    ddp_buf_t all = DDP_BUF_INIT;
+    for (size_t i = 0; ok && err == 0 && i < n; i++)
+        ddp_buf_append(&all, values[i].data, values[i].len);
+    for (size_t i = 0; keys != NULL && i < n; i++)
+        free(keys[i]);
+    for (size_t i = 0; values != NULL && i < n; i++)
+        ddp_buf_free(&values[i]);
+    free(keys);
+    free(values);
+    if (err != 0 && err != DDP_ETIMEOUT) {
+        ddp_buf_free(&all);
+        store_lost(r);
+        return false;
+    }
+    pthread_mutex_lock(&r->mutex);
+    free(r->hang_rows);
+    r->hang_rows = strdup(ddp_buf_str(&all));
+    pthread_mutex_unlock(&r->mutex);
+    ddp_buf_free(&all);
+    ddp_rdzv_command(r, DDP_RDZV_CMD_HANG_REPORT, NULL, 0, NULL);
+    return true;
+}
+
+/* This node's hang rows into the store (<round>/hang/<node rank>). The first node to find
+ * the hang (ADD <round>/hang) reports: it tells the others (<round>/news) and gathers. */
+static bool publish_hang(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, const ddp_rdzv_events_t *ev)
+{
+    char key[512];
+    int64_t finders = 0;
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/hang/%d", world->round, world->node_rank);
+    if (ddp_store_client_set(r->client, key, ev->hang_rows, strlen(ev->hang_rows)) != 0) {
+        store_lost(r);
+        return false;
+    }
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/hang", world->round);
+    if (ev->hang_initiate && ddp_store_client_add(r->client, key, 1, &finders) != 0) {
+        store_lost(r);
+        return false;
+    }
+    if (finders != 1) {
+        ddp_rdzv_command(r, DDP_RDZV_CMD_HANG_DONE, NULL, 0, NULL);
+        return true;
+    }
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/news", world->round);
+    if (ddp_store_client_set(r->client, key, "hang", 4) != 0) {
+        store_lost(r);
+        return false;
+    }
+    return gather_hang(r, world, ev->hang_wait);
+}
+
+/* The loop's posts: false when this launcher ends (its abort told to the job). `world`:
+ * the round that runs (its workers' end is reported), or NULL between rounds. */
+static bool take_posts(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, bool *reported)
 {
     ddp_rdzv_events_t ev = ddp_rdzv_take_events(r);
     char key[512];
+    bool report = world != NULL;
+    int round = world != NULL ? world->round : -1;
+    /* Rows of a hang come before the failure it ends in. */
+    if (ev.hang_rows != NULL && !ev.aborted && !ev.quit && world != NULL &&
+        !publish_hang(r, world, &ev)) {
+        free(ev.hang_rows);
+        return false;
+    }
+    free(ev.hang_rows);
     if (ev.aborted) {
         char value[DDP_RDZV_MSG_MAX];
         int n = snprintf(value, sizeof value, "%d node %d (%s): %s", ev.abort_signal,
@@ -285,7 +373,7 @@ static bool await_stopped(ddp_rdzv_t *r)
             store_lost(r);
             return false;
         }
-        if (!take_posts(r, -1, false, &ignored))
+        if (!take_posts(r, NULL, &ignored))
             return false;
     }
     return true;
@@ -365,7 +453,7 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world)
         }
         if (rc < 0)
             return store_lost(r);
-        if (rc == AWAIT_WOKEN && !take_posts(r, -1, false, &ignored))
+        if (rc == AWAIT_WOKEN && !take_posts(r, NULL, &ignored))
             return NODE_END;
         now = ddp_clock_mono();
         if (now >= deadline) {
@@ -381,17 +469,31 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world)
 
 static node_phase_t node_run(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, ddp_rdzv_verdict_t *v)
 {
-    char key[512];
-    bool reported = false;
+    char key[512], news[512];
+    bool reported = false, hang_seen = false;
     ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/outcome", world->round);
+    /* <round>/news comes with the outcome, or with a hang report that another node asks
+     * this one's rows for; after a hang the thread waits for the outcome itself. */
+    ddp_rdzv_key(news, sizeof news, r->cfg->run_id, "%d/news", world->round);
     for (;;) {
-        int rc = await_key(r, key, INFINITY);
+        int rc = await_key(r, hang_seen ? key : news, INFINITY);
         if (rc < 0)
             return store_lost(r);
-        if (rc == AWAIT_WOKEN && !take_posts(r, world->round, true, &reported))
+        if (rc == AWAIT_WOKEN && !take_posts(r, world, &reported))
             return NODE_END;
         if (rc != AWAIT_READY)
             continue;
+        if (!hang_seen) {
+            const char *keys[1] = {key};
+            bool there = false;
+            if (ddp_store_client_check(r->client, keys, 1, &there) != 0)
+                return store_lost(r);
+            if (!there) {
+                hang_seen = true;
+                ddp_rdzv_command(r, DDP_RDZV_CMD_HANG, NULL, 0, NULL);
+                continue;
+            }
+        }
         if (!read_verdict(r, key, v))
             return NODE_END;
         if (v->kind == DDP_RDZV_VERDICT_DONE || v->kind == DDP_RDZV_VERDICT_END)

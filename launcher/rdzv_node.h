@@ -14,6 +14,9 @@ typedef struct {
     bool failed, stopped, succeeded, aborted, quit;
     int abort_signal; /* aborted: the signal this launcher received */
     char message[1024];
+    char *hang_rows;    /* this node's hang rows (owned), or NULL */
+    bool hang_initiate; /* ... found here: the first such node reports */
+    double hang_wait;   /* s the reporter waits for every node's rows */
 } ddp_rdzv_events_t;
 
 struct ddp_rdzv_s {
@@ -30,6 +33,7 @@ struct ddp_rdzv_s {
     /* Thread to loop, under the mutex: node 0's --env entries ("NAME=VALUE"), read at each
      * round's assignment, before the START that uses them. */
     char **job_env;
+    char *hang_rows; /* CMD_HANG_REPORT's text (owned until taken) */
 
     /* Loop to thread, under the mutex. */
     ddp_rdzv_events_t events;

@@ -155,17 +155,30 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
         add_var(&eb, id, "%s", ddp_env_default(id));
     }
     add_var(&eb, DDP_ENV_TORCHELASTIC_ERROR_FILE, "%s", info->error_file);
+    if (info->dump_signal > 0)
+        add_var(&eb, DDP_ENV_DDP_DUMP_SIGNAL, "%d", info->dump_signal);
+    if (info->python_dir != NULL) {
+        const char *name = ddp_env_name(DDP_ENV_PYTHONPATH);
+        /* The value the worker would have had: node 0's --env, this node's, inherited. */
+        const char *old = info->job_env != NULL ? ddp_env_lookup(info->job_env, name) : NULL;
+        old = old != NULL ? old : ddp_env_lookup(cfg->env_set, name);
+        old = old != NULL ? old : ddp_env_lookup(base, name);
+        add_var(&eb, DDP_ENV_PYTHONPATH, "%s%s%s", info->python_dir, old && *old ? ":" : "",
+                old && *old ? old : "");
+    }
     /* --env (names cli.c let through): node 0's entries win over this node's. */
     for (int i = 0; i < cfg->nenv && !eb.err; i++) {
         size_t len = strcspn(cfg->env_set[i], "=");
-        bool overridden = false;
+        bool overridden =
+            info->python_dir != NULL && strncmp(cfg->env_set[i], "PYTHONPATH=", 11) == 0;
         for (int k = 0; info->job_env != NULL && info->job_env[k] != NULL && !overridden; k++)
             overridden = strncmp(info->job_env[k], cfg->env_set[i], len + 1) == 0;
         if (!overridden)
             push(&eb, strdup(cfg->env_set[i]));
     }
     for (int k = 0; info->job_env != NULL && info->job_env[k] != NULL && !eb.err; k++)
-        if (strchr(info->job_env[k], '=') != NULL)
+        if (strchr(info->job_env[k], '=') != NULL &&
+            !(info->python_dir != NULL && strncmp(info->job_env[k], "PYTHONPATH=", 11) == 0))
             push(&eb, strdup(info->job_env[k]));
     if (eb.err) {
         ddp_strv_free(eb.items);

@@ -17,6 +17,8 @@ typedef struct ddp_worker_info_s {
     int master_port;
     const char *error_file; /* TORCHELASTIC_ERROR_FILE */
     char *const *job_env;   /* node 0's --env entries (multi-node), over this node's; or NULL */
+    int dump_signal;        /* DDP_DUMP_SIGNAL: what a worker dumps its state on; 0: unset */
+    const char *python_dir; /* --hang-dump: put first on PYTHONPATH (its sitecustomize); or NULL */
 } ddp_worker_info_t;
 
 /* Python's string.Template.safe_substitute(local_rank=N) on one argument, as torchrun

@@ -26,6 +26,10 @@
  *                          rank 1 fails after step 3; a restarted attempt resumes from it
  *   groups                 a second context (group "second") beside the first: their
  *                          all_reduces interleave and each gets its own answer
+ *   skip VICTIM SEQ [S]    20 all_reduces of 1000 float32, each printed when done; rank
+ *                          VICTIM skips the SEQ-th (counting from 1) and sleeps S
+ *                          seconds (default 600) instead: the others wait in it;
+ *                          DDP_TEST_PAUSE_MS=N: rank 0 pauses N ms before each
  *   die VICTIM             all_reduce in a loop; rank VICTIM SIGKILLs itself in the
  *                          middle; the others must fail with an error, not hang. They
  *                          ignore SIGTERM, so what ends them is libddp's own detection.
@@ -628,6 +632,30 @@ static void mode_leave(int victim)
     printf("leave: rank %d was never stopped\n", rank);
 }
 
+static void mode_skip(int victim, int skipped, int seconds)
+{
+    float buf[1000] = {0};
+    const char *pause = getenv("DDP_TEST_PAUSE_MS");
+    long pause_ms = pause != NULL ? atol(pause) : 0;
+    for (int i = 1; i <= 20; i++) {
+        if (rank == victim && i == skipped) {
+            printf("rank %d: skipping all_reduce #%d\n", rank, i);
+            fflush(stdout);
+            /* A signal (the launcher's dump request) cuts a sleep short: sleep on. */
+            time_t until = time(NULL) + seconds;
+            while (time(NULL) < until)
+                sleep((unsigned)(until - time(NULL)));
+            exit(4);
+        }
+        if (rank == 0 && pause_ms > 0)
+            nanosleep(&(struct timespec){pause_ms / 1000, (pause_ms % 1000) * 1000000L}, NULL);
+        CALL("all_reduce", ddp_all_reduce(ddp, buf, 1000, DDP_FLOAT32, DDP_SUM));
+        printf("rank %d: all_reduce #%d done\n", rank, i);
+        fflush(stdout);
+    }
+    printf("skip: rank %d finished\n", rank);
+}
+
 static const char *transport(void)
 {
     char line[512];
@@ -683,6 +711,8 @@ int main(int argc, char **argv)
         mode_mismatch(argv[2]);
     else if (strcmp(mode, "leave") == 0)
         mode_leave(argc > 2 ? atoi(argv[2]) : 0);
+    else if (strcmp(mode, "skip") == 0 && argc > 3)
+        mode_skip(atoi(argv[2]), atoi(argv[3]), argc > 4 ? atoi(argv[4]) : 600);
     else if (strcmp(mode, "die") == 0)
         mode_die(argc > 2 ? atoi(argv[2]) : 1);
     else

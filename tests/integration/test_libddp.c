@@ -8,8 +8,10 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "io.h"
 
 #include <dirent.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -450,6 +452,150 @@ static void test_init_timeout_names_the_missing_rank(void **state)
     th_cleanup(&p);
 }
 
+/* The file under run directory `logs` matching `pattern` (a glob below the run's
+ * directory, "attempt_0/1/flight_main.json"), read whole into a new string, or NULL. */
+static char *run_file(const char *logs, const char *pattern)
+{
+    char want[1024];
+    glob_t g;
+    char *text = NULL;
+    size_t len;
+    snprintf(want, sizeof want, "%s/*/%s", logs, pattern);
+    if (glob(want, 0, NULL, &g) == 0 && g.gl_pathc == 1)
+        (void)ddp_read_file(g.gl_pathv[0], 1 << 20, &text, &len);
+    globfree(&g);
+    return text;
+}
+
+/* Rank 1 of 3 skips all_reduce #5 (it sleeps instead); the others wait in it. */
+static void run_skip(const char *logs, const char *const *flags, const char *const *env,
+                     th_proc_t *p)
+{
+    char log_flag[600], events[640];
+    snprintf(log_flag, sizeof log_flag, "--log-dir=%s", logs);
+    snprintf(events, sizeof events, "--event-log-handler=file:%s/events.jsonl", logs);
+    const char *argv[16] = {th_launcher(), "--nproc-per-node=3", "--no-python", log_flag, events};
+    int n = 5;
+    for (int i = 0; flags[i] != NULL; i++)
+        argv[n++] = flags[i];
+    argv[n++] = collectives();
+    argv[n++] = "skip";
+    argv[n++] = "1";
+    argv[n++] = "5";
+    argv[n] = NULL;
+    th_run(p, argv, env, 120);
+}
+
+/* What every hang report of run_skip says: the verdict, before any stop, a table row a
+ * rank, the flight recorders on disk, the report file and the event. */
+static void check_skip_report(th_proc_t *p, const char *logs)
+{
+    const char *err = ddp_buf_str(&p->err);
+    const char *report = strstr(err, "hang report (");
+    const char *verdict =
+        strstr(err, "verdict: rank 1 never entered all_reduce #5; ranks 0, 2 wait in it\n");
+    const char *stop = strstr(err, "sending SIGTERM");
+    TH_ASSERT(p, th_status(p) == 1);
+    TH_ASSERT(p, report != NULL && verdict != NULL && report < verdict);
+    TH_ASSERT(p, stop != NULL && verdict < stop); /* before anything is stopped */
+    TH_ASSERT(p, strstr(report, "  all_reduce #4 of 1000 float32 (sum)     (between collectives)"));
+    TH_ASSERT(p, th_count(report, "all_reduce #5 of 1000 float32 (sum)") >= 2);
+    /* Each rank's flight recorder, as JSON beside its error file: the victim's on the
+     * launcher's request, and where every rank was. */
+    char *victim = run_file(logs, "attempt_0/1/flight_main.json");
+    TH_ASSERT(p, victim != NULL && strstr(victim, "\"rank\": 1, \"world_size\": 3"));
+    TH_ASSERT(p, victim != NULL && strstr(victim, "\"reason\": \"request\""));
+    TH_ASSERT(p, victim != NULL && strstr(victim, "\"entered\": 4, \"completed\": 4, "
+                                                  "\"current\": null"));
+    free(victim);
+    for (int rank = 0; rank <= 2; rank += 2) {
+        char pattern[64];
+        snprintf(pattern, sizeof pattern, "attempt_0/%d/flight_main.json", rank);
+        char *waiter = run_file(logs, pattern);
+        TH_ASSERT(p, waiter != NULL && strstr(waiter, "\"entered\": 5, \"completed\": 4"));
+        TH_ASSERT(p, waiter != NULL && strstr(waiter, "\"current\": {\"seq\": 5, \"op\": "
+                                                      "\"all_reduce\", \"count\": 1000"));
+        TH_ASSERT(p, waiter != NULL && th_count(waiter, "\"state\": \"done\"") == 4);
+        free(waiter);
+    }
+    char *saved = run_file(logs, "attempt_0/hang_report.txt");
+    TH_ASSERT(p, saved != NULL && strstr(saved, "verdict: rank 1 never entered all_reduce #5"));
+    free(saved);
+    char path[700], *events = NULL;
+    size_t len;
+    snprintf(path, sizeof path, "%s/events.jsonl", logs);
+    TH_ASSERT(p, ddp_read_file(path, 1 << 20, &events, &len) == 0);
+    const char *hang = events ? strstr(events, "\"event\": \"hang_report\"") : NULL;
+    const char *stop_sent = events ? strstr(events, "\"event\": \"stop_sent\"") : NULL;
+    TH_ASSERT(p, hang != NULL && strstr(hang, "\"ranks\": 3"));
+    TH_ASSERT(p, hang != NULL && stop_sent != NULL && hang < stop_sent);
+    free(events);
+}
+
+/* A collective that times out (DDP_TIMEOUT=3) is reported, rank by rank, before the
+ * launcher stops anything: the rank that never entered it and its sequence number. */
+static void test_hang_report_on_collective_timeout(void **state)
+{
+    char *logs = th_tmpdir();
+    const char *flags[] = {NULL}, *env[] = {"DDP_TIMEOUT=3", NULL};
+    th_proc_t p;
+    run_skip(logs, flags, env, &p);
+    check_skip_report(&p, logs);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "collective timed out: collecting where every rank "
+                                              "stands before stopping anything"));
+    th_cleanup(&p);
+    th_rmtree(logs);
+    free(logs);
+}
+
+/* --hang-timeout finds the same hang long before libddp's own timeout, and stops the job
+ * as a failure after its report; --hang-dump saves each rank's stack. */
+static void test_hang_timeout_finds_a_hang(void **state)
+{
+    char *logs = th_tmpdir();
+    const char *flags[] = {"--hang-timeout=2", "--hang-dump", NULL},
+               *env[] = {"DDP_TIMEOUT=300", NULL};
+    th_proc_t p;
+    double started = th_now();
+    run_skip(logs, flags, env, &p);
+    TH_ASSERT(&p, th_now() - started < 60);
+    check_skip_report(&p, logs);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, strstr(err, "no rank has made progress for 2 s (--hang-timeout)"));
+    TH_ASSERT(&p, strstr(err, "the job hung (no progress for 2 s): rank 1 never entered"));
+    /* --hang-dump: each rank's native stack (eu-stack, or gdb where that is all there is),
+     * taken while it was stuck: rank 0 inside the all_reduce, rank 1 asleep. */
+    char *waiter = run_file(logs, "attempt_0/0/stack.txt"),
+         *victim = run_file(logs, "attempt_0/1/stack.txt");
+    TH_ASSERT(&p,
+              waiter != NULL && strstr(waiter, "ddp_all_reduce") && strstr(waiter, "mode_skip"));
+    TH_ASSERT(&p,
+              victim != NULL && strstr(victim, "nanosleep") && !strstr(victim, "ddp_all_reduce"));
+    free(waiter);
+    free(victim);
+    th_cleanup(&p);
+    th_rmtree(logs);
+    free(logs);
+}
+
+/* A job that makes progress, slowly, is not a hang: 20 all_reduces with rank 0 pausing
+ * 0.3 s before each, under --hang-timeout=1. */
+static void test_hang_timeout_spares_a_slow_job(void **state)
+{
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2",
+                          "--no-python", "--hang-timeout=1",
+                          collectives(), "skip",
+                          "0",           "21",
+                          NULL};
+    const char *env[] = {"DDP_TEST_PAUSE_MS=300", NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "finished\n") == 2);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "hang report") == NULL);
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -474,6 +620,9 @@ int main(void)
         TH_TEST(test_peer_that_leaves_is_the_root_cause),
         TH_TEST(test_mismatched_collectives_shm),
         TH_TEST(test_mismatched_collectives_tcp),
+        TH_TEST(test_hang_report_on_collective_timeout),
+        TH_TEST(test_hang_timeout_finds_a_hang),
+        TH_TEST(test_hang_timeout_spares_a_slow_job),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

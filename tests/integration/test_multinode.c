@@ -626,10 +626,37 @@ static void test_torch_gloo_across_nodes(void **state)
     job_cleanup(&job);
 }
 
+/* A hang across 2 nodes of 2 ranks (rank 3 never enters all_reduce #5): under
+ * --hang-timeout one node gathers every node's rows through the store and prints the
+ * job's report before any worker is stopped; the other says its ranks are in it. */
+static void test_hang_report_across_nodes(void **state)
+{
+    const char *skip[] = {getenv("DDP_TEST_COLLECTIVES"), "skip", "3", "5", NULL};
+    const char *env[] = {"DDP_TIMEOUT=300", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node_env(&job, 2, 0, 2, "--hang-timeout=3", skip, env);
+    th_proc_t *n1 = start_node_env(&job, 2, 1, 2, "--hang-timeout=3", skip, env);
+    job_wait(&job, 120);
+    TH_ASSERT(n0, th_status(n0) == 1);
+    TH_ASSERT(n1, th_status(n1) == 1);
+    const char *verdict = "verdict: rank 3 never entered all_reduce #5; ranks 0-2 wait in it";
+    const char *in_it = "this node's ranks are in the hang report";
+    th_proc_t *reporter = strstr(err(n0), verdict) ? n0 : n1, *other = reporter == n0 ? n1 : n0;
+    const char *said = strstr(err(reporter), verdict), *stop = strstr(err(reporter), "SIGTERM");
+    TH_ASSERT(reporter, said != NULL && stop != NULL && said < stop);
+    TH_ASSERT(reporter, th_count(err(reporter), "all_reduce #4 of 1000 float32 (sum)") == 4);
+    TH_ASSERT(other, strstr(err(other), verdict) == NULL);
+    const char *told = strstr(err(other), in_it), *stopped = strstr(err(other), "SIGTERM");
+    TH_ASSERT(other, told != NULL && stopped != NULL && told < stopped);
+    job_cleanup(&job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         TH_TEST(test_nodes_form_one_job),
+        TH_TEST(test_hang_report_across_nodes),
         TH_TEST(test_failure_restarts_every_node),
         TH_TEST(test_failure_without_restarts_ends_every_node),
         TH_TEST(test_node_that_never_joins),

@@ -5,7 +5,8 @@
  * unset), to test against another torch by hand.
  * gloo all_reduce and barrier with 2 and 4 ranks, TCPStore client operations, a job
  * that fails once and is restarted, PyTorch's own error.json in the report, and the
- * PyTorch FashionMNIST example training with DDP; libddp's C example under torchrun. */
+ * PyTorch FashionMNIST example training with DDP; libddp's C example under torchrun; a
+ * hung job's report with each rank's Python stack. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -13,7 +14,9 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "io.h"
 
+#include <glob.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +127,44 @@ static void test_error_file_in_report(void **state)
     TH_ASSERT(&p, strstr(root, "  RuntimeError: deliberate failure on rank 1") != NULL);
     TH_ASSERT(&p, strstr(err, "gloo_allreduce.py FAILED") != NULL);
     th_cleanup(&p);
+}
+
+/* A PyTorch rank stuck outside a gloo all_reduce the other waits in, under
+ * --hang-timeout and --hang-dump: the report says where each rank's Python is (from the
+ * stacks faulthandler wrote on the launcher's signal, which are in the log directory),
+ * before the job is stopped. */
+static void test_hang_dump_python_stacks(void **state)
+{
+    char *logs = th_tmpdir(), log_flag[600];
+    snprintf(log_flag, sizeof log_flag, "--log-dir=%s", logs);
+    const char *args[] = {
+        "--standalone", "--nproc-per-node=2",   "--hang-timeout=3",     "--hang-dump",
+        log_flag,       "--shutdown-timeout=5", script("gloo_hang.py"), NULL};
+    th_proc_t p;
+    launch(&p, args, 300);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "entering the second all_reduce\n") == 2);
+    const char *verdict = strstr(err, "verdict: rank 0 in all_reduce (distributed_c10d.py:");
+    const char *stop = strstr(err, "sending SIGTERM");
+    TH_ASSERT(&p, verdict != NULL && strstr(verdict, "; rank 1 in wait_forever (gloo_hang.py:"));
+    TH_ASSERT(&p, stop != NULL && verdict < stop);
+    for (int rank = 0; rank < 2; rank++) {
+        char pattern[700], *text = NULL;
+        size_t len;
+        glob_t g;
+        snprintf(pattern, sizeof pattern, "%s/*/attempt_0/%d/python_stack.txt", logs, rank);
+        TH_ASSERT(&p, glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == 1);
+        TH_ASSERT(&p, g.gl_pathc == 1 && ddp_read_file(g.gl_pathv[0], 1 << 20, &text, &len) == 0);
+        globfree(&g);
+        TH_ASSERT(&p, text != NULL && strstr(text, "gloo_hang.py\", line") != NULL);
+        TH_ASSERT(&p,
+                  text != NULL && strstr(text, rank == 0 ? "in all_reduce" : "in wait_forever"));
+        free(text);
+    }
+    th_cleanup(&p);
+    th_rmtree(logs);
+    free(logs);
 }
 
 /* A new directory holding FashionMNIST (which the trixie root sees too), or NULL with a
@@ -309,7 +350,7 @@ int main(int argc, char **argv)
         TH_TEST(test_gloo_two_ranks),           TH_TEST(test_gloo_four_ranks),
         TH_TEST(test_tcpstore_client),          TH_TEST(test_restart_after_a_failure),
         TH_TEST(test_error_file_in_report),     TH_TEST(test_train_fashion),
-        TH_TEST(test_c_example_under_torchrun),
+        TH_TEST(test_c_example_under_torchrun), TH_TEST(test_hang_dump_python_stacks),
     };
     return cmocka_run_group_tests_name(flavour, tests, NULL, NULL);
 }
