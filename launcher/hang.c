@@ -375,6 +375,27 @@ static size_t say_ranks(const ddp_hang_row_t *rows, size_t n, const bool *want, 
     return count;
 }
 
+/* Where the ranks' Python main threads are (--hang-dump), ranks of one place together:
+ * "ranks 0, 2 in all_reduce (distributed_c10d.py:1541); rank 1 in wait (train.py:3)".
+ * want[n] is scratch. */
+static void say_python_places(const ddp_hang_row_t *rows, size_t n, bool *want, ddp_buf_t *out)
+{
+    bool *done = calloc(n ? n : 1, sizeof *done);
+    for (size_t i = 0; done != NULL && i < n; i++) {
+        const char *frame = strstr(rows[i].note, "Python in ");
+        if (done[i] || frame == NULL)
+            continue;
+        for (size_t k = 0; k < n; k++) {
+            const char *other = strstr(rows[k].note, "Python in ");
+            want[k] = !done[k] && other != NULL && strcmp(other, frame) == 0;
+            done[k] = done[k] || want[k];
+        }
+        say_ranks(rows, n, want, out);
+        ddp_buf_printf(out, " in %s", frame + strlen("Python in "));
+    }
+    free(done);
+}
+
 void ddp_hang_verdict(const ddp_hang_row_t *rows, size_t n, ddp_buf_t *out)
 {
     bool *want = calloc(n ? n : 1, sizeof *want);
@@ -392,21 +413,7 @@ void ddp_hang_verdict(const ddp_hang_row_t *rows, size_t n, ddp_buf_t *out)
         }
     }
     if (rings == 0) {
-        /* Where their Python stacks are (--hang-dump), ranks of one place together. */
-        bool *done = calloc(n ? n : 1, sizeof *done);
-        for (size_t i = 0; done != NULL && i < n; i++) {
-            const char *frame = strstr(rows[i].note, "Python in ");
-            if (done[i] || frame == NULL)
-                continue;
-            for (size_t k = 0; k < n; k++) {
-                const char *other = strstr(rows[k].note, "Python in ");
-                want[k] = !done[k] && other != NULL && strcmp(other, frame) == 0;
-                done[k] = done[k] || want[k];
-            }
-            say_ranks(rows, n, want, &text);
-            ddp_buf_printf(&text, " in %s", frame + strlen("Python in "));
-        }
-        free(done);
+        say_python_places(rows, n, want, &text);
         if (text.len == 0)
             ddp_buf_puts(&text, "no rank runs libddp's flight recorder: see each rank's state "
                                 "above (--hang-dump saves their stacks)");
