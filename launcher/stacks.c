@@ -52,6 +52,7 @@ static void finish(ddp_stacks_t *s)
         if (!s->tools[i].started)
             continue;
         s->closing++;
+        s->tools[i].process.data = s; /* on_closed's, as the timer's */
         uv_close((uv_handle_t *)&s->tools[i].process, on_closed);
     }
 }
