@@ -11,7 +11,9 @@
 
 const char *ddp_flight_op_name(int32_t op)
 {
-    static const char *const names[] = {"?", "all_reduce", "barrier", "broadcast", "all_gather"};
+    static const char *const names[] = {"?",          "all_reduce", "barrier",        "broadcast",
+                                        "all_gather", "reduce",     "reduce_scatter", "all_to_all",
+                                        "gather",     "scatter"};
     return op > 0 && (size_t)op < sizeof names / sizeof names[0] ? names[op] : "?";
 }
 
@@ -41,7 +43,25 @@ void ddp_flight_describe(const ddp_flight_entry_t *e, char *buf, size_t cap)
         snprintf(buf, cap, "broadcast #%llu of %llu %s from rank %d", seq, count, dtype, e->root);
         break;
     case DDP_FLIGHT_ALL_GATHER:
-        snprintf(buf, cap, "all_gather #%llu of %llu %s a rank", seq, count, dtype);
+    case DDP_FLIGHT_ALL_TO_ALL:
+        snprintf(buf, cap, "%s #%llu of %llu %s a rank", ddp_flight_op_name(e->op), seq, count,
+                 dtype);
+        break;
+    case DDP_FLIGHT_REDUCE_SCATTER:
+        snprintf(buf, cap, "reduce_scatter #%llu of %llu %s a rank (%s)", seq, count, dtype,
+                 ddp_op_name(e->reduce_op));
+        break;
+    case DDP_FLIGHT_REDUCE:
+        snprintf(buf, cap, "reduce #%llu of %llu %s (%s) to rank %d", seq, count, dtype,
+                 ddp_op_name(e->reduce_op), e->root);
+        break;
+    case DDP_FLIGHT_GATHER:
+        snprintf(buf, cap, "%s #%llu of %llu %s to rank %d", ddp_flight_op_name(e->op), seq, count,
+                 dtype, e->root);
+        break;
+    case DDP_FLIGHT_SCATTER:
+        snprintf(buf, cap, "%s #%llu of %llu %s from rank %d", ddp_flight_op_name(e->op), seq,
+                 count, dtype, e->root);
         break;
     default:
         snprintf(buf, cap, "%s #%llu", ddp_flight_op_name(e->op), seq);

@@ -1,4 +1,5 @@
-/* The flight recorder's ring: libddp's record of a context's last collectives, in a
+/* The flight recorder's ring: libddp's record of a context's last collectives (point to
+ * point sends and receives are not collectives and are not in it), in a
  * file beside the worker's error file ("flight_<group>.ring") that the launcher reads
  * too, so a hung rank's state is known without the rank's help.
  *
@@ -22,6 +23,11 @@ typedef enum {
     DDP_FLIGHT_BARRIER,
     DDP_FLIGHT_BROADCAST,
     DDP_FLIGHT_ALL_GATHER,
+    DDP_FLIGHT_REDUCE,
+    DDP_FLIGHT_REDUCE_SCATTER,
+    DDP_FLIGHT_ALL_TO_ALL,
+    DDP_FLIGHT_GATHER,
+    DDP_FLIGHT_SCATTER,
 } ddp_flight_op_t;
 
 typedef struct {
@@ -32,7 +38,7 @@ typedef struct {
     int32_t op;         /* ddp_flight_op_t */
     int32_t dtype;      /* ddp_dtype_t */
     int32_t reduce_op;  /* ddp_reduce_op_t (all_reduce) */
-    int32_t root;       /* broadcast */
+    int32_t root;       /* broadcast, reduce, gather, scatter */
     int32_t peer;       /* the rank it waits on (or last did); -1: not known */
     int32_t error;      /* 0, or the negative code it failed with */
     int64_t reserved;
@@ -51,14 +57,15 @@ typedef struct ddp_flight_ring_s {
 _Static_assert(sizeof(ddp_flight_entry_t) == 64, "a flight entry is 64 bytes");
 _Static_assert(sizeof(ddp_flight_ring_t) == 128 + 64 * DDP_FLIGHT_SLOTS, "the ring's size");
 
-/* "all_reduce", "barrier", "broadcast", "all_gather", or "?". */
+/* "all_reduce", "barrier", "broadcast", "all_gather", "reduce", ..., or "?". */
 const char *ddp_flight_op_name(int32_t op);
 /* The names of a ddp_dtype_t ("float32") and a ddp_reduce_op_t ("sum"), or "?". */
 const char *ddp_dtype_name(int dtype);
 const char *ddp_op_name(int op);
 
 /* "all_reduce #4 of 1000 float32 (sum)", "barrier #2", "broadcast #3 of 10 int64 from
- * rank 0", "all_gather #5 of 8 float32 a rank", into buf[cap]. */
+ * rank 0", "all_gather #5 of 8 float32 a rank", "gather #6 of 4 int32 to rank 2", into
+ * buf[cap]. */
 void ddp_flight_describe(const ddp_flight_entry_t *e, char *buf, size_t cap);
 
 /* Reads the ring file at `path` into *out. 0; -errno; DDP_EPARSE when it is not a ring of

@@ -15,7 +15,7 @@
  * rank's before any of its data is used: ranks that call different collectives, or
  * the same with another count or dtype, fail at once saying so, instead of mixing
  * their data or waiting for the timeout. Runs on the thread that owns the context. */
-#include "internal.h"
+#include "cpu.h"
 
 #include "error.h"
 #include "env.h"
@@ -52,72 +52,43 @@
 #define SHM_SPINS  200 /* tries without progress before sleeping on the doorbell */
 #define SHM_NAP_MS 20  /* the longest sleep before looking at the peers' sockets */
 
-/* What a rank says of the collective it is in: the first bytes of every collective's
- * first transfer. A multiple of 8 bytes, as the rings' positions are. */
-typedef struct {
-    uint32_t magic;
-    uint16_t kind; /* collective_t */
-    uint16_t dtype;
-    uint32_t op; /* the reduction, or the root of a broadcast */
-    uint32_t zero;
-    uint64_t seq; /* its number in the context: 0 is init's vote, the program's first is 1 */
-    uint64_t count;
-} call_t;
-
-_Static_assert(sizeof(call_t) == 32, "a call description is 32 bytes");
-
-#define CALL_MAGIC 0x43504444u /* "DDPC" */
-
-typedef enum { CALL_ALL_REDUCE = 1, CALL_BARRIER, CALL_BROADCAST, CALL_ALL_GATHER } collective_t;
-
-typedef struct {
-    int next_fd, prev_fd;
-    int next, prev; /* their ranks */
-    char next_addr[128], prev_addr[128];
-    uint8_t *scratch;    /* received data waiting to be reduced */
-    bool shm;            /* the data goes through the segments below */
-    bool oversubscribed; /* more ranks here than CPUs: spin by yielding */
-    ddp_shm_seg_t own, next_seg, prev_seg;
-    char own_name[80]; /* until unlinked */
-    uint64_t calls;    /* collectives so far: the next one's number */
-} cpu_t;
-
-/* One transfer: `send` to the next rank while `recv` comes from the previous one. With
- * `reduce`, received elements are reduced into `recv` instead of copied. With
- * `forward`, what is sent is what has been received (the send buffer is the receive
- * buffer), as a broadcast passes data on. With `call`, this rank's description of the
- * collective goes first, and the previous rank's must be the same before its data is
- * taken. */
-typedef struct {
-    const uint8_t *send;
-    size_t send_len;
-    uint8_t *recv;
-    size_t recv_len;
-    bool reduce, forward;
-    ddp_dtype_t dtype;
-    ddp_reduce_op_t op;
-    int average_over; /* the last step of an average: divide by this as data comes */
-    const call_t *call;
-} transfer_t;
-
-/* "all_reduce #4 of 1000 float32 (sum)", of a description that may come from a peer. */
-static void describe(const call_t *call, char *buf, size_t cap)
+void ddp_cpu_describe(const call_t *call, char *buf, size_t cap)
 {
-    static const char *const kinds[] = {"?", "all_reduce", "barrier", "broadcast", "all_gather"};
+    static const char *const kinds[] = {
+        "?",      "all_reduce",     "barrier",    "broadcast", "all_gather",
+        "reduce", "reduce_scatter", "all_to_all", "gather",    "scatter",
+        "send"};
     const char *kind = call->kind < sizeof kinds / sizeof kinds[0] ? kinds[call->kind] : "?";
     int n = snprintf(buf, cap, "%s #%llu", kind, (unsigned long long)call->seq);
     if (n < 0 || (size_t)n >= cap || call->kind == CALL_BARRIER)
         return;
+    char *at = buf + n;
+    size_t left = cap - (size_t)n;
+    unsigned long long count = (unsigned long long)call->count;
     const char *dtype = ddp_dtype_name((ddp_dtype_t)call->dtype);
-    if (call->kind == CALL_ALL_REDUCE)
-        snprintf(buf + n, cap - (size_t)n, " of %llu %s (%s)", (unsigned long long)call->count,
-                 dtype, ddp_op_name((ddp_reduce_op_t)call->op));
-    else if (call->kind == CALL_BROADCAST)
-        snprintf(buf + n, cap - (size_t)n, " of %llu %s from rank %u",
-                 (unsigned long long)call->count, dtype, call->op);
-    else
-        snprintf(buf + n, cap - (size_t)n, " of %llu %s a rank", (unsigned long long)call->count,
-                 dtype);
+    const char *op = ddp_op_name((ddp_reduce_op_t)call->op);
+    switch (call->kind) {
+    case CALL_ALL_REDUCE:
+    case CALL_REDUCE_SCATTER:
+        snprintf(at, left, " of %llu %s (%s)", count, dtype, op);
+        break;
+    case CALL_REDUCE:
+        snprintf(at, left, " of %llu %s (%s) to rank %u", count, dtype, op, call->root);
+        break;
+    case CALL_BROADCAST:
+    case CALL_SCATTER:
+        snprintf(at, left, " of %llu %s from rank %u", count, dtype, call->op);
+        break;
+    case CALL_GATHER:
+        snprintf(at, left, " of %llu %s to rank %u", count, dtype, call->op);
+        break;
+    case CALL_SEND:
+        snprintf(at, left, " of %llu %s", count, dtype);
+        break;
+    default:
+        snprintf(at, left, " of %llu %s a rank", count, dtype);
+        break;
+    }
 }
 
 /* The previous rank's description against this rank's: 0, or the failure saying both. */
@@ -132,8 +103,8 @@ static int check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *mine
                         "%s: rank %d (%s) sent no description of its collective: is it the same "
                         "version of libddp?",
                         what, c->prev, c->prev_addr);
-    describe(mine, here, sizeof here);
-    describe(theirs, there, sizeof there);
+    ddp_cpu_describe(mine, here, sizeof here);
+    ddp_cpu_describe(theirs, there, sizeof there);
     /* A usage error, but found mid-collective: the links hold data no call will read,
      * so the context is broken as by any failed collective. */
     ddp->broken = DDP_EUSAGE;
@@ -250,7 +221,7 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
     return 0;
 }
 
-static int transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
+int ddp_cpu_transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
 {
     if (c->shm)
         return transfer_shm(ddp, c, what, t);
@@ -338,20 +309,20 @@ static int transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
 }
 
 /* Chunk i of `count` elements split in n: sizes differ by at most one element. */
-static size_t chunk_offset(size_t count, int n, int i)
+size_t ddp_cpu_chunk_offset(size_t count, int n, int i)
 {
     size_t base = count / (size_t)n, extra = count % (size_t)n;
     return base * (size_t)i + ((size_t)i < extra ? (size_t)i : extra);
 }
 
-static size_t chunk_count(size_t count, int n, int i)
+size_t ddp_cpu_chunk_count(size_t count, int n, int i)
 {
     return count / (size_t)n + ((size_t)i < count % (size_t)n ? 1 : 0);
 }
 
 /* This rank's description of the collective it begins, numbered in the context. */
-static call_t begin_call(cpu_t *c, collective_t kind, size_t count, ddp_dtype_t dtype,
-                         unsigned op_or_root)
+call_t ddp_cpu_begin_call(cpu_t *c, collective_t kind, size_t count, ddp_dtype_t dtype,
+                          unsigned op_or_root)
 {
     return (call_t){.magic = CALL_MAGIC,
                     .kind = (uint16_t)kind,
@@ -362,10 +333,10 @@ static call_t begin_call(cpu_t *c, collective_t kind, size_t count, ddp_dtype_t 
 }
 
 /* A collective without data (count 0) still checks that every rank made the same call. */
-static int call_only(ddp_t *ddp, cpu_t *c, const char *what, const call_t *call)
+int ddp_cpu_call_only(ddp_t *ddp, cpu_t *c, const char *what, const call_t *call)
 {
     transfer_t t = {.call = call, .dtype = (ddp_dtype_t)call->dtype};
-    return transfer(ddp, c, what, &t);
+    return ddp_cpu_transfer(ddp, c, what, &t);
 }
 
 static int ring_all_reduce(ddp_t *ddp, cpu_t *c, collective_t kind, void *buf, size_t count,
@@ -377,41 +348,41 @@ static int ring_all_reduce(ddp_t *ddp, cpu_t *c, collective_t kind, void *buf, s
     const char *what = kind == CALL_BARRIER ? "barrier" : "all_reduce";
     if (n == 1)
         return 0;
-    call_t call = begin_call(c, kind, count, dtype, (unsigned)op);
+    call_t call = ddp_cpu_begin_call(c, kind, count, dtype, (unsigned)op);
     if (count == 0)
-        return call_only(ddp, c, what, &call);
+        return ddp_cpu_call_only(ddp, c, what, &call);
     /* Reduce-scatter: after n-1 steps rank r owns the whole reduction of chunk r+1. The
      * last step, into that chunk, also divides an average: one pass over the data. */
     for (int s = 0; s < n - 1; s++) {
         int out = (r - s + n) % n, in = (r - s - 1 + n) % n;
-        transfer_t t = {b + chunk_offset(count, n, out) * es,
-                        chunk_count(count, n, out) * es,
-                        b + chunk_offset(count, n, in) * es,
-                        chunk_count(count, n, in) * es,
+        transfer_t t = {b + ddp_cpu_chunk_offset(count, n, out) * es,
+                        ddp_cpu_chunk_count(count, n, out) * es,
+                        b + ddp_cpu_chunk_offset(count, n, in) * es,
+                        ddp_cpu_chunk_count(count, n, in) * es,
                         true,
                         false,
                         dtype,
                         op,
                         s == n - 2 ? n : 0,
                         s == 0 ? &call : NULL};
-        int err = transfer(ddp, c, what, &t);
+        int err = ddp_cpu_transfer(ddp, c, what, &t);
         if (err)
             return err;
     }
     /* All-gather: the owned chunks go round the ring. */
     for (int s = 0; s < n - 1; s++) {
         int out = (r + 1 - s + n) % n, in = (r - s + n) % n;
-        transfer_t t = {b + chunk_offset(count, n, out) * es,
-                        chunk_count(count, n, out) * es,
-                        b + chunk_offset(count, n, in) * es,
-                        chunk_count(count, n, in) * es,
+        transfer_t t = {b + ddp_cpu_chunk_offset(count, n, out) * es,
+                        ddp_cpu_chunk_count(count, n, out) * es,
+                        b + ddp_cpu_chunk_offset(count, n, in) * es,
+                        ddp_cpu_chunk_count(count, n, in) * es,
                         false,
                         false,
                         dtype,
                         op,
                         0,
                         NULL};
-        int err = transfer(ddp, c, what, &t);
+        int err = ddp_cpu_transfer(ddp, c, what, &t);
         if (err)
             return err;
     }
@@ -446,15 +417,15 @@ static int cpu_broadcast(ddp_t *ddp, void *state, void *buf, size_t count, ddp_d
     size_t len = count * ddp_dtype_size(dtype);
     if (ddp->world_size == 1)
         return 0;
-    call_t call = begin_call(c, CALL_BROADCAST, count, dtype, (unsigned)root);
+    call_t call = ddp_cpu_begin_call(c, CALL_BROADCAST, count, dtype, (unsigned)root);
     if (len == 0)
-        return call_only(ddp, c, "broadcast", &call);
+        return ddp_cpu_call_only(ddp, c, "broadcast", &call);
     /* Around the ring from the root; each rank passes on what it has received so far,
      * but for the last, whose next is the root (which still hears its description). */
     bool first = ddp->rank == root, last = c->next == root;
     transfer_t t = {buf, last ? 0 : len, buf, first ? 0 : len, false, !first, dtype, DDP_SUM,
                     0,   &call};
-    return transfer(ddp, c, "broadcast", &t);
+    return ddp_cpu_transfer(ddp, c, "broadcast", &t);
 }
 
 static int cpu_all_gather(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
@@ -468,9 +439,9 @@ static int cpu_all_gather(ddp_t *ddp, void *state, const void *send, void *recv,
         memmove(out + (size_t)r * block, send, block);
     if (n == 1)
         return 0;
-    call_t call = begin_call(c, CALL_ALL_GATHER, count, dtype, 0);
+    call_t call = ddp_cpu_begin_call(c, CALL_ALL_GATHER, count, dtype, 0);
     if (block == 0)
-        return call_only(ddp, c, "all_gather", &call);
+        return ddp_cpu_call_only(ddp, c, "all_gather", &call);
     for (int s = 0; s < n - 1; s++) {
         int give = (r - s + n) % n, take = (r - s - 1 + n) % n;
         transfer_t t = {out + (size_t)give * block,
@@ -483,15 +454,14 @@ static int cpu_all_gather(ddp_t *ddp, void *state, const void *send, void *recv,
                         DDP_SUM,
                         0,
                         s == 0 ? &call : NULL};
-        int err = transfer(ddp, c, "all_gather", &t);
+        int err = ddp_cpu_transfer(ddp, c, "all_gather", &t);
         if (err)
             return err;
     }
     return 0;
 }
 
-/* Listens on an ephemeral port of `host`; *port receives it. */
-static int listen_on(const char *host, int *fd_out, int *port)
+int ddp_cpu_listen_on(const char *host, int *fd_out, int *port)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST}, *ai;
     if (getaddrinfo(host, "0", &hints, &ai) != 0)
@@ -514,7 +484,7 @@ static int listen_on(const char *host, int *fd_out, int *port)
     return 0;
 }
 
-static void tune(int fd)
+void ddp_cpu_tune(int fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -600,6 +570,9 @@ static void cpu_finalize(void *state)
         close(c->next_fd);
     if (c->prev_fd >= 0)
         close(c->prev_fd);
+    if (c->listen_fd >= 0)
+        close(c->listen_fd);
+    ddp_cpu_peers_close(c);
     ddp_shm_unlink(c->own_name);
     ddp_shm_close(&c->own);
     ddp_shm_close(&c->next_seg);
@@ -608,15 +581,7 @@ static void cpu_finalize(void *state)
     free(c);
 }
 
-/* What a rank publishes: "host port shm-name nonce0 nonce1" ("-" for no segment). */
-typedef struct {
-    char host[INET6_ADDRSTRLEN];
-    int port;
-    char shm_name[80];
-    uint64_t nonce[2];
-} published_t;
-
-static int fetch_published(ddp_t *ddp, int rank, published_t *out)
+int ddp_cpu_fetch_published(ddp_t *ddp, int rank, ddp_cpu_published_t *out)
 {
     char key[96];
     ddp_buf_t value = DDP_BUF_INIT;
@@ -635,11 +600,12 @@ static int fetch_published(ddp_t *ddp, int rank, published_t *out)
     } else if (err) {
         ddp_fail(ddp, err, "rank %d never published its address: %s", rank,
                  ddp_store_client_error(ddp->store));
-    } else if (sscanf(ddp_buf_str(&value), "%45s %d %79s %llx %llx", out->host, &out->port,
-                      out->shm_name, &n0, &n1) != 5 ||
-               out->port < 1 || out->port > 65535) {
-        err = ddp_fail(ddp, DDP_EPROTO, "rank %d published '%s', not 'host port shm-name nonce'",
-                       rank, ddp_buf_str(&value));
+    } else if (sscanf(ddp_buf_str(&value), "%45s %d %79s %llx %llx %d", out->host, &out->port,
+                      out->shm_name, &n0, &n1, &out->p2p_port) != 6 ||
+               out->port < 1 || out->port > 65535 || out->p2p_port < 1 || out->p2p_port > 65535) {
+        err = ddp_fail(ddp, DDP_EPROTO,
+                       "rank %d published '%s', not 'host port shm-name nonce p2p-port'", rank,
+                       ddp_buf_str(&value));
     } else {
         out->nonce[0] = n0;
         out->nonce[1] = n1;
@@ -650,16 +616,16 @@ static int fetch_published(ddp_t *ddp, int rank, published_t *out)
 
 /* Maps a neighbour's inbox; false (the ring stays on TCP) where it cannot: another
  * host, DDP_SHM=0 there, or no /dev/shm. */
-static bool map_neighbour(ddp_shm_seg_t *seg, const published_t *p)
+static bool map_neighbour(ddp_shm_seg_t *seg, const ddp_cpu_published_t *p)
 {
     return p->shm_name[0] == '/' && ddp_shm_open(seg, p->shm_name, p->nonce) == 0;
 }
 
 /* Every rank votes whether it mapped both neighbours; shared memory only if all did. */
-static int choose_transport(ddp_t *ddp, cpu_t *c, const published_t *next)
+static int choose_transport(ddp_t *ddp, cpu_t *c, const ddp_cpu_published_t *next)
 {
-    published_t prev;
-    int err = fetch_published(ddp, c->prev, &prev);
+    ddp_cpu_published_t prev;
+    int err = ddp_cpu_fetch_published(ddp, c->prev, &prev);
     if (err)
         return err;
     int32_t able = c->own.header != NULL && map_neighbour(&c->next_seg, next) &&
@@ -685,13 +651,13 @@ static int cpu_init(ddp_t *ddp, void **state)
 {
     cpu_t *c = calloc(1, sizeof *c);
     char host[INET6_ADDRSTRLEN], key[96], value[256];
-    int listen_fd = -1, port, err;
-    published_t next;
+    int listen_fd = -1, port, p2p_port, err;
+    ddp_cpu_published_t next;
     uint64_t nonce[2] = {0, 0};
     double deadline = ddp_clock_mono() + ddp->timeout;
     if (c == NULL)
         return -ENOMEM;
-    c->next_fd = c->prev_fd = -1;
+    c->next_fd = c->prev_fd = c->listen_fd = -1;
     c->next = (ddp->rank + 1) % ddp->world_size;
     c->prev = (ddp->rank - 1 + ddp->world_size) % ddp->world_size;
     if (ddp->world_size == 1) {
@@ -704,7 +670,8 @@ static int cpu_init(ddp_t *ddp, void **state)
     }
     /* The address this host reaches the store from is the one to offer the others. */
     if ((err = ddp_store_client_local_address(ddp->store, host, sizeof host)) != 0 ||
-        (err = listen_on(host, &listen_fd, &port)) != 0) {
+        (err = ddp_cpu_listen_on(host, &listen_fd, &port)) != 0 ||
+        (err = ddp_cpu_listen_on(host, &c->listen_fd, &p2p_port)) != 0) {
         ddp_fail(ddp, err, "unable to listen for the other ranks: %s", ddp_strerror(err));
         goto fail;
     }
@@ -725,14 +692,14 @@ static int cpu_init(ddp_t *ddp, void **state)
             c->own_name[0] = '\0';
     }
     ddp_key(ddp, key, sizeof key, "cpu/%d", ddp->rank);
-    snprintf(value, sizeof value, "%s %d %s %llx %llx", host, port,
+    snprintf(value, sizeof value, "%s %d %s %llx %llx %d", host, port,
              c->own_name[0] ? c->own_name : "-", (unsigned long long)nonce[0],
-             (unsigned long long)nonce[1]);
+             (unsigned long long)nonce[1], p2p_port);
     if ((err = ddp_store_client_set(ddp->store, key, value, strlen(value))) != 0) {
         ddp_fail(ddp, err, "%s", ddp_store_client_error(ddp->store));
         goto fail;
     }
-    if ((err = fetch_published(ddp, c->next, &next)) != 0)
+    if ((err = ddp_cpu_fetch_published(ddp, c->next, &next)) != 0)
         goto fail;
     if ((err = connect_next(ddp, c, next.host, next.port, deadline)) != 0 ||
         (err = accept_prev(ddp, c, listen_fd, deadline)) != 0)
@@ -745,8 +712,8 @@ static int cpu_init(ddp_t *ddp, void **state)
                     sizeof from_port, NI_NUMERICHOST | NI_NUMERICSERV);
     snprintf(c->prev_addr, sizeof c->prev_addr, strchr(from_host, ':') ? "[%s]:%s" : "%s:%s",
              from_host, from_port);
-    tune(c->next_fd);
-    tune(c->prev_fd);
+    ddp_cpu_tune(c->next_fd);
+    ddp_cpu_tune(c->prev_fd);
     close(listen_fd);
     listen_fd = -1;
     if ((err = choose_transport(ddp, c, &next)) != 0)
@@ -789,6 +756,13 @@ const ddp_backend_t ddp_cpu_backend = {
     .broadcast = cpu_broadcast,
     .all_reduce = cpu_all_reduce,
     .all_gather = cpu_all_gather,
+    .reduce = ddp_cpu_reduce,
+    .reduce_scatter = ddp_cpu_reduce_scatter,
+    .all_to_all = ddp_cpu_all_to_all,
+    .gather = ddp_cpu_gather,
+    .scatter = ddp_cpu_scatter,
+    .send = ddp_cpu_send,
+    .recv = ddp_cpu_recv,
     .finalize = cpu_finalize,
     .alloc = cpu_alloc,
     .release = cpu_release,

@@ -40,6 +40,12 @@
     X(ncclAllReduce)          \
     X(ncclBroadcast)          \
     X(ncclAllGather)          \
+    X(ncclReduce)             \
+    X(ncclReduceScatter)      \
+    X(ncclSend)               \
+    X(ncclRecv)               \
+    X(ncclGroupStart)         \
+    X(ncclGroupEnd)           \
     X(ncclGetErrorString)     \
     X(ncclGetLastError)
 

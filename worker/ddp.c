@@ -381,6 +381,30 @@ static int serve(ddp_t *ddp, const char *what, const void *buf, const void *othe
     return 0;
 }
 
+static int check_op(ddp_t *ddp, const char *what, ddp_reduce_op_t op)
+{
+    if ((unsigned)op > DDP_MAX)
+        return ddp_fail(ddp, DDP_EUSAGE, "%s: unknown operation %d", what, (int)op);
+    return 0;
+}
+
+/* Two buffers (of `alen` and `blen` bytes) that must not share any. */
+static int apart(ddp_t *ddp, const char *what, const void *a, size_t alen, const void *b,
+                 size_t blen)
+{
+    const char *x = a, *y = b;
+    if (alen > 0 && blen > 0 && x < y + blen && y < x + alen)
+        return ddp_fail(ddp, DDP_EUSAGE, "%s: the send and receive buffers overlap", what);
+    return 0;
+}
+
+/* Whether the backend has the collective (NCCL lacks some of the CPU's). */
+static int offered(ddp_t *ddp, const ddp_backend_t *be, bool has, const char *what)
+{
+    return has ? 0
+               : ddp_fail(ddp, DDP_EUSAGE, "%s is not offered by the %s backend", what, be->name);
+}
+
 /* A failed collective leaves the peers out of step: remember it. A usage error (a bad
  * argument this rank refused before communicating) is the caller's to fix and leaves
  * the context as it was. */
@@ -423,8 +447,8 @@ int ddp_all_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_r
     const ddp_backend_t *be;
     void *state;
     int err = check(ddp, "all_reduce", buf, dtype, count, 0);
-    if (err == 0 && (unsigned)op > DDP_MAX)
-        err = ddp_fail(ddp, DDP_EUSAGE, "all_reduce: unknown operation %d", (int)op);
+    if (err == 0)
+        err = check_op(ddp, "all_reduce", op);
     if (err == 0)
         err = serve(ddp, "all_reduce", buf, NULL, dtype, &be, &state);
     if (err == 0)
@@ -445,6 +469,138 @@ int ddp_all_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_d
     if (err == 0)
         err = RECORDED(ddp, DDP_FLIGHT_ALL_GATHER, count, dtype, 0, 0,
                        be->all_gather(ddp, state, send, recv, count, dtype));
+    return after(ddp, err);
+}
+
+int ddp_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_reduce_op_t op, int root)
+{
+    const ddp_backend_t *be;
+    void *state;
+    int err = check(ddp, "reduce", buf, dtype, count, root);
+    if (err == 0)
+        err = check_op(ddp, "reduce", op);
+    if (err == 0)
+        err = serve(ddp, "reduce", buf, NULL, dtype, &be, &state);
+    if (err == 0)
+        err = offered(ddp, be, be->reduce != NULL, "reduce");
+    if (err == 0)
+        err = RECORDED(ddp, DDP_FLIGHT_REDUCE, count, dtype, op, root,
+                       be->reduce(ddp, state, buf, count, dtype, op, root));
+    return after(ddp, err);
+}
+
+int ddp_reduce_scatter(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype,
+                       ddp_reduce_op_t op)
+{
+    const ddp_backend_t *be;
+    void *state;
+    int err = check(ddp, "reduce_scatter", recv, dtype, count, 0);
+    if (err == 0 && send == NULL && count > 0)
+        err = ddp_fail(ddp, DDP_EUSAGE, "reduce_scatter: the send buffer is NULL");
+    if (err == 0)
+        err = check_op(ddp, "reduce_scatter", op);
+    if (err == 0)
+        err = apart(ddp, "reduce_scatter", recv, count * ddp_dtype_size(dtype), send,
+                    count * ddp_dtype_size(dtype) * (size_t)ddp->world_size);
+    if (err == 0)
+        err = serve(ddp, "reduce_scatter", recv, send, dtype, &be, &state);
+    if (err == 0)
+        err = offered(ddp, be, be->reduce_scatter != NULL, "reduce_scatter");
+    if (err == 0)
+        err = RECORDED(ddp, DDP_FLIGHT_REDUCE_SCATTER, count, dtype, op, 0,
+                       be->reduce_scatter(ddp, state, send, recv, count, dtype, op));
+    return after(ddp, err);
+}
+
+int ddp_all_to_all(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype)
+{
+    const ddp_backend_t *be;
+    void *state;
+    size_t all = count * ddp_dtype_size(dtype) * (size_t)ddp->world_size;
+    int err = check(ddp, "all_to_all", recv, dtype, count, 0);
+    if (err == 0 && send == NULL && count > 0)
+        err = ddp_fail(ddp, DDP_EUSAGE, "all_to_all: the send buffer is NULL");
+    if (err == 0)
+        err = apart(ddp, "all_to_all", send, all, recv, all);
+    if (err == 0)
+        err = serve(ddp, "all_to_all", recv, send, dtype, &be, &state);
+    if (err == 0)
+        err = offered(ddp, be, be->all_to_all != NULL, "all_to_all");
+    if (err == 0)
+        err = RECORDED(ddp, DDP_FLIGHT_ALL_TO_ALL, count, dtype, 0, 0,
+                       be->all_to_all(ddp, state, send, recv, count, dtype));
+    return after(ddp, err);
+}
+
+int ddp_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype, int root)
+{
+    const ddp_backend_t *be;
+    void *state;
+    int err = check(ddp, "gather", send, dtype, count, root);
+    if (err == 0 && ddp->rank == root && recv == NULL && count > 0)
+        err = ddp_fail(ddp, DDP_EUSAGE, "gather: the root's receive buffer is NULL");
+    if (err == 0)
+        err = serve(ddp, "gather", send, ddp->rank == root ? recv : NULL, dtype, &be, &state);
+    if (err == 0)
+        err = offered(ddp, be, be->gather != NULL, "gather");
+    if (err == 0)
+        err = RECORDED(ddp, DDP_FLIGHT_GATHER, count, dtype, 0, root,
+                       be->gather(ddp, state, send, recv, count, dtype, root));
+    return after(ddp, err);
+}
+
+int ddp_scatter(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype, int root)
+{
+    const ddp_backend_t *be;
+    void *state;
+    int err = check(ddp, "scatter", recv, dtype, count, root);
+    if (err == 0 && ddp->rank == root && send == NULL && count > 0)
+        err = ddp_fail(ddp, DDP_EUSAGE, "scatter: the root's send buffer is NULL");
+    if (err == 0)
+        err = serve(ddp, "scatter", recv, ddp->rank == root ? send : NULL, dtype, &be, &state);
+    if (err == 0)
+        err = offered(ddp, be, be->scatter != NULL, "scatter");
+    if (err == 0)
+        err = RECORDED(ddp, DDP_FLIGHT_SCATTER, count, dtype, 0, root,
+                       be->scatter(ddp, state, send, recv, count, dtype, root));
+    return after(ddp, err);
+}
+
+/* What send and recv check first: the peer is another rank. */
+static int check_peer(ddp_t *ddp, const char *what, const void *buf, size_t count,
+                      ddp_dtype_t dtype, int peer)
+{
+    int err = check(ddp, what, buf, dtype, count, peer);
+    if (err == 0 && peer == ddp->rank)
+        err = ddp_fail(ddp, DDP_EUSAGE, "%s: rank %d is this rank", what, peer);
+    return err;
+}
+
+int ddp_send(ddp_t *ddp, const void *buf, size_t count, ddp_dtype_t dtype, int peer)
+{
+    const ddp_backend_t *be;
+    void *state;
+    int err = check_peer(ddp, "send", buf, count, dtype, peer);
+    if (err == 0)
+        err = serve(ddp, "send", buf, NULL, dtype, &be, &state);
+    if (err == 0)
+        err = offered(ddp, be, be->send != NULL, "send");
+    if (err == 0)
+        err = be->send(ddp, state, buf, count, dtype, peer); /* not a collective: no record */
+    return after(ddp, err);
+}
+
+int ddp_recv(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int peer)
+{
+    const ddp_backend_t *be;
+    void *state;
+    int err = check_peer(ddp, "recv", buf, count, dtype, peer);
+    if (err == 0)
+        err = serve(ddp, "recv", buf, NULL, dtype, &be, &state);
+    if (err == 0)
+        err = offered(ddp, be, be->recv != NULL, "recv");
+    if (err == 0)
+        err = be->recv(ddp, state, buf, count, dtype, peer);
     return after(ddp, err);
 }
 

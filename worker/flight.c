@@ -126,11 +126,13 @@ static void put_entry(out_t *o, const ddp_flight_entry_t *e, int64_t now)
         put_key(o, "dtype");
         put_string(o, ddp_dtype_name((ddp_dtype_t)e->dtype));
     }
-    if (e->op == DDP_FLIGHT_ALL_REDUCE) {
+    if (e->op == DDP_FLIGHT_ALL_REDUCE || e->op == DDP_FLIGHT_REDUCE ||
+        e->op == DDP_FLIGHT_REDUCE_SCATTER) {
         put_key(o, "reduce_op");
         put_string(o, ddp_op_name((ddp_reduce_op_t)e->reduce_op));
     }
-    if (e->op == DDP_FLIGHT_BROADCAST) {
+    if (e->op == DDP_FLIGHT_BROADCAST || e->op == DDP_FLIGHT_REDUCE || e->op == DDP_FLIGHT_GATHER ||
+        e->op == DDP_FLIGHT_SCATTER) {
         put_key(o, "root");
         put_i(o, e->root);
     }

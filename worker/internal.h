@@ -24,6 +24,19 @@ typedef struct ddp_backend_s {
                       ddp_reduce_op_t op);
     int (*all_gather)(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
                       ddp_dtype_t dtype);
+    int (*reduce)(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
+                  ddp_reduce_op_t op, int root);
+    int (*reduce_scatter)(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
+                          ddp_dtype_t dtype, ddp_reduce_op_t op);
+    int (*all_to_all)(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
+                      ddp_dtype_t dtype);
+    int (*gather)(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
+                  ddp_dtype_t dtype, int root);
+    int (*scatter)(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
+                   ddp_dtype_t dtype, int root);
+    int (*send)(ddp_t *ddp, void *state, const void *buf, size_t count, ddp_dtype_t dtype,
+                int peer);
+    int (*recv)(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype, int peer);
     void (*finalize)(void *state);
     /* Memory of the backend's buffers (host for cpu, device for nccl), for the reducer's
      * buckets. A copy is ordered before the backend's next collective; flush waits for

@@ -360,11 +360,12 @@ static int complete(ddp_t *ddp, nccl_t *n, ncclResult_t r, const char *what)
     return wait_stream(ddp, n, what);
 }
 
+static const ncclRedOp_t nccl_ops[] = {
+    [DDP_SUM] = ncclSum, [DDP_AVG] = ncclAvg, [DDP_MIN] = ncclMin, [DDP_MAX] = ncclMax};
+
 static int nccl_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
                            ddp_reduce_op_t op)
 {
-    static const ncclRedOp_t ops[] = {
-        [DDP_SUM] = ncclSum, [DDP_AVG] = ncclAvg, [DDP_MIN] = ncclMin, [DDP_MAX] = ncclMax};
     nccl_t *n = state;
     ncclDataType_t type;
     int err;
@@ -373,7 +374,7 @@ static int nccl_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp
     if ((err = prepare(ddp, n, "all_reduce", dtype, &type, buf, NULL)) != 0)
         return err;
     return complete(ddp, n,
-                    n->api->ncclAllReduce(buf, buf, count, type, ops[op], n->comm, n->stream),
+                    n->api->ncclAllReduce(buf, buf, count, type, nccl_ops[op], n->comm, n->stream),
                     "all_reduce");
 }
 
@@ -415,6 +416,158 @@ static int nccl_all_gather(ddp_t *ddp, void *state, const void *send, void *recv
         return err;
     return complete(ddp, n, n->api->ncclAllGather(send, recv, count, type, n->comm, n->stream),
                     "all_gather");
+}
+
+static int nccl_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
+                       ddp_reduce_op_t op, int root)
+{
+    nccl_t *n = state;
+    ncclDataType_t type;
+    int err;
+    if (count == 0)
+        return 0;
+    if ((err = prepare(ddp, n, "reduce", dtype, &type, buf, NULL)) != 0)
+        return err;
+    /* In place: the receive buffer is only written on the root. */
+    return complete(
+        ddp, n, n->api->ncclReduce(buf, buf, count, type, nccl_ops[op], root, n->comm, n->stream),
+        "reduce");
+}
+
+static int nccl_reduce_scatter(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
+                               ddp_dtype_t dtype, ddp_reduce_op_t op)
+{
+    nccl_t *n = state;
+    ncclDataType_t type;
+    int err;
+    if (count == 0)
+        return 0;
+    if ((err = prepare(ddp, n, "reduce_scatter", dtype, &type, send, recv)) != 0)
+        return err;
+    return complete(
+        ddp, n,
+        n->api->ncclReduceScatter(send, recv, count, type, nccl_ops[op], n->comm, n->stream),
+        "reduce_scatter");
+}
+
+/* A group of NCCL sends and receives: `send` block j to rank j where to_all (else to
+ * `root` alone), and from rank j into `recv` block j where from_all (else from `root`);
+ * this rank's own block copied. What gather, scatter and all_to_all are made of. */
+typedef struct {
+    const char *what;
+    const void *send;
+    void *recv;
+    bool to_all, from_all;
+    int root;
+} exchange_t;
+
+static int exchange(ddp_t *ddp, nccl_t *n, const exchange_t *x, size_t count, ddp_dtype_t dtype)
+{
+    ncclDataType_t type;
+    size_t block = count * ddp_dtype_size(dtype);
+    const char *in = x->send;
+    char *out = x->recv;
+    int err = prepare(ddp, n, x->what, dtype, &type, x->send, x->recv);
+    if (err || count == 0)
+        return err;
+    ncclResult_t r = n->api->ncclGroupStart();
+    for (int j = 0; r == ncclSuccess && j < ddp->world_size; j++) {
+        if (j == ddp->rank)
+            continue;
+        if (x->to_all || j == x->root)
+            r = n->api->ncclSend(in + (x->to_all ? (size_t)j * block : 0), count, type, j, n->comm,
+                                 n->stream);
+        if (r == ncclSuccess && (x->from_all || j == x->root))
+            r = n->api->ncclRecv(out + (x->from_all ? (size_t)j * block : 0), count, type, j,
+                                 n->comm, n->stream);
+    }
+    ncclResult_t end = n->api->ncclGroupEnd();
+    if (r == ncclSuccess)
+        r = end;
+    if (r == ncclSuccess && x->to_all && x->from_all) {
+        cudaError_t c =
+            n->api->cudaMemcpyAsync(out + (size_t)ddp->rank * block, in + (size_t)ddp->rank * block,
+                                    block, cudaMemcpyDeviceToDevice, n->stream);
+        if (c != cudaSuccess)
+            return ddp_fail(ddp, DDP_ECUDA, "%s: CUDA: %s", x->what, n->api->cudaGetErrorString(c));
+    }
+    return complete(ddp, n, r, x->what);
+}
+
+static int nccl_all_to_all(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
+                           ddp_dtype_t dtype)
+{
+    exchange_t x = {"all_to_all", send, recv, true, true, -1};
+    return exchange(ddp, state, &x, count, dtype);
+}
+
+/* The root's own block, on the device. */
+static int own_block(ddp_t *ddp, nccl_t *n, const char *what, void *dst, const void *src,
+                     size_t bytes)
+{
+    if (dst == src || bytes == 0)
+        return 0;
+    int err = usable(ddp, n, what);
+    cudaError_t c =
+        err ? cudaSuccess
+            : n->api->cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, n->stream);
+    if (c != cudaSuccess)
+        return ddp_fail(ddp, DDP_ECUDA, "%s: CUDA: %s", what, n->api->cudaGetErrorString(c));
+    return err;
+}
+
+static int nccl_gather(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
+                       ddp_dtype_t dtype, int root)
+{
+    bool at_root = ddp->rank == root;
+    size_t block = count * ddp_dtype_size(dtype);
+    exchange_t x = {"gather", send, recv, false, at_root, root};
+    int err = 0;
+    if (at_root)
+        err = own_block(ddp, state, "gather", (char *)recv + (size_t)root * block, send, block);
+    if (!at_root)
+        x.recv = NULL; /* receives nothing */
+    return err ? err : exchange(ddp, state, &x, count, dtype);
+}
+
+static int nccl_scatter(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
+                        ddp_dtype_t dtype, int root)
+{
+    bool at_root = ddp->rank == root;
+    size_t block = count * ddp_dtype_size(dtype);
+    exchange_t x = {"scatter", send, recv, at_root, false, root};
+    int err = 0;
+    if (at_root)
+        err = own_block(ddp, state, "scatter", recv, (const char *)send + (size_t)root * block,
+                        block);
+    if (!at_root)
+        x.send = NULL; /* sends nothing */
+    return err ? err : exchange(ddp, state, &x, count, dtype);
+}
+
+static int nccl_send(ddp_t *ddp, void *state, const void *buf, size_t count, ddp_dtype_t dtype,
+                     int peer)
+{
+    nccl_t *n = state;
+    ncclDataType_t type;
+    int err;
+    if (count == 0)
+        return 0;
+    if ((err = prepare(ddp, n, "send", dtype, &type, buf, NULL)) != 0)
+        return err;
+    return complete(ddp, n, n->api->ncclSend(buf, count, type, peer, n->comm, n->stream), "send");
+}
+
+static int nccl_recv(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype, int peer)
+{
+    nccl_t *n = state;
+    ncclDataType_t type;
+    int err;
+    if (count == 0)
+        return 0;
+    if ((err = prepare(ddp, n, "recv", dtype, &type, buf, NULL)) != 0)
+        return err;
+    return complete(ddp, n, n->api->ncclRecv(buf, count, type, peer, n->comm, n->stream), "recv");
 }
 
 static int nccl_alloc(ddp_t *ddp, void *state, size_t bytes, void **out)
@@ -476,6 +629,13 @@ const ddp_backend_t ddp_nccl_backend = {
     .broadcast = nccl_broadcast,
     .all_reduce = nccl_all_reduce,
     .all_gather = nccl_all_gather,
+    .reduce = nccl_reduce,
+    .reduce_scatter = nccl_reduce_scatter,
+    .all_to_all = nccl_all_to_all,
+    .gather = nccl_gather,
+    .scatter = nccl_scatter,
+    .send = nccl_send,
+    .recv = nccl_recv,
     .finalize = nccl_finalize,
     .alloc = nccl_alloc,
     .release = nccl_release,

@@ -5,6 +5,9 @@
  *   collectives  all_reduce of every dtype (f16 and bf16 too) and op at several sizes
  *                against a serial reference, bitwise equal across ranks; broadcast from
  *                every root; all_gather; barrier; a host pointer refused with DDP_EUSAGE
+ *   more         reduce to every root, reduce_scatter, all_to_all, gather and scatter from
+ *                every root, send and recv around the ring, on device buffers of f32,
+ *                int64, bf16 and f16, exact against the inputs
  *   die VICTIM   all_reduce in a loop; rank VICTIM SIGKILLs itself; the others ignore
  *                SIGTERM and must end with libddp's error, not hang
  *   auto         the auto backend ("cpu+nccl"): host buffers on the CPU ring, device
@@ -201,6 +204,109 @@ static void mode_collectives(void)
     printf("collectives ok, world %d\n", world);
 }
 
+/* A device buffer holding rank r's input elements first .. first + count - 1. */
+static void *device_inputs(int r, size_t first, size_t count, ddp_dtype_t t)
+{
+    size_t es = element_size(t);
+    uint8_t *host = malloc(count * es + 8);
+    void *dev;
+    for (size_t i = 0; i < count; i++)
+        put(host, i, t, input(r, first + i));
+    CUDA(cudaMalloc(&dev, count * es + 8));
+    CUDA(cudaMemcpy(dev, host, count * es, cudaMemcpyHostToDevice));
+    free(host);
+    return dev;
+}
+
+/* The device buffer must hold `count` elements equal to want(i). */
+static void expect(const char *what, const void *dev, size_t count, ddp_dtype_t t,
+                   double (*want)(size_t i, const void *ctx), const void *ctx)
+{
+    size_t es = element_size(t);
+    uint8_t *host = malloc(count * es + 8);
+    CUDA(cudaMemcpy(host, dev, count * es, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < count; i++) {
+        if (element_load(host, i, t) != want(i, ctx)) {
+            fprintf(stderr, "rank %d: %s dtype %d count %zu: [%zu] = %g, expected %g\n", rank, what,
+                    (int)t, count, i, element_load(host, i, t), want(i, ctx));
+            exit(1);
+        }
+    }
+    free(host);
+}
+
+typedef struct {
+    int rank;      /* whose input; -1: the sum (or max) over the ranks */
+    size_t first;  /* from which element */
+    size_t stride; /* block j of `count` elements comes from rank j (all_to_all, gather) */
+    bool max;
+} source_t;
+
+static double value_of(size_t i, const void *ctx)
+{
+    const source_t *s = ctx;
+    if (s->stride > 0)
+        return input((int)(i / s->stride), s->first + i % s->stride);
+    if (s->rank >= 0)
+        return input(s->rank, s->first + i);
+    double v = input(0, s->first + i);
+    for (int r = 1; r < world; r++)
+        v = s->max ? fmax(v, input(r, s->first + i)) : v + input(r, s->first + i);
+    return v;
+}
+
+/* reduce, reduce_scatter, all_to_all, gather, scatter and send/recv on device buffers,
+ * exact on the small integers of input() in every dtype. */
+static void mode_more(void)
+{
+    static const ddp_dtype_t types[] = {DDP_FLOAT32, DDP_INT64, DDP_BFLOAT16, DDP_FLOAT16};
+    static const size_t sizes[] = {1, 7, 1000};
+    for (size_t ti = 0; ti < 4; ti++) {
+        for (size_t si = 0; si < 3; si++) {
+            ddp_dtype_t t = types[ti];
+            size_t n = sizes[si], all = n * (size_t)world;
+            for (int root = 0; root < world; root++) {
+                void *buf = device_inputs(rank, 0, n, t);
+                CALL("reduce", ddp_reduce(ddp, buf, n, t, DDP_SUM, root));
+                source_t sum = {.rank = -1}, mine = {.rank = rank};
+                expect("reduce", buf, n, t, value_of, rank == root ? &sum : &mine);
+                cudaFree(buf);
+            }
+            void *send = device_inputs(rank, 0, all, t), *recv;
+            CUDA(cudaMalloc(&recv, all * element_size(t) + 8));
+            CALL("reduce_scatter", ddp_reduce_scatter(ddp, send, recv, n, t, DDP_MAX));
+            source_t block = {.rank = -1, .first = (size_t)rank * n, .max = true};
+            expect("reduce_scatter", recv, n, t, value_of, &block);
+            CALL("all_to_all", ddp_all_to_all(ddp, send, recv, n, t));
+            source_t transposed = {.first = (size_t)rank * n, .stride = n};
+            expect("all_to_all", recv, all, t, value_of, &transposed);
+            for (int root = 0; root < world; root++) {
+                CALL("gather", ddp_gather(ddp, send, rank == root ? recv : NULL, n, t, root));
+                source_t gathered = {.stride = n};
+                if (rank == root)
+                    expect("gather", recv, all, t, value_of, &gathered);
+                CALL("scatter", ddp_scatter(ddp, rank == root ? send : NULL, recv, n, t, root));
+                source_t part = {.rank = root, .first = (size_t)rank * n};
+                expect("scatter", recv, n, t, value_of, &part);
+            }
+            /* Around the ring: even ranks send first, odd ones receive first. */
+            int next = (rank + 1) % world, prev = (rank - 1 + world) % world;
+            for (int k = 0; k < 2 && world > 1; k++) {
+                if ((rank % 2 == 0) == (k == 0))
+                    CALL("send", ddp_send(ddp, send, n, t, next));
+                else
+                    CALL("recv", ddp_recv(ddp, recv, n, t, prev));
+            }
+            source_t from_prev = {.rank = prev};
+            if (world > 1)
+                expect("recv", recv, n, t, value_of, &from_prev);
+            cudaFree(send);
+            cudaFree(recv);
+        }
+    }
+    printf("more ok, world %d\n", world);
+}
+
 static void mode_auto(void)
 {
     /* Host memory: the CPU ring. */
@@ -312,6 +418,8 @@ int main(int argc, char **argv)
         mode_auto();
     else if (strcmp(mode, "collectives") == 0)
         mode_collectives();
+    else if (strcmp(mode, "more") == 0)
+        mode_more();
     else if (strcmp(mode, "die") == 0)
         mode_die(argc > 2 ? atoi(argv[2]) : 1);
     else

@@ -43,6 +43,12 @@ static void test_collectives(void **state)
     run_mode(nccl_worker(), "collectives", gpus < 4 ? gpus : 4);
 }
 
+/* NCCL's reduce, reduce_scatter, point to point and the collectives made of it. */
+static void test_more_collectives(void **state)
+{
+    run_mode(nccl_worker(), "more", gpus < 4 ? gpus : 4);
+}
+
 /* The auto backend: host buffers on the CPU ring and device buffers on NCCL in one
  * context. */
 static void test_auto_backend(void **state)
@@ -145,11 +151,9 @@ int main(void)
     }
     th_cleanup(&p);
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_collectives),
-        TH_TEST(test_auto_backend),
-        TH_TEST(test_host_buffers_with_more_workers_than_gpus),
-        TH_TEST(test_dead_peer),
-        TH_TEST(test_fashion_cuda_matches_cpu),
+        TH_TEST(test_collectives),  TH_TEST(test_more_collectives),
+        TH_TEST(test_auto_backend), TH_TEST(test_host_buffers_with_more_workers_than_gpus),
+        TH_TEST(test_dead_peer),    TH_TEST(test_fashion_cuda_matches_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,12 @@
  *                          against a serial reference of every rank's input (each rank
  *                          computes all inputs), and bitwise equal across ranks
  *   collectives            broadcast from every root, all_gather, barrier
+ *   more [MAX_ELEMENTS]    reduce to every root and reduce_scatter (every dtype and op),
+ *                          all_to_all, gather and scatter from every root, send and recv
+ *                          between every pair, against serial references, for counts
+ *                          0, 1, world-1, world+1, 7, 1000, 65537 (up to MAX_ELEMENTS);
+ *                          the ranks' buffers that must not change do not
+ *   p2p-mismatch           rank 0 sends 10 int32, rank 1 receives 11 float32
  *   nccl-id                two ddp_nccl_unique_id calls: every rank must hold rank 0's
  *                          128 bytes (gathered and compared), not zero, and the two ids
  *                          differ; prints "nccl-id <hex of the first id>". Built without
@@ -118,6 +124,44 @@ static void same_everywhere(const void *buf, size_t len, const char *what)
     free(all);
 }
 
+/* The serial reference of element `i` of every rank's input, in the element type, over
+ * ranks 0..n-1; *mag: the sum of the magnitudes (the float tolerance's scale). */
+static double reference(ddp_dtype_t t, ddp_reduce_op_t op, size_t i, double *mag)
+{
+    double ref = 0, one_value[1];
+    void *one = one_value;
+    *mag = 0;
+    for (int r = 0; r < world; r++) {
+        store_value(one, 0, t, input(r, i, (int)t));
+        double v = element_load(one, 0, t);
+        *mag += fabs(v);
+        if (r == 0)
+            ref = v;
+        else if (op == DDP_SUM || op == DDP_AVG)
+            ref += v;
+        else if (op == DDP_MIN)
+            ref = v < ref ? v : ref;
+        else
+            ref = v > ref ? v : ref;
+    }
+    if (op == DDP_AVG)
+        ref = (t == DDP_INT32 || t == DDP_INT64) ? trunc(ref / world) : ref / world;
+    return ref;
+}
+
+/* `got` at [at] must be the reduction of every rank's input element `i`. */
+static void expect_reduced(const char *what, ddp_dtype_t t, ddp_reduce_op_t op, size_t count,
+                           size_t at, size_t i, double got)
+{
+    double mag, ref = reference(t, op, i, &mag);
+    double eps = t == DDP_FLOAT32 ? FLT_EPSILON : t == DDP_FLOAT64 ? DBL_EPSILON : 0;
+    if (fabs(got - ref) > 4 * world * eps * mag) {
+        fprintf(stderr, "rank %d: %s dtype %d op %d count %zu: [%zu] = %.17g, expected %.17g\n",
+                rank, what, (int)t, (int)op, count, at, got, ref);
+        exit(1);
+    }
+}
+
 static int check_one(ddp_dtype_t t, ddp_reduce_op_t op, size_t count)
 {
     size_t es = element_size(t);
@@ -125,32 +169,8 @@ static int check_one(ddp_dtype_t t, ddp_reduce_op_t op, size_t count)
     for (size_t i = 0; i < count; i++)
         store_value(buf, i, t, input(rank, i, (int)t));
     CALL("all_reduce", ddp_all_reduce(ddp, buf, count, t, op));
-    for (size_t i = 0; i < count; i++) {
-        /* The serial reference, in the element type, over ranks 0..n-1. */
-        double ref = 0, mag = 0;
-        for (int r = 0; r < world; r++) {
-            store_value(one, 0, t, input(r, i, (int)t));
-            double v = element_load(one, 0, t);
-            mag += fabs(v);
-            if (r == 0)
-                ref = v;
-            else if (op == DDP_SUM || op == DDP_AVG)
-                ref += v;
-            else if (op == DDP_MIN)
-                ref = v < ref ? v : ref;
-            else
-                ref = v > ref ? v : ref;
-        }
-        if (op == DDP_AVG)
-            ref = (t == DDP_INT32 || t == DDP_INT64) ? trunc(ref / world) : ref / world;
-        double got = element_load(buf, i, t);
-        double eps = t == DDP_FLOAT32 ? FLT_EPSILON : t == DDP_FLOAT64 ? DBL_EPSILON : 0;
-        if (fabs(got - ref) > 4 * world * eps * mag) {
-            fprintf(stderr, "rank %d: dtype %d op %d count %zu: [%zu] = %.17g, expected %.17g\n",
-                    rank, (int)t, (int)op, count, i, got, ref);
-            exit(1);
-        }
-    }
+    for (size_t i = 0; i < count; i++)
+        expect_reduced("all_reduce", t, op, count, i, i, element_load(buf, i, t));
     same_everywhere(buf, count * es, "all_reduce");
     free(buf);
     free(one);
@@ -656,6 +676,118 @@ static void mode_skip(int victim, int skipped, int seconds)
     printf("skip: rank %d finished\n", rank);
 }
 
+/* `count` elements of rank r's input from element `first` on, into buf. */
+static void *inputs(int r, size_t first, size_t count, ddp_dtype_t t)
+{
+    void *buf = malloc(count * element_size(t) + 1);
+    for (size_t i = 0; i < count; i++)
+        store_value(buf, i, t, input(r, first + i, (int)t));
+    return buf;
+}
+
+/* buf must hold rank r's input from element `first` on, bit for bit. */
+static void expect_inputs(const char *what, const void *buf, int r, size_t first, size_t count,
+                          ddp_dtype_t t)
+{
+    void *want = inputs(r, first, count, t);
+    if (memcmp(buf, want, count * element_size(t)) != 0) {
+        fprintf(stderr, "rank %d: %s dtype %d count %zu: not rank %d's data from %zu\n", rank, what,
+                (int)t, count, r, first);
+        exit(1);
+    }
+    free(want);
+}
+
+/* reduce to every root and reduce_scatter, for one dtype, op and count. */
+static void check_reductions(ddp_dtype_t t, ddp_reduce_op_t op, size_t count)
+{
+    size_t es = element_size(t), all = count * (size_t)world;
+    for (int root = 0; root < world; root++) {
+        void *buf = inputs(rank, 0, count, t);
+        CALL("reduce", ddp_reduce(ddp, buf, count, t, op, root));
+        for (size_t i = 0; rank == root && i < count; i++)
+            expect_reduced("reduce", t, op, count, i, i, element_load(buf, i, t));
+        if (rank != root)
+            expect_inputs("reduce (not the root)", buf, rank, 0, count, t);
+        free(buf);
+    }
+    void *send = inputs(rank, 0, all, t), *recv = malloc(count * es + 1);
+    CALL("reduce_scatter", ddp_reduce_scatter(ddp, send, recv, count, t, op));
+    for (size_t i = 0; i < count; i++)
+        expect_reduced("reduce_scatter", t, op, count, i, (size_t)rank * count + i,
+                       element_load(recv, i, t));
+    expect_inputs("reduce_scatter's send", send, rank, 0, all, t);
+    free(send);
+    free(recv);
+}
+
+/* all_to_all, gather and scatter from every root, send and recv between every pair. */
+static void check_movements(ddp_dtype_t t, size_t count)
+{
+    size_t es = element_size(t), all = count * (size_t)world;
+    void *send = inputs(rank, 0, all, t), *recv = malloc(all * es + 1);
+    CALL("all_to_all", ddp_all_to_all(ddp, send, recv, count, t));
+    for (int j = 0; j < world; j++)
+        expect_inputs("all_to_all", (char *)recv + (size_t)j * count * es, j, (size_t)rank * count,
+                      count, t);
+    for (int root = 0; root < world; root++) {
+        memset(recv, 0x5a, all * es);
+        CALL("gather", ddp_gather(ddp, send, rank == root ? recv : NULL, count, t, root));
+        for (int j = 0; rank == root && j < world; j++)
+            expect_inputs("gather", (char *)recv + (size_t)j * count * es, j, 0, count, t);
+        CALL("scatter", ddp_scatter(ddp, rank == root ? send : NULL, recv, count, t, root));
+        expect_inputs("scatter", recv, root, (size_t)rank * count, count, t);
+    }
+    /* Every ordered pair in one order that all ranks follow: a send blocks only its two. */
+    for (int a = 0; a < world; a++) {
+        for (int b = 0; b < world; b++) {
+            if (a == b || (rank != a && rank != b))
+                continue;
+            if (rank == a)
+                CALL("send", ddp_send(ddp, send, count, t, b));
+            else
+                CALL("recv", ddp_recv(ddp, recv, count, t, a));
+            if (rank == b)
+                expect_inputs("recv", recv, a, 0, count, t);
+        }
+    }
+    free(send);
+    free(recv);
+}
+
+static void mode_more(size_t max_elements)
+{
+    size_t sizes[] = {0, 1, (size_t)world - 1, (size_t)world + 1, 7, 1000, 65537};
+    static const ddp_dtype_t types[] = {DDP_FLOAT32, DDP_FLOAT64, DDP_INT32, DDP_INT64};
+    int cases = 0;
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        if (sizes[s] > max_elements || (s > 0 && sizes[s] == 0))
+            continue;
+        for (size_t t = 0; t < 4; t++) {
+            for (int op = DDP_SUM; op <= DDP_MAX; op++, cases++)
+                check_reductions(types[t], (ddp_reduce_op_t)op, sizes[s]);
+            check_movements(types[t], sizes[s]);
+            cases++;
+        }
+    }
+    same_everywhere(&cases, sizeof cases, "the case count");
+    printf("more ok: %d cases, world %d\n", cases, world);
+}
+
+/* Rank 0 sends 10 int32 to rank 1, which expects 11 float32: rank 1 fails naming both. */
+static void mode_p2p_mismatch(void)
+{
+    int32_t buf[11] = {0};
+    int err = 0;
+    if (rank == 0)
+        err = ddp_send(ddp, buf, 10, DDP_INT32, 1);
+    else if (rank == 1)
+        err = ddp_recv(ddp, buf, 11, DDP_FLOAT32, 0);
+    printf("rank %d: p2p mismatch: %s\n", rank, err ? ddp_last_error(ddp) : "no error");
+    fflush(stdout);
+    exit(err ? 3 : 0);
+}
+
 static const char *transport(void)
 {
     char line[512];
@@ -711,6 +843,10 @@ int main(int argc, char **argv)
         mode_mismatch(argv[2]);
     else if (strcmp(mode, "leave") == 0)
         mode_leave(argc > 2 ? atoi(argv[2]) : 0);
+    else if (strcmp(mode, "more") == 0)
+        mode_more(argc > 2 ? strtoul(argv[2], NULL, 10) : 65537);
+    else if (strcmp(mode, "p2p-mismatch") == 0)
+        mode_p2p_mismatch();
     else if (strcmp(mode, "skip") == 0 && argc > 3)
         mode_skip(atoi(argv[2]), atoi(argv[3]), argc > 4 ? atoi(argv[4]) : 600);
     else if (strcmp(mode, "die") == 0)

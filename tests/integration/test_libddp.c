@@ -452,6 +452,34 @@ static void test_init_timeout_names_the_missing_rank(void **state)
     th_cleanup(&p);
 }
 
+/* reduce, reduce_scatter, all_to_all, gather, scatter, send and recv: every dtype and
+ * op against serial references on 1 to 5 ranks, counts smaller than the world and odd,
+ * over shared memory and TCP; buffers that must not change do not. */
+static void test_more_collectives(void **state)
+{
+    static const char *const one_rank_tcp[] = {"DDP_TEST_NO_SHM_RANK=1", NULL};
+    run_mode(1, "more", "65537", NULL, "shm", "more ok: 120 cases"); /* world - 1 is 0 */
+    for (int world = 2; world <= 5; world++)
+        run_mode(world, "more", "65537", NULL, "shm", "more ok: 140 cases");
+    run_mode(2, "more", "65537", no_shm, "tcp", "more ok: 140 cases");
+    run_mode(3, "more", "1000", one_rank_tcp, "tcp", "more ok: 120 cases");
+    run_mode(5, "more", "1000", no_shm, "tcp", "more ok: 120 cases");
+}
+
+/* A recv whose count and dtype differ from its send's fails at once, naming both. */
+static void test_send_recv_mismatch(void **state)
+{
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--no-python",
+                          collectives(), "p2p-mismatch",       NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out),
+                         "rank 1: p2p mismatch: send and recv differ: rank 0 sent send #1 of 10 "
+                         "int32, but this rank's recv is send #1 of 11 float32") != NULL);
+    th_cleanup(&p);
+}
+
 /* The file under run directory `logs` matching `pattern` (a glob below the run's
  * directory, "attempt_0/1/flight_main.json"), read whole into a new string, or NULL. */
 static char *run_file(const char *logs, const char *pattern)
@@ -620,6 +648,8 @@ int main(void)
         TH_TEST(test_peer_that_leaves_is_the_root_cause),
         TH_TEST(test_mismatched_collectives_shm),
         TH_TEST(test_mismatched_collectives_tcp),
+        TH_TEST(test_more_collectives),
+        TH_TEST(test_send_recv_mismatch),
         TH_TEST(test_hang_report_on_collective_timeout),
         TH_TEST(test_hang_timeout_finds_a_hang),
         TH_TEST(test_hang_timeout_spares_a_slow_job),

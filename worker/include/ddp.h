@@ -3,7 +3,8 @@
  * A program started by ddp-launch calls ddp_init() to learn its place in the job from
  * the environment the launcher gives it (RANK, WORLD_SIZE, LOCAL_RANK,
  * LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), meets its peers through the launcher's
- * store, and then runs collectives: barrier, broadcast, all-reduce and all-gather.
+ * store, and then runs collectives: barrier, broadcast, all-reduce, all-gather, reduce,
+ * reduce-scatter, all-to-all, gather and scatter, and sends messages point to point.
  * Functions that can fail return 0 or a negative code that ddp_strerror() describes;
  * ddp_last_error() then says what failed (naming the peer, the key, the variable), the
  * same text goes to stderr prefixed "libddp:", and TORCHELASTIC_ERROR_FILE receives it
@@ -97,6 +98,39 @@ int ddp_all_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_r
 /* Gathers `count` elements of `send` from every rank into `recv` (world size * count
  * elements, rank 0's first). `send` may be inside `recv` at this rank's place. */
 int ddp_all_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype);
+
+/* Reduces `count` elements of `buf` across the ranks into `buf` on rank `root`; the
+ * other ranks' `buf` is left as it was. */
+int ddp_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_reduce_op_t op,
+               int root);
+
+/* Reduces world size * `count` elements of `send` across the ranks; rank r receives
+ * block r of the result (elements r * count to r * count + count - 1) in `recv`. `send`
+ * is left as it was and must not overlap `recv`. */
+int ddp_reduce_scatter(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype,
+                       ddp_reduce_op_t op);
+
+/* Block j (`count` elements) of each rank's `send` goes to rank j, into block r of its
+ * `recv`, where r is the sender: the ranks' blocks transposed. `send` and `recv` hold
+ * world size * count elements each and must not overlap. */
+int ddp_all_to_all(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype);
+
+/* Gathers `count` elements of `send` from every rank into `recv` on rank `root` (world
+ * size * count elements, rank 0's first); elsewhere `recv` is not used (may be NULL). */
+int ddp_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype, int root);
+
+/* Block r (`count` elements) of `send` on rank `root` goes to rank r's `recv`; elsewhere
+ * `send` is not used (may be NULL). */
+int ddp_scatter(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype,
+                int root);
+
+/* Point to point: `count` elements of `buf` to rank `peer`, which takes them with
+ * ddp_recv(..., this rank). The k-th send from a rank to another pairs with the other's
+ * k-th recv from it, whose count and dtype must be the same (else DDP_EUSAGE at the
+ * receiver, naming both). A send returns once its data is on its way (a large one waits
+ * for the receiver to read); other ranks take no part. Sending to oneself is DDP_EUSAGE. */
+int ddp_send(ddp_t *ddp, const void *buf, size_t count, ddp_dtype_t dtype, int peer);
+int ddp_recv(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int peer);
 
 /* The gradient reducer, as PyTorch's DDP has: the program registers its gradient
  * buffers once; in each backward pass it marks each one ready as soon as it is
