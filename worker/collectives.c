@@ -105,8 +105,31 @@ static int ring_reduce_scatter(ddp_t *ddp, cpu_t *c, const char *what, const chu
     return 0;
 }
 
+static int reduce_scatter(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
+                          ddp_dtype_t dtype, ddp_reduce_op_t op);
+
+/* f16 and bf16: in f32, the result rounded once. */
 int ddp_cpu_reduce_scatter(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
                            ddp_dtype_t dtype, ddp_reduce_op_t op)
+{
+    float *wide_send, *wide_recv = NULL;
+    size_t all = count * (size_t)ddp->world_size;
+    int err = ddp_cpu_widen(ddp, state, "reduce_scatter", send, all, dtype, &wide_send);
+    if (err || wide_send == NULL)
+        return err ? err : reduce_scatter(ddp, state, send, recv, count, dtype, op);
+    if ((wide_recv = malloc(count * sizeof *wide_recv + 1)) == NULL)
+        err = ddp_fail(ddp, -ENOMEM, "reduce_scatter: out of memory for %zu elements", count);
+    if (err == 0)
+        err = reduce_scatter(ddp, state, wide_send, wide_recv, count, DDP_FLOAT32, op);
+    if (err == 0)
+        ddp_half_narrow(wide_recv, recv, count, dtype);
+    ddp_cpu_narrow(state, wide_send, NULL, all, dtype);
+    free(wide_recv);
+    return err;
+}
+
+static int reduce_scatter(ddp_t *ddp, void *state, const void *send, void *recv, size_t count,
+                          ddp_dtype_t dtype, ddp_reduce_op_t op)
 {
     cpu_t *c = state;
     int n = ddp->world_size;
@@ -168,8 +191,24 @@ static int ring_gather(ddp_t *ddp, cpu_t *c, const char *what, const chunks_t *k
     return 0;
 }
 
+static int reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
+                  ddp_reduce_op_t op, int root);
+
+/* f16 and bf16: in f32; only the root's buffer gets the result, rounded once. */
 int ddp_cpu_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
                    ddp_reduce_op_t op, int root)
+{
+    float *wide;
+    int err = ddp_cpu_widen(ddp, state, "reduce", buf, count, dtype, &wide);
+    if (err || wide == NULL)
+        return err ? err : reduce(ddp, state, buf, count, dtype, op, root);
+    err = reduce(ddp, state, wide, count, DDP_FLOAT32, op, root);
+    ddp_cpu_narrow(state, wide, err == 0 && ddp->rank == root ? buf : NULL, count, dtype);
+    return err;
+}
+
+static int reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
+                  ddp_reduce_op_t op, int root)
 {
     cpu_t *c = state;
     int n = ddp->world_size, r = ddp->rank;

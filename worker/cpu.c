@@ -326,7 +326,7 @@ call_t ddp_cpu_begin_call(cpu_t *c, collective_t kind, size_t count, ddp_dtype_t
 {
     return (call_t){.magic = CALL_MAGIC,
                     .kind = (uint16_t)kind,
-                    .dtype = (uint16_t)dtype,
+                    .dtype = (uint16_t)(c->described ? c->described : (int)dtype),
                     .op = op_or_root,
                     .seq = c->calls++,
                     .count = count};
@@ -389,10 +389,38 @@ static int ring_all_reduce(ddp_t *ddp, cpu_t *c, collective_t kind, void *buf, s
     return 0;
 }
 
+int ddp_cpu_widen(ddp_t *ddp, cpu_t *c, const char *what, const void *buf, size_t count,
+                  ddp_dtype_t dtype, float **out)
+{
+    *out = NULL;
+    if (dtype != DDP_FLOAT16 && dtype != DDP_BFLOAT16)
+        return 0;
+    if ((*out = malloc(count * sizeof **out + 1)) == NULL)
+        return ddp_fail(ddp, -ENOMEM, "%s: out of memory for %zu elements in f32", what, count);
+    if (buf != NULL)
+        ddp_half_widen(buf, *out, count, dtype);
+    c->described = (int)dtype;
+    return 0;
+}
+
+void ddp_cpu_narrow(cpu_t *c, float *wide, void *into, size_t count, ddp_dtype_t dtype)
+{
+    if (into != NULL)
+        ddp_half_narrow(wide, into, count, dtype);
+    c->described = 0;
+    free(wide);
+}
+
 static int cpu_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
                           ddp_reduce_op_t op)
 {
-    return ring_all_reduce(ddp, state, CALL_ALL_REDUCE, buf, count, dtype, op);
+    float *wide;
+    int err = ddp_cpu_widen(ddp, state, "all_reduce", buf, count, dtype, &wide);
+    if (err || wide == NULL)
+        return err ? err : ring_all_reduce(ddp, state, CALL_ALL_REDUCE, buf, count, dtype, op);
+    err = ring_all_reduce(ddp, state, CALL_ALL_REDUCE, wide, count, DDP_FLOAT32, op);
+    ddp_cpu_narrow(state, wide, err ? NULL : buf, count, dtype);
+    return err;
 }
 
 static int cpu_barrier(ddp_t *ddp, void *state)

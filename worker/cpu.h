@@ -54,6 +54,7 @@ typedef struct {
     int listen_fd;                /* where the other ranks connect for ddp_send (p2p.c) */
     struct ddp_cpu_peer_s *peers; /* point to point, by rank (p2p.c); NULL: none yet */
     int npeers;
+    int described; /* f16/bf16 reduced in f32: the dtype the call description says; 0 none */
 } cpu_t;
 
 /* One transfer: `send` to the next rank while `recv` comes from the previous one. With
@@ -92,6 +93,14 @@ int ddp_cpu_call_only(ddp_t *ddp, cpu_t *c, const char *what, const call_t *call
 
 /* "all_reduce #4 of 1000 float32 (sum)", of a description that may come from a peer. */
 void ddp_cpu_describe(const call_t *call, char *buf, size_t cap);
+
+/* f16 and bf16 reductions: `buf` (`count` elements) widened into a new f32 buffer
+ * (*out; NULL where dtype is not a half type: the caller reduces in place), with the
+ * call described in `dtype` until ddp_cpu_narrow; narrow writes the result back (when
+ * `into` is not NULL), rounding once, and frees. */
+int ddp_cpu_widen(ddp_t *ddp, cpu_t *c, const char *what, const void *buf, size_t count,
+                  ddp_dtype_t dtype, float **out);
+void ddp_cpu_narrow(cpu_t *c, float *wide, void *into, size_t count, ddp_dtype_t dtype);
 
 /* Chunk i of `count` elements split in n: sizes differ by at most one element. */
 size_t ddp_cpu_chunk_offset(size_t count, int n, int i);

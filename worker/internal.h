@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct ddp_backend_s {
     const char *name;
@@ -131,8 +132,16 @@ size_t ddp_dtype_size(ddp_dtype_t dtype);
 /* dst[i] = dst[i] op src[i] for `count` elements on the CPU. AVG adds, and with
  * `average_over` > 0 (the last step of an average) also divides the result by it, in
  * the same pass: the bits are those of the sum divided afterwards (integers truncate
- * toward zero, as C does). f16/bf16 are not supported here. */
+ * toward zero, as C does). f16/bf16 are reduced in f32 (ddp_half_widen first). */
 void ddp_reduce_into(void *dst, const void *src, size_t count, ddp_dtype_t dtype,
                      ddp_reduce_op_t op, int average_over);
+
+/* f16 or bf16 (`dtype`) to f32, exactly; and back, rounding to nearest even (NaNs stay
+ * NaNs, f16's subnormals and overflow to infinity as IEEE 754 says). Vectorized kernels
+ * (reduce.c). */
+void ddp_half_widen(const uint16_t *restrict in, float *restrict out, size_t count,
+                    ddp_dtype_t dtype);
+void ddp_half_narrow(const float *restrict in, uint16_t *restrict out, size_t count,
+                     ddp_dtype_t dtype);
 
 #endif

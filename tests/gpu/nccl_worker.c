@@ -12,7 +12,7 @@
  *                SIGTERM and must end with libddp's error, not hang
  *   auto         the auto backend ("cpu+nccl"): host buffers on the CPU ring, device
  *                buffers on NCCL (created by the first of them), a reducer of device
- *                gradients; mixing host and device memory, or f16 on the host, refused
+ *                gradients; mixing host and device memory refused; f16 on the host summed
  * Prints "<mode> ok, world N" on success; exits 1 on a wrong result, 3 when a call fails. */
 #include <ddp.h>
 
@@ -327,10 +327,15 @@ static void mode_auto(void)
         fprintf(stderr, "rank %d: device all_reduce gave %g %g\n", rank, values[0], values[1]);
         exit(1);
     }
+    /* f16 on the host: the CPU ring, in f32. 1.5 from every rank sums exactly. */
+    uint16_t half[2] = {0x3e00, 0x3e00}; /* 1.5 */
+    CALL("f16 on the host", ddp_all_reduce(ddp, half, 2, DDP_FLOAT16, DDP_SUM));
+    if (element_from_half(half[0]) != 1.5f * (float)world) {
+        fprintf(stderr, "rank %d: f16 on the host summed to %g\n", rank,
+                element_from_half(half[0]));
+        exit(1);
+    }
     /* Refused before any communication: the context stays usable. */
-    uint16_t half[2] = {0};
-    refused("f16 on the host", ddp_all_reduce(ddp, half, 2, DDP_FLOAT16, DDP_SUM),
-            "supported by the NCCL backend only");
     int64_t *gathered;
     CUDA(cudaMalloc((void **)&gathered, (size_t)world * 8));
     refused("all_gather from host to device", ddp_all_gather(ddp, host, gathered, 1, DDP_INT64),

@@ -104,9 +104,17 @@ static void store_value(void *buf, size_t i, ddp_dtype_t t, double v)
     case DDP_INT64:
         ((int64_t *)buf)[i] = (int64_t)v * 1000003;
         break;
-    default:
+    case DDP_FLOAT16:
+    case DDP_BFLOAT16:
+        /* Eighths up to 125: exact in f16; bf16 keeps 8 bits of them. */
+        element_store_half(buf, i, t, element_round_half(v / 8.0, t == DDP_BFLOAT16));
         break;
     }
+}
+
+static bool half_type(ddp_dtype_t t)
+{
+    return t == DDP_FLOAT16 || t == DDP_BFLOAT16;
 }
 
 /* Every rank holds the same bits: their hashes, gathered, are all equal. */
@@ -155,6 +163,13 @@ static void expect_reduced(const char *what, ddp_dtype_t t, ddp_reduce_op_t op, 
 {
     double mag, ref = reference(t, op, i, &mag);
     double eps = t == DDP_FLOAT32 ? FLT_EPSILON : t == DDP_FLOAT64 ? DBL_EPSILON : 0;
+    if (half_type(t)) {
+        /* Reduced in f32 (these sums are exact there; an average divided there), then
+         * rounded once: exactly this. */
+        double sum = op == DDP_AVG ? reference(t, DDP_SUM, i, &mag) : ref;
+        float in_f32 = op == DDP_AVG ? (float)sum / (float)world : (float)sum;
+        ref = element_round_half(in_f32, t == DDP_BFLOAT16);
+    }
     if (fabs(got - ref) > 4 * world * eps * mag) {
         fprintf(stderr, "rank %d: %s dtype %d op %d count %zu: [%zu] = %.17g, expected %.17g\n",
                 rank, what, (int)t, (int)op, count, at, got, ref);
@@ -180,12 +195,13 @@ static int check_one(ddp_dtype_t t, ddp_reduce_op_t op, size_t count)
 static void mode_check(size_t max_elements)
 {
     static const size_t sizes[] = {0, 1, 2, 3, 5, 7, 8, 13, 64, 100, 1000, 4097, 65537, 1000003};
-    static const ddp_dtype_t types[] = {DDP_FLOAT32, DDP_FLOAT64, DDP_INT32, DDP_INT64};
+    static const ddp_dtype_t types[] = {DDP_FLOAT32, DDP_FLOAT64, DDP_INT32,
+                                        DDP_INT64,   DDP_FLOAT16, DDP_BFLOAT16};
     int cases = 0;
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         if (sizes[s] > max_elements)
             continue;
-        for (size_t t = 0; t < 4; t++) {
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
             for (int op = DDP_SUM; op <= DDP_MAX; op++)
                 cases += check_one(types[t], (ddp_reduce_op_t)op, sizes[s]);
         }
@@ -758,12 +774,13 @@ static void check_movements(ddp_dtype_t t, size_t count)
 static void mode_more(size_t max_elements)
 {
     size_t sizes[] = {0, 1, (size_t)world - 1, (size_t)world + 1, 7, 1000, 65537};
-    static const ddp_dtype_t types[] = {DDP_FLOAT32, DDP_FLOAT64, DDP_INT32, DDP_INT64};
+    static const ddp_dtype_t types[] = {DDP_FLOAT32, DDP_FLOAT64, DDP_INT32,
+                                        DDP_INT64,   DDP_FLOAT16, DDP_BFLOAT16};
     int cases = 0;
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         if (sizes[s] > max_elements || (s > 0 && sizes[s] == 0))
             continue;
-        for (size_t t = 0; t < 4; t++) {
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
             for (int op = DDP_SUM; op <= DDP_MAX; op++, cases++)
                 check_reductions(types[t], (ddp_reduce_op_t)op, sizes[s]);
             check_movements(types[t], sizes[s]);

@@ -6,6 +6,8 @@
 
 #include <ddp.h>
 
+#include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -32,6 +34,35 @@ static inline float element_from_half(uint16_t h)
     float f;
     memcpy(&f, &x, 4);
     return f;
+}
+
+/* v rounded to the nearest f16 (bf16 where `bf`) value, ties to the even mantissa: a
+ * reference by arithmetic (the value scaled to the type's unit in the last place, then
+ * nearbyint in the default mode), independent of libddp's bit tricks. Finite results
+ * only (the workers' values are small). */
+static inline double element_round_half(double v, bool bf)
+{
+    int mant = bf ? 7 : 10, min_exp = bf ? -126 : -14, e;
+    if (v == 0)
+        return v;
+    frexp(v, &e); /* |v| in [2^(e-1), 2^e) */
+    e = e - 1 < min_exp ? min_exp : e - 1;
+    double ulp = ldexp(1, e - mant);
+    return nearbyint(v / ulp) * ulp;
+}
+
+/* Stores v, which the type holds exactly, as element i. */
+static inline void element_store_half(void *buf, size_t i, ddp_dtype_t t, double v)
+{
+    float f = (float)v;
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if (t == DDP_BFLOAT16)
+        ((uint16_t *)buf)[i] = (uint16_t)(x >> 16);
+    else if (f != 0 && fabs(v) < 0x1p-14) /* f16 subnormal: mant * 2^-24 */
+        ((uint16_t *)buf)[i] = (uint16_t)((x >> 16 & 0x8000u) | (uint16_t)(fabs(v) * 0x1p24));
+    else
+        ((uint16_t *)buf)[i] = element_to_half(f);
 }
 
 static inline double element_load(const void *buf, size_t i, ddp_dtype_t t)

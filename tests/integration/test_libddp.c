@@ -458,12 +458,12 @@ static void test_init_timeout_names_the_missing_rank(void **state)
 static void test_more_collectives(void **state)
 {
     static const char *const one_rank_tcp[] = {"DDP_TEST_NO_SHM_RANK=1", NULL};
-    run_mode(1, "more", "65537", NULL, "shm", "more ok: 120 cases"); /* world - 1 is 0 */
+    run_mode(1, "more", "65537", NULL, "shm", "more ok: 180 cases"); /* world - 1 is 0 */
     for (int world = 2; world <= 5; world++)
-        run_mode(world, "more", "65537", NULL, "shm", "more ok: 140 cases");
-    run_mode(2, "more", "65537", no_shm, "tcp", "more ok: 140 cases");
-    run_mode(3, "more", "1000", one_rank_tcp, "tcp", "more ok: 120 cases");
-    run_mode(5, "more", "1000", no_shm, "tcp", "more ok: 120 cases");
+        run_mode(world, "more", "65537", NULL, "shm", "more ok: 210 cases");
+    run_mode(2, "more", "65537", no_shm, "tcp", "more ok: 210 cases");
+    run_mode(3, "more", "1000", one_rank_tcp, "tcp", "more ok: 180 cases");
+    run_mode(5, "more", "1000", no_shm, "tcp", "more ok: 180 cases");
 }
 
 /* A recv whose count and dtype differ from its send's fails at once, naming both. */

@@ -10,6 +10,7 @@
 #include "internal.h"
 
 #include <float.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +127,85 @@ static void test_min_max_ignore_the_divisor(void **state)
     }
 }
 
+/* What an f16 (bf16 with `bf`) encoding means, from the format's definition. */
+static double half_meaning(uint16_t h, bool bf)
+{
+    int mant_bits = bf ? 7 : 10, exp_bits = bf ? 8 : 5, bias = bf ? 127 : 15;
+    int e = (h >> mant_bits) & ((1 << exp_bits) - 1), m = h & ((1 << mant_bits) - 1);
+    double sign = h & 0x8000 ? -1 : 1;
+    if (e == (1 << exp_bits) - 1)
+        return m ? NAN : sign * INFINITY;
+    if (e == 0)
+        return sign * ldexp(m, 1 - bias - mant_bits);
+    return sign * ldexp(m + (1 << mant_bits), e - bias - mant_bits);
+}
+
+static uint16_t narrow(float f, ddp_dtype_t t)
+{
+    uint16_t h;
+    ddp_half_narrow(&f, &h, 1, t);
+    return h;
+}
+
+/* Every encoding widens to its meaning exactly; every finite one narrows back to itself;
+ * the midpoint between two neighbours goes to the one with an even mantissa, a hair off
+ * it to the nearer; past the largest finite value (by half an ulp or more) is infinity;
+ * NaNs stay NaNs. Run through the vectorized loops (all values of a type at once). */
+static void check_half_format(ddp_dtype_t t)
+{
+    bool bf = t == DDP_BFLOAT16;
+    static uint16_t all[65536], back[65536];
+    static float wide[65536];
+    for (uint32_t h = 0; h < 65536; h++)
+        all[h] = (uint16_t)h;
+    ddp_half_widen(all, wide, 65536, t);
+    ddp_half_narrow(wide, back, 65536, t);
+    for (uint32_t h = 0; h < 65536; h++) {
+        double want = half_meaning((uint16_t)h, bf);
+        if (isnan(want)) {
+            assert_true(isnan(wide[h]));
+            assert_true(isnan(half_meaning(back[h], bf)));
+            continue;
+        }
+        assert_true((double)wide[h] == want);
+        assert_int_equal(back[h], h);
+    }
+    /* Between neighbours, over the positive finite values (the sign is a bit apart). */
+    uint16_t top = bf ? 0x7f7f : 0x7bff;
+    for (uint16_t h = 0; h < top; h++) {
+        float lo = wide[h], hi = wide[h + 1], mid = (float)(((double)lo + hi) / 2);
+        assert_true((double)mid == ((double)lo + hi) / 2); /* f32 holds it exactly */
+        assert_int_equal(narrow(mid, t), h % 2 == 0 ? h : h + 1);
+        assert_int_equal(narrow(nextafterf(mid, INFINITY), t), h + 1);
+        assert_int_equal(narrow(nextafterf(mid, 0), t), h);
+        assert_int_equal(narrow(-mid, t), (h % 2 == 0 ? h : h + 1) | 0x8000);
+    }
+    float max = wide[top],
+          past = (float)((double)max + (half_meaning(top, bf) - half_meaning(top - 1, bf)) / 2);
+    assert_int_equal(narrow(nextafterf(past, 0), t), top);
+    assert_int_equal(narrow(past, t), bf ? 0x7f80 : 0x7c00);
+    assert_int_equal(narrow(-INFINITY, t), bf ? 0xff80 : 0xfc00);
+    assert_int_equal(narrow(FLT_MAX, t), bf ? 0x7f80 : 0x7c00);
+    assert_true(isnan(half_meaning(narrow(NAN, t), bf)));
+    assert_true(isnan(half_meaning(narrow(-NAN, t), bf)));
+}
+
+static void test_f16_conversions(void **state)
+{
+    (void)state;
+    check_half_format(DDP_FLOAT16);
+    /* Below f16's smallest subnormal (2^-24): half of it and less go to zero. */
+    assert_int_equal(narrow(0x1p-25f, DDP_FLOAT16), 0);
+    assert_int_equal(narrow(nextafterf(0x1p-25f, 1), DDP_FLOAT16), 1);
+    assert_int_equal(narrow(1e-30f, DDP_FLOAT16), 0);
+}
+
+static void test_bf16_conversions(void **state)
+{
+    (void)state;
+    check_half_format(DDP_BFLOAT16);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -133,6 +213,8 @@ int main(void)
         cmocka_unit_test(test_sum_steps),
         cmocka_unit_test(test_integers),
         cmocka_unit_test(test_min_max_ignore_the_divisor),
+        cmocka_unit_test(test_f16_conversions),
+        cmocka_unit_test(test_bf16_conversions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,8 +34,8 @@ typedef enum {
     DDP_FLOAT64,
     DDP_INT32,
     DDP_INT64,
-    DDP_FLOAT16,  /* NCCL backend only */
-    DDP_BFLOAT16, /* NCCL backend only */
+    DDP_FLOAT16,  /* on the CPU, reduced in f32 and rounded once (to nearest even) */
+    DDP_BFLOAT16, /* the same */
 } ddp_dtype_t;
 
 typedef enum {
