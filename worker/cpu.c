@@ -70,7 +70,8 @@ void ddp_cpu_describe(const call_t *call, char *buf, size_t cap)
     switch (call->kind) {
     case CALL_ALL_REDUCE:
     case CALL_REDUCE_SCATTER:
-        snprintf(at, left, " of %llu %s (%s)", count, dtype, op);
+        snprintf(at, left, " of %llu %s (%s)%s", count, dtype, op,
+                 call->root ? ", sent in that type" : "");
         break;
     case CALL_REDUCE:
         snprintf(at, left, " of %llu %s (%s) to rank %u", count, dtype, op, call->root);
@@ -349,6 +350,7 @@ static int ring_all_reduce(ddp_t *ddp, cpu_t *c, collective_t kind, void *buf, s
     if (n == 1)
         return 0;
     call_t call = ddp_cpu_begin_call(c, kind, count, dtype, (unsigned)op);
+    call.root = ddp->half_wire; /* halves on the wire: ranks must agree on that too */
     if (count == 0)
         return ddp_cpu_call_only(ddp, c, what, &call);
     /* Reduce-scatter: after n-1 steps rank r owns the whole reduction of chunk r+1. The
@@ -415,6 +417,8 @@ static int cpu_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_
                           ddp_reduce_op_t op)
 {
     float *wide;
+    if (ddp->half_wire) /* the data stays half; each step reduces in f32 (reduce.c) */
+        return ring_all_reduce(ddp, state, CALL_ALL_REDUCE, buf, count, dtype, op);
     int err = ddp_cpu_widen(ddp, state, "all_reduce", buf, count, dtype, &wide);
     if (err || wide == NULL)
         return err ? err : ring_all_reduce(ddp, state, CALL_ALL_REDUCE, buf, count, dtype, op);

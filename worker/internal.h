@@ -90,6 +90,7 @@ struct ddp_s {
     struct ddp_cuda_api_s *cuda; /* CUDA and NCCL, once loaded (nccl.c) */
     int nccl_ids;                /* unique ids exchanged so far */
     int checkpoints;             /* checkpoint saves and loads so far */
+    bool half_wire; /* the reducer's compression: a half all-reduce sends halves (cpu.c) */
     char error[1024];
     /* The flight recorder (flight.c): the ring, mapped from a file beside the error file
      * or in plain memory, and where its dumps go ("" for none). */

@@ -37,7 +37,8 @@ typedef struct {
     size_t count;
     void *flat; /* the backend's memory, or the gradients' own when in_place */
     bool in_place;
-    int *members; /* ascending: the bucket's layout is in registration order */
+    uint16_t *wire; /* compression: the bucket in half precision (host memory), or NULL */
+    int *members;   /* ascending: the bucket's layout is in registration order */
     int nmembers;
     int pending; /* members not yet ready in this iteration */
 } bucket_t;
@@ -45,6 +46,8 @@ typedef struct {
 struct ddp_reducer_s {
     ddp_t *ddp;
     size_t bucket_bytes, first_bucket_bytes;
+    ddp_dtype_t compress; /* DDP_FLOAT16 or DDP_BFLOAT16; DDP_FLOAT32: none */
+    bool sync;            /* false: iterations accumulate (no_sync) */
     grad_t *grads;
     int ngrads, grads_cap;
     bucket_t *buckets;
@@ -74,6 +77,13 @@ int ddp_reducer_new(ddp_t *ddp, const ddp_reducer_options_t *options, ddp_reduce
         options && options->bucket_bytes ? options->bucket_bytes : DEFAULT_BUCKET_BYTES;
     r->first_bucket_bytes = options && options->first_bucket_bytes ? options->first_bucket_bytes
                                                                    : DEFAULT_FIRST_BUCKET_BYTES;
+    r->compress = options ? (ddp_dtype_t)options->compress : DDP_FLOAT32;
+    r->sync = true;
+    if (r->compress != DDP_FLOAT32 && r->compress != DDP_FLOAT16 && r->compress != DDP_BFLOAT16) {
+        free(r);
+        return ddp_fail(ddp, DDP_EUSAGE, "reducer: compress %d is not DDP_FLOAT16 or DDP_BFLOAT16",
+                        options->compress);
+    }
     pthread_mutex_init(&r->mutex, NULL);
     pthread_cond_init(&r->changed, NULL);
     *out = r;
@@ -124,6 +134,10 @@ static int form_buckets(ddp_reducer_t *r)
                             g);
         }
     }
+    if (r->compress != DDP_FLOAT32 && r->be != &ddp_cpu_backend)
+        return ddp_fail(ddp, DDP_EUSAGE,
+                        "reducer: compression takes host gradients (the CPU backend); on the GPU "
+                        "it would need a conversion kernel, which libddp has not");
     r->buckets = calloc((size_t)r->ngrads + 1, sizeof *r->buckets);
     if (r->buckets == NULL)
         return ddp_fail(ddp, -ENOMEM, "reducer: out of memory");
@@ -154,6 +168,9 @@ static int form_buckets(ddp_reducer_t *r)
         bucket_t *bucket = &r->buckets[b];
         size_t es = ddp_dtype_size(bucket->dtype), offset = 0;
         bucket->pending = bucket->nmembers;
+        if (r->compress != DDP_FLOAT32 && bucket->dtype == DDP_FLOAT32 &&
+            (bucket->wire = malloc(bucket->count * 2 + 2)) == NULL)
+            return ddp_fail(ddp, -ENOMEM, "reducer: out of memory");
         /* Members were added last first: lay them out first to last, as their addresses
          * run when the gradients are one block. Then the bucket is that memory itself,
          * averaged in place without a copy (PyTorch's gradient_as_bucket_view); either
@@ -182,6 +199,22 @@ static int form_buckets(ddp_reducer_t *r)
     return 0;
 }
 
+/* The bucket's average across the ranks, in place: compressed, its half copy is what
+ * travels (and halves are what the ranks average), widened back after. */
+static int average(ddp_reducer_t *r, bucket_t *bucket)
+{
+    ddp_t *ddp = r->ddp;
+    if (bucket->wire == NULL)
+        return ddp_all_reduce(ddp, bucket->flat, bucket->count, bucket->dtype, DDP_AVG);
+    ddp_half_narrow(bucket->flat, bucket->wire, bucket->count, r->compress);
+    ddp->half_wire = true;
+    int err = ddp_all_reduce(ddp, bucket->wire, bucket->count, r->compress, DDP_AVG);
+    ddp->half_wire = false;
+    if (err == 0)
+        ddp_half_widen(bucket->wire, bucket->flat, bucket->count, r->compress);
+    return err;
+}
+
 /* Copies the bucket's gradients in, averages it across the ranks, copies them back (no
  * copies for a bucket in place). */
 static int reduce_bucket(ddp_reducer_t *r, bucket_t *bucket)
@@ -191,13 +224,13 @@ static int reduce_bucket(ddp_reducer_t *r, bucket_t *bucket)
     size_t es = ddp_dtype_size(bucket->dtype);
     int err = 0;
     if (bucket->in_place)
-        return ddp_all_reduce(ddp, bucket->flat, bucket->count, bucket->dtype, DDP_AVG);
+        return average(r, bucket);
     for (int i = 0; i < bucket->nmembers && err == 0; i++) {
         grad_t *g = &r->grads[bucket->members[i]];
         err = be->copy(ddp, r->be_state, (char *)bucket->flat + g->offset, g->buf, g->count * es);
     }
     if (err == 0)
-        err = ddp_all_reduce(ddp, bucket->flat, bucket->count, bucket->dtype, DDP_AVG);
+        err = average(r, bucket);
     for (int i = 0; i < bucket->nmembers && err == 0; i++) {
         grad_t *g = &r->grads[bucket->members[i]];
         err = be->copy(ddp, r->be_state, g->buf, (char *)bucket->flat + g->offset, g->count * es);
@@ -279,7 +312,8 @@ int ddp_reducer_ready(ddp_reducer_t *r, int index)
     }
     r->now.last_ready = t;
     g->ready = true;
-    if (--r->buckets[g->bucket].pending == 0)
+    /* Accumulating (no_sync): nothing to send. */
+    if (r->sync && --r->buckets[g->bucket].pending == 0)
         pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->mutex);
     return 0;
@@ -309,7 +343,7 @@ int ddp_reducer_wait(ddp_reducer_t *r)
             "every rank must mark every gradient ready",
             nmissing, missing, nmissing > 8 ? ", ..." : "");
     }
-    while (r->next < r->nbuckets)
+    while (r->sync && r->next < r->nbuckets)
         pthread_cond_wait(&r->changed, &r->mutex);
     int err = r->err;
     r->last = r->now;
@@ -323,6 +357,20 @@ int ddp_reducer_wait(ddp_reducer_t *r)
         r->grads[g].ready = false;
     pthread_mutex_unlock(&r->mutex);
     return err;
+}
+
+int ddp_reducer_set_sync(ddp_reducer_t *r, bool sync)
+{
+    pthread_mutex_lock(&r->mutex);
+    bool during = r->active;
+    if (!during)
+        r->sync = sync;
+    pthread_mutex_unlock(&r->mutex);
+    if (during)
+        return ddp_fail(r->ddp, DDP_EUSAGE,
+                        "reducer: set_sync during an iteration (between wait() and the next "
+                        "ready() only)");
+    return 0;
 }
 
 int ddp_reducer_buckets(const ddp_reducer_t *r)
@@ -353,6 +401,7 @@ void ddp_reducer_free(ddp_reducer_t *r)
         if (r->buckets[b].flat != NULL && !r->buckets[b].in_place)
             r->be->release(r->be_state, r->buckets[b].flat);
         free(r->buckets[b].members);
+        free(r->buckets[b].wire);
     }
     free(r->buckets);
     free(r->grads);

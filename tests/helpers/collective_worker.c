@@ -22,6 +22,9 @@
  *                          left unmarked is an error naming it. Prints the bucket count
  *                          and "overlap yes" when the first bucket's all-reduce began
  *                          before the last gradient was ready.
+ *   reducer-modes          the reducer's no_sync (three accumulating iterations without
+ *                          communication, then one that averages the sums) and its bf16
+ *                          and f16 compression (rounded once, exactly; f64 left alone)
  *   sampler                every rank's indices gathered: each sample exactly once per
  *                          epoch (save PyTorch's padding), for several sizes, with and
  *                          without drop_last; epochs differ
@@ -328,7 +331,7 @@ static void mode_reducer(const char *layout)
     enum { G = 5 };
     void *grads[G];
     ddp_reducer_t *reducer;
-    ddp_reducer_options_t options = {2u << 20, 0};
+    ddp_reducer_options_t options = {.bucket_bytes = 2u << 20};
     CALL("reducer_new", ddp_reducer_new(ddp, &options, &reducer));
     bool block = strcmp(layout, "block") == 0 || (strcmp(layout, "mixed") == 0 && rank == 0);
     size_t total = 0;
@@ -692,6 +695,110 @@ static void mode_skip(int victim, int skipped, int seconds)
     printf("skip: rank %d finished\n", rank);
 }
 
+/* A gradient registered: its index, or the failure. */
+static void added(int index)
+{
+    if (index < 0)
+        fail_collective("reducer_add", index);
+}
+
+/* An eighth in [-4, 4] from rank r's input: sums of up to 8 ranks stay exact in bf16. */
+static float small(int r, size_t i, int it)
+{
+    return (float)((int)fmod(input(r, i, it) + 1000.0, 65.0) - 32) / 8.0f;
+}
+
+/* no_sync: three iterations only accumulate (no communication, each rank's sums its own),
+ * the fourth averages the sums; compression: f32 buckets travel as bf16 and as f16, the
+ * average computed in f32 and rounded once to the type (an f64 gradient beside them is
+ * left alone). */
+static void mode_reducer_modes(void)
+{
+    enum { NA = 1000, NB = 2001 };
+    float *a = calloc(NA, sizeof *a), *b = calloc(NB, sizeof *b);
+    double f64[5] = {0};
+    ddp_reducer_t *r;
+    ddp_reducer_timing_t timing;
+    CALL("reducer_new", ddp_reducer_new(ddp, NULL, &r));
+    added(ddp_reducer_add(r, a, NA, DDP_FLOAT32));
+    added(ddp_reducer_add(r, b, NB, DDP_FLOAT32));
+    CALL("reducer_set_sync", ddp_reducer_set_sync(r, false));
+    for (int it = 0; it < 4; it++) {
+        if (it == 3)
+            CALL("reducer_set_sync", ddp_reducer_set_sync(r, true));
+        for (size_t i = 0; i < NB; i++)
+            b[i] += small(rank, i, it);
+        CALL("ready", ddp_reducer_ready(r, 1));
+        for (size_t i = 0; i < NA; i++)
+            a[i] += small(rank, i + NB, it);
+        CALL("ready", ddp_reducer_ready(r, 0));
+        CALL("wait", ddp_reducer_wait(r));
+        ddp_reducer_timing(r, &timing);
+        if ((it < 3) != (timing.comm_end == 0)) {
+            fprintf(stderr, "rank %d: iteration %d %s\n", rank, it,
+                    it < 3 ? "communicated under no_sync" : "did not communicate");
+            exit(1);
+        }
+        for (size_t i = 0; i < NB; i++) {
+            double want = 0;
+            for (int k = 0; k <= it; k++)
+                for (int q = 0; q < (it < 3 ? 1 : world); q++)
+                    want += small(it < 3 ? rank : q, i, k);
+            if (it == 3)
+                want /= world;
+            if (fabs(b[i] - want) > 1e-5) {
+                fprintf(stderr, "rank %d: no_sync iteration %d: b[%zu] = %g, want %g\n", rank, it,
+                        i, b[i], want);
+                exit(1);
+            }
+        }
+    }
+    ddp_reducer_free(r);
+    static const ddp_dtype_t kinds[] = {DDP_BFLOAT16, DDP_FLOAT16};
+    for (int k = 0; k < 2; k++) {
+        ddp_reducer_options_t options = {.compress = kinds[k]};
+        int rounded = 0;
+        CALL("reducer_new", ddp_reducer_new(ddp, &options, &r));
+        added(ddp_reducer_add(r, b, NB, DDP_FLOAT32));
+        added(ddp_reducer_add(r, f64, 5, DDP_FLOAT64));
+        for (size_t i = 0; i < NB; i++)
+            b[i] = small(rank, i, 7);
+        for (size_t i = 0; i < 5; i++)
+            f64[i] = rank + 0.1 * (double)i;
+        CALL("ready", ddp_reducer_ready(r, 1));
+        CALL("ready", ddp_reducer_ready(r, 0));
+        CALL("wait", ddp_reducer_wait(r));
+        for (size_t i = 0; i < NB; i++) {
+            double sum = 0;
+            for (int q = 0; q < world; q++)
+                sum += small(q, i, 7);
+            float exact = (float)sum / (float)world;
+            double want = element_round_half(exact, kinds[k] == DDP_BFLOAT16);
+            rounded += want != exact;
+            if (b[i] != want) {
+                fprintf(stderr, "rank %d: compressed in %s: b[%zu] = %.9g, want %.9g\n", rank,
+                        kinds[k] == DDP_BFLOAT16 ? "bf16" : "f16", i, b[i], want);
+                exit(1);
+            }
+        }
+        for (size_t i = 0; i < 5; i++) {
+            if (fabs(f64[i] - ((world - 1) / 2.0 + 0.1 * (double)i)) > 1e-12) {
+                fprintf(stderr, "rank %d: the f64 gradient was compressed too\n", rank);
+                exit(1);
+            }
+        }
+        /* With 3 ranks, thirds do not fit 8 bits: the rounding is seen. */
+        if (world == 3 && rounded == 0) {
+            fprintf(stderr, "rank %d: nothing was rounded: not compressed?\n", rank);
+            exit(1);
+        }
+        ddp_reducer_free(r);
+    }
+    free(a);
+    free(b);
+    printf("reducer modes ok, world %d\n", world);
+}
+
 /* `count` elements of rank r's input from element `first` on, into buf. */
 static void *inputs(int r, size_t first, size_t count, ddp_dtype_t t)
 {
@@ -860,6 +967,8 @@ int main(int argc, char **argv)
         mode_mismatch(argv[2]);
     else if (strcmp(mode, "leave") == 0)
         mode_leave(argc > 2 ? atoi(argv[2]) : 0);
+    else if (strcmp(mode, "reducer-modes") == 0)
+        mode_reducer_modes();
     else if (strcmp(mode, "more") == 0)
         mode_more(argc > 2 ? strtoul(argv[2], NULL, 10) : 65537);
     else if (strcmp(mode, "p2p-mismatch") == 0)

@@ -163,6 +163,14 @@ static void test_reducer_overlaps_and_averages(void **state)
     }
 }
 
+/* The reducer's no_sync accumulation and its bf16/f16 compression. */
+static void test_reducer_modes(void **state)
+{
+    for (int world = 1; world <= 4; world++)
+        run_mode(world, "reducer-modes", NULL, NULL, "shm", "reducer modes ok");
+    run_mode(3, "reducer-modes", NULL, no_shm, "tcp", "reducer modes ok");
+}
+
 /* Two contexts in one process (two process groups) keep their collectives apart. */
 static void test_two_groups(void **state)
 {
@@ -637,6 +645,7 @@ int main(void)
         TH_TEST(test_all_reduce_world_5_shm),
         TH_TEST(test_broadcast_all_gather_barrier),
         TH_TEST(test_reducer_overlaps_and_averages),
+        TH_TEST(test_reducer_modes),
         TH_TEST(test_two_groups),
         TH_TEST(test_sampler_exactly_once),
         TH_TEST(test_checkpoint_round_trip),

@@ -148,6 +148,12 @@ typedef struct ddp_reducer_s ddp_reducer_t;
 typedef struct ddp_reducer_options_s {
     size_t bucket_bytes;       /* 0: 25 MiB */
     size_t first_bucket_bytes; /* 0: 1 MiB */
+    /* 0: none. DDP_BFLOAT16 or DDP_FLOAT16: float32 buckets travel in that type, half the
+     * bytes (PyTorch's bf16_compress_hook, fp16_compress_hook): rounded to it, averaged
+     * with each step's arithmetic in f32, written back as float32. f16 overflows past
+     * 65504; bf16 keeps f32's range with 8 bits of precision. Host gradients (the CPU
+     * backend) only. Every rank must compress alike. */
+    int compress;
 } ddp_reducer_options_t;
 
 /* When the last iteration's events happened, in seconds of CLOCK_MONOTONIC. */
@@ -169,9 +175,16 @@ int ddp_reducer_ready(ddp_reducer_t *reducer, int index);
 /* Waits until every bucket is averaged and copied back. A gradient not marked ready is
  * DDP_EUSAGE, naming it (mark it and wait again); a failed collective is its error. */
 int ddp_reducer_wait(ddp_reducer_t *reducer);
+/* sync false: the iterations that follow only accumulate, as PyTorch's no_sync(): ready()
+ * marks, wait() checks every gradient was marked and returns without communicating (the
+ * program goes on adding into its gradients); the next iteration with sync true averages
+ * what was summed. Between iterations only (DDP_EUSAGE during one). Every rank must
+ * switch alike. */
+int ddp_reducer_set_sync(ddp_reducer_t *reducer, bool sync);
 /* The number of buckets (after the first ready()). */
 int ddp_reducer_buckets(const ddp_reducer_t *reducer);
-/* The timing of the last iteration that wait() completed. */
+/* The timing of the last iteration that wait() completed (first_comm_start and comm_end
+ * are 0 for one that only accumulated). */
 void ddp_reducer_timing(const ddp_reducer_t *reducer, ddp_reducer_timing_t *out);
 /* Finishes the iteration in flight, if any, stops the thread and frees. NULL is allowed. */
 void ddp_reducer_free(ddp_reducer_t *reducer);
