@@ -257,10 +257,26 @@ int fm_model_backward(fm_model_t *m, const uint8_t *labels, fm_grad_ready_fn rea
     return 0;
 }
 
+void fm_sgd(float *values, const float *grads, float *buf, size_t n, float lr, float momentum)
+{
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = momentum * buf[i] + grads[i];
+        values[i] -= lr * buf[i];
+    }
+}
+
 void fm_model_sgd(fm_model_t *m, float lr, float momentum)
 {
-    for (size_t i = 0; i < m->nvalues; i++) {
-        m->momentum[i] = momentum * m->momentum[i] + m->grads[i];
-        m->values[i] -= lr * m->momentum[i];
+    fm_sgd(m->values, m->grads, m->momentum, m->nvalues, lr, momentum);
+}
+
+void fm_adam(float *values, const float *grads, float *m, float *v, size_t n, float lr, long step)
+{
+    const float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+    float c1 = 1.0f - powf(beta1, (float)step), c2 = 1.0f - powf(beta2, (float)step);
+    for (size_t i = 0; i < n; i++) {
+        m[i] = beta1 * m[i] + (1 - beta1) * grads[i];
+        v[i] = beta2 * v[i] + (1 - beta2) * grads[i] * grads[i];
+        values[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
     }
 }

@@ -71,4 +71,10 @@ int fm_model_backward(fm_model_t *m, const uint8_t *labels, fm_grad_ready_fn rea
 /* SGD with momentum, as torch.optim.SGD: buf = momentum * buf + grad; value -= lr * buf. */
 void fm_model_sgd(fm_model_t *m, float lr, float momentum);
 
+/* The optimizers on a range of `n` values (a ZeRO shard, or all of them) with their
+ * gradients and state: fm_sgd as above (buf: n); fm_adam as torch.optim.Adam (m, v: n
+ * each; step: the step number, from 1; betas 0.9 and 0.999, eps 1e-8). */
+void fm_sgd(float *values, const float *grads, float *buf, size_t n, float lr, float momentum);
+void fm_adam(float *values, const float *grads, float *m, float *v, size_t n, float lr, long step);
+
 #endif

@@ -26,6 +26,8 @@
 typedef struct {
     fm_arch_t arch;
     int epochs, batch, log_every, limit_train, limit_test, max_steps;
+    int zero; /* --zero: 0 (off), 1 or 2 */
+    bool adam;
     float lr, momentum;
     uint64_t seed;
     const char *data, *checkpoint, *dump;
@@ -34,9 +36,18 @@ typedef struct {
 
 /* ddp averages the gradients (NCCL on the GPU with --device cuda); host holds the
  * collectives on host memory (the same context on the CPU, a CPU group beside NCCL). */
+/* The optimizer's state: for the whole model, or with --zero for this rank's shard. */
+typedef struct {
+    ddp_zero_t *zero; /* --zero, or NULL */
+    size_t offset, len;
+    float *m, *v; /* momentum, or Adam's moments (v: Adam only) */
+    long step;
+} optim_t;
+
 typedef struct {
     ddp_t *ddp, *host, *syncbn;
     ddp_reducer_t *reducer;
+    optim_t optim;
     fm_gpu_t *gpu; /* --device cuda */
     int rank, world;
 } job_t;
@@ -49,10 +60,13 @@ static void usage(FILE *to)
             "                     [--sync-bn] [--no-dropout] [--checkpoint PATH]\n"
             "                     [--log-every N] [--limit-train N] [--limit-test N]\n"
             "                     [--max-steps N] [--dump-params PATH]\n"
-            "                     [--lr-schedule cosine|constant]\n"
+            "                     [--lr-schedule cosine|constant] [--optimizer sgd|adam]\n"
+            "                     [--zero 1|2]\n"
             "Trains on FashionMNIST under ddp-launch (1 worker without it). --batch-size is\n"
-            "per worker (default 64); --lr defaults to 0.02 for cnn, 0.1 for mlp, annealed\n"
-            "to 0 over the run (cosine). Data: Debian's dataset-fashion-mnist in %s.\n",
+            "per worker (default 64); --lr defaults to 0.02 for cnn, 0.1 for mlp (SGD) or\n"
+            "0.001 (Adam), annealed to 0 over the run (cosine). --zero shards the optimizer\n"
+            "state over the ranks (ZeRO stage 1; 2 also reduce-scatters the gradients).\n"
+            "Data: Debian's dataset-fashion-mnist in %s.\n",
             FM_DEFAULT_DATA_DIR);
 }
 
@@ -100,6 +114,8 @@ static int parse_args(int argc, char **argv, options_t *o)
         {"max-steps", required_argument, NULL, 'x'},
         {"dump-params", required_argument, NULL, 'p'},
         {"lr-schedule", required_argument, NULL, 'C'},
+        {"optimizer", required_argument, NULL, 'O'},
+        {"zero", required_argument, NULL, 'Z'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -180,6 +196,18 @@ static int parse_args(int argc, char **argv, options_t *o)
                 bad = fprintf(stderr, "fashion-mnist: --lr-schedule %s: cosine or constant\n",
                               optarg);
             break;
+        case 'O':
+            if (strcmp(optarg, "sgd") == 0 || strcmp(optarg, "adam") == 0)
+                o->adam = strcmp(optarg, "adam") == 0;
+            else
+                bad = fprintf(stderr, "fashion-mnist: --optimizer %s: sgd or adam\n", optarg);
+            break;
+        case 'Z':
+            if (strcmp(optarg, "1") == 0 || strcmp(optarg, "2") == 0)
+                o->zero = optarg[0] - '0';
+            else
+                bad = fprintf(stderr, "fashion-mnist: --zero %s: 1 or 2\n", optarg);
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -190,9 +218,8 @@ static int parse_args(int argc, char **argv, options_t *o)
         if (bad)
             return -1;
     }
-    if (o->lr < 0)
-        o->lr =
-            o->arch == FM_MLP ? 0.1f : 0.02f; /* stable from any seed; the targets in an epoch */
+    if (o->lr < 0) /* stable from any seed; the targets in an epoch */
+        o->lr = o->adam ? 0.001f : o->arch == FM_MLP ? 0.1f : 0.02f;
     if (optind < argc) {
         fprintf(stderr, "fashion-mnist: unexpected argument '%s'\n", argv[optind]);
         return -1;
@@ -200,6 +227,15 @@ static int parse_args(int argc, char **argv, options_t *o)
     char why[1024];
     if (o->cuda && fm_gpu_load(why, sizeof why) != 0) {
         fprintf(stderr, "fashion-mnist: --device cuda: %s\n", why);
+        return -1;
+    }
+    if ((o->zero || o->adam) && o->cuda) {
+        fprintf(stderr, "fashion-mnist: --zero and --optimizer adam run on the cpu device only\n");
+        return -1;
+    }
+    if ((o->zero || o->adam) && o->checkpoint != NULL) {
+        fprintf(stderr, "fashion-mnist: --checkpoint holds SGD's whole momentum: not with --zero "
+                        "(a shard of the state a rank) or --optimizer adam\n");
         return -1;
     }
     if (o->cuda && o->sync_bn) {
@@ -268,6 +304,8 @@ static int all_sum(void *ctx, double *values, int n)
 
 static void grad_ready(void *ctx, int param)
 {
+    if (((job_t *)ctx)->optim.zero != NULL)
+        return; /* --zero averages the gradients after the backward pass */
     job_t *job = ctx;
     check(job, job->ddp, "reducer_ready", ddp_reducer_ready(job->reducer, param));
 }
@@ -280,6 +318,61 @@ static uint64_t dropout_generator(uint64_t seed, int rank, int epoch)
 {
     return seed ^ 0x5DEECE66Dull ^ ((uint64_t)rank + 1) * 0x9E3779B97F4A7C15ull ^
            ((uint64_t)epoch + 1) * 0xD1B54A32D192ED03ull;
+}
+
+/* The optimizer's state: SGD's momentum (the model's own, which checkpoints hold) or
+ * Adam's moments, for every value, or with --zero for this rank's shard; rank 0 says how
+ * much that is. */
+static void optim_init(job_t *job, const options_t *o, fm_model_t *m)
+{
+    optim_t *op = &job->optim;
+    op->offset = 0;
+    op->len = m->nvalues;
+    if (o->zero) {
+        check(job, job->ddp, "zero_new", ddp_zero_new(job->ddp, m->nvalues, o->zero, &op->zero));
+        ddp_zero_shard(op->zero, &op->offset, &op->len);
+    }
+    if (!o->zero && !o->adam) {
+        op->m = m->momentum;
+    } else if ((op->m = calloc(op->len + 1, sizeof *op->m)) == NULL ||
+               (o->adam && (op->v = calloc(op->len + 1, sizeof *op->v)) == NULL)) {
+        fprintf(stderr, "fashion-mnist: out of memory for the optimizer's state\n");
+        exit(1);
+    }
+    size_t per_value = (o->adam ? 2 : 1) * sizeof(float);
+    if (job->rank == 0)
+        printf("optimizer %s%s: its state takes %.1f KiB on each rank (%.1f KiB unsharded)\n",
+               o->adam ? "Adam" : "SGD with momentum",
+               o->zero == 1   ? ", ZeRO stage 1"
+               : o->zero == 2 ? ", ZeRO stage 2"
+                              : "",
+               (double)(op->len * per_value) / 1024, (double)(m->nvalues * per_value) / 1024);
+}
+
+/* After the backward pass (and, without --zero, the reducer's average): the step. With
+ * --zero the gradients are averaged now (stage 1: all of them; stage 2: this rank's
+ * shard), the shard updated, and the shards gathered into every rank's parameters. */
+static void optim_step(job_t *job, const options_t *o, fm_model_t *m, float lr)
+{
+    optim_t *op = &job->optim;
+    const float *grads = m->grads;
+    if (op->zero != NULL)
+        check(job, job->ddp, "zero_reduce", ddp_zero_reduce(op->zero, m->grads, &grads));
+    op->step++;
+    if (o->adam)
+        fm_adam(m->values + op->offset, grads, op->m, op->v, op->len, lr, op->step);
+    else
+        fm_sgd(m->values + op->offset, grads, op->m, op->len, lr, o->momentum);
+    if (op->zero != NULL)
+        check(job, job->ddp, "zero_gather", ddp_zero_gather(op->zero, m->values));
+}
+
+static void optim_free(job_t *job, fm_model_t *m)
+{
+    ddp_zero_free(job->optim.zero);
+    if (job->optim.m != m->momentum)
+        free(job->optim.m);
+    free(job->optim.v);
 }
 
 /* What a checkpoint holds: where to resume, then the parameters, the momentum buffers
@@ -442,6 +535,7 @@ int main(int argc, char **argv)
         int index = ddp_reducer_add(job.reducer, grad, m.params[p].count, DDP_FLOAT32);
         check(&job, job.ddp, "reducer_add", index < 0 ? index : 0);
     }
+    optim_init(&job, &o, &m);
     int first_epoch = o.checkpoint ? load_checkpoint(&job, &o, &m) : 0;
     if (first_epoch > 0)
         push(&job);
@@ -496,18 +590,20 @@ int main(int argc, char **argv)
                         job.rank, ddp_last_error(job.syncbn));
                 return 1;
             }
-            check(&job, job.ddp, "reducer_wait", ddp_reducer_wait(job.reducer));
-            /* What the backward pass did not hide: the wait for the last buckets. */
-            ddp_reducer_timing_t t;
-            ddp_reducer_timing(job.reducer, &t);
-            exposed += t.comm_end > t.last_ready ? t.comm_end - t.last_ready : 0;
+            if (job.optim.zero == NULL) {
+                check(&job, job.ddp, "reducer_wait", ddp_reducer_wait(job.reducer));
+                /* What the backward pass did not hide: the wait for the last buckets. */
+                ddp_reducer_timing_t t;
+                ddp_reducer_timing(job.reducer, &t);
+                exposed += t.comm_end > t.last_ready ? t.comm_end - t.last_ready : 0;
+            }
             /* Cosine annealing over the whole run (torch's CosineAnnealingLR, per step). */
             double progress = (double)(epoch * steps + step) / ((double)o.epochs * steps);
             float lr = o.cosine ? (float)(o.lr * 0.5 * (1 + cos(M_PI * progress))) : o.lr;
             if (job.gpu != NULL)
                 gpu_check(&job, "sgd", fm_gpu_sgd(job.gpu, lr, o.momentum));
             else
-                fm_model_sgd(&m, lr, o.momentum);
+                optim_step(&job, &o, &m, lr);
             loss_sum += loss;
             loss_steps++;
             total_steps++;
@@ -552,6 +648,7 @@ int main(int argc, char **argv)
         }
     }
     ddp_reducer_free(job.reducer);
+    optim_free(&job, &m);
     fm_gpu_free(job.gpu);
     ddp_finalize(job.syncbn);
     if (job.host != job.ddp)

@@ -189,6 +189,29 @@ void ddp_reducer_timing(const ddp_reducer_t *reducer, ddp_reducer_timing_t *out)
 /* Finishes the iteration in flight, if any, stops the thread and frees. NULL is allowed. */
 void ddp_reducer_free(ddp_reducer_t *reducer);
 
+/* Sharded optimizer state, ZeRO stages 1 and 2 (DeepSpeed's; PyTorch's
+ * ZeroRedundancyOptimizer is stage 1): the parameters and their gradients are each one
+ * float32 array of `count` elements, split in world-size shards; a rank keeps optimizer
+ * state (momentum, Adam's moments) for its shard only and updates only that shard. Each
+ * step, after the backward pass: ddp_zero_reduce, then the program's optimizer on the
+ * shard, then ddp_zero_gather. Host memory (the CPU backend). */
+typedef struct ddp_zero_s ddp_zero_t;
+
+/* stage 1: the gradients are all-reduced (each rank has them all, uses its shard);
+ * stage 2: reduce-scattered (each rank receives only its shard's average). */
+int ddp_zero_new(ddp_t *ddp, size_t count, int stage, ddp_zero_t **out);
+/* This rank's shard: elements [*offset, *offset + *len) of the parameters (*len may be 0
+ * where there are fewer elements than ranks). */
+void ddp_zero_shard(const ddp_zero_t *zero, size_t *offset, size_t *len);
+/* Averages the gradients across the ranks; *shard_grads points to the average of this
+ * rank's shard (*len elements): inside `grads` with stage 1, the zero's own memory with
+ * stage 2 (valid until the next call). */
+int ddp_zero_reduce(ddp_zero_t *zero, float *grads, const float **shard_grads);
+/* After the shard of `params` was updated: every rank's shard into every rank's
+ * `params` (all-gather). */
+int ddp_zero_gather(ddp_zero_t *zero, float *params);
+void ddp_zero_free(ddp_zero_t *zero);
+
 /* The distributed sampler, with PyTorch's DistributedSampler semantics: each epoch, every
  * rank takes its share of one permutation of 0 .. dataset_size-1 (shuffled by seed +
  * epoch, the same on every rank), so every sample goes to exactly one rank. Without
