@@ -9,6 +9,7 @@
  * prints progress, saves a checkpoint after each epoch, and a restarted job resumes from
  * it. Run: ddp-launch --nproc-per-node=2 --no-python ./fashion-mnist --epochs 1 */
 #include "data.h"
+#include "dp.h"
 #include "model.h"
 #include "model_cuda.h"
 
@@ -28,6 +29,7 @@ typedef struct {
     int epochs, batch, log_every, limit_train, limit_test, max_steps;
     int zero; /* --zero: 0 (off), 1 or 2 */
     bool adam;
+    int replicas; /* --parallel dp: threads; 0: ddp (processes) */
     float lr, momentum;
     uint64_t seed;
     const char *data, *checkpoint, *dump;
@@ -61,11 +63,12 @@ static void usage(FILE *to)
             "                     [--log-every N] [--limit-train N] [--limit-test N]\n"
             "                     [--max-steps N] [--dump-params PATH]\n"
             "                     [--lr-schedule cosine|constant] [--optimizer sgd|adam]\n"
-            "                     [--zero 1|2]\n"
+            "                     [--zero 1|2] [--parallel ddp|dp] [--replicas N]\n"
             "Trains on FashionMNIST under ddp-launch (1 worker without it). --batch-size is\n"
             "per worker (default 64); --lr defaults to 0.02 for cnn, 0.1 for mlp (SGD) or\n"
             "0.001 (Adam), annealed to 0 over the run (cosine). --zero shards the optimizer\n"
             "state over the ranks (ZeRO stage 1; 2 also reduce-scatters the gradients).\n"
+            "--parallel dp: one process, --replicas threads (default 2), DataParallel's way.\n"
             "Data: Debian's dataset-fashion-mnist in %s.\n",
             FM_DEFAULT_DATA_DIR);
 }
@@ -116,6 +119,8 @@ static int parse_args(int argc, char **argv, options_t *o)
         {"lr-schedule", required_argument, NULL, 'C'},
         {"optimizer", required_argument, NULL, 'O'},
         {"zero", required_argument, NULL, 'Z'},
+        {"parallel", required_argument, NULL, 'P'},
+        {"replicas", required_argument, NULL, 'R'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -128,7 +133,8 @@ static int parse_args(int argc, char **argv, options_t *o)
                      .data = FM_DEFAULT_DATA_DIR,
                      .dropout = true,
                      .cosine = true};
-    int seed = 0, c;
+    int seed = 0, c, replicas = 2;
+    bool dp = false;
     while ((c = getopt_long(argc, argv, "h", flags, NULL)) != -1) {
         int bad = 0;
         switch (c) {
@@ -208,6 +214,15 @@ static int parse_args(int argc, char **argv, options_t *o)
             else
                 bad = fprintf(stderr, "fashion-mnist: --zero %s: 1 or 2\n", optarg);
             break;
+        case 'P':
+            if (strcmp(optarg, "ddp") == 0 || strcmp(optarg, "dp") == 0)
+                dp = strcmp(optarg, "dp") == 0;
+            else
+                bad = fprintf(stderr, "fashion-mnist: --parallel %s: ddp or dp\n", optarg);
+            break;
+        case 'R':
+            bad = parse_int("--replicas", optarg, 1, &replicas);
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -217,6 +232,12 @@ static int parse_args(int argc, char **argv, options_t *o)
         }
         if (bad)
             return -1;
+    }
+    o->replicas = dp ? replicas : 0;
+    if (dp && (o->cuda || o->zero || o->adam || o->checkpoint || o->sync_bn)) {
+        fprintf(stderr, "fashion-mnist: --parallel dp is SGD on the cpu device, without --zero, "
+                        "--checkpoint or --sync-bn\n");
+        return -1;
     }
     if (o->lr < 0) /* stable from any seed; the targets in an epoch */
         o->lr = o->adam ? 0.001f : o->arch == FM_MLP ? 0.1f : 0.02f;
@@ -510,6 +531,32 @@ int main(int argc, char **argv)
                 why);
         return 1;
     }
+    if (o.replicas > 0) {
+        if (job.world > 1) {
+            fprintf(stderr, "fashion-mnist: --parallel dp is one process: run it without "
+                            "ddp-launch, or with --nproc-per-node=1\n");
+            return 2;
+        }
+        fm_dp_options_t dp = {.arch = o.arch,
+                              .replicas = o.replicas,
+                              .epochs = o.epochs,
+                              .batch = o.batch,
+                              .log_every = o.log_every,
+                              .limit_train = o.limit_train,
+                              .limit_test = o.limit_test,
+                              .max_steps = o.max_steps,
+                              .lr = o.lr,
+                              .momentum = o.momentum,
+                              .seed = o.seed,
+                              .dropout = o.dropout,
+                              .cosine = o.cosine,
+                              .dump = o.dump};
+        int status = fm_dp_train(&dp, &train, &test, job.ddp);
+        fm_dataset_free(&train);
+        fm_dataset_free(&test);
+        ddp_finalize(job.ddp);
+        return status;
+    }
     if (fm_model_init(&m, o.arch, o.batch, o.seed) != 0) {
         fprintf(stderr, "fashion-mnist: out of memory for the model\n");
         return 1;
@@ -639,8 +686,11 @@ int main(int argc, char **argv)
             check(&job, job.ddp, "checkpoint_save", save_checkpoint(&job, &o, &m, epoch + 1));
         }
     }
+    double evaluated = now();
     double accuracy = evaluate(&job, &m, &test, o.limit_test, o.batch);
     if (job.rank == 0) {
+        int tests = o.limit_test > 0 && o.limit_test < test.count ? o.limit_test : test.count;
+        printf("inference: %.0f samples/s\n", tests / (now() - evaluated));
         printf("test accuracy %.2f%%\n", 100 * accuracy);
         if (o.dump != NULL) {
             pull(&job);

@@ -176,6 +176,54 @@ static void test_zero_matches_the_unsharded_run(void **state)
     free(dir);
 }
 
+/* --parallel dp (DataParallel's pattern, threads of one process): 2 replicas x batch 16
+ * take the steps 1 worker x batch 32 takes (the same samples; the gradients summed,
+ * weighed by slice): the same parameters to float rounding. It is one process: under a
+ * launcher of 2 workers it is refused. */
+static void test_data_parallel_threads(void **state)
+{
+    char *dir = th_tmpdir(), flag[2][700];
+    const char *batch[] = {"--batch-size=16", "--batch-size=32"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(flag[i], sizeof flag[i], "--dump-params=%s/%d.bin", dir, i);
+        const char *argv[] = {example(),
+                              "--model=mlp",
+                              "--no-dropout",
+                              "--seed=3",
+                              "--max-steps=10",
+                              "--limit-test=200",
+                              batch[i],
+                              flag[i],
+                              i == 0 ? "--parallel=dp" : NULL,
+                              "--replicas=2",
+                              NULL};
+        th_proc_t p;
+        th_run(&p, argv, NULL, 300);
+        TH_ASSERT(&p, th_status(&p) == 0);
+        if (i == 0) {
+            TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "DataParallel: 2 replica thread(s) x batch "
+                                                      "16") != NULL);
+            TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "inference: ") != NULL);
+        }
+        th_cleanup(&p);
+    }
+    char a[800], b[800];
+    snprintf(a, sizeof a, "%s/0.bin", dir);
+    snprintf(b, sizeof b, "%s/1.bin", dir);
+    double diff = th_relative_difference(a, b);
+    printf("relative difference, 2 replica threads x 16 against 1 worker x 32: %.3g\n", diff);
+    assert_true(diff <= 1e-5);
+    const char *two[] = {th_launcher(),   "--nproc-per-node=2", "--no-python", example(),
+                         "--parallel=dp", "--max-steps=1",      NULL};
+    th_proc_t p;
+    th_run(&p, two, NULL, 120);
+    TH_ASSERT(&p, th_status(&p) != 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "--parallel dp is one process") != NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* The pid of the worker of rank `rank` in the job `run_id`, from /proc. */
 static pid_t find_worker(const char *run_id, int rank)
 {
@@ -428,6 +476,7 @@ int main(void)
         TH_TEST(test_first_line_is_not_held),
         TH_TEST(test_two_workers_equal_one_with_twice_the_batch),
         TH_TEST(test_zero_matches_the_unsharded_run),
+        TH_TEST(test_data_parallel_threads),
         TH_TEST(test_killed_worker_resumes_from_checkpoint),
         TH_TEST(test_resumed_run_with_dropout_is_bitwise_equal),
         TH_TEST(test_cnn_one_epoch_two_workers),
