@@ -49,8 +49,14 @@
 #ifndef SHM_CHUNK
 #define SHM_CHUNK ((size_t)128 << 10)
 #endif
-#define SHM_SPINS  200 /* tries without progress before sleeping on the doorbell */
-#define SHM_NAP_MS 20  /* the longest sleep before looking at the peers' sockets */
+#ifndef SMALL_BYTES
+#define SMALL_BYTES ((size_t)8 << 10) /* all-reduces up to this size take n - 1 steps */
+#endif
+#define SHM_SPINS 200 /* tries without progress before sleeping on the doorbell, */
+#ifndef SHM_SPIN_US
+#define SHM_SPIN_US 50 /* and at least this long (not oversubscribed): a wake-up costs more */
+#endif
+#define SHM_NAP_MS 20 /* the longest sleep before looking at the peers' sockets */
 
 void ddp_cpu_describe(const call_t *call, char *buf, size_t cap)
 {
@@ -137,6 +143,7 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
     double deadline = ddp_clock_mono() + ddp->timeout;
     int idle = 0, err;
     bool slept = false;
+    double idle_since = 0; /* when the spinning began (0: not yet looked) */
     ddp_shm_align(&c->next_seg, true);
     ddp_shm_align(&c->own, false);
     while (hs < hl || hg < hl || sent < t->send_len || got < t->recv_len) {
@@ -174,6 +181,7 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
         if (progress) {
             deadline = ddp_clock_mono() + ddp->timeout;
             idle = 0;
+            idle_since = 0;
             slept = false;
             continue;
         }
@@ -197,7 +205,16 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
                                 ddp->timeout, sent, t->send_len, got, t->recv_len);
             }
         }
-        if (++idle < SHM_SPINS) {
+        /* Spin a while: the peer usually answers within microseconds, and a sleep and
+         * its wake-up cost tens. Oversubscribed, yield the CPU instead. */
+        if (++idle >= SHM_SPINS && !c->oversubscribed && !slept && SHM_SPIN_US > 0) {
+            double clock = ddp_clock_mono();
+            if (idle_since == 0)
+                idle_since = clock;
+            if (clock - idle_since < SHM_SPIN_US * 1e-6)
+                idle = SHM_SPINS - 64; /* look at the clock every 64 tries */
+        }
+        if (idle < SHM_SPINS) {
             if (c->oversubscribed)
                 sched_yield();
             continue;
@@ -340,6 +357,35 @@ int ddp_cpu_call_only(ddp_t *ddp, cpu_t *c, const char *what, const call_t *call
     return ddp_cpu_transfer(ddp, c, what, &t);
 }
 
+/* Small buffers: every rank's whole buffer goes round the ring (n - 1 steps, not the
+ * 2(n - 1) of reduce-scatter and all-gather), then each rank reduces the n of them in
+ * rank order, so all hold the same bits. More bytes move, but at these sizes a step's
+ * latency is what counts. */
+static int small_all_reduce(ddp_t *ddp, cpu_t *c, const char *what, uint8_t *buf, size_t count,
+                            ddp_dtype_t dtype, ddp_reduce_op_t op, const call_t *call)
+{
+    int n = ddp->world_size, r = ddp->rank;
+    size_t bytes = count * ddp_dtype_size(dtype);
+    uint8_t *all = c->small;
+    memcpy(all + (size_t)r * bytes, buf, bytes);
+    for (int s = 0; s < n - 1; s++) {
+        int give = (r - s + n) % n, take = (r - s - 1 + n) % n;
+        transfer_t t = {.send = all + (size_t)give * bytes,
+                        .send_len = bytes,
+                        .recv = all + (size_t)take * bytes,
+                        .recv_len = bytes,
+                        .dtype = dtype,
+                        .call = s == 0 ? call : NULL};
+        int err = ddp_cpu_transfer(ddp, c, what, &t);
+        if (err)
+            return err;
+    }
+    memcpy(buf, all, bytes);
+    for (int q = 1; q < n; q++)
+        ddp_reduce_into(buf, all + (size_t)q * bytes, count, dtype, op, q == n - 1 ? n : 0);
+    return 0;
+}
+
 static int ring_all_reduce(ddp_t *ddp, cpu_t *c, collective_t kind, void *buf, size_t count,
                            ddp_dtype_t dtype, ddp_reduce_op_t op)
 {
@@ -353,6 +399,8 @@ static int ring_all_reduce(ddp_t *ddp, cpu_t *c, collective_t kind, void *buf, s
     call.root = ddp->half_wire; /* halves on the wire: ranks must agree on that too */
     if (count == 0)
         return ddp_cpu_call_only(ddp, c, what, &call);
+    if (count * es <= SMALL_BYTES)
+        return small_all_reduce(ddp, c, what, b, count, dtype, op, &call);
     /* Reduce-scatter: after n-1 steps rank r owns the whole reduction of chunk r+1. The
      * last step, into that chunk, also divides an average: one pass over the data. */
     for (int s = 0; s < n - 1; s++) {
@@ -610,6 +658,7 @@ static void cpu_finalize(void *state)
     ddp_shm_close(&c->next_seg);
     ddp_shm_close(&c->prev_seg);
     free(c->scratch);
+    free(c->small);
     free(c);
 }
 
@@ -696,7 +745,8 @@ static int cpu_init(ddp_t *ddp, void **state)
         *state = c;
         return 0;
     }
-    if ((c->scratch = malloc(SCRATCH)) == NULL) {
+    if ((c->scratch = malloc(SCRATCH)) == NULL ||
+        (c->small = malloc(SMALL_BYTES * (size_t)ddp->world_size + 1)) == NULL) {
         err = -ENOMEM;
         goto fail;
     }

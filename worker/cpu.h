@@ -46,6 +46,7 @@ typedef struct {
     int next, prev; /* their ranks */
     char next_addr[128], prev_addr[128];
     uint8_t *scratch;    /* received data waiting to be reduced */
+    uint8_t *small;      /* every rank's buffer of a small all-reduce (cpu.c) */
     bool shm;            /* the data goes through the segments below */
     bool oversubscribed; /* more ranks here than CPUs: spin by yielding */
     ddp_shm_seg_t own, next_seg, prev_seg;
