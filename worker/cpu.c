@@ -140,7 +140,7 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
     /* The call's description: its bytes sent and received, ahead of the data. */
     size_t hl = t->call != NULL ? sizeof(call_t) : 0, hs = 0, hg = 0;
     call_t theirs;
-    double deadline = ddp_clock_mono() + ddp->timeout;
+    double deadline = 0; /* set when the waiting begins: no clock read while data flows */
     int idle = 0, err;
     bool slept = false;
     double idle_since = 0; /* when the spinning began (0: not yet looked) */
@@ -179,7 +179,7 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
             }
         }
         if (progress) {
-            deadline = ddp_clock_mono() + ddp->timeout;
+            deadline = 0;
             idle = 0;
             idle_since = 0;
             slept = false;
@@ -211,6 +211,8 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
             double clock = ddp_clock_mono();
             if (idle_since == 0)
                 idle_since = clock;
+            if (deadline == 0)
+                deadline = clock + ddp->timeout;
             if (clock - idle_since < SHM_SPIN_US * 1e-6)
                 idle = SHM_SPINS - 64; /* look at the clock every 64 tries */
         }
@@ -226,7 +228,10 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
         bool ready = (hs < hl && ddp_shm_room(&c->next_seg) >= 8) ||
                      (hs == hl && sent < sendable && ddp_shm_room(&c->next_seg) >= es) ||
                      ((hg < hl || got < t->recv_len) && readable > 0);
-        double left = deadline - ddp_clock_mono();
+        double now = ddp_clock_mono();
+        if (deadline == 0)
+            deadline = now + ddp->timeout;
+        double left = deadline - now;
         /* The flight recorder's peer: the one whose data this rank still needs. */
         ddp_flight_peer(ddp, hg < hl || got < t->recv_len ? c->prev : c->next);
         if (!ready && left > 0)
