@@ -22,9 +22,13 @@ def main():
         t0 = time.monotonic()
         dist.all_reduce(buf)
         one = time.monotonic() - t0
-        iters = torch.tensor([min(100000, max(3, int(seconds / max(one, 1e-6))))])
-        dist.broadcast(iters, 0)
-        iters = int(iters.item())
+        # As ddp-bench-allreduce: warm-up ops for about 50 ms, then the timed ones.
+        plan = torch.tensor([min(10000, max(1, int(0.05 / max(one, 1e-6)))),
+                             min(100000, max(3, int(seconds / max(one, 1e-6))))])
+        dist.broadcast(plan, 0)
+        for _ in range(int(plan[0].item())):
+            dist.all_reduce(buf)
+        iters = int(plan[1].item())
         dist.barrier()
         t0 = time.monotonic()
         for _ in range(iters):

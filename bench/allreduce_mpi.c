@@ -55,9 +55,15 @@ int main(int argc, char **argv)
         double t0 = MPI_Wtime();
         run(op, in, out, count, ranks);
         double one = MPI_Wtime() - t0;
-        int64_t iters = (int64_t)(seconds / (one > 1e-6 ? one : 1e-6));
-        iters = iters < 3 ? 3 : iters > 100000 ? 100000 : iters;
-        MPI_Bcast(&iters, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+        /* As ddp-bench-allreduce: warm-up ops for about 50 ms, then the timed ones. */
+        int64_t plan[2] = {(int64_t)(0.05 / (one > 1e-6 ? one : 1e-6)),
+                           (int64_t)(seconds / (one > 1e-6 ? one : 1e-6))};
+        plan[0] = plan[0] < 1 ? 1 : plan[0] > 10000 ? 10000 : plan[0];
+        plan[1] = plan[1] < 3 ? 3 : plan[1] > 100000 ? 100000 : plan[1];
+        MPI_Bcast(plan, 2, MPI_INT64_T, 0, MPI_COMM_WORLD);
+        for (int64_t i = 0; i < plan[0]; i++)
+            run(op, in, out, count, ranks);
+        int64_t iters = plan[1];
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = MPI_Wtime();
         for (int64_t i = 0; i < iters; i++)

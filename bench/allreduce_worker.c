@@ -93,15 +93,21 @@ int main(int argc, char **argv)
         float *buf = calloc(count + 1, sizeof *buf), *out = calloc(count + 1, sizeof *out);
         for (size_t i = 0; i < count; i++)
             buf[i] = (float)(i % 7);
-        /* Warm up, and measure one op to choose how many fill the time. */
+        /* One op to learn its time; then, rank 0 deciding for all, warm-up ops for about
+         * 50 ms (caches, the CPUs' clocks, the peers' spinning) and the timed ones. */
         check(ddp, run(ddp, op, buf, out, count));
         check(ddp, ddp_barrier(ddp));
         double t0 = now();
         check(ddp, run(ddp, op, buf, out, count));
         double one = now() - t0;
-        int64_t iters = (int64_t)(seconds / (one > 1e-6 ? one : 1e-6));
-        iters = iters < 3 ? 3 : iters > 100000 ? 100000 : iters;
-        check(ddp, ddp_broadcast(ddp, &iters, 1, DDP_INT64, 0));
+        int64_t plan[2] = {(int64_t)(0.05 / (one > 1e-6 ? one : 1e-6)),
+                           (int64_t)(seconds / (one > 1e-6 ? one : 1e-6))};
+        plan[0] = plan[0] < 1 ? 1 : plan[0] > 10000 ? 10000 : plan[0];
+        plan[1] = plan[1] < 3 ? 3 : plan[1] > 100000 ? 100000 : plan[1];
+        check(ddp, ddp_broadcast(ddp, plan, 2, DDP_INT64, 0));
+        for (int64_t i = 0; i < plan[0]; i++)
+            check(ddp, run(ddp, op, buf, out, count));
+        int64_t iters = plan[1];
         check(ddp, ddp_barrier(ddp));
         t0 = now();
         for (int64_t i = 0; i < iters; i++)
