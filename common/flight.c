@@ -11,9 +11,10 @@
 
 const char *ddp_flight_op_name(int32_t op)
 {
-    static const char *const names[] = {"?",          "all_reduce", "barrier",        "broadcast",
-                                        "all_gather", "reduce",     "reduce_scatter", "all_to_all",
-                                        "gather",     "scatter"};
+    static const char *const names[] = {
+        "?",      "all_reduce",     "barrier",    "broadcast", "all_gather",
+        "reduce", "reduce_scatter", "all_to_all", "gather",    "scatter",
+        "send"};
     return op > 0 && (size_t)op < sizeof names / sizeof names[0] ? names[op] : "?";
 }
 
@@ -30,43 +31,43 @@ const char *ddp_op_name(int op)
     return op >= 0 && (size_t)op < sizeof names / sizeof names[0] ? names[op] : "?";
 }
 
-void ddp_flight_describe(const ddp_flight_entry_t *e, char *buf, size_t cap)
+void ddp_describe_call(int op, uint64_t seq, uint64_t count, int dtype, int reduce_op, int root,
+                       char *buf, size_t cap)
 {
-    const char *dtype = ddp_dtype_name(e->dtype);
-    unsigned long long seq = (unsigned long long)e->seq, count = (unsigned long long)e->count;
-    switch (e->op) {
+    int n = snprintf(buf, cap, "%s #%llu", ddp_flight_op_name(op), (unsigned long long)seq);
+    if (n < 0 || (size_t)n >= cap || op == DDP_FLIGHT_BARRIER)
+        return;
+    char *at = buf + n;
+    size_t left = cap - (size_t)n;
+    unsigned long long elements = (unsigned long long)count;
+    const char *type = ddp_dtype_name(dtype), *how = ddp_op_name(reduce_op);
+    switch (op) {
     case DDP_FLIGHT_ALL_REDUCE:
-        snprintf(buf, cap, "all_reduce #%llu of %llu %s (%s)", seq, count, dtype,
-                 ddp_op_name(e->reduce_op));
-        break;
-    case DDP_FLIGHT_BROADCAST:
-        snprintf(buf, cap, "broadcast #%llu of %llu %s from rank %d", seq, count, dtype, e->root);
-        break;
-    case DDP_FLIGHT_ALL_GATHER:
-    case DDP_FLIGHT_ALL_TO_ALL:
-        snprintf(buf, cap, "%s #%llu of %llu %s a rank", ddp_flight_op_name(e->op), seq, count,
-                 dtype);
-        break;
     case DDP_FLIGHT_REDUCE_SCATTER:
-        snprintf(buf, cap, "reduce_scatter #%llu of %llu %s a rank (%s)", seq, count, dtype,
-                 ddp_op_name(e->reduce_op));
+        snprintf(at, left, " of %llu %s (%s)", elements, type, how);
         break;
     case DDP_FLIGHT_REDUCE:
-        snprintf(buf, cap, "reduce #%llu of %llu %s (%s) to rank %d", seq, count, dtype,
-                 ddp_op_name(e->reduce_op), e->root);
+        snprintf(at, left, " of %llu %s (%s) to rank %d", elements, type, how, root);
+        break;
+    case DDP_FLIGHT_BROADCAST:
+    case DDP_FLIGHT_SCATTER:
+        snprintf(at, left, " of %llu %s from rank %d", elements, type, root);
         break;
     case DDP_FLIGHT_GATHER:
-        snprintf(buf, cap, "%s #%llu of %llu %s to rank %d", ddp_flight_op_name(e->op), seq, count,
-                 dtype, e->root);
+        snprintf(at, left, " of %llu %s to rank %d", elements, type, root);
         break;
-    case DDP_FLIGHT_SCATTER:
-        snprintf(buf, cap, "%s #%llu of %llu %s from rank %d", ddp_flight_op_name(e->op), seq,
-                 count, dtype, e->root);
+    case DDP_FLIGHT_SEND:
+        snprintf(at, left, " of %llu %s", elements, type);
         break;
     default:
-        snprintf(buf, cap, "%s #%llu", ddp_flight_op_name(e->op), seq);
+        snprintf(at, left, " of %llu %s a rank", elements, type);
         break;
     }
+}
+
+void ddp_flight_describe(const ddp_flight_entry_t *e, char *buf, size_t cap)
+{
+    ddp_describe_call(e->op, e->seq, e->count, e->dtype, e->reduce_op, e->root, buf, cap);
 }
 
 int ddp_flight_read(const char *path, ddp_flight_ring_t *out)

@@ -28,6 +28,7 @@ typedef enum {
     DDP_FLIGHT_ALL_TO_ALL,
     DDP_FLIGHT_GATHER,
     DDP_FLIGHT_SCATTER,
+    DDP_FLIGHT_SEND, /* never in a ring: named for the CPU backend's descriptions */
 } ddp_flight_op_t;
 
 typedef struct {
@@ -63,9 +64,13 @@ const char *ddp_flight_op_name(int32_t op);
 const char *ddp_dtype_name(int dtype);
 const char *ddp_op_name(int op);
 
-/* "all_reduce #4 of 1000 float32 (sum)", "barrier #2", "broadcast #3 of 10 int64 from
- * rank 0", "all_gather #5 of 8 float32 a rank", "gather #6 of 4 int32 to rank 2", into
- * buf[cap]. */
+/* A collective for people, into buf[cap]: "all_reduce #4 of 1000 float32 (sum)",
+ * "barrier #2", "broadcast #3 of 10 int64 from rank 0", "all_gather #5 of 8 float32 a
+ * rank", "gather #6 of 4 int32 to rank 2". `op` is a ddp_flight_op_t (the CPU backend's
+ * call kinds have the same numbers); `root` the root (broadcast, reduce, gather, scatter);
+ * `reduce_op` the reduction. Of a ring's entry, or of any call. */
+void ddp_describe_call(int op, uint64_t seq, uint64_t count, int dtype, int reduce_op, int root,
+                       char *buf, size_t cap);
 void ddp_flight_describe(const ddp_flight_entry_t *e, char *buf, size_t cap);
 
 /* Reads the ring file at `path` into *out. 0; -errno; DDP_EPARSE when it is not a ring of

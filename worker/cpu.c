@@ -60,42 +60,12 @@
 
 void ddp_cpu_describe(const call_t *call, char *buf, size_t cap)
 {
-    static const char *const kinds[] = {
-        "?",      "all_reduce",     "barrier",    "broadcast", "all_gather",
-        "reduce", "reduce_scatter", "all_to_all", "gather",    "scatter",
-        "send"};
-    const char *kind = call->kind < sizeof kinds / sizeof kinds[0] ? kinds[call->kind] : "?";
-    int n = snprintf(buf, cap, "%s #%llu", kind, (unsigned long long)call->seq);
-    if (n < 0 || (size_t)n >= cap || call->kind == CALL_BARRIER)
-        return;
-    char *at = buf + n;
-    size_t left = cap - (size_t)n;
-    unsigned long long count = (unsigned long long)call->count;
-    const char *dtype = ddp_dtype_name((ddp_dtype_t)call->dtype);
-    const char *op = ddp_op_name((ddp_reduce_op_t)call->op);
-    switch (call->kind) {
-    case CALL_ALL_REDUCE:
-    case CALL_REDUCE_SCATTER:
-        snprintf(at, left, " of %llu %s (%s)%s", count, dtype, op,
-                 call->root ? ", sent in that type" : "");
-        break;
-    case CALL_REDUCE:
-        snprintf(at, left, " of %llu %s (%s) to rank %u", count, dtype, op, call->root);
-        break;
-    case CALL_BROADCAST:
-    case CALL_SCATTER:
-        snprintf(at, left, " of %llu %s from rank %u", count, dtype, call->op);
-        break;
-    case CALL_GATHER:
-        snprintf(at, left, " of %llu %s to rank %u", count, dtype, call->op);
-        break;
-    case CALL_SEND:
-        snprintf(at, left, " of %llu %s", count, dtype);
-        break;
-    default:
-        snprintf(at, left, " of %llu %s a rank", count, dtype);
-        break;
-    }
+    int root = call->kind == CALL_REDUCE ? (int)call->root : (int)call->op;
+    ddp_describe_call(call->kind, call->seq, call->count, call->dtype, (int)call->op, root, buf,
+                      cap);
+    size_t len = strlen(buf);
+    if (call->kind == CALL_ALL_REDUCE && call->root && len < cap)
+        snprintf(buf + len, cap - len, ", sent in that type");
 }
 
 /* The previous rank's description against this rank's: 0, or the failure saying both. */

@@ -5,6 +5,7 @@
 #ifndef DDP_WORKER_CPU_H
 #define DDP_WORKER_CPU_H
 
+#include "flight.h"
 #include "internal.h"
 #include "shm.h"
 
@@ -28,17 +29,18 @@ _Static_assert(sizeof(call_t) == 32, "a call description is 32 bytes");
 
 #define CALL_MAGIC 0x43504444u /* "DDPC" */
 
+/* The numbers of ddp_flight_op_t (common/flight.h), which names and describes them. */
 typedef enum {
-    CALL_ALL_REDUCE = 1,
-    CALL_BARRIER,
-    CALL_BROADCAST,
-    CALL_ALL_GATHER,
-    CALL_REDUCE,
-    CALL_REDUCE_SCATTER,
-    CALL_ALL_TO_ALL,
-    CALL_GATHER,
-    CALL_SCATTER,
-    CALL_SEND,
+    CALL_ALL_REDUCE = DDP_FLIGHT_ALL_REDUCE,
+    CALL_BARRIER = DDP_FLIGHT_BARRIER,
+    CALL_BROADCAST = DDP_FLIGHT_BROADCAST,
+    CALL_ALL_GATHER = DDP_FLIGHT_ALL_GATHER,
+    CALL_REDUCE = DDP_FLIGHT_REDUCE,
+    CALL_REDUCE_SCATTER = DDP_FLIGHT_REDUCE_SCATTER,
+    CALL_ALL_TO_ALL = DDP_FLIGHT_ALL_TO_ALL,
+    CALL_GATHER = DDP_FLIGHT_GATHER,
+    CALL_SCATTER = DDP_FLIGHT_SCATTER,
+    CALL_SEND = DDP_FLIGHT_SEND,
 } collective_t;
 
 typedef struct {
