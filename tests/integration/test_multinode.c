@@ -578,7 +578,7 @@ static void test_environment_difference_strict(void **state)
     job_cleanup(&job);
 }
 
-/* libddp's collectives across the nodes' workers (2 + 1 ranks). */
+/* libddp's collectives across the nodes' workers (2 + 1 ranks), all of them. */
 static void test_libddp_across_nodes(void **state)
 {
     const char *collectives[] = {getenv("DDP_TEST_COLLECTIVES"), "collectives", NULL};
@@ -591,6 +591,18 @@ static void test_libddp_across_nodes(void **state)
     TH_ASSERT(n1, th_status(n1) == 0);
     TH_ASSERT(n0, th_count(out(n0), "collectives ok, world 3") == 2);
     TH_ASSERT(n1, th_count(out(n1), "collectives ok, world 3") == 1);
+    job_cleanup(&job);
+    /* reduce, reduce_scatter, all_to_all, gather, scatter, send and recv across them (the
+     * point-to-point connections between nodes too). */
+    const char *more[] = {getenv("DDP_TEST_COLLECTIVES"), "more", "1000", NULL};
+    job_init(&job);
+    n0 = start_node(&job, 2, 0, 2, NULL, more);
+    n1 = start_node(&job, 2, 1, 1, NULL, more);
+    job_wait(&job, 300);
+    TH_ASSERT(n0, th_status(n0) == 0);
+    TH_ASSERT(n1, th_status(n1) == 0);
+    TH_ASSERT(n0, th_count(out(n0), "more ok: 180 cases, world 3") == 2);
+    TH_ASSERT(n1, th_count(out(n1), "more ok: 180 cases, world 3") == 1);
     job_cleanup(&job);
 }
 
