@@ -26,15 +26,34 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Buffers a collective needs for its steps; freed together. */
+/* Buffers a collective needs for its steps: up to KEEP_BYTES each, the context's own,
+ * kept from one call to the next (small collectives then allocate nothing); larger ones
+ * allocated for the call. */
+#define KEEP_BYTES ((size_t)1 << 20)
+
 typedef struct {
     uint8_t *p[3];
+    bool owned; /* allocated for this call: freed by give_back */
 } scratch_t;
 
-static int take(ddp_t *ddp, scratch_t *s, const char *what, size_t bytes, int n)
+static int take(ddp_t *ddp, cpu_t *c, scratch_t *s, const char *what, size_t bytes, int n)
 {
+    bytes = bytes > 0 ? bytes : 1;
+    s->owned = bytes > KEEP_BYTES;
+    if (!s->owned && c->kept_bytes < bytes) {
+        for (int i = 0; i < 3; i++) {
+            free(c->kept[i]);
+            c->kept[i] = NULL;
+        }
+        c->kept_bytes = 0;
+        for (int i = 0; i < 3; i++)
+            if ((c->kept[i] = malloc(KEEP_BYTES)) == NULL)
+                return ddp_fail(ddp, -ENOMEM, "%s: out of memory for %zu bytes", what, bytes);
+        c->kept_bytes = KEEP_BYTES;
+    }
     for (int i = 0; i < n; i++) {
-        if ((s->p[i] = malloc(bytes > 0 ? bytes : 1)) == NULL)
+        s->p[i] = s->owned ? malloc(bytes) : c->kept[i];
+        if (s->p[i] == NULL)
             return ddp_fail(ddp, -ENOMEM, "%s: out of memory for %zu bytes", what, bytes);
     }
     return 0;
@@ -42,7 +61,7 @@ static int take(ddp_t *ddp, scratch_t *s, const char *what, size_t bytes, int n)
 
 static void give_back(scratch_t *s)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; s->owned && i < 3; i++)
         free(s->p[i]);
 }
 
@@ -143,7 +162,7 @@ static int reduce_scatter(ddp_t *ddp, void *state, const void *send, void *recv,
     if (bytes == 0)
         return ddp_cpu_call_only(ddp, c, "reduce_scatter", &call);
     chunks_t k = {.send = send, .count = count * (size_t)n, .block = count};
-    int err = take(ddp, &s, "reduce_scatter", bytes, 2);
+    int err = take(ddp, c, &s, "reduce_scatter", bytes, 2);
     if (err == 0)
         err = ring_reduce_scatter(ddp, c, "reduce_scatter", &k, recv, s.p, dtype, op, &call);
     give_back(&s);
@@ -225,7 +244,7 @@ static int reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t 
      * buffer changes. */
     chunks_t k = {.send = buf, .count = count};
     size_t most = ddp_cpu_chunk_count(count, n, 0) * es;
-    int err = take(ddp, &s, "reduce", most, 3);
+    int err = take(ddp, c, &s, "reduce", most, 3);
     uint8_t *own = r == root ? (uint8_t *)buf + chunk_at(&k, n, r, es) : s.p[2];
     if (err == 0)
         err = ring_reduce_scatter(ddp, c, "reduce", &k, own, s.p, dtype, op, &call);
@@ -250,7 +269,7 @@ int ddp_cpu_gather(ddp_t *ddp, void *state, const void *send, void *recv, size_t
     if (block == 0)
         return ddp_cpu_call_only(ddp, c, "gather", &call);
     chunks_t k = {.count = count * (size_t)n, .block = count};
-    int err = take(ddp, &s, "gather", block, 2);
+    int err = take(ddp, c, &s, "gather", block, 2);
     if (err == 0)
         err = ring_gather(ddp, c, "gather", &k, send, recv, s.p, root, dtype, &call);
     give_back(&s);
@@ -271,7 +290,7 @@ int ddp_cpu_scatter(ddp_t *ddp, void *state, const void *send, void *recv, size_
     call_t call = ddp_cpu_begin_call(c, CALL_SCATTER, count, dtype, (unsigned)root);
     if (block == 0)
         return ddp_cpu_call_only(ddp, c, "scatter", &call);
-    int err = take(ddp, &s, "scatter", block, 2);
+    int err = take(ddp, c, &s, "scatter", block, 2);
     /* The root sends the farthest position's block first; each rank passes on what is
      * for those after it; every block arrives at the last step. */
     for (int st = 0; err == 0 && st < n - 1; st++) {
@@ -314,7 +333,7 @@ int ddp_cpu_all_to_all(ddp_t *ddp, void *state, const void *send, void *recv, si
     /* At step st a rank passes on the blocks that rank r - st sent to the ranks more
      * than st hops from it, in order of distance; of those it takes from its previous
      * rank, the first is its own and the rest go on at the next step. */
-    int err = take(ddp, &s, "all_to_all", (size_t)(n - 1) * block, 3);
+    int err = take(ddp, c, &s, "all_to_all", (size_t)(n - 1) * block, 3);
     for (int d = 1; err == 0 && d < n; d++)
         memcpy(s.p[2] + (size_t)(d - 1) * block, in + (size_t)((r + d) % n) * block, block);
     for (int st = 0; err == 0 && st < n - 1; st++) {

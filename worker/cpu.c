@@ -634,6 +634,8 @@ static void cpu_finalize(void *state)
     ddp_shm_close(&c->prev_seg);
     free(c->scratch);
     free(c->small);
+    for (int i = 0; i < 3; i++)
+        free(c->kept[i]);
     free(c);
 }
 

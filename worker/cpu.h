@@ -57,6 +57,8 @@ typedef struct {
     int listen_fd;                /* where the other ranks connect for ddp_send (p2p.c) */
     struct ddp_cpu_peer_s *peers; /* point to point, by rank (p2p.c); NULL: none yet */
     int npeers;
+    uint8_t *kept[3]; /* the step buffers of collectives.c, kept between calls */
+    size_t kept_bytes;
     int described; /* f16/bf16 reduced in f32: the dtype the call description says; 0 none */
 } cpu_t;
 
