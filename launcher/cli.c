@@ -685,7 +685,7 @@ static const flag_t flags[] = {
      false, G_SUPERVISION, "SECONDS", "grace between the stop signal and SIGKILL (default 30)"},
     {"hang-timeout", 0, KIND_SECONDS, FIELD(hang_timeout), 0, 7 * 86400, NULL, NULL, true, false,
      G_SUPERVISION, "SECONDS",
-     "no collective finished (libddp), or no output and no CPU\n(others), on any rank this "
+     "no collective finished (libddp), or no output and no CPU\n(others), by any rank this "
      "long: report where every\nrank is, then stop as for a failure (default 0: off)"},
     {SWITCH("hang-dump", 0, hang_dump, true), false, G_SUPERVISION, "",
      "a hang report also saves each worker's native stack\n(eu-stack or gdb) and Python "
