@@ -546,34 +546,42 @@ void ddp_cpu_tune(int fd)
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-/* Connects to the next rank at "host port", retrying until the deadline. */
-static int connect_next(ddp_t *ddp, cpu_t *c, const char *host, int port, double deadline)
+int ddp_cpu_connect(const char *host, int port, double deadline, int *out)
 {
     char port_text[16];
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST}, *ai;
     snprintf(port_text, sizeof port_text, "%d", port);
-    snprintf(c->next_addr, sizeof c->next_addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host,
-             port);
     if (getaddrinfo(host, port_text, &hints, &ai) != 0)
-        return ddp_fail(ddp, DDP_EPROTO, "rank %d published an address that is not one: %s",
-                        c->next, host);
-    int err = 0;
+        return DDP_EPROTO;
+    int err = 0, fd = -1;
     for (;;) {
-        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-            c->next_fd = fd;
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
             break;
-        }
         err = -errno;
         if (fd >= 0)
             close(fd);
+        fd = -1;
         if (ddp_clock_mono() >= deadline)
             break;
         struct timespec pause = {0, 20 * 1000 * 1000}; /* the peer listens already */
         nanosleep(&pause, NULL);
     }
     freeaddrinfo(ai);
-    if (c->next_fd < 0)
+    *out = fd;
+    return fd >= 0 ? 0 : err;
+}
+
+/* Connects to the next rank at "host port", retrying until the deadline. */
+static int connect_next(ddp_t *ddp, cpu_t *c, const char *host, int port, double deadline)
+{
+    snprintf(c->next_addr, sizeof c->next_addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host,
+             port);
+    int err = ddp_cpu_connect(host, port, deadline, &c->next_fd);
+    if (err == DDP_EPROTO)
+        return ddp_fail(ddp, DDP_EPROTO, "rank %d published an address that is not one: %s",
+                        c->next, host);
+    if (err)
         return ddp_fail(ddp, err, "unable to connect to rank %d at %s: %s", c->next, c->next_addr,
                         ddp_strerror(err));
     uint32_t hello[3] = {HELLO_MAGIC, (uint32_t)ddp->rank, (uint32_t)ddp->restart_count};

@@ -84,6 +84,10 @@ typedef struct {
  * Nagle's delay. */
 int ddp_cpu_listen_on(const char *host, int *fd_out, int *port);
 void ddp_cpu_tune(int fd);
+/* Connects to host:port (a numeric address), retrying every 20 ms until `deadline` (the
+ * peer may not listen yet): 0 and *fd; DDP_EPROTO for an address that is not one; the
+ * last -errno. */
+int ddp_cpu_connect(const char *host, int port, double deadline, int *fd);
 
 /* Runs one transfer to its end: 0, or the failure (a timeout, a peer gone, a call
  * description that differs), recorded with ddp_fail. */

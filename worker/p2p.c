@@ -14,13 +14,11 @@
 #include "io.h"
 
 #include <errno.h>
-#include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #define P2P_MAGIC 0x50504444u /* "DDPP" */
@@ -97,30 +95,14 @@ static int move_all(ddp_t *ddp, int fd, void *p, size_t len, bool out, int peer,
 static int connect_peer(ddp_t *ddp, cpu_t *c, int peer, const char *what)
 {
     ddp_cpu_published_t at;
-    char port[16];
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST}, *ai;
-    int err = ddp_cpu_fetch_published(ddp, peer, &at), fd = -1;
+    int fd, err = ddp_cpu_fetch_published(ddp, peer, &at);
     if (err)
         return err;
-    snprintf(port, sizeof port, "%d", at.p2p_port);
-    if (getaddrinfo(at.host, port, &hints, &ai) != 0)
+    err = ddp_cpu_connect(at.host, at.p2p_port, ddp_clock_mono() + ddp->timeout, &fd);
+    if (err == DDP_EPROTO)
         return ddp_fail(ddp, DDP_EPROTO, "%s: rank %d published an address that is not one: %s",
                         what, peer, at.host);
-    double deadline = ddp_clock_mono() + ddp->timeout;
-    for (;;) {
-        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-            break;
-        err = -errno;
-        if (fd >= 0)
-            close(fd);
-        fd = -1;
-        if (ddp_clock_mono() >= deadline)
-            break;
-        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
-    }
-    freeaddrinfo(ai);
-    if (fd < 0)
+    if (err)
         return ddp_fail_peer(ddp, err, peer, "%s: unable to connect to rank %d at %s:%d: %s", what,
                              peer, at.host, at.p2p_port, ddp_strerror(err));
     ddp_cpu_tune(fd);
