@@ -181,8 +181,6 @@ static int transfer_shm(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t
             double clock = ddp_clock_mono();
             if (idle_since == 0)
                 idle_since = clock;
-            if (deadline == 0)
-                deadline = clock + ddp->timeout;
             if (clock - idle_since < SHM_SPIN_US * 1e-6)
                 idle = SHM_SPINS - 64; /* look at the clock every 64 tries */
         }
