@@ -845,7 +845,7 @@ static bool timed_out(const ddp_agent_t *a, const ddp_failure_t *f)
 {
     char dir[PATH_MAX];
     ddp_hang_row_t row;
-    snprintf(dir, sizeof dir, "%s/%d", a->attempt_dir, f->local_rank);
+    worker_dir(a, &a->workers[f->local_rank], dir, sizeof dir);
     return ddp_hang_row_from_dir(dir, ddp_clock_wall(), &row) == 0 && row.timed_out;
 }
 

@@ -67,7 +67,9 @@ static void pick_ring(const ddp_flight_ring_t *ring, void *ctx)
     const ddp_flight_entry_t *cur = ddp_flight_entry(ring, ring->entered);
     bool inside = cur != NULL && ring->entered > ring->completed;
     /* The ring of a collective in progress wins; among equals, the group "main". */
-    if (p->have && (p->inside || !inside) && (p->inside != inside || strcmp(ring->group, "main")))
+    bool better = !p->have || (inside && !p->inside) ||
+                  (inside == p->inside && strcmp(ring->group, "main") == 0);
+    if (!better)
         return;
     ddp_hang_row_t *row = p->row;
     int rank = row->rank;
