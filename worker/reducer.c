@@ -168,9 +168,6 @@ static int form_buckets(ddp_reducer_t *r)
         bucket_t *bucket = &r->buckets[b];
         size_t es = ddp_dtype_size(bucket->dtype), offset = 0;
         bucket->pending = bucket->nmembers;
-        if (r->compress != DDP_FLOAT32 && bucket->dtype == DDP_FLOAT32 &&
-            (bucket->wire = malloc(bucket->count * 2 + 2)) == NULL)
-            return ddp_fail(ddp, -ENOMEM, "reducer: out of memory");
         /* Members were added last first: lay them out first to last, as their addresses
          * run when the gradients are one block. Then the bucket is that memory itself,
          * averaged in place without a copy (PyTorch's gradient_as_bucket_view); either
@@ -270,10 +267,23 @@ static void *communicate(void *arg)
     return NULL;
 }
 
+/* Compression: each float32 bucket gets its half-precision copy, the one that travels. */
+static int compress_buckets(ddp_reducer_t *r)
+{
+    for (int b = 0; r->compress != DDP_FLOAT32 && b < r->nbuckets; b++) {
+        bucket_t *bucket = &r->buckets[b];
+        if (bucket->dtype == DDP_FLOAT32 && (bucket->wire = malloc(bucket->count * 2 + 2)) == NULL)
+            return ddp_fail(r->ddp, -ENOMEM, "reducer: out of memory");
+    }
+    return 0;
+}
+
 static int freeze(ddp_reducer_t *r)
 {
     ddp_t *ddp = r->ddp;
     int err = form_buckets(r);
+    if (err == 0)
+        err = compress_buckets(r);
     if (err)
         return err;
     if ((err = pthread_create(&r->thread, NULL, communicate, r)) != 0)
