@@ -10,7 +10,6 @@
  * DataParallel keeps device 0's buffers. Inference scatters the same way. */
 #include "dp.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,9 +130,8 @@ int fm_dp_train(const fm_dp_options_t *o, const fm_dataset_t *train, const fm_da
             }
             int right;
             loss_sum += parallel_apply(&master, reps, n, x, labels, batch, true, &right);
-            double progress = (double)(epoch * steps + step) / ((double)o->epochs * steps);
-            float lr = o->cosine ? (float)(o->lr * 0.5 * (1 + cos(M_PI * progress))) : o->lr;
-            fm_model_sgd(&master, lr, o->momentum);
+            fm_model_sgd(&master, fm_lr(o->lr, o->cosine, epoch, o->epochs, step, steps),
+                         o->momentum);
             done++;
             total++;
             if ((step + 1) % o->log_every == 0)
@@ -159,12 +157,10 @@ int fm_dp_train(const fm_dp_options_t *o, const fm_dataset_t *train, const fm_da
     }
     printf("inference: %.0f samples/s\n", tests / (now() - started));
     printf("test accuracy %.2f%%\n", 100.0 * right_all / tests);
-    if (o->dump != NULL) {
-        FILE *f = fopen(o->dump, "wb");
-        if (f == NULL || fwrite(master.values, sizeof(float), master.nvalues, f) != master.nvalues)
-            fprintf(stderr, "fashion-mnist: unable to write %s\n", o->dump);
-        if (f != NULL)
-            fclose(f);
+    int status = 0;
+    if (o->dump != NULL && fm_model_dump(&master, o->dump) != 0) {
+        fprintf(stderr, "fashion-mnist: unable to write %s\n", o->dump);
+        status = 1;
     }
     for (int i = 0; i < n; i++)
         fm_model_free(&reps[i].model);
@@ -173,5 +169,5 @@ int fm_dp_train(const fm_dp_options_t *o, const fm_dataset_t *train, const fm_da
     free(indices);
     free(x);
     free(labels);
-    return 0;
+    return status;
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -279,4 +280,19 @@ void fm_adam(float *values, const float *grads, float *m, float *v, size_t n, fl
         v[i] = beta2 * v[i] + (1 - beta2) * grads[i] * grads[i];
         values[i] -= lr * (m[i] / c1) / (sqrtf(v[i] / c2) + eps);
     }
+}
+
+float fm_lr(float lr, bool cosine, int epoch, int epochs, int step, int steps)
+{
+    double progress = (double)(epoch * steps + step) / ((double)epochs * steps);
+    return cosine ? (float)(lr * 0.5 * (1 + cos(M_PI * progress))) : lr;
+}
+
+int fm_model_dump(const fm_model_t *m, const char *path)
+{
+    FILE *f = fopen(path, "wb");
+    if (f == NULL)
+        return -1;
+    bool written = fwrite(m->values, sizeof(float), m->nvalues, f) == m->nvalues;
+    return fclose(f) == 0 && written ? 0 : -1;
 }

@@ -71,6 +71,14 @@ int fm_model_backward(fm_model_t *m, const uint8_t *labels, fm_grad_ready_fn rea
 /* SGD with momentum, as torch.optim.SGD: buf = momentum * buf + grad; value -= lr * buf. */
 void fm_model_sgd(fm_model_t *m, float lr, float momentum);
 
+/* The learning rate of step `step` (of `steps`) of epoch `epoch` (of `epochs`): `lr`, or
+ * with `cosine` annealed to 0 over the whole run, step by step (torch's
+ * CosineAnnealingLR). */
+float fm_lr(float lr, bool cosine, int epoch, int epochs, int step, int steps);
+
+/* Writes the parameters, float32 in PyTorch's parameter order, to `path`: 0 or -1. */
+int fm_model_dump(const fm_model_t *m, const char *path);
+
 /* The optimizers on a range of `n` values (a ZeRO shard, or all of them) with their
  * gradients and state: fm_sgd as above (buf: n); fm_adam as torch.optim.Adam (m, v: n
  * each; step: the step number, from 1; betas 0.9 and 0.999, eps 1e-8). */

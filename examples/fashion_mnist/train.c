@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -484,16 +483,6 @@ static double evaluate(job_t *job, fm_model_t *m, const fm_dataset_t *test, int 
     return counts[1] > 0 ? (double)counts[0] / (double)counts[1] : 0;
 }
 
-static void dump_params(const options_t *o, const fm_model_t *m)
-{
-    FILE *f = fopen(o->dump, "wb");
-    if (f == NULL || fwrite(m->values, sizeof(float), m->nvalues, f) != m->nvalues ||
-        fclose(f) != 0) {
-        fprintf(stderr, "fashion-mnist: unable to write %s\n", o->dump);
-        exit(1);
-    }
-}
-
 int main(int argc, char **argv)
 {
     options_t o;
@@ -644,9 +633,7 @@ int main(int argc, char **argv)
                 ddp_reducer_timing(job.reducer, &t);
                 exposed += t.comm_end > t.last_ready ? t.comm_end - t.last_ready : 0;
             }
-            /* Cosine annealing over the whole run (torch's CosineAnnealingLR, per step). */
-            double progress = (double)(epoch * steps + step) / ((double)o.epochs * steps);
-            float lr = o.cosine ? (float)(o.lr * 0.5 * (1 + cos(M_PI * progress))) : o.lr;
+            float lr = fm_lr(o.lr, o.cosine, epoch, o.epochs, step, steps);
             if (job.gpu != NULL)
                 gpu_check(&job, "sgd", fm_gpu_sgd(job.gpu, lr, o.momentum));
             else
@@ -694,7 +681,10 @@ int main(int argc, char **argv)
         printf("test accuracy %.2f%%\n", 100 * accuracy);
         if (o.dump != NULL) {
             pull(&job);
-            dump_params(&o, &m);
+            if (fm_model_dump(&m, o.dump) != 0) {
+                fprintf(stderr, "fashion-mnist: unable to write %s\n", o.dump);
+                return 1;
+            }
         }
     }
     ddp_reducer_free(job.reducer);
