@@ -712,11 +712,11 @@ static float small(int r, size_t i, int it)
  * the fourth averages the sums; compression: f32 buckets travel as bf16 and as f16, the
  * average computed in f32 and rounded once to the type (an f64 gradient beside them is
  * left alone). */
-static void mode_reducer_modes(void)
+enum { NA = 1000, NB = 2001 };
+
+/* no_sync: three accumulating iterations, then one that averages the sums. */
+static void check_no_sync(float *a, float *b)
 {
-    enum { NA = 1000, NB = 2001 };
-    float *a = calloc(NA, sizeof *a), *b = calloc(NB, sizeof *b);
-    double f64[5] = {0};
     ddp_reducer_t *r;
     ddp_reducer_timing_t timing;
     CALL("reducer_new", ddp_reducer_new(ddp, NULL, &r));
@@ -754,6 +754,13 @@ static void mode_reducer_modes(void)
         }
     }
     ddp_reducer_free(r);
+}
+
+/* Compression in bf16 and f16: the average rounded once, exactly; f64 left alone. */
+static void check_compression(float *b)
+{
+    double f64[5] = {0};
+    ddp_reducer_t *r;
     static const ddp_dtype_t kinds[] = {DDP_BFLOAT16, DDP_FLOAT16};
     for (int k = 0; k < 2; k++) {
         ddp_reducer_options_t options = {.compress = kinds[k]};
@@ -794,6 +801,13 @@ static void mode_reducer_modes(void)
         }
         ddp_reducer_free(r);
     }
+}
+
+static void mode_reducer_modes(void)
+{
+    float *a = calloc(NA, sizeof *a), *b = calloc(NB, sizeof *b);
+    check_no_sync(a, b);
+    check_compression(b);
     free(a);
     free(b);
     printf("reducer modes ok, world %d\n", world);
