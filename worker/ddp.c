@@ -357,10 +357,9 @@ int ddp_backend_for(ddp_t *ddp, const void *p, const ddp_backend_t **be, void **
     return 0;
 }
 
-/* The backend that serves `buf` (and `other`, on the same memory), which must take
- * `dtype`. */
+/* The backend that serves `buf` (and `other`, on the same memory). */
 static int serve(ddp_t *ddp, const char *what, const void *buf, const void *other,
-                 ddp_dtype_t dtype, const ddp_backend_t **be, void **state)
+                 const ddp_backend_t **be, void **state)
 {
     int err = ddp_backend_for(ddp, buf, be, state);
     if (err)
@@ -374,7 +373,6 @@ static int serve(ddp_t *ddp, const char *what, const void *buf, const void *othe
             return ddp_fail(ddp, DDP_EUSAGE,
                             "%s: one buffer is host memory and the other device memory", what);
     }
-    (void)dtype; /* every backend takes every dtype */
     return 0;
 }
 
@@ -432,7 +430,7 @@ int ddp_broadcast(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int ro
     void *state;
     int err = check(ddp, "broadcast", buf, dtype, count, root);
     if (err == 0)
-        err = serve(ddp, "broadcast", buf, NULL, dtype, &be, &state);
+        err = serve(ddp, "broadcast", buf, NULL, &be, &state);
     if (err == 0)
         err = RECORDED(ddp, DDP_FLIGHT_BROADCAST, count, dtype, 0, root,
                        be->broadcast(ddp, state, buf, count, dtype, root));
@@ -447,7 +445,7 @@ int ddp_all_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_r
     if (err == 0)
         err = check_op(ddp, "all_reduce", op);
     if (err == 0)
-        err = serve(ddp, "all_reduce", buf, NULL, dtype, &be, &state);
+        err = serve(ddp, "all_reduce", buf, NULL, &be, &state);
     if (err == 0)
         err = RECORDED(ddp, DDP_FLIGHT_ALL_REDUCE, count, dtype, op, 0,
                        be->all_reduce(ddp, state, buf, count, dtype, op));
@@ -462,7 +460,7 @@ int ddp_all_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_d
     if (err == 0 && send == NULL && count > 0)
         err = ddp_fail(ddp, DDP_EUSAGE, "all_gather: the send buffer is NULL");
     if (err == 0)
-        err = serve(ddp, "all_gather", recv, send, dtype, &be, &state);
+        err = serve(ddp, "all_gather", recv, send, &be, &state);
     if (err == 0)
         err = RECORDED(ddp, DDP_FLIGHT_ALL_GATHER, count, dtype, 0, 0,
                        be->all_gather(ddp, state, send, recv, count, dtype));
@@ -477,7 +475,7 @@ int ddp_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_reduc
     if (err == 0)
         err = check_op(ddp, "reduce", op);
     if (err == 0)
-        err = serve(ddp, "reduce", buf, NULL, dtype, &be, &state);
+        err = serve(ddp, "reduce", buf, NULL, &be, &state);
     if (err == 0)
         err = offered(ddp, be, be->reduce != NULL, "reduce");
     if (err == 0)
@@ -500,7 +498,7 @@ int ddp_reduce_scatter(ddp_t *ddp, const void *send, void *recv, size_t count, d
         err = apart(ddp, "reduce_scatter", recv, count * ddp_dtype_size(dtype), send,
                     count * ddp_dtype_size(dtype) * (size_t)ddp->world_size);
     if (err == 0)
-        err = serve(ddp, "reduce_scatter", recv, send, dtype, &be, &state);
+        err = serve(ddp, "reduce_scatter", recv, send, &be, &state);
     if (err == 0)
         err = offered(ddp, be, be->reduce_scatter != NULL, "reduce_scatter");
     if (err == 0)
@@ -520,7 +518,7 @@ int ddp_all_to_all(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_d
     if (err == 0)
         err = apart(ddp, "all_to_all", send, all, recv, all);
     if (err == 0)
-        err = serve(ddp, "all_to_all", recv, send, dtype, &be, &state);
+        err = serve(ddp, "all_to_all", recv, send, &be, &state);
     if (err == 0)
         err = offered(ddp, be, be->all_to_all != NULL, "all_to_all");
     if (err == 0)
@@ -537,7 +535,7 @@ int ddp_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype
     if (err == 0 && ddp->rank == root && recv == NULL && count > 0)
         err = ddp_fail(ddp, DDP_EUSAGE, "gather: the root's receive buffer is NULL");
     if (err == 0)
-        err = serve(ddp, "gather", send, ddp->rank == root ? recv : NULL, dtype, &be, &state);
+        err = serve(ddp, "gather", send, ddp->rank == root ? recv : NULL, &be, &state);
     if (err == 0)
         err = offered(ddp, be, be->gather != NULL, "gather");
     if (err == 0)
@@ -554,7 +552,7 @@ int ddp_scatter(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtyp
     if (err == 0 && ddp->rank == root && send == NULL && count > 0)
         err = ddp_fail(ddp, DDP_EUSAGE, "scatter: the root's send buffer is NULL");
     if (err == 0)
-        err = serve(ddp, "scatter", recv, ddp->rank == root ? send : NULL, dtype, &be, &state);
+        err = serve(ddp, "scatter", recv, ddp->rank == root ? send : NULL, &be, &state);
     if (err == 0)
         err = offered(ddp, be, be->scatter != NULL, "scatter");
     if (err == 0)
@@ -579,7 +577,7 @@ int ddp_send(ddp_t *ddp, const void *buf, size_t count, ddp_dtype_t dtype, int p
     void *state;
     int err = check_peer(ddp, "send", buf, count, dtype, peer);
     if (err == 0)
-        err = serve(ddp, "send", buf, NULL, dtype, &be, &state);
+        err = serve(ddp, "send", buf, NULL, &be, &state);
     if (err == 0)
         err = offered(ddp, be, be->send != NULL, "send");
     if (err == 0)
@@ -593,7 +591,7 @@ int ddp_recv(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int peer)
     void *state;
     int err = check_peer(ddp, "recv", buf, count, dtype, peer);
     if (err == 0)
-        err = serve(ddp, "recv", buf, NULL, dtype, &be, &state);
+        err = serve(ddp, "recv", buf, NULL, &be, &state);
     if (err == 0)
         err = offered(ddp, be, be->recv != NULL, "recv");
     if (err == 0)
