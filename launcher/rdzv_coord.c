@@ -19,11 +19,14 @@
 #define LATE_TICK   1.0
 #define STATS_EVERY 5.0 /* s between the debug lines on the store's load */
 
-static void publish(ddp_rdzv_coord_t *c, const char *key, const ddp_rdzv_verdict_t *v)
+/* The verdict at `key`, and at `also` too when it is not NULL. */
+static void publish(ddp_rdzv_coord_t *c, const char *key, const char *also,
+                    const ddp_rdzv_verdict_t *v)
 {
     ddp_buf_t text = DDP_BUF_INIT;
     if (ddp_rdzv_verdict_format(v, &text) != 0 ||
-        ddp_store_server_set(c->server, key, text.data, text.len) != 0)
+        ddp_store_server_set(c->server, key, text.data, text.len) != 0 ||
+        (also != NULL && ddp_store_server_set(c->server, also, text.data, text.len) != 0))
         ddp_log_error(c->log, "rendezvous: unable to publish '%s': out of memory", key);
     ddp_buf_free(&text);
 }
@@ -33,18 +36,18 @@ static void publish_assign(ddp_rdzv_coord_t *c, const ddp_rdzv_member_t *m,
 {
     char key[512];
     ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "assign/%s/%d", m->id, m->join.seq);
-    publish(c, key, v);
+    publish(c, key, NULL, v);
 }
 
 static void publish_outcome(ddp_rdzv_coord_t *c, const ddp_rdzv_verdict_t *v)
 {
-    char key[512];
+    char key[512], news[512];
     ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/outcome", c->round);
-    publish(c, key, v);
+    /* What the running launchers wait on: the outcome itself (read in the one round trip
+     * after their wait), or a hang report's request. */
+    ddp_rdzv_key(news, sizeof news, c->cfg->run_id, "%d/news", c->round);
+    publish(c, key, news, v);
     c->outcome_published = true;
-    /* What the running launchers wait on: the outcome, or a hang report's request. */
-    ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/news", c->round);
-    (void)ddp_store_server_set(c->server, key, "outcome", 7);
 }
 
 double ddp_rdzv_coord_beat_limit(const ddp_rdzv_coord_t *c)

@@ -4,10 +4,11 @@
  *   JOIN    --assign/<id>/<seq>: world, and our last workers have all ended--> RUN
  *             (START to the loop)
  *           --assign: end--> END (FINISH; a latecomer to a finished job exits 0)
- *   RUN     --outcome: stop-failed | stop-reform--> STOP (STOP to the loop)
+ *   RUN     --outcome: stop-failed | stop-reform--> STOP
  *           --outcome: done | end--> END (FINISH)
- *   STOP    --said--> JOIN (the next round: the workers end while the round forms, so
- *             a re-form takes the longer of their stop and the last call, not the sum)
+ *   STOP    --said--> JOIN (the next round: the join is written and acknowledged first,
+ *             then STOP goes to the loop, so the workers end while the round forms and a
+ *             re-form takes the longer of their stop and the last call, not the sum)
  *   any     --the store lost, a deadline, the loop's quit or abort--> END
  *
  * In every phase the thread waits in the store for one key (its answer, or the round's
@@ -117,20 +118,26 @@ static int read_key(ddp_rdzv_t *r, const char *key, ddp_buf_t *value)
     return ddp_store_client_multi_get(r->client, keys, 1, value);
 }
 
+/* The verdict in `text`, read from `key`; false (the job ended) when it is not one. */
+static bool verdict_from(ddp_rdzv_t *r, const char *key, ddp_buf_t *text, ddp_rdzv_verdict_t *v)
+{
+    if (ddp_rdzv_verdict_parse(text->data, text->len, v))
+        return true;
+    ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                     "the rendezvous store at %s:%d holds a malformed answer at '%s': '%.100s'",
+                     r->cfg->master_addr, r->cfg->master_port, key, ddp_buf_str(text));
+    return false;
+}
+
 /* Reads a verdict the coordinator wrote at `key` (its wait has just seen the key);
  * false (the job ended) when it cannot. */
 static bool read_verdict(ddp_rdzv_t *r, const char *key, ddp_rdzv_verdict_t *v)
 {
     ddp_buf_t text = DDP_BUF_INIT;
     int err = read_key(r, key, &text);
-    bool ok = err == 0 && ddp_rdzv_verdict_parse(text.data, text.len, v);
+    bool ok = err == 0 && verdict_from(r, key, &text, v);
     if (err)
         store_lost(r);
-    else if (!ok)
-        ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
-                         "the rendezvous store at %s:%d holds a malformed answer at '%s': "
-                         "'%.100s'",
-                         r->cfg->master_addr, r->cfg->master_port, key, ddp_buf_str(&text));
     ddp_buf_free(&text);
     return ok;
 }
@@ -418,14 +425,35 @@ static bool read_job_env(ddp_rdzv_t *r, int nenv)
     return true;
 }
 
-static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world)
+/* The last round's workers stop once the store host has our join: SET has no answer in
+ * TCPStore's protocol, so a CHECK of the join key is the round trip that says so. On a
+ * machine shared by thousands of launchers (bench/scale), the host then reads the joins
+ * before the workers' ends take the CPU. */
+static int stop_after_join(ddp_rdzv_t *r, const ddp_rdzv_verdict_t *stop)
+{
+    char key[512];
+    const char *keys[1] = {key};
+    bool there;
+    if (!r->local_running)
+        return 0;
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "join/%s", r->id);
+    int err = ddp_store_client_check(r->client, keys, 1, &there);
+    if (err == 0)
+        ddp_rdzv_command(r, DDP_RDZV_CMD_STOP, NULL, 0, "%s", stop->message);
+    return err;
+}
+
+/* `stop`: the last round's outcome, whose STOP the loop gets once our join is written
+ * (NULL on the first join). */
+static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
+                              const ddp_rdzv_verdict_t *stop)
 {
     const ddp_launch_config_t *cfg = r->cfg;
     double wait = ddp_config_dynamic(cfg) ? cfg->rdzv_conf.join_timeout : cfg->rdzv_conf.timeout;
     double started = ddp_clock_mono(), deadline = started + wait + GRACE;
     double next_note = started + NOTE_FIRST;
     char key[512];
-    if (join_record(r) != 0)
+    if (join_record(r) != 0 || (stop != NULL && stop_after_join(r, stop) != 0))
         return store_lost(r);
     ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "assign/%s/%d", r->id, r->seq);
     ddp_log_debug(r->log, "joined the rendezvous at %s:%d; waiting for a place in a round",
@@ -483,18 +511,22 @@ static node_phase_t node_run(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, ddp_r
             return NODE_END;
         if (rc != AWAIT_READY)
             continue;
-        if (!hang_seen) {
-            const char *keys[1] = {key};
-            bool there = false;
-            if (ddp_store_client_check(r->client, keys, 1, &there) != 0)
-                return store_lost(r);
-            if (!there) {
-                hang_seen = true;
-                ddp_rdzv_command(r, DDP_RDZV_CMD_HANG, NULL, 0, NULL);
-                continue;
-            }
+        /* news holds the outcome, or "hang" from a hang's reporter */
+        const char *from = hang_seen ? key : news;
+        ddp_buf_t text = DDP_BUF_INIT;
+        if (read_key(r, from, &text) != 0) {
+            ddp_buf_free(&text);
+            return store_lost(r);
         }
-        if (!read_verdict(r, key, v))
+        if (!hang_seen && text.len == 4 && memcmp(text.data, "hang", 4) == 0) {
+            ddp_buf_free(&text);
+            hang_seen = true;
+            ddp_rdzv_command(r, DDP_RDZV_CMD_HANG, NULL, 0, NULL);
+            continue;
+        }
+        bool ok = verdict_from(r, from, &text, v);
+        ddp_buf_free(&text);
+        if (!ok)
             return NODE_END;
         if (v->kind == DDP_RDZV_VERDICT_DONE || v->kind == DDP_RDZV_VERDICT_END)
             return finish(r, v, false);
@@ -505,8 +537,6 @@ static node_phase_t node_run(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, ddp_r
                              r->cfg->master_addr, r->cfg->master_port, world->round);
             return NODE_END;
         }
-        if (r->local_running)
-            ddp_rdzv_command(r, DDP_RDZV_CMD_STOP, NULL, 0, "%s", v->message);
         return NODE_STOP;
     }
 }
@@ -528,6 +558,7 @@ void *ddp_rdzv_node_run(void *arg)
     ddp_rdzv_t *r = arg;
     ddp_rdzv_world_t world = {0};
     ddp_rdzv_verdict_t outcome;
+    const ddp_rdzv_verdict_t *stop = NULL; /* the outcome the next join is to act on */
     node_phase_t phase = NODE_CONNECT;
     while (phase != NODE_END) {
         switch (phase) {
@@ -535,13 +566,14 @@ void *ddp_rdzv_node_run(void *arg)
             phase = node_connect(r);
             break;
         case NODE_JOIN:
-            phase = node_join(r, &world);
+            phase = node_join(r, &world, stop);
             break;
         case NODE_RUN:
             phase = node_run(r, &world, &outcome);
             break;
         case NODE_STOP:
             phase = node_stop(r, &world, &outcome);
+            stop = &outcome;
             break;
         case NODE_END:
             break;

@@ -12,7 +12,7 @@
  *   coordinator          its id, set before any client can connect
  *   assign/<id>/<seq>    the launcher's place in the round it joined, or the job's end
  *   <round>/outcome      how the round ends: stop (failed or re-form), done, or end
- *   <round>/news         set after the outcome, or by a hang's reporter: what running
+ *   <round>/news         the outcome again, or "hang" from a hang's reporter: what running
  *                        launchers wait on
  * and during a hang report (hang.h) the launchers write
  *   <round>/hang         ADD by each launcher that found the hang: the first reports
