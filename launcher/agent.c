@@ -20,8 +20,11 @@
  *   STOPPING  the last worker ended otherwise              DONE
  *   DONE      (handles closing; uv_run returns)            -
  *
- * Worker output is read as its pipes become readable (output.c), throughout. */
+ * Worker output is read as its pipes become readable (output.c), throughout. A hang
+ * report (agent_hang.c) runs inside RUNNING: the stop a failure would begin waits for
+ * it. */
 #include "agent.h"
+#include "agent_internal.h"
 
 #include "env.h"
 #include "error.h"
@@ -56,104 +59,6 @@
 #include <uv.h>
 
 extern char **environ;
-
-/* The states of the table above. */
-typedef enum { AGENT_RUNNING, AGENT_STOPPING, AGENT_WAITING, AGENT_DONE } agent_state_t;
-
-typedef enum {
-    STOP_NONE,         /* every worker succeeded */
-    STOP_FAILURE,      /* a worker failed */
-    STOP_SIGNAL,       /* the launcher received a signal to forward */
-    STOP_LAUNCH_ERROR, /* the launcher could not start the group */
-    STOP_REMOTE,       /* a worker failed on another node */
-    STOP_ABORTED,      /* the multi-node job ended (another node, or the store, gone) */
-} stop_reason_t;
-
-typedef struct ddp_agent_s ddp_agent_t;
-
-typedef struct ddp_worker_s {
-    int local_rank, rank;
-    pid_t pid; /* 0 before it is started */
-    bool running;
-    bool succeeded; /* in this attempt */
-    bool stopped;   /* in this attempt, ended by the launcher's stop, not a failure of its own */
-    char *prefix;
-    char *error_file;
-    ddp_stream_t *out, *err;
-    long peak_rss_kb; /* its largest resident set (wait4), once it has ended */
-    /* --hang-timeout's view of its progress at the last look (hang.h). */
-    bool has_ring;     /* libddp's flight recorder: progress is a finished collective */
-    uint64_t progress; /* its rings' finished collectives */
-    double cpu;        /* without a ring: its CPU seconds, */
-    uint64_t output;   /* and the bytes of its output */
-    double active_at;  /* when it last made progress (wall) */
-} ddp_worker_t;
-
-/* A hang report's phases (see hang_begin). */
-typedef enum { HANG_IDLE, HANG_COLLECTING, HANG_WAITING } hang_phase_t;
-
-struct ddp_agent_s {
-    const ddp_launch_config_t *cfg;
-    const ddp_log_t *log;
-    uv_loop_t loop;
-    uv_signal_t sigchld;
-    uv_signal_t forwarded[DDP_MAX_SIGNALS];
-    uv_signal_t unforwarded[DDP_MAX_SIGNALS]; /* the other signals that would end us */
-    int unforwarded_sig[DDP_MAX_SIGNALS];
-    int nunforwarded;
-    uv_timer_t kill_timer;
-    uv_timer_t wait_timer; /* some workers finished, others run: said after WAIT_NOTE_S */
-    double first_finished; /* when the first worker of the attempt finished; < 0: none */
-    bool stop_notice_due;  /* the kill timer says first that the workers have not exited */
-    ddp_guard_t guard;
-    bool guard_warned;
-    ddp_store_server_t *store; /* the rendezvous store the workers use */
-    int store_port;
-    ddp_output_t output; /* where the workers' piped streams go */
-    char *program;       /* the executable, found in PATH */
-    char *base_dir, *run_dir, *attempt_dir;
-    bool base_created;
-    rlim_t nofile; /* the soft fd limit to give back to workers; 0 if unchanged */
-    char host[256];
-
-    /* This node's share of the job: one node alone, or what the rendezvous formed. */
-    ddp_rdzv_t *rdzv;        /* multi-node jobs */
-    char **job_env;          /* multi-node: node 0's --env entries for this round */
-    ddp_events_t events;     /* --event-log-handler */
-    long long oom_kills;     /* the memory cgroup's OOM kills when the attempt started; -1 */
-    ddp_rdzv_coord_t *coord; /* multi-node jobs whose store this launcher serves */
-    int rank_offset, world_size, nnodes, group_rank, restart_count;
-    int abort_exit_code; /* STOP_ABORTED's */
-
-    int attempt;
-    agent_state_t state;
-    stop_reason_t stop_reason;
-    int stop_signal;
-    int sent_signal; /* what the stop of this attempt sent first */
-    ddp_worker_t *workers;
-    int nworkers, nrunning;
-    bool sent_sigkill;       /* the stop of this attempt escalated to SIGKILL */
-    ddp_failure_t *failures; /* of the current attempt: before the stop, or not ours */
-    size_t nfailures;
-    int exit_code;
-    bool loop_ready; /* the loop was initialised: agent_free closes it */
-
-    /* Hang reports (hang_begin). */
-    uv_timer_t hang_timer; /* --hang-timeout: looks at every worker's progress */
-    uv_timer_t hang_wait;  /* the report's pauses and bounds */
-    hang_phase_t hang;
-    bool hang_done;        /* this attempt's report is made (one an attempt) */
-    bool hang_found;       /* by this node (else another asked for our rows) */
-    bool hang_stalled;     /* found by --hang-timeout: the report ends the attempt */
-    char hang_why[160];    /* what found it */
-    bool hang_paused;      /* the dumps' pause has passed */
-    bool hang_stacks_done; /* --hang-dump's tools have ended */
-    bool deferred_failure; /* a worker failed during the report: its stop waits */
-    bool deferred_remote;  /* the round failed elsewhere during the report: the same */
-    char deferred_message[DDP_RDZV_MSG_MAX];
-    int dump_signal;  /* DDP_DUMP_SIGNAL */
-    char *python_dir; /* --hang-dump: the sitecustomize's directory */
-};
 
 static const char *signame(int sig, char *buf, size_t cap)
 {
@@ -277,7 +182,7 @@ static void on_kill_timer(uv_timer_t *timer)
     signal_running(a, SIGKILL);
 }
 
-static void begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
+void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
 {
     char ranks[160], name[32];
     uv_timer_stop(&a->wait_timer);
@@ -354,7 +259,7 @@ static int failure_exit_code(const ddp_agent_t *a)
 }
 
 /* Every worker of the attempt has ended: clean up the groups and decide what next. */
-static void group_finished(ddp_agent_t *a)
+void ddp_agent_group_finished(ddp_agent_t *a)
 {
     uv_timer_stop(&a->kill_timer);
     uv_timer_stop(&a->wait_timer);
@@ -590,268 +495,18 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
  * found the hang first, through the store. Meanwhile failures and the round's stop
  * wait (a signal does not); then they go on as they would have. */
 
-#define HANG_PAUSE_MS 500  /* for the workers' own dumps */
-#define HANG_TOOLS_S  15.0 /* each stack tool's limit */
-#define HANG_GATHER_S 10.0 /* the reporter's wait for the other nodes' rows */
-
-static void fail_round(ddp_agent_t *a, size_t first);
-
-/* The bytes a worker has written so far: its pipes, and its log files. */
-static uint64_t worker_output(const ddp_agent_t *a, const ddp_worker_t *w)
-{
-    uint64_t bytes = ddp_output_bytes(w->out) + ddp_output_bytes(w->err);
-    for (int k = 0; k < 2 && a->attempt_dir != NULL; k++) {
-        char path[PATH_MAX];
-        struct stat st;
-        snprintf(path, sizeof path, "%s/%d/%s", a->attempt_dir, w->local_rank,
-                 k == 0 ? "stdout.log" : "stderr.log");
-        if (stat(path, &st) == 0)
-            bytes += (uint64_t)st.st_size;
-    }
-    return bytes;
-}
-
-static void worker_dir(const ddp_agent_t *a, const ddp_worker_t *w, char *buf, size_t cap)
-{
-    snprintf(buf, cap, "%s/%d", a->attempt_dir, w->local_rank);
-}
-
-static void on_hang_stacks_done(void *ctx);
-static void on_hang_wait(uv_timer_t *timer);
-
-static void hang_begin(ddp_agent_t *a, bool found, bool stalled, const char *why)
-{
-    a->hang = HANG_COLLECTING;
-    a->hang_found = found;
-    a->hang_stalled = stalled;
-    a->hang_paused = false;
-    a->hang_stacks_done = true;
-    snprintf(a->hang_why, sizeof a->hang_why, "%s", why);
-    uv_timer_stop(&a->hang_timer);
-    ddp_log_warn(a->log, "%s: collecting where every rank stands before stopping anything", why);
-    pid_t *pids = calloc((size_t)a->nworkers, sizeof *pids);
-    char **paths = calloc((size_t)a->nworkers + 1, sizeof *paths);
-    int n = 0;
-    for (int i = 0; i < a->nworkers; i++) {
-        ddp_worker_t *w = &a->workers[i];
-        if (!w->running)
-            continue;
-        if (ddp_hang_catches(w->pid, a->dump_signal))
-            kill(w->pid, a->dump_signal);
-        if (pids != NULL && paths != NULL &&
-            asprintf(&paths[n], "%s/%d/stack.txt", a->attempt_dir, w->local_rank) > 0)
-            pids[n++] = w->pid;
-    }
-    const char *tool = NULL;
-    if (a->cfg->hang_dump && pids != NULL && paths != NULL &&
-        ddp_stacks_start(&a->loop, pids, paths, n, HANG_TOOLS_S, on_hang_stacks_done, a, &tool) ==
-            0) {
-        a->hang_stacks_done = false;
-        if (tool == NULL)
-            ddp_log_warn(a->log, "--hang-dump: neither eu-stack (elfutils) nor gdb is on PATH: "
-                                 "no native stacks");
-    }
-    ddp_strv_free(paths);
-    free(pids);
-    ddp_buf_t fields = DDP_BUF_INIT;
-    ddp_events_int(&fields, "attempt", a->attempt);
-    ddp_events_str(&fields, "reason", why);
-    ddp_events_emit(&a->events, "hang_suspected", &fields);
-    ddp_buf_free(&fields);
-    uv_timer_start(&a->hang_wait, on_hang_wait, HANG_PAUSE_MS, 0);
-}
-
-/* The report of `text` (every node's rows): the table on stderr and in the attempt's
- * hang_report.txt, an event; the verdict into *verdict. */
-static void hang_print(ddp_agent_t *a, const char *text, ddp_buf_t *verdict)
-{
-    ddp_hang_row_t *rows = NULL;
-    size_t n = 0;
-    ddp_buf_t table = DDP_BUF_INIT;
-    if (ddp_hang_rows_parse(text, &rows, &n) != 0)
-        ddp_log_warn(a->log, "a node's hang rows were malformed: the report holds those before");
-    ddp_hang_sort(rows, n);
-    ddp_hang_table(rows, n, &table);
-    ddp_hang_verdict(rows, n, verdict);
-    ddp_log_error(a->log, "hang report (%s), before anything is stopped:", a->hang_why);
-    (void)ddp_write_all(2, table.data, table.len);
-    ddp_log_error(a->log, "verdict: %s", ddp_buf_str(verdict));
-    ddp_log_info(a->log,
-                 "each rank's flight recorder (libddp) is in %s/<local rank>/flight_<group>.json%s",
-                 a->attempt_dir,
-                 a->cfg->hang_dump ? "; stacks in stack.txt and python_stack.txt beside it" : "");
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/hang_report.txt", a->attempt_dir);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-        ddp_buf_printf(&table, "verdict: %s\n", ddp_buf_str(verdict));
-        (void)ddp_write_all(fd, table.data, table.len);
-        close(fd);
-    }
-    ddp_buf_t fields = DDP_BUF_INIT;
-    ddp_events_int(&fields, "attempt", a->attempt);
-    ddp_events_str(&fields, "reason", a->hang_why);
-    ddp_events_int(&fields, "ranks", (long long)n);
-    ddp_events_str(&fields, "verdict", ddp_buf_str(verdict));
-    ddp_events_emit(&a->events, "hang_report", &fields);
-    ddp_buf_free(&fields);
-    ddp_buf_free(&table);
-    free(rows);
-}
-
-/* The report is made (verdict: its verdict; NULL where another node printed it, or the
- * rows never came): what waited goes on. */
-static void hang_end(ddp_agent_t *a, const char *verdict)
-{
-    uv_timer_stop(&a->hang_wait);
-    a->hang = HANG_IDLE;
-    a->hang_done = true;
-    if (a->deferred_failure) {
-        fail_round(a, 0);
-    } else if (a->deferred_remote) {
-        ddp_log_warn(a->log, "the round failed on another node (%s)", a->deferred_message);
-        if (a->nrunning > 0)
-            begin_stop(a, SIGTERM, STOP_REMOTE);
-        else
-            a->stop_reason = STOP_REMOTE;
-    } else if (a->hang_stalled && (verdict != NULL || a->rdzv == NULL)) {
-        char message[DDP_RDZV_MSG_MAX];
-        snprintf(message, sizeof message, "the job hung (no progress for %g s): %s",
-                 a->cfg->hang_timeout, verdict != NULL ? verdict : "see the report");
-        ddp_log_error(a->log, "%s; stopping it as a failure", message);
-        if (a->rdzv != NULL)
-            ddp_rdzv_post(a->rdzv, DDP_RDZV_EV_FAILED, message);
-        if (a->nrunning > 0)
-            begin_stop(a, SIGTERM, STOP_FAILURE);
-        else
-            a->stop_reason = STOP_FAILURE;
-    }
-    if (a->nrunning == 0)
-        group_finished(a);
-}
-
-/* A signal or the job's end overtakes the report. */
-static void hang_cancel(ddp_agent_t *a)
-{
-    uv_timer_stop(&a->hang_wait);
-    a->hang = HANG_IDLE;
-    a->hang_done = true;
-}
-
-/* The rows of this node's workers: printed (one node) or handed to the rendezvous. */
-static void hang_collected(ddp_agent_t *a)
-{
-    ddp_hang_row_t *rows = calloc((size_t)a->nworkers, sizeof *rows);
-    ddp_buf_t text = DDP_BUF_INIT;
-    double now = ddp_clock_wall();
-    for (int i = 0; rows != NULL && i < a->nworkers; i++) {
-        ddp_worker_t *w = &a->workers[i];
-        char dir[PATH_MAX];
-        worker_dir(a, w, dir, sizeof dir);
-        if (ddp_hang_row_from_dir(dir, now, &rows[i]) != 0) {
-            char frame[200];
-            if (w->running) {
-                ddp_hang_row_from_proc(w->pid, w->rank, now - w->active_at, &rows[i]);
-                size_t len = strlen(rows[i].note);
-                if (ddp_hang_python_frame(dir, frame, sizeof frame))
-                    snprintf(rows[i].note + len, sizeof rows[i].note - len, "; Python in %s",
-                             frame);
-            } else {
-                rows[i].peer = -1;
-                snprintf(rows[i].note, sizeof rows[i].note, "no libddp ring; it has ended");
-            }
-        }
-        rows[i].rank = w->rank;
-    }
-    if (rows != NULL)
-        ddp_hang_rows_format(rows, (size_t)a->nworkers, &text);
-    free(rows);
-    if (a->rdzv != NULL) {
-        a->hang = HANG_WAITING;
-        ddp_rdzv_post_hang(a->rdzv, a->hang_found, HANG_GATHER_S, ddp_buf_str(&text));
-        uv_timer_start(&a->hang_wait, on_hang_wait, (uint64_t)((HANG_GATHER_S + 5) * 1000), 0);
-    } else {
-        ddp_buf_t verdict = DDP_BUF_INIT;
-        hang_print(a, ddp_buf_str(&text), &verdict);
-        hang_end(a, ddp_buf_str(&verdict));
-        ddp_buf_free(&verdict);
-    }
-    ddp_buf_free(&text);
-}
-
-static void on_hang_stacks_done(void *ctx)
-{
-    ddp_agent_t *a = ctx;
-    a->hang_stacks_done = true;
-    if (a->hang == HANG_COLLECTING && a->hang_paused)
-        hang_collected(a);
-}
-
-static void on_hang_wait(uv_timer_t *timer)
-{
-    ddp_agent_t *a = timer->data;
-    if (a->hang == HANG_COLLECTING) {
-        a->hang_paused = true;
-        if (a->hang_stacks_done)
-            hang_collected(a);
-    } else if (a->hang == HANG_WAITING) {
-        ddp_log_warn(a->log, "the hang report did not come within %g s", HANG_GATHER_S + 5);
-        hang_end(a, NULL);
-    }
-}
-
-/* --hang-timeout: a worker with a ring progresses when it finishes a collective; one
- * without, when it writes output or uses a tenth of a CPU. None for the timeout: a hang. */
-static void on_hang_timer(uv_timer_t *timer)
-{
-    ddp_agent_t *a = timer->data;
-    double now = ddp_clock_wall(), idle = -1;
-    double interval = (double)uv_timer_get_repeat(timer) / 1000.0;
-    if (a->state != AGENT_RUNNING || a->hang != HANG_IDLE || a->hang_done || a->nrunning == 0)
-        return;
-    for (int i = 0; i < a->nworkers; i++) {
-        ddp_worker_t *w = &a->workers[i];
-        char dir[PATH_MAX];
-        bool found, active;
-        if (!w->running)
-            continue;
-        worker_dir(a, w, dir, sizeof dir);
-        uint64_t progress = ddp_hang_progress(dir, &found);
-        if (found) {
-            active = !w->has_ring || progress != w->progress;
-            w->has_ring = true;
-            w->progress = progress;
-        } else {
-            double cpu = ddp_hang_cpu_seconds(w->pid);
-            uint64_t output = worker_output(a, w);
-            active = output != w->output || cpu - w->cpu >= 0.1 * interval;
-            w->cpu = cpu;
-            w->output = output;
-        }
-        if (active)
-            w->active_at = now;
-        if (idle < 0 || now - w->active_at < idle)
-            idle = now - w->active_at;
-    }
-    if (idle >= a->cfg->hang_timeout) {
-        char why[160];
-        snprintf(why, sizeof why, "no rank has made progress for %.0f s (--hang-timeout)", idle);
-        hang_begin(a, true, true, why);
-    }
-}
-
 /* A failure of attempt's worker `f` that is a libddp collective timing out. */
 static bool timed_out(const ddp_agent_t *a, const ddp_failure_t *f)
 {
     char dir[PATH_MAX];
     ddp_hang_row_t row;
-    worker_dir(a, &a->workers[f->local_rank], dir, sizeof dir);
+    ddp_agent_worker_dir(a, &a->workers[f->local_rank], dir, sizeof dir);
     return ddp_hang_row_from_dir(dir, ddp_clock_wall(), &row) == 0 && row.timed_out;
 }
 
 /* The attempt's first failure (failures[first]) ends the round: on every node of a
  * multi-node job. */
-static void fail_round(ddp_agent_t *a, size_t first)
+void ddp_agent_fail_round(ddp_agent_t *a, size_t first)
 {
     if (a->rdzv != NULL && first < a->nfailures) {
         char what[64], message[256];
@@ -861,7 +516,7 @@ static void fail_round(ddp_agent_t *a, size_t first)
         ddp_rdzv_post(a->rdzv, DDP_RDZV_EV_FAILED, message);
     }
     if (a->nrunning > 0)
-        begin_stop(a, SIGTERM, STOP_FAILURE);
+        ddp_agent_begin_stop(a, SIGTERM, STOP_FAILURE);
     else
         a->stop_reason = STOP_FAILURE;
 }
@@ -903,17 +558,17 @@ static void on_sigchld(uv_signal_t *handle, int signum)
             char why[128];
             snprintf(why, sizeof why, "rank %d's collective timed out",
                      a->failures[failures_before].rank);
-            hang_begin(a, true, false, why);
+            ddp_agent_hang_begin(a, true, false, why);
         }
         /* During a report a failure's stop waits for it (fail_round names the first
          * failure: there is none before a report starts, which a failure would stop). */
         if (a->hang != HANG_IDLE)
             a->deferred_failure = true;
         else
-            fail_round(a, failures_before);
+            ddp_agent_fail_round(a, failures_before);
     }
     if (a->nrunning == 0 && a->hang == HANG_IDLE)
-        group_finished(a);
+        ddp_agent_group_finished(a);
 }
 
 /* The launcher received `sig`: the workers get `send` (the signal itself when it is to
@@ -927,7 +582,7 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
     if (a->state == AGENT_DONE)
         return;
     if (reporting)
-        hang_cancel(a);
+        ddp_agent_hang_cancel(a);
     if (a->rdzv != NULL) {
         char message[96];
         snprintf(message, sizeof message, "its launcher received %s", name);
@@ -956,9 +611,9 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
                      name, a->nrunning, sent);
     a->stop_signal = sig;
     if (a->state == AGENT_RUNNING) {
-        begin_stop(a, send, STOP_SIGNAL);
+        ddp_agent_begin_stop(a, send, STOP_SIGNAL);
         if (reporting && a->nrunning == 0) /* every worker ended during the report */
-            group_finished(a);
+            ddp_agent_group_finished(a);
     } else {
         /* Already stopping for a failure: the job now ends instead of restarting. A
          * stop that sent this very signal (another node's, forwarded) sends it once. */
@@ -1093,12 +748,12 @@ static int group_start(ddp_agent_t *a)
         /* A few looks per timeout, at most one a second. */
         double every = a->cfg->hang_timeout / 4 < 1 ? a->cfg->hang_timeout / 4 : 1;
         uint64_t ms = every * 1000 < 50 ? 50 : (uint64_t)(every * 1000);
-        uv_timer_start(&a->hang_timer, on_hang_timer, ms, ms);
+        ddp_agent_hang_watch(a, ms);
     }
     return 0;
 fail:
     if (a->nrunning > 0) {
-        begin_stop(a, SIGTERM, STOP_LAUNCH_ERROR);
+        ddp_agent_begin_stop(a, SIGTERM, STOP_LAUNCH_ERROR);
     } else {
         a->exit_code = DDP_EXIT_LAUNCH_FAILED;
         finish(a);
@@ -1163,14 +818,14 @@ static void on_rdzv_command(void *ctx)
             break;
         case DDP_RDZV_CMD_HANG:
             if (a->state == AGENT_RUNNING && a->hang == HANG_IDLE && !a->hang_done)
-                hang_begin(a, false, false, "another node found a hang");
+                ddp_agent_hang_begin(a, false, false, "another node found a hang");
             break;
         case DDP_RDZV_CMD_HANG_REPORT: {
             char *rows = ddp_rdzv_take_hang_rows(a->rdzv);
             if (a->hang == HANG_WAITING && rows != NULL) {
                 ddp_buf_t verdict = DDP_BUF_INIT;
-                hang_print(a, rows, &verdict);
-                hang_end(a, ddp_buf_str(&verdict));
+                ddp_agent_hang_print(a, rows, &verdict);
+                ddp_agent_hang_end(a, ddp_buf_str(&verdict));
                 ddp_buf_free(&verdict);
             }
             free(rows);
@@ -1180,7 +835,7 @@ static void on_rdzv_command(void *ctx)
             if (a->hang == HANG_WAITING) {
                 ddp_log_info(a->log, "this node's ranks are in the hang report of the node that "
                                      "found the hang");
-                hang_end(a, NULL);
+                ddp_agent_hang_end(a, NULL);
             }
             break;
         case DDP_RDZV_CMD_STOP:
@@ -1191,12 +846,12 @@ static void on_rdzv_command(void *ctx)
             }
             if (a->state == AGENT_RUNNING && a->nrunning > 0) {
                 ddp_log_warn(a->log, "the round failed on another node (%s)", message);
-                begin_stop(a, SIGTERM, STOP_REMOTE);
+                ddp_agent_begin_stop(a, SIGTERM, STOP_REMOTE);
             }
             break;
         case DDP_RDZV_CMD_FINISH:
             if (a->hang != HANG_IDLE)
-                hang_cancel(a);
+                ddp_agent_hang_cancel(a);
             if (exit_code == DDP_EXIT_WORKER_FAILED && a->nfailures > 0)
                 exit_code = failure_exit_code(a); /* the report names the cause */
             else if (exit_code != DDP_EXIT_OK)
@@ -1204,7 +859,7 @@ static void on_rdzv_command(void *ctx)
             if (a->nrunning > 0) {
                 a->abort_exit_code = exit_code;
                 if (a->state == AGENT_RUNNING)
-                    begin_stop(a, peer_signal(a, exit_code), STOP_ABORTED);
+                    ddp_agent_begin_stop(a, peer_signal(a, exit_code), STOP_ABORTED);
                 else
                     a->stop_reason = STOP_ABORTED;
             } else {

@@ -1,0 +1,147 @@
+/* The agent's insides, shared by its two files and no other: agent.c (the lifecycle, the
+ * state table in its header comment) and agent_hang.c (hang reports: finding a hang,
+ * collecting every rank's place, the report, then what waited for it). */
+#ifndef DDP_LAUNCHER_AGENT_INTERNAL_H
+#define DDP_LAUNCHER_AGENT_INTERNAL_H
+
+#include "config.h"
+#include "events.h"
+#include "guard.h"
+#include "log.h"
+#include "output.h"
+#include "rdzv.h"
+#include "rdzv_coord.h"
+#include "rdzv_record.h"
+#include "report.h"
+#include "store_server.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <uv.h>
+
+/* The states of agent.c's table (its header comment). */
+typedef enum { AGENT_RUNNING, AGENT_STOPPING, AGENT_WAITING, AGENT_DONE } agent_state_t;
+
+typedef enum {
+    STOP_NONE,         /* every worker succeeded */
+    STOP_FAILURE,      /* a worker failed */
+    STOP_SIGNAL,       /* the launcher received a signal to forward */
+    STOP_LAUNCH_ERROR, /* the launcher could not start the group */
+    STOP_REMOTE,       /* a worker failed on another node */
+    STOP_ABORTED,      /* the multi-node job ended (another node, or the store, gone) */
+} stop_reason_t;
+
+typedef struct ddp_agent_s ddp_agent_t;
+
+typedef struct ddp_worker_s {
+    int local_rank, rank;
+    pid_t pid; /* 0 before it is started */
+    bool running;
+    bool succeeded; /* in this attempt */
+    bool stopped;   /* in this attempt, ended by the launcher's stop, not a failure of its own */
+    char *prefix;
+    char *error_file;
+    ddp_stream_t *out, *err;
+    long peak_rss_kb; /* its largest resident set (wait4), once it has ended */
+    /* --hang-timeout's view of its progress at the last look (hang.h). */
+    bool has_ring;     /* libddp's flight recorder: progress is a finished collective */
+    uint64_t progress; /* its rings' finished collectives */
+    double cpu;        /* without a ring: its CPU seconds, */
+    uint64_t output;   /* and the bytes of its output */
+    double active_at;  /* when it last made progress (wall) */
+} ddp_worker_t;
+
+/* A hang report's phases (see hang_begin). */
+typedef enum { HANG_IDLE, HANG_COLLECTING, HANG_WAITING } hang_phase_t;
+
+struct ddp_agent_s {
+    const ddp_launch_config_t *cfg;
+    const ddp_log_t *log;
+    uv_loop_t loop;
+    uv_signal_t sigchld;
+    uv_signal_t forwarded[DDP_MAX_SIGNALS];
+    uv_signal_t unforwarded[DDP_MAX_SIGNALS]; /* the other signals that would end us */
+    int unforwarded_sig[DDP_MAX_SIGNALS];
+    int nunforwarded;
+    uv_timer_t kill_timer;
+    uv_timer_t wait_timer; /* some workers finished, others run: said after WAIT_NOTE_S */
+    double first_finished; /* when the first worker of the attempt finished; < 0: none */
+    bool stop_notice_due;  /* the kill timer says first that the workers have not exited */
+    ddp_guard_t guard;
+    bool guard_warned;
+    ddp_store_server_t *store; /* the rendezvous store the workers use */
+    int store_port;
+    ddp_output_t output; /* where the workers' piped streams go */
+    char *program;       /* the executable, found in PATH */
+    char *base_dir, *run_dir, *attempt_dir;
+    bool base_created;
+    rlim_t nofile; /* the soft fd limit to give back to workers; 0 if unchanged */
+    char host[256];
+
+    /* This node's share of the job: one node alone, or what the rendezvous formed. */
+    ddp_rdzv_t *rdzv;        /* multi-node jobs */
+    char **job_env;          /* multi-node: node 0's --env entries for this round */
+    ddp_events_t events;     /* --event-log-handler */
+    long long oom_kills;     /* the memory cgroup's OOM kills when the attempt started; -1 */
+    ddp_rdzv_coord_t *coord; /* multi-node jobs whose store this launcher serves */
+    int rank_offset, world_size, nnodes, group_rank, restart_count;
+    int abort_exit_code; /* STOP_ABORTED's */
+
+    int attempt;
+    agent_state_t state;
+    stop_reason_t stop_reason;
+    int stop_signal;
+    int sent_signal; /* what the stop of this attempt sent first */
+    ddp_worker_t *workers;
+    int nworkers, nrunning;
+    bool sent_sigkill;       /* the stop of this attempt escalated to SIGKILL */
+    ddp_failure_t *failures; /* of the current attempt: before the stop, or not ours */
+    size_t nfailures;
+    int exit_code;
+    bool loop_ready; /* the loop was initialised: agent_free closes it */
+
+    /* Hang reports (hang_begin). */
+    uv_timer_t hang_timer; /* --hang-timeout: looks at every worker's progress */
+    uv_timer_t hang_wait;  /* the report's pauses and bounds */
+    hang_phase_t hang;
+    bool hang_done;        /* this attempt's report is made (one an attempt) */
+    bool hang_found;       /* by this node (else another asked for our rows) */
+    bool hang_stalled;     /* found by --hang-timeout: the report ends the attempt */
+    char hang_why[160];    /* what found it */
+    bool hang_paused;      /* the dumps' pause has passed */
+    bool hang_stacks_done; /* --hang-dump's tools have ended */
+    bool deferred_failure; /* a worker failed during the report: its stop waits */
+    bool deferred_remote;  /* the round failed elsewhere during the report: the same */
+    char deferred_message[DDP_RDZV_MSG_MAX];
+    int dump_signal;  /* DDP_DUMP_SIGNAL */
+    char *python_dir; /* --hang-dump: the sitecustomize's directory */
+};
+
+/* A worker's directory in the current attempt: <attempt dir>/<local rank>. */
+static inline void ddp_agent_worker_dir(const ddp_agent_t *a, const ddp_worker_t *w, char *buf,
+                                        size_t cap)
+{
+    snprintf(buf, cap, "%s/%d", a->attempt_dir, w->local_rank);
+}
+
+/* agent.c: the stop of the running group (signal `sig`, then the grace timer); the
+ * failure of the round (its first failure's index); the group's end, once none runs. */
+void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason);
+void ddp_agent_fail_round(ddp_agent_t *a, size_t first);
+void ddp_agent_group_finished(ddp_agent_t *a);
+
+/* agent_hang.c. A report begins (found: by this node, else another asked for our rows;
+ * stalled: by --hang-timeout, so the report ends the attempt as a failure); the report
+ * of every node's rows `text` is printed, its verdict into *verdict; it ends (verdict
+ * NULL where another node printed it or the rows never came) and what waited goes on;
+ * a signal or the job's end cancels it. --hang-timeout's look every `ms`. */
+void ddp_agent_hang_begin(ddp_agent_t *a, bool found, bool stalled, const char *why);
+void ddp_agent_hang_print(ddp_agent_t *a, const char *text, ddp_buf_t *verdict);
+void ddp_agent_hang_end(ddp_agent_t *a, const char *verdict);
+void ddp_agent_hang_cancel(ddp_agent_t *a);
+void ddp_agent_hang_watch(ddp_agent_t *a, uint64_t ms);
+
+#endif
