@@ -1,7 +1,8 @@
-/* The CPU backend's insides, shared by its files: the ring's state (cpu.c: setup and
- * the two transports), the call descriptions every collective begins with, and the one
- * primitive the algorithms are written in, a transfer (cpu.c; the collectives in cpu.c
- * and collectives.c). Everything runs on the thread that owns the context. */
+/* The CPU backend's insides, shared by its files: the ring's state (set up in
+ * cpu_ring.c), the call descriptions every collective begins with, the one primitive the
+ * algorithms are written in, a transfer (cpu.c: one loop, whatever the transport), the
+ * two transports behind a table (cpu_tcp.c, cpu_shm.c), and the collectives (cpu.c,
+ * collectives.c, p2p.c). Everything runs on the thread that owns the context. */
 #ifndef DDP_WORKER_CPU_H
 #define DDP_WORKER_CPU_H
 
@@ -29,6 +30,11 @@ _Static_assert(sizeof(call_t) == 32, "a call description is 32 bytes");
 
 #define CALL_MAGIC 0x43504444u /* "DDPC" */
 
+#define DDP_CPU_SCRATCH ((size_t)4 << 20) /* TCP: received data waiting to be reduced */
+#ifndef DDP_CPU_SMALL_BYTES
+#define DDP_CPU_SMALL_BYTES ((size_t)8 << 10) /* all-reduces up to this size take n - 1 steps */
+#endif
+
 /* The numbers of ddp_flight_op_t (common/flight.h), which names and describes them. */
 typedef enum {
     CALL_ALL_REDUCE = DDP_FLIGHT_ALL_REDUCE,
@@ -43,13 +49,16 @@ typedef enum {
     CALL_SEND = DDP_FLIGHT_SEND,
 } collective_t;
 
+typedef struct cpu_transport_s cpu_transport_t;
+
 typedef struct {
+    const cpu_transport_t *transport; /* TCP, or shared memory when every rank is here */
     int next_fd, prev_fd;
     int next, prev; /* their ranks */
     char next_addr[128], prev_addr[128];
-    uint8_t *scratch;    /* received data waiting to be reduced */
+    uint8_t *scratch;    /* TCP: received data waiting to be reduced, */
+    size_t have;         /* this many bytes of it */
     uint8_t *small;      /* every rank's buffer of a small all-reduce (cpu.c) */
-    bool shm;            /* the data goes through the segments below */
     bool oversubscribed; /* more ranks here than CPUs: spin by yielding */
     ddp_shm_seg_t own, next_seg, prev_seg;
     char own_name[80];            /* until unlinked */
@@ -79,6 +88,61 @@ typedef struct {
     int average_over; /* the last step of an average: divide by this as data comes */
     const call_t *call;
 } transfer_t;
+
+/* Where a transfer stands: the call description's bytes (hl of them) sent and got, the
+ * data's, what may be sent so far (all, or with `forward` what has come), and the
+ * transport's own waiting state. */
+typedef struct {
+    const transfer_t *t;
+    size_t hl, hs, hg, sent, got, sendable;
+    double deadline;   /* no progress past this fails; 0 until the waiting begins */
+    int idle;          /* shared memory: tries without progress, */
+    double idle_since; /* since when (0: not looked), */
+    bool slept;        /* and whether it slept since the last progress */
+} cpu_progress_t;
+
+/* A transport: what moves bytes between ring neighbours. Every function may fail with a
+ * negative code, the failure recorded with ddp_fail (a peer gone, the timeout). */
+struct cpu_transport_s {
+    const char *name;
+    /* Before a transfer's first byte. */
+    void (*begin)(cpu_t *c);
+    /* Up to `len` bytes, whole `unit`s, towards the next rank without waiting: how many. */
+    long (*send_some)(ddp_t *ddp, cpu_t *c, const char *what, const uint8_t *data, size_t len,
+                      size_t unit);
+    /* Up to `want` bytes from the previous rank without waiting (whole `unit`s when
+     * `direct` is NULL): straight into `direct` where given and the transport can (then
+     * *data == direct), else *data points into the transport's own buffer until consume. */
+    long (*recv_some)(ddp_t *ddp, cpu_t *c, const char *what, uint8_t *direct, size_t want,
+                      size_t unit, const uint8_t **data);
+    /* The first `n` bytes of that buffer are used. */
+    void (*consume)(cpu_t *c, size_t n);
+    /* Nothing moved: waits until something may (briefly; the loop tries again). */
+    int (*wait)(ddp_t *ddp, cpu_t *c, const char *what, cpu_progress_t *p);
+};
+
+extern const cpu_transport_t ddp_cpu_tcp, ddp_cpu_shm;
+
+/* Whether a transfer still needs bytes from the previous rank, or to send to the next. */
+static inline bool ddp_cpu_needs_prev(const cpu_progress_t *p)
+{
+    return p->hg < p->hl || p->got < p->t->recv_len;
+}
+
+static inline bool ddp_cpu_needs_next(const cpu_progress_t *p)
+{
+    return p->hs < p->hl || p->sent < p->t->send_len;
+}
+
+/* A neighbour's address, for messages. */
+static inline const char *ddp_cpu_addr(const cpu_t *c, int peer)
+{
+    return peer == c->prev ? c->prev_addr : c->next_addr;
+}
+
+/* The timeout's failure of a transfer at `p` ("over shared memory", say, in `over`). */
+int ddp_cpu_no_progress(ddp_t *ddp, const cpu_t *c, const char *what, const cpu_progress_t *p,
+                        const char *over);
 
 /* Listens on an ephemeral port of `host` (*port); makes a socket non-blocking, without
  * Nagle's delay. */
@@ -114,6 +178,14 @@ void ddp_cpu_narrow(cpu_t *c, float *wide, void *into, size_t count, ddp_dtype_t
 /* Chunk i of `count` elements split in n: sizes differ by at most one element. */
 size_t ddp_cpu_chunk_offset(size_t count, int n, int i);
 size_t ddp_cpu_chunk_count(size_t count, int n, int i);
+
+/* The ring (cpu_ring.c): set up at ddp_init, over TCP and then shared memory where every
+ * rank can; closed at ddp_finalize. */
+int ddp_cpu_init(ddp_t *ddp, void **state);
+void ddp_cpu_finalize(void *state);
+/* The all-reduce of cpu.c (the ring's vote on its transport runs one). */
+int ddp_cpu_all_reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype,
+                       ddp_reduce_op_t op);
 
 /* What a rank publishes at init: "host port shm-name nonce0 nonce1 p2p-port" ("-" for
  * no segment; p2p-port: where ddp_send connects); fetch waits for rank's (the context's
