@@ -80,15 +80,21 @@ int ddp_cpu_transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t
     while (p.hs < p.hl || p.hg < p.hl || p.sent < t->send_len || p.got < t->recv_len) {
         p.sendable = t->forward ? (p.got < t->send_len ? p.got : t->send_len) : t->send_len;
         long moved = 0, m = 0;
-        if (p.hs < p.hl)
+        if (p.hs < p.hl) {
             m = tr->send_some(ddp, c, what, (const uint8_t *)t->call + p.hs, p.hl - p.hs, 8);
-        else if (p.sent < p.sendable)
+            if (m < 0)
+                return (int)m;
+            p.hs += (size_t)m;
+            moved += m;
+        }
+        if (p.hs == p.hl && p.sent < p.sendable) { /* the data right behind its header */
             m = tr->send_some(ddp, c, what, t->send + p.sent, p.sendable - p.sent, es);
-        if (m < 0)
-            return (int)m;
-        *(p.hs < p.hl ? &p.hs : &p.sent) += (size_t)m;
-        moved += m;
-        if (ddp_cpu_needs_prev(&p)) {
+            if (m < 0)
+                return (int)m;
+            p.sent += (size_t)m;
+            moved += m;
+        }
+        for (int part = 0; part < 2 && ddp_cpu_needs_prev(&p); part++) {
             bool header = p.hg < p.hl;
             uint8_t *direct = header      ? (uint8_t *)&theirs + p.hg
                               : t->reduce ? NULL
@@ -110,6 +116,8 @@ int ddp_cpu_transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t
             int err = header && p.hg == p.hl ? check_call(ddp, c, what, t->call, &theirs) : 0;
             if (err)
                 return err;
+            if (!header || p.hg < p.hl)
+                break; /* else the data may be right behind the header */
         }
         if (moved > 0) {
             p.deadline = 0;
