@@ -2,12 +2,15 @@
  *
  * A ring is a single-producer single-consumer byte stream: the writer copies, then
  * publishes `head` with release order; the reader reads `head` with acquire order,
- * uses the bytes, then publishes `tail` the same way. Waking is by doorbell: a sleeper
- * sets `sleeping`, reads `bell`, rechecks what it waits for, and futex-waits on `bell`
- * with the value read; a ringer publishes, bumps `bell` and wakes only if `sleeping`
- * is set (all sequentially consistent). Either the ringer sees the flag and wakes, or
- * its bump came before the sleeper's read and the recheck sees what it published: no
- * lost wake-up. */
+ * uses the bytes, then publishes `tail` the same way. Each side keeps the other's
+ * position as it last read it and reads it again only when that view is used up (the
+ * writer: too little room; the reader: nothing left to read), so a position's cache line
+ * crosses between the cores when it must, not at every write and read. Waking is by
+ * doorbell: a sleeper sets `sleeping`, reads `bell`, rechecks what it waits for, and
+ * futex-waits on `bell` with the value read; a ringer publishes, bumps `bell` and wakes
+ * only if `sleeping` is set (all sequentially consistent). Either the ringer sees the
+ * flag and wakes, or its bump came before the sleeper's read and the recheck sees what
+ * it published: no lost wake-up. */
 #include "shm.h"
 
 #include "error.h"
@@ -37,8 +40,10 @@ struct ddp_shm_header_s {
     _Alignas(64) _Atomic uint32_t bell;
     _Atomic uint32_t sleeping;
     /* Private to one side each, kept here so both sides of a link agree on alignment. */
-    _Alignas(64) uint64_t write_pos; /* the writer's copy of head */
-    _Alignas(64) uint64_t read_pos;  /* the reader's copy of tail */
+    _Alignas(64) uint64_t write_pos; /* the writer's copy of head, */
+    uint64_t tail_seen;              /* and the tail it last read */
+    _Alignas(64) uint64_t read_pos;  /* the reader's copy of tail, */
+    uint64_t head_seen;              /* and the head it last read */
 };
 
 _Static_assert(sizeof(ddp_shm_header_t) <= SHM_HEADER, "the header fits its page");
@@ -163,14 +168,19 @@ static void ring(ddp_shm_header_t *h)
 size_t ddp_shm_room(const ddp_shm_seg_t *seg)
 {
     ddp_shm_header_t *h = seg->header;
-    uint64_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
-    return seg->size - (size_t)(h->write_pos - tail);
+    h->tail_seen = atomic_load_explicit(&h->tail, memory_order_acquire);
+    return seg->size - (size_t)(h->write_pos - h->tail_seen);
 }
 
 size_t ddp_shm_write(ddp_shm_seg_t *seg, const void *data, size_t len, size_t unit)
 {
     ddp_shm_header_t *h = seg->header;
-    size_t room = ddp_shm_room(seg), n = len < room ? len : room;
+    /* The reader's tail is read only when the one last seen leaves too little room: its
+     * line then stays with the reader, instead of crossing over at every write. */
+    size_t room = seg->size - (size_t)(h->write_pos - h->tail_seen);
+    if (room < len)
+        room = ddp_shm_room(seg);
+    size_t n = len < room ? len : room;
     n -= n % unit;
     if (n == 0)
         return 0;
@@ -188,7 +198,10 @@ size_t ddp_shm_write(ddp_shm_seg_t *seg, const void *data, size_t len, size_t un
 const uint8_t *ddp_shm_peek(const ddp_shm_seg_t *seg, size_t *len)
 {
     ddp_shm_header_t *h = seg->header;
-    uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
+    /* The writer's head is read only when what was seen of it has been used. */
+    uint64_t head = h->head_seen;
+    if (head <= h->read_pos)
+        h->head_seen = head = atomic_load_explicit(&h->head, memory_order_acquire);
     /* The reader aligns its position at the start of a transfer, which may be before
      * the writer has finished the previous one and aligned its own: head lags then. */
     size_t at = (size_t)(h->read_pos % seg->size),

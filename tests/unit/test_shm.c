@@ -84,6 +84,33 @@ static void test_room_limits_writes_to_whole_units(void **state)
     close_link(&l);
 }
 
+/* Each side keeps the other's position as last read (a cross-core read saved per write
+ * and per read): what the other publishes later is still seen once that view is used up,
+ * and the writer reads the tail again rather than call a freed ring full. */
+static void test_kept_positions_see_every_publication(void **state)
+{
+    link_t l;
+    uint8_t a[8] = {1, 1, 1, 1, 1, 1, 1, 1}, b[8] = {2, 2, 2, 2, 2, 2, 2, 2}, fill[64] = {0};
+    uint8_t out[64];
+    size_t n;
+    open_link(&l, 64);
+    assert_int_equal(ddp_shm_write(&l.writer_view, a, 8, 8), 8);
+    const uint8_t *p = ddp_shm_peek(&l.inbox, &n);
+    assert_int_equal(n, 8);
+    assert_int_equal(ddp_shm_write(&l.writer_view, b, 8, 8), 8); /* after the reader looked */
+    ddp_shm_consume(&l.inbox, 8, &l.writer_view);
+    p = ddp_shm_peek(&l.inbox, &n);
+    assert_int_equal(n, 8);
+    assert_memory_equal(p, b, 8);
+    ddp_shm_consume(&l.inbox, 8, &l.writer_view);
+    /* The writer fills the ring, the reader frees it all: a whole ring fits again. */
+    assert_int_equal(ddp_shm_write(&l.writer_view, fill, 64, 8), 64);
+    assert_int_equal(ddp_shm_write(&l.writer_view, fill, 8, 8), 0);
+    assert_int_equal(drain(&l, out, sizeof out), 64);
+    assert_int_equal(ddp_shm_write(&l.writer_view, fill, 64, 8), 64);
+    close_link(&l);
+}
+
 /* Each transfer starts at a multiple of 8 on both sides; the reader may align before the
  * writer has, and must then see nothing rather than the gap. */
 static void test_alignment_between_transfers(void **state)
@@ -155,6 +182,7 @@ int main(void)
         cmocka_unit_test(test_stream_wraps_and_keeps_order),
         cmocka_unit_test(test_room_limits_writes_to_whole_units),
         cmocka_unit_test(test_alignment_between_transfers),
+        cmocka_unit_test(test_kept_positions_see_every_publication),
         cmocka_unit_test(test_open_checks_the_nonce),
         cmocka_unit_test(test_bell),
     };
