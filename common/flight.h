@@ -34,7 +34,7 @@ typedef enum {
 typedef struct {
     uint64_t seq;       /* the context's collective number, from 1; 0: an empty slot */
     uint64_t count;     /* elements */
-    int64_t entered_ns; /* CLOCK_REALTIME */
+    int64_t entered_ns; /* CLOCK_REALTIME_COARSE */
     int64_t left_ns;    /* 0 while the rank is in it */
     int32_t op;         /* ddp_flight_op_t */
     int32_t dtype;      /* ddp_dtype_t */
