@@ -68,65 +68,90 @@ int ddp_cpu_no_progress(ddp_t *ddp, const cpu_t *c, const char *what, const cpu_
                     p->got, p->t->recv_len);
 }
 
-/* One transfer, whatever the transport: the call description first, then the data;
- * what comes is checked, reduced or copied as it comes. */
-int ddp_cpu_transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
+/* What came from the previous rank, taken in: the call description (checked once whole),
+ * then the data, reduced or copied; the data right behind a header in the same pass.
+ * Returns the bytes taken, or a failure. */
+static long take(ddp_t *ddp, cpu_t *c, const char *what, cpu_progress_t *p, call_t *theirs)
 {
+    const transfer_t *t = p->t;
     const cpu_transport_t *tr = c->transport;
     size_t es = ddp_dtype_size(t->dtype);
+    long taken = 0;
+    while (ddp_cpu_needs_prev(p)) {
+        bool header = p->hg < p->hl;
+        uint8_t *direct = header ? (uint8_t *)theirs + p->hg : t->reduce ? NULL : t->recv + p->got;
+        size_t want = header ? p->hl - p->hg : t->recv_len - p->got;
+        const uint8_t *data = NULL;
+        long m = tr->recv_some(ddp, c, what, direct, want, header ? 1 : es, &data);
+        if (m < 0)
+            return m;
+        if (m > 0 && data != direct) {
+            if (direct != NULL)
+                memcpy(direct, data, (size_t)m);
+            else
+                ddp_reduce_into(t->recv + p->got, data, (size_t)m / es, t->dtype, t->op,
+                                t->average_over);
+            tr->consume(c, (size_t)m);
+        }
+        *(header ? &p->hg : &p->got) += (size_t)m;
+        taken += m;
+        int err = header && p->hg == p->hl ? check_call(ddp, c, what, t->call, theirs) : 0;
+        if (err)
+            return err;
+        if (!header || p->hg < p->hl)
+            break;
+    }
+    return taken;
+}
+
+/* What may go to the next rank, given: the call description, then the data right
+ * behind it. Returns the bytes given, or a failure. */
+static long give(ddp_t *ddp, cpu_t *c, const char *what, cpu_progress_t *p)
+{
+    const transfer_t *t = p->t;
+    const cpu_transport_t *tr = c->transport;
+    long given = 0, m;
+    if (p->hs < p->hl) {
+        if ((m = tr->send_some(ddp, c, what, (const uint8_t *)t->call + p->hs, p->hl - p->hs, 8)) <
+            0)
+            return m;
+        p->hs += (size_t)m;
+        given += m;
+    }
+    if (p->hs == p->hl && p->sent < p->sendable) {
+        m = tr->send_some(ddp, c, what, t->send + p->sent, p->sendable - p->sent,
+                          ddp_dtype_size(t->dtype));
+        if (m < 0)
+            return m;
+        p->sent += (size_t)m;
+        given += m;
+    }
+    return given;
+}
+
+/* One transfer, whatever the transport: what can go is given and what has come is
+ * taken, until both are whole; the transport waits when neither moved. */
+int ddp_cpu_transfer(ddp_t *ddp, cpu_t *c, const char *what, const transfer_t *t)
+{
     cpu_progress_t p = {.t = t, .hl = t->call != NULL ? sizeof(call_t) : 0};
     call_t theirs;
-    tr->begin(c);
-    while (p.hs < p.hl || p.hg < p.hl || p.sent < t->send_len || p.got < t->recv_len) {
+    c->transport->begin(c);
+    while (ddp_cpu_needs_prev(&p) || ddp_cpu_needs_next(&p)) {
         p.sendable = t->forward ? (p.got < t->send_len ? p.got : t->send_len) : t->send_len;
-        long moved = 0, m = 0;
-        if (p.hs < p.hl) {
-            m = tr->send_some(ddp, c, what, (const uint8_t *)t->call + p.hs, p.hl - p.hs, 8);
-            if (m < 0)
-                return (int)m;
-            p.hs += (size_t)m;
-            moved += m;
-        }
-        if (p.hs == p.hl && p.sent < p.sendable) { /* the data right behind its header */
-            m = tr->send_some(ddp, c, what, t->send + p.sent, p.sendable - p.sent, es);
-            if (m < 0)
-                return (int)m;
-            p.sent += (size_t)m;
-            moved += m;
-        }
-        for (int part = 0; part < 2 && ddp_cpu_needs_prev(&p); part++) {
-            bool header = p.hg < p.hl;
-            uint8_t *direct = header      ? (uint8_t *)&theirs + p.hg
-                              : t->reduce ? NULL
-                                          : t->recv + p.got;
-            size_t want = header ? p.hl - p.hg : t->recv_len - p.got;
-            const uint8_t *data = NULL;
-            if ((m = tr->recv_some(ddp, c, what, direct, want, header ? 1 : es, &data)) < 0)
-                return (int)m;
-            if (m > 0 && data != direct) {
-                if (direct != NULL)
-                    memcpy(direct, data, (size_t)m);
-                else
-                    ddp_reduce_into(t->recv + p.got, data, (size_t)m / es, t->dtype, t->op,
-                                    t->average_over);
-                tr->consume(c, (size_t)m);
-            }
-            *(header ? &p.hg : &p.got) += (size_t)m;
-            moved += m;
-            int err = header && p.hg == p.hl ? check_call(ddp, c, what, t->call, &theirs) : 0;
-            if (err)
-                return err;
-            if (!header || p.hg < p.hl)
-                break; /* else the data may be right behind the header */
-        }
-        if (moved > 0) {
+        long given = give(ddp, c, what, &p);
+        if (given < 0)
+            return (int)given;
+        long taken = take(ddp, c, what, &p, &theirs);
+        if (taken < 0)
+            return (int)taken;
+        if (given + taken > 0) {
             p.deadline = 0;
             p.idle = 0;
             p.idle_since = 0;
             p.slept = false;
             continue;
         }
-        int err = tr->wait(ddp, c, what, &p);
+        int err = c->transport->wait(ddp, c, what, &p);
         if (err)
             return err;
     }

@@ -170,6 +170,27 @@ static int choose_transport(ddp_t *ddp, cpu_t *c, const ddp_cpu_published_t *nex
     return 0;
 }
 
+/* This rank's shared-memory inbox, unless DDP_SHM=0. No segment is no error: the ring
+ * then runs on TCP (c->own_name stays empty). */
+static void create_inbox(const ddp_t *ddp, cpu_t *c, uint64_t nonce[2])
+{
+    const char *shm = getenv(ddp_env_name(DDP_ENV_DDP_SHM));
+    if (shm != NULL && strcmp(shm, "0") == 0)
+        return;
+    /* The job's run id in the name says whose a segment is, should one be left (a rank
+     * killed between creating and the vote). */
+    const char *run_id = getenv(ddp_env_name(DDP_ENV_TORCHELASTIC_RUN_ID));
+    char tag[64];
+    int n = snprintf(tag, sizeof tag, "%.24s", run_id != NULL ? run_id : "none");
+    for (int i = 0; i < n; i++) {
+        if (!isalnum((unsigned char)tag[i]) && tag[i] != '_' && tag[i] != '.')
+            tag[i] = '_';
+    }
+    snprintf(tag + n, sizeof tag - (size_t)n, "-a%d-r%d", ddp->restart_count, ddp->rank);
+    if (ddp_shm_create(&c->own, tag, SHM_RING, c->own_name, sizeof c->own_name, nonce) != 0)
+        c->own_name[0] = '\0';
+}
+
 int ddp_cpu_init(ddp_t *ddp, void **state)
 {
     cpu_t *c = calloc(1, sizeof *c);
@@ -200,22 +221,7 @@ int ddp_cpu_init(ddp_t *ddp, void **state)
         ddp_fail(ddp, err, "unable to listen for the other ranks: %s", ddp_strerror(err));
         goto fail;
     }
-    /* No segment is no error: the ring then runs on TCP. */
-    const char *shm = getenv(ddp_env_name(DDP_ENV_DDP_SHM));
-    if (shm == NULL || strcmp(shm, "0") != 0) {
-        /* The job's run id in the name says whose a segment is, should one be left
-         * (a rank killed between creating and the vote). */
-        const char *run_id = getenv(ddp_env_name(DDP_ENV_TORCHELASTIC_RUN_ID));
-        char tag[64];
-        int n = snprintf(tag, sizeof tag, "%.24s", run_id != NULL ? run_id : "none");
-        for (int i = 0; i < n; i++) {
-            if (!isalnum((unsigned char)tag[i]) && tag[i] != '_' && tag[i] != '.')
-                tag[i] = '_';
-        }
-        snprintf(tag + n, sizeof tag - (size_t)n, "-a%d-r%d", ddp->restart_count, ddp->rank);
-        if (ddp_shm_create(&c->own, tag, SHM_RING, c->own_name, sizeof c->own_name, nonce) != 0)
-            c->own_name[0] = '\0';
-    }
+    create_inbox(ddp, c, nonce);
     ddp_key(ddp, key, sizeof key, "cpu/%d", ddp->rank);
     snprintf(value, sizeof value, "%s %d %s %llx %llx %d", host, port,
              c->own_name[0] ? c->own_name : "-", (unsigned long long)nonce[0],

@@ -165,7 +165,7 @@ static void ring(ddp_shm_header_t *h)
         syscall(SYS_futex, &h->bell, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
-size_t ddp_shm_room(const ddp_shm_seg_t *seg)
+size_t ddp_shm_room(ddp_shm_seg_t *seg)
 {
     ddp_shm_header_t *h = seg->header;
     h->tail_seen = atomic_load_explicit(&h->tail, memory_order_acquire);

@@ -41,8 +41,8 @@ void ddp_shm_align(ddp_shm_seg_t *inbox_of_peer, bool writer);
 /* Writer side, on the peer's inbox: copies up to `len` bytes, in whole multiples of
  * `unit`, as room allows, and rings the peer. Returns the bytes written. */
 size_t ddp_shm_write(ddp_shm_seg_t *peer_inbox, const void *data, size_t len, size_t unit);
-/* Room the writer has now. */
-size_t ddp_shm_room(const ddp_shm_seg_t *peer_inbox);
+/* Room the writer has now (the reader's tail read afresh, and kept). */
+size_t ddp_shm_room(ddp_shm_seg_t *peer_inbox);
 
 /* Reader side, on the own inbox: a pointer to the readable bytes that are contiguous
  * and their count (0: none yet). */
