@@ -195,12 +195,16 @@ void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
                  "stopping %d worker(s): sending %s to the process groups of local ranks %s; "
                  "SIGKILL after %g s",
                  a->nrunning, signame(sig, name, sizeof name), ranks, a->cfg->shutdown_timeout);
-    signal_running(a, sig);
-    stop_event(a, "stop_sent", sig);
     /* A stopped worker (SIGSTOP, a debugger let go) that handles the signal would keep it
-     * pending until the grace period ends: continue it, so it acts on it now. */
+     * pending until the grace period ends: continue it, so it acts on it now. Before the
+     * signal, not after: a SIGCONT discards a pending SIGSTOP, and a worker that acts on
+     * the signal at once may already be stopping itself with one (a sanitizer's leak
+     * check at exit attaches to its own threads with ptrace, whose SIGSTOP a later
+     * SIGCONT cancelled: the worker spun until the SIGKILL). */
     if (sig != SIGKILL && sig != SIGCONT)
         signal_running(a, SIGCONT);
+    signal_running(a, sig);
+    stop_event(a, "stop_sent", sig);
     double wait = a->cfg->shutdown_timeout;
     a->stop_notice_due = reason == STOP_SIGNAL && wait > 2 * STOP_NOTICE_S;
     if (a->stop_notice_due)
