@@ -33,9 +33,8 @@ void ddp_cpu_describe(const call_t *call, char *buf, size_t cap)
         snprintf(buf + len, cap - len, ", sent in that type");
 }
 
-/* The previous rank's description against this rank's: 0, or the failure saying both. */
-static int check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *mine,
-                      const call_t *theirs)
+int ddp_cpu_check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *mine,
+                       const call_t *theirs, int peer)
 {
     char here[128], there[128];
     if (memcmp(mine, theirs, sizeof *mine) == 0)
@@ -44,7 +43,7 @@ static int check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *mine
         return ddp_fail(ddp, DDP_EPROTO,
                         "%s: rank %d (%s) sent no description of its collective: is it the same "
                         "version of libddp?",
-                        what, c->prev, c->prev_addr);
+                        what, peer, ddp_cpu_addr(c, peer));
     ddp_cpu_describe(mine, here, sizeof here);
     ddp_cpu_describe(theirs, there, sizeof there);
     /* A usage error, but found mid-collective: the links hold data no call will read,
@@ -54,7 +53,7 @@ static int check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *mine
                     "collectives differ: this rank called %s, but rank %d (%s) called %s; every "
                     "rank must make the same collective calls in the same order, with the same "
                     "count, dtype and operation",
-                    here, c->prev, c->prev_addr, there);
+                    here, peer, ddp_cpu_addr(c, peer), there);
 }
 
 int ddp_cpu_no_progress(ddp_t *ddp, const cpu_t *c, const char *what, const cpu_progress_t *p,
@@ -95,7 +94,9 @@ static long take(ddp_t *ddp, cpu_t *c, const char *what, cpu_progress_t *p, call
         }
         *(header ? &p->hg : &p->got) += (size_t)m;
         taken += m;
-        int err = header && p->hg == p->hl ? check_call(ddp, c, what, t->call, theirs) : 0;
+        int err = header && p->hg == p->hl
+                      ? ddp_cpu_check_call(ddp, c, what, t->call, theirs, c->prev)
+                      : 0;
         if (err)
             return err;
         if (!header || p->hg < p->hl)
@@ -231,6 +232,8 @@ static int ring_all_reduce(ddp_t *ddp, cpu_t *c, collective_t kind, void *buf, s
     call.root = ddp->half_wire; /* halves on the wire: ranks must agree on that too */
     if (count == 0)
         return ddp_cpu_call_only(ddp, c, what, &call);
+    if (c->board != NULL && count * es <= DDP_CPU_BOARD_BYTES)
+        return ddp_cpu_board_all_reduce(ddp, c, what, b, count, dtype, op, &call);
     if (count * es <= DDP_CPU_SMALL_BYTES)
         return small_all_reduce(ddp, c, what, b, count, dtype, op, &call);
     /* Reduce-scatter: after n-1 steps rank r owns the whole reduction of chunk r+1. The

@@ -34,6 +34,11 @@ _Static_assert(sizeof(call_t) == 32, "a call description is 32 bytes");
 #ifndef DDP_CPU_SMALL_BYTES
 #define DDP_CPU_SMALL_BYTES ((size_t)8 << 10) /* all-reduces up to this size take n - 1 steps */
 #endif
+#ifndef DDP_CPU_BOARD_BYTES
+#define DDP_CPU_BOARD_BYTES                                              \
+    ((size_t)4 << 10) /* on one host, up to this size: one (cpu_board.c) \
+                       */
+#endif
 
 /* The numbers of ddp_flight_op_t (common/flight.h), which names and describes them. */
 typedef enum {
@@ -61,6 +66,9 @@ typedef struct {
     uint8_t *small;      /* every rank's buffer of a small all-reduce (cpu.c) */
     bool oversubscribed; /* more ranks here than CPUs: spin by yielding */
     ddp_shm_seg_t own, next_seg, prev_seg;
+    uint8_t *board;               /* every rank of the host: rank 0's (cpu_board.c); NULL: none */
+    ddp_shm_seg_t board_seg;      /* its segment, mapped once more (but on rank 0) */
+    uint64_t board_calls;         /* all-reduces over it so far */
     char own_name[80];            /* until unlinked */
     uint64_t calls;               /* collectives so far: the next one's number */
     int listen_fd;                /* where the other ranks connect for ddp_send (p2p.c) */
@@ -123,6 +131,18 @@ struct cpu_transport_s {
 
 extern const cpu_transport_t ddp_cpu_tcp, ddp_cpu_shm;
 
+/* Shared memory's patience (cpu_shm.c), counted in `p`: whether to try again at once
+ * (oversubscribed, after yielding the CPU) rather than sleep. */
+bool ddp_cpu_shm_spin(const cpu_t *c, cpu_progress_t *p);
+/* After a sleep: the next look that finds nothing sleeps again at once. */
+void ddp_cpu_shm_slept(cpu_progress_t *p);
+
+/* The board (cpu_board.c): its bytes for `world` ranks, and the all-reduce of up to
+ * DDP_CPU_BOARD_BYTES over it in one step, its call description `call`. */
+size_t ddp_cpu_board_size(int world);
+int ddp_cpu_board_all_reduce(ddp_t *ddp, cpu_t *c, const char *what, uint8_t *buf, size_t count,
+                             ddp_dtype_t dtype, ddp_reduce_op_t op, const call_t *call);
+
 /* Whether a transfer still needs bytes from the previous rank, or to send to the next. */
 static inline bool ddp_cpu_needs_prev(const cpu_progress_t *p)
 {
@@ -134,11 +154,17 @@ static inline bool ddp_cpu_needs_next(const cpu_progress_t *p)
     return p->hs < p->hl || p->sent < p->t->send_len;
 }
 
-/* A neighbour's address, for messages. */
+/* A rank's address, for messages: the neighbours' are known; the others share the
+ * board, so they are on this host. */
 static inline const char *ddp_cpu_addr(const cpu_t *c, int peer)
 {
-    return peer == c->prev ? c->prev_addr : c->next_addr;
+    return peer == c->prev ? c->prev_addr : peer == c->next ? c->next_addr : "on this host";
 }
+
+/* `theirs` (rank `peer`'s description of its collective) against this rank's: 0, or the
+ * failure saying both. */
+int ddp_cpu_check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *mine,
+                       const call_t *theirs, int peer);
 
 /* The timeout's failure of a transfer at `p` ("over shared memory", say, in `over`). */
 int ddp_cpu_no_progress(ddp_t *ddp, const cpu_t *c, const char *what, const cpu_progress_t *p,

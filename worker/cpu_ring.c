@@ -1,9 +1,9 @@
 /* The CPU backend's ring, set up at ddp_init: rank r listens, creates its shared-memory
  * inbox, publishes "host port shm-name nonce p2p-port" in the store, connects to rank
  * r+1 and accepts rank r-1 (each connection begins with who it is, for this attempt).
- * If every rank could then map both neighbours' inboxes (one host; decided by a vote
- * over TCP), the data goes through shared memory (cpu_shm.c); else it stays on TCP
- * (cpu_tcp.c). */
+ * If every rank could then map both neighbours' inboxes and rank 0's board (one host;
+ * decided by a vote over TCP), the data goes through shared memory (cpu_shm.c, and
+ * cpu_board.c for tiny all-reduces); else it stays on TCP (cpu_tcp.c). */
 #include "cpu.h"
 
 #include "env.h"
@@ -97,6 +97,7 @@ void ddp_cpu_finalize(void *state)
     ddp_shm_close(&c->own);
     ddp_shm_close(&c->next_seg);
     ddp_shm_close(&c->prev_seg);
+    ddp_shm_close(&c->board_seg);
     free(c->scratch);
     free(c->small);
     for (int i = 0; i < 3; i++)
@@ -144,15 +145,28 @@ static bool map_neighbour(ddp_shm_seg_t *seg, const ddp_cpu_published_t *p)
     return p->shm_name[0] == '/' && ddp_shm_open(seg, p->shm_name, p->nonce) == 0;
 }
 
-/* Every rank votes whether it mapped both neighbours; shared memory only if all did. */
+/* The board (cpu_board.c) is behind rank 0's ring: rank 0 has it, the others map rank
+ * 0's segment once more (`zero`: what rank 0 published). Used once the vote is won. */
+static bool map_board(const ddp_t *ddp, cpu_t *c, const ddp_cpu_published_t *zero)
+{
+    if (ddp->rank == 0)
+        return c->own.board_size >= ddp_cpu_board_size(ddp->world_size);
+    return map_neighbour(&c->board_seg, zero) &&
+           c->board_seg.board_size >= ddp_cpu_board_size(ddp->world_size);
+}
+
+/* Every rank votes whether it mapped both neighbours and the board; shared memory only if
+ * all did. */
 static int choose_transport(ddp_t *ddp, cpu_t *c, const ddp_cpu_published_t *next)
 {
-    ddp_cpu_published_t prev;
+    ddp_cpu_published_t prev, zero;
     int err = ddp_cpu_fetch_published(ddp, c->prev, &prev);
+    if (err == 0 && ddp->rank != 0)
+        err = ddp_cpu_fetch_published(ddp, 0, &zero);
     if (err)
         return err;
     int32_t able = c->own.header != NULL && map_neighbour(&c->next_seg, next) &&
-                   map_neighbour(&c->prev_seg, &prev);
+                   map_neighbour(&c->prev_seg, &prev) && map_board(ddp, c, &zero);
     /* Over TCP still; returning, every rank has voted, so each has mapped what it can. */
     if ((err = ddp_cpu_all_reduce(ddp, c, &able, 1, DDP_INT32, DDP_MIN)) != 0)
         return err;
@@ -160,12 +174,14 @@ static int choose_transport(ddp_t *ddp, cpu_t *c, const ddp_cpu_published_t *nex
     c->own_name[0] = '\0';
     if (able) {
         c->transport = &ddp_cpu_shm;
+        c->board = ddp->rank == 0 ? c->own.board : c->board_seg.board;
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         c->oversubscribed = cpus > 0 && ddp->local_world_size > cpus;
     } else {
         ddp_shm_close(&c->own);
         ddp_shm_close(&c->next_seg);
         ddp_shm_close(&c->prev_seg);
+        ddp_shm_close(&c->board_seg);
     }
     return 0;
 }
@@ -187,7 +203,8 @@ static void create_inbox(const ddp_t *ddp, cpu_t *c, uint64_t nonce[2])
             tag[i] = '_';
     }
     snprintf(tag + n, sizeof tag - (size_t)n, "-a%d-r%d", ddp->restart_count, ddp->rank);
-    if (ddp_shm_create(&c->own, tag, SHM_RING, c->own_name, sizeof c->own_name, nonce) != 0)
+    size_t board = ddp->rank == 0 ? ddp_cpu_board_size(ddp->world_size) : 0;
+    if (ddp_shm_create(&c->own, tag, SHM_RING, board, c->own_name, sizeof c->own_name, nonce) != 0)
         c->own_name[0] = '\0';
 }
 

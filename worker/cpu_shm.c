@@ -83,7 +83,7 @@ static int check_after_sleep(ddp_t *ddp, cpu_t *c, const char *what, const cpu_p
 
 /* Whether the spinning goes on: SHM_SPINS tries, and at least SHM_SPIN_US; oversubscribed,
  * each try yields the CPU instead. */
-static bool spin(const cpu_t *c, cpu_progress_t *p)
+bool ddp_cpu_shm_spin(const cpu_t *c, cpu_progress_t *p)
 {
     if (++p->idle >= SHM_SPINS && !c->oversubscribed && !p->slept && SHM_SPIN_US > 0) {
         double clock = ddp_clock_mono();
@@ -99,6 +99,12 @@ static bool spin(const cpu_t *c, cpu_progress_t *p)
     return true;
 }
 
+void ddp_cpu_shm_slept(cpu_progress_t *p)
+{
+    p->idle = SHM_SPINS; /* after a sleep, try once and sleep again */
+    p->slept = true;
+}
+
 static int shm_wait(ddp_t *ddp, cpu_t *c, const char *what, cpu_progress_t *p)
 {
     if (p->slept) {
@@ -107,10 +113,10 @@ static int shm_wait(ddp_t *ddp, cpu_t *c, const char *what, cpu_progress_t *p)
         if (err)
             return err;
     }
-    if (spin(c, p))
+    if (ddp_cpu_shm_spin(c, p))
         return 0;
     /* Sleep until a neighbour rings, unless what we wait for came meanwhile. */
-    uint32_t seen = ddp_shm_bell_arm(&c->own);
+    uint32_t seen = ddp_shm_bell_arm(ddp_shm_doorbell(&c->own));
     size_t readable, es = ddp_dtype_size(p->t->dtype);
     ddp_shm_peek(&c->own, &readable);
     bool ready = (p->hs < p->hl && ddp_shm_room(&c->next_seg) >= 8) ||
@@ -123,11 +129,10 @@ static int shm_wait(ddp_t *ddp, cpu_t *c, const char *what, cpu_progress_t *p)
     /* The flight recorder's peer: the one whose data this rank still needs. */
     ddp_flight_peer(ddp, ddp_cpu_needs_prev(p) ? c->prev : c->next);
     if (!ready && left > 0)
-        ddp_shm_bell_wait(&c->own, seen,
+        ddp_shm_bell_wait(ddp_shm_doorbell(&c->own), seen,
                           left * 1000 < SHM_NAP_MS ? (int)(left * 1000) + 1 : SHM_NAP_MS);
-    ddp_shm_bell_disarm(&c->own);
-    p->idle = SHM_SPINS; /* after a sleep, try once and sleep again */
-    p->slept = true;
+    ddp_shm_bell_disarm(ddp_shm_doorbell(&c->own));
+    ddp_cpu_shm_slept(p);
     return 0;
 }
 

@@ -6,17 +6,18 @@
  * position as it last read it and reads it again only when that view is used up (the
  * writer: too little room; the reader: nothing left to read), so a position's cache line
  * crosses between the cores when it must, not at every write and read. Waking is by
- * doorbell: a sleeper sets `sleeping`, reads `bell`, rechecks what it waits for, and
- * futex-waits on `bell` with the value read; a ringer publishes, bumps `bell` and wakes
- * only if `sleeping` is set (all sequentially consistent). Either the ringer sees the
- * flag and wakes, or its bump came before the sleeper's read and the recheck sees what
- * it published: no lost wake-up. */
+ * doorbell: a sleeper counts itself in `sleepers`, reads `bell`, rechecks what it waits
+ * for, and futex-waits on `bell` with the value read; a ringer publishes, bumps `bell`
+ * and wakes only if someone sleeps (all sequentially consistent). Either the ringer sees
+ * the count and wakes, or its bump came before the sleeper's read and the recheck sees
+ * what it published: no lost wake-up. */
 #include "shm.h"
 
 #include "error.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -33,12 +34,12 @@
 struct ddp_shm_header_s {
     uint64_t magic;
     uint64_t nonce[2];
-    uint64_t size;
+    uint64_t size;       /* of the ring, */
+    uint64_t board_size; /* and of the board behind it */
     /* Each on its own cache line: the writer, the reader and the ringers do not share. */
     _Alignas(64) _Atomic uint64_t head; /* bytes written, ever */
     _Alignas(64) _Atomic uint64_t tail; /* bytes consumed, ever */
-    _Alignas(64) _Atomic uint32_t bell;
-    _Atomic uint32_t sleeping;
+    _Alignas(64) ddp_shm_bell_t door;
     /* Private to one side each, kept here so both sides of a link agree on alignment. */
     _Alignas(64) uint64_t write_pos; /* the writer's copy of head, */
     uint64_t tail_seen;              /* and the tail it last read */
@@ -62,6 +63,12 @@ static uint64_t random64(void)
     return v ^ ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)getpid();
 }
 
+/* Where the board begins: the first page behind the ring. */
+static size_t board_offset(size_t ring_size)
+{
+    return SHM_HEADER + ((ring_size + SHM_HEADER - 1) / SHM_HEADER) * SHM_HEADER;
+}
+
 static int map(ddp_shm_seg_t *seg, int fd, size_t mapped)
 {
     void *p = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -73,8 +80,8 @@ static int map(ddp_shm_seg_t *seg, int fd, size_t mapped)
     return 0;
 }
 
-int ddp_shm_create(ddp_shm_seg_t *seg, const char *tag, size_t ring_size, char *name,
-                   size_t name_cap, uint64_t nonce[2])
+int ddp_shm_create(ddp_shm_seg_t *seg, const char *tag, size_t ring_size, size_t board_size,
+                   char *name, size_t name_cap, uint64_t nonce[2])
 {
     char path[128];
     int fd = -1, err;
@@ -87,7 +94,7 @@ int ddp_shm_create(ddp_shm_seg_t *seg, const char *tag, size_t ring_size, char *
     }
     if (fd < 0)
         return -EEXIST;
-    size_t mapped = SHM_HEADER + ring_size;
+    size_t mapped = board_size > 0 ? board_offset(ring_size) + board_size : SHM_HEADER + ring_size;
     /* Reserve every page now: tmpfs would otherwise SIGBUS the first write past its
      * capacity. */
     err = -posix_fallocate(fd, 0, (off_t)mapped);
@@ -104,8 +111,11 @@ int ddp_shm_create(ddp_shm_seg_t *seg, const char *tag, size_t ring_size, char *
     h->nonce[0] = nonce[0] = random64();
     h->nonce[1] = nonce[1] = random64();
     h->size = ring_size;
+    h->board_size = board_size;
     h->magic = SHM_MAGIC;
     seg->size = ring_size;
+    seg->board_size = board_size;
+    seg->board = board_size > 0 ? (uint8_t *)h + board_offset(ring_size) : NULL;
     snprintf(name, name_cap, "%s", path);
     return 0;
 }
@@ -126,12 +136,16 @@ int ddp_shm_open(ddp_shm_seg_t *seg, const char *name, const uint64_t nonce[2])
     if (err)
         return err;
     ddp_shm_header_t *h = seg->header;
+    size_t expected =
+        h->board_size > 0 ? board_offset(h->size) + h->board_size : SHM_HEADER + h->size;
     if (h->magic != SHM_MAGIC || h->nonce[0] != nonce[0] || h->nonce[1] != nonce[1] ||
-        h->size != seg->mapped - SHM_HEADER) {
+        h->size >= seg->mapped || expected != seg->mapped) {
         ddp_shm_close(seg);
         return DDP_EPROTO;
     }
     seg->size = h->size;
+    seg->board_size = h->board_size;
+    seg->board = h->board_size > 0 ? (uint8_t *)h + board_offset(h->size) : NULL;
     return 0;
 }
 
@@ -158,11 +172,16 @@ void ddp_shm_align(ddp_shm_seg_t *seg, bool writer)
         atomic_store_explicit(&seg->header->tail, *pos, memory_order_release);
 }
 
-static void ring(ddp_shm_header_t *h)
+ddp_shm_bell_t *ddp_shm_doorbell(ddp_shm_seg_t *seg)
 {
-    atomic_fetch_add(&h->bell, 1);
-    if (atomic_load(&h->sleeping))
-        syscall(SYS_futex, &h->bell, FUTEX_WAKE, 1, NULL, NULL, 0);
+    return &seg->header->door;
+}
+
+void ddp_shm_ring(ddp_shm_bell_t *b)
+{
+    atomic_fetch_add(&b->bell, 1);
+    if (atomic_load(&b->sleepers))
+        syscall(SYS_futex, &b->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
 size_t ddp_shm_room(ddp_shm_seg_t *seg)
@@ -191,7 +210,7 @@ size_t ddp_shm_write(ddp_shm_seg_t *seg, const void *data, size_t len, size_t un
     memcpy(seg->ring, (const uint8_t *)data + first, n - first);
     h->write_pos += n;
     atomic_store_explicit(&h->head, h->write_pos, memory_order_release);
-    ring(h);
+    ddp_shm_ring(&h->door);
     return n;
 }
 
@@ -215,24 +234,38 @@ void ddp_shm_consume(ddp_shm_seg_t *seg, size_t len, ddp_shm_seg_t *writer_seg)
     ddp_shm_header_t *h = seg->header;
     h->read_pos += len;
     atomic_store_explicit(&h->tail, h->read_pos, memory_order_release);
-    ring(writer_seg->header);
+    ddp_shm_ring(&writer_seg->header->door);
 }
 
-uint32_t ddp_shm_bell_arm(ddp_shm_seg_t *own)
+bool ddp_shm_look(const ddp_shm_seg_t *seg, void *out, size_t len)
 {
-    /* `sleeping` first, then the bell: a ringer that missed the flag bumped the bell
-     * before this read, so the caller's recheck sees what it published. */
-    atomic_store(&own->header->sleeping, 1);
-    return atomic_load(&own->header->bell);
+    const ddp_shm_header_t *h = seg->header;
+    uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
+    if (head < h->read_pos || head - h->read_pos < len)
+        return false;
+    size_t at = (size_t)(h->read_pos % seg->size), first = seg->size - at;
+    if (first > len)
+        first = len;
+    memcpy(out, seg->ring + at, first);
+    memcpy((uint8_t *)out + first, seg->ring, len - first);
+    return true;
 }
 
-void ddp_shm_bell_wait(ddp_shm_seg_t *own, uint32_t seen, int timeout_ms)
+uint32_t ddp_shm_bell_arm(ddp_shm_bell_t *b)
+{
+    /* The count first, then the bell: a ringer that missed the count bumped the bell
+     * before this read, so the caller's recheck sees what it published. */
+    atomic_fetch_add(&b->sleepers, 1);
+    return atomic_load(&b->bell);
+}
+
+void ddp_shm_bell_wait(ddp_shm_bell_t *b, uint32_t seen, int timeout_ms)
 {
     struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
-    syscall(SYS_futex, &own->header->bell, FUTEX_WAIT, seen, &ts, NULL, 0);
+    syscall(SYS_futex, &b->bell, FUTEX_WAIT, seen, &ts, NULL, 0);
 }
 
-void ddp_shm_bell_disarm(ddp_shm_seg_t *own)
+void ddp_shm_bell_disarm(ddp_shm_bell_t *b)
 {
-    atomic_store(&own->header->sleeping, 0);
+    atomic_fetch_sub(&b->sleepers, 1);
 }

@@ -24,7 +24,7 @@ static void open_link(link_t *l, size_t ring)
 {
     uint64_t nonce[2];
     memset(l, 0, sizeof *l);
-    assert_int_equal(ddp_shm_create(&l->inbox, "unit", ring, l->name, sizeof l->name, nonce), 0);
+    assert_int_equal(ddp_shm_create(&l->inbox, "unit", ring, 0, l->name, sizeof l->name, nonce), 0);
     assert_int_equal(ddp_shm_open(&l->writer_view, l->name, nonce), 0);
     assert_int_equal(l->writer_view.size, ring);
 }
@@ -138,7 +138,7 @@ static void test_open_checks_the_nonce(void **state)
     ddp_shm_seg_t seg, other;
     char name[80];
     uint64_t nonce[2], wrong[2];
-    assert_int_equal(ddp_shm_create(&seg, "unit", 64, name, sizeof name, nonce), 0);
+    assert_int_equal(ddp_shm_create(&seg, "unit", 64, 0, name, sizeof name, nonce), 0);
     wrong[0] = nonce[0] ^ 1;
     wrong[1] = nonce[1];
     assert_int_equal(ddp_shm_open(&other, name, wrong), DDP_EPROTO);
@@ -146,6 +146,56 @@ static void test_open_checks_the_nonce(void **state)
     ddp_shm_unlink(name);
     assert_int_equal(ddp_shm_open(&other, name, nonce), -ENOENT);
     ddp_shm_close(&seg);
+}
+
+/* A look copies what is readable, across the ring's end, and uses none of it up; it says
+ * no when fewer bytes than asked have come. */
+static void test_look_leaves_the_bytes(void **state)
+{
+    link_t l;
+    uint8_t fill[48] = {0}, data[32], out[32];
+    for (size_t i = 0; i < sizeof data; i++)
+        data[i] = (uint8_t)(100 + i);
+    open_link(&l, 64);
+    assert_int_equal(ddp_shm_write(&l.writer_view, fill, 48, 8), 48);
+    assert_int_equal(drain(&l, out, 48), 48);
+    assert_false(ddp_shm_look(&l.inbox, out, 8));                     /* nothing yet */
+    assert_int_equal(ddp_shm_write(&l.writer_view, data, 32, 8), 32); /* 16 to the end, 16 */
+    assert_false(ddp_shm_look(&l.inbox, out, 40));
+    memset(out, 0, sizeof out);
+    assert_true(ddp_shm_look(&l.inbox, out, 32));
+    assert_memory_equal(out, data, 32);
+    assert_int_equal(drain(&l, out, sizeof out), 32); /* still there to read */
+    assert_memory_equal(out, data, 32);
+    close_link(&l);
+}
+
+/* A segment with a board: it begins on a page of its own behind the ring, zeroed, and
+ * what one map writes there another map of the segment reads; without one, none. */
+static void test_board_behind_the_ring(void **state)
+{
+    ddp_shm_seg_t seg, other;
+    char name[80];
+    uint64_t nonce[2];
+    assert_int_equal(ddp_shm_create(&seg, "unit", 64, 5000, name, sizeof name, nonce), 0);
+    assert_int_equal(ddp_shm_open(&other, name, nonce), 0);
+    assert_int_equal(other.board_size, 5000);
+    assert_int_equal(other.size, 64);
+    assert_true(seg.board >= seg.ring + seg.size);
+    assert_int_equal((uintptr_t)seg.board % 4096, 0);
+    assert_true(other.board + other.board_size <= (uint8_t *)other.header + other.mapped);
+    for (size_t i = 0; i < 5000; i++)
+        assert_int_equal(other.board[i], 0);
+    memset(seg.board + 4990, 7, 10);
+    assert_int_equal(other.board[4999], 7);
+    ddp_shm_close(&other);
+    ddp_shm_unlink(name);
+    ddp_shm_close(&seg);
+    link_t l;
+    open_link(&l, 64);
+    assert_null(l.writer_view.board);
+    assert_int_equal(l.writer_view.board_size, 0);
+    close_link(&l);
 }
 
 static double now(void)
@@ -162,17 +212,17 @@ static void test_bell(void **state)
     link_t l;
     uint8_t byte[8] = {0};
     open_link(&l, 64);
-    uint32_t seen = ddp_shm_bell_arm(&l.inbox);
+    uint32_t seen = ddp_shm_bell_arm(ddp_shm_doorbell(&l.inbox));
     double t0 = now();
-    ddp_shm_bell_wait(&l.inbox, seen, 30);
+    ddp_shm_bell_wait(ddp_shm_doorbell(&l.inbox), seen, 30);
     assert_true(now() - t0 >= 0.02);
-    ddp_shm_bell_disarm(&l.inbox);
-    seen = ddp_shm_bell_arm(&l.inbox);
+    ddp_shm_bell_disarm(ddp_shm_doorbell(&l.inbox));
+    seen = ddp_shm_bell_arm(ddp_shm_doorbell(&l.inbox));
     ddp_shm_write(&l.writer_view, byte, 8, 8); /* rings the reader's bell */
     t0 = now();
-    ddp_shm_bell_wait(&l.inbox, seen, 5000);
+    ddp_shm_bell_wait(ddp_shm_doorbell(&l.inbox), seen, 5000);
     assert_true(now() - t0 < 1.0);
-    ddp_shm_bell_disarm(&l.inbox);
+    ddp_shm_bell_disarm(ddp_shm_doorbell(&l.inbox));
     close_link(&l);
 }
 
@@ -184,6 +234,8 @@ int main(void)
         cmocka_unit_test(test_alignment_between_transfers),
         cmocka_unit_test(test_kept_positions_see_every_publication),
         cmocka_unit_test(test_open_checks_the_nonce),
+        cmocka_unit_test(test_look_leaves_the_bytes),
+        cmocka_unit_test(test_board_behind_the_ring),
         cmocka_unit_test(test_bell),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
