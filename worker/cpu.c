@@ -329,6 +329,8 @@ static int cpu_broadcast(ddp_t *ddp, void *state, void *buf, size_t count, ddp_d
     call_t call = ddp_cpu_begin_call(c, CALL_BROADCAST, count, dtype, (unsigned)root);
     if (len == 0)
         return ddp_cpu_call_only(ddp, c, "broadcast", &call);
+    if (c->board != NULL && len <= DDP_CPU_BOARD_BYTES)
+        return ddp_cpu_board_broadcast(ddp, c, buf, len, root, &call);
     /* Around the ring from the root; each rank passes on what it has received so far,
      * but for the last, whose next is the root (which still hears its description). */
     bool first = ddp->rank == root, last = c->next == root;
@@ -356,6 +358,8 @@ static int cpu_all_gather(ddp_t *ddp, void *state, const void *send, void *recv,
     call_t call = ddp_cpu_begin_call(c, CALL_ALL_GATHER, count, dtype, 0);
     if (block == 0)
         return ddp_cpu_call_only(ddp, c, "all_gather", &call);
+    if (c->board != NULL && block <= DDP_CPU_BOARD_BYTES)
+        return ddp_cpu_board_all_gather(ddp, c, out, block, &call);
     for (int s = 0; s < n - 1; s++) {
         int give = (r - s + n) % n, take = (r - s - 1 + n) % n;
         transfer_t t = {.send = out + (size_t)give * block,

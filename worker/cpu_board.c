@@ -1,13 +1,15 @@
-/* The board: all-reduces of up to DDP_CPU_BOARD_BYTES in one step where every rank is on
- * one host (the ring chose shared memory), instead of the ring's n - 1 steps, each of
- * which waits for one rank to be scheduled.
+/* The board: all-reduces, all-gathers and broadcasts of up to DDP_CPU_BOARD_BYTES a rank
+ * in one step where every rank is on one host (the ring chose shared memory), instead of
+ * the ring's n - 1 steps, each of which waits for one rank to be scheduled.
  *
  * The board is a region behind the ring of rank 0's inbox segment, which every rank
  * maps. Each rank has two slots there, used in turn by the board's calls (numbered 1, 2,
  * ... in the context): it writes its call description and data into one, then the
  * call's number with release order, and rings the board's doorbell. It waits until
  * every rank's slot holds that number, checks every rank's description against its own,
- * and reduces the n buffers in rank order, so every rank holds the same bits.
+ * and takes what it needs: an all-reduce reduces the n buffers in rank order, so every
+ * rank holds the same bits; an all-gather copies each; a broadcast, the root's. Every
+ * board call waits for every rank, the broadcast's root too (see the invariant).
  *
  * Invariant: the slot a rank writes for call b held call b - 2, and every rank has read
  * it: the writer finished call b - 1, so every rank wrote b - 1, which a rank does only
@@ -159,25 +161,67 @@ static int wait_for_all(ddp_t *ddp, cpu_t *c, const char *what, const call_t *mi
     }
 }
 
+/* Posts this rank's call description and `bytes` of `data` as the next board call, and
+ * waits for every rank's, each checked against this one: 0 and the call's number *b, or
+ * the failure. */
+static int exchange(ddp_t *ddp, cpu_t *c, const char *what, const call_t *call, const void *data,
+                    size_t bytes, uint64_t *b)
+{
+    *b = ++c->board_calls;
+    slot_t *mine = slot_of(c, ddp->rank, *b);
+    mine->call = *call;
+    if (bytes > 0)
+        memcpy(mine + 1, data, bytes);
+    atomic_store_explicit(&mine->seq, *b, memory_order_release);
+    ddp_shm_ring(bell_of(c));
+    int n = ddp->world_size, err = wait_for_all(ddp, c, what, call, *b);
+    /* From the previous rank backwards: the rank a ring collective would name first. */
+    for (int i = 1; i < n && err == 0; i++) {
+        int q = (ddp->rank - i + n) % n;
+        err = ddp_cpu_check_call(ddp, c, what, call, &slot_of(c, q, *b)->call, q);
+    }
+    return err;
+}
+
+/* What rank q posted in board call b. */
+static const uint8_t *posted(const cpu_t *c, int q, uint64_t b)
+{
+    return (const uint8_t *)(slot_of(c, q, b) + 1);
+}
+
 int ddp_cpu_board_all_reduce(ddp_t *ddp, cpu_t *c, const char *what, uint8_t *buf, size_t count,
                              ddp_dtype_t dtype, ddp_reduce_op_t op, const call_t *call)
 {
     int n = ddp->world_size;
     size_t bytes = count * ddp_dtype_size(dtype);
-    uint64_t b = ++c->board_calls;
-    slot_t *mine = slot_of(c, ddp->rank, b);
-    mine->call = *call;
-    memcpy(mine + 1, buf, bytes);
-    atomic_store_explicit(&mine->seq, b, memory_order_release);
-    ddp_shm_ring(bell_of(c));
-    int err = wait_for_all(ddp, c, what, call, b);
-    for (int q = 0; q < n && err == 0; q++)
-        err = ddp_cpu_check_call(ddp, c, what, call, &slot_of(c, q, b)->call, q);
+    uint64_t b;
+    int err = exchange(ddp, c, what, call, buf, bytes, &b);
     if (err)
         return err;
-    memcpy(buf, slot_of(c, 0, b) + 1, bytes);
+    memcpy(buf, posted(c, 0, b), bytes);
     for (int q = 1; q < n; q++)
-        ddp_reduce_into(buf, (const uint8_t *)(slot_of(c, q, b) + 1), count, dtype, op,
-                        q == n - 1 ? n : 0);
+        ddp_reduce_into(buf, posted(c, q, b), count, dtype, op, q == n - 1 ? n : 0);
     return 0;
+}
+
+int ddp_cpu_board_all_gather(ddp_t *ddp, cpu_t *c, uint8_t *recv, size_t block, const call_t *call)
+{
+    uint64_t b;
+    int err = exchange(ddp, c, "all_gather", call, recv + (size_t)ddp->rank * block, block, &b);
+    for (int q = 0; q < ddp->world_size && err == 0; q++) {
+        if (q != ddp->rank)
+            memcpy(recv + (size_t)q * block, posted(c, q, b), block);
+    }
+    return err;
+}
+
+int ddp_cpu_board_broadcast(ddp_t *ddp, cpu_t *c, uint8_t *buf, size_t len, int root,
+                            const call_t *call)
+{
+    uint64_t b;
+    bool mine = ddp->rank == root;
+    int err = exchange(ddp, c, "broadcast", call, buf, mine ? len : 0, &b);
+    if (err == 0 && !mine)
+        memcpy(buf, posted(c, root, b), len);
+    return err;
 }
