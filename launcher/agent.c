@@ -121,16 +121,38 @@ static void finish(ddp_agent_t *a)
         uv_close((uv_handle_t *)&a->unforwarded[i], NULL);
 }
 
+static void signal_worker(ddp_agent_t *a, int i, int sig)
+{
+    const ddp_worker_t *w = &a->workers[i];
+    int err = ddp_proc_signal_group(w->pid, sig);
+    if (err && err != -ESRCH)
+        ddp_log_warn(a->log, "unable to signal worker local rank %d (pid %d): %s", i, (int)w->pid,
+                     ddp_strerror(err));
+}
+
 static void signal_running(ddp_agent_t *a, int sig)
 {
     for (int i = 0; i < a->nworkers; i++) {
-        ddp_worker_t *w = &a->workers[i];
-        if (!w->running)
+        if (a->workers[i].running)
+            signal_worker(a, i, sig);
+    }
+}
+
+/* The stop's signal. A worker stopped (SIGSTOP, Ctrl-Z) that handles it would keep it
+ * pending until the grace period ends: SIGCONT after the signal, so it acts on it now.
+ * Only to a worker that was stopped before the signal: a SIGCONT discards a pending
+ * SIGSTOP, and a worker that acts on the signal at once may be stopping itself with one
+ * (ASan's leak check at exit attaches to its threads with ptrace: a SIGCONT cancelled
+ * that attach, and the worker spun until the SIGKILL). */
+static void signal_to_stop(ddp_agent_t *a, int sig)
+{
+    for (int i = 0; i < a->nworkers; i++) {
+        if (!a->workers[i].running)
             continue;
-        int err = ddp_proc_signal_group(w->pid, sig);
-        if (err && err != -ESRCH)
-            ddp_log_warn(a->log, "unable to signal worker local rank %d (pid %d): %s", i,
-                         (int)w->pid, ddp_strerror(err));
+        bool stopped = sig != SIGKILL && sig != SIGCONT && ddp_proc_stopped(a->workers[i].pid);
+        signal_worker(a, i, sig);
+        if (stopped)
+            signal_worker(a, i, SIGCONT);
     }
 }
 
@@ -195,15 +217,7 @@ void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
                  "stopping %d worker(s): sending %s to the process groups of local ranks %s; "
                  "SIGKILL after %g s",
                  a->nrunning, signame(sig, name, sizeof name), ranks, a->cfg->shutdown_timeout);
-    /* A stopped worker (SIGSTOP, a debugger let go) that handles the signal would keep it
-     * pending until the grace period ends: continue it, so it acts on it now. Before the
-     * signal, not after: a SIGCONT discards a pending SIGSTOP, and a worker that acts on
-     * the signal at once may already be stopping itself with one (a sanitizer's leak
-     * check at exit attaches to its own threads with ptrace, whose SIGSTOP a later
-     * SIGCONT cancelled: the worker spun until the SIGKILL). */
-    if (sig != SIGKILL && sig != SIGCONT)
-        signal_running(a, SIGCONT);
-    signal_running(a, sig);
+    signal_to_stop(a, sig);
     stop_event(a, "stop_sent", sig);
     double wait = a->cfg->shutdown_timeout;
     a->stop_notice_due = reason == STOP_SIGNAL && wait > 2 * STOP_NOTICE_S;

@@ -157,6 +157,32 @@ int ddp_proc_signal_group(pid_t pid, int sig)
     return -errno;
 }
 
+/* The state letter of /proc/<pid>/stat ("pid (comm) state ..."; comm may hold spaces
+ * and parentheses), its parent and its group; false if it cannot be read. */
+static bool read_stat(const char *pid, char *state, int *ppid, int *pgrp)
+{
+    char path[300], text[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t len = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (len <= 0)
+        return false;
+    text[len] = '\0';
+    char *after = strrchr(text, ')');
+    return after != NULL && sscanf(after + 1, " %c %d %d", state, ppid, pgrp) == 3;
+}
+
+bool ddp_proc_stopped(pid_t pid)
+{
+    char name[16], state;
+    int ppid, pgrp;
+    snprintf(name, sizeof name, "%d", (int)pid);
+    return read_stat(name, &state, &ppid, &pgrp) && state == 'T';
+}
+
 int ddp_proc_groups_alive(const pid_t *pgids, size_t n, bool *alive)
 {
     DIR *proc = opendir("/proc");
@@ -165,23 +191,10 @@ int ddp_proc_groups_alive(const pid_t *pgids, size_t n, bool *alive)
     if (proc == NULL)
         return -errno;
     while ((entry = readdir(proc)) != NULL) {
-        char path[300], stat_text[512];
-        if (entry->d_name[0] < '0' || entry->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof path, "/proc/%s/stat", entry->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t len = read(fd, stat_text, sizeof stat_text - 1);
-        close(fd);
-        if (len <= 0)
-            continue;
-        stat_text[len] = '\0';
-        /* "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses. */
-        char *after = strrchr(stat_text, ')');
         char state;
         int ppid, pgrp;
-        if (after == NULL || sscanf(after + 1, " %c %d %d", &state, &ppid, &pgrp) != 3)
+        if (entry->d_name[0] < '0' || entry->d_name[0] > '9' ||
+            !read_stat(entry->d_name, &state, &ppid, &pgrp))
             continue;
         if (state == 'Z' || state == 'X' || state == 'x')
             continue;

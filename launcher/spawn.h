@@ -41,6 +41,10 @@ int ddp_proc_spawn(const ddp_spawn_t *spec, pid_t *pid);
  * made its group yet. Returns 0 or -errno (-ESRCH when nothing is left). */
 int ddp_proc_signal_group(pid_t pid, int sig);
 
+/* Whether process `pid` is stopped by a signal (SIGSTOP, Ctrl-Z: state T in /proc; not
+ * a debugger's tracing stop). */
+bool ddp_proc_stopped(pid_t pid);
+
 /* For each i, whether the process group led by pgids[i] still holds a process that is
  * not a zombie (one scan of /proc). Returns 0 or -errno. */
 int ddp_proc_groups_alive(const pid_t *pgids, size_t n, bool *alive);

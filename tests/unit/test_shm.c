@@ -153,7 +153,7 @@ static void test_open_checks_the_nonce(void **state)
 static void test_look_leaves_the_bytes(void **state)
 {
     link_t l;
-    uint8_t fill[48] = {0}, data[32], out[32];
+    uint8_t fill[48] = {0}, data[32], out[48];
     for (size_t i = 0; i < sizeof data; i++)
         data[i] = (uint8_t)(100 + i);
     open_link(&l, 64);
@@ -165,7 +165,7 @@ static void test_look_leaves_the_bytes(void **state)
     memset(out, 0, sizeof out);
     assert_true(ddp_shm_look(&l.inbox, out, 32));
     assert_memory_equal(out, data, 32);
-    assert_int_equal(drain(&l, out, sizeof out), 32); /* still there to read */
+    assert_int_equal(drain(&l, out, 32), 32); /* still there to read */
     assert_memory_equal(out, data, 32);
     close_link(&l);
 }
