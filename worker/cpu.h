@@ -137,13 +137,24 @@ bool ddp_cpu_shm_spin(const cpu_t *c, cpu_progress_t *p);
 /* After a sleep: the next look that finds nothing sleeps again at once. */
 void ddp_cpu_shm_slept(cpu_progress_t *p);
 
-/* The board (cpu_board.c): its bytes for `world` ranks, and the collectives of up to
- * DDP_CPU_BOARD_BYTES a rank over it in one step, each with its call description. */
+/* The board (cpu_board.c): its bytes for `world` ranks, whether a rank's `bytes` go over
+ * it, and the collectives of up to DDP_CPU_BOARD_BYTES a rank over it in one step, each
+ * with its call description. */
 size_t ddp_cpu_board_size(int world);
+static inline bool ddp_cpu_on_board(const cpu_t *c, size_t bytes)
+{
+    return c->board != NULL && bytes <= DDP_CPU_BOARD_BYTES;
+}
 int ddp_cpu_board_all_reduce(ddp_t *ddp, cpu_t *c, const char *what, uint8_t *buf, size_t count,
                              ddp_dtype_t dtype, ddp_reduce_op_t op, const call_t *call);
-/* All-gather of `block` bytes a rank (this rank's already in place in `recv`), and
- * broadcast of `len` bytes from `root`, over the board. */
+/* Reduce to `root`; reduce-scatter of `count` elements a rank; all-gather of `block`
+ * bytes a rank (this rank's already in place in `recv`); broadcast of `len` bytes from
+ * `root`: over the board. */
+int ddp_cpu_board_reduce(ddp_t *ddp, cpu_t *c, uint8_t *buf, size_t count, ddp_dtype_t dtype,
+                         ddp_reduce_op_t op, int root, const call_t *call);
+int ddp_cpu_board_reduce_scatter(ddp_t *ddp, cpu_t *c, const uint8_t *send, uint8_t *recv,
+                                 size_t count, ddp_dtype_t dtype, ddp_reduce_op_t op,
+                                 const call_t *call);
 int ddp_cpu_board_all_gather(ddp_t *ddp, cpu_t *c, uint8_t *recv, size_t block, const call_t *call);
 int ddp_cpu_board_broadcast(ddp_t *ddp, cpu_t *c, uint8_t *buf, size_t len, int root,
                             const call_t *call);

@@ -1,6 +1,7 @@
-/* The board: all-reduces, all-gathers and broadcasts of up to DDP_CPU_BOARD_BYTES a rank
- * in one step where every rank is on one host (the ring chose shared memory), instead of
- * the ring's n - 1 steps, each of which waits for one rank to be scheduled.
+/* The board: collectives of up to DDP_CPU_BOARD_BYTES a rank (all-reduce, reduce,
+ * reduce-scatter, all-gather, broadcast) in one step where every rank is on one host
+ * (the ring chose shared memory), instead of the ring's n - 1 steps, each of which waits
+ * for one rank to be scheduled.
  *
  * The board is a region behind the ring of rank 0's inbox segment, which every rank
  * maps. Each rank has two slots there, used in turn by the board's calls (numbered 1, 2,
@@ -8,8 +9,9 @@
  * call's number with release order, and rings the board's doorbell. It waits until
  * every rank's slot holds that number, checks every rank's description against its own,
  * and takes what it needs: an all-reduce reduces the n buffers in rank order, so every
- * rank holds the same bits; an all-gather copies each; a broadcast, the root's. Every
- * board call waits for every rank, the broadcast's root too (see the invariant).
+ * rank holds the same bits (a reduce, on the root; a reduce-scatter, each its block); an
+ * all-gather copies each; a broadcast, the root's. Every board call waits for every
+ * rank, roots too (see the invariant).
  *
  * Invariant: the slot a rank writes for call b held call b - 2, and every rank has read
  * it: the writer finished call b - 1, so every rank wrote b - 1, which a rank does only
@@ -189,19 +191,48 @@ static const uint8_t *posted(const cpu_t *c, int q, uint64_t b)
     return (const uint8_t *)(slot_of(c, q, b) + 1);
 }
 
+/* `result` gets the reduction, in rank order, of `count` elements at byte `at` of every
+ * rank's post of call b. */
+static void reduce_posts(const ddp_t *ddp, const cpu_t *c, uint64_t b, size_t at, uint8_t *result,
+                         size_t count, ddp_dtype_t dtype, ddp_reduce_op_t op)
+{
+    int n = ddp->world_size;
+    memcpy(result, posted(c, 0, b) + at, count * ddp_dtype_size(dtype));
+    for (int q = 1; q < n; q++)
+        ddp_reduce_into(result, posted(c, q, b) + at, count, dtype, op, q == n - 1 ? n : 0);
+}
+
 int ddp_cpu_board_all_reduce(ddp_t *ddp, cpu_t *c, const char *what, uint8_t *buf, size_t count,
                              ddp_dtype_t dtype, ddp_reduce_op_t op, const call_t *call)
 {
-    int n = ddp->world_size;
     size_t bytes = count * ddp_dtype_size(dtype);
     uint64_t b;
     int err = exchange(ddp, c, what, call, buf, bytes, &b);
-    if (err)
-        return err;
-    memcpy(buf, posted(c, 0, b), bytes);
-    for (int q = 1; q < n; q++)
-        ddp_reduce_into(buf, posted(c, q, b), count, dtype, op, q == n - 1 ? n : 0);
-    return 0;
+    if (err == 0)
+        reduce_posts(ddp, c, b, 0, buf, count, dtype, op);
+    return err;
+}
+
+int ddp_cpu_board_reduce(ddp_t *ddp, cpu_t *c, uint8_t *buf, size_t count, ddp_dtype_t dtype,
+                         ddp_reduce_op_t op, int root, const call_t *call)
+{
+    uint64_t b;
+    int err = exchange(ddp, c, "reduce", call, buf, count * ddp_dtype_size(dtype), &b);
+    if (err == 0 && ddp->rank == root)
+        reduce_posts(ddp, c, b, 0, buf, count, dtype, op);
+    return err;
+}
+
+int ddp_cpu_board_reduce_scatter(ddp_t *ddp, cpu_t *c, const uint8_t *send, uint8_t *recv,
+                                 size_t count, ddp_dtype_t dtype, ddp_reduce_op_t op,
+                                 const call_t *call)
+{
+    uint64_t b;
+    size_t block = count * ddp_dtype_size(dtype);
+    int err = exchange(ddp, c, "reduce_scatter", call, send, block * (size_t)ddp->world_size, &b);
+    if (err == 0)
+        reduce_posts(ddp, c, b, block * (size_t)ddp->rank, recv, count, dtype, op);
+    return err;
 }
 
 int ddp_cpu_board_all_gather(ddp_t *ddp, cpu_t *c, uint8_t *recv, size_t block, const call_t *call)
