@@ -161,7 +161,7 @@ static int reduce_scatter(ddp_t *ddp, void *state, const void *send, void *recv,
     call_t call = ddp_cpu_begin_call(c, CALL_REDUCE_SCATTER, count, dtype, (unsigned)op);
     if (bytes == 0)
         return ddp_cpu_call_only(ddp, c, "reduce_scatter", &call);
-    if (ddp_cpu_on_board(c, bytes * (size_t)n))
+    if (ddp_cpu_on_board(ddp, c, bytes * (size_t)n))
         return ddp_cpu_board_reduce_scatter(ddp, c, send, recv, count, dtype, op, &call);
     chunks_t k = {.send = send, .count = count * (size_t)n, .block = count};
     int err = take(ddp, c, &s, "reduce_scatter", bytes, 2);
@@ -241,7 +241,7 @@ static int reduce(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t 
     call.root = (uint32_t)root;
     if (count == 0)
         return ddp_cpu_call_only(ddp, c, "reduce", &call);
-    if (ddp_cpu_on_board(c, count * es))
+    if (ddp_cpu_on_board(ddp, c, count * es))
         return ddp_cpu_board_reduce(ddp, c, buf, count, dtype, op, root, &call);
     /* Each rank reduces its chunk (the root in place: its input there is used only at
      * the step that completes it), then the chunks go to the root. Only the root's

@@ -232,9 +232,7 @@ static int ring_all_reduce(ddp_t *ddp, cpu_t *c, collective_t kind, void *buf, s
     call.root = ddp->half_wire; /* halves on the wire: ranks must agree on that too */
     if (count == 0)
         return ddp_cpu_call_only(ddp, c, what, &call);
-    /* With 2 ranks the ring's small path is one step too: the board only up to half the
-     * size (at 4 KiB it took 1.1-1.4x the ring's time). */
-    if (ddp_cpu_on_board(c, count * es * (n == 2 ? 2 : 1)))
+    if (ddp_cpu_on_board(ddp, c, count * es))
         return ddp_cpu_board_all_reduce(ddp, c, what, b, count, dtype, op, &call);
     if (count * es <= DDP_CPU_SMALL_BYTES)
         return small_all_reduce(ddp, c, what, b, count, dtype, op, &call);
@@ -331,7 +329,7 @@ static int cpu_broadcast(ddp_t *ddp, void *state, void *buf, size_t count, ddp_d
     call_t call = ddp_cpu_begin_call(c, CALL_BROADCAST, count, dtype, (unsigned)root);
     if (len == 0)
         return ddp_cpu_call_only(ddp, c, "broadcast", &call);
-    if (ddp_cpu_on_board(c, len))
+    if (ddp_cpu_on_board(ddp, c, len))
         return ddp_cpu_board_broadcast(ddp, c, buf, len, root, &call);
     /* Around the ring from the root; each rank passes on what it has received so far,
      * but for the last, whose next is the root (which still hears its description). */
@@ -360,7 +358,7 @@ static int cpu_all_gather(ddp_t *ddp, void *state, const void *send, void *recv,
     call_t call = ddp_cpu_begin_call(c, CALL_ALL_GATHER, count, dtype, 0);
     if (block == 0)
         return ddp_cpu_call_only(ddp, c, "all_gather", &call);
-    if (ddp_cpu_on_board(c, block))
+    if (ddp_cpu_on_board(ddp, c, block))
         return ddp_cpu_board_all_gather(ddp, c, out, block, &call);
     for (int s = 0; s < n - 1; s++) {
         int give = (r - s + n) % n, take = (r - s - 1 + n) % n;
