@@ -157,9 +157,9 @@ int ddp_proc_signal_group(pid_t pid, int sig)
     return -errno;
 }
 
-/* The state letter of /proc/<pid>/stat ("pid (comm) state ..."; comm may hold spaces
- * and parentheses), its parent and its group; false if it cannot be read. */
-static bool read_stat(const char *pid, char *state, int *ppid, int *pgrp)
+/* The state letter of /proc/<pid>/stat ("pid (comm) state ppid pgrp ..."; comm may hold
+ * spaces and parentheses) and its group; false if it cannot be read. */
+static bool read_stat(const char *pid, char *state, int *pgrp)
 {
     char path[300], text[512];
     snprintf(path, sizeof path, "/proc/%s/stat", pid);
@@ -172,15 +172,16 @@ static bool read_stat(const char *pid, char *state, int *ppid, int *pgrp)
         return false;
     text[len] = '\0';
     char *after = strrchr(text, ')');
-    return after != NULL && sscanf(after + 1, " %c %d %d", state, ppid, pgrp) == 3;
+    int ppid;
+    return after != NULL && sscanf(after + 1, " %c %d %d", state, &ppid, pgrp) == 3;
 }
 
 bool ddp_proc_stopped(pid_t pid)
 {
     char name[16], state;
-    int ppid, pgrp;
+    int pgrp;
     snprintf(name, sizeof name, "%d", (int)pid);
-    return read_stat(name, &state, &ppid, &pgrp) && state == 'T';
+    return read_stat(name, &state, &pgrp) && state == 'T';
 }
 
 int ddp_proc_groups_alive(const pid_t *pgids, size_t n, bool *alive)
@@ -192,9 +193,9 @@ int ddp_proc_groups_alive(const pid_t *pgids, size_t n, bool *alive)
         return -errno;
     while ((entry = readdir(proc)) != NULL) {
         char state;
-        int ppid, pgrp;
+        int pgrp;
         if (entry->d_name[0] < '0' || entry->d_name[0] > '9' ||
-            !read_stat(entry->d_name, &state, &ppid, &pgrp))
+            !read_stat(entry->d_name, &state, &pgrp))
             continue;
         if (state == 'Z' || state == 'X' || state == 'x')
             continue;

@@ -136,6 +136,10 @@ extern const cpu_transport_t ddp_cpu_tcp, ddp_cpu_shm;
 bool ddp_cpu_shm_spin(const cpu_t *c, cpu_progress_t *p);
 /* After a sleep: the next look that finds nothing sleeps again at once. */
 void ddp_cpu_shm_slept(cpu_progress_t *p);
+/* A neighbour still waited on (prev, next) whose socket turned readable or broken has
+ * gone: with shared memory nothing else comes on it. (One no longer needed may have
+ * finished and closed already.) Its rank, or -1. */
+int ddp_cpu_shm_gone(const cpu_t *c, bool need_prev, bool need_next);
 
 /* The board (cpu_board.c): its bytes for `world` ranks, whether a rank's `bytes` go over
  * it, and the collectives of up to DDP_CPU_BOARD_BYTES a rank over it in one step, each

@@ -27,7 +27,6 @@
 #include "error.h"
 #include "io.h"
 
-#include <poll.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -98,15 +97,11 @@ static int ring_call_came(ddp_t *ddp, cpu_t *c, const char *what, const call_t *
 static int check_after_sleep(ddp_t *ddp, cpu_t *c, const char *what, uint64_t b, int q,
                              double deadline)
 {
-    const int peers[2] = {c->prev, c->next};
-    struct pollfd fds[2] = {{.fd = has_come(c, c->prev, b) ? -1 : c->prev_fd, .events = POLLIN},
-                            {.fd = has_come(c, c->next, b) ? -1 : c->next_fd, .events = POLLIN}};
-    if (poll(fds, 2, 0) > 0) {
-        int gone = peers[fds[0].revents ? 0 : 1];
+    int gone = ddp_cpu_shm_gone(c, !has_come(c, c->prev, b), !has_come(c, c->next, b));
+    if (gone >= 0)
         return ddp_fail_peer(ddp, DDP_ECLOSED, gone,
                              "%s: rank %d (%s) is gone: it closed the connection", what, gone,
                              ddp_cpu_addr(c, gone));
-    }
     if (ddp_clock_mono() < deadline)
         return 0;
     int came = 0;

@@ -3,7 +3,7 @@
  * r+1 and accepts rank r-1 (each connection begins with who it is, for this attempt).
  * If every rank could then map both neighbours' inboxes and rank 0's board (one host;
  * decided by a vote over TCP), the data goes through shared memory (cpu_shm.c, and
- * cpu_board.c for tiny all-reduces); else it stays on TCP (cpu_tcp.c). */
+ * cpu_board.c for collectives of up to 4 KiB); else it stays on TCP (cpu_tcp.c). */
 #include "cpu.h"
 
 #include "env.h"

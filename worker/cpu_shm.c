@@ -53,10 +53,7 @@ static void shm_consume(cpu_t *c, size_t n)
     ddp_shm_consume(&c->own, n, &c->prev_seg);
 }
 
-/* A neighbour we still wait on whose socket turned readable or broken has gone: with
- * shared memory nothing else comes on it. (One we no longer need may have finished and
- * closed already.) -1 if none. */
-static int gone_peer(cpu_t *c, bool need_prev, bool need_next)
+int ddp_cpu_shm_gone(const cpu_t *c, bool need_prev, bool need_next)
 {
     struct pollfd fds[2] = {{.fd = need_prev ? c->prev_fd : -1, .events = POLLIN},
                             {.fd = need_next ? c->next_fd : -1, .events = POLLIN}};
@@ -71,7 +68,7 @@ static int gone_peer(cpu_t *c, bool need_prev, bool need_next)
 static int check_after_sleep(ddp_t *ddp, cpu_t *c, const char *what, const cpu_progress_t *p)
 {
     bool need_prev = ddp_cpu_needs_prev(p);
-    int gone = gone_peer(c, need_prev, ddp_cpu_needs_next(p));
+    int gone = ddp_cpu_shm_gone(c, need_prev, ddp_cpu_needs_next(p));
     if (gone >= 0)
         return ddp_fail_peer(ddp, DDP_ECLOSED, gone,
                              "%s: rank %d (%s) is gone: it closed the connection", what, gone,
@@ -116,7 +113,8 @@ static int shm_wait(ddp_t *ddp, cpu_t *c, const char *what, cpu_progress_t *p)
     if (ddp_cpu_shm_spin(c, p))
         return 0;
     /* Sleep until a neighbour rings, unless what we wait for came meanwhile. */
-    uint32_t seen = ddp_shm_bell_arm(ddp_shm_doorbell(&c->own));
+    ddp_shm_bell_t *door = ddp_shm_doorbell(&c->own);
+    uint32_t seen = ddp_shm_bell_arm(door);
     size_t readable, es = ddp_dtype_size(p->t->dtype);
     ddp_shm_peek(&c->own, &readable);
     bool ready = (p->hs < p->hl && ddp_shm_room(&c->next_seg) >= 8) ||
@@ -129,9 +127,9 @@ static int shm_wait(ddp_t *ddp, cpu_t *c, const char *what, cpu_progress_t *p)
     /* The flight recorder's peer: the one whose data this rank still needs. */
     ddp_flight_peer(ddp, ddp_cpu_needs_prev(p) ? c->prev : c->next);
     if (!ready && left > 0)
-        ddp_shm_bell_wait(ddp_shm_doorbell(&c->own), seen,
+        ddp_shm_bell_wait(door, seen,
                           left * 1000 < SHM_NAP_MS ? (int)(left * 1000) + 1 : SHM_NAP_MS);
-    ddp_shm_bell_disarm(ddp_shm_doorbell(&c->own));
+    ddp_shm_bell_disarm(door);
     ddp_cpu_shm_slept(p);
     return 0;
 }
