@@ -584,6 +584,28 @@ static void test_hang_report_on_collective_timeout(void **state)
     free(logs);
 }
 
+/* On one host a collective of up to 4 KiB waits on the board for every rank, not only its
+ * neighbours: a rank further away that never comes is named with how many have come
+ * (rank 2 of 4 skips all_reduce #5 of 1000 floats, DDP_TIMEOUT=2). */
+static void test_board_timeout_names_the_missing_rank(void **state)
+{
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=4", "--no-python", collectives(), "skip", "2", "5", "30",
+        NULL};
+    const char *env[] = {"DDP_TIMEOUT=2", NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    /* Whichever rank times out first (rank 0 names rank 2 "on this host", its neighbours by
+     * address); on the ring rank 0 would have named rank 3, its previous. */
+    const char *said = strstr(err, ": all_reduce: no progress with rank 2 (");
+    TH_ASSERT(&p, said != NULL && strstr(said, ") for 2 s over shared memory (3 of 4 ranks have "
+                                               "come to this call)") != NULL);
+    TH_ASSERT(&p, strstr(err, "no progress with rank 3") == NULL);
+    th_cleanup(&p);
+}
+
 /* --hang-timeout finds the same hang long before libddp's own timeout, and stops the job
  * as a failure after its report; --hang-dump saves each rank's stack. */
 static void test_hang_timeout_finds_a_hang(void **state)
@@ -660,6 +682,7 @@ int main(void)
         TH_TEST(test_more_collectives),
         TH_TEST(test_send_recv_mismatch),
         TH_TEST(test_hang_report_on_collective_timeout),
+        TH_TEST(test_board_timeout_names_the_missing_rank),
         TH_TEST(test_hang_timeout_finds_a_hang),
         TH_TEST(test_hang_timeout_spares_a_slow_job),
     };
