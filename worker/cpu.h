@@ -35,9 +35,8 @@ _Static_assert(sizeof(call_t) == 32, "a call description is 32 bytes");
 #define DDP_CPU_SMALL_BYTES ((size_t)8 << 10) /* all-reduces up to this size take n - 1 steps */
 #endif
 #ifndef DDP_CPU_BOARD_BYTES
-#define DDP_CPU_BOARD_BYTES                                              \
-    ((size_t)4 << 10) /* on one host, up to this size: one (cpu_board.c) \
-                       */
+/* On one host, collectives of up to this size a rank take one step (cpu_board.c). */
+#define DDP_CPU_BOARD_BYTES ((size_t)4 << 10)
 #endif
 
 /* The numbers of ddp_flight_op_t (common/flight.h), which names and describes them. */
@@ -68,7 +67,7 @@ typedef struct {
     ddp_shm_seg_t own, next_seg, prev_seg;
     uint8_t *board;               /* every rank of the host: rank 0's (cpu_board.c); NULL: none */
     ddp_shm_seg_t board_seg;      /* its segment, mapped once more (but on rank 0) */
-    uint64_t board_calls;         /* all-reduces over it so far */
+    uint64_t board_calls;         /* collectives over it so far */
     char own_name[80];            /* until unlinked */
     uint64_t calls;               /* collectives so far: the next one's number */
     int listen_fd;                /* where the other ranks connect for ddp_send (p2p.c) */
@@ -134,8 +133,13 @@ extern const cpu_transport_t ddp_cpu_tcp, ddp_cpu_shm;
 /* Shared memory's patience (cpu_shm.c), counted in `p`: whether to try again at once
  * (oversubscribed, after yielding the CPU) rather than sleep. */
 bool ddp_cpu_shm_spin(const cpu_t *c, cpu_progress_t *p);
-/* After a sleep: the next look that finds nothing sleeps again at once. */
-void ddp_cpu_shm_slept(cpu_progress_t *p);
+/* The end of a wait on `bell`, armed when it read `seen`: unless `ready` (what the caller
+ * waits for came before its recheck), sleeps until a ringer, the deadline (set at the
+ * first sleep since progress: the context's timeout) or a short nap's end (the caller
+ * then looks at its neighbours' sockets), with `peer` as the one the flight recorder
+ * says this rank waits on; disarms; the next look that finds nothing sleeps again. */
+void ddp_cpu_shm_sleep(ddp_t *ddp, ddp_shm_bell_t *bell, uint32_t seen, bool ready, int peer,
+                       cpu_progress_t *p);
 /* A neighbour still waited on (prev, next) whose socket turned readable or broken has
  * gone: with shared memory nothing else comes on it. (One no longer needed may have
  * finished and closed already.) Its rank, or -1. */

@@ -30,8 +30,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define BOARD_NAP_MS 20 /* the longest sleep before looking at the neighbours' sockets */
-
 typedef struct {
     _Atomic uint64_t seq; /* the board call whose data the slot holds (0: none yet) */
     uint8_t pad[24];
@@ -121,17 +119,8 @@ static void sleep_on_board(ddp_t *ddp, cpu_t *c, uint64_t b, int q, cpu_progress
     uint32_t seen = ddp_shm_bell_arm(bell);
     size_t readable;
     ddp_shm_peek(&c->own, &readable);
-    bool ready = has_come(c, q, b) || readable > 0;
-    double now = ddp_clock_mono();
-    if (p->deadline == 0)
-        p->deadline = now + ddp->timeout;
-    double left = p->deadline - now;
-    ddp_flight_peer(ddp, q); /* the flight recorder's peer: the one not come */
-    if (!ready && left > 0)
-        ddp_shm_bell_wait(bell, seen,
-                          left * 1000 < BOARD_NAP_MS ? (int)(left * 1000) + 1 : BOARD_NAP_MS);
-    ddp_shm_bell_disarm(bell);
-    ddp_cpu_shm_slept(p);
+    /* The flight recorder's peer: the one not come. */
+    ddp_cpu_shm_sleep(ddp, bell, seen, has_come(c, q, b) || readable > 0, q, p);
 }
 
 /* Until every rank has written call `b`: 0, or the failure. */

@@ -159,14 +159,16 @@ static bool map_board(const ddp_t *ddp, cpu_t *c, const ddp_cpu_published_t *zer
  * all did. */
 static int choose_transport(ddp_t *ddp, cpu_t *c, const ddp_cpu_published_t *next)
 {
-    ddp_cpu_published_t prev, zero;
+    ddp_cpu_published_t prev, fetched;
     int err = ddp_cpu_fetch_published(ddp, c->prev, &prev);
-    if (err == 0 && ddp->rank != 0)
-        err = ddp_cpu_fetch_published(ddp, 0, &zero);
+    /* Rank 0's record: a neighbour's is at hand already. */
+    const ddp_cpu_published_t *zero = c->next == 0 ? next : c->prev == 0 ? &prev : &fetched;
+    if (err == 0 && ddp->rank != 0 && zero == &fetched)
+        err = ddp_cpu_fetch_published(ddp, 0, &fetched);
     if (err)
         return err;
     int32_t able = c->own.header != NULL && map_neighbour(&c->next_seg, next) &&
-                   map_neighbour(&c->prev_seg, &prev) && map_board(ddp, c, &zero);
+                   map_neighbour(&c->prev_seg, &prev) && map_board(ddp, c, zero);
     /* Over TCP still; returning, every rank has voted, so each has mapped what it can. */
     if ((err = ddp_cpu_all_reduce(ddp, c, &able, 1, DDP_INT32, DDP_MIN)) != 0)
         return err;

@@ -96,8 +96,18 @@ bool ddp_cpu_shm_spin(const cpu_t *c, cpu_progress_t *p)
     return true;
 }
 
-void ddp_cpu_shm_slept(cpu_progress_t *p)
+void ddp_cpu_shm_sleep(ddp_t *ddp, ddp_shm_bell_t *bell, uint32_t seen, bool ready, int peer,
+                       cpu_progress_t *p)
 {
+    double now = ddp_clock_mono();
+    if (p->deadline == 0)
+        p->deadline = now + ddp->timeout;
+    double left = p->deadline - now;
+    ddp_flight_peer(ddp, peer);
+    if (!ready && left > 0)
+        ddp_shm_bell_wait(bell, seen,
+                          left * 1000 < SHM_NAP_MS ? (int)(left * 1000) + 1 : SHM_NAP_MS);
+    ddp_shm_bell_disarm(bell);
     p->idle = SHM_SPINS; /* after a sleep, try once and sleep again */
     p->slept = true;
 }
@@ -120,17 +130,8 @@ static int shm_wait(ddp_t *ddp, cpu_t *c, const char *what, cpu_progress_t *p)
     bool ready = (p->hs < p->hl && ddp_shm_room(&c->next_seg) >= 8) ||
                  (p->hs == p->hl && p->sent < p->sendable && ddp_shm_room(&c->next_seg) >= es) ||
                  (ddp_cpu_needs_prev(p) && readable > 0);
-    double now = ddp_clock_mono();
-    if (p->deadline == 0)
-        p->deadline = now + ddp->timeout;
-    double left = p->deadline - now;
     /* The flight recorder's peer: the one whose data this rank still needs. */
-    ddp_flight_peer(ddp, ddp_cpu_needs_prev(p) ? c->prev : c->next);
-    if (!ready && left > 0)
-        ddp_shm_bell_wait(door, seen,
-                          left * 1000 < SHM_NAP_MS ? (int)(left * 1000) + 1 : SHM_NAP_MS);
-    ddp_shm_bell_disarm(door);
-    ddp_cpu_shm_slept(p);
+    ddp_cpu_shm_sleep(ddp, door, seen, ready, ddp_cpu_needs_prev(p) ? c->prev : c->next, p);
     return 0;
 }
 

@@ -69,6 +69,21 @@ static size_t board_offset(size_t ring_size)
     return SHM_HEADER + ((ring_size + SHM_HEADER - 1) / SHM_HEADER) * SHM_HEADER;
 }
 
+/* The bytes of a segment with this ring and board. */
+static size_t segment_bytes(size_t ring_size, size_t board_size)
+{
+    return board_size > 0 ? board_offset(ring_size) + board_size : SHM_HEADER + ring_size;
+}
+
+/* The ring's and the board's sizes, and where the board is, as the header says. */
+static void place(ddp_shm_seg_t *seg)
+{
+    const ddp_shm_header_t *h = seg->header;
+    seg->size = h->size;
+    seg->board_size = h->board_size;
+    seg->board = h->board_size > 0 ? (uint8_t *)seg->header + board_offset(h->size) : NULL;
+}
+
 static int map(ddp_shm_seg_t *seg, int fd, size_t mapped)
 {
     void *p = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -94,7 +109,7 @@ int ddp_shm_create(ddp_shm_seg_t *seg, const char *tag, size_t ring_size, size_t
     }
     if (fd < 0)
         return -EEXIST;
-    size_t mapped = board_size > 0 ? board_offset(ring_size) + board_size : SHM_HEADER + ring_size;
+    size_t mapped = segment_bytes(ring_size, board_size);
     /* Reserve every page now: tmpfs would otherwise SIGBUS the first write past its
      * capacity. */
     err = -posix_fallocate(fd, 0, (off_t)mapped);
@@ -113,9 +128,7 @@ int ddp_shm_create(ddp_shm_seg_t *seg, const char *tag, size_t ring_size, size_t
     h->size = ring_size;
     h->board_size = board_size;
     h->magic = SHM_MAGIC;
-    seg->size = ring_size;
-    seg->board_size = board_size;
-    seg->board = board_size > 0 ? (uint8_t *)h + board_offset(ring_size) : NULL;
+    place(seg);
     snprintf(name, name_cap, "%s", path);
     return 0;
 }
@@ -136,16 +149,12 @@ int ddp_shm_open(ddp_shm_seg_t *seg, const char *name, const uint64_t nonce[2])
     if (err)
         return err;
     ddp_shm_header_t *h = seg->header;
-    size_t expected =
-        h->board_size > 0 ? board_offset(h->size) + h->board_size : SHM_HEADER + h->size;
     if (h->magic != SHM_MAGIC || h->nonce[0] != nonce[0] || h->nonce[1] != nonce[1] ||
-        h->size >= seg->mapped || expected != seg->mapped) {
+        h->size >= seg->mapped || segment_bytes(h->size, h->board_size) != seg->mapped) {
         ddp_shm_close(seg);
         return DDP_EPROTO;
     }
-    seg->size = h->size;
-    seg->board_size = h->board_size;
-    seg->board = h->board_size > 0 ? (uint8_t *)h + board_offset(h->size) : NULL;
+    place(seg);
     return 0;
 }
 

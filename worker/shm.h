@@ -4,9 +4,9 @@
  * and r's doorbell: a futex word that r sleeps on, rung by r-1 when it writes and by
  * r+1 when it frees room in its own inbox. Each rank maps its own segment and its two
  * neighbours', and rank 0's, whose segment also holds the board every rank of the host
- * writes its tiny all-reduces on (cpu_board.c). The owner unlinks the name once every
- * rank has it mapped. Used
- * by the thread that owns the context; no locks, only atomics on the shared header. */
+ * posts its small collectives on (cpu_board.c). The owner unlinks the name once every
+ * rank has it mapped. Used by the thread that owns the context; no locks, only atomics
+ * on the shared header. */
 #ifndef DDP_WORKER_SHM_H
 #define DDP_WORKER_SHM_H
 
