@@ -101,9 +101,10 @@ static void finish(ddp_agent_t *a)
     ddp_rdzv_close(a->rdzv);
     if (a->coord != NULL) {
         /* The other nodes read how the job ended from our store: it stays until they
-         * have left (after success, up to close_timeout). */
-        ddp_rdzv_coord_finish(a->coord,
-                              a->exit_code == DDP_EXIT_OK ? a->cfg->rdzv_conf.close_timeout : 1.0,
+         * have left, up to close_timeout, whatever the outcome (a node slow to read a
+         * failure would otherwise see only the store gone, and stop its workers with
+         * SIGTERM instead of the job's signal). */
+        ddp_rdzv_coord_finish(a->coord, a->cfg->rdzv_conf.close_timeout,
                               a->stop_reason == STOP_SIGNAL ? a->stop_signal : 0);
         a->coord = NULL;
     } else {

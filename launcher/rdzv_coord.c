@@ -468,10 +468,21 @@ static void refresh_status(ddp_rdzv_coord_t *c, double now)
     ddp_buf_free(&status);
 }
 
-/* Finishing: the server closes once the others have gone (or at the deadline). */
+/* Whether a launcher still connected may yet read the outcome: one judged lost (silent
+ * past the keep-alive limit: hung, cut off, or done reading) is not waited for. */
+static bool someone_reading(const ddp_rdzv_coord_t *c)
+{
+    for (size_t i = 0; c->nconnected > 0 && i < c->nmembers; i++)
+        if (c->members[i]->connected && !c->members[i]->own && !c->members[i]->lost)
+            return true;
+    return false;
+}
+
+/* Finishing: the server closes once the others have gone or stopped answering (or at the
+ * deadline). The scan is O(N) a tick, and only while finishing. */
 static bool finished(ddp_rdzv_coord_t *c, double now)
 {
-    if (!c->finishing || (c->nconnected > 0 && now < c->finish_deadline))
+    if (!c->finishing || (now < c->finish_deadline && someone_reading(c)))
         return false;
     ddp_store_server_t *server = c->server;
     ddp_rdzv_coord_close(c);

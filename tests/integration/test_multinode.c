@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_NODES 3
@@ -381,6 +382,56 @@ static void test_store_host_lost(void **state)
     job_cleanup(&job);
 }
 
+/* The store's host ended by SIGTERM while node 1's launcher is frozen (SIGSTOP, 2 s:
+ * under the 3 s keep-alive limit, as a launcher slow on a loaded machine): the store
+ * stays until node 1 has read how the job ended, so node 1 stops its workers for the
+ * host's signal (status 128 + 15) instead of finding the store gone (status 5). */
+static void test_slow_node_reads_the_end(void **state)
+{
+    const char *waits[] = {th_worker(), "wait", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, NULL, waits);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, NULL, waits);
+    TH_ASSERT(n0, th_wait_output(n0, 1, "ready ", 1, 30));
+    TH_ASSERT(n1, th_wait_output(n1, 1, "ready ", 1, 30));
+    assert_int_equal(kill(n1->pid, SIGSTOP), 0);
+    assert_int_equal(kill(n0->pid, SIGTERM), 0);
+    nanosleep(&(struct timespec){.tv_sec = 2}, NULL);
+    assert_int_equal(kill(n1->pid, SIGCONT), 0);
+    job_wait(&job, 30);
+    TH_ASSERT(n0, th_status(n0) == 128 + SIGTERM);
+    TH_ASSERT(n1, th_status(n1) == 128 + SIGTERM);
+    TH_ASSERT(n1, strstr(err(n1), "the job was ended by node 0 (") != NULL);
+    TH_ASSERT(n1, strstr(err(n1), "lost the rendezvous store") == NULL);
+    job_cleanup(&job);
+}
+
+/* As above, but node 1 frozen past the keep-alive limit (6 s): the host judges it lost
+ * and leaves after ~3 s instead of waiting close_timeout (30 s) for it. */
+static void test_silent_node_not_waited_for(void **state)
+{
+    const char *waits[] = {th_worker(), "wait", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, NULL, waits);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, NULL, waits);
+    TH_ASSERT(n0, th_wait_output(n0, 1, "ready ", 1, 30));
+    TH_ASSERT(n1, th_wait_output(n1, 1, "ready ", 1, 30));
+    assert_int_equal(kill(n1->pid, SIGSTOP), 0);
+    double stopped = th_now();
+    assert_int_equal(kill(n0->pid, SIGTERM), 0);
+    bool left = th_wait_exit(n0, 20);
+    double took = th_now() - stopped;
+    kill(n1->pid, SIGCONT);
+    TH_ASSERT(n0, left);
+    printf("the host left %.1f s after its SIGTERM\n", took);
+    TH_ASSERT(n0, took < 10);
+    TH_ASSERT(n0, th_status(n0) == 128 + SIGTERM);
+    job_wait(&job, 30);
+    job_cleanup(&job);
+}
+
 /* Node 1's launcher SIGKILLed, then started again at once (its machine back): the new
  * launcher finds its rank held by the lost one, waits that one out, and both nodes go on
  * with round 1. */
@@ -678,6 +729,8 @@ int main(void)
         TH_TEST(test_node_loss_noticed),
         TH_TEST(test_lost_node_returns),
         TH_TEST(test_store_host_lost),
+        TH_TEST(test_slow_node_reads_the_end),
+        TH_TEST(test_silent_node_not_waited_for),
         TH_TEST(test_elastic_closes_when_full),
         TH_TEST(test_elastic_late_joiner),
         TH_TEST(test_elastic_reforms_without_a_lost_node),
