@@ -402,7 +402,10 @@ static void test_slow_node_reads_the_end(void **state)
     job_wait(&job, 30);
     TH_ASSERT(n0, th_status(n0) == 128 + SIGTERM);
     TH_ASSERT(n1, th_status(n1) == 128 + SIGTERM);
-    TH_ASSERT(n1, strstr(err(n1), "the job was ended by node 0 (") != NULL);
+    /* (Named as node 0, or as the store's launcher when its signal's own record had not
+     * reached its store before it finished.) */
+    TH_ASSERT(n1, strstr(err(n1), "the job was ended by ") != NULL);
+    TH_ASSERT(n1, strstr(err(n1), "received SIGTERM") != NULL);
     TH_ASSERT(n1, strstr(err(n1), "lost the rendezvous store") == NULL);
     job_cleanup(&job);
 }
