@@ -219,6 +219,50 @@ static int small_all_reduce(ddp_t *ddp, cpu_t *c, const char *what, uint8_t *buf
     return 0;
 }
 
+/* Two ranks on shared memory: the reduce-scatter and the all-gather go piece by piece
+ * (DDP_CPU_PIECE_BYTES), in lockstep, instead of one after the other. This rank sends a
+ * piece of its chunk while it reduces the peer's piece into the chunk it owns, then at
+ * once sends that reduced piece back while it takes the peer's reduced piece into its own
+ * chunk. A piece that recent is still in the caches: the reduced piece goes back without
+ * a second read from memory, and the peer's result lands on lines just read to be sent
+ * (no read before the write): 128 MiB of memory traffic a rank for 64 MiB, not 192.
+ * Each element is reduced as in the ring's one step (the same bits); a buffer of one
+ * piece is the ring's two steps. */
+static int paired_all_reduce(ddp_t *ddp, cpu_t *c, const char *what, uint8_t *b, size_t count,
+                             ddp_dtype_t dtype, ddp_reduce_op_t op, const call_t *call)
+{
+    size_t es = ddp_dtype_size(dtype), piece = DDP_CPU_PIECE_BYTES / es;
+    int r = ddp->rank, own = 1 - r; /* rank r reduces chunk 1 - r, as the ring's step does */
+    uint8_t *mine = b + ddp_cpu_chunk_offset(count, 2, r) * es;
+    uint8_t *owned = b + ddp_cpu_chunk_offset(count, 2, own) * es;
+    size_t mine_n = ddp_cpu_chunk_count(count, 2, r), owned_n = ddp_cpu_chunk_count(count, 2, own);
+    size_t most = mine_n > owned_n ? mine_n : owned_n;
+    for (size_t at = 0; at < most; at += piece) {
+        size_t m = at < mine_n ? (mine_n - at < piece ? mine_n - at : piece) : 0;
+        size_t o = at < owned_n ? (owned_n - at < piece ? owned_n - at : piece) : 0;
+        transfer_t scatter = {.send = mine + at * es,
+                              .send_len = m * es,
+                              .recv = owned + at * es,
+                              .recv_len = o * es,
+                              .reduce = true,
+                              .dtype = dtype,
+                              .op = op,
+                              .average_over = 2,
+                              .call = at == 0 ? call : NULL};
+        transfer_t gather = {.send = owned + at * es,
+                             .send_len = o * es,
+                             .recv = mine + at * es,
+                             .recv_len = m * es,
+                             .dtype = dtype};
+        int err = ddp_cpu_transfer(ddp, c, what, &scatter);
+        if (err == 0)
+            err = ddp_cpu_transfer(ddp, c, what, &gather);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
 static int ring_all_reduce(ddp_t *ddp, cpu_t *c, collective_t kind, void *buf, size_t count,
                            ddp_dtype_t dtype, ddp_reduce_op_t op)
 {
@@ -236,6 +280,8 @@ static int ring_all_reduce(ddp_t *ddp, cpu_t *c, collective_t kind, void *buf, s
         return ddp_cpu_board_all_reduce(ddp, c, what, b, count, dtype, op, &call);
     if (count * es <= DDP_CPU_SMALL_BYTES)
         return small_all_reduce(ddp, c, what, b, count, dtype, op, &call);
+    if (n == 2 && c->transport == &ddp_cpu_shm)
+        return paired_all_reduce(ddp, c, what, b, count, dtype, op, &call);
     /* Reduce-scatter: after n-1 steps rank r owns the whole reduction of chunk r+1. The
      * last step, into that chunk, also divides an average: one pass over the data. */
     for (int s = 0; s < n - 1; s++) {
