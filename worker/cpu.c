@@ -3,10 +3,11 @@
  *
  * All-reduce is a ring reduce-scatter then all-gather: each chunk is reduced once, in
  * ring order, by its owner and then copied to all, so every rank holds the same bits;
- * small ones send every rank's buffer round the ring and reduce in rank order. Every
- * transfer sends to the next rank while it receives from the previous one, and reduces
- * data as it arrives. A transfer that makes no progress for the timeout, or a peer that
- * goes away, fails naming the peer. Every collective's first transfer begins with a
+ * small ones send every rank's buffer round the ring and reduce in rank order; with two
+ * ranks on shared memory the two steps alternate piece by piece. Every transfer sends to
+ * the next rank while it receives from the previous one, and reduces data as it arrives.
+ * A transfer that makes no progress for the timeout, or a peer that goes away, fails
+ * naming the peer. Every collective's first transfer begins with a
  * description of the call (which collective, its number in the context, count, dtype,
  * operation or root), checked against the previous rank's before any of its data is
  * used: ranks that call different collectives, or the same with another count or

@@ -337,18 +337,25 @@ static void test_duplicate_node_rank(void **state)
     job_cleanup(&job);
 }
 
+/* Two nodes of one worker each ("wait"), both ready: *n0 (the store's host), *n1. */
+static void two_waiting_nodes(job_t *job, const char *flags, th_proc_t **n0, th_proc_t **n1)
+{
+    const char *waits[] = {th_worker(), "wait", NULL};
+    *n0 = start_node(job, 2, 0, 1, flags, waits);
+    *n1 = start_node(job, 2, 1, 1, flags, waits);
+    TH_ASSERT(*n0, th_wait_output(*n0, 1, "ready ", 1, 30));
+    TH_ASSERT(*n1, th_wait_output(*n1, 1, "ready ", 1, 30));
+}
+
 /* Node 1's launcher SIGKILLed (its workers go with it): node 0 notices its silence
  * within 5 s (heartbeats), stops its workers and tries round 1, which node 1 never
  * joins: the job ends naming it. */
 static void test_node_loss_noticed(void **state)
 {
-    const char *waits[] = {th_worker(), "wait", NULL};
     job_t job;
+    th_proc_t *n0, *n1;
     job_init(&job);
-    th_proc_t *n0 = start_node(&job, 2, 0, 1, "--max-restarts=1 --rdzv-conf=timeout=3", waits);
-    th_proc_t *n1 = start_node(&job, 2, 1, 1, "--max-restarts=1 --rdzv-conf=timeout=3", waits);
-    TH_ASSERT(n0, th_wait_output(n0, 1, "ready ", 1, 30));
-    TH_ASSERT(n1, th_wait_output(n1, 1, "ready ", 1, 30));
+    two_waiting_nodes(&job, "--max-restarts=1 --rdzv-conf=timeout=3", &n0, &n1);
     double killed = th_now();
     assert_int_equal(kill(n1->pid, SIGKILL), 0);
     TH_ASSERT(n0, th_wait_output(n0, 2, "node 1's launcher stopped answering", 1, 30));
@@ -365,13 +372,10 @@ static void test_node_loss_noticed(void **state)
  * 5), its workers stopped, saying the store is lost. */
 static void test_store_host_lost(void **state)
 {
-    const char *waits[] = {th_worker(), "wait", NULL};
     job_t job;
+    th_proc_t *n0, *n1;
     job_init(&job);
-    th_proc_t *n0 = start_node(&job, 2, 0, 1, NULL, waits);
-    th_proc_t *n1 = start_node(&job, 2, 1, 1, NULL, waits);
-    TH_ASSERT(n0, th_wait_output(n0, 1, "ready ", 1, 30));
-    TH_ASSERT(n1, th_wait_output(n1, 1, "ready ", 1, 30));
+    two_waiting_nodes(&job, NULL, &n0, &n1);
     double killed = th_now();
     assert_int_equal(kill(n0->pid, SIGKILL), 0);
     TH_ASSERT(n1, th_wait_exit(n1, 30));
@@ -388,13 +392,10 @@ static void test_store_host_lost(void **state)
  * host's signal (status 128 + 15) instead of finding the store gone (status 5). */
 static void test_slow_node_reads_the_end(void **state)
 {
-    const char *waits[] = {th_worker(), "wait", NULL};
     job_t job;
+    th_proc_t *n0, *n1;
     job_init(&job);
-    th_proc_t *n0 = start_node(&job, 2, 0, 1, NULL, waits);
-    th_proc_t *n1 = start_node(&job, 2, 1, 1, NULL, waits);
-    TH_ASSERT(n0, th_wait_output(n0, 1, "ready ", 1, 30));
-    TH_ASSERT(n1, th_wait_output(n1, 1, "ready ", 1, 30));
+    two_waiting_nodes(&job, NULL, &n0, &n1);
     assert_int_equal(kill(n1->pid, SIGSTOP), 0);
     assert_int_equal(kill(n0->pid, SIGTERM), 0);
     nanosleep(&(struct timespec){.tv_sec = 2}, NULL);
@@ -410,17 +411,14 @@ static void test_slow_node_reads_the_end(void **state)
     job_cleanup(&job);
 }
 
-/* As above, but node 1 frozen past the keep-alive limit (6 s): the host judges it lost
- * and leaves after ~3 s instead of waiting close_timeout (30 s) for it. */
+/* As above, but node 1 stays frozen past the keep-alive limit (3 s): the host judges it
+ * lost and leaves then, instead of waiting close_timeout (30 s) for it. */
 static void test_silent_node_not_waited_for(void **state)
 {
-    const char *waits[] = {th_worker(), "wait", NULL};
     job_t job;
+    th_proc_t *n0, *n1;
     job_init(&job);
-    th_proc_t *n0 = start_node(&job, 2, 0, 1, NULL, waits);
-    th_proc_t *n1 = start_node(&job, 2, 1, 1, NULL, waits);
-    TH_ASSERT(n0, th_wait_output(n0, 1, "ready ", 1, 30));
-    TH_ASSERT(n1, th_wait_output(n1, 1, "ready ", 1, 30));
+    two_waiting_nodes(&job, NULL, &n0, &n1);
     assert_int_equal(kill(n1->pid, SIGSTOP), 0);
     double stopped = th_now();
     assert_int_equal(kill(n0->pid, SIGTERM), 0);
