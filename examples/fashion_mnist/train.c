@@ -96,6 +96,122 @@ static int parse_float(const char *flag, const char *text, float *out)
     return 0;
 }
 
+/* A flag of two values: whether it is the second; -1 (said) for neither. */
+static int parse_choice(const char *flag, const char *text, const char *first, const char *second,
+                        bool *is_second)
+{
+    if (strcmp(text, first) != 0 && strcmp(text, second) != 0) {
+        fprintf(stderr, "fashion-mnist: %s %s: %s or %s\n", flag, text, first, second);
+        return -1;
+    }
+    *is_second = strcmp(text, second) == 0;
+    return 0;
+}
+
+/* What parse_args reads before it is in options_t. */
+typedef struct {
+    int seed, replicas;
+    bool mlp, dp, zero2;
+} flags_read_t;
+
+/* One flag of getopt_long's (`c`, its value in optarg) into `o`: 0, or -1 (said). */
+static int parse_flag(int c, options_t *o, flags_read_t *f)
+{
+    switch (c) {
+    case 'm':
+        return parse_choice("--model", optarg, "cnn", "mlp", &f->mlp);
+    case 'e':
+        return parse_int("--epochs", optarg, 1, &o->epochs);
+    case 'b':
+        return parse_int("--batch-size", optarg, 1, &o->batch);
+    case 'l':
+        return parse_float("--lr", optarg, &o->lr);
+    case 'M':
+        return parse_float("--momentum", optarg, &o->momentum);
+    case 's':
+        return parse_int("--seed", optarg, 0, &f->seed);
+    case 'd':
+        o->data = optarg;
+        return 0;
+    case 'D':
+        return parse_choice("--device", optarg, "cpu", "cuda", &o->cuda);
+    case 'S':
+        o->sync_bn = true;
+        return 0;
+    case 'n':
+        o->dropout = false;
+        return 0;
+    case 'c':
+        o->checkpoint = optarg;
+        return 0;
+    case 'L':
+        return parse_int("--log-every", optarg, 1, &o->log_every);
+    case 't':
+        return parse_int("--limit-train", optarg, 1, &o->limit_train);
+    case 'T':
+        return parse_int("--limit-test", optarg, 1, &o->limit_test);
+    case 'x':
+        return parse_int("--max-steps", optarg, 1, &o->max_steps);
+    case 'p':
+        o->dump = optarg;
+        return 0;
+    case 'C': {
+        bool constant;
+        int bad = parse_choice("--lr-schedule", optarg, "cosine", "constant", &constant);
+        o->cosine = !constant;
+        return bad;
+    }
+    case 'O':
+        return parse_choice("--optimizer", optarg, "sgd", "adam", &o->adam);
+    case 'Z':
+        o->zero = 1;
+        return parse_choice("--zero", optarg, "1", "2", &f->zero2);
+    case 'P':
+        return parse_choice("--parallel", optarg, "ddp", "dp", &f->dp);
+    case 'R':
+        return parse_int("--replicas", optarg, 1, &f->replicas);
+    case 'h':
+        usage(stdout);
+        exit(0);
+    default:
+        usage(stderr);
+        return -1;
+    }
+}
+
+/* Flags that do not go together: what to say, or NULL. */
+static const char *conflict(const options_t *o)
+{
+    if (o->replicas > 0 && (o->cuda || o->zero || o->adam || o->checkpoint || o->sync_bn))
+        return "--parallel dp is SGD on the cpu device, without --zero, --checkpoint or "
+               "--sync-bn";
+    if ((o->zero || o->adam) && o->cuda)
+        return "--zero and --optimizer adam run on the cpu device only";
+    if ((o->zero || o->adam) && o->checkpoint != NULL)
+        return "--checkpoint holds SGD's whole momentum: not with --zero (a shard of the state "
+               "a rank) or --optimizer adam";
+    if (o->cuda && o->sync_bn)
+        return "--sync-bn runs on the cpu device only (cuDNN's batch norm takes the statistics "
+               "of each GPU's own batch)";
+    return NULL;
+}
+
+/* The flags together, and --device cuda's library: 0, or -1 (said). */
+static int check_combinations(const options_t *o)
+{
+    char why[1024];
+    const char *no = conflict(o);
+    if (no != NULL) {
+        fprintf(stderr, "fashion-mnist: %s\n", no);
+        return -1;
+    }
+    if (o->cuda && fm_gpu_load(why, sizeof why) != 0) {
+        fprintf(stderr, "fashion-mnist: --device cuda: %s\n", why);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, options_t *o)
 {
     static const struct option flags[] = {
@@ -132,138 +248,23 @@ static int parse_args(int argc, char **argv, options_t *o)
                      .data = FM_DEFAULT_DATA_DIR,
                      .dropout = true,
                      .cosine = true};
-    int seed = 0, c, replicas = 2;
-    bool dp = false;
+    flags_read_t f = {.replicas = 2};
+    int c;
     while ((c = getopt_long(argc, argv, "h", flags, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 'm':
-            if (strcmp(optarg, "cnn") == 0)
-                o->arch = FM_CNN;
-            else if (strcmp(optarg, "mlp") == 0)
-                o->arch = FM_MLP;
-            else
-                bad = fprintf(stderr, "fashion-mnist: --model %s: cnn or mlp\n", optarg);
-            break;
-        case 'e':
-            bad = parse_int("--epochs", optarg, 1, &o->epochs);
-            break;
-        case 'b':
-            bad = parse_int("--batch-size", optarg, 1, &o->batch);
-            break;
-        case 'l':
-            bad = parse_float("--lr", optarg, &o->lr);
-            break;
-        case 'M':
-            bad = parse_float("--momentum", optarg, &o->momentum);
-            break;
-        case 's':
-            bad = parse_int("--seed", optarg, 0, &seed);
-            o->seed = (uint64_t)seed;
-            break;
-        case 'd':
-            o->data = optarg;
-            break;
-        case 'D':
-            if (strcmp(optarg, "cpu") == 0 || strcmp(optarg, "cuda") == 0)
-                o->cuda = strcmp(optarg, "cuda") == 0;
-            else
-                bad = fprintf(stderr, "fashion-mnist: --device %s: cpu or cuda\n", optarg);
-            break;
-        case 'S':
-            o->sync_bn = true;
-            break;
-        case 'n':
-            o->dropout = false;
-            break;
-        case 'c':
-            o->checkpoint = optarg;
-            break;
-        case 'L':
-            bad = parse_int("--log-every", optarg, 1, &o->log_every);
-            break;
-        case 't':
-            bad = parse_int("--limit-train", optarg, 1, &o->limit_train);
-            break;
-        case 'T':
-            bad = parse_int("--limit-test", optarg, 1, &o->limit_test);
-            break;
-        case 'x':
-            bad = parse_int("--max-steps", optarg, 1, &o->max_steps);
-            break;
-        case 'p':
-            o->dump = optarg;
-            break;
-        case 'C':
-            if (strcmp(optarg, "cosine") == 0 || strcmp(optarg, "constant") == 0)
-                o->cosine = strcmp(optarg, "cosine") == 0;
-            else
-                bad = fprintf(stderr, "fashion-mnist: --lr-schedule %s: cosine or constant\n",
-                              optarg);
-            break;
-        case 'O':
-            if (strcmp(optarg, "sgd") == 0 || strcmp(optarg, "adam") == 0)
-                o->adam = strcmp(optarg, "adam") == 0;
-            else
-                bad = fprintf(stderr, "fashion-mnist: --optimizer %s: sgd or adam\n", optarg);
-            break;
-        case 'Z':
-            if (strcmp(optarg, "1") == 0 || strcmp(optarg, "2") == 0)
-                o->zero = optarg[0] - '0';
-            else
-                bad = fprintf(stderr, "fashion-mnist: --zero %s: 1 or 2\n", optarg);
-            break;
-        case 'P':
-            if (strcmp(optarg, "ddp") == 0 || strcmp(optarg, "dp") == 0)
-                dp = strcmp(optarg, "dp") == 0;
-            else
-                bad = fprintf(stderr, "fashion-mnist: --parallel %s: ddp or dp\n", optarg);
-            break;
-        case 'R':
-            bad = parse_int("--replicas", optarg, 1, &replicas);
-            break;
-        case 'h':
-            usage(stdout);
-            exit(0);
-        default:
-            usage(stderr);
-            return -1;
-        }
-        if (bad)
+        if (parse_flag(c, o, &f) != 0)
             return -1;
     }
-    o->replicas = dp ? replicas : 0;
-    if (dp && (o->cuda || o->zero || o->adam || o->checkpoint || o->sync_bn)) {
-        fprintf(stderr, "fashion-mnist: --parallel dp is SGD on the cpu device, without --zero, "
-                        "--checkpoint or --sync-bn\n");
-        return -1;
-    }
-    if (o->lr < 0) /* stable from any seed; the targets in an epoch */
-        o->lr = o->adam ? 0.001f : o->arch == FM_MLP ? 0.1f : 0.02f;
     if (optind < argc) {
         fprintf(stderr, "fashion-mnist: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    char why[1024];
-    if (o->cuda && fm_gpu_load(why, sizeof why) != 0) {
-        fprintf(stderr, "fashion-mnist: --device cuda: %s\n", why);
-        return -1;
-    }
-    if ((o->zero || o->adam) && o->cuda) {
-        fprintf(stderr, "fashion-mnist: --zero and --optimizer adam run on the cpu device only\n");
-        return -1;
-    }
-    if ((o->zero || o->adam) && o->checkpoint != NULL) {
-        fprintf(stderr, "fashion-mnist: --checkpoint holds SGD's whole momentum: not with --zero "
-                        "(a shard of the state a rank) or --optimizer adam\n");
-        return -1;
-    }
-    if (o->cuda && o->sync_bn) {
-        fprintf(stderr, "fashion-mnist: --sync-bn runs on the cpu device only (cuDNN's batch "
-                        "norm takes the statistics of each GPU's own batch)\n");
-        return -1;
-    }
-    return 0;
+    o->arch = f.mlp ? FM_MLP : FM_CNN;
+    o->seed = (uint64_t)f.seed;
+    o->zero = o->zero ? 1 + f.zero2 : 0;
+    o->replicas = f.dp ? f.replicas : 0;
+    if (o->lr < 0) /* stable from any seed; the targets in an epoch */
+        o->lr = o->adam ? 0.001f : o->arch == FM_MLP ? 0.1f : 0.02f;
+    return check_combinations(o);
 }
 
 static double now(void)
@@ -483,35 +484,271 @@ static double evaluate(job_t *job, fm_model_t *m, const fm_dataset_t *test, int 
     return counts[1] > 0 ? (double)counts[0] / (double)counts[1] : 0;
 }
 
-int main(int argc, char **argv)
+/* The contexts, from the launcher's environment (one worker without one): the gradients'
+ * (NCCL with --device cuda, then a CPU group for host data). */
+static void init_contexts(job_t *job, const options_t *o)
 {
-    options_t o;
-    job_t job = {0};
-    fm_dataset_t train, test;
-    fm_model_t m;
-    char why[8192];
-    /* Each line as it is printed: a pipe to the launcher would otherwise hold the first
-     * ones until a buffer fills. */
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    if (parse_args(argc, argv, &o) != 0)
-        return 2;
-    /* Run by hand, without a launcher: one worker. */
     if (getenv("WORLD_SIZE") == NULL) {
         setenv("RANK", "0", 0);
         setenv("WORLD_SIZE", "1", 0);
         setenv("LOCAL_RANK", "0", 0);
         setenv("LOCAL_WORLD_SIZE", "1", 0);
     }
-    /* The gradients' context: NCCL with --device cuda (then a CPU group for host data). */
-    ddp_options_t grads = {.backend = o.cuda ? DDP_BACKEND_NCCL : DDP_BACKEND_CPU};
-    check(&job, NULL, "init", ddp_init_with(&job.ddp, &grads));
-    job.rank = ddp_rank(job.ddp);
-    job.world = ddp_world_size(job.ddp);
-    job.host = job.ddp;
-    if (o.cuda) {
+    ddp_options_t grads = {.backend = o->cuda ? DDP_BACKEND_NCCL : DDP_BACKEND_CPU};
+    check(job, NULL, "init", ddp_init_with(&job->ddp, &grads));
+    job->rank = ddp_rank(job->ddp);
+    job->world = ddp_world_size(job->ddp);
+    job->host = job->ddp;
+    if (o->cuda) {
         ddp_options_t host = {.backend = DDP_BACKEND_CPU, .group = "host"};
-        check(&job, job.ddp, "init of group host", ddp_init_with(&job.host, &host));
+        check(job, job->ddp, "init of group host", ddp_init_with(&job->host, &host));
     }
+}
+
+/* --parallel dp: one process, a replica a thread (dp.c). Its exit status. */
+static int run_dp(job_t *job, const options_t *o, fm_dataset_t *train, fm_dataset_t *test)
+{
+    if (job->world > 1) {
+        fprintf(stderr, "fashion-mnist: --parallel dp is one process: run it without "
+                        "ddp-launch, or with --nproc-per-node=1\n");
+        return 2;
+    }
+    fm_dp_options_t dp = {.arch = o->arch,
+                          .replicas = o->replicas,
+                          .epochs = o->epochs,
+                          .batch = o->batch,
+                          .log_every = o->log_every,
+                          .limit_train = o->limit_train,
+                          .limit_test = o->limit_test,
+                          .max_steps = o->max_steps,
+                          .lr = o->lr,
+                          .momentum = o->momentum,
+                          .seed = o->seed,
+                          .dropout = o->dropout,
+                          .cosine = o->cosine,
+                          .dump = o->dump};
+    return fm_dp_train(&dp, train, test, job->ddp);
+}
+
+/* The model as DDP's constructor leaves it: rank 0's parameters everywhere, batch norm
+ * synchronized with --sync-bn, on the GPU with --device cuda, every gradient in the
+ * reducer, the optimizer, and a checkpoint's state when there is one. The epoch to begin
+ * with, or -1 (said). */
+static int setup_model(job_t *job, const options_t *o, fm_model_t *m)
+{
+    char why[8192];
+    if (fm_model_init(m, o->arch, o->batch, o->seed) != 0) {
+        fprintf(stderr, "fashion-mnist: out of memory for the model\n");
+        return -1;
+    }
+    if (!o->dropout)
+        m->dropout = 0;
+    check(job, job->host, "broadcast",
+          ddp_broadcast(job->host, m->values, m->nvalues, DDP_FLOAT32, 0));
+    if (o->sync_bn && job->world > 1 && o->arch == FM_CNN) {
+        ddp_options_t group = {.group = "syncbn"};
+        check(job, job->ddp, "init of group syncbn", ddp_init_with(&job->syncbn, &group));
+        m->sync = all_sum;
+        m->sync_ctx = job->syncbn;
+    }
+    if (o->cuda && fm_gpu_new(m, ddp_local_rank(job->ddp), &job->gpu, why, sizeof why) != 0) {
+        fprintf(stderr, "fashion-mnist: rank %d: --device cuda: %s\n", job->rank, why);
+        return -1;
+    }
+    check(job, job->ddp, "reducer_new", ddp_reducer_new(job->ddp, NULL, &job->reducer));
+    for (int p = 0; p < m->nparams; p++) {
+        float *grad = job->gpu != NULL ? fm_gpu_grad(job->gpu, p) : m->params[p].grad;
+        int index = ddp_reducer_add(job->reducer, grad, m->params[p].count, DDP_FLOAT32);
+        check(job, job->ddp, "reducer_add", index < 0 ? index : 0);
+    }
+    optim_init(job, o, m);
+    int first_epoch = o->checkpoint ? load_checkpoint(job, o, m) : 0;
+    if (first_epoch > 0)
+        push(job);
+    if (first_epoch > 0 && job->rank == 0)
+        printf("resumed from %s at epoch %d (attempt %d)\n", o->checkpoint, first_epoch + 1,
+               ddp_restart_count(job->ddp));
+    return first_epoch;
+}
+
+/* What an epoch draws from: this rank's share of the samples (the distributed sampler)
+ * and one batch's buffers. */
+typedef struct {
+    int n, steps; /* samples used; full batches a rank and epoch (as drop_last) */
+    ddp_sampler_options_t so;
+    size_t per_rank, *indices;
+    float *x;
+    uint8_t *labels;
+} batches_t;
+
+static void batches_free(batches_t *b)
+{
+    free(b->indices);
+    free(b->x);
+    free(b->labels);
+}
+
+/* 0, or the exit status (said). */
+static int batches_init(batches_t *b, const job_t *job, const options_t *o,
+                        const fm_dataset_t *train)
+{
+    b->n = o->limit_train > 0 && o->limit_train < train->count ? o->limit_train : train->count;
+    b->so = (ddp_sampler_options_t){.shuffle = true, .drop_last = true, .seed = o->seed};
+    b->per_rank = ddp_sampler_count(job->ddp, (size_t)b->n, &b->so);
+    b->indices = malloc((b->per_rank + 1) * sizeof *b->indices);
+    b->x = malloc((size_t)o->batch * 784 * sizeof *b->x);
+    b->labels = malloc((size_t)o->batch);
+    if (b->indices == NULL || b->x == NULL || b->labels == NULL) {
+        fprintf(stderr, "fashion-mnist: out of memory for a batch of %d\n", o->batch);
+        return 1;
+    }
+    b->steps = (int)(b->per_rank / (size_t)o->batch);
+    if (b->steps == 0) {
+        fprintf(stderr, "fashion-mnist: %d samples on %d ranks make no batch of %d\n", b->n,
+                job->world, o->batch);
+        return 2;
+    }
+    if (job->rank == 0)
+        printf("training %s on %d samples, %d worker(s) x batch %d, %d steps per epoch, on %s\n",
+               o->arch == FM_CNN ? "FashionCNN" : "MLP", b->n, job->world, o->batch, b->steps,
+               o->cuda ? "GPUs (cuDNN, NCCL)" : "CPUs (OpenBLAS)");
+    return 0;
+}
+
+/* One step on batch `step` of the epoch: forward, backward with the gradients averaged
+ * as they are ready, the optimizer. Its loss, or -1 (said); *exposed grows by the wait
+ * for the last buckets that the backward pass did not hide. */
+static double train_step(job_t *job, const options_t *o, fm_model_t *m, const batches_t *b,
+                         const fm_dataset_t *train, int epoch, int step, double *exposed)
+{
+    for (int k = 0; k < o->batch; k++) {
+        size_t i = b->indices[(size_t)step * o->batch + k];
+        fm_dataset_image(train, (int)i, b->x + (size_t)k * 784);
+        b->labels[k] = train->labels[i];
+    }
+    double loss = forward(job, m, b->x, b->labels, o->batch, true, NULL);
+    if (loss >= 0 && job->gpu != NULL)
+        gpu_check(job, "backward", fm_gpu_backward(job->gpu, b->labels, grad_ready, job));
+    else if (loss >= 0 && fm_model_backward(m, b->labels, grad_ready, job) != 0)
+        loss = -1;
+    if (loss < 0) {
+        fprintf(stderr, "fashion-mnist: rank %d: batch norm's all_reduce failed: %s\n", job->rank,
+                ddp_last_error(job->syncbn));
+        return -1;
+    }
+    if (job->optim.zero == NULL) {
+        check(job, job->ddp, "reducer_wait", ddp_reducer_wait(job->reducer));
+        ddp_reducer_timing_t t;
+        ddp_reducer_timing(job->reducer, &t);
+        *exposed += t.comm_end > t.last_ready ? t.comm_end - t.last_ready : 0;
+    }
+    float lr = fm_lr(o->lr, o->cosine, epoch, o->epochs, step, b->steps);
+    if (job->gpu != NULL)
+        gpu_check(job, "sgd", fm_gpu_sgd(job->gpu, lr, o->momentum));
+    else
+        optim_step(job, o, m, lr);
+    return loss;
+}
+
+/* Every --log-every steps: the loss of every rank, averaged, and the job's rate. */
+static void log_progress(job_t *job, const options_t *o, int epoch, int step, int steps,
+                         double loss_sum, int loss_steps, double started)
+{
+    double mean[2] = {loss_sum, (double)loss_steps};
+    check(job, job->host, "all_reduce", ddp_all_reduce(job->host, mean, 2, DDP_FLOAT64, DDP_SUM));
+    double elapsed = now() - started;
+    double rate = (double)(step + 1) * o->batch * job->world / elapsed;
+    double eta = (double)(steps - step - 1) * o->batch * job->world / rate;
+    if (job->rank == 0)
+        printf("epoch %d/%d step %d/%d loss %.4f samples/s %.0f eta %d:%02d\n", epoch + 1,
+               o->epochs, step + 1, steps, mean[0] / mean[1], rate, (int)eta / 60, (int)eta % 60);
+}
+
+/* One epoch, then its checkpoint. 0, or the exit status; *stop once --max-steps are done
+ * (*total_steps counts them). */
+static int train_epoch(job_t *job, const options_t *o, fm_model_t *m, const batches_t *b,
+                       const fm_dataset_t *train, int epoch, int *total_steps, bool *stop)
+{
+    m->rng = dropout_generator(o->seed, job->rank, epoch);
+    check(job, job->ddp, "sampler",
+          ddp_sampler_indices(job->ddp, (size_t)b->n, &b->so, (uint64_t)epoch, b->indices,
+                              b->per_rank));
+    double started = now(), loss_sum = 0, exposed = 0;
+    int loss_steps = 0, epoch_steps = 0;
+    for (int step = 0; step < b->steps && !*stop; step++) {
+        double loss = train_step(job, o, m, b, train, epoch, step, &exposed);
+        if (loss < 0)
+            return 1;
+        loss_sum += loss;
+        loss_steps++;
+        epoch_steps++;
+        if ((step + 1) % o->log_every == 0 || step + 1 == b->steps) {
+            log_progress(job, o, epoch, step, b->steps, loss_sum, loss_steps, started);
+            loss_sum = 0;
+            loss_steps = 0;
+        }
+        *stop = o->max_steps > 0 && ++*total_steps >= o->max_steps;
+    }
+    double took = now() - started;
+    if (job->rank == 0)
+        printf("epoch %d/%d done in %.1f s: %.0f samples/s; %.1f ms a step, %.1f ms of it "
+               "waiting for the all-reduce\n",
+               epoch + 1, o->epochs, took, (double)epoch_steps * o->batch * job->world / took,
+               1e3 * took / epoch_steps, 1e3 * exposed / epoch_steps);
+    if (o->checkpoint != NULL && !*stop) {
+        pull(job);
+        check(job, job->ddp, "checkpoint_save", save_checkpoint(job, o, m, epoch + 1));
+    }
+    return 0;
+}
+
+/* The test set's accuracy (and with --dump-params the parameters), said by rank 0. 0, or
+ * the exit status. */
+static int report(job_t *job, const options_t *o, fm_model_t *m, const fm_dataset_t *test)
+{
+    double evaluated = now();
+    double accuracy = evaluate(job, m, test, o->limit_test, o->batch);
+    if (job->rank != 0)
+        return 0;
+    int tests = o->limit_test > 0 && o->limit_test < test->count ? o->limit_test : test->count;
+    printf("inference: %.0f samples/s\n", tests / (now() - evaluated));
+    printf("test accuracy %.2f%%\n", 100 * accuracy);
+    if (o->dump != NULL) {
+        pull(job);
+        if (fm_model_dump(m, o->dump) != 0) {
+            fprintf(stderr, "fashion-mnist: unable to write %s\n", o->dump);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void job_free(job_t *job, fm_model_t *m)
+{
+    ddp_reducer_free(job->reducer);
+    optim_free(job, m);
+    fm_gpu_free(job->gpu);
+    ddp_finalize(job->syncbn);
+    if (job->host != job->ddp)
+        ddp_finalize(job->host);
+    ddp_finalize(job->ddp);
+    fm_model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    options_t o;
+    job_t job = {0};
+    fm_dataset_t train, test;
+    fm_model_t m;
+    batches_t b = {0};
+    char why[8192];
+    /* Each line as it is printed: a pipe to the launcher would otherwise hold the first
+     * ones until a buffer fills. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (parse_args(argc, argv, &o) != 0)
+        return 2;
+    init_contexts(&job, &o);
     if (fm_dataset_load(o.data, 1, &train, why, sizeof why) != 0 ||
         fm_dataset_load(o.data, 0, &test, why, sizeof why) != 0) {
         fprintf(stderr,
@@ -521,184 +758,28 @@ int main(int argc, char **argv)
         return 1;
     }
     if (o.replicas > 0) {
-        if (job.world > 1) {
-            fprintf(stderr, "fashion-mnist: --parallel dp is one process: run it without "
-                            "ddp-launch, or with --nproc-per-node=1\n");
-            return 2;
-        }
-        fm_dp_options_t dp = {.arch = o.arch,
-                              .replicas = o.replicas,
-                              .epochs = o.epochs,
-                              .batch = o.batch,
-                              .log_every = o.log_every,
-                              .limit_train = o.limit_train,
-                              .limit_test = o.limit_test,
-                              .max_steps = o.max_steps,
-                              .lr = o.lr,
-                              .momentum = o.momentum,
-                              .seed = o.seed,
-                              .dropout = o.dropout,
-                              .cosine = o.cosine,
-                              .dump = o.dump};
-        int status = fm_dp_train(&dp, &train, &test, job.ddp);
+        int status = run_dp(&job, &o, &train, &test);
         fm_dataset_free(&train);
         fm_dataset_free(&test);
         ddp_finalize(job.ddp);
         return status;
     }
-    if (fm_model_init(&m, o.arch, o.batch, o.seed) != 0) {
-        fprintf(stderr, "fashion-mnist: out of memory for the model\n");
+    int first_epoch = setup_model(&job, &o, &m);
+    if (first_epoch < 0)
         return 1;
-    }
-    if (!o.dropout)
-        m.dropout = 0;
-    /* Rank 0's initial parameters everywhere, as DDP's constructor does. */
-    check(&job, job.host, "broadcast",
-          ddp_broadcast(job.host, m.values, m.nvalues, DDP_FLOAT32, 0));
-    if (o.sync_bn && job.world > 1 && o.arch == FM_CNN) {
-        ddp_options_t group = {.group = "syncbn"};
-        check(&job, job.ddp, "init of group syncbn", ddp_init_with(&job.syncbn, &group));
-        m.sync = all_sum;
-        m.sync_ctx = job.syncbn;
-    }
-    if (o.cuda && fm_gpu_new(&m, ddp_local_rank(job.ddp), &job.gpu, why, sizeof why) != 0) {
-        fprintf(stderr, "fashion-mnist: rank %d: --device cuda: %s\n", job.rank, why);
-        return 1;
-    }
-    check(&job, job.ddp, "reducer_new", ddp_reducer_new(job.ddp, NULL, &job.reducer));
-    for (int p = 0; p < m.nparams; p++) {
-        float *grad = job.gpu != NULL ? fm_gpu_grad(job.gpu, p) : m.params[p].grad;
-        int index = ddp_reducer_add(job.reducer, grad, m.params[p].count, DDP_FLOAT32);
-        check(&job, job.ddp, "reducer_add", index < 0 ? index : 0);
-    }
-    optim_init(&job, &o, &m);
-    int first_epoch = o.checkpoint ? load_checkpoint(&job, &o, &m) : 0;
-    if (first_epoch > 0)
-        push(&job);
-    if (first_epoch > 0 && job.rank == 0)
-        printf("resumed from %s at epoch %d (attempt %d)\n", o.checkpoint, first_epoch + 1,
-               ddp_restart_count(job.ddp));
-
-    int n = o.limit_train > 0 && o.limit_train < train.count ? o.limit_train : train.count;
-    ddp_sampler_options_t so = {.shuffle = true, .drop_last = true, .seed = o.seed};
-    size_t per_rank = ddp_sampler_count(job.ddp, (size_t)n, &so);
-    size_t *indices = malloc((per_rank + 1) * sizeof *indices);
-    float *x = malloc((size_t)o.batch * 784 * sizeof *x);
-    uint8_t *labels = malloc((size_t)o.batch);
-    if (indices == NULL || x == NULL || labels == NULL) {
-        fprintf(stderr, "fashion-mnist: out of memory for a batch of %d\n", o.batch);
-        return 1;
-    }
-    int steps = (int)(per_rank / (size_t)o.batch); /* full batches only, as drop_last */
-    if (steps == 0) {
-        fprintf(stderr, "fashion-mnist: %d samples on %d ranks make no batch of %d\n", n, job.world,
-                o.batch);
-        return 2;
-    }
-    if (job.rank == 0)
-        printf("training %s on %d samples, %d worker(s) x batch %d, %d steps per epoch, on %s\n",
-               o.arch == FM_CNN ? "FashionCNN" : "MLP", n, job.world, o.batch, steps,
-               o.cuda ? "GPUs (cuDNN, NCCL)" : "CPUs (OpenBLAS)");
-    int total_steps = 0;
+    int status = batches_init(&b, &job, &o, &train), total_steps = 0;
     bool stop = false;
-    for (int epoch = first_epoch; epoch < o.epochs && !stop; epoch++) {
-        m.rng = dropout_generator(o.seed, job.rank, epoch);
-        check(&job, job.ddp, "sampler",
-              ddp_sampler_indices(job.ddp, (size_t)n, &so, (uint64_t)epoch, indices, per_rank));
-        double started = now(), loss_sum = 0, exposed = 0;
-        int loss_steps = 0, epoch_steps = 0;
-        for (int step = 0; step < steps; step++) {
-            for (int b = 0; b < o.batch; b++) {
-                size_t i = indices[(size_t)step * o.batch + b];
-                fm_dataset_image(&train, (int)i, x + (size_t)b * 784);
-                labels[b] = train.labels[i];
-            }
-            double loss = forward(&job, &m, x, labels, o.batch, true, NULL);
-            if (loss < 0) {
-                fprintf(stderr, "fashion-mnist: rank %d: batch norm's all_reduce failed: %s\n",
-                        job.rank, ddp_last_error(job.syncbn));
-                return 1;
-            }
-            if (job.gpu != NULL)
-                gpu_check(&job, "backward", fm_gpu_backward(job.gpu, labels, grad_ready, &job));
-            else if (fm_model_backward(&m, labels, grad_ready, &job) != 0) {
-                fprintf(stderr, "fashion-mnist: rank %d: batch norm's all_reduce failed: %s\n",
-                        job.rank, ddp_last_error(job.syncbn));
-                return 1;
-            }
-            if (job.optim.zero == NULL) {
-                check(&job, job.ddp, "reducer_wait", ddp_reducer_wait(job.reducer));
-                /* What the backward pass did not hide: the wait for the last buckets. */
-                ddp_reducer_timing_t t;
-                ddp_reducer_timing(job.reducer, &t);
-                exposed += t.comm_end > t.last_ready ? t.comm_end - t.last_ready : 0;
-            }
-            float lr = fm_lr(o.lr, o.cosine, epoch, o.epochs, step, steps);
-            if (job.gpu != NULL)
-                gpu_check(&job, "sgd", fm_gpu_sgd(job.gpu, lr, o.momentum));
-            else
-                optim_step(&job, &o, &m, lr);
-            loss_sum += loss;
-            loss_steps++;
-            total_steps++;
-            epoch_steps++;
-            if ((step + 1) % o.log_every == 0 || step + 1 == steps) {
-                /* The loss of every rank, averaged for the log line. */
-                double mean[2] = {loss_sum, (double)loss_steps};
-                check(&job, job.host, "all_reduce",
-                      ddp_all_reduce(job.host, mean, 2, DDP_FLOAT64, DDP_SUM));
-                double elapsed = now() - started;
-                double rate = (double)(step + 1) * o.batch * job.world / elapsed;
-                double eta = (double)(steps - step - 1) * o.batch * job.world / rate;
-                if (job.rank == 0)
-                    printf("epoch %d/%d step %d/%d loss %.4f samples/s %.0f eta %d:%02d\n",
-                           epoch + 1, o.epochs, step + 1, steps, mean[0] / mean[1], rate,
-                           (int)eta / 60, (int)eta % 60);
-                loss_sum = 0;
-                loss_steps = 0;
-            }
-            if (o.max_steps > 0 && total_steps >= o.max_steps) {
-                stop = true;
-                break;
-            }
-        }
-        double took = now() - started;
-        if (job.rank == 0)
-            printf("epoch %d/%d done in %.1f s: %.0f samples/s; %.1f ms a step, %.1f ms of it "
-                   "waiting for the all-reduce\n",
-                   epoch + 1, o.epochs, took, (double)epoch_steps * o.batch * job.world / took,
-                   1e3 * took / epoch_steps, 1e3 * exposed / epoch_steps);
-        if (o.checkpoint != NULL && !stop) {
-            pull(&job);
-            check(&job, job.ddp, "checkpoint_save", save_checkpoint(&job, &o, &m, epoch + 1));
-        }
-    }
-    double evaluated = now();
-    double accuracy = evaluate(&job, &m, &test, o.limit_test, o.batch);
-    if (job.rank == 0) {
-        int tests = o.limit_test > 0 && o.limit_test < test.count ? o.limit_test : test.count;
-        printf("inference: %.0f samples/s\n", tests / (now() - evaluated));
-        printf("test accuracy %.2f%%\n", 100 * accuracy);
-        if (o.dump != NULL) {
-            pull(&job);
-            if (fm_model_dump(&m, o.dump) != 0) {
-                fprintf(stderr, "fashion-mnist: unable to write %s\n", o.dump);
-                return 1;
-            }
-        }
-    }
-    ddp_reducer_free(job.reducer);
-    optim_free(&job, &m);
-    fm_gpu_free(job.gpu);
-    ddp_finalize(job.syncbn);
-    if (job.host != job.ddp)
-        ddp_finalize(job.host);
-    ddp_finalize(job.ddp);
-    fm_model_free(&m);
+    for (int epoch = first_epoch; epoch < o.epochs && !stop && status == 0; epoch++)
+        status = train_epoch(&job, &o, &m, &b, &train, epoch, &total_steps, &stop);
+    if (status == 0)
+        status = report(&job, &o, &m, &test);
+    /* A failed step may leave the reducer's thread in a collective with a gone rank: the
+     * exit ends it, not a wait for the timeout. */
+    if (status != 0)
+        return status;
+    job_free(&job, &m);
     fm_dataset_free(&train);
     fm_dataset_free(&test);
-    free(indices);
-    free(x);
-    free(labels);
-    return 0;
+    batches_free(&b);
+    return status;
 }
