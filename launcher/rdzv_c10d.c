@@ -1,9 +1,11 @@
 /* Dynamic (c10d) rendezvous at the coordinator: launchers join in arrival order; the
  * round closes at MAX, or at MIN once last_call_timeout has passed since MIN were there
  * and every live launcher of the last round is back; node ranks keep the last round's
- * order, newcomers after. A join while a round of fewer than MAX runs re-forms the job,
- * and so does a lost launcher (no restart spent either way). Fewer than MIN for
- * join_timeout ends the job. */
+ * order, newcomers after. In a re-form the last round's live launchers count as there
+ * from the stop: each has its outcome and is on its way back (one lost stops counting),
+ * so the last call runs while they stop their workers and rejoin, not after. A join while a round
+ * of fewer than MAX runs re-forms the job, and so does a lost launcher (no restart spent either
+ * way). Fewer than MIN for join_timeout ends the job. */
 #include "rdzv_backend.h"
 
 #include <stdlib.h>
@@ -14,11 +16,17 @@ static int c10d_init(ddp_rdzv_coord_t *c)
     return 0;
 }
 
+/* Launchers there towards MIN: the joined, and the last round's live ones not back yet. */
+static int there(const ddp_rdzv_coord_t *c)
+{
+    return c->njoined + c->nawaited;
+}
+
 static int c10d_admit(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, double now, ddp_buf_t *why)
 {
     (void)m;
     (void)why;
-    if (c->njoined >= c->cfg->nnodes_min && c->min_since < 0)
+    if (there(c) >= c->cfg->nnodes_min && c->min_since < 0)
         c->min_since = now;
     return 0;
 }
@@ -26,7 +34,7 @@ static int c10d_admit(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, double now, ddp
 static void c10d_forget(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m)
 {
     (void)m;
-    if (c->njoined < c->cfg->nnodes_min)
+    if (there(c) < c->cfg->nnodes_min)
         c->min_since = -1;
 }
 
@@ -86,7 +94,9 @@ static bool c10d_waiting(ddp_rdzv_coord_t *c, double now, ddp_buf_t *status)
 static int c10d_tick(ddp_rdzv_coord_t *c, double now, ddp_buf_t *why)
 {
     (void)why;
-    if (c->njoined >= c->cfg->nnodes_min && c->min_since < 0)
+    if (there(c) < c->cfg->nnodes_min)
+        c->min_since = -1; /* an awaited launcher was lost */
+    else if (c->min_since < 0)
         c->min_since = now;
     return 0;
 }

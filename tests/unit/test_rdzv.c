@@ -68,8 +68,9 @@ static void *loop_main(void *arg)
     return NULL;
 }
 
-/* A job: static with `nnodes` nodes, or c10d MIN:MAX when min < max. */
-static fixture_t *fixture(int min, int max, int max_restarts, double keep_alive)
+/* A job: static with `nnodes` nodes, or c10d MIN:MAX when min < max, with this last call. */
+static fixture_t *fixture_last_call(int min, int max, int max_restarts, double keep_alive,
+                                    double last_call)
 {
     static int jobs;
     fixture_t *f = calloc(1, sizeof *f);
@@ -85,7 +86,7 @@ static fixture_t *fixture(int min, int max, int max_restarts, double keep_alive)
     cfg->run_id = malloc(32);
     snprintf(cfg->run_id, 32, "job%d", ++jobs);
     cfg->rdzv_conf = (ddp_rdzv_conf_t){.join_timeout = 30,
-                                       .last_call_timeout = 0.3,
+                                       .last_call_timeout = last_call,
                                        .close_timeout = 5,
                                        .read_timeout = 10,
                                        .timeout = 30,
@@ -97,6 +98,11 @@ static fixture_t *fixture(int min, int max, int max_restarts, double keep_alive)
     sem_wait(&f->ready);
     assert_int_equal(f->start_err, 0);
     return f;
+}
+
+static fixture_t *fixture(int min, int max, int max_restarts, double keep_alive)
+{
+    return fixture_last_call(min, max, max_restarts, keep_alive, 0.3);
 }
 
 static void fixture_free(fixture_t *f)
@@ -514,6 +520,39 @@ static void test_c10d_late_node(void **state)
     fixture_free(f);
 }
 
+/* c10d 2:3, one of 3 running launchers lost: the 2 survivors count towards MIN from the
+ * stop, so the last call (3 s here) runs while they stop their workers and come back.
+ * Back 3.5 s after the stop, they get the next round at the coordinator's next tick, not
+ * a last call after their joins. */
+static void test_c10d_last_call_from_the_stop(void **state)
+{
+    fixture_t *f = fixture_last_call(2, 3, 0, 5, 3.0);
+    node_t n[3];
+    const char *ids[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++) {
+        node_connect(&n[i], f, ids[i]);
+        join(&n[i], -1, 1);
+    }
+    for (int i = 0; i < 3; i++) /* MAX: round 0 closes at once */
+        assert_int_equal(answer(&n[i]).kind, DDP_RDZV_VERDICT_WORLD);
+    node_leave(&n[2]);
+    assert_int_equal(outcome(&n[0], 0).kind, DDP_RDZV_VERDICT_STOP_REFORM);
+    beat_for(n, 2, 3.5);
+    join(&n[0], -1, 1);
+    join(&n[1], -1, 1);
+    double joined = ddp_clock_mono();
+    while (!has_answer(&n[1]) && ddp_clock_mono() - joined < 5)
+        pause_s(0.02);
+    double waited = ddp_clock_mono() - joined;
+    printf("round 1 closed %.2f s after the survivors' joins\n", waited);
+    assert_true(waited < 2.0); /* a last call after the joins: 3 s */
+    ddp_rdzv_verdict_t v = answer(&n[1]);
+    assert_world(&v, 1, 0, 1, 2, 1, 2);
+    node_leave(&n[0]);
+    node_leave(&n[1]);
+    fixture_free(f);
+}
+
 /* c10d 3:6 with launchers lost at every moment of a round (running, re-forming, after
  * some have rejoined): every launcher that gets a place in a round gets the same round
  * and node count as the others, and the ranks are 0..n-1 once each. */
@@ -612,6 +651,7 @@ int main(void)
         cmocka_unit_test(test_static_mismatch_ends_the_job),
         cmocka_unit_test(test_c10d_late_node),
         cmocka_unit_test(test_c10d_one_round_for_everyone),
+        cmocka_unit_test(test_c10d_last_call_from_the_stop),
         cmocka_unit_test(test_c10d_too_few_and_abort),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
