@@ -162,8 +162,10 @@ static bool environments_agree(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, 
 static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
 {
     if (c->round > 0) {
-        /* The workers of every member have ended (each joined after): the last round's
-         * keys go, as between attempts on one node. Ours stay. */
+        /* The last round's keys go, as between attempts on one node; ours stay. (Every
+         * member has rejoined, but a node's old workers may still be stopping: each
+         * launcher starts its new ones only after they end, yet a slow one could still
+         * write here.) */
         size_t cleared = ddp_store_clear(ddp_store_server_store(c->server), DDP_STORE_KEEP);
         ddp_log_debug(c->log, "cleared %zu key(s) of round %d from the store", cleared,
                       c->round - 1);
