@@ -610,6 +610,10 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
     if (a->state == AGENT_WAITING) {
         ddp_log_warn(a->log, "received %s between rounds: ending", name);
         a->exit_code = DDP_EXIT_SIGNAL_BASE + sig;
+        /* The store's launcher ends the job as this signal's (its own abort record may
+         * not have reached its store yet): the others stop their workers with it. */
+        a->stop_reason = STOP_SIGNAL;
+        a->stop_signal = sig;
         finish(a);
         return;
     }

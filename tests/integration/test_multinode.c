@@ -433,6 +433,34 @@ static void test_silent_node_not_waited_for(void **state)
     job_cleanup(&job);
 }
 
+/* A handled signal that reaches the store's launcher after its own workers have finished
+ * (under Slurm, slurmstepd signals the workers themselves too, and they may end first):
+ * the job still ends as that signal's, so node 1's workers get SIGUSR1 forwarded, not
+ * the SIGTERM of a store that went away. */
+static void test_signal_between_rounds_on_the_host(void **state)
+{
+    const char *done[] = {"/bin/sh", "-c", "echo finished", NULL};
+    const char *traps[] = {"/bin/sh", "-c",
+                           "trap 'echo got USR1; exit 0' USR1; echo ready; "
+                           "while :; do sleep 0.1; done",
+                           NULL};
+    const char *flags = "--signals-to-handle=SIGTERM,SIGUSR1";
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, flags, done);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, flags, traps);
+    TH_ASSERT(n0, th_wait_output(n0, 1, "finished", 1, 30));
+    TH_ASSERT(n1, th_wait_output(n1, 1, "ready", 1, 30));
+    /* Time for node 0's launcher to see its worker's end and wait between rounds. */
+    nanosleep(&(struct timespec){.tv_sec = 1}, NULL);
+    assert_int_equal(kill(n0->pid, SIGUSR1), 0);
+    job_wait(&job, 30);
+    TH_ASSERT(n0, th_status(n0) == 128 + SIGUSR1);
+    TH_ASSERT(n1, strstr(out(n1), "got USR1") != NULL);
+    TH_ASSERT(n1, th_status(n1) == 128 + SIGUSR1);
+    job_cleanup(&job);
+}
+
 /* Node 1's launcher SIGKILLed, then started again at once (its machine back): the new
  * launcher finds its rank held by the lost one, waits that one out, and both nodes go on
  * with round 1. */
@@ -732,6 +760,7 @@ int main(void)
         TH_TEST(test_store_host_lost),
         TH_TEST(test_slow_node_reads_the_end),
         TH_TEST(test_silent_node_not_waited_for),
+        TH_TEST(test_signal_between_rounds_on_the_host),
         TH_TEST(test_elastic_closes_when_full),
         TH_TEST(test_elastic_late_joiner),
         TH_TEST(test_elastic_reforms_without_a_lost_node),
