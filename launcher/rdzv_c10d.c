@@ -3,9 +3,9 @@
  * and every live launcher of the last round is back; node ranks keep the last round's
  * order, newcomers after. In a re-form the last round's live launchers count as there
  * from the stop: each has its outcome and is on its way back (one lost stops counting),
- * so the last call runs while they stop their workers and rejoin, not after. A join while a round
- * of fewer than MAX runs re-forms the job, and so does a lost launcher (no restart spent either
- * way). Fewer than MIN for join_timeout ends the job. */
+ * so the last call runs while they stop their workers and rejoin, not after. A join while
+ * a round of fewer than MAX runs re-forms the job, and so does a lost launcher (no
+ * restart spent either way). Fewer than MIN for join_timeout ends the job. */
 #include "rdzv_backend.h"
 
 #include <stdlib.h>

@@ -229,6 +229,12 @@ static int small_all_reduce(ddp_t *ddp, cpu_t *c, const char *what, uint8_t *buf
  * (no read before the write): 128 MiB of memory traffic a rank for 64 MiB, not 192.
  * Each element is reduced as in the ring's one step (the same bits); a buffer of one
  * piece is the ring's two steps. */
+/* Elements of piece `at` (an offset) of a chunk of n, pieces of `piece`: 0 past its end. */
+static size_t piece_count(size_t n, size_t at, size_t piece)
+{
+    return at >= n ? 0 : n - at < piece ? n - at : piece;
+}
+
 static int paired_all_reduce(ddp_t *ddp, cpu_t *c, const char *what, uint8_t *b, size_t count,
                              ddp_dtype_t dtype, ddp_reduce_op_t op, const call_t *call)
 {
@@ -239,8 +245,7 @@ static int paired_all_reduce(ddp_t *ddp, cpu_t *c, const char *what, uint8_t *b,
     size_t mine_n = ddp_cpu_chunk_count(count, 2, r), owned_n = ddp_cpu_chunk_count(count, 2, own);
     size_t most = mine_n > owned_n ? mine_n : owned_n;
     for (size_t at = 0; at < most; at += piece) {
-        size_t m = at < mine_n ? (mine_n - at < piece ? mine_n - at : piece) : 0;
-        size_t o = at < owned_n ? (owned_n - at < piece ? owned_n - at : piece) : 0;
+        size_t m = piece_count(mine_n, at, piece), o = piece_count(owned_n, at, piece);
         transfer_t scatter = {.send = mine + at * es,
                               .send_len = m * es,
                               .recv = owned + at * es,

@@ -96,30 +96,30 @@ static int parse_float(const char *flag, const char *text, float *out)
     return 0;
 }
 
-/* A flag of two values: whether it is the second; -1 (said) for neither. */
-static int parse_choice(const char *flag, const char *text, const char *first, const char *second,
-                        bool *is_second)
+/* A flag of two values: 0 for the first, 1 for the second; -1 (said) for neither. */
+static int parse_choice(const char *flag, const char *text, const char *first, const char *second)
 {
-    if (strcmp(text, first) != 0 && strcmp(text, second) != 0) {
-        fprintf(stderr, "fashion-mnist: %s %s: %s or %s\n", flag, text, first, second);
-        return -1;
-    }
-    *is_second = strcmp(text, second) == 0;
-    return 0;
+    if (strcmp(text, first) == 0 || strcmp(text, second) == 0)
+        return strcmp(text, second) == 0;
+    fprintf(stderr, "fashion-mnist: %s %s: %s or %s\n", flag, text, first, second);
+    return -1;
 }
 
 /* What parse_args reads before it is in options_t. */
 typedef struct {
     int seed, replicas;
-    bool mlp, dp, zero2;
+    bool dp;
 } flags_read_t;
 
 /* One flag of getopt_long's (`c`, its value in optarg) into `o`: 0, or -1 (said). */
 static int parse_flag(int c, options_t *o, flags_read_t *f)
 {
+    int k = 0;
     switch (c) {
     case 'm':
-        return parse_choice("--model", optarg, "cnn", "mlp", &f->mlp);
+        if ((k = parse_choice("--model", optarg, "cnn", "mlp")) >= 0)
+            o->arch = k ? FM_MLP : FM_CNN;
+        break;
     case 'e':
         return parse_int("--epochs", optarg, 1, &o->epochs);
     case 'b':
@@ -132,18 +132,20 @@ static int parse_flag(int c, options_t *o, flags_read_t *f)
         return parse_int("--seed", optarg, 0, &f->seed);
     case 'd':
         o->data = optarg;
-        return 0;
+        break;
     case 'D':
-        return parse_choice("--device", optarg, "cpu", "cuda", &o->cuda);
+        if ((k = parse_choice("--device", optarg, "cpu", "cuda")) >= 0)
+            o->cuda = k;
+        break;
     case 'S':
         o->sync_bn = true;
-        return 0;
+        break;
     case 'n':
         o->dropout = false;
-        return 0;
+        break;
     case 'c':
         o->checkpoint = optarg;
-        return 0;
+        break;
     case 'L':
         return parse_int("--log-every", optarg, 1, &o->log_every);
     case 't':
@@ -154,20 +156,23 @@ static int parse_flag(int c, options_t *o, flags_read_t *f)
         return parse_int("--max-steps", optarg, 1, &o->max_steps);
     case 'p':
         o->dump = optarg;
-        return 0;
-    case 'C': {
-        bool constant;
-        int bad = parse_choice("--lr-schedule", optarg, "cosine", "constant", &constant);
-        o->cosine = !constant;
-        return bad;
-    }
+        break;
+    case 'C':
+        if ((k = parse_choice("--lr-schedule", optarg, "cosine", "constant")) >= 0)
+            o->cosine = !k;
+        break;
     case 'O':
-        return parse_choice("--optimizer", optarg, "sgd", "adam", &o->adam);
+        if ((k = parse_choice("--optimizer", optarg, "sgd", "adam")) >= 0)
+            o->adam = k;
+        break;
     case 'Z':
-        o->zero = 1;
-        return parse_choice("--zero", optarg, "1", "2", &f->zero2);
+        if ((k = parse_choice("--zero", optarg, "1", "2")) >= 0)
+            o->zero = 1 + k;
+        break;
     case 'P':
-        return parse_choice("--parallel", optarg, "ddp", "dp", &f->dp);
+        if ((k = parse_choice("--parallel", optarg, "ddp", "dp")) >= 0)
+            f->dp = k;
+        break;
     case 'R':
         return parse_int("--replicas", optarg, 1, &f->replicas);
     case 'h':
@@ -177,6 +182,7 @@ static int parse_flag(int c, options_t *o, flags_read_t *f)
         usage(stderr);
         return -1;
     }
+    return k < 0 ? -1 : 0;
 }
 
 /* Flags that do not go together: what to say, or NULL. */
@@ -258,9 +264,7 @@ static int parse_args(int argc, char **argv, options_t *o)
         fprintf(stderr, "fashion-mnist: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    o->arch = f.mlp ? FM_MLP : FM_CNN;
     o->seed = (uint64_t)f.seed;
-    o->zero = o->zero ? 1 + f.zero2 : 0;
     o->replicas = f.dp ? f.replicas : 0;
     if (o->lr < 0) /* stable from any seed; the targets in an epoch */
         o->lr = o->adam ? 0.001f : o->arch == FM_MLP ? 0.1f : 0.02f;
