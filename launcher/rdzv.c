@@ -63,6 +63,13 @@ bool ddp_rdzv_quitting(ddp_rdzv_t *r)
     return quit;
 }
 
+void ddp_rdzv_awaiting_stop(ddp_rdzv_t *r, bool awaits)
+{
+    pthread_mutex_lock(&r->mutex);
+    r->awaits_stop = awaits;
+    pthread_mutex_unlock(&r->mutex);
+}
+
 /* Wakes the thread (under the mutex). */
 static void wake(ddp_rdzv_t *r)
 {
@@ -143,7 +150,8 @@ void ddp_rdzv_post(ddp_rdzv_t *r, ddp_rdzv_event_t event, const char *message)
     }
     if (message != NULL)
         snprintf(r->events.message, sizeof r->events.message, "%s", message);
-    wake(r);
+    if (event != DDP_RDZV_EV_STOPPED || r->awaits_stop)
+        wake(r);
     pthread_mutex_unlock(&r->mutex);
 }
 

@@ -370,20 +370,22 @@ static int join_record(ddp_rdzv_t *r)
 }
 
 /* Before a round starts here: the last round's workers have all ended (the loop posts
- * it). False when this launcher ends instead. */
+ * it; the post wakes the thread only while it waits here). False when this launcher ends
+ * instead. */
 static bool await_stopped(ddp_rdzv_t *r)
 {
-    bool ignored = true;
-    while (r->local_running) {
-        int rc = await_post(r);
+    bool ignored = true, ok = true;
+    ddp_rdzv_awaiting_stop(r, true);
+    while (ok && r->local_running) {
+        ok = take_posts(r, NULL, &ignored);
+        int rc = ok && r->local_running ? await_post(r) : 0;
         if (rc < 0) {
             store_lost(r);
-            return false;
+            ok = false;
         }
-        if (!take_posts(r, NULL, &ignored))
-            return false;
     }
-    return true;
+    ddp_rdzv_awaiting_stop(r, false);
+    return ok;
 }
 
 /* The lines of `text` as a NULL-terminated array (NULL when out of memory). */

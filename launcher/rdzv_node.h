@@ -38,6 +38,11 @@ struct ddp_rdzv_s {
     /* Loop to thread, under the mutex. */
     ddp_rdzv_events_t events;
     bool closed;
+    /* Thread to loop, under the mutex: the thread waits for this node's workers to end.
+     * Only then does a STOPPED post wake it; otherwise it takes the post with the next
+     * (a re-form's end of the old workers costs no store round trips while the thread
+     * waits for its place). */
+    bool awaits_stop;
 
     /* Thread to loop, under the mutex: commands in order (a STOP may follow a START
      * before the loop has taken it). */
@@ -67,5 +72,7 @@ void ddp_rdzv_command(ddp_rdzv_t *r, ddp_rdzv_cmd_t cmd, const ddp_rdzv_world_t 
 /* Takes what the loop has posted (and empties the wake fd). */
 ddp_rdzv_events_t ddp_rdzv_take_events(ddp_rdzv_t *r);
 bool ddp_rdzv_quitting(ddp_rdzv_t *r);
+/* Whether a STOPPED post is to wake the thread (see awaits_stop). */
+void ddp_rdzv_awaiting_stop(ddp_rdzv_t *r, bool awaits);
 
 #endif

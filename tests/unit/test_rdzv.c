@@ -1,7 +1,8 @@
 /* Unit tests of the rendezvous: the records (rdzv_record.c) as pure functions, and the
  * coordinator with its backends (rdzv_coord.c, rdzv_static.c, rdzv_c10d.c) against the
  * real store server on a loop thread of this process, the launchers played by blocking
- * store clients in the test's thread: no launcher is spawned. */
+ * store clients in the test's thread: no launcher is spawned; and the mailbox between the
+ * rendezvous thread and the loop (rdzv.c) without either. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -11,12 +12,16 @@
 #include "error.h"
 #include "io.h"
 #include "rdzv_coord.h"
+#include "rdzv_node.h"
 #include "rdzv_record.h"
 #include "store_client.h"
 #include "store_server.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -638,6 +643,44 @@ static void test_c10d_too_few_and_abort(void **state)
     fixture_free(f);
 }
 
+static bool woken(const ddp_rdzv_t *r)
+{
+    struct pollfd pfd = {.fd = r->wake_fd, .events = POLLIN};
+    return poll(&pfd, 1, 0) == 1;
+}
+
+/* The mailbox (rdzv.c) without its thread: the end of the old workers (STOPPED) wakes
+ * the thread only while it waits for that end; every other post wakes it at once. A
+ * post that did not wake is still taken with the next look. */
+static void test_mailbox_stopped_wakes_only_when_awaited(void **state)
+{
+    (void)state;
+    ddp_rdzv_t r = {.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), .closed = true};
+    assert_true(r.wake_fd >= 0);
+    pthread_mutex_init(&r.mutex, NULL);
+    ddp_rdzv_post(&r, DDP_RDZV_EV_STOPPED, NULL);
+    assert_false(woken(&r));
+    ddp_rdzv_events_t ev = ddp_rdzv_take_events(&r);
+    assert_true(ev.stopped);
+    ddp_rdzv_post(&r, DDP_RDZV_EV_FAILED, "rank 3 failed");
+    assert_true(woken(&r));
+    ev = ddp_rdzv_take_events(&r);
+    assert_true(ev.failed);
+    assert_false(ev.stopped);
+    assert_string_equal(ev.message, "rank 3 failed");
+    assert_false(woken(&r));
+    ddp_rdzv_awaiting_stop(&r, true);
+    ddp_rdzv_post(&r, DDP_RDZV_EV_STOPPED, NULL);
+    assert_true(woken(&r));
+    assert_true(ddp_rdzv_take_events(&r).stopped);
+    ddp_rdzv_awaiting_stop(&r, false);
+    ddp_rdzv_post(&r, DDP_RDZV_EV_SUCCEEDED, NULL);
+    assert_true(woken(&r));
+    assert_true(ddp_rdzv_take_events(&r).succeeded);
+    pthread_mutex_destroy(&r.mutex);
+    close(r.wake_fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -653,6 +696,7 @@ int main(void)
         cmocka_unit_test(test_c10d_one_round_for_everyone),
         cmocka_unit_test(test_c10d_last_call_from_the_stop),
         cmocka_unit_test(test_c10d_too_few_and_abort),
+        cmocka_unit_test(test_mailbox_stopped_wakes_only_when_awaited),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
