@@ -457,52 +457,16 @@ int ddp_store_client_wait(ddp_store_client_t *c, const char *const *keys, size_t
     return ddp_store_client_wait_or_wake(c, keys, n, timeout, -1);
 }
 
-/* A SET of `key` with no reply: out and gone, before `deadline`. */
-static int send_beat(ddp_store_client_t *c, const char *key, double deadline)
-{
-    int err = begin(c, DDP_CODEC_SET);
-    if (err == 0)
-        err = put_key(c, key);
-    if (err == 0)
-        err = ddp_codec_put_bytes(&c->out, "1", 1);
-    if (err == 0)
-        err = send_all(c, deadline);
-    return err ? fail(c, err, "SET '%s'", key) : 0;
-}
-
-int ddp_store_client_beat(ddp_store_client_t *c, const char *key)
-{
-    return send_beat(c, key, op_deadline(c));
-}
-
-/* The beat when it is due (`beat` NULL: none). */
-static int beat_if_due(ddp_store_client_t *c, const ddp_store_beat_t *beat, double deadline)
-{
-    double now = ddp_clock_mono();
-    if (beat == NULL || now < *beat->next)
-        return 0;
-    *beat->next = now + beat->every;
-    return send_beat(c, beat->key, deadline);
-}
-
-/* Until `deadline` or the beat's next time, whichever is first. */
-static double beat_until(const ddp_store_beat_t *beat, double deadline)
-{
-    return beat != NULL && *beat->next < deadline ? *beat->next : deadline;
-}
-
 /* Generation 1 has no CANCEL_WAIT: a WAIT that timed out would be answered later, in
  * the middle of the next reply. So it is CHECK, polled (1 ms apart at first, 100 ms at
  * most), sleeping on `wake_fd` between (-1: none). 0, 1 (woken) or an error. */
 static int wait_by_checks(ddp_store_client_t *c, const char *const *keys, size_t n, double timeout,
-                          int wake_fd, const ddp_store_beat_t *beat)
+                          int wake_fd)
 {
     double deadline = ddp_clock_mono() + timeout, pause = 0.001;
     for (;;) {
         bool ready;
-        int err = beat_if_due(c, beat, deadline);
-        if (err == 0)
-            err = ddp_store_client_check(c, keys, n, &ready);
+        int err = ddp_store_client_check(c, keys, n, &ready);
         if (err || ready)
             return err;
         double left = deadline - ddp_clock_mono();
@@ -517,42 +481,21 @@ static int wait_by_checks(ddp_store_client_t *c, const char *const *keys, size_t
     }
 }
 
-/* The WAIT sent: its answer (0), a wake (1) or an error, beating meanwhile. */
-static int await_answer(ddp_store_client_t *c, int wake_fd, double deadline,
-                        const ddp_store_beat_t *beat)
-{
-    for (;;) {
-        int err = wait_readable_or_wake(c, wake_fd, beat_until(beat, deadline));
-        if (err != DDP_ETIMEOUT || ddp_clock_mono() >= deadline)
-            return err;
-        if ((err = beat_if_due(c, beat, deadline)) != 0)
-            return err;
-    }
-}
-
 int ddp_store_client_wait_or_wake(ddp_store_client_t *c, const char *const *keys, size_t n,
                                   double timeout, int wake_fd)
-{
-    return ddp_store_client_wait_beating(c, keys, n, timeout, wake_fd, NULL);
-}
-
-int ddp_store_client_wait_beating(ddp_store_client_t *c, const char *const *keys, size_t n,
-                                  double timeout, int wake_fd, const ddp_store_beat_t *beat)
 {
     ddp_codec_reply_t reply;
     double deadline = ddp_clock_mono() + timeout;
     if (c->gen == DDP_CODEC_GEN1)
-        return wait_by_checks(c, keys, n, timeout, wake_fd, beat);
-    int err = beat_if_due(c, beat, deadline);
+        return wait_by_checks(c, keys, n, timeout, wake_fd);
+    int err = begin(c, DDP_CODEC_WAIT);
     bool woken = false;
     if (err == 0)
-        err = begin(c, DDP_CODEC_WAIT);
-    if (err == 0)
         err = put_keys(c, keys, n);
-    if (err == 0 && wake_fd < 0 && beat == NULL) {
+    if (err == 0 && wake_fd < 0) {
         err = round_trip(c, DDP_CODEC_WAIT, 0, &reply, deadline);
     } else if (err == 0 && (err = send_all(c, deadline)) == 0) {
-        err = await_answer(c, wake_fd, deadline, beat);
+        err = wait_readable_or_wake(c, wake_fd, deadline);
         woken = err == 1;
         if (err == 0)
             err = recv_reply(c, DDP_CODEC_WAIT, 0, &reply, deadline);

@@ -73,24 +73,6 @@ int ddp_store_client_wait(ddp_store_client_t *client, const char *const *keys, s
 int ddp_store_client_wait_or_wake(ddp_store_client_t *client, const char *const *keys, size_t n,
                                   double timeout, int wake_fd);
 
-/* A heartbeat sent while a wait is outstanding: a SET of `key` to "1" whenever *next
- * (monotonic seconds) is due, which then moves on by `every`. SET has no reply in the
- * protocol, so the WAIT stays where it is: ddp-launch's store keeps the WAIT of a
- * rendezvous launcher's connection across a SET under the rendezvous' keys (a torch
- * client's request while waiting would cancel it). */
-typedef struct {
-    const char *key;
-    double every;
-    double *next;
-} ddp_store_beat_t;
-
-/* ddp_store_client_wait_or_wake, beating meanwhile (`beat` NULL: none). */
-int ddp_store_client_wait_beating(ddp_store_client_t *client, const char *const *keys, size_t n,
-                                  double timeout, int wake_fd, const ddp_store_beat_t *beat);
-
-/* A SET of `key` to "1" with no reply to wait for: a heartbeat (see above). */
-int ddp_store_client_beat(ddp_store_client_t *client, const char *key);
-
 int ddp_store_client_num_keys(ddp_store_client_t *client, int64_t *count);
 
 int ddp_store_client_delete(ddp_store_client_t *client, const char *key, bool *deleted);

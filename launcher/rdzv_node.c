@@ -50,38 +50,36 @@ static node_phase_t store_lost(ddp_rdzv_t *r)
     return NODE_END;
 }
 
-/* This launcher's heartbeat key. */
-static void beat_key(const ddp_rdzv_t *r, char *key, size_t cap)
-{
-    ddp_rdzv_key(key, cap, r->cfg->run_id, "beat/%s", r->id);
-}
-
-/* This launcher's heartbeat, when due: a SET, which has no reply to wait for. */
+/* This launcher's heartbeat, when due. */
 static int beat(ddp_rdzv_t *r, double now)
 {
     char key[512];
+    int64_t ignored;
     if (now < r->next_beat)
         return 0;
     r->next_beat = now + r->cfg->rdzv_conf.keep_alive_interval;
-    beat_key(r, key, sizeof key);
-    return ddp_store_client_beat(r->client, key);
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "beat/%s", r->id);
+    return ddp_store_client_add(r->client, key, 1, &ignored);
 }
 
-/* Waits for `key` until `deadline`; a post of the loop ends it. The heartbeats go out
- * while the WAIT stays outstanding (the store keeps it: ddp_store_beat_t). */
+/* Waits for `key` until `deadline`, beating meanwhile; a post of the loop ends it. */
 static int await_key(ddp_rdzv_t *r, const char *key, double deadline)
 {
     const char *keys[] = {key};
-    char beat[512];
-    beat_key(r, beat, sizeof beat);
-    ddp_store_beat_t every = {
-        .key = beat, .every = r->cfg->rdzv_conf.keep_alive_interval, .next = &r->next_beat};
-    double now = ddp_clock_mono();
-    int err = ddp_store_client_wait_beating(r->client, keys, 1, now < deadline ? deadline - now : 0,
-                                            r->wake_fd, &every);
-    if (err == 0 || err == 1)
-        return err == 0 ? AWAIT_READY : AWAIT_WOKEN;
-    return err == DDP_ETIMEOUT ? AWAIT_TIMEOUT : err;
+    for (;;) {
+        double now = ddp_clock_mono();
+        int err = beat(r, now);
+        if (err)
+            return err;
+        if (now >= deadline)
+            return AWAIT_TIMEOUT;
+        double until = r->next_beat < deadline ? r->next_beat : deadline;
+        err = ddp_store_client_wait_or_wake(r->client, keys, 1, until - now, r->wake_fd);
+        if (err == 0 || err == 1)
+            return err == 0 ? AWAIT_READY : AWAIT_WOKEN;
+        if (err != DDP_ETIMEOUT)
+            return err;
+    }
 }
 
 /* Waits for a post of the loop only, beating meanwhile. */

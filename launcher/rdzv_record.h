@@ -6,7 +6,7 @@
  *   join/<id>            "seq nnodes_min nnodes_max node_rank nproc max_restarts host":
  *                        ready for the next round (node_rank -1: c10d assigns it)
  *   report/<id>          "round failed|succeeded message": its workers' end
- *   beat/<id>            SET, every keep_alive_interval (no reply: sent while waiting)
+ *   beat/<id>            ADD, every keep_alive_interval
  *   abort                "node R (host): why": the job ends on every node
  * and the coordinator (the launcher that serves the store) answers
  *   coordinator          its id, set before any client can connect

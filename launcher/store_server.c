@@ -422,19 +422,6 @@ static void notify_write(conn_t *c, ddp_store_key_t key)
     w->on_write(w->ctx, &c->tag, key, value, len);
 }
 
-/* Whether `req` is a watched launcher's heartbeat while it waits: a SET under the
- * watcher's prefix by a connection the watcher has tagged (a rendezvous launcher, which
- * sends no other request while its WAIT is outstanding). SET has no reply, so the WAIT
- * stays (ddp_store_beat_t in store_client.h). */
-static bool beat_while_waiting(const conn_t *c, const ddp_codec_request_t *req)
-{
-    const ddp_store_server_t *s = c->server;
-    ddp_store_key_t key = key_of(req);
-    return req->op == DDP_CODEC_SET && c->tag != NULL && s->watch != NULL &&
-           key.len >= s->watch_prefix_len &&
-           memcmp(key.data, s->watch->prefix, s->watch_prefix_len) == 0;
-}
-
 /* Handles one complete request. Returns 0, or DDP_ECLOSED when it closed the connection
  * (a protocol error, a failed write). */
 static int handle(conn_t *c, const ddp_codec_request_t *req)
@@ -657,11 +644,11 @@ static bool answer_requests(conn_t *c)
             conn_close(c, "%s", c->decoder.why);
             return false;
         }
-        if (c->waiting && req.op != DDP_CODEC_CANCEL_WAIT && !beat_while_waiting(c, &req)) {
+        if (c->waiting && req.op != DDP_CODEC_CANCEL_WAIT) {
             /* PyTorch clients send one request at a time: a request while a WAIT is
              * pending means the client gave up waiting (a torch 1.13 client times out
              * without CANCEL_WAIT). Forget the wait, so no stray answer arrives later
-             * in the middle of the client's next reply. A launcher's beat is not that. */
+             * in the middle of the client's next reply. */
             ddp_store_cancel(s->store, &c->waiter);
             c->waiting = false;
         }

@@ -643,51 +643,6 @@ static void test_c10d_too_few_and_abort(void **state)
     fixture_free(f);
 }
 
-/* Node 1 of test_beats_keep_the_wait: beats for 1 s, then its worker fails. */
-static void *beat_then_fail(void *arg)
-{
-    node_t *n = arg;
-    beat_for(n, 1, 1.0);
-    report(n, 0, true, "worker rank 1 exited with 3");
-    return NULL;
-}
-
-/* A launcher waits for its round's news while its heartbeats go out on the same
- * connection (ddp_store_client_wait_beating): the store keeps the WAIT across them, and
- * the coordinator counts them (keep-alive limit 0.3 s, a wait of 1 s). */
-static void test_beats_keep_the_wait(void **state)
-{
-    (void)state;
-    fixture_t *f = fixture(2, 2, 0, 0.1);
-    node_t n[2];
-    node_connect(&n[0], f, "waits");
-    node_connect(&n[1], f, "fails");
-    join(&n[0], 0, 1);
-    join(&n[1], 1, 1);
-    ddp_rdzv_verdict_t v = answer(&n[0]);
-    assert_world(&v, 0, 0, 0, 2, 0, 2);
-    (void)answer(&n[1]);
-    char k[256], beat_key[256];
-    const char *keys[] = {k};
-    double next = 0;
-    ddp_rdzv_key(k, sizeof k, f->cfg.run_id, "0/outcome");
-    ddp_rdzv_key(beat_key, sizeof beat_key, f->cfg.run_id, "beat/%s", n[0].id);
-    ddp_store_beat_t every = {.key = beat_key, .every = 0.05, .next = &next};
-    pthread_t other;
-    double started = ddp_clock_mono();
-    assert_int_equal(pthread_create(&other, NULL, beat_then_fail, &n[1]), 0);
-    assert_int_equal(ddp_store_client_wait_beating(n[0].client, keys, 1, 10, -1, &every), 0);
-    double waited = ddp_clock_mono() - started;
-    pthread_join(other, NULL);
-    assert_true(waited > 0.9 && waited < 5);
-    v = outcome(&n[0], 0);
-    assert_int_equal(v.kind, DDP_RDZV_VERDICT_END);
-    assert_non_null(strstr(v.message, "node 1 (host-fails): worker rank 1 exited with 3"));
-    node_leave(&n[0]);
-    node_leave(&n[1]);
-    fixture_free(f);
-}
-
 static bool woken(const ddp_rdzv_t *r)
 {
     struct pollfd pfd = {.fd = r->wake_fd, .events = POLLIN};
@@ -741,7 +696,6 @@ int main(void)
         cmocka_unit_test(test_c10d_one_round_for_everyone),
         cmocka_unit_test(test_c10d_last_call_from_the_stop),
         cmocka_unit_test(test_c10d_too_few_and_abort),
-        cmocka_unit_test(test_beats_keep_the_wait),
         cmocka_unit_test(test_mailbox_stopped_wakes_only_when_awaited),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
