@@ -20,12 +20,12 @@
 #include <poll.h>
 #include <pthread.h>
 #include <semaphore.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 /* The loop thread: the store server and the coordinator, as the hosting launcher has
  * them. */
