@@ -26,6 +26,8 @@ struct ddp_store_client_s {
     char address[300]; /* "host:port", for messages */
     ddp_buf_t out;     /* the request being sent */
     ddp_buf_t in;      /* bytes received and not yet consumed */
+    bool add_pending;  /* an ADD sent without waiting: its reply is still to be taken */
+    double add_sent;   /* ... when it was sent */
     char error[1024];
 };
 
@@ -137,11 +139,28 @@ static double op_deadline(const ddp_store_client_t *c)
     return ddp_clock_mono() + c->options.timeout;
 }
 
+/* Takes the reply of an ADD sent without waiting (ddp_store_client_add_async), if one
+ * is due, reading until `deadline` (now: only what has come). */
+static int take_pending(ddp_store_client_t *c, double deadline)
+{
+    ddp_codec_reply_t reply;
+    if (!c->add_pending)
+        return 0;
+    int err = recv_reply(c, DDP_CODEC_ADD, 0, &reply, deadline);
+    if (err == 0) {
+        consume(c, reply.size);
+        c->add_pending = false;
+    }
+    return err;
+}
+
+/* A request begins: the reply of an ADD before it is taken first, so replies never mix. */
 static int begin(ddp_store_client_t *c, ddp_codec_op_t op)
 {
     c->error[0] = '\0';
     ddp_buf_clear(&c->out);
-    return ddp_codec_put_op(&c->out, c->gen, op);
+    int err = take_pending(c, op_deadline(c));
+    return err ? err : ddp_codec_put_op(&c->out, c->gen, op);
 }
 
 static int put_key(ddp_store_client_t *c, const char *key)
@@ -385,6 +404,28 @@ int ddp_store_client_add(ddp_store_client_t *c, const char *key, int64_t delta, 
     return 0;
 }
 
+int ddp_store_client_add_async(ddp_store_client_t *c, const char *key, int64_t delta, bool *sent)
+{
+    double now = ddp_clock_mono();
+    *sent = false;
+    int err = take_pending(c, now);
+    if (err == DDP_ETIMEOUT && now - c->add_sent < c->options.timeout)
+        return 0; /* the last one is not answered yet: none now */
+    if (err == 0)
+        err = begin(c, DDP_CODEC_ADD);
+    if (err == 0)
+        err = put_key(c, key);
+    if (err == 0)
+        err = ddp_codec_put_i64(&c->out, delta);
+    if (err == 0)
+        err = send_all(c, now + c->options.timeout);
+    if (err)
+        return fail(c, err, "ADD to '%s'", key);
+    c->add_pending = *sent = true;
+    c->add_sent = now;
+    return 0;
+}
+
 int ddp_store_client_compare_set(ddp_store_client_t *c, const char *key, const void *expected,
                                  size_t expected_len, const void *desired, size_t desired_len,
                                  ddp_buf_t *current)
@@ -457,16 +498,31 @@ int ddp_store_client_wait(ddp_store_client_t *c, const char *const *keys, size_t
     return ddp_store_client_wait_or_wake(c, keys, n, timeout, -1);
 }
 
+/* The tick's work when it is due (`tick` NULL: none). */
+static int tick_if_due(const ddp_store_tick_t *tick)
+{
+    double now = ddp_clock_mono();
+    return tick != NULL && now >= *tick->due ? tick->fn(tick->ctx, now) : 0;
+}
+
+/* Until `deadline` or the tick's next time, whichever is first. */
+static double tick_until(const ddp_store_tick_t *tick, double deadline)
+{
+    return tick != NULL && *tick->due < deadline ? *tick->due : deadline;
+}
+
 /* Generation 1 has no CANCEL_WAIT: a WAIT that timed out would be answered later, in
  * the middle of the next reply. So it is CHECK, polled (1 ms apart at first, 100 ms at
  * most), sleeping on `wake_fd` between (-1: none). 0, 1 (woken) or an error. */
 static int wait_by_checks(ddp_store_client_t *c, const char *const *keys, size_t n, double timeout,
-                          int wake_fd)
+                          int wake_fd, const ddp_store_tick_t *tick)
 {
     double deadline = ddp_clock_mono() + timeout, pause = 0.001;
     for (;;) {
         bool ready;
-        int err = ddp_store_client_check(c, keys, n, &ready);
+        int err = tick_if_due(tick);
+        if (err == 0)
+            err = ddp_store_client_check(c, keys, n, &ready);
         if (err || ready)
             return err;
         double left = deadline - ddp_clock_mono();
@@ -481,26 +537,48 @@ static int wait_by_checks(ddp_store_client_t *c, const char *const *keys, size_t
     }
 }
 
+/* The WAIT sent: its answer has come (0), a wake (1), the deadline (DDP_ETIMEOUT) or an
+ * error, ticking meanwhile; a failed tick's error goes to *tick_err (and is returned). */
+static int await_answer(ddp_store_client_t *c, int wake_fd, double deadline,
+                        const ddp_store_tick_t *tick, int *tick_err)
+{
+    for (;;) {
+        int err = wait_readable_or_wake(c, wake_fd, tick_until(tick, deadline));
+        if (err != DDP_ETIMEOUT || ddp_clock_mono() >= deadline)
+            return err;
+        if ((*tick_err = tick_if_due(tick)) != 0)
+            return *tick_err;
+    }
+}
+
 int ddp_store_client_wait_or_wake(ddp_store_client_t *c, const char *const *keys, size_t n,
                                   double timeout, int wake_fd)
+{
+    return ddp_store_client_wait_ticking(c, keys, n, timeout, wake_fd, NULL);
+}
+
+int ddp_store_client_wait_ticking(ddp_store_client_t *c, const char *const *keys, size_t n,
+                                  double timeout, int wake_fd, const ddp_store_tick_t *tick)
 {
     ddp_codec_reply_t reply;
     double deadline = ddp_clock_mono() + timeout;
     if (c->gen == DDP_CODEC_GEN1)
-        return wait_by_checks(c, keys, n, timeout, wake_fd);
-    int err = begin(c, DDP_CODEC_WAIT);
+        return wait_by_checks(c, keys, n, timeout, wake_fd, tick);
+    int err = begin(c, DDP_CODEC_WAIT), tick_err = 0;
     bool woken = false;
     if (err == 0)
         err = put_keys(c, keys, n);
-    if (err == 0 && wake_fd < 0) {
+    if (err == 0 && wake_fd < 0 && tick == NULL) {
         err = round_trip(c, DDP_CODEC_WAIT, 0, &reply, deadline);
     } else if (err == 0 && (err = send_all(c, deadline)) == 0) {
-        err = wait_readable_or_wake(c, wake_fd, deadline);
+        err = await_answer(c, wake_fd, deadline, tick, &tick_err);
         woken = err == 1;
         if (err == 0)
             err = recv_reply(c, DDP_CODEC_WAIT, 0, &reply, deadline);
         else if (woken)
             err = DDP_ETIMEOUT; /* cancelled below as a timeout is */
+        else if (tick_err)
+            return tick_err; /* its owner says why */
     }
     if (err == 0) {
         consume(c, reply.size);

@@ -54,6 +54,13 @@ int ddp_store_client_get(ddp_store_client_t *client, const char *key, ddp_buf_t 
 int ddp_store_client_add(ddp_store_client_t *client, const char *key, int64_t delta,
                          int64_t *result);
 
+/* An ADD whose reply is not waited for: it is taken by the next request, or by the next
+ * call here. *sent is false (and nothing is sent) while the reply of the last one has not
+ * come, so a busy server is never sent more than it answers; DDP_ETIMEOUT when that reply
+ * is older than the client's timeout. A heartbeat costs one send, no wait. */
+int ddp_store_client_add_async(ddp_store_client_t *client, const char *key, int64_t delta,
+                               bool *sent);
+
 /* COMPARE_SET; *current receives the server's answer (see store semantics). */
 int ddp_store_client_compare_set(ddp_store_client_t *client, const char *key, const void *expected,
                                  size_t expected_len, const void *desired, size_t desired_len,
@@ -72,6 +79,21 @@ int ddp_store_client_wait(ddp_store_client_t *client, const char *const *keys, s
  * wake_fd; it may be readable already when called (then 1 at once, after a round trip). */
 int ddp_store_client_wait_or_wake(ddp_store_client_t *client, const char *const *keys, size_t n,
                                   double timeout, int wake_fd);
+
+/* Work done every so often while a WAIT is outstanding, without cancelling it: fn is
+ * called once ddp_clock_mono() reaches *due, and moves *due on. A nonzero return ends the
+ * wait with that error (the WAIT is left outstanding: the client is then to be closed). */
+typedef struct ddp_store_tick_s {
+    int (*fn)(void *ctx, double now);
+    void *ctx;
+    const double *due;
+} ddp_store_tick_t;
+
+/* ddp_store_client_wait_or_wake, calling `tick` (may be NULL) when it is due. For a
+ * heartbeat on another connection while this one waits (a beat on the same connection
+ * would end the WAIT: a PyTorch client sends one request at a time). */
+int ddp_store_client_wait_ticking(ddp_store_client_t *client, const char *const *keys, size_t n,
+                                  double timeout, int wake_fd, const ddp_store_tick_t *tick);
 
 int ddp_store_client_num_keys(ddp_store_client_t *client, int64_t *count);
 

@@ -231,6 +231,7 @@ void ddp_rdzv_free(ddp_rdzv_t *r)
     if (r->thread_started)
         pthread_join(r->thread, NULL);
     ddp_store_client_close(r->client);
+    ddp_store_client_close(r->waiter);
     ddp_strv_free(r->job_env);
     free(r->hang_rows);
     free(r->events.hang_rows);

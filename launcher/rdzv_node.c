@@ -41,45 +41,62 @@ typedef enum { NODE_CONNECT, NODE_JOIN, NODE_RUN, NODE_STOP, NODE_END } node_pha
 /* What a wait ended with (or a negative error). */
 enum { AWAIT_READY = 0, AWAIT_WOKEN = 1, AWAIT_TIMEOUT = 2 };
 
-/* The store failed us mid-job: this node ends (status 5). */
+/* The store failed us mid-job: this node ends (status 5), saying what failed (on either
+ * connection: the one that failed holds the error). */
 static node_phase_t store_lost(ddp_rdzv_t *r)
 {
+    const char *why = r->waiter != NULL ? ddp_store_client_error(r->waiter) : "";
+    if (why[0] == '\0')
+        why = ddp_store_client_error(r->client);
     ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
                      "lost the rendezvous store at %s:%d: %s", r->cfg->master_addr,
-                     r->cfg->master_port, ddp_store_client_error(r->client));
+                     r->cfg->master_port, why);
     return NODE_END;
 }
 
-/* This launcher's heartbeat, when due. */
+/* This launcher's heartbeat, when due: one ADD sent, its reply taken with the next (none
+ * sent while the store host has not answered the last: it is busy, and its own loop's
+ * lateness is never held against a node). */
 static int beat(ddp_rdzv_t *r, double now)
 {
     char key[512];
-    int64_t ignored;
+    bool sent;
     if (now < r->next_beat)
         return 0;
     r->next_beat = now + r->cfg->rdzv_conf.keep_alive_interval;
     ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "beat/%s", r->id);
-    return ddp_store_client_add(r->client, key, 1, &ignored);
+    return ddp_store_client_add_async(r->client, key, 1, &sent);
+}
+
+static int beat_tick(void *ctx, double now)
+{
+    return beat(ctx, now);
+}
+
+/* Waits (on its own connection) for the keys until `deadline`, beating meanwhile on the
+ * other: the WAIT stays outstanding across beats, so a beat costs the thread one wakeup
+ * and the store one request. `wake_fd` readable (a post of the loop) ends it. */
+static int await_keys(ddp_rdzv_t *r, const char *const *keys, size_t n, double deadline,
+                      int wake_fd)
+{
+    ddp_store_tick_t tick = {.fn = beat_tick, .ctx = r, .due = &r->next_beat};
+    double now = ddp_clock_mono();
+    int err = beat(r, now);
+    if (err)
+        return err;
+    if (now >= deadline)
+        return AWAIT_TIMEOUT;
+    err = ddp_store_client_wait_ticking(r->waiter, keys, n, deadline - now, wake_fd, &tick);
+    if (err == 0 || err == 1)
+        return err == 0 ? AWAIT_READY : AWAIT_WOKEN;
+    return err == DDP_ETIMEOUT && ddp_clock_mono() >= deadline ? AWAIT_TIMEOUT : err;
 }
 
 /* Waits for `key` until `deadline`, beating meanwhile; a post of the loop ends it. */
 static int await_key(ddp_rdzv_t *r, const char *key, double deadline)
 {
     const char *keys[] = {key};
-    for (;;) {
-        double now = ddp_clock_mono();
-        int err = beat(r, now);
-        if (err)
-            return err;
-        if (now >= deadline)
-            return AWAIT_TIMEOUT;
-        double until = r->next_beat < deadline ? r->next_beat : deadline;
-        err = ddp_store_client_wait_or_wake(r->client, keys, 1, until - now, r->wake_fd);
-        if (err == 0 || err == 1)
-            return err == 0 ? AWAIT_READY : AWAIT_WOKEN;
-        if (err != DDP_ETIMEOUT)
-            return err;
-    }
+    return await_keys(r, keys, 1, deadline, r->wake_fd);
 }
 
 /* Waits for a post of the loop only, beating meanwhile. */
@@ -155,19 +172,14 @@ static bool gather_hang(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, double wai
         if (ok)
             ddp_rdzv_key(keys[i], 512, r->cfg->run_id, "%d/hang/%zu", world->round, i);
     }
+    /* The loop's posts wait until the rows are in; its quit is looked at every second. */
     double deadline = ddp_clock_mono() + wait;
-    int err = 0;
-    while (ok && !ddp_rdzv_quitting(r)) {
-        double now = ddp_clock_mono();
-        if ((err = beat(r, now)) != 0 || now >= deadline)
-            break;
-        double until = fmin(r->next_beat, deadline);
-        err = ddp_store_client_wait(r->client, (const char *const *)keys, n, until - now);
-        if (err != DDP_ETIMEOUT)
-            break;
-        err = 0;
-    }
-    if (ok && (err == 0 || err == DDP_ETIMEOUT))
+    int err = AWAIT_TIMEOUT;
+    while (ok && err == AWAIT_TIMEOUT && ddp_clock_mono() < deadline && !ddp_rdzv_quitting(r))
+        err = await_keys(r, (const char *const *)keys, n, fmin(ddp_clock_mono() + 1, deadline), -1);
+    if (err == AWAIT_TIMEOUT)
+        err = 0; /* what came, now */
+    if (ok && err == 0)
         err = ddp_store_client_multi_get(r->client, (const char *const *)keys, n, values);
     ddp_buf_t all = DDP_BUF_INIT;
     for (size_t i = 0; ok && err == 0 && i < n; i++)
@@ -278,6 +290,23 @@ static node_phase_t finish(ddp_rdzv_t *r, const ddp_rdzv_verdict_t *v, bool join
     return NODE_END;
 }
 
+/* The second connection, for the thread's WAITs (beats go on the first, so a WAIT is
+ * never cancelled for one). The store has just answered on the first. */
+static node_phase_t connect_waiter(ddp_rdzv_t *r)
+{
+    ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
+    ddp_buf_t why = DDP_BUF_INIT;
+    options.timeout = options.connect_timeout = r->cfg->rdzv_conf.read_timeout;
+    if (ddp_store_client_connect(r->cfg->master_addr, r->cfg->master_port, &options, &r->waiter,
+                                 &why) == 0)
+        return NODE_JOIN;
+    ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                     "lost the rendezvous store at %s:%d: %s", r->cfg->master_addr,
+                     r->cfg->master_port, ddp_buf_str(&why));
+    ddp_buf_free(&why);
+    return NODE_END;
+}
+
 static node_phase_t node_connect(ddp_rdzv_t *r)
 {
     const ddp_launch_config_t *cfg = r->cfg;
@@ -329,7 +358,7 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
                          cfg->master_addr, cfg->master_port, cfg->run_id);
         return NODE_END;
     }
-    return NODE_JOIN;
+    return connect_waiter(r);
 }
 
 /* Every NOTE_EVERY s while it waits for its place, the launcher says what the forming

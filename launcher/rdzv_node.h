@@ -57,10 +57,11 @@ struct ddp_rdzv_s {
     /* The thread's own. */
     char id[DDP_RDZV_ID_MAX];
     char host[256];
-    int seq;            /* joins so far */
-    double next_beat;   /* when the next heartbeat is due */
-    bool local_running; /* this node's workers of the current round have not all ended */
-    ddp_store_client_t *client;
+    int seq;                    /* joins so far */
+    double next_beat;           /* when the next heartbeat is due */
+    bool local_running;         /* this node's workers of the current round have not all ended */
+    ddp_store_client_t *client; /* joins, reads, reports and heartbeats */
+    ddp_store_client_t *waiter; /* the thread's WAITs, outstanding across heartbeats */
 };
 
 /* The thread's body (rdzv_node.c). */

@@ -643,6 +643,90 @@ static void test_c10d_too_few_and_abort(void **state)
     fixture_free(f);
 }
 
+/* The beats of a launcher's thread while it waits (rdzv_node.c): the first `beating`
+ * nodes send an ADD without waiting for its reply on their own connection, every `every` s. */
+typedef struct {
+    node_t *nodes;
+    int beating;
+    int ticks;
+    double every, due;
+} beats_t;
+
+static int beat_async(void *ctx, double now)
+{
+    beats_t *b = ctx;
+    char k[256];
+    for (int i = 0; i < b->beating; i++) {
+        bool sent = false;
+        ddp_rdzv_key(k, sizeof k, b->nodes[i].f->cfg.run_id, "beat/%s", b->nodes[i].id);
+        assert_int_equal(ddp_store_client_add_async(b->nodes[i].client, k, 1, &sent), 0);
+    }
+    b->ticks++;
+    b->due = now + b->every;
+    return 0;
+}
+
+/* A WAIT on a second connection stays outstanding while the beats go on the first: the
+ * beats keep both nodes alive through it, and when one node's beats stop, the same WAIT is
+ * answered with the outcome that says so. */
+static void test_beats_while_waiting(void **state)
+{
+    fixture_t *f = fixture(2, 2, 1, 0.2);
+    node_t n[2];
+    ddp_store_client_t *waiter;
+    ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
+    options.connect_timeout = options.timeout = 10;
+    node_connect(&n[0], f, "a");
+    node_connect(&n[1], f, "b");
+    assert_int_equal(ddp_store_client_connect("127.0.0.1", f->port, &options, &waiter, NULL), 0);
+    join(&n[0], 0, 1);
+    join(&n[1], 1, 1);
+    ddp_rdzv_verdict_t v = answer(&n[0]);
+    assert_world(&v, 0, 0, 0, 2, 0, 2);
+    beats_t b = {.nodes = n, .beating = 2, .every = 0.05, .due = ddp_clock_mono()};
+    ddp_store_tick_t tick = {.fn = beat_async, .ctx = &b, .due = &b.due};
+    char k[256];
+    const char *keys[] = {k};
+    ddp_rdzv_key(k, sizeof k, f->cfg.run_id, "0/outcome");
+    /* 1.5 s, past the keep-alive limit (0.6 s) twice over: nobody is lost. */
+    assert_int_equal(ddp_store_client_wait_ticking(waiter, keys, 1, 1.5, -1, &tick), DDP_ETIMEOUT);
+    assert_true(b.ticks >= 10);
+    b.beating = 1; /* b falls silent */
+    double started = ddp_clock_mono();
+    assert_int_equal(ddp_store_client_wait_ticking(waiter, keys, 1, 5, -1, &tick), 0);
+    assert_true(ddp_clock_mono() - started < 4);
+    v = outcome(&n[0], 0);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_STOP_FAILED);
+    assert_non_null(strstr(v.message, "node 1's launcher stopped answering"));
+    ddp_store_client_close(waiter);
+    node_leave(&n[0]);
+    node_leave(&n[1]);
+    fixture_free(f);
+}
+
+/* An ADD sent without waiting: none goes while the last is unanswered, and its reply is
+ * taken before the next request's, so the two never mix. */
+static void test_add_async_replies_never_mix(void **state)
+{
+    fixture_t *f = fixture(2, 2, 0, 5);
+    node_t n;
+    int64_t sent_count = 0, value = -1;
+    node_connect(&n, f, "a");
+    for (int i = 0; i < 50; i++) {
+        bool sent = false;
+        assert_int_equal(ddp_store_client_add_async(n.client, "counter", 1, &sent), 0);
+        sent_count += sent;
+    }
+    assert_true(sent_count >= 1);
+    /* The next request takes the last ADD's reply first, then has its own. */
+    assert_int_equal(ddp_store_client_add(n.client, "counter", 0, &value), 0);
+    assert_int_equal(value, sent_count);
+    assert_int_equal(ddp_store_client_add(n.client, "counter", 1, &value), 0);
+    assert_int_equal(value, sent_count + 1);
+    node_leave(&n);
+    fixture_free(f);
+}
+
 static bool woken(const ddp_rdzv_t *r)
 {
     struct pollfd pfd = {.fd = r->wake_fd, .events = POLLIN};
@@ -697,6 +781,8 @@ int main(void)
         cmocka_unit_test(test_c10d_last_call_from_the_stop),
         cmocka_unit_test(test_c10d_too_few_and_abort),
         cmocka_unit_test(test_mailbox_stopped_wakes_only_when_awaited),
+        cmocka_unit_test(test_beats_while_waiting),
+        cmocka_unit_test(test_add_async_replies_never_mix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
