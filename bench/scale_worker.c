@@ -1,11 +1,15 @@
 /* bench/scale's worker: says when it started (wall clock), in which world, then waits to
- * be stopped. One write, so the lines of thousands of workers sharing a file never mix. */
+ * be stopped. One write, so the lines of thousands of workers sharing a file never mix.
+ * With `--tick MS` it wakes every MS milliseconds instead of sleeping for good: the floor
+ * of a launcher's steady state (a heartbeat a keep-alive interval). */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-int main(void)
+int main(int argc, char **argv)
 {
     struct timespec now;
     char line[160];
@@ -17,6 +21,11 @@ int main(void)
                      restarts ? restarts : "?");
     if (write(1, line, (size_t)n) != n)
         return 1;
-    for (;;)
-        pause();
+    int tick_ms = argc == 3 && strcmp(argv[1], "--tick") == 0 ? atoi(argv[2]) : 0;
+    for (;;) {
+        if (tick_ms > 0)
+            poll(NULL, 0, tick_ms);
+        else
+            pause();
+    }
 }
