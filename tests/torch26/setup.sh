@@ -29,9 +29,12 @@ flock 9 # one builder at a time; the others find it ready
 [ -f "$ready" ] && exit 0
 rm -rf "$root"
 echo "building the trixie root in $root from $mirror (log: $root.log)"
-debootstrap --variant=minbase trixie "$root" "$mirror" >"$root.log" 2>&1 ||
+# Both steps in a mount namespace of their own: what they mount in the root (debootstrap's
+# /proc, a package's scripts) goes with it, never left mounted on this machine.
+unshare --mount --propagation private debootstrap --variant=minbase trixie "$root" "$mirror" \
+    >"$root.log" 2>&1 ||
     skip "debootstrap of trixie from $mirror failed (see $root.log)"
-chroot "$root" sh -c 'apt-get update -q &&
+unshare --mount --propagation private chroot "$root" sh -c 'apt-get update -q &&
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-torch libopenblas0-pthread' \
     >>"$root.log" 2>&1 || skip "installing python3-torch in the trixie root failed (see $root.log)"
 touch "$ready"
