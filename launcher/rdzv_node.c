@@ -41,16 +41,14 @@ typedef enum { NODE_CONNECT, NODE_JOIN, NODE_RUN, NODE_STOP, NODE_END } node_pha
 /* What a wait ended with (or a negative error). */
 enum { AWAIT_READY = 0, AWAIT_WOKEN = 1, AWAIT_TIMEOUT = 2 };
 
-/* The store failed us mid-job: this node ends (status 5), saying what failed (on either
- * connection: the one that failed holds the error). */
+/* The store failed us mid-job: this node ends (status 5), saying what failed on the
+ * connection that failed (the waiter's, when await_keys said so). */
 static node_phase_t store_lost(ddp_rdzv_t *r)
 {
-    const char *why = r->waiter != NULL ? ddp_store_client_error(r->waiter) : "";
-    if (why[0] == '\0')
-        why = ddp_store_client_error(r->client);
+    const ddp_store_client_t *c = r->waiter_failed ? r->waiter : r->client;
     ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
                      "lost the rendezvous store at %s:%d: %s", r->cfg->master_addr,
-                     r->cfg->master_port, why);
+                     r->cfg->master_port, ddp_store_client_error(c));
     return NODE_END;
 }
 
@@ -68,9 +66,13 @@ static int beat(ddp_rdzv_t *r, double now)
     return ddp_store_client_add_async(r->client, key, 1, &sent);
 }
 
+/* The beat inside a wait on the waiter: its failure is the first connection's. */
 static int beat_tick(void *ctx, double now)
 {
-    return beat(ctx, now);
+    ddp_rdzv_t *r = ctx;
+    int err = beat(r, now);
+    r->beat_failed = err != 0;
+    return err;
 }
 
 /* Waits (on its own connection) for the keys until `deadline`, beating meanwhile on the
@@ -86,10 +88,14 @@ static int await_keys(ddp_rdzv_t *r, const char *const *keys, size_t n, double d
         return err;
     if (now >= deadline)
         return AWAIT_TIMEOUT;
+    r->beat_failed = false;
     err = ddp_store_client_wait_ticking(r->waiter, keys, n, deadline - now, wake_fd, &tick);
     if (err == 0 || err == 1)
         return err == 0 ? AWAIT_READY : AWAIT_WOKEN;
-    return err == DDP_ETIMEOUT && ddp_clock_mono() >= deadline ? AWAIT_TIMEOUT : err;
+    if (err == DDP_ETIMEOUT && !r->beat_failed && ddp_clock_mono() >= deadline)
+        return AWAIT_TIMEOUT;
+    r->waiter_failed = !r->beat_failed;
+    return err;
 }
 
 /* Waits for `key` until `deadline`, beating meanwhile; a post of the loop ends it. */

@@ -62,6 +62,8 @@ struct ddp_rdzv_s {
     bool local_running;         /* this node's workers of the current round have not all ended */
     ddp_store_client_t *client; /* joins, reads, reports and heartbeats */
     ddp_store_client_t *waiter; /* the thread's WAITs, outstanding across heartbeats */
+    bool beat_failed;           /* the last wait on the waiter ended in a failed beat */
+    bool waiter_failed;         /* the store was lost on the waiter (its error says why) */
 };
 
 /* The thread's body (rdzv_node.c). */
