@@ -81,13 +81,18 @@ struct ddp_rdzv_backend_ops_s {
     /* Sets up the backend's own state (after the coordinator's). 0 or -ENOMEM. */
     int (*init)(ddp_rdzv_coord_t *c);
     /* `m` has joined the forming round (m->joined is set). 0, or DDP_EUSAGE with `why`
-     * when the job cannot go on (a duplicate node rank). */
+     * when the job cannot go on (a duplicate node rank). Optional, as are forget and
+     * tick. */
     int (*admit)(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, double now, ddp_buf_t *why);
     /* A joined member leaves the forming round (lost). */
     void (*forget)(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m);
     /* When the forming round can close now: its members in node-rank order into
      * ranked[] (room for every member), returning how many; else 0. */
     int (*close)(ddp_rdzv_coord_t *c, double now, ddp_rdzv_member_t **ranked);
+    /* When (monotonic s) close() may answer yes with nothing else happening (the end of
+     * a last call), or < 0: the coordinator calls it then, not at its next tick. NULL:
+     * only joins and losses close a round. */
+    double (*due)(const ddp_rdzv_coord_t *c);
     /* What the forming round waits for, into `status`; true when its deadline has passed
      * (`status` is then the error that ends the job). */
     bool (*waiting)(ddp_rdzv_coord_t *c, double now, ddp_buf_t *status);

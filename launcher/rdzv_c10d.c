@@ -22,22 +22,6 @@ static int there(const ddp_rdzv_coord_t *c)
     return c->njoined + c->nawaited;
 }
 
-static int c10d_admit(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, double now, ddp_buf_t *why)
-{
-    (void)m;
-    (void)why;
-    if (there(c) >= c->cfg->nnodes_min && c->min_since < 0)
-        c->min_since = now;
-    return 0;
-}
-
-static void c10d_forget(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m)
-{
-    (void)m;
-    if (there(c) < c->cfg->nnodes_min)
-        c->min_since = -1;
-}
-
 /* Last round's ranks first, in that order, then newcomers in arrival order. */
 static int member_order(const void *a, const void *b)
 {
@@ -50,9 +34,19 @@ static int member_order(const void *a, const void *b)
     return x->arrival < y->arrival ? -1 : x->arrival > y->arrival;
 }
 
+/* The last call runs from the moment MIN are there (an awaited launcher lost stops it). */
+static void track_min(ddp_rdzv_coord_t *c, double now)
+{
+    if (there(c) < c->cfg->nnodes_min)
+        c->min_since = -1;
+    else if (c->min_since < 0)
+        c->min_since = now;
+}
+
 static int c10d_close(ddp_rdzv_coord_t *c, double now, ddp_rdzv_member_t **ranked)
 {
     const ddp_launch_config_t *cfg = c->cfg;
+    track_min(c, now);
     bool full = c->njoined >= cfg->nnodes_max;
     bool last_call_over = c->njoined >= cfg->nnodes_min && c->min_since >= 0 &&
                           now - c->min_since >= cfg->rdzv_conf.last_call_timeout &&
@@ -91,14 +85,9 @@ static bool c10d_waiting(ddp_rdzv_coord_t *c, double now, ddp_buf_t *status)
     return expired;
 }
 
-static int c10d_tick(ddp_rdzv_coord_t *c, double now, ddp_buf_t *why)
+static double c10d_due(const ddp_rdzv_coord_t *c)
 {
-    (void)why;
-    if (there(c) < c->cfg->nnodes_min)
-        c->min_since = -1; /* an awaited launcher was lost */
-    else if (c->min_since < 0)
-        c->min_since = now;
-    return 0;
+    return c->min_since >= 0 ? c->min_since + c->cfg->rdzv_conf.last_call_timeout : -1;
 }
 
 static bool c10d_reform_on_join(const ddp_rdzv_coord_t *c)
@@ -109,11 +98,9 @@ static bool c10d_reform_on_join(const ddp_rdzv_coord_t *c)
 const ddp_rdzv_backend_ops_t ddp_rdzv_c10d_backend = {
     .name = "c10d",
     .init = c10d_init,
-    .admit = c10d_admit,
-    .forget = c10d_forget,
     .close = c10d_close,
+    .due = c10d_due,
     .waiting = c10d_waiting,
-    .tick = c10d_tick,
     .reform_on_join = c10d_reform_on_join,
     .loss_reforms = true,
 };

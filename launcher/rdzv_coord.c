@@ -203,13 +203,27 @@ static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
                   world_size);
 }
 
+static void on_tick(uv_timer_t *timer);
+
+/* Forms the round if it can close now; else, when it can close at a known time (a last
+ * call's end), the next tick comes then rather than up to TICK_MS later. */
 static void try_close(ddp_rdzv_coord_t *c, double now)
 {
     if (c->phase != COORD_FORMING)
         return;
     int n = c->backend->close(c, now, c->running);
-    if (n > 0)
+    if (n > 0) {
         form_round(c, c->running, n);
+        return;
+    }
+    /* (A time already past waits for something else: a join or a loss calls us.) */
+    double due = c->backend->due != NULL ? c->backend->due(c) : -1;
+    if (due <= now || !uv_is_active((uv_handle_t *)&c->timer))
+        return;
+    /* (+1: the loop's clock is in whole ms, behind ours by up to one.) */
+    uint64_t ms = (uint64_t)((due - now) * 1000) + 1;
+    if (ms < uv_timer_get_due_in(&c->timer))
+        uv_timer_start(&c->timer, on_tick, ms, TICK_MS);
 }
 
 /* `m` is gone: it leaves whatever it was part of. */
@@ -221,7 +235,8 @@ static void member_lost(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char *w
     if (m->joined) {
         m->joined = false;
         c->njoined--;
-        c->backend->forget(c, m);
+        if (c->backend->forget != NULL)
+            c->backend->forget(c, m);
     }
     if (m->awaited) {
         m->awaited = false;
@@ -275,7 +290,8 @@ static void on_join(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_jo
     if (m->joined) { /* a join again before an answer: the newest counts */
         m->joined = false;
         c->njoined--;
-        c->backend->forget(c, m);
+        if (c->backend->forget != NULL)
+            c->backend->forget(c, m);
     }
     m->join = *j;
     m->last_beat = now;
@@ -295,7 +311,7 @@ static void on_join(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_jo
     m->arrival = c->arrivals++;
     c->njoined++;
     ddp_buf_t why = DDP_BUF_INIT;
-    if (c->backend->admit(c, m, now, &why) != 0) {
+    if (c->backend->admit != NULL && c->backend->admit(c, m, now, &why) != 0) {
         job_over(c, DDP_EXIT_RDZV_FAILED, "%s", ddp_buf_str(&why));
     } else if (c->phase == COORD_RUNNING && !c->outcome_published &&
                c->backend->reform_on_join(c)) {
@@ -316,6 +332,7 @@ static void on_report(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_
         snprintf(message, sizeof message, "node %d (%.255s): %.1200s", m->node_rank, m->join.host,
                  r->message);
         round_stop(c, true, message);
+        try_close(c, ddp_clock_mono()); /* the last call runs from the stop */
         return;
     }
     if (!m->succeeded) {
@@ -514,7 +531,7 @@ static void on_tick(uv_timer_t *timer)
     log_stats(c, now);
     ddp_buf_t why = DDP_BUF_INIT;
     check_liveness(c, now);
-    if (c->phase != COORD_OVER && c->backend->tick(c, now, &why) != 0)
+    if (c->phase != COORD_OVER && c->backend->tick != NULL && c->backend->tick(c, now, &why) != 0)
         job_over(c, DDP_EXIT_RDZV_FAILED, "%s", ddp_buf_str(&why));
     ddp_buf_free(&why);
     try_close(c, now);
