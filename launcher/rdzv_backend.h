@@ -25,6 +25,7 @@ typedef struct ddp_rdzv_member_s {
     bool connected;       /* its connection to the store is open */
     bool lost;            /* gone: connection closed, or silent past the keep-alive limit */
     bool joined;          /* waiting in the forming round */
+    bool lost_joined;     /* judged lost while joined: its join is taken again if it revives */
     bool awaited;         /* ran the last round, alive, not yet back (c10d waits for it) */
     bool in_round;        /* a member of the running round */
     bool succeeded;       /* its workers succeeded in the running round */

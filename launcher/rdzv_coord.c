@@ -232,6 +232,7 @@ static void member_lost(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char *w
     if (m->lost)
         return;
     m->lost = true;
+    m->lost_joined = m->joined;
     if (m->joined) {
         m->joined = false;
         c->njoined--;
@@ -295,6 +296,7 @@ static void on_join(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_jo
     }
     m->join = *j;
     m->last_beat = now;
+    m->lost_joined = false;
     if (c->phase == COORD_OVER) {
         publish_assign(c, m, &c->end);
         return;
@@ -399,6 +401,20 @@ static void on_abort(ddp_rdzv_coord_t *c, const void *value, size_t len)
              "the job was ended by %s", ok ? rest + 1 : text);
 }
 
+/* A launcher judged lost for its silence (hung, or starved on a busy machine) that
+ * writes again while still connected is alive after all: it is watched again, and a
+ * join it was waiting on when judged lost is taken again (nothing else would answer it:
+ * it waits for its place while the others wait for it). `joining`: this write is a new
+ * join, which counts instead. */
+static void revive(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, bool joining)
+{
+    m->lost = false;
+    m->last_beat = ddp_clock_mono();
+    ddp_log_info(c->log, "rendezvous: launcher %s, judged lost for its silence, is back", m->id);
+    if (m->lost_joined && !joining)
+        on_join(c, m, &m->join);
+}
+
 /* The write of `key` (under our prefix) by a launcher's connection, tagged `*tag`. */
 static void on_write(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *value, size_t len)
 {
@@ -413,6 +429,8 @@ static void on_write(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *
             return;
         }
         *tag = m;
+        if (m->lost && m->connected)
+            revive(c, m, true);
         /* The join's own line, then its environment record (envcheck.h). */
         const uint8_t *nl = memchr(value, '\n', len);
         size_t head = nl != NULL ? (size_t)(nl - value) : len;
@@ -425,6 +443,8 @@ static void on_write(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *
         on_join(c, m, &join);
     } else if (m != NULL && rest_len > 5 && memcmp(rest, "beat/", 5) == 0) {
         m->last_beat = ddp_clock_mono();
+        if (m->lost && m->connected)
+            revive(c, m, false);
     } else if (m != NULL && rest_len > 7 && memcmp(rest, "report/", 7) == 0) {
         ddp_rdzv_report_t report;
         if (ddp_rdzv_report_parse(value, len, &report))

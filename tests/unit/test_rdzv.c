@@ -452,6 +452,79 @@ static void test_silent_node_lost(void **state)
     fixture_free(f);
 }
 
+/* Whether `n` has its answer within `seconds`. */
+static bool answered_within(node_t *n, double seconds)
+{
+    double until = ddp_clock_mono() + seconds;
+    while (!has_answer(n) && ddp_clock_mono() < until)
+        pause_s(0.02);
+    return has_answer(n);
+}
+
+/* A launcher that joined, then was silent past the keep-alive limit while the round
+ * formed (starved on a busy machine, as 1000 launchers on 2 cores can be), is judged
+ * lost; when it beats again it is back, with its join: the round forms with it. (It
+ * used to stay lost while waiting for its place, and the others waited for it until the
+ * rendezvous timeout.) */
+static void test_static_silent_joiner_revives(void **state)
+{
+    fixture_t *f = fixture(2, 2, 0, 0.1);
+    node_t n[2];
+    node_connect(&n[0], f, "slow");
+    node_connect(&n[1], f, "late");
+    join(&n[0], 0, 1);
+    pause_s(0.8); /* past the limit (0.3 s) */
+    beat(&n[0]);
+    join(&n[1], 1, 1);
+    beat(&n[1]);
+    assert_true(answered_within(&n[1], 3));
+    assert_true(answered_within(&n[0], 1));
+    ddp_rdzv_verdict_t v = answer(&n[0]);
+    assert_world(&v, 0, 0, 0, 2, 0, 2);
+    v = answer(&n[1]);
+    assert_world(&v, 0, 0, 1, 2, 1, 2);
+    node_leave(&n[0]);
+    node_leave(&n[1]);
+    fixture_free(f);
+}
+
+/* c10d: a running launcher judged lost for its silence re-forms the job; back, it joins
+ * the next round and is watched again there: when its connection closes, that round
+ * stops too. (It used to stay marked lost, and its real loss went unseen.) */
+static void test_c10d_revived_node_is_watched_again(void **state)
+{
+    fixture_t *f = fixture(2, 3, 0, 0.2);
+    node_t n[3];
+    const char *ids[] = {"a", "b", "silent"};
+    for (int i = 0; i < 3; i++) {
+        node_connect(&n[i], f, ids[i]);
+        join(&n[i], -1, 1);
+    }
+    for (int i = 0; i < 3; i++) /* MAX: round 0 closes at once */
+        assert_int_equal(answer(&n[i]).kind, DDP_RDZV_VERDICT_WORLD);
+    beat_for(n, 2, 1.0); /* "silent" does not beat: lost after 0.6 s */
+    ddp_rdzv_verdict_t v = outcome(&n[0], 0);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_STOP_REFORM);
+    assert_non_null(strstr(v.message, "node 2's launcher stopped answering: no heartbeat"));
+    /* It rejoins first: the others' last call from the stop (0.3 s) is over, and the
+     * round closes with the last of them back. */
+    for (int i = 2; i >= 0; i--) {
+        beat(&n[i]);
+        join(&n[i], -1, 1);
+    }
+    for (int i = 0; i < 3; i++) {
+        v = answer(&n[i]);
+        assert_world(&v, 1, 0, i, 3, i, 3);
+    }
+    node_leave(&n[2]);
+    v = outcome(&n[0], 1);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_STOP_REFORM);
+    assert_non_null(strstr(v.message, "node 2's launcher stopped answering: its connection"));
+    node_leave(&n[0]);
+    node_leave(&n[1]);
+    fixture_free(f);
+}
+
 /* Two live launchers claim one node rank: the job ends on both, naming the rank. */
 static void test_static_duplicate_rank(void **state)
 {
@@ -822,6 +895,8 @@ int main(void)
         cmocka_unit_test(test_static_forms_in_node_order),
         cmocka_unit_test(test_static_lost_node),
         cmocka_unit_test(test_silent_node_lost),
+        cmocka_unit_test(test_static_silent_joiner_revives),
+        cmocka_unit_test(test_c10d_revived_node_is_watched_again),
         cmocka_unit_test(test_static_duplicate_rank),
         cmocka_unit_test(test_static_mismatch_ends_the_job),
         cmocka_unit_test(test_c10d_late_node),
