@@ -100,6 +100,9 @@ struct ddp_rdzv_backend_ops_s {
     /* Called every tick until the job is over (pending claims). 0 or DDP_EUSAGE with
      * `why`. */
     int (*tick)(ddp_rdzv_coord_t *c, double now, ddp_buf_t *why);
+    /* The live launcher that has taken `m`'s place while `m` was judged lost (static:
+     * a new launcher with its node rank), or NULL. Optional. */
+    const ddp_rdzv_member_t *(*taken_by)(const ddp_rdzv_coord_t *c, const ddp_rdzv_member_t *m);
     /* Whether a join while the round runs makes it re-form (c10d, below MAX). */
     bool (*reform_on_join)(const ddp_rdzv_coord_t *c);
     /* Whether a lost member re-forms the job (c10d) rather than failing the round. */

@@ -404,15 +404,29 @@ static void on_abort(ddp_rdzv_coord_t *c, const void *value, size_t len)
 /* A launcher judged lost for its silence (hung, or starved on a busy machine) that
  * writes again while still connected is alive after all: it is watched again, and a
  * join it was waiting on when judged lost is taken again (nothing else would answer it:
- * it waits for its place while the others wait for it). `joining`: this write is a new
- * join, which counts instead. */
+ * it waits for its place while the others wait for it), unless a new launcher has its
+ * place: then it is told so, and the job goes on. `joining`: this write is a new join,
+ * which counts instead. */
 static void revive(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, bool joining)
 {
     m->lost = false;
     m->last_beat = ddp_clock_mono();
     ddp_log_info(c->log, "rendezvous: launcher %s, judged lost for its silence, is back", m->id);
-    if (m->lost_joined && !joining)
+    if (!m->lost_joined || joining)
+        return;
+    m->lost_joined = false;
+    const ddp_rdzv_member_t *taker =
+        c->backend->taken_by != NULL ? c->backend->taken_by(c, m) : NULL;
+    if (taker == NULL) {
         on_join(c, m, &m->join);
+        return;
+    }
+    ddp_rdzv_verdict_t out = {.kind = DDP_RDZV_VERDICT_END, .exit_code = DDP_EXIT_RDZV_FAILED};
+    snprintf(out.message, sizeof out.message,
+             "node rank %d went to another launcher (%s) while this one was silent past the "
+             "keep-alive limit (%g s)",
+             m->join.node_rank, taker->id, ddp_rdzv_coord_beat_limit(c));
+    publish_assign(c, m, &out);
 }
 
 /* The write of `key` (under our prefix) by a launcher's connection, tagged `*tag`. */

@@ -121,6 +121,16 @@ static int static_tick(ddp_rdzv_coord_t *c, double now, ddp_buf_t *why)
     return 0;
 }
 
+static const ddp_rdzv_member_t *static_taken_by(const ddp_rdzv_coord_t *c,
+                                                const ddp_rdzv_member_t *m)
+{
+    int rank = m->join.node_rank;
+    if (rank < 0 || rank >= c->cfg->nnodes_max)
+        return NULL;
+    const ddp_rdzv_member_t *holder = c->holders[rank];
+    return holder != NULL && holder != m && !holder->lost ? holder : NULL;
+}
+
 static bool static_reform_on_join(const ddp_rdzv_coord_t *c)
 {
     (void)c;
@@ -135,6 +145,7 @@ const ddp_rdzv_backend_ops_t ddp_rdzv_static_backend = {
     .close = static_close,
     .waiting = static_waiting,
     .tick = static_tick,
+    .taken_by = static_taken_by,
     .reform_on_join = static_reform_on_join,
     .loss_reforms = false,
 };

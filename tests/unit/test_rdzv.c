@@ -488,6 +488,42 @@ static void test_static_silent_joiner_revives(void **state)
     fixture_free(f);
 }
 
+/* Static: a launcher judged lost while it waited for its place is replaced (a new one
+ * with its node rank), and the round runs; when the old one beats again it is told its
+ * rank went to the new one, and the running round goes on. */
+static void test_static_revived_node_replaced(void **state)
+{
+    fixture_t *f = fixture(2, 2, 0, 0.1);
+    node_t n[3];
+    node_connect(&n[0], f, "old");
+    node_connect(&n[1], f, "new");
+    node_connect(&n[2], f, "zero");
+    join(&n[0], 1, 1);
+    pause_s(0.8); /* past the limit (0.3 s) */
+    join(&n[1], 1, 1);
+    join(&n[2], 0, 1);
+    ddp_rdzv_verdict_t v = answer(&n[1]);
+    assert_world(&v, 0, 0, 1, 2, 1, 2);
+    v = answer(&n[2]);
+    assert_world(&v, 0, 0, 0, 2, 0, 2);
+    beat(&n[0]);
+    v = answer(&n[0]);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_END);
+    assert_int_equal(v.exit_code, DDP_EXIT_RDZV_FAILED);
+    assert_non_null(strstr(v.message, "node rank 1 went to another launcher (new) while this "
+                                      "one was silent past the keep-alive limit (0.3 s)"));
+    beat_for(&n[1], 2, 1.0); /* the running round goes on */
+    char k[256];
+    const char *keys[] = {k};
+    bool there = true;
+    ddp_rdzv_key(k, sizeof k, f->cfg.run_id, "0/outcome");
+    assert_int_equal(ddp_store_client_check(n[1].client, keys, 1, &there), 0);
+    assert_false(there);
+    for (int i = 0; i < 3; i++)
+        node_leave(&n[i]);
+    fixture_free(f);
+}
+
 /* c10d: a running launcher judged lost for its silence re-forms the job; back, it joins
  * the next round and is watched again there: when its connection closes, that round
  * stops too. (It used to stay marked lost, and its real loss went unseen.) */
@@ -896,6 +932,7 @@ int main(void)
         cmocka_unit_test(test_static_lost_node),
         cmocka_unit_test(test_silent_node_lost),
         cmocka_unit_test(test_static_silent_joiner_revives),
+        cmocka_unit_test(test_static_revived_node_replaced),
         cmocka_unit_test(test_c10d_revived_node_is_watched_again),
         cmocka_unit_test(test_static_duplicate_rank),
         cmocka_unit_test(test_static_mismatch_ends_the_job),
