@@ -242,19 +242,27 @@ static void test_stopped_ranks_told_apart(void **state)
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "stopped by ddp-launch, not failures of their own: "
                                               "ranks 0, 2 (SIGTERM)\n") != NULL);
     th_cleanup(&p);
-    const char *stubborn[] = {th_launcher(),
-                              "--nproc-per-node=2",
-                              "--shutdown-timeout=1",
-                              "--no-python",
-                              "/bin/sh",
-                              "-c",
-                              "if [ $RANK = 1 ]; then exit 2; fi; trap '' TERM; sleep 30",
-                              NULL};
-    th_run(&p, stubborn, NULL, 60);
+    /* Rank 1 fails once rank 0 ignores SIGTERM (else the stop could come first). */
+    char *dir = th_tmpdir(), ready[600];
+    snprintf(ready, sizeof ready, "READY=%s/ignoring", dir);
+    const char *env[] = {ready, NULL};
+    const char *stubborn[] = {
+        th_launcher(),
+        "--nproc-per-node=2",
+        "--shutdown-timeout=1",
+        "--no-python",
+        "/bin/sh",
+        "-c",
+        "if [ $RANK = 1 ]; then i=0; while [ ! -e \"$READY\" ] && [ $i -lt 200 ]; do "
+        "sleep 0.05; i=$((i + 1)); done; exit 2; fi; trap '' TERM; : > \"$READY\"; sleep 30",
+        NULL};
+    th_run(&p, stubborn, env, 60);
     TH_ASSERT(&p, th_status(&p) == 1);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "not failures of their own: rank 0 (SIGTERM, then "
                                               "SIGKILL)\n") != NULL);
     th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
 }
 
 int main(void)
