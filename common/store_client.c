@@ -19,6 +19,13 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A request whose reply is still to be taken before the next one's. */
+typedef enum {
+    PENDING_NONE,
+    PENDING_ADD,    /* an ADD sent without waiting (ddp_store_client_add_async) */
+    PENDING_CANCEL, /* a CANCEL_WAIT the server had not answered when the wait ended */
+} pending_t;
+
 struct ddp_store_client_s {
     int fd;
     ddp_codec_gen_t gen; /* GEN2, or GEN1 once a server reset VALIDATE (torch 1.13, 2.0) */
@@ -26,8 +33,8 @@ struct ddp_store_client_s {
     char address[300]; /* "host:port", for messages */
     ddp_buf_t out;     /* the request being sent */
     ddp_buf_t in;      /* bytes received and not yet consumed */
-    bool add_pending;  /* an ADD sent without waiting: its reply is still to be taken */
-    double add_sent;   /* ... when it was sent */
+    pending_t pending;
+    double pending_sent; /* ... when it was sent */
     char error[1024];
 };
 
@@ -139,22 +146,45 @@ static double op_deadline(const ddp_store_client_t *c)
     return ddp_clock_mono() + c->options.timeout;
 }
 
-/* Takes the reply of an ADD sent without waiting (ddp_store_client_add_async), if one
- * is due, reading until `deadline` (now: only what has come). */
+/* The answer to a CANCEL_WAIT: WAIT_CANCELED, after a STOP_WAITING when the keys came
+ * before the cancel (then *came). */
+static int recv_cancel(ddp_store_client_t *c, double deadline, bool *came)
+{
+    ddp_codec_reply_t reply;
+    for (;;) {
+        int err = recv_reply(c, DDP_CODEC_CANCEL_WAIT, 0, &reply, deadline);
+        if (err)
+            return err;
+        uint8_t byte = reply.byte;
+        consume(c, reply.size);
+        if (byte == DDP_CODEC_WAIT_CANCELED)
+            return 0;
+        if (byte != DDP_CODEC_STOP_WAITING || *came)
+            return DDP_EPROTO;
+        *came = true;
+    }
+}
+
+/* Takes the reply of the pending request (an ADD sent without waiting, a CANCEL_WAIT
+ * answered late), if one is due, reading until `deadline` (now: only what has come). */
 static int take_pending(ddp_store_client_t *c, double deadline)
 {
     ddp_codec_reply_t reply;
-    if (!c->add_pending)
-        return 0;
-    int err = recv_reply(c, DDP_CODEC_ADD, 0, &reply, deadline);
-    if (err == 0) {
-        consume(c, reply.size);
-        c->add_pending = false;
+    bool came = false;
+    int err = 0;
+    if (c->pending == PENDING_CANCEL) {
+        err = recv_cancel(c, deadline, &came);
+    } else if (c->pending == PENDING_ADD) {
+        err = recv_reply(c, DDP_CODEC_ADD, 0, &reply, deadline);
+        if (err == 0)
+            consume(c, reply.size);
     }
+    if (err == 0)
+        c->pending = PENDING_NONE;
     return err;
 }
 
-/* A request begins: the reply of an ADD before it is taken first, so replies never mix. */
+/* A request begins: the reply of a pending request is taken first, so replies never mix. */
 static int begin(ddp_store_client_t *c, ddp_codec_op_t op)
 {
     c->error[0] = '\0';
@@ -409,7 +439,7 @@ int ddp_store_client_add_async(ddp_store_client_t *c, const char *key, int64_t d
     double now = ddp_clock_mono();
     *sent = false;
     int err = take_pending(c, now);
-    if (err == DDP_ETIMEOUT && now - c->add_sent < c->options.timeout)
+    if (err == DDP_ETIMEOUT && now - c->pending_sent < c->options.timeout)
         return 0; /* the last one is not answered yet: none now */
     if (err == 0)
         err = begin(c, DDP_CODEC_ADD);
@@ -421,8 +451,9 @@ int ddp_store_client_add_async(ddp_store_client_t *c, const char *key, int64_t d
         err = send_all(c, now + c->options.timeout);
     if (err)
         return fail(c, err, "ADD to '%s'", key);
-    c->add_pending = *sent = true;
-    c->add_sent = now;
+    c->pending = PENDING_ADD;
+    c->pending_sent = now;
+    *sent = true;
     return 0;
 }
 
@@ -551,6 +582,26 @@ static int await_answer(ddp_store_client_t *c, int wake_fd, double deadline,
     }
 }
 
+/* Gives up a WAIT on the server too. It may have answered (the keys came) just before
+ * the cancel: then *came, the keys are there after all. A server too busy to answer
+ * within min(timeout, 30 s) leaves the answer pending, taken before the next request's
+ * (a WAIT after it must not take it for its own). */
+static int cancel_wait(ddp_store_client_t *c, bool *came)
+{
+    double now = ddp_clock_mono();
+    double deadline = now + (c->options.timeout < 30 ? c->options.timeout : 30);
+    int err = begin(c, DDP_CODEC_CANCEL_WAIT);
+    if (err == 0)
+        err = send_all(c, deadline);
+    if (err)
+        return err;
+    c->pending = PENDING_CANCEL;
+    c->pending_sent = now;
+    if ((err = recv_cancel(c, deadline, came)) == 0)
+        c->pending = PENDING_NONE;
+    return err == DDP_ETIMEOUT ? 0 : err;
+}
+
 int ddp_store_client_wait_or_wake(ddp_store_client_t *c, const char *const *keys, size_t n,
                                   double timeout, int wake_fd)
 {
@@ -581,27 +632,17 @@ int ddp_store_client_wait_ticking(ddp_store_client_t *c, const char *const *keys
             return tick_err; /* its owner says why */
     }
     if (err == 0) {
+        uint8_t byte = reply.byte;
         consume(c, reply.size);
-        return 0;
+        if (byte == DDP_CODEC_STOP_WAITING)
+            return 0;
+        err = DDP_EPROTO;
     }
     if (err != DDP_ETIMEOUT)
         return fail(c, err, "WAIT for '%s'", n ? keys[0] : "");
-    /* Give up on the server too. It may have answered 0 (the keys came) just before
-     * our cancel: then the keys are there after all. */
     bool came = false;
-    double cancel_deadline = ddp_clock_mono() + (c->options.timeout < 30 ? c->options.timeout : 30);
-    if ((err = begin(c, DDP_CODEC_CANCEL_WAIT)) == 0)
-        err = round_trip(c, DDP_CODEC_CANCEL_WAIT, 0, &reply, cancel_deadline);
-    if (err == 0 && reply.byte == DDP_CODEC_STOP_WAITING) {
-        came = true;
-        consume(c, reply.size);
-        err = recv_reply(c, DDP_CODEC_CANCEL_WAIT, 0, &reply, cancel_deadline);
-    }
-    if (err == 0 && reply.byte != DDP_CODEC_WAIT_CANCELED)
-        err = DDP_EPROTO;
-    if (err)
+    if ((err = cancel_wait(c, &came)) != 0)
         return fail(c, err, "cancel the WAIT for '%s'", n ? keys[0] : "");
-    consume(c, reply.size);
     if (came)
         return 0;
     if (woken)

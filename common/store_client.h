@@ -70,7 +70,8 @@ int ddp_store_client_check(ddp_store_client_t *client, const char *const *keys, 
                            bool *ready);
 
 /* Waits until every key exists, at most `timeout` seconds; then DDP_ETIMEOUT (the wait
- * is cancelled on the server with CANCEL_WAIT). */
+ * is cancelled on the server with CANCEL_WAIT; an answer to it that has not come within
+ * min(client timeout, 30 s) is taken before the next request's, within that one's). */
 int ddp_store_client_wait(ddp_store_client_t *client, const char *const *keys, size_t n,
                           double timeout);
 

@@ -288,6 +288,43 @@ static void test_c_client_operations(void **state)
     stop_store(&p);
 }
 
+/* A CANCEL_WAIT the server answers only after the client stopped waiting for it (the
+ * server frozen past the client's timeout, as a store host starved of CPU): its late
+ * answer is taken before the next request's, so the next WAIT is not taken as answered
+ * by it. (In a 4096-node simulation a launcher read a place that was not there.) */
+static void test_late_cancel_answer_is_not_the_next_wait_answer(void **state)
+{
+    th_proc_t p;
+    int port = start_store(&p, NULL);
+    ddp_store_client_t *c = NULL, *writer = client(port);
+    ddp_buf_t err = DDP_BUF_INIT, v = DDP_BUF_INIT;
+    ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
+    options.connect_timeout = 30;
+    options.timeout = 1; /* how long the cancel's answer is waited for */
+    if (ddp_store_client_connect("127.0.0.1", port, &options, &c, &err) != 0)
+        fail_msg("%s", ddp_buf_str(&err));
+    const char *first[] = {"/late/first"}, *second[] = {"/late/second"};
+    assert_int_equal(kill(p.pid, SIGSTOP), 0);
+    int rc = ddp_store_client_wait(c, first, 1, 0.2);
+    assert_int_equal(kill(p.pid, SIGCONT), 0);
+    assert_int_equal(rc, DDP_ETIMEOUT);
+    /* The server answers the first cancel now; the second key never comes. */
+    assert_int_equal(ddp_store_client_wait(c, second, 1, 0.3), DDP_ETIMEOUT);
+    assert_non_null(strstr(ddp_store_client_error(c), "/late/second"));
+    /* In step: a wait for a key that is there, then its value. */
+    assert_int_equal(ddp_store_client_set(writer, "/late/second", "2", 1), 0);
+    assert_int_equal(ddp_store_client_ping(writer), 0);
+    assert_int_equal(ddp_store_client_wait(c, second, 1, 5), 0);
+    assert_int_equal(ddp_store_client_get(c, "/late/second", &v), 0);
+    assert_string_equal(ddp_buf_str(&v), "2");
+    assert_int_equal(waiting(&p), 0);
+    ddp_buf_free(&v);
+    ddp_buf_free(&err);
+    ddp_store_client_close(c);
+    ddp_store_client_close(writer);
+    stop_store(&p);
+}
+
 static void test_wait_is_woken_by_another_client(void **state)
 {
     th_proc_t p;
@@ -782,6 +819,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         TH_TEST(test_captured_gen1_session),
         TH_TEST(test_c_client_operations),
+        TH_TEST(test_late_cancel_answer_is_not_the_next_wait_answer),
         TH_TEST(test_wait_is_woken_by_another_client),
         TH_TEST(test_hostile_input_closes_only_its_connection),
         TH_TEST(test_ten_thousand_clients),
