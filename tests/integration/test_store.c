@@ -317,6 +317,19 @@ static void test_late_cancel_answer_is_not_the_next_wait_answer(void **state)
     assert_int_equal(ddp_store_client_wait(c, second, 1, 5), 0);
     assert_int_equal(ddp_store_client_get(c, "/late/second", &v), 0);
     assert_string_equal(ddp_buf_str(&v), "2");
+    /* A wait ended by its wake fd (a launcher's post) while the server is frozen says
+     * it was woken, and the wait after it is in step too. */
+    int wake[2];
+    assert_int_equal(pipe(wake), 0);
+    assert_int_equal(write(wake[1], "x", 1), 1);
+    assert_int_equal(kill(p.pid, SIGSTOP), 0);
+    rc = ddp_store_client_wait_or_wake(c, first, 1, 30, wake[0]);
+    assert_int_equal(kill(p.pid, SIGCONT), 0);
+    close(wake[0]);
+    close(wake[1]);
+    assert_int_equal(rc, 1);
+    assert_int_equal(ddp_store_client_wait(c, first, 1, 0.3), DDP_ETIMEOUT);
+    assert_non_null(strstr(ddp_store_client_error(c), "/late/first"));
     assert_int_equal(waiting(&p), 0);
     ddp_buf_free(&v);
     ddp_buf_free(&err);
