@@ -63,6 +63,14 @@ bool ddp_rdzv_quitting(ddp_rdzv_t *r)
     return quit;
 }
 
+bool ddp_rdzv_ending(ddp_rdzv_t *r)
+{
+    pthread_mutex_lock(&r->mutex);
+    bool ending = r->events.quit || r->events.aborted;
+    pthread_mutex_unlock(&r->mutex);
+    return ending;
+}
+
 void ddp_rdzv_awaiting_stop(ddp_rdzv_t *r, bool awaits)
 {
     pthread_mutex_lock(&r->mutex);

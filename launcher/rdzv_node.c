@@ -178,10 +178,11 @@ static bool gather_hang(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, double wai
         if (ok)
             ddp_rdzv_key(keys[i], 512, r->cfg->run_id, "%d/hang/%zu", world->round, i);
     }
-    /* The loop's posts wait until the rows are in; its quit is looked at every second. */
+    /* The loop's posts wait until the rows are in; its quit or abort (a Ctrl-C here: the
+     * other nodes are to hear of it at once) is looked at every second. */
     double deadline = ddp_clock_mono() + wait;
     int err = AWAIT_TIMEOUT;
-    while (ok && err == AWAIT_TIMEOUT && ddp_clock_mono() < deadline && !ddp_rdzv_quitting(r))
+    while (ok && err == AWAIT_TIMEOUT && ddp_clock_mono() < deadline && !ddp_rdzv_ending(r))
         err = await_keys(r, (const char *const *)keys, n, fmin(ddp_clock_mono() + 1, deadline), -1);
     if (err == AWAIT_TIMEOUT)
         err = 0; /* what came, now */

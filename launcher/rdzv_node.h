@@ -75,6 +75,8 @@ void ddp_rdzv_command(ddp_rdzv_t *r, ddp_rdzv_cmd_t cmd, const ddp_rdzv_world_t 
 /* Takes what the loop has posted (and empties the wake fd). */
 ddp_rdzv_events_t ddp_rdzv_take_events(ddp_rdzv_t *r);
 bool ddp_rdzv_quitting(ddp_rdzv_t *r);
+/* Whether this launcher ends: quitting, or an abort posted and not yet taken. */
+bool ddp_rdzv_ending(ddp_rdzv_t *r);
 /* Whether a STOPPED post is to wake the thread (see awaits_stop). */
 void ddp_rdzv_awaiting_stop(ddp_rdzv_t *r, bool awaits);
 

@@ -1,8 +1,9 @@
 /* Unit tests of the rendezvous: the records (rdzv_record.c) as pure functions, and the
  * coordinator with its backends (rdzv_coord.c, rdzv_static.c, rdzv_c10d.c) against the
  * real store server on a loop thread of this process, the launchers played by blocking
- * store clients in the test's thread: no launcher is spawned; and the mailbox between the
- * rendezvous thread and the loop (rdzv.c) without either. */
+ * store clients in the test's thread, or by launchers' own rendezvous threads: no
+ * launcher is spawned; and the mailbox between the rendezvous thread and the loop
+ * (rdzv.c) without either. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -18,6 +19,7 @@
 #include "store_server.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
@@ -883,6 +885,109 @@ static void test_add_async_replies_never_mix(void **state)
     fixture_free(f);
 }
 
+/* A launcher's own rendezvous thread (rdzv.c, rdzv_node.c) on a loop of the test's
+ * thread, against the fixture's store and coordinator, its agent played by the command
+ * handler below: on START its workers run (and, with `hang_rows`, it finds a hang and
+ * hands its rows to the thread); the rows another node asks for never come. */
+typedef struct {
+    ddp_launch_config_t cfg;
+    ddp_rdzv_t *r;
+    const char *hang_rows;
+    ddp_rdzv_world_t world;
+    int starts, exit_code;
+    bool finished;
+    double finished_at;
+    char message[512];
+} launcher_t;
+
+static void on_launcher_command(void *ctx)
+{
+    launcher_t *l = ctx;
+    ddp_rdzv_cmd_t cmd;
+    ddp_rdzv_world_t world;
+    char message[512];
+    int code = -1;
+    while ((cmd = ddp_rdzv_take(l->r, &world, &code, message, sizeof message)) !=
+           DDP_RDZV_CMD_NONE) {
+        if (cmd == DDP_RDZV_CMD_START) {
+            l->world = world;
+            l->starts++;
+            if (l->hang_rows != NULL)
+                ddp_rdzv_post_hang(l->r, true, 10, l->hang_rows);
+        } else if (cmd == DDP_RDZV_CMD_FINISH && !l->finished) {
+            l->finished = true;
+            l->finished_at = ddp_clock_mono();
+            l->exit_code = code;
+            snprintf(l->message, sizeof l->message, "%s", message);
+        }
+    }
+}
+
+static void launcher_start(launcher_t *l, const fixture_t *f, uv_loop_t *loop, int rank)
+{
+    char id[32];
+    l->cfg = f->cfg;
+    l->cfg.node_rank = rank;
+    l->cfg.nproc_per_node = 1;
+    l->cfg.master_port = f->port;
+    snprintf(id, sizeof id, "launcher-%d", rank);
+    assert_int_equal(ddp_rdzv_start(loop, &l->cfg, &f->log, id, on_launcher_command, l, &l->r), 0);
+}
+
+/* The reporter's Ctrl-C while it gathers: node 0 found a hang and waits (up to 10 s) for
+ * node 1's rows, which never come; SIGINT there (posted as its agent does) ends node 1
+ * within a few seconds, not when the gathering gives up. */
+typedef struct {
+    launcher_t *l;
+    double aborted_at, give_up;
+    int ticks;
+} abort_plan_t;
+
+static void on_abort_tick(uv_timer_t *timer)
+{
+    abort_plan_t *p = timer->data;
+    if (p->aborted_at < 0 && p->l[0].starts > 0 && ++p->ticks == 10) { /* 1 s into the gather */
+        p->aborted_at = ddp_clock_mono();
+        ddp_rdzv_post_abort(p->l[0].r, SIGINT, "received SIGINT");
+    }
+    if (p->l[1].finished || ddp_clock_mono() > p->give_up) {
+        uv_timer_stop(timer);
+        uv_close((uv_handle_t *)timer, NULL);
+        ddp_rdzv_close(p->l[0].r);
+        ddp_rdzv_close(p->l[1].r);
+    }
+}
+
+static void test_reporter_abort_is_not_held_by_the_gathering(void **state)
+{
+    fixture_t *f = fixture(2, 2, 0, 1);
+    launcher_t l[2];
+    abort_plan_t plan = {.l = l, .aborted_at = -1, .give_up = ddp_clock_mono() + 60};
+    uv_loop_t loop;
+    uv_timer_t timer;
+    memset(l, 0, sizeof l);
+    l[0].hang_rows = "rank 0: waits in all_reduce #5\n";
+    uv_loop_init(&loop);
+    uv_timer_init(&loop, &timer);
+    timer.data = &plan;
+    uv_timer_start(&timer, on_abort_tick, 100, 100);
+    launcher_start(&l[0], f, &loop, 0);
+    launcher_start(&l[1], f, &loop, 1);
+    uv_run(&loop, UV_RUN_DEFAULT); /* until node 1 has finished (or 60 s) */
+    assert_int_equal(l[0].starts, 1);
+    assert_int_equal(l[1].starts, 1);
+    assert_true(plan.aborted_at > 0);
+    assert_true(l[1].finished);
+    assert_int_equal(l[1].exit_code, 128 + SIGINT);
+    assert_non_null(strstr(l[1].message, "node 0"));
+    printf("node 1 ended %.2f s after node 0's SIGINT\n", l[1].finished_at - plan.aborted_at);
+    assert_true(l[1].finished_at - plan.aborted_at < 3);
+    ddp_rdzv_free(l[0].r);
+    ddp_rdzv_free(l[1].r);
+    uv_loop_close(&loop);
+    fixture_free(f);
+}
+
 static bool woken(const ddp_rdzv_t *r)
 {
     struct pollfd pfd = {.fd = r->wake_fd, .events = POLLIN};
@@ -943,6 +1048,7 @@ int main(void)
         cmocka_unit_test(test_mailbox_stopped_wakes_only_when_awaited),
         cmocka_unit_test(test_beats_while_waiting),
         cmocka_unit_test(test_add_async_replies_never_mix),
+        cmocka_unit_test(test_reporter_abort_is_not_held_by_the_gathering),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
