@@ -30,7 +30,6 @@
 #include "error.h"
 #include "guard.h"
 #include "hang.h"
-#include "pyscan.h"
 #include "io.h"
 #include "logs.h"
 #include "output.h"
@@ -46,14 +45,12 @@
 #include "events.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
@@ -378,58 +375,6 @@ static void on_wait_timer(uv_timer_t *timer)
     ddp_buf_free(&running);
 }
 
-/* The OOM kills of this launcher's memory cgroup, which its workers share (cgroup v2's
- * memory.events, v1's memory.oom_control; its path into where[cap] unless NULL); -1 where
- * neither can be read. */
-static long long oom_kills(char *where, size_t cap)
-{
-    char line[512], path[PATH_MAX];
-    long long kills = -1;
-    FILE *f = fopen("/proc/self/cgroup", "r");
-    while (f != NULL && kills < 0 && fgets(line, sizeof line, f) != NULL) {
-        line[strcspn(line, "\n")] = '\0';
-        char *rel = strrchr(line, ':');
-        bool v1 = strstr(line, ":memory:") != NULL, v2 = strncmp(line, "0::", 3) == 0;
-        if (rel == NULL || (!v1 && !v2))
-            continue;
-        snprintf(path, sizeof path,
-                 v1 ? "/sys/fs/cgroup/memory%s/memory.oom_control"
-                    : "/sys/fs/cgroup%s/memory.events",
-                 rel + 1);
-        FILE *counts = fopen(path, "r");
-        char entry[128];
-        while (counts != NULL && fgets(entry, sizeof entry, counts) != NULL)
-            if (sscanf(entry, "oom_kill %lld", &kills) == 1 && where != NULL)
-                snprintf(where, cap, "%s", path);
-        if (counts != NULL)
-            fclose(counts);
-    }
-    if (f != NULL)
-        fclose(f);
-    return kills;
-}
-
-/* A worker killed by SIGKILL that no stop of ours sent, while its memory cgroup counted
- * an OOM kill: the kernel's OOM killer ended it. The message says so, where to read it,
- * and how much memory the worker had. NULL otherwise (or out of memory). */
-static char *oom_message(ddp_agent_t *a, const ddp_worker_t *w, int status)
-{
-    char where[PATH_MAX];
-    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL || a->sent_sigkill || a->oom_kills < 0)
-        return NULL;
-    long long now = oom_kills(where, sizeof where);
-    if (now <= a->oom_kills)
-        return NULL;
-    char *text;
-    if (asprintf(&text,
-                 "out of memory: the kernel's OOM killer ended it (oom_kill %lld -> %lld in %s); "
-                 "its peak RSS was %ld MiB",
-                 a->oom_kills, now, where, w->peak_rss_kb / 1024) < 0)
-        return NULL;
-    a->oom_kills = now; /* the next one is another's */
-    return text;
-}
-
 /* A worker's event: its attempt, ranks and pid, then `more` (may be NULL). */
 static void worker_event(const ddp_agent_t *a, const ddp_worker_t *w, const char *name,
                          const ddp_buf_t *more)
@@ -480,7 +425,7 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         ddp_log_error(a->log, "out of memory while recording a worker failure");
         return;
     }
-    char *oom = oom_message(a, w, status);
+    char *oom = ddp_agent_oom_message(a, w, status);
     if (oom != NULL && f.message == NULL) /* the report's line for it */
         f.message = oom;
     else
@@ -739,7 +684,7 @@ out:
  * finished when none started) and the error is returned. */
 static int group_start(ddp_agent_t *a)
 {
-    a->oom_kills = oom_kills(NULL, 0);
+    a->oom_kills = ddp_agent_oom_kills(NULL, 0);
     a->first_finished = -1;
     for (int i = 0; i < a->nworkers; i++)
         a->workers[i].succeeded = a->workers[i].stopped = false;
@@ -1073,123 +1018,6 @@ static int host_store(ddp_agent_t *a)
     return 0;
 }
 
-/* A Python script that imports torch failed without an error file (@record writes one
- * once torch is imported): if the interpreter has no torch at all (find_spec, which
- * imports nothing), say which interpreter ran it and how to pick another. Many machines
- * have a python3 on PATH without torch. */
-static void say_if_torch_is_missing(ddp_agent_t *a, bool python)
-{
-    const ddp_failure_t *root = &a->failures[ddp_report_root(a->failures, a->nfailures)];
-    char *text = NULL, cmd[PATH_MAX + 200];
-    size_t len;
-    if (!python || a->cfg->module || root->exitcode != 1 || root->message != NULL ||
-        strchr(a->program, '\'') != NULL ||
-        ddp_read_file(a->cfg->script, DDP_PYSCAN_MAX, &text, &len) != 0)
-        return;
-    bool imports = ddp_pyscan_imports(text, len, "torch");
-    free(text);
-    if (!imports)
-        return;
-    snprintf(cmd, sizeof cmd,
-             "timeout 10 '%s' -c 'import importlib.util, sys; "
-             "sys.exit(3 if importlib.util.find_spec(\"torch\") is None else 0)' "
-             ">/dev/null 2>&1",
-             a->program);
-    int status = system(cmd);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
-        ddp_log_error(
-            a->log,
-            "the workers' Python interpreter %s has no module named 'torch': set "
-            "PYTHON_EXEC to a python that has it (for example PYTHON_EXEC=/usr/bin/python3 "
-            "where Debian's python3-torch is installed)",
-            a->program);
-}
-
-#define TAIL_LINES 10
-#define TAIL_BYTES 4096
-
-/* The root cause's stderr went to its log file only (--redirects without --tee): its last
- * lines follow the report, since they were not on the console. */
-static void say_stderr_tail(const ddp_agent_t *a)
-{
-    const ddp_failure_t *root = &a->failures[ddp_report_root(a->failures, (size_t)a->nfailures)];
-    int local_rank = root->local_rank;
-    if (a->attempt_dir == NULL || !(ddp_std_for(&a->cfg->redirects, local_rank) & DDP_STD_ERR) ||
-        (ddp_std_for(&a->cfg->tee, local_rank) & DDP_STD_ERR))
-        return;
-    char path[PATH_MAX], tail[TAIL_BYTES + 1];
-    snprintf(path, sizeof path, "%s/%d/stderr.log", a->attempt_dir, local_rank);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) {
-        if (fd >= 0)
-            close(fd);
-        return;
-    }
-    off_t from = st.st_size > TAIL_BYTES ? st.st_size - TAIL_BYTES : 0;
-    ssize_t n = pread(fd, tail, TAIL_BYTES, from);
-    close(fd);
-    if (n <= 0)
-        return;
-    tail[n] = '\0';
-    /* The last TAIL_LINES lines (a partial first line of the window dropped). */
-    char *start = tail, *end = tail + n;
-    if (from > 0)
-        start = strchr(tail, '\n') != NULL ? strchr(tail, '\n') + 1 : end;
-    if (end > start && end[-1] == '\n')
-        *--end = '\0';
-    char *p = end;
-    for (int count = 0; p > start; p--)
-        if (p[-1] == '\n' && ++count == TAIL_LINES)
-            break;
-    start = p;
-    ddp_buf_t out = DDP_BUF_INIT;
-    ddp_buf_printf(&out, "the last lines of rank %d's stderr (%s):\n", root->rank, path);
-    for (char *line = start; *line != '\0';) {
-        size_t len = strcspn(line, "\n");
-        ddp_buf_printf(&out, "  | %.*s\n", (int)len, line);
-        line += len + (line[len] == '\n');
-    }
-    (void)ddp_write_all(2, out.data, out.len);
-    ddp_buf_free(&out);
-}
-
-/* The ranks the launcher's stop ended, told apart from the failures above. */
-static void say_stopped(const ddp_agent_t *a)
-{
-    ddp_buf_t ranks = DDP_BUF_INIT;
-    char name[32];
-    int n = 0;
-    for (int i = 0; i < a->nworkers; i++) {
-        if (!a->workers[i].stopped)
-            continue;
-        if (n++ < 16)
-            ddp_buf_printf(&ranks, "%s%d", ranks.len > 0 ? ", " : "", a->workers[i].rank);
-    }
-    if (n > 16)
-        ddp_buf_puts(&ranks, ", ...");
-    if (n > 0)
-        ddp_log_info(a->log, "stopped by ddp-launch, not failures of their own: rank%s %s (%s%s)",
-                     n > 1 ? "s" : "", ddp_buf_str(&ranks),
-                     signame(a->sent_signal, name, sizeof name),
-                     a->sent_sigkill ? ", then SIGKILL" : "");
-    ddp_buf_free(&ranks);
-}
-
-static void print_report(ddp_agent_t *a)
-{
-    ddp_buf_t report = DDP_BUF_INIT;
-    bool python = a->cfg->run_path || !a->cfg->no_python;
-    if (ddp_buf_puts(&report, "\n") == 0 &&
-        ddp_report_format(&report, ddp_worker_entry_name(a->cfg), a->host, a->failures,
-                          a->nfailures, python) == 0)
-        (void)ddp_write_all(2, report.data, report.len);
-    ddp_buf_free(&report);
-    say_stderr_tail(a);
-    say_stopped(a);
-    say_if_torch_is_missing(a, python);
-}
-
 /* --event-log-handler, and its first event. */
 static int open_events(ddp_agent_t *a)
 {
@@ -1338,7 +1166,7 @@ static int agent_free(ddp_agent_t *a, int exit_code)
         exit_code = a->exit_code;
         /* The report names what went wrong, also when a signal ended the job meanwhile. */
         if (a->nfailures > 0)
-            print_report(a);
+            ddp_agent_print_report(a);
         uv_loop_close(&a->loop);
     }
     ddp_guard_stop(&a->guard);

@@ -1,6 +1,7 @@
-/* The agent's insides, shared by its two files and no other: agent.c (the lifecycle, the
- * state table in its header comment) and agent_hang.c (hang reports: finding a hang,
- * collecting every rank's place, the report, then what waited for it). */
+/* The agent's insides, shared by its three files and no other: agent.c (the lifecycle,
+ * the state table in its header comment), agent_hang.c (hang reports: finding a hang,
+ * collecting every rank's place, the report, then what waited for it) and agent_say.c
+ * (what is said of a job's end beside the report). */
 #ifndef DDP_LAUNCHER_AGENT_INTERNAL_H
 #define DDP_LAUNCHER_AGENT_INTERNAL_H
 
@@ -132,6 +133,13 @@ static inline void ddp_agent_worker_dir(const ddp_agent_t *a, const ddp_worker_t
 void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason);
 void ddp_agent_fail_round(ddp_agent_t *a, size_t first);
 void ddp_agent_group_finished(ddp_agent_t *a);
+
+/* agent_say.c. The OOM kills counted by this launcher's memory cgroup (-1: unknown; its
+ * file's path into where[cap] unless NULL); the message for a worker they ended (NULL when
+ * they did not: malloc'd); the report of a failed job with what goes with it. */
+long long ddp_agent_oom_kills(char *where, size_t cap);
+char *ddp_agent_oom_message(ddp_agent_t *a, const ddp_worker_t *w, int status);
+void ddp_agent_print_report(ddp_agent_t *a);
 
 /* agent_hang.c. A report begins (found: by this node, else another asked for our rows;
  * stalled: by --hang-timeout, so the report ends the attempt as a failure); the report
