@@ -19,9 +19,9 @@
 #include "store_server.h"
 
 #include <poll.h>
-#include <signal.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -893,7 +893,6 @@ typedef struct {
     ddp_launch_config_t cfg;
     ddp_rdzv_t *r;
     const char *hang_rows;
-    ddp_rdzv_world_t world;
     int starts, exit_code;
     bool finished;
     double finished_at;
@@ -910,7 +909,6 @@ static void on_launcher_command(void *ctx)
     while ((cmd = ddp_rdzv_take(l->r, &world, &code, message, sizeof message)) !=
            DDP_RDZV_CMD_NONE) {
         if (cmd == DDP_RDZV_CMD_START) {
-            l->world = world;
             l->starts++;
             if (l->hang_rows != NULL)
                 ddp_rdzv_post_hang(l->r, true, 10, l->hang_rows);
