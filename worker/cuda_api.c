@@ -10,13 +10,47 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The sonames the toolkit we were built with installs, then its directory, for a
- * toolkit that is not in the loader's path. */
-static void *open_library(const char *soname, char *why, size_t why_cap)
+#if DDP_WHEEL
+/* Installed from the wheel, libddp.so is site-packages/ddp_launch/lib/libddp.so, and
+ * PyTorch's CUDA wheels put NCCL and the runtime in site-packages/nvidia/<part>/lib. torch
+ * loads them from there through its RPATH, ahead of the loader's path; libddp looks there
+ * first too, so that a C worker in torch's environment uses torch's NCCL. `parts` ends
+ * with NULL and lives in libddp, which is how dladdr finds the library's own path. */
+static void *open_beside_torch(const char *soname, const char *const *parts)
+{
+    Dl_info self;
+    char path[4096];
+    if (dladdr(parts, &self) == 0 || self.dli_fname == NULL)
+        return NULL;
+    const char *slash = strrchr(self.dli_fname, '/');
+    int dir_len = slash != NULL ? (int)(slash - self.dli_fname) : 1;
+    const char *dir = slash != NULL ? self.dli_fname : ".";
+    for (; *parts != NULL; parts++) {
+        int len = snprintf(path, sizeof path, "%.*s/../../nvidia/%s/lib/%s", dir_len, dir,
+                           *parts, soname);
+        void *lib = len > 0 && (size_t)len < sizeof path ? dlopen(path, RTLD_NOW | RTLD_LOCAL)
+                                                         : NULL;
+        if (lib != NULL)
+            return lib;
+    }
+    return NULL;
+}
+#endif
+
+/* Where torch's wheels have it (a libddp from the wheel), then the loader's path, then the
+ * directory of the toolkit we were built with, for a toolkit not in the loader's path. */
+static void *open_library(const char *soname, const char *const *wheel_parts, char *why,
+                          size_t why_cap)
 {
     char path[512];
-    void *lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-    if (lib != NULL)
+    void *lib = NULL;
+#if DDP_WHEEL
+    if ((lib = open_beside_torch(soname, wheel_parts)) != NULL)
+        return lib;
+#else
+    (void)wheel_parts;
+#endif
+    if ((lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL)) != NULL)
         return lib;
     snprintf(why, why_cap, "%s", dlerror());
     snprintf(path, sizeof path, "%s/%s", DDP_CUDA_LIB_DIR, soname);
@@ -28,10 +62,11 @@ static void *open_library(const char *soname, char *why, size_t why_cap)
  * guarantees the representations match, so the bytes are copied. */
 int ddp_cuda_api_load_nccl(ddp_cuda_api_t *api, char *why, size_t why_cap)
 {
+    static const char *const wheel_parts[] = {"nccl", NULL};
     const char *soname = "libnccl.so.2";
     if (api->nccl_lib != NULL)
         return 0;
-    void *lib = open_library(soname, why, why_cap);
+    void *lib = open_library(soname, wheel_parts, why, why_cap);
     if (lib == NULL)
         return DDP_ENOCUDA;
 #define DDP_API_LOAD(name)                                                \
@@ -49,9 +84,11 @@ int ddp_cuda_api_load_cudart(ddp_cuda_api_t *api, char *why, size_t why_cap)
 {
     if (api->cudart_lib != NULL)
         return 0;
+    /* CUDA 12's runtime wheel has cuda_runtime/lib; CUDA 13's are all in cu13/lib. */
+    static const char *const wheel_parts[] = {"cuda_runtime", "cu13", NULL};
     char soname[64];
     snprintf(soname, sizeof soname, "libcudart.so.%d", CUDART_VERSION / 1000);
-    void *lib = open_library(soname, why, why_cap);
+    void *lib = open_library(soname, wheel_parts, why, why_cap);
     if (lib == NULL)
         return DDP_ENOCUDA;
     DDP_CUDART_FUNCTIONS(DDP_API_LOAD)

@@ -3,7 +3,7 @@
 # test worker against the installed ddp.h and libddp through pkg-config, shared and
 # static, and runs each under ddp-launch on 2 ranks: the installed library and headers
 # stand alone.
-# usage: install.sh BUILD_DIR SOURCE_DIR
+# usage: meson-install.sh BUILD_DIR SOURCE_DIR
 set -eu
 build=$1
 source=$2
@@ -11,7 +11,7 @@ root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 meson install -C "$build" --destdir "$root" --no-rebuild --quiet >/dev/null
 pc=$(find "$root" -name libddp.pc)
-[ -n "$pc" ] || { echo "install.sh: no libddp.pc installed" >&2; exit 1; }
+[ -n "$pc" ] || { echo "meson-install.sh: no libddp.pc installed" >&2; exit 1; }
 export PKG_CONFIG_PATH="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$root"
 libdir=$(pkg-config --variable=libdir libddp) # already under the sysroot
 cflags=$(pkg-config --cflags libddp)
@@ -32,22 +32,22 @@ for kind in shared static; do
         exit 1
     }
     n=$(printf '%s\n' "$out" | grep -c '^collectives ok, world 2$' || true)
-    [ "$n" -eq 2 ] || { echo "install.sh: $kind: $out" >&2; exit 1; }
+    [ "$n" -eq 2 ] || { echo "meson-install.sh: $kind: $out" >&2; exit 1; }
     echo "$kind: ok"
 done
 if [ "$(ldd "$root/static" | grep -c libddp || true)" -ne 0 ]; then
-    echo "install.sh: the static build links libddp.so" >&2
+    echo "meson-install.sh: the static build links libddp.so" >&2
     exit 1
 fi
 # The example's GPU module, where it was built, is installed where the installed program
 # looks for it.
 if [ -f "$build/examples/fashion-mnist-cuda.so" ]; then
     [ -f "$libdir/ddp-launch/fashion-mnist-cuda.so" ] || {
-        echo "install.sh: no fashion-mnist-cuda.so in $libdir/ddp-launch" >&2
+        echo "meson-install.sh: no fashion-mnist-cuda.so in $libdir/ddp-launch" >&2
         exit 1
     }
     grep -aq "${libdir#"$root"}/ddp-launch" "$root/usr/local/bin/fashion-mnist" || {
-        echo "install.sh: fashion-mnist does not look in ${libdir#"$root"}/ddp-launch" >&2
+        echo "meson-install.sh: fashion-mnist does not look in ${libdir#"$root"}/ddp-launch" >&2
         exit 1
     }
     echo "fashion-mnist-cuda.so: ok"

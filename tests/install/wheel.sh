@@ -1,0 +1,129 @@
+#!/bin/sh
+# The wheel as a user installs it: built offline (packaging/build-wheel), installed with
+# pip --no-index into a fresh venv (python3 -m venv), then used from that venv alone, with
+# nothing of the build tree on any path: the launcher is the ELF in the venv's bin/, a
+# 2-worker libddp job built with pkg-config pointed at the wheel, a PyTorch gloo script
+# (Debian's torch 1.13 through PYTHON_EXEC), python -m ddp_launch, man, libddp finding
+# NCCL where PyTorch's wheels put it (a stub libnccl.so.2 in site-packages/nvidia/nccl/lib),
+# and pip uninstall leaving the venv as it was.
+# usage: wheel.sh SOURCE_DIR    (DDP_TEST_HAVE_NCCL=1: libddp has NCCL built in)
+set -eu
+source=$(cd "$1" && pwd)
+python=/usr/bin/python3 # Debian's: it has venv, ensurepip and torch
+scratch=$(mktemp -d /tmp/ddp-wheel-test.XXXXXX)
+trap 'rm -rf "$scratch"' EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+fail() {
+    echo "wheel.sh: $*" >&2
+    exit 1
+}
+"$python" -c 'import ensurepip, venv' 2>/dev/null || {
+    echo "skipped: $python has no venv module (apt-get install python3-venv)"
+    exit 77
+}
+version=$(sed -n "s/^  version: '\(.*\)',\$/\1/p" "$source/meson.build")
+[ -n "$version" ] || fail "no version in $source/meson.build"
+
+wheel=$("$source/packaging/build-wheel" "$scratch/dist")
+size=$(stat -c %s "$wheel")
+echo "wheel: $(basename "$wheel"), $size bytes"
+[ "$size" -le 2000000 ] || fail "the wheel is $size bytes, over 2 MB"
+case $(basename "$wheel") in
+"ddp_launch-$version-py3-none-manylinux_"*"_x86_64.whl") ;;
+*) fail "$(basename "$wheel"): not ddp_launch-$version-py3-none-manylinux_*_x86_64" ;;
+esac
+
+venv=$scratch/venv
+"$python" -m venv "$venv"
+# pip's own files change as it runs (its caches): they are left out of the comparison, and
+# so are folders: pip leaves share/man behind, empty, as for any wheel with man pages.
+snapshot() {
+    (cd "$venv" && find . ! -type d ! -path './lib/python3*/site-packages/pip*' | sort)
+    (cd "$venv" && find . -type d -name '*ddp*')
+}
+snapshot >"$scratch/before"
+"$venv/bin/pip" install --no-index --no-cache-dir --quiet "$wheel"
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+
+# Everything below runs from the venv alone: a clean environment whose PATH has the
+# venv's bin/ and the system's, in a folder of its own.
+mkdir "$scratch/work" "$scratch/home"
+cd "$scratch/work"
+alone() {
+    env -i HOME="$scratch/home" PATH="$venv/bin:/usr/bin:/bin" PET_MASTER_PORT=0 \
+        DDP_LAUNCH_LOG_LEVEL=error "$@"
+}
+launcher=$(alone sh -c 'command -v ddp-launch')
+[ "$launcher" = "$venv/bin/ddp-launch" ] || fail "ddp-launch on the venv's PATH is $launcher"
+[ "$(head -c 4 "$launcher" | od -An -c | tr -d ' ')" = '177ELF' ] ||
+    fail "$launcher is not the ELF itself"
+[ "$(alone ddp-launch --version | cut -d' ' -f1-2)" = "ddp-launch $version" ] ||
+    fail "ddp-launch --version says $(alone ddp-launch --version), not $version"
+echo "ddp-launch: $launcher, the ELF, version $version"
+
+# A C libddp program built against the wheel: pkg-config alone says where libddp is.
+pcdir=$(alone python -m ddp_launch --pkgconfig-dir)
+[ "$pcdir" = "$site/ddp_launch/lib/pkgconfig" ] || fail "the pkg-config folder is $pcdir"
+# The test helper (and the header-only FNV-1a of common/ it hashes with) is the source
+# tree's; what it includes of libddp comes from the wheel.
+mkdir helper
+cp "$source/common/hash.h" helper/
+alone sh -c 'cc $(PKG_CONFIG_PATH="$0" pkg-config --cflags libddp) -Ihelper -o collectives \
+    "$1" $(PKG_CONFIG_PATH="$0" pkg-config --libs libddp) -lm' \
+    "$pcdir" "$source/tests/helpers/collective_worker.c"
+alone ldd ./collectives | grep -q "libddp.so => $site/ddp_launch/lib/pkgconfig/../../lib/libddp.so" ||
+    fail "the program does not find libddp in the venv: $(alone ldd ./collectives)"
+out=$(alone timeout 120 ddp-launch --nproc-per-node=2 --no-python ./collectives collectives 2>&1) ||
+    fail "the 2-worker libddp job failed: $out"
+[ "$(printf '%s\n' "$out" | grep -c '^collectives ok, world 2$')" -eq 2 ] ||
+    fail "the 2-worker libddp job did not say ok twice: $out"
+echo "libddp job, 2 workers: ok"
+
+# A PyTorch script: Debian's torch 1.13 through PYTHON_EXEC, gloo over the launcher's store.
+cp "$source/tests/python/gloo_allreduce.py" .
+out=$(alone PYTHON_EXEC=/usr/bin/python3 timeout 300 ddp-launch --nproc-per-node=2 \
+    gloo_allreduce.py 2>&1) || fail "the PyTorch gloo job failed: $out"
+for rank in 0 1; do
+    printf '%s\n' "$out" | grep -q "^rank $rank of 2 sum 3$" ||
+        fail "the PyTorch gloo job: no sum from rank $rank: $out"
+done
+echo "PyTorch gloo job, 2 workers: ok"
+
+# python -m ddp_launch runs the launcher with the arguments as they were.
+out=$(alone timeout 60 python -m ddp_launch --nproc-per-node=2 --no-python \
+    /bin/sh -c 'echo "rank $RANK says $0"' 'two words' 2>&1) || fail "python -m ddp_launch: $out"
+[ "$(printf '%s\n' "$out" | grep -c '^rank [01] says two words$')" -eq 2 ] ||
+    fail "python -m ddp_launch: $out"
+echo "python -m ddp_launch: ok"
+
+# NCCL where torch's wheels have it, ahead of the system's (this machine may have one).
+if [ "${DDP_TEST_HAVE_NCCL:-0}" = 1 ]; then
+    mkdir -p "$site/nvidia/nccl/lib"
+    cc -shared -fPIC -o "$site/nvidia/nccl/lib/libnccl.so.2" "$source/tests/install/nccl_stub.c"
+    out=$(alone timeout 120 ddp-launch --nproc-per-node=2 --no-python ./collectives nccl-id 2>&1) ||
+        fail "the NCCL id job failed: $out"
+    stub=$(printf 'stub NCCL beside torch, id 1' | od -An -tx1 | tr -d ' \n')
+    [ "$(printf '%s\n' "$out" | grep -c "^nccl-id $stub")" -eq 2 ] ||
+        fail "libddp did not load the NCCL in $site/nvidia/nccl/lib: $out"
+    rm -r "$site/nvidia"
+    echo "NCCL from site-packages/nvidia/nccl/lib: ok"
+else
+    echo "NCCL from site-packages: not tried (libddp is built without NCCL here)"
+fi
+
+# man finds the pages of what is on PATH.
+if command -v man >/dev/null; then
+    page=$(alone man -w ddp-launch)
+    [ "$page" = "$venv/share/man/man1/ddp-launch.1" ] || fail "man -w ddp-launch: $page"
+    page=$(alone man -w 3 libddp)
+    [ "$page" = "$venv/share/man/man3/libddp.3" ] || fail "man -w 3 libddp: $page"
+    echo "man ddp-launch, man 3 libddp: ok"
+fi
+
+cd "$scratch"
+"$venv/bin/pip" uninstall --yes --quiet ddp-launch
+snapshot >"$scratch/after"
+diff "$scratch/before" "$scratch/after" >"$scratch/left" ||
+    fail "pip uninstall left the venv changed: $(cat "$scratch/left")"
+echo "pip uninstall: no file or ddp folder is left"
