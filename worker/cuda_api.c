@@ -26,10 +26,10 @@ static void *open_beside_torch(const char *soname, const char *const *parts)
     int dir_len = slash != NULL ? (int)(slash - self.dli_fname) : 1;
     const char *dir = slash != NULL ? self.dli_fname : ".";
     for (; *parts != NULL; parts++) {
-        int len = snprintf(path, sizeof path, "%.*s/../../nvidia/%s/lib/%s", dir_len, dir,
-                           *parts, soname);
-        void *lib = len > 0 && (size_t)len < sizeof path ? dlopen(path, RTLD_NOW | RTLD_LOCAL)
-                                                         : NULL;
+        int len = snprintf(path, sizeof path, "%.*s/../../nvidia/%s/lib/%s", dir_len, dir, *parts,
+                           soname);
+        void *lib =
+            len > 0 && (size_t)len < sizeof path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
         if (lib != NULL)
             return lib;
     }

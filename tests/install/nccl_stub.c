@@ -41,11 +41,11 @@ const char *ncclGetLastError(void *comm)
 }
 
 /* ncclInvalidUsage (5) for everything that needs a communicator. */
-#define DDP_STUB(name)  \
-    int name(void);     \
-    int name(void)      \
-    {                   \
-        return 5;       \
+#define DDP_STUB(name) \
+    int name(void);    \
+    int name(void)     \
+    {                  \
+        return 5;      \
     }
 DDP_STUB(ncclCommInitRankConfig)
 DDP_STUB(ncclCommGetAsyncError)

@@ -2,13 +2,16 @@
 # Builds, once, a Debian trixie root with python3-torch (PyTorch 2.6) for the torch 2.6
 # tests: debootstrap --variant=minbase from this machine's configured Debian mirror,
 # then apt-get install --no-install-recommends python3-torch and libopenblas0-pthread (the
-# BLAS of libddp's C example, which runs there under torchrun 2.6): about 2 minutes, 1.6 GB.
+# BLAS of libddp's C example, which runs there under torchrun 2.6), and what the install
+# suite installs ddp-launch's packages and wheel beside (tests/install/clean-root.sh):
+# libuv1t64, libopenblas0, man-db, pkgconf, gcc, libc6-dev, python3-venv. About 2 minutes,
+# 1.7 GB.
 # The mark of a finished root names what it holds: a root of an older list is rebuilt.
 # usage: setup.sh ROOT
 # Exits 0 when the root is ready, 77 (skip) with the reason when it cannot be built.
 set -eu
 root=$1
-ready="$root/.ddp-ready-2" # 2: python3-torch and libopenblas0-pthread
+ready="$root/.ddp-ready-4" # 4: the packages below
 [ -f "$ready" ] && exit 0
 skip() {
     echo "skipped: $*"
@@ -35,6 +38,7 @@ unshare --mount --propagation private debootstrap --variant=minbase trixie "$roo
     >"$root.log" 2>&1 ||
     skip "debootstrap of trixie from $mirror failed (see $root.log)"
 unshare --mount --propagation private chroot "$root" sh -c 'apt-get update -q &&
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-torch libopenblas0-pthread' \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-torch libopenblas0-pthread \
+    libuv1t64 libopenblas0 man-db pkgconf gcc libc6-dev python3-venv' \
     >>"$root.log" 2>&1 || skip "installing python3-torch in the trixie root failed (see $root.log)"
 touch "$ready"
