@@ -34,6 +34,22 @@ case $(basename "$wheel") in
 *) fail "$(basename "$wheel"): not ddp_launch-$version-py3-none-manylinux_*_x86_64" ;;
 esac
 
+# wheel-tag refuses a wheel whose programs need more than glibc: the same wheel, named as
+# meson-python names it, with a program added that needs libz and libexpat.
+mkdir "$scratch/foreign"
+foreign="$scratch/foreign/ddp_launch-$version-py3-none-linux_x86_64.whl"
+cp "$wheel" "$foreign"
+"$python" -c 'import sys, zipfile
+zipfile.ZipFile(sys.argv[1], "a").write(sys.argv[2], sys.argv[3])' "$foreign" \
+    "$(readlink -f "$python")" "ddp_launch-$version.data/scripts/python-with-libz"
+if why=$("$python" "$source/packaging/wheel-tag" "$foreign" 2>&1); then
+    fail "wheel-tag gave a wheel needing libz a manylinux tag: $why"
+fi
+case $why in
+*"python-with-libz needs "*"libz.so.1"*) echo "wheel-tag refuses a program that needs libz: ok" ;;
+*) fail "wheel-tag's refusal does not name the program and libz: $why" ;;
+esac
+
 venv=$scratch/venv
 "$python" -m venv "$venv"
 # pip's own files change as it runs (its caches): they are left out of the comparison, and
