@@ -1,6 +1,7 @@
 /* Messages for the error codes of error.h. */
 #include "error.h"
 
+#include <errno.h>
 #include <string.h>
 
 const char *ddp_strerror(int err)
@@ -19,4 +20,18 @@ const char *ddp_strerror(int err)
     if (err < 0 && err > DDP__ERROR_FIRST)
         return strerror(-err);
     return "unknown error";
+}
+
+int ddp_error_from_errno(int errnum)
+{
+    switch (errnum) {
+    case EPIPE:
+    case ECONNRESET:
+    case ECONNABORTED:
+    case ENOTCONN:
+    case ESHUTDOWN:
+        return DDP_ECLOSED;
+    default:
+        return -errnum;
+    }
 }

@@ -10,4 +10,8 @@
 /* A static, human-readable string for any code returned by ddp functions. */
 const char *ddp_strerror(int err);
 
+/* A socket's system error `errnum` as a code: DDP_ECLOSED where the peer went away
+ * (EPIPE, ECONNRESET, ECONNABORTED, ENOTCONN, ESHUTDOWN), else -errnum. */
+int ddp_error_from_errno(int errnum);
+
 #endif

@@ -87,7 +87,7 @@ static int send_all(ddp_store_client_t *c, double deadline)
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-            return errno == EPIPE ? DDP_ECLOSED : -errno;
+            return ddp_error_from_errno(errno);
         int err = wait_fd(c->fd, POLLOUT, deadline);
         if (err)
             return err;
@@ -119,7 +119,7 @@ static int recv_reply(ddp_store_client_t *c, ddp_codec_op_t op, uint64_t count,
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return -errno;
+            return ddp_error_from_errno(errno);
         if ((err = wait_fd(c->fd, POLLIN, deadline)) != 0)
             return err;
     }

@@ -111,6 +111,7 @@ static void finish(ddp_agent_t *a)
     uv_close((uv_handle_t *)&a->sigchld, NULL);
     uv_close((uv_handle_t *)&a->kill_timer, NULL);
     uv_close((uv_handle_t *)&a->wait_timer, NULL);
+    uv_close((uv_handle_t *)&a->blame_timer, NULL);
     uv_close((uv_handle_t *)&a->hang_timer, NULL);
     uv_close((uv_handle_t *)&a->hang_wait, NULL);
     for (int i = 0; i < a->cfg->nsignals; i++)
@@ -207,6 +208,8 @@ void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
     char ranks[160], name[32];
     uv_timer_stop(&a->wait_timer);
     uv_timer_stop(&a->hang_timer);
+    uv_timer_stop(&a->blame_timer);
+    a->blame_wait = false;
     a->state = AGENT_STOPPING;
     a->stop_reason = reason;
     a->sent_signal = sig;
@@ -279,6 +282,8 @@ void ddp_agent_group_finished(ddp_agent_t *a)
 {
     uv_timer_stop(&a->kill_timer);
     uv_timer_stop(&a->wait_timer);
+    uv_timer_stop(&a->blame_timer);
+    a->blame_wait = false;
     uv_timer_stop(&a->hang_timer);
     kill_leftovers(a);
     for (int i = 0; i < a->nworkers; i++) {
@@ -485,6 +490,51 @@ void ddp_agent_fail_round(ddp_agent_t *a, size_t first)
         a->stop_reason = STOP_FAILURE;
 }
 
+/* How long the stop waits for a blamed local rank's own end (it noticed the same
+ * fault a moment later: a call that differs is seen by every rank of the board). */
+#define BLAME_GRACE_S 3.0
+
+/* Whether failure `f` blames a local rank that is still running. */
+static bool blames_running(const ddp_agent_t *a, const ddp_failure_t *f)
+{
+    for (int i = 0; f->peer_rank >= 0 && i < a->nworkers; i++) {
+        if (a->workers[i].rank == f->peer_rank)
+            return a->workers[i].running;
+    }
+    return false;
+}
+
+static void end_blame_wait(ddp_agent_t *a)
+{
+    uv_timer_stop(&a->blame_timer);
+    a->blame_wait = false;
+    ddp_agent_fail_round(a, a->blame_first);
+}
+
+static void on_blame_timer(uv_timer_t *timer)
+{
+    ddp_agent_t *a = timer->data;
+    if (a->blame_wait && a->state == AGENT_RUNNING) {
+        ddp_log_info(a->log, "rank %d, blamed by rank %d, has not ended on its own in %g s",
+                     a->failures[a->blame_first].peer_rank, a->failures[a->blame_first].rank,
+                     BLAME_GRACE_S);
+        end_blame_wait(a);
+    }
+}
+
+/* The attempt's first failure, failures[first]: its stop, unless it blames a local rank
+ * that still runs (then that rank's own end first, briefly). */
+static void first_failure(ddp_agent_t *a, size_t first)
+{
+    if (!blames_running(a, &a->failures[first])) {
+        ddp_agent_fail_round(a, first);
+        return;
+    }
+    a->blame_wait = true;
+    a->blame_first = first;
+    uv_timer_start(&a->blame_timer, on_blame_timer, (uint64_t)(BLAME_GRACE_S * 1000), 0);
+}
+
 static void on_sigchld(uv_signal_t *handle, int signum)
 {
     (void)signum;
@@ -516,7 +566,10 @@ static void on_sigchld(uv_signal_t *handle, int signum)
     }
     /* The first failure starts the stop (later ones come while it runs), on every node
      * of a multi-node job. */
-    if (a->nfailures > failures_before && a->state == AGENT_RUNNING) {
+    if (a->blame_wait) {
+        if (!blames_running(a, &a->failures[a->blame_first]))
+            end_blame_wait(a);
+    } else if (a->nfailures > failures_before && a->state == AGENT_RUNNING) {
         /* A collective that timed out: where every rank stands comes first. */
         if (a->hang == HANG_IDLE && !a->hang_done && timed_out(a, &a->failures[failures_before])) {
             char why[128];
@@ -529,7 +582,7 @@ static void on_sigchld(uv_signal_t *handle, int signum)
         if (a->hang != HANG_IDLE)
             a->deferred_failure = true;
         else
-            ddp_agent_fail_round(a, failures_before);
+            first_failure(a, failures_before);
     }
     if (a->nrunning == 0 && a->hang == HANG_IDLE)
         ddp_agent_group_finished(a);
@@ -903,6 +956,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
         return err;
     uv_timer_init(&a->loop, &a->kill_timer);
     uv_timer_init(&a->loop, &a->wait_timer);
+    uv_timer_init(&a->loop, &a->blame_timer);
     uv_timer_init(&a->loop, &a->hang_timer);
     uv_timer_init(&a->loop, &a->hang_wait);
     for (int i = 0; i < a->cfg->nsignals; i++) {
@@ -926,6 +980,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     a->sigchld.data = a;
     a->kill_timer.data = a;
     a->wait_timer.data = a;
+    a->blame_timer.data = a;
     a->hang_timer.data = a;
     a->hang_wait.data = a;
     *handles_ready = true;

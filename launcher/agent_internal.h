@@ -69,6 +69,12 @@ struct ddp_agent_s {
     int nunforwarded;
     uv_timer_t kill_timer;
     uv_timer_t wait_timer; /* some workers finished, others run: said after WAIT_NOTE_S */
+    /* The attempt's first failure (failures[blame_first]) blames a local rank that still
+     * runs (a peer whose call differed, say): the stop waits up to BLAME_GRACE_S for that
+     * rank's own end, so the report's root cause is its failure, not our SIGTERM. */
+    uv_timer_t blame_timer;
+    bool blame_wait;
+    size_t blame_first;
     double first_finished; /* when the first worker of the attempt finished; < 0: none */
     bool stop_notice_due;  /* the kill timer says first that the workers have not exited */
     ddp_guard_t guard;

@@ -2,10 +2,10 @@
  *
  * A failure record is made the moment a worker's exit is seen; it reads the worker's
  * error.json (PyTorch's nested form or the flat form) if there is one. The report has
- * torchrun's layout; its root cause is the earliest failure, unless that one says it
- * failed because a peer rank went away (libddp writes extraInfo.peer_rank) and that
- * peer failed too: then the peer is. Pure apart from reading the error file; used on
- * the loop thread. */
+ * torchrun's layout; its root cause is the earliest failure, unless that one blames a
+ * peer rank (libddp writes extraInfo.peer_rank: the peer went away, or its collective
+ * call was the odd one out) and that peer failed too: then the peer is. Pure apart
+ * from reading the error file; used on the loop thread. */
 #ifndef DDP_LAUNCHER_REPORT_H
 #define DDP_LAUNCHER_REPORT_H
 
@@ -25,7 +25,7 @@ typedef struct ddp_failure_s {
     double timestamp; /* the error file's time, else when the exit was seen */
     char *error_file; /* its path when the worker wrote one, else NULL */
     char *message;    /* from the error file: the traceback, else the message */
-    int peer_rank;    /* from the error file: the rank whose loss failed this one, or -1 */
+    int peer_rank;    /* from the error file: the rank this failure blames, or -1 */
 } ddp_failure_t;
 
 /* Fills `f` for a worker that ended with waitpid status `wait_status`, seen at `now`

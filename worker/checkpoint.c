@@ -101,6 +101,7 @@ int ddp_checkpoint_save(ddp_t *ddp, const char *path, const void *data, size_t l
 {
     char key[96], why[PATH_MAX + 256] = "";
     int err;
+    DDP_NEED_CONTEXT(ddp, "ddp_checkpoint_save");
     if (path == NULL || *path == '\0' || (data == NULL && len > 0))
         return ddp_fail(ddp, DDP_EUSAGE, "checkpoint_save: no path or no data");
     /* Before: nobody still reads the previous checkpoint at this path. */
@@ -204,6 +205,7 @@ int ddp_checkpoint_load(ddp_t *ddp, const char *path, void **data, size_t *len)
     void *payload = NULL;
     size_t payload_len = 0;
     int err;
+    DDP_NEED_CONTEXT(ddp, "ddp_checkpoint_load");
     if (path == NULL || *path == '\0' || data == NULL || len == NULL)
         return ddp_fail(ddp, DDP_EUSAGE, "checkpoint_load: no path or nowhere to put the data");
     /* Before: a save in progress elsewhere has finished. */

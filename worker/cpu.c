@@ -35,7 +35,7 @@ void ddp_cpu_describe(const call_t *call, char *buf, size_t cap)
 }
 
 int ddp_cpu_check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *mine,
-                       const call_t *theirs, int peer)
+                       const call_t *theirs, int peer, int blame)
 {
     char here[128], there[128];
     if (memcmp(mine, theirs, sizeof *mine) == 0)
@@ -50,11 +50,12 @@ int ddp_cpu_check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *min
     /* A usage error, but found mid-collective: the links hold data no call will read,
      * so the context is broken as by any failed collective. */
     ddp->broken = DDP_EUSAGE;
-    return ddp_fail(ddp, DDP_EUSAGE,
-                    "collectives differ: this rank called %s, but rank %d (%s) called %s; every "
-                    "rank must make the same collective calls in the same order, with the same "
-                    "count, dtype and operation",
-                    here, peer, ddp_cpu_addr(c, peer), there);
+    return ddp_fail_peer(
+        ddp, DDP_EUSAGE, blame,
+        "collectives differ: this rank called %s, but rank %d (%s) called %s; every "
+        "rank must make the same collective calls in the same order, with the same "
+        "count, dtype and operation",
+        here, peer, ddp_cpu_addr(c, peer), there);
 }
 
 int ddp_cpu_no_progress(ddp_t *ddp, const cpu_t *c, const char *what, const cpu_progress_t *p,
@@ -96,7 +97,7 @@ static long take(ddp_t *ddp, cpu_t *c, const char *what, cpu_progress_t *p, call
         *(header ? &p->hg : &p->got) += (size_t)m;
         taken += m;
         int err = header && p->hg == p->hl
-                      ? ddp_cpu_check_call(ddp, c, what, t->call, theirs, c->prev)
+                      ? ddp_cpu_check_call(ddp, c, what, t->call, theirs, c->prev, -1)
                       : 0;
         if (err)
             return err;

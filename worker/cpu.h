@@ -192,9 +192,10 @@ static inline const char *ddp_cpu_addr(const cpu_t *c, int peer)
 }
 
 /* `theirs` (rank `peer`'s description of its collective) against this rank's: 0, or the
- * failure saying both. */
+ * failure saying both, blaming rank `blame` in the error file (-1: none; where every
+ * call is seen, the odd one out). */
 int ddp_cpu_check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *mine,
-                       const call_t *theirs, int peer);
+                       const call_t *theirs, int peer, int blame);
 
 /* The timeout's failure of a transfer at `p` ("over shared memory", say, in `over`). */
 int ddp_cpu_no_progress(ddp_t *ddp, const cpu_t *c, const char *what, const cpu_progress_t *p,

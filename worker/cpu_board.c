@@ -82,7 +82,7 @@ static int ring_call_came(ddp_t *ddp, cpu_t *c, const char *what, const call_t *
         return 0;
     if ((*q = first_missing(c, ddp->world_size, *q, b)) == ddp->world_size)
         return 0;
-    int err = ddp_cpu_check_call(ddp, c, what, mine, &theirs, c->prev);
+    int err = ddp_cpu_check_call(ddp, c, what, mine, &theirs, c->prev, -1);
     if (err)
         return err;
     ddp->broken = DDP_EPROTO;
@@ -147,6 +147,33 @@ static int wait_for_all(ddp_t *ddp, cpu_t *c, const char *what, const call_t *mi
     }
 }
 
+/* How many ranks posted in call `b` the description rank `q` posted. */
+static int sharing(const cpu_t *c, int n, uint64_t b, int q)
+{
+    int same = 0;
+    for (int r = 0; r < n; r++)
+        same += memcmp(&slot_of(c, r, b)->call, &slot_of(c, q, b)->call, sizeof(call_t)) == 0;
+    return same;
+}
+
+/* Where the calls of board call `b` differ: the one rank whose call no other rank made
+ * while every other rank made the same (the culprit, as a hang's verdict names the rank
+ * that never entered), or -1 where there is no such rank (two ranks; several camps).
+ * O(n) comparisons, and only on this failure's path. */
+static int odd_one_out(const cpu_t *c, int n, uint64_t b)
+{
+    if (n < 3)
+        return -1;
+    int majority = sharing(c, n, b, 0) > 1 ? 0 : 1; /* rank 0, unless it is alone */
+    if (sharing(c, n, b, majority) != n - 1)
+        return -1;
+    for (int r = 0; r < n; r++) {
+        if (memcmp(&slot_of(c, r, b)->call, &slot_of(c, majority, b)->call, sizeof(call_t)) != 0)
+            return r;
+    }
+    return -1;
+}
+
 /* Posts this rank's call description and `bytes` of `data` as the next board call, and
  * waits for every rank's, each checked against this one: 0 and the call's number *b, or
  * the failure. */
@@ -161,10 +188,14 @@ static int exchange(ddp_t *ddp, cpu_t *c, const char *what, const call_t *call, 
     atomic_store_explicit(&mine->seq, *b, memory_order_release);
     ddp_shm_ring(bell_of(c));
     int n = ddp->world_size, err = wait_for_all(ddp, c, what, call, *b);
-    /* From the previous rank backwards: the rank a ring collective would name first. */
+    int odd = err == 0 ? odd_one_out(c, n, *b) : -1;
+    /* The odd one out first, blamed; then from the previous rank backwards: the rank a
+     * ring collective would name first. */
+    if (odd >= 0 && odd != ddp->rank)
+        err = ddp_cpu_check_call(ddp, c, what, call, &slot_of(c, odd, *b)->call, odd, odd);
     for (int i = 1; i < n && err == 0; i++) {
         int q = (ddp->rank - i + n) % n;
-        err = ddp_cpu_check_call(ddp, c, what, call, &slot_of(c, q, *b)->call, q);
+        err = ddp_cpu_check_call(ddp, c, what, call, &slot_of(c, q, *b)->call, q, -1);
     }
     return err;
 }

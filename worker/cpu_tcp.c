@@ -36,9 +36,8 @@ static long tcp_send_some(ddp_t *ddp, cpu_t *c, const char *what, const uint8_t 
         return w;
     if (errno == EAGAIN || errno == EINTR)
         return 0;
-    return ddp_fail_peer(ddp, errno == EPIPE ? DDP_ECLOSED : -errno, c->next,
-                         "%s: rank %d (%s) is gone: %s", what, c->next, c->next_addr,
-                         strerror(errno));
+    return ddp_fail_peer(ddp, ddp_error_from_errno(errno), c->next, "%s: rank %d (%s) is gone: %s",
+                         what, c->next, c->next_addr, strerror(errno));
 }
 
 static long tcp_recv_some(ddp_t *ddp, cpu_t *c, const char *what, uint8_t *direct, size_t want,
@@ -51,7 +50,7 @@ static long tcp_recv_some(ddp_t *ddp, cpu_t *c, const char *what, uint8_t *direc
         room = DDP_CPU_SCRATCH - c->have;
     ssize_t rd = recv(c->prev_fd, into, room, MSG_DONTWAIT);
     if (rd == 0 || (rd < 0 && errno != EAGAIN && errno != EINTR))
-        return ddp_fail_peer(ddp, rd == 0 ? DDP_ECLOSED : -errno, c->prev,
+        return ddp_fail_peer(ddp, rd == 0 ? DDP_ECLOSED : ddp_error_from_errno(errno), c->prev,
                              "%s: rank %d (%s) is gone: %s", what, c->prev, c->prev_addr,
                              rd == 0 ? "it closed the connection" : strerror(errno));
     if (rd < 0)

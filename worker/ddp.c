@@ -58,15 +58,46 @@ static void write_error_file(const char *message, int peer)
     ddp_buf_free(&json);
 }
 
+/* "rank N: " where the rank is known (not before RANK is read). */
+static const char *rank_prefix(const ddp_t *ddp, char *buf, size_t cap)
+{
+    if (ddp->rank < 0)
+        return "";
+    snprintf(buf, cap, "rank %d: ", ddp->rank);
+    return buf;
+}
+
 static int fail(ddp_t *ddp, int err, int peer, const char *fmt, va_list ap)
 {
+    char who[32];
     vsnprintf(ddp->error, sizeof ddp->error, fmt, ap);
     ddp->error_peer = peer;
-    ddp_log_error(&ddp->log, "rank %d: %s", ddp->rank, ddp->error);
-    char message[1200];
-    snprintf(message, sizeof message, "libddp: rank %d: %s", ddp->rank, ddp->error);
-    write_error_file(message, peer);
+    ddp_log_error(&ddp->log, "%s%s", rank_prefix(ddp, who, sizeof who), ddp->error);
     return err;
+}
+
+void ddp_fail_fatal(ddp_t *ddp)
+{
+    char message[1200], who[32];
+    if (ddp->fatal_written || ddp->error[0] == '\0')
+        return;
+    /* The form of the stderr line, which ddp_log gives "libddp: error: ". */
+    snprintf(message, sizeof message, "libddp: error: %s%s", rank_prefix(ddp, who, sizeof who),
+             ddp->error);
+    write_error_file(message, ddp->error_peer);
+    ddp->fatal_written = true;
+}
+
+int ddp_refuse_object(const char *what, const char *object, const void *p)
+{
+    ddp_log_t log;
+    ddp_log_init(&log, "libddp", DDP_LOG_INFO);
+    if (p == NULL)
+        ddp_log_error(&log, "%s: the %s is NULL (did the call that makes it fail?)", what, object);
+    else
+        ddp_log_error(&log, "%s: %p is not a live %s (used after it was freed or finalized?)", what,
+                      p, object);
+    return DDP_EUSAGE;
 }
 
 int ddp_fail(ddp_t *ddp, int err, const char *fmt, ...)
@@ -165,8 +196,6 @@ static int choose_backend(ddp_t *ddp, ddp_backend_kind_t kind)
         else if (strcmp(text, "auto") != 0)
             return ddp_fail(ddp, DDP_EUSAGE, "%s=%s is not cpu, nccl or auto", name, text);
     }
-    if ((unsigned)kind > DDP_BACKEND_NCCL)
-        return ddp_fail(ddp, DDP_EUSAGE, "unknown backend %d", (int)kind);
 #if DDP_HAVE_NCCL
     if (kind == DDP_BACKEND_AUTO)
         ddp->backend = ddp_nccl_device_count(ddp) > 0 ? &ddp_auto_backend : &ddp_cpu_backend;
@@ -198,6 +227,7 @@ void ddp_nccl_release(ddp_t *ddp)
 
 int ddp_nccl_unique_id(ddp_t *ddp, void *id, size_t len)
 {
+    DDP_NEED_CONTEXT(ddp, "ddp_nccl_unique_id");
     if (id == NULL)
         return ddp_fail(ddp, DDP_EUSAGE, "nccl_unique_id: the id buffer is NULL");
     return ddp_nccl_exchange_id(ddp, id, len);
@@ -221,9 +251,12 @@ int ddp_init_with(ddp_t **out, const ddp_options_t *options)
     ddp_options_t opts = options ? *options : (ddp_options_t){DDP_BACKEND_AUTO, 0, NULL};
     ddp_t *ddp = calloc(1, sizeof *ddp);
     int err;
+    bool fatal = false; /* the program's own options are its to correct; the rest ends it */
     if (ddp == NULL)
         return -ENOMEM;
     ddp_log_init(&ddp->log, "libddp", DDP_LOG_INFO);
+    ddp->magic = DDP_CONTEXT_MAGIC;
+    ddp->rank = -1; /* unknown until RANK is read: messages say no rank */
     ddp->timeout = opts.timeout > 0 ? opts.timeout : default_timeout();
     const char *group = opts.group != NULL ? opts.group : "main";
     size_t group_len = strlen(group);
@@ -234,7 +267,12 @@ int ddp_init_with(ddp_t **out, const ddp_options_t *options)
                        "group name '%s' is not 1 to 32 letters, digits, '_', '.' or '-'", group);
         goto fail;
     }
+    if ((unsigned)opts.backend > DDP_BACKEND_NCCL) {
+        err = ddp_fail(ddp, DDP_EUSAGE, "unknown backend %d", (int)opts.backend);
+        goto fail;
+    }
     memcpy(ddp->group, group, group_len + 1);
+    fatal = true;
     if ((err = read_environment(ddp)) != 0)
         goto fail;
     /* Die with the launcher. ddp-launch sets this itself; other launchers may not.
@@ -244,7 +282,12 @@ int ddp_init_with(ddp_t **out, const ddp_options_t *options)
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && getppid() != parent)
             raise(SIGKILL); /* the launcher died already */
     }
-    if ((err = choose_backend(ddp, opts.backend)) != 0 || (err = ddp_flight_open(ddp)) != 0)
+    /* An explicit NCCL backend the program may replace by the CPU's where there is none. */
+    if ((err = choose_backend(ddp, opts.backend)) != 0) {
+        fatal = opts.backend != DDP_BACKEND_NCCL;
+        goto fail;
+    }
+    if ((err = ddp_flight_open(ddp)) != 0)
         goto fail;
     if (ddp->world_size > 1) {
         ddp_store_client_options_t so = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
@@ -264,6 +307,11 @@ int ddp_init_with(ddp_t **out, const ddp_options_t *options)
     *out = ddp;
     return 0;
 fail:
+    /* A job that cannot form (or an environment that is wrong) ends the program; a bad
+     * option is the caller's to handle (another group name, the CPU backend). */
+    if (fatal)
+        ddp_fail_fatal(ddp);
+    ddp->magic = 0;
     ddp_store_client_close(ddp->store);
     ddp_nccl_release(ddp);
     ddp_flight_close(ddp);
@@ -271,49 +319,56 @@ fail:
     return err;
 }
 
+/* The getters answer DDP_EUSAGE (negative, never a rank) for a NULL or dead context. */
 int ddp_rank(const ddp_t *ddp)
 {
+    DDP_NEED_CONTEXT(ddp, "ddp_rank");
     return ddp->rank;
 }
 
 int ddp_world_size(const ddp_t *ddp)
 {
+    DDP_NEED_CONTEXT(ddp, "ddp_world_size");
     return ddp->world_size;
 }
 
 int ddp_local_rank(const ddp_t *ddp)
 {
+    DDP_NEED_CONTEXT(ddp, "ddp_local_rank");
     return ddp->local_rank;
 }
 
 int ddp_local_world_size(const ddp_t *ddp)
 {
+    DDP_NEED_CONTEXT(ddp, "ddp_local_world_size");
     return ddp->local_world_size;
 }
 
 int ddp_restart_count(const ddp_t *ddp)
 {
+    DDP_NEED_CONTEXT(ddp, "ddp_restart_count");
     return ddp->restart_count;
 }
 
 const char *ddp_backend_name(const ddp_t *ddp)
 {
-    return ddp->backend->name;
+    return ddp_live(ddp) ? ddp->backend->name : "none (no context)";
 }
 
 const char *ddp_last_error(const ddp_t *ddp)
 {
+    if (!ddp_live(ddp))
+        return ddp == NULL ? "the context is NULL" : "not a live context (finalized?)";
     return ddp->error;
 }
 
 /* What every collective checks first: a usable context and a supported type. */
-static int check(ddp_t *ddp, const char *what, const void *buf, ddp_dtype_t dtype, size_t count,
-                 int root)
+static int check(ddp_t *ddp, const char *what, const void *buf, ddp_dtype_t dtype, size_t count)
 {
     if (ddp->broken) {
         char earlier[sizeof ddp->error];
         memcpy(earlier, ddp->error, sizeof earlier); /* ddp_fail rewrites ddp->error */
-        /* The error file still blames the peer the earlier failure blamed. */
+        /* ddp->error_peer stays what the earlier failure blamed. */
         return ddp_fail_peer(ddp, ddp->broken, ddp->error_peer,
                              "%s after an earlier collective failed: %s", what, earlier);
     }
@@ -323,8 +378,14 @@ static int check(ddp_t *ddp, const char *what, const void *buf, ddp_dtype_t dtyp
         return ddp_fail(ddp, DDP_EUSAGE, "%s: unknown dtype %d", what, (int)dtype);
     if (count > SIZE_MAX / 8)
         return ddp_fail(ddp, DDP_EUSAGE, "%s: %zu elements is too many", what, count);
-    if (root < 0 || root >= ddp->world_size)
-        return ddp_fail(ddp, DDP_EUSAGE, "%s: root %d is not a rank of the %d", what, root,
+    return 0;
+}
+
+/* `rank`, the call's `role` ("root", "peer"), is a rank of the job. */
+static int check_rank(ddp_t *ddp, const char *what, const char *role, int rank)
+{
+    if (rank < 0 || rank >= ddp->world_size)
+        return ddp_fail(ddp, DDP_EUSAGE, "%s: %s %d is not a rank of the %d", what, role, rank,
                         ddp->world_size);
     return 0;
 }
@@ -400,13 +461,17 @@ static int offered(ddp_t *ddp, const ddp_backend_t *be, bool has, const char *wh
                : ddp_fail(ddp, DDP_EUSAGE, "%s is not offered by the %s backend", what, be->name);
 }
 
-/* A failed collective leaves the peers out of step: remember it. A usage error (a bad
- * argument this rank refused before communicating) is the caller's to fix and leaves
- * the context as it was. */
+/* A failed collective leaves the peers out of step: remember it, and write the error
+ * file (the program cannot go on with this context). A usage error (a bad argument this
+ * rank refused before communicating) is the caller's to fix and leaves the context as
+ * it was, and the error file alone; one found mid-collective (calls that differ) set
+ * ddp->broken itself. */
 static int after(ddp_t *ddp, int err)
 {
     if (err && err != DDP_EUSAGE)
         ddp->broken = err;
+    if (err && ddp->broken)
+        ddp_fail_fatal(ddp);
     return err;
 }
 
@@ -417,7 +482,8 @@ static int after(ddp_t *ddp, int err)
 
 int ddp_barrier(ddp_t *ddp)
 {
-    int err = check(ddp, "barrier", NULL, DDP_INT32, 0, 0);
+    DDP_NEED_CONTEXT(ddp, "ddp_barrier");
+    int err = check(ddp, "barrier", NULL, DDP_INT32, 0);
     if (err == 0)
         err = RECORDED(ddp, DDP_FLIGHT_BARRIER, 0, DDP_INT32, 0, 0,
                        ddp->backend->barrier(ddp, ddp->backend_state));
@@ -428,7 +494,10 @@ int ddp_broadcast(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int ro
 {
     const ddp_backend_t *be;
     void *state;
-    int err = check(ddp, "broadcast", buf, dtype, count, root);
+    DDP_NEED_CONTEXT(ddp, "ddp_broadcast");
+    int err = check(ddp, "broadcast", buf, dtype, count);
+    if (err == 0)
+        err = check_rank(ddp, "broadcast", "root", root);
     if (err == 0)
         err = serve(ddp, "broadcast", buf, NULL, &be, &state);
     if (err == 0)
@@ -441,7 +510,8 @@ int ddp_all_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_r
 {
     const ddp_backend_t *be;
     void *state;
-    int err = check(ddp, "all_reduce", buf, dtype, count, 0);
+    DDP_NEED_CONTEXT(ddp, "ddp_all_reduce");
+    int err = check(ddp, "all_reduce", buf, dtype, count);
     if (err == 0)
         err = check_op(ddp, "all_reduce", op);
     if (err == 0)
@@ -456,7 +526,8 @@ int ddp_all_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_d
 {
     const ddp_backend_t *be;
     void *state;
-    int err = check(ddp, "all_gather", recv, dtype, count, 0);
+    DDP_NEED_CONTEXT(ddp, "ddp_all_gather");
+    int err = check(ddp, "all_gather", recv, dtype, count);
     if (err == 0 && send == NULL && count > 0)
         err = ddp_fail(ddp, DDP_EUSAGE, "all_gather: the send buffer is NULL");
     if (err == 0)
@@ -471,7 +542,10 @@ int ddp_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_reduc
 {
     const ddp_backend_t *be;
     void *state;
-    int err = check(ddp, "reduce", buf, dtype, count, root);
+    DDP_NEED_CONTEXT(ddp, "ddp_reduce");
+    int err = check(ddp, "reduce", buf, dtype, count);
+    if (err == 0)
+        err = check_rank(ddp, "reduce", "root", root);
     if (err == 0)
         err = check_op(ddp, "reduce", op);
     if (err == 0)
@@ -489,7 +563,8 @@ int ddp_reduce_scatter(ddp_t *ddp, const void *send, void *recv, size_t count, d
 {
     const ddp_backend_t *be;
     void *state;
-    int err = check(ddp, "reduce_scatter", recv, dtype, count, 0);
+    DDP_NEED_CONTEXT(ddp, "ddp_reduce_scatter");
+    int err = check(ddp, "reduce_scatter", recv, dtype, count);
     if (err == 0 && send == NULL && count > 0)
         err = ddp_fail(ddp, DDP_EUSAGE, "reduce_scatter: the send buffer is NULL");
     if (err == 0)
@@ -511,8 +586,9 @@ int ddp_all_to_all(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_d
 {
     const ddp_backend_t *be;
     void *state;
+    DDP_NEED_CONTEXT(ddp, "ddp_all_to_all");
     size_t all = count * ddp_dtype_size(dtype) * (size_t)ddp->world_size;
-    int err = check(ddp, "all_to_all", recv, dtype, count, 0);
+    int err = check(ddp, "all_to_all", recv, dtype, count);
     if (err == 0 && send == NULL && count > 0)
         err = ddp_fail(ddp, DDP_EUSAGE, "all_to_all: the send buffer is NULL");
     if (err == 0)
@@ -527,17 +603,44 @@ int ddp_all_to_all(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_d
     return after(ddp, err);
 }
 
+/* The root's receive buffer is NULL, which only the root can see: the other ranks are in
+ * the gather already, so the root still takes their blocks (into scratch, dropped) and
+ * no rank waits for it; then the root's call fails as a usage error, the context usable
+ * everywhere. */
+static int gather_refused(ddp_t *ddp, const ddp_backend_t *be, void *state, const void *send,
+                          size_t count, ddp_dtype_t dtype, int root)
+{
+    void *scratch = NULL;
+    size_t block = count * ddp_dtype_size(dtype);
+    int err = block > SIZE_MAX / (size_t)ddp->world_size
+                  ? -ENOMEM
+                  : be->alloc(ddp, state, block * (size_t)ddp->world_size, &scratch);
+    if (err == 0)
+        err = RECORDED(ddp, DDP_FLIGHT_GATHER, count, dtype, 0, root,
+                       be->gather(ddp, state, send, scratch, count, dtype, root));
+    if (scratch != NULL)
+        be->release(state, scratch);
+    if (err)
+        return err == -ENOMEM ? ddp_fail(ddp, err, "gather: out of memory") : err;
+    return ddp_fail(ddp, DDP_EUSAGE,
+                    "gather: the root's receive buffer is NULL (the other ranks' blocks were "
+                    "dropped; their calls succeeded)");
+}
+
 int ddp_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype, int root)
 {
     const ddp_backend_t *be;
     void *state;
-    int err = check(ddp, "gather", send, dtype, count, root);
-    if (err == 0 && ddp->rank == root && recv == NULL && count > 0)
-        err = ddp_fail(ddp, DDP_EUSAGE, "gather: the root's receive buffer is NULL");
+    DDP_NEED_CONTEXT(ddp, "ddp_gather");
+    int err = check(ddp, "gather", send, dtype, count);
+    if (err == 0)
+        err = check_rank(ddp, "gather", "root", root);
     if (err == 0)
         err = serve(ddp, "gather", send, ddp->rank == root ? recv : NULL, &be, &state);
     if (err == 0)
         err = offered(ddp, be, be->gather != NULL, "gather");
+    if (err == 0 && ddp->rank == root && recv == NULL && count > 0)
+        return after(ddp, gather_refused(ddp, be, state, send, count, dtype, root));
     if (err == 0)
         err = RECORDED(ddp, DDP_FLIGHT_GATHER, count, dtype, 0, root,
                        be->gather(ddp, state, send, recv, count, dtype, root));
@@ -548,7 +651,10 @@ int ddp_scatter(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtyp
 {
     const ddp_backend_t *be;
     void *state;
-    int err = check(ddp, "scatter", recv, dtype, count, root);
+    DDP_NEED_CONTEXT(ddp, "ddp_scatter");
+    int err = check(ddp, "scatter", recv, dtype, count);
+    if (err == 0)
+        err = check_rank(ddp, "scatter", "root", root);
     if (err == 0 && ddp->rank == root && send == NULL && count > 0)
         err = ddp_fail(ddp, DDP_EUSAGE, "scatter: the root's send buffer is NULL");
     if (err == 0)
@@ -565,7 +671,9 @@ int ddp_scatter(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtyp
 static int check_peer(ddp_t *ddp, const char *what, const void *buf, size_t count,
                       ddp_dtype_t dtype, int peer)
 {
-    int err = check(ddp, what, buf, dtype, count, peer);
+    int err = check(ddp, what, buf, dtype, count);
+    if (err == 0)
+        err = check_rank(ddp, what, "peer", peer);
     if (err == 0 && peer == ddp->rank)
         err = ddp_fail(ddp, DDP_EUSAGE, "%s: rank %d is this rank", what, peer);
     return err;
@@ -575,6 +683,7 @@ int ddp_send(ddp_t *ddp, const void *buf, size_t count, ddp_dtype_t dtype, int p
 {
     const ddp_backend_t *be;
     void *state;
+    DDP_NEED_CONTEXT(ddp, "ddp_send");
     int err = check_peer(ddp, "send", buf, count, dtype, peer);
     if (err == 0)
         err = serve(ddp, "send", buf, NULL, &be, &state);
@@ -589,6 +698,7 @@ int ddp_recv(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int peer)
 {
     const ddp_backend_t *be;
     void *state;
+    DDP_NEED_CONTEXT(ddp, "ddp_recv");
     int err = check_peer(ddp, "recv", buf, count, dtype, peer);
     if (err == 0)
         err = serve(ddp, "recv", buf, NULL, &be, &state);
@@ -602,12 +712,15 @@ int ddp_recv(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int peer)
 size_t ddp_sampler_count(const ddp_t *ddp, size_t dataset_size,
                          const ddp_sampler_options_t *options)
 {
+    if (!ddp_live(ddp))
+        return 0;
     return ddp_sample_count(dataset_size, ddp->world_size, options != NULL && options->drop_last);
 }
 
 int ddp_sampler_indices(ddp_t *ddp, size_t dataset_size, const ddp_sampler_options_t *options,
                         uint64_t epoch, size_t *indices, size_t capacity)
 {
+    DDP_NEED_CONTEXT(ddp, "ddp_sampler_indices");
     if (indices == NULL && capacity > 0)
         return ddp_fail(ddp, DDP_EUSAGE, "sampler: the index buffer is NULL");
     int err =
@@ -624,6 +737,11 @@ void ddp_finalize(ddp_t *ddp)
 {
     if (ddp == NULL)
         return;
+    if (!ddp_live(ddp)) {
+        ddp_refuse_object("ddp_finalize", "context", ddp); /* twice, say: no double free */
+        return;
+    }
+    ddp->magic = 0;
     if (ddp->backend != NULL && ddp->backend->finalize != NULL)
         ddp->backend->finalize(ddp->backend_state);
     ddp_store_client_close(ddp->store);

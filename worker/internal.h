@@ -86,12 +86,17 @@ struct ddp_s {
     const ddp_backend_t *backend;
     void *backend_state;
     int broken;     /* a collective failed: the peers are out of step; later calls fail */
-    int error_peer; /* the rank the last failure blames for going away, or -1 */
+    int error_peer; /* the rank the last failure blames (gone, or the odd one out), or -1 */
     struct ddp_cuda_api_s *cuda; /* CUDA and NCCL, once loaded (nccl.c) */
     int nccl_ids;                /* unique ids exchanged so far */
     int checkpoints;             /* checkpoint saves and loads so far */
     bool half_wire; /* the reducer's compression: a half all-reduce sends halves (cpu.c) */
     char error[1024];
+    /* DDP_CONTEXT_MAGIC while the context lives; finalize clears it first, so a call on a
+     * finalized context is refused (where the freed memory is not yet reused). Mid-struct,
+     * where the allocator's free-list pointers do not land. */
+    uint32_t magic;
+    bool fatal_written; /* the error file holds this context's failure (the first) */
     /* The flight recorder (flight.c): the ring, mapped from a file beside the error file
      * or in plain memory, and where its dumps go ("" for none). */
     struct ddp_flight_ring_s *flight;
@@ -110,13 +115,38 @@ void ddp_flight_enter(ddp_t *ddp, int op, size_t count, ddp_dtype_t dtype, int r
 void ddp_flight_peer(ddp_t *ddp, int peer);
 void ddp_flight_leave(ddp_t *ddp, int err);
 
-/* Records a failure of `ddp`: the message in ddp->error, on stderr, and in
- * TORCHELASTIC_ERROR_FILE. Returns err. */
+#define DDP_CONTEXT_MAGIC 0x58544344u /* "DCTX" */
+
+/* Whether `ddp` is a context ddp_init made and ddp_finalize has not ended. */
+static inline bool ddp_live(const ddp_t *ddp)
+{
+    return ddp != NULL && ddp->magic == DDP_CONTEXT_MAGIC;
+}
+
+/* The refusal of entry point `what` given a NULL or dead `object` ("context",
+ * "reducer"): says so on stderr; DDP_EUSAGE. */
+int ddp_refuse_object(const char *what, const char *object, const void *p);
+
+/* Entry point `what` returns DDP_EUSAGE unless `ddp` is a live context. */
+#define DDP_NEED_CONTEXT(ddp, what)                         \
+    do {                                                    \
+        if (!ddp_live(ddp))                                 \
+            return ddp_refuse_object(what, "context", ddp); \
+    } while (0)
+
+/* Records a failure of `ddp`: the message in ddp->error and on stderr. Returns err.
+ * The error file (TORCHELASTIC_ERROR_FILE) gets it only when the failure ends the
+ * context's use (ddp_fail_fatal): a usage error the caller may handle does not become
+ * the job's root cause. */
 int ddp_fail(ddp_t *ddp, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* The same for a failure that is rank `peer` going away (its connection closed or
- * reset): the error file names the peer, so the launcher's report blames it. */
+/* The same for a failure caused by rank `peer`: it went away (its connection closed or
+ * reset), or its collective call differs from the others'. The error file names the
+ * peer, so the launcher's report blames it. */
 int ddp_fail_peer(ddp_t *ddp, int err, int peer, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Writes the context's recorded failure (ddp->error, blaming ddp->error_peer) to the
+ * error file, unless an earlier one is there: the first is the cause. */
+void ddp_fail_fatal(ddp_t *ddp);
 
 /* Waits until `key` is in the store, saying on stderr every 30 s (or a third of the
  * timeout) that this rank still waits for `what`; DDP_ETIMEOUT after the context's

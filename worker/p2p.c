@@ -81,7 +81,7 @@ static int move_all(ddp_t *ddp, int fd, void *p, size_t len, bool out, int peer,
             continue;
         }
         if (n == 0 || (errno != EAGAIN && errno != EINTR))
-            return ddp_fail_peer(ddp, n == 0 || errno == EPIPE ? DDP_ECLOSED : -errno, peer,
+            return ddp_fail_peer(ddp, n == 0 ? DDP_ECLOSED : ddp_error_from_errno(errno), peer,
                                  "%s: rank %d is gone: %s", what, peer,
                                  n == 0 ? "it closed the connection" : strerror(errno));
         if (!ready(fd, out ? POLLOUT : POLLIN, deadline))
@@ -165,6 +165,28 @@ int ddp_cpu_send(ddp_t *ddp, void *state, const void *buf, size_t count, ddp_dty
                : move_all(ddp, fd, (void *)buf, count * ddp_dtype_size(dtype), true, peer, "send");
 }
 
+/* Reads and drops the data of `theirs`, a send that does not match this rank's recv
+ * `mine`, where it is one (its number on the pair is the recv's): 0, the pair in step
+ * again. Otherwise the context breaks (0 too; the caller fails the call). */
+static int drop_send(ddp_t *ddp, int fd, const call_t *mine, const call_t *theirs, int peer)
+{
+    size_t unit = ddp_dtype_size((ddp_dtype_t)theirs->dtype);
+    if (theirs->magic != CALL_MAGIC || theirs->kind != CALL_SEND || theirs->seq != mine->seq ||
+        unit == 0 || theirs->count > SIZE_MAX / 8 / unit) {
+        ddp->broken = DDP_EUSAGE; /* its data, if any, is on the line for no call */
+        return 0;
+    }
+    uint8_t sink[64 << 10];
+    for (size_t left = (size_t)theirs->count * unit; left > 0;) {
+        size_t n = left < sizeof sink ? left : sizeof sink;
+        int err = move_all(ddp, fd, sink, n, false, peer, "recv");
+        if (err)
+            return err;
+        left -= n;
+    }
+    return 0;
+}
+
 int ddp_cpu_recv(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t dtype, int peer)
 {
     cpu_t *c = state;
@@ -186,11 +208,15 @@ int ddp_cpu_recv(ddp_t *ddp, void *state, void *buf, size_t count, ddp_dtype_t d
         char here[128], there[128];
         ddp_cpu_describe(&mine, here, sizeof here);
         ddp_cpu_describe(&theirs, there, sizeof there);
-        ddp->broken = DDP_EUSAGE; /* its data is on the line, for no call */
+        /* A send of this pair's sequence: its data is read and dropped, so the pair (and
+         * the context) stays in step. Anything else leaves bytes on the line for no call. */
+        if ((err = drop_send(ddp, fd, &mine, &theirs, peer)) != 0)
+            return err;
         return ddp_fail(ddp, DDP_EUSAGE,
                         "send and recv differ: rank %d sent %s, but this rank's recv is %s; "
-                        "each recv must match its send's count and dtype",
-                        peer, theirs.magic == CALL_MAGIC ? there : "something else", here);
+                        "each recv must match its send's count and dtype%s",
+                        peer, theirs.magic == CALL_MAGIC ? there : "something else", here,
+                        ddp->broken ? "" : " (the send's data was dropped)");
     }
     return move_all(ddp, fd, buf, count * ddp_dtype_size(dtype), false, peer, "recv");
 }

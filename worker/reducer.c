@@ -69,6 +69,9 @@ struct ddp_reducer_s {
 
 int ddp_reducer_new(ddp_t *ddp, const ddp_reducer_options_t *options, ddp_reducer_t **out)
 {
+    DDP_NEED_CONTEXT(ddp, "ddp_reducer_new");
+    if (out == NULL)
+        return ddp_fail(ddp, DDP_EUSAGE, "reducer: out is NULL");
     ddp_reducer_t *r = calloc(1, sizeof *r);
     if (r == NULL)
         return ddp_fail(ddp, -ENOMEM, "reducer: out of memory");
@@ -77,12 +80,23 @@ int ddp_reducer_new(ddp_t *ddp, const ddp_reducer_options_t *options, ddp_reduce
         options && options->bucket_bytes ? options->bucket_bytes : DEFAULT_BUCKET_BYTES;
     r->first_bucket_bytes = options && options->first_bucket_bytes ? options->first_bucket_bytes
                                                                    : DEFAULT_FIRST_BUCKET_BYTES;
-    r->compress = options ? (ddp_dtype_t)options->compress : DDP_FLOAT32;
     r->sync = true;
-    if (r->compress != DDP_FLOAT32 && r->compress != DDP_FLOAT16 && r->compress != DDP_BFLOAT16) {
+    switch (options ? options->compress : DDP_COMPRESS_NONE) {
+    case DDP_COMPRESS_NONE:
+        r->compress = DDP_FLOAT32;
+        break;
+    case DDP_COMPRESS_FLOAT16:
+        r->compress = DDP_FLOAT16;
+        break;
+    case DDP_COMPRESS_BFLOAT16:
+        r->compress = DDP_BFLOAT16;
+        break;
+    default:
         free(r);
-        return ddp_fail(ddp, DDP_EUSAGE, "reducer: compress %d is not DDP_FLOAT16 or DDP_BFLOAT16",
-                        options->compress);
+        return ddp_fail(ddp, DDP_EUSAGE,
+                        "reducer: compress %d is not DDP_COMPRESS_NONE, DDP_COMPRESS_FLOAT16 or "
+                        "DDP_COMPRESS_BFLOAT16",
+                        (int)options->compress);
     }
     pthread_mutex_init(&r->mutex, NULL);
     pthread_cond_init(&r->changed, NULL);
@@ -90,8 +104,16 @@ int ddp_reducer_new(ddp_t *ddp, const ddp_reducer_options_t *options, ddp_reduce
     return 0;
 }
 
+/* A reducer entry point given NULL returns this. */
+#define NEED_REDUCER(r, what)                             \
+    do {                                                  \
+        if ((r) == NULL)                                  \
+            return ddp_refuse_object(what, "reducer", r); \
+    } while (0)
+
 int ddp_reducer_add(ddp_reducer_t *r, void *grad, size_t count, ddp_dtype_t dtype)
 {
+    NEED_REDUCER(r, "ddp_reducer_add");
     ddp_t *ddp = r->ddp;
     if (r->frozen)
         return ddp_fail(ddp, DDP_EUSAGE,
@@ -298,6 +320,7 @@ static int freeze(ddp_reducer_t *r)
 
 int ddp_reducer_ready(ddp_reducer_t *r, int index)
 {
+    NEED_REDUCER(r, "ddp_reducer_ready");
     ddp_t *ddp = r->ddp;
     int err;
     if (index < 0 || index >= r->ngrads)
@@ -331,6 +354,7 @@ int ddp_reducer_ready(ddp_reducer_t *r, int index)
 
 int ddp_reducer_wait(ddp_reducer_t *r)
 {
+    NEED_REDUCER(r, "ddp_reducer_wait");
     ddp_t *ddp = r->ddp;
     char missing[160] = "";
     int nmissing = 0;
@@ -371,6 +395,7 @@ int ddp_reducer_wait(ddp_reducer_t *r)
 
 int ddp_reducer_set_sync(ddp_reducer_t *r, bool sync)
 {
+    NEED_REDUCER(r, "ddp_reducer_set_sync");
     pthread_mutex_lock(&r->mutex);
     bool during = r->active;
     if (!during)
@@ -385,12 +410,17 @@ int ddp_reducer_set_sync(ddp_reducer_t *r, bool sync)
 
 int ddp_reducer_buckets(const ddp_reducer_t *r)
 {
+    NEED_REDUCER(r, "ddp_reducer_buckets");
     return r->nbuckets;
 }
 
 void ddp_reducer_timing(const ddp_reducer_t *r, ddp_reducer_timing_t *out)
 {
-    *out = r->last;
+    if (out == NULL)
+        return;
+    if (r == NULL)
+        ddp_refuse_object("ddp_reducer_timing", "reducer", r);
+    *out = r != NULL ? r->last : (ddp_reducer_timing_t){0};
 }
 
 void ddp_reducer_free(ddp_reducer_t *r)

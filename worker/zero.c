@@ -22,6 +22,7 @@ struct ddp_zero_s {
 
 int ddp_zero_new(ddp_t *ddp, size_t count, int stage, ddp_zero_t **out)
 {
+    DDP_NEED_CONTEXT(ddp, "ddp_zero_new");
     size_t n = (size_t)ddp->world_size;
     if (stage != 1 && stage != 2)
         return ddp_fail(ddp, DDP_EUSAGE, "zero: stage %d is not 1 or 2", stage);
@@ -44,8 +45,20 @@ int ddp_zero_new(ddp_t *ddp, size_t count, int stage, ddp_zero_t **out)
     return 0;
 }
 
+/* A ZeRO entry point given NULL returns this. */
+#define NEED_ZERO(z, what)                                   \
+    do {                                                     \
+        if ((z) == NULL)                                     \
+            return ddp_refuse_object(what, "zero state", z); \
+    } while (0)
+
 void ddp_zero_shard(const ddp_zero_t *z, size_t *offset, size_t *len)
 {
+    if (z == NULL) {
+        ddp_refuse_object("ddp_zero_shard", "zero state", z);
+        *offset = *len = 0;
+        return;
+    }
     size_t start = z->block * (size_t)z->ddp->rank;
     *offset = start < z->count ? start : z->count;
     *len = start < z->count ? (z->count - start < z->block ? z->count - start : z->block) : 0;
@@ -53,6 +66,7 @@ void ddp_zero_shard(const ddp_zero_t *z, size_t *offset, size_t *len)
 
 int ddp_zero_reduce(ddp_zero_t *z, float *grads, const float **shard_grads)
 {
+    NEED_ZERO(z, "ddp_zero_reduce");
     size_t offset, len;
     ddp_zero_shard(z, &offset, &len);
     if (z->stage == 1) {
@@ -69,6 +83,7 @@ int ddp_zero_reduce(ddp_zero_t *z, float *grads, const float **shard_grads)
 
 int ddp_zero_gather(ddp_zero_t *z, float *params)
 {
+    NEED_ZERO(z, "ddp_zero_gather");
     size_t offset, len, rank = (size_t)z->ddp->rank;
     ddp_zero_shard(z, &offset, &len);
     memcpy(z->padded + rank * z->block, params + offset, len * sizeof *params);

@@ -10,7 +10,9 @@
  *                          between every pair, against serial references, for counts
  *                          0, 1, world-1, world+1, 7, 1000, 65537 (up to MAX_ELEMENTS);
  *                          the ranks' buffers that must not change do not
- *   p2p-mismatch           rank 0 sends 10 int32, rank 1 receives 11 float32
+ *   p2p-mismatch           rank 0 sends 10 int32, rank 1 receives 11 float32; then a
+ *                          barrier and a send that match
+ *   misuse CASE            one misuse a program can make (see mode_misuse)
  *   nccl-id                two ddp_nccl_unique_id calls: every rank must hold rank 0's
  *                          128 bytes (gathered and compared), not zero, and the two ids
  *                          differ; prints "nccl-id <hex of the first id>". Built without
@@ -626,11 +628,11 @@ static void mode_die(int victim)
 /* The last rank makes a collective call that differs from the others' by `how` (count,
  * dtype, op or kind): its neighbours must fail at once saying so (a rank further away
  * finds its neighbour gone), and a later collective must fail too. */
-static void mode_mismatch(const char *how)
+static void mode_mismatch(const char *how, int odd_rank)
 {
     size_t n = 1000;
     float *buf = calloc(n + 1, sizeof *buf); /* float32 or int32 elements */
-    bool odd = rank == world - 1;
+    bool odd = rank == odd_rank;
     int err;
     CALL("barrier", ddp_barrier(ddp));
     if (odd && strcmp(how, "count") == 0)
@@ -761,7 +763,7 @@ static void check_compression(float *b)
 {
     double f64[5] = {0};
     ddp_reducer_t *r;
-    static const ddp_dtype_t kinds[] = {DDP_BFLOAT16, DDP_FLOAT16};
+    static const ddp_compress_t kinds[] = {DDP_COMPRESS_BFLOAT16, DDP_COMPRESS_FLOAT16};
     for (int k = 0; k < 2; k++) {
         ddp_reducer_options_t options = {.compress = kinds[k]};
         int rounded = 0;
@@ -780,11 +782,11 @@ static void check_compression(float *b)
             for (int q = 0; q < world; q++)
                 sum += small(q, i, 7);
             float exact = (float)sum / (float)world;
-            double want = element_round_half(exact, kinds[k] == DDP_BFLOAT16);
+            double want = element_round_half(exact, kinds[k] == DDP_COMPRESS_BFLOAT16);
             rounded += want != exact;
             if (b[i] != want) {
                 fprintf(stderr, "rank %d: compressed in %s: b[%zu] = %.9g, want %.9g\n", rank,
-                        kinds[k] == DDP_BFLOAT16 ? "bf16" : "f16", i, b[i], want);
+                        kinds[k] == DDP_COMPRESS_BFLOAT16 ? "bf16" : "f16", i, b[i], want);
                 exit(1);
             }
         }
@@ -912,7 +914,8 @@ static void mode_more(size_t max_elements)
     printf("more ok: %d cases, world %d\n", cases, world);
 }
 
-/* Rank 0 sends 10 int32 to rank 1, which expects 11 float32: rank 1 fails naming both. */
+/* Rank 0 sends 10 int32 to rank 1, which expects 11 float32: rank 1 fails naming both,
+ * and the context stays usable: a barrier and a matching send and recv follow. */
 static void mode_p2p_mismatch(void)
 {
     int32_t buf[11] = {0};
@@ -922,8 +925,88 @@ static void mode_p2p_mismatch(void)
     else if (rank == 1)
         err = ddp_recv(ddp, buf, 11, DDP_FLOAT32, 0);
     printf("rank %d: p2p mismatch: %s\n", rank, err ? ddp_last_error(ddp) : "no error");
+    buf[0] = 42;
+    CALL("barrier", ddp_barrier(ddp));
+    if (rank == 0)
+        CALL("send", ddp_send(ddp, buf, 1, DDP_INT32, 1));
+    else if (rank == 1)
+        CALL("recv", ddp_recv(ddp, buf, 1, DDP_INT32, 0));
+    printf("rank %d: after the mismatch: barrier and send %d\n", rank, buf[0]);
     fflush(stdout);
-    exit(err ? 3 : 0);
+    exit(0);
+}
+
+/* Whether `err` is DDP_EUSAGE; prints the case either way. */
+static bool refused(const char *what, int err)
+{
+    printf("rank %d: %s: %s\n", rank, what, err == DDP_EUSAGE ? "refused" : ddp_strerror(err));
+    return err == DDP_EUSAGE;
+}
+
+/* Misuse a program can make, one case a run (the test reads the output and stderr):
+ *   peer         send to rank 7 and recv from -1: refused, the context usable
+ *   null         every kind of entry point given a NULL context or object
+ *   finalized    a barrier on a finalized context: refused at once
+ *   handled      rank 1 handles a refused recv, then dies of SIGSEGV
+ *   gather-null  gather to rank 0, whose receive buffer is NULL: nobody waits
+ *   both-send    both ranks send 64 MiB before receiving: the one with the longer
+ *                DDP_TIMEOUT sees the other go (exit and reset) as DDP_ECLOSED */
+static void mode_misuse(const char *how)
+{
+    static float big[16u << 20];
+    float x[4] = {1, 2, 3, 4};
+    bool ok = true;
+    if (strcmp(how, "peer") == 0) {
+        ok = refused("send to 7", ddp_send(ddp, x, 1, DDP_FLOAT32, 7)) &&
+             refused("recv from -1", ddp_recv(ddp, x, 1, DDP_FLOAT32, -1));
+        ok = ok && ddp_barrier(ddp) == 0;
+    } else if (strcmp(how, "null") == 0) {
+        ddp_reducer_t *r = NULL;
+        ddp_reducer_timing_t t;
+        ok = refused("barrier", ddp_barrier(NULL)) &&
+             refused("all_reduce", ddp_all_reduce(NULL, x, 4, DDP_FLOAT32, DDP_SUM)) &&
+             refused("send", ddp_send(NULL, x, 1, DDP_FLOAT32, 0)) &&
+             refused("rank", ddp_rank(NULL)) &&
+             refused("reducer_new", ddp_reducer_new(NULL, NULL, &r)) &&
+             refused("reducer_ready", ddp_reducer_ready(NULL, 0)) &&
+             refused("zero_new", ddp_zero_new(NULL, 4, 1, NULL)) &&
+             refused("checkpoint_save", ddp_checkpoint_save(NULL, "x", x, sizeof x)) &&
+             ddp_sampler_count(NULL, 10, NULL) == 0;
+        ddp_reducer_timing(NULL, &t);
+        ddp_finalize(NULL);
+        ok = ok && ddp_barrier(ddp) == 0;
+    } else if (strcmp(how, "finalized") == 0) {
+#if defined(__SANITIZE_ADDRESS__)
+        printf("rank %d: finalized: skipped (AddressSanitizer reports a use after free itself)\n",
+               rank);
+#else
+        ddp_finalize(ddp);
+        ok = refused("barrier after finalize", ddp_barrier(ddp));
+#endif
+        fflush(stdout);
+        exit(ok ? 0 : 1);
+    } else if (strcmp(how, "handled") == 0) {
+        if (rank == 1 && refused("recv from -1", ddp_recv(ddp, x, 1, DDP_FLOAT32, -1))) {
+            fflush(stdout);
+            raise(SIGSEGV);
+        }
+        pause(); /* until the launcher stops this rank */
+    } else if (strcmp(how, "gather-null") == 0) {
+        float all[64];
+        int err = ddp_gather(ddp, x, rank == 0 ? NULL : all, 4, DDP_FLOAT32, 0);
+        ok = rank == 0 ? refused("gather into NULL", err) : err == 0;
+        ok = ok && ddp_barrier(ddp) == 0 && ddp_gather(ddp, x, all, 4, DDP_FLOAT32, 0) == 0;
+    } else if (strcmp(how, "both-send") == 0) {
+        signal(SIGTERM, SIG_IGN); /* only libddp's own detection may end the survivor */
+        int err = ddp_send(ddp, big, sizeof big / sizeof big[0], DDP_FLOAT32, 1 - rank);
+        printf("rank %d: both-send: %s\n", rank, ddp_strerror(err));
+        fflush(stdout);
+        exit(err == DDP_ECLOSED ? 0 : 3);
+    } else {
+        ok = false;
+    }
+    printf("rank %d: misuse %s: %s\n", rank, how, ok ? "ok" : "FAILED");
+    fflush(stdout);
 }
 
 static const char *transport(void)
@@ -978,7 +1061,7 @@ int main(int argc, char **argv)
     else if (strcmp(mode, "nccl-id") == 0)
         mode_nccl_id();
     else if (strcmp(mode, "mismatch") == 0 && argc > 2)
-        mode_mismatch(argv[2]);
+        mode_mismatch(argv[2], argc > 3 ? atoi(argv[3]) : world - 1);
     else if (strcmp(mode, "leave") == 0)
         mode_leave(argc > 2 ? atoi(argv[2]) : 0);
     else if (strcmp(mode, "reducer-modes") == 0)
@@ -987,6 +1070,8 @@ int main(int argc, char **argv)
         mode_more(argc > 2 ? strtoul(argv[2], NULL, 10) : 65537);
     else if (strcmp(mode, "p2p-mismatch") == 0)
         mode_p2p_mismatch();
+    else if (strcmp(mode, "misuse") == 0 && argc > 2)
+        mode_misuse(argv[2]);
     else if (strcmp(mode, "skip") == 0 && argc > 3)
         mode_skip(atoi(argv[2]), atoi(argv[3]), argc > 4 ? atoi(argv[4]) : 600);
     else if (strcmp(mode, "die") == 0)

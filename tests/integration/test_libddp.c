@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "error.h"
 #include "harness.h"
 #include "io.h"
 
@@ -291,7 +292,7 @@ static void test_backend_choice(void **state)
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
                          nccl ? "the NCCL backend needs a GPU and none is visible"
                               : "the NCCL backend is not built into this libddp") != NULL);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "traceback : libddp: rank ") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "traceback : libddp: error: rank ") != NULL);
     th_cleanup(&p);
 
     const char *bogus[] = {"DDP_BACKEND=gloo", NULL};
@@ -432,6 +433,26 @@ static void test_mismatched_collectives_shm(void **state)
                  "broadcast #2 of 1000 float32 from rank 0");
 }
 
+/* Three ranks, and only rank 1's count differs (over the board, where every rank sees
+ * every call): the report's root cause is rank 1, the odd one out, not rank 0 or 2
+ * that each disagreed with it. Its message is in the documented form. */
+static void test_mismatch_blames_the_odd_one_out(void **state)
+{
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=3", "--no-python", collectives(), "mismatch", "count", "1",
+        NULL};
+    const char *env[] = {"DDP_TIMEOUT=600", NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    const char *err = ddp_buf_str(&p.err), *root = strstr(err, "Root Cause");
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, root != NULL && strstr(root, "rank      : 1 (local_rank: 1)") != NULL);
+    TH_ASSERT(&p,
+              root != NULL && strstr(root, "libddp: error: rank 1: collectives differ: this "
+                                           "rank called all_reduce #2 of 1001 float32") != NULL);
+    th_cleanup(&p);
+}
+
 static void test_mismatched_collectives_tcp(void **state)
 {
     const char *env[] = {"DDP_TIMEOUT=600", "DDP_SHM=0", NULL};
@@ -474,17 +495,148 @@ static void test_more_collectives(void **state)
     run_mode(5, "more", "1000", no_shm, "tcp", "more ok: 180 cases");
 }
 
-/* A recv whose count and dtype differ from its send's fails at once, naming both. */
+/* A recv whose count and dtype differ from its send's fails at once, naming both; the
+ * send's data is dropped and the context stays usable on both ranks (a barrier, then a
+ * send and recv that match). */
 static void test_send_recv_mismatch(void **state)
 {
     const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--no-python",
                           collectives(), "p2p-mismatch",       NULL};
+    const char *env[] = {"DDP_TIMEOUT=600", NULL};
     th_proc_t p;
-    th_run(&p, argv, NULL, 60);
+    th_run(&p, argv, env, 60);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out, "rank 1: p2p mismatch: send and recv differ: rank 0 sent send #1 of "
+                              "10 int32, but this rank's recv is send #1 of 11 float32") != NULL);
+    TH_ASSERT(&p, strstr(out, "rank 0: after the mismatch: barrier and send 42\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "rank 1: after the mismatch: barrier and send 42\n") != NULL);
+    th_cleanup(&p);
+}
+
+/* Runs `misuse CASE` on `world` ranks with `env`; the caller checks and cleans up. */
+static void run_misuse(th_proc_t *p, int world, const char *how, const char *const *env)
+{
+    char nproc[64];
+    snprintf(nproc, sizeof nproc, "--nproc-per-node=%d", world);
+    const char *argv[] = {th_launcher(), nproc, "--no-python", collectives(), "misuse", how, NULL};
+    th_run(p, argv, env, 60);
+}
+
+static const char *const long_timeout[] = {"DDP_TIMEOUT=600", NULL};
+
+/* send and recv name their bad peer as a peer, on stderr in the documented form
+ * ("libddp: error: rank N: ..."), and leave the context usable. */
+static void test_misuse_peer(void **state)
+{
+    th_proc_t p;
+    run_misuse(&p, 2, "peer", long_timeout);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), ": misuse peer: ok\n") == 2);
+    TH_ASSERT(&p, strstr(err, "libddp: error: rank 1: send: peer 7 is not a rank of the 2\n"));
+    TH_ASSERT(&p, strstr(err, "libddp: error: rank 0: recv: peer -1 is not a rank of the 2\n"));
+    TH_ASSERT(&p, strstr(err, "root") == NULL);
+    th_cleanup(&p);
+}
+
+/* Every kind of entry point given a NULL context or object returns DDP_EUSAGE and says
+ * so, instead of crashing; the real context still works. */
+static void test_misuse_null(void **state)
+{
+    th_proc_t p;
+    run_misuse(&p, 2, "null", long_timeout);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), ": misuse null: ok\n") == 2);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "libddp: error: ddp_barrier: the context is NULL"));
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "libddp: error: ddp_reducer_ready: the reducer is "
+                                              "NULL"));
+    th_cleanup(&p);
+}
+
+/* A call on a finalized context is refused at once (it used to spin for a minute, then
+ * crash), whatever DDP_TIMEOUT is. Under AddressSanitizer the worker skips the call. */
+static void test_misuse_after_finalize(void **state)
+{
+    th_proc_t p;
+    run_misuse(&p, 2, "finalized", long_timeout);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    if (th_count(out, "finalized: skipped") == 0) {
+        TH_ASSERT(&p, th_count(out, ": barrier after finalize: refused\n") == 2);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "is not a live context"));
+    }
+    th_cleanup(&p);
+}
+
+/* A usage error the program handled is not the job's root cause: the crash that
+ * followed is (the error file is for failures that end the context). */
+static void test_handled_error_is_not_the_root_cause(void **state)
+{
+    th_proc_t p;
+    run_misuse(&p, 2, "handled", long_timeout);
+    const char *err = ddp_buf_str(&p.err), *root = strstr(err, "Root Cause");
     TH_ASSERT(&p, th_status(&p) == 1);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out),
-                         "rank 1: p2p mismatch: send and recv differ: rank 0 sent send #1 of 10 "
-                         "int32, but this rank's recv is send #1 of 11 float32") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 1: recv from -1: refused\n"));
+    TH_ASSERT(&p, root != NULL && strstr(root, "rank      : 1 (local_rank: 1)") != NULL);
+    TH_ASSERT(&p, root != NULL && strstr(root, "Signal 11 (SIGSEGV)") != NULL);
+    TH_ASSERT(&p, root != NULL && strstr(root, "is not a rank") == NULL);
+    th_cleanup(&p);
+}
+
+/* A root-only usage error (gather into NULL on the root) keeps nobody waiting: the
+ * root's call fails, the others' succeed, and every context goes on. */
+static void test_gather_into_null_on_the_root(void **state)
+{
+    static const char *const tcp[] = {"DDP_TIMEOUT=600", "DDP_SHM=0", NULL};
+    th_proc_t p;
+    run_misuse(&p, 3, "gather-null", long_timeout);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), ": misuse gather-null: ok\n") == 3);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "gather: the root's receive buffer is NULL"));
+    th_cleanup(&p);
+    run_misuse(&p, 3, "gather-null", tcp);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), ": misuse gather-null: ok\n") == 3);
+    th_cleanup(&p);
+}
+
+/* Two ranks that both send 64 MiB before receiving: rank 0 (DDP_TIMEOUT=2) gives up and
+ * exits with unread data, which resets its connections; rank 1 (600 s) must report the
+ * reset as DDP_ECLOSED, a peer gone, not as -ECONNRESET. */
+static void test_reset_peer_is_closed(void **state)
+{
+    char script[600];
+    snprintf(script, sizeof script,
+             "if [ \"$RANK\" = 0 ]; then DDP_TIMEOUT=2; else DDP_TIMEOUT=600; fi; "
+             "export DDP_TIMEOUT; exec '%s' misuse both-send",
+             collectives());
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=2", "--no-python", "/bin/sh", "-c", script, NULL};
+    const char *env[] = {"DDP_SHM=0", NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    const char *out = ddp_buf_str(&p.out);
+    char want[128];
+    snprintf(want, sizeof want, "rank 1: both-send: %s\n", ddp_strerror(DDP_ECLOSED));
+    TH_ASSERT(&p, strstr(out, "rank 0: both-send: ") != NULL);
+    TH_ASSERT(&p, strstr(out, want) != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "rank 1: send: rank 0 is gone") != NULL);
+    th_cleanup(&p);
+}
+
+/* Started by hand, without RANK: the message names what is missing and no rank. */
+static void test_no_rank_without_a_launcher(void **state)
+{
+    const char *argv[] = {collectives(), "check", NULL};
+    const char *env[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 30);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 3);
+    TH_ASSERT(&p, strstr(err, "libddp: error: WORLD_SIZE is not set: start this program with "
+                              "ddp-launch") != NULL);
+    TH_ASSERT(&p, strstr(err, "rank 0") == NULL);
     th_cleanup(&p);
 }
 
@@ -681,6 +833,14 @@ int main(void)
         TH_TEST(test_mismatched_collectives_tcp),
         TH_TEST(test_more_collectives),
         TH_TEST(test_send_recv_mismatch),
+        TH_TEST(test_mismatch_blames_the_odd_one_out),
+        TH_TEST(test_misuse_peer),
+        TH_TEST(test_misuse_null),
+        TH_TEST(test_misuse_after_finalize),
+        TH_TEST(test_handled_error_is_not_the_root_cause),
+        TH_TEST(test_gather_into_null_on_the_root),
+        TH_TEST(test_reset_peer_is_closed),
+        TH_TEST(test_no_rank_without_a_launcher),
         TH_TEST(test_hang_report_on_collective_timeout),
         TH_TEST(test_board_timeout_names_the_missing_rank),
         TH_TEST(test_hang_timeout_finds_a_hang),

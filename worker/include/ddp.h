@@ -6,9 +6,12 @@
  * store, and then runs collectives: barrier, broadcast, all-reduce, all-gather, reduce,
  * reduce-scatter, all-to-all, gather and scatter, and sends messages point to point.
  * Functions that can fail return 0 or a negative code that ddp_strerror() describes;
- * ddp_last_error() then says what failed (naming the peer, the key, the variable), the
- * same text goes to stderr prefixed "libddp:", and TORCHELASTIC_ERROR_FILE receives it
- * so that ddp-launch's failure report shows the cause. A failed collective leaves the
+ * ddp_last_error() then says what failed (naming the peer, the key, the variable), and
+ * the same text goes to stderr as "libddp: error: rank N: ...". A failure that ends the
+ * context's use (a failed collective, init that cannot join the job) is also written to
+ * TORCHELASTIC_ERROR_FILE so that ddp-launch's failure report shows the cause; a usage
+ * error the program may handle is not. Every entry point refuses a NULL (or finalized)
+ * context with DDP_EUSAGE. A peer that went away is DDP_ECLOSED. A failed collective leaves the
  * workers out of step: every later collective of that context fails at once (the job
  * is restarted by the launcher, not repaired). Each collective fails when a peer makes
  * no progress for the timeout or goes away; it never waits forever. On the CPU backend,
@@ -116,7 +119,9 @@ int ddp_reduce_scatter(ddp_t *ddp, const void *send, void *recv, size_t count, d
 int ddp_all_to_all(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype);
 
 /* Gathers `count` elements of `send` from every rank into `recv` on rank `root` (world
- * size * count elements, rank 0's first); elsewhere `recv` is not used (may be NULL). */
+ * size * count elements, rank 0's first); elsewhere `recv` is not used (may be NULL). A
+ * NULL `recv` on the root fails the root's call (DDP_EUSAGE) after it has taken part,
+ * so the others' calls succeed and nobody waits. */
 int ddp_gather(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtype_t dtype, int root);
 
 /* Block r (`count` elements) of `send` on rank `root` goes to rank r's `recv`; elsewhere
@@ -127,8 +132,10 @@ int ddp_scatter(ddp_t *ddp, const void *send, void *recv, size_t count, ddp_dtyp
 /* Point to point: `count` elements of `buf` to rank `peer`, which takes them with
  * ddp_recv(..., this rank). The k-th send from a rank to another pairs with the other's
  * k-th recv from it, whose count and dtype must be the same (else DDP_EUSAGE at the
- * receiver, naming both). A send returns once its data is on its way (a large one waits
- * for the receiver to read); other ranks take no part. Sending to oneself is DDP_EUSAGE. */
+ * receiver, naming both; the send's data is dropped and both contexts stay usable). A
+ * send returns once its data is on its way (a large one waits for the receiver to read);
+ * other ranks take no part. Sending to oneself or to a peer that is not a rank is
+ * DDP_EUSAGE. */
 int ddp_send(ddp_t *ddp, const void *buf, size_t count, ddp_dtype_t dtype, int peer);
 int ddp_recv(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int peer);
 
@@ -145,15 +152,22 @@ int ddp_recv(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, int peer);
  * the program makes no other call on either. */
 typedef struct ddp_reducer_s ddp_reducer_t;
 
+/* How the reducer's float32 buckets travel. The values are the dtypes' (DDP_FLOAT16,
+ * DDP_BFLOAT16), which programs written before this type passed. */
+typedef enum {
+    DDP_COMPRESS_NONE = 0,
+    DDP_COMPRESS_FLOAT16 = 4,  /* DDP_FLOAT16: PyTorch's fp16_compress_hook */
+    DDP_COMPRESS_BFLOAT16 = 5, /* DDP_BFLOAT16: PyTorch's bf16_compress_hook */
+} ddp_compress_t;
+
 typedef struct ddp_reducer_options_s {
     size_t bucket_bytes;       /* 0: 25 MiB */
     size_t first_bucket_bytes; /* 0: 1 MiB */
-    /* 0: none. DDP_BFLOAT16 or DDP_FLOAT16: float32 buckets travel in that type, half the
-     * bytes (PyTorch's bf16_compress_hook, fp16_compress_hook): rounded to it, averaged
-     * with each step's arithmetic in f32, written back as float32. f16 overflows past
-     * 65504; bf16 keeps f32's range with 8 bits of precision. Host gradients (the CPU
-     * backend) only. Every rank must compress alike. */
-    int compress;
+    /* DDP_COMPRESS_NONE (0), or float32 buckets travel as f16 or bf16, half the bytes:
+     * rounded to it, averaged with each step's arithmetic in f32, written back as
+     * float32. f16 overflows past 65504; bf16 keeps f32's range with 8 bits of
+     * precision. Host gradients (the CPU backend) only. Every rank must compress alike. */
+    ddp_compress_t compress;
 } ddp_reducer_options_t;
 
 /* When the last iteration's events happened, in seconds of CLOCK_MONOTONIC. */
@@ -259,7 +273,8 @@ int ddp_nccl_unique_id(ddp_t *ddp, void *id, size_t len);
 /* What the last failed call of this context did wrong, or "". */
 const char *ddp_last_error(const ddp_t *ddp);
 
-/* Leaves the job and frees the context. NULL is allowed. */
+/* Leaves the job and frees the context. NULL is allowed; the context must not be used
+ * after (a call on it is refused with DDP_EUSAGE while its memory is not reused). */
 void ddp_finalize(ddp_t *ddp);
 
 /* A static description of an error code returned by libddp. */
