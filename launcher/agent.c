@@ -675,6 +675,7 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         .job_env = a->job_env,
         .dump_signal = a->dump_signal,
         .python_dir = a->python_dir,
+        .torch_version = a->torch_version,
     };
     if (asprintf(&w->error_file, "%s/%d/error.json", a->attempt_dir, w->local_rank) < 0) {
         w->error_file = NULL;
@@ -922,8 +923,14 @@ static int find_program(ddp_agent_t *a)
     bool python = cfg->run_path || !cfg->no_python;
     const char *name = python ? cfg->python_exec : cfg->script;
     int err = ddp_proc_find(name, ddp_env_get(DDP_ENV_PATH), &a->program);
-    if (err == 0)
+    if (err == 0) {
+        char where[PATH_MAX];
+        a->torch_version = ddp_worker_torch_version(cfg, environ, where, sizeof where);
+        if (a->torch_version != 0)
+            ddp_log_debug(a->log, "the workers' torch is %d.%d (%s)", a->torch_version / 1000,
+                          a->torch_version % 1000, where);
         return 0;
+    }
     if (python)
         ddp_log_error(a->log,
                       "unable to execute the Python interpreter %s: %s (set PYTHON_EXEC to the "

@@ -73,6 +73,7 @@ struct ddp_agent_s {
      * runs (a peer whose call differed, say): the stop waits up to BLAME_GRACE_S for that
      * rank's own end, so the report's root cause is its failure, not our SIGTERM. */
     uv_timer_t blame_timer;
+    int torch_version; /* the workers' torch (worker_spec.h), 0: unknown */
     bool blame_wait;
     size_t blame_first;
     double first_finished; /* when the first worker of the attempt finished; < 0: none */

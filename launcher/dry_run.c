@@ -83,6 +83,11 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
                 ? " (node ranks come in the order nodes join, WORLD_SIZE with the nodes "
                   "that do)"
                 : "");
+    char torch_at[4096];
+    int torch = ddp_worker_torch_version(cfg, envp, torch_at, sizeof torch_at);
+    if (err == 0 && torch != 0)
+        err = ddp_buf_printf(&out, "the workers' torch: %d.%d (%s)\n", torch / 1000, torch % 1000,
+                             torch_at);
     for (int lr = 0; lr < cfg->nproc_per_node && err == 0; lr++) {
         char **argv = NULL, **added = NULL;
         int rank = cfg->node_rank * cfg->nproc_per_node + lr;
@@ -106,6 +111,7 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
             .master_addr = cfg->master_addr,
             .master_port = cfg->master_port,
             .error_file = error_file,
+            .torch_version = torch,
         };
         if ((err = ddp_worker_argv(cfg, lr, &argv)) == 0 &&
             (err = ddp_worker_env_added(cfg, &info, envp, &added)) == 0) {

@@ -3,7 +3,9 @@
 
 #include "buf.h"
 #include "env.h"
+#include "spawn.h"
 #include "template.h"
+#include "torch_version.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -121,6 +123,22 @@ __attribute__((format(printf, 3, 4))) static void add_var(env_builder_t *eb, ddp
     push(eb, entry);
 }
 
+int ddp_worker_torch_version(const ddp_launch_config_t *cfg, char *const *envp, char *where,
+                             size_t cap)
+{
+    char *python = NULL;
+    if (where != NULL && cap > 0)
+        where[0] = '\0';
+    if ((!cfg->run_path && cfg->no_python) ||
+        ddp_proc_find(cfg->python_exec, ddp_env_lookup(envp, ddp_env_name(DDP_ENV_PATH)),
+                      &python) != 0)
+        return 0;
+    int version = ddp_torch_version(python, ddp_env_lookup(envp, ddp_env_name(DDP_ENV_PYTHONPATH)),
+                                    ddp_env_lookup(envp, ddp_env_name(DDP_ENV_HOME)), where, cap);
+    free(python);
+    return version;
+}
+
 int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t *info,
                          char *const *base, char ***out)
 {
@@ -151,6 +169,9 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
             ddp_env_lookup(cfg->env_set, ddp_env_name(id)) != NULL)
             continue;
         if (id == DDP_ENV_OMP_NUM_THREADS && info->local_world_size <= 1)
+            continue;
+        if (id == DDP_ENV_NCCL_ASYNC_ERROR_HANDLING &&
+            info->torch_version >= DDP_TORCH_VERSION(2, 2))
             continue;
         add_var(&eb, id, "%s", ddp_env_default(id));
     }

@@ -19,7 +19,13 @@ typedef struct ddp_worker_info_s {
     char *const *job_env;   /* node 0's --env entries (multi-node), over this node's; or NULL */
     int dump_signal;        /* DDP_DUMP_SIGNAL: what a worker dumps its state on; 0: unset */
     const char *python_dir; /* --hang-dump: put first on PYTHONPATH (its sitecustomize); or NULL */
+    int torch_version;      /* the workers' torch (DDP_TORCH_VERSION), 0: unknown */
 } ddp_worker_info_t;
+
+/* The torch the workers' Python imports (torch_version.h), where they run Python (not
+ * --no-python): 0 where unknown. `where` (cap bytes) gets its version file or "". */
+int ddp_worker_torch_version(const ddp_launch_config_t *cfg, char *const *envp, char *where,
+                             size_t cap);
 
 /* Python's string.Template.safe_substitute(local_rank=N) on one argument, as torchrun
  * applies it: ${local_rank} and $local_rank become N, $$ becomes $, any other $ stays.
@@ -33,7 +39,9 @@ int ddp_worker_argv(const ddp_launch_config_t *cfg, int local_rank, char ***out)
 
 /* The "NAME=VALUE" entries the launcher adds for one worker, given the launcher's own
  * environment `base` (variables that torchrun sets only when unset are left out when
- * present there). */
+ * present there; NCCL_ASYNC_ERROR_HANDLING also where the workers' torch is 2.2 or
+ * later, whose torchrun sets only TORCH_NCCL_ASYNC_ERROR_HANDLING and which warns of
+ * the old name). */
 int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t *info,
                          char *const *base, char ***out);
 

@@ -192,6 +192,49 @@ static void test_python_without_torch_is_named(void **state)
     th_cleanup(&p);
 }
 
+/* NCCL_ASYNC_ERROR_HANDLING, the name torch < 2.2 reads, is set only for such a torch
+ * (torch 2.2 and later warn of it, and their torchrun sets only the new name), found
+ * from the workers' python without importing torch: Debian's 1.13 in dist-packages gets
+ * both names; a venv (its python a link out of it) whose site-packages holds torch
+ * 2.6's version.py gets only TORCH_NCCL_ASYNC_ERROR_HANDLING. */
+static void test_legacy_nccl_variable_follows_torch(void **state)
+{
+    static const char *const clean[] = {"NCCL_ASYNC_ERROR_HANDLING",
+                                        "TORCH_NCCL_ASYNC_ERROR_HANDLING", NULL};
+    char exec[1200], cmd[1400], dir[1100], venv[1200], venv_exec[1300];
+    const char *argv[] = {th_launcher(), script("env_worker.py"), NULL};
+    th_proc_t p;
+    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python());
+    const char *env[] = {exec, clean[0], clean[1], NULL};
+    th_run(&p, argv, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    if (access("/usr/lib/python3/dist-packages/torch/version.py", R_OK) == 0)
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "\"NCCL_ASYNC_ERROR_HANDLING\": \"1\"") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "\"TORCH_NCCL_ASYNC_ERROR_HANDLING\": \"1\""));
+    th_cleanup(&p);
+
+    snprintf(dir, sizeof dir, "%s", write_script("venv-mark", ""));
+    *strrchr(dir, '/') = '\0';
+    snprintf(venv, sizeof venv, "%s/venv", dir);
+    snprintf(cmd, sizeof cmd, "'%s' -m venv --without-pip '%s' >&2", python(), venv);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "skipped the venv half: %s failed (apt-get install python3-venv)\n", cmd);
+        return;
+    }
+    snprintf(cmd, sizeof cmd,
+             "site=$(echo '%s'/lib/python3*/site-packages) && mkdir -p \"$site/torch\" && "
+             "printf \"__version__ = '2.6.0+debian'\\n\" > \"$site/torch/version.py\"",
+             venv);
+    assert_int_equal(system(cmd), 0);
+    snprintf(venv_exec, sizeof venv_exec, "PYTHON_EXEC=%s/bin/python3", venv);
+    env[0] = venv_exec;
+    th_run(&p, argv, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "\"NCCL_ASYNC_ERROR_HANDLING\": null") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "\"TORCH_NCCL_ASYNC_ERROR_HANDLING\": \"1\""));
+    th_cleanup(&p);
+}
+
 static int need_python(void **state)
 {
     const char *py = python();
@@ -210,6 +253,7 @@ int main(void)
         TH_TEST(test_legacy_local_rank),
         TH_TEST(test_local_rank_spellings),
         TH_TEST(test_python_without_torch_is_named),
+        TH_TEST(test_legacy_nccl_variable_follows_torch),
     };
     return cmocka_run_group_tests(tests, need_python, NULL);
 }
