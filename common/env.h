@@ -30,7 +30,7 @@
     X(PYTHONPATH, NULL, "with --hang-dump, ddp-launch's sitecustomize directory comes first")   \
     /* Read by the launcher. */                                                                 \
     X(PYTHON_EXEC, "python3", "interpreter that runs Python training scripts (with -u)")        \
-    X(HOME, NULL, "the user's site-packages (~/.local) where the workers' torch is looked for")  \
+    X(HOME, NULL, "the user's site (~/.local) where the workers' torch is looked for")          \
     X(TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, NULL,                                              \
       "prefix of tee'd console lines: ${rank}, ${local_rank}, ${role_name}")                    \
     X(DDP_LAUNCH_LOG_LEVEL, "info", "verbosity of ddp-launch: error, warning, info or debug")   \
