@@ -283,7 +283,8 @@ static void check(job_t *job, ddp_t *ctx, const char *what, int err)
 {
     if (err == 0)
         return;
-    const char *why = ctx != NULL ? ddp_last_error(ctx) : "";
+    /* Without a context (a failed init) libddp's own line above says why. */
+    const char *why = ctx != NULL ? ddp_last_error(ctx) : "see libddp's message above";
     fprintf(stderr, "fashion-mnist: rank %d: %s: %s%s%s\n", job->rank, what, ddp_strerror(err),
             *why != '\0' ? ": " : "", why);
     exit(1);
@@ -499,6 +500,8 @@ static void init_contexts(job_t *job, const options_t *o)
         setenv("LOCAL_WORLD_SIZE", "1", 0);
     }
     ddp_options_t grads = {.backend = o->cuda ? DDP_BACKEND_NCCL : DDP_BACKEND_CPU};
+    /* Until init succeeds the rank is the launcher's word: a failed init says which. */
+    job->rank = atoi(getenv("RANK") != NULL ? getenv("RANK") : "0");
     check(job, NULL, "init", ddp_init_with(&job->ddp, &grads));
     job->rank = ddp_rank(job->ddp);
     job->world = ddp_world_size(job->ddp);

@@ -92,6 +92,25 @@ class MLP(nn.Module):
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x.flatten(1))))))
 
 
+def choose_device(requested, local_rank, local_world, cuda_available, gpus):
+    """("cuda" or "cpu", a line to print or None) for --device on this node.
+
+    auto takes the GPUs where every local rank has one of its own, else the CPU (with
+    gloo), saying why; cuda without a GPU for every local rank is an error, named.
+    """
+    enough = cuda_available and gpus >= local_world
+    if requested == "cpu" or (requested == "auto" and not cuda_available):
+        return "cpu", None
+    if enough:
+        return "cuda", None
+    if requested == "cuda":
+        raise SystemExit(f"train_fashion: --device=cuda needs a GPU per worker: local rank "
+                         f"{local_rank} of {local_world} workers, {gpus} GPU(s) visible "
+                         f"(CUDA_VISIBLE_DEVICES)")
+    return "cpu", (f"train_fashion: {local_world} workers on this node but {gpus} GPU(s): "
+                   f"training on the CPU with gloo (--device=cuda needs a GPU per worker)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
@@ -105,6 +124,8 @@ def main():
     parser.add_argument("--log-every", type=int, default=100)
     parser.add_argument("--limit-train", type=int, default=0)
     parser.add_argument("--limit-test", type=int, default=0)
+    parser.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                        help="auto: the GPUs where every worker of a node has one, else the CPU")
     args = parser.parse_args()
     lr = args.lr if args.lr is not None else (0.1 if args.model == "mlp" else 0.02)
 
@@ -113,10 +134,17 @@ def main():
     for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
                         ("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29500")):
         os.environ.setdefault(name, value)
-    cuda = torch.cuda.is_available()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    available = torch.cuda.is_available()
+    kind, why = choose_device(args.device, local_rank, local_world, available,
+                              torch.cuda.device_count() if available else 0)
+    cuda = kind == "cuda"
+    if why is not None and local_rank == 0:
+        print(why, flush=True)
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device(f"cuda:{int(os.environ['LOCAL_RANK'])}" if cuda else "cpu")
+    device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
     torch.manual_seed(args.seed)
 
     train = dataset(args.data, "train", args.limit_train)

@@ -463,6 +463,36 @@ static void test_runs_where_cuda_is_absent(void **state)
     th_cleanup(&p);
 }
 
+/* A rank whose NCCL init fails (rank 1 asks for --device cuda on this GPU-less machine;
+ * rank 0 trains on the CPU and waits for it) says so under its own rank and why, and the
+ * report names it; before, a failed init was printed as rank 0's "invalid usage". */
+static void test_failed_init_names_its_rank(void **state)
+{
+    const char *module = getenv("DDP_TEST_FASHION_GPU");
+    if (module == NULL || strcmp(module, "1") != 0) {
+        printf("built without the GPU module: --device cuda stops before init\n");
+        return;
+    }
+    char script[800];
+    snprintf(script, sizeof script,
+             "if [ \"$RANK\" = 1 ]; then exec '%s' --device=cuda; fi; exec '%s' --max-steps=3",
+             example(), example());
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=2", "--no-python", "/bin/sh", "-c", script, NULL};
+    const char *env[] = {"CUDA_VISIBLE_DEVICES=", "DDP_TIMEOUT=600", NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    const char *err = ddp_buf_str(&p.err), *root = strstr(err, "Root Cause");
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, "libddp: error: rank 1: the NCCL backend needs a GPU and none is "
+                              "visible") != NULL);
+    TH_ASSERT(&p, strstr(err, "fashion-mnist: rank 1: init: ") != NULL);
+    TH_ASSERT(&p, strstr(err, "fashion-mnist: rank 0: init") == NULL);
+    TH_ASSERT(&p, root != NULL && strstr(root, "rank      : 1 (local_rank: 1)") != NULL);
+    TH_ASSERT(&p, root != NULL && strstr(root, "needs a GPU and none is visible") != NULL);
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     if (access(DATA "/train-images-idx3-ubyte.gz", R_OK) != 0) {
@@ -472,6 +502,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         TH_TEST(test_bad_data_is_a_clear_error),
         TH_TEST(test_runs_where_cuda_is_absent),
+        TH_TEST(test_failed_init_names_its_rank),
         TH_TEST(test_mlp_one_epoch_two_workers),
         TH_TEST(test_first_line_is_not_held),
         TH_TEST(test_two_workers_equal_one_with_twice_the_batch),

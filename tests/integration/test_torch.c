@@ -105,6 +105,20 @@ static void test_restart_after_a_failure(void **state)
     th_cleanup(&p);
 }
 
+/* The PyTorch example's device on a node with fewer GPUs than workers (as a lent
+ * 1-GPU machine has for 2 workers): the CPU with gloo, said in one line, under auto;
+ * --device=cuda an error that names the shortfall. The GPU counts are given to its
+ * choose_device, which the flavour's torch imports with the example. */
+static void test_fashion_device_choice(void **state)
+{
+    const char *argv[] = {python_exec, script("device_choice.py"), NULL};
+    th_proc_t p;
+    th_run(&p, argv, extra_env, 300);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "device choice ok\n") != NULL);
+    th_cleanup(&p);
+}
+
 static void test_error_file_in_report(void **state)
 {
     const char *args[] = {"--standalone",
@@ -347,10 +361,11 @@ int main(int argc, char **argv)
     }
     prepare();
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_gloo_two_ranks),           TH_TEST(test_gloo_four_ranks),
-        TH_TEST(test_tcpstore_client),          TH_TEST(test_restart_after_a_failure),
-        TH_TEST(test_error_file_in_report),     TH_TEST(test_train_fashion),
-        TH_TEST(test_c_example_under_torchrun), TH_TEST(test_hang_dump_python_stacks),
+        TH_TEST(test_gloo_two_ranks),          TH_TEST(test_gloo_four_ranks),
+        TH_TEST(test_tcpstore_client),         TH_TEST(test_restart_after_a_failure),
+        TH_TEST(test_error_file_in_report),    TH_TEST(test_train_fashion),
+        TH_TEST(test_fashion_device_choice),   TH_TEST(test_c_example_under_torchrun),
+        TH_TEST(test_hang_dump_python_stacks),
     };
     return cmocka_run_group_tests_name(flavour, tests, NULL, NULL);
 }
