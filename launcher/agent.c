@@ -785,6 +785,31 @@ fail:
 
 /* Multi-node jobs: what the rendezvous thread decided, for every node alike. */
 
+/* This node's own --env values against node 0's, which its workers get instead: said
+ * once a job where they differ. A bare NAME (unset here) and a name node 0 does not give
+ * say nothing: the workers get node 0's value, or this node's. */
+static void compare_job_env(ddp_agent_t *a)
+{
+    const ddp_launch_config_t *cfg = a->cfg;
+    if (a->env_compared || a->coord != NULL || a->job_env == NULL)
+        return;
+    a->env_compared = true;
+    for (int i = 0; i < cfg->nenv; i++) {
+        const char *entry = cfg->env_set[i];
+        size_t len = strcspn(entry, "=");
+        char name[256];
+        if (entry[len] != '=' || len >= sizeof name)
+            continue;
+        snprintf(name, sizeof name, "%.*s", (int)len, entry);
+        const char *own = entry + len + 1, *theirs = ddp_env_lookup(a->job_env, name);
+        if (theirs != NULL && strcmp(own, theirs) != 0)
+            ddp_log_warn(a->log,
+                         "--env %s: this node's value '%.60s' differs from node 0's '%.60s', "
+                         "which the workers get",
+                         name, own, theirs);
+    }
+}
+
 static void round_start(ddp_agent_t *a, const ddp_rdzv_world_t *world)
 {
     a->attempt = world->round;
@@ -796,6 +821,7 @@ static void round_start(ddp_agent_t *a, const ddp_rdzv_world_t *world)
     clear_failures(a);
     ddp_strv_free(a->job_env);
     a->job_env = ddp_rdzv_job_env(a->rdzv);
+    compare_job_env(a);
     /* The coordinator has cleared the last round's keys from the store already. */
     a->events.node_rank = world->node_rank;
     ddp_buf_t fields = DDP_BUF_INIT;

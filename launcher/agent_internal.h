@@ -74,6 +74,7 @@ struct ddp_agent_s {
      * rank's own end, so the report's root cause is its failure, not our SIGTERM. */
     uv_timer_t blame_timer;
     int torch_version; /* the workers' torch (worker_spec.h), 0: unknown */
+    bool env_compared; /* this node's --env values were held against node 0's */
     bool blame_wait;
     size_t blame_first;
     double first_finished; /* when the first worker of the attempt finished; < 0: none */

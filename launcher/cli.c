@@ -984,6 +984,11 @@ static int add_env(ddp_launch_config_t *cfg, const char *origin, const char *ite
             return usage(err, origin, "%s is set by ddp-launch for each worker", name);
     }
     const char *value = eq != NULL ? eq + 1 : ddp_env_lookup(envp, name);
+    /* In a multi-node job node 0's value is the one that counts, and the same command
+     * runs on every node: unset here, the entry stays bare ("NAME"), node 0's value to
+     * come (node 0 itself says so where it has none). */
+    if (value == NULL && cfg->nnodes_max > 1)
+        return append_item(&cfg->env_set, &cfg->nenv, strdup(name));
     if (value == NULL)
         return usage(err, origin, "%s is not set here: give %s=VALUE", name, name);
     int n = eq != NULL ? (int)(len - name_len - 1) : (int)strlen(value);

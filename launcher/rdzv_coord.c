@@ -379,8 +379,15 @@ static int publish_env(ddp_rdzv_coord_t *c, ddp_store_server_t *server)
     ddp_buf_t text = DDP_BUF_INIT;
     char key[512];
     int err = 0;
-    for (int i = 0; i < c->cfg->nenv && err == 0; i++)
-        err = ddp_buf_printf(&text, "%s\n", c->cfg->env_set[i]);
+    for (int i = 0; i < c->cfg->nenv && err == 0; i++) {
+        if (strchr(c->cfg->env_set[i], '=') != NULL)
+            err = ddp_buf_printf(&text, "%s\n", c->cfg->env_set[i]);
+        else
+            ddp_log_warn(c->log,
+                         "--env %s: not set on this node, node 0, whose --env values the "
+                         "workers of every node get: they get none (give %s=VALUE here)",
+                         c->cfg->env_set[i], c->cfg->env_set[i]);
+    }
     ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "env");
     if (err == 0)
         err = ddp_store_server_set(server, key, text.len > 0 ? text.data : "", text.len);

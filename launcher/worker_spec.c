@@ -187,8 +187,11 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
         add_var(&eb, DDP_ENV_PYTHONPATH, "%s%s%s", info->python_dir, old && *old ? ":" : "",
                 old && *old ? old : "");
     }
-    /* --env (names cli.c let through): node 0's entries win over this node's. */
+    /* --env (names cli.c let through): node 0's entries win over this node's; a bare
+     * NAME (unset on this node of a multi-node job) only takes node 0's. */
     for (int i = 0; i < cfg->nenv && !eb.err; i++) {
+        if (strchr(cfg->env_set[i], '=') == NULL)
+            continue;
         size_t len = strcspn(cfg->env_set[i], "=");
         bool overridden =
             info->python_dir != NULL && strncmp(cfg->env_set[i], "PYTHONPATH=", 11) == 0;

@@ -615,6 +615,29 @@ static void test_env_of_node0_everywhere(void **state)
     job_cleanup(&job);
 }
 
+/* The same command on every node: --env NAME, set on node 0 only, is accepted on node 1
+ * (it used to exit 2, "not set here") and its workers get node 0's value; a value of
+ * node 1's own that differs is named in a warning on node 1 and yields to node 0's. */
+static void test_same_env_command_on_every_node(void **state)
+{
+    const char *prog[] = {"/bin/sh", "-c", "echo \"rank $RANK: $DDP_X/$DDP_Y\"", NULL};
+    const char *node0[] = {"DDP_X=node0", "DDP_Y=y0", NULL};
+    const char *node1[] = {"DDP_X", "DDP_Y=y1", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n1 = start_node_env(&job, 2, 1, 1, "--env DDP_X --env DDP_Y", prog, node1);
+    th_proc_t *n0 = start_node_env(&job, 2, 0, 1, "--env DDP_X --env DDP_Y", prog, node0);
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_status(n0) == 0 && th_status(n1) == 0);
+    TH_ASSERT(n0, strstr(out(n0), "rank 0: node0/y0\n") != NULL);
+    TH_ASSERT(n1, strstr(out(n1), "rank 1: node0/y0\n") != NULL);
+    TH_ASSERT(n1, strstr(err(n1), "--env DDP_Y: this node's value 'y1' differs from node 0's "
+                                  "'y0', which the workers get") != NULL);
+    TH_ASSERT(n1, strstr(err(n1), "--env DDP_X") == NULL);
+    TH_ASSERT(n0, strstr(err(n0), "differs from node 0's") == NULL);
+    job_cleanup(&job);
+}
+
 /* A variable set on one node only (NCCL_SOCKET_IFNAME, as from one node's profile): every
  * node warns, naming it and both sides; the job runs. */
 static void test_environment_difference_warned(void **state)
@@ -766,6 +789,7 @@ int main(void)
         TH_TEST(test_elastic_reforms_without_a_lost_node),
         TH_TEST(test_elastic_too_few_nodes),
         TH_TEST(test_env_of_node0_everywhere),
+        TH_TEST(test_same_env_command_on_every_node),
         TH_TEST(test_environment_difference_warned),
         TH_TEST(test_environment_difference_strict),
         TH_TEST(test_libddp_across_nodes),

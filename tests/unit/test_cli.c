@@ -534,6 +534,13 @@ static void test_env_flags(void **state)
     for (int i = 0; i < 5; i++)
         assert_string_equal(p.cfg.env_set[i], want[i]);
     done(&p);
+    /* A multi-node job: a name unset here stays bare, for node 0's value. */
+    parse(&p, "--nnodes=2 --node-rank=1 --master-addr=h --env NOPE --env A t.py", "A=1");
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.nenv, 2);
+    assert_string_equal(p.cfg.env_set[0], "NOPE");
+    assert_string_equal(p.cfg.env_set[1], "A=1");
+    done(&p);
     static const struct {
         const char *args, *env, *message;
     } bad[] = {
