@@ -78,8 +78,11 @@ void ddp_agent_hang_begin(ddp_agent_t *a, bool found, bool stalled, const char *
             0) {
         a->hang_stacks_done = false;
         if (tool == NULL)
-            ddp_log_warn(a->log, "--hang-dump: neither eu-stack (elfutils) nor gdb is on PATH: "
-                                 "no native stacks");
+            ddp_log_warn(a->log, "--hang-dump: no native stacks: libunwind cannot be loaded "
+                                 "(Debian's libunwind8) and neither eu-stack (elfutils) nor gdb "
+                                 "is on PATH");
+        else
+            ddp_log_info(a->log, "--hang-dump: native stacks by %s", tool);
     }
     ddp_strv_free(paths);
     free(pids);

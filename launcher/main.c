@@ -11,6 +11,7 @@
 #include "error.h"
 #include "guard.h"
 #include "log.h"
+#include "unwind.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -21,6 +22,8 @@ int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[0], DDP_GUARD_NAME) == 0 && strcmp(argv[1], DDP_GUARD_ARG) == 0)
         return ddp_guard_main(DDP_GUARD_FD);
+    if (argc == 2 && strcmp(argv[0], DDP_UNWIND_NAME) == 0)
+        return ddp_unwind_main(argv[1]); /* --hang-dump's helper (unwind.h) */
 
     ddp_log_t log;
     ddp_log_level_t level = DDP_LOG_INFO;

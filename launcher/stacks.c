@@ -4,9 +4,11 @@
 #include "env.h"
 #include "io.h"
 #include "spawn.h"
+#include "unwind.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,13 +93,19 @@ int ddp_stacks_start(uv_loop_t *loop, const pid_t *pids, char *const *paths, int
     uv_timer_init(loop, &s->timer);
     s->timer.data = s;
     *tool = NULL;
-    if (ddp_proc_find("eu-stack", ddp_env_get(DDP_ENV_PATH), &found) == 0)
+    /* libunwind in a helper (this binary as DDP_UNWIND_NAME), else a tool on PATH. */
+    char self[PATH_MAX], why[512];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0 && ddp_unwind_available(why, sizeof why) && (found = strndup(self, (size_t)len)))
+        *tool = "libunwind";
+    else if (ddp_proc_find("eu-stack", ddp_env_get(DDP_ENV_PATH), &found) == 0)
         *tool = "eu-stack";
     else if (ddp_proc_find("gdb", ddp_env_get(DDP_ENV_PATH), &found) == 0)
         *tool = "gdb";
     for (int i = 0; *tool != NULL && i < n; i++) {
         char pid[24];
         snprintf(pid, sizeof pid, "%d", (int)pids[i]);
+        char *helper[] = {(char *)DDP_UNWIND_NAME, pid, NULL};
         char *eu[] = {found, "-p", pid, NULL};
         char *gdb[] = {found, "-batch", "-nx", "-p", pid, "-ex", "thread apply all bt", NULL};
         int fd = open(paths[i], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -111,7 +119,9 @@ int ddp_stacks_start(uv_loop_t *loop, const pid_t *pids, char *const *paths, int
         uv_process_options_t options = {
             .exit_cb = on_exit_cb,
             .file = found,
-            .args = strcmp(*tool, "gdb") == 0 ? gdb : eu,
+            .args = strcmp(*tool, "gdb") == 0        ? gdb
+                    : strcmp(*tool, "eu-stack") == 0 ? eu
+                                                     : helper,
             .stdio_count = 3,
             .stdio = stdio,
         };

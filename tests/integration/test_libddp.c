@@ -763,8 +763,9 @@ static void test_board_timeout_names_the_missing_rank(void **state)
 static void test_hang_timeout_finds_a_hang(void **state)
 {
     char *logs = th_tmpdir();
+    /* eu-stack and gdb out of reach (PATH): the native stacks are libunwind's. */
     const char *flags[] = {"--hang-timeout=2", "--hang-dump", NULL},
-               *env[] = {"DDP_TIMEOUT=300", NULL};
+               *env[] = {"DDP_TIMEOUT=300", "PATH=/nonexistent", NULL};
     th_proc_t p;
     double started = th_now();
     run_skip(logs, flags, env, &p);
@@ -773,8 +774,17 @@ static void test_hang_timeout_finds_a_hang(void **state)
     const char *err = ddp_buf_str(&p.err);
     TH_ASSERT(&p, strstr(err, "no rank has made progress for 2 s (--hang-timeout)"));
     TH_ASSERT(&p, strstr(err, "the job hung (no progress for 2 s): rank 1 never entered"));
-    /* --hang-dump: each rank's native stack (eu-stack, or gdb where that is all there is),
-     * taken while it was stuck: rank 0 inside the all_reduce, rank 1 asleep. */
+    /* --hang-dump: each rank's native stack, taken while it was stuck: rank 0 inside the
+     * all_reduce, rank 1 asleep. Where libunwind cannot be loaded (no libunwind8, or a
+     * build without its headers) the launcher says so, and there is nothing to check. */
+    if (strstr(err, "--hang-dump: no native stacks: libunwind cannot be loaded") != NULL) {
+        printf("skipped the native stacks: libunwind cannot be loaded here\n");
+        th_cleanup(&p);
+        th_rmtree(logs);
+        free(logs);
+        return;
+    }
+    TH_ASSERT(&p, strstr(err, "--hang-dump: native stacks by libunwind") != NULL);
     char *waiter = run_file(logs, "attempt_0/0/stack.txt"),
          *victim = run_file(logs, "attempt_0/1/stack.txt");
     TH_ASSERT(&p,
