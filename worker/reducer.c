@@ -8,7 +8,9 @@
  * strictly in order, so every rank runs the same collectives in the same order even if
  * its gradients become ready in another. The communication thread owns the context
  * from the first ready() of an iteration until wait() returns; the mutex guards the
- * iteration's bookkeeping, never a collective. */
+ * iteration's bookkeeping, never a collective. Alone (world size 1) the average is the
+ * gradient itself: no thread, no bucket memory, no copy, fence or collective; wait()
+ * only checks the marks and records each bucket in the flight recorder (progress). */
 #include "internal.h"
 
 #include "error.h"
@@ -48,6 +50,7 @@ struct ddp_reducer_s {
     size_t bucket_bytes, first_bucket_bytes;
     ddp_dtype_t compress; /* DDP_FLOAT16 or DDP_BFLOAT16; DDP_FLOAT32: none */
     bool sync;            /* false: iterations accumulate (no_sync) */
+    bool alone;           /* world size 1: nothing to communicate */
     grad_t *grads;
     int ngrads, grads_cap;
     bucket_t *buckets;
@@ -76,6 +79,7 @@ int ddp_reducer_new(ddp_t *ddp, const ddp_reducer_options_t *options, ddp_reduce
     if (r == NULL)
         return ddp_fail(ddp, -ENOMEM, "reducer: out of memory");
     r->ddp = ddp;
+    r->alone = ddp->world_size == 1;
     r->bucket_bytes =
         options && options->bucket_bytes ? options->bucket_bytes : DEFAULT_BUCKET_BYTES;
     r->first_bucket_bytes = options && options->first_bucket_bytes ? options->first_bucket_bytes
@@ -211,6 +215,8 @@ static int form_buckets(ddp_reducer_t *r)
             bucket->flat = r->grads[bucket->members[0]].buf;
             continue;
         }
+        if (r->alone)
+            continue; /* never copied */
         int err = r->be->alloc(ddp, r->be_state, bucket->count * es + 8, &bucket->flat);
         if (err)
             return err;
@@ -304,10 +310,14 @@ static int freeze(ddp_reducer_t *r)
 {
     ddp_t *ddp = r->ddp;
     int err = form_buckets(r);
-    if (err == 0)
+    if (err == 0 && !r->alone)
         err = compress_buckets(r);
     if (err)
         return err;
+    if (r->alone) {
+        r->frozen = true;
+        return 0;
+    }
     if ((err = pthread_create(&r->thread, NULL, communicate, r)) != 0)
         return ddp_fail(ddp, -err, "reducer: unable to start the communication thread: %s",
                         strerror(err));
@@ -329,7 +339,7 @@ int ddp_reducer_ready(ddp_reducer_t *r, int index)
     if (!r->frozen && (err = freeze(r)) != 0)
         return err;
     /* With the NCCL backend, the bucket's copies wait for the work queued so far. */
-    if (r->be->fence != NULL && (err = r->be->fence(ddp, r->be_state)) != 0)
+    if (!r->alone && r->be->fence != NULL && (err = r->be->fence(ddp, r->be_state)) != 0)
         return err;
     pthread_mutex_lock(&r->mutex);
     grad_t *g = &r->grads[index];
@@ -346,7 +356,7 @@ int ddp_reducer_ready(ddp_reducer_t *r, int index)
     r->now.last_ready = t;
     g->ready = true;
     /* Accumulating (no_sync): nothing to send. */
-    if (r->sync && --r->buckets[g->bucket].pending == 0)
+    if (r->sync && !r->alone && --r->buckets[g->bucket].pending == 0)
         pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->mutex);
     return 0;
@@ -377,8 +387,14 @@ int ddp_reducer_wait(ddp_reducer_t *r)
             "every rank must mark every gradient ready",
             nmissing, missing, nmissing > 8 ? ", ..." : "");
     }
-    while (r->sync && r->next < r->nbuckets)
+    while (r->sync && !r->alone && r->next < r->nbuckets)
         pthread_cond_wait(&r->changed, &r->mutex);
+    for (int b = 0; r->sync && r->alone && b < r->nbuckets; b++) {
+        /* Each bucket's average, of one rank: done, as the flight recorder says. */
+        ddp_flight_enter(ddp, DDP_FLIGHT_ALL_REDUCE, r->buckets[b].count, r->buckets[b].dtype,
+                         DDP_AVG, 0);
+        ddp_flight_leave(ddp, 0);
+    }
     int err = r->err;
     r->last = r->now;
     memset(&r->now, 0, sizeof r->now);
