@@ -33,6 +33,8 @@ void ddp_config_defaults(ddp_launch_config_t *cfg)
 void ddp_config_free(ddp_launch_config_t *cfg)
 {
     free(cfg->run_id);
+    free(cfg->script_path);
+    cfg->script_path = NULL;
     free(cfg->redirects.map);
     free(cfg->tee.map);
     free(cfg->ranks_filter);

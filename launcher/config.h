@@ -116,6 +116,7 @@ typedef struct ddp_launch_config_s {
     bool use_env;              /* legacy launch's --use-env: no local rank argument */
     const char *python_exec;   /* PYTHON_EXEC */
     const char *script;
+    char *script_path;  /* owned: script made a path ("./run.sh") where it was read here */
     char **script_args; /* points into argv */
     int nscript_args;
 

@@ -81,6 +81,12 @@ static void resolve_script(ddp_launch_config_t *cfg, const ddp_log_t *log)
     cfg->no_python = true;
     ddp_log_info(log, "%s is %s, not a Python script: running it directly, as --no-python does",
                  cfg->script, kind);
+    /* The file read is the one to run: a bare name ("run.sh", read in the working
+     * directory) must not be looked up in PATH instead, as it would with --no-python. */
+    if (strchr(cfg->script, '/') == NULL && asprintf(&cfg->script_path, "./%s", cfg->script) > 0)
+        cfg->script = cfg->script_path;
+    else if (strchr(cfg->script, '/') == NULL)
+        cfg->script_path = NULL;
 }
 
 /* torch.distributed.launch passed --local_rank=N (torch 2: --local-rank=N); torchrun

@@ -235,6 +235,27 @@ static void test_legacy_nccl_variable_follows_torch(void **state)
     th_cleanup(&p);
 }
 
+/* `ddp-launch run.sh`: a shell script in the working directory, named without "./". The
+ * launcher reads it there and runs it directly; it used to look the name up in PATH
+ * then ("unable to execute run.sh", 127). */
+static void test_script_in_the_working_directory(void **state)
+{
+    char dir[1100], cmd[2400];
+    snprintf(dir, sizeof dir, "%s",
+             write_script("run-here.sh", "#!/bin/sh\necho \"here $RANK\"\n"));
+    assert_int_equal(chmod(dir, 0755), 0);
+    *strrchr(dir, '/') = '\0';
+    snprintf(cmd, sizeof cmd, "cd '%s' && exec '%s' --nproc-per-node=2 run-here.sh", dir,
+             th_launcher());
+    const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    th_proc_t p;
+    th_run(&p, argv, python_env(NULL), 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "here 0\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "here 1\n") != NULL);
+    th_cleanup(&p);
+}
+
 static int need_python(void **state)
 {
     const char *py = python();
@@ -254,6 +275,7 @@ int main(void)
         TH_TEST(test_local_rank_spellings),
         TH_TEST(test_python_without_torch_is_named),
         TH_TEST(test_legacy_nccl_variable_follows_torch),
+        TH_TEST(test_script_in_the_working_directory),
     };
     return cmocka_run_group_tests(tests, need_python, NULL);
 }
