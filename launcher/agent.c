@@ -1258,8 +1258,8 @@ static int agent_free(ddp_agent_t *a, int exit_code)
         uv_loop_close(&a->loop);
     }
     ddp_guard_stop(&a->guard);
-    if (a->base_created)
-        ddp_logs_remove_if_empty(a->base_dir);
+    if (a->base_created) /* of a job that succeeded, the rings are nothing to keep */
+        ddp_logs_remove_if_empty(a->base_dir, exit_code == DDP_EXIT_OK);
     clear_failures(a);
     ddp_buf_t fields = DDP_BUF_INIT;
     ddp_events_int(&fields, "exit_code", exit_code);

@@ -128,7 +128,7 @@ int ddp_guard_main(int fd)
     for (size_t i = 0; i < n && !goodbye; i++)
         kill(-groups[i], SIGKILL);
     if (!goodbye && dir[0] != '\0')
-        ddp_logs_remove_if_empty(dir);
+        ddp_logs_remove_if_empty(dir, false);
     free(groups);
     return 0;
 }

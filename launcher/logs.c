@@ -2,6 +2,7 @@
 #include "logs.h"
 
 #include "env.h"
+#include "hang.h"
 #include "io.h"
 #include "template.h"
 
@@ -167,8 +168,18 @@ int ddp_logs_make_attempt_dir(const char *run_dir, int attempt, int nworkers, ch
     return 0;
 }
 
-/* Removes empty directories under `path` (and `path`); true when it is gone. */
-static bool prune(const char *path, int depth)
+/* Whether `name` is a flight recorder ring's file. */
+static bool is_ring(const char *name)
+{
+    size_t len = strlen(name), plen = strlen(DDP_HANG_RING_PREFIX),
+           slen = strlen(DDP_HANG_RING_SUFFIX);
+    return len > plen + slen && strncmp(name, DDP_HANG_RING_PREFIX, plen) == 0 &&
+           strcmp(name + len - slen, DDP_HANG_RING_SUFFIX) == 0;
+}
+
+/* Removes empty directories under `path` (and `path`), with `rings` the rings in them
+ * first; true when it is gone. */
+static bool prune(const char *path, int depth, bool rings)
 {
     DIR *dir = depth < 16 ? opendir(path) : NULL;
     bool empty = dir != NULL;
@@ -177,11 +188,15 @@ static bool prune(const char *path, int depth)
         if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0)
             continue;
         char *child;
-        if (entry->d_type != DT_DIR || asprintf(&child, "%s/%s", path, entry->d_name) < 0) {
+        if (asprintf(&child, "%s/%s", path, entry->d_name) < 0) {
             empty = false;
             continue;
         }
-        empty = prune(child, depth + 1) && empty;
+        if (entry->d_type == DT_DIR)
+            empty = prune(child, depth + 1, rings) && empty;
+        else
+            empty = rings && entry->d_type == DT_REG && is_ring(entry->d_name) &&
+                    unlink(child) == 0 && empty;
         free(child);
     }
     if (dir != NULL)
@@ -189,9 +204,9 @@ static bool prune(const char *path, int depth)
     return empty && rmdir(path) == 0;
 }
 
-void ddp_logs_remove_if_empty(const char *path)
+void ddp_logs_remove_if_empty(const char *path, bool rings)
 {
-    (void)prune(path, 0);
+    (void)prune(path, 0, rings);
 }
 
 void ddp_lines_init(ddp_lines_t *lines, const char *prefix, size_t max_line)

@@ -45,8 +45,10 @@ int ddp_logs_make_run_dir(const char *base, const char *run_id, ddp_logs_announc
 int ddp_logs_make_attempt_dir(const char *run_dir, int attempt, int nworkers, char **attempt_dir);
 
 /* Removes `path` and everything under it if it holds no file (only empty
- * directories); a directory holding logs or error files is kept. */
-void ddp_logs_remove_if_empty(const char *path);
+ * directories); a directory holding logs or error files is kept. With `rings`, libddp's
+ * flight recorder rings (flight_*.ring) go first: of a job that succeeded, they are
+ * nothing to read. */
+void ddp_logs_remove_if_empty(const char *path, bool rings);
 
 /* A console stream of the launcher (its stdout or stderr). */
 typedef struct ddp_console_s {

@@ -115,6 +115,29 @@ static void test_late_rank_is_waited_for_aloud(void **state)
     th_cleanup(&p);
 }
 
+/* A libddp job that succeeds without --log-dir leaves nothing in TMPDIR (its flight
+ * recorder rings were left there, a directory a node and job). */
+static void test_success_leaves_nothing(void **state)
+{
+    char *tmp = th_tmpdir(), var[1100];
+    snprintf(var, sizeof var, "TMPDIR=%s", tmp);
+    const char *env[] = {var, NULL};
+    run_mode(2, "collectives", NULL, env, "shm", "collectives ok");
+    DIR *dir = opendir(tmp);
+    struct dirent *e;
+    int left = 0;
+    while (dir != NULL && (e = readdir(dir)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            fprintf(stderr, "left in TMPDIR: %s\n", e->d_name);
+            left++;
+        }
+    if (dir != NULL)
+        closedir(dir);
+    assert_int_equal(left, 0);
+    th_rmtree(tmp);
+    free(tmp);
+}
+
 static void test_all_reduce_world_2_tcp(void **state)
 {
     run_mode(2, "check", "1000003", no_shm, "tcp", "cases");
@@ -828,6 +851,7 @@ int main(void)
         TH_TEST(test_init_timeout_names_the_missing_rank),
         TH_TEST(test_all_reduce_world_2_shm_large),
         TH_TEST(test_all_reduce_world_2_tcp),
+        TH_TEST(test_success_leaves_nothing),
         TH_TEST(test_late_rank_is_waited_for_aloud),
         TH_TEST(test_all_reduce_world_3_shm),
         TH_TEST(test_all_reduce_world_4_one_rank_without_shm),

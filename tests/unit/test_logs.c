@@ -246,7 +246,7 @@ static void test_default_base_is_announced_first(void **state)
     assert_int_equal(strncmp(base_out, tmp, strlen(tmp)), 0);
     struct stat st;
     assert_int_equal(stat(run_dir, &st), 0);
-    ddp_logs_remove_if_empty(base_out);
+    ddp_logs_remove_if_empty(base_out, false);
     assert_int_equal(stat(base_out, &st), -1);
     rmdir(tmp);
     if (saved != NULL)
@@ -283,14 +283,24 @@ static void test_directories(void **state)
     assert_true(asprintf(&file, "%s/stdout.log", rank2) > 0);
     int fd = open(file, O_CREAT | O_WRONLY, 0644);
     close(fd);
-    ddp_logs_remove_if_empty(base);
+    /* A flight recorder ring goes only when asked (a job that succeeded). */
+    char *ring;
+    assert_true(asprintf(&ring, "%s/attempt_2/1/flight_main.ring", run_dir) > 0);
+    fd = open(ring, O_CREAT | O_WRONLY, 0644);
+    close(fd);
+    ddp_logs_remove_if_empty(base, false);
     assert_int_equal(stat(file, &st), 0);
+    assert_int_equal(stat(ring, &st), 0);
     char *rank0;
     assert_true(asprintf(&rank0, "%s/attempt_2/0", run_dir) > 0);
     assert_int_equal(stat(rank0, &st), -1);
+    ddp_logs_remove_if_empty(base, true);
+    assert_int_equal(stat(ring, &st), -1);
+    assert_int_equal(stat(file, &st), 0); /* a log stays */
     unlink(file);
-    ddp_logs_remove_if_empty(base);
+    ddp_logs_remove_if_empty(base, false);
     assert_int_equal(stat(base, &st), -1);
+    free(ring);
     free(nested);
     free(base_out);
     free(run_dir);
