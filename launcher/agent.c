@@ -112,6 +112,7 @@ static void finish(ddp_agent_t *a)
     uv_close((uv_handle_t *)&a->kill_timer, NULL);
     uv_close((uv_handle_t *)&a->wait_timer, NULL);
     uv_close((uv_handle_t *)&a->blame_timer, NULL);
+    uv_close((uv_handle_t *)&a->leftover_timer, NULL);
     uv_close((uv_handle_t *)&a->hang_timer, NULL);
     uv_close((uv_handle_t *)&a->hang_wait, NULL);
     for (int i = 0; i < a->cfg->nsignals; i++)
@@ -237,8 +238,15 @@ static void clear_failures(ddp_agent_t *a)
 static int group_start(ddp_agent_t *a);
 
 /* Processes a worker left in its process group (a data loader, a shell's background
- * job) go with it. Groups that were SIGKILLed already are only finishing dying. */
-static void kill_leftovers(ddp_agent_t *a)
+ * job, Python's resource tracker) go with it, after a grace: SIGTERM, then up to
+ * LEFTOVER_GRACE_S for them to end on their own (the resource tracker ignores SIGTERM
+ * and unlinks the worker's shared memory once the worker has gone), then SIGKILL.
+ * Groups that were SIGKILLed already are only finishing dying. */
+#define LEFTOVER_GRACE_S 2.0
+#define LEFTOVER_POLL_MS 20
+
+/* Which workers' groups still have a live member (zombies aside): how many. */
+static int leftover_groups(ddp_agent_t *a, bool *alive)
 {
     /* Usually no group has a member left at all (kill fails with ESRCH): then there
      * is no need to read /proc, which only tells live members from zombies. */
@@ -246,27 +254,78 @@ static void kill_leftovers(ddp_agent_t *a)
     for (int i = 0; i < a->nworkers && !any; i++)
         any = a->workers[i].pid > 0 && kill(-a->workers[i].pid, 0) == 0;
     if (!any)
-        return;
+        return 0;
     pid_t *pgids = calloc((size_t)a->nworkers, sizeof *pgids);
-    bool *alive = calloc((size_t)a->nworkers, sizeof *alive);
-    if (pgids != NULL && alive != NULL) {
-        for (int i = 0; i < a->nworkers; i++)
-            pgids[i] = a->workers[i].pid;
-        if (ddp_proc_groups_alive(pgids, (size_t)a->nworkers, alive) != 0)
-            memset(alive, 1, (size_t)a->nworkers * sizeof *alive); /* no /proc: kill anyway */
+    if (pgids == NULL)
+        return 0;
+    for (int i = 0; i < a->nworkers; i++)
+        pgids[i] = a->workers[i].pid;
+    if (ddp_proc_groups_alive(pgids, (size_t)a->nworkers, alive) != 0)
+        memset(alive, 1, (size_t)a->nworkers * sizeof *alive); /* no /proc: assume so */
+    int n = 0;
+    for (int i = 0; i < a->nworkers; i++) {
+        alive[i] = alive[i] && pgids[i] > 0;
+        n += alive[i];
+    }
+    free(pgids);
+    return n;
+}
+
+/* The grace is over (or was not wanted): SIGKILL for what is left. */
+static void kill_leftovers(ddp_agent_t *a)
+{
+    bool *alive = calloc((size_t)(a->nworkers > 0 ? a->nworkers : 1), sizeof *alive);
+    if (alive != NULL && leftover_groups(a, alive) > 0) {
         for (int i = 0; i < a->nworkers; i++) {
-            if (pgids[i] <= 0 || !alive[i])
+            if (!alive[i])
                 continue;
             if (!a->sent_sigkill)
                 ddp_log_warn(a->log,
                              "worker local rank %d (pid %d) left processes behind in its "
-                             "process group: sending them SIGKILL",
-                             i, (int)pgids[i]);
-            kill(-pgids[i], SIGKILL);
+                             "process group that did not end within %g s of SIGTERM: sending "
+                             "them SIGKILL",
+                             i, (int)a->workers[i].pid, LEFTOVER_GRACE_S);
+            kill(-a->workers[i].pid, SIGKILL);
         }
     }
-    free(pgids);
     free(alive);
+}
+
+static void group_finished_after_leftovers(ddp_agent_t *a);
+
+static void on_leftover_timer(uv_timer_t *timer)
+{
+    ddp_agent_t *a = timer->data;
+    bool *alive = calloc((size_t)(a->nworkers > 0 ? a->nworkers : 1), sizeof *alive);
+    bool left = alive == NULL || leftover_groups(a, alive) > 0;
+    free(alive);
+    if (left && ddp_clock_mono() < a->leftover_deadline)
+        return; /* the repeating timer looks again */
+    uv_timer_stop(&a->leftover_timer);
+    a->leftover_wait = false;
+    kill_leftovers(a);
+    group_finished_after_leftovers(a);
+}
+
+/* SIGTERM for what the workers left, and the grace's timer: true when it runs (the end
+ * of the group then comes from the timer). */
+static bool leftovers_grace(ddp_agent_t *a)
+{
+    bool *alive = calloc((size_t)(a->nworkers > 0 ? a->nworkers : 1), sizeof *alive);
+    int n = alive != NULL && !a->sent_sigkill ? leftover_groups(a, alive) : 0;
+    for (int i = 0; i < a->nworkers && n > 0; i++) {
+        if (alive[i])
+            kill(-a->workers[i].pid, SIGTERM);
+    }
+    free(alive);
+    if (n == 0)
+        return false;
+    ddp_log_debug(a->log, "%d worker group(s) have processes left: SIGTERM, %g s to end", n,
+                  LEFTOVER_GRACE_S);
+    a->leftover_wait = true;
+    a->leftover_deadline = ddp_clock_mono() + LEFTOVER_GRACE_S;
+    uv_timer_start(&a->leftover_timer, on_leftover_timer, LEFTOVER_POLL_MS, LEFTOVER_POLL_MS);
+    return true;
 }
 
 /* A failed job's status: 1, or with --exit-code=worker the root cause's own. */
@@ -285,7 +344,15 @@ void ddp_agent_group_finished(ddp_agent_t *a)
     uv_timer_stop(&a->blame_timer);
     a->blame_wait = false;
     uv_timer_stop(&a->hang_timer);
+    if (a->leftover_wait || leftovers_grace(a))
+        return; /* on_leftover_timer goes on */
     kill_leftovers(a);
+    group_finished_after_leftovers(a);
+}
+
+/* The rest of the group's end, once nothing of it is left. */
+static void group_finished_after_leftovers(ddp_agent_t *a)
+{
     for (int i = 0; i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];
         if (w->pid <= 0)
@@ -990,6 +1057,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     uv_timer_init(&a->loop, &a->kill_timer);
     uv_timer_init(&a->loop, &a->wait_timer);
     uv_timer_init(&a->loop, &a->blame_timer);
+    uv_timer_init(&a->loop, &a->leftover_timer);
     uv_timer_init(&a->loop, &a->hang_timer);
     uv_timer_init(&a->loop, &a->hang_wait);
     for (int i = 0; i < a->cfg->nsignals; i++) {
@@ -1014,6 +1082,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     a->kill_timer.data = a;
     a->wait_timer.data = a;
     a->blame_timer.data = a;
+    a->leftover_timer.data = a;
     a->hang_timer.data = a;
     a->hang_wait.data = a;
     *handles_ready = true;

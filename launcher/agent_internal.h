@@ -75,6 +75,11 @@ struct ddp_agent_s {
     uv_timer_t blame_timer;
     int torch_version; /* the workers' torch (worker_spec.h), 0: unknown */
     bool env_compared; /* this node's --env values were held against node 0's */
+    /* The workers have ended and left processes in their groups: their grace
+     * (agent.c's leftovers), until leftover_deadline (CLOCK_MONOTONIC). */
+    uv_timer_t leftover_timer;
+    bool leftover_wait;
+    double leftover_deadline;
     bool blame_wait;
     size_t blame_first;
     double first_finished; /* when the first worker of the attempt finished; < 0: none */

@@ -256,6 +256,34 @@ static void test_script_in_the_working_directory(void **state)
     th_cleanup(&p);
 }
 
+/* A worker that makes shared memory and exits without unlinking it: Python's resource
+ * tracker (a process of the worker's group, which ignores SIGTERM) unlinks it once the
+ * worker has gone. The launcher gives what a worker leaves a grace before SIGKILL, so
+ * the segment is gone when ddp-launch exits, as under plain python and torchrun. */
+static void test_shared_memory_is_unlinked(void **state)
+{
+    const char *leaky =
+        write_script("leaky_shm.py", "from multiprocessing import shared_memory\n"
+                                     "m = shared_memory.SharedMemory(create=True, size=4096)\n"
+                                     "print('segment', m.name, flush=True)\n"
+                                     "m.close()\n");
+    const char *argv[] = {th_launcher(), leaky, NULL};
+    th_proc_t p;
+    double started = th_now();
+    th_run(&p, argv, python_env(NULL), 60);
+    const char *seg = strstr(ddp_buf_str(&p.out), "segment ");
+    char name[128] = "", path[200];
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, seg != NULL && sscanf(seg, "segment %127s", name) == 1);
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    TH_ASSERT(&p, access(path, F_OK) != 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "sending them SIGKILL") == NULL);
+    TH_ASSERT(&p, th_now() - started < 30);
+    if (access(path, F_OK) == 0)
+        unlink(path);
+    th_cleanup(&p);
+}
+
 static int need_python(void **state)
 {
     const char *py = python();
@@ -276,6 +304,7 @@ int main(void)
         TH_TEST(test_python_without_torch_is_named),
         TH_TEST(test_legacy_nccl_variable_follows_torch),
         TH_TEST(test_script_in_the_working_directory),
+        TH_TEST(test_shared_memory_is_unlinked),
     };
     return cmocka_run_group_tests(tests, need_python, NULL);
 }
