@@ -10,7 +10,8 @@
  *   catch NAME...            print "ready ..." then, on one of the signals, "caught
  *                            SIGNAME <local_rank>" and exit 0
  *   grandchild               fork a child that waits; print "pids <pid> <child>"; wait
- *   leave-child              fork a child that waits; print "pids ..."; exit 0
+ *   leave-child [stubborn]   fork a child that waits (ignoring SIGTERM if stubborn);
+ *                            print "pids ..."; exit 0
  *   fail-until N CODE        exit CODE while TORCHELASTIC_RESTART_COUNT < N, else 0
  *   wait-until N             wait to be stopped while TORCHELASTIC_RESTART_COUNT < N,
  *                            then as env
@@ -291,9 +292,24 @@ int main(int argc, char **argv)
     if (strcmp(mode, "catch") == 0)
         return mode_catch(argc, argv);
     if (strcmp(mode, "grandchild") == 0 || strcmp(mode, "leave-child") == 0) {
+        /* A stubborn child ignores SIGTERM before the worker goes on (a pipe says so). */
+        bool stubborn = argc > 2 && strcmp(argv[2], "stubborn") == 0;
+        int ready[2];
+        char byte = 0;
+        if (pipe(ready) != 0)
+            return 3;
         pid_t child = fork();
-        if (child == 0)
+        if (child == 0) {
+            if (stubborn)
+                signal(SIGTERM, SIG_IGN);
+            if (write(ready[1], &byte, 1) != 1)
+                _exit(3);
             wait_forever();
+        }
+        if (child < 0 || read(ready[0], &byte, 1) != 1)
+            return 3;
+        close(ready[0]);
+        close(ready[1]);
         say("pids %d %d\n", (int)getpid(), (int)child);
         if (strcmp(mode, "leave-child") == 0)
             return 0;

@@ -246,16 +246,24 @@ static void test_stop_takes_grandchildren(void **state)
 
 static void test_leftover_children_are_killed(void **state)
 {
-    /* The worker exits 0 but leaves a child in its process group. */
-    const char *argv[] = {th_launcher(), "--no-python", th_worker(), "leave-child", NULL};
-    th_proc_t p;
-    pid_t pids[2];
-    th_run(&p, argv, NULL, 60);
-    TH_ASSERT(&p, th_status(&p) == 0);
-    TH_ASSERT(&p, collect_pids(ddp_buf_str(&p.out), "pids", pids, 2) == 2);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "left processes behind") != NULL);
-    expect_all_gone(&p, pids + 1, 1);
-    th_cleanup(&p);
+    /* The worker exits 0 but leaves a child in its process group: SIGTERM ends it
+     * within the grace, quietly; one that ignores SIGTERM gets SIGKILL after it, said. */
+    const char *argv[] = {th_launcher(), "--no-python", th_worker(), "leave-child", NULL, NULL};
+    for (int stubborn = 0; stubborn <= 1; stubborn++) {
+        th_proc_t p;
+        pid_t pids[2];
+        argv[4] = stubborn ? "stubborn" : NULL;
+        double started = th_now();
+        th_run(&p, argv, NULL, 60);
+        TH_ASSERT(&p, th_status(&p) == 0);
+        TH_ASSERT(&p, collect_pids(ddp_buf_str(&p.out), "pids", pids, 2) == 2);
+        TH_ASSERT(&p, (strstr(ddp_buf_str(&p.err),
+                              "left processes behind in its process group "
+                              "that did not end within 2 s of SIGTERM") != NULL) == stubborn);
+        TH_ASSERT(&p, stubborn || th_now() - started < 1.5); /* no grace waited out */
+        expect_all_gone(&p, pids + 1, 1);
+        th_cleanup(&p);
+    }
 }
 
 /* A worker stopped (SIGSTOP) that handles SIGTERM acts on the stop at once: the stop
