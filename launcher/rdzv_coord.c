@@ -102,10 +102,10 @@ static void job_done(ddp_rdzv_coord_t *c)
 }
 
 /* The running round stops (a failure, a lost or a new node); the next one forms. */
-static void round_stop(ddp_rdzv_coord_t *c, bool failed, const char *message)
+static void round_stop_as(ddp_rdzv_coord_t *c, bool failed, int exit_code, const char *message)
 {
     if (failed && c->restarts >= c->cfg->max_restarts) {
-        job_over(c, DDP_EXIT_WORKER_FAILED,
+        job_over(c, exit_code,
                  "the job failed in round %d, with no restart left (--max-restarts=%d): %s",
                  c->round, c->cfg->max_restarts, message);
         return;
@@ -129,6 +129,12 @@ static void round_stop(ddp_rdzv_coord_t *c, bool failed, const char *message)
     c->forming_since = ddp_clock_mono();
     c->min_since = -1;
     c->next_status = 0;
+}
+
+/* A round that ends because a worker failed (exit 1 when no restart is left). */
+static void round_stop(ddp_rdzv_coord_t *c, bool failed, const char *message)
+{
+    round_stop_as(c, failed, DDP_EXIT_WORKER_FAILED, message);
 }
 
 /* The members' environment records, compared (envcheck.h): a difference is a warning in
@@ -245,10 +251,12 @@ static void member_lost(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char *w
     }
     if (c->phase == COORD_RUNNING && m->in_round && !c->outcome_published) {
         char message[DDP_RDZV_MSG_MAX];
-        snprintf(message, sizeof message, "node %d's launcher stopped answering: %s", m->node_rank,
-                 why);
+        snprintf(message, sizeof message, "node %d (%.255s)'s launcher stopped answering: %s",
+                 m->node_rank, m->join.host, why);
         ddp_log_debug(c->log, "rendezvous: %s", message);
-        round_stop(c, !c->backend->loss_reforms, message);
+        /* A job that cannot re-form without it and has no restart left could not keep its
+         * nodes: 5, as the man page says, not a worker's failure. */
+        round_stop_as(c, !c->backend->loss_reforms, DDP_EXIT_RDZV_FAILED, message);
     }
     if (c->phase == COORD_FORMING)
         try_close(c, ddp_clock_mono());

@@ -358,13 +358,30 @@ static void test_node_loss_noticed(void **state)
     two_waiting_nodes(&job, "--max-restarts=1 --rdzv-conf=timeout=3", &n0, &n1);
     double killed = th_now();
     assert_int_equal(kill(n1->pid, SIGKILL), 0);
-    TH_ASSERT(n0, th_wait_output(n0, 2, "node 1's launcher stopped answering", 1, 30));
+    TH_ASSERT(n0, th_wait_output(n0, 2, ")'s launcher stopped answering", 1, 30));
+    TH_ASSERT(n0, strstr(err(n0), "node 1 (") != NULL);
     double noticed = th_now() - killed;
     printf("node 1's loss noticed after %.1f s\n", noticed);
     TH_ASSERT(n0, noticed <= 5.5);
     job_wait(&job, 60);
     TH_ASSERT(n0, th_status(n0) == 5);
     TH_ASSERT(n0, strstr(err(n0), "round 1: node(s) 1 did not join within 3 s") != NULL);
+    job_cleanup(&job);
+}
+
+/* The same loss with no restart left: the job could not keep its nodes, status 5 (not a
+ * worker's 1), naming the lost node and its host. */
+static void test_node_loss_without_restarts_is_5(void **state)
+{
+    job_t job;
+    th_proc_t *n0, *n1;
+    job_init(&job);
+    two_waiting_nodes(&job, "--max-restarts=0", &n0, &n1);
+    assert_int_equal(kill(n1->pid, SIGKILL), 0);
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_status(n0) == 5);
+    TH_ASSERT(n0, strstr(err(n0), "node 1 (") != NULL &&
+                      strstr(err(n0), ")'s launcher stopped answering") != NULL);
     job_cleanup(&job);
 }
 
@@ -779,6 +796,7 @@ int main(void)
         TH_TEST(test_mismatched_nnodes),
         TH_TEST(test_duplicate_node_rank),
         TH_TEST(test_node_loss_noticed),
+        TH_TEST(test_node_loss_without_restarts_is_5),
         TH_TEST(test_lost_node_returns),
         TH_TEST(test_store_host_lost),
         TH_TEST(test_slow_node_reads_the_end),
