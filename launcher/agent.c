@@ -1010,12 +1010,32 @@ static void announce_log_dir(void *ctx, const char *dir)
     (void)ddp_guard_log_dir(ctx, dir); /* without a guard: nobody to tell */
 }
 
+/* A training script that is not on this node (the program of a C job built on the
+ * submit host only, say) would reach python in every worker after the rendezvous, as
+ * "can't open file": it is 127 before anything starts, naming the node. */
+static int find_script(ddp_agent_t *a)
+{
+    const ddp_launch_config_t *cfg = a->cfg;
+    char host[256] = "", cwd[PATH_MAX];
+    if (cfg->module || (cfg->no_python && !cfg->run_path) || access(cfg->script, F_OK) == 0 ||
+        errno != ENOENT)
+        return 0;
+    (void)gethostname(host, sizeof host - 1);
+    ddp_log_error(a->log,
+                  "the training script %s does not exist on this node (%s, in %s): every node "
+                  "needs it at the same path",
+                  cfg->script, host, getcwd(cwd, sizeof cwd) != NULL ? cwd : "?");
+    return DDP_EXIT_NOT_FOUND;
+}
+
 static int find_program(ddp_agent_t *a)
 {
     const ddp_launch_config_t *cfg = a->cfg;
     bool python = cfg->run_path || !cfg->no_python;
     const char *name = python ? cfg->python_exec : cfg->script;
     int err = ddp_proc_find(name, ddp_env_get(DDP_ENV_PATH), &a->program);
+    if (err == 0 && (err = find_script(a)) != 0)
+        return err; /* the interpreter is there, the script is not */
     if (err == 0) {
         char where[PATH_MAX];
         a->torch_version = ddp_worker_torch_version(cfg, environ, where, sizeof where);
@@ -1029,8 +1049,12 @@ static int find_program(ddp_agent_t *a)
                       "unable to execute the Python interpreter %s: %s (set PYTHON_EXEC to the "
                       "python that has your packages, or use --no-python for a program)",
                       name, ddp_strerror(err));
-    else
-        ddp_log_error(a->log, "unable to execute %s: %s", name, ddp_strerror(err));
+    else {
+        char host[256] = "";
+        (void)gethostname(host, sizeof host - 1);
+        ddp_log_error(a->log, "unable to execute %s on this node (%s): %s", name, host,
+                      ddp_strerror(err));
+    }
     return err == -ENOENT ? DDP_EXIT_NOT_FOUND : DDP_EXIT_NOT_EXECUTABLE;
 }
 

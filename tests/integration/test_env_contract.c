@@ -384,7 +384,19 @@ static void test_start_up_errors(void **state)
     const char *missing[] = {th_launcher(), "--no-python", "/nonexistent/train", NULL};
     th_run(&p, missing, NULL, 60);
     TH_ASSERT(&p, th_status(&p) == 127);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "unable to execute /nonexistent/train") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "unable to execute /nonexistent/train on this "
+                                              "node (") != NULL);
+    th_cleanup(&p);
+
+    /* A Python-run script (the default) that is not on this node: 127 before anything
+     * starts, naming the node, not python's "can't open file" in every worker after the
+     * rendezvous (a C program built on the submit host only). */
+    const char *absent[] = {th_launcher(), "--nnodes=1", "/nonexistent/ddp-hello", NULL};
+    th_run(&p, absent, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 127);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "the training script /nonexistent/ddp-hello does "
+                                              "not exist on this node (") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "can't open file") == NULL);
     th_cleanup(&p);
 
     char not_executable[600];
