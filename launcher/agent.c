@@ -45,12 +45,14 @@
 #include "events.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
@@ -754,10 +756,20 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         (err = ddp_worker_env_added(cfg, &info, environ, &added)) != 0 ||
         (err = ddp_worker_env_merge(environ, added, &envp)) != 0)
         goto out;
+    /* Where the console's stdout and stderr are one file (2>&1, a terminal), a worker's
+     * two console streams share one pipe, so their lines keep the order written. */
+    bool merged = a->console_merged &&
+                  ddp_logs_sink(cfg, w->local_rank, DDP_STD_OUT) == DDP_SINK_CONSOLE &&
+                  ddp_logs_sink(cfg, w->local_rank, DDP_STD_ERR) == DDP_SINK_CONSOLE;
     if ((err = ddp_output_open(&a->output, cfg, a->attempt_dir, w->local_rank, w->prefix,
-                               DDP_STD_OUT, &out_fd, &out)) != 0 ||
-        (err = ddp_output_open(&a->output, cfg, a->attempt_dir, w->local_rank, w->prefix,
-                               DDP_STD_ERR, &err_fd, &err_stream)) != 0)
+                               DDP_STD_OUT, &out_fd, &out)) != 0)
+        goto out;
+    if (merged && (err_fd = fcntl(out_fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+        err = -errno;
+        goto out;
+    }
+    if (!merged && (err = ddp_output_open(&a->output, cfg, a->attempt_dir, w->local_rank, w->prefix,
+                                          DDP_STD_ERR, &err_fd, &err_stream)) != 0)
         goto out;
     ddp_spawn_t spec = {
         .path = a->program,
@@ -1028,6 +1040,14 @@ static int find_script(ddp_agent_t *a)
     return DDP_EXIT_NOT_FOUND;
 }
 
+/* Whether descriptors a and b are the same file (device and inode). */
+static bool same_file(int a, int b)
+{
+    struct stat sa, sb;
+    return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 static int find_program(ddp_agent_t *a)
 {
     const ddp_launch_config_t *cfg = a->cfg;
@@ -1240,6 +1260,7 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->nnodes = 1;
     a->output.console_out.fd = 1;
     a->output.console_err.fd = 2;
+    a->console_merged = same_file(1, 2);
     a->output.log = log;
     a->output.loop = &a->loop;
     a->guard.fd = -1;

@@ -73,8 +73,9 @@ struct ddp_agent_s {
      * runs (a peer whose call differed, say): the stop waits up to BLAME_GRACE_S for that
      * rank's own end, so the report's root cause is its failure, not our SIGTERM. */
     uv_timer_t blame_timer;
-    int torch_version; /* the workers' torch (worker_spec.h), 0: unknown */
-    bool env_compared; /* this node's --env values were held against node 0's */
+    int torch_version;   /* the workers' torch (worker_spec.h), 0: unknown */
+    bool env_compared;   /* this node's --env values were held against node 0's */
+    bool console_merged; /* our stdout and stderr are one file: a worker's share a pipe */
     /* The workers have ended and left processes in their groups: their grace
      * (agent.c's leftovers), until leftover_deadline (CLOCK_MONOTONIC). */
     uv_timer_t leftover_timer;

@@ -289,6 +289,46 @@ static void test_binary_and_unterminated_output(void **state)
 /* A failing worker whose stderr went to its log file only: the report is followed by its
  * last 10 lines (not the 5 before them); with --tee they were on the console already and
  * are not repeated. */
+/* `ddp-launch ... > log 2>&1`: the launcher's stdout and stderr are one file, and a
+ * worker that alternates "out i" on stdout and "err i" on stderr keeps that order in it
+ * (two workers, 2000 pairs each; with a pipe a stream, thousands of pairs came out of
+ * order). Each worker's lines are checked in the order they appear. */
+static void test_one_file_keeps_order(void **state)
+{
+    char *dir = th_tmpdir(), cmd[2000], path[700];
+    snprintf(path, sizeof path, "%s/log", dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' --nproc-per-node=2 --no-python /bin/sh -c 'i=0; while [ $i -lt 2000 ]; do "
+             "echo \"out $LOCAL_RANK $i\"; echo \"err $LOCAL_RANK $i\" >&2; i=$((i+1)); done' "
+             "> '%s' 2>&1",
+             th_launcher(), path);
+    const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    char *text = NULL;
+    size_t len;
+    TH_ASSERT(&p, ddp_read_file(path, 1 << 24, &text, &len) == 0);
+    int next[2] = {0, 0}, bad = 0; /* per rank: the next line expected, as 2 * i + err */
+    for (char *line = text; line != NULL && *line != '\0';) {
+        char kind[4];
+        int rank, i;
+        if (sscanf(line, "%3s %d %d", kind, &rank, &i) == 3 && (rank == 0 || rank == 1)) {
+            int got = 2 * i + (strcmp(kind, "err") == 0);
+            bad += got != next[rank];
+            next[rank] = got + 1;
+        }
+        line = strchr(line, '\n');
+        line = line != NULL ? line + 1 : NULL;
+    }
+    free(text);
+    printf("lines out of order: %d\n", bad);
+    TH_ASSERT(&p, bad == 0 && next[0] == 4000 && next[1] == 4000);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 static void test_report_shows_stderr_tail(void **state)
 {
     const char *script = "if [ $RANK = 1 ]; then i=1; while [ $i -le 15 ]; do echo \"line $i\" "
@@ -324,7 +364,7 @@ int main(void)
         TH_TEST(test_tee_map_with_many_digits), TH_TEST(test_prefix_template),
         TH_TEST(test_local_ranks_filter),       TH_TEST(test_lines_never_mix),
         TH_TEST(test_ten_megabyte_line),        TH_TEST(test_binary_and_unterminated_output),
-        TH_TEST(test_report_shows_stderr_tail),
+        TH_TEST(test_report_shows_stderr_tail), TH_TEST(test_one_file_keeps_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
