@@ -956,15 +956,19 @@ static void slurm_after(ddp_launch_config_t *cfg, const raw_value_t *raw, char *
         cfg->slurm_fanout = atoi(nodes);
         return;
     }
-    int port = ddp_slurm_port(job);
+    const char *step = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_STEP_ID));
+    int port = ddp_slurm_port(job, step);
+    if (cfg->nnodes_max > 1 && !raw[flag_index("rdzv-id")].set && port >= 0 &&
+        asprintf(&cfg->run_id, "slurm-%s.%s", job, step != NULL && *step ? step : "0") < 0)
+        cfg->run_id = NULL;
     if (raw[flag_index("master-port")].set || port < 0 || cfg->nnodes_max <= 1 ||
         cfg->rdzv_backend != DDP_RDZV_STATIC)
         return;
     cfg->master_port = port;
     ddp_log_info(log,
-                 "--master-port=%d from SLURM_JOB_ID=%s (%d + the job id modulo %d: one port "
-                 "a job)",
-                 port, job, DDP_SLURM_PORT_BASE, DDP_SLURM_PORT_SPAN);
+                 "--master-port=%d from SLURM_JOB_ID=%s and SLURM_STEP_ID=%s (one port a job "
+                 "step; --rdzv-id %s)",
+                 port, job, step != NULL && *step ? step : "0", cfg->run_id);
 }
 
 /* One --env entry: NAME=VALUE as given, or NAME with the value it has in `envp`. */

@@ -71,8 +71,9 @@ static int node_line(void *ctx, const char *host)
     node_line_t *n = ctx;
     ddp_buf_printf(n->out, "  on %s: %s --nnodes=%d --node-rank=%d --master-addr=%s", host, n->self,
                    n->nodes, n->index, n->first);
-    if (n->port > 0)
-        ddp_buf_printf(n->out, " --master-port=%d", n->port);
+    if (n->port > 0) /* srun picks the step id: the port follows from it on every node */
+        ddp_buf_printf(n->out, " --master-port=<%d + (job + %d x step) mod %d>",
+                       DDP_SLURM_PORT_BASE, DDP_SLURM_STEP_STRIDE, DDP_SLURM_PORT_SPAN);
     own_args(n->out, n->cfg, n->argc, n->argv, n->script);
     ddp_buf_puts(n->out, "\n");
     return ++n->index >= n->nodes;
@@ -96,7 +97,7 @@ static int dry_run(const ddp_launch_config_t *cfg, int argc, char **argv, char *
     int script = (int)(cfg->script_args - argv) - 1;
     own_args(&out, cfg, argc, argv, script);
     ddp_buf_puts(&out, "\neach node then runs, as Slurm's variables make it:\n");
-    node_line_t n = {&out, cfg,    srun[4], first, cfg->slurm_fanout, 0, ddp_slurm_port(job),
+    node_line_t n = {&out, cfg,    srun[4], first, cfg->slurm_fanout, 0, ddp_slurm_port(job, NULL),
                      argc, script, argv};
     if (list != NULL && ddp_slurm_first_host(list, first, sizeof first, &why) == 0)
         (void)ddp_slurm_hostlist_each(list, node_line, &n, &why);

@@ -115,4 +115,8 @@ extern const ddp_rdzv_backend_ops_t ddp_rdzv_c10d_backend;
 /* The keep-alive limit: a member silent this long (s) is lost. */
 double ddp_rdzv_coord_beat_limit(const ddp_rdzv_coord_t *c);
 
+/* Sends joined member `m` away alone (status 5, `message` on its side), the job left as
+ * it is: a launcher that does not belong to the running job. */
+void ddp_rdzv_coord_refuse(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char *message);
+
 #endif

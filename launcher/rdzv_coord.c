@@ -55,6 +55,21 @@ double ddp_rdzv_coord_beat_limit(const ddp_rdzv_coord_t *c)
     return c->cfg->rdzv_conf.keep_alive_interval * c->cfg->rdzv_conf.keep_alive_max_attempt;
 }
 
+void ddp_rdzv_coord_refuse(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char *message)
+{
+    ddp_rdzv_verdict_t end = {.kind = DDP_RDZV_VERDICT_END, .exit_code = DDP_EXIT_RDZV_FAILED};
+    snprintf(end.message, sizeof end.message, "%s", message);
+    ddp_log_warn(c->log, "rendezvous: refused launcher %s (node %d, %s): %s", m->id,
+                 m->join.node_rank, m->join.host, message);
+    publish_assign(c, m, &end);
+    if (m->joined) {
+        m->joined = false;
+        c->njoined--;
+        if (c->backend->forget != NULL)
+            c->backend->forget(c, m);
+    }
+}
+
 /* OVER: once no other launcher is connected, `left` lets our own one go. */
 static void check_left(ddp_rdzv_coord_t *c)
 {

@@ -2,7 +2,8 @@
  * launcher (--node-rank), all of them joined, within --rdzv-conf timeout. A claim of a
  * rank held by another launcher waits: if the holder is lost within the keep-alive
  * limit, the claimant takes its place (a lost node's launcher started again); if the
- * holder stays alive, the rank is a duplicate and the job ends. */
+ * holder stays alive, the rank is a duplicate: while the job forms, the job ends; while
+ * it runs, only the claimant is sent away (it does not belong to the job). */
 #include "rdzv_backend.h"
 
 #include "error.h"
@@ -110,6 +111,16 @@ static int static_tick(ddp_rdzv_coord_t *c, double now, ddp_buf_t *why)
         ddp_rdzv_member_t *holder = c->holders[rank];
         if (holder == NULL || holder->lost) {
             take_rank(c, m);
+        } else if (holder->in_round && now - m->dup_since > limit) {
+            /* The job runs with the rank's holder alive: the newcomer is not part of it
+             * (another job's launcher on the same port, say), and the job goes on. */
+            char message[DDP_RDZV_MSG_MAX];
+            snprintf(message, sizeof message,
+                     "node rank %d of job '%s' is held by a running launcher (%s on %s): this "
+                     "launcher is not part of that job (another job or Slurm step on the same "
+                     "store? give each its own --master-port and --rdzv-id)",
+                     rank, c->cfg->run_id, holder->id, holder->join.host);
+            ddp_rdzv_coord_refuse(c, m, message);
         } else if (now - m->dup_since > limit) {
             ddp_buf_printf(why,
                            "node rank %d is taken: another launcher (%s) joined with "

@@ -216,11 +216,18 @@ bad:
     return DDP_EPARSE;
 }
 
-int ddp_slurm_port(const char *job_id)
+int ddp_slurm_port(const char *job_id, const char *step_id)
 {
     char *end;
-    unsigned long long id = strtoull(job_id, &end, 10);
+    unsigned long long id = strtoull(job_id, &end, 10), step = 0;
     if (*job_id == '\0' || *end != '\0')
         return -1;
-    return (int)(DDP_SLURM_PORT_BASE + id % DDP_SLURM_PORT_SPAN);
+    if (step_id != NULL && *step_id != '\0') {
+        step = strtoull(step_id, &end, 10);
+        if (*end != '\0')
+            step = 0; /* "batch", "extern": not a step of srun's */
+    }
+    return (int)(DDP_SLURM_PORT_BASE +
+                 (id % DDP_SLURM_PORT_SPAN + DDP_SLURM_STEP_STRIDE * (step % DDP_SLURM_PORT_SPAN)) %
+                     DDP_SLURM_PORT_SPAN);
 }

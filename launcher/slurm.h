@@ -24,12 +24,14 @@ int ddp_slurm_first_host(const char *list, char *out, size_t cap, ddp_buf_t *why
  * in `why`. */
 int ddp_slurm_tasks_on_node(const char *spec, int node, int *count, ddp_buf_t *why);
 
-/* The store's port of a multi-node job inside Slurm when none is given: one per job
- * (DDP_SLURM_PORT_BASE + SLURM_JOB_ID mod DDP_SLURM_PORT_SPAN, below Linux's ephemeral
- * ports and 29500), the same on every node, so two jobs sharing a node do not meet. -1
- * when `job_id` is not a number. */
-#define DDP_SLURM_PORT_BASE 10000
-#define DDP_SLURM_PORT_SPAN 19000
-int ddp_slurm_port(const char *job_id);
+/* The store's port of a multi-node job inside Slurm when none is given: one per job step
+ * (DDP_SLURM_PORT_BASE + (SLURM_JOB_ID + DDP_SLURM_STEP_STRIDE * SLURM_STEP_ID) mod
+ * DDP_SLURM_PORT_SPAN, below Linux's ephemeral ports and 29500), the same on every node
+ * of the step, so two jobs, or two steps of one job, sharing a node do not meet. `step_id`
+ * NULL or not a number counts as step 0. -1 when `job_id` is not a number. */
+#define DDP_SLURM_PORT_BASE   10000
+#define DDP_SLURM_PORT_SPAN   19000
+#define DDP_SLURM_STEP_STRIDE 7919 /* a prime: a job's steps spread over the span */
+int ddp_slurm_port(const char *job_id, const char *step_id);
 
 #endif

@@ -320,20 +320,30 @@ static void test_mismatched_nnodes(void **state)
     job_cleanup(&job);
 }
 
-/* Two launchers with one --node-rank: the second to claim it ends the job everywhere. */
-static void test_duplicate_node_rank(void **state)
+static void two_waiting_nodes(job_t *job, const char *flags, th_proc_t **n0, th_proc_t **n1);
+
+/* A job runs (nodes 0 and 1, workers waiting) when a third launcher claims node rank 1
+ * (another job or Slurm step on the same port): it is sent away alone, status 5, saying
+ * so; the running job is untouched (it used to end with status 5 on every node), and
+ * ends only when stopped. (Two claims while the job forms end it: test_rdzv.) */
+static void test_stranger_refused_job_untouched(void **state)
 {
     const char *waits[] = {th_worker(), "wait", NULL};
     job_t job;
+    th_proc_t *n0, *n1;
     job_init(&job);
-    start_node(&job, 2, 0, 1, "--rdzv-conf=timeout=20", waits);
-    start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=20", waits);
-    start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=20", waits);
+    two_waiting_nodes(&job, "--rdzv-conf=timeout=20", &n0, &n1);
+    th_proc_t *stranger = start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=20", waits);
+    TH_ASSERT(stranger, th_wait_exit(stranger, 30));
+    TH_ASSERT(stranger, th_status(stranger) == 5);
+    TH_ASSERT(stranger, strstr(err(stranger), "is held by a running launcher") != NULL &&
+                            strstr(err(stranger), "this launcher is not part of that job") != NULL);
+    TH_ASSERT(n0, kill(n0->pid, 0) == 0 && kill(n1->pid, 0) == 0); /* (and 143 below, not 5) */
+    TH_ASSERT(n0,
+              strstr(out(n0), "ready ") != NULL && strstr(err(n0), "node rank 1 is taken") == NULL);
+    kill(n0->pid, SIGTERM);
     job_wait(&job, 60);
-    for (int i = 0; i < 3; i++) {
-        TH_ASSERT(&job.node[i], th_status(&job.node[i]) == 5);
-        TH_ASSERT(&job.node[i], strstr(err(&job.node[i]), "node rank 1 is taken") != NULL);
-    }
+    TH_ASSERT(n0, th_status(n0) == 128 + SIGTERM);
     job_cleanup(&job);
 }
 
@@ -794,7 +804,7 @@ int main(void)
         TH_TEST(test_node_that_never_joins),
         TH_TEST(test_store_unreachable),
         TH_TEST(test_mismatched_nnodes),
-        TH_TEST(test_duplicate_node_rank),
+        TH_TEST(test_stranger_refused_job_untouched),
         TH_TEST(test_node_loss_noticed),
         TH_TEST(test_node_loss_without_restarts_is_5),
         TH_TEST(test_lost_node_returns),

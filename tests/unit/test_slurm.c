@@ -112,30 +112,37 @@ static void test_tasks_on_node(void **state)
     ddp_buf_free(&why);
 }
 
-/* One port a job, the same wherever computed, never 29500 nor an ephemeral one. */
-static void test_port_of_a_job(void **state)
+/* One port a job step, the same wherever computed, never 29500 nor an ephemeral one;
+ * two steps of one job differ (they may share a node: srun --overlap). */
+static void test_port_of_a_job_step(void **state)
 {
-    assert_int_equal(ddp_slurm_port("12"), DDP_SLURM_PORT_BASE + 12);
-    assert_int_equal(ddp_slurm_port("19012"), DDP_SLURM_PORT_BASE + 12);
-    assert_int_not_equal(ddp_slurm_port("13"), ddp_slurm_port("12"));
+    assert_int_equal(ddp_slurm_port("12", NULL), DDP_SLURM_PORT_BASE + 12);
+    assert_int_equal(ddp_slurm_port("12", "0"), DDP_SLURM_PORT_BASE + 12);
+    assert_int_equal(ddp_slurm_port("12", "batch"), DDP_SLURM_PORT_BASE + 12);
+    assert_int_equal(ddp_slurm_port("19012", NULL), DDP_SLURM_PORT_BASE + 12);
+    assert_int_not_equal(ddp_slurm_port("13", NULL), ddp_slurm_port("12", NULL));
+    assert_int_not_equal(ddp_slurm_port("12", "1"), ddp_slurm_port("12", "0"));
+    assert_int_equal(ddp_slurm_port("12", "1"), DDP_SLURM_PORT_BASE + 12 + DDP_SLURM_STEP_STRIDE);
     for (unsigned long id = 0; id < 100000; id += 7) {
-        char text[32];
+        char text[32], step[32];
         snprintf(text, sizeof text, "%lu", id);
-        int port = ddp_slurm_port(text);
+        snprintf(step, sizeof step, "%lu", id % 50);
+        int port = ddp_slurm_port(text, step);
         assert_true(port >= 10000 && port < 29000);
+        /* A job's first steps all differ. */
+        if (id % 50 > 0)
+            assert_int_not_equal(port, ddp_slurm_port(text, "0"));
     }
-    assert_int_equal(ddp_slurm_port(""), -1);
-    assert_int_equal(ddp_slurm_port("12_3"), -1); /* an array job's id is not one number */
+    assert_int_equal(ddp_slurm_port("", NULL), -1);
+    assert_int_equal(ddp_slurm_port("12_3", NULL), -1); /* an array job's id is not one number */
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_expands_as_slurm),
-        cmocka_unit_test(test_rejects_bad_lists),
-        cmocka_unit_test(test_first_host_and_early_stop),
-        cmocka_unit_test(test_tasks_on_node),
-        cmocka_unit_test(test_port_of_a_job),
+        cmocka_unit_test(test_expands_as_slurm),          cmocka_unit_test(test_rejects_bad_lists),
+        cmocka_unit_test(test_first_host_and_early_stop), cmocka_unit_test(test_tasks_on_node),
+        cmocka_unit_test(test_port_of_a_job_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
