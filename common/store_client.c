@@ -254,7 +254,16 @@ static int handshake(ddp_store_client_t *c, double deadline)
         if (err == 0)
             err = send_all(c, deadline);
     }
-    return err ? err : ddp_store_client_ping(c);
+    if (err)
+        return err;
+    /* The answer is due by the connection's deadline, not an operation's: a server that
+     * accepts and stays silent must not hold the caller past its connect timeout. */
+    double timeout = c->options.timeout, left = deadline - ddp_clock_mono();
+    if (left < timeout)
+        c->options.timeout = left > 0.001 ? left : 0.001;
+    err = ddp_store_client_ping(c);
+    c->options.timeout = timeout;
+    return err;
 }
 
 /* Whether a failed generation 2 handshake looks like a generation 1 server's answer. */
@@ -293,7 +302,7 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
     snprintf(port_text, sizeof port_text, "%d", port);
     double deadline = start + c->options.connect_timeout;
     int gai = 0;
-    bool said_slow = false;
+    bool said_slow = false, accepted_silent = false;
     for (int attempt = 1;; attempt++) {
         struct addrinfo hints = {0}, *addrs = NULL;
         hints.ai_socktype = SOCK_STREAM;
@@ -315,6 +324,22 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
             *out = c;
             return 0;
         }
+        if (err == DDP_EPROTO) {
+            /* Something answered, but not as a TCPStore: no retry will change that. */
+            if (errbuf != NULL)
+                ddp_buf_printf(errbuf,
+                               "%s answered, but not as a TCPStore (another program holds that "
+                               "port?)",
+                               c->address);
+            if (c->fd >= 0)
+                close(c->fd);
+            ddp_buf_free(&c->out);
+            ddp_buf_free(&c->in);
+            free(c);
+            return DDP_EPROTO;
+        }
+        if (err == DDP_ETIMEOUT && c->fd >= 0)
+            accepted_silent = true;
         if (c->fd >= 0) {
             close(c->fd);
             c->fd = -1;
@@ -331,7 +356,12 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
             said_slow =
                 say_slow(c, now - start, err == DDP_EPARSE ? gai_strerror(gai) : ddp_strerror(err));
         if (err == DDP_EPARSE || now >= deadline) {
-            if (errbuf != NULL)
+            if (errbuf != NULL && accepted_silent)
+                ddp_buf_printf(errbuf,
+                               "%s accepts connections but does not answer as a TCPStore "
+                               "(another program holds that port?)",
+                               c->address);
+            else if (errbuf != NULL)
                 ddp_buf_printf(errbuf,
                                "unable to connect to the store at %s within %g s (%d attempts): "
                                "%s",

@@ -37,8 +37,11 @@ typedef struct ddp_store_client_options_s {
  * VALIDATE and PING (generation 2, torch 2.2 and later). A server that resets VALIDATE
  * (generation 1: torch 1.13 and 2.0) is spoken to in generation 1 instead, where the
  * operations it lacks (PING aside, answered by GETNUMKEYS) fail with DDP_EPROTO and a
- * WAIT is polled with CHECK (there is no CANCEL_WAIT to end one that timed out). On failure *out
- * is untouched and `err` (may be NULL) says why. */
+ * WAIT is polled with CHECK (there is no CANCEL_WAIT to end one that timed out). The
+ * handshake's answer is due by connect_timeout too. A server that answers, but not as a
+ * TCPStore, is DDP_EPROTO at once (no retry); one that accepts and stays silent is
+ * retried, and named so when the time is up. On failure *out is untouched and `err` (may
+ * be NULL) says why. */
 int ddp_store_client_connect(const char *host, int port, const ddp_store_client_options_t *options,
                              ddp_store_client_t **out, ddp_buf_t *err);
 

@@ -327,9 +327,16 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
         double now = ddp_clock_mono(), left = deadline - now;
         options.connect_timeout = left < 1 ? (left > 0 ? left : 0.01) : 1;
         ddp_buf_clear(&why);
-        if (ddp_store_client_connect(cfg->master_addr, cfg->master_port, &options, &r->client,
-                                     &why) == 0)
+        int err = ddp_store_client_connect(cfg->master_addr, cfg->master_port, &options, &r->client,
+                                           &why);
+        if (err == 0)
             break;
+        if (err == DDP_EPROTO) { /* not a store, and waiting will not make it one */
+            ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                             "node 0's rendezvous store: %s", ddp_buf_str(&why));
+            ddp_buf_free(&why);
+            return NODE_END;
+        }
         now = ddp_clock_mono();
         /* Waiting is normal while the hosting launcher starts; a long wait says why. */
         if (note_due(&next_note, now, deadline)) {

@@ -11,10 +11,14 @@
 
 #include "harness.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -345,6 +349,87 @@ static void test_stranger_refused_job_untouched(void **state)
     job_wait(&job, 60);
     TH_ASSERT(n0, th_status(n0) == 128 + SIGTERM);
     job_cleanup(&job);
+}
+
+/* A listening socket on a free port of 127.0.0.1 (*port): another program's. */
+static int listen_free(int *port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+/* Node 1 pointed at a port another program holds. One that answers (an HTTP server's
+ * 400): status 5 at once, saying so (it used to wait out read_timeout, and ignore the
+ * rendezvous timeout). One that accepts and says nothing: the rendezvous timeout holds
+ * (3 s), naming it; and SIGTERM ends the launcher at once while it tries. */
+static void test_port_held_by_another_program(void **state)
+{
+    int port, fd = listen_free(&port);
+    char flags[128];
+    snprintf(flags, sizeof flags,
+             "--nnodes=2 --node-rank=1 --master-addr=127.0.0.1 "
+             "--master-port=%d --rdzv-conf=timeout=3",
+             port);
+    pid_t server = fork();
+    if (server == 0) {
+        for (int i = 0; i < 50; i++) { /* answers like an HTTP server, whatever is asked */
+            static const char reply[] = "HTTP/1.0 400 Bad Request\r\n\r\n";
+            char buf[256];
+            int c = accept(fd, NULL, NULL);
+            if (c < 0)
+                _exit(1);
+            (void)!read(c, buf, sizeof buf);
+            (void)!write(c, reply, sizeof reply - 1);
+            close(c);
+        }
+        _exit(0);
+    }
+    const char *prog[] = {"/bin/true", NULL};
+    char *argv[16];
+    int n = 0;
+    argv[n++] = (char *)th_launcher();
+    char copy[128];
+    snprintf(copy, sizeof copy, "%s", flags);
+    for (char *save, *w = strtok_r(copy, " ", &save); w != NULL; w = strtok_r(NULL, " ", &save))
+        argv[n++] = w;
+    argv[n++] = "--no-python";
+    argv[n++] = (char *)prog[0];
+    argv[n] = NULL;
+    th_proc_t p;
+    double started = th_now();
+    th_run(&p, (const char *const *)argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 5);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "answered, but not as a TCPStore") != NULL);
+    TH_ASSERT(&p, th_now() - started < 2.5); /* at once, not after the timeout */
+    th_cleanup(&p);
+    kill(server, SIGKILL);
+    waitpid(server, NULL, 0);
+
+    /* Silent: the socket listens, nobody accepts (the kernel completes connections). */
+    started = th_now();
+    th_run(&p, (const char *const *)argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 5);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "accepts connections but does not answer as a "
+                                              "TCPStore") != NULL);
+    TH_ASSERT(&p, th_now() - started < 10); /* the 3 s timeout, not read_timeout's 60 */
+    th_cleanup(&p);
+    argv[5] = "--rdzv-conf=timeout=60";
+    th_start(&p, (const char *const *)argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 2, "joining the job at", 1, 30));
+    started = th_now();
+    kill(p.pid, SIGTERM);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+    TH_ASSERT(&p, th_now() - started < 3);
+    th_cleanup(&p);
+    close(fd);
 }
 
 /* Two nodes of one worker each ("wait"), both ready: *n0 (the store's host), *n1. */
@@ -805,6 +890,7 @@ int main(void)
         TH_TEST(test_store_unreachable),
         TH_TEST(test_mismatched_nnodes),
         TH_TEST(test_stranger_refused_job_untouched),
+        TH_TEST(test_port_held_by_another_program),
         TH_TEST(test_node_loss_noticed),
         TH_TEST(test_node_loss_without_restarts_is_5),
         TH_TEST(test_lost_node_returns),
