@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <stdbool.h>
@@ -420,6 +421,15 @@ static void deadlines(supervisor_t *s, double now)
     s->sent_kill = sig == SIGKILL;
 }
 
+/* A child of the supervisor ends with it, however it ends (SIGKILL included): node 0's
+ * launcher then ends the job on every node, as on a signal, and an ssh takes its remote
+ * side with it. Called between fork and exec (or node 0's return). */
+static void die_with(pid_t supervisor)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != supervisor)
+        raise(SIGTERM); /* gone already (or no way to know when it goes) */
+}
+
 /* Starts node i's ssh in a process group of its own (a Ctrl-C at the terminal is node
  * 0's to forward; the other nodes hear of it through the store). */
 static pid_t start_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hosts, int i,
@@ -430,11 +440,13 @@ static pid_t start_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t 
     char *words = strdup(ddp_env_get(DDP_ENV_DDP_LAUNCH_SSH));
     node_command(&cmd, cfg, hosts, i, self, cwd, argc, argv);
     char **args = words != NULL ? ssh_argv(hosts->names[i], ddp_buf_str(&cmd), words) : NULL;
+    pid_t supervisor = getpid();
     pid_t pid = args != NULL ? fork() : -1;
     if (pid == 0) {
         /* The supervisor has one thread and no handlers: the dispositions are defaults. */
         setpgid(0, 0);
         sigprocmask(SIG_SETMASK, old, NULL);
+        die_with(supervisor);
         execvp(args[0], args);
         _exit(127);
     }
@@ -475,9 +487,11 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
     sigprocmask(SIG_BLOCK, &mask, &old);
     supervisor_t s = {.hosts = hosts, .log = log, .failed_at = -1, .left = 0};
     s.pids = calloc((size_t)hosts->n, sizeof *s.pids);
+    pid_t supervisor = getpid();
     s.node0 = s.pids != NULL ? fork() : -1;
     if (s.node0 == 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
+        die_with(supervisor);
         free(s.pids);
         *run_here = true;
         return DDP_EXIT_OK;

@@ -224,6 +224,35 @@ static void test_interrupt_ends_every_node(void **state)
     assert_true(remote_nodes_empty());
 }
 
+/* SIGKILL of the ddp-launch the user started (the supervisor of the ssh sessions, whose
+ * forked child is node 0's launcher): the job still ends on every node, nothing left in
+ * any namespace (node 0's launcher, its workers, the ssh sessions and what they started
+ * were seen running 35 s later). */
+static void test_sigkill_of_the_command_ends_every_node(void **state)
+{
+    const char *args[] = {"--hosts=n0,n1,n2",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "echo ready $RANK; exec sleep 100",
+                          NULL};
+    th_proc_t p;
+    start_on_node0(&p, args);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready ", 3, 60));
+    TH_ASSERT(&p, kill(p.pid, SIGKILL) == 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    th_cleanup(&p);
+    double deadline = th_now() + 30;
+    int left = -1;
+    while (th_now() < deadline &&
+           (left = left_on_node(0) + left_on_node(1) + left_on_node(2)) > 0) {
+        struct timespec tick = {0, 100 * 1000 * 1000};
+        nanosleep(&tick, NULL);
+    }
+    printf("processes left in the namespaces: %d\n", left);
+    assert_int_equal(left, 0);
+}
+
 int main(void)
 {
     char check[600];
@@ -231,9 +260,13 @@ int main(void)
     if (system(check) != 0)
         return 77; /* the script said why */
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_hosts_start_every_node),     TH_TEST(test_hostfile_slots_and_dry_run),
-        TH_TEST(test_env_reaches_every_node),     TH_TEST(test_unreachable_host_ends_the_job),
-        TH_TEST(test_remote_failure_is_the_jobs), TH_TEST(test_interrupt_ends_every_node),
+        TH_TEST(test_hosts_start_every_node),
+        TH_TEST(test_hostfile_slots_and_dry_run),
+        TH_TEST(test_env_reaches_every_node),
+        TH_TEST(test_unreachable_host_ends_the_job),
+        TH_TEST(test_remote_failure_is_the_jobs),
+        TH_TEST(test_interrupt_ends_every_node),
+        TH_TEST(test_sigkill_of_the_command_ends_every_node),
     };
     return cmocka_run_group_tests(tests, cluster_up, cluster_down);
 }
