@@ -972,7 +972,13 @@ static void on_rdzv_command(void *ctx)
                 break;
             }
             if (a->state == AGENT_RUNNING && a->nrunning > 0) {
-                ddp_log_warn(a->log, "the round failed on another node (%s)", message);
+                if (exit_code != 0)
+                    ddp_log_warn(a->log, "the round failed on another node (%s)", message);
+                else /* a node joined or left an elastic job: no failure */
+                    ddp_log_info(a->log,
+                                 "the nodes changed (%s): stopping this node's workers to "
+                                 "re-form the job",
+                                 message);
                 ddp_agent_begin_stop(a, SIGTERM, STOP_REMOTE);
             }
             break;

@@ -484,7 +484,10 @@ static int stop_after_join(ddp_rdzv_t *r, const ddp_rdzv_verdict_t *stop)
     ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "join/%s", r->id);
     int err = ddp_store_client_check(r->client, keys, 1, &there);
     if (err == 0)
-        ddp_rdzv_command(r, DDP_RDZV_CMD_STOP, NULL, 0, "%s", stop->message);
+        /* The command's code says why: 1 a failure, 0 the nodes changed (a re-form). */
+        ddp_rdzv_command(r, DDP_RDZV_CMD_STOP, NULL,
+                         stop->kind == DDP_RDZV_VERDICT_STOP_FAILED ? DDP_EXIT_WORKER_FAILED : 0,
+                         "%s", stop->message);
     return err;
 }
 

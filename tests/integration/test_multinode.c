@@ -661,6 +661,13 @@ static void test_elastic_late_joiner(void **state)
     TH_ASSERT(late, strstr(out(late), "GROUP_RANK=2\n") != NULL);
     TH_ASSERT(late, strstr(out(late), "\nRANK=2\n") != NULL);
     TH_ASSERT(a, strstr(err(a), "re-forming the job as round 1") != NULL);
+    /* A newcomer is no failure: said as what it is, on both running nodes. */
+    for (int i = 0; i < 2; i++) {
+        th_proc_t *p = &job.node[i];
+        TH_ASSERT(p, strstr(err(p), "the round failed on another node") == NULL);
+        TH_ASSERT(p, strstr(err(p), "the nodes changed (1 node(s) waiting to join): stopping this "
+                                    "node's workers to re-form the job") != NULL);
+    }
     job_cleanup(&job);
 }
 
