@@ -497,6 +497,12 @@ static void on_write(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *
             ddp_log_warn(c->log, "rendezvous: launcher %s sent a malformed report", m->id);
     } else if (rest_len == 5 && memcmp(rest, "abort", 5) == 0) {
         on_abort(c, value, len);
+    } else if (rest_len > 9 && memcmp(rest, "stranger/", 9) == 0) {
+        /* A launcher of another job (--rdzv-id) came here, and has left saying so. */
+        ddp_log_warn(c->log,
+                     "rendezvous: %.*s came to this store, which serves job '%s': it "
+                     "is not part of this job (every node needs the same --rdzv-id)",
+                     (int)(len < 400 ? len : 400), (const char *)value, c->cfg->run_id);
     }
 }
 
@@ -655,6 +661,8 @@ int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
     int err = c->backend->init(c);
     if (err == 0)
         err = ddp_store_server_set(server, key, own_id, strlen(own_id));
+    if (err == 0)
+        err = ddp_store_server_set(server, DDP_RDZV_SERVED_KEY, cfg->run_id, strlen(cfg->run_id));
     if (err == 0)
         err = publish_env(c, server);
     if (err) {

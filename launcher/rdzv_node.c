@@ -314,6 +314,36 @@ static node_phase_t connect_waiter(ddp_rdzv_t *r)
     return NODE_END;
 }
 
+/* The store is not served for our job: which job it is served for, if any, named on
+ * both sides (the serving launcher hears of us under its own prefix). */
+static void not_our_job(ddp_rdzv_t *r)
+{
+    const ddp_launch_config_t *cfg = r->cfg;
+    const char *keys[1] = {DDP_RDZV_SERVED_KEY};
+    bool served = false;
+    ddp_buf_t theirs = DDP_BUF_INIT;
+    char key[512], host[256] = "", note[600];
+    if (ddp_store_client_check(r->client, keys, 1, &served) == 0 && served &&
+        ddp_store_client_get(r->client, DDP_RDZV_SERVED_KEY, &theirs) == 0 && theirs.len < 200 &&
+        memchr(theirs.data, '\0', theirs.len) == NULL) {
+        (void)gethostname(host, sizeof host - 1);
+        snprintf(note, sizeof note, "a launcher of job '%s' (node %d, %s)", cfg->run_id,
+                 cfg->node_rank, host);
+        ddp_rdzv_key(key, sizeof key, ddp_buf_str(&theirs), "stranger/%s", r->id);
+        (void)ddp_store_client_set(r->client, key, note, strlen(note));
+        ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                         "the store at %s:%d serves job '%s', not this launcher's '%s' (every "
+                         "node needs the same --rdzv-id)",
+                         cfg->master_addr, cfg->master_port, ddp_buf_str(&theirs), cfg->run_id);
+    } else {
+        ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                         "the store at %s:%d is not served by a ddp-launch of job '%s' (one "
+                         "launcher of the job must serve it: --rdzv-conf is_host)",
+                         cfg->master_addr, cfg->master_port, cfg->run_id);
+    }
+    ddp_buf_free(&theirs);
+}
+
 static node_phase_t node_connect(ddp_rdzv_t *r)
 {
     const ddp_launch_config_t *cfg = r->cfg;
@@ -366,10 +396,7 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
     if (ddp_store_client_check(r->client, keys, 1, &there) != 0)
         return store_lost(r);
     if (!there) {
-        ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
-                         "the store at %s:%d is not served by a ddp-launch of job '%s' (one "
-                         "launcher of the job must serve it: --rdzv-conf is_host)",
-                         cfg->master_addr, cfg->master_port, cfg->run_id);
+        not_our_job(r);
         return NODE_END;
     }
     return connect_waiter(r);

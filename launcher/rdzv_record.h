@@ -36,6 +36,10 @@
 void ddp_rdzv_launcher_id(char id[DDP_RDZV_ID_MAX], const char *host);
 
 /* "ddp-launch/rdzv/<run id>/" then the formatted rest, into key[cap]. */
+/* The key, outside every job's prefix, that holds the run id of the job a store's
+ * launcher serves: a launcher of another job reads it to name both. */
+#define DDP_RDZV_SERVED_KEY "ddp-launch/rdzv-served" /* under DDP_STORE_KEEP: kept */
+
 void ddp_rdzv_key(char *key, size_t cap, const char *run_id, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -351,6 +351,25 @@ static void test_stranger_refused_job_untouched(void **state)
     job_cleanup(&job);
 }
 
+/* Node 1 comes with another --rdzv-id: it ends (status 5) naming both jobs, and node 0,
+ * which goes on waiting for its own node 1, says a launcher of the other job came. */
+static void test_other_rdzv_id_named_on_both_sides(void **state)
+{
+    const char *waits[] = {th_worker(), "wait", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, "--rdzv-conf=timeout=30", waits);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, "--rdzv-id=beta", waits);
+    TH_ASSERT(n1, th_wait_exit(n1, 30));
+    char want[200];
+    snprintf(want, sizeof want, "serves job '%s', not this launcher's 'beta'", job.run_id);
+    TH_ASSERT(n1, th_status(n1) == 5 && strstr(err(n1), want) != NULL);
+    TH_ASSERT(n0, th_wait_output(n0, 2, "a launcher of job 'beta' (node 1,", 1, 30));
+    kill(n0->pid, SIGTERM);
+    job_wait(&job, 60);
+    job_cleanup(&job);
+}
+
 /* A listening socket on a free port of 127.0.0.1 (*port): another program's. */
 static int listen_free(int *port)
 {
@@ -898,6 +917,7 @@ int main(void)
         TH_TEST(test_mismatched_nnodes),
         TH_TEST(test_stranger_refused_job_untouched),
         TH_TEST(test_port_held_by_another_program),
+        TH_TEST(test_other_rdzv_id_named_on_both_sides),
         TH_TEST(test_node_loss_noticed),
         TH_TEST(test_node_loss_without_restarts_is_5),
         TH_TEST(test_lost_node_returns),
