@@ -515,6 +515,8 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         ddp_log_debug(a->log, "worker rank %d (pid %d) %s", w->rank, (int)w->pid,
                       ddp_failure_describe(&f, what, sizeof what));
         w->stopped = true;
+        if (f.message != NULL) /* it wrote its own error before our signal came */
+            w->stopped_error = strndup(f.message, strcspn(f.message, "\n"));
         ddp_failure_free(&f);
         return;
     }
@@ -819,8 +821,11 @@ static int group_start(ddp_agent_t *a)
 {
     a->oom_kills = ddp_agent_oom_kills(NULL, 0);
     a->first_finished = -1;
-    for (int i = 0; i < a->nworkers; i++)
+    for (int i = 0; i < a->nworkers; i++) {
         a->workers[i].succeeded = a->workers[i].stopped = false;
+        free(a->workers[i].stopped_error);
+        a->workers[i].stopped_error = NULL;
+    }
     free(a->attempt_dir);
     a->attempt_dir = NULL;
     a->state = AGENT_RUNNING;
@@ -1387,6 +1392,8 @@ static int agent_free(ddp_agent_t *a, int exit_code)
     ddp_buf_free(&fields);
     ddp_events_close(&a->events);
     free(a->failures);
+    for (int i = 0; a->workers != NULL && i < a->nworkers; i++)
+        free(a->workers[i].stopped_error);
     free(a->workers);
     free(a->program);
     free(a->base_dir);

@@ -43,6 +43,7 @@ typedef struct ddp_worker_s {
     bool running;
     bool succeeded; /* in this attempt */
     bool stopped;   /* in this attempt, ended by the launcher's stop, not a failure of its own */
+    char *stopped_error; /* a stopped worker's own error file's first line, or NULL */
     char *prefix;
     char *error_file;
     ddp_stream_t *out, *err;

@@ -171,6 +171,12 @@ static void say_stopped(const ddp_agent_t *a)
                      n > 1 ? "s" : "", ddp_buf_str(&ranks),
                      ddp_signal_name(a->sent_signal, name, sizeof name),
                      a->sent_sigkill ? ", then SIGKILL" : "");
+    for (int i = 0; i < a->nworkers; i++) {
+        const ddp_worker_t *w = &a->workers[i];
+        if (w->stopped && w->stopped_error != NULL)
+            ddp_log_info(a->log, "rank %d, stopped, had written its own error.json first: %.300s",
+                         w->rank, w->stopped_error);
+    }
     ddp_buf_free(&ranks);
 }
 

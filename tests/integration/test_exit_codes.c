@@ -242,6 +242,22 @@ static void test_stopped_ranks_told_apart(void **state)
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "stopped by ddp-launch, not failures of their own: "
                                               "ranks 0, 2 (SIGTERM)\n") != NULL);
     th_cleanup(&p);
+    /* A stopped rank that had written its own error.json (as gloo's "Connection closed by
+     * peer" does) has it said beside the list. */
+    const char *wrote[] = {
+        th_launcher(),
+        "--nproc-per-node=2",
+        "--no-python",
+        "/bin/sh",
+        "-c",
+        "if [ $RANK = 1 ]; then sleep 1; exit 2; fi; printf '{\"message\": \"gloo: Connection "
+        "closed by peer\", \"timestamp\": 1}' > \"$TORCHELASTIC_ERROR_FILE\"; exec sleep 30",
+        NULL};
+    th_run(&p, wrote, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "rank 0, stopped, had written its own error.json "
+                                              "first: gloo: Connection closed by peer\n") != NULL);
+    th_cleanup(&p);
     /* Rank 1 fails once rank 0 ignores SIGTERM (else the stop could come first). */
     char *dir = th_tmpdir(), ready[600];
     snprintf(ready, sizeof ready, "READY=%s/ignoring", dir);
