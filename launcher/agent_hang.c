@@ -20,6 +20,7 @@
 #include "worker_spec.h"
 
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -94,6 +95,33 @@ void ddp_agent_hang_begin(ddp_agent_t *a, bool found, bool stalled, const char *
     uv_timer_start(&a->hang_wait, on_hang_wait, HANG_PAUSE_MS, 0);
 }
 
+/* Where the report's files are, naming only those some local rank wrote: libddp's flight
+ * recorder (flight_<group>.json), the native and Python stacks of --hang-dump. */
+static void say_hang_files(const ddp_agent_t *a)
+{
+    static const char *const kinds[] = {"flight_*.json", "stack.txt", "python_stack.txt"};
+    ddp_buf_t found = DDP_BUF_INIT;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        int ranks = 0;
+        for (int i = 0; i < a->nworkers; i++) {
+            char pattern[PATH_MAX];
+            glob_t g;
+            snprintf(pattern, sizeof pattern, "%s/%d/%s", a->attempt_dir, a->workers[i].local_rank,
+                     kinds[k]);
+            if (glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0)
+                ranks++;
+            globfree(&g);
+        }
+        if (ranks > 0)
+            ddp_buf_printf(&found, "%s%s (%d rank%s)", found.len > 0 ? ", " : "",
+                           k == 0 ? "flight_<group>.json" : kinds[k], ranks, ranks > 1 ? "s" : "");
+    }
+    if (found.len > 0)
+        ddp_log_info(a->log, "each rank's files of this report are in %s/<local rank>/: %s",
+                     a->attempt_dir, ddp_buf_str(&found));
+    ddp_buf_free(&found);
+}
+
 /* The table on stderr and in the attempt's hang_report.txt, an event. */
 void ddp_agent_hang_print(ddp_agent_t *a, const char *text, ddp_buf_t *verdict)
 {
@@ -108,10 +136,7 @@ void ddp_agent_hang_print(ddp_agent_t *a, const char *text, ddp_buf_t *verdict)
     ddp_log_error(a->log, "hang report (%s), before anything is stopped:", a->hang_why);
     (void)ddp_write_all(2, table.data, table.len);
     ddp_log_error(a->log, "verdict: %s", ddp_buf_str(verdict));
-    ddp_log_info(a->log,
-                 "each rank's flight recorder (libddp) is in %s/<local rank>/flight_<group>.json%s",
-                 a->attempt_dir,
-                 a->cfg->hang_dump ? "; stacks in stack.txt and python_stack.txt beside it" : "");
+    say_hang_files(a);
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/hang_report.txt", a->attempt_dir);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

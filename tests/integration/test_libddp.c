@@ -813,6 +813,9 @@ static void test_hang_timeout_finds_a_hang(void **state)
         return;
     }
     TH_ASSERT(&p, strstr(err, "--hang-dump: native stacks by libunwind") != NULL);
+    /* The files named are those written: no python_stack.txt from C workers. */
+    TH_ASSERT(&p, strstr(err, "/<local rank>/: flight_<group>.json (3 ranks), stack.txt (3 "
+                              "ranks)\n") != NULL);
     char *waiter = run_file(logs, "attempt_0/0/stack.txt"),
          *victim = run_file(logs, "attempt_0/1/stack.txt");
     TH_ASSERT(&p,
