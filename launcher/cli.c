@@ -941,9 +941,38 @@ static int slurm_defaults(raw_value_t *raw, char *const *envp, char *host, size_
     return rc;
 }
 
+typedef struct {
+    const char *self;
+    bool found;
+} host_search_t;
+
+static int is_this_host(void *ctx, const char *host)
+{
+    host_search_t *h = ctx;
+    size_t len = strcspn(h->self, "."), hlen = strcspn(host, ".");
+    h->found = len == hlen && strncmp(h->self, host, len) == 0; /* n1 is n1.cluster */
+    return h->found;
+}
+
+/* Whether this host is one of the allocation's (SLURM_JOB_NODELIST); true where that
+ * cannot be told. */
+static bool here_allocated(char *const *envp)
+{
+    const char *list = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_JOB_NODELIST));
+    char self[256] = "";
+    ddp_buf_t why = DDP_BUF_INIT;
+    if (list == NULL || *list == '\0' || gethostname(self, sizeof self - 1) != 0)
+        return true;
+    host_search_t h = {self, false};
+    int err = ddp_slurm_hostlist_each(list, is_this_host, &h, &why);
+    ddp_buf_free(&why);
+    return err != 0 || h.found;
+}
+
 /* After the flags: a multi-node job of a Slurm allocation whose store port nobody gave
  * gets its job's own (slurm.h), and an allocation of more than one node outside any step,
- * without --nnodes or --node-rank, is started on every node through srun. */
+ * without --node-rank and --nnodes (or with the allocation's count), is started on every
+ * node through srun; another --nnodes there is said at once to start only this node. */
 static void slurm_after(ddp_launch_config_t *cfg, const raw_value_t *raw, char *const *envp,
                         const ddp_log_t *log)
 {
@@ -951,11 +980,27 @@ static void slurm_after(ddp_launch_config_t *cfg, const raw_value_t *raw, char *
                *nodes = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_JOB_NUM_NODES));
     if (cfg->standalone || job == NULL || cfg->hosts != NULL || cfg->hostfile != NULL)
         return;
-    if (slurm_outside_step(envp) && !raw[flag_index("nnodes")].set &&
-        !raw[flag_index("node-rank")].set && nodes != NULL && atoi(nodes) > 1) {
-        cfg->slurm_fanout = atoi(nodes);
+    int allocated = nodes != NULL ? atoi(nodes) : 0;
+    /* One node, from a shell elsewhere (salloc's, on the login host): srun runs the job
+     * on the node Slurm gave, not here. */
+    if (slurm_outside_step(envp) && !raw[flag_index("node-rank")].set && allocated == 1 &&
+        cfg->nnodes_max == 1 && !here_allocated(envp)) {
+        cfg->slurm_fanout = 1;
         return;
     }
+    bool fixed = !raw[flag_index("nnodes")].set ||
+                 (cfg->nnodes_min == cfg->nnodes_max && cfg->nnodes_max == allocated);
+    if (slurm_outside_step(envp) && !raw[flag_index("node-rank")].set && allocated > 1 && fixed) {
+        cfg->slurm_fanout = allocated; /* --nnodes, where given, says the same */
+        return;
+    }
+    if (slurm_outside_step(envp) && !raw[flag_index("node-rank")].set && cfg->nnodes_max > 1)
+        ddp_log_warn(log,
+                     "--nnodes=%d inside Slurm allocation %s of %d node(s), outside a step: this "
+                     "command is node 0 only, and the others must be started (srun "
+                     "--ntasks-per-node=1 ddp-launch ..., or leave out --nnodes in an allocation "
+                     "of that many nodes: ddp-launch then starts itself on each through srun)",
+                     cfg->nnodes_max, job, allocated);
     const char *step = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_STEP_ID));
     int port = ddp_slurm_port(job, step);
     if (cfg->nnodes_max > 1 && !raw[flag_index("rdzv-id")].set && port >= 0 &&

@@ -378,6 +378,23 @@ static void test_hello_example(void **state)
     th_cleanup(&p);
 }
 
+/* --nnodes=2 typed in an sbatch script of a 3-node allocation (outside a step): this
+ * command is node 0 alone, said at once (it used to wait out the join timeout). */
+static void test_nnodes_outside_a_slurm_step_said(void **state)
+{
+    const char *argv[] = {th_launcher(), "--nnodes=2",  "--master-port=29999",
+                          "--dry-run",   "--no-python", "/bin/true",
+                          NULL};
+    const char *env[] = {"SLURM_JOB_ID=9", "SLURM_JOB_NUM_NODES=3", "SLURM_STEP_ID", NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p,
+              strstr(ddp_buf_str(&p.err), "--nnodes=2 inside Slurm allocation 9 of 3 node(s), "
+                                          "outside a step: this command is node 0 only") != NULL);
+    th_cleanup(&p);
+}
+
 static void test_start_up_errors(void **state)
 {
     th_proc_t p;
@@ -509,6 +526,7 @@ int main(void)
         TH_TEST(test_program_without_no_python),
         TH_TEST(test_hello_example),
         TH_TEST(test_start_up_errors),
+        TH_TEST(test_nnodes_outside_a_slurm_step_said),
         TH_TEST(test_store_port_in_use),
         TH_TEST(test_default_port_busy_takes_a_free_one),
     };

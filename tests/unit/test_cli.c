@@ -481,7 +481,30 @@ static void test_slurm_allocation(void **state)
     assert_int_equal(p.rc, 0);
     assert_int_equal(p.cfg.slurm_fanout, 0);
     done(&p);
+    /* --nnodes typed as the allocation's count starts every node too; another count does
+     * not (ddp-launch says so at once: see test_env_contract). */
+    parse(&p, "--nnodes=3 t.py", batch);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.slurm_fanout, 3);
+    done(&p);
+    parse(&p, "--nnodes=2 t.py", batch);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.slurm_fanout, 0);
+    done(&p);
     parse(&p, "t.py", "SLURM_JOB_ID=9 SLURM_JOB_NUM_NODES=1 SLURM_NNODES=1");
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.slurm_fanout, 0);
+    done(&p);
+    /* One node allocated elsewhere (salloc's shell on a login host): srun runs it there;
+     * on the allocated node itself (sbatch's script) it runs here. */
+    parse(&p, "t.py", "SLURM_JOB_ID=9 SLURM_JOB_NUM_NODES=1 SLURM_JOB_NODELIST=gpu-elsewhere-7");
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.slurm_fanout, 1);
+    done(&p);
+    char self[200], env[400];
+    assert_int_equal(gethostname(self, sizeof self), 0);
+    snprintf(env, sizeof env, "SLURM_JOB_ID=9 SLURM_JOB_NUM_NODES=1 SLURM_JOB_NODELIST=%s", self);
+    parse(&p, "t.py", env);
     assert_int_equal(p.rc, 0);
     assert_int_equal(p.cfg.slurm_fanout, 0);
     done(&p);
