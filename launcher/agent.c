@@ -121,6 +121,8 @@ static void finish(ddp_agent_t *a)
         uv_close((uv_handle_t *)&a->forwarded[i], NULL);
     for (int i = 0; i < a->nunforwarded; i++)
         uv_close((uv_handle_t *)&a->unforwarded[i], NULL);
+    for (int i = 0; i < a->cfg->npassed; i++)
+        uv_close((uv_handle_t *)&a->passed[i], NULL);
 }
 
 static void signal_worker(ddp_agent_t *a, int i, int sig)
@@ -715,6 +717,29 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
     }
 }
 
+/* --forward-signals: the workers get it (Slurm's early warning, say, to checkpoint) and
+ * go on; nothing is stopped. */
+static void on_passed_signal(uv_signal_t *handle, int sig)
+{
+    ddp_agent_t *a = handle->data;
+    char name[32];
+    if (a->state != AGENT_RUNNING || a->nrunning == 0)
+        return;
+    ddp_log_info(a->log,
+                 "received %s: passing it to the %d worker(s), which go on (--forward-signals)",
+                 signame(sig, name, sizeof name), a->nrunning);
+    signal_running(a, sig);
+}
+
+/* Whether --forward-signals takes `sig` (over --signals-to-handle). */
+static bool passed_signal(const ddp_launch_config_t *cfg, int sig)
+{
+    for (int i = 0; i < cfg->npassed; i++)
+        if (cfg->passed[i] == sig)
+            return true;
+    return false;
+}
+
 static void on_forwarded_signal(uv_signal_t *handle, int sig)
 {
     stop_for_signal(handle->data, sig, sig);
@@ -1119,11 +1144,15 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
         uv_signal_init(&a->loop, &a->forwarded[i]);
         a->forwarded[i].data = a;
     }
+    for (int i = 0; i < a->cfg->npassed; i++) {
+        uv_signal_init(&a->loop, &a->passed[i]);
+        a->passed[i].data = a;
+    }
     /* The other signals whose default would end ddp-launch stop the job instead. */
     const int *all;
     size_t nall = ddp_signal_forwardables(&all);
     for (size_t k = 0; k < nall && a->nunforwarded < DDP_MAX_SIGNALS; k++) {
-        bool forwarded = false;
+        bool forwarded = passed_signal(a->cfg, all[k]);
         for (int i = 0; i < a->cfg->nsignals; i++)
             forwarded = forwarded || a->cfg->signals[i] == all[k];
         if (forwarded)
@@ -1144,7 +1173,13 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     if ((err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD)) != 0)
         return err;
     for (int i = 0; i < a->cfg->nsignals; i++) {
+        if (passed_signal(a->cfg, a->cfg->signals[i]))
+            continue; /* --forward-signals takes it */
         if ((err = uv_signal_start(&a->forwarded[i], on_forwarded_signal, a->cfg->signals[i])) != 0)
+            return err;
+    }
+    for (int i = 0; i < a->cfg->npassed; i++) {
+        if ((err = uv_signal_start(&a->passed[i], on_passed_signal, a->cfg->passed[i])) != 0)
             return err;
     }
     for (int i = 0; i < a->nunforwarded; i++) {

@@ -66,6 +66,7 @@ struct ddp_agent_s {
     uv_signal_t sigchld;
     uv_signal_t forwarded[DDP_MAX_SIGNALS];
     uv_signal_t unforwarded[DDP_MAX_SIGNALS]; /* the other signals that would end us */
+    uv_signal_t passed[DDP_MAX_SIGNALS];      /* --forward-signals: passed, nothing stopped */
     int unforwarded_sig[DDP_MAX_SIGNALS];
     int nunforwarded;
     uv_timer_t kill_timer;

@@ -443,10 +443,10 @@ static int apply_numa_binding(ddp_launch_config_t *cfg, const char *value, const
                  value);
 }
 
-static int apply_signals_to_handle(ddp_launch_config_t *cfg, const char *value, const char *origin,
-                                   const ddp_log_t *log, ddp_buf_t *err)
+/* A comma-separated list of forwardable signals into list[*count]. */
+static int parse_signals(const char *value, const char *origin, int *list, int *count,
+                         ddp_buf_t *err)
 {
-    (void)log;
     char *copy = strdup(value), *save = NULL;
     int rc = 0, n = 0;
     if (copy == NULL)
@@ -463,18 +463,32 @@ static int apply_signals_to_handle(ddp_launch_config_t *cfg, const char *value, 
         }
         bool seen = false;
         for (int i = 0; i < n; i++)
-            seen = seen || cfg->signals[i] == sig;
+            seen = seen || list[i] == sig;
         if (!seen && n < DDP_MAX_SIGNALS)
-            cfg->signals[n++] = sig;
+            list[n++] = sig;
     }
     if (n == 0) {
         rc = bad_value(err, origin, value, "a comma-separated list of signal names");
         goto out;
     }
-    cfg->nsignals = n;
+    *count = n;
 out:
     free(copy);
     return rc;
+}
+
+static int apply_signals_to_handle(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                                   const ddp_log_t *log, ddp_buf_t *err)
+{
+    (void)log;
+    return parse_signals(value, origin, cfg->signals, &cfg->nsignals, err);
+}
+
+static int apply_forward_signals(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                                 const ddp_log_t *log, ddp_buf_t *err)
+{
+    (void)log;
+    return parse_signals(value, origin, cfg->passed, &cfg->npassed, err);
 }
 
 /* A size in bytes: digits with an optional K, M or G (powers of 1024). */
@@ -681,6 +695,9 @@ static const flag_t flags[] = {
      "a variable that differs between nodes ends the job\n(status 5) before any worker starts"},
     {CODE("signals-to-handle", apply_signals_to_handle, true), false, G_SUPERVISION, "LIST",
      "signals forwarded to the workers\n(default SIGTERM,SIGINT,SIGHUP,SIGQUIT)"},
+    {CODE("forward-signals", apply_forward_signals, true), false, G_SUPERVISION, "LIST",
+     "signals passed to the workers, nothing stopped\n(Slurm's --signal=USR1@60 to "
+     "checkpoint and go on)"},
     {"shutdown-timeout", 0, KIND_SECONDS, FIELD(shutdown_timeout), 0, 7 * 86400, NULL, NULL, true,
      false, G_SUPERVISION, "SECONDS", "grace between the stop signal and SIGKILL (default 30)"},
     {"hang-timeout", 0, KIND_SECONDS, FIELD(hang_timeout), 0, 7 * 86400, NULL, NULL, true, false,

@@ -104,6 +104,8 @@ typedef struct ddp_launch_config_s {
     double shutdown_timeout; /* s between the stop signal and SIGKILL */
     int signals[DDP_MAX_SIGNALS];
     int nsignals;
+    int passed[DDP_MAX_SIGNALS]; /* --forward-signals: to the workers, nothing stopped */
+    int npassed;
     ddp_exit_code_mode_t exit_code_mode;
     double hang_timeout; /* --hang-timeout: s with no progress before a hang report; 0: off */
     bool hang_dump;      /* --hang-dump: the report also saves every worker's stacks */

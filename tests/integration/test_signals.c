@@ -115,6 +115,42 @@ static void test_sigusr1_can_be_forwarded(void **state)
 /* A signal that is not forwarded but would end ddp-launch outright (SIGUSR1, SIGALRM)
  * stops the workers with SIGTERM and ends with 128+N and its message, instead of
  * killing the launcher. */
+/* --forward-signals=SIGUSR1 (Slurm's --signal=USR1@60): each worker gets it, handles it
+ * (a checkpoint) and goes on; nothing is stopped and the job succeeds. */
+static void test_forwarded_signal_stops_nothing(void **state)
+{
+    char *dir = th_tmpdir(), mark[600];
+    snprintf(mark, sizeof mark, "%s/go", dir);
+    /* Each worker loops (up to 30 s) until the test makes the file $0 names. */
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--forward-signals=SIGUSR1",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "trap 'echo checkpoint $RANK' USR1; echo ready; i=0; "
+                          "while [ $i -lt 600 ] && [ ! -f \"$0\" ]; do sleep 0.05; i=$((i+1)); "
+                          "done; echo went on $RANK",
+                          mark,
+                          NULL};
+    th_proc_t p;
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready", 2, 30));
+    TH_ASSERT(&p, kill(p.pid, SIGUSR1) == 0);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "checkpoint ", 2, 30));
+    FILE *f = fopen(mark, "w");
+    TH_ASSERT(&p, f != NULL);
+    fclose(f);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "went on ") == 2);
+    TH_ASSERT(&p,
+              strstr(ddp_buf_str(&p.err), "passing it to the 2 worker(s), which go on") != NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 static void test_unforwarded_signal_stops_cleanly(void **state)
 {
     static const int sigs[] = {SIGUSR1, SIGALRM};
@@ -297,11 +333,17 @@ int main(int argc, char **argv)
     if (argc > 1)
         cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_sigterm_is_forwarded),        TH_TEST(test_grace_then_sigkill),
-        TH_TEST(test_sigusr1_can_be_forwarded),    TH_TEST(test_second_signal_kills_at_once),
-        TH_TEST(test_sigkill_leaves_no_orphans),   TH_TEST(test_early_sigkill_leaves_no_orphans),
-        TH_TEST(test_stop_takes_grandchildren),    TH_TEST(test_leftover_children_are_killed),
-        TH_TEST(test_stopped_worker_is_continued), TH_TEST(test_unforwarded_signal_stops_cleanly),
+        TH_TEST(test_sigterm_is_forwarded),
+        TH_TEST(test_grace_then_sigkill),
+        TH_TEST(test_sigusr1_can_be_forwarded),
+        TH_TEST(test_second_signal_kills_at_once),
+        TH_TEST(test_sigkill_leaves_no_orphans),
+        TH_TEST(test_early_sigkill_leaves_no_orphans),
+        TH_TEST(test_stop_takes_grandchildren),
+        TH_TEST(test_leftover_children_are_killed),
+        TH_TEST(test_stopped_worker_is_continued),
+        TH_TEST(test_unforwarded_signal_stops_cleanly),
+        TH_TEST(test_forwarded_signal_stops_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
