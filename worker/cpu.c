@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void ddp_cpu_describe(const call_t *call, char *buf, size_t cap)
 {
@@ -32,6 +33,37 @@ void ddp_cpu_describe(const call_t *call, char *buf, size_t cap)
     size_t len = strlen(buf);
     if (call->kind == CALL_ALL_REDUCE && call->root && len < cap)
         snprintf(buf + len, cap - len, ", sent in that type");
+}
+
+/* Over a ring a rank sees only its previous rank's call. With one odd rank k, ranks k
+ * and k+1 each see a difference: each says so in the store (under the call's number and
+ * its rank) and looks, for up to a second, for the other's word. Its next rank's means
+ * this rank is the odd one (-1: nobody else to blame); its previous rank's means that
+ * one is. Neither, or both: -1. Only on this failure's path. */
+static int ring_culprit(ddp_t *ddp, cpu_t *c, uint64_t seq)
+{
+    char mine[96], next[96], prev[96];
+    if (ddp->store == NULL || ddp->world_size < 3)
+        return -1;
+    ddp_key(ddp, mine, sizeof mine, "differ/%llu/%d", (unsigned long long)seq, ddp->rank);
+    ddp_key(ddp, next, sizeof next, "differ/%llu/%d", (unsigned long long)seq, c->next);
+    ddp_key(ddp, prev, sizeof prev, "differ/%llu/%d", (unsigned long long)seq, c->prev);
+    if (ddp_store_client_set(ddp->store, mine, "1", 1) != 0)
+        return -1;
+    double deadline = ddp_clock_mono() + (ddp->timeout < 1 ? ddp->timeout : 1);
+    for (;;) {
+        const char *keys_next[] = {next}, *keys_prev[] = {prev};
+        bool by_next = false, by_prev = false;
+        if (ddp_store_client_check(ddp->store, keys_next, 1, &by_next) != 0 ||
+            ddp_store_client_check(ddp->store, keys_prev, 1, &by_prev) != 0)
+            return -1;
+        if (by_next != by_prev)
+            return by_prev ? c->prev : -1;
+        if (by_next || ddp_clock_mono() >= deadline)
+            return -1;
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
 }
 
 int ddp_cpu_check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *mine,
@@ -47,6 +79,8 @@ int ddp_cpu_check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *min
                         what, peer, ddp_cpu_addr(c, peer));
     ddp_cpu_describe(mine, here, sizeof here);
     ddp_cpu_describe(theirs, there, sizeof there);
+    if (blame == DDP_CPU_BLAME_RING)
+        blame = ring_culprit(ddp, c, mine->seq);
     /* A usage error, but found mid-collective: the links hold data no call will read,
      * so the context is broken as by any failed collective. */
     ddp->broken = DDP_EUSAGE;
@@ -96,9 +130,9 @@ static long take(ddp_t *ddp, cpu_t *c, const char *what, cpu_progress_t *p, call
         }
         *(header ? &p->hg : &p->got) += (size_t)m;
         taken += m;
-        int err = header && p->hg == p->hl
-                      ? ddp_cpu_check_call(ddp, c, what, t->call, theirs, c->prev, -1)
-                      : 0;
+        int err = header && p->hg == p->hl ? ddp_cpu_check_call(ddp, c, what, t->call, theirs,
+                                                                c->prev, DDP_CPU_BLAME_RING)
+                                           : 0;
         if (err)
             return err;
         if (!header || p->hg < p->hl)

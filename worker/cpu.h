@@ -193,7 +193,8 @@ static inline const char *ddp_cpu_addr(const cpu_t *c, int peer)
 
 /* `theirs` (rank `peer`'s description of its collective) against this rank's: 0, or the
  * failure saying both, blaming rank `blame` in the error file (-1: none; where every
- * call is seen, the odd one out). */
+ * call is seen, the odd one out; DDP_CPU_BLAME_RING: over a ring, asked of the store). */
+#define DDP_CPU_BLAME_RING (-2)
 int ddp_cpu_check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *mine,
                        const call_t *theirs, int peer, int blame);
 

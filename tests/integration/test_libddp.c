@@ -461,24 +461,30 @@ static void test_mismatched_collectives_shm(void **state)
                  "broadcast #2 of 1000 float32 from rank 0");
 }
 
-/* Three ranks, and only rank 1's count differs (over the board, where every rank sees
- * every call): the report's root cause is rank 1, the odd one out, not rank 0 or 2
- * that each disagreed with it. Its message is in the documented form. */
+/* Three ranks, and only rank 1's count differs: the report's root cause is rank 1, the
+ * odd one out, not rank 0 or 2 that each disagreed with it. Its message is in the
+ * documented form. */
 static void test_mismatch_blames_the_odd_one_out(void **state)
 {
     const char *argv[] = {
         th_launcher(), "--nproc-per-node=3", "--no-python", collectives(), "mismatch", "count", "1",
         NULL};
-    const char *env[] = {"DDP_TIMEOUT=600", NULL};
-    th_proc_t p;
-    th_run(&p, argv, env, 120);
-    const char *err = ddp_buf_str(&p.err), *root = strstr(err, "Root Cause");
-    TH_ASSERT(&p, th_status(&p) == 1);
-    TH_ASSERT(&p, root != NULL && strstr(root, "rank      : 1 (local_rank: 1)") != NULL);
-    TH_ASSERT(&p,
-              root != NULL && strstr(root, "libddp: error: rank 1: collectives differ: this "
-                                           "rank called all_reduce #2 of 1001 float32") != NULL);
-    th_cleanup(&p);
+    /* Over the board (one host), then over the TCP ring, where each rank sees only its
+     * previous rank's call and the two that see a difference compare notes in the store. */
+    const char *board[] = {"DDP_TIMEOUT=600", NULL},
+               *ring[] = {"DDP_TIMEOUT=600", "DDP_SHM=0", NULL};
+    const char *const *envs[] = {board, ring};
+    for (int i = 0; i < 2; i++) {
+        th_proc_t p;
+        th_run(&p, argv, envs[i], 120);
+        const char *err = ddp_buf_str(&p.err), *root = strstr(err, "Root Cause");
+        TH_ASSERT(&p, th_status(&p) == 1);
+        TH_ASSERT(&p, root != NULL && strstr(root, "rank      : 1 (local_rank: 1)") != NULL);
+        TH_ASSERT(&p, root != NULL &&
+                          strstr(root, "libddp: error: rank 1: collectives differ: this "
+                                       "rank called all_reduce #2 of 1001 float32") != NULL);
+        th_cleanup(&p);
+    }
 }
 
 static void test_mismatched_collectives_tcp(void **state)
