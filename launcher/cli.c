@@ -1019,6 +1019,7 @@ static void slurm_after(ddp_launch_config_t *cfg, const raw_value_t *raw, char *
                      "of that many nodes: ddp-launch then starts itself on each through srun)",
                      cfg->nnodes_max, job, allocated);
     const char *step = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_STEP_ID));
+    cfg->slurm_step = !slurm_outside_step(envp);
     int port = ddp_slurm_port(job, step);
     if (cfg->nnodes_max > 1 && !raw[flag_index("rdzv-id")].set && port >= 0 &&
         asprintf(&cfg->run_id, "slurm-%s.%s", job, step != NULL && *step ? step : "0") < 0)

@@ -269,6 +269,15 @@ static void member_lost(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char *w
         snprintf(message, sizeof message, "node %d (%.255s)'s launcher stopped answering: %s",
                  m->node_rank, m->join.host, why);
         ddp_log_debug(c->log, "rendezvous: %s", message);
+        /* A static job inside a Slurm step cannot get it back: srun starts no task again,
+         * so the next round would only wait out its timeout. */
+        if (!c->backend->loss_reforms && c->cfg->slurm_step) {
+            job_over(c, DDP_EXIT_RDZV_FAILED,
+                     "%s; in a Slurm job step nothing starts it again (srun restarts no "
+                     "task): the job ends instead of waiting for it",
+                     message);
+            return;
+        }
         /* A job that cannot re-form without it and has no restart left could not keep its
          * nodes: 5, as the man page says, not a worker's failure. */
         round_stop_as(c, !c->backend->loss_reforms, DDP_EXIT_RDZV_FAILED, message);

@@ -499,6 +499,30 @@ static void test_node_loss_without_restarts_is_5(void **state)
     job_cleanup(&job);
 }
 
+/* The same loss inside a Slurm job step (the store's host sees SLURM_JOB_ID and
+ * SLURM_STEP_ID), restarts left: srun starts no task again, so the job ends (status 5)
+ * within seconds instead of waiting out the next round's 60 s join timeout. */
+static void test_node_loss_in_a_slurm_step_ends_the_job(void **state)
+{
+    const char *waits[] = {th_worker(), "wait", NULL};
+    const char *step[] = {"SLURM_JOB_ID=77", "SLURM_STEP_ID=3", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 =
+        start_node_env(&job, 2, 0, 1, "--max-restarts=3 --rdzv-conf=timeout=60", waits, step);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, "--max-restarts=3 --rdzv-conf=timeout=60", waits);
+    TH_ASSERT(n0, th_wait_output(n0, 1, "ready ", 1, 30));
+    TH_ASSERT(n1, th_wait_output(n1, 1, "ready ", 1, 30));
+    double killed = th_now();
+    assert_int_equal(kill(n1->pid, SIGKILL), 0);
+    TH_ASSERT(n0, th_wait_exit(n0, 40));
+    TH_ASSERT(n0, th_status(n0) == 5);
+    TH_ASSERT(n0, th_now() - killed < 20);
+    TH_ASSERT(n0, strstr(err(n0), "in a Slurm job step nothing starts it again") != NULL);
+    job_wait(&job, 30);
+    job_cleanup(&job);
+}
+
 /* Node 0's launcher SIGKILLed: its store goes with it, and node 1 ends at once (status
  * 5), its workers stopped, saying the store is lost. */
 static void test_store_host_lost(void **state)
@@ -920,6 +944,7 @@ int main(void)
         TH_TEST(test_other_rdzv_id_named_on_both_sides),
         TH_TEST(test_node_loss_noticed),
         TH_TEST(test_node_loss_without_restarts_is_5),
+        TH_TEST(test_node_loss_in_a_slurm_step_ends_the_job),
         TH_TEST(test_lost_node_returns),
         TH_TEST(test_store_host_lost),
         TH_TEST(test_slow_node_reads_the_end),
