@@ -91,14 +91,14 @@ static int dry_run(const ddp_launch_config_t *cfg, int argc, char **argv, char *
                    "Slurm job %s, %d nodes (%s); outside a step: one ddp-launch a node "
                    "through srun:\n ",
                    job, cfg->slurm_fanout, list != NULL ? list : "?");
-    for (int i = 0; srun[i] != NULL && i < 5; i++) {
+    for (int i = 0; srun[i] != NULL && i < 6; i++) {
         ddp_buf_puts(&out, " ");
         ddp_shell_word(&out, srun[i]);
     }
     int script = (int)(cfg->script_args - argv) - 1;
     own_args(&out, cfg, argc, argv, script);
     ddp_buf_puts(&out, "\neach node then runs, as Slurm's variables make it:\n");
-    node_line_t n = {&out, cfg,    srun[4], first, cfg->slurm_fanout, 0, ddp_slurm_port(job, NULL),
+    node_line_t n = {&out, cfg,    srun[5], first, cfg->slurm_fanout, 0, ddp_slurm_port(job, NULL),
                      argc, script, argv};
     if (list != NULL && ddp_slurm_first_host(list, first, sizeof first, &why) == 0)
         (void)ddp_slurm_hostlist_each(list, node_line, &n, &why);
@@ -139,9 +139,11 @@ int ddp_fanout_slurm(const ddp_launch_config_t *cfg, int argc, char **argv, char
     }
     /* No --kill-on-bad-exit: the nodes end together through the rendezvous, each with its
      * own report (srun would kill the others mid-way, as they forward a signal). */
-    char *head[] = {srun_path, nodes, tasks, "--ntasks-per-node=1", self};
+    /* --label: each node's lines (its launcher's and its workers') carry its task
+     * number, as the nodes' launchers print alike and would interleave unnamed. */
+    char *head[] = {srun_path, nodes, tasks, "--ntasks-per-node=1", "--label", self};
     memcpy(args, head, sizeof head);
-    memcpy(args + 5, argv + 1, (size_t)(argc - 1) * sizeof *args);
+    memcpy(args + 6, argv + 1, (size_t)(argc - 1) * sizeof *args);
     int code;
     if (cfg->dry_run) {
         code = dry_run(cfg, argc, argv, envp, args, fd);

@@ -262,7 +262,10 @@ static void test_one_command_in_an_allocation(void **state)
     if (strstr(out, "exit=0\n") == NULL)
         fail_msg("the job failed:\n%s", out);
     assert_hellos(out, 6, hosts);
-    assert_non_null(strstr(out, "--nodes=3 --ntasks=3 --ntasks-per-node=1"));
+    assert_non_null(strstr(out, "--nodes=3 --ntasks=3 --ntasks-per-node=1 --label"));
+    /* Each node's lines carry its task number (srun --label): node 2 runs ranks 4, 5. */
+    if (strstr(out, "2: hello from rank 4 of 6 (") == NULL)
+        fail_msg("no labelled line of node 2 in:\n%s", out);
     char line[256];
     snprintf(line, sizeof line,
              "on n2: %s --nnodes=3 --node-rank=2 --master-addr=n0 --master-port=", th_launcher());
