@@ -205,8 +205,8 @@ static void test_remote_failure_is_the_jobs(void **state)
     assert_true(remote_nodes_empty());
 }
 
-/* Ctrl-C (SIGINT to the command) ends the job on every node with 130, nothing left. */
-static void test_interrupt_ends_every_node(void **state)
+/* A job of three nodes whose workers wait, every one of them started. */
+static void start_waiting_job(th_proc_t *p)
 {
     const char *args[] = {"--hosts=n0,n1,n2",
                           "--no-python",
@@ -214,9 +214,15 @@ static void test_interrupt_ends_every_node(void **state)
                           "-c",
                           "echo ready $RANK; exec sleep 100",
                           NULL};
+    start_on_node0(p, args);
+    TH_ASSERT(p, th_wait_output(p, 1, "ready ", 3, 60));
+}
+
+/* Ctrl-C (SIGINT to the command) ends the job on every node with 130, nothing left. */
+static void test_interrupt_ends_every_node(void **state)
+{
     th_proc_t p;
-    start_on_node0(&p, args);
-    TH_ASSERT(&p, th_wait_output(&p, 1, "ready ", 3, 60));
+    start_waiting_job(&p);
     TH_ASSERT(&p, kill(p.pid, SIGINT) == 0);
     TH_ASSERT(&p, th_wait_exit(&p, 60));
     TH_ASSERT(&p, th_status(&p) == 130);
@@ -230,15 +236,8 @@ static void test_interrupt_ends_every_node(void **state)
  * were seen running 35 s later). */
 static void test_sigkill_of_the_command_ends_every_node(void **state)
 {
-    const char *args[] = {"--hosts=n0,n1,n2",
-                          "--no-python",
-                          "/bin/sh",
-                          "-c",
-                          "echo ready $RANK; exec sleep 100",
-                          NULL};
     th_proc_t p;
-    start_on_node0(&p, args);
-    TH_ASSERT(&p, th_wait_output(&p, 1, "ready ", 3, 60));
+    start_waiting_job(&p);
     TH_ASSERT(&p, kill(p.pid, SIGKILL) == 0);
     TH_ASSERT(&p, th_wait_exit(&p, 60));
     th_cleanup(&p);
