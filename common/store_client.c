@@ -286,13 +286,57 @@ static bool say_slow(const ddp_store_client_t *c, double waited, const char *why
     return true;
 }
 
+/* A TCP connection to any address of host:port (c->fd) by `deadline`: 0, or the last
+ * failure (DDP_EPARSE with *gai for a name that cannot be looked up). */
+static int connect_any(ddp_store_client_t *c, const char *host, const char *port, double deadline,
+                       int *gai)
+{
+    struct addrinfo hints = {0}, *addrs = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    *gai = getaddrinfo(host, port, &hints, &addrs);
+    if (*gai != 0) /* a name that does not resolve may yet (DNS not ready): retried */
+        return *gai == EAI_NONAME || *gai == EAI_AGAIN ? -EHOSTUNREACH : DDP_EPARSE;
+    int err = -ECONNREFUSED;
+    for (struct addrinfo *ai = addrs; ai != NULL; ai = ai->ai_next) {
+        if ((err = connect_one(ai, deadline, &c->fd)) == 0)
+            break;
+    }
+    freeaddrinfo(addrs);
+    return err;
+}
+
+/* A client that never connected, given up: `err` returned. */
+static int abandon(ddp_store_client_t *c, int err)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    ddp_buf_free(&c->out);
+    ddp_buf_free(&c->in);
+    free(c);
+    return err;
+}
+
+/* Exponential backoff with jitter, so many clients do not retry in step; never past
+ * `deadline` (one last attempt there). */
+static void back_off(double *delay, double now, double deadline)
+{
+    unsigned jitter = 0;
+    (void)getrandom(&jitter, sizeof jitter, GRND_NONBLOCK);
+    double pause = *delay * (0.5 + (jitter % 1000) / 1000.0);
+    if (pause > deadline - now)
+        pause = deadline - now;
+    struct timespec ts = {(time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9)};
+    nanosleep(&ts, NULL);
+    *delay = *delay * 2 > 1.0 ? 1.0 : *delay * 2;
+}
+
 int ddp_store_client_connect(const char *host, int port, const ddp_store_client_options_t *options,
                              ddp_store_client_t **out, ddp_buf_t *errbuf)
 {
     ddp_store_client_t *c = calloc(1, sizeof *c);
     char port_text[16];
     double start = ddp_clock_mono(), delay = 0.01;
-    int err = 0;
     if (c == NULL)
         return -ENOMEM;
     c->fd = -1;
@@ -304,42 +348,20 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
     int gai = 0;
     bool said_slow = false, accepted_silent = false;
     for (int attempt = 1;; attempt++) {
-        struct addrinfo hints = {0}, *addrs = NULL;
-        hints.ai_socktype = SOCK_STREAM;
-        hints.ai_flags = AI_NUMERICSERV;
-        gai = getaddrinfo(host, port_text, &hints, &addrs);
-        if (gai != 0) {
-            /* A name that does not resolve may yet (DNS not ready): retry as well. */
-            err = gai == EAI_NONAME || gai == EAI_AGAIN ? -EHOSTUNREACH : DDP_EPARSE;
-        } else {
-            err = -ECONNREFUSED;
-            for (struct addrinfo *ai = addrs; ai != NULL; ai = ai->ai_next) {
-                err = connect_one(ai, deadline, &c->fd);
-                if (err == 0)
-                    break;
-            }
-            freeaddrinfo(addrs);
-        }
+        int err = connect_any(c, host, port_text, deadline, &gai);
         if (err == 0 && (err = handshake(c, deadline)) == 0) {
             *out = c;
             return 0;
         }
-        if (err == DDP_EPROTO) {
-            /* Something answered, but not as a TCPStore: no retry will change that. */
+        if (err == DDP_EPROTO) { /* something answered, not as a TCPStore: retries cannot help */
             if (errbuf != NULL)
                 ddp_buf_printf(errbuf,
                                "%s answered, but not as a TCPStore (another program holds that "
                                "port?)",
                                c->address);
-            if (c->fd >= 0)
-                close(c->fd);
-            ddp_buf_free(&c->out);
-            ddp_buf_free(&c->in);
-            free(c);
-            return DDP_EPROTO;
+            return abandon(c, DDP_EPROTO);
         }
-        if (err == DDP_ETIMEOUT && c->fd >= 0)
-            accepted_silent = true;
+        accepted_silent = accepted_silent || (err == DDP_ETIMEOUT && c->fd >= 0);
         if (c->fd >= 0) {
             close(c->fd);
             c->fd = -1;
@@ -352,9 +374,9 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
         }
         c->gen = DDP_CODEC_GEN2; /* generation 1 failed too: start over next time */
         double now = ddp_clock_mono();
+        const char *why = err == DDP_EPARSE ? gai_strerror(gai) : ddp_strerror(err);
         if (!said_slow && now - start >= c->options.slow_after && now < deadline)
-            said_slow =
-                say_slow(c, now - start, err == DDP_EPARSE ? gai_strerror(gai) : ddp_strerror(err));
+            said_slow = say_slow(c, now - start, why);
         if (err == DDP_EPARSE || now >= deadline) {
             if (errbuf != NULL && accepted_silent)
                 ddp_buf_printf(errbuf,
@@ -365,22 +387,10 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
                 ddp_buf_printf(errbuf,
                                "unable to connect to the store at %s within %g s (%d attempts): "
                                "%s",
-                               c->address, c->options.connect_timeout, attempt,
-                               err == DDP_EPARSE ? gai_strerror(gai) : ddp_strerror(err));
-            ddp_buf_free(&c->out);
-            ddp_buf_free(&c->in);
-            free(c);
-            return err == DDP_EPARSE ? err : DDP_ETIMEOUT;
+                               c->address, c->options.connect_timeout, attempt, why);
+            return abandon(c, err == DDP_EPARSE ? err : DDP_ETIMEOUT);
         }
-        /* Exponential backoff with jitter, so many clients do not retry in step. */
-        unsigned jitter = 0;
-        (void)getrandom(&jitter, sizeof jitter, GRND_NONBLOCK);
-        double pause = delay * (0.5 + (jitter % 1000) / 1000.0);
-        if (pause > deadline - now)
-            pause = deadline - now; /* one last attempt at the deadline */
-        struct timespec ts = {(time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9)};
-        nanosleep(&ts, NULL);
-        delay = delay * 2 > 1.0 ? 1.0 : delay * 2;
+        back_off(&delay, now, deadline);
     }
 }
 
