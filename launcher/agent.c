@@ -567,12 +567,15 @@ void ddp_agent_fail_round(ddp_agent_t *a, size_t first)
  * fault a moment later: a call that differs is seen by every rank of the board). */
 #define BLAME_GRACE_S 3.0
 
-/* Whether failure `f` blames a local rank that is still running. */
-static bool blames_running(const ddp_agent_t *a, const ddp_failure_t *f)
+/* Whether a failure recorded so far blames a local rank that is still running (the
+ * first may blame one that has ended, which blames one that runs). */
+static bool blames_running(const ddp_agent_t *a)
 {
-    for (int i = 0; f->peer_rank >= 0 && i < a->nworkers; i++) {
-        if (a->workers[i].rank == f->peer_rank)
-            return a->workers[i].running;
+    for (size_t k = 0; k < a->nfailures; k++) {
+        for (int i = 0; a->failures[k].peer_rank >= 0 && i < a->nworkers; i++) {
+            if (a->workers[i].rank == a->failures[k].peer_rank && a->workers[i].running)
+                return true;
+        }
     }
     return false;
 }
@@ -588,8 +591,7 @@ static void on_blame_timer(uv_timer_t *timer)
 {
     ddp_agent_t *a = timer->data;
     if (a->blame_wait && a->state == AGENT_RUNNING) {
-        ddp_log_info(a->log, "rank %d, blamed by rank %d, has not ended on its own in %g s",
-                     a->failures[a->blame_first].peer_rank, a->failures[a->blame_first].rank,
+        ddp_log_info(a->log, "a rank another's failure blames has not ended on its own in %g s",
                      BLAME_GRACE_S);
         end_blame_wait(a);
     }
@@ -599,7 +601,7 @@ static void on_blame_timer(uv_timer_t *timer)
  * that still runs (then that rank's own end first, briefly). */
 static void first_failure(ddp_agent_t *a, size_t first)
 {
-    if (!blames_running(a, &a->failures[first])) {
+    if (!blames_running(a)) {
         ddp_agent_fail_round(a, first);
         return;
     }
@@ -640,7 +642,7 @@ static void on_sigchld(uv_signal_t *handle, int signum)
     /* The first failure starts the stop (later ones come while it runs), on every node
      * of a multi-node job. */
     if (a->blame_wait) {
-        if (!blames_running(a, &a->failures[a->blame_first]))
+        if (!blames_running(a))
             end_blame_wait(a);
     } else if (a->nfailures > failures_before && a->state == AGENT_RUNNING) {
         /* A collective that timed out: where every rank stands comes first. */
