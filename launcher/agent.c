@@ -753,6 +753,27 @@ static void on_unforwarded_signal(uv_signal_t *handle, int sig)
     stop_for_signal(handle->data, sig, SIGTERM);
 }
 
+/* Where worker `w`'s stdout and stderr go (output.h): the descriptors it gets and the
+ * streams the loop reads. Where the console's stdout and stderr are one file (2>&1, a
+ * terminal), its two console streams share one pipe, so their lines keep the order
+ * written. On failure the caller closes and discards what was opened. */
+static int open_streams(ddp_agent_t *a, ddp_worker_t *w, int *out_fd, int *err_fd,
+                        ddp_stream_t **out, ddp_stream_t **err_stream)
+{
+    const ddp_launch_config_t *cfg = a->cfg;
+    bool merged = a->console_merged &&
+                  ddp_logs_sink(cfg, w->local_rank, DDP_STD_OUT) == DDP_SINK_CONSOLE &&
+                  ddp_logs_sink(cfg, w->local_rank, DDP_STD_ERR) == DDP_SINK_CONSOLE;
+    int err = ddp_output_open(&a->output, cfg, a->attempt_dir, w->local_rank, w->prefix,
+                              DDP_STD_OUT, out_fd, out);
+    if (err == 0 && merged && (*err_fd = fcntl(*out_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+        err = -errno;
+    if (err == 0 && !merged)
+        err = ddp_output_open(&a->output, cfg, a->attempt_dir, w->local_rank, w->prefix,
+                              DDP_STD_ERR, err_fd, err_stream);
+    return err;
+}
+
 static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
 {
     const ddp_launch_config_t *cfg = a->cfg;
@@ -785,20 +806,7 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         (err = ddp_worker_env_added(cfg, &info, environ, &added)) != 0 ||
         (err = ddp_worker_env_merge(environ, added, &envp)) != 0)
         goto out;
-    /* Where the console's stdout and stderr are one file (2>&1, a terminal), a worker's
-     * two console streams share one pipe, so their lines keep the order written. */
-    bool merged = a->console_merged &&
-                  ddp_logs_sink(cfg, w->local_rank, DDP_STD_OUT) == DDP_SINK_CONSOLE &&
-                  ddp_logs_sink(cfg, w->local_rank, DDP_STD_ERR) == DDP_SINK_CONSOLE;
-    if ((err = ddp_output_open(&a->output, cfg, a->attempt_dir, w->local_rank, w->prefix,
-                               DDP_STD_OUT, &out_fd, &out)) != 0)
-        goto out;
-    if (merged && (err_fd = fcntl(out_fd, F_DUPFD_CLOEXEC, 3)) < 0) {
-        err = -errno;
-        goto out;
-    }
-    if (!merged && (err = ddp_output_open(&a->output, cfg, a->attempt_dir, w->local_rank, w->prefix,
-                                          DDP_STD_ERR, &err_fd, &err_stream)) != 0)
+    if ((err = open_streams(a, w, &out_fd, &err_fd, &out, &err_stream)) != 0)
         goto out;
     ddp_spawn_t spec = {
         .path = a->program,
