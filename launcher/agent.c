@@ -357,6 +357,9 @@ void ddp_agent_group_finished(ddp_agent_t *a)
 /* The rest of the group's end, once nothing of it is left. */
 static void group_finished_after_leftovers(ddp_agent_t *a)
 {
+    /* A signal during the leftovers' grace began a stop with nobody left to stop: its
+     * timer must not hold the loop. */
+    uv_timer_stop(&a->kill_timer);
     for (int i = 0; i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];
         if (w->pid <= 0)
@@ -679,6 +682,13 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
         char message[96];
         snprintf(message, sizeof message, "its launcher received %s", name);
         ddp_rdzv_post_abort(a->rdzv, sig, message);
+    }
+    if (a->leftover_wait) { /* every worker has ended: what they left goes at once */
+        ddp_log_warn(a->log, "received %s: ending now (the workers have ended)", name);
+        a->stop_reason = STOP_SIGNAL;
+        a->stop_signal = sig;
+        a->leftover_deadline = 0; /* the grace's next look ends it */
+        return;
     }
     if (a->state == AGENT_WAITING) {
         ddp_log_warn(a->log, "received %s between rounds: ending", name);

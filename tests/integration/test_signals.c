@@ -300,6 +300,21 @@ static void test_leftover_children_are_killed(void **state)
         expect_all_gone(&p, pids + 1, 1);
         th_cleanup(&p);
     }
+    /* Ctrl-C during the grace: the job ends at once (130), the child killed. */
+    argv[4] = "stubborn";
+    th_proc_t p;
+    pid_t pids[2];
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "pids", 1, 30));
+    TH_ASSERT(&p, collect_pids(ddp_buf_str(&p.out), "pids", pids, 2) == 2);
+    TH_ASSERT(&p, th_wait_gone(pids[0], 30)); /* the worker has ended: the grace runs */
+    double signalled = th_now();
+    TH_ASSERT(&p, kill(p.pid, SIGINT) == 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    TH_ASSERT(&p, th_status(&p) == 130);
+    TH_ASSERT(&p, th_now() - signalled < 1.5);
+    expect_all_gone(&p, pids + 1, 1);
+    th_cleanup(&p);
 }
 
 /* A worker stopped (SIGSTOP) that handles SIGTERM acts on the stop at once: the stop
