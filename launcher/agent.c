@@ -1084,15 +1084,14 @@ static void announce_log_dir(void *ctx, const char *dir)
 static int find_script(ddp_agent_t *a)
 {
     const ddp_launch_config_t *cfg = a->cfg;
-    char host[256] = "", cwd[PATH_MAX];
+    char cwd[PATH_MAX];
     if (cfg->module || (cfg->no_python && !cfg->run_path) || access(cfg->script, F_OK) == 0 ||
         errno != ENOENT)
         return 0;
-    (void)gethostname(host, sizeof host - 1);
     ddp_log_error(a->log,
                   "the training script %s does not exist on this node (%s, in %s): every node "
                   "needs it at the same path",
-                  cfg->script, host, getcwd(cwd, sizeof cwd) != NULL ? cwd : "?");
+                  cfg->script, a->host, getcwd(cwd, sizeof cwd) != NULL ? cwd : "?");
     return DDP_EXIT_NOT_FOUND;
 }
 
@@ -1125,12 +1124,9 @@ static int find_program(ddp_agent_t *a)
                       "unable to execute the Python interpreter %s: %s (set PYTHON_EXEC to the "
                       "python that has your packages, or use --no-python for a program)",
                       name, ddp_strerror(err));
-    else {
-        char host[256] = "";
-        (void)gethostname(host, sizeof host - 1);
-        ddp_log_error(a->log, "unable to execute %s on this node (%s): %s", name, host,
+    else
+        ddp_log_error(a->log, "unable to execute %s on this node (%s): %s", name, a->host,
                       ddp_strerror(err));
-    }
     return err == -ENOENT ? DDP_EXIT_NOT_FOUND : DDP_EXIT_NOT_EXECUTABLE;
 }
 
@@ -1331,6 +1327,8 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->output.loop = &a->loop;
     a->guard.fd = -1;
     a->exit_code = DDP_EXIT_LAUNCH_FAILED;
+    if (gethostname(a->host, sizeof a->host - 1) != 0) /* for messages and the report */
+        strcpy(a->host, "localhost");
     if ((err = open_events(a)) != 0)
         return err;
     if ((err = find_program(a)) != 0)
@@ -1342,8 +1340,6 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
         return DDP_EXIT_LAUNCH_FAILED;
     }
     raise_nofile(a);
-    if (gethostname(a->host, sizeof a->host - 1) != 0)
-        strcpy(a->host, "localhost");
     /* The guard is forked before the loop exists, so it holds none of its state,
      * and before the log directory, which it removes if the launcher dies with it empty. */
     if ((err = ddp_guard_start(&a->guard)) != 0)

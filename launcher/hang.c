@@ -16,6 +16,14 @@
 #include <string.h>
 #include <unistd.h>
 
+bool ddp_hang_is_ring(const char *name)
+{
+    size_t len = strlen(name), plen = strlen(DDP_HANG_RING_PREFIX),
+           slen = strlen(DDP_HANG_RING_SUFFIX);
+    return len > plen + slen && strncmp(name, DDP_HANG_RING_PREFIX, plen) == 0 &&
+           strcmp(name + len - slen, DDP_HANG_RING_SUFFIX) == 0;
+}
+
 /* Calls `fn` with each ring of `dir` (in the order readdir gives). */
 static int each_ring(const char *dir, void (*fn)(const ddp_flight_ring_t *ring, void *ctx),
                      void *ctx)
@@ -25,11 +33,8 @@ static int each_ring(const char *dir, void (*fn)(const ddp_flight_ring_t *ring, 
     int found = 0;
     if (d == NULL)
         return 0;
-    size_t plen = strlen(DDP_HANG_RING_PREFIX), slen = strlen(DDP_HANG_RING_SUFFIX);
     while ((e = readdir(d)) != NULL) {
-        size_t len = strlen(e->d_name);
-        if (len <= plen + slen || strncmp(e->d_name, DDP_HANG_RING_PREFIX, plen) != 0 ||
-            strcmp(e->d_name + len - slen, DDP_HANG_RING_SUFFIX) != 0)
+        if (!ddp_hang_is_ring(e->d_name))
             continue;
         char path[4096];
         ddp_flight_ring_t ring;

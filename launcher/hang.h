@@ -20,6 +20,9 @@
 #define DDP_HANG_RING_PREFIX "flight_"
 #define DDP_HANG_RING_SUFFIX ".ring"
 
+/* Whether file name `name` is a flight recorder ring's (flight_<group>.ring). */
+bool ddp_hang_is_ring(const char *name);
+
 typedef struct {
     int rank;
     bool ring;          /* from a libddp ring; else from /proc (note) */

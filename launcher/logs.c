@@ -168,15 +168,6 @@ int ddp_logs_make_attempt_dir(const char *run_dir, int attempt, int nworkers, ch
     return 0;
 }
 
-/* Whether `name` is a flight recorder ring's file. */
-static bool is_ring(const char *name)
-{
-    size_t len = strlen(name), plen = strlen(DDP_HANG_RING_PREFIX),
-           slen = strlen(DDP_HANG_RING_SUFFIX);
-    return len > plen + slen && strncmp(name, DDP_HANG_RING_PREFIX, plen) == 0 &&
-           strcmp(name + len - slen, DDP_HANG_RING_SUFFIX) == 0;
-}
-
 /* Removes empty directories under `path` (and `path`), with `rings` the rings in them
  * first; true when it is gone. */
 static bool prune(const char *path, int depth, bool rings)
@@ -195,7 +186,7 @@ static bool prune(const char *path, int depth, bool rings)
         if (entry->d_type == DT_DIR)
             empty = prune(child, depth + 1, rings) && empty;
         else
-            empty = rings && entry->d_type == DT_REG && is_ring(entry->d_name) &&
+            empty = rings && entry->d_type == DT_REG && ddp_hang_is_ring(entry->d_name) &&
                     unlink(child) == 0 && empty;
         free(child);
     }

@@ -322,13 +322,12 @@ static void not_our_job(ddp_rdzv_t *r)
     const char *keys[1] = {DDP_RDZV_SERVED_KEY};
     bool served = false;
     ddp_buf_t theirs = DDP_BUF_INIT;
-    char key[512], host[256] = "", note[600];
+    char key[512], note[600];
     if (ddp_store_client_check(r->client, keys, 1, &served) == 0 && served &&
         ddp_store_client_get(r->client, DDP_RDZV_SERVED_KEY, &theirs) == 0 && theirs.len < 200 &&
         memchr(theirs.data, '\0', theirs.len) == NULL) {
-        (void)gethostname(host, sizeof host - 1);
         snprintf(note, sizeof note, "a launcher of job '%s' (node %d, %s)", cfg->run_id,
-                 cfg->node_rank, host);
+                 cfg->node_rank, r->host);
         ddp_rdzv_key(key, sizeof key, ddp_buf_str(&theirs), "stranger/%s", r->id);
         (void)ddp_store_client_set(r->client, key, note, strlen(note));
         ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
