@@ -34,6 +34,9 @@
     X(TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, NULL,                                              \
       "prefix of tee'd console lines: ${rank}, ${local_rank}, ${role_name}")                    \
     X(DDP_LAUNCH_LOG_LEVEL, "info", "verbosity of ddp-launch: error, warning, info or debug")   \
+    X(DDP_TOPOLOGY_ROOT, "/",                                                                   \
+      "--numa-binding reads sysfs under this directory (a recorded tree) instead of /")         \
+    X(CUDA_VISIBLE_DEVICES, NULL, "the GPUs workers see: counted for gpu, bound near for NUMA") \
     X(DDP_LAUNCH_SSH, "ssh", "the command (words split at blanks) --hosts starts nodes with")   \
     X(TMPDIR, "/tmp", "where the default --log-dir is created")                                 \
     X(PATH, "/usr/local/bin:/usr/bin:/bin", "where worker programs are looked up")              \

@@ -826,6 +826,9 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         .stderr_fd = err_fd,
         .nofile = a->nofile,
         .guard_fd = a->guard.fd,
+        .bind = cfg->numa_binds != NULL ? &cfg->numa_binds[w->local_rank] : NULL,
+        .bind_fallback = cfg->numa_fallback,
+        .local_rank = w->local_rank,
     };
     if ((err = ddp_proc_spawn(&spec, &w->pid)) != 0) {
         ddp_log_error(a->log, "unable to start worker local rank %d: %s", w->local_rank,

@@ -432,15 +432,13 @@ static int apply_logs_specs(ddp_launch_config_t *cfg, const char *value, const c
 static int apply_numa_binding(ddp_launch_config_t *cfg, const char *value, const char *origin,
                               const ddp_log_t *log, ddp_buf_t *err)
 {
-    (void)cfg;
     (void)log;
-    if (strcmp(value, "node") != 0 && strcmp(value, "socket") != 0 &&
-        strcmp(value, "exclusive") != 0 && strcmp(value, "core-complex") != 0)
-        return bad_value(err, origin, value, "node, socket, exclusive or core-complex");
-    return usage(err, origin,
-                 "'%s': NUMA binding is not supported by ddp-launch yet; bind with "
-                 "numactl or taskset inside the worker command instead",
-                 value);
+    for (ddp_numa_mode_t mode = DDP_NUMA_NODE; mode <= DDP_NUMA_CORE_COMPLEX; mode++)
+        if (strcmp(value, ddp_numa_mode_name(mode)) == 0) {
+            cfg->numa_mode = mode;
+            return 0;
+        }
+    return bad_value(err, origin, value, "node, socket, exclusive or core-complex");
 }
 
 /* A comma-separated list of forwardable signals into list[*count]. */
@@ -682,8 +680,12 @@ static const flag_t flags[] = {
      "only these local ranks reach the console, e.g. 0"},
     {CODE("logs-specs", apply_logs_specs, false), false, G_OUTPUT, "NAME",
      "accepted for torchrun when empty; no plugins"},
-    {CODE("numa-binding", apply_numa_binding, false), false, G_SUPERVISION, "MODE",
-     "torchrun's NUMA binding: not supported (bind with numactl)"},
+    {CODE("numa-binding", apply_numa_binding, false), false, G_SUPERVISION,
+     "node|socket|exclusive|core-complex",
+     "bind each worker to the CPUs and memory near the GPU\nof its local rank (torchrun's modes)"},
+    {SWITCH("numa-binding-fallback", 0, numa_fallback, false), false, G_SUPERVISION, "",
+     "a worker that cannot be bound runs unbound, with a\nwarning (default: the job does not "
+     "start)"},
     {CODE("env", apply_env, false), false, G_PROGRAM, "NAME[=VALUE]",
      "set NAME for every worker: VALUE, or this launcher's\nvalue (repeatable; node 0's on every "
      "node it starts)"},

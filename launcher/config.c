@@ -35,6 +35,10 @@ void ddp_config_free(ddp_launch_config_t *cfg)
     free(cfg->run_id);
     free(cfg->script_path);
     cfg->script_path = NULL;
+    ddp_numa_binds_free(cfg->numa_binds, cfg->nproc_per_node);
+    cfg->numa_binds = NULL;
+    free(cfg->numa_note);
+    cfg->numa_note = NULL;
     free(cfg->redirects.map);
     free(cfg->tee.map);
     free(cfg->ranks_filter);

@@ -4,6 +4,7 @@
 #ifndef DDP_LAUNCHER_CONFIG_H
 #define DDP_LAUNCHER_CONFIG_H
 
+#include "numa.h"
 #include "store_codec.h"
 
 #include <stdbool.h>
@@ -110,6 +111,13 @@ typedef struct ddp_launch_config_s {
     ddp_exit_code_mode_t exit_code_mode;
     double hang_timeout; /* --hang-timeout: s with no progress before a hang report; 0: off */
     bool hang_dump;      /* --hang-dump: the report also saves every worker's stacks */
+
+    /* NUMA binding. */
+    ddp_numa_mode_t numa_mode; /* --numa-binding */
+    bool numa_fallback;        /* --numa-binding-fallback: a worker that cannot be bound runs */
+    /* [nproc_per_node], found by ddp_resolve_config (owned); NULL: no worker is bound. */
+    ddp_numa_bind_t *numa_binds;
+    char *numa_note; /* why nothing is bound where binding was asked (owned) */
 
     /* The workers' program. */
     const char *role;

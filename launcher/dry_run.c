@@ -58,6 +58,16 @@ static const char *store_host(const ddp_launch_config_t *cfg)
     return "hosted by the launcher that can bind it";
 }
 
+/* What --numa-binding gives worker `lr`: its CPUs and memory node, or why it is not bound. */
+static const char *numa_text(const ddp_launch_config_t *cfg, int lr)
+{
+    if (cfg->numa_binds != NULL && cfg->numa_binds[lr].text != NULL)
+        return cfg->numa_binds[lr].text;
+    if (cfg->numa_note != NULL)
+        return cfg->numa_note;
+    return "not bound (--numa-binding-fallback)";
+}
+
 int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
 {
     ddp_buf_t out = DDP_BUF_INIT;
@@ -132,6 +142,9 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
                 if (err == 0)
                     err = ddp_buf_puts(&out, "\n");
             }
+            if (err == 0 && cfg->numa_mode != DDP_NUMA_OFF)
+                err = ddp_buf_printf(&out, "  numa binding (%s): %s\n",
+                                     ddp_numa_mode_name(cfg->numa_mode), numa_text(cfg, lr));
         }
         ddp_strv_free(argv);
         ddp_strv_free(added);

@@ -2,6 +2,7 @@
 #include "resolve.h"
 
 #include "devices.h"
+#include "env.h"
 #include "error.h"
 #include "io.h"
 #include "pyscan.h"
@@ -114,6 +115,37 @@ static void resolve_local_rank_arg(ddp_launch_config_t *cfg, const ddp_log_t *lo
                  cfg->script, option, option);
 }
 
+extern char **environ;
+
+/* --numa-binding: every worker's CPUs and memory node, found once for the whole job (the
+ * number of workers of a node never changes). A machine where binding means nothing is one
+ * info line; a worker that cannot be bound stops the launch before anything starts. */
+static int resolve_numa(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *err)
+{
+    ddp_buf_t why = DDP_BUF_INIT;
+    const char *mode = ddp_numa_mode_name(cfg->numa_mode);
+    int rc =
+        ddp_numa_plan(cfg->numa_mode, cfg->numa_fallback, cfg->nproc_per_node,
+                      ddp_env_get(DDP_ENV_DDP_TOPOLOGY_ROOT), environ, log, &cfg->numa_binds, &why);
+    if (rc == 0 && cfg->numa_binds == NULL) {
+        ddp_log_info(log, "--numa-binding=%s: the workers are not bound: %s", mode,
+                     ddp_buf_str(&why));
+        if (asprintf(&cfg->numa_note, "not bound: %s", ddp_buf_str(&why)) < 0) {
+            cfg->numa_note = NULL;
+            rc = -ENOMEM;
+        }
+    }
+    if (rc != 0) {
+        ddp_buf_clear(err);
+        if (why.len > 0)
+            ddp_buf_puts(err, ddp_buf_str(&why));
+        else
+            ddp_buf_printf(err, "--numa-binding=%s: %s", mode, ddp_strerror(rc));
+    }
+    ddp_buf_free(&why);
+    return rc;
+}
+
 int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *err)
 {
     int rc, gpus = 0;
@@ -152,6 +184,8 @@ int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t
                       cfg->nproc_kind == DDP_NPROC_CPU   ? "cpu"
                       : cfg->nproc_kind == DDP_NPROC_GPU ? "gpu"
                                                          : "auto");
+    if (cfg->numa_mode != DDP_NUMA_OFF && (rc = resolve_numa(cfg, log, err)) != 0)
+        return rc;
 
     if (cfg->standalone) {
         /* torchrun: a c10d store on localhost at a free port, with a random run id;

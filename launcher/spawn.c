@@ -2,6 +2,7 @@
 #include "spawn.h"
 
 #include <dirent.h>
+#include <linux/mempolicy.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static int check_executable(const char *path)
@@ -64,6 +66,40 @@ int ddp_proc_find(const char *name, const char *path_env, char **out)
  * needs with room to spare (its failure message's snprintf is the deepest). */
 #define CHILD_STACK (64 * 1024)
 
+/* In the child after its streams are in place: --numa-binding's CPUs (sched_setaffinity) and
+ * preferred memory node (set_mempolicy), both kept across exec, as numactl would set them. */
+static void bind_child(const ddp_spawn_t *spec)
+{
+    const ddp_numa_bind_t *b = spec->bind;
+    const char *what = "CPUs";
+    char msg[1024];
+    int err = 0;
+    if (sched_setaffinity(0, b->cpus.nwords * sizeof *b->cpus.bits,
+                          (const cpu_set_t *)(const void *)b->cpus.bits) != 0) {
+        err = errno;
+    } else if (b->mem_node >= 0) {
+        /* Room for the kernel's 1024 nodes and a word beyond, which it reads as zero. */
+        unsigned long mask[1024 / (8 * sizeof(unsigned long)) + 1] = {0};
+        size_t bits = 8 * sizeof *mask;
+        mask[(size_t)b->mem_node / bits] |= 1UL << ((size_t)b->mem_node % bits);
+        if (syscall(SYS_set_mempolicy, MPOL_PREFERRED, mask, (unsigned long)(8 * sizeof mask)) !=
+            0) {
+            err = errno;
+            what = "its memory node";
+        }
+    }
+    if (err == 0)
+        return;
+    int n = snprintf(msg, sizeof msg,
+                     "ddp-launch: unable to bind worker local rank %d to %s (%s): %s%s\n",
+                     spec->local_rank, what, b->text, strerror(err),
+                     spec->bind_fallback ? "; it runs without (--numa-binding-fallback)" : "");
+    if (n > 0)
+        (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    if (!spec->bind_fallback)
+        _exit(126);
+}
+
 /* In the child, between clone and exec: only async-signal-safe calls from here on,
  * apart from snprintf for the failure message. It runs in the launcher's memory
  * (CLONE_VM, the launcher suspended until the exec), so it writes nothing but its own
@@ -100,6 +136,8 @@ __attribute__((noreturn)) static void child_exec(const ddp_spawn_t *spec, pid_t 
     if ((spec->stdout_fd >= 0 && dup2(spec->stdout_fd, 1) < 0) ||
         (spec->stderr_fd >= 0 && dup2(spec->stderr_fd, 2) < 0))
         _exit(126);
+    if (spec->bind != NULL && spec->bind->cpus.nwords > 0)
+        bind_child(spec);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     execve(spec->path, spec->argv, spec->envp);

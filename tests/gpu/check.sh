@@ -10,7 +10,8 @@
 #                             unpacks it, finds CUDA and NCCL beside the machine's torch,
 #                             runs the gpu suite, the integration and torch tests against
 #                             that torch, and one epoch of the C example against PyTorch's
-#                             on the same GPU, then prints one table
+#                             on the same GPU, a --numa-binding=node job, then prints
+#                             one table
 #
 # The lent machine (reference/gpu-machine.md) has torch, CUDA and NCCL in python3's venv
 # and no libuv, cmocka, OpenBLAS, dataset, eu-stack or gdb, and downloads nothing. Where
@@ -111,6 +112,27 @@ epoch() { # name, command...: the epoch's samples/s from its "done in" line
     fi
 }
 
+# --numa-binding=node on this machine's first GPU: bound (POLICY prefer:N and the CPUs of
+# node N, as sysfs lists them) where the machine has several NUMA nodes, else the one info
+# line and an unbound worker. Also records the machine for tests/data/topology.
+#   check.sh numa BUILD LOG_DIR   (run() runs it, bounded)
+numa_check() {
+    b=$1
+    "$root/tests/data/topology/record.sh" "the lent GPU machine" >"$2/topology.txt" 2>/dev/null ||
+        true
+    out=$("$b/launcher/ddp-launch" --numa-binding=node --tee=1 --no-python \
+        "$b/tests/ddp-test-worker" placement 2>&1) || return 1
+    echo "$out"
+    cpus=$(echo "$out" | sed -n 's/^\[default0\]:CPUS=//p')
+    policy=$(echo "$out" | sed -n 's/^\[default0\]:POLICY=//p')
+    if echo "$out" | grep -q "the workers are not bound: "; then
+        [ "$policy" = default ] && [ "$cpus" = "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)" ]
+    else
+        node=${policy#prefer:}
+        [ "$node" != "$policy" ] && [ "$cpus" = "$(cat /sys/devices/system/node/node"$node"/cpulist)" ]
+    fi
+}
+
 run() {
     [ -f "$carry" ] || {
         echo "check.sh: no $carry: run 'tests/gpu/check.sh pack' where the build is" >&2
@@ -156,6 +178,7 @@ print(":".join(sorted(d for p in nvidia.__path__ for d in glob.glob(os.path.join
         fashion; do
         [ -x "$b/tests/itest_$t" ] && run_test "integration $t" 600 "$b/tests/itest_$t"
     done
+    run_test "numa binding (node)" 60 "$root/tests/gpu/check.sh" numa "$b" "$work/logs"
     [ -x "$b/tests/itest_torch" ] && run_test "torch (this machine's)" 1200 "$b/tests/itest_torch" python
     epoch "C example, 1 GPU, batch 64" "$b/launcher/ddp-launch" --nproc-per-node=1 --no-python \
         "$b/examples/fashion-mnist" --device cuda --epochs 1 --data "$data"
@@ -172,6 +195,7 @@ print(":".join(sorted(d for p in nvidia.__path__ for d in glob.glob(os.path.join
 case "${1:-}" in
 pack) shift && pack "$@" ;;
 run) run ;;
+numa) shift && numa_check "$@" ;;
 *)
     echo "usage: tests/gpu/check.sh pack [BUILD_DIR] | run" >&2
     exit 2

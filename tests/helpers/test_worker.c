@@ -24,6 +24,7 @@
  *   error-file FORM CODE     write TORCHELASTIC_ERROR_FILE (nested|flat), exit CODE
  *   store-attempt            on attempt 0 SET /stale in the launcher's store and exit 1;
  *                            later, exit 0 when /stale is gone ("no stale key"), else 2
+ *   placement                "CPUS=<its Cpus_allowed_list>", "POLICY=<memory policy>"
  */
 #include "store_client.h"
 
@@ -84,6 +85,26 @@ static void wait_forever(void)
 {
     for (;;)
         pause();
+}
+
+/* Where the kernel placed this worker, as /proc shows it: "CPUS=<Cpus_allowed_list>" and
+ * "POLICY=<the memory policy numa_maps gives its first mapping>" (default, prefer:N, ...). */
+static int mode_placement(void)
+{
+    char line[4096], cpus[4096] = "?", policy[64] = "?";
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "Cpus_allowed_list: %4095s", cpus) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
+    f = fopen("/proc/self/numa_maps", "r");
+    if (f != NULL && fgets(line, sizeof line, f) != NULL)
+        sscanf(line, "%*s %63s", policy);
+    if (f != NULL)
+        fclose(f);
+    printf("CPUS=%s\nPOLICY=%s\n", cpus, policy);
+    return 0;
 }
 
 /* Only `rank` (or every rank when absent) does the thing; the others wait. */
@@ -359,6 +380,8 @@ int main(int argc, char **argv)
         return mode_error_file(argc, argv);
     if (strcmp(mode, "store-attempt") == 0)
         return mode_store_attempt();
+    if (strcmp(mode, "placement") == 0)
+        return mode_placement();
     fprintf(stderr, "test-worker: unknown mode %s\n", mode);
     return 94;
 }

@@ -512,6 +512,256 @@ static void test_default_port_busy_takes_a_free_one(void **state)
     close(fd);
 }
 
+/* ---- --numa-binding, run for real on a tree that tells ddp-launch this machine has two NUMA
+ * nodes: node 0 with this process's CPUs and GPUs 0 and 1, node 1 with memory only (or, with
+ * `node1_cpus`, those CPUs too) and GPU 2. Node 1 does not exist here, so the kernel refuses a
+ * memory policy that prefers it. */
+
+typedef struct {
+    char *root;
+    int cpus[256], ncpus; /* this process's CPUs, ascending */
+    char allowed[1024];   /* their list, as /proc says */
+} numa_tree_t;
+
+static void tree_put(const numa_tree_t *t, const char *path, const char *text)
+{
+    char full[4096];
+    snprintf(full, sizeof full, "%s/%s", t->root, path);
+    for (char *p = full + strlen(t->root) + 1; (p = strchr(p, '/')) != NULL; p++) {
+        *p = '\0';
+        (void)mkdir(full, 0755);
+        *p = '/';
+    }
+    FILE *f = fopen(full, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", text);
+    fclose(f);
+}
+
+static void numa_tree(numa_tree_t *t, bool node1_cpus)
+{
+    char line[1200];
+    memset(t, 0, sizeof *t);
+    t->root = th_tmpdir();
+    FILE *f = fopen("/proc/self/status", "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "Cpus_allowed_list: %1023s", t->allowed) == 1)
+            break;
+    fclose(f);
+    for (char *p = t->allowed; *p != '\0' && t->ncpus < 256;) {
+        char *end;
+        long lo = strtol(p, &end, 10), hi = lo;
+        if (*end == '-')
+            hi = strtol(end + 1, &end, 10);
+        for (long c = lo; c <= hi && t->ncpus < 256; c++)
+            t->cpus[t->ncpus++] = (int)c;
+        p = *end == ',' ? end + 1 : end;
+        if (end == p && *p != '\0')
+            break;
+    }
+    snprintf(line, sizeof line, "Cpus_allowed_list:\t%s", t->allowed);
+    tree_put(t, "proc/self/status", line);
+    tree_put(t, "sys/devices/system/cpu/online", t->allowed);
+    tree_put(t, "sys/devices/system/node/online", "0-1");
+    tree_put(t, "sys/devices/system/node/has_memory", "0-1");
+    tree_put(t, "sys/devices/system/node/node0/cpulist", t->allowed);
+    tree_put(t, "sys/devices/system/node/node1/cpulist", node1_cpus ? t->allowed : "");
+    for (int i = 0; i < t->ncpus; i++) {
+        char path[128], own[16];
+        snprintf(own, sizeof own, "%d", t->cpus[i]); /* every CPU a core of its own */
+        snprintf(path, sizeof path, "sys/devices/system/cpu/cpu%d/topology/thread_siblings_list",
+                 t->cpus[i]);
+        tree_put(t, path, own);
+        snprintf(path, sizeof path, "sys/devices/system/cpu/cpu%d/topology/physical_package_id",
+                 t->cpus[i]);
+        tree_put(t, path, "0");
+    }
+    static const char *const gpus[][2] = {
+        {"0000:01:00.0", "0"}, {"0000:02:00.0", "0"}, {"0000:03:00.0", "1"}};
+    for (size_t g = 0; g < 3; g++) {
+        char path[128];
+        snprintf(path, sizeof path, "sys/bus/pci/devices/%s/vendor", gpus[g][0]);
+        tree_put(t, path, "0x10de");
+        snprintf(path, sizeof path, "sys/bus/pci/devices/%s/class", gpus[g][0]);
+        tree_put(t, path, "0x030200");
+        snprintf(path, sizeof path, "sys/bus/pci/devices/%s/numa_node", gpus[g][0]);
+        tree_put(t, path, gpus[g][1]);
+    }
+}
+
+static void numa_tree_free(numa_tree_t *t)
+{
+    th_rmtree(t->root);
+    free(t->root);
+}
+
+/* CPUs cpus[from..to) as a kernel list. */
+static void cpu_list(const numa_tree_t *t, int from, int to, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = from; i < to; i++) {
+        int last = i;
+        while (last + 1 < to && t->cpus[last + 1] == t->cpus[last] + 1)
+            last++;
+        len += (size_t)snprintf(out + len, cap - len, last == i ? "%s%d" : "%s%d-%d",
+                                len ? "," : "", t->cpus[i], t->cpus[last]);
+        i = last;
+    }
+}
+
+/* exclusive: GPUs 0 and 1 share node 0, so its cores are split between the two workers; each
+ * prefers node 0's memory. /proc of the workers shows both. */
+static void test_numa_binding_applied(void **state)
+{
+    numa_tree_t t;
+    numa_tree(&t, false);
+    if (t.ncpus < 2) {
+        numa_tree_free(&t);
+        skip();
+    }
+    char root_env[600], first[1024], second[1024];
+    snprintf(root_env, sizeof root_env, "DDP_TOPOLOGY_ROOT=%s", t.root);
+    int half = (t.ncpus + 1) / 2;
+    cpu_list(&t, 0, half, first, sizeof first);
+    cpu_list(&t, half, t.ncpus, second, sizeof second);
+    const char *env[] = {root_env, "CUDA_VISIBLE_DEVICES", NULL};
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--numa-binding=exclusive",
+                          "--tee=1",
+                          "--no-python",
+                          th_worker(),
+                          "placement",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    expect_var(&p, 0, "CPUS", first);
+    expect_var(&p, 1, "CPUS", second);
+    expect_var(&p, 0, "POLICY", "prefer:0");
+    expect_var(&p, 1, "POLICY", "prefer:0");
+    char said[1200];
+    snprintf(said, sizeof said,
+             "worker local rank 1 near GPU 1 (0000:02:00.0): CPUs %s, memory "
+             "node 0",
+             second);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), said) != NULL);
+    th_cleanup(&p);
+
+    /* --dry-run says the same and starts nothing. */
+    const char *dry[] = {th_launcher(),
+                         "--nproc-per-node=2",
+                         "--numa-binding=exclusive",
+                         "--dry-run",
+                         "--no-python",
+                         th_worker(),
+                         "placement",
+                         NULL};
+    th_run(&p, dry, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    snprintf(said, sizeof said, "  numa binding (exclusive): CPUs %s, memory node 0\n", first);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), said) != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "CPUS=") == NULL);
+    th_cleanup(&p);
+    numa_tree_free(&t);
+}
+
+/* GPU 2 sits on node 1, which has no CPU: the launch stops before any worker starts, naming
+ * the worker; --numa-binding-fallback runs it unbound with a warning. */
+static void test_numa_binding_refused(void **state)
+{
+    numa_tree_t t;
+    numa_tree(&t, false);
+    char root_env[600];
+    snprintf(root_env, sizeof root_env, "DDP_TOPOLOGY_ROOT=%s", t.root);
+    const char *env[] = {root_env, "CUDA_VISIBLE_DEVICES=2", NULL};
+    const char *argv[] = {th_launcher(), "--numa-binding=node", "--tee=1", "--no-python",
+                          th_worker(),   "placement",           NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 3);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "unable to bind worker local rank 0 (--numa-binding=node): NUMA node 1 "
+                         "of GPU 0 (0000:03:00.0) has no CPU ddp-launch may use") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "CPUS=") == NULL);
+    th_cleanup(&p);
+
+    const char *fallback[] = {th_launcher(),
+                              "--numa-binding=node",
+                              "--numa-binding-fallback",
+                              "--tee=1",
+                              "--no-python",
+                              th_worker(),
+                              "placement",
+                              NULL};
+    th_run(&p, fallback, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "worker local rank 0 runs unbound") != NULL);
+    expect_var(&p, 0, "CPUS", t.allowed);
+    expect_var(&p, 0, "POLICY", "default");
+    th_cleanup(&p);
+    numa_tree_free(&t);
+}
+
+/* The tree gives node 1 CPUs, so the plan holds, but the kernel has no node 1: the worker's
+ * memory policy is refused in its child, which says so on its stderr and exits 126 (or, with
+ * the fallback, runs on). */
+static void test_numa_binding_kernel_refusal(void **state)
+{
+    numa_tree_t t;
+    numa_tree(&t, true);
+    char root_env[600];
+    snprintf(root_env, sizeof root_env, "DDP_TOPOLOGY_ROOT=%s", t.root);
+    const char *env[] = {root_env, "CUDA_VISIBLE_DEVICES=2", NULL};
+    const char *argv[] = {th_launcher(), "--numa-binding=node", "--no-python", "--exit-code=worker",
+                          th_worker(),   "placement",           NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 126);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "unable to bind worker local rank 0 to its memory "
+                                              "node (CPUs ") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), ", memory node 1): Invalid argument") != NULL);
+    th_cleanup(&p);
+
+    const char *fallback[] = {th_launcher(),
+                              "--numa-binding=node",
+                              "--numa-binding-fallback",
+                              "--tee=1",
+                              "--no-python",
+                              th_worker(),
+                              "placement",
+                              NULL};
+    th_run(&p, fallback, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "it runs without (--numa-binding-fallback)") != NULL);
+    expect_var(&p, 0, "POLICY", "default");
+    th_cleanup(&p);
+    numa_tree_free(&t);
+}
+
+/* On this machine itself (one NUMA node, no GPU) binding is a no-op, said once. */
+static void test_numa_binding_no_op_here(void **state)
+{
+    const char *env[] = {"DDP_TOPOLOGY_ROOT", NULL};
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--numa-binding=socket",
+                          "--tee=1",
+                          "--no-python",
+                          th_worker(),
+                          "placement",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), "--numa-binding=socket: the workers are not "
+                                                "bound: ") == 1);
+    expect_var(&p, 1, "POLICY", "default");
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -529,6 +779,10 @@ int main(void)
         TH_TEST(test_nnodes_outside_a_slurm_step_said),
         TH_TEST(test_store_port_in_use),
         TH_TEST(test_default_port_busy_takes_a_free_one),
+        TH_TEST(test_numa_binding_applied),
+        TH_TEST(test_numa_binding_refused),
+        TH_TEST(test_numa_binding_kernel_refusal),
+        TH_TEST(test_numa_binding_no_op_here),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

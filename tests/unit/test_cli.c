@@ -305,7 +305,7 @@ static const bad_case_t bad_cases[] = {
     {"--local-ranks-filter=0,,1 t.py", NULL, "--local-ranks-filter"},
     {"--local-ranks-filter=-1 t.py", NULL, "--local-ranks-filter"},
     {"--logs-specs=custom t.py", NULL, "--logs-specs: 'custom': ddp-launch has no"},
-    {"--numa-binding=node t.py", NULL, "NUMA binding is not supported"},
+    {"--numa-binding=Node t.py", NULL, "--numa-binding: invalid value 'Node'"},
     {"--numa-binding=far t.py", NULL, "--numa-binding: invalid value 'far'"},
     {"--signals-to-handle=SIGKILL t.py", NULL, "cannot handle 'SIGKILL'"},
     {"--signals-to-handle=SIGFOO t.py", NULL, "cannot handle 'SIGFOO'"},
@@ -334,6 +334,30 @@ static const bad_case_t bad_cases[] = {
     {"--nproc-per-node=2", NULL, "missing the training script"},
     {"", NULL, "missing the training script"},
 };
+
+/* torchrun's four modes, both spellings; like torchrun, no PET_NUMA_BINDING. */
+static void test_numa_flags(void **state)
+{
+    static const struct {
+        const char *args, *env;
+        ddp_numa_mode_t mode;
+        bool fallback;
+    } cases[] = {
+        {"--numa-binding=node t.py", NULL, DDP_NUMA_NODE, false},
+        {"--numa_binding socket t.py", NULL, DDP_NUMA_SOCKET, false},
+        {"--numa-binding=exclusive --numa-binding-fallback t.py", NULL, DDP_NUMA_EXCLUSIVE, true},
+        {"--numa-binding=core-complex t.py", NULL, DDP_NUMA_CORE_COMPLEX, false},
+        {"t.py", "PET_NUMA_BINDING=node", DDP_NUMA_OFF, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        parse_t p;
+        parse(&p, cases[i].args, cases[i].env);
+        assert_int_equal(p.rc, 0);
+        assert_int_equal(p.cfg.numa_mode, cases[i].mode);
+        assert_int_equal(p.cfg.numa_fallback, cases[i].fallback);
+        done(&p);
+    }
+}
 
 static void test_bad_values_name_the_flag(void **state)
 {
@@ -832,6 +856,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_flag_every_spelling),
         cmocka_unit_test(test_bad_values_name_the_flag),
+        cmocka_unit_test(test_numa_flags),
         cmocka_unit_test(test_prefixes),
         cmocka_unit_test(test_command_line_beats_pet),
         cmocka_unit_test(test_slurm_environment),
