@@ -83,13 +83,20 @@ static void running_ranks(const ddp_agent_t *a, char *buf, size_t cap)
     }
 }
 
-/* Reads what the worker's pipes hold; closes them when `close_after`. */
-static void worker_drain(ddp_worker_t *w, bool close_after)
+/* How long the loop waits for the console writer to catch up before it says what became of
+ * a worker: the worker's last lines come first on a console that keeps up; one that is
+ * stalled (a pager, a full pipe) is not waited for longer. */
+#define CONSOLE_CATCH_UP_S 0.5
+
+/* Reads what the worker's pipes hold, closes them when `close_after`, and lets the console
+ * catch up with them. */
+static void worker_drain(ddp_agent_t *a, ddp_worker_t *w, bool close_after)
 {
     /* Each call may close (and NULL) the worker's pointer: read both first. */
     ddp_stream_t *out = w->out, *err = w->err;
     ddp_output_drain(out, close_after);
     ddp_output_drain(err, close_after);
+    ddp_output_flush(&a->output, CONSOLE_CATCH_UP_S);
 }
 
 /* Stopping and finishing. */
@@ -117,6 +124,7 @@ static void finish(ddp_agent_t *a)
     uv_close((uv_handle_t *)&a->leftover_timer, NULL);
     uv_close((uv_handle_t *)&a->hang_timer, NULL);
     uv_close((uv_handle_t *)&a->hang_wait, NULL);
+    ddp_output_close_handles(&a->output);
     for (int i = 0; i < a->cfg->nsignals; i++)
         uv_close((uv_handle_t *)&a->forwarded[i], NULL);
     for (int i = 0; i < a->nunforwarded; i++)
@@ -365,7 +373,7 @@ static void group_finished_after_leftovers(ddp_agent_t *a)
         if (w->pid <= 0)
             continue;
         (void)ddp_guard_forget(&a->guard, w->pid); /* again if forgotten at reap: a no-op */
-        worker_drain(w, true);
+        worker_drain(a, w, true);
         free(w->prefix);
         free(w->error_file);
         w->prefix = w->error_file = NULL;
@@ -488,7 +496,7 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
     if (kill(-w->pid, 0) != 0 && errno == ESRCH)
         (void)ddp_guard_forget(&a->guard, w->pid);
     /* What the worker printed before it died comes before what we say about it. */
-    worker_drain(w, false);
+    worker_drain(a, w, false);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         ddp_log_debug(a->log, "worker rank %d (local rank %d, pid %d) finished", w->rank,
                       w->local_rank, (int)w->pid);
@@ -1188,6 +1196,10 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     a->leftover_timer.data = a;
     a->hang_timer.data = a;
     a->hang_wait.data = a;
+    /* The console writer's handle is the only one that can fail to open: first, so that
+     * finish() closes only what is open. */
+    if ((err = ddp_output_start(&a->output)) != 0)
+        return err;
     *handles_ready = true;
     if ((err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD)) != 0)
         return err;
@@ -1431,6 +1443,7 @@ static int agent_free(ddp_agent_t *a, int exit_code)
         ddp_rdzv_free(a->rdzv);
         ddp_strv_free(a->job_env);
         exit_code = a->exit_code;
+        ddp_output_stop(&a->output); /* every worker line is out before the report */
         /* The report names what went wrong, also when a signal ended the job meanwhile. */
         if (a->nfailures > 0)
             ddp_agent_print_report(a);

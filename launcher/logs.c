@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -218,6 +219,7 @@ enum { BATCH = 192 };
 typedef struct {
     struct iovec iov[BATCH];
     int n;
+    size_t bytes;
 } batch_t;
 
 static void batch_flush(batch_t *b, ddp_console_t *console)
@@ -225,6 +227,7 @@ static void batch_flush(batch_t *b, ddp_console_t *console)
     if (b->n > 0 && !console->broken && ddp_writev_all(console->fd, b->iov, b->n) != 0)
         console->broken = true;
     b->n = 0;
+    b->bytes = 0;
 }
 
 static void batch_add(batch_t *b, const void *data, size_t len)
@@ -234,6 +237,15 @@ static void batch_add(batch_t *b, const void *data, size_t len)
     b->iov[b->n].iov_base = (void *)data;
     b->iov[b->n].iov_len = len;
     b->n++;
+    b->bytes += len;
+}
+
+/* Before a line of `len` bytes: one write of at most PIPE_BUF bytes is atomic on a pipe, so
+ * the launcher's own messages (written by another thread) never land inside a line. */
+static void batch_room(batch_t *b, ddp_console_t *console, size_t len)
+{
+    if (b->bytes > 0 && b->bytes + len > PIPE_BUF)
+        batch_flush(b, console);
 }
 
 /* The end (one past the terminator) of the first complete line in [p, end): a line
@@ -256,6 +268,7 @@ int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data,
     batch_t b;
     const char *p = data, *end = data + len;
     b.n = 0;
+    b.bytes = 0;
     if (lines->partial.len > 0 && lines->partial.data[lines->partial.len - 1] == '\r' && len > 0) {
         /* A held "\r": with a "\n" after it the two end one line, else it ended its own. */
         bool crlf = data[0] == '\n';
@@ -284,6 +297,7 @@ int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data,
             }
             break;
         }
+        batch_room(&b, console, lines->prefix_len + lines->partial.len + (size_t)(eol - p));
         batch_add(&b, lines->prefix, lines->prefix_len);
         if (lines->partial.len > 0) {
             batch_add(&b, lines->partial.data, lines->partial.len);
@@ -307,6 +321,7 @@ int ddp_lines_finish(ddp_lines_t *lines, ddp_console_t *console)
         return 0;
     batch_t b;
     b.n = 0;
+    b.bytes = 0;
     batch_add(&b, lines->prefix, lines->prefix_len);
     batch_add(&b, lines->partial.data, lines->partial.len);
     batch_add(&b, "\n", 1);

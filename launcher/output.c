@@ -1,4 +1,5 @@
-/* Worker output (see output.h): sinks, and the piped streams on the loop. */
+/* Worker output (see output.h): sinks, the piped streams on the loop, and the console
+ * writer's thread. */
 #include "output.h"
 
 #include "error.h"
@@ -10,7 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+/* A console-only stream's bytes the writer may hold before the loop stops reading it, and
+ * how far they must fall before it reads again. */
+#define PENDING_HIGH ((size_t)1 << 20)
+#define PENDING_LOW  ((size_t)256 << 10)
 
 /* One piped stream (stdout or stderr) of a worker; freed when its poll handle closes. */
 struct ddp_stream_s {
@@ -19,11 +26,248 @@ struct ddp_stream_s {
     ddp_stream_t **owner; /* the worker's pointer to this stream */
     int fd;               /* read end of the pipe */
     int file_fd;          /* the log file of a tee'd stream, else -1 */
+    char *path;           /* that file's path (the writer reads it back) */
     bool closing;
+    bool paused; /* not polled: its console copy is PENDING_HIGH behind */
+    ddp_stream_t *next_paused;
     uint64_t bytes; /* read so far */
     ddp_console_t *console;
-    ddp_lines_t lines;
+    const char *prefix; /* borrowed until the stream is watched */
+    ddp_tail_t *tail;   /* its console copy, handed to the writer */
 };
+
+/* What the console writer holds of one stream; it outlives the stream (the writer frees it
+ * once the last line is out). Fields under the output's lock but `lines`, the writer's. */
+struct ddp_tail_s {
+    ddp_tail_t *next;
+    ddp_console_t *console;
+    ddp_lines_t lines;
+    char *prefix;
+    int file_fd;       /* a tee'd stream's log file, read back; -1: none */
+    uint64_t written;  /* bytes in that file */
+    uint64_t cursor;   /* of them, bytes the writer has copied */
+    ddp_buf_t pending; /* bytes for the console only (no file, or the file failed) */
+    bool finished;     /* the stream closed: after the rest, its last partial line */
+    bool resume;       /* the loop may read the stream again */
+};
+
+/* ---- The console writer (its own thread) ---- */
+
+static bool tail_has_work(const ddp_tail_t *t)
+{
+    return t->cursor < t->written || t->pending.len > 0 || t->finished;
+}
+
+/* One piece of a tail's work: a chunk read back from its file, or what is pending. Called
+ * and returns with the lock held; writes the console without it. False when there was none. */
+static bool write_some(ddp_output_t *o, ddp_tail_t *t, char *chunk, size_t cap)
+{
+    if (t->cursor < t->written) {
+        uint64_t left = t->written - t->cursor, at = t->cursor;
+        size_t want = left < cap ? (size_t)left : cap;
+        pthread_mutex_unlock(&o->lock);
+        ssize_t got = pread(t->file_fd, chunk, want, (off_t)at);
+        if (got > 0)
+            (void)ddp_lines_feed(&t->lines, t->console, chunk, (size_t)got);
+        pthread_mutex_lock(&o->lock);
+        /* A file that cannot be read back (cut short under us) costs its console copy. */
+        t->cursor = got > 0 ? t->cursor + (uint64_t)got : t->written;
+        return true;
+    }
+    if (t->pending.len > 0) {
+        ddp_buf_t take = t->pending;
+        memset(&t->pending, 0, sizeof t->pending);
+        if (!t->resume && o->async_open)
+            uv_async_send(&o->resume); /* the loop may read its stream again */
+        t->resume = true;
+        pthread_mutex_unlock(&o->lock);
+        if (ddp_lines_feed(&t->lines, t->console, take.data, take.len) != 0)
+            ddp_log_error(o->log, "out of memory while assembling a worker's output lines");
+        ddp_buf_free(&take);
+        pthread_mutex_lock(&o->lock);
+        return true;
+    }
+    return false;
+}
+
+static void tail_free(ddp_tail_t *t)
+{
+    if (t->file_fd >= 0)
+        close(t->file_fd);
+    ddp_lines_free(&t->lines);
+    ddp_buf_free(&t->pending);
+    free(t->prefix);
+    free(t);
+}
+
+/* Takes every finished tail whose work is done off the list, its last line written. */
+static void reap_tails(ddp_output_t *o)
+{
+    for (ddp_tail_t **at = &o->tails; *at != NULL;) {
+        ddp_tail_t *t = *at;
+        if (!t->finished || t->cursor < t->written || t->pending.len > 0) {
+            at = &t->next;
+            continue;
+        }
+        *at = t->next;
+        pthread_mutex_unlock(&o->lock);
+        ddp_lines_finish(&t->lines, t->console);
+        tail_free(t);
+        pthread_mutex_lock(&o->lock);
+        at = &o->tails; /* the list may have grown at its head meanwhile */
+    }
+}
+
+static void *writer_main(void *arg)
+{
+    ddp_output_t *o = arg;
+    char *chunk = malloc(64 * 1024);
+    pthread_mutex_lock(&o->lock);
+    for (;;) {
+        bool did = false;
+        /* One chunk of each tail in turn: a chatty worker cannot hold the others back. New
+         * tails join at the head, and only this thread removes any, so `next` stays valid. */
+        for (ddp_tail_t *t = o->tails; t != NULL && chunk != NULL; t = t->next)
+            did = write_some(o, t, chunk, 64 * 1024) || did;
+        reap_tails(o);
+        if (did)
+            continue;
+        bool any = false;
+        for (ddp_tail_t *t = o->tails; t != NULL && !any; t = t->next)
+            any = tail_has_work(t);
+        if (any && chunk != NULL)
+            continue;
+        o->busy = false;
+        pthread_cond_broadcast(&o->idle);
+        if (o->stopping)
+            break;
+        pthread_cond_wait(&o->work, &o->lock);
+        o->busy = true;
+    }
+    pthread_mutex_unlock(&o->lock);
+    free(chunk);
+    return NULL;
+}
+
+/* ---- The loop's side ---- */
+
+static void pause_stream(ddp_stream_t *s)
+{
+    if (s->paused || s->closing)
+        return;
+    uv_poll_stop(&s->poll);
+    s->paused = true;
+    s->next_paused = s->output->paused;
+    s->output->paused = s;
+}
+
+static void unlist_paused(ddp_stream_t *s)
+{
+    for (ddp_stream_t **at = &s->output->paused; *at != NULL; at = &(*at)->next_paused)
+        if (*at == s) {
+            *at = s->next_paused;
+            break;
+        }
+    s->paused = false;
+}
+
+static void on_stream_readable(uv_poll_t *handle, int status, int events);
+
+/* The writer caught up with some paused streams: read them again. */
+static void on_resume(uv_async_t *handle)
+{
+    ddp_output_t *o = handle->data;
+    ddp_stream_t *s = o->paused, *next;
+    for (; s != NULL; s = next) {
+        next = s->next_paused;
+        pthread_mutex_lock(&o->lock);
+        bool go = s->tail->resume;
+        pthread_mutex_unlock(&o->lock);
+        if (!go)
+            continue;
+        unlist_paused(s);
+        uv_poll_start(&s->poll, UV_READABLE, on_stream_readable);
+    }
+}
+
+int ddp_output_start(ddp_output_t *o)
+{
+    int err = uv_async_init(o->loop, &o->resume, on_resume);
+    if (err != 0)
+        return err;
+    o->resume.data = o;
+    o->async_open = true;
+    pthread_mutex_init(&o->lock, NULL);
+    pthread_cond_init(&o->work, NULL);
+    pthread_cond_init(&o->idle, NULL);
+    o->busy = true; /* until the writer first waits */
+    if ((err = pthread_create(&o->writer, NULL, writer_main, o)) != 0) {
+        pthread_mutex_destroy(&o->lock);
+        pthread_cond_destroy(&o->work);
+        pthread_cond_destroy(&o->idle);
+        return -err;
+    }
+    o->started = true;
+    return 0;
+}
+
+void ddp_output_close_handles(ddp_output_t *o)
+{
+    if (!o->async_open)
+        return;
+    pthread_mutex_lock(&o->lock);
+    o->async_open = false; /* the writer sends nothing more */
+    pthread_mutex_unlock(&o->lock);
+    uv_close((uv_handle_t *)&o->resume, NULL);
+}
+
+void ddp_output_flush(ddp_output_t *o, double timeout)
+{
+    if (!o->started)
+        return;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (timeout >= 0) {
+        long ns = until.tv_nsec + (long)((timeout - (double)(long)timeout) * 1e9);
+        until.tv_sec += (time_t)timeout + ns / 1000000000L;
+        until.tv_nsec = ns % 1000000000L;
+    }
+    pthread_mutex_lock(&o->lock);
+    for (;;) {
+        bool any = o->busy;
+        for (ddp_tail_t *t = o->tails; t != NULL && !any; t = t->next)
+            any = tail_has_work(t);
+        if (!any)
+            break;
+        pthread_cond_signal(&o->work);
+        if (timeout < 0)
+            pthread_cond_wait(&o->idle, &o->lock);
+        else if (pthread_cond_timedwait(&o->idle, &o->lock, &until) == ETIMEDOUT)
+            break;
+    }
+    pthread_mutex_unlock(&o->lock);
+}
+
+void ddp_output_stop(ddp_output_t *o)
+{
+    if (!o->started)
+        return;
+    pthread_mutex_lock(&o->lock);
+    o->stopping = true;
+    pthread_cond_signal(&o->work);
+    pthread_mutex_unlock(&o->lock);
+    pthread_join(o->writer, NULL); /* it ends only with nothing left to write */
+    for (ddp_tail_t *t = o->tails, *next; t != NULL; t = next) {
+        next = t->next; /* a stream never closed (a failed start): its bytes are out */
+        ddp_lines_finish(&t->lines, t->console);
+        tail_free(t);
+    }
+    o->tails = NULL;
+    pthread_mutex_destroy(&o->lock);
+    pthread_cond_destroy(&o->work);
+    pthread_cond_destroy(&o->idle);
+    o->started = false;
+}
 
 static void on_stream_closed(uv_handle_t *handle)
 {
@@ -35,14 +279,44 @@ static void stream_close(ddp_stream_t *s)
 {
     if (s->closing)
         return;
+    if (s->paused)
+        unlist_paused(s);
     s->closing = true;
-    ddp_lines_finish(&s->lines, s->console);
+    ddp_output_t *o = s->output;
+    pthread_mutex_lock(&o->lock);
+    s->tail->finished = true; /* the writer frees it once its last line is out */
+    pthread_cond_signal(&o->work);
+    pthread_mutex_unlock(&o->lock);
+    s->tail = NULL;
     *s->owner = NULL;
     uv_close((uv_handle_t *)&s->poll, on_stream_closed);
 }
 
-/* Reads what the pipe holds now (at most `budget` bytes), writes it to the log file and
- * the console, and closes the stream at EOF. */
+/* Hands `len` bytes just read to the console writer: a tee'd stream's are in its file
+ * already (the writer reads them back), the others are queued. */
+static void hand_over(ddp_stream_t *s, const char *data, size_t len, bool in_file)
+{
+    ddp_output_t *o = s->output;
+    bool full = false;
+    pthread_mutex_lock(&o->lock);
+    if (in_file) {
+        s->tail->written += len;
+    } else if (ddp_buf_append(&s->tail->pending, data, len) != 0) {
+        ddp_log_error(o->log, "out of memory for a worker's console output: %zu bytes dropped",
+                      len);
+    } else {
+        full = s->tail->pending.len > PENDING_HIGH;
+        if (full)
+            s->tail->resume = false;
+    }
+    pthread_cond_signal(&o->work);
+    pthread_mutex_unlock(&o->lock);
+    if (full)
+        pause_stream(s);
+}
+
+/* Reads what the pipe holds now (at most `budget` bytes), writes it to the log file, hands
+ * it to the console writer, and closes the stream at EOF. */
 static void stream_read(ddp_stream_t *s, size_t budget)
 {
     ddp_output_t *o = s->output;
@@ -67,8 +341,7 @@ static void stream_read(ddp_stream_t *s, size_t budget)
             close(s->file_fd);
             s->file_fd = -1;
         }
-        if (ddp_lines_feed(&s->lines, s->console, o->scratch, (size_t)r) != 0)
-            ddp_log_error(o->log, "out of memory while assembling a worker's output lines");
+        hand_over(s, o->scratch, (size_t)r, s->file_fd >= 0 && s->tail->file_fd >= 0);
         budget -= (size_t)r < budget ? (size_t)r : budget;
     }
 }
@@ -104,8 +377,9 @@ static int open_pipe(ddp_output_t *o, ddp_sink_t sink, const char *path, const c
         goto fail;
     }
     if (sink == DDP_SINK_TEE &&
-        (s->file_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
-        err = -errno;
+        ((s->file_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0 ||
+         (s->path = strdup(path)) == NULL)) {
+        err = s->file_fd < 0 ? -errno : -ENOMEM;
         ddp_log_error(o->log, "unable to open %s for worker local rank %d: %s", path, local_rank,
                       ddp_strerror(err));
         goto fail;
@@ -113,7 +387,7 @@ static int open_pipe(ddp_output_t *o, ddp_sink_t sink, const char *path, const c
     s->output = o;
     s->fd = fds[0];
     s->console = std == DDP_STD_OUT ? &o->console_out : &o->console_err;
-    ddp_lines_init(&s->lines, sink == DDP_SINK_TEE ? prefix : "", DDP_LINE_MAX);
+    s->prefix = sink == DDP_SINK_TEE ? prefix : "";
     s->poll.data = s;
     *child_fd = fds[1];
     *stream = s;
@@ -123,6 +397,8 @@ fail:
         close(fds[0]);
         close(fds[1]);
     }
+    if (s->file_fd >= 0)
+        close(s->file_fd);
     free(s);
     return err;
 }
@@ -157,12 +433,41 @@ int ddp_output_open(ddp_output_t *o, const ddp_launch_config_t *cfg, const char 
     return err;
 }
 
+/* The stream's console copy, handed to the writer: a tee'd stream's file is read back
+ * through a descriptor of its own. */
+static int tail_new(ddp_stream_t *s)
+{
+    ddp_output_t *o = s->output;
+    ddp_tail_t *t = calloc(1, sizeof *t);
+    if (t == NULL || (t->prefix = strdup(s->prefix)) == NULL) {
+        free(t);
+        return -ENOMEM;
+    }
+    t->console = s->console;
+    t->resume = true;
+    t->file_fd = s->path != NULL ? open(s->path, O_RDONLY | O_CLOEXEC) : -1;
+    ddp_lines_init(&t->lines, t->prefix, DDP_LINE_MAX);
+    pthread_mutex_lock(&o->lock);
+    t->next = o->tails;
+    o->tails = t;
+    pthread_mutex_unlock(&o->lock);
+    s->tail = t;
+    return 0;
+}
+
 void ddp_output_watch(ddp_stream_t *s, ddp_stream_t **owner, int local_rank)
 {
-    int err = uv_poll_init(s->output->loop, &s->poll, s->fd);
+    int err = tail_new(s);
+    if (err == 0)
+        err = uv_poll_init(s->output->loop, &s->poll, s->fd);
     if (err != 0) {
         ddp_log_error(s->output->log, "unable to watch the output of worker local rank %d: %s",
-                      local_rank, uv_strerror(err));
+                      local_rank, ddp_strerror(err));
+        if (s->tail != NULL) {
+            pthread_mutex_lock(&s->output->lock);
+            s->tail->finished = true;
+            pthread_mutex_unlock(&s->output->lock);
+        }
         ddp_output_discard(s); /* the worker then writes to a closed pipe */
         return;
     }
@@ -178,7 +483,7 @@ void ddp_output_discard(ddp_stream_t *s)
     close(s->fd);
     if (s->file_fd >= 0)
         close(s->file_fd);
-    ddp_lines_free(&s->lines);
+    free(s->path);
     free(s);
 }
 

@@ -3,7 +3,12 @@
  *
  * Runs on the agent's loop. A piped stream is read as the pipe becomes readable (a
  * bounded share per event, so one chatty worker cannot starve the others) and drained
- * when its worker ends; it frees itself once its poll handle has closed. */
+ * when its worker ends; it frees itself once its poll handle has closed. The console is
+ * written by a thread of its own (the console writer), so a slow console (a pager, a full
+ * pipe) never holds up the loop: a --tee'd stream's log file is written at once and its
+ * console copy is read back from the file as the console takes it (it may lag, in bounded
+ * memory, as torchrun's tail does); a stream that only goes to the console waits for it
+ * past 1 MiB behind, as a worker writing to that console itself would. */
 #ifndef DDP_LAUNCHER_OUTPUT_H
 #define DDP_LAUNCHER_OUTPUT_H
 
@@ -15,15 +20,40 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include <pthread.h>
+
 typedef struct ddp_stream_s ddp_stream_t;
+typedef struct ddp_tail_s ddp_tail_t;
 
 /* What every stream of one agent shares. */
 typedef struct {
     uv_loop_t *loop;
     const ddp_log_t *log;
-    ddp_console_t console_out, console_err;
-    char scratch[64 * 1024]; /* one read's bytes */
+    ddp_console_t console_out, console_err; /* written by the console writer only */
+    char scratch[64 * 1024];                /* one read's bytes */
+    /* The console writer. Under `lock`: the tails, `busy`, `stopping`. */
+    pthread_t writer;
+    pthread_mutex_t lock;
+    pthread_cond_t work, idle;
+    ddp_tail_t *tails;
+    bool started, busy, stopping, async_open;
+    uv_async_t resume;    /* the writer asks the loop to read paused streams again */
+    ddp_stream_t *paused; /* loop only: streams waiting for the console */
 } ddp_output_t;
+
+/* Starts the console writer (after the loop is initialised, before any stream is watched).
+ * Returns 0 or -errno. */
+int ddp_output_start(ddp_output_t *output);
+
+/* Closes the writer's loop handle (with the loop's other handles). */
+void ddp_output_close_handles(ddp_output_t *output);
+
+/* Waits until the console writer has written everything handed to it: at most `timeout`
+ * seconds, or for good when `timeout` < 0. */
+void ddp_output_flush(ddp_output_t *output, double timeout);
+
+/* Writes everything still pending (no time limit: nothing is lost) and ends the writer. */
+void ddp_output_stop(ddp_output_t *output);
 
 /* Opens where stream `std` (DDP_STD_OUT or DDP_STD_ERR) of local rank `local_rank` goes,
  * under `attempt_dir`, its lines prefixed with `prefix` when tee'd (borrowed until the

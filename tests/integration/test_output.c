@@ -11,6 +11,7 @@
 #include "io.h"
 
 #include <dirent.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +216,56 @@ static void test_lines_never_mix(void **state)
     th_cleanup(&p);
 }
 
+/* --tee with a console nobody reads for a while (a pager, `| (sleep 4; wc -l)`): the
+ * worker writes its log file at full speed and ends; the console copy lags and then comes
+ * whole, every line once, in order. Two workers, 1 MB each, well past what the pipes hold. */
+static void test_slow_console_never_stalls_the_files(void **state)
+{
+    const int lines = 5000;
+    char *logs = th_tmpdir(), log_flag[600], script[1200];
+    snprintf(log_flag, sizeof log_flag, "--log-dir=%s", logs);
+    snprintf(script, sizeof script, "'%s' lines %d && : > '%s/done'$LOCAL_RANK", th_worker(), lines,
+             logs);
+    const char *argv[] = {th_launcher(),    "--nproc-per-node=2",
+                          "--tee=3",        log_flag,
+                          "--rdzv-id=slow", "--no-python",
+                          "/bin/sh",        "-c",
+                          script,           NULL};
+    th_proc_t p;
+    th_start(&p, argv, NULL);
+    /* Not reading the launcher's stdout: both workers must still finish writing. */
+    char done[2][700];
+    bool finished = false;
+    for (int r = 0; r < 2; r++)
+        snprintf(done[r], sizeof done[r], "%s/done%d", logs, r);
+    double deadline = th_now() + 20;
+    while (!finished && th_now() < deadline) {
+        finished = access(done[0], F_OK) == 0 && access(done[1], F_OK) == 0;
+        if (!finished)
+            poll(NULL, 0, 20); /* bounded: a file is the condition, 20 s the deadline */
+    }
+    TH_ASSERT(&p, finished);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    char *run = run_dir(logs, "slow");
+    for (int r = 0; r < 2; r++) {
+        char *file = log_file(run, r, "stdout.log", NULL);
+        TH_ASSERT(&p, file != NULL && th_count(file, " end\n") == lines);
+        free(file);
+        /* The console has each line once, prefixed, in the worker's order. */
+        char needle[64];
+        int next = 0;
+        snprintf(needle, sizeof needle, "[default%d]:line rank=%d i=", r, r);
+        for (const char *at = ddp_buf_str(&p.out); (at = strstr(at, needle)) != NULL; at++)
+            TH_ASSERT(&p, atoi(at + strlen(needle)) == next++);
+        TH_ASSERT(&p, next == lines);
+    }
+    free(run);
+    th_cleanup(&p);
+    th_rmtree(logs);
+    free(logs);
+}
+
 static void test_ten_megabyte_line(void **state)
 {
     const size_t bytes = 10u << 20;
@@ -360,11 +411,17 @@ static void test_report_shows_stderr_tail(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_redirects_layout),         TH_TEST(test_tee_prefix_on_each_stream),
-        TH_TEST(test_tee_map_with_many_digits), TH_TEST(test_prefix_template),
-        TH_TEST(test_local_ranks_filter),       TH_TEST(test_lines_never_mix),
-        TH_TEST(test_ten_megabyte_line),        TH_TEST(test_binary_and_unterminated_output),
-        TH_TEST(test_report_shows_stderr_tail), TH_TEST(test_one_file_keeps_order),
+        TH_TEST(test_redirects_layout),
+        TH_TEST(test_tee_prefix_on_each_stream),
+        TH_TEST(test_tee_map_with_many_digits),
+        TH_TEST(test_prefix_template),
+        TH_TEST(test_local_ranks_filter),
+        TH_TEST(test_lines_never_mix),
+        TH_TEST(test_slow_console_never_stalls_the_files),
+        TH_TEST(test_ten_megabyte_line),
+        TH_TEST(test_binary_and_unterminated_output),
+        TH_TEST(test_report_shows_stderr_tail),
+        TH_TEST(test_one_file_keeps_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
