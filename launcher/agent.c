@@ -43,7 +43,9 @@
 #include "store_server.h"
 #include "worker_spec.h"
 #include "events.h"
+#include "shm_name.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -51,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -362,12 +365,38 @@ void ddp_agent_group_finished(ddp_agent_t *a)
     group_finished_after_leftovers(a);
 }
 
+/* What libddp's shared memory a worker that died between creating its ring and the ranks'
+ * vote (after which it unlinks it) left in /dev/shm: its names begin with the creator's
+ * pid, and every worker of the group is gone. */
+static void remove_worker_shm(ddp_agent_t *a)
+{
+    DIR *dir = opendir("/dev/shm");
+    struct dirent *entry;
+    while (dir != NULL && (entry = readdir(dir)) != NULL) {
+        int pid = 0, used = 0;
+        if (strncmp(entry->d_name, "ddp-p", 5) != 0 ||
+            sscanf(entry->d_name, DDP_SHM_PID_PREFIX "%n", &pid, &used) != 1 || used == 0)
+            continue;
+        for (int i = 0; i < a->nworkers; i++) {
+            if (a->workers[i].pid != pid)
+                continue;
+            char name[300];
+            snprintf(name, sizeof name, "/%s", entry->d_name);
+            if (shm_unlink(name) == 0)
+                ddp_log_debug(a->log, "removed %s, left by worker local rank %d", name, i);
+        }
+    }
+    if (dir != NULL)
+        closedir(dir);
+}
+
 /* The rest of the group's end, once nothing of it is left. */
 static void group_finished_after_leftovers(ddp_agent_t *a)
 {
     /* A signal during the leftovers' grace began a stop with nobody left to stop: its
      * timer must not hold the loop. */
     uv_timer_stop(&a->kill_timer);
+    remove_worker_shm(a);
     for (int i = 0; i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];
         if (w->pid <= 0)

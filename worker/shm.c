@@ -14,6 +14,7 @@
 #include "shm.h"
 
 #include "error.h"
+#include "shm_name.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -102,7 +103,9 @@ int ddp_shm_create(ddp_shm_seg_t *seg, const char *tag, size_t ring_size, size_t
     int fd = -1, err;
     memset(seg, 0, sizeof *seg);
     for (int tries = 0; fd < 0 && tries < 8; tries++) {
-        snprintf(path, sizeof path, "/ddp-%s-%016llx", tag, (unsigned long long)random64());
+        int n = snprintf(path, sizeof path, "/" DDP_SHM_PID_PREFIX, (int)getpid());
+        snprintf(path + n, sizeof path - (size_t)n, "%s-%016llx", tag,
+                 (unsigned long long)random64());
         fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (fd < 0 && errno != EEXIST)
             return -errno;

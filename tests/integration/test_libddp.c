@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <glob.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,49 @@ static void test_late_rank_is_waited_for_aloud(void **state)
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
                          "rank 0: still waiting for rank 1, which has not called ddp_init yet (") !=
                       NULL);
+    th_cleanup(&p);
+}
+
+/* The pid of the process whose libddp segment of job `run_id`, rank 0, is in /dev/shm, or 0. */
+static int shm_owner(const char *run_id)
+{
+    char tail[128];
+    int owner = 0;
+    snprintf(tail, sizeof tail, "-%s-a0-r0-", run_id);
+    DIR *dir = opendir("/dev/shm");
+    struct dirent *e;
+    while (dir != NULL && (e = readdir(dir)) != NULL) {
+        int pid, used = 0;
+        if (sscanf(e->d_name, "ddp-p%d%n", &pid, &used) == 1 && used > 0 &&
+            strncmp(e->d_name + used, tail, strlen(tail)) == 0)
+            owner = pid;
+    }
+    if (dir != NULL)
+        closedir(dir);
+    return owner;
+}
+
+/* A rank killed between creating its shared-memory ring and the ranks' vote (here rank 1
+ * never comes) cannot unlink it: the launcher removes it when the group ends. */
+static void test_killed_rank_leaves_no_shared_memory(void **state)
+{
+    char run_id[64];
+    snprintf(run_id, sizeof run_id, "shmleak%d", (int)getpid());
+    char id_flag[80];
+    snprintf(id_flag, sizeof id_flag, "--rdzv-id=%s", run_id);
+    const char *env[] = {"DDP_TIMEOUT=60", "DDP_TEST_LATE_RANK=1:60", NULL};
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=2", id_flag, "--no-python", collectives(), "check", "10",
+        NULL};
+    th_proc_t p;
+    th_start(&p, argv, env);
+    TH_ASSERT(&p, th_wait_output(&p, 2, "still waiting for rank 1", 1, 30));
+    int owner = shm_owner(run_id);
+    TH_ASSERT(&p, owner > 0);
+    TH_ASSERT(&p, kill(owner, SIGKILL) == 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) != 0);
+    TH_ASSERT(&p, shm_owner(run_id) == 0);
     th_cleanup(&p);
 }
 
@@ -893,6 +937,7 @@ int main(void)
         TH_TEST(test_board_timeout_names_the_missing_rank),
         TH_TEST(test_hang_timeout_finds_a_hang),
         TH_TEST(test_hang_timeout_spares_a_slow_job),
+        TH_TEST(test_killed_rank_leaves_no_shared_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
