@@ -229,6 +229,7 @@ void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
     a->state = AGENT_STOPPING;
     a->stop_reason = reason;
     a->sent_signal = sig;
+    a->failures_before_stop = a->nfailures;
     running_ranks(a, ranks, sizeof ranks);
     ddp_log_warn(a->log,
                  "stopping %d worker(s): sending %s to the process groups of local ranks %s; "
@@ -248,6 +249,7 @@ static void clear_failures(ddp_agent_t *a)
     for (size_t i = 0; i < a->nfailures; i++)
         ddp_failure_free(&a->failures[i]);
     a->nfailures = 0;
+    a->failures_before_stop = 0;
 }
 
 static int group_start(ddp_agent_t *a);
@@ -551,6 +553,7 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         .for_failure = a->state == AGENT_STOPPING && a->stop_reason == STOP_FAILURE,
         .sent_signal = a->sent_signal,
         .sent_sigkill = a->sent_sigkill,
+        .recorded_before = a->failures_before_stop,
     };
     if (!ddp_report_own_failure(&f, status, &stop, a->failures, a->nfailures)) {
         /* Ended by our stop signal (or exiting on its own meanwhile): not a root cause. */
@@ -562,6 +565,15 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         ddp_failure_free(&f);
         return;
     }
+    int blamer = ddp_report_blamer(a->failures, a->nfailures, f.rank);
+    if (stop.stopping && blamer >= 0 && f.message == NULL && WIFSIGNALED(status) &&
+        asprintf(&f.message, "stopped by ddp-launch (%s) after rank %d's failure named it: %.*s",
+                 signame(WTERMSIG(status), what, sizeof what), a->failures[blamer].rank,
+                 a->failures[blamer].message != NULL
+                     ? (int)strcspn(a->failures[blamer].message, "\n")
+                     : 0,
+                 a->failures[blamer].message != NULL ? a->failures[blamer].message : "") < 0)
+        f.message = NULL;
     ddp_log_error(a->log, "worker rank %d (local rank %d, pid %d) %s", w->rank, w->local_rank,
                   (int)w->pid, ddp_failure_describe(&f, what, sizeof what));
     a->failures[a->nfailures++] = f;

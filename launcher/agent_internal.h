@@ -117,6 +117,7 @@ struct ddp_agent_s {
     bool sent_sigkill;       /* the stop of this attempt escalated to SIGKILL */
     ddp_failure_t *failures; /* of the current attempt: before the stop, or not ours */
     size_t nfailures;
+    size_t failures_before_stop; /* of them, recorded before the current stop began */
     int exit_code;
     bool loop_ready; /* the loop was initialised: agent_free closes it */
 

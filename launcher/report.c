@@ -144,11 +144,20 @@ bool ddp_report_own_failure(const ddp_failure_t *f, int wait_status, const ddp_s
     int sig = WIFSIGNALED(wait_status) ? WTERMSIG(wait_status) : 0;
     bool not_ours = stop->for_failure && sig != 0 && sig != stop->sent_signal &&
                     !(stop->sent_sigkill && sig == SIGKILL);
-    bool blamed = false;
-    for (size_t i = 0; i < n && !blamed; i++)
-        blamed = recorded[i].peer_rank == f->rank;
+    int blamer = ddp_report_blamer(recorded, n, f->rank);
     bool own_end = (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) != 0) || f->message != NULL;
-    return not_ours || (blamed && own_end);
+    /* Blamed by what caused the stop: the rank that never came to the call the others
+     * waited in is the culprit though our stop ended it (the hang verdict names it too). */
+    bool culprit = blamer >= 0 && (size_t)blamer < stop->recorded_before;
+    return not_ours || (blamer >= 0 && own_end) || culprit;
+}
+
+int ddp_report_blamer(const ddp_failure_t *recorded, size_t n, int rank)
+{
+    for (size_t i = 0; i < n; i++)
+        if (recorded[i].peer_rank == rank)
+            return (int)i;
+    return -1;
 }
 
 size_t ddp_report_root(const ddp_failure_t *failures, size_t n)

@@ -43,20 +43,26 @@ const char *ddp_failure_describe(const ddp_failure_t *f, char *buf, size_t cap);
 
 /* How the worker group stood when a worker ended. */
 typedef struct {
-    bool stopping;     /* the agent had begun stopping the group */
-    bool for_failure;  /* ... because one of its workers failed */
-    int sent_signal;   /* what the stop sent first */
-    bool sent_sigkill; /* the stop escalated to SIGKILL */
+    bool stopping;          /* the agent had begun stopping the group */
+    bool for_failure;       /* ... because one of its workers failed */
+    int sent_signal;        /* what the stop sent first */
+    bool sent_sigkill;      /* the stop escalated to SIGKILL */
+    size_t recorded_before; /* failures recorded before the stop began (its cause) */
 } ddp_stop_state_t;
 
 /* Whether failure `f` (a worker that did not succeed; its waitpid status `wait_status`)
  * is a failure of its own, for the report, rather than the effect of our stop. While
  * nothing is stopping, every failure is. While the group stops for a failure, so is a
  * worker killed by a signal that is not ours (its death may be the first, seen late),
- * and one that a recorded failure blames as its lost peer and that ends with an exit
- * code or an error file of its own (recorded[0..n): the failures so far). */
+ * and one that a recorded failure blames (recorded[0..n): the failures so far) as its lost
+ * peer when it ends with an exit code or an error file of its own; blamed by a failure
+ * from before the stop (the rank that failure waited for in vain), also when our stop is
+ * what ended it. */
 bool ddp_report_own_failure(const ddp_failure_t *f, int wait_status, const ddp_stop_state_t *stop,
                             const ddp_failure_t *recorded, size_t n);
+
+/* Index of the first of recorded[0..n) that blames `rank`, or -1. */
+int ddp_report_blamer(const ddp_failure_t *recorded, size_t n, int rank);
 
 /* Index of the root cause: the earliest failure (the first of equals), then the failure
  * of the peer it names, and so on while there is one (at most `n` steps: a cycle of

@@ -96,11 +96,13 @@ int ddp_cpu_no_progress(ddp_t *ddp, const cpu_t *c, const char *what, const cpu_
                         const char *over)
 {
     int peer = ddp_cpu_needs_prev(p) ? c->prev : c->next;
-    return ddp_fail(ddp, DDP_ETIMEOUT,
-                    "%s: no progress with rank %d (%s) for %g s%s (sent %zu of %zu bytes, "
-                    "received %zu of %zu)",
-                    what, peer, ddp_cpu_addr(c, peer), ddp->timeout, over, p->sent, p->t->send_len,
-                    p->got, p->t->recv_len);
+    /* The rank waited for is blamed: the launcher's report follows the ranks that waited,
+     * each for its neighbour, to the one that never came. */
+    return ddp_fail_peer(ddp, DDP_ETIMEOUT, peer,
+                         "%s: no progress with rank %d (%s) for %g s%s (sent %zu of %zu bytes, "
+                         "received %zu of %zu)",
+                         what, peer, ddp_cpu_addr(c, peer), ddp->timeout, over, p->sent,
+                         p->t->send_len, p->got, p->t->recv_len);
 }
 
 /* What came from the previous rank, taken in: the call description (checked once whole),

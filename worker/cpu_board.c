@@ -105,10 +105,10 @@ static int check_after_sleep(ddp_t *ddp, cpu_t *c, const char *what, uint64_t b,
     int came = 0;
     for (int r = 0; r < ddp->world_size; r++)
         came += has_come(c, r, b);
-    return ddp_fail(ddp, DDP_ETIMEOUT,
-                    "%s: no progress with rank %d (%s) for %g s over shared memory (%d of %d "
-                    "ranks have come to this call)",
-                    what, q, ddp_cpu_addr(c, q), ddp->timeout, came, ddp->world_size);
+    return ddp_fail_peer(ddp, DDP_ETIMEOUT, q,
+                         "%s: no progress with rank %d (%s) for %g s over shared memory (%d of %d "
+                         "ranks have come to this call)",
+                         what, q, ddp_cpu_addr(c, q), ddp->timeout, came, ddp->world_size);
 }
 
 /* Sleeps on the board's doorbell until a writer rings, unless what this rank waits for

@@ -27,8 +27,9 @@
 
 /* PyTorch's error file form, which ddp-launch's report (and torchrun's) reads:
  * {"message": {"message": ..., "extraInfo": {"py_callstack": ..., "timestamp": "N"}}},
- * with "peer_rank": "P" in extraInfo when the failure is rank P going away (ddp-launch
- * then reports P's failure as the root cause). Written to a temporary name and renamed,
+ * with "peer_rank": "P" in extraInfo when the failure is rank P going away, or rank P not
+ * coming to a collective within the timeout (ddp-launch then reports P's failure as the
+ * root cause). Written to a temporary name and renamed,
  * so a reader never sees half of it. */
 static void write_error_file(const char *message, int peer)
 {

@@ -833,6 +833,12 @@ static void test_board_timeout_names_the_missing_rank(void **state)
     TH_ASSERT(&p, said != NULL && strstr(said, ") for 2 s over shared memory (3 of 4 ranks have "
                                                "come to this call)") != NULL);
     TH_ASSERT(&p, strstr(err, "no progress with rank 3") == NULL);
+    /* The verdict's culprit is the report's root cause: rank 2, which never came (stopped
+     * by ddp-launch), not the first rank that timed out waiting for it. */
+    TH_ASSERT(&p, strstr(err, "verdict: rank 2 never entered all_reduce #5") != NULL);
+    const char *root = strstr(err, "Root Cause");
+    TH_ASSERT(&p, root != NULL && strstr(root, "rank      : 2 (local_rank: 2)") != NULL);
+    TH_ASSERT(&p, strstr(root, "stopped by ddp-launch (SIGTERM) after rank ") != NULL);
     th_cleanup(&p);
 }
 

@@ -161,10 +161,11 @@ static void test_same_second_ordered_by_file_time(void **state)
 /* Which ends are failures of their own, and which the effect of our stop: a table. */
 static void test_own_failure(void **state)
 {
-    static const ddp_stop_state_t running = {false, false, SIGTERM, false},
-                                  failing = {true, true, SIGTERM, false},
-                                  killing = {true, true, SIGTERM, true},
-                                  signalled = {true, false, SIGINT, false};
+    static const ddp_stop_state_t running = {false, false, SIGTERM, false, 0},
+                                  failing = {true, true, SIGTERM, false, 0},
+                                  killing = {true, true, SIGTERM, true, 0},
+                                  signalled = {true, false, SIGINT, false, 0},
+                                  after = {true, true, SIGTERM, false, 1};
     ddp_failure_t blaming = {.rank = 0, .peer_rank = 2}, blames_other = {.rank = 0, .peer_rank = 5};
     const struct {
         const ddp_stop_state_t *stop;
@@ -184,6 +185,9 @@ static void test_own_failure(void **state)
         {&failing, W_EXITCODE(3, 0), false, true, true},           /* ...but blamed, with a code */
         {&failing, W_EXITCODE(0, 0), true, true, true},            /* ...or its own error file */
         {&failing, W_EXITCODE(0, SIGTERM), false, true, false},    /* blamed, ended by us */
+        /* ...blamed by the failure that began the stop (it waited for this rank in vain) */
+        {&after, W_EXITCODE(0, SIGTERM), false, true, true},
+        {&after, W_EXITCODE(0, SIGTERM), false, false, false}, /* not blamed */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ddp_failure_t f = {.rank = 2, .peer_rank = -1};
