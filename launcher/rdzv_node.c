@@ -35,6 +35,10 @@ extern char **environ;
 #define NOTE_FIRST 5.0  /* s: a wait is said after this long, */
 #define NOTE_EVERY 30.0 /* then every NOTE_EVERY s */
 #define GRACE      60.0 /* s past the coordinator's own deadline before a launcher gives up */
+/* s a static job's launcher in a Slurm step waits for node 0's store: node 0's launcher is
+ * a task of the same step, started with this one, and nobody restarts it when it fails at
+ * start (--master-addr not its host, its port held): waiting out the timeout helps no one. */
+#define SLURM_NODE0_S 20.0
 
 typedef enum { NODE_CONNECT, NODE_JOIN, NODE_RUN, NODE_STOP, NODE_END } node_phase_t;
 
@@ -351,6 +355,10 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
     char key[512];
     double started = ddp_clock_mono(), deadline = started + cfg->rdzv_conf.timeout;
     double next_note = started + NOTE_FIRST;
+    bool in_step = cfg->slurm_step && !ddp_config_dynamic(cfg) && cfg->node_rank != 0 &&
+                   cfg->rdzv_conf.timeout > SLURM_NODE0_S;
+    if (in_step)
+        deadline = started + SLURM_NODE0_S;
     options.timeout = cfg->rdzv_conf.read_timeout; /* each store call's deadline */
     while (!ddp_rdzv_quitting(r)) {
         double now = ddp_clock_mono(), left = deadline - now;
@@ -371,9 +379,20 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
         if (note_due(&next_note, now, deadline)) {
             ddp_log_info(r->log,
                          "still waiting for the rendezvous store at %s:%d after %.0f s (%s); "
-                         "giving up in %.0f s (--rdzv-conf timeout)",
+                         "giving up in %.0f s (%s)",
                          cfg->master_addr, cfg->master_port, now - started, ddp_buf_str(&why),
-                         deadline - now);
+                         deadline - now,
+                         in_step ? "node 0 is a task of this Slurm step" : "--rdzv-conf timeout");
+        }
+        if (now >= deadline && in_step) {
+            ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                             "node 0's rendezvous store at %s:%d is not there %g s after this "
+                             "Slurm step started (%s): node 0's launcher, task 0 of the step, "
+                             "failed at start (see its lines), or --master-addr/--master-port "
+                             "do not name it; nobody restarts it in a step, so the job ends",
+                             cfg->master_addr, cfg->master_port, SLURM_NODE0_S, ddp_buf_str(&why));
+            ddp_buf_free(&why);
+            return NODE_END;
         }
         if (now >= deadline) {
             ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,

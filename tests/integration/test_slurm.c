@@ -277,6 +277,26 @@ static void test_one_command_in_an_allocation(void **state)
     free(out);
 }
 
+/* Node 0 fails at start in the one-command form (--master-addr names node 2, not node 0):
+ * it says why and exits 4; the other nodes, tasks of the same step, say so and end with 5
+ * within seconds instead of waiting out the 900 s timeout. */
+static void test_node0_failing_at_start_ends_the_job(void **state)
+{
+    char body[1000];
+    snprintf(body, sizeof body,
+             "'%s' --nproc-per-node=1 --master-addr=n2 --no-python /bin/true\necho \"exit=$?\"\n",
+             th_launcher());
+    double started = th_now();
+    char *out = sbatch(body);
+    double took = th_now() - started;
+    if (took > 120 || strstr(out, "exit=5\n") == NULL)
+        fail_msg("the job took %.0f s or did not end with 5:\n%s", took, out);
+    if (strstr(out, "0: ddp-launch: error: ") == NULL ||
+        th_count(out, "is not there 20 s after this Slurm step started") != 2)
+        fail_msg("node 0's failure and the others' end are not said:\n%s", out);
+    free(out);
+}
+
 /* Two jobs sharing a node do not meet on 29500: with it held on the first node, the job
  * forms at its own port; given --master-port=29500, it cannot. */
 static void test_port_of_the_job_not_29500(void **state)
@@ -432,6 +452,7 @@ int main(void)
         TH_TEST(test_srun_forms_the_job),
         TH_TEST(test_two_tasks_a_node_refused),
         TH_TEST(test_one_command_in_an_allocation),
+        TH_TEST(test_node0_failing_at_start_ends_the_job),
         TH_TEST(test_step_of_part_of_the_allocation),
         TH_TEST(test_port_of_the_job_not_29500),
         TH_TEST(test_scancel_usr1_reaches_every_worker),
