@@ -114,7 +114,9 @@ static void finish(ddp_agent_t *a)
          * failure would otherwise see only the store gone, and stop its workers with
          * SIGTERM instead of the job's signal). */
         ddp_rdzv_coord_finish(a->coord, a->cfg->rdzv_conf.close_timeout,
-                              a->stop_reason == STOP_SIGNAL ? a->stop_signal : 0);
+                              a->stop_reason == STOP_SIGNAL ? a->stop_signal : 0,
+                              &a->remote_failures);
+        a->served_store = true;
         a->coord = NULL;
     } else {
         ddp_store_server_close(a->store);
@@ -392,6 +394,41 @@ static void remove_worker_shm(ddp_agent_t *a)
         closedir(dir);
 }
 
+/* A multi-node job has one failure report, printed by the launcher serving the store: this
+ * node's failures go there through the rendezvous. */
+static void post_failures(ddp_agent_t *a)
+{
+    ddp_buf_t lines = DDP_BUF_INIT;
+    int err = 0;
+    for (size_t i = 0; i < a->nfailures && err == 0; i++)
+        err = ddp_failure_to_json(&a->failures[i], a->host, &lines);
+    if (err == 0)
+        ddp_rdzv_post_failures(a->rdzv, ddp_buf_str(&lines));
+    ddp_buf_free(&lines);
+}
+
+/* Serving the store: the other nodes' failures join this node's in the job's report (a
+ * line that is not one is said and skipped). */
+static void merge_remote_failures(ddp_agent_t *a)
+{
+    const char *p = a->remote_failures.data, *end = p + a->remote_failures.len;
+    while (p != NULL && p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = nl != NULL ? (size_t)(nl - p) : (size_t)(end - p);
+        ddp_failure_t f, *grown;
+        if (len > 0 && ddp_failure_from_json(p, len, &f) != 0) {
+            ddp_log_warn(a->log, "another node's failure record is not one: '%.80s'", p);
+        } else if (len > 0 &&
+                   (grown = realloc(a->failures, (a->nfailures + 1) * sizeof *grown)) != NULL) {
+            a->failures = grown;
+            a->failures[a->nfailures++] = f;
+        } else if (len > 0) {
+            ddp_failure_free(&f);
+        }
+        p = nl != NULL ? nl + 1 : NULL;
+    }
+}
+
 /* The rest of the group's end, once nothing of it is left. */
 static void group_finished_after_leftovers(ddp_agent_t *a)
 {
@@ -399,6 +436,8 @@ static void group_finished_after_leftovers(ddp_agent_t *a)
      * timer must not hold the loop. */
     uv_timer_stop(&a->kill_timer);
     remove_worker_shm(a);
+    if (a->rdzv != NULL && a->nfailures > 0)
+        post_failures(a);
     for (int i = 0; i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];
         if (w->pid <= 0)
@@ -1481,13 +1520,17 @@ static void agent_start(ddp_agent_t *a)
 static int agent_free(ddp_agent_t *a, int exit_code)
 {
     if (a->loop_ready) {
+        bool elsewhere =
+            a->rdzv != NULL && !a->served_store && ddp_rdzv_failures_published(a->rdzv);
         ddp_rdzv_free(a->rdzv);
         ddp_strv_free(a->job_env);
         exit_code = a->exit_code;
         ddp_output_stop(&a->output); /* every worker line is out before the report */
+        if (a->served_store)
+            merge_remote_failures(a);
         /* The report names what went wrong, also when a signal ended the job meanwhile. */
         if (a->nfailures > 0)
-            ddp_agent_print_report(a);
+            ddp_agent_print_report(a, elsewhere);
         uv_loop_close(&a->loop);
     }
     ddp_guard_stop(&a->guard);
@@ -1500,6 +1543,7 @@ static int agent_free(ddp_agent_t *a, int exit_code)
     ddp_buf_free(&fields);
     ddp_events_close(&a->events);
     free(a->failures);
+    ddp_buf_free(&a->remote_failures);
     for (int i = 0; a->workers != NULL && i < a->nworkers; i++)
         free(a->workers[i].stopped_error);
     free(a->workers);

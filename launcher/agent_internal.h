@@ -97,6 +97,8 @@ struct ddp_agent_s {
     bool base_created;
     rlim_t nofile; /* the soft fd limit to give back to workers; 0 if unchanged */
     char host[256];
+    ddp_buf_t remote_failures; /* serving the store: the other nodes' failures (report.h) */
+    bool served_store;         /* this launcher's coordinator finished the job's rendezvous */
 
     /* This node's share of the job: one node alone, or what the rendezvous formed. */
     ddp_rdzv_t *rdzv;        /* multi-node jobs */
@@ -153,10 +155,12 @@ void ddp_agent_group_finished(ddp_agent_t *a);
 
 /* agent_say.c. The OOM kills counted by this launcher's memory cgroup (-1: unknown; its
  * file's path into where[cap] unless NULL); the message for a worker they ended (NULL when
- * they did not: malloc'd); the report of a failed job with what goes with it. */
+ * they did not: malloc'd); the report of a failed job with what goes with it (`elsewhere`:
+ * the job's report, with this node's failures, is printed by the launcher serving the
+ * store: here only a line that says so). */
 long long ddp_agent_oom_kills(char *where, size_t cap);
 char *ddp_agent_oom_message(ddp_agent_t *a, const ddp_worker_t *w, int status);
-void ddp_agent_print_report(ddp_agent_t *a);
+void ddp_agent_print_report(ddp_agent_t *a, bool elsewhere);
 
 /* agent_hang.c. A report begins (found: by this node, else another asked for our rows;
  * stalled: by --hang-timeout, so the report ends the attempt as a failure); the report

@@ -80,8 +80,8 @@ static void say_if_torch_is_missing(ddp_agent_t *a, bool python)
     const ddp_failure_t *root = &a->failures[ddp_report_root(a->failures, a->nfailures)];
     char *text = NULL, cmd[PATH_MAX + 200];
     size_t len;
-    if (!python || a->cfg->module || root->exitcode != 1 || root->message != NULL ||
-        strchr(a->program, '\'') != NULL ||
+    if (!python || a->cfg->module || root->host != NULL || root->exitcode != 1 ||
+        root->message != NULL || strchr(a->program, '\'') != NULL ||
         ddp_read_file(a->cfg->script, DDP_PYSCAN_MAX, &text, &len) != 0)
         return;
     bool imports = ddp_pyscan_imports(text, len, "torch");
@@ -112,6 +112,8 @@ static void say_stderr_tail(const ddp_agent_t *a)
 {
     const ddp_failure_t *root = &a->failures[ddp_report_root(a->failures, (size_t)a->nfailures)];
     int local_rank = root->local_rank;
+    if (root->host != NULL) /* another node's: its files are there */
+        return;
     if (a->attempt_dir == NULL || !(ddp_std_for(&a->cfg->redirects, local_rank) & DDP_STD_ERR) ||
         (ddp_std_for(&a->cfg->tee, local_rank) & DDP_STD_ERR))
         return;
@@ -180,14 +182,25 @@ static void say_stopped(const ddp_agent_t *a)
     ddp_buf_free(&ranks);
 }
 
-void ddp_agent_print_report(ddp_agent_t *a)
+void ddp_agent_print_report(ddp_agent_t *a, bool elsewhere)
 {
     ddp_buf_t report = DDP_BUF_INIT;
     bool python = a->cfg->run_path || !a->cfg->no_python;
-    if (ddp_buf_puts(&report, "\n") == 0 &&
-        ddp_report_format(&report, ddp_worker_entry_name(a->cfg), a->host, a->failures,
-                          a->nfailures, python) == 0)
+    if (elsewhere) {
+        ddp_buf_t ranks = DDP_BUF_INIT;
+        for (size_t i = 0; i < a->nfailures; i++)
+            ddp_buf_printf(&ranks, "%s%d", i ? ", " : "", a->failures[i].rank);
+        ddp_log_error(a->log,
+                      "this node's failures (rank%s %s) are in the job's failure report, printed "
+                      "by the launcher serving the store at %s:%d",
+                      a->nfailures > 1 ? "s" : "", ddp_buf_str(&ranks), a->cfg->master_addr,
+                      a->cfg->master_port);
+        ddp_buf_free(&ranks);
+    } else if (ddp_buf_puts(&report, "\n") == 0 &&
+               ddp_report_format(&report, ddp_worker_entry_name(a->cfg), a->host, a->failures,
+                                 a->nfailures, python) == 0) {
         (void)ddp_write_all(2, report.data, report.len);
+    }
     ddp_buf_free(&report);
     say_stderr_tail(a);
     say_stopped(a);

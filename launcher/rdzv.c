@@ -174,6 +174,23 @@ void ddp_rdzv_post_hang(ddp_rdzv_t *r, bool initiate, double wait, const char *r
     pthread_mutex_unlock(&r->mutex);
 }
 
+void ddp_rdzv_post_failures(ddp_rdzv_t *r, const char *lines)
+{
+    pthread_mutex_lock(&r->mutex);
+    free(r->events.failures);
+    r->events.failures = strdup(lines);
+    wake(r);
+    pthread_mutex_unlock(&r->mutex);
+}
+
+bool ddp_rdzv_failures_published(ddp_rdzv_t *r)
+{
+    pthread_mutex_lock(&r->mutex);
+    bool published = r->failures_published;
+    pthread_mutex_unlock(&r->mutex);
+    return published;
+}
+
 char *ddp_rdzv_take_hang_rows(ddp_rdzv_t *r)
 {
     pthread_mutex_lock(&r->mutex);
@@ -243,6 +260,7 @@ void ddp_rdzv_free(ddp_rdzv_t *r)
     ddp_strv_free(r->job_env);
     free(r->hang_rows);
     free(r->events.hang_rows);
+    free(r->events.failures);
     close(r->wake_fd);
     pthread_mutex_destroy(&r->mutex);
     free(r);

@@ -73,6 +73,16 @@ void ddp_rdzv_post_abort(ddp_rdzv_t *r, int sig, const char *message);
  * CMD_HANG_DONE once theirs are in). */
 void ddp_rdzv_post_hang(ddp_rdzv_t *r, bool initiate, double wait, const char *rows);
 
+/* From the loop, before it posts the end of its workers (STOPPED): this node's failures, as
+ * lines of ddp_failure_to_json (copied), for the job-wide report that the launcher serving
+ * the store prints (ddp_rdzv_coord_finish). After a failed job's FINISH the thread waits for
+ * them (beating, so the store waits too) before it ends. */
+void ddp_rdzv_post_failures(ddp_rdzv_t *r, const char *lines);
+
+/* From the loop: whether this node's failures reached the store (the job's report has
+ * them), so this node need not print its own. */
+bool ddp_rdzv_failures_published(ddp_rdzv_t *r);
+
 /* From the loop, after CMD_HANG_REPORT: every node's rows that came, one text (malloc'd;
  * the caller frees), or NULL. */
 char *ddp_rdzv_take_hang_rows(ddp_rdzv_t *r);

@@ -60,6 +60,7 @@ struct ddp_rdzv_coord_s {
 
     ddp_rdzv_phase_t phase;
     int round, restarts;
+    ddp_buf_t *failures;             /* finishing: where the others' failures go (the agent's) */
     double forming_since, min_since; /* c10d: since MIN joined, or < 0 */
     int njoined, nawaited;
     ddp_rdzv_member_t **running; /* the running round's members by node rank */

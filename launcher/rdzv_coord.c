@@ -576,6 +576,24 @@ static bool someone_reading(const ddp_rdzv_coord_t *c)
     return false;
 }
 
+/* The other launchers' failures of the last round, for the job's report (O(N), once). */
+static void collect_failures(ddp_rdzv_coord_t *c)
+{
+    ddp_store_t *store = ddp_store_server_store(c->server);
+    for (size_t i = 0; c->failures != NULL && i < c->nmembers; i++) {
+        char key[512];
+        const uint8_t *value;
+        size_t len;
+        if (c->members[i]->own)
+            continue;
+        ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/failures/%s", c->round,
+                     c->members[i]->id);
+        ddp_store_key_t k = {(const uint8_t *)key, strlen(key)};
+        if (ddp_store_get(store, k, &value, &len))
+            (void)ddp_buf_append(c->failures, value, len);
+    }
+}
+
 /* Finishing: the server closes once the others have gone or stopped answering (or at the
  * deadline). The scan is O(N) a tick, and only while finishing. */
 static bool finished(ddp_rdzv_coord_t *c, double now)
@@ -583,6 +601,7 @@ static bool finished(ddp_rdzv_coord_t *c, double now)
     if (!c->finishing || (now < c->finish_deadline && someone_reading(c)))
         return false;
     ddp_store_server_t *server = c->server;
+    collect_failures(c);
     ddp_rdzv_coord_close(c);
     ddp_store_server_close(server);
     return true;
@@ -618,8 +637,9 @@ static void on_tick(uv_timer_t *timer)
         refresh_status(c, now);
 }
 
-void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *c, double linger, int sig)
+void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *c, double linger, int sig, ddp_buf_t *failures)
 {
+    c->failures = failures;
     /* (A signal's own abort record may still be on its way from our rendezvous thread.) */
     if (c->phase != COORD_OVER && sig > 0)
         job_over(c, DDP_EXIT_SIGNAL_BASE + sig,

@@ -251,6 +251,16 @@ static bool take_posts(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, bool *repor
     char key[512];
     bool report = world != NULL;
     int round = world != NULL ? world->round : -1;
+    /* This node's failures for the job's report, whatever else comes (the launcher may be
+     * ending): at failures/<launcher id>, read by the launcher serving the store. */
+    if (ev.failures != NULL) {
+        ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/failures/%s", r->round, r->id);
+        bool done = ddp_store_client_set(r->client, key, ev.failures, strlen(ev.failures)) == 0;
+        pthread_mutex_lock(&r->mutex);
+        r->failures_published = done;
+        pthread_mutex_unlock(&r->mutex);
+        free(ev.failures);
+    }
     /* Rows of a hang come before the failure it ends in. */
     if (ev.hang_rows != NULL && !ev.aborted && !ev.quit && world != NULL &&
         !publish_hang(r, world, &ev)) {
@@ -568,6 +578,7 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
             if (!read_job_env(r, v.world.nenv))
                 return NODE_END;
             *world = v.world;
+            r->round = v.world.round;
             r->local_running = true;
             ddp_rdzv_command(r, DDP_RDZV_CMD_START, world, 0, NULL);
             return NODE_RUN;
@@ -621,6 +632,13 @@ static node_phase_t node_run(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, ddp_r
         ddp_buf_free(&text);
         if (!ok)
             return NODE_END;
+        if (v->kind == DDP_RDZV_VERDICT_END && v->exit_code != DDP_EXIT_OK) {
+            /* The job failed: this node's workers stop on FINISH; the thread stays (and
+             * beats) until they have, so that their failures reach the job's report. */
+            finish(r, v, false);
+            (void)await_stopped(r);
+            return NODE_END;
+        }
         if (v->kind == DDP_RDZV_VERDICT_DONE || v->kind == DDP_RDZV_VERDICT_END)
             return finish(r, v, false);
         if (v->kind == DDP_RDZV_VERDICT_WORLD) {
@@ -653,6 +671,7 @@ void *ddp_rdzv_node_run(void *arg)
     ddp_rdzv_verdict_t outcome;
     const ddp_rdzv_verdict_t *stop = NULL; /* the outcome the next join is to act on */
     node_phase_t phase = NODE_CONNECT;
+    r->round = -1;
     while (phase != NODE_END) {
         switch (phase) {
         case NODE_CONNECT:

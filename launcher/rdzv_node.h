@@ -17,6 +17,7 @@ typedef struct {
     char *hang_rows;    /* this node's hang rows (owned), or NULL */
     bool hang_initiate; /* ... found here: the first such node reports */
     double hang_wait;   /* s the reporter waits for every node's rows */
+    char *failures;     /* this node's failures for the job's report (owned), or NULL */
 } ddp_rdzv_events_t;
 
 struct ddp_rdzv_s {
@@ -33,7 +34,8 @@ struct ddp_rdzv_s {
     /* Thread to loop, under the mutex: node 0's --env entries ("NAME=VALUE"), read at each
      * round's assignment, before the START that uses them. */
     char **job_env;
-    char *hang_rows; /* CMD_HANG_REPORT's text (owned until taken) */
+    char *hang_rows;         /* CMD_HANG_REPORT's text (owned until taken) */
+    bool failures_published; /* this node's failures are in the store for the job's report */
 
     /* Loop to thread, under the mutex. */
     ddp_rdzv_events_t events;
@@ -58,6 +60,7 @@ struct ddp_rdzv_s {
     char id[DDP_RDZV_ID_MAX];
     char host[256];
     int seq;                    /* joins so far */
+    int round;                  /* the round it last started (its failures' key), -1 none */
     double next_beat;           /* when the next heartbeat is due */
     bool local_running;         /* this node's workers of the current round have not all ended */
     ddp_store_client_t *client; /* joins, reads, reports and heartbeats */

@@ -118,7 +118,69 @@ void ddp_failure_free(ddp_failure_t *f)
 {
     free(f->error_file);
     free(f->message);
+    free(f->host);
+    f->host = NULL;
     f->error_file = f->message = NULL;
+}
+
+int ddp_failure_to_json(const ddp_failure_t *f, const char *host, ddp_buf_t *out)
+{
+    int err = ddp_buf_printf(out,
+                             "{\"rank\": %d, \"local_rank\": %d, \"pid\": %d, \"exitcode\": %d, "
+                             "\"timestamp\": %.6f, \"peer_rank\": %d, \"host\": ",
+                             f->rank, f->local_rank, (int)f->pid, f->exitcode, f->timestamp,
+                             f->peer_rank);
+    if (err == 0)
+        err =
+            ddp_json_append_string(out, f->host ? f->host : host, strlen(f->host ? f->host : host));
+    if (err == 0 && f->error_file != NULL && (err = ddp_buf_puts(out, ", \"error_file\": ")) == 0)
+        err = ddp_json_append_string(out, f->error_file, strlen(f->error_file));
+    if (err == 0 && f->message != NULL && (err = ddp_buf_puts(out, ", \"message\": ")) == 0)
+        err = ddp_json_append_string(out, f->message, strlen(f->message));
+    return err ? err : ddp_buf_puts(out, "}\n");
+}
+
+/* An integer member of `obj` within [lo, hi]; false otherwise. */
+static bool json_int(const ddp_json_t *obj, const char *name, double lo, double hi, int *out)
+{
+    double v;
+    if (!ddp_json_number(ddp_json_get(obj, name), &v) || v < lo || v > hi || v != (double)(int)v)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+int ddp_failure_from_json(const char *line, size_t len, ddp_failure_t *f)
+{
+    ddp_json_t *root = NULL;
+    int err = ddp_json_parse(line, len, &root), pid = 0;
+    memset(f, 0, sizeof *f);
+    if (err)
+        return err;
+    const char *host = ddp_json_string(ddp_json_get(root, "host"), NULL);
+    const char *file = ddp_json_string(ddp_json_get(root, "error_file"), NULL);
+    const char *message = ddp_json_string(ddp_json_get(root, "message"), NULL);
+    if (!json_int(root, "rank", 0, INT_MAX, &f->rank) ||
+        !json_int(root, "local_rank", 0, INT_MAX, &f->local_rank) ||
+        !json_int(root, "pid", 0, INT_MAX, &pid) ||
+        !json_int(root, "exitcode", -255, 255, &f->exitcode) ||
+        !json_int(root, "peer_rank", -1, INT_MAX, &f->peer_rank) ||
+        !ddp_json_number(ddp_json_get(root, "timestamp"), &f->timestamp) || host == NULL) {
+        ddp_json_free(root);
+        memset(f, 0, sizeof *f);
+        return DDP_EPARSE;
+    }
+    f->pid = (pid_t)pid;
+    f->host = strdup(host);
+    f->error_file = file != NULL ? strdup(file) : NULL;
+    f->message = message != NULL ? strdup(message) : NULL;
+    ddp_json_free(root);
+    if (f->host == NULL || (file != NULL && f->error_file == NULL) ||
+        (message != NULL && f->message == NULL)) {
+        ddp_failure_free(f);
+        return -ENOMEM;
+    }
+    return 0;
 }
 
 int ddp_failure_status(const ddp_failure_t *f)
@@ -242,7 +304,8 @@ int ddp_report_format(ddp_buf_t *out, const char *name, const char *host,
     size_t root_index = ddp_report_root(failures, n);
     int err = 0;
     for (size_t i = 0; i < n && err == 0; i++)
-        err = format_failure(i == root_index ? &root : &others, i, host, &failures[i], python);
+        err = format_failure(i == root_index ? &root : &others, i,
+                             failures[i].host ? failures[i].host : host, &failures[i], python);
     if (err == 0 && others.len == 0)
         err = ddp_buf_puts(&others, "  <NO_OTHER_FAILURES>\n");
     if (err == 0) {

@@ -26,6 +26,7 @@ typedef struct ddp_failure_s {
     char *error_file; /* its path when the worker wrote one, else NULL */
     char *message;    /* from the error file: the traceback, else the message */
     int peer_rank;    /* from the error file: the rank this failure blames, or -1 */
+    char *host;       /* another node's failure: its host (owned); NULL: this node's */
 } ddp_failure_t;
 
 /* Fills `f` for a worker that ended with waitpid status `wait_status`, seen at `now`
@@ -34,6 +35,14 @@ typedef struct ddp_failure_s {
 int ddp_failure_init(ddp_failure_t *f, int rank, int local_rank, pid_t pid, int wait_status,
                      double now, const char *error_file);
 void ddp_failure_free(ddp_failure_t *f);
+
+/* Appends `f` (of this node, `host`) as one line of JSON, for the job's report on the node
+ * that prints it. 0 or -ENOMEM. */
+int ddp_failure_to_json(const ddp_failure_t *f, const char *host, ddp_buf_t *out);
+
+/* Reads one line of ddp_failure_to_json (another node's, through the store: checked, never
+ * trusted) into `f` (free with ddp_failure_free). 0, DDP_EPARSE or -ENOMEM. */
+int ddp_failure_from_json(const char *line, size_t len, ddp_failure_t *f);
 
 /* The failure's status as a shell reports it: the exit code, or 128+N for signal N. */
 int ddp_failure_status(const ddp_failure_t *f);
@@ -69,7 +78,8 @@ int ddp_report_blamer(const ddp_failure_t *recorded, size_t n, int rank);
  * ranks that each blame the next ends somewhere on the cycle). */
 size_t ddp_report_root(const ddp_failure_t *failures, size_t n);
 
-/* Appends torchrun's failure report for `n` > 0 failures of the job `name` on `host`.
+/* Appends torchrun's failure report for `n` > 0 failures of the job `name` on `host` (a
+ * failure's own host where it has one).
  * `python` selects torchrun's hint for workers without an error file. */
 int ddp_report_format(ddp_buf_t *out, const char *name, const char *host,
                       const ddp_failure_t *failures, size_t n, bool python);

@@ -262,10 +262,48 @@ static void test_failure_without_restarts_ends_every_node(void **state)
     job_wait(&job, 60);
     TH_ASSERT(n0, th_now() - started < 30);
     TH_ASSERT(n1, th_status(n1) == 1);
-    TH_ASSERT(n1, strstr(err(n1), "exitcode  : 7") != NULL);
     TH_ASSERT(n0, th_status(n0) == 1);
     TH_ASSERT(n0, strstr(err(n0), "no restart left") != NULL);
     TH_ASSERT(n0, strstr(err(n0), "node 1 (") != NULL);
+    /* One report for the job, by the launcher serving the store, with node 1's failure as
+     * its root cause; node 1 says where it is. */
+    const char *root = strstr(err(n0), "Root Cause");
+    TH_ASSERT(n0, root != NULL && strstr(root, "exitcode  : 7") != NULL &&
+                      strstr(root, "rank      : 1 (local_rank: 0)") != NULL);
+    TH_ASSERT(n1, strstr(err(n1), "Root Cause") == NULL);
+    TH_ASSERT(n1, strstr(err(n1), "this node's failures (rank 1) are in the job's failure report, "
+                                  "printed by the launcher serving the store at ") != NULL);
+    job_cleanup(&job);
+}
+
+/* Failures on several nodes: one report, on the node serving the store, lists every node's
+ * (each with its host); no other node prints one. */
+static void test_failures_on_two_nodes_one_report(void **state)
+{
+    const char *waits[] = {th_worker(), "wait", NULL};
+    const char *fails7[] = {th_worker(), "exit", "7", NULL};
+    const char *fails8[] = {th_worker(), "exit", "8", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n[3];
+    n[0] = start_node(&job, 3, 0, 1, NULL, waits);
+    n[1] = start_node(&job, 3, 1, 1, NULL, fails7);
+    n[2] = start_node(&job, 3, 2, 1, NULL, fails8);
+    job_wait(&job, 60);
+    int reports = 0;
+    for (int i = 0; i < 3; i++) {
+        TH_ASSERT(n[i], th_status(n[i]) == 1);
+        reports += th_count(err(n[i]), "Root Cause");
+    }
+    TH_ASSERT(n[0], reports == 1 && strstr(err(n[0]), "Root Cause") != NULL);
+    /* Each failure a node saw of its own is in node 0's report. */
+    for (int i = 1; i < 3; i++) {
+        char seen[64], listed[64];
+        snprintf(seen, sizeof seen, "worker rank %d (local rank 0", i);
+        snprintf(listed, sizeof listed, "rank      : %d (local_rank: 0)", i);
+        if (strstr(err(n[i]), seen) != NULL)
+            TH_ASSERT(n[0], strstr(err(n[0]), listed) != NULL);
+    }
     job_cleanup(&job);
 }
 
@@ -936,6 +974,7 @@ int main(void)
         TH_TEST(test_hang_report_across_nodes),
         TH_TEST(test_failure_restarts_every_node),
         TH_TEST(test_failure_without_restarts_ends_every_node),
+        TH_TEST(test_failures_on_two_nodes_one_report),
         TH_TEST(test_node_that_never_joins),
         TH_TEST(test_store_unreachable),
         TH_TEST(test_mismatched_nnodes),

@@ -251,6 +251,70 @@ static void test_report_layout(void **state)
     ddp_buf_free(&out);
 }
 
+static int count_lines(const char *text)
+{
+    int n = 0;
+    for (; *text; text++)
+        n += *text == '\n';
+    return n;
+}
+
+/* Another node's failure through the store: the same record back, its host in the report;
+ * a record that is not one (wrong types, out of range, not JSON) is refused. */
+static void test_failure_json_round_trip(void **state)
+{
+    ddp_failure_t f = {.rank = 7,
+                       .local_rank = 3,
+                       .pid = 4242,
+                       .exitcode = -9,
+                       .timestamp = 1700000000.25,
+                       .peer_rank = 2};
+    f.error_file = strdup("/logs/3/error.json");
+    f.message = strdup("line \"one\"\nline two\t\x01");
+    ddp_buf_t line = DDP_BUF_INIT;
+    assert_int_equal(ddp_failure_to_json(&f, "gpu07", &line), 0);
+    assert_int_equal(count_lines(ddp_buf_str(&line)), 1);
+    ddp_failure_t back;
+    assert_int_equal(ddp_failure_from_json(line.data, line.len - 1, &back), 0);
+    assert_int_equal(back.rank, 7);
+    assert_int_equal(back.local_rank, 3);
+    assert_int_equal(back.pid, 4242);
+    assert_int_equal(back.exitcode, -9);
+    assert_int_equal(back.peer_rank, 2);
+    assert_true(back.timestamp == f.timestamp);
+    assert_string_equal(back.host, "gpu07");
+    assert_string_equal(back.error_file, f.error_file);
+    assert_string_equal(back.message, f.message);
+    ddp_buf_t report = DDP_BUF_INIT;
+    assert_int_equal(ddp_report_format(&report, "t.py", "here", &back, 1, true), 0);
+    assert_non_null(strstr(ddp_buf_str(&report), "host      : gpu07\n"));
+    ddp_buf_free(&report);
+    ddp_failure_free(&back);
+    ddp_failure_free(&f);
+    ddp_buf_free(&line);
+    static const char *const bad[] = {
+        "",
+        "not json",
+        "[1, 2]",
+        "{\"rank\": 1}",
+        "{\"rank\": -1, \"local_rank\": 0, \"pid\": 1, \"exitcode\": 1, \"timestamp\": 1, "
+        "\"peer_rank\": -1, \"host\": \"h\"}",
+        "{\"rank\": 1.5, \"local_rank\": 0, \"pid\": 1, \"exitcode\": 1, \"timestamp\": 1, "
+        "\"peer_rank\": -1, \"host\": \"h\"}",
+        "{\"rank\": 1, \"local_rank\": 0, \"pid\": 1, \"exitcode\": 999, \"timestamp\": 1, "
+        "\"peer_rank\": -1, \"host\": \"h\"}",
+        "{\"rank\": 1, \"local_rank\": 0, \"pid\": 1, \"exitcode\": 1, \"timestamp\": 1, "
+        "\"peer_rank\": -1, \"host\": 5}",
+        "{\"rank\": 1, \"local_rank\": 0, \"pid\": 1, \"exitcode\": 1, \"timestamp\": \"x\", "
+        "\"peer_rank\": -1, \"host\": \"h\"}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ddp_failure_t g;
+        if (ddp_failure_from_json(bad[i], strlen(bad[i]), &g) == 0)
+            fail_msg("accepted '%s'", bad[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -260,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_own_failure),
         cmocka_unit_test(test_report_layout),
         cmocka_unit_test(test_same_second_ordered_by_file_time),
+        cmocka_unit_test(test_failure_json_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
