@@ -30,6 +30,7 @@
 #include "error.h"
 #include "guard.h"
 #include "hang.h"
+#include "health.h"
 #include "io.h"
 #include "logs.h"
 #include "output.h"
@@ -100,6 +101,15 @@ static void worker_drain(ddp_agent_t *a, ddp_worker_t *w, bool close_after)
     ddp_output_drain(out, close_after);
     ddp_output_drain(err, close_after);
     ddp_output_flush(&a->output, CONSOLE_CATCH_UP_S);
+}
+
+/* The node_unhealthy event: this node failed its health check (`why`). */
+void ddp_agent_unhealthy_event(ddp_agent_t *a, const char *why)
+{
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_str(&fields, "reason", why);
+    ddp_events_emit(&a->events, "node_unhealthy", &fields);
+    ddp_buf_free(&fields);
 }
 
 /* Stopping and finishing. */
@@ -953,8 +963,31 @@ out:
 
 /* Starts attempt a->attempt. On failure the started workers are stopped (or the agent
  * finished when none started) and the error is returned. */
+/* A one-node job's health check before each attempt (a multi-node job's runs on the
+ * rendezvous thread before each join): unhealthy, the job ends (5) before any worker. */
+static bool healthy_here(ddp_agent_t *a)
+{
+    if (a->rdzv != NULL || !ddp_health_checks_apply(a->cfg))
+        return true;
+    ddp_buf_t why = DDP_BUF_INIT;
+    bool healthy = ddp_health_check(a->cfg, &why) == 0;
+    if (!healthy) {
+        ddp_log_error(a->log,
+                      "this node failed its health check before attempt %d: %s; no worker "
+                      "started",
+                      a->attempt, ddp_buf_str(&why));
+        ddp_agent_unhealthy_event(a, ddp_buf_str(&why));
+        a->exit_code = DDP_EXIT_RDZV_FAILED;
+        finish(a);
+    }
+    ddp_buf_free(&why);
+    return healthy;
+}
+
 static int group_start(ddp_agent_t *a)
 {
+    if (!healthy_here(a))
+        return DDP_EUSAGE;
     a->oom_kills = ddp_agent_oom_kills(NULL, 0);
     a->first_finished = -1;
     for (int i = 0; i < a->nworkers; i++) {
@@ -1126,6 +1159,8 @@ static void on_rdzv_command(void *ctx)
         case DDP_RDZV_CMD_FINISH:
             if (a->hang != HANG_IDLE)
                 ddp_agent_hang_cancel(a);
+            if (ddp_rdzv_unhealthy(a->rdzv))
+                ddp_agent_unhealthy_event(a, message);
             if (exit_code == DDP_EXIT_WORKER_FAILED && a->nfailures > 0)
                 exit_code = failure_exit_code(a); /* the report names the cause */
             else if (exit_code != DDP_EXIT_OK)

@@ -152,6 +152,7 @@ static inline void ddp_agent_worker_dir(const ddp_agent_t *a, const ddp_worker_t
 void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason);
 void ddp_agent_fail_round(ddp_agent_t *a, size_t first);
 void ddp_agent_group_finished(ddp_agent_t *a);
+void ddp_agent_unhealthy_event(ddp_agent_t *a, const char *why);
 
 /* agent_say.c. The OOM kills counted by this launcher's memory cgroup (-1: unknown; its
  * file's path into where[cap] unless NULL); the message for a worker they ended (NULL when

@@ -706,6 +706,13 @@ static const flag_t flags[] = {
      G_SUPERVISION, "SECONDS",
      "no collective finished (libddp), or no output and no CPU\n(others), by any rank this "
      "long: report where every\nrank is, then stop as for a failure (default 0: off)"},
+    {TEXT("health-check", health_command, 0), false, G_SUPERVISION, "CMD",
+     "before each round, this node runs CMD (/bin/sh -c): not\nexit 0 = unhealthy, the job "
+     "ends naming the node (5)"},
+    {TEXT("health-check-path", health_paths, 0), false, G_SUPERVISION, "PATHS",
+     "before each round, every path (comma-separated) must\nbe readable"},
+    {"health-check-timeout", 0, KIND_SECONDS, FIELD(health_timeout), 0.1, 86400, NULL, NULL, true,
+     false, G_SUPERVISION, "SECONDS", "the health check command's time (default 60)"},
     {SWITCH("hang-dump", 0, hang_dump, true), false, G_SUPERVISION, "",
      "a hang report also saves each worker's native stack\n(eu-stack or gdb) and Python "
      "stack in its log directory"},

@@ -19,6 +19,7 @@ void ddp_config_defaults(ddp_launch_config_t *cfg)
     cfg->rdzv_conf = (ddp_rdzv_conf_t){600, 30, 30, 60, 900, -1, 1, 3};
     cfg->monitor_interval = 0.1;
     cfg->shutdown_timeout = 30;
+    cfg->health_timeout = 60;
     cfg->signals[0] = SIGTERM;
     cfg->signals[1] = SIGINT;
     cfg->signals[2] = SIGHUP;

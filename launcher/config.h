@@ -112,6 +112,11 @@ typedef struct ddp_launch_config_s {
     double hang_timeout; /* --hang-timeout: s with no progress before a hang report; 0: off */
     bool hang_dump;      /* --hang-dump: the report also saves every worker's stacks */
 
+    /* Health checks before each round (health.h). */
+    const char *health_command; /* --health-check: a site's command, exit 0 = healthy */
+    const char *health_paths;   /* --health-check-path: comma-separated paths to read */
+    double health_timeout;      /* --health-check-timeout: s for the command (default 60) */
+
     /* NUMA binding. */
     ddp_numa_mode_t numa_mode; /* --numa-binding */
     bool numa_fallback;        /* --numa-binding-fallback: a worker that cannot be bound runs */

@@ -183,6 +183,14 @@ void ddp_rdzv_post_failures(ddp_rdzv_t *r, const char *lines)
     pthread_mutex_unlock(&r->mutex);
 }
 
+bool ddp_rdzv_unhealthy(ddp_rdzv_t *r)
+{
+    pthread_mutex_lock(&r->mutex);
+    bool unhealthy = r->unhealthy;
+    pthread_mutex_unlock(&r->mutex);
+    return unhealthy;
+}
+
 bool ddp_rdzv_failures_published(ddp_rdzv_t *r)
 {
     pthread_mutex_lock(&r->mutex);

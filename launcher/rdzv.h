@@ -83,6 +83,10 @@ void ddp_rdzv_post_failures(ddp_rdzv_t *r, const char *lines);
  * them), so this node need not print its own. */
 bool ddp_rdzv_failures_published(ddp_rdzv_t *r);
 
+/* From the loop: whether this node failed its health check before a round (the FINISH that
+ * follows says which check and why). */
+bool ddp_rdzv_unhealthy(ddp_rdzv_t *r);
+
 /* From the loop, after CMD_HANG_REPORT: every node's rows that came, one text (malloc'd;
  * the caller frees), or NULL. */
 char *ddp_rdzv_take_hang_rows(ddp_rdzv_t *r);

@@ -17,6 +17,8 @@
  * decides, and publishes each decision once. */
 #include "rdzv_node.h"
 
+#include "health.h"
+
 #include "envcheck.h"
 #include "worker_spec.h"
 #include "error.h"
@@ -546,6 +548,38 @@ static int stop_after_join(ddp_rdzv_t *r, const ddp_rdzv_verdict_t *stop)
     return err;
 }
 
+/* Before each join: this node's health checks (health.h). Unhealthy, it does not join: the
+ * job ends on every node (the abort record names this node and the check), before any
+ * worker of the round starts. */
+static bool healthy_to_join(ddp_rdzv_t *r)
+{
+    const ddp_launch_config_t *cfg = r->cfg;
+    if (!ddp_health_checks_apply(cfg))
+        return true;
+    ddp_buf_t why = DDP_BUF_INIT;
+    if (ddp_health_check(cfg, &why) == 0) {
+        ddp_buf_free(&why);
+        return true;
+    }
+    char key[512], value[DDP_RDZV_MSG_MAX], node[32] = "the node";
+    if (!ddp_config_dynamic(cfg))
+        snprintf(node, sizeof node, "node %d", cfg->node_rank);
+    int n = snprintf(value, sizeof value, "%s on %s, which failed its health check: %s", node,
+                     r->host, ddp_buf_str(&why));
+    ddp_rdzv_key(key, sizeof key, cfg->run_id, "abort");
+    (void)ddp_store_client_set(r->client, key, value,
+                               n > 0 && (size_t)n < sizeof value ? (size_t)n : strlen(value));
+    pthread_mutex_lock(&r->mutex);
+    r->unhealthy = true;
+    pthread_mutex_unlock(&r->mutex);
+    ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                     "this node failed its health check: %s; it does not join, and the job "
+                     "ends (no worker of the round started)",
+                     ddp_buf_str(&why));
+    ddp_buf_free(&why);
+    return false;
+}
+
 /* `stop`: the last round's outcome, whose STOP the loop gets once our join is written
  * (NULL on the first join). */
 static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
@@ -556,6 +590,8 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
     double started = ddp_clock_mono(), deadline = started + wait + GRACE;
     double next_note = started + NOTE_FIRST;
     char key[512];
+    if (!healthy_to_join(r))
+        return NODE_END;
     if (join_record(r) != 0 || (stop != NULL && stop_after_join(r, stop) != 0))
         return store_lost(r);
     ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "assign/%s/%d", r->id, r->seq);

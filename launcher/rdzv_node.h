@@ -36,6 +36,7 @@ struct ddp_rdzv_s {
     char **job_env;
     char *hang_rows;         /* CMD_HANG_REPORT's text (owned until taken) */
     bool failures_published; /* this node's failures are in the store for the job's report */
+    bool unhealthy;          /* this node failed its health check before a round */
 
     /* Loop to thread, under the mutex. */
     ddp_rdzv_events_t events;

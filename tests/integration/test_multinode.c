@@ -276,6 +276,28 @@ static void test_failure_without_restarts_ends_every_node(void **state)
     job_cleanup(&job);
 }
 
+/* A node that fails its health check does not join: every node ends with 5 before any
+ * worker starts, naming the node and the check. */
+static void test_unhealthy_node_ends_the_job(void **state)
+{
+    const char *env[] = {th_worker(), "env", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, NULL, env);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, "--health-check=false", env);
+    double started = th_now();
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_now() - started < 30);
+    TH_ASSERT(n0, th_status(n0) == 5);
+    TH_ASSERT(n1, th_status(n1) == 5);
+    TH_ASSERT(n0, strstr(err(n0), "node 1 on ") != NULL &&
+                      strstr(err(n0), "which failed its health check: --health-check: ") != NULL);
+    TH_ASSERT(n1, strstr(err(n1), "this node failed its health check: ") != NULL);
+    TH_ASSERT(n0, strstr(out(n0), "RANK=") == NULL); /* no worker started */
+    TH_ASSERT(n1, strstr(out(n1), "RANK=") == NULL);
+    job_cleanup(&job);
+}
+
 /* Failures on several nodes: one report, on the node serving the store, lists every node's
  * (each with its host); no other node prints one. */
 static void test_failures_on_two_nodes_one_report(void **state)
@@ -975,6 +997,7 @@ int main(void)
         TH_TEST(test_failure_restarts_every_node),
         TH_TEST(test_failure_without_restarts_ends_every_node),
         TH_TEST(test_failures_on_two_nodes_one_report),
+        TH_TEST(test_unhealthy_node_ends_the_job),
         TH_TEST(test_node_that_never_joins),
         TH_TEST(test_store_unreachable),
         TH_TEST(test_mismatched_nnodes),

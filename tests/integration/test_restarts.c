@@ -195,6 +195,66 @@ static void field(const ddp_json_t *event, const char *key, char *out, size_t ca
 
 /* --event-log-handler=file:PATH: a job with one restart, its event log read back line by
  * line, every line JSON, in order, with the fields a scheduler reads. */
+/* Health checks run before each attempt: this one passes once (a counter file), so the
+ * first attempt runs and fails, and the restart finds the node unhealthy: the job ends with
+ * 5 naming the check and its reason, no worker of the second attempt started, and the
+ * event log has node_unhealthy. */
+static void test_health_check_before_each_attempt(void **state)
+{
+    char *dir = th_tmpdir(), check[1200], events[700], flag[800];
+    snprintf(check, sizeof check,
+             "--health-check=echo x >> '%s/checks'; [ $(wc -l < '%s/checks') -lt 2 ] || "
+             "{ echo 'scratch: disk full' >&2; exit 4; }",
+             dir, dir);
+    snprintf(events, sizeof events, "%s/events.jsonl", dir);
+    snprintf(flag, sizeof flag, "--event-log-handler=file:%s", events);
+    const char *argv[] = {
+        th_launcher(), check,     flag, "--max-restarts=3",
+        "--no-python", "/bin/sh", "-c", "echo started $TORCHELASTIC_RESTART_COUNT; exit 3",
+        NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 5);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "started 0") == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "started 1") == NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "this node failed its health check before attempt "
+                                              "1: --health-check: ") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "exited with 4: scratch: disk full; no worker "
+                                              "started") != NULL);
+    char *log = NULL;
+    size_t len;
+    TH_ASSERT(&p, ddp_read_file(events, 1 << 20, &log, &len) == 0);
+    TH_ASSERT(&p, strstr(log, "\"event\": \"node_unhealthy\"") != NULL ||
+                      strstr(log, "\"event\":\"node_unhealthy\"") != NULL);
+    free(log);
+    th_cleanup(&p);
+
+    /* A path that cannot be read, and a command past its time, before the first attempt. */
+    const char *path_argv[] = {th_launcher(), "--health-check-path=/tmp,/nonexistent/data",
+                               "--no-python", "/bin/echo",
+                               "started",     NULL};
+    th_run(&p, path_argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 5);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "--health-check-path: /nonexistent/data: No such "
+                                              "file or directory") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "started") == NULL);
+    th_cleanup(&p);
+    const char *slow_argv[] = {th_launcher(),
+                               "--health-check=sleep 30",
+                               "--health-check-timeout=0.5",
+                               "--no-python",
+                               "/bin/echo",
+                               "started",
+                               NULL};
+    double started = th_now();
+    th_run(&p, slow_argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 5 && th_now() - started < 10);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "did not finish within 0.5 s") != NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 static void test_event_log_of_a_restart(void **state)
 {
     char *dir = th_tmpdir(), path[600], flag[640];
@@ -276,6 +336,7 @@ int main(void)
         TH_TEST(test_store_keys_are_cleared_between_attempts),
         TH_TEST(test_idle_clients_cannot_block_a_restart),
         TH_TEST(test_event_log_of_a_restart),
+        TH_TEST(test_health_check_before_each_attempt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
