@@ -520,14 +520,14 @@ static int visible_gpus(ddp_topology_t *t, const gpu_t *all, int nall, const cha
     return 0;
 }
 
-static int read_gpus(reader_t *r, ddp_topology_t *t, char *const *envp)
+static int read_gpus(reader_t *r, ddp_topology_t *t, char *const *envp, bool nvml)
 {
     gpu_t *all = calloc(MAX_GPUS, sizeof *all);
     ddp_buf_t note = DDP_BUF_INIT;
     int nall = 0;
     if (all == NULL)
         return -ENOMEM;
-    int err = r->root[0] == '\0' ? nvml_gpus(all, &nall, &note) : sysfs_gpus(r, all, &nall);
+    int err = nvml ? nvml_gpus(all, &nall, &note) : sysfs_gpus(r, all, &nall);
     const char *visible = ddp_env_lookup(envp, "CUDA_VISIBLE_DEVICES");
     if (err == 0)
         err = visible_gpus(t, all, nall, visible);
@@ -550,6 +550,13 @@ static int read_gpus(reader_t *r, ddp_topology_t *t, char *const *envp)
 
 int ddp_topology_read(ddp_topology_t *t, const char *root, char *const *envp, ddp_buf_t *why)
 {
+    bool here = root == NULL || strcmp(root, "/") == 0;
+    return ddp_topology_read_gpus_from(t, root, envp, here, why);
+}
+
+int ddp_topology_read_gpus_from(ddp_topology_t *t, const char *root, char *const *envp, bool nvml,
+                                ddp_buf_t *why)
+{
     memset(t, 0, sizeof *t);
     reader_t r = {root == NULL || strcmp(root, "/") == 0 ? "" : root, malloc(LINE_CAP), why};
     if (r.line == NULL)
@@ -559,7 +566,7 @@ int ddp_topology_read(ddp_topology_t *t, const char *root, char *const *envp, dd
         err = read_nodes(&r, t);
     /* One NUMA node: nothing to bind, so neither the driver nor the CPUs' details are read. */
     if (err == 0 && t->nonline >= 2)
-        err = read_gpus(&r, t, envp);
+        err = read_gpus(&r, t, envp, nvml);
     if (err == 0 && t->nonline >= 2)
         err = read_details(&r, t);
     free(r.line);

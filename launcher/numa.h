@@ -66,6 +66,11 @@ typedef struct ddp_topology_s {
  * `why` when a file of the tree is malformed. */
 int ddp_topology_read(ddp_topology_t *t, const char *root, char *const *envp, ddp_buf_t *why);
 
+/* As ddp_topology_read, the GPUs from NVML when `nvml` (ddp_topology_read: only for this
+ * machine), else from the tree's NVIDIA display devices. */
+int ddp_topology_read_gpus_from(ddp_topology_t *t, const char *root, char *const *envp, bool nvml,
+                                ddp_buf_t *why);
+
 void ddp_topology_free(ddp_topology_t *t);
 
 /* Whether binding means anything on this machine for `nworkers` workers: false with the

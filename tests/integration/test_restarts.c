@@ -255,6 +255,43 @@ static void test_health_check_before_each_attempt(void **state)
     free(dir);
 }
 
+/* The NVML checks, against the tests' stand-in libnvidia-ml.so.1: each finding makes the
+ * node unhealthy, naming the GPU; a clean report and a driver that fails are healthy. */
+static void test_health_check_nvml(void **state)
+{
+    const char *fake = getenv("DDP_TEST_FAKE_NVML_DIR");
+    if (fake == NULL)
+        fail_msg("DDP_TEST_FAKE_NVML_DIR is not set: run the tests with meson test");
+    char path[600];
+    snprintf(path, sizeof path, "LD_LIBRARY_PATH=%s", fake);
+    static const struct {
+        const char *finding, *said;
+    } cases[] = {
+        {"FAKE_NVML_ECC=1:3", "GPU 1 (NVML): 3 uncorrectable ECC error(s) since the driver loaded"},
+        {"FAKE_NVML_PENDING=0", "GPU 0 (NVML): a page retirement is pending"},
+        {"FAKE_NVML_REMAP_FAILED=1", "GPU 1 (NVML): a row remapping failed"},
+        {"FAKE_NVML_ECC=1:0", NULL},
+        {"FAKE_NVML_INIT_FAILS=1", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *env[] = {path, "FAKE_NVML_GPUS=0000:01:00.0,0000:02:00.0", cases[i].finding,
+                             NULL};
+        const char *argv[] = {
+            th_launcher(), "--health-check-path=/tmp", "--no-python", "/bin/echo", "started", NULL};
+        th_proc_t p;
+        th_run(&p, argv, env, 60);
+        if (cases[i].said != NULL) {
+            TH_ASSERT(&p, th_status(&p) == 5);
+            TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), cases[i].said) != NULL);
+            TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "started") == NULL);
+        } else {
+            TH_ASSERT(&p, th_status(&p) == 0);
+            TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "started") != NULL);
+        }
+        th_cleanup(&p);
+    }
+}
+
 static void test_event_log_of_a_restart(void **state)
 {
     char *dir = th_tmpdir(), path[600], flag[640];
@@ -337,6 +374,7 @@ int main(void)
         TH_TEST(test_idle_clients_cannot_block_a_restart),
         TH_TEST(test_event_log_of_a_restart),
         TH_TEST(test_health_check_before_each_attempt),
+        TH_TEST(test_health_check_nvml),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

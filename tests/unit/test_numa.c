@@ -417,6 +417,47 @@ static void test_plan(void **state)
     tree_free(t);
 }
 
+/* The GPUs through NVML (the tests' stand-in libnvidia-ml.so.1, on LD_LIBRARY_PATH): in
+ * NVML's order, CUDA_VISIBLE_DEVICES by index or GPU-<uuid> prefix, a failing driver said. */
+static void test_gpus_from_nvml(void **state)
+{
+    tree_t *t = tree("dgx-a100", NULL);
+    ddp_topology_t topo;
+    ddp_buf_t why = DDP_BUF_INIT;
+    setenv("FAKE_NVML_GPUS", "0000:47:00.0,0000:07:00.0,0000:bd:00.0", 1);
+    char *none[] = {NULL};
+    assert_int_equal(ddp_topology_read_gpus_from(&topo, t->root, none, true, &why), 0);
+    assert_int_equal(topo.ngpus, 3);
+    assert_string_equal(topo.gpu_pci[0], "0000:47:00.0");
+    assert_int_equal(topo.gpu_node[0], 1);
+    assert_int_equal(topo.gpu_node[1], 3);
+    assert_int_equal(topo.gpu_node[2], 5);
+    expect_bind(&topo, DDP_NUMA_NODE, 0, "16-31,144-159", 1);
+    ddp_topology_free(&topo);
+
+    char *by_uuid[] = {"CUDA_VISIBLE_DEVICES=GPU-00000000-0000-0000-0000-000000000002,1", NULL};
+    assert_int_equal(ddp_topology_read_gpus_from(&topo, t->root, by_uuid, true, &why), 0);
+    assert_int_equal(topo.ngpus, 2);
+    assert_string_equal(topo.gpu_pci[0], "0000:bd:00.0");
+    assert_string_equal(topo.gpu_pci[1], "0000:07:00.0");
+    ddp_topology_free(&topo);
+
+    char *unknown_uuid[] = {"CUDA_VISIBLE_DEVICES=1,GPU-ffffffff", NULL};
+    assert_int_equal(ddp_topology_read_gpus_from(&topo, t->root, unknown_uuid, true, &why), 0);
+    assert_int_equal(topo.ngpus, 1); /* CUDA stops at the UUID that names no GPU */
+    ddp_topology_free(&topo);
+
+    setenv("FAKE_NVML_INIT_FAILS", "1", 1);
+    assert_int_equal(ddp_topology_read_gpus_from(&topo, t->root, none, true, &why), 0);
+    assert_int_equal(topo.ngpus, 0);
+    expect_no_op(&topo, 1, "no GPU is visible (NVML failed: Unknown Error (fake)");
+    ddp_topology_free(&topo);
+    unsetenv("FAKE_NVML_INIT_FAILS");
+    unsetenv("FAKE_NVML_GPUS");
+    ddp_buf_free(&why);
+    tree_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -429,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_one_node_machines),
         cmocka_unit_test(test_malformed_tree),
         cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_gpus_from_nvml),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
