@@ -322,9 +322,44 @@ static void kill_leftovers(ddp_agent_t *a)
 
 static void group_finished_after_leftovers(ddp_agent_t *a);
 
+#define RECLAIM_TOLERANCE ((unsigned long long)512 << 20) /* bytes in use on a GPU that is free */
+#define RECLAIM_POLL_MS   100
+
+/* The reclaim wait's look: under the tolerance, past the deadline (or a signal), or NVML
+ * failing ends it, and the group's end goes on. */
+static void reclaim_look(ddp_agent_t *a)
+{
+    unsigned long long used = 0;
+    int gpu = 0;
+    double now = ddp_clock_mono(), waited = now - a->reclaim_started;
+    int err = ddp_gpu_memory_used(a->reclaim, &used, &gpu);
+    bool under = err == 0 && used <= RECLAIM_TOLERANCE;
+    if (!under && err == 0 && now < a->leftover_deadline)
+        return; /* the repeating timer looks again */
+    if (under)
+        ddp_log_info(a->log, "the GPUs' memory was back under %llu MiB after %.1f s",
+                     RECLAIM_TOLERANCE >> 20, waited);
+    else if (err == 0 && a->stop_reason != STOP_SIGNAL)
+        ddp_log_warn(
+            a->log,
+            "GPU %d still has %llu MiB in use after %.1f s (--gpu-memory-reclaim-timeout): "
+            "going on",
+            gpu, used >> 20, waited);
+    uv_timer_stop(&a->leftover_timer);
+    ddp_gpu_memory_close(a->reclaim);
+    a->reclaim = NULL;
+    a->leftover_wait = false;
+    a->reclaimed = true;
+    group_finished_after_leftovers(a);
+}
+
 static void on_leftover_timer(uv_timer_t *timer)
 {
     ddp_agent_t *a = timer->data;
+    if (a->reclaim != NULL) {
+        reclaim_look(a);
+        return;
+    }
     bool *alive = calloc((size_t)(a->nworkers > 0 ? a->nworkers : 1), sizeof *alive);
     bool left = alive == NULL || leftover_groups(a, alive) > 0;
     free(alive);
@@ -404,6 +439,44 @@ static void remove_worker_shm(ddp_agent_t *a)
         closedir(dir);
 }
 
+/* Whether the job goes on after this group's end: a restart here, or the next round. */
+static bool group_goes_on(const ddp_agent_t *a)
+{
+    bool failed = a->stop_reason == STOP_FAILURE || a->stop_reason == STOP_REMOTE;
+    return failed && (a->rdzv != NULL || a->attempt < a->cfg->max_restarts);
+}
+
+/* Before the job goes on: when a GPU still holds more than the tolerance (a stopped
+ * worker's memory the driver has not freed yet), wait for it, polling on the leftover timer.
+ * True when the wait has begun (the timer then goes on with the group's end). */
+static bool reclaim_begins(ddp_agent_t *a)
+{
+    if (a->reclaimed || a->cfg->gpu_reclaim_timeout <= 0 || !group_goes_on(a))
+        return false;
+    ddp_gpu_memory_t *m = ddp_gpu_memory_open();
+    unsigned long long used = 0;
+    int gpu = 0;
+    if (m == NULL || ddp_gpu_memory_used(m, &used, &gpu) != 0 || used <= RECLAIM_TOLERANCE) {
+        ddp_gpu_memory_close(m);
+        return false;
+    }
+    ddp_log_info(a->log,
+                 "GPU %d still has %llu MiB in use: waiting up to %g s for the stopped "
+                 "workers' memory before going on",
+                 gpu, used >> 20, a->cfg->gpu_reclaim_timeout);
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_int(&fields, "gpu", gpu);
+    ddp_events_int(&fields, "used_mib", (long long)(used >> 20));
+    ddp_events_emit(&a->events, "gpu_memory_wait", &fields);
+    ddp_buf_free(&fields);
+    a->reclaim = m;
+    a->reclaim_started = ddp_clock_mono();
+    a->leftover_wait = true;
+    a->leftover_deadline = a->reclaim_started + a->cfg->gpu_reclaim_timeout;
+    uv_timer_start(&a->leftover_timer, on_leftover_timer, RECLAIM_POLL_MS, RECLAIM_POLL_MS);
+    return true;
+}
+
 /* A multi-node job has one failure report, printed by the launcher serving the store: this
  * node's failures go there through the rendezvous. */
 static void post_failures(ddp_agent_t *a)
@@ -445,9 +518,11 @@ static void group_finished_after_leftovers(ddp_agent_t *a)
     /* A signal during the leftovers' grace began a stop with nobody left to stop: its
      * timer must not hold the loop. */
     uv_timer_stop(&a->kill_timer);
-    remove_worker_shm(a);
-    if (a->rdzv != NULL && a->nfailures > 0)
-        post_failures(a);
+    if (!a->reclaimed) {
+        remove_worker_shm(a);
+        if (a->rdzv != NULL && a->nfailures > 0)
+            post_failures(a);
+    }
     for (int i = 0; i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];
         if (w->pid <= 0)
@@ -459,6 +534,9 @@ static void group_finished_after_leftovers(ddp_agent_t *a)
         w->prefix = w->error_file = NULL;
         w->pid = 0;
     }
+    if (reclaim_begins(a))
+        return; /* the timer comes back here */
+    a->reclaimed = false;
     /* A multi-node job goes on as the rendezvous decides, for every node alike. */
     if (a->rdzv != NULL && (a->stop_reason == STOP_NONE || a->stop_reason == STOP_FAILURE ||
                             a->stop_reason == STOP_REMOTE)) {
@@ -1579,6 +1657,7 @@ static int agent_free(ddp_agent_t *a, int exit_code)
     ddp_events_close(&a->events);
     free(a->failures);
     ddp_buf_free(&a->remote_failures);
+    ddp_gpu_memory_close(a->reclaim); /* a wait the job's end cut short */
     for (int i = 0; a->workers != NULL && i < a->nworkers; i++)
         free(a->workers[i].stopped_error);
     free(a->workers);

@@ -8,6 +8,7 @@
 #include "config.h"
 #include "events.h"
 #include "guard.h"
+#include "health.h"
 #include "log.h"
 #include "output.h"
 #include "rdzv.h"
@@ -83,6 +84,11 @@ struct ddp_agent_s {
     uv_timer_t leftover_timer;
     bool leftover_wait;
     double leftover_deadline;
+    /* Then, before the next attempt or round, the GPUs' memory back under the tolerance
+     * (--gpu-memory-reclaim-timeout): the same timer and deadline polls NVML. */
+    ddp_gpu_memory_t *reclaim;
+    double reclaim_started;
+    bool reclaimed; /* the wait is over for this group's end */
     bool blame_wait;
     size_t blame_first;
     double first_finished; /* when the first worker of the attempt finished; < 0: none */

@@ -713,6 +713,10 @@ static const flag_t flags[] = {
      "before each round, every path (comma-separated) must\nbe readable"},
     {"health-check-timeout", 0, KIND_SECONDS, FIELD(health_timeout), 0.1, 86400, NULL, NULL, true,
      false, G_SUPERVISION, "SECONDS", "the health check command's time (default 60)"},
+    {"gpu-memory-reclaim-timeout", 0, KIND_SECONDS, FIELD(gpu_reclaim_timeout), 0, 86400, NULL,
+     NULL, true, false, G_SUPERVISION, "SECONDS",
+     "before a restart, wait until the GPUs' used memory is\nunder 512 MiB (NVML), at most "
+     "this long (default 50)"},
     {SWITCH("hang-dump", 0, hang_dump, true), false, G_SUPERVISION, "",
      "a hang report also saves each worker's native stack\n(eu-stack or gdb) and Python "
      "stack in its log directory"},

@@ -116,6 +116,7 @@ typedef struct ddp_launch_config_s {
     const char *health_command; /* --health-check: a site's command, exit 0 = healthy */
     const char *health_paths;   /* --health-check-path: comma-separated paths to read */
     double health_timeout;      /* --health-check-timeout: s for the command (default 60) */
+    double gpu_reclaim_timeout; /* --gpu-memory-reclaim-timeout: s (default 50; 0: no wait) */
 
     /* NUMA binding. */
     ddp_numa_mode_t numa_mode; /* --numa-binding */

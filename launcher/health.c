@@ -256,3 +256,79 @@ int ddp_health_check(const ddp_launch_config_t *cfg, ddp_buf_t *why)
         rc = check_command(cfg->health_command, cfg->health_timeout, why);
     return rc;
 }
+
+typedef struct {
+    unsigned long long total, free, used;
+} nvml_memory_t;
+typedef int (*nvml_memory_fn)(void *device, nvml_memory_t *memory);
+
+struct ddp_gpu_memory_s {
+    void *lib;
+    nvml_void_fn shutdown;
+    nvml_memory_fn memory;
+    void *devices[64];
+    unsigned int n;
+};
+
+ddp_gpu_memory_t *ddp_gpu_memory_open(void)
+{
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL)
+        return NULL;
+    ddp_gpu_memory_t *m = calloc(1, sizeof *m);
+    nvml_void_fn init;
+    nvml_count_fn count;
+    nvml_handle_fn handle;
+    ddp_dl_symbol(lib, "nvmlInit_v2", &init, sizeof init);
+    ddp_dl_symbol(lib, "nvmlDeviceGetCount_v2", &count, sizeof count);
+    ddp_dl_symbol(lib, "nvmlDeviceGetHandleByIndex_v2", &handle, sizeof handle);
+    if (m != NULL) {
+        m->lib = lib;
+        ddp_dl_symbol(lib, "nvmlShutdown", &m->shutdown, sizeof m->shutdown);
+        ddp_dl_symbol(lib, "nvmlDeviceGetMemoryInfo", &m->memory, sizeof m->memory);
+    }
+    unsigned int n = 0;
+    if (m == NULL || init == NULL || count == NULL || handle == NULL || m->shutdown == NULL ||
+        m->memory == NULL || init() != NVML_OK) {
+        free(m);
+        dlclose(lib);
+        return NULL;
+    }
+    if (count(&n) != NVML_OK)
+        n = 0;
+    for (unsigned int i = 0; i < n && m->n < 64; i++)
+        if (handle(i, &m->devices[m->n]) == NVML_OK)
+            m->n++;
+    if (m->n == 0) {
+        ddp_gpu_memory_close(m);
+        return NULL;
+    }
+    return m;
+}
+
+int ddp_gpu_memory_used(ddp_gpu_memory_t *m, unsigned long long *used, int *gpu)
+{
+    unsigned long long most = 0;
+    int at = 0;
+    for (unsigned int i = 0; i < m->n; i++) {
+        nvml_memory_t info;
+        if (m->memory(m->devices[i], &info) != NVML_OK)
+            return -EIO;
+        if (info.used > most) {
+            most = info.used;
+            at = (int)i;
+        }
+    }
+    *used = most;
+    *gpu = at;
+    return 0;
+}
+
+void ddp_gpu_memory_close(ddp_gpu_memory_t *m)
+{
+    if (m == NULL)
+        return;
+    m->shutdown();
+    dlclose(m->lib);
+    free(m);
+}

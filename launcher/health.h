@@ -21,4 +21,17 @@ int ddp_health_check(const ddp_launch_config_t *cfg, ddp_buf_t *why);
 /* Whether any check applies to `cfg` (one given, or --nproc-per-node=gpu). */
 bool ddp_health_checks_apply(const ddp_launch_config_t *cfg);
 
+/* GPU memory after a stop (--gpu-memory-reclaim-timeout): NVML, kept loaded while a wait
+ * polls. Main loop. */
+typedef struct ddp_gpu_memory_s ddp_gpu_memory_t;
+
+/* Loads NVML; NULL where there is no driver or no GPU (nothing to wait for). */
+ddp_gpu_memory_t *ddp_gpu_memory_open(void);
+
+/* The most memory in use on one GPU (bytes) and that GPU's index. Returns 0, or -EIO when
+ * NVML fails (the wait then ends). */
+int ddp_gpu_memory_used(ddp_gpu_memory_t *m, unsigned long long *used, int *gpu);
+
+void ddp_gpu_memory_close(ddp_gpu_memory_t *m);
+
 #endif

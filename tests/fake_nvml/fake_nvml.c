@@ -6,6 +6,8 @@
  *   FAKE_NVML_REMAP_FAILED=I          GPU I has a failed row remapping
  *   FAKE_NVML_ECC=I:N                 GPU I has N volatile uncorrectable ECC errors
  *   FAKE_NVML_INIT_FAILS=1            nvmlInit_v2 fails (a driver that is not loaded)
+ *   FAKE_NVML_USED_MIB=M:N            every GPU has M MiB in use for the first N memory
+ *                                     queries of GPU 0 since the library was loaded, then 0
  * Each GPU's UUID is GPU-00000000-0000-0000-0000-00000000000I (I its index). It is built by
  * the tests only, put on the loader's path of the launcher under test, and never
  * installed. */
@@ -61,6 +63,26 @@ int nvmlDeviceGetRemappedRows(void *device, unsigned int *corrected, unsigned in
 int nvmlDeviceGetTotalEccErrors(void *device, int error_type, int counter_type,
                                 unsigned long long *count);
 const char *nvmlErrorString(int result);
+typedef struct {
+    unsigned long long total, free, used;
+} fake_memory_t;
+int nvmlDeviceGetMemoryInfo(void *device, fake_memory_t *memory);
+
+int nvmlDeviceGetMemoryInfo(void *device, fake_memory_t *memory)
+{
+    static int queries; /* of GPU 0, since the library was loaded */
+    const char *v = getenv("FAKE_NVML_USED_MIB");
+    unsigned long long mib = 0;
+    int polls = 0;
+    if (v != NULL && sscanf(v, "%llu:%d", &mib, &polls) != 2)
+        mib = 0;
+    if (index_of(device) == 0)
+        queries++;
+    memory->total = 80ULL << 30;
+    memory->used = queries <= polls ? mib << 20 : 0;
+    memory->free = memory->total - memory->used;
+    return OK;
+}
 
 int nvmlInit_v2(void)
 {

@@ -292,6 +292,47 @@ static void test_health_check_nvml(void **state)
     }
 }
 
+/* Before a restart, the GPUs' memory (NVML: the tests' stand-in) is waited for until it is
+ * under 512 MiB, and said; past --gpu-memory-reclaim-timeout the job goes on, said too. */
+static void test_gpu_memory_reclaimed_before_restart(void **state)
+{
+    const char *fake = getenv("DDP_TEST_FAKE_NVML_DIR");
+    if (fake == NULL)
+        fail_msg("DDP_TEST_FAKE_NVML_DIR is not set: run the tests with meson test");
+    char path[600];
+    snprintf(path, sizeof path, "LD_LIBRARY_PATH=%s", fake);
+    const char *script = "echo attempt $TORCHELASTIC_RESTART_COUNT; "
+                         "[ \"$TORCHELASTIC_RESTART_COUNT\" = 1 ] || exit 3";
+    const char *frees[] = {path, "FAKE_NVML_GPUS=0000:01:00.0", "FAKE_NVML_USED_MIB=4096:4", NULL};
+    const char *argv[] = {th_launcher(), "--max-restarts=1", "--no-python", "/bin/sh", "-c", script,
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, frees, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "attempt 1") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "GPU 0 still has 4096 MiB in use: waiting up to "
+                                              "50 s") != NULL);
+    TH_ASSERT(&p,
+              strstr(ddp_buf_str(&p.err), "the GPUs' memory was back under 512 MiB after") != NULL);
+    th_cleanup(&p);
+
+    const char *stays[] = {path, "FAKE_NVML_GPUS=0000:01:00.0", "FAKE_NVML_USED_MIB=4096:100000",
+                           NULL};
+    const char *short_argv[] = {th_launcher(),
+                                "--max-restarts=1",
+                                "--gpu-memory-reclaim-timeout=0.5",
+                                "--no-python",
+                                "/bin/sh",
+                                "-c",
+                                script,
+                                NULL};
+    double started = th_now();
+    th_run(&p, short_argv, stays, 60);
+    TH_ASSERT(&p, th_status(&p) == 0 && th_now() - started < 20);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "GPU 0 still has 4096 MiB in use after 0.") != NULL);
+    th_cleanup(&p);
+}
+
 static void test_event_log_of_a_restart(void **state)
 {
     char *dir = th_tmpdir(), path[600], flag[640];
@@ -375,6 +416,7 @@ int main(void)
         TH_TEST(test_event_log_of_a_restart),
         TH_TEST(test_health_check_before_each_attempt),
         TH_TEST(test_health_check_nvml),
+        TH_TEST(test_gpu_memory_reclaimed_before_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
