@@ -439,6 +439,82 @@ static void remove_worker_shm(ddp_agent_t *a)
         closedir(dir);
 }
 
+/* --progress-file's integer, or -1 (missing, unreadable, not a number). */
+static long long progress_file_value(const char *path)
+{
+    char *text = NULL;
+    size_t len;
+    long long value = -1;
+    if (ddp_read_file(path, 4096, &text, &len) == 0) {
+        char *end;
+        long long v = strtoll(text, &end, 10);
+        while (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')
+            end++;
+        if (end != text && *end == '\0' && v >= 0)
+            value = v;
+    }
+    free(text);
+    return value;
+}
+
+/* Whether the attempt that just failed made progress: --progress-file's value went up, or
+ * (libddp workers) a collective completed. -1 when neither can tell. */
+static int attempt_progressed(ddp_agent_t *a)
+{
+    int measured = -1;
+    if (a->cfg->progress_file != NULL) {
+        long long v = progress_file_value(a->cfg->progress_file);
+        measured = v > a->last_progress;
+        if (v > a->last_progress)
+            a->last_progress = v;
+        if (measured)
+            return 1;
+    }
+    for (int i = 0; i < a->nworkers && a->attempt_dir != NULL; i++) {
+        char dir[PATH_MAX];
+        bool found = false;
+        ddp_agent_worker_dir(a, &a->workers[i], dir, sizeof dir);
+        uint64_t done = ddp_hang_progress(dir, &found);
+        if (found && done > 0)
+            return 1;
+        if (found)
+            measured = 0;
+    }
+    return measured;
+}
+
+/* After a failed attempt that would be restarted: K attempts in a row without progress end
+ * the job with status 6 (every node's, through the rendezvous). True when it ends. */
+static bool no_progress_stop(ddp_agent_t *a)
+{
+    int progressed = attempt_progressed(a);
+    if (progressed != 0) {
+        a->no_progress = progressed > 0 ? 0 : a->no_progress;
+        return false;
+    }
+    a->no_progress++;
+    if (a->cfg->max_no_progress <= 0 || a->no_progress < a->cfg->max_no_progress)
+        return false;
+    char message[400];
+    snprintf(message, sizeof message,
+             "%d attempt(s) in a row failed without progress (%s): the job cannot make "
+             "progress, and is not restarted (status %d: do not requeue)",
+             a->no_progress,
+             a->cfg->progress_file != NULL ? "--progress-file did not advance"
+                                           : "no libddp collective completed",
+             DDP_EXIT_NO_PROGRESS);
+    ddp_log_error(a->log, "%s", message);
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_int(&fields, "attempts", a->no_progress);
+    ddp_events_emit(&a->events, "no_progress_stop", &fields);
+    ddp_buf_free(&fields);
+    if (a->rdzv != NULL)
+        ddp_rdzv_post_end(a->rdzv, DDP_EXIT_NO_PROGRESS, message);
+    a->exit_code = DDP_EXIT_NO_PROGRESS;
+    finish(a);
+    return true;
+}
+
 /* Whether the job goes on after this group's end: a restart here, or the next round. */
 static bool group_goes_on(const ddp_agent_t *a)
 {
@@ -534,6 +610,8 @@ static void group_finished_after_leftovers(ddp_agent_t *a)
         w->prefix = w->error_file = NULL;
         w->pid = 0;
     }
+    if (!a->reclaimed && group_goes_on(a) && no_progress_stop(a))
+        return;
     if (reclaim_begins(a))
         return; /* the timer comes back here */
     a->reclaimed = false;
@@ -1525,6 +1603,8 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->cfg = cfg;
     a->log = log;
     a->events.fd = -1;
+    /* The progress the job starts from (a resumed job's checkpoint). */
+    a->last_progress = cfg->progress_file != NULL ? progress_file_value(cfg->progress_file) : -1;
     a->nworkers = cfg->nproc_per_node;
     a->world_size = cfg->nproc_per_node; /* one node; the rendezvous sets them per round */
     a->nnodes = 1;

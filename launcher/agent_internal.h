@@ -89,6 +89,9 @@ struct ddp_agent_s {
     ddp_gpu_memory_t *reclaim;
     double reclaim_started;
     bool reclaimed; /* the wait is over for this group's end */
+    /* Progress between failed attempts (--max-no-progress-restarts). */
+    int no_progress;         /* failed attempts in a row without progress */
+    long long last_progress; /* --progress-file's value after the last attempt; -1: none yet */
     bool blame_wait;
     size_t blame_first;
     double first_finished; /* when the first worker of the attempt finished; < 0: none */

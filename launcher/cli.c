@@ -713,6 +713,11 @@ static const flag_t flags[] = {
      "before each round, every path (comma-separated) must\nbe readable"},
     {"health-check-timeout", 0, KIND_SECONDS, FIELD(health_timeout), 0.1, 86400, NULL, NULL, true,
      false, G_SUPERVISION, "SECONDS", "the health check command's time (default 60)"},
+    {TEXT("progress-file", progress_file, 0), false, G_SUPERVISION, "PATH",
+     "a file holding the last checkpointed iteration: the\njob's progress between restarts"},
+    {INT("max-no-progress-restarts", max_no_progress, 0, 1000000), false, G_SUPERVISION, "K",
+     "end the job with status 6 (do not requeue) after K\nfailed attempts in a row without "
+     "progress (default 3;\n0: never)"},
     {"gpu-memory-reclaim-timeout", 0, KIND_SECONDS, FIELD(gpu_reclaim_timeout), 0, 86400, NULL,
      NULL, true, false, G_SUPERVISION, "SECONDS",
      "before a restart, wait until the GPUs' used memory is\nunder 512 MiB (NVML), at most "

@@ -21,6 +21,7 @@ void ddp_config_defaults(ddp_launch_config_t *cfg)
     cfg->shutdown_timeout = 30;
     cfg->health_timeout = 60;
     cfg->gpu_reclaim_timeout = 50;
+    cfg->max_no_progress = 3;
     cfg->signals[0] = SIGTERM;
     cfg->signals[1] = SIGINT;
     cfg->signals[2] = SIGHUP;

@@ -23,6 +23,7 @@ enum {
     DDP_EXIT_LAUNCH_FAILED = 3,
     DDP_EXIT_STORE_FAILED = 4, /* the store cannot listen: port in use, address not ours */
     DDP_EXIT_RDZV_FAILED = 5,  /* the nodes could not form or keep the job (see the message) */
+    DDP_EXIT_NO_PROGRESS = 6, /* restarts made no progress: the job cannot go on (do not requeue) */
     DDP_EXIT_NOT_EXECUTABLE = 126,
     DDP_EXIT_NOT_FOUND = 127,
     DDP_EXIT_SIGNAL_BASE = 128,
@@ -117,6 +118,8 @@ typedef struct ddp_launch_config_s {
     const char *health_paths;   /* --health-check-path: comma-separated paths to read */
     double health_timeout;      /* --health-check-timeout: s for the command (default 60) */
     double gpu_reclaim_timeout; /* --gpu-memory-reclaim-timeout: s (default 50; 0: no wait) */
+    const char *progress_file;  /* --progress-file: holds the last checkpointed iteration */
+    int max_no_progress;        /* --max-no-progress-restarts: attempts in a row (default 3) */
 
     /* NUMA binding. */
     ddp_numa_mode_t numa_mode; /* --numa-binding */

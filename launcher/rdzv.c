@@ -139,6 +139,11 @@ void ddp_rdzv_post_abort(ddp_rdzv_t *r, int sig, const char *message)
     ddp_rdzv_post(r, DDP_RDZV_EV_ABORT, message);
 }
 
+void ddp_rdzv_post_end(ddp_rdzv_t *r, int exit_code, const char *message)
+{
+    ddp_rdzv_post_abort(r, -exit_code, message); /* a negative "signal": an exit status */
+}
+
 void ddp_rdzv_post(ddp_rdzv_t *r, ddp_rdzv_event_t event, const char *message)
 {
     pthread_mutex_lock(&r->mutex);

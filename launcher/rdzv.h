@@ -67,6 +67,10 @@ void ddp_rdzv_post(ddp_rdzv_t *r, ddp_rdzv_event_t event, const char *message);
  * first). */
 void ddp_rdzv_post_abort(ddp_rdzv_t *r, int sig, const char *message);
 
+/* From the loop: this launcher ends the job with `exit_code` (message: why; no progress),
+ * and so does every other node. */
+void ddp_rdzv_post_end(ddp_rdzv_t *r, int exit_code, const char *message);
+
 /* From the loop, while a round runs: this node's hang rows (text, copied); `initiate`
  * when this node found the hang (the first such node reports: it waits for every node's
  * rows, at most `wait` s, and hands them back with CMD_HANG_REPORT; the others get

@@ -436,8 +436,13 @@ static void on_abort(ddp_rdzv_coord_t *c, const void *value, size_t len)
              (const char *)value);
     long sig = strtol(text, &rest, 10);
     bool ok = rest != text && *rest == ' ' && sig > 0 && sig < 65;
-    job_over(c, ok ? DDP_EXIT_SIGNAL_BASE + (int)sig : DDP_EXIT_RDZV_FAILED,
-             "the job was ended by %s", ok ? rest + 1 : text);
+    /* A negative number is the exit status a launcher ended the job with (no progress). */
+    bool status = rest != text && *rest == ' ' && sig < 0 && sig > -256;
+    if (status)
+        job_over(c, (int)-sig, "the job was ended by %s", rest + 1);
+    else
+        job_over(c, ok ? DDP_EXIT_SIGNAL_BASE + (int)sig : DDP_EXIT_RDZV_FAILED,
+                 "the job was ended by %s", ok ? rest + 1 : text);
 }
 
 /* A launcher judged lost for its silence (hung, or starved on a busy machine) that

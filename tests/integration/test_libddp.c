@@ -116,6 +116,46 @@ static void test_late_rank_is_waited_for_aloud(void **state)
     th_cleanup(&p);
 }
 
+/* Progress for --max-no-progress-restarts from libddp itself: attempts whose ranks time out
+ * in their first all_reduce complete no collective (status 6 after K of them); attempts that
+ * complete some before failing progress, and use every restart (status 1). */
+static void test_no_progress_from_libddp(void **state)
+{
+    const char *env[] = {"DDP_TIMEOUT=1", NULL};
+    const char *stuck[] = {th_launcher(),
+                           "--nproc-per-node=2",
+                           "--max-restarts=5",
+                           "--max-no-progress-restarts=2",
+                           "--no-python",
+                           collectives(),
+                           "skip",
+                           "1",
+                           "1",
+                           "30",
+                           NULL};
+    th_proc_t p;
+    th_run(&p, stuck, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 6);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "2 attempt(s) in a row failed without progress (no "
+                                              "libddp collective completed)") != NULL);
+    th_cleanup(&p);
+    const char *moving[] = {th_launcher(),
+                            "--nproc-per-node=2",
+                            "--max-restarts=2",
+                            "--max-no-progress-restarts=2",
+                            "--no-python",
+                            collectives(),
+                            "skip",
+                            "1",
+                            "3",
+                            "30",
+                            NULL};
+    th_run(&p, moving, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "without progress") == NULL);
+    th_cleanup(&p);
+}
+
 /* The pid of the process whose libddp segment of job `run_id`, rank 0, is in /dev/shm, or 0. */
 static int shm_owner(const char *run_id)
 {
@@ -944,6 +984,7 @@ int main(void)
         TH_TEST(test_hang_timeout_finds_a_hang),
         TH_TEST(test_hang_timeout_spares_a_slow_job),
         TH_TEST(test_killed_rank_leaves_no_shared_memory),
+        TH_TEST(test_no_progress_from_libddp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

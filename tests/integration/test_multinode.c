@@ -276,6 +276,31 @@ static void test_failure_without_restarts_ends_every_node(void **state)
     job_cleanup(&job);
 }
 
+/* No progress across rounds: the node that sees it ends the job with status 6 on every node. */
+static void test_no_progress_ends_every_node(void **state)
+{
+    const char *fails[] = {th_worker(), "exit", "3", NULL};
+    char *dir = th_tmpdir(), flags[800], file[600];
+    snprintf(file, sizeof file, "%s/iteration", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs("7\n", f);
+    fclose(f);
+    snprintf(flags, sizeof flags,
+             "--max-restarts=5 --max-no-progress-restarts=2 --progress-file=%s", file);
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, flags, fails);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, flags, fails);
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_status(n0) == 6);
+    TH_ASSERT(n1, th_status(n1) == 6);
+    TH_ASSERT(n0, strstr(err(n0), "without progress") != NULL);
+    job_cleanup(&job);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* A node that fails its health check does not join: every node ends with 5 before any
  * worker starts, naming the node and the check. */
 static void test_unhealthy_node_ends_the_job(void **state)
@@ -998,6 +1023,7 @@ int main(void)
         TH_TEST(test_failure_without_restarts_ends_every_node),
         TH_TEST(test_failures_on_two_nodes_one_report),
         TH_TEST(test_unhealthy_node_ends_the_job),
+        TH_TEST(test_no_progress_ends_every_node),
         TH_TEST(test_node_that_never_joins),
         TH_TEST(test_store_unreachable),
         TH_TEST(test_mismatched_nnodes),

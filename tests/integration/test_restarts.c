@@ -333,6 +333,58 @@ static void test_gpu_memory_reclaimed_before_restart(void **state)
     th_cleanup(&p);
 }
 
+/* No progress across restarts: with --progress-file not advancing, the job ends after K
+ * failed attempts in a row with status 6 (do not requeue), not after every restart; one
+ * that advances uses them all (status 1). */
+static void test_no_progress_stops_restarts(void **state)
+{
+    char *dir = th_tmpdir(), file[600], flag[700], script[1400];
+    snprintf(file, sizeof file, "%s/iteration", dir);
+    snprintf(flag, sizeof flag, "--progress-file=%s", file);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs("100\n", f);
+    fclose(f);
+    const char *stuck[] = {th_launcher(),
+                           flag,
+                           "--max-restarts=10",
+                           "--max-no-progress-restarts=2",
+                           "--no-python",
+                           "/bin/sh",
+                           "-c",
+                           "echo attempt $TORCHELASTIC_RESTART_COUNT; exit 3",
+                           NULL};
+    th_proc_t p;
+    th_run(&p, stuck, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 6);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "attempt 1") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "attempt 2") == NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "2 attempt(s) in a row failed without progress "
+                                              "(--progress-file did not advance)") != NULL);
+    th_cleanup(&p);
+
+    snprintf(script, sizeof script,
+             "echo attempt $TORCHELASTIC_RESTART_COUNT; "
+             "echo $((101 + TORCHELASTIC_RESTART_COUNT)) > '%s'; exit 3",
+             file);
+    const char *advancing[] = {th_launcher(),
+                               flag,
+                               "--max-restarts=3",
+                               "--max-no-progress-restarts=2",
+                               "--no-python",
+                               "/bin/sh",
+                               "-c",
+                               script,
+                               NULL};
+    th_run(&p, advancing, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "attempt 3") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "without progress") == NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 static void test_event_log_of_a_restart(void **state)
 {
     char *dir = th_tmpdir(), path[600], flag[640];
@@ -417,6 +469,7 @@ int main(void)
         TH_TEST(test_health_check_before_each_attempt),
         TH_TEST(test_health_check_nvml),
         TH_TEST(test_gpu_memory_reclaimed_before_restart),
+        TH_TEST(test_no_progress_stops_restarts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
