@@ -124,7 +124,9 @@ static void finish(ddp_agent_t *a)
          * failure would otherwise see only the store gone, and stop its workers with
          * SIGTERM instead of the job's signal). */
         ddp_rdzv_coord_finish(a->coord, a->cfg->rdzv_conf.close_timeout,
-                              a->stop_reason == STOP_SIGNAL ? a->stop_signal : 0,
+                              a->stop_reason == STOP_SIGNAL          ? a->stop_signal
+                              : a->exit_code == DDP_EXIT_NO_PROGRESS ? -DDP_EXIT_NO_PROGRESS
+                                                                     : 0,
                               &a->remote_failures);
         a->served_store = true;
         a->coord = NULL;
@@ -1243,6 +1245,16 @@ static void round_start(ddp_agent_t *a, const ddp_rdzv_world_t *world)
     ddp_log_info(a->log, "round %d: %d node(s), %d workers; this is node %d, with ranks %d to %d",
                  world->round, world->nnodes, world->world_size, world->node_rank,
                  world->rank_offset, world->rank_offset + a->nworkers - 1);
+    if (a->cfg->hot_spares > 0 && world->round > 0 && !a->ran_a_round) {
+        ddp_log_info(a->log, "this launcher waited as a hot spare: it takes node rank %d",
+                     world->node_rank);
+        ddp_buf_t spare = DDP_BUF_INIT;
+        ddp_events_int(&spare, "round", world->round);
+        ddp_events_int(&spare, "node_rank", world->node_rank);
+        ddp_events_emit(&a->events, "spare_promoted", &spare);
+        ddp_buf_free(&spare);
+    }
+    a->ran_a_round = true;
     (void)group_start(a);
 }
 

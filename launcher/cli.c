@@ -713,6 +713,9 @@ static const flag_t flags[] = {
      "before each round, every path (comma-separated) must\nbe readable"},
     {"health-check-timeout", 0, KIND_SECONDS, FIELD(health_timeout), 0.1, 86400, NULL, NULL, true,
      false, G_SUPERVISION, "SECONDS", "the health check command's time (default 60)"},
+    {INT("hot-spares", hot_spares, 0, 1000000), false, G_RDZV, "K",
+     "c10d: up to K launchers beyond --nnodes wait without\nworkers and take a lost node's "
+     "place (and ranks)"},
     {TEXT("progress-file", progress_file, 0), false, G_SUPERVISION, "PATH",
      "a file holding the last checkpointed iteration: the\njob's progress between restarts"},
     {INT("max-no-progress-restarts", max_no_progress, 0, 1000000), false, G_SUPERVISION, "K",
@@ -1143,6 +1146,11 @@ static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
                      "%d:%d: a range of nodes needs elastic rendezvous: add "
                      "--rdzv-backend=c10d --rdzv-endpoint=HOST[:PORT] (static needs a fixed N)",
                      cfg->nnodes_min, cfg->nnodes_max);
+    if (cfg->hot_spares > 0 && (cfg->rdzv_backend != DDP_RDZV_C10D || cfg->standalone))
+        return usage(err, "--hot-spares",
+                     "%d: spares wait at an elastic rendezvous: add --rdzv-backend=c10d "
+                     "--rdzv-endpoint=HOST[:PORT] and --nnodes",
+                     cfg->hot_spares);
     if (cfg->nnodes_max > 1 && cfg->standalone)
         return usage(err, "--standalone", "is one node; it cannot run a job of --nnodes=%d",
                      cfg->nnodes_max);

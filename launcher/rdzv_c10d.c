@@ -53,13 +53,47 @@ static int c10d_close(ddp_rdzv_coord_t *c, double now, ddp_rdzv_member_t **ranke
                           c->nawaited == 0;
     if (!full && !last_call_over)
         return 0;
-    int n = 0;
-    for (size_t i = 0; i < c->nmembers; i++)
+    int n = 0, joined = 0;
+    ddp_rdzv_member_t **all = malloc((size_t)(c->njoined > 0 ? c->njoined : 1) * sizeof *all);
+    if (all == NULL)
+        return 0;
+    for (size_t i = 0; i < c->nmembers && joined < c->njoined; i++)
         if (c->members[i]->joined)
-            ranked[n++] = c->members[i];
-    qsort(ranked, (size_t)n, sizeof *ranked, member_order);
+            all[joined++] = c->members[i];
+    qsort(all, (size_t)joined, sizeof *all, member_order);
+    n = joined < cfg->nnodes_max ? joined : cfg->nnodes_max;
+    /* Each launcher of the last round keeps its node rank where it is still in the round;
+     * the places left (a lost node's) go to the others in order: a hot spare takes a lost
+     * node's ranks, and every other node's stay as they were. */
+    for (int i = 0; i < n; i++)
+        ranked[i] = NULL;
+    bool *placed = calloc((size_t)(joined > 0 ? joined : 1), sizeof *placed);
+    for (int k = 0; placed != NULL && k < joined; k++) {
+        int r = all[k]->node_rank;
+        if (r >= 0 && r < n && ranked[r] == NULL) {
+            ranked[r] = all[k];
+            placed[k] = true;
+        }
+    }
+    for (int i = 0, k = 0; i < n; i++) {
+        while (ranked[i] == NULL && k < joined) {
+            if (placed == NULL || !placed[k]) {
+                ranked[i] = all[k];
+                if (c->round > 0 && all[k]->node_rank < 0)
+                    ddp_log_info(c->log,
+                                 "rendezvous: round %d: the launcher on %s, waiting as a hot "
+                                 "spare, takes node rank %d",
+                                 c->round, all[k]->join.host, i);
+                if (placed != NULL)
+                    placed[k] = true;
+            }
+            k++;
+        }
+    }
+    free(placed);
+    free(all);
     c->min_since = -1;
-    return n < cfg->nnodes_max ? n : cfg->nnodes_max;
+    return n;
 }
 
 static bool c10d_waiting(ddp_rdzv_coord_t *c, double now, ddp_buf_t *status)

@@ -228,6 +228,40 @@ static void on_tick(uv_timer_t *timer);
 
 /* Forms the round if it can close now; else, when it can close at a known time (a last
  * call's end), the next tick comes then rather than up to TICK_MS later. */
+/* --hot-spares=K: while a round runs, the first K launchers left waiting (by arrival) stay
+ * as spares; the others are told they are not needed. */
+static int by_arrival(const void *a, const void *b)
+{
+    const ddp_rdzv_member_t *x = *(ddp_rdzv_member_t *const *)a,
+                            *y = *(ddp_rdzv_member_t *const *)b;
+    return x->arrival < y->arrival ? -1 : x->arrival > y->arrival;
+}
+
+static void release_extra_spares(ddp_rdzv_coord_t *c)
+{
+    if (c->cfg->hot_spares <= 0 || c->njoined <= c->cfg->hot_spares)
+        return;
+    ddp_rdzv_member_t **waiting = malloc((size_t)c->njoined * sizeof *waiting);
+    int n = 0;
+    for (size_t i = 0; waiting != NULL && i < c->nmembers && n < c->njoined; i++)
+        if (c->members[i]->joined)
+            waiting[n++] = c->members[i];
+    if (waiting != NULL)
+        qsort(waiting, (size_t)n, sizeof *waiting, by_arrival);
+    for (int k = c->cfg->hot_spares; waiting != NULL && k < n; k++) {
+        ddp_rdzv_member_t *m = waiting[k];
+        ddp_rdzv_verdict_t end = {.kind = DDP_RDZV_VERDICT_END, .exit_code = DDP_EXIT_RDZV_FAILED};
+        snprintf(end.message, sizeof end.message,
+                 "the job runs with its nodes and has %d hot spare(s) waiting already "
+                 "(--hot-spares): the launcher on %.200s is not needed",
+                 c->cfg->hot_spares, m->join.host);
+        m->joined = false;
+        c->njoined--;
+        publish_assign(c, m, &end);
+    }
+    free(waiting);
+}
+
 static void try_close(ddp_rdzv_coord_t *c, double now)
 {
     if (c->phase != COORD_FORMING)
@@ -235,6 +269,7 @@ static void try_close(ddp_rdzv_coord_t *c, double now)
     int n = c->backend->close(c, now, c->running);
     if (n > 0) {
         form_round(c, c->running, n);
+        release_extra_spares(c);
         return;
     }
     /* (A time already past waits for something else: a join or a loss calls us.) */
@@ -352,6 +387,8 @@ static void on_join(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_jo
         char message[64];
         snprintf(message, sizeof message, "%d node(s) waiting to join", c->njoined);
         round_stop(c, false, message);
+    } else if (c->phase == COORD_RUNNING) {
+        release_extra_spares(c);
     }
     ddp_buf_free(&why);
     try_close(c, now);
@@ -646,7 +683,12 @@ void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *c, double linger, int sig, ddp_buf_
 {
     c->failures = failures;
     /* (A signal's own abort record may still be on its way from our rendezvous thread.) */
-    if (c->phase != COORD_OVER && sig > 0)
+    if (c->phase != COORD_OVER && sig < 0) /* an exit status of its own: no progress */
+        job_over(c, -sig,
+                 "the job was ended by the launcher serving the store (%s): the job's attempts "
+                 "made no progress",
+                 c->own_id);
+    else if (c->phase != COORD_OVER && sig > 0)
         job_over(c, DDP_EXIT_SIGNAL_BASE + sig,
                  "the job was ended by the launcher serving the store (%s): it received SIG%s",
                  c->own_id, sigabbrev_np(sig) != NULL ? sigabbrev_np(sig) : "a signal");

@@ -39,7 +39,8 @@ int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
 /* Our launcher ends: the job ends with it if it has not (the others are told: with
  * 128+`sig` when it ends for signal `sig`, which they forward, else status 5), and once
  * every other launcher has left, or after `linger` seconds, the coordinator closes the
- * server and itself. The server is the coordinator's to close from now on. Just before, the
+ * server and itself (`sig` < 0: the job ends with status -sig, this launcher's own
+ * verdict). The server is the coordinator's to close from now on. Just before, the
  * failures the other launchers posted for the last round (ddp_rdzv_post_failures) are
  * appended to `failures` (lines of ddp_failure_to_json; it must outlive the loop), for the
  * job's one report. */

@@ -588,6 +588,10 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
     const ddp_launch_config_t *cfg = r->cfg;
     double wait = ddp_config_dynamic(cfg) ? cfg->rdzv_conf.join_timeout : cfg->rdzv_conf.timeout;
     double started = ddp_clock_mono(), deadline = started + wait + GRACE;
+    /* A hot spare waits for its place as long as the job runs: the coordinator ends its
+     * wait (a place, the job's end, or not needed). */
+    if (ddp_config_dynamic(cfg) && cfg->hot_spares > 0)
+        deadline = INFINITY;
     double next_note = started + NOTE_FIRST;
     char key[512];
     if (!healthy_to_join(r))

@@ -22,7 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_NODES 3
+#define MAX_NODES 3 /* network namespaces: node rank r lives in namespace r */
+#define JOB_MAX   8 /* launchers of one job (spares share their node rank's namespace) */
 
 /* Where the nodes live. */
 static struct {
@@ -109,7 +110,7 @@ static int net_setup(void **state)
 typedef struct {
     int port;
     char run_id[64];
-    th_proc_t node[MAX_NODES];
+    th_proc_t node[JOB_MAX];
     int n;
 } job_t;
 
@@ -126,7 +127,7 @@ static th_proc_t *start_node_env(job_t *job, int nnodes, int node_rank, int npro
                                  const char *flags, const char *const *program,
                                  const char *const *env)
 {
-    static char buf[MAX_NODES][12][128];
+    static char buf[JOB_MAX][12][128];
     char f[256];
     snprintf(f, sizeof f, "%s", flags ? flags : "");
     const char *argv[40];
@@ -160,6 +161,7 @@ static th_proc_t *start_node_env(job_t *job, int nnodes, int node_rank, int npro
     for (int i = 0; program[i] != NULL; i++)
         argv[n++] = program[i];
     argv[n] = NULL;
+    assert_true(job->n < JOB_MAX);
     th_proc_t *p = &job->node[job->n++];
     th_start(p, argv, env);
     return p;
@@ -736,6 +738,67 @@ static void elastic_flags(const job_t *job, const char *range, int last_call, in
              range, net.addr[0], job->port, last_call, join);
 }
 
+/* --hot-spares: with 4 nodes training, a fifth launcher waits without workers (a sixth is
+ * not needed: told so, 5); when node 1's launcher is SIGKILLed the spare takes node rank 1,
+ * and every other node keeps its rank. */
+static void test_hot_spare_takes_a_lost_nodes_place(void **state)
+{
+    char *dir = th_tmpdir(), marker[600], script[1400], flags[512];
+    snprintf(marker, sizeof marker, "%s/go", dir);
+    snprintf(script, sizeof script,
+             "if [ -e '%s' ]; then echo \"GROUP_RANK=$GROUP_RANK RANK=$RANK\"; exit 0; fi; "
+             "echo ready; exec sleep 600",
+             marker);
+    const char *workers[] = {"/bin/sh", "-c", script, NULL};
+    job_t job;
+    job_init(&job);
+    char elastic[256];
+    elastic_flags(&job, "4:4", 1, 60, elastic, sizeof elastic);
+    snprintf(flags, sizeof flags, "%s --hot-spares=1", elastic);
+    for (int i = 0; i < 4; i++)
+        start_node(&job, 0, 0, 1, flags, workers);
+    for (int i = 0; i < 4; i++)
+        TH_ASSERT(&job.node[i], th_wait_output(&job.node[i], 1, "ready", 1, 30));
+    const char *debug[] = {"DDP_LAUNCH_LOG_LEVEL=debug", NULL};
+    th_proc_t *spare = start_node_env(&job, 0, 0, 1, flags, workers, debug);
+    TH_ASSERT(spare, th_wait_output(spare, 2, "waiting for a place in a round", 1, 30));
+    th_proc_t *extra = start_node(&job, 0, 0, 1, flags, workers);
+    TH_ASSERT(extra, th_wait_exit(extra, 30));
+    TH_ASSERT(extra, th_status(extra) == 5 && strstr(err(extra), "is not needed") != NULL);
+    TH_ASSERT(spare, !spare->exited && strstr(out(spare), "ready") == NULL);
+    int old_rank[4] = {-1, -1, -1, -1}, lost = -1;
+    for (int i = 0; i < 4; i++) {
+        const char *at = strstr(err(&job.node[i]), "this is node ");
+        TH_ASSERT(&job.node[i], at != NULL);
+        old_rank[i] = atoi(at + strlen("this is node "));
+        if (old_rank[i] == 1)
+            lost = i;
+    }
+    TH_ASSERT(&job.node[0], lost >= 0);
+    FILE *f = fopen(marker, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(kill(job.node[lost].pid, SIGKILL), 0);
+    for (int i = 0; i < 4; i++) {
+        if (i == lost)
+            continue;
+        th_proc_t *p = &job.node[i];
+        char want[64];
+        TH_ASSERT(p, th_wait_exit(p, 60));
+        TH_ASSERT(p, th_status(p) == 0);
+        snprintf(want, sizeof want, "GROUP_RANK=%d RANK=%d\n", old_rank[i], old_rank[i]);
+        TH_ASSERT(p, strstr(out(p), want) != NULL);
+    }
+    TH_ASSERT(spare, th_wait_exit(spare, 60));
+    TH_ASSERT(spare, th_status(spare) == 0);
+    TH_ASSERT(spare, strstr(out(spare), "GROUP_RANK=1 RANK=1\n") != NULL);
+    TH_ASSERT(spare, strstr(err(spare), "waited as a hot spare: it takes node rank 1") != NULL);
+    th_wait_exit(&job.node[lost], 10);
+    job_cleanup(&job);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* c10d with --nnodes=2:3: the round closes at once when 3 launchers come; each gets a
  * node rank of its own, and the node hosting the endpoint serves the store. */
 static void test_elastic_closes_when_full(void **state)
@@ -1024,6 +1087,7 @@ int main(void)
         TH_TEST(test_failures_on_two_nodes_one_report),
         TH_TEST(test_unhealthy_node_ends_the_job),
         TH_TEST(test_no_progress_ends_every_node),
+        TH_TEST(test_hot_spare_takes_a_lost_nodes_place),
         TH_TEST(test_node_that_never_joins),
         TH_TEST(test_store_unreachable),
         TH_TEST(test_mismatched_nnodes),

@@ -306,6 +306,8 @@ static const bad_case_t bad_cases[] = {
     {"--local-ranks-filter=-1 t.py", NULL, "--local-ranks-filter"},
     {"--logs-specs=custom t.py", NULL, "--logs-specs: 'custom': ddp-launch has no"},
     {"--numa-binding=Node t.py", NULL, "--numa-binding: invalid value 'Node'"},
+    {"--hot-spares=2 t.py", NULL, "--hot-spares: 2: spares wait at an elastic rendezvous"},
+    {"--hot-spares=-1 t.py", NULL, "--hot-spares"},
     {"--numa-binding=far t.py", NULL, "--numa-binding: invalid value 'far'"},
     {"--signals-to-handle=SIGKILL t.py", NULL, "cannot handle 'SIGKILL'"},
     {"--signals-to-handle=SIGFOO t.py", NULL, "cannot handle 'SIGFOO'"},
@@ -379,11 +381,11 @@ static void test_prefixes(void **state)
 {
     static const good_case_t cases[] = {
         {"nproc-per-node", "3", "int:3"},    /* --nproc: both spellings, one flag */
-        {"max-restarts", "2", "2"},          /* --max */
+        {"max-restarts", "2", "2"},          /* --max-r (--max: --max-no-progress-restarts too) */
         {"standalone", NULL, "1"},           /* --stand */
         {"local-ranks-filter", "1", "set 1"} /* --local-ranks */
     };
-    static const char *const typed[] = {"--nproc", "--max", "--stand", "--local-ranks"};
+    static const char *const typed[] = {"--nproc", "--max-r", "--stand", "--local-ranks"};
     for (size_t i = 0; i < 4; i++) {
         char args[128];
         if (cases[i].value)
