@@ -517,6 +517,29 @@ static bool no_progress_stop(ddp_agent_t *a)
     return true;
 }
 
+/* --exclude-after=K: a node whose own workers failed in K rounds in a row leaves the job (a
+ * hot spare, or the elastic rules, take its place). True when it leaves. */
+static bool excluded(ddp_agent_t *a)
+{
+    if (a->rdzv == NULL)
+        return false;
+    a->failed_rounds = a->nfailures > 0 ? a->failed_rounds + 1 : 0;
+    if (a->cfg->exclude_after <= 0 || a->failed_rounds < a->cfg->exclude_after)
+        return false;
+    ddp_log_error(a->log,
+                  "this node's workers failed in %d round(s) in a row (--exclude-after=%d): it "
+                  "leaves the job%s",
+                  a->failed_rounds, a->cfg->exclude_after,
+                  a->cfg->hot_spares > 0 ? ", and a hot spare takes its place" : "");
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_int(&fields, "rounds", a->failed_rounds);
+    ddp_events_emit(&a->events, "node_excluded", &fields);
+    ddp_buf_free(&fields);
+    a->exit_code = DDP_EXIT_RDZV_FAILED;
+    finish(a);
+    return true;
+}
+
 /* Whether the job goes on after this group's end: a restart here, or the next round. */
 static bool group_goes_on(const ddp_agent_t *a)
 {
@@ -612,7 +635,7 @@ static void group_finished_after_leftovers(ddp_agent_t *a)
         w->prefix = w->error_file = NULL;
         w->pid = 0;
     }
-    if (!a->reclaimed && group_goes_on(a) && no_progress_stop(a))
+    if (!a->reclaimed && group_goes_on(a) && (no_progress_stop(a) || excluded(a)))
         return;
     if (reclaim_begins(a))
         return; /* the timer comes back here */

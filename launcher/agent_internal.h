@@ -88,8 +88,9 @@ struct ddp_agent_s {
      * (--gpu-memory-reclaim-timeout): the same timer and deadline polls NVML. */
     ddp_gpu_memory_t *reclaim;
     double reclaim_started;
-    bool reclaimed;   /* the wait is over for this group's end */
-    bool ran_a_round; /* this launcher has been in a round (else, in a later one: a spare) */
+    bool reclaimed;    /* the wait is over for this group's end */
+    bool ran_a_round;  /* this launcher has been in a round (else, in a later one: a spare) */
+    int failed_rounds; /* rounds in a row in which this node's own workers failed */
     /* Progress between failed attempts (--max-no-progress-restarts). */
     int no_progress;         /* failed attempts in a row without progress */
     long long last_progress; /* --progress-file's value after the last attempt; -1: none yet */

@@ -716,6 +716,9 @@ static const flag_t flags[] = {
     {INT("hot-spares", hot_spares, 0, 1000000), false, G_RDZV, "K",
      "c10d: up to K launchers beyond --nnodes wait without\nworkers and take a lost node's "
      "place (and ranks)"},
+    {INT("exclude-after", exclude_after, 0, 1000000), false, G_RDZV, "K",
+     "a node whose workers failed in K rounds in a row leaves\nthe job (a hot spare takes its "
+     "place; default 0: never)"},
     {TEXT("progress-file", progress_file, 0), false, G_SUPERVISION, "PATH",
      "a file holding the last checkpointed iteration: the\njob's progress between restarts"},
     {INT("max-no-progress-restarts", max_no_progress, 0, 1000000), false, G_SUPERVISION, "K",

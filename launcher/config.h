@@ -91,7 +91,8 @@ typedef struct ddp_launch_config_s {
     int nenv_check;
     bool env_check_strict; /* --env-check-strict: a difference ends the job (status 5) */
     ddp_rdzv_backend_t rdzv_backend;
-    int hot_spares; /* --hot-spares: c10d launchers kept waiting beyond the job's size */
+    int hot_spares;    /* --hot-spares: c10d launchers kept waiting beyond the job's size */
+    int exclude_after; /* --exclude-after: rounds in a row with failures before a node leaves */
     bool rdzv_endpoint_set;
     char rdzv_endpoint_host[DDP_HOST_MAX];
     int rdzv_endpoint_port;

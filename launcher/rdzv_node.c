@@ -561,6 +561,18 @@ static bool healthy_to_join(ddp_rdzv_t *r)
         ddp_buf_free(&why);
         return true;
     }
+    if (ddp_config_dynamic(cfg) && cfg->hot_spares > 0) {
+        /* A spare (or the elastic rules) takes its place: only this launcher leaves. */
+        pthread_mutex_lock(&r->mutex);
+        r->unhealthy = true;
+        pthread_mutex_unlock(&r->mutex);
+        ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                         "this node failed its health check: %s; it leaves the job, and a hot "
+                         "spare takes its place",
+                         ddp_buf_str(&why));
+        ddp_buf_free(&why);
+        return false;
+    }
     char key[512], value[DDP_RDZV_MSG_MAX], node[32] = "the node";
     if (!ddp_config_dynamic(cfg))
         snprintf(node, sizeof node, "node %d", cfg->node_rank);

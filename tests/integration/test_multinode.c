@@ -739,8 +739,8 @@ static void elastic_flags(const job_t *job, const char *range, int last_call, in
 }
 
 /* --hot-spares: with 4 nodes training, a fifth launcher waits without workers (a sixth is
- * not needed: told so, 5); when node 1's launcher is SIGKILLed the spare takes node rank 1,
- * and every other node keeps its rank. */
+ * not needed: told so, 5); when a node's launcher is SIGKILLed the spare takes its node
+ * rank, and every other node keeps its own. */
 static void test_hot_spare_takes_a_lost_nodes_place(void **state)
 {
     char *dir = th_tmpdir(), marker[600], script[1400], flags[512];
@@ -771,7 +771,8 @@ static void test_hot_spare_takes_a_lost_nodes_place(void **state)
         const char *at = strstr(err(&job.node[i]), "this is node ");
         TH_ASSERT(&job.node[i], at != NULL);
         old_rank[i] = atoi(at + strlen("this is node "));
-        if (old_rank[i] == 1)
+        /* (Not the launcher that hosts the endpoint's store: the job would end with it.) */
+        if (lost < 0 && strstr(err(&job.node[i]), "hosting its store") == NULL)
             lost = i;
     }
     TH_ASSERT(&job.node[0], lost >= 0);
@@ -791,9 +792,64 @@ static void test_hot_spare_takes_a_lost_nodes_place(void **state)
     }
     TH_ASSERT(spare, th_wait_exit(spare, 60));
     TH_ASSERT(spare, th_status(spare) == 0);
-    TH_ASSERT(spare, strstr(out(spare), "GROUP_RANK=1 RANK=1\n") != NULL);
-    TH_ASSERT(spare, strstr(err(spare), "waited as a hot spare: it takes node rank 1") != NULL);
+    char took[96];
+    snprintf(took, sizeof took, "GROUP_RANK=%d RANK=%d\n", old_rank[lost], old_rank[lost]);
+    TH_ASSERT(spare, strstr(out(spare), took) != NULL);
+    snprintf(took, sizeof took, "waited as a hot spare: it takes node rank %d", old_rank[lost]);
+    TH_ASSERT(spare, strstr(err(spare), took) != NULL);
     th_wait_exit(&job.node[lost], 10);
+    job_cleanup(&job);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* A node whose workers keep failing leaves (--exclude-after) and one that fails its health
+ * check does not join: with a hot spare, the job goes on at full size without them. */
+static void test_bad_nodes_replaced_by_spares(void **state)
+{
+    char *dir = th_tmpdir(), good_script[1200], bad_script[1200];
+    snprintf(good_script, sizeof good_script,
+             "if [ -e '%s/failed' ]; then echo RANK=$RANK; exit 0; fi; echo ready; "
+             "exec sleep 600",
+             dir);
+    snprintf(bad_script, sizeof bad_script, ": > '%s/failed'; exit 3", dir);
+    const char *good[] = {"/bin/sh", "-c", good_script, NULL};
+    const char *bad[] = {"/bin/sh", "-c", bad_script, NULL};
+    const char *debug[] = {"DDP_LAUNCH_LOG_LEVEL=debug", NULL};
+    char elastic[256], flags[512];
+    job_t job;
+    job_init(&job);
+    elastic_flags(&job, "2:2", 1, 60, elastic, sizeof elastic);
+    snprintf(flags, sizeof flags, "%s --hot-spares=1 --max-restarts=2 --exclude-after=1", elastic);
+    th_proc_t *a = start_node(&job, 0, 0, 1, flags, good);
+    TH_ASSERT(a, th_wait_output(a, 2, "hosting its store", 1, 30));
+    th_proc_t *b = start_node_env(&job, 0, 0, 1, flags, bad, debug);
+    TH_ASSERT(b, th_wait_output(b, 2, "waiting for a place in a round", 1, 30));
+    th_proc_t *spare = start_node(&job, 0, 0, 1, flags, good);
+    job_wait(&job, 90);
+    TH_ASSERT(b, th_status(b) == 5);
+    TH_ASSERT(b, strstr(err(b), "failed in 1 round(s) in a row (--exclude-after=1): it leaves the "
+                                "job, and a hot spare takes its place") != NULL);
+    TH_ASSERT(a, th_status(a) == 0 && strstr(out(a), "RANK=") != NULL);
+    TH_ASSERT(spare, th_status(spare) == 0 && strstr(out(spare), "RANK=") != NULL);
+    job_cleanup(&job);
+
+    /* Unhealthy before the first round: it does not join; the spare makes up the job. */
+    const char *works[] = {"/bin/sh", "-c", "echo RANK=$RANK", NULL};
+    job_init(&job);
+    elastic_flags(&job, "2:2", 1, 60, elastic, sizeof elastic);
+    snprintf(flags, sizeof flags, "%s --hot-spares=1", elastic);
+    char sick[600];
+    snprintf(sick, sizeof sick, "%s --hot-spares=1 --health-check=false", elastic);
+    th_proc_t *n0 = start_node(&job, 0, 0, 1, flags, works);
+    /* (The launcher that hosts the endpoint's store must stay: it is the job's.) */
+    TH_ASSERT(n0, th_wait_output(n0, 2, "hosting its store", 1, 30));
+    th_proc_t *n1 = start_node(&job, 0, 0, 1, sick, works);
+    th_proc_t *n2 = start_node(&job, 0, 0, 1, flags, works);
+    job_wait(&job, 60);
+    TH_ASSERT(n1, th_status(n1) == 5 && strstr(err(n1), "it leaves the job") != NULL);
+    TH_ASSERT(n0, th_status(n0) == 0 && strstr(out(n0), "RANK=") != NULL);
+    TH_ASSERT(n2, th_status(n2) == 0 && strstr(out(n2), "RANK=") != NULL);
     job_cleanup(&job);
     th_rmtree(dir);
     free(dir);
@@ -1088,6 +1144,7 @@ int main(void)
         TH_TEST(test_unhealthy_node_ends_the_job),
         TH_TEST(test_no_progress_ends_every_node),
         TH_TEST(test_hot_spare_takes_a_lost_nodes_place),
+        TH_TEST(test_bad_nodes_replaced_by_spares),
         TH_TEST(test_node_that_never_joins),
         TH_TEST(test_store_unreachable),
         TH_TEST(test_mismatched_nnodes),
