@@ -2,8 +2,8 @@
 #include "health.h"
 
 #include "devices.h"
-#include "dl.h"
 #include "io.h"
+#include "nvml.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -65,64 +65,43 @@ static int check_gpu_count(const ddp_launch_config_t *cfg, ddp_buf_t *why)
     return rc;
 }
 
-typedef int (*nvml_void_fn)(void);
-typedef int (*nvml_count_fn)(unsigned int *count);
-typedef int (*nvml_handle_fn)(unsigned int index, void **device);
-typedef int (*nvml_pending_fn)(void *device, int *state);
-typedef int (*nvml_remap_fn)(void *device, unsigned int *corrected, unsigned int *uncorrected,
-                             unsigned int *pending, unsigned int *failed);
-typedef int (*nvml_ecc_fn)(void *device, int error_type, int counter_type,
-                           unsigned long long *count);
-
-enum { NVML_OK = 0, NVML_FEATURE_ENABLED = 1, NVML_UNCORRECTED = 1, NVML_VOLATILE = 0 };
+enum { NVML_UNCORRECTED = 1, NVML_VOLATILE = 0 };
 
 /* Through NVML, where the driver is: a page retirement pending, a failed row remap, or
  * uncorrectable ECC errors since the driver loaded, on any GPU. A missing driver or a
  * query a GPU does not support is no finding. */
 static int check_nvml(ddp_buf_t *why)
 {
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL)
+    ddp_nvml_t nvml;
+    ddp_buf_t ignored = DDP_BUF_INIT;
+    int opened = ddp_nvml_open(&nvml, &ignored);
+    ddp_buf_free(&ignored);
+    if (opened != 0)
         return 0;
-    nvml_void_fn init, shutdown;
-    nvml_count_fn count;
-    nvml_handle_fn handle;
-    nvml_pending_fn pending;
-    nvml_remap_fn remap;
-    nvml_ecc_fn ecc;
-    ddp_dl_symbol(lib, "nvmlInit_v2", &init, sizeof init);
-    ddp_dl_symbol(lib, "nvmlShutdown", &shutdown, sizeof shutdown);
-    ddp_dl_symbol(lib, "nvmlDeviceGetCount_v2", &count, sizeof count);
-    ddp_dl_symbol(lib, "nvmlDeviceGetHandleByIndex_v2", &handle, sizeof handle);
-    ddp_dl_symbol(lib, "nvmlDeviceGetRetiredPagesPendingStatus", &pending, sizeof pending);
-    ddp_dl_symbol(lib, "nvmlDeviceGetRemappedRows", &remap, sizeof remap);
-    ddp_dl_symbol(lib, "nvmlDeviceGetTotalEccErrors", &ecc, sizeof ecc);
     unsigned int n = 0;
     int rc = 0;
-    if (init == NULL || shutdown == NULL || count == NULL || handle == NULL || init() != NVML_OK) {
-        dlclose(lib);
-        return 0;
-    }
-    if (count(&n) != NVML_OK)
+    if (nvml.count(&n) != DDP_NVML_SUCCESS)
         n = 0;
     for (unsigned int i = 0; i < n && rc == 0; i++) {
         void *device;
         int state = 0;
         unsigned int corrected = 0, uncorrected = 0, remap_pending = 0, failed = 0;
         unsigned long long errors = 0;
-        if (handle(i, &device) != NVML_OK)
+        if (nvml.handle(i, &device) != DDP_NVML_SUCCESS)
             continue;
-        if (pending != NULL && pending(device, &state) == NVML_OK &&
-            state == NVML_FEATURE_ENABLED) {
+        if (nvml.pending != NULL && nvml.pending(device, &state) == DDP_NVML_SUCCESS &&
+            state == DDP_NVML_FEATURE_ENABLED) {
             ddp_buf_printf(why, "GPU %u (NVML): a page retirement is pending (reset the GPU)", i);
             rc = 1;
-        } else if (remap != NULL &&
-                   remap(device, &corrected, &uncorrected, &remap_pending, &failed) == NVML_OK &&
+        } else if (nvml.remap != NULL &&
+                   nvml.remap(device, &corrected, &uncorrected, &remap_pending, &failed) ==
+                       DDP_NVML_SUCCESS &&
                    failed != 0) {
             ddp_buf_printf(why, "GPU %u (NVML): a row remapping failed", i);
             rc = 1;
-        } else if (ecc != NULL &&
-                   ecc(device, NVML_UNCORRECTED, NVML_VOLATILE, &errors) == NVML_OK && errors > 0) {
+        } else if (nvml.ecc != NULL &&
+                   nvml.ecc(device, NVML_UNCORRECTED, NVML_VOLATILE, &errors) == DDP_NVML_SUCCESS &&
+                   errors > 0) {
             ddp_buf_printf(why,
                            "GPU %u (NVML): %llu uncorrectable ECC error(s) since the driver "
                            "loaded",
@@ -130,8 +109,7 @@ static int check_nvml(ddp_buf_t *why)
             rc = 1;
         }
     }
-    shutdown();
-    dlclose(lib);
+    ddp_nvml_close(&nvml);
     return rc;
 }
 
@@ -257,47 +235,25 @@ int ddp_health_check(const ddp_launch_config_t *cfg, ddp_buf_t *why)
     return rc;
 }
 
-typedef struct {
-    unsigned long long total, free, used;
-} nvml_memory_t;
-typedef int (*nvml_memory_fn)(void *device, nvml_memory_t *memory);
-
 struct ddp_gpu_memory_s {
-    void *lib;
-    nvml_void_fn shutdown;
-    nvml_memory_fn memory;
+    ddp_nvml_t nvml;
     void *devices[64];
     unsigned int n;
 };
 
 ddp_gpu_memory_t *ddp_gpu_memory_open(void)
 {
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL)
-        return NULL;
     ddp_gpu_memory_t *m = calloc(1, sizeof *m);
-    nvml_void_fn init;
-    nvml_count_fn count;
-    nvml_handle_fn handle;
-    ddp_dl_symbol(lib, "nvmlInit_v2", &init, sizeof init);
-    ddp_dl_symbol(lib, "nvmlDeviceGetCount_v2", &count, sizeof count);
-    ddp_dl_symbol(lib, "nvmlDeviceGetHandleByIndex_v2", &handle, sizeof handle);
-    if (m != NULL) {
-        m->lib = lib;
-        ddp_dl_symbol(lib, "nvmlShutdown", &m->shutdown, sizeof m->shutdown);
-        ddp_dl_symbol(lib, "nvmlDeviceGetMemoryInfo", &m->memory, sizeof m->memory);
-    }
-    unsigned int n = 0;
-    if (m == NULL || init == NULL || count == NULL || handle == NULL || m->shutdown == NULL ||
-        m->memory == NULL || init() != NVML_OK) {
-        free(m);
-        dlclose(lib);
+    ddp_buf_t ignored = DDP_BUF_INIT;
+    if (m == NULL)
         return NULL;
-    }
-    if (count(&n) != NVML_OK)
+    int opened = ddp_nvml_open(&m->nvml, &ignored);
+    ddp_buf_free(&ignored);
+    unsigned int n = 0;
+    if (opened != 0 || m->nvml.memory == NULL || m->nvml.count(&n) != DDP_NVML_SUCCESS)
         n = 0;
     for (unsigned int i = 0; i < n && m->n < 64; i++)
-        if (handle(i, &m->devices[m->n]) == NVML_OK)
+        if (m->nvml.handle(i, &m->devices[m->n]) == DDP_NVML_SUCCESS)
             m->n++;
     if (m->n == 0) {
         ddp_gpu_memory_close(m);
@@ -311,8 +267,8 @@ int ddp_gpu_memory_used(ddp_gpu_memory_t *m, unsigned long long *used, int *gpu)
     unsigned long long most = 0;
     int at = 0;
     for (unsigned int i = 0; i < m->n; i++) {
-        nvml_memory_t info;
-        if (m->memory(m->devices[i], &info) != NVML_OK)
+        ddp_nvml_memory_t info;
+        if (m->nvml.memory(m->devices[i], &info) != DDP_NVML_SUCCESS)
             return -EIO;
         if (info.used > most) {
             most = info.used;
@@ -328,7 +284,6 @@ void ddp_gpu_memory_close(ddp_gpu_memory_t *m)
 {
     if (m == NULL)
         return;
-    m->shutdown();
-    dlclose(m->lib);
+    ddp_nvml_close(&m->nvml);
     free(m);
 }

@@ -1,8 +1,8 @@
 /* NUMA binding: the topology reader and torchrun's four modes (see numa.h). */
 #include "numa.h"
 
-#include "dl.h"
 #include "env.h"
+#include "nvml.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -375,70 +375,34 @@ static int read_details(reader_t *r, ddp_topology_t *t)
 
 /* ---- GPUs ---- */
 
-typedef int (*nvml_void_fn)(void);
-typedef int (*nvml_count_fn)(unsigned int *count);
-typedef int (*nvml_handle_fn)(unsigned int index, void **device);
-typedef int (*nvml_uuid_fn)(void *device, char *uuid, unsigned int length);
-typedef const char *(*nvml_error_fn)(int result);
-/* nvmlPciInfo_t, as nvml.h lays it out (nvmlDeviceGetPciInfo_v3). */
-typedef struct {
-    char bus_id_legacy[16];
-    unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
-    char bus_id[32];
-} nvml_pci_t;
-typedef int (*nvml_pci_fn)(void *device, nvml_pci_t *pci);
-
 /* This machine's GPUs in NVML's order (the PCI bus order, which is CUDA's with
  * CUDA_DEVICE_ORDER=PCI_BUS_ID and on machines of one GPU model). */
 static int nvml_gpus(gpu_t *gpus, int *n, ddp_buf_t *note)
 {
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL)
-        return ddp_buf_puts(note, "no NVIDIA driver: libnvidia-ml.so.1 cannot be loaded");
-    nvml_void_fn init, shutdown;
-    nvml_count_fn count;
-    nvml_handle_fn handle;
-    nvml_pci_fn pci;
-    nvml_uuid_fn uuid;
-    nvml_error_fn error_string;
-    ddp_dl_symbol(lib, "nvmlInit_v2", &init, sizeof init);
-    ddp_dl_symbol(lib, "nvmlShutdown", &shutdown, sizeof shutdown);
-    ddp_dl_symbol(lib, "nvmlDeviceGetCount_v2", &count, sizeof count);
-    ddp_dl_symbol(lib, "nvmlDeviceGetHandleByIndex_v2", &handle, sizeof handle);
-    ddp_dl_symbol(lib, "nvmlDeviceGetPciInfo_v3", &pci, sizeof pci);
-    ddp_dl_symbol(lib, "nvmlDeviceGetUUID", &uuid, sizeof uuid);
-    ddp_dl_symbol(lib, "nvmlErrorString", &error_string, sizeof error_string);
-    int err = 0, rc;
+    ddp_nvml_t nvml;
     unsigned int total = 0;
-    if (init == NULL || shutdown == NULL || count == NULL || handle == NULL || pci == NULL ||
-        uuid == NULL) {
-        err = ddp_buf_puts(note, "the NVIDIA driver's NVML lacks a function ddp-launch uses");
-        goto out;
-    }
-    if ((rc = init()) != 0 || (rc = count(&total)) != 0) {
-        const char *text = error_string != NULL ? error_string(rc) : NULL;
-        err = ddp_buf_printf(note, "NVML failed: %s (error %d)", text ? text : "unknown", rc);
-        if (rc != 0 && total == 0)
-            goto shut;
-    }
+    if (ddp_nvml_open(&nvml, note) != 0)
+        return 0; /* no GPU, and the note says why */
+    if (nvml.pci == NULL || nvml.uuid == NULL)
+        ddp_buf_puts(note, "the NVIDIA driver's NVML lacks nvmlDeviceGetPciInfo_v3");
+    else if (nvml.count(&total) != DDP_NVML_SUCCESS)
+        total = 0;
     for (unsigned int i = 0; i < total && *n < MAX_GPUS; i++) {
         void *device;
-        nvml_pci_t info;
+        ddp_nvml_pci_t info;
         gpu_t *g = &gpus[*n];
         memset(g, 0, sizeof *g);
-        if (handle(i, &device) != 0 || pci(device, &info) != 0)
+        if (nvml.handle(i, &device) != DDP_NVML_SUCCESS ||
+            nvml.pci(device, &info) != DDP_NVML_SUCCESS)
             continue;
         snprintf(g->pci, sizeof g->pci, "%04x:%02x:%02x.0", info.domain & 0xffffu, info.bus & 0xffu,
                  info.device & 0x1fu);
-        if (uuid(device, g->uuid, sizeof g->uuid) != 0)
+        if (nvml.uuid(device, g->uuid, sizeof g->uuid) != DDP_NVML_SUCCESS)
             g->uuid[0] = '\0';
         (*n)++;
     }
-shut:
-    shutdown();
-out:
-    dlclose(lib);
-    return err;
+    ddp_nvml_close(&nvml);
+    return 0;
 }
 
 static int compare_gpus(const void *a, const void *b)
