@@ -668,35 +668,40 @@ static void test_numa_binding_applied(void **state)
     numa_tree_free(&t);
 }
 
+/* --numa-binding=node (and the fallback when asked) on tree `t`, GPU `visible` the only
+ * one, the placement worker printing where it runs. */
+static void run_placement(const numa_tree_t *t, const char *visible, bool fallback, th_proc_t *p)
+{
+    char root_env[600], gpus[64];
+    snprintf(root_env, sizeof root_env, "DDP_TOPOLOGY_ROOT=%s", t->root);
+    snprintf(gpus, sizeof gpus, "CUDA_VISIBLE_DEVICES=%s", visible);
+    const char *env[] = {root_env, gpus, NULL};
+    const char *argv[] = {th_launcher(),
+                          "--numa-binding=node",
+                          "--tee=1",
+                          "--no-python",
+                          fallback ? "--numa-binding-fallback" : "--exit-code=worker",
+                          th_worker(),
+                          "placement",
+                          NULL};
+    th_run(p, argv, env, 60);
+}
+
 /* GPU 2 sits on node 1, which has no CPU: the launch stops before any worker starts, naming
  * the worker; --numa-binding-fallback runs it unbound with a warning. */
 static void test_numa_binding_refused(void **state)
 {
     numa_tree_t t;
     numa_tree(&t, false);
-    char root_env[600];
-    snprintf(root_env, sizeof root_env, "DDP_TOPOLOGY_ROOT=%s", t.root);
-    const char *env[] = {root_env, "CUDA_VISIBLE_DEVICES=2", NULL};
-    const char *argv[] = {th_launcher(), "--numa-binding=node", "--tee=1", "--no-python",
-                          th_worker(),   "placement",           NULL};
     th_proc_t p;
-    th_run(&p, argv, env, 60);
+    run_placement(&t, "2", false, &p);
     TH_ASSERT(&p, th_status(&p) == 3);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
                          "unable to bind worker local rank 0 (--numa-binding=node): NUMA node 1 "
                          "of GPU 0 (0000:03:00.0) has no CPU ddp-launch may use") != NULL);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "CPUS=") == NULL);
     th_cleanup(&p);
-
-    const char *fallback[] = {th_launcher(),
-                              "--numa-binding=node",
-                              "--numa-binding-fallback",
-                              "--tee=1",
-                              "--no-python",
-                              th_worker(),
-                              "placement",
-                              NULL};
-    th_run(&p, fallback, env, 60);
+    run_placement(&t, "2", true, &p);
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "worker local rank 0 runs unbound") != NULL);
     expect_var(&p, 0, "CPUS", t.allowed);
@@ -712,28 +717,14 @@ static void test_numa_binding_kernel_refusal(void **state)
 {
     numa_tree_t t;
     numa_tree(&t, true);
-    char root_env[600];
-    snprintf(root_env, sizeof root_env, "DDP_TOPOLOGY_ROOT=%s", t.root);
-    const char *env[] = {root_env, "CUDA_VISIBLE_DEVICES=2", NULL};
-    const char *argv[] = {th_launcher(), "--numa-binding=node", "--no-python", "--exit-code=worker",
-                          th_worker(),   "placement",           NULL};
     th_proc_t p;
-    th_run(&p, argv, env, 60);
+    run_placement(&t, "2", false, &p);
     TH_ASSERT(&p, th_status(&p) == 126);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "unable to bind worker local rank 0 to its memory "
                                               "node (CPUs ") != NULL);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), ", memory node 1): Invalid argument") != NULL);
     th_cleanup(&p);
-
-    const char *fallback[] = {th_launcher(),
-                              "--numa-binding=node",
-                              "--numa-binding-fallback",
-                              "--tee=1",
-                              "--no-python",
-                              th_worker(),
-                              "placement",
-                              NULL};
-    th_run(&p, fallback, env, 60);
+    run_placement(&t, "2", true, &p);
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "it runs without (--numa-binding-fallback)") != NULL);
     expect_var(&p, 0, "POLICY", "default");
