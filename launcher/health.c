@@ -124,15 +124,10 @@ static void last_line(const char *text, size_t len, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)(len - start), text + start);
 }
 
-/* --health-check=CMD with /bin/sh, in its own process group, for at most `timeout` s: exit 0
- * is healthy; otherwise its last line of stderr is the reason. */
-static int check_command(const char *command, double timeout, ddp_buf_t *why)
+/* /bin/sh -c `command` in its own process group, its stderr into the pipe `fds` (the write
+ * end closed here). Returns its pid, or -errno. */
+static pid_t spawn_check(const char *command, int fds[2])
 {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-        ddp_buf_printf(why, "--health-check: unable to create a pipe: %s", strerror(errno));
-        return 1;
-    }
     char *argv[] = {"/bin/sh", "-c", (char *)command, NULL};
     /* fork, then only async-signal-safe calls until exec (this may be a thread's). */
     pid_t pid = fork();
@@ -150,43 +145,59 @@ static int check_command(const char *command, double timeout, ddp_buf_t *why)
         execve("/bin/sh", argv, environ);
         _exit(127);
     }
-    int err = pid < 0 ? errno : 0;
+    int err = errno;
     close(fds[1]);
-    if (err != 0) {
+    return pid < 0 ? -err : pid;
+}
+
+/* Reads `fd` until its end or `deadline`, keeping the last bytes in tail[*kept]; false when
+ * the deadline came first. */
+static bool read_tail(int fd, double deadline, char *tail, size_t cap, size_t *kept)
+{
+    for (;;) {
+        double left = deadline - ddp_clock_mono();
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int ready = left > 0 ? poll(&pfd, 1, (int)(left * 1000) + 1) : 0;
+        if (ready <= 0) { /* the deadline, or a signal (EINTR): look again */
+            if (ddp_clock_mono() >= deadline)
+                return false;
+            continue;
+        }
+        char chunk[1024];
+        ssize_t r = read(fd, chunk, sizeof chunk);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return true;
+        if (*kept + (size_t)r > cap) { /* a chunk is smaller than the tail */
+            size_t drop = *kept + (size_t)r - cap;
+            memmove(tail, tail + drop, *kept - drop);
+            *kept -= drop;
+        }
+        memcpy(tail + *kept, chunk, (size_t)r);
+        *kept += (size_t)r;
+    }
+}
+
+/* --health-check=CMD with /bin/sh, in its own process group, for at most `timeout` s: exit 0
+ * is healthy; otherwise its last line of stderr is the reason. */
+static int check_command(const char *command, double timeout, ddp_buf_t *why)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        ddp_buf_printf(why, "--health-check: unable to create a pipe: %s", strerror(errno));
+        return 1;
+    }
+    pid_t pid = spawn_check(command, fds);
+    if (pid < 0) {
         close(fds[0]);
-        ddp_buf_printf(why, "--health-check: unable to run /bin/sh: %s", strerror(err));
+        ddp_buf_printf(why, "--health-check: unable to run /bin/sh: %s", strerror((int)-pid));
         return 1;
     }
     char tail[STDERR_KEEP];
     size_t kept = 0;
     double deadline = ddp_clock_mono() + timeout;
-    bool timed_out = false, open_end = true;
-    while (open_end) {
-        double left = deadline - ddp_clock_mono();
-        struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
-        if (left <= 0 || poll(&pfd, 1, (int)(left * 1000) + 1) == 0) {
-            timed_out = ddp_clock_mono() >= deadline;
-            if (timed_out)
-                break;
-            continue;
-        }
-        char chunk[1024];
-        ssize_t r = read(fds[0], chunk, sizeof chunk);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            open_end = false;
-            break;
-        }
-        /* Keep the last STDERR_KEEP bytes (a chunk is smaller). */
-        if (kept + (size_t)r > sizeof tail) {
-            size_t drop = kept + (size_t)r - sizeof tail;
-            memmove(tail, tail + drop, kept - drop);
-            kept -= drop;
-        }
-        memcpy(tail + kept, chunk, (size_t)r);
-        kept += (size_t)r;
-    }
+    bool timed_out = !read_tail(fds[0], deadline, tail, sizeof tail, &kept);
     close(fds[0]);
     int status = 0;
     /* Its stderr closed: it has ended or is about to; what is left of the time bounds it. */
