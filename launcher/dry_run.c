@@ -68,6 +68,33 @@ static const char *numa_text(const ddp_launch_config_t *cfg, int lr)
     return "not bound (--numa-binding-fallback)";
 }
 
+/* One worker's lines: its ranks, argv, streams, the variables it gets, its binding. */
+static int print_worker(const ddp_launch_config_t *cfg, int lr, int rank, char **argv, char **added,
+                        ddp_buf_t *out)
+{
+    int err = ddp_buf_printf(out, "worker %d: rank %d, local rank %d\n  argv:", lr, rank, lr);
+    for (char **p = argv; *p && err == 0; p++) {
+        err = ddp_buf_puts(out, " ");
+        if (err == 0)
+            err = ddp_shell_word(out, *p);
+    }
+    if (err == 0)
+        err = ddp_buf_printf(out, "\n  stdout: %s, stderr: %s\n  env:\n",
+                             sink_name(ddp_logs_sink(cfg, lr, DDP_STD_OUT)),
+                             sink_name(ddp_logs_sink(cfg, lr, DDP_STD_ERR)));
+    for (char **p = added; *p && err == 0; p++) {
+        err = ddp_buf_puts(out, "    ");
+        if (err == 0)
+            err = ddp_shell_word(out, *p);
+        if (err == 0)
+            err = ddp_buf_puts(out, "\n");
+    }
+    if (err == 0 && cfg->numa_mode != DDP_NUMA_OFF)
+        err = ddp_buf_printf(out, "  numa binding (%s): %s\n", ddp_numa_mode_name(cfg->numa_mode),
+                             numa_text(cfg, lr));
+    return err;
+}
+
 int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
 {
     ddp_buf_t out = DDP_BUF_INIT;
@@ -125,26 +152,7 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
         };
         if ((err = ddp_worker_argv(cfg, lr, &argv)) == 0 &&
             (err = ddp_worker_env_added(cfg, &info, envp, &added)) == 0) {
-            err = ddp_buf_printf(&out, "worker %d: rank %d, local rank %d\n  argv:", lr, rank, lr);
-            for (char **p = argv; *p && err == 0; p++) {
-                err = ddp_buf_puts(&out, " ");
-                if (err == 0)
-                    err = ddp_shell_word(&out, *p);
-            }
-            if (err == 0)
-                err = ddp_buf_printf(&out, "\n  stdout: %s, stderr: %s\n  env:\n",
-                                     sink_name(ddp_logs_sink(cfg, lr, DDP_STD_OUT)),
-                                     sink_name(ddp_logs_sink(cfg, lr, DDP_STD_ERR)));
-            for (char **p = added; *p && err == 0; p++) {
-                err = ddp_buf_puts(&out, "    ");
-                if (err == 0)
-                    err = ddp_shell_word(&out, *p);
-                if (err == 0)
-                    err = ddp_buf_puts(&out, "\n");
-            }
-            if (err == 0 && cfg->numa_mode != DDP_NUMA_OFF)
-                err = ddp_buf_printf(&out, "  numa binding (%s): %s\n",
-                                     ddp_numa_mode_name(cfg->numa_mode), numa_text(cfg, lr));
+            err = print_worker(cfg, lr, rank, argv, added, &out);
         }
         ddp_strv_free(argv);
         ddp_strv_free(added);
