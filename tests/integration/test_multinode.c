@@ -64,7 +64,8 @@ static int net_teardown(void **state)
 
 static int net_setup(void **state)
 {
-    int tag = (int)getpid() % 100000, a = 100 + tag % 100, b = tag / 100 % 250;
+    /* Names carry the whole pid (a killed run's are found by it); addresses a part of it. */
+    int tag = (int)getpid(), a = 100 + tag % 100, b = tag / 100 % 250;
     for (int i = 0; i < MAX_NODES; i++)
         snprintf(net.addr[i], sizeof net.addr[i], "127.0.0.1");
     net.ip = access("/usr/sbin/ip", X_OK) == 0 ? "/usr/sbin/ip"
@@ -75,6 +76,13 @@ static int net_setup(void **state)
                net.ip == NULL ? "no ip program" : "not root");
         return 0;
     }
+    /* What a run of this test that was killed left (its tag a pid no longer running):
+     * namespaces (their veths go with them) and bridges. */
+    sh("for ns in $(%s netns list | awk '{print $1}' | grep -E '^ddp[0-9]+n[0-9]+$'); do "
+       "t=${ns#ddp}; kill -0 ${t%%n*} 2>/dev/null || %s netns del $ns; done; "
+       "for br in $(%s -o link show type bridge | grep -oE 'ddpb[0-9]+' | sort -u); do "
+       "kill -0 ${br#ddpb} 2>/dev/null || %s link del $br; done",
+       net.ip, net.ip, net.ip, net.ip);
     snprintf(net.bridge, sizeof net.bridge, "ddpb%d", tag);
     net.netns = true; /* from here on, teardown removes what exists */
     int err = sh("%s link add %s type bridge && %s link set %s up", net.ip, net.bridge, net.ip,
