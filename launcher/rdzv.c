@@ -198,6 +198,10 @@ bool ddp_rdzv_unhealthy(ddp_rdzv_t *r)
 
 bool ddp_rdzv_failures_published(ddp_rdzv_t *r)
 {
+    if (r->thread_started) { /* its last posts are done once it has ended */
+        pthread_join(r->thread, NULL);
+        r->thread_started = false;
+    }
     pthread_mutex_lock(&r->mutex);
     bool published = r->failures_published;
     pthread_mutex_unlock(&r->mutex);

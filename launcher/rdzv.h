@@ -83,8 +83,9 @@ void ddp_rdzv_post_hang(ddp_rdzv_t *r, bool initiate, double wait, const char *r
  * them (beating, so the store waits too) before it ends. */
 void ddp_rdzv_post_failures(ddp_rdzv_t *r, const char *lines);
 
-/* From the loop: whether this node's failures reached the store (the job's report has
- * them), so this node need not print its own. */
+/* After the loop has ended (the thread told to stop): waits for the thread's end, then
+ * says whether this node's failures reached the store (the job's report has them), so
+ * this node need not print its own. */
 bool ddp_rdzv_failures_published(ddp_rdzv_t *r);
 
 /* From the loop: whether this node failed its health check before a round (the FINISH that

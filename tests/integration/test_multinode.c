@@ -853,6 +853,7 @@ static void test_bad_nodes_replaced_by_spares(void **state)
     /* (The launcher that hosts the endpoint's store must stay: it is the job's.) */
     TH_ASSERT(n0, th_wait_output(n0, 2, "hosting its store", 1, 30));
     th_proc_t *n1 = start_node(&job, 0, 0, 1, sick, works);
+    TH_ASSERT(n1, th_wait_exit(n1, 30)); /* (before the job can form and end without it) */
     th_proc_t *n2 = start_node(&job, 0, 0, 1, flags, works);
     job_wait(&job, 60);
     TH_ASSERT(n1, th_status(n1) == 5 && strstr(err(n1), "it leaves the job") != NULL);
