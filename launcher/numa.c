@@ -594,6 +594,20 @@ static int gpus_on_node(const ddp_topology_t *t, int node, int gpu, int *rel)
     return n;
 }
 
+/* Sorts the groups keys[i] (sizes[i] CPUs each), stably: by key, or by size, largest first.
+ * Insertion sort: a node has at most a few hundred. */
+static void sort_groups(int *keys, int *sizes, int n, bool by_size)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && (by_size ? sizes[j - 1] < sizes[j] : keys[j - 1] > keys[j]); j--) {
+            int k = keys[j], s = sizes[j];
+            keys[j] = keys[j - 1];
+            sizes[j] = sizes[j - 1];
+            keys[j - 1] = k;
+            sizes[j - 1] = s;
+        }
+}
+
 /* The distinct keys (core or cache, per CPU in `key`) of the CPUs of `set`, ascending, with the
  * number of CPUs of each: keys[] and sizes[] hold t->ncpus. Returns how many. */
 static int distinct_keys(const ddp_topology_t *t, const ddp_cpus_t *set, const int *key, int *keys,
@@ -612,14 +626,7 @@ static int distinct_keys(const ddp_topology_t *t, const ddp_cpus_t *set, const i
         }
         sizes[k]++;
     }
-    for (int i = 1; i < n; i++) /* insertion sort: a node has at most a few hundred */
-        for (int j = i; j > 0 && keys[j - 1] > keys[j]; j--) {
-            int k = keys[j], s = sizes[j];
-            keys[j] = keys[j - 1];
-            sizes[j] = sizes[j - 1];
-            keys[j - 1] = k;
-            sizes[j - 1] = s;
-        }
+    sort_groups(keys, sizes, n, false);
     return n;
 }
 
@@ -686,14 +693,7 @@ static int bind_core_complex(const ddp_topology_t *t, int node, int gpu, ddp_cpu
     int *sizes = keys + t->ncpus;
     int n = distinct_keys(t, set, t->cache, keys, sizes);
     /* The largest complexes first, then the lowest CPU: a stable order every worker agrees on. */
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && sizes[j - 1] < sizes[j]; j--) {
-            int k = keys[j], s = sizes[j];
-            keys[j] = keys[j - 1];
-            sizes[j] = sizes[j - 1];
-            keys[j - 1] = k;
-            sizes[j - 1] = s;
-        }
+    sort_groups(keys, sizes, n, true);
     if (n > 0)
         keep_keys(t, set, t->cache, keys, rel % n, rel % n + 1);
     free(keys);
