@@ -561,33 +561,27 @@ static bool healthy_to_join(ddp_rdzv_t *r)
         ddp_buf_free(&why);
         return true;
     }
-    if (ddp_config_dynamic(cfg) && cfg->hot_spares > 0) {
-        /* A spare (or the elastic rules) takes its place: only this launcher leaves. */
-        pthread_mutex_lock(&r->mutex);
-        r->unhealthy = true;
-        pthread_mutex_unlock(&r->mutex);
-        ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
-                         "this node failed its health check: %s; it leaves the job, and a hot "
-                         "spare takes its place",
-                         ddp_buf_str(&why));
-        ddp_buf_free(&why);
-        return false;
-    }
-    char key[512], value[DDP_RDZV_MSG_MAX], node[32] = "the node";
-    if (!ddp_config_dynamic(cfg))
-        snprintf(node, sizeof node, "node %d", cfg->node_rank);
-    int n = snprintf(value, sizeof value, "%s on %s, which failed its health check: %s", node,
-                     r->host, ddp_buf_str(&why));
-    ddp_rdzv_key(key, sizeof key, cfg->run_id, "abort");
-    (void)ddp_store_client_set(r->client, key, value,
-                               n > 0 && (size_t)n < sizeof value ? (size_t)n : strlen(value));
     pthread_mutex_lock(&r->mutex);
     r->unhealthy = true;
     pthread_mutex_unlock(&r->mutex);
+    /* With hot spares only this launcher leaves (a spare takes its place); otherwise the abort
+     * record ends the job on every node, naming this one. */
+    bool alone = ddp_config_dynamic(cfg) && cfg->hot_spares > 0;
+    if (!alone) {
+        char key[512], value[DDP_RDZV_MSG_MAX], node[32] = "the node";
+        if (!ddp_config_dynamic(cfg))
+            snprintf(node, sizeof node, "node %d", cfg->node_rank);
+        int n = snprintf(value, sizeof value, "%s on %s, which failed its health check: %s", node,
+                         r->host, ddp_buf_str(&why));
+        ddp_rdzv_key(key, sizeof key, cfg->run_id, "abort");
+        (void)ddp_store_client_set(r->client, key, value,
+                                   n > 0 && (size_t)n < sizeof value ? (size_t)n : strlen(value));
+    }
     ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
-                     "this node failed its health check: %s; it does not join, and the job "
-                     "ends (no worker of the round started)",
-                     ddp_buf_str(&why));
+                     "this node failed its health check: %s; %s", ddp_buf_str(&why),
+                     alone ? "it leaves the job, and a hot spare takes its place"
+                           : "it does not join, and the job ends (no worker of the round "
+                             "started)");
     ddp_buf_free(&why);
     return false;
 }
