@@ -611,6 +611,29 @@ static void cpu_list(const numa_tree_t *t, int from, int to, char *out, size_t c
     }
 }
 
+/* ddp-launch `flags` (NULL-ended) on the placement worker, which prints where it runs: on
+ * tree `t` (NULL: this machine), with CUDA_VISIBLE_DEVICES=`visible` (NULL: unset). */
+static void run_placement(const numa_tree_t *t, const char *visible, const char *const *flags,
+                          th_proc_t *p)
+{
+    char root_env[600] = "DDP_TOPOLOGY_ROOT", gpus[64] = "CUDA_VISIBLE_DEVICES";
+    if (t != NULL)
+        snprintf(root_env, sizeof root_env, "DDP_TOPOLOGY_ROOT=%s", t->root);
+    if (visible != NULL)
+        snprintf(gpus, sizeof gpus, "CUDA_VISIBLE_DEVICES=%s", visible);
+    const char *env[] = {root_env, gpus, NULL};
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = th_launcher();
+    for (int i = 0; flags[i] != NULL && n < 12; i++)
+        argv[n++] = flags[i];
+    argv[n++] = "--no-python";
+    argv[n++] = th_worker();
+    argv[n++] = "placement";
+    argv[n] = NULL;
+    th_run(p, argv, env, 60);
+}
+
 /* exclusive: GPUs 0 and 1 share node 0, so its cores are split between the two workers; each
  * prefers node 0's memory. /proc of the workers shows both. */
 static void test_numa_binding_applied(void **state)
@@ -621,22 +644,13 @@ static void test_numa_binding_applied(void **state)
         numa_tree_free(&t);
         skip();
     }
-    char root_env[600], first[1024], second[1024];
-    snprintf(root_env, sizeof root_env, "DDP_TOPOLOGY_ROOT=%s", t.root);
+    char first[1024], second[1024];
     int half = (t.ncpus + 1) / 2;
     cpu_list(&t, 0, half, first, sizeof first);
     cpu_list(&t, half, t.ncpus, second, sizeof second);
-    const char *env[] = {root_env, "CUDA_VISIBLE_DEVICES", NULL};
-    const char *argv[] = {th_launcher(),
-                          "--nproc-per-node=2",
-                          "--numa-binding=exclusive",
-                          "--tee=1",
-                          "--no-python",
-                          th_worker(),
-                          "placement",
-                          NULL};
+    const char *run[] = {"--nproc-per-node=2", "--numa-binding=exclusive", "--tee=1", NULL};
     th_proc_t p;
-    th_run(&p, argv, env, 60);
+    run_placement(&t, NULL, run, &p);
     TH_ASSERT(&p, th_status(&p) == 0);
     expect_var(&p, 0, "CPUS", first);
     expect_var(&p, 1, "CPUS", second);
@@ -651,15 +665,8 @@ static void test_numa_binding_applied(void **state)
     th_cleanup(&p);
 
     /* --dry-run says the same and starts nothing. */
-    const char *dry[] = {th_launcher(),
-                         "--nproc-per-node=2",
-                         "--numa-binding=exclusive",
-                         "--dry-run",
-                         "--no-python",
-                         th_worker(),
-                         "placement",
-                         NULL};
-    th_run(&p, dry, env, 60);
+    const char *dry[] = {"--nproc-per-node=2", "--numa-binding=exclusive", "--dry-run", NULL};
+    run_placement(&t, NULL, dry, &p);
     TH_ASSERT(&p, th_status(&p) == 0);
     snprintf(said, sizeof said, "  numa binding (exclusive): CPUs %s, memory node 0\n", first);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), said) != NULL);
@@ -668,40 +675,23 @@ static void test_numa_binding_applied(void **state)
     numa_tree_free(&t);
 }
 
-/* --numa-binding=node (and the fallback when asked) on tree `t`, GPU `visible` the only
- * one, the placement worker printing where it runs. */
-static void run_placement(const numa_tree_t *t, const char *visible, bool fallback, th_proc_t *p)
-{
-    char root_env[600], gpus[64];
-    snprintf(root_env, sizeof root_env, "DDP_TOPOLOGY_ROOT=%s", t->root);
-    snprintf(gpus, sizeof gpus, "CUDA_VISIBLE_DEVICES=%s", visible);
-    const char *env[] = {root_env, gpus, NULL};
-    const char *argv[] = {th_launcher(),
-                          "--numa-binding=node",
-                          "--tee=1",
-                          "--no-python",
-                          fallback ? "--numa-binding-fallback" : "--exit-code=worker",
-                          th_worker(),
-                          "placement",
-                          NULL};
-    th_run(p, argv, env, 60);
-}
-
 /* GPU 2 sits on node 1, which has no CPU: the launch stops before any worker starts, naming
  * the worker; --numa-binding-fallback runs it unbound with a warning. */
 static void test_numa_binding_refused(void **state)
 {
     numa_tree_t t;
     numa_tree(&t, false);
+    const char *plain[] = {"--numa-binding=node", "--tee=1", "--exit-code=worker", NULL};
+    const char *fallback[] = {"--numa-binding=node", "--tee=1", "--numa-binding-fallback", NULL};
     th_proc_t p;
-    run_placement(&t, "2", false, &p);
+    run_placement(&t, "2", plain, &p);
     TH_ASSERT(&p, th_status(&p) == 3);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
                          "unable to bind worker local rank 0 (--numa-binding=node): NUMA node 1 "
                          "of GPU 0 (0000:03:00.0) has no CPU ddp-launch may use") != NULL);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "CPUS=") == NULL);
     th_cleanup(&p);
-    run_placement(&t, "2", true, &p);
+    run_placement(&t, "2", fallback, &p);
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "worker local rank 0 runs unbound") != NULL);
     expect_var(&p, 0, "CPUS", t.allowed);
@@ -717,14 +707,16 @@ static void test_numa_binding_kernel_refusal(void **state)
 {
     numa_tree_t t;
     numa_tree(&t, true);
+    const char *plain[] = {"--numa-binding=node", "--tee=1", "--exit-code=worker", NULL};
+    const char *fallback[] = {"--numa-binding=node", "--tee=1", "--numa-binding-fallback", NULL};
     th_proc_t p;
-    run_placement(&t, "2", false, &p);
+    run_placement(&t, "2", plain, &p);
     TH_ASSERT(&p, th_status(&p) == 126);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "unable to bind worker local rank 0 to its memory "
                                               "node (CPUs ") != NULL);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), ", memory node 1): Invalid argument") != NULL);
     th_cleanup(&p);
-    run_placement(&t, "2", true, &p);
+    run_placement(&t, "2", fallback, &p);
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "it runs without (--numa-binding-fallback)") != NULL);
     expect_var(&p, 0, "POLICY", "default");
@@ -735,17 +727,9 @@ static void test_numa_binding_kernel_refusal(void **state)
 /* On this machine itself (one NUMA node, no GPU) binding is a no-op, said once. */
 static void test_numa_binding_no_op_here(void **state)
 {
-    const char *env[] = {"DDP_TOPOLOGY_ROOT", NULL};
-    const char *argv[] = {th_launcher(),
-                          "--nproc-per-node=2",
-                          "--numa-binding=socket",
-                          "--tee=1",
-                          "--no-python",
-                          th_worker(),
-                          "placement",
-                          NULL};
+    const char *flags[] = {"--nproc-per-node=2", "--numa-binding=socket", "--tee=1", NULL};
     th_proc_t p;
-    th_run(&p, argv, env, 60);
+    run_placement(NULL, NULL, flags, &p);
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), "--numa-binding=socket: the workers are not "
                                                 "bound: ") == 1);
