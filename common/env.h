@@ -48,6 +48,7 @@
     X(SLURM_STEP_ID, NULL, "Slurm: set in a step (srun); unset, the launcher runs srun")        \
     X(SLURM_JOB_NUM_NODES, NULL, "Slurm: the allocation's nodes, one launcher each")            \
     X(SLURM_STEP_TASKS_PER_NODE, NULL, "Slurm: a step of more than one task a node is refused") \
+    X(SLURMD_NODENAME, NULL, "Slurm: set in a batch script; a script missing there stops it")   \
     /* Read by libddp. */                                                                       \
     X(DDP_TIMEOUT, "300", "libddp: seconds for init and for each collective")                   \
     X(DDP_SHM, "1", "libddp: 0 keeps a one-host ring on TCP instead of shared memory")          \

@@ -110,10 +110,41 @@ static int dry_run(const ddp_launch_config_t *cfg, int argc, char **argv, char *
     return err == 0 ? DDP_EXIT_OK : DDP_EXIT_LAUNCH_FAILED;
 }
 
+/* In a batch script, this host is the allocation's first node, so a training script or
+ * program missing here is missing on a node of the job: said once, before srun starts a
+ * launcher on every node that would each say it (salloc's shell may be on a login host
+ * that is not a node: nothing is decided there). */
+static int missing_on_first_node(const ddp_launch_config_t *cfg, const ddp_log_t *log)
+{
+    const char *node = ddp_env_get(DDP_ENV_SLURMD_NODENAME);
+    char *found = NULL, cwd[PATH_MAX];
+    if (node == NULL || cfg->module || cfg->dry_run)
+        return 0;
+    int err = 0;
+    if (!cfg->no_python || cfg->run_path)
+        err = access(cfg->script, F_OK) == 0 ? 0 : -errno;
+    else
+        err = ddp_proc_find(cfg->script, ddp_env_get(DDP_ENV_PATH), &found);
+    free(found);
+    if (err != -ENOENT)
+        return 0;
+    bool program = cfg->no_python && !cfg->run_path;
+    ddp_log_error(log,
+                  "%s %s %s on %s, the first node of the allocation (in %s): not starting the "
+                  "job on its %d nodes (every node needs it at the same path)",
+                  program ? "the program" : "the training script", cfg->script,
+                  program && strchr(cfg->script, '/') == NULL ? "is not on PATH" : "does not exist",
+                  node, getcwd(cwd, sizeof cwd) != NULL ? cwd : "?", cfg->slurm_fanout);
+    return DDP_EXIT_NOT_FOUND;
+}
+
 int ddp_fanout_slurm(const ddp_launch_config_t *cfg, int argc, char **argv, char *const *envp,
                      int fd, const ddp_log_t *log)
 {
     char self[PATH_MAX], nodes[32], tasks[32], *srun_path = NULL;
+    int missing = missing_on_first_node(cfg, log);
+    if (missing != 0)
+        return missing;
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0) {
         ddp_log_error(log, "unable to find this ddp-launch's own path (/proc/self/exe): %s",

@@ -297,6 +297,22 @@ static void test_node0_failing_at_start_ends_the_job(void **state)
     free(out);
 }
 
+/* A program missing on the allocation's first node (where the batch script runs) is said
+ * once there, 127, before srun starts a launcher on every node that would each say it. */
+static void test_missing_program_said_before_srun(void **state)
+{
+    char body[1000];
+    snprintf(body, sizeof body,
+             "'%s' --nproc-per-node=1 --no-python /nonexistent/ddp-prog\necho \"exit=$?\"\n",
+             th_launcher());
+    char *out = sbatch(body);
+    if (strstr(out, "exit=127\n") == NULL ||
+        th_count(out, "/nonexistent/ddp-prog does not exist on n0, the first node") != 1 ||
+        strstr(out, "starting one ddp-launch a node") != NULL)
+        fail_msg("the missing program was not said once before srun:\n%s", out);
+    free(out);
+}
+
 /* Two jobs sharing a node do not meet on 29500: with it held on the first node, the job
  * forms at its own port; given --master-port=29500, it cannot. */
 static void test_port_of_the_job_not_29500(void **state)
@@ -453,6 +469,7 @@ int main(void)
         TH_TEST(test_two_tasks_a_node_refused),
         TH_TEST(test_one_command_in_an_allocation),
         TH_TEST(test_node0_failing_at_start_ends_the_job),
+        TH_TEST(test_missing_program_said_before_srun),
         TH_TEST(test_step_of_part_of_the_allocation),
         TH_TEST(test_port_of_the_job_not_29500),
         TH_TEST(test_scancel_usr1_reaches_every_worker),
