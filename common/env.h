@@ -38,6 +38,8 @@
       "--numa-binding reads sysfs under this directory (a recorded tree) instead of /")         \
     X(CUDA_VISIBLE_DEVICES, NULL, "the GPUs workers see: counted for gpu, bound near for NUMA") \
     X(DDP_LAUNCH_SSH, "ssh", "the command (words split at blanks) --hosts starts nodes with")   \
+    X(DDP_LAUNCH_SSH_NODE, NULL,                                                                \
+      "set by --hosts on the nodes it starts: the launcher ends when its stdin (ssh) ends")     \
     X(TMPDIR, "/tmp", "where the default --log-dir is created")                                 \
     X(PATH, "/usr/local/bin:/usr/bin:/bin", "where worker programs are looked up")              \
     X(SLURM_NNODES, NULL, "Slurm: --nnodes where neither the flag nor PET_NNODES gives it")     \

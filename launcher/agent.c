@@ -142,6 +142,7 @@ static void finish(ddp_agent_t *a)
     uv_close((uv_handle_t *)&a->hang_timer, NULL);
     uv_close((uv_handle_t *)&a->hang_wait, NULL);
     ddp_output_close_handles(&a->output);
+    ddp_session_close(&a->session);
     for (int i = 0; i < a->cfg->nsignals; i++)
         uv_close((uv_handle_t *)&a->forwarded[i], NULL);
     for (int i = 0; i < a->nunforwarded; i++)
@@ -1507,6 +1508,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     if ((err = ddp_output_start(&a->output)) != 0)
         return err;
     *handles_ready = true;
+    ddp_session_watch(&a->loop, &a->session, a->log);
     if ((err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD)) != 0)
         return err;
     for (int i = 0; i < a->cfg->nsignals; i++) {

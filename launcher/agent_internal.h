@@ -12,6 +12,7 @@
 #include "log.h"
 #include "output.h"
 #include "rdzv.h"
+#include "session.h"
 #include "rdzv_coord.h"
 #include "rdzv_record.h"
 #include "report.h"
@@ -65,6 +66,7 @@ struct ddp_agent_s {
     const ddp_log_t *log;
     uv_loop_t loop;
     uv_signal_t sigchld;
+    ddp_session_t session; /* a node --hosts started: its ssh session's end */
     uv_signal_t forwarded[DDP_MAX_SIGNALS];
     uv_signal_t unforwarded[DDP_MAX_SIGNALS]; /* the other signals that would end us */
     uv_signal_t passed[DDP_MAX_SIGNALS];      /* --forward-signals: passed, nothing stopped */

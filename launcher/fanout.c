@@ -11,6 +11,7 @@
 #include "spawn.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -320,6 +321,8 @@ static void node_command(ddp_buf_t *cmd, const ddp_launch_config_t *cfg,
         ddp_buf_puts(cmd, " && exec ");
     }
     ddp_buf_puts(cmd, "env");
+    if (cwd != NULL) /* its stdin is its ssh session's: it ends with the session */
+        ddp_buf_puts(cmd, " DDP_LAUNCH_SSH_NODE=1");
     for (size_t k = 0; k < sizeof passed / sizeof passed[0]; k++) {
         const char *value = getenv(passed[k]);
         if (value == NULL)
@@ -337,8 +340,8 @@ static void node_command(ddp_buf_t *cmd, const ddp_launch_config_t *cfg,
     own_args(cmd, cfg, argc, argv, (int)(cfg->script_args - argv) - 1);
 }
 
-/* The ssh command's words: DDP_LAUNCH_SSH split at blanks (default ssh), then -n
- * -o BatchMode=yes HOST COMMAND. */
+/* The ssh command's words: DDP_LAUNCH_SSH split at blanks (default ssh), then
+ * -o BatchMode=yes HOST COMMAND. Its stdin is a pipe of the supervisor's (start_ssh). */
 static char **ssh_argv(const char *host, const char *command, char *words)
 {
     char **argv = calloc(64, sizeof *argv), *save;
@@ -350,7 +353,6 @@ static char **ssh_argv(const char *host, const char *command, char *words)
         argv[n++] = w;
     if (n == 0)
         argv[n++] = "ssh";
-    argv[n++] = "-n";
     argv[n++] = "-o";
     argv[n++] = "BatchMode=yes";
     argv[n++] = (char *)host;
@@ -391,9 +393,10 @@ typedef struct {
     const ddp_fanout_hosts_t *hosts;
     const ddp_log_t *log;
     pid_t node0, *pids; /* pids[i] for node i >= 1; 0 once reaped */
+    int *session;       /* session[i]: the write end of node i's ssh stdin; -1 closed */
     int code0, first_remote_code, left;
     double failed_at, node0_ended_at;
-    bool node0_done, ended_node0, sent_term, sent_kill;
+    bool node0_done, ended_node0, closed_sessions, sent_term, sent_kill;
 } supervisor_t;
 
 static int status_code(int status)
@@ -432,6 +435,17 @@ static void reap(supervisor_t *s, double now)
     }
 }
 
+/* Closes every node's ssh stdin: ssh passes the end on, and a launcher started over ssh
+ * ends as on a hangup when its stdin ends (agent.c), whatever its rendezvous is doing. */
+static void close_sessions(supervisor_t *s)
+{
+    for (int i = 1; i < s->hosts->n; i++) {
+        if (s->session[i] >= 0)
+            close(s->session[i]);
+        s->session[i] = -1;
+    }
+}
+
 static void deadlines(supervisor_t *s, double now)
 {
     if (!s->node0_done && s->failed_at >= 0 && now - s->failed_at >= SSH_GRACE && !s->ended_node0) {
@@ -440,13 +454,27 @@ static void deadlines(supervisor_t *s, double now)
         kill(s->node0, SIGTERM);
         s->ended_node0 = true;
     }
-    if (!s->node0_done || s->left == 0 || now - s->node0_ended_at < SSH_LINGER)
+    if (!s->node0_done || s->left == 0)
         return;
-    int sig = now - s->node0_ended_at < SSH_LINGER + SSH_GRACE ? SIGTERM : SIGKILL;
-    if ((sig == SIGTERM && s->sent_term) || (sig == SIGKILL && s->sent_kill))
+    /* Node 0 failed (at start, say, before its store could tell anyone): the others'
+     * launchers would wait out the rendezvous timeout for it; they end after a grace. */
+    double linger = s->code0 != 0 ? SSH_GRACE : SSH_LINGER, since = now - s->node0_ended_at;
+    if (since < linger)
+        return;
+    if (!s->closed_sessions) {
+        ddp_log_warn(s->log,
+                     "%d node(s) still running %g s after node 0 ended (status %d): closing "
+                     "their ssh sessions' input, which ends their launchers",
+                     s->left, linger, s->code0);
+        close_sessions(s);
+        s->closed_sessions = true;
+    }
+    int sig = since < linger + 2 * SSH_GRACE ? SIGTERM : SIGKILL;
+    if (since < linger + SSH_GRACE || (sig == SIGTERM && s->sent_term) ||
+        (sig == SIGKILL && s->sent_kill))
         return;
     ddp_log_warn(s->log, "%d node(s)' ssh still running %g s after node 0 ended: sending %s",
-                 s->left, SSH_LINGER, sig == SIGTERM ? "SIGTERM" : "SIGKILL");
+                 s->left, since, sig == SIGTERM ? "SIGTERM" : "SIGKILL");
     for (int i = 1; i < s->hosts->n; i++)
         if (s->pids[i] > 0)
             kill(-s->pids[i], sig);
@@ -464,26 +492,36 @@ static void die_with(pid_t supervisor)
 }
 
 /* Starts node i's ssh in a process group of its own (a Ctrl-C at the terminal is node
- * 0's to forward; the other nodes hear of it through the store). */
+ * 0's to forward; the other nodes hear of it through the store). Its stdin is a pipe
+ * whose write end (*session) only the supervisor holds: nothing is written, and the end
+ * of the supervisor, however it ends, is the end of the remote launcher's stdin. */
 static pid_t start_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hosts, int i,
                        const char *self, const char *cwd, int argc, char **argv,
-                       const sigset_t *old, const ddp_log_t *log)
+                       const sigset_t *old, const ddp_log_t *log, int *session)
 {
     ddp_buf_t cmd = DDP_BUF_INIT;
     char *words = strdup(ddp_env_get(DDP_ENV_DDP_LAUNCH_SSH));
+    int input[2] = {-1, -1};
     node_command(&cmd, cfg, hosts, i, self, cwd, argc, argv);
     char **args = words != NULL ? ssh_argv(hosts->names[i], ddp_buf_str(&cmd), words) : NULL;
     pid_t supervisor = getpid();
-    pid_t pid = args != NULL ? fork() : -1;
+    pid_t pid = args != NULL && pipe2(input, O_CLOEXEC) == 0 ? fork() : -1;
     if (pid == 0) {
         /* The supervisor has one thread and no handlers: the dispositions are defaults. */
         setpgid(0, 0);
         sigprocmask(SIG_SETMASK, old, NULL);
         die_with(supervisor);
+        if (dup2(input[0], STDIN_FILENO) < 0)
+            _exit(126);
         execvp(args[0], args);
         _exit(127);
     }
     int err = pid < 0 ? (args == NULL ? ENOMEM : errno) : 0;
+    if (input[0] >= 0)
+        close(input[0]);
+    *session = pid > 0 ? input[1] : -1;
+    if (pid <= 0 && input[1] >= 0)
+        close(input[1]);
     if (err != 0) {
         ddp_log_error(log, "node %d (%s): unable to run %s: %s", i, hosts->names[i],
                       args != NULL ? args[0] : "ssh", strerror(err));
@@ -520,12 +558,14 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
     sigprocmask(SIG_BLOCK, &mask, &old);
     supervisor_t s = {.hosts = hosts, .log = log, .failed_at = -1, .left = 0};
     s.pids = calloc((size_t)hosts->n, sizeof *s.pids);
+    s.session = calloc((size_t)hosts->n, sizeof *s.session);
     pid_t supervisor = getpid();
-    s.node0 = s.pids != NULL ? fork() : -1;
+    s.node0 = s.pids != NULL && s.session != NULL ? fork() : -1;
     if (s.node0 == 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
         die_with(supervisor);
         free(s.pids);
+        free(s.session);
         *run_here = true;
         return DDP_EXIT_OK;
     }
@@ -533,10 +573,11 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
         ddp_log_error(log, "unable to start node 0: %s", strerror(errno));
         sigprocmask(SIG_SETMASK, &old, NULL);
         free(s.pids);
+        free(s.session);
         return DDP_EXIT_LAUNCH_FAILED;
     }
     for (int i = 1; i < hosts->n; i++) {
-        s.pids[i] = start_ssh(cfg, hosts, i, self, cwd, argc, argv, &old, log);
+        s.pids[i] = start_ssh(cfg, hosts, i, self, cwd, argc, argv, &old, log, &s.session[i]);
         if (s.pids[i] > 0)
             s.left++;
         else if (s.failed_at < 0)
@@ -552,7 +593,9 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
         deadlines(&s, now);
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
+    close_sessions(&s);
     free(s.pids);
+    free(s.session);
     if (s.ended_node0)
         return DDP_EXIT_RDZV_FAILED;
     return s.code0 != 0 ? s.code0 : s.first_remote_code;

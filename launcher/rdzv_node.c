@@ -388,7 +388,7 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
         }
         now = ddp_clock_mono();
         /* Waiting is normal while the hosting launcher starts; a long wait says why. */
-        if (note_due(&next_note, now, deadline)) {
+        if (!ddp_rdzv_quitting(r) && note_due(&next_note, now, deadline)) {
             ddp_log_info(r->log,
                          "still waiting for the rendezvous store at %s:%d after %.0f s (%s); "
                          "giving up in %.0f s (%s)",

@@ -119,7 +119,7 @@ static void test_hostfile_slots_and_dry_run(void **state)
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, strstr(out, "node 0 (n0, here): ") != NULL);
     TH_ASSERT(&p, strstr(out, "node 1 (n2): ssh -F ") != NULL);
-    TH_ASSERT(&p, strstr(out, " -n -o BatchMode=yes n2 'cd ") != NULL);
+    TH_ASSERT(&p, strstr(out, " -o BatchMode=yes n2 'cd ") != NULL);
     TH_ASSERT(&p, strstr(out, "--nnodes=2 --node-rank=1 --master-addr=n0 --master-port=29500 "
                               "--nproc-per-node=2 --no-python") != NULL);
     TH_ASSERT(&p, strstr(out, "--hostfile") == NULL);
@@ -205,6 +205,45 @@ static void test_remote_failure_is_the_jobs(void **state)
     assert_true(remote_nodes_empty());
 }
 
+/* Node 0 fails at start (its store's port is held on n0): the command ends with node 0's
+ * status within seconds, and the other nodes' launchers, waiting for a store that will
+ * never come, end with their ssh sessions instead of waiting out the 900 s timeout (they
+ * were left running after their ssh had been killed 30 s later). */
+static void test_node0_failing_at_start_ends_every_node(void **state)
+{
+    const char *holder[] = {cluster.script,
+                            "run",
+                            cluster.dir,
+                            "0",
+                            "/usr/bin/python3",
+                            "-c",
+                            "import socket, time\n"
+                            "s = socket.socket()\n"
+                            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                            "s.bind(('0.0.0.0', 29511))\n"
+                            "s.listen()\n"
+                            "print('holding', flush=True)\n"
+                            "time.sleep(120)\n",
+                            NULL};
+    th_proc_t hold, p;
+    th_start(&hold, holder, NULL);
+    TH_ASSERT(&hold, th_wait_output(&hold, 1, "holding", 1, 30));
+    const char *args[] = {"--hosts=n0,n1,n2", "--master-port=29511", "--no-python", "/bin/true",
+                          NULL};
+    double started = th_now();
+    start_on_node0(&p, args);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    double took = th_now() - started;
+    kill(hold.pid, SIGKILL);
+    th_cleanup(&hold);
+    const char *err = ddp_buf_str(&p.err);
+    if (th_status(&p) != 4 || took > 25 || strstr(err, "port 29511 on n0 is in use") == NULL ||
+        th_count(err, "the ssh session that started this node has ended") != 2)
+        fail_msg("status %d after %.0f s:\n%s", th_status(&p), took, err);
+    th_cleanup(&p);
+    assert_true(remote_nodes_empty());
+}
+
 /* A job of three nodes whose workers wait, every one of them started. */
 static void start_waiting_job(th_proc_t *p)
 {
@@ -263,6 +302,7 @@ int main(void)
         TH_TEST(test_hostfile_slots_and_dry_run),
         TH_TEST(test_env_reaches_every_node),
         TH_TEST(test_unreachable_host_ends_the_job),
+        TH_TEST(test_node0_failing_at_start_ends_every_node),
         TH_TEST(test_remote_failure_is_the_jobs),
         TH_TEST(test_interrupt_ends_every_node),
         TH_TEST(test_sigkill_of_the_command_ends_every_node),

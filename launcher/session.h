@@ -1,0 +1,28 @@
+/* A node started over ssh by --hosts ends with its ssh session. */
+#ifndef DDP_LAUNCHER_SESSION_H
+#define DDP_LAUNCHER_SESSION_H
+
+#include "log.h"
+
+#include <stdbool.h>
+#include <uv.h>
+
+typedef struct {
+    uv_poll_t poll;
+    int fd; /* the session's stdin, kept by the launcher alone; -1 when not watched */
+    bool watching;
+    const ddp_log_t *log;
+} ddp_session_t;
+
+/* Where DDP_LAUNCH_SSH_NODE=1 (set by the --hosts supervisor on the nodes it starts;
+ * unset here so that the workers do not inherit it): takes stdin, the ssh session's
+ * pipe, for the launcher alone (the workers get /dev/null, as under ssh -n) and watches
+ * it on `loop`. Its end (the supervisor gone, however it ended, or closing the sessions
+ * after node 0 ended) is taken as a hangup: one line, then SIGHUP to this process, which
+ * stops the job as a received SIGHUP does. Elsewhere a no-op. */
+void ddp_session_watch(uv_loop_t *loop, ddp_session_t *s, const ddp_log_t *log);
+
+/* Stops watching and closes the descriptor (with the loop's other handles). */
+void ddp_session_close(ddp_session_t *s);
+
+#endif
