@@ -995,19 +995,28 @@ static int is_this_host(void *ctx, const char *host)
     return h->found;
 }
 
+/* Whether `name` is a host of the Slurm host list in variable `var`; `unknown` where that
+ * cannot be told. */
+static bool in_nodelist(char *const *envp, ddp_env_id_t var, const char *name, bool unknown)
+{
+    const char *list = ddp_env_lookup(envp, ddp_env_name(var));
+    ddp_buf_t why = DDP_BUF_INIT;
+    if (list == NULL || *list == '\0' || *name == '\0')
+        return unknown;
+    host_search_t h = {name, false};
+    int err = ddp_slurm_hostlist_each(list, is_this_host, &h, &why);
+    ddp_buf_free(&why);
+    return err != 0 ? unknown : h.found;
+}
+
 /* Whether this host is one of the allocation's (SLURM_JOB_NODELIST); true where that
  * cannot be told. */
 static bool here_allocated(char *const *envp)
 {
-    const char *list = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_JOB_NODELIST));
     char self[256] = "";
-    ddp_buf_t why = DDP_BUF_INIT;
-    if (list == NULL || *list == '\0' || gethostname(self, sizeof self - 1) != 0)
+    if (gethostname(self, sizeof self - 1) != 0)
         return true;
-    host_search_t h = {self, false};
-    int err = ddp_slurm_hostlist_each(list, is_this_host, &h, &why);
-    ddp_buf_free(&why);
-    return err != 0 || h.found;
+    return in_nodelist(envp, DDP_ENV_SLURM_JOB_NODELIST, self, true);
 }
 
 /* After the flags: a multi-node job of a Slurm allocation whose store port nobody gave
@@ -1044,6 +1053,11 @@ static void slurm_after(ddp_launch_config_t *cfg, const raw_value_t *raw, char *
                      cfg->nnodes_max, job, allocated);
     const char *step = ddp_env_lookup(envp, ddp_env_name(DDP_ENV_SLURM_STEP_ID));
     cfg->slurm_step = !slurm_outside_step(envp);
+    /* The store's launcher is a task of this step: node 0, or the c10d endpoint's host
+     * where that is a node of the step. */
+    cfg->store_in_step = cfg->slurm_step && (cfg->rdzv_backend == DDP_RDZV_STATIC ||
+                                             in_nodelist(envp, DDP_ENV_SLURM_STEP_NODELIST,
+                                                         cfg->rdzv_endpoint_host, false));
     int port = ddp_slurm_port(job, step);
     if (cfg->nnodes_max > 1 && !raw[flag_index("rdzv-id")].set && port >= 0 &&
         asprintf(&cfg->run_id, "slurm-%s.%s", job, step != NULL && *step ? step : "0") < 0)

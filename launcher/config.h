@@ -81,6 +81,7 @@ typedef struct ddp_launch_config_s {
     int slurm_fanout;       /* > 0: in a Slurm allocation of this many nodes, outside a step: this
                                launcher starts one per node through srun (fanout.h) */
     bool slurm_step;        /* in a Slurm job step: srun starts no launcher again */
+    bool store_in_step;     /* and the store's launcher is one of its tasks */
     const char *hosts;      /* --hosts: node 0 here, the others started over ssh (fanout.h) */
     const char *hostfile;   /* --hostfile: the same from a file of "host [slots=N]" lines */
     bool nproc_per_node_given; /* by --nproc-per-node or PET_NPROC_PER_NODE */

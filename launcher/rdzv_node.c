@@ -367,7 +367,8 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
     char key[512];
     double started = ddp_clock_mono(), deadline = started + cfg->rdzv_conf.timeout;
     double next_note = started + NOTE_FIRST;
-    bool in_step = cfg->slurm_step && !ddp_config_dynamic(cfg) && cfg->node_rank != 0 &&
+    bool dynamic = ddp_config_dynamic(cfg);
+    bool in_step = cfg->store_in_step && (dynamic || cfg->node_rank != 0) &&
                    cfg->rdzv_conf.timeout > SLURM_NODE0_S;
     if (in_step)
         deadline = started + SLURM_NODE0_S;
@@ -394,15 +395,20 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
                          "giving up in %.0f s (%s)",
                          cfg->master_addr, cfg->master_port, now - started, ddp_buf_str(&why),
                          deadline - now,
-                         in_step ? "node 0 is a task of this Slurm step" : "--rdzv-conf timeout");
+                         !in_step  ? "--rdzv-conf timeout"
+                         : dynamic ? "the store's host is a node of this Slurm step"
+                                   : "node 0 is a task of this Slurm step");
         }
         if (now >= deadline && in_step) {
             ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
-                             "node 0's rendezvous store at %s:%d is not there %g s after this "
-                             "Slurm step started (%s): node 0's launcher, task 0 of the step, "
-                             "failed at start (see its lines), or --master-addr/--master-port "
-                             "do not name it; nobody restarts it in a step, so the job ends",
-                             cfg->master_addr, cfg->master_port, SLURM_NODE0_S, ddp_buf_str(&why));
+                             "%s rendezvous store at %s:%d is not there %g s after this Slurm "
+                             "step started (%s): %s, failed at start (see its lines), or %s do "
+                             "not name it; nobody restarts it in a step, so the job ends",
+                             dynamic ? "the" : "node 0's", cfg->master_addr, cfg->master_port,
+                             SLURM_NODE0_S, ddp_buf_str(&why),
+                             dynamic ? "its host's launcher, a task of the step"
+                                     : "node 0's launcher, task 0 of the step",
+                             dynamic ? "--rdzv-endpoint" : "--master-addr/--master-port");
             ddp_buf_free(&why);
             return NODE_END;
         }

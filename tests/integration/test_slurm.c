@@ -297,6 +297,43 @@ static void test_node0_failing_at_start_ends_the_job(void **state)
     free(out);
 }
 
+/* The same for an elastic (c10d) job whose store's host is a node of the step: its port
+ * held on n0, every node ends with 5 within seconds instead of waiting out the 900 s. */
+static void test_c10d_store_host_failing_ends_the_job(void **state)
+{
+    char ns[64], net[80], body[2000];
+    snprintf(ns, sizeof ns, "/run/netns/dds%sn0", cluster.tag);
+    snprintf(net, sizeof net, "--net=%s", ns);
+    const char *holder[] = {"/usr/bin/nsenter",
+                            net,
+                            "/usr/bin/python3",
+                            "-c",
+                            "import socket, time\n"
+                            "s = socket.socket()\n"
+                            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                            "s.bind(('0.0.0.0', 29512))\n"
+                            "s.listen()\n"
+                            "print('holding', flush=True)\n"
+                            "time.sleep(150)\n",
+                            NULL};
+    th_proc_t hold;
+    th_start(&hold, holder, NULL);
+    TH_ASSERT(&hold, th_wait_output(&hold, 1, "holding", 1, 30));
+    snprintf(body, sizeof body,
+             "srun '%s' --nnodes=1:3 --rdzv-backend=c10d --rdzv-endpoint=n0:29512 "
+             "--nproc-per-node=1 --no-python /bin/true\necho \"exit=$?\"\n",
+             th_launcher());
+    double started = th_now();
+    char *out = sbatch(body);
+    double took = th_now() - started;
+    kill(hold.pid, SIGKILL);
+    th_cleanup(&hold);
+    if (took > 120 || strstr(out, "exit=5\n") == NULL ||
+        th_count(out, "is not there 20 s after this Slurm step started") < 2)
+        fail_msg("the job took %.0f s or did not end with 5:\n%s", took, out);
+    free(out);
+}
+
 /* A program missing on the allocation's first node (where the batch script runs) is said
  * once there, 127, before srun starts a launcher on every node that would each say it. */
 static void test_missing_program_said_before_srun(void **state)
@@ -470,6 +507,7 @@ int main(void)
         TH_TEST(test_one_command_in_an_allocation),
         TH_TEST(test_node0_failing_at_start_ends_the_job),
         TH_TEST(test_missing_program_said_before_srun),
+        TH_TEST(test_c10d_store_host_failing_ends_the_job),
         TH_TEST(test_step_of_part_of_the_allocation),
         TH_TEST(test_port_of_the_job_not_29500),
         TH_TEST(test_scancel_usr1_reaches_every_worker),
