@@ -55,7 +55,8 @@
     X(DDP_TIMEOUT, "300", "libddp: seconds for init and for each collective")                   \
     X(DDP_SHM, "1", "libddp: 0 keeps a one-host ring on TCP instead of shared memory")          \
     X(DDP_BACKEND, "auto", "libddp: cpu, nccl or auto, where the program's options say auto")   \
-    X(DDP_DUMP_SIGNAL, NULL, "set by ddp-launch: the signal a worker dumps its state on")
+    X(DDP_DUMP_SIGNAL, NULL, "set by ddp-launch: the signal a worker dumps its state on")       \
+    X(DDP_PROGRESS_RING, NULL, "set by ddp-launch: where ddp_launch.step() records progress")
 
 typedef enum {
 #define DDP_ENV_ENUM(name, def, help) DDP_ENV_##name,

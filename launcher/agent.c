@@ -34,6 +34,7 @@
 #include "io.h"
 #include "logs.h"
 #include "output.h"
+#include "progress.h"
 #include "rdzv.h"
 #include "rdzv_coord.h"
 #include "rdzv_record.h"
@@ -140,6 +141,7 @@ static void finish(ddp_agent_t *a)
     uv_close((uv_handle_t *)&a->blame_timer, NULL);
     uv_close((uv_handle_t *)&a->leftover_timer, NULL);
     uv_close((uv_handle_t *)&a->hang_timer, NULL);
+    uv_close((uv_handle_t *)&a->progress_timer, NULL);
     uv_close((uv_handle_t *)&a->hang_wait, NULL);
     ddp_output_close_handles(&a->output);
     ddp_session_close(&a->session);
@@ -239,6 +241,7 @@ void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
     char ranks[160], name[32];
     uv_timer_stop(&a->wait_timer);
     uv_timer_stop(&a->hang_timer);
+    uv_timer_stop(&a->progress_timer);
     uv_timer_stop(&a->blame_timer);
     a->blame_wait = false;
     a->state = AGENT_STOPPING;
@@ -411,6 +414,7 @@ void ddp_agent_group_finished(ddp_agent_t *a)
     uv_timer_stop(&a->blame_timer);
     a->blame_wait = false;
     uv_timer_stop(&a->hang_timer);
+    uv_timer_stop(&a->progress_timer);
     if (a->leftover_wait || leftovers_grace(a))
         return; /* on_leftover_timer goes on */
     kill_leftovers(a);
@@ -1084,6 +1088,7 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         .job_env = a->job_env,
         .dump_signal = a->dump_signal,
         .python_dir = a->python_dir,
+        .module_dir = a->module_dir[0] != '\0' ? a->module_dir : NULL,
         .torch_version = a->torch_version,
     };
     if (asprintf(&w->error_file, "%s/%d/error.json", a->attempt_dir, w->local_rank) < 0) {
@@ -1091,6 +1096,9 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         return -ENOMEM;
     }
     info.error_file = w->error_file;
+    char ring[PATH_MAX];
+    snprintf(ring, sizeof ring, "%s/%d/%s", a->attempt_dir, w->local_rank, DDP_PROGRESS_FILE);
+    info.progress_ring = ring;
     if ((err = ddp_logs_prefix(cfg, w->rank, w->local_rank, &w->prefix)) != 0 ||
         (err = ddp_worker_argv(cfg, w->local_rank, &argv)) != 0 ||
         (err = ddp_worker_env_added(cfg, &info, environ, &added)) != 0 ||
@@ -1207,6 +1215,7 @@ static int group_start(ddp_agent_t *a)
         uint64_t ms = every * 1000 < 50 ? 50 : (uint64_t)(every * 1000);
         ddp_agent_hang_watch(a, ms);
     }
+    ddp_agent_progress_start(a);
     return 0;
 fail:
     if (a->nrunning > 0) {
@@ -1473,6 +1482,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     uv_timer_init(&a->loop, &a->blame_timer);
     uv_timer_init(&a->loop, &a->leftover_timer);
     uv_timer_init(&a->loop, &a->hang_timer);
+    uv_timer_init(&a->loop, &a->progress_timer);
     uv_timer_init(&a->loop, &a->hang_wait);
     for (int i = 0; i < a->cfg->nsignals; i++) {
         uv_signal_init(&a->loop, &a->forwarded[i]);
@@ -1502,6 +1512,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     a->blame_timer.data = a;
     a->leftover_timer.data = a;
     a->hang_timer.data = a;
+    a->progress_timer.data = a;
     a->hang_wait.data = a;
     /* The console writer's handle is the only one that can fail to open: first, so that
      * finish() closes only what is open. */
@@ -1681,6 +1692,8 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     /* The signal a worker dumps its state on: a real-time one, which programs seldom use
      * (and which is sent only to a worker that catches it). */
     a->dump_signal = SIGRTMIN + 6;
+    if (!ddp_worker_module_dir(cfg, environ, a->module_dir, sizeof a->module_dir))
+        a->module_dir[0] = '\0';
     if (cfg->hang_dump && (asprintf(&a->python_dir, "%s/python", a->run_dir) < 0 ||
                            (err = ddp_stacks_write_sitecustomize(a->python_dir)) != 0)) {
         ddp_log_warn(log, "--hang-dump: unable to write %s/sitecustomize.py: %s; no Python stacks",
@@ -1783,6 +1796,7 @@ static int agent_free(ddp_agent_t *a, int exit_code)
     free(a->run_dir);
     free(a->attempt_dir);
     free(a->python_dir);
+    ddp_agent_progress_free(a);
     free(a);
     return exit_code;
 }

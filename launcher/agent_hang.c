@@ -16,6 +16,7 @@
 
 #include "hang.h"
 #include "io.h"
+#include "progress.h"
 #include "stacks.h"
 #include "worker_spec.h"
 
@@ -133,6 +134,13 @@ void ddp_agent_hang_print(ddp_agent_t *a, const char *text, ddp_buf_t *verdict)
     ddp_hang_sort(rows, n);
     ddp_hang_table(rows, n, &table);
     ddp_hang_verdict(rows, n, verdict);
+    /* No libddp ring to judge by: what found the hang here (--hang-timeout=auto's rank) says
+     * more than the rows. */
+    if (a->hang_found && strncmp(ddp_buf_str(verdict), "no rank runs libddp", 19) == 0 &&
+        strstr(a->hang_why, "--hang-timeout=auto") != NULL) {
+        ddp_buf_clear(verdict);
+        ddp_buf_puts(verdict, a->hang_why);
+    }
     ddp_log_error(a->log, "hang report (%s), before anything is stopped:", a->hang_why);
     (void)ddp_write_all(2, table.data, table.len);
     ddp_log_error(a->log, "verdict: %s", ddp_buf_str(verdict));
@@ -171,8 +179,8 @@ void ddp_agent_hang_end(ddp_agent_t *a, const char *verdict)
             a->stop_reason = STOP_REMOTE;
     } else if (a->hang_stalled && (verdict != NULL || a->rdzv == NULL)) {
         char message[DDP_RDZV_MSG_MAX];
-        snprintf(message, sizeof message, "the job hung (no progress for %g s): %s",
-                 a->cfg->hang_timeout, verdict != NULL ? verdict : "see the report");
+        snprintf(message, sizeof message, "the job hung (no progress for %.3g s): %s",
+                 a->hang_limit, verdict != NULL ? verdict : "see the report");
         ddp_log_error(a->log, "%s; stopping it as a failure", message);
         if (a->rdzv != NULL)
             ddp_rdzv_post(a->rdzv, DDP_RDZV_EV_FAILED, message);
@@ -192,6 +200,29 @@ void ddp_agent_hang_cancel(ddp_agent_t *a)
     a->hang_done = true;
 }
 
+/* What the progress ring in `dir` says (ddp_launch.step(), section()), into buf[cap]; NULL
+ * when there is none. */
+static const char *progress_activity(const char *dir, char *buf, size_t cap)
+{
+    char path[PATH_MAX + 32];
+    ddp_progress_ring_t ring;
+    double now = ddp_clock_mono();
+    snprintf(path, sizeof path, "%s/%s", dir, DDP_PROGRESS_FILE);
+    if (ddp_progress_read(path, &ring) != 0)
+        return NULL;
+    if (ring.last_step_ns > 0)
+        snprintf(buf, cap, "ddp_launch.step() #%lld %.1f s ago", (long long)ring.steps,
+                 now - (double)ring.last_step_ns / 1e9);
+    else
+        snprintf(buf, cap, "no ddp_launch.step() yet");
+    if (ring.section > 0 && ring.section <= DDP_PROGRESS_SECTIONS) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, ", in section '%s' for %.1f s",
+                 ring.sections[ring.section - 1].name, now - (double)ring.section_ns / 1e9);
+    }
+    return buf;
+}
+
 /* The rows of this node's workers: printed (one node) or handed to the rendezvous. */
 static void hang_collected(ddp_agent_t *a)
 {
@@ -205,7 +236,9 @@ static void hang_collected(ddp_agent_t *a)
         if (ddp_hang_row_from_dir(dir, now, &rows[i]) != 0) {
             char frame[200];
             if (w->running) {
-                ddp_hang_row_from_proc(w->pid, w->rank, now - w->active_at, &rows[i]);
+                char activity[120];
+                ddp_hang_row_from_proc(w->pid, w->rank, now - w->active_at,
+                                       progress_activity(dir, activity, sizeof activity), &rows[i]);
                 size_t len = strlen(rows[i].note);
                 if (ddp_hang_python_frame(dir, frame, sizeof frame))
                     snprintf(rows[i].note + len, sizeof rows[i].note - len, "; Python in %s",
@@ -290,6 +323,7 @@ static void on_hang_timer(uv_timer_t *timer)
     if (idle >= a->cfg->hang_timeout) {
         char why[160];
         snprintf(why, sizeof why, "no rank has made progress for %.0f s (--hang-timeout)", idle);
+        a->hang_limit = a->cfg->hang_timeout;
         ddp_agent_hang_begin(a, true, true, why);
     }
 }

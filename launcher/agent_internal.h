@@ -13,6 +13,7 @@
 #include "output.h"
 #include "rdzv.h"
 #include "session.h"
+#include "straggler.h"
 #include "rdzv_coord.h"
 #include "rdzv_record.h"
 #include "report.h"
@@ -56,7 +57,22 @@ typedef struct ddp_worker_s {
     double cpu;        /* without a ring: its CPU seconds, */
     uint64_t output;   /* and the bytes of its output */
     double active_at;  /* when it last made progress (wall) */
+    /* --hang-timeout=auto (agent_progress.c). */
+    uint64_t collectives; /* its flight ring's completed collectives at the last look */
+    double moved_at;      /* when those last changed (monotonic); 0: not yet */
 } ddp_worker_t;
+
+/* What --hang-timeout=auto has learnt (kept across attempts). */
+typedef struct {
+    double step_s; /* the longest time between two steps outside sections */
+    int64_t steps; /* the most steps one rank has taken: judged from AUTO_WARMUP on */
+    double gap_s;  /* libddp: the longest time between two collectives */
+    uint64_t collectives;
+    char names[DDP_PROGRESS_SECTIONS][DDP_PROGRESS_NAME];
+    double section_s[DDP_PROGRESS_SECTIONS];
+    int nsections;
+    bool dirty; /* changed since written to <run dir>/hang_timeouts.json */
+} ddp_learnt_t;
 
 /* A hang report's phases (see hang_begin). */
 typedef enum { HANG_IDLE, HANG_COLLECTING, HANG_WAITING } hang_phase_t;
@@ -137,20 +153,30 @@ struct ddp_agent_s {
     bool loop_ready; /* the loop was initialised: agent_free closes it */
 
     /* Hang reports (hang_begin). */
-    uv_timer_t hang_timer; /* --hang-timeout: looks at every worker's progress */
-    uv_timer_t hang_wait;  /* the report's pauses and bounds */
+    uv_timer_t hang_timer;     /* --hang-timeout: looks at every worker's progress */
+    uv_timer_t progress_timer; /* stragglers and --hang-timeout=auto (agent_progress.c) */
+    ddp_straggler_acc_t *accs; /* each worker's sums over the straggler window */
+    ddp_flight_ring_t *rings;  /* a copy of each worker's busiest flight ring, this look */
+    bool *has_flight;
+    uint64_t common_seq; /* collectives compared for arrivals */
+    double window_start, report_at;
+    double learnt_written_at;
+    ddp_learnt_t learnt;
+    double hang_limit;    /* the timeout that found the current hang (s) */
+    uv_timer_t hang_wait; /* the report's pauses and bounds */
     hang_phase_t hang;
     bool hang_done;        /* this attempt's report is made (one an attempt) */
     bool hang_found;       /* by this node (else another asked for our rows) */
     bool hang_stalled;     /* found by --hang-timeout: the report ends the attempt */
-    char hang_why[160];    /* what found it */
+    char hang_why[240];    /* what found it */
     bool hang_paused;      /* the dumps' pause has passed */
     bool hang_stacks_done; /* --hang-dump's tools have ended */
     bool deferred_failure; /* a worker failed during the report: its stop waits */
     bool deferred_remote;  /* the round failed elsewhere during the report: the same */
     char deferred_message[DDP_RDZV_MSG_MAX];
-    int dump_signal;  /* DDP_DUMP_SIGNAL */
-    char *python_dir; /* --hang-dump: the sitecustomize's directory */
+    int dump_signal;           /* DDP_DUMP_SIGNAL */
+    char *python_dir;          /* --hang-dump: the sitecustomize's directory */
+    char module_dir[PATH_MAX]; /* the ddp_launch package's folder, or "" */
 };
 
 /* A worker's directory in the current attempt: <attempt dir>/<local rank>. */
@@ -186,5 +212,10 @@ void ddp_agent_hang_print(ddp_agent_t *a, const char *text, ddp_buf_t *verdict);
 void ddp_agent_hang_end(ddp_agent_t *a, const char *verdict);
 void ddp_agent_hang_cancel(ddp_agent_t *a);
 void ddp_agent_hang_watch(ddp_agent_t *a, uint64_t ms);
+
+/* agent_progress.c: starts the looks at the workers' progress of a new attempt (stragglers,
+ * --hang-timeout=auto), where either is on; stop with uv_timer_stop(&a->progress_timer). */
+void ddp_agent_progress_start(ddp_agent_t *a);
+void ddp_agent_progress_free(ddp_agent_t *a);
 
 #endif

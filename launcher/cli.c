@@ -489,6 +489,31 @@ static int apply_forward_signals(ddp_launch_config_t *cfg, const char *value, co
     return parse_signals(value, origin, cfg->passed, &cfg->npassed, err);
 }
 
+/* --hang-timeout: seconds, or auto (each rank's own timeout, from its observed steps). */
+static int apply_hang_timeout(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                              const ddp_log_t *log, ddp_buf_t *err)
+{
+    (void)log;
+    cfg->hang_auto = strcmp(value, "auto") == 0;
+    if (cfg->hang_auto) {
+        cfg->hang_timeout = 0;
+        return 0;
+    }
+    int r = ddp_parse_double(value, 0, 7 * 86400, &cfg->hang_timeout);
+    if (r == -ERANGE)
+        return usage(err, origin, "invalid value '%s': must be between 0 and %d seconds", value,
+                     7 * 86400);
+    return r ? bad_value(err, origin, value, "a number of seconds or auto") : 0;
+}
+
+static int apply_straggler_threshold(ddp_launch_config_t *cfg, const char *value,
+                                     const char *origin, const ddp_log_t *log, ddp_buf_t *err)
+{
+    (void)log;
+    int r = ddp_parse_double(value, 1.01, 1000, &cfg->straggler_threshold);
+    return r ? bad_value(err, origin, value, "a ratio between 1.01 and 1000") : 0;
+}
+
 /* A size in bytes: digits with an optional K, M or G (powers of 1024). */
 static int parse_size_flag(const char *value, const char *origin, uint64_t *out, ddp_buf_t *err)
 {
@@ -702,10 +727,18 @@ static const flag_t flags[] = {
      "checkpoint and go on)"},
     {"shutdown-timeout", 0, KIND_SECONDS, FIELD(shutdown_timeout), 0, 7 * 86400, NULL, NULL, true,
      false, G_SUPERVISION, "SECONDS", "grace between the stop signal and SIGKILL (default 30)"},
-    {"hang-timeout", 0, KIND_SECONDS, FIELD(hang_timeout), 0, 7 * 86400, NULL, NULL, true, false,
-     G_SUPERVISION, "SECONDS",
+    {CODE("hang-timeout", apply_hang_timeout, true), false, G_SUPERVISION, "SECONDS|auto",
      "no collective finished (libddp), or no output and no CPU\n(others), by any rank this "
-     "long: report where every\nrank is, then stop as for a failure (default 0: off)"},
+     "long: report where every\nrank is, then stop as for a failure (default 0: off);\nauto: "
+     "5x each rank's longest step (ddp_launch.step())\nor section, once learnt"},
+    {"hang-timeout-floor", 0, KIND_SECONDS, FIELD(hang_floor), 0.01, 86400, NULL, NULL, true, false,
+     G_SUPERVISION, "SECONDS", "--hang-timeout=auto's least timeout (default 10)"},
+    {"straggler-report", 0, KIND_SECONDS, FIELD(straggler_report), 0, 7 * 86400, NULL, NULL, true,
+     false, G_SUPERVISION, "SECONDS",
+     "every SECONDS, name the ranks that work a step longer\nthan the others (default 300; 0: "
+     "off)"},
+    {CODE("straggler-threshold", apply_straggler_threshold, true), false, G_SUPERVISION, "RATIO",
+     "a straggler works over RATIO x the median rank\n(default 1.2)"},
     {TEXT("health-check", health_command, 0), false, G_SUPERVISION, "CMD",
      "before each round, this node runs CMD (/bin/sh -c): not\nexit 0 = unhealthy, the job "
      "ends naming the node (5)"},

@@ -22,6 +22,9 @@ void ddp_config_defaults(ddp_launch_config_t *cfg)
     cfg->health_timeout = 60;
     cfg->gpu_reclaim_timeout = 50;
     cfg->max_no_progress = 3;
+    cfg->hang_floor = 10;
+    cfg->straggler_report = 300;
+    cfg->straggler_threshold = 1.2;
     cfg->signals[0] = SIGTERM;
     cfg->signals[1] = SIGINT;
     cfg->signals[2] = SIGHUP;

@@ -113,8 +113,12 @@ typedef struct ddp_launch_config_s {
     int passed[DDP_MAX_SIGNALS]; /* --forward-signals: to the workers, nothing stopped */
     int npassed;
     ddp_exit_code_mode_t exit_code_mode;
-    double hang_timeout; /* --hang-timeout: s with no progress before a hang report; 0: off */
-    bool hang_dump;      /* --hang-dump: the report also saves every worker's stacks */
+    double hang_timeout;     /* --hang-timeout: s with no progress before a hang report; 0: off */
+    bool hang_auto;          /* --hang-timeout=auto: each rank's own, from its observed steps */
+    double hang_floor;       /* --hang-timeout-floor: auto's least (default 10 s) */
+    bool hang_dump;          /* --hang-dump: the report also saves every worker's stacks */
+    double straggler_report; /* --straggler-report: s between reports (default 300; 0: off) */
+    double straggler_threshold; /* --straggler-threshold: x the median rank's work (1.2) */
 
     /* Health checks before each round (health.h). */
     const char *health_command; /* --health-check: a site's command, exit 0 = healthy */

@@ -5,9 +5,11 @@
 #include "env.h"
 #include "io.h"
 #include "logs.h"
+#include "progress.h"
 #include "worker_spec.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +127,8 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
     if (err == 0 && torch != 0)
         err = ddp_buf_printf(&out, "the workers' torch: %d.%d (%s)\n", torch / 1000, torch % 1000,
                              torch_at);
+    char module_dir[PATH_MAX];
+    bool have_module = ddp_worker_module_dir(cfg, envp, module_dir, sizeof module_dir);
     for (int lr = 0; lr < cfg->nproc_per_node && err == 0; lr++) {
         char **argv = NULL, **added = NULL;
         int rank = cfg->node_rank * cfg->nproc_per_node + lr;
@@ -136,6 +140,9 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
             err = -ENOMEM;
             break;
         }
+        char ring[PATH_MAX + 32];
+        snprintf(ring, sizeof ring, "%.*s%s", (int)(strlen(error_file) - strlen("error.json")),
+                 error_file, DDP_PROGRESS_FILE);
         ddp_worker_info_t info = {
             .local_rank = lr,
             .rank = rank,
@@ -149,6 +156,8 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
             .master_port = cfg->master_port,
             .error_file = error_file,
             .torch_version = torch,
+            .module_dir = have_module ? module_dir : NULL,
+            .progress_ring = ring,
         };
         if ((err = ddp_worker_argv(cfg, lr, &argv)) == 0 &&
             (err = ddp_worker_env_added(cfg, &info, envp, &added)) == 0) {

@@ -48,6 +48,11 @@ void ddp_events_int(ddp_buf_t *fields, const char *key, long long value)
     ddp_buf_printf(fields, ", \"%s\": %lld", key, value);
 }
 
+void ddp_events_double(ddp_buf_t *fields, const char *key, double value)
+{
+    ddp_buf_printf(fields, ", \"%s\": %.6g", key, value);
+}
+
 void ddp_events_str(ddp_buf_t *fields, const char *key, const char *value)
 {
     ddp_buf_printf(fields, ", \"%s\": ", key);

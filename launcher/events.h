@@ -29,9 +29,10 @@ int ddp_events_open(ddp_events_t *ev, const char *spec, const char *run_id, int 
 void ddp_events_close(ddp_events_t *ev);
 
 /* One event: {"time": <unix s>, "event": name, "run_id", "host", "node", then `fields`}
- * where `fields` is ",\"key\": value" text made with ddp_events_int/str (may be NULL). */
+ * where `fields` is ",\"key\": value" text made with ddp_events_int/double/str (may be NULL). */
 void ddp_events_emit(const ddp_events_t *ev, const char *name, const ddp_buf_t *fields);
 void ddp_events_int(ddp_buf_t *fields, const char *key, long long value);
+void ddp_events_double(ddp_buf_t *fields, const char *key, double value);
 void ddp_events_str(ddp_buf_t *fields, const char *key, const char *value);
 
 #endif

@@ -61,6 +61,27 @@ uint64_t ddp_hang_progress(const char *dir, bool *found)
 }
 
 typedef struct {
+    ddp_flight_ring_t *out;
+    bool have;
+} busiest_t;
+
+static void pick_busiest(const ddp_flight_ring_t *ring, void *ctx)
+{
+    busiest_t *b = ctx;
+    if (!b->have || ring->completed > b->out->completed) {
+        *b->out = *ring;
+        b->have = true;
+    }
+}
+
+int ddp_hang_busiest_ring(const char *dir, ddp_flight_ring_t *out)
+{
+    busiest_t b = {out, false};
+    (void)each_ring(dir, pick_busiest, &b);
+    return b.have ? 0 : -ENOENT;
+}
+
+typedef struct {
     ddp_hang_row_t *row;
     double now;
     bool have, inside; /* a row is set; it is of a collective in progress or failed */
@@ -170,7 +191,8 @@ double ddp_hang_cpu_seconds(pid_t pid)
     return (double)(utime + stime) / (double)(hz > 0 ? hz : 100);
 }
 
-void ddp_hang_row_from_proc(pid_t pid, int rank, double idle, ddp_hang_row_t *row)
+void ddp_hang_row_from_proc(pid_t pid, int rank, double idle, const char *activity,
+                            ddp_hang_row_t *row)
 {
     char buf[1024], wchan[64] = "", path[64];
     char *p = stat_fields(pid, buf, sizeof buf);
@@ -204,8 +226,11 @@ void ddp_hang_row_from_proc(pid_t pid, int rank, double idle, ddp_hang_row_t *ro
         state = "exited";
         break;
     }
-    snprintf(row->note, sizeof row->note, "no libddp ring; no output and no CPU for %.0f s; %s%s%s",
-             idle, state, wchan[0] != '\0' && strcmp(wchan, "0") != 0 ? " in " : "",
+    char idle_text[64];
+    snprintf(idle_text, sizeof idle_text, "no output and no CPU for %.0f s", idle);
+    snprintf(row->note, sizeof row->note, "no libddp ring; %s; %s%s%s",
+             activity != NULL ? activity : idle_text, state,
+             wchan[0] != '\0' && strcmp(wchan, "0") != 0 ? " in " : "",
              strcmp(wchan, "0") != 0 ? wchan : "");
 }
 

@@ -10,6 +10,7 @@
 #define DDP_LAUNCHER_HANG_H
 
 #include "buf.h"
+#include "flight.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -45,9 +46,15 @@ int ddp_hang_row_from_dir(const char *dir, double now, ddp_hang_row_t *row);
  * when it has none yet). */
 uint64_t ddp_hang_progress(const char *dir, bool *found);
 
-/* The row of a worker without a ring: its process state and kernel wait channel, and how
- * long it has been idle (no output, no CPU). */
-void ddp_hang_row_from_proc(pid_t pid, int rank, double idle, ddp_hang_row_t *row);
+/* A copy of the ring in worker directory `dir` with the most collectives completed (a
+ * program's main context). 0, or -ENOENT when `dir` holds none. */
+int ddp_hang_busiest_ring(const char *dir, ddp_flight_ring_t *out);
+
+/* The row of a worker without a ring: its process state and kernel wait channel, and
+ * `activity` (what its progress ring says), or else how long it has been idle (no output,
+ * no CPU). */
+void ddp_hang_row_from_proc(pid_t pid, int rank, double idle, const char *activity,
+                            ddp_hang_row_t *row);
 
 /* From <dir>/python_stack.txt (Python's faulthandler, armed by --hang-dump): where the
  * main thread of the last dump is, "all_reduce (distributed_c10d.py:1541)", into

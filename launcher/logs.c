@@ -4,6 +4,7 @@
 #include "env.h"
 #include "hang.h"
 #include "io.h"
+#include "progress.h"
 #include "template.h"
 
 #include <dirent.h>
@@ -187,8 +188,11 @@ static bool prune(const char *path, int depth, bool rings)
         if (entry->d_type == DT_DIR)
             empty = prune(child, depth + 1, rings) && empty;
         else
-            empty = rings && entry->d_type == DT_REG && ddp_hang_is_ring(entry->d_name) &&
-                    unlink(child) == 0 && empty;
+            empty =
+                rings && entry->d_type == DT_REG &&
+                (ddp_hang_is_ring(entry->d_name) || strcmp(entry->d_name, DDP_PROGRESS_FILE) == 0 ||
+                 strcmp(entry->d_name, "hang_timeouts.json") == 0) &&
+                unlink(child) == 0 && empty;
         free(child);
     }
     if (dir != NULL)

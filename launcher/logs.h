@@ -46,7 +46,8 @@ int ddp_logs_make_attempt_dir(const char *run_dir, int attempt, int nworkers, ch
 
 /* Removes `path` and everything under it if it holds no file (only empty
  * directories); a directory holding logs or error files is kept. With `rings`, libddp's
- * flight recorder rings (flight_*.ring) go first: of a job that succeeded, they are
+ * flight recorder rings (flight_*.ring), the progress rings (progress.ring) and
+ * --hang-timeout=auto's hang_timeouts.json go first: of a job that succeeded, they are
  * nothing to read. */
 void ddp_logs_remove_if_empty(const char *path, bool rings);
 

@@ -183,7 +183,17 @@ void ddp_rdzv_post_failures(ddp_rdzv_t *r, const char *lines)
 {
     pthread_mutex_lock(&r->mutex);
     free(r->events.failures);
+    free(r->events.stragglers);
     r->events.failures = strdup(lines);
+    wake(r);
+    pthread_mutex_unlock(&r->mutex);
+}
+
+void ddp_rdzv_post_stragglers(ddp_rdzv_t *r, const char *rows)
+{
+    pthread_mutex_lock(&r->mutex);
+    free(r->events.stragglers);
+    r->events.stragglers = strdup(rows);
     wake(r);
     pthread_mutex_unlock(&r->mutex);
 }
@@ -278,6 +288,7 @@ void ddp_rdzv_free(ddp_rdzv_t *r)
     free(r->hang_rows);
     free(r->events.hang_rows);
     free(r->events.failures);
+    free(r->events.stragglers);
     close(r->wake_fd);
     pthread_mutex_destroy(&r->mutex);
     free(r);

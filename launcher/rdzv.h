@@ -83,6 +83,11 @@ void ddp_rdzv_post_hang(ddp_rdzv_t *r, bool initiate, double wait, const char *r
  * them (beating, so the store waits too) before it ends. */
 void ddp_rdzv_post_failures(ddp_rdzv_t *r, const char *lines);
 
+/* From the loop, while a round runs: this node's straggler rows (straggler.h; copied), for
+ * the launcher serving the store, which reads the latest of every node at its report
+ * (ddp_rdzv_coord_collect). */
+void ddp_rdzv_post_stragglers(ddp_rdzv_t *r, const char *rows);
+
 /* After the loop has ended (the thread told to stop): waits for the thread's end, then
  * says whether this node's failures reached the store (the job's report has them), so
  * this node need not print its own. */

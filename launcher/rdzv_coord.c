@@ -636,6 +636,23 @@ static void collect_failures(ddp_rdzv_coord_t *c)
     }
 }
 
+void ddp_rdzv_coord_stragglers(ddp_rdzv_coord_t *c, ddp_buf_t *out)
+{
+    ddp_store_t *store = ddp_store_server_store(c->server);
+    for (int i = 0; c->phase == COORD_RUNNING && i < c->nrunning; i++) {
+        const ddp_rdzv_member_t *m = c->running[i];
+        char key[512];
+        const uint8_t *value;
+        size_t len;
+        if (m == NULL || m->own || m->lost)
+            continue;
+        ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/stragglers/%s", c->round, m->id);
+        ddp_store_key_t k = {(const uint8_t *)key, strlen(key)};
+        if (ddp_store_get(store, k, &value, &len))
+            (void)ddp_buf_append(out, value, len);
+    }
+}
+
 /* Finishing: the server closes once the others have gone or stopped answering (or at the
  * deadline). The scan is O(N) a tick, and only while finishing. */
 static bool finished(ddp_rdzv_coord_t *c, double now)

@@ -36,6 +36,10 @@ int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
                          const ddp_launch_config_t *cfg, const ddp_log_t *log, const char *own_id,
                          ddp_rdzv_coord_t **out);
 
+/* From the loop, while a round runs: the straggler rows the running round's other
+ * launchers last posted (ddp_rdzv_post_stragglers), appended to `out`. O(nodes). */
+void ddp_rdzv_coord_stragglers(ddp_rdzv_coord_t *coord, ddp_buf_t *out);
+
 /* Our launcher ends: the job ends with it if it has not (the others are told: with
  * 128+`sig` when it ends for signal `sig`, which they forward, else status 5), and once
  * every other launcher has left, or after `linger` seconds, the coordinator closes the

@@ -263,6 +263,12 @@ static bool take_posts(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, bool *repor
         pthread_mutex_unlock(&r->mutex);
         free(ev.failures);
     }
+    /* The latest straggler rows, at <round>/stragglers/<launcher id> (one value a node). */
+    if (ev.stragglers != NULL && world != NULL && !ev.quit) {
+        ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/stragglers/%s", world->round, r->id);
+        (void)ddp_store_client_set(r->client, key, ev.stragglers, strlen(ev.stragglers));
+    } /* (a store gone shows at the next call that waits on it) */
+    free(ev.stragglers);
     /* Rows of a hang come before the failure it ends in. */
     if (ev.hang_rows != NULL && !ev.aborted && !ev.quit && world != NULL &&
         !publish_hang(r, world, &ev)) {

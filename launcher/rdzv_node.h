@@ -18,6 +18,7 @@ typedef struct {
     bool hang_initiate; /* ... found here: the first such node reports */
     double hang_wait;   /* s the reporter waits for every node's rows */
     char *failures;     /* this node's failures for the job's report (owned), or NULL */
+    char *stragglers;   /* this node's straggler rows (owned), or NULL */
 } ddp_rdzv_events_t;
 
 struct ddp_rdzv_s {

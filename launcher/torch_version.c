@@ -15,9 +15,10 @@
 #define MAX_PYTHONS 8 /* interpreter versions tried where the name says none */
 
 typedef struct {
+    const char *package; /* the package looked for ("torch") */
     char *where;
     size_t cap;
-    bool found; /* a torch package was seen: the search is over */
+    bool found; /* the package was seen: the search is over */
     int version;
 } search_t;
 
@@ -73,11 +74,12 @@ static void try_site(search_t *s, const char *site)
     struct stat st;
     char *text = NULL;
     size_t len;
-    if (s->found || snprintf(path, sizeof path, "%s/torch", site) >= (int)sizeof path ||
+    if (s->found || snprintf(path, sizeof path, "%s/%s", site, s->package) >= (int)sizeof path ||
         stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
         return;
     s->found = true;
-    if (snprintf(path, sizeof path, "%s/torch/version.py", site) >= (int)sizeof path ||
+    if (strcmp(s->package, "torch") != 0 ||
+        snprintf(path, sizeof path, "%s/torch/version.py", site) >= (int)sizeof path ||
         ddp_read_file(path, 64 << 10, &text, &len) != 0)
         return;
     s->version = version_of_file(text);
@@ -139,38 +141,52 @@ static bool try_venv(search_t *s, const char *prefix, const char *real_name)
     return system;
 }
 
-int ddp_torch_version(const char *python, const char *pythonpath, const char *home, char *where,
-                      size_t cap)
+/* Where `python` would import s->package from, first found (see torch_version.h). */
+static void search(search_t *s, const char *python, const char *pythonpath, const char *home)
 {
-    search_t s = {.where = where, .cap = cap};
     char real[PATH_MAX], prefix[PATH_MAX], site[PATH_MAX], xy[MAX_PYTHONS][16];
-    if (where != NULL && cap > 0)
-        where[0] = '\0';
     if (python == NULL || realpath(python, real) == NULL)
-        return 0;
+        return;
     const char *real_name = strrchr(real, '/') ? strrchr(real, '/') + 1 : real;
     /* 1. PYTHONPATH, first to last. */
-    for (const char *p = pythonpath; p != NULL && *p != '\0' && !s.found;) {
+    for (const char *p = pythonpath; p != NULL && *p != '\0' && !s->found;) {
         size_t n = strcspn(p, ":");
         if (n > 0 && n < sizeof site) {
             snprintf(site, sizeof site, "%.*s", (int)n, p);
-            try_site(&s, site);
+            try_site(s, site);
         }
         p += n + (p[n] == ':');
     }
     /* 2. A venv's site-packages (its bin/python links out of it). */
     prefix_of(python, prefix, sizeof prefix);
-    bool base = try_venv(&s, prefix, real_name);
+    bool base = try_venv(s, prefix, real_name);
     /* 3. The base interpreter's prefix: the user's site, then Debian's and the usual. */
     prefix_of(real, prefix, sizeof prefix);
     int n = python_versions(real_name, prefix, xy);
     for (int i = 0; i < n && base && home != NULL && *home != '\0'; i++)
-        try_sitef(&s, "%s/.local/lib/python%s/site-packages", home, xy[i]);
+        try_sitef(s, "%s/.local/lib/python%s/site-packages", home, xy[i]);
     for (int i = 0; i < n && base; i++) {
-        try_sitef(&s, "%s/local/lib/python%s/dist-packages", prefix, xy[i]);
-        try_sitef(&s, "%s/lib/python%s/site-packages", prefix, xy[i]);
+        try_sitef(s, "%s/local/lib/python%s/dist-packages", prefix, xy[i]);
+        try_sitef(s, "%s/lib/python%s/site-packages", prefix, xy[i]);
     }
     if (base)
-        try_sitef(&s, "%s/lib/python3/dist-packages", prefix);
+        try_sitef(s, "%s/lib/python3/dist-packages", prefix);
+}
+
+int ddp_torch_version(const char *python, const char *pythonpath, const char *home, char *where,
+                      size_t cap)
+{
+    search_t s = {.package = "torch", .where = where, .cap = cap};
+    if (where != NULL && cap > 0)
+        where[0] = '\0';
+    search(&s, python, pythonpath, home);
     return s.version;
+}
+
+bool ddp_python_has_package(const char *python, const char *pythonpath, const char *home,
+                            const char *package)
+{
+    search_t s = {.package = package};
+    search(&s, python, pythonpath, home);
+    return s.found;
 }

@@ -9,6 +9,7 @@
 #ifndef DDP_LAUNCHER_TORCH_VERSION_H
 #define DDP_LAUNCHER_TORCH_VERSION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* A torch version as major * 1000 + minor (2.11 is 2011); 0: unknown. */
@@ -21,6 +22,10 @@
  * be NULL) gets the version file read, or "". */
 int ddp_torch_version(const char *python, const char *pythonpath, const char *home, char *where,
                       size_t cap);
+
+/* Whether `python` (as above) finds package `package` (a folder) in the same places. */
+bool ddp_python_has_package(const char *python, const char *pythonpath, const char *home,
+                            const char *package);
 
 /* "2.11.0+cu130" (a version.py's __version__) as DDP_TORCH_VERSION, or 0. Pure. */
 int ddp_torch_parse_version(const char *text);

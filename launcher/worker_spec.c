@@ -8,10 +8,12 @@
 #include "torch_version.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void ddp_strv_free(char **strv)
 {
@@ -178,14 +180,21 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
     add_var(&eb, DDP_ENV_TORCHELASTIC_ERROR_FILE, "%s", info->error_file);
     if (info->dump_signal > 0)
         add_var(&eb, DDP_ENV_DDP_DUMP_SIGNAL, "%d", info->dump_signal);
-    if (info->python_dir != NULL) {
+    if (info->progress_ring != NULL)
+        add_var(&eb, DDP_ENV_DDP_PROGRESS_RING, "%s", info->progress_ring);
+    bool path_set = info->python_dir != NULL || info->module_dir != NULL;
+    if (path_set) {
         const char *name = ddp_env_name(DDP_ENV_PYTHONPATH);
-        /* The value the worker would have had: node 0's --env, this node's, inherited. */
+        /* The value the worker would have had: node 0's --env, this node's, inherited;
+         * --hang-dump's sitecustomize first, the ddp_launch package last (one installed
+         * with the worker's Python comes first). */
         const char *old = info->job_env != NULL ? ddp_env_lookup(info->job_env, name) : NULL;
         old = old != NULL ? old : ddp_env_lookup(cfg->env_set, name);
         old = old != NULL ? old : ddp_env_lookup(base, name);
-        add_var(&eb, DDP_ENV_PYTHONPATH, "%s%s%s", info->python_dir, old && *old ? ":" : "",
-                old && *old ? old : "");
+        const char *first = info->python_dir, *last = info->module_dir;
+        add_var(&eb, DDP_ENV_PYTHONPATH, "%s%s%s%s%s", first ? first : "",
+                first && ((old && *old) || last) ? ":" : "", old && *old ? old : "",
+                last && old && *old ? ":" : "", last ? last : "");
     }
     /* --env (names cli.c let through): node 0's entries win over this node's; a bare
      * NAME (unset on this node of a multi-node job) only takes node 0's. */
@@ -193,8 +202,7 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
         if (strchr(cfg->env_set[i], '=') == NULL)
             continue;
         size_t len = strcspn(cfg->env_set[i], "=");
-        bool overridden =
-            info->python_dir != NULL && strncmp(cfg->env_set[i], "PYTHONPATH=", 11) == 0;
+        bool overridden = path_set && strncmp(cfg->env_set[i], "PYTHONPATH=", 11) == 0;
         for (int k = 0; info->job_env != NULL && info->job_env[k] != NULL && !overridden; k++)
             overridden = strncmp(info->job_env[k], cfg->env_set[i], len + 1) == 0;
         if (!overridden)
@@ -202,7 +210,7 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
     }
     for (int k = 0; info->job_env != NULL && info->job_env[k] != NULL && !eb.err; k++)
         if (strchr(info->job_env[k], '=') != NULL &&
-            !(info->python_dir != NULL && strncmp(info->job_env[k], "PYTHONPATH=", 11) == 0))
+            !(path_set && strncmp(info->job_env[k], "PYTHONPATH=", 11) == 0))
             push(&eb, strdup(info->job_env[k]));
     if (eb.err) {
         ddp_strv_free(eb.items);
@@ -242,4 +250,46 @@ int ddp_worker_env_merge(char *const *base, char *const *added, char ***out)
     env[n] = NULL;
     *out = env;
     return 0;
+}
+
+/* Whether the workers' python imports a ddp_launch package of its own (the wheel's, in a
+ * venv): ahead of site-packages on PYTHONPATH, the launcher's would shadow it. */
+static bool python_has_module(const ddp_launch_config_t *cfg, char *const *envp)
+{
+    char *python = NULL;
+    if ((!cfg->run_path && cfg->no_python) ||
+        ddp_proc_find(cfg->python_exec, ddp_env_lookup(envp, ddp_env_name(DDP_ENV_PATH)),
+                      &python) != 0)
+        return false;
+    bool has =
+        ddp_python_has_package(python, ddp_env_lookup(envp, ddp_env_name(DDP_ENV_PYTHONPATH)),
+                               ddp_env_lookup(envp, ddp_env_name(DDP_ENV_HOME)), "ddp_launch");
+    free(python);
+    return has;
+}
+
+bool ddp_worker_module_dir(const ddp_launch_config_t *cfg, char *const *envp, char *buf, size_t cap)
+{
+    static const char *const places[] = {"../share/ddp-launch/python", "../worker/python"};
+    char self[PATH_MAX];
+    if (python_has_module(cfg, envp))
+        return false;
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0)
+        return false;
+    self[len] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash == NULL)
+        return false;
+    *slash = '\0';
+    for (size_t k = 0; k < sizeof places / sizeof places[0]; k++) {
+        char candidate[PATH_MAX + 64], file[PATH_MAX + 96], found[PATH_MAX];
+        snprintf(candidate, sizeof candidate, "%s/%s", self, places[k]);
+        snprintf(file, sizeof file, "%s/ddp_launch/_progress.py", candidate);
+        if (access(file, R_OK) == 0 && realpath(candidate, found) != NULL && strlen(found) < cap) {
+            memcpy(buf, found, strlen(found) + 1);
+            return true;
+        }
+    }
+    return false;
 }

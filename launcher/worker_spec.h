@@ -19,13 +19,22 @@ typedef struct ddp_worker_info_s {
     char *const *job_env;   /* node 0's --env entries (multi-node), over this node's; or NULL */
     int dump_signal;        /* DDP_DUMP_SIGNAL: what a worker dumps its state on; 0: unset */
     const char *python_dir; /* --hang-dump: put first on PYTHONPATH (its sitecustomize); or NULL */
-    int torch_version;      /* the workers' torch (DDP_TORCH_VERSION), 0: unknown */
+    const char *module_dir; /* the ddp_launch package's folder: put last on PYTHONPATH; or NULL */
+    const char *progress_ring; /* DDP_PROGRESS_RING (progress.h); or NULL */
+    int torch_version;         /* the workers' torch (DDP_TORCH_VERSION), 0: unknown */
 } ddp_worker_info_t;
 
 /* The torch the workers' Python imports (torch_version.h), where they run Python (not
  * --no-python): 0 where unknown. `where` (cap bytes) gets its version file or "". */
 int ddp_worker_torch_version(const ddp_launch_config_t *cfg, char *const *envp, char *where,
                              size_t cap);
+
+/* The folder holding the ddp_launch Python package (ddp_launch.step()) that came with this
+ * launcher, for its workers' PYTHONPATH: ../share/ddp-launch/python from its own folder
+ * when installed, or ../worker/python in the build tree; into buf[cap]. false when neither
+ * is there, or where the workers' python (`envp`'s PATH, PYTHONPATH, HOME) has its own. */
+bool ddp_worker_module_dir(const ddp_launch_config_t *cfg, char *const *envp, char *buf,
+                           size_t cap);
 
 /* Python's string.Template.safe_substitute(local_rank=N) on one argument, as torchrun
  * applies it: ${local_rank} and $local_rank become N, $$ becomes $, any other $ stays.

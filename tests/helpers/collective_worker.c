@@ -700,6 +700,23 @@ static void mode_skip(int victim, int skipped, int seconds)
     printf("skip: rank %d finished\n", rank);
 }
 
+/* A training loop of `steps` steps: each sleeps `step_ms` (the ranks in `slow`, a comma-
+ * separated list or "-", 30 ms more), then all-reduces: the launcher's straggler report
+ * sees who the others wait for. */
+static void mode_slow(int steps, long step_ms, const char *slow)
+{
+    float buf[256] = {0};
+    bool slowed = false;
+    for (const char *p = slow; *p != '\0' && !slowed; p += strcspn(p, ","), p += *p == ',')
+        slowed = *p != '-' && atoi(p) == rank;
+    long ms = step_ms + (slowed ? 30 : 0);
+    for (int i = 1; i <= steps; i++) {
+        nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
+        CALL("all_reduce", ddp_all_reduce(ddp, buf, 256, DDP_FLOAT32, DDP_SUM));
+    }
+    printf("slow: rank %d finished %d steps\n", rank, steps);
+}
+
 /* A gradient registered: its index, or the failure. */
 static void added(int index)
 {
@@ -1079,6 +1096,8 @@ int main(int argc, char **argv)
         mode_misuse(argv[2]);
     else if (strcmp(mode, "skip") == 0 && argc > 3)
         mode_skip(atoi(argv[2]), atoi(argv[3]), argc > 4 ? atoi(argv[4]) : 600);
+    else if (strcmp(mode, "slow") == 0 && argc > 4)
+        mode_slow(atoi(argv[2]), atol(argv[3]), argv[4]);
     else if (strcmp(mode, "die") == 0)
         mode_die(argc > 2 ? atoi(argv[2]) : 1);
     else

@@ -39,6 +39,23 @@ if [ "$(ldd "$root/static" | grep -c libddp || true)" -ne 0 ]; then
     echo "meson-install.sh: the static build links libddp.so" >&2
     exit 1
 fi
+# The installed launcher gives its Python workers the installed ddp_launch package (step()).
+py=${DDP_TEST_PYTHON:-python3}
+if command -v "$py" >/dev/null 2>&1; then
+    cat >"$root/steps.py" <<'PY'
+import os, ddp_launch
+for _ in range(3):
+    ddp_launch.step()
+print("module", ddp_launch.__file__, "ring", os.path.getsize(os.environ["DDP_PROGRESS_RING"]))
+PY
+    out=$(PYTHON_EXEC="$py" "$root/usr/local/bin/ddp-launch" --log-dir="$root/logs" \
+        "$root/steps.py" 2>&1) || { echo "$out" >&2; exit 1; }
+    case "$out" in
+    *"module $root/usr/local/share/ddp-launch/python/ddp_launch/__init__.py ring 2944"*) ;;
+    *) echo "meson-install.sh: the installed ddp_launch was not used: $out" >&2; exit 1 ;;
+    esac
+    echo "ddp_launch.step(): ok"
+fi
 # The example's GPU module, where it was built, is installed where the installed program
 # looks for it.
 if [ -f "$build/examples/fashion-mnist-cuda.so" ]; then

@@ -56,7 +56,10 @@ venv=$scratch/venv
 # so are folders: pip leaves share/man behind, empty, as for any wheel with man pages.
 snapshot() {
     (cd "$venv" && find . ! -type d ! -path './lib/python3*/site-packages/pip*' | sort)
-    (cd "$venv" && find . -type d -name '*ddp*')
+    # ddp folders holding anything but folders (pip leaves share/ddp-launch/python, empty)
+    (cd "$venv" && find . -type d -name '*ddp*' | while read -r d; do
+        [ -z "$(find "$d" ! -type d | head -n 1)" ] || echo "$d"
+    done)
 }
 snapshot >"$scratch/before"
 "$venv/bin/pip" install --no-index --no-cache-dir --quiet "$wheel"
@@ -105,6 +108,22 @@ for rank in 0 1; do
         fail "the PyTorch gloo job: no sum from rank $rank: $out"
 done
 echo "PyTorch gloo job, 2 workers: ok"
+
+# ddp_launch.step() in workers: the venv's python imports the wheel's package; another
+# python (PYTHON_EXEC) the copy in the venv's share/ that the launcher adds.
+printf 'import os, ddp_launch\nddp_launch.step()\nprint("module", ddp_launch.__file__, os.path.getsize(os.environ["DDP_PROGRESS_RING"]))\n' >steps.py
+out=$(alone timeout 60 ddp-launch steps.py 2>&1) || fail "ddp_launch.step() in the venv: $out"
+case "$out" in
+"module $site/ddp_launch/__init__.py 2944") ;;
+*) fail "the venv's worker did not use the wheel's ddp_launch: $out" ;;
+esac
+out=$(alone PYTHON_EXEC=/usr/bin/python3 timeout 60 ddp-launch steps.py 2>&1) ||
+    fail "ddp_launch.step() under /usr/bin/python3: $out"
+case "$out" in
+"module $venv/share/ddp-launch/python/ddp_launch/__init__.py 2944") ;;
+*) fail "/usr/bin/python3's worker did not use the venv's share/ copy: $out" ;;
+esac
+echo "ddp_launch.step() in workers of both pythons: ok"
 
 # python -m ddp_launch runs the launcher with the arguments as they were.
 out=$(alone timeout 60 python -m ddp_launch --nproc-per-node=2 --no-python \

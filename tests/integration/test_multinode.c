@@ -1142,11 +1142,34 @@ static void test_hang_report_across_nodes(void **state)
     job_cleanup(&job);
 }
 
+/* A slow rank on node 1: the launcher serving the store (node 0) names it, with its node,
+ * from the rows node 1 posts; node 1 prints no report of its own. */
+static void test_straggler_on_another_node(void **state)
+{
+    const char *slow[] = {getenv("DDP_TEST_COLLECTIVES"), "slow", "150", "10", "3", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 2, "--straggler-report=2", slow);
+    th_proc_t *n1 = start_node(&job, 2, 1, 2, "--straggler-report=2", slow);
+    job_wait(&job, 120);
+    TH_ASSERT(n0, th_status(n0) == 0);
+    TH_ASSERT(n1, th_status(n1) == 0);
+    TH_ASSERT(n0, strstr(err(n0), "straggler: rank 3 (node 1 on ") != NULL);
+    for (int r = 0; r < 3; r++) {
+        char line[64];
+        snprintf(line, sizeof line, "straggler: rank %d ", r);
+        TH_ASSERT(n0, strstr(err(n0), line) == NULL);
+    }
+    TH_ASSERT(n1, strstr(err(n1), "straggler:") == NULL);
+    job_cleanup(&job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         TH_TEST(test_nodes_form_one_job),
         TH_TEST(test_hang_report_across_nodes),
+        TH_TEST(test_straggler_on_another_node),
         TH_TEST(test_failure_restarts_every_node),
         TH_TEST(test_failure_without_restarts_ends_every_node),
         TH_TEST(test_failures_on_two_nodes_one_report),

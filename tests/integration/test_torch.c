@@ -6,7 +6,7 @@
  * gloo all_reduce and barrier with 2 and 4 ranks, TCPStore client operations, a job
  * that fails once and is restarted, PyTorch's own error.json in the report, and the
  * PyTorch FashionMNIST example training with DDP; libddp's C example under torchrun; a
- * hung job's report with each rank's Python stack. */
+ * hung job's report with each rank's Python stack; a straggler named (ddp_launch.step()). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -74,6 +74,31 @@ static void test_gloo_four_ranks(void **state)
         snprintf(want, sizeof want, "rank %d of 4 sum 10\n", rank);
         TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), want) != NULL);
     }
+    th_cleanup(&p);
+}
+
+/* gloo workers calling ddp_launch.step(), rank 2 sleeping 30 ms more before each
+ * all_reduce: their steps take as long, but rank 2 waits least in the (timed) all_reduce:
+ * the 2 s straggler reports name rank 2 and no other. */
+static void test_straggler_named(void **state)
+{
+    const char *args[] = {"--master-port=0",
+                          "--nproc-per-node=4",
+                          "--straggler-report=2",
+                          script("straggler.py"),
+                          "120",
+                          "10",
+                          "2",
+                          "gloo",
+                          NULL};
+    th_proc_t p;
+    launch(&p, args, 300);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(err, "straggler: rank 2 (node 0 on ") != NULL);
+    TH_ASSERT(&p, strstr(err, "straggler: rank 0 ") == NULL);
+    TH_ASSERT(&p, strstr(err, "straggler: rank 1 ") == NULL);
+    TH_ASSERT(&p, strstr(err, "straggler: rank 3 ") == NULL);
     th_cleanup(&p);
 }
 
@@ -365,7 +390,7 @@ int main(int argc, char **argv)
         TH_TEST(test_tcpstore_client),         TH_TEST(test_restart_after_a_failure),
         TH_TEST(test_error_file_in_report),    TH_TEST(test_train_fashion),
         TH_TEST(test_fashion_device_choice),   TH_TEST(test_c_example_under_torchrun),
-        TH_TEST(test_hang_dump_python_stacks),
+        TH_TEST(test_hang_dump_python_stacks), TH_TEST(test_straggler_named),
     };
     return cmocka_run_group_tests_name(flavour, tests, NULL, NULL);
 }

@@ -247,10 +247,12 @@ static void test_proc(void **state)
     assert_true(ddp_hang_cpu_seconds(getpid()) >= 0);
     assert_true(ddp_hang_cpu_seconds(-1) < 0);
     ddp_hang_row_t row;
-    ddp_hang_row_from_proc(getpid(), 3, 12.0, &row);
+    ddp_hang_row_from_proc(getpid(), 3, 12.0, NULL, &row);
     assert_int_equal(row.rank, 3);
     assert_false(row.ring);
     assert_non_null(strstr(row.note, "no output and no CPU for 12 s; running"));
+    ddp_hang_row_from_proc(getpid(), 3, 12.0, "ddp_launch.step() #4 2.0 s ago", &row);
+    assert_non_null(strstr(row.note, "no libddp ring; ddp_launch.step() #4 2.0 s ago; running"));
 }
 
 int main(void)

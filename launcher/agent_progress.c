@@ -1,0 +1,338 @@
+/* The workers' progress as the launcher looks at it while an attempt runs (see
+ * agent_internal.h): straggler reports (--straggler-report; straggler.h) and
+ * --hang-timeout=auto, both from the workers' progress rings (ddp_launch.step(),
+ * progress.h) or libddp's flight rings, read every tick (a pread of a few KiB a worker).
+ *
+ * --hang-timeout=auto judges each rank with a ring on its own: outside sections, against
+ * AUTO_FACTOR x the longest time between two steps seen so far in the job (after
+ * AUTO_WARMUP steps), in a section against AUTO_FACTOR x that section's longest (after it
+ * has ended once), a libddp rank against AUTO_FACTOR x the longest gap between two of its
+ * collectives; never below --hang-timeout-floor; a phase with nothing learnt yet against
+ * AUTO_COLD_S. What is learnt stays for the next attempts, and is written to
+ * <run dir>/hang_timeouts.json. */
+#include "agent_internal.h"
+
+#include "hang.h"
+#include "io.h"
+#include "json.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define AUTO_FACTOR  5.0
+#define AUTO_WARMUP  10
+#define AUTO_COLD_S  600.0
+#define AUTO_TICK_MS 100
+
+static uint64_t tick_ms(const ddp_launch_config_t *cfg)
+{
+    if (cfg->hang_auto)
+        return AUTO_TICK_MS;
+    double ms = cfg->straggler_report * 1000 / 20;
+    return ms < 50 ? 50 : ms > 1000 ? 1000 : (uint64_t)ms;
+}
+
+static double auto_limit(const ddp_agent_t *a, double longest)
+{
+    double limit = AUTO_FACTOR * longest;
+    return limit < a->cfg->hang_floor ? a->cfg->hang_floor : limit;
+}
+
+/* The learnt section called `name`, added when new; NULL when the table is full. */
+static double *learnt_section(ddp_learnt_t *l, const char *name)
+{
+    for (int i = 0; i < l->nsections; i++)
+        if (strcmp(l->names[i], name) == 0)
+            return &l->section_s[i];
+    if (l->nsections == DDP_PROGRESS_SECTIONS || name[0] == '\0')
+        return NULL;
+    snprintf(l->names[l->nsections], DDP_PROGRESS_NAME, "%s", name);
+    l->section_s[l->nsections] = 0;
+    return &l->section_s[l->nsections++];
+}
+
+static void learn_steps(ddp_learnt_t *l, const ddp_progress_ring_t *ring)
+{
+    double step = (double)ring->longest_step_ns / 1e9;
+    if (step > l->step_s) {
+        l->step_s = step;
+        l->dirty = true;
+    }
+    if (ring->steps > l->steps)
+        l->steps = ring->steps;
+    for (int i = 0; i < DDP_PROGRESS_SECTIONS; i++) {
+        const ddp_progress_section_t *s = &ring->sections[i];
+        double *longest = s->count > 0 ? learnt_section(l, s->name) : NULL;
+        if (longest != NULL && (double)s->max_ns / 1e9 > *longest) {
+            *longest = (double)s->max_ns / 1e9;
+            l->dirty = true;
+        }
+    }
+}
+
+/* A rank with a progress ring: over its limit? `why` says so. */
+static bool stalled_steps(ddp_agent_t *a, const ddp_worker_t *w, const ddp_progress_ring_t *ring,
+                          double now, char *why, size_t cap)
+{
+    ddp_learnt_t *l = &a->learnt;
+    double limit, since, *longest = NULL;
+    const char *name = NULL;
+    if (ring->section > 0 && ring->section <= DDP_PROGRESS_SECTIONS) {
+        name = ring->sections[ring->section - 1].name;
+        longest = learnt_section(l, name);
+        limit = longest != NULL && *longest > 0 ? auto_limit(a, *longest) : AUTO_COLD_S;
+        since = (double)ring->section_ns / 1e9;
+    } else {
+        bool warm = l->steps >= AUTO_WARMUP && l->step_s > 0;
+        limit = warm && ring->last_step_ns > 0 ? auto_limit(a, l->step_s) : AUTO_COLD_S;
+        int64_t last =
+            ring->last_step_ns > ring->section_exit_ns ? ring->last_step_ns : ring->section_exit_ns;
+        since = last > 0 ? (double)last / 1e9 : a->window_start;
+    }
+    if (now - since <= limit)
+        return false;
+    a->hang_limit = limit;
+    if (name != NULL)
+        snprintf(why, cap,
+                 "rank %d has been in section '%s' for %.1f s (--hang-timeout=auto: %.1f s, %s)",
+                 w->rank, name, now - since, limit,
+                 longest != NULL && *longest > 0 ? "5x its longest" : "never ended before");
+    else
+        snprintf(why, cap, "rank %d has made no step for %.1f s (--hang-timeout=auto: %.1f s, %s)",
+                 w->rank, now - since, limit,
+                 limit == AUTO_COLD_S ? "nothing learnt yet" : "5x the longest step");
+    return true;
+}
+
+/* A libddp rank (flight ring): its collectives' progress, judged by the longest gap. */
+static bool stalled_collectives(ddp_agent_t *a, ddp_worker_t *w, const ddp_flight_ring_t *ring,
+                                double now, char *why, size_t cap)
+{
+    ddp_learnt_t *l = &a->learnt;
+    if (ring->completed != w->collectives) {
+        if (w->moved_at > 0 && now - w->moved_at > l->gap_s) {
+            l->gap_s = now - w->moved_at;
+            l->dirty = true;
+        }
+        w->collectives = ring->completed;
+        w->moved_at = now;
+        if (ring->completed > l->collectives)
+            l->collectives = ring->completed;
+    }
+    bool warm = l->collectives >= AUTO_WARMUP && l->gap_s > 0 && w->moved_at > 0;
+    double limit = warm ? auto_limit(a, l->gap_s) : AUTO_COLD_S;
+    double since = w->moved_at > 0 ? w->moved_at : a->window_start;
+    if (now - since <= limit)
+        return false;
+    a->hang_limit = limit;
+    snprintf(why, cap,
+             "rank %d has finished no collective for %.1f s (--hang-timeout=auto: %.1f s, %s)",
+             w->rank, now - since, limit,
+             warm ? "5x the longest gap between collectives" : "nothing learnt yet");
+    return true;
+}
+
+/* <run dir>/hang_timeouts.json: what auto has learnt and the timeouts it makes. */
+static void write_learnt(ddp_agent_t *a, double now)
+{
+    ddp_learnt_t *l = &a->learnt;
+    if (!l->dirty || now - a->learnt_written_at < 1 || a->run_dir == NULL)
+        return;
+    ddp_buf_t out = DDP_BUF_INIT;
+    ddp_buf_printf(&out, "{\"factor\": %g, \"floor_s\": %g, \"cold_s\": %g", AUTO_FACTOR,
+                   a->cfg->hang_floor, AUTO_COLD_S);
+    if (l->step_s > 0)
+        ddp_buf_printf(&out, ", \"step\": {\"longest_s\": %.3f, \"timeout_s\": %.3f}", l->step_s,
+                       auto_limit(a, l->step_s));
+    if (l->gap_s > 0)
+        ddp_buf_printf(&out, ", \"collective_gap\": {\"longest_s\": %.3f, \"timeout_s\": %.3f}",
+                       l->gap_s, auto_limit(a, l->gap_s));
+    ddp_buf_puts(&out, ", \"sections\": {");
+    for (int i = 0, n = 0; i < l->nsections; i++) {
+        if (l->section_s[i] <= 0)
+            continue;
+        ddp_buf_printf(&out, "%s", n++ ? ", " : "");
+        ddp_json_append_string(&out, l->names[i], strlen(l->names[i]));
+        ddp_buf_printf(&out, ": {\"longest_s\": %.3f, \"timeout_s\": %.3f}", l->section_s[i],
+                       auto_limit(a, l->section_s[i]));
+    }
+    ddp_buf_puts(&out, "}}\n");
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s/hang_timeouts.json", a->run_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0 && ddp_write_all(fd, out.data, out.len) == 0 && close(fd) == 0) {
+        fd = -1;
+        (void)rename(tmp, path);
+    }
+    if (fd >= 0)
+        close(fd);
+    ddp_buf_free(&out);
+    l->dirty = false;
+    a->learnt_written_at = now;
+}
+
+/* This node's rows, as text. */
+static void local_rows(const ddp_agent_t *a, ddp_buf_t *out)
+{
+    ddp_straggler_row_t *rows = calloc((size_t)a->nworkers, sizeof *rows);
+    if (rows == NULL)
+        return;
+    for (int i = 0; i < a->nworkers; i++) {
+        const ddp_straggler_acc_t *acc = &a->accs[i];
+        ddp_straggler_row_t *r = &rows[i];
+        r->rank = a->workers[i].rank;
+        r->node = a->group_rank;
+        r->local_rank = i;
+        r->steps = acc->steps;
+        r->units = acc->units;
+        r->work_s = acc->work_s;
+        r->wait_s = acc->wait_s;
+        r->arrivals = acc->arrivals;
+        r->collectives = acc->collectives;
+        snprintf(r->host, sizeof r->host, "%.*s", (int)sizeof r->host - 1, a->host);
+    }
+    (void)ddp_straggler_rows_format(rows, (size_t)a->nworkers, out);
+    free(rows);
+}
+
+/* The report over every node's rows (this node's, and on the store's host the others'). */
+static void report(ddp_agent_t *a, const char *text, double window)
+{
+    ddp_straggler_row_t *rows = NULL;
+    size_t n = 0;
+    if (ddp_straggler_rows_parse(text, &rows, &n) != 0)
+        ddp_log_warn(a->log, "a node's straggler rows were malformed: the report holds those "
+                             "before");
+    size_t *found = calloc(n ? n : 1, sizeof *found);
+    double *ratio = calloc(n ? n : 1, sizeof *ratio), median = 0;
+    size_t k = found != NULL && ratio != NULL
+                   ? ddp_straggler_find(rows, n, a->cfg->straggler_threshold, found, ratio, &median)
+                   : 0;
+    for (size_t j = 0; j < k; j++) {
+        const ddp_straggler_row_t *r = &rows[found[j]];
+        ddp_buf_t line = DDP_BUF_INIT, fields = DDP_BUF_INIT;
+        ddp_straggler_describe(r, ratio[j], median, window, &line);
+        ddp_log_warn(a->log, "%s", ddp_buf_str(&line));
+        ddp_events_int(&fields, "rank", r->rank);
+        ddp_events_int(&fields, "node", r->node);
+        ddp_events_str(&fields, "host", r->host);
+        ddp_events_double(&fields, "work_ms", r->work_s / r->units * 1e3);
+        ddp_events_double(&fields, "median_ms", median * 1e3);
+        ddp_events_double(&fields, "ratio", ratio[j]);
+        ddp_events_double(&fields, "window_s", window);
+        ddp_events_emit(&a->events, "straggler", &fields);
+        ddp_buf_free(&fields);
+        ddp_buf_free(&line);
+    }
+    if (k == 0)
+        ddp_log_debug(a->log,
+                      "no straggler over the last %.0f s (%zu ranks; the median works "
+                      "%.1f ms a unit)",
+                      window, n, median * 1e3);
+    free(found);
+    free(ratio);
+    free(rows);
+}
+
+/* The end of a window: this node's rows to the report (the store's host: with the others'
+ * latest), then the sums start again. */
+static void end_window(ddp_agent_t *a, double now)
+{
+    ddp_buf_t text = DDP_BUF_INIT;
+    double window = now - a->window_start;
+    local_rows(a, &text);
+    if (a->rdzv != NULL && a->coord == NULL) {
+        ddp_rdzv_post_stragglers(a->rdzv, ddp_buf_str(&text));
+    } else {
+        if (a->coord != NULL)
+            ddp_rdzv_coord_stragglers(a->coord, &text);
+        report(a, ddp_buf_str(&text), window);
+    }
+    ddp_buf_free(&text);
+    for (int i = 0; i < a->nworkers; i++)
+        ddp_straggler_window_reset(&a->accs[i]);
+    a->window_start = now;
+    a->report_at = now + a->cfg->straggler_report;
+}
+
+static void on_progress(uv_timer_t *timer)
+{
+    ddp_agent_t *a = timer->data;
+    const ddp_launch_config_t *cfg = a->cfg;
+    double now = ddp_clock_mono();
+    char why[240] = "";
+    if (a->state != AGENT_RUNNING || a->nrunning == 0)
+        return;
+    for (int i = 0; i < a->nworkers; i++) {
+        ddp_worker_t *w = &a->workers[i];
+        char dir[PATH_MAX], path[PATH_MAX + 32];
+        ddp_progress_ring_t ring;
+        a->has_flight[i] = false;
+        if (!w->running)
+            continue;
+        ddp_agent_worker_dir(a, w, dir, sizeof dir);
+        snprintf(path, sizeof path, "%s/%s", dir, DDP_PROGRESS_FILE);
+        if (ddp_progress_read(path, &ring) == 0) {
+            ddp_straggler_take_progress(&a->accs[i], &ring);
+            learn_steps(&a->learnt, &ring);
+            if (cfg->hang_auto && why[0] == '\0')
+                (void)stalled_steps(a, w, &ring, now, why, sizeof why);
+        } else if (ddp_hang_busiest_ring(dir, &a->rings[i]) == 0) {
+            a->has_flight[i] = true;
+            ddp_straggler_take_flight(&a->accs[i], &a->rings[i]);
+            if (cfg->hang_auto && why[0] == '\0')
+                (void)stalled_collectives(a, w, &a->rings[i], now, why, sizeof why);
+        }
+    }
+    ddp_straggler_take_arrivals(a->accs, a->rings, a->has_flight, a->nworkers, &a->common_seq);
+    if (cfg->hang_auto)
+        write_learnt(a, now);
+    if (why[0] != '\0' && a->hang == HANG_IDLE && !a->hang_done) {
+        ddp_agent_hang_begin(a, true, true, why);
+        return;
+    }
+    if (cfg->straggler_report > 0 && now >= a->report_at)
+        end_window(a, now);
+}
+
+void ddp_agent_progress_start(ddp_agent_t *a)
+{
+    const ddp_launch_config_t *cfg = a->cfg;
+    if (!cfg->hang_auto && cfg->straggler_report <= 0)
+        return;
+    if (a->accs == NULL) {
+        a->accs = calloc((size_t)a->nworkers, sizeof *a->accs);
+        a->rings = calloc((size_t)a->nworkers, sizeof *a->rings);
+        a->has_flight = calloc((size_t)a->nworkers, sizeof *a->has_flight);
+    }
+    if (a->accs == NULL || a->rings == NULL || a->has_flight == NULL) {
+        ddp_log_warn(a->log, "out of memory: no straggler reports, no --hang-timeout=auto");
+        return;
+    }
+    memset(a->accs, 0, (size_t)a->nworkers * sizeof *a->accs);
+    for (int i = 0; i < a->nworkers; i++) {
+        a->workers[i].collectives = 0;
+        a->workers[i].moved_at = 0;
+    }
+    a->common_seq = 0;
+    a->window_start = ddp_clock_mono();
+    a->report_at = a->window_start + cfg->straggler_report;
+    uint64_t ms = tick_ms(cfg);
+    uv_timer_start(&a->progress_timer, on_progress, ms, ms);
+}
+
+void ddp_agent_progress_free(ddp_agent_t *a)
+{
+    free(a->accs);
+    free(a->rings);
+    free(a->has_flight);
+    a->accs = NULL;
+    a->rings = NULL;
+    a->has_flight = NULL;
+}

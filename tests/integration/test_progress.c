@@ -1,0 +1,265 @@
+/* Integration tests of the workers' progress as the launcher sees it: straggler reports
+ * (--straggler-report) from libddp's flight rings and from Python's ddp_launch.step(),
+ * and --hang-timeout=auto; the ddp_launch module outside ddp-launch. PyTorch (gloo)
+ * workers: test_torch.c; several nodes: test_multinode.c. Python parts skip (77 for the
+ * test) without python3. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+#include "io.h"
+
+#include <glob.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char script_path[1024];
+
+static const char *script(void)
+{
+    snprintf(script_path, sizeof script_path, "%s/tests/python/straggler.py", th_source_dir());
+    return script_path;
+}
+
+static const char *const *python_env(void)
+{
+    static char exec[600];
+    static const char *env[2];
+    const char *py = getenv("DDP_TEST_PYTHON");
+    if (py == NULL || *py == '\0')
+        skip();
+    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", py);
+    env[0] = exec;
+    return env;
+}
+
+/* Whether `err` names exactly the ranks of `want` (of 0..3) as stragglers. */
+static void assert_stragglers(th_proc_t *p, const char *want)
+{
+    const char *err = ddp_buf_str(&p->err);
+    for (int r = 0; r < 4; r++) {
+        char line[64];
+        snprintf(line, sizeof line, "straggler: rank %d (node 0 on ", r);
+        bool named = strstr(err, line) != NULL;
+        if (named != (strchr(want, '0' + r) != NULL))
+            fail_msg("rank %d %s named (want %s):\n%s", r, named ? "is" : "is not", want, err);
+    }
+}
+
+/* libddp: 4 ranks all-reduce 150 times, rank 2 sleeping 30 ms more a step: the 2 s
+ * reports name rank 2 (and no other), whom the node's collectives waited for; the event
+ * log has it. */
+static void test_libddp_straggler_named(void **state)
+{
+    char *dir = th_tmpdir(), events[700], flag[740];
+    snprintf(events, sizeof events, "%s/events.jsonl", dir);
+    snprintf(flag, sizeof flag, "--event-log-handler=file:%s", events);
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=4",
+                          "--straggler-report=2",
+                          flag,
+                          "--no-python",
+                          getenv("DDP_TEST_COLLECTIVES"),
+                          "slow",
+                          "150",
+                          "10",
+                          "2",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    assert_stragglers(&p, "2");
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "works ") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "its node's collectives waited for it ") != NULL);
+    th_cleanup(&p);
+    char *text = NULL;
+    size_t len;
+    assert_int_equal(ddp_read_file(events, 1 << 20, &text, &len), 0);
+    if (strstr(text, "\"event\": \"straggler\"") == NULL || strstr(text, "\"rank\": 2") == NULL)
+        fail_msg("no straggler event for rank 2 in:\n%s", text);
+    free(text);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* Two ranks equally slow: both are named. */
+static void test_two_stragglers_named(void **state)
+{
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=4",
+                          "--straggler-report=2",
+                          "--no-python",
+                          getenv("DDP_TEST_COLLECTIVES"),
+                          "slow",
+                          "150",
+                          "10",
+                          "1,2",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    assert_stragglers(&p, "12");
+    th_cleanup(&p);
+}
+
+/* No straggler, no line; --straggler-report=0: none even with one. */
+static void test_no_straggler_no_line(void **state)
+{
+    const char *even[] = {th_launcher(),
+                          "--nproc-per-node=4",
+                          "--straggler-report=1",
+                          "--no-python",
+                          getenv("DDP_TEST_COLLECTIVES"),
+                          "slow",
+                          "100",
+                          "20",
+                          "-",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, even, NULL, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "straggler") == NULL);
+    th_cleanup(&p);
+    const char *off[] = {th_launcher(),
+                         "--nproc-per-node=4",
+                         "--straggler-report=0",
+                         "--no-python",
+                         getenv("DDP_TEST_COLLECTIVES"),
+                         "slow",
+                         "100",
+                         "10",
+                         "2",
+                         NULL};
+    th_run(&p, off, NULL, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "straggler") == NULL);
+    th_cleanup(&p);
+}
+
+/* Python workers calling ddp_launch.step() (no torch): rank 2 named. */
+static void test_python_straggler_named(void **state)
+{
+    const char *const *env = python_env();
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=4", "--straggler-report=2", script(), "120", "10", "2",
+        NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    assert_stragglers(&p, "2");
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), " ms a step, ") != NULL);
+    th_cleanup(&p);
+}
+
+/* --hang-timeout=auto: steps of 50 ms, rank 1 stops after 40: the report comes within 10x
+ * the step (the rank's own timeout, learnt), names rank 1, and the job fails. */
+static void test_hang_auto_finds_a_stopped_rank(void **state)
+{
+    const char *const *env = python_env();
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--hang-timeout=auto",
+                          "--hang-timeout-floor=0.2",
+                          "--straggler-report=0",
+                          script(),
+                          "400",
+                          "50",
+                          "-",
+                          "stop=1:40",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    const char *err = ddp_buf_str(&p.err), *at = strstr(err, "rank 1 has made no step for ");
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, at != NULL);
+    double idle = 0, limit = 0;
+    TH_ASSERT(&p, sscanf(at, "rank 1 has made no step for %lf s (--hang-timeout=auto: %lf s", &idle,
+                         &limit) == 2);
+    printf("rank 1 reported after %.2f s without a step (limit %.2f s)\n", idle, limit);
+    TH_ASSERT(&p, idle < 0.5 && limit < 0.5 && limit >= 0.2);
+    TH_ASSERT(&p, strstr(err, "ddp_launch.step() #40 ") != NULL); /* its row in the table */
+    TH_ASSERT(&p, strstr(err, "the job hung") != NULL);
+    th_cleanup(&p);
+}
+
+/* A 3 s checkpoint section every 20 steps of 50 ms is its own phase: not a hang. */
+static void test_hang_auto_spares_a_checkpoint(void **state)
+{
+    const char *const *env = python_env();
+    char *dir = th_tmpdir(), flag[700];
+    snprintf(flag, sizeof flag, "--log-dir=%s", dir);
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--hang-timeout=auto",
+                          "--hang-timeout-floor=0.2",
+                          flag,
+                          script(),
+                          "70",
+                          "50",
+                          "-",
+                          "checkpoint=20:3000",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "hang") == NULL);
+    th_cleanup(&p);
+    /* What it learnt is in the run's directory. */
+    char pattern[800], *text = NULL;
+    size_t len;
+    glob_t g;
+    snprintf(pattern, sizeof pattern, "%s/*/hang_timeouts.json", dir);
+    assert_int_equal(glob(pattern, 0, NULL, &g), 0);
+    assert_int_equal(ddp_read_file(g.gl_pathv[0], 1 << 16, &text, &len), 0);
+    globfree(&g);
+    if (strstr(text, "\"checkpoint\": {\"longest_s\": 3.0") == NULL ||
+        strstr(text, "\"step\": {\"longest_s\": 0.0") == NULL)
+        fail_msg("hang_timeouts.json: %s", text);
+    free(text);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* Outside ddp-launch, ddp_launch.step() and section() do nothing (and make no file). */
+static void test_module_outside_ddp_launch(void **state)
+{
+    const char *py = getenv("DDP_TEST_PYTHON");
+    if (py == NULL || *py == '\0')
+        skip();
+    char *dir = th_tmpdir(), path[1100], cwd[700];
+    snprintf(path, sizeof path, "PYTHONPATH=%s/worker/python", getenv("DDP_TEST_BUILD_DIR"));
+    const char *argv[] = {py, "-c",
+                          "import os, ddp_launch\n"
+                          "for _ in range(3): ddp_launch.step()\n"
+                          "with ddp_launch.section('eval'): pass\n"
+                          "print('ok', sorted(os.listdir('.')))\n",
+                          NULL};
+    const char *env[] = {path, "DDP_PROGRESS_RING=", NULL};
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(dir), 0);
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    assert_int_equal(chdir(cwd), 0);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "ok []") != NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        TH_TEST(test_libddp_straggler_named),         TH_TEST(test_two_stragglers_named),
+        TH_TEST(test_no_straggler_no_line),           TH_TEST(test_python_straggler_named),
+        TH_TEST(test_hang_auto_finds_a_stopped_rank), TH_TEST(test_hang_auto_spares_a_checkpoint),
+        TH_TEST(test_module_outside_ddp_launch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

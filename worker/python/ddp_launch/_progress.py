@@ -1,0 +1,198 @@
+"""ddp_launch.step() and ddp_launch.section(): a worker's progress, for ddp-launch.
+
+They write into the ring ddp-launch names in DDP_PROGRESS_RING (the layout of
+common/progress.h: little-endian int64 words), mapped once: a call is a few stores to
+memory, no system call. Without DDP_PROGRESS_RING (not run by ddp-launch), or when the
+ring cannot be made, they do nothing. A process forked from the worker (a DataLoader's)
+does not write.
+
+Once step() has attached, the blocking collectives of torch.distributed called through
+the module (dist.all_reduce(...), dist.barrier(), ...) are timed: their time is the
+step's wait, so that a rank the others wait for shows as the one working longer. DDP's own
+all-reduces run inside backward() and are not seen.
+"""
+import mmap
+import os
+import sys
+import time
+
+_MAGIC = 0x3130304750504444  # "DDPPG001"
+_VERSION = 1
+_SLOTS = 64
+_SLOT0 = 16  # word of slot 0 (4 words a slot)
+_SECTIONS = 16
+_SECTION0 = _SLOT0 + 4 * _SLOTS  # word of section 0 (6 words a section)
+_NAME = 24
+_WORDS = _SECTION0 + 6 * _SECTIONS
+
+# Header words.
+_STEPS, _LAST, _WAIT, _IN, _IN_NS, _EXIT_NS, _LONGEST = 3, 4, 5, 6, 7, 8, 9
+
+_mono = time.monotonic_ns
+_w = None  # the ring's words (memoryview of int64), once attached
+_map = None
+_off = False  # nothing to attach to: every call returns at once
+_last_wait = 0
+_names = {}
+_COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
+                "reduce_scatter", "reduce_scatter_tensor", "reduce", "barrier", "all_to_all",
+                "all_to_all_single", "gather", "scatter", "all_gather_object",
+                "broadcast_object_list", "gather_object", "scatter_object_list")
+_wrapped = False
+
+
+def _detach():
+    global _w, _map, _off
+    _w, _map, _off = None, None, True
+
+
+def _attach():
+    """Maps the ring (made here, the first time) or turns every call off."""
+    global _w, _map, _off
+    path = os.environ.get("DDP_PROGRESS_RING")
+    if not path:
+        _off = True
+        return None
+    size = _WORDS * 8
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+            m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError) as err:
+        print(f"ddp_launch: progress not recorded: {path}: {err}", file=sys.stderr)
+        _off = True
+        return None
+    w = memoryview(m).cast("q")
+    if w[0] != _MAGIC or w[1] != _VERSION:  # new (or a stranger's): start it
+        for i in range(_WORDS):
+            w[i] = 0
+        w[1] = _VERSION
+        w[0] = _MAGIC
+    w[2] = os.getpid()
+    _map, _w = m, w
+    os.register_at_fork(after_in_child=_detach)
+    _wrap_torch()
+    return w
+
+
+def _timed(fn):
+    def call(*args, **kwargs):
+        if kwargs.get("async_op"):
+            return fn(*args, **kwargs)
+        began = _mono()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            w = _w
+            if w is not None:
+                w[_WAIT] += _mono() - began
+
+    call.__name__ = getattr(fn, "__name__", "collective")
+    call.__qualname__ = getattr(fn, "__qualname__", call.__name__)
+    call.__doc__ = getattr(fn, "__doc__", None)
+    call.__wrapped__ = fn
+    call._ddp_launch_timed = True
+    return call
+
+
+def _wrap_torch():
+    """Times torch.distributed's blocking collectives, once torch.distributed is imported."""
+    global _wrapped
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return
+    _wrapped = True
+    for name in _COLLECTIVES:
+        fn = getattr(dist, name, None)
+        if callable(fn) and not getattr(fn, "_ddp_launch_timed", False):
+            setattr(dist, name, _timed(fn))
+
+
+def step():
+    """Marks the end of one training iteration (call it once an iteration)."""
+    global _last_wait
+    w = _w
+    if w is None:
+        if _off:
+            return
+        w = _attach()
+        if w is None:
+            return
+    if not _wrapped:
+        _wrap_torch()
+    now = _mono()
+    last = w[_LAST]
+    n = w[_STEPS] + 1
+    i = _SLOT0 + ((n - 1) % _SLOTS) * 4
+    wait = w[_WAIT]
+    w[i] = 0  # torn while it is written
+    w[i + 1] = now
+    w[i + 2] = now - last if last else 0
+    w[i + 3] = wait - _last_wait
+    w[i] = n
+    _last_wait = wait
+    if last and not w[_IN]:
+        began = last if last > w[_EXIT_NS] else w[_EXIT_NS]
+        if now - began > w[_LONGEST]:
+            w[_LONGEST] = now - began
+    w[_LAST] = now
+    w[_STEPS] = n
+
+
+def _section_index(name):
+    index = _names.get(name)
+    if index is not None or len(_names) >= _SECTIONS:
+        return index
+    data = name.encode("utf-8", "replace")[: _NAME - 1].ljust(_NAME, b"\0")
+    index = len(_names)
+    at = (_SECTION0 + 6 * index) * 8
+    _map[at:at + _NAME] = data
+    _names[name] = index
+    return index
+
+
+class section:
+    """`with ddp_launch.section("checkpoint"):` around a phase that is not a step
+    (checkpoint, eval): --hang-timeout=auto judges it by its own longest duration. Up
+    to 16 names are kept; sections may nest."""
+
+    __slots__ = ("name", "_index", "_outer", "_outer_ns")
+
+    def __init__(self, name):
+        self.name = str(name)
+        self._index = None
+
+    def __enter__(self):
+        w = _w
+        if w is None and not _off:
+            w = _attach()
+        if w is None:
+            return self
+        self._index = _section_index(self.name)
+        if self._index is None:
+            return self
+        self._outer, self._outer_ns = w[_IN], w[_IN_NS]
+        w[_IN_NS] = _mono()
+        w[_IN] = self._index + 1
+        return self
+
+    def __exit__(self, *exc):
+        w = _w
+        index, self._index = self._index, None
+        if w is None or index is None:
+            return False
+        now = _mono()
+        took = now - w[_IN_NS]
+        at = _SECTION0 + 6 * index + 3
+        if took > w[at + 1]:
+            w[at + 1] = took
+        w[at + 2] += took
+        w[at] += 1
+        w[_EXIT_NS] = now
+        w[_IN] = self._outer
+        w[_IN_NS] = self._outer_ns
+        return False
