@@ -524,10 +524,36 @@ static bool no_progress_stop(ddp_agent_t *a)
 
 /* --exclude-after=K: a node whose own workers failed in K rounds in a row leaves the job (a
  * hot spare, or the elastic rules, take its place). True when it leaves. */
+/* --straggler-action=exclude: a rank of this node was named a straggler. */
+static bool straggler_leaves(ddp_agent_t *a)
+{
+    if (!a->cfg->straggler_exclude || !(a->straggler_named || ddp_rdzv_straggler_named(a->rdzv)))
+        return false;
+    if (a->coord != NULL) { /* its leaving would end the job */
+        ddp_log_warn(a->log, "a rank of this node was named a straggler, but this node serves "
+                             "the job's store: it stays (--straggler-action=exclude)");
+        a->straggler_named = false;
+        return false;
+    }
+    ddp_log_error(a->log,
+                  "a rank of this node was named a straggler (--straggler-action=exclude): it "
+                  "leaves the job at this restart%s",
+                  a->cfg->hot_spares > 0 ? ", and a hot spare takes its place" : "");
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_str(&fields, "reason", "straggler");
+    ddp_events_emit(&a->events, "node_excluded", &fields);
+    ddp_buf_free(&fields);
+    a->exit_code = DDP_EXIT_RDZV_FAILED;
+    finish(a);
+    return true;
+}
+
 static bool excluded(ddp_agent_t *a)
 {
     if (a->rdzv == NULL)
         return false;
+    if (straggler_leaves(a))
+        return true;
     a->failed_rounds = a->nfailures > 0 ? a->failed_rounds + 1 : 0;
     if (a->cfg->exclude_after <= 0 || a->failed_rounds < a->cfg->exclude_after)
         return false;

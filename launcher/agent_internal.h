@@ -161,6 +161,7 @@ struct ddp_agent_s {
     uint64_t common_seq; /* collectives compared for arrivals */
     double window_start, report_at;
     double learnt_written_at;
+    bool straggler_named; /* (store host) one of this node's ranks: it leaves at a restart */
     ddp_learnt_t learnt;
     double hang_limit;    /* the timeout that found the current hang (s) */
     uv_timer_t hang_wait; /* the report's pauses and bounds */

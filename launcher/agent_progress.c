@@ -218,7 +218,14 @@ static void report(ddp_agent_t *a, const char *text, double window)
         const ddp_straggler_row_t *r = &rows[found[j]];
         ddp_buf_t line = DDP_BUF_INIT, fields = DDP_BUF_INIT;
         ddp_straggler_describe(r, ratio[j], median, window, &line);
-        ddp_log_warn(a->log, "%s", ddp_buf_str(&line));
+        ddp_log_warn(a->log, "%s%s", ddp_buf_str(&line),
+                     a->cfg->straggler_exclude && a->rdzv != NULL
+                         ? "; its node leaves the job at the next restart (--straggler-action)"
+                         : "");
+        if (a->cfg->straggler_exclude && r->node == a->group_rank)
+            a->straggler_named = true;
+        else if (a->cfg->straggler_exclude && a->coord != NULL)
+            ddp_rdzv_coord_name_straggler(a->coord, r->node, ddp_buf_str(&line));
         ddp_events_int(&fields, "rank", r->rank);
         ddp_events_int(&fields, "node", r->node);
         ddp_events_str(&fields, "host", r->host);

@@ -514,6 +514,16 @@ static int apply_straggler_threshold(ddp_launch_config_t *cfg, const char *value
     return r ? bad_value(err, origin, value, "a ratio between 1.01 and 1000") : 0;
 }
 
+static int apply_straggler_action(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                                  const ddp_log_t *log, ddp_buf_t *err)
+{
+    (void)log;
+    if (strcmp(value, "none") != 0 && strcmp(value, "exclude") != 0)
+        return bad_value(err, origin, value, "none or exclude");
+    cfg->straggler_exclude = strcmp(value, "exclude") == 0;
+    return 0;
+}
+
 /* A size in bytes: digits with an optional K, M or G (powers of 1024). */
 static int parse_size_flag(const char *value, const char *origin, uint64_t *out, ddp_buf_t *err)
 {
@@ -739,6 +749,8 @@ static const flag_t flags[] = {
      "off)"},
     {CODE("straggler-threshold", apply_straggler_threshold, true), false, G_SUPERVISION, "RATIO",
      "a straggler works over RATIO x the median rank\n(default 1.2)"},
+    {CODE("straggler-action", apply_straggler_action, true), false, G_SUPERVISION, "none|exclude",
+     "exclude: a straggler's node leaves the job at its next\nrestart (default none)"},
     {TEXT("health-check", health_command, 0), false, G_SUPERVISION, "CMD",
      "before each round, this node runs CMD (/bin/sh -c): not\nexit 0 = unhealthy, the job "
      "ends naming the node (5)"},

@@ -119,6 +119,7 @@ typedef struct ddp_launch_config_s {
     bool hang_dump;          /* --hang-dump: the report also saves every worker's stacks */
     double straggler_report; /* --straggler-report: s between reports (default 300; 0: off) */
     double straggler_threshold; /* --straggler-threshold: x the median rank's work (1.2) */
+    bool straggler_exclude;     /* --straggler-action=exclude: its node leaves at a restart */
 
     /* Health checks before each round (health.h). */
     const char *health_command; /* --health-check: a site's command, exit 0 = healthy */

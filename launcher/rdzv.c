@@ -198,6 +198,14 @@ void ddp_rdzv_post_stragglers(ddp_rdzv_t *r, const char *rows)
     pthread_mutex_unlock(&r->mutex);
 }
 
+bool ddp_rdzv_straggler_named(ddp_rdzv_t *r)
+{
+    pthread_mutex_lock(&r->mutex);
+    bool named = r->straggler_named;
+    pthread_mutex_unlock(&r->mutex);
+    return named;
+}
+
 bool ddp_rdzv_unhealthy(ddp_rdzv_t *r)
 {
     pthread_mutex_lock(&r->mutex);

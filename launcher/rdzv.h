@@ -88,6 +88,10 @@ void ddp_rdzv_post_failures(ddp_rdzv_t *r, const char *lines);
  * (ddp_rdzv_coord_collect). */
 void ddp_rdzv_post_stragglers(ddp_rdzv_t *r, const char *rows);
 
+/* From the loop: whether the store host has named one of this node's ranks a straggler
+ * (ddp_rdzv_coord_name_straggler; looked for with each post of the rows). */
+bool ddp_rdzv_straggler_named(ddp_rdzv_t *r);
+
 /* After the loop has ended (the thread told to stop): waits for the thread's end, then
  * says whether this node's failures reached the store (the job's report has them), so
  * this node need not print its own. */

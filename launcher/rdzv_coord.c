@@ -653,6 +653,18 @@ void ddp_rdzv_coord_stragglers(ddp_rdzv_coord_t *c, ddp_buf_t *out)
     }
 }
 
+void ddp_rdzv_coord_name_straggler(ddp_rdzv_coord_t *c, int node_rank, const char *why)
+{
+    if (c->phase != COORD_RUNNING || node_rank < 0 || node_rank >= c->nrunning ||
+        c->running[node_rank] == NULL)
+        return;
+    char key[512];
+    ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/straggler/%s", c->round,
+                 c->running[node_rank]->id);
+    ddp_store_key_t k = {(const uint8_t *)key, strlen(key)};
+    (void)ddp_store_set(ddp_store_server_store(c->server), k, (const uint8_t *)why, strlen(why));
+}
+
 /* Finishing: the server closes once the others have gone or stopped answering (or at the
  * deadline). The scan is O(N) a tick, and only while finishing. */
 static bool finished(ddp_rdzv_coord_t *c, double now)

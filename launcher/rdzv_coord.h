@@ -40,6 +40,10 @@ int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
  * launchers last posted (ddp_rdzv_post_stragglers), appended to `out`. O(nodes). */
 void ddp_rdzv_coord_stragglers(ddp_rdzv_coord_t *coord, ddp_buf_t *out);
 
+/* From the loop: node `node_rank` of the running round has a straggler (`why`, the report's
+ * line): its launcher finds out at its next post of rows (ddp_rdzv_straggler_named). */
+void ddp_rdzv_coord_name_straggler(ddp_rdzv_coord_t *coord, int node_rank, const char *why);
+
 /* Our launcher ends: the job ends with it if it has not (the others are told: with
  * 128+`sig` when it ends for signal `sig`, which they forward, else status 5), and once
  * every other launcher has left, or after `linger` seconds, the coordinator closes the

@@ -267,6 +267,16 @@ static bool take_posts(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, bool *repor
     if (ev.stragglers != NULL && world != NULL && !ev.quit) {
         ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/stragglers/%s", world->round, r->id);
         (void)ddp_store_client_set(r->client, key, ev.stragglers, strlen(ev.stragglers));
+        /* Named a straggler by the store host (--straggler-action=exclude)? */
+        const char *keys[1] = {key};
+        bool named = false;
+        ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/straggler/%s", world->round, r->id);
+        if (r->cfg->straggler_exclude && ddp_store_client_check(r->client, keys, 1, &named) == 0 &&
+            named) {
+            pthread_mutex_lock(&r->mutex);
+            r->straggler_named = true;
+            pthread_mutex_unlock(&r->mutex);
+        }
     } /* (a store gone shows at the next call that waits on it) */
     free(ev.stragglers);
     /* Rows of a hang come before the failure it ends in. */

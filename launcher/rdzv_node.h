@@ -37,6 +37,7 @@ struct ddp_rdzv_s {
     char **job_env;
     char *hang_rows;         /* CMD_HANG_REPORT's text (owned until taken) */
     bool failures_published; /* this node's failures are in the store for the job's report */
+    bool straggler_named;    /* the store host named this node's rank a straggler */
     bool unhealthy;          /* this node failed its health check before a round */
 
     /* Loop to thread, under the mutex. */

@@ -702,9 +702,12 @@ static void mode_skip(int victim, int skipped, int seconds)
 
 /* A training loop of `steps` steps: each sleeps `step_ms` (the ranks in `slow`, a comma-
  * separated list or "-", 30 ms more), then all-reduces: the launcher's straggler report
- * sees who the others wait for. */
-static void mode_slow(int steps, long step_ms, const char *slow)
+ * sees who the others wait for. `fail_at` > 0: rank 0 of the first attempt exits 1 after
+ * that many steps. */
+static void mode_slow(int steps, long step_ms, const char *slow, int fail_at)
 {
+    const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+    bool first = restart == NULL || strcmp(restart, "0") == 0;
     float buf[256] = {0};
     bool slowed = false;
     for (const char *p = slow; *p != '\0' && !slowed; p += strcspn(p, ","), p += *p == ',')
@@ -713,8 +716,13 @@ static void mode_slow(int steps, long step_ms, const char *slow)
     for (int i = 1; i <= steps; i++) {
         nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
         CALL("all_reduce", ddp_all_reduce(ddp, buf, 256, DDP_FLOAT32, DDP_SUM));
+        if (rank == 0 && first && fail_at > 0 && i == fail_at) {
+            printf("slow: rank 0 fails after %d steps\n", i);
+            fflush(stdout);
+            exit(1);
+        }
     }
-    printf("slow: rank %d finished %d steps\n", rank, steps);
+    printf("slow: rank %d of %d finished %d steps\n", rank, world, steps);
 }
 
 /* A gradient registered: its index, or the failure. */
@@ -1097,7 +1105,7 @@ int main(int argc, char **argv)
     else if (strcmp(mode, "skip") == 0 && argc > 3)
         mode_skip(atoi(argv[2]), atoi(argv[3]), argc > 4 ? atoi(argv[4]) : 600);
     else if (strcmp(mode, "slow") == 0 && argc > 4)
-        mode_slow(atoi(argv[2]), atol(argv[3]), argv[4]);
+        mode_slow(atoi(argv[2]), atol(argv[3]), argv[4], argc > 5 ? atoi(argv[5]) : 0);
     else if (strcmp(mode, "die") == 0)
         mode_die(argc > 2 ? atoi(argv[2]) : 1);
     else

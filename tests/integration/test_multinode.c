@@ -1164,12 +1164,38 @@ static void test_straggler_on_another_node(void **state)
     job_cleanup(&job);
 }
 
+/* --straggler-action=exclude, elastic 1:2: node 1's rank is slow and named; when rank 0
+ * fails (once), node 1 leaves the job at the restart (5, node_excluded) and node 0 goes on
+ * alone and succeeds. */
+static void test_straggler_node_excluded_at_restart(void **state)
+{
+    const char *slow[] = {getenv("DDP_TEST_COLLECTIVES"), "slow", "150", "10", "1", "100", NULL};
+    char flags[512], conf[256];
+    job_t job;
+    job_init(&job);
+    elastic_flags(&job, "1:2", 1, 60, conf, sizeof conf);
+    snprintf(flags, sizeof flags,
+             "%s --max-restarts=1 --straggler-report=1 --straggler-action=exclude", conf);
+    th_proc_t *a = start_node(&job, 0, 0, 1, flags, slow);
+    TH_ASSERT(a, th_wait_output(a, 2, "joining the elastic job", 1, 30));
+    th_proc_t *b = start_node(&job, 0, 1, 1, flags, slow);
+    job_wait(&job, 120);
+    TH_ASSERT(a, th_status(a) == 0);
+    TH_ASSERT(a, strstr(err(a), "straggler: rank 1 (node 1 on ") != NULL);
+    TH_ASSERT(a, strstr(out(a), "slow: rank 0 of 1 finished 150 steps") != NULL);
+    TH_ASSERT(b, th_status(b) == 5);
+    TH_ASSERT(b, strstr(err(b), "was named a straggler (--straggler-action=exclude): it leaves") !=
+                     NULL);
+    job_cleanup(&job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         TH_TEST(test_nodes_form_one_job),
         TH_TEST(test_hang_report_across_nodes),
         TH_TEST(test_straggler_on_another_node),
+        TH_TEST(test_straggler_node_excluded_at_restart),
         TH_TEST(test_failure_restarts_every_node),
         TH_TEST(test_failure_without_restarts_ends_every_node),
         TH_TEST(test_failures_on_two_nodes_one_report),
