@@ -158,7 +158,8 @@ struct ddp_agent_s {
     ddp_straggler_acc_t *accs; /* each worker's sums over the straggler window */
     ddp_flight_ring_t *rings;  /* a copy of each worker's busiest flight ring, this look */
     bool *has_flight;
-    uint64_t common_seq; /* collectives compared for arrivals */
+    uint64_t common_seq;                                 /* collectives compared for arrivals */
+    ddp_straggler_entry_t latest[DDP_STRAGGLER_ENTRIES]; /* the node's last entry a collective */
     double window_start, report_at;
     double learnt_written_at;
     bool straggler_named; /* (store host) one of this node's ranks: it leaves at a restart */

@@ -199,16 +199,30 @@ static void local_rows(const ddp_agent_t *a, ddp_buf_t *out)
     }
     (void)ddp_straggler_rows_format(rows, (size_t)a->nworkers, out);
     free(rows);
+    /* Multi-node: the node's last entry into each recent collective, by global rank. */
+    ddp_straggler_entry_t entries[DDP_STRAGGLER_ENTRIES];
+    size_t k = 0;
+    for (int s = 0; a->rdzv != NULL && s < DDP_STRAGGLER_ENTRIES; s++) {
+        if (a->latest[s].seq == 0 || a->latest[s].rank < 0 || a->latest[s].rank >= a->nworkers)
+            continue;
+        entries[k] = a->latest[s];
+        entries[k++].rank = a->workers[a->latest[s].rank].rank;
+    }
+    (void)ddp_straggler_entries_format(entries, k, out);
 }
 
 /* The report over every node's rows (this node's, and on the store's host the others'). */
 static void report(ddp_agent_t *a, const char *text, double window)
 {
     ddp_straggler_row_t *rows = NULL;
-    size_t n = 0;
-    if (ddp_straggler_rows_parse(text, &rows, &n) != 0)
+    ddp_straggler_entry_t *entries = NULL;
+    size_t n = 0, nentries = 0;
+    if (ddp_straggler_rows_parse(text, &rows, &n, &entries, &nentries) != 0)
         ddp_log_warn(a->log, "a node's straggler rows were malformed: the report holds those "
                              "before");
+    /* Several nodes: who each collective waited for, across them. */
+    ddp_straggler_global_arrivals(rows, n, entries, nentries);
+    free(entries);
     size_t *found = calloc(n ? n : 1, sizeof *found);
     double *ratio = calloc(n ? n : 1, sizeof *ratio), median = 0;
     size_t k = found != NULL && ratio != NULL
@@ -285,19 +299,23 @@ static void on_progress(uv_timer_t *timer)
             continue;
         ddp_agent_worker_dir(a, w, dir, sizeof dir);
         snprintf(path, sizeof path, "%s/%s", dir, DDP_PROGRESS_FILE);
-        if (ddp_progress_read(path, &ring) == 0) {
+        /* Steps where the worker reports them (ddp_launch.step(), a libddp reducer), else
+         * libddp's collectives; the flight ring says who arrived last either way. */
+        bool steps = ddp_progress_read(path, &ring) == 0;
+        a->has_flight[i] = ddp_hang_busiest_ring(dir, &a->rings[i]) == 0;
+        if (steps) {
             ddp_straggler_take_progress(&a->accs[i], &ring);
             learn_steps(&a->learnt, &ring);
             if (cfg->hang_auto && why[0] == '\0')
                 (void)stalled_steps(a, w, &ring, now, why, sizeof why);
-        } else if (ddp_hang_busiest_ring(dir, &a->rings[i]) == 0) {
-            a->has_flight[i] = true;
+        } else if (a->has_flight[i]) {
             ddp_straggler_take_flight(&a->accs[i], &a->rings[i]);
             if (cfg->hang_auto && why[0] == '\0')
                 (void)stalled_collectives(a, w, &a->rings[i], now, why, sizeof why);
         }
     }
-    ddp_straggler_take_arrivals(a->accs, a->rings, a->has_flight, a->nworkers, &a->common_seq);
+    ddp_straggler_take_arrivals(a->accs, a->rings, a->has_flight, a->nworkers, &a->common_seq,
+                                a->latest);
     if (cfg->hang_auto)
         write_learnt(a, now);
     if (why[0] != '\0' && a->hang == HANG_IDLE && !a->hang_done) {
@@ -328,6 +346,7 @@ void ddp_agent_progress_start(ddp_agent_t *a)
         a->workers[i].moved_at = 0;
     }
     a->common_seq = 0;
+    memset(a->latest, 0, sizeof a->latest);
     a->window_start = ddp_clock_mono();
     a->report_at = a->window_start + cfg->straggler_report;
     uint64_t ms = tick_ms(cfg);

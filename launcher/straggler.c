@@ -55,34 +55,37 @@ void ddp_straggler_take_flight(ddp_straggler_acc_t *acc, const ddp_flight_ring_t
 }
 
 void ddp_straggler_take_arrivals(ddp_straggler_acc_t *accs, const ddp_flight_ring_t *rings,
-                                 const bool *present, int n, uint64_t *common)
+                                 const bool *present, int n, uint64_t *common,
+                                 ddp_straggler_entry_t *latest)
 {
     uint64_t upto = UINT64_MAX;
     for (int i = 0; i < n; i++)
         if (present[i] && rings[i].completed < upto)
             upto = rings[i].completed;
-    if (upto == UINT64_MAX || n < 2)
+    if (upto == UINT64_MAX)
         return;
     uint64_t first = *common + 1;
     if (upto >= first + DDP_FLIGHT_SLOTS)
         first = upto - DDP_FLIGHT_SLOTS + 1;
     for (uint64_t seq = first; seq <= upto; seq++) {
         int last = -1, there = 0;
-        int64_t latest = 0;
+        int64_t top_ns = 0;
         bool tie = false;
         for (int i = 0; i < n; i++) {
             const ddp_flight_entry_t *e = present[i] ? ddp_flight_entry(&rings[i], seq) : NULL;
             if (e == NULL)
                 continue;
             there++;
-            if (last < 0 || e->entered_ns > latest) {
+            if (last < 0 || e->entered_ns > top_ns) {
                 tie = false;
                 last = i;
-                latest = e->entered_ns;
-            } else if (e->entered_ns == latest) {
+                top_ns = e->entered_ns;
+            } else if (e->entered_ns == top_ns) {
                 tie = true;
             }
         }
+        if (latest != NULL && there > 0)
+            latest[(seq - 1) % DDP_STRAGGLER_ENTRIES] = (ddp_straggler_entry_t){seq, last, top_ns};
         if (there < 2)
             continue;
         for (int i = 0; i < n; i++)
@@ -92,6 +95,58 @@ void ddp_straggler_take_arrivals(ddp_straggler_acc_t *accs, const ddp_flight_rin
     }
     if (upto > *common)
         *common = upto;
+}
+
+static int by_seq(const void *a, const void *b)
+{
+    const ddp_straggler_entry_t *x = a, *y = b;
+    return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+static int by_rank(const void *a, const void *b)
+{
+    const ddp_straggler_row_t *x = a, *y = b;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+void ddp_straggler_global_arrivals(ddp_straggler_row_t *rows, size_t n,
+                                   ddp_straggler_entry_t *entries, size_t nentries)
+{
+    size_t nodes = 0;
+    qsort(entries, nentries, sizeof *entries, by_seq);
+    for (size_t i = 0, j; i < nentries; i = j) {
+        for (j = i; j < nentries && entries[j].seq == entries[i].seq; j++)
+            ;
+        nodes = j - i > nodes ? j - i : nodes;
+    }
+    if (nodes < 2)
+        return;
+    qsort(rows, n, sizeof *rows, by_rank);
+    int compared = 0;
+    for (size_t i = 0; i < n; i++)
+        rows[i].arrivals = 0;
+    for (size_t i = 0; i < nentries;) {
+        size_t j = i, top = i;
+        bool tie = false;
+        for (; j < nentries && entries[j].seq == entries[i].seq; j++) {
+            if (entries[j].entered_ns > entries[top].entered_ns) {
+                top = j;
+                tie = false;
+            } else if (j != top && entries[j].entered_ns == entries[top].entered_ns) {
+                tie = true;
+            }
+        }
+        if (j - i == nodes) { /* every node's entry: who came last is known */
+            compared++;
+            ddp_straggler_row_t key = {.rank = entries[top].rank};
+            ddp_straggler_row_t *row = tie ? NULL : bsearch(&key, rows, n, sizeof *rows, by_rank);
+            if (row != NULL)
+                row->arrivals++;
+        }
+        i = j;
+    }
+    for (size_t i = 0; i < n; i++)
+        rows[i].collectives = compared;
 }
 
 void ddp_straggler_window_reset(ddp_straggler_acc_t *acc)
@@ -117,11 +172,50 @@ int ddp_straggler_rows_format(const ddp_straggler_row_t *rows, size_t n, ddp_buf
     return err;
 }
 
-int ddp_straggler_rows_parse(const char *text, ddp_straggler_row_t **rows, size_t *n)
+int ddp_straggler_entries_format(const ddp_straggler_entry_t *entries, size_t n, ddp_buf_t *out)
+{
+    int err = 0;
+    for (size_t i = 0; i < n && !err; i++)
+        if (entries[i].seq > 0)
+            err = ddp_buf_printf(out, "e %" PRIu64 " %d %" PRId64 "\n", entries[i].seq,
+                                 entries[i].rank, entries[i].entered_ns);
+    return err;
+}
+
+/* An "e SEQ RANK NS" line into *entries (grown by doubling). */
+static int parse_entry(const char *line, ddp_straggler_entry_t **entries, size_t *n, size_t *cap)
+{
+    ddp_straggler_entry_t e = {0};
+    int used = 0;
+    unsigned long long seq;
+    long long ns;
+    if (sscanf(line, "e %llu %d %lld%n", &seq, &e.rank, &ns, &used) != 3 ||
+        (size_t)used != strlen(line) || seq == 0 || e.rank < 0)
+        return DDP_EPARSE;
+    e.seq = seq;
+    e.entered_ns = ns;
+    if (*n == *cap) {
+        size_t grown = *cap ? 2 * *cap : 64;
+        ddp_straggler_entry_t *more = realloc(*entries, grown * sizeof *more);
+        if (more == NULL)
+            return -ENOMEM;
+        *entries = more;
+        *cap = grown;
+    }
+    (*entries)[(*n)++] = e;
+    return 0;
+}
+
+int ddp_straggler_rows_parse(const char *text, ddp_straggler_row_t **rows, size_t *n,
+                             ddp_straggler_entry_t **entries, size_t *nentries)
 {
     *rows = NULL;
     *n = 0;
-    size_t cap = 0;
+    size_t cap = 0, ecap = 0;
+    if (entries != NULL) {
+        *entries = NULL;
+        *nentries = 0;
+    }
     for (const char *p = text; *p != '\0';) {
         const char *end = strchr(p, '\n');
         size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
@@ -132,6 +226,13 @@ int ddp_straggler_rows_parse(const char *text, ddp_straggler_row_t **rows, size_
             return DDP_EPARSE;
         memcpy(line, p, len);
         line[len] = '\0';
+        if (line[0] == 'e') {
+            int err = entries != NULL ? parse_entry(line, entries, nentries, &ecap) : 0;
+            if (err != 0)
+                return err;
+            p += len + (end != NULL);
+            continue;
+        }
         if (sscanf(line, "%d %d %d %c %lf %lf %lf %d %d %63s%n", &r.rank, &r.node, &r.local_rank,
                    &kind, &r.units, &r.work_s, &r.wait_s, &r.arrivals, &r.collectives, r.host,
                    &used) != 10 ||
@@ -204,6 +305,6 @@ void ddp_straggler_describe(const ddp_straggler_row_t *row, double ratio, double
     if (row->steps)
         ddp_buf_printf(out, " (and %.1f ms a step in collectives)", wait * 1e3);
     if (row->collectives > 0)
-        ddp_buf_printf(out, "; its node's collectives waited for it %.0f%% of the time",
+        ddp_buf_printf(out, "; the collectives waited for it %.0f%% of the time",
                        100.0 * row->arrivals / row->collectives);
 }

@@ -38,11 +38,23 @@ typedef struct {
 void ddp_straggler_take_progress(ddp_straggler_acc_t *acc, const ddp_progress_ring_t *ring);
 void ddp_straggler_take_flight(ddp_straggler_acc_t *acc, const ddp_flight_ring_t *ring);
 
+/* A node's last entry into one collective: for the store host, which finds across nodes
+ * who each collective waited for. A node keeps those of its last DDP_STRAGGLER_ENTRIES
+ * collectives (sampled), across windows: the nodes post at their own times. */
+#define DDP_STRAGGLER_ENTRIES 256
+typedef struct {
+    uint64_t seq; /* 0: none */
+    int rank;     /* the local index (take_arrivals), the global rank (rows) */
+    int64_t entered_ns;
+} ddp_straggler_entry_t;
+
 /* The collectives past *common that every one of the n rings (one a local rank; those not
  * `present` left out) has completed: the rank that entered each last (alone) gets an
- * arrival; every rank a compared collective. *common moves on. */
+ * arrival; every rank a compared collective. Each one's last entry goes to
+ * latest[(seq - 1) % DDP_STRAGGLER_ENTRIES] (latest may be NULL). *common moves on. */
 void ddp_straggler_take_arrivals(ddp_straggler_acc_t *accs, const ddp_flight_ring_t *rings,
-                                 const bool *present, int n, uint64_t *common);
+                                 const bool *present, int n, uint64_t *common,
+                                 ddp_straggler_entry_t *latest);
 
 /* Ends the window: the sums are zeroed, the sampling places kept. */
 void ddp_straggler_window_reset(ddp_straggler_acc_t *acc);
@@ -55,10 +67,20 @@ typedef struct {
     char host[64];
 } ddp_straggler_row_t;
 
-/* Rows as text, one line a row, and back (DDP_EPARSE for a malformed line, the rows
- * before it kept; -ENOMEM). *rows is malloc'd: the caller frees. */
+/* Across nodes (the store host): for every collective that each node has an entry for
+ * (as many entries as the most any collective has, two at least), the rank that entered
+ * it last gets an arrival in its row (matched by rank), and every row the count of such
+ * collectives: the node-local counts are replaced. Sorts both arrays. */
+void ddp_straggler_global_arrivals(ddp_straggler_row_t *rows, size_t n,
+                                   ddp_straggler_entry_t *entries, size_t nentries);
+
+/* Rows as text, one line a row, then entries ("e SEQ RANK NS"), and back (DDP_EPARSE for a
+ * malformed line, what came before it kept; -ENOMEM). *rows and *entries are malloc'd:
+ * the caller frees (entries may be NULL: none taken). */
 int ddp_straggler_rows_format(const ddp_straggler_row_t *rows, size_t n, ddp_buf_t *out);
-int ddp_straggler_rows_parse(const char *text, ddp_straggler_row_t **rows, size_t *n);
+int ddp_straggler_entries_format(const ddp_straggler_entry_t *entries, size_t n, ddp_buf_t *out);
+int ddp_straggler_rows_parse(const char *text, ddp_straggler_row_t **rows, size_t *n,
+                             ddp_straggler_entry_t **entries, size_t *nentries);
 
 /* The stragglers of `rows`: each rank with 3 units or more whose work a unit is over
  * `threshold` times the median rank's and at least 2 ms over it. Their indexes go to

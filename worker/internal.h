@@ -109,6 +109,11 @@ struct ddp_s {
  * (leave with its result: a failure writes the dump); peer names the rank the current
  * collective waits on. close: unregisters and unmaps (the ring file stays, for the
  * launcher). */
+/* progress.c: a completed iteration (a reducer's wait()) as a step of the launcher's
+ * progress ring, `wait_ns` of it blocked in collectives; and the clock it is timed by. */
+void ddp_progress_step(int64_t wait_ns);
+int64_t ddp_progress_now(void);
+
 int ddp_flight_open(ddp_t *ddp);
 void ddp_flight_close(ddp_t *ddp);
 void ddp_flight_enter(ddp_t *ddp, int op, size_t count, ddp_dtype_t dtype, int reduce_op, int root);

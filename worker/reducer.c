@@ -366,6 +366,7 @@ int ddp_reducer_wait(ddp_reducer_t *r)
 {
     NEED_REDUCER(r, "ddp_reducer_wait");
     ddp_t *ddp = r->ddp;
+    int64_t waited_from = ddp_progress_now();
     char missing[160] = "";
     int nmissing = 0;
     if (!r->frozen)
@@ -406,6 +407,8 @@ int ddp_reducer_wait(ddp_reducer_t *r)
     for (int g = 0; g < r->ngrads; g++)
         r->grads[g].ready = false;
     pthread_mutex_unlock(&r->mutex);
+    if (err == 0)
+        ddp_progress_step(ddp_progress_now() - waited_from);
     return err;
 }
 

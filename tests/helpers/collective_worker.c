@@ -701,13 +701,21 @@ static void mode_skip(int victim, int skipped, int seconds)
 }
 
 /* A training loop of `steps` steps: each sleeps `step_ms` (the ranks in `slow`, a comma-
- * separated list or "-", 30 ms more), then all-reduces: the launcher's straggler report
- * sees who the others wait for. `fail_at` > 0: rank 0 of the first attempt exits 1 after
- * that many steps. */
+ * separated list or "-", 30 ms more), then all-reduces (with DDP_TEST_REDUCER=1, through a
+ * reducer: one gradient marked ready, then wait()): the launcher's straggler report sees
+ * who the others wait for. `fail_at` > 0: rank 0 of the first attempt exits 1 after that
+ * many steps. */
 static void mode_slow(int steps, long step_ms, const char *slow, int fail_at)
 {
-    const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+    const char *restart = getenv("TORCHELASTIC_RESTART_COUNT"), *use = getenv("DDP_TEST_REDUCER");
     bool first = restart == NULL || strcmp(restart, "0") == 0;
+    ddp_reducer_t *reducer = NULL;
+    float grad[256] = {0};
+    if (use != NULL && strcmp(use, "1") == 0) {
+        CALL("reducer_new", ddp_reducer_new(ddp, NULL, &reducer));
+        if (ddp_reducer_add(reducer, grad, 256, DDP_FLOAT32) != 0)
+            fail_collective("reducer_add", -1);
+    }
     float buf[256] = {0};
     bool slowed = false;
     for (const char *p = slow; *p != '\0' && !slowed; p += strcspn(p, ","), p += *p == ',')
@@ -715,13 +723,19 @@ static void mode_slow(int steps, long step_ms, const char *slow, int fail_at)
     long ms = step_ms + (slowed ? 30 : 0);
     for (int i = 1; i <= steps; i++) {
         nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
-        CALL("all_reduce", ddp_all_reduce(ddp, buf, 256, DDP_FLOAT32, DDP_SUM));
+        if (reducer != NULL) {
+            CALL("reducer_ready", ddp_reducer_ready(reducer, 0));
+            CALL("reducer_wait", ddp_reducer_wait(reducer));
+        } else {
+            CALL("all_reduce", ddp_all_reduce(ddp, buf, 256, DDP_FLOAT32, DDP_SUM));
+        }
         if (rank == 0 && first && fail_at > 0 && i == fail_at) {
             printf("slow: rank 0 fails after %d steps\n", i);
             fflush(stdout);
             exit(1);
         }
     }
+    ddp_reducer_free(reducer);
     printf("slow: rank %d of %d finished %d steps\n", rank, world, steps);
 }
 

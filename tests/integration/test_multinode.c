@@ -1155,6 +1155,12 @@ static void test_straggler_on_another_node(void **state)
     TH_ASSERT(n0, th_status(n0) == 0);
     TH_ASSERT(n1, th_status(n1) == 0);
     TH_ASSERT(n0, strstr(err(n0), "straggler: rank 3 (node 1 on ") != NULL);
+    /* Who the collectives waited for, across the nodes: rank 3, nearly always. */
+    const char *waited = strstr(err(n0), "the collectives waited for it ");
+    int percent = 0;
+    TH_ASSERT(n0, waited != NULL &&
+                      sscanf(waited, "the collectives waited for it %d%%", &percent) == 1);
+    TH_ASSERT(n0, percent >= 50);
     for (int r = 0; r < 3; r++) {
         char line[64];
         snprintf(line, sizeof line, "straggler: rank %d ", r);

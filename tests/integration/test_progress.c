@@ -76,7 +76,7 @@ static void test_libddp_straggler_named(void **state)
     TH_ASSERT(&p, th_status(&p) == 0);
     assert_stragglers(&p, "2");
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "works ") != NULL);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "its node's collectives waited for it ") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "the collectives waited for it ") != NULL);
     th_cleanup(&p);
     char *text = NULL;
     size_t len;
@@ -86,6 +86,30 @@ static void test_libddp_straggler_named(void **state)
     free(text);
     th_rmtree(dir);
     free(dir);
+}
+
+/* A libddp program with a reducer: its iterations are steps (libddp writes the progress
+ * ring), and rank 2 is named by its work a step. */
+static void test_libddp_reducer_steps(void **state)
+{
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=4",
+                          "--straggler-report=2",
+                          "--no-python",
+                          getenv("DDP_TEST_COLLECTIVES"),
+                          "slow",
+                          "150",
+                          "10",
+                          "2",
+                          NULL};
+    const char *env[] = {"DDP_TEST_REDUCER=1", NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    assert_stragglers(&p, "2");
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), " ms a step, ") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "the collectives waited for it ") != NULL);
+    th_cleanup(&p);
 }
 
 /* Two ranks equally slow: both are named. */
@@ -256,10 +280,10 @@ static void test_module_outside_ddp_launch(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_libddp_straggler_named),         TH_TEST(test_two_stragglers_named),
-        TH_TEST(test_no_straggler_no_line),           TH_TEST(test_python_straggler_named),
-        TH_TEST(test_hang_auto_finds_a_stopped_rank), TH_TEST(test_hang_auto_spares_a_checkpoint),
-        TH_TEST(test_module_outside_ddp_launch),
+        TH_TEST(test_libddp_straggler_named),        TH_TEST(test_libddp_reducer_steps),
+        TH_TEST(test_two_stragglers_named),          TH_TEST(test_no_straggler_no_line),
+        TH_TEST(test_python_straggler_named),        TH_TEST(test_hang_auto_finds_a_stopped_rank),
+        TH_TEST(test_hang_auto_spares_a_checkpoint), TH_TEST(test_module_outside_ddp_launch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

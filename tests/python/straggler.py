@@ -38,4 +38,7 @@ for i in range(steps):
     ddp_launch.step()
     if stop is not None and rank == stop[0] and i + 1 >= stop[1]:
         time.sleep(3600)
+if gloo:  # torch 2.6 aborts at exit with a process group left (gloo's threads)
+    dist.barrier()
+    dist.destroy_process_group()
 print(f"rank {rank} done {steps} steps", flush=True)

@@ -85,18 +85,21 @@ static void test_flight_sums_and_arrivals(void **state)
     assert_true(accs[0].work_s > 0.449 && accs[0].work_s < 0.451);
     assert_true(accs[1].work_s > 0.809 && accs[1].work_s < 0.811);
     uint64_t common = 0;
-    ddp_straggler_take_arrivals(accs, rings, present, 3, &common);
+    ddp_straggler_entry_t latest[DDP_STRAGGLER_ENTRIES] = {{0}};
+    ddp_straggler_take_arrivals(accs, rings, present, 3, &common, latest);
     assert_int_equal((int)common, 10);
+    assert_int_equal((int)latest[9].seq, 10); /* the node's last entry into #10: rank 1's */
+    assert_int_equal(latest[9].rank, 1);
     assert_int_equal(accs[1].arrivals, 10);
     assert_int_equal(accs[1].collectives, 10);
     assert_int_equal(accs[0].arrivals, 0);
     assert_int_equal(accs[2].collectives, 0); /* no ring */
     /* Nothing new: nothing counted again; ties count for nobody. */
-    ddp_straggler_take_arrivals(accs, rings, present, 3, &common);
+    ddp_straggler_take_arrivals(accs, rings, present, 3, &common, NULL);
     assert_int_equal(accs[1].collectives, 10);
     flight_ring(&rings[0], 12, 0);
     flight_ring(&rings[1], 12, 0);
-    ddp_straggler_take_arrivals(accs, rings, present, 3, &common);
+    ddp_straggler_take_arrivals(accs, rings, present, 3, &common, NULL);
     assert_int_equal(accs[0].arrivals + accs[1].arrivals, 10);
     assert_int_equal(accs[0].collectives, 12);
 }
@@ -147,7 +150,7 @@ static void test_rows_text(void **state)
     assert_int_equal(ddp_straggler_rows_format(rows, 2, &text), 0);
     ddp_straggler_row_t *back = NULL;
     size_t n = 0;
-    assert_int_equal(ddp_straggler_rows_parse(ddp_buf_str(&text), &back, &n), 0);
+    assert_int_equal(ddp_straggler_rows_parse(ddp_buf_str(&text), &back, &n, NULL, NULL), 0);
     assert_int_equal((int)n, 2);
     assert_int_equal(back[1].rank, 7);
     assert_false(back[1].steps);
@@ -160,10 +163,44 @@ static void test_rows_text(void **state)
                          "0 0 0 s 1 1 1 5 2 h\n", "0 0 0 s -1 1 1 0 0 h\n",
                          "0 0 0 s 1 1 1 0 0 h extra\n"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        assert_int_equal(ddp_straggler_rows_parse(bad[i], &back, &n), DDP_EPARSE);
+        assert_int_equal(ddp_straggler_rows_parse(bad[i], &back, &n, NULL, NULL), DDP_EPARSE);
         assert_int_equal((int)n, i == 0 ? 1 : 0);
         free(back);
     }
+    ddp_buf_free(&text);
+}
+
+/* Three nodes' last entries: the rank that came last across them gets the arrivals; a
+ * collective not every node has is not compared; entries travel as text with the rows. */
+static void test_global_arrivals(void **state)
+{
+    ddp_straggler_row_t rows[3] = {row(4, 10, 1), row(0, 10, 1), row(2, 10, 1)};
+    rows[0].arrivals = rows[0].collectives = 7; /* node-local counts: replaced */
+    ddp_straggler_entry_t mine[] = {{5, 0, 100}, {6, 0, 200}, {7, 0, 300}};
+    ddp_straggler_entry_t theirs[] = {
+        {5, 2, 150}, {6, 2, 190}, {5, 4, 120}, {6, 4, 180}, {7, 4, 290}};
+    ddp_buf_t text = DDP_BUF_INIT;
+    assert_int_equal(ddp_straggler_rows_format(rows, 3, &text), 0);
+    assert_int_equal(ddp_straggler_entries_format(mine, 3, &text), 0);
+    assert_int_equal(ddp_straggler_entries_format(theirs, 5, &text), 0);
+    ddp_straggler_row_t *back = NULL;
+    ddp_straggler_entry_t *entries = NULL;
+    size_t n = 0, ne = 0;
+    assert_int_equal(ddp_straggler_rows_parse(ddp_buf_str(&text), &back, &n, &entries, &ne), 0);
+    assert_int_equal((int)n, 3);
+    assert_int_equal((int)ne, 8);
+    ddp_straggler_global_arrivals(back, n, entries, ne);
+    /* Sorted by rank now: #5 waited for rank 2 (150), #6 for rank 0 (200); #7: two nodes. */
+    assert_int_equal(back[0].rank, 0);
+    assert_int_equal(back[0].arrivals, 1);
+    assert_int_equal(back[1].arrivals, 1);
+    assert_int_equal(back[2].arrivals, 0);
+    assert_int_equal(back[2].collectives, 2);
+    free(back);
+    free(entries);
+    assert_int_equal(ddp_straggler_rows_parse("e 0 1 5\n", &back, &n, &entries, &ne), DDP_EPARSE);
+    free(back);
+    free(entries);
     ddp_buf_free(&text);
 }
 
@@ -183,7 +220,7 @@ static void test_describe(void **state)
     r.collectives = 100;
     ddp_straggler_describe(&r, 1.42, 0.029, 300, &line);
     assert_non_null(strstr(ddp_buf_str(&line), "works 41.2 ms between collectives"));
-    assert_non_null(strstr(ddp_buf_str(&line), "its node's collectives waited for it 61% of"));
+    assert_non_null(strstr(ddp_buf_str(&line), "the collectives waited for it 61% of"));
     ddp_buf_free(&line);
 }
 
@@ -192,7 +229,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_progress_sums), cmocka_unit_test(test_flight_sums_and_arrivals),
         cmocka_unit_test(test_find),          cmocka_unit_test(test_rows_text),
-        cmocka_unit_test(test_describe),
+        cmocka_unit_test(test_describe),      cmocka_unit_test(test_global_arrivals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
