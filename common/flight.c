@@ -2,6 +2,7 @@
 #include "flight.h"
 
 #include "ddp_errors.h"
+#include "io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -72,16 +73,10 @@ void ddp_flight_describe(const ddp_flight_entry_t *e, char *buf, size_t cap)
 
 int ddp_flight_read(const char *path, ddp_flight_ring_t *out)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return -errno;
-    ssize_t n = pread(fd, out, sizeof *out, 0);
-    int err = n < 0 ? -errno : 0;
-    close(fd);
+    int err = ddp_read_head(path, out, sizeof *out);
     if (err)
         return err;
-    if ((size_t)n < sizeof *out || out->magic != DDP_FLIGHT_MAGIC ||
-        out->version != DDP_FLIGHT_VERSION)
+    if (out->magic != DDP_FLIGHT_MAGIC || out->version != DDP_FLIGHT_VERSION)
         return DDP_EPARSE;
     out->group[sizeof out->group - 1] = '\0';
     return 0;

@@ -66,6 +66,17 @@ int ddp_writev_all(int fd, struct iovec *iov, int n)
     return 0;
 }
 
+int ddp_read_head(const char *path, void *out, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = pread(fd, out, size, 0);
+    int err = n < 0 ? -errno : 0;
+    close(fd);
+    return err != 0 ? err : (size_t)n < size ? DDP_EPARSE : 0;
+}
+
 int ddp_read_file(const char *path, size_t limit, char **out, size_t *len)
 {
     /* Non-blocking: opening a FIFO for reading would otherwise wait for a writer. */

@@ -22,6 +22,10 @@ int ddp_writev_all(int fd, struct iovec *iov, int n);
  * DDP_ENOTFILE, or DDP_ETOOBIG when the file holds more than `limit` bytes. */
 int ddp_read_file(const char *path, size_t limit, char **out, size_t *len);
 
+/* Reads the first `size` bytes of the file at `path` into `out` (a shared-memory ring's
+ * copy: one pread, never blocking on a FIFO). 0; -errno; DDP_EPARSE when it is shorter. */
+int ddp_read_head(const char *path, void *out, size_t size);
+
 /* Seconds on CLOCK_MONOTONIC and CLOCK_REALTIME. */
 double ddp_clock_mono(void);
 double ddp_clock_wall(void);

@@ -2,23 +2,14 @@
 #include "progress.h"
 
 #include "ddp_errors.h"
-
-#include <errno.h>
-#include <fcntl.h>
-#include <unistd.h>
+#include "io.h"
 
 int ddp_progress_read(const char *path, ddp_progress_ring_t *out)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return -errno;
-    ssize_t n = pread(fd, out, sizeof *out, 0);
-    int err = n < 0 ? -errno : 0;
-    close(fd);
+    int err = ddp_read_head(path, out, sizeof *out);
     if (err)
         return err;
-    if ((size_t)n < sizeof *out || out->magic != DDP_PROGRESS_MAGIC ||
-        out->version != DDP_PROGRESS_VERSION)
+    if (out->magic != DDP_PROGRESS_MAGIC || out->version != DDP_PROGRESS_VERSION)
         return DDP_EPARSE;
     for (int i = 0; i < DDP_PROGRESS_SECTIONS; i++)
         out->sections[i].name[DDP_PROGRESS_NAME - 1] = '\0';

@@ -165,6 +165,7 @@ struct ddp_agent_s {
     bool straggler_named; /* (store host) one of this node's ranks: it leaves at a restart */
     ddp_learnt_t learnt;
     double hang_limit;    /* the timeout that found the current hang (s) */
+    double tick_limit;    /* --hang-timeout=auto: the shortest timeout at the last look (s) */
     uv_timer_t hang_wait; /* the report's pauses and bounds */
     hang_phase_t hang;
     bool hang_done;        /* this attempt's report is made (one an attempt) */

@@ -29,11 +29,14 @@
 #define AUTO_COLD_S  600.0
 #define AUTO_TICK_MS 100
 
-static uint64_t tick_ms(const ddp_launch_config_t *cfg)
+/* How often to look: a twentieth of the straggler window, and with --hang-timeout=auto a
+ * fifth of the shortest timeout it judged by at the last look (`limit`, s), within
+ * 50 ms..1 s: a job of long steps (or of none reported) is looked at once a second. */
+static uint64_t tick_ms(const ddp_launch_config_t *cfg, double limit)
 {
-    if (cfg->hang_auto)
-        return AUTO_TICK_MS;
-    double ms = cfg->straggler_report * 1000 / 20;
+    double ms = cfg->straggler_report > 0 ? cfg->straggler_report * 1000 / 20 : 1000;
+    if (cfg->hang_auto && limit * 1000 / 5 < ms)
+        ms = limit * 1000 / 5;
     return ms < 50 ? 50 : ms > 1000 ? 1000 : (uint64_t)ms;
 }
 
@@ -94,6 +97,8 @@ static bool stalled_steps(ddp_agent_t *a, const ddp_worker_t *w, const ddp_progr
             ring->last_step_ns > ring->section_exit_ns ? ring->last_step_ns : ring->section_exit_ns;
         since = last > 0 ? (double)last / 1e9 : a->window_start;
     }
+    if (limit < a->tick_limit)
+        a->tick_limit = limit;
     if (now - since <= limit)
         return false;
     a->hang_limit = limit;
@@ -127,6 +132,8 @@ static bool stalled_collectives(ddp_agent_t *a, ddp_worker_t *w, const ddp_fligh
     bool warm = l->collectives >= AUTO_WARMUP && l->gap_s > 0 && w->moved_at > 0;
     double limit = warm ? auto_limit(a, l->gap_s) : AUTO_COLD_S;
     double since = w->moved_at > 0 ? w->moved_at : a->window_start;
+    if (limit < a->tick_limit)
+        a->tick_limit = limit;
     if (now - since <= limit)
         return false;
     a->hang_limit = limit;
@@ -290,6 +297,7 @@ static void on_progress(uv_timer_t *timer)
     char why[240] = "";
     if (a->state != AGENT_RUNNING || a->nrunning == 0)
         return;
+    a->tick_limit = AUTO_COLD_S;
     for (int i = 0; i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];
         char dir[PATH_MAX], path[PATH_MAX + 32];
@@ -316,8 +324,12 @@ static void on_progress(uv_timer_t *timer)
     }
     ddp_straggler_take_arrivals(a->accs, a->rings, a->has_flight, a->nworkers, &a->common_seq,
                                 a->latest);
-    if (cfg->hang_auto)
+    if (cfg->hang_auto) {
+        uint64_t ms = tick_ms(cfg, a->tick_limit);
+        if (ms != uv_timer_get_repeat(timer))
+            uv_timer_set_repeat(timer, ms);
         write_learnt(a, now);
+    }
     if (why[0] != '\0' && a->hang == HANG_IDLE && !a->hang_done) {
         ddp_agent_hang_begin(a, true, true, why);
         return;
@@ -349,7 +361,7 @@ void ddp_agent_progress_start(ddp_agent_t *a)
     memset(a->latest, 0, sizeof a->latest);
     a->window_start = ddp_clock_mono();
     a->report_at = a->window_start + cfg->straggler_report;
-    uint64_t ms = tick_ms(cfg);
+    uint64_t ms = tick_ms(cfg, cfg->hang_auto ? AUTO_TICK_MS * 5 / 1000.0 : AUTO_COLD_S);
     uv_timer_start(&a->progress_timer, on_progress, ms, ms);
 }
 

@@ -184,6 +184,25 @@ static void assert_hellos(const char *out, int world, const char *const *hosts)
     }
 }
 
+/* A program on n0 that holds TCP `port` (listening, never answering), until killed. */
+static void hold_port_on_n0(th_proc_t *hold, int port)
+{
+    char net[80], code[400];
+    snprintf(net, sizeof net, "--net=/run/netns/dds%sn0", cluster.tag);
+    snprintf(code, sizeof code,
+             "import socket, time\n"
+             "s = socket.socket()\n"
+             "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+             "s.bind(('0.0.0.0', %d))\n"
+             "s.listen()\n"
+             "print('holding', flush=True)\n"
+             "time.sleep(150)\n",
+             port);
+    const char *holder[] = {"/usr/bin/nsenter", net, "/usr/bin/python3", "-c", code, NULL};
+    th_start(hold, holder, NULL);
+    TH_ASSERT(hold, th_wait_output(hold, 1, "holding", 1, 30));
+}
+
 /* Under srun, each launcher finds its place from Slurm's variables: 6 ranks on n0..n2,
  * the store on the first node at the job's own port. */
 static void test_srun_forms_the_job(void **state)
@@ -301,24 +320,9 @@ static void test_node0_failing_at_start_ends_the_job(void **state)
  * held on n0, every node ends with 5 within seconds instead of waiting out the 900 s. */
 static void test_c10d_store_host_failing_ends_the_job(void **state)
 {
-    char ns[64], net[80], body[2000];
-    snprintf(ns, sizeof ns, "/run/netns/dds%sn0", cluster.tag);
-    snprintf(net, sizeof net, "--net=%s", ns);
-    const char *holder[] = {"/usr/bin/nsenter",
-                            net,
-                            "/usr/bin/python3",
-                            "-c",
-                            "import socket, time\n"
-                            "s = socket.socket()\n"
-                            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-                            "s.bind(('0.0.0.0', 29512))\n"
-                            "s.listen()\n"
-                            "print('holding', flush=True)\n"
-                            "time.sleep(150)\n",
-                            NULL};
+    char body[2000];
     th_proc_t hold;
-    th_start(&hold, holder, NULL);
-    TH_ASSERT(&hold, th_wait_output(&hold, 1, "holding", 1, 30));
+    hold_port_on_n0(&hold, 29512);
     snprintf(body, sizeof body,
              "srun '%s' --nnodes=1:3 --rdzv-backend=c10d --rdzv-endpoint=n0:29512 "
              "--nproc-per-node=1 --no-python /bin/true\necho \"exit=$?\"\n",
@@ -354,24 +358,9 @@ static void test_missing_program_said_before_srun(void **state)
  * forms at its own port; given --master-port=29500, it cannot. */
 static void test_port_of_the_job_not_29500(void **state)
 {
-    char ns[64], net[80], body[2000];
-    snprintf(ns, sizeof ns, "/run/netns/dds%sn0", cluster.tag);
-    snprintf(net, sizeof net, "--net=%s", ns);
-    const char *holder[] = {"/usr/bin/nsenter",
-                            net,
-                            "/usr/bin/python3",
-                            "-c",
-                            "import socket, sys, time\n"
-                            "s = socket.socket()\n"
-                            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-                            "s.bind(('0.0.0.0', 29500))\n"
-                            "s.listen()\n"
-                            "print('holding 29500', flush=True)\n"
-                            "time.sleep(120)\n",
-                            NULL};
+    char body[2000];
     th_proc_t hold;
-    th_start(&hold, holder, NULL);
-    TH_ASSERT(&hold, th_wait_output(&hold, 1, "holding 29500", 1, 30));
+    hold_port_on_n0(&hold, 29500);
     const char *hello = getenv("DDP_TEST_HELLO");
     snprintf(body, sizeof body,
              "'%s' --nproc-per-node=1 --no-python '%s'\necho \"exit=$?\"\n"
