@@ -1170,6 +1170,84 @@ static void test_straggler_on_another_node(void **state)
     job_cleanup(&job);
 }
 
+/* The node rank a launcher holds ("this is node R" in its lines), or -1. */
+static int node_rank_of(th_proc_t *p)
+{
+    const char *at = strstr(err(p), "this is node ");
+    return at != NULL ? atoi(at + strlen("this is node ")) : -1;
+}
+
+/* --nnodes=3:4 --hot-spares=2: two losses in a row are made up by the two spares, each
+ * holding the lost node's rank; a third, with no spare left, shrinks the job to 3 by the
+ * elastic rules; the three that end it hold ranks 0-2 of a world of 3. */
+static void test_both_spares_then_elastic_rules(void **state)
+{
+    char *dir = th_tmpdir(), script[1400], flags[512], elastic[256];
+    snprintf(script, sizeof script,
+             "echo \"ready $GROUP_WORLD_SIZE\"; while [ ! -e '%s/go' ]; do sleep 0.1; done; "
+             "echo \"GROUP_RANK=$GROUP_RANK GROUP_WORLD_SIZE=$GROUP_WORLD_SIZE\"",
+             dir);
+    const char *workers[] = {"/bin/sh", "-c", script, NULL};
+    const char *debug[] = {"DDP_LAUNCH_LOG_LEVEL=debug", NULL};
+    job_t job;
+    job_init(&job);
+    elastic_flags(&job, "3:4", 1, 60, elastic, sizeof elastic);
+    snprintf(flags, sizeof flags, "%s --hot-spares=2", elastic);
+    th_proc_t *host = start_node(&job, 0, 0, 1, flags, workers);
+    TH_ASSERT(host, th_wait_output(host, 2, "hosting its store", 1, 30));
+    for (int i = 1; i < 4; i++)
+        start_node(&job, 0, 0, 1, flags, workers);
+    for (int i = 0; i < 4; i++)
+        TH_ASSERT(&job.node[i], th_wait_output(&job.node[i], 1, "ready 4", 1, 30));
+    th_proc_t *spares[2];
+    for (int k = 0; k < 2; k++) {
+        spares[k] = start_node_env(&job, 0, 0, 1, flags, workers, debug);
+        TH_ASSERT(spares[k], th_wait_output(spares[k], 2, "waiting for a place in a round", 1, 30));
+    }
+    /* Two losses: each taken up by a spare, with the lost node's rank. */
+    for (int loss = 1; loss <= 2; loss++) {
+        int rank = node_rank_of(&job.node[loss]);
+        TH_ASSERT(&job.node[loss], rank >= 0);
+        assert_int_equal(kill(job.node[loss].pid, SIGKILL), 0);
+        char took[96];
+        snprintf(took, sizeof took, "waited as a hot spare: it takes node rank %d", rank);
+        double deadline = th_now() + 60;
+        th_proc_t *promoted = NULL;
+        while (promoted == NULL && th_now() < deadline) {
+            for (int k = 0; k < 2 && promoted == NULL; k++)
+                if (th_wait_output(spares[k], 2, took, 1, 0.05))
+                    promoted = spares[k];
+        }
+        TH_ASSERT(host, promoted != NULL);
+        TH_ASSERT(promoted, th_wait_output(promoted, 1, "ready 4", 1, 30));
+        th_wait_exit(&job.node[loss], 10);
+    }
+    /* A third, no spare left: the job goes on with 3 (3:4). */
+    assert_int_equal(kill(job.node[3].pid, SIGKILL), 0);
+    th_proc_t *left[3] = {host, spares[0], spares[1]};
+    for (int k = 0; k < 3; k++)
+        TH_ASSERT(left[k], th_wait_output(left[k], 1, "ready 3", 1, 60));
+    char go[700];
+    snprintf(go, sizeof go, "%s/go", dir);
+    FILE *f = fopen(go, "w");
+    assert_non_null(f);
+    fclose(f);
+    bool seen[3] = {false, false, false};
+    for (int k = 0; k < 3; k++) {
+        TH_ASSERT(left[k], th_wait_exit(left[k], 60));
+        TH_ASSERT(left[k], th_status(left[k]) == 0);
+        const char *at = strstr(out(left[k]), "GROUP_RANK=");
+        int rank = at != NULL ? atoi(at + strlen("GROUP_RANK=")) : -1;
+        TH_ASSERT(left[k],
+                  rank >= 0 && rank < 3 && !seen[rank] && strstr(at, "GROUP_WORLD_SIZE=3") != NULL);
+        seen[rank] = true;
+    }
+    th_wait_exit(&job.node[3], 10);
+    job_cleanup(&job);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* --straggler-action=exclude, elastic 1:2: node 1's rank is slow and named; when rank 0
  * fails (once), node 1 leaves the job at the restart (5, node_excluded) and node 0 goes on
  * alone and succeeds. */
@@ -1209,6 +1287,7 @@ int main(void)
         TH_TEST(test_no_progress_ends_every_node),
         TH_TEST(test_hot_spare_takes_a_lost_nodes_place),
         TH_TEST(test_bad_nodes_replaced_by_spares),
+        TH_TEST(test_both_spares_then_elastic_rules),
         TH_TEST(test_node_that_never_joins),
         TH_TEST(test_store_unreachable),
         TH_TEST(test_mismatched_nnodes),
