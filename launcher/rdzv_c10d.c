@@ -1,5 +1,5 @@
 /* Dynamic (c10d) rendezvous at the coordinator: launchers join in arrival order; the
- * round closes at MAX, or at MIN once last_call_timeout has passed since MIN were there
+ * round closes at MAX (every live launcher of the last round back), or at MIN once last_call_timeout has passed since MIN were there
  * and every live launcher of the last round is back; node ranks keep the last round's
  * order, newcomers after. In a re-form the last round's live launchers count as there
  * from the stop: each has its outcome and is on its way back (one lost stops counting),
@@ -47,7 +47,9 @@ static int c10d_close(ddp_rdzv_coord_t *c, double now, ddp_rdzv_member_t **ranke
 {
     const ddp_launch_config_t *cfg = c->cfg;
     track_min(c, now);
-    bool full = c->njoined >= cfg->nnodes_max;
+    /* Full: MAX there, and every live launcher of the last round back (hot spares alone
+     * can make MAX: they take lost nodes' places, never a returning node's). */
+    bool full = c->njoined >= cfg->nnodes_max && c->nawaited == 0;
     bool last_call_over = c->njoined >= cfg->nnodes_min && c->min_since >= 0 &&
                           now - c->min_since >= cfg->rdzv_conf.last_call_timeout &&
                           c->nawaited == 0;

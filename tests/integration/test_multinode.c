@@ -1218,7 +1218,12 @@ static void test_both_spares_then_elastic_rules(void **state)
                 if (th_wait_output(spares[k], 2, took, 1, 0.05))
                     promoted = spares[k];
         }
-        TH_ASSERT(host, promoted != NULL);
+        if (promoted == NULL) {
+            printf("loss %d (rank %d): no spare took it\n", loss, rank);
+            for (int k = 0; k < 6; k++)
+                printf("-- launcher %d:\n%s\n", k, err(&job.node[k]));
+            fail_msg("loss %d: no spare took it", loss);
+        }
         TH_ASSERT(promoted, th_wait_output(promoted, 1, "ready 4", 1, 30));
         th_wait_exit(&job.node[loss], 10);
     }
@@ -1253,19 +1258,21 @@ static void test_both_spares_then_elastic_rules(void **state)
  * alone and succeeds. */
 static void test_straggler_node_excluded_at_restart(void **state)
 {
-    const char *slow[] = {getenv("DDP_TEST_COLLECTIVES"), "slow", "150", "10", "1", "100", NULL};
+    /* (c10d assigns node ranks: node B's rank, whichever it is, is the slow one.) */
+    const char *fast[] = {getenv("DDP_TEST_COLLECTIVES"), "slow", "150", "10", "-", "100", NULL};
+    const char *slow[] = {getenv("DDP_TEST_COLLECTIVES"), "slow", "150", "10", "0,1", "100", NULL};
     char flags[512], conf[256];
     job_t job;
     job_init(&job);
     elastic_flags(&job, "1:2", 1, 60, conf, sizeof conf);
     snprintf(flags, sizeof flags,
              "%s --max-restarts=1 --straggler-report=1 --straggler-action=exclude", conf);
-    th_proc_t *a = start_node(&job, 0, 0, 1, flags, slow);
+    th_proc_t *a = start_node(&job, 0, 0, 1, flags, fast);
     TH_ASSERT(a, th_wait_output(a, 2, "joining the elastic job", 1, 30));
     th_proc_t *b = start_node(&job, 0, 1, 1, flags, slow);
     job_wait(&job, 120);
     TH_ASSERT(a, th_status(a) == 0);
-    TH_ASSERT(a, strstr(err(a), "straggler: rank 1 (node 1 on ") != NULL);
+    TH_ASSERT(a, strstr(err(a), "straggler: rank ") != NULL);
     TH_ASSERT(a, strstr(out(a), "slow: rank 0 of 1 finished 150 steps") != NULL);
     TH_ASSERT(b, th_status(b) == 5);
     TH_ASSERT(b, strstr(err(b), "was named a straggler (--straggler-action=exclude): it leaves") !=
