@@ -1,11 +1,12 @@
 /* Dynamic (c10d) rendezvous at the coordinator: launchers join in arrival order; the
- * round closes at MAX (every live launcher of the last round back), or at MIN once last_call_timeout has passed since MIN were there
- * and every live launcher of the last round is back; node ranks keep the last round's
- * order, newcomers after. In a re-form the last round's live launchers count as there
- * from the stop: each has its outcome and is on its way back (one lost stops counting),
- * so the last call runs while they stop their workers and rejoin, not after. A join while
- * a round of fewer than MAX runs re-forms the job, and so does a lost launcher (no
- * restart spent either way). Fewer than MIN for join_timeout ends the job. */
+ * round closes at MAX (every live launcher of the last round back), or at MIN once
+ * last_call_timeout has passed since MIN were there and every live launcher of the last
+ * round is back; node ranks keep the last round's order, newcomers after. In a re-form
+ * the last round's live launchers count as there from the stop: each has its outcome and
+ * is on its way back (one lost stops counting), so the last call runs while they stop
+ * their workers and rejoin, not after. A join while a round of fewer than MAX runs
+ * re-forms the job, and so does a lost launcher (no restart spent either way). Fewer
+ * than MIN for join_timeout ends the job. */
 #include "rdzv_backend.h"
 
 #include <stdlib.h>
