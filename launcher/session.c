@@ -2,6 +2,7 @@
 #include "session.h"
 
 #include "env.h"
+#include "io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +11,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
+
+#define SESSION_GRACE_S 2.0
 
 static void on_session_closed(uv_handle_t *handle)
 {
@@ -30,6 +33,12 @@ static void on_session(uv_poll_t *handle, int status, int events)
         return;
     }
     uv_poll_stop(handle);
+    if (ddp_clock_mono() - s->since < SESSION_GRACE_S) {
+        ddp_log_warn(s->log, "this node's input (its DDP_LAUNCH_SSH session's) ended at once: the "
+                             "command does not pass it on (ssh -n?), so this node cannot end "
+                             "with the ddp-launch --hosts that started it");
+        return;
+    }
     ddp_log_warn(s->log, "the ssh session that started this node has ended (the ddp-launch --hosts "
                          "that started it is gone, or ended the job): stopping as on SIGHUP");
     raise(SIGHUP);
@@ -41,6 +50,7 @@ void ddp_session_watch(uv_loop_t *loop, ddp_session_t *s, const ddp_log_t *log)
     s->fd = -1;
     s->watching = false;
     s->log = log;
+    s->since = ddp_clock_mono();
     if (mark == NULL || strcmp(mark, "1") != 0)
         return;
     unsetenv(ddp_env_name(DDP_ENV_DDP_LAUNCH_SSH_NODE));

@@ -11,6 +11,7 @@ typedef struct {
     uv_poll_t poll;
     int fd; /* the session's stdin, kept by the launcher alone; -1 when not watched */
     bool watching;
+    double since; /* when the watch began (monotonic s) */
     const ddp_log_t *log;
 } ddp_session_t;
 
@@ -19,7 +20,9 @@ typedef struct {
  * pipe, for the launcher alone (the workers get /dev/null, as under ssh -n) and watches
  * it on `loop`. Its end (the supervisor gone, however it ended, or closing the sessions
  * after node 0 ended) is taken as a hangup: one line, then SIGHUP to this process, which
- * stops the job as a received SIGHUP does. Elsewhere a no-op. */
+ * stops the job as a received SIGHUP does. An end in the first 2 seconds is
+ * a command that does not pass its input on (ssh -n, or another DDP_LAUNCH_SSH): said,
+ * and the watch ends. Elsewhere a no-op. */
 void ddp_session_watch(uv_loop_t *loop, ddp_session_t *s, const ddp_log_t *log);
 
 /* Stops watching and closes the descriptor (with the loop's other handles). */

@@ -113,6 +113,8 @@ void ddp_straggler_global_arrivals(ddp_straggler_row_t *rows, size_t n,
                                    ddp_straggler_entry_t *entries, size_t nentries)
 {
     size_t nodes = 0;
+    if (entries == NULL || nentries == 0 || rows == NULL || n == 0)
+        return;
     qsort(entries, nentries, sizeof *entries, by_seq);
     for (size_t i = 0, j; i < nentries; i = j) {
         for (j = i; j < nentries && entries[j].seq == entries[i].seq; j++)

@@ -244,6 +244,36 @@ static void test_node0_failing_at_start_ends_every_node(void **state)
     assert_true(remote_nodes_empty());
 }
 
+/* DDP_LAUNCH_SSH with -n (the nodes' input closed at once): the job still runs; each
+ * other node says it cannot end with its session. */
+static void test_ssh_without_input_still_runs(void **state)
+{
+    char command[900];
+    snprintf(command, sizeof command, "DDP_LAUNCH_SSH=ssh -n -F %s",
+             strchr(cluster.config, '=') + 1);
+    const char *argv[] = {cluster.script,
+                          "run",
+                          cluster.dir,
+                          "0",
+                          th_launcher(),
+                          "--hosts=n0,n1,n2",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "sleep 3; echo done $RANK",
+                          NULL};
+    const char *env[] = {command, "PET_MASTER_PORT", NULL};
+    th_proc_t p;
+    th_start(&p, argv, env);
+    TH_ASSERT(&p, th_wait_exit(&p, 120));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "done ") == 3);
+    TH_ASSERT(&p,
+              th_count(ddp_buf_str(&p.err), "ended at once: the command does not pass it") == 2);
+    th_cleanup(&p);
+    assert_true(remote_nodes_empty());
+}
+
 /* A job of three nodes whose workers wait, every one of them started. */
 static void start_waiting_job(th_proc_t *p)
 {
@@ -303,6 +333,7 @@ int main(void)
         TH_TEST(test_env_reaches_every_node),
         TH_TEST(test_unreachable_host_ends_the_job),
         TH_TEST(test_node0_failing_at_start_ends_every_node),
+        TH_TEST(test_ssh_without_input_still_runs),
         TH_TEST(test_remote_failure_is_the_jobs),
         TH_TEST(test_interrupt_ends_every_node),
         TH_TEST(test_sigkill_of_the_command_ends_every_node),
