@@ -56,6 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -145,6 +146,7 @@ static void finish(ddp_agent_t *a)
     uv_close((uv_handle_t *)&a->hang_wait, NULL);
     ddp_output_close_handles(&a->output);
     ddp_session_close(&a->session);
+    ddp_zygote_stop(&a->zygote);
     for (int i = 0; i < a->cfg->nsignals; i++)
         uv_close((uv_handle_t *)&a->forwarded[i], NULL);
     for (int i = 0; i < a->nunforwarded; i++)
@@ -923,12 +925,54 @@ static void first_failure(ddp_agent_t *a, size_t first)
     uv_timer_start(&a->blame_timer, on_blame_timer, (uint64_t)(BLAME_GRACE_S * 1000), 0);
 }
 
+/* A child subreaper (--warm-restarts) also adopts what a worker leaves when it ends (its
+ * DataLoader processes, say): those of a worker's group that have ended are reaped here.
+ * Not other children: a health check's or a stack tool's exit is its own code's to wait
+ * for. Their list is /proc's children of each of our threads. */
+static void reap_adopted(ddp_agent_t *a)
+{
+    char path[64], text[4096];
+    DIR *tasks = opendir("/proc/self/task");
+    struct dirent *task;
+    while (tasks != NULL && (task = readdir(tasks)) != NULL) {
+        if (task->d_name[0] < '0' || task->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%.16s/children", task->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t len = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        if (len <= 0)
+            continue;
+        text[len] = '\0';
+        for (char *p = text, *end; *p != '\0'; p = end) {
+            long pid = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            pid_t group = getpgid((pid_t)pid);
+            bool adopted = false;
+            for (int i = 0; i < a->nworkers && group > 0; i++) {
+                const ddp_worker_t *w = &a->workers[i];
+                adopted = adopted || (w->pid == group && !(w->running && w->pid == pid));
+            }
+            if (adopted)
+                (void)waitpid((pid_t)pid, NULL, WNOHANG);
+        }
+    }
+    if (tasks != NULL)
+        closedir(tasks);
+}
+
 static void on_sigchld(uv_signal_t *handle, int signum)
 {
     (void)signum;
     ddp_agent_t *a = handle->data;
     size_t failures_before = a->nfailures;
     double now = ddp_clock_wall();
+    if (a->warm) {
+        (void)ddp_zygote_reap(&a->zygote);
+        reap_adopted(a);
+    }
     if (a->state == AGENT_DONE || a->state == AGENT_WAITING)
         return;
     /* Reap every worker that has ended (signals coalesce), then act once. */
@@ -1094,12 +1138,14 @@ static int open_streams(ddp_agent_t *a, ddp_worker_t *w, int *out_fd, int *err_f
     return err;
 }
 
-static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
+/* Worker w's environment for this attempt: torchrun's (worker_spec.h) with its error file
+ * `error_file`. *added holds the strings *envp points to; both are the caller's. */
+static int worker_env(ddp_agent_t *a, const ddp_worker_t *w, const char *error_file, char ***added,
+                      char ***envp)
 {
     const ddp_launch_config_t *cfg = a->cfg;
-    char **argv = NULL, **added = NULL, **envp = NULL;
-    ddp_stream_t *out = NULL, *err_stream = NULL;
-    int out_fd = -1, err_fd = -1, err;
+    char ring[PATH_MAX];
+    snprintf(ring, sizeof ring, "%s/%d/%s", a->attempt_dir, w->local_rank, DDP_PROGRESS_FILE);
     ddp_worker_info_t info = {
         .local_rank = w->local_rank,
         .rank = w->rank,
@@ -1111,24 +1157,53 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         .use_agent_store = true,
         .master_addr = cfg->master_addr,
         .master_port = a->store != NULL ? a->store_port : cfg->master_port,
+        .error_file = error_file,
         .job_env = a->job_env,
         .dump_signal = a->dump_signal,
         .python_dir = a->python_dir,
         .module_dir = a->module_dir[0] != '\0' ? a->module_dir : NULL,
+        .progress_ring = ring,
         .torch_version = a->torch_version,
     };
+    int err = ddp_worker_env_added(cfg, &info, environ, added);
+    if (err == 0 && (err = ddp_worker_env_merge(environ, *added, envp)) != 0) {
+        ddp_strv_free(*added);
+        *added = NULL;
+    }
+    return err;
+}
+
+/* A worker of a later attempt is forked from the zygote where it can serve it, else it
+ * starts cold as every worker of the first attempt does; why is said once an attempt. */
+static int spawn_worker(ddp_agent_t *a, ddp_worker_t *w, const ddp_spawn_t *spec)
+{
+    char why[600];
+    if (!a->zygote_started)
+        return ddp_proc_spawn(spec, &w->pid);
+    if (ddp_zygote_spawn(&a->zygote, spec, a->python_dir != NULL, &w->pid, why, sizeof why) == 0) {
+        a->forked++;
+        return 0;
+    }
+    if (!a->cold_said)
+        ddp_log_info(a->log, "warm restarts: local rank %d of attempt %d starts cold: %s",
+                     w->local_rank, a->attempt, why);
+    a->cold_said = true;
+    return ddp_proc_spawn(spec, &w->pid);
+}
+
+static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
+{
+    const ddp_launch_config_t *cfg = a->cfg;
+    char **argv = NULL, **added = NULL, **envp = NULL;
+    ddp_stream_t *out = NULL, *err_stream = NULL;
+    int out_fd = -1, err_fd = -1, err;
     if (asprintf(&w->error_file, "%s/%d/error.json", a->attempt_dir, w->local_rank) < 0) {
         w->error_file = NULL;
         return -ENOMEM;
     }
-    info.error_file = w->error_file;
-    char ring[PATH_MAX];
-    snprintf(ring, sizeof ring, "%s/%d/%s", a->attempt_dir, w->local_rank, DDP_PROGRESS_FILE);
-    info.progress_ring = ring;
     if ((err = ddp_logs_prefix(cfg, w->rank, w->local_rank, &w->prefix)) != 0 ||
         (err = ddp_worker_argv(cfg, w->local_rank, &argv)) != 0 ||
-        (err = ddp_worker_env_added(cfg, &info, environ, &added)) != 0 ||
-        (err = ddp_worker_env_merge(environ, added, &envp)) != 0)
+        (err = worker_env(a, w, w->error_file, &added, &envp)) != 0)
         goto out;
     if ((err = open_streams(a, w, &out_fd, &err_fd, &out, &err_stream)) != 0)
         goto out;
@@ -1144,7 +1219,7 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         .bind_fallback = cfg->numa_fallback,
         .local_rank = w->local_rank,
     };
-    if ((err = ddp_proc_spawn(&spec, &w->pid)) != 0) {
+    if ((err = spawn_worker(a, w, &spec)) != 0) {
         ddp_log_error(a->log, "unable to start worker local rank %d: %s", w->local_rank,
                       ddp_strerror(err));
         goto out;
@@ -1200,6 +1275,43 @@ static bool healthy_here(ddp_agent_t *a)
     return healthy;
 }
 
+/* --warm-restarts: the zygote, with local rank 0's environment less each worker's own,
+ * once the first attempt's workers run; nothing waits for it. */
+static void start_zygote(ddp_agent_t *a)
+{
+    const ddp_launch_config_t *cfg = a->cfg;
+    char **added = NULL, **envp = NULL, **shared = NULL;
+    if (!a->warm || a->zygote_started)
+        return;
+    a->zygote_started = true;
+    char **argv = NULL;
+    int err = worker_env(a, &a->workers[0], "", &added, &envp);
+    size_t n = 0, room = 64; /* a worker's command line, and room for longer local ranks */
+    if (err == 0 && (err = ddp_worker_argv(cfg, 0, &argv)) == 0)
+        for (size_t i = 0; argv[i] != NULL; i++)
+            room += strlen(argv[i]) + 1;
+    while (err == 0 && envp[n] != NULL)
+        n++;
+    if (err == 0 && (shared = calloc(n + 1, sizeof *shared)) == NULL)
+        err = -ENOMEM;
+    for (size_t i = 0, k = 0; err == 0 && i < n; i++)
+        if (!ddp_worker_env_own(envp[i]))
+            shared[k++] = envp[i];
+    if (err == 0)
+        err = ddp_zygote_start(&a->zygote, &a->loop, a->log, &a->guard, a->program,
+                               cfg->python_exec, a->zygote_script,
+                               cfg->preload != NULL ? cfg->preload : "torch", room, shared);
+    else
+        snprintf(a->zygote.why, sizeof a->zygote.why, "%s", ddp_strerror(err));
+    if (err != 0)
+        ddp_log_warn(a->log, "warm restarts: unable to start the zygote: %s; restarts start cold",
+                     ddp_strerror(err));
+    free(shared);
+    free(envp);
+    ddp_strv_free(added);
+    ddp_strv_free(argv);
+}
+
 static int group_start(ddp_agent_t *a)
 {
     if (!healthy_here(a))
@@ -1224,6 +1336,8 @@ static int group_start(ddp_agent_t *a)
                       ddp_strerror(err));
         goto fail;
     }
+    a->cold_said = false;
+    a->forked = 0;
     for (int i = 0; i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];
         w->local_rank = i;
@@ -1235,6 +1349,10 @@ static int group_start(ddp_agent_t *a)
         if ((err = worker_start(a, w)) != 0)
             goto fail;
     }
+    if (a->forked > 0)
+        ddp_log_info(a->log, "warm restarts: %d of %d workers of attempt %d forked from the zygote",
+                     a->forked, a->nworkers, a->attempt);
+    start_zygote(a);
     if (a->cfg->hang_timeout > 0) {
         /* A few looks per timeout, at most one a second. */
         double every = a->cfg->hang_timeout / 4 < 1 ? a->cfg->hang_timeout / 4 : 1;
@@ -1662,6 +1780,30 @@ static int open_events(ddp_agent_t *a)
     return 0;
 }
 
+/* --warm-restarts where the workers are Python: the zygote's script, and this launcher a
+ * child subreaper, so that the workers forked from the zygote become its children. */
+static void warm_restarts(ddp_agent_t *a)
+{
+    const ddp_launch_config_t *cfg = a->cfg;
+    if (!cfg->warm_restarts)
+        return;
+    if (cfg->no_python && !cfg->run_path)
+        ddp_log_warn(a->log,
+                     "--warm-restarts: the workers are not Python (%s); restarts start "
+                     "cold",
+                     cfg->script);
+    else if (!ddp_zygote_script(a->zygote_script, sizeof a->zygote_script))
+        ddp_log_warn(a->log, "--warm-restarts: ddp_launch/_zygote.py is not installed beside "
+                             "this ddp-launch; restarts start cold");
+    else if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        ddp_log_warn(a->log,
+                     "--warm-restarts: unable to become a child subreaper: %s; restarts "
+                     "start cold",
+                     strerror(errno));
+    else
+        a->warm = true;
+}
+
 /* Everything before the loop runs: the program found, the log directory, the orphan
  * guard, the loop itself. 0, or the exit status to return (what failed is logged);
  * agent_free undoes whatever was done either way. */
@@ -1688,6 +1830,7 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->output.log = log;
     a->output.loop = &a->loop;
     a->guard.fd = -1;
+    a->zygote.fd = -1;
     a->exit_code = DDP_EXIT_LAUNCH_FAILED;
     if (gethostname(a->host, sizeof a->host - 1) != 0) /* for messages and the report */
         strcpy(a->host, "localhost");
@@ -1720,6 +1863,7 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->dump_signal = SIGRTMIN + 6;
     if (!ddp_worker_module_dir(cfg, environ, a->module_dir, sizeof a->module_dir))
         a->module_dir[0] = '\0';
+    warm_restarts(a);
     if (cfg->hang_dump && (asprintf(&a->python_dir, "%s/python", a->run_dir) < 0 ||
                            (err = ddp_stacks_write_sitecustomize(a->python_dir)) != 0)) {
         ddp_log_warn(log, "--hang-dump: unable to write %s/sitecustomize.py: %s; no Python stacks",

@@ -18,6 +18,7 @@
 #include "rdzv_record.h"
 #include "report.h"
 #include "store_server.h"
+#include "zygote.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -180,6 +181,14 @@ struct ddp_agent_s {
     int dump_signal;           /* DDP_DUMP_SIGNAL */
     char *python_dir;          /* --hang-dump: the sitecustomize's directory */
     char module_dir[PATH_MAX]; /* the ddp_launch package's folder, or "" */
+    /* --warm-restarts (zygote.h): this launcher is a child subreaper; the zygote starts
+     * after the first attempt's workers, and later attempts' workers fork from it. */
+    bool warm;
+    char zygote_script[PATH_MAX];
+    ddp_zygote_t zygote;
+    bool zygote_started;
+    bool cold_said; /* this attempt's line on why a worker started cold */
+    int forked;     /* this attempt's workers forked from the zygote */
 };
 
 /* A worker's directory in the current attempt: <attempt dir>/<local rank>. */

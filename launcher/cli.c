@@ -524,6 +524,30 @@ static int apply_straggler_action(ddp_launch_config_t *cfg, const char *value, c
     return 0;
 }
 
+/* --preload MODULE[,MODULE]: dotted Python names. */
+static int apply_preload(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                         const ddp_log_t *log, ddp_buf_t *err)
+{
+    (void)log;
+    bool start = true;
+    for (const char *p = value;; p++) {
+        if (*p == '\0' || *p == ',' || *p == '.') {
+            if (start)
+                return bad_value(err, origin, value, "Python module names, e.g. torch,numpy");
+            if (*p == '\0')
+                break;
+            start = true;
+        } else if (isalpha((unsigned char)*p) || *p == '_' ||
+                   (!start && isdigit((unsigned char)*p))) {
+            start = false;
+        } else {
+            return bad_value(err, origin, value, "Python module names, e.g. torch,numpy");
+        }
+    }
+    cfg->preload = value;
+    return 0;
+}
+
 /* A size in bytes: digits with an optional K, M or G (powers of 1024). */
 static int parse_size_flag(const char *value, const char *origin, uint64_t *out, ddp_buf_t *err)
 {
@@ -751,6 +775,11 @@ static const flag_t flags[] = {
      "a straggler works over RATIO x the median rank\n(default 1.2)"},
     {CODE("straggler-action", apply_straggler_action, true), false, G_SUPERVISION, "none|exclude",
      "exclude: a straggler's node leaves the job at its next\nrestart (default none)"},
+    {SWITCH("warm-restarts", 0, warm_restarts, false), false, G_SUPERVISION, "",
+     "restarted Python workers are forked from a zygote that\nhas imported --preload's modules "
+     "(no new interpreter)"},
+    {CODE("preload", apply_preload, false), false, G_SUPERVISION, "MODULE,...",
+     "--warm-restarts: what the zygote imports (default torch)"},
     {TEXT("health-check", health_command, 0), false, G_SUPERVISION, "CMD",
      "before each round, this node runs CMD (/bin/sh -c): not\nexit 0 = unhealthy, the job "
      "ends naming the node (5)"},
@@ -1213,6 +1242,10 @@ static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
                      "%d: spares wait at an elastic rendezvous: add --rdzv-backend=c10d "
                      "--rdzv-endpoint=HOST[:PORT] and --nnodes",
                      cfg->hot_spares);
+    if (cfg->preload != NULL && !cfg->warm_restarts)
+        return usage(err, "--preload",
+                     "names what the zygote of --warm-restarts imports: add "
+                     "--warm-restarts");
     if (cfg->nnodes_max > 1 && cfg->standalone)
         return usage(err, "--standalone", "is one node; it cannot run a job of --nnodes=%d",
                      cfg->nnodes_max);

@@ -136,6 +136,9 @@ __attribute__((noreturn)) static void child_exec(const ddp_spawn_t *spec, pid_t 
     if ((spec->stdout_fd >= 0 && dup2(spec->stdout_fd, 1) < 0) ||
         (spec->stderr_fd >= 0 && dup2(spec->stderr_fd, 2) < 0))
         _exit(126);
+    /* dup2 onto itself would keep close-on-exec. */
+    if (spec->has_fd3 && (spec->fd3 == 3 ? fcntl(3, F_SETFD, 0) : dup2(spec->fd3, 3)) < 0)
+        _exit(126);
     if (spec->bind != NULL && spec->bind->cpus.nwords > 0)
         bind_child(spec);
     sigemptyset(&none);

@@ -26,6 +26,8 @@ typedef struct ddp_spawn_s {
     const ddp_numa_bind_t *bind; /* --numa-binding: its CPUs and memory node, or NULL */
     bool bind_fallback;          /* a binding the kernel refuses is a warning, not exit 126 */
     int local_rank;              /* for the binding's messages */
+    bool has_fd3;                /* fd3 is dup'd onto descriptor 3 in the child */
+    int fd3;                     /* (the warm-restart zygote's socket, zygote.h) */
 } ddp_spawn_t;
 
 /* Finds `name` as execvp(3) would: a name with a slash as it is, others in the

@@ -226,6 +226,33 @@ static size_t name_len(const char *entry)
     return eq ? (size_t)(eq - entry) : strlen(entry);
 }
 
+bool ddp_worker_env_own(const char *entry)
+{
+    static const ddp_env_id_t own[] = {
+        DDP_ENV_LOCAL_RANK,
+        DDP_ENV_RANK,
+        DDP_ENV_GROUP_RANK,
+        DDP_ENV_ROLE_RANK,
+        DDP_ENV_LOCAL_WORLD_SIZE,
+        DDP_ENV_WORLD_SIZE,
+        DDP_ENV_GROUP_WORLD_SIZE,
+        DDP_ENV_ROLE_WORLD_SIZE,
+        DDP_ENV_MASTER_ADDR,
+        DDP_ENV_MASTER_PORT,
+        DDP_ENV_TORCHELASTIC_RESTART_COUNT,
+        DDP_ENV_TORCHELASTIC_ERROR_FILE,
+        DDP_ENV_DDP_DUMP_SIGNAL,
+        DDP_ENV_DDP_PROGRESS_RING,
+    };
+    size_t len = name_len(entry);
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+        const char *name = ddp_env_name(own[i]);
+        if (strlen(name) == len && strncmp(entry, name, len) == 0)
+            return true;
+    }
+    return false;
+}
+
 int ddp_worker_env_merge(char *const *base, char *const *added, char ***out)
 {
     size_t nbase = 0, nadded = 0;
@@ -268,12 +295,10 @@ static bool python_has_module(const ddp_launch_config_t *cfg, char *const *envp)
     return has;
 }
 
-bool ddp_worker_module_dir(const ddp_launch_config_t *cfg, char *const *envp, char *buf, size_t cap)
+bool ddp_launcher_python_dir(char *buf, size_t cap)
 {
     static const char *const places[] = {"../share/ddp-launch/python", "../worker/python"};
     char self[PATH_MAX];
-    if (python_has_module(cfg, envp))
-        return false;
     ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
     if (len <= 0)
         return false;
@@ -292,4 +317,9 @@ bool ddp_worker_module_dir(const ddp_launch_config_t *cfg, char *const *envp, ch
         }
     }
     return false;
+}
+
+bool ddp_worker_module_dir(const ddp_launch_config_t *cfg, char *const *envp, char *buf, size_t cap)
+{
+    return !python_has_module(cfg, envp) && ddp_launcher_python_dir(buf, cap);
 }

@@ -29,10 +29,13 @@ typedef struct ddp_worker_info_s {
 int ddp_worker_torch_version(const ddp_launch_config_t *cfg, char *const *envp, char *where,
                              size_t cap);
 
-/* The folder holding the ddp_launch Python package (ddp_launch.step()) that came with this
- * launcher, for its workers' PYTHONPATH: ../share/ddp-launch/python from its own folder
- * when installed, or ../worker/python in the build tree; into buf[cap]. false when neither
- * is there, or where the workers' python (`envp`'s PATH, PYTHONPATH, HOME) has its own. */
+/* The folder holding the ddp_launch Python package (ddp_launch.step(), the zygote) that
+ * came with this launcher: ../share/ddp-launch/python from its own folder when installed,
+ * or ../worker/python in the build tree; into buf[cap]. false when neither is there. */
+bool ddp_launcher_python_dir(char *buf, size_t cap);
+
+/* That folder, for the workers' PYTHONPATH: false also where the workers' python
+ * (`envp`'s PATH, PYTHONPATH, HOME) has a ddp_launch package of its own. */
 bool ddp_worker_module_dir(const ddp_launch_config_t *cfg, char *const *envp, char *buf,
                            size_t cap);
 
@@ -53,6 +56,11 @@ int ddp_worker_argv(const ddp_launch_config_t *cfg, int local_rank, char ***out)
  * the old name). */
 int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t *info,
                          char *const *base, char ***out);
+
+/* Whether the entry "NAME=VALUE" is one of a worker's own: its ranks and sizes, where
+ * the store is, its attempt and files. What is not, the node's workers share (the
+ * warm-restart zygote's environment, zygote.h). */
+bool ddp_worker_env_own(const char *entry);
 
 /* `base` with `added` replacing entries of the same name. The array is new; its
  * strings are borrowed from `base` and `added` (free the array alone with free()). */

@@ -17,6 +17,7 @@
 #include "io.h"
 
 #include <glob.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +207,218 @@ static void test_hang_dump_python_stacks(void **state)
     free(logs);
 }
 
+/* Lines of `text` that contain `needle`, sorted, one string. */
+static void lines_with(const char *text, const char *needle, ddp_buf_t *out)
+{
+    char *copy = strdup(text), *save = NULL, *lines[64];
+    size_t n = 0;
+    for (char *line = strtok_r(copy, "\n", &save); line != NULL && n < 64;
+         line = strtok_r(NULL, "\n", &save))
+        if (strstr(line, needle) != NULL)
+            lines[n++] = line;
+    for (size_t i = 1; i < n; i++)
+        for (size_t k = i; k > 0 && strcmp(lines[k - 1], lines[k]) > 0; k--) {
+            char *t = lines[k];
+            lines[k] = lines[k - 1];
+            lines[k - 1] = t;
+        }
+    for (size_t i = 0; i < n; i++)
+        ddp_buf_printf(out, "%s\n", lines[i]);
+    free(copy);
+}
+
+/* The files under `dir`, relative, sorted. */
+static void files_under(const char *dir, ddp_buf_t *out)
+{
+    char cmd[1200], line[1024];
+    snprintf(cmd, sizeof cmd, "cd '%s' && find . -type f | sed 's,^\\./[^/]*/,,' | sort", dir);
+    FILE *f = popen(cmd, "r");
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        ddp_buf_puts(out, line);
+    if (f != NULL)
+        pclose(f);
+}
+
+/* warm_restart.py `mode` with rank 1 failing at attempt 0, restarted once, cold or with
+ * --warm-restarts, its streams teed (files under `logs`, prefixed lines on the console). */
+static void run_restarted(th_proc_t *p, bool warm, const char *mode, const char *logs)
+{
+    char log_flag[600];
+    snprintf(log_flag, sizeof log_flag, "--log-dir=%s", logs);
+    const char *args[] = {"--master-port=0",
+                          "--rdzv-id=warm",
+                          "--nproc-per-node=2",
+                          "--max-restarts=1",
+                          "--shutdown-timeout=5",
+                          "--tee=3",
+                          log_flag,
+                          warm ? "--warm-restarts" : "--role=default",
+                          script("warm_restart.py"),
+                          mode,
+                          NULL};
+    launch(p, args, 300);
+}
+
+/* A restart forked from the zygote is what a cold restart is to the script: environment,
+ * argv, sys.path, __main__, session, parent-death signal, signals, limits, descriptors,
+ * stdio (warm_restart.py's STATE, less what the torch 2.6 tests' shim changes in a cold
+ * worker: its own path and __main__); the same files in the log directory and prefixed
+ * lines; each rank its own random state. */
+static void test_warm_restart_same_as_cold(void **state)
+{
+    char *cold_logs = th_tmpdir(), *warm_logs = th_tmpdir();
+    th_proc_t cold, warm;
+    ddp_buf_t cold_state = DDP_BUF_INIT, warm_state = DDP_BUF_INIT;
+    ddp_buf_t cold_files = DDP_BUF_INIT, warm_files = DDP_BUF_INIT, random = DDP_BUF_INIT;
+    run_restarted(&cold, false, "state", cold_logs);
+    TH_ASSERT(&cold, th_status(&cold) == 0);
+    run_restarted(&warm, true, "state", warm_logs);
+    TH_ASSERT(&warm, th_status(&warm) == 0);
+    const char *err = ddp_buf_str(&warm.err);
+    TH_ASSERT(&warm, strstr(err, "warm restarts: the zygote (pid ") != NULL);
+    TH_ASSERT(&warm, strstr(err, "2 of 2 workers of attempt 1 forked from the zygote") != NULL);
+    TH_ASSERT(&cold, strstr(ddp_buf_str(&cold.err), "zygote") == NULL);
+    lines_with(ddp_buf_str(&cold.out), "]:STATE ", &cold_state);
+    lines_with(ddp_buf_str(&warm.out), "]:STATE ", &warm_state);
+    TH_ASSERT(&warm, th_count(ddp_buf_str(&warm_state), "[default0]:STATE {") == 1);
+    TH_ASSERT(&warm, th_count(ddp_buf_str(&warm_state), "[default1]:STATE {") == 1);
+    if (strcmp(ddp_buf_str(&cold_state), ddp_buf_str(&warm_state)) != 0) {
+        printf("cold:\n%s\nwarm:\n%s\n", ddp_buf_str(&cold_state), ddp_buf_str(&warm_state));
+        fail_msg("a warm restart's worker differs from a cold one's");
+    }
+    files_under(cold_logs, &cold_files);
+    files_under(warm_logs, &warm_files);
+    TH_ASSERT(&warm, strstr(ddp_buf_str(&warm_files), "attempt_1/1/stdout.log\n") != NULL);
+    TH_ASSERT(&warm, strcmp(ddp_buf_str(&cold_files), ddp_buf_str(&warm_files)) == 0);
+    /* Python's random and numpy's global state are each worker's own, as in cold ones. */
+    lines_with(ddp_buf_str(&warm.out), "]:RANDOM rank ", &random);
+    const char *r0 = strstr(ddp_buf_str(&random), "RANDOM rank 0 ");
+    const char *r1 = strstr(ddp_buf_str(&random), "RANDOM rank 1 ");
+    double random0 = 0, random1 = 0;
+    long numpy0 = 0, numpy1 = 0;
+    TH_ASSERT(&warm, r0 != NULL && sscanf(r0, "RANDOM rank 0 %lf %ld", &random0, &numpy0) == 2);
+    TH_ASSERT(&warm, r1 != NULL && sscanf(r1, "RANDOM rank 1 %lf %ld", &random1, &numpy1) == 2);
+    TH_ASSERT(&warm, random0 != random1 && numpy0 != numpy1);
+    ddp_buf_free(&cold_state);
+    ddp_buf_free(&warm_state);
+    ddp_buf_free(&cold_files);
+    ddp_buf_free(&warm_files);
+    ddp_buf_free(&random);
+    th_cleanup(&cold);
+    th_cleanup(&warm);
+    th_rmtree(cold_logs);
+    th_rmtree(warm_logs);
+    free(cold_logs);
+    free(warm_logs);
+}
+
+/* The number after `label` in `text` (0 when absent). */
+static pid_t pid_after(const char *text, const char *label)
+{
+    const char *at = strstr(text, label);
+    return at != NULL ? (pid_t)atoi(at + strlen(label)) : 0;
+}
+
+/* The launcher SIGKILLed while its warm-restarted workers run: they and the zygote end
+ * (the parent-death signal set once adopted, the orphan guard); and SIGKILLed as the
+ * restart begins (workers being forked): nothing of the job outlives it. */
+static void test_warm_restart_no_orphans(void **state)
+{
+    char *logs = th_tmpdir(), mark[300];
+    snprintf(mark, sizeof mark, "DDP_TEST_SESSION=%s", getenv("DDP_TEST_SESSION"));
+    for (int early = 0; early < 2; early++) {
+        th_proc_t p;
+        char log_flag[600];
+        snprintf(log_flag, sizeof log_flag, "--log-dir=%s", logs);
+        const char *argv[] = {th_launcher(),
+                              "--master-port=0",
+                              "--nproc-per-node=2",
+                              "--max-restarts=1",
+                              "--shutdown-timeout=5",
+                              "--warm-restarts",
+                              log_flag,
+                              script("warm_restart.py"),
+                              "hold",
+                              NULL};
+        th_start(&p, argv, extra_env);
+        if (early) {
+            TH_ASSERT(&p, th_wait_output(&p, 2, "restarting the workers as attempt 1", 1, 200));
+        } else {
+            TH_ASSERT(&p, th_wait_output(&p, 1, "HOLD rank ", 2, 200));
+        }
+        pid_t zygote = pid_after(ddp_buf_str(&p.err), "the zygote (pid ");
+        pid_t rank0 = pid_after(ddp_buf_str(&p.out), "HOLD rank 0 pid ");
+        pid_t rank1 = pid_after(ddp_buf_str(&p.out), "HOLD rank 1 pid ");
+        TH_ASSERT(&p, zygote > 0);
+        kill(p.pid, SIGKILL);
+        TH_ASSERT(&p, th_wait_exit(&p, 30));
+        TH_ASSERT(&p, th_wait_gone(zygote, 15));
+        TH_ASSERT(&p, early || (rank0 > 0 && rank1 > 0 && th_wait_gone(rank0, 15) &&
+                                th_wait_gone(rank1, 15)));
+        TH_ASSERT(&p, th_end_marked(mark, 15) == 0);
+        th_cleanup(&p);
+    }
+    th_rmtree(logs);
+    free(logs);
+}
+
+/* --max-restarts and the exit status are what they are cold: a rank that fails on every
+ * attempt is restarted warm twice, then the job ends 1, or the worker's own 7 with
+ * --exit-code=worker, the report naming it. */
+static void test_warm_restart_exit_codes(void **state)
+{
+    for (int worker_code = 0; worker_code < 2; worker_code++) {
+        const char *args[] = {"--standalone",
+                              "--nproc-per-node=2",
+                              "--max-restarts=2",
+                              "--shutdown-timeout=5",
+                              "--warm-restarts",
+                              worker_code ? "--exit-code=worker" : "--exit-code=torchrun",
+                              script("warm_restart.py"),
+                              "always",
+                              "7",
+                              NULL};
+        th_proc_t p;
+        launch(&p, args, 300);
+        const char *err = ddp_buf_str(&p.err);
+        TH_ASSERT(&p, th_status(&p) == (worker_code ? 7 : 1));
+        TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "rank 1 fails on attempt ") == 3);
+        TH_ASSERT(&p, strstr(err, "restarting the workers as attempt 2 (restart 2 of 2)") != NULL);
+        TH_ASSERT(&p, strstr(err, "of attempt 2 forked from the zygote") != NULL);
+        TH_ASSERT(&p, strstr(err, "restarting the workers as attempt 3") == NULL);
+        TH_ASSERT(&p, strstr(err, "  exitcode  : 7") != NULL);
+        th_cleanup(&p);
+    }
+}
+
+/* A --preload module that initialises CUDA at import: the zygote refuses to serve and
+ * says why, and the restart starts cold (and works). */
+static void test_warm_restart_refuses_cuda_at_import(void **state)
+{
+    char path_var[1200];
+    snprintf(path_var, sizeof path_var, "PYTHONPATH=%s/tests/python", th_source_dir());
+    const char *env[] = {extra_env[0], path_var, extra_env[1], extra_env[2], NULL};
+    const char *argv[] = {th_launcher(),
+                          "--standalone",
+                          "--nproc-per-node=2",
+                          "--max-restarts=1",
+                          "--shutdown-timeout=5",
+                          "--warm-restarts",
+                          "--preload=cuda_at_import",
+                          script("fail_once.py"),
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 300);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(err, "zygote refused to serve: importing cuda_at_import initialised "
+                              "CUDA") != NULL);
+    TH_ASSERT(&p, strstr(err, "local rank 0 of attempt 1 starts cold: the zygote refused") != NULL);
+    TH_ASSERT(&p, strstr(err, "forked from the zygote") == NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 1 attempt 1 sum 3\n") != NULL);
+    th_cleanup(&p);
+}
+
 /* A new directory holding FashionMNIST (which the trixie root sees too), or NULL with a
  * line saying why not. */
 static char *fashion_data(void)
@@ -386,11 +599,20 @@ int main(int argc, char **argv)
     }
     prepare();
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_gloo_two_ranks),          TH_TEST(test_gloo_four_ranks),
-        TH_TEST(test_tcpstore_client),         TH_TEST(test_restart_after_a_failure),
-        TH_TEST(test_error_file_in_report),    TH_TEST(test_train_fashion),
-        TH_TEST(test_fashion_device_choice),   TH_TEST(test_c_example_under_torchrun),
-        TH_TEST(test_hang_dump_python_stacks), TH_TEST(test_straggler_named),
+        TH_TEST(test_gloo_two_ranks),
+        TH_TEST(test_gloo_four_ranks),
+        TH_TEST(test_tcpstore_client),
+        TH_TEST(test_restart_after_a_failure),
+        TH_TEST(test_error_file_in_report),
+        TH_TEST(test_train_fashion),
+        TH_TEST(test_fashion_device_choice),
+        TH_TEST(test_c_example_under_torchrun),
+        TH_TEST(test_hang_dump_python_stacks),
+        TH_TEST(test_straggler_named),
+        TH_TEST(test_warm_restart_same_as_cold),
+        TH_TEST(test_warm_restart_no_orphans),
+        TH_TEST(test_warm_restart_exit_codes),
+        TH_TEST(test_warm_restart_refuses_cuda_at_import),
     };
     return cmocka_run_group_tests_name(flavour, tests, NULL, NULL);
 }

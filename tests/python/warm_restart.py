@@ -1,0 +1,127 @@
+"""A worker restarted by ddp-launch, cold or warm (--warm-restarts), for the tests.
+
+usage: warm_restart.py state | hold | always CODE
+
+Every rank joins a gloo group and all-reduces. On attempt 0 rank 1 then exits 3 (always:
+CODE, on every attempt). On later attempts:
+  state  prints a STATE line: one JSON object of what the process is (environment,
+         argv, sys.path, __main__, cwd, session, parent-death signal, signal dispositions
+         and mask, limits, affinity, its descriptors, stdio buffering), with its run's
+         log directory written <RUN> and the store's port <PORT>; then a RANDOM line
+         (each rank's own draws).
+  hold   prints HOLD with its pid and sleeps: a job to kill the launcher of.
+"""
+import ctypes
+import json
+import os
+import random
+import resource
+import signal
+import stat
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+PR_GET_PDEATHSIG = 2
+
+
+def descriptors():
+    """What the standard descriptors are, and what the others are whatever their numbers
+    (the order in which torch and gloo open theirs varies), pipes and sockets without
+    their inode numbers."""
+    standard, others = {}, []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the listing's own
+        target = target.split(":[")[0] if ":[" in target else target
+        if int(name) <= 2:
+            standard[name] = target
+        else:
+            others.append(target)
+    return {"standard": standard, "others": sorted(others)}
+
+
+def state():
+    main = sys.modules["__main__"]
+    libc = ctypes.CDLL(None, use_errno=True)
+    sig = ctypes.c_int(0)
+    libc.prctl(PR_GET_PDEATHSIG, ctypes.byref(sig), 0, 0, 0)
+    with open(f"/proc/{os.getppid()}/comm") as f:
+        parent = f.read().strip()
+    port = os.environ.get("MASTER_PORT", "")
+    fds = descriptors()
+    return {
+        "env": dict(os.environ),
+        "argv": sys.argv,
+        "orig_argv": getattr(sys, "orig_argv", None),
+        "path": sys.path,
+        "main": {
+            "name": main.__name__,
+            "file": main.__file__,
+            "spec": repr(main.__spec__),
+            "loader": type(main.__loader__).__name__,
+            "package": main.__package__,
+            "cached": main.__cached__,
+            "doc": main.__doc__,
+            "builtins": getattr(main.__builtins__, "__name__", "dict"),
+        },
+        "cwd": os.getcwd(),
+        "leads_session": os.getsid(0) == os.getpid(),
+        "leads_group": os.getpgid(0) == os.getpid(),
+        "parent": parent,
+        "pdeathsig": sig.value,
+        "signals": {s.name: str(signal.getsignal(s)) for s in signal.Signals
+                    if s not in (signal.SIGKILL, signal.SIGSTOP)},
+        "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        "nofile": list(resource.getrlimit(resource.RLIMIT_NOFILE)),
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "umask": os.umask(0o022),
+        "fds": fds,
+        "stdin": stat.S_IFMT(os.fstat(0).st_mode),
+        "stdout": [sys.stdout.line_buffering, sys.stdout.write_through,
+                   stat.S_IFMT(os.fstat(1).st_mode)],
+        "stderr": [sys.stderr.line_buffering, sys.stderr.write_through,
+                   stat.S_IFMT(os.fstat(2).st_mode)],
+        "flags": str(sys.flags),
+        "port": port,
+    }, port
+
+
+def main():
+    mode = sys.argv[1]
+    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    dist.init_process_group("gloo", init_method="env://")
+    rank = dist.get_rank()
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
+    if rank == 1 and (attempt == 0 or mode == "always"):
+        print(f"rank 1 fails on attempt {attempt}", flush=True)
+        sys.exit(int(sys.argv[2]) if mode == "always" else 3)
+    if mode == "hold" and attempt > 0:
+        print(f"HOLD rank {rank} pid {os.getpid()}", flush=True)
+        time.sleep(300)
+    dist.barrier()
+    if mode == "state" and attempt > 0:
+        found, port = state()
+        if "DDP_TRIXIE_ROOT" in os.environ:
+            # The torch 2.6 tests' shim (tests/torch26) runs a cold worker's script from its
+            # own __main__ and sys.path, after a shell's cd: those are the shim's, not ours.
+            for key in ("main", "orig_argv", "path"):
+                del found[key]
+            for name in ("PWD", "OLDPWD"):
+                found["env"].pop(name, None)
+        run = os.path.dirname(os.path.dirname(os.path.dirname(
+            os.environ["TORCHELASTIC_ERROR_FILE"])))
+        text = json.dumps(found, sort_keys=True).replace(run, "<RUN>")
+        print("STATE " + text.replace(f'"{port}"', '"<PORT>"'), flush=True)
+        import numpy
+        print(f"RANDOM rank {rank} {random.random()} {numpy.random.randint(1 << 30)}",
+              flush=True)
+    dist.destroy_process_group()
+
+
+main()

@@ -1,0 +1,307 @@
+"""ddp-launch's zygote: with --warm-restarts, one per node imports the --preload modules
+(torch) once and forks each restarted worker from itself, so no restart imports them again.
+
+The launcher starts it as `python -u _zygote.py FD MODULES PAD` with its node's worker
+environment less each worker's own variables (ranks, attempt, files); FD is a
+SOCK_SEQPACKET socket to the launcher, whose messages are NUL-separated fields
+(launcher/zygote.h). It must never initialise CUDA, which a forked child could not use:
+a module that does is refused, saying why. A request forks an intermediate process that
+forks the worker and exits at once, so the worker is adopted by the launcher (a child
+subreaper), which waits for it as for a worker it started itself. The worker then makes
+itself what a cold one is (its session, the orphan guard's record, the parent-death
+signal, its streams, limits, binding, directory, environment and argv) and runs the
+script or module as __main__; its exit is the interpreter's own.
+"""
+import os
+import sys
+
+_ZYGOTE_FILE = os.path.abspath(__file__)
+del sys.path[0]  # this file's folder; a worker gets its script's
+
+import builtins  # noqa: E402 (after the path fix: nothing of this folder is imported)
+import ctypes  # noqa: E402
+import importlib  # noqa: E402
+import importlib.machinery  # noqa: E402
+import resource  # noqa: E402
+import runpy  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import struct  # noqa: E402
+import time  # noqa: E402
+import types  # noqa: E402
+
+PR_SET_PDEATHSIG = 1
+MPOL_PREFERRED = 1
+SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237, "ppc64le": 261}
+ADOPTION_TIMEOUT_S = 5.0
+
+
+def _send(sock, *fields):
+    sock.send(b"\0".join(f if isinstance(f, bytes) else str(f).encode() for f in fields))
+
+
+def _cuda_initialised():
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    return cuda is not None and cuda.is_initialized()
+
+
+def _preload(modules):
+    """Imports each module: None, or why the zygote cannot serve."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except BaseException as e:  # a module's SystemExit too: the zygote says why
+            return f"unable to import {name}: {type(e).__name__}: {e}"
+        if _cuda_initialised():
+            return (f"importing {name} initialised CUDA, which a forked worker could not "
+                    f"use; restarts start cold")
+    return None
+
+
+class _Request:
+    """One worker to start, as the launcher sent it."""
+
+    def __init__(self, fields, fds):
+        it = iter(fields)
+        if next(it) != b"spawn":
+            raise ValueError("not a spawn request")
+        self.local_rank = int(next(it))
+        self.cwd = next(it)
+        self.nofile = int(next(it))
+        self.cpus = [int(c) for c in next(it).split(b",") if c]
+        self.mem_node = int(next(it))
+        self.bind_fallback = next(it) == b"1"
+        self.bind_text = next(it).decode(errors="replace")
+        self.python_stacks = next(it) == b"1"
+        has_guard = next(it) == b"1"
+        argc = int(next(it))
+        self.argv = [next(it) for _ in range(argc)]
+        self.env = list(it)
+        if len(fds) != 2 + has_guard:
+            raise ValueError(f"{len(fds)} descriptors")
+        self.out_fd, self.err_fd = fds[0], fds[1]
+        self.guard_fd = fds[2] if has_guard else -1
+        args = self.argv[1:]
+        if args[:1] != [b"-u"] or len(args) < 2 or (args[1] == b"-m" and len(args) < 3):
+            raise ValueError("not a 'python -u script|-m module' command")
+        self.module = args[1] == b"-m"
+        self.target = os.fsdecode(args[2] if self.module else args[1])
+
+    def close(self):
+        for fd in (self.out_fd, self.err_fd, self.guard_fd):
+            if fd >= 0:
+                os.close(fd)
+
+
+def _bind(req, libc):
+    """--numa-binding's CPUs and memory node, as the launcher's spawn does; a refusal is a
+    message and exit 126 unless the binding may fall back."""
+    what = "CPUs"
+    try:
+        if req.cpus:
+            os.sched_setaffinity(0, req.cpus)
+        if req.mem_node >= 0:
+            what = "its memory node"
+            nr = SYS_SET_MEMPOLICY.get(os.uname().machine)
+            if nr is None:
+                raise OSError(38, "set_mempolicy's number is not known on this machine")
+            words = req.mem_node // 64 + 2
+            mask = (ctypes.c_ulong * words)()
+            mask[req.mem_node // 64] = 1 << (req.mem_node % 64)
+            if libc.syscall(nr, MPOL_PREFERRED, mask, ctypes.c_ulong(64 * words)) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err))
+    except OSError as e:
+        tail = "; it runs without (--numa-binding-fallback)" if req.bind_fallback else ""
+        os.write(2, (f"ddp-launch: unable to bind worker local rank {req.local_rank} to "
+                     f"{what} ({req.bind_text}): {e.strerror}{tail}\n").encode())
+        if not req.bind_fallback:
+            os._exit(126)
+
+
+def _set_command_line(args):
+    """What ps shows for the worker: its own command line, written over the zygote's
+    (which the launcher padded to make room), as setproctitle does."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+    except (OSError, IndexError, ValueError):
+        return
+    text = b"\0".join(args)[:end - start - 1]
+    ctypes.memmove(start, text.ljust(end - start, b"\0"), end - start)
+
+
+def _become_worker(req, launcher, libc):
+    """In the forked worker: everything a cold worker gets before its program runs."""
+    intermediate = os.getppid()
+    os.setsid()
+    if req.guard_fd >= 0:
+        try:
+            os.write(req.guard_fd, struct.pack("=i", os.getpid()))
+        except OSError:
+            pass  # a guard that is gone does not stop the start
+    deadline = time.monotonic() + ADOPTION_TIMEOUT_S
+    while os.getppid() != launcher:
+        if os.getppid() != intermediate or time.monotonic() > deadline:
+            os._exit(128 + signal.SIGKILL)  # the launcher is gone
+        time.sleep(0.0001)
+    # Set only now: the intermediate's exit would have sent it.
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0 or os.getppid() != launcher:
+        os._exit(128 + signal.SIGKILL)
+    os.dup2(req.out_fd, 1)
+    os.dup2(req.err_fd, 2)
+    req.close()
+    if req.nofile > 0:
+        resource.setrlimit(resource.RLIMIT_NOFILE,
+                           (req.nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    if req.cpus or req.mem_node >= 0:
+        _bind(req, libc)
+    os.chdir(req.cwd)
+    os.environ.clear()
+    for entry in req.env:
+        name, _, value = entry.partition(b"=")
+        if name:
+            os.environb[name] = value
+    _set_command_line(req.argv)
+    if hasattr(sys, "orig_argv"):  # 3.10 on
+        sys.orig_argv[:] = [os.fsdecode(a) for a in req.argv]
+    sys.argv[:] = [req.target] + [os.fsdecode(a) for a in req.argv[4 if req.module else 3:]]
+    # Each worker's own random state, as a fresh interpreter's (random reseeds at fork).
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        np_random.seed()
+    if req.python_stacks:
+        _arm_python_stacks()
+
+
+def _arm_python_stacks():
+    """--hang-dump: what its sitecustomize (launcher/stacks.c) arms in a cold worker."""
+    sig = os.environ.get("DDP_DUMP_SIGNAL", "")
+    err = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
+    if not sig.isdigit() or not err:
+        return
+    try:
+        import faulthandler
+        out = open(os.path.join(os.path.dirname(err), "python_stack.txt"), "a")
+        faulthandler.register(int(sig), file=out, all_threads=True)
+    except (OSError, ValueError, RuntimeError, AttributeError):
+        pass
+
+
+def _fork_worker(sock, req, launcher, libc):
+    """Forks the intermediate, which forks the worker: returns in the worker, with the
+    reply sent by the zygote; None in the zygote."""
+    rfd, wfd = os.pipe()
+    intermediate = os.fork()
+    if intermediate == 0:
+        os.close(rfd)
+        try:
+            worker = os.fork()
+        except OSError as e:
+            os.write(wfd, f"E{e.strerror}".encode())
+            os._exit(1)
+        if worker == 0:
+            os.close(wfd)
+            _become_worker(req, launcher, libc)
+            return True
+        os.write(wfd, str(worker).encode())
+        os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as pipe:
+        said = pipe.read()
+    os.waitpid(intermediate, 0)
+    req.close()
+    if said[:1].isdigit():
+        _send(sock, b"spawned", said)
+    else:
+        _send(sock, b"failed", b"unable to fork: " + said[1:])
+    return None
+
+
+def _serve(fd, modules):
+    """The zygote's life: preload, then a worker per request until the launcher goes.
+    Returns the request only in a forked worker."""
+    sock = socket.socket(fileno=fd)
+    launcher = os.getppid()
+    why = _preload(modules)
+    if why is not None:
+        _send(sock, b"refused", why)
+        sys.exit(0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    threads = len(os.listdir("/proc/self/task"))
+    _send(sock, b"ready", threads)
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 8)
+        except InterruptedError:
+            continue
+        if not msg:
+            sys.exit(0)  # the launcher closed its end
+        try:
+            req = _Request(msg.split(b"\0"), fds)
+        except (ValueError, StopIteration) as e:
+            for fd in fds:
+                os.close(fd)
+            _send(sock, b"failed", f"a request it cannot read: {e}")
+            continue
+        if _fork_worker(sock, req, launcher, libc):
+            sock.close()
+            return req
+
+
+def _run(req):
+    """The worker's program as __main__ in a new module, as `python -u script` or
+    `python -u -m module` runs it (argv, sys.path[0], __file__)."""
+    main = types.ModuleType("__main__")
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+    if req.module:
+        sys.path.insert(0, os.getcwd())
+        runpy._run_module_as_main(req.target)
+        return
+    path = os.path.abspath(req.target)
+    sys.path.insert(0, os.path.dirname(os.path.realpath(req.target)))
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as e:
+        print(f"{sys.executable}: can't open file {path!r}: [Errno {e.errno}] {e.strerror}",
+              file=sys.stderr)
+        sys.exit(2)
+    main.__file__ = path if sys.version_info >= (3, 9) else req.target
+    main.__cached__ = None
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+    exec(compile(source, main.__file__, "exec"), main.__dict__)
+
+
+def _main():
+    if len(sys.argv) not in (3, 4) or not sys.argv[1].isdigit():
+        print("usage: _zygote.py FD MODULE[,MODULE] [PAD] (ddp-launch --warm-restarts runs it;"
+              " PAD: room for the workers' command lines)", file=sys.stderr)
+        sys.exit(2)
+    return _serve(int(sys.argv[1]), [m for m in sys.argv[2].split(",") if m])
+
+
+if __name__ == "__main__":
+    _request = _main()
+    _failure = None
+    try:
+        _run(_request)
+    except SystemExit:
+        raise
+    except BaseException as e:  # shown as a cold interpreter shows it: without our frames
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == _ZYGOTE_FILE:
+            tb = tb.tb_next
+        _failure = e.with_traceback(tb)
+    if _failure is not None:
+        sys.excepthook(type(_failure), _failure, _failure.__traceback__)
+        if isinstance(_failure, KeyboardInterrupt):
+            import atexit
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        sys.exit(1)
