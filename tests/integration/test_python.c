@@ -8,7 +8,10 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "io.h"
 
+#include <glob.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,6 +287,159 @@ static void test_shared_memory_is_unlinked(void **state)
     th_cleanup(&p);
 }
 
+/* The lines of `text` that begin with `prefix`, one string. */
+static void lines_from(const char *text, const char *prefix, ddp_buf_t *out)
+{
+    for (const char *line = text; *line != '\0';) {
+        size_t len = strcspn(line, "\n");
+        if (strncmp(line, prefix, strlen(prefix)) == 0)
+            ddp_buf_printf(out, "%.*s\n", (int)len, line);
+        line += len + (line[len] == '\n');
+    }
+}
+
+/* A new trigger file's path for th_run_after, in the test's TMPDIR, as "WARM_TRIGGER=..." in
+ * var[cap] (its path after the '='). */
+static const char *trigger_var(char *var, size_t cap)
+{
+    static int next;
+    snprintf(var, cap, "WARM_TRIGGER=%s/warm-go-%d", getenv("TMPDIR"), next++);
+    return var + strlen("WARM_TRIGGER=");
+}
+
+/* warm_plain.py (or -m warm_plain) with `mode`, rank 1 failing at attempt 0 once stderr
+ * says `ready` (the zygote's answer; NULL: at once), restarted once, cold or with
+ * --warm-restarts (its zygote importing json), streams teed. */
+static void run_plain(th_proc_t *p, bool warm, bool module, const char *mode,
+                      const char *const *more, const char *ready)
+{
+    char path[1100], trigger[1100];
+    snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
+    const char *file = trigger_var(trigger, sizeof trigger);
+    const char *env[] = {python_env(NULL)[0], path, trigger, NULL};
+    const char *argv[24] = {th_launcher(), "--nproc-per-node=2", "--max-restarts=1",
+                            "--shutdown-timeout=5", "--tee=3"};
+    int n = 5;
+    if (warm) {
+        argv[n++] = "--warm-restarts";
+        argv[n++] = "--preload=json";
+    }
+    for (int i = 0; more != NULL && more[i] != NULL && n < 18; i++)
+        argv[n++] = more[i];
+    if (module)
+        argv[n++] = "-m";
+    argv[n++] = module ? "warm_plain" : script("warm_plain.py");
+    argv[n++] = mode;
+    argv[n] = NULL;
+    th_run_after(p, argv, env, ready, file, 120);
+}
+
+/* A script that raises at its warm restart: its traceback is the one a cold restart
+ * prints (none of the zygote's frames), and the job's end is the same. */
+static void test_warm_restart_traceback(void **state)
+{
+    th_proc_t cold, warm;
+    ddp_buf_t cold_lines = DDP_BUF_INIT, warm_lines = DDP_BUF_INIT;
+    run_plain(&cold, false, false, "raise", NULL, NULL);
+    run_plain(&warm, true, false, "raise", NULL, "has imported json");
+    TH_ASSERT(&warm, strstr(ddp_buf_str(&warm.err), "2 of 2 workers of attempt 1 forked") != NULL);
+    TH_ASSERT(&cold, th_status(&cold) == 1);
+    TH_ASSERT(&warm, th_status(&warm) == 1);
+    lines_from(ddp_buf_str(&cold.err), "[default1]:", &cold_lines);
+    lines_from(ddp_buf_str(&warm.err), "[default1]:", &warm_lines);
+    TH_ASSERT(&warm, strstr(ddp_buf_str(&warm_lines), "[default1]:Traceback (most recent call "
+                                                      "last):\n[default1]:  File \"") != NULL);
+    TH_ASSERT(&warm, strstr(ddp_buf_str(&warm_lines), "in fail_here\n") != NULL);
+    TH_ASSERT(&warm, strstr(ddp_buf_str(&warm_lines), "_zygote") == NULL);
+    TH_ASSERT(&warm, strcmp(ddp_buf_str(&cold_lines), ddp_buf_str(&warm_lines)) == 0);
+    TH_ASSERT(&warm, strstr(ddp_buf_str(&warm.err), "ValueError: deliberate failure of rank 1 "
+                                                    "at attempt 1") != NULL);
+    ddp_buf_free(&cold_lines);
+    ddp_buf_free(&warm_lines);
+    th_cleanup(&cold);
+    th_cleanup(&warm);
+}
+
+/* python -m warm_plain restarted warm: sys.argv, sys.path[0], __file__ and __name__ are a
+ * cold python -m's. */
+static void test_warm_restart_module(void **state)
+{
+    th_proc_t cold, warm;
+    ddp_buf_t cold_lines = DDP_BUF_INIT, warm_lines = DDP_BUF_INIT;
+    run_plain(&cold, false, true, "show", NULL, NULL);
+    run_plain(&warm, true, true, "show", NULL, "has imported json");
+    TH_ASSERT(&cold, th_status(&cold) == 0);
+    TH_ASSERT(&warm, th_status(&warm) == 0);
+    TH_ASSERT(&warm, strstr(ddp_buf_str(&warm.err), "2 of 2 workers of attempt 1 forked") != NULL);
+    lines_from(ddp_buf_str(&cold.out), "[default0]:SHOW", &cold_lines);
+    lines_from(ddp_buf_str(&cold.out), "[default1]:SHOW", &cold_lines);
+    lines_from(ddp_buf_str(&warm.out), "[default0]:SHOW", &warm_lines);
+    lines_from(ddp_buf_str(&warm.out), "[default1]:SHOW", &warm_lines);
+    TH_ASSERT(&warm, strstr(ddp_buf_str(&warm_lines), "warm_plain.py', 'show'] ") != NULL);
+    TH_ASSERT(&warm, strstr(ddp_buf_str(&warm_lines), " __main__\n") != NULL);
+    TH_ASSERT(&warm, strcmp(ddp_buf_str(&cold_lines), ddp_buf_str(&warm_lines)) == 0);
+    ddp_buf_free(&cold_lines);
+    ddp_buf_free(&warm_lines);
+    th_cleanup(&cold);
+    th_cleanup(&warm);
+}
+
+/* A warm-restarted attempt that hangs, under --hang-dump: the report has each rank's
+ * Python stack, written by the faulthandler armed in the forked worker. */
+static void test_warm_restart_hang_dump(void **state)
+{
+    char *logs = th_tmpdir(), log_flag[600], pattern[700], *text = NULL;
+    snprintf(log_flag, sizeof log_flag, "--log-dir=%s", logs);
+    const char *more[] = {"--hang-timeout=3", "--hang-dump", log_flag, NULL};
+    th_proc_t p;
+    size_t len;
+    glob_t g;
+    run_plain(&p, true, false, "hang", more, "has imported json");
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "2 of 2 workers of attempt 1 forked") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "in stuck_here (warm_plain.py:") != NULL);
+    snprintf(pattern, sizeof pattern, "%s/*/attempt_1/1/python_stack.txt", logs);
+    TH_ASSERT(&p, glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc == 1);
+    TH_ASSERT(&p, ddp_read_file(g.gl_pathv[0], 1 << 20, &text, &len) == 0);
+    globfree(&g);
+    TH_ASSERT(&p, strstr(text, "in stuck_here") != NULL);
+    free(text);
+    th_cleanup(&p);
+    th_rmtree(logs);
+    free(logs);
+}
+
+/* What a zygote cannot serve starts cold, saying why: a preload module that is not there
+ * (the restart still happens); workers that are not Python (said at the start);
+ * --preload without --warm-restarts is a usage error. */
+static void test_warm_restart_cold_cases(void **state)
+{
+    const char *missing[] = {"--preload=no_such_module_here", NULL};
+    th_proc_t p;
+    run_plain(&p, true, false, "show", missing, "zygote refused");
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(err, "the zygote refused to serve: unable to import "
+                              "no_such_module_here: ModuleNotFoundError") != NULL);
+    TH_ASSERT(&p, strstr(err, "local rank 0 of attempt 1 starts cold: the zygote refused") != NULL);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "]:SHOW rank ") == 2);
+    th_cleanup(&p);
+
+    const char *program[] = {
+        th_launcher(), "--nproc-per-node=1", "--warm-restarts", th_worker(), "exit", "0", NULL};
+    th_run(&p, program, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p,
+              strstr(ddp_buf_str(&p.err), "--warm-restarts: the workers are not Python") != NULL);
+    th_cleanup(&p);
+
+    const char *alone[] = {th_launcher(), "--preload=torch", script("warm_plain.py"), "show", NULL};
+    th_run(&p, alone, python_env(NULL), 60);
+    TH_ASSERT(&p, th_status(&p) == 2);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "add --warm-restarts") != NULL);
+    th_cleanup(&p);
+}
+
 static int need_python(void **state)
 {
     const char *py = python();
@@ -305,6 +461,10 @@ int main(void)
         TH_TEST(test_legacy_nccl_variable_follows_torch),
         TH_TEST(test_script_in_the_working_directory),
         TH_TEST(test_shared_memory_is_unlinked),
+        TH_TEST(test_warm_restart_traceback),
+        TH_TEST(test_warm_restart_module),
+        TH_TEST(test_warm_restart_hang_dump),
+        TH_TEST(test_warm_restart_cold_cases),
     };
     return cmocka_run_group_tests(tests, need_python, NULL);
 }

@@ -16,6 +16,7 @@
 #include "harness.h"
 #include "io.h"
 
+#include <fcntl.h>
 #include <glob.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -239,8 +240,39 @@ static void files_under(const char *dir, ddp_buf_t *out)
         pclose(f);
 }
 
+/* A new trigger file's path for th_run_after, in the test's TMPDIR, as "WARM_TRIGGER=..." in
+ * var[cap] (its path after the '='). */
+static const char *trigger_var(char *var, size_t cap)
+{
+    static int next;
+    snprintf(var, cap, "WARM_TRIGGER=%s/warm-go-%d", getenv("TMPDIR"), next++);
+    return var + strlen("WARM_TRIGGER=");
+}
+
+/* ddp-launch on `args` with the flavour's environment and `more` variables (up to 2),
+ * rank 1's failure at attempt 0 held until stderr says `ready` (NULL: at once). */
+static void launch_after(th_proc_t *p, const char *const *args, const char *more, const char *ready,
+                         double timeout)
+{
+    char trigger[1100];
+    const char *file = trigger_var(trigger, sizeof trigger);
+    const char *argv[32] = {th_launcher()}, *env[8];
+    int n = 1, k = 0;
+    for (int i = 0; args[i] != NULL && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    for (int i = 0; extra_env[i] != NULL && k < 4; i++)
+        env[k++] = extra_env[i];
+    env[k++] = trigger;
+    if (more != NULL)
+        env[k++] = more;
+    env[k] = NULL;
+    th_run_after(p, argv, env, ready, file, timeout);
+}
+
 /* warm_restart.py `mode` with rank 1 failing at attempt 0, restarted once, cold or with
- * --warm-restarts, its streams teed (files under `logs`, prefixed lines on the console). */
+ * --warm-restarts (once its zygote is ready), its streams teed (files under `logs`,
+ * prefixed lines on the console). */
 static void run_restarted(th_proc_t *p, bool warm, const char *mode, const char *logs)
 {
     char log_flag[600];
@@ -256,7 +288,7 @@ static void run_restarted(th_proc_t *p, bool warm, const char *mode, const char 
                           script("warm_restart.py"),
                           mode,
                           NULL};
-    launch(p, args, 300);
+    launch_after(p, args, NULL, warm ? "has imported torch" : NULL, 300);
 }
 
 /* A restart forked from the zygote is what a cold restart is to the script: environment,
@@ -340,7 +372,14 @@ static void test_warm_restart_no_orphans(void **state)
                               script("warm_restart.py"),
                               "hold",
                               NULL};
-        th_start(&p, argv, extra_env);
+        char trigger[1100];
+        const char *file = trigger_var(trigger, sizeof trigger);
+        const char *env[] = {extra_env[0], extra_env[1], extra_env[2], NULL, NULL};
+        env[extra_env[1] == NULL ? 1 : 3] = trigger;
+        th_start(&p, argv, env);
+        TH_ASSERT(&p, th_wait_output(&p, 2, "has imported torch", 1, 200));
+        int fd = open(file, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        TH_ASSERT(&p, fd >= 0 && close(fd) == 0);
         if (early) {
             TH_ASSERT(&p, th_wait_output(&p, 2, "restarting the workers as attempt 1", 1, 200));
         } else {
@@ -379,7 +418,7 @@ static void test_warm_restart_exit_codes(void **state)
                               "7",
                               NULL};
         th_proc_t p;
-        launch(&p, args, 300);
+        launch_after(&p, args, NULL, "has imported torch", 300);
         const char *err = ddp_buf_str(&p.err);
         TH_ASSERT(&p, th_status(&p) == (worker_code ? 7 : 1));
         TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "rank 1 fails on attempt ") == 3);
@@ -397,25 +436,24 @@ static void test_warm_restart_refuses_cuda_at_import(void **state)
 {
     char path_var[1200];
     snprintf(path_var, sizeof path_var, "PYTHONPATH=%s/tests/python", th_source_dir());
-    const char *env[] = {extra_env[0], path_var, extra_env[1], extra_env[2], NULL};
-    const char *argv[] = {th_launcher(),
-                          "--standalone",
+    const char *args[] = {"--standalone",
                           "--nproc-per-node=2",
                           "--max-restarts=1",
                           "--shutdown-timeout=5",
                           "--warm-restarts",
                           "--preload=cuda_at_import",
-                          script("fail_once.py"),
+                          script("warm_restart.py"),
+                          "once",
                           NULL};
     th_proc_t p;
-    th_run(&p, argv, env, 300);
+    launch_after(&p, args, path_var, "zygote refused", 300);
     const char *err = ddp_buf_str(&p.err);
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, strstr(err, "zygote refused to serve: importing cuda_at_import initialised "
                               "CUDA") != NULL);
     TH_ASSERT(&p, strstr(err, "local rank 0 of attempt 1 starts cold: the zygote refused") != NULL);
     TH_ASSERT(&p, strstr(err, "forked from the zygote") == NULL);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 1 attempt 1 sum 3\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 1 fails on attempt 0\n") != NULL);
     th_cleanup(&p);
 }
 

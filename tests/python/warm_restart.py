@@ -1,15 +1,16 @@
 """A worker restarted by ddp-launch, cold or warm (--warm-restarts), for the tests.
 
-usage: warm_restart.py state | hold | always CODE
+usage: warm_restart.py state | hold | once | always CODE
 
 Every rank joins a gloo group and all-reduces. On attempt 0 rank 1 then exits 3 (always:
-CODE, on every attempt). On later attempts:
+CODE, on every attempt), once the file WARM_TRIGGER names exists where it is set. On later attempts:
   state  prints a STATE line: one JSON object of what the process is (environment,
          argv, sys.path, __main__, cwd, session, parent-death signal, signal dispositions
          and mask, limits, affinity, its descriptors, stdio buffering), with its run's
          log directory written <RUN> and the store's port <PORT>; then a RANDOM line
          (each rank's own draws).
-  hold   prints HOLD with its pid and sleeps: a job to kill the launcher of.
+  hold   prints HOLD with its pid and sleeps: a job to kill the launcher of;
+  once   nothing more: the job ends well.
 """
 import ctypes
 import json
@@ -91,6 +92,15 @@ def state():
     }, port
 
 
+def wait_for_trigger():
+    """The test's go: the file WARM_TRIGGER names, which it makes once the zygote is ready
+    (a restart before that would start cold); at most 120 s."""
+    path = os.environ.get("WARM_TRIGGER")
+    deadline = time.monotonic() + 120
+    while path and not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def main():
     mode = sys.argv[1]
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
@@ -99,6 +109,8 @@ def main():
     value = torch.tensor([float(rank + 1)])
     dist.all_reduce(value)
     if rank == 1 and (attempt == 0 or mode == "always"):
+        if attempt == 0:
+            wait_for_trigger()
         print(f"rank 1 fails on attempt {attempt}", flush=True)
         sys.exit(int(sys.argv[2]) if mode == "always" else 3)
     if mode == "hold" and attempt > 0:
@@ -107,6 +119,7 @@ def main():
     dist.barrier()
     if mode == "state" and attempt > 0:
         found, port = state()
+        del found["env"]["WARM_TRIGGER"]  # the test's, another file each run
         if "DDP_TRIXIE_ROOT" in os.environ:
             # The torch 2.6 tests' shim (tests/torch26) runs a cold worker's script from its
             # own __main__ and sys.path, after a shell's cd: those are the shim's, not ours.

@@ -235,6 +235,24 @@ void th_run(th_proc_t *p, const char *const *argv, const char *const *env, doubl
     }
 }
 
+void th_run_after(th_proc_t *p, const char *const *argv, const char *const *env, const char *needle,
+                  const char *trigger, double timeout)
+{
+    th_start(p, argv, env);
+    bool seen = needle == NULL || th_wait_output(p, 2, needle, 1, timeout);
+    int fd = open(trigger, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0)
+        close(fd);
+    if (!seen || fd < 0 || !th_wait_exit(p, timeout)) {
+        th_dump(p);
+        th_cleanup(p);
+        fail_msg("%s: %s", argv[0],
+                 !seen    ? "never said what the test waited for"
+                 : fd < 0 ? "unable to create the trigger file"
+                          : "did not finish in time");
+    }
+}
+
 void th_cleanup(th_proc_t *p)
 {
     if (p->pid > 0 && !p->exited) {

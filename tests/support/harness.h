@@ -39,6 +39,11 @@ int th_status(const th_proc_t *p);
 /* Runs to completion: start, wait (failing the test at the deadline). */
 void th_run(th_proc_t *p, const char *const *argv, const char *const *env, double timeout);
 
+/* As th_run, and once `needle` is on its stderr (NULL: at once) creates the file
+ * `trigger`, which a worker of the test may wait for (an event, not a sleep). */
+void th_run_after(th_proc_t *p, const char *const *argv, const char *const *env, const char *needle,
+                  const char *trigger, double timeout);
+
 /* Kills it if it still runs, reaps it and frees the buffers. */
 void th_cleanup(th_proc_t *p);
 

@@ -1,0 +1,50 @@
+"""A plain Python worker (no torch) restarted by ddp-launch, cold or with --warm-restarts.
+
+usage: warm_plain.py raise | hang | show   (or python -m warm_plain ...)
+
+On attempt 0 rank 1 exits 3 (once the file WARM_TRIGGER names exists, where it is set)
+and rank 0 waits to be stopped. On attempt 1:
+  raise  rank 1 raises ValueError from a function (its traceback is the interpreter's),
+         rank 0 ends well;
+  hang   both ranks sleep in stuck_here() without output: a hang to report;
+  show   each rank prints SHOW with its sys.argv, sys.path[0], __file__ and __name__.
+"""
+import os
+import sys
+import time
+
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+rank = int(os.environ["RANK"])
+
+
+def wait_for_trigger():
+    """The test's go: the file WARM_TRIGGER names, which it makes once the zygote is ready
+    (a restart before that would start cold); at most 120 s."""
+    path = os.environ.get("WARM_TRIGGER")
+    deadline = time.monotonic() + 120
+    while path and not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def fail_here():
+    raise ValueError(f"deliberate failure of rank {rank} at attempt {attempt}")
+
+
+def stuck_here():
+    time.sleep(120)
+
+
+if attempt == 0:
+    if rank == 1:
+        wait_for_trigger()
+        print("rank 1 fails on attempt 0", flush=True)
+        sys.exit(3)
+    time.sleep(60)
+elif sys.argv[1] == "raise" and rank == 1:
+    fail_here()
+elif sys.argv[1] == "show":
+    print(f"SHOW rank {rank} {sys.argv} {sys.path[0]} {__file__} {__name__}", flush=True)
+elif sys.argv[1] == "hang":
+    print(f"rank {rank} hangs at attempt {attempt}", flush=True)
+    stuck_here()
+print(f"rank {rank} done at attempt {attempt}", flush=True)
