@@ -10,8 +10,8 @@
 #                             unpacks it, finds CUDA and NCCL beside the machine's torch,
 #                             runs the gpu suite, the integration and torch tests against
 #                             that torch, and one epoch of the C example against PyTorch's
-#                             on the same GPU, a --numa-binding=node job, then prints
-#                             one table
+#                             on the same GPU, a --numa-binding=node job, a warm
+#                             restart with NCCL (bench/restart), then prints one table
 #
 # The lent machine (reference/gpu-machine.md) has torch, CUDA and NCCL in python3's venv
 # and no libuv, cmocka, OpenBLAS, dataset, eu-stack or gdb, and downloads nothing. Where
@@ -41,6 +41,8 @@ pack() {
     for f in "$build"/worker/libddp.so*; do
         [ -d "$f" ] || cp -a "$f" "$stage/build/worker/"
     done
+    # The ddp_launch package (step(), the warm-restart zygote), found beside the launcher.
+    cp -a "$build/worker/python" "$stage/build/worker/"
     for f in ddp-test-worker ddp-test-store ddp-test-collectives ddp-test-nccl gtest_nccl \
         itest_env_contract itest_exit_codes itest_restarts itest_signals itest_output \
         itest_store itest_python itest_libddp itest_multinode itest_fashion itest_torch; do
@@ -180,6 +182,10 @@ print(":".join(sorted(d for p in nvidia.__path__ for d in glob.glob(os.path.join
     done
     run_test "numa binding (node)" 60 "$root/tests/gpu/check.sh" numa "$b" "$work/logs"
     [ -x "$b/tests/itest_torch" ] && run_test "torch (this machine's)" 1200 "$b/tests/itest_torch" python
+    # --warm-restarts with NCCL: crash -> the restarted rank's first all-reduce, cold and
+    # warm (issue 38's target: warm <= 1.5 s); its table is in the log.
+    run_test "warm restart, NCCL (bench/restart)" 600 "$root/bench/restart" --build "$b" \
+        --backend nccl --nproc 1 --runs 3 --python "$python" --torchrun none
     epoch "C example, 1 GPU, batch 64" "$b/launcher/ddp-launch" --nproc-per-node=1 --no-python \
         "$b/examples/fashion-mnist" --device cuda --epochs 1 --data "$data"
     epoch "PyTorch example, 1 GPU, batch 64" "$b/launcher/ddp-launch" --nproc-per-node=1 \
