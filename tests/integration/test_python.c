@@ -10,7 +10,9 @@
 #include "harness.h"
 #include "io.h"
 
+#include <fcntl.h>
 #include <glob.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,6 +411,40 @@ static void test_warm_restart_hang_dump(void **state)
     free(logs);
 }
 
+/* A zygote that dies is started again in the background, said in one line; the restart
+ * after it forks from the new one. */
+static void test_warm_restart_zygote_dies(void **state)
+{
+    char path[1100], trigger[1100];
+    snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
+    const char *file = trigger_var(trigger, sizeof trigger);
+    const char *env[] = {python_env(NULL)[0], path, trigger, NULL};
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--max-restarts=1",
+                          "--warm-restarts",
+                          "--preload=json",
+                          "--tee=3",
+                          script("warm_plain.py"),
+                          "show",
+                          NULL};
+    th_proc_t p;
+    th_start(&p, argv, env);
+    TH_ASSERT(&p, th_wait_output(&p, 2, "has imported json", 1, 60));
+    const char *said = strstr(ddp_buf_str(&p.err), "the zygote (pid ");
+    pid_t zygote = said != NULL ? (pid_t)atoi(said + strlen("the zygote (pid ")) : 0;
+    TH_ASSERT(&p, zygote > 0 && kill(zygote, SIGKILL) == 0);
+    TH_ASSERT(&p, th_wait_output(&p, 2, "ended with status 137; starting another", 1, 60));
+    TH_ASSERT(&p, th_wait_output(&p, 2, "has imported json", 2, 60));
+    int fd = open(file, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    TH_ASSERT(&p, fd >= 0 && close(fd) == 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "2 of 2 workers of attempt 1 forked") != NULL);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "]:SHOW rank ") == 2);
+    th_cleanup(&p);
+}
+
 /* What a zygote cannot serve starts cold, saying why: a preload module that is not there
  * (the restart still happens); workers that are not Python (said at the start);
  * --preload without --warm-restarts is a usage error. */
@@ -465,6 +501,7 @@ int main(void)
         TH_TEST(test_warm_restart_module),
         TH_TEST(test_warm_restart_hang_dump),
         TH_TEST(test_warm_restart_cold_cases),
+        TH_TEST(test_warm_restart_zygote_dies),
     };
     return cmocka_run_group_tests(tests, need_python, NULL);
 }

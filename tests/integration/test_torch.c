@@ -430,6 +430,24 @@ static void test_warm_restart_exit_codes(void **state)
     }
 }
 
+/* The error file of a warm-restarted worker: torch's @record writes it where a cold
+ * worker's would be, and the report shows its traceback. */
+static void test_warm_restart_error_file(void **state)
+{
+    const char *args[] = {
+        "--standalone",    "--nproc-per-node=2",      "--max-restarts=1", "--shutdown-timeout=5",
+        "--warm-restarts", script("warm_restart.py"), "record",           NULL};
+    th_proc_t p;
+    launch_after(&p, args, NULL, "has imported torch", 300);
+    const char *err = ddp_buf_str(&p.err);
+    const char *root = strstr(err, "Root Cause (first observed failure):");
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, "2 of 2 workers of attempt 1 forked from the zygote") != NULL);
+    TH_ASSERT(&p, root != NULL && strstr(root, "/attempt_1/1/error.json") != NULL);
+    TH_ASSERT(&p, strstr(root, "  RuntimeError: deliberate failure at attempt 1") != NULL);
+    th_cleanup(&p);
+}
+
 /* A --preload module that initialises CUDA at import: the zygote refuses to serve and
  * says why, and the restart starts cold (and works). */
 static void test_warm_restart_refuses_cuda_at_import(void **state)
@@ -651,6 +669,7 @@ int main(int argc, char **argv)
         TH_TEST(test_warm_restart_no_orphans),
         TH_TEST(test_warm_restart_exit_codes),
         TH_TEST(test_warm_restart_refuses_cuda_at_import),
+        TH_TEST(test_warm_restart_error_file),
     };
     return cmocka_run_group_tests_name(flavour, tests, NULL, NULL);
 }

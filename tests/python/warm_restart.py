@@ -1,6 +1,6 @@
 """A worker restarted by ddp-launch, cold or warm (--warm-restarts), for the tests.
 
-usage: warm_restart.py state | hold | once | always CODE
+usage: warm_restart.py state | hold | once | always CODE | record
 
 Every rank joins a gloo group and all-reduces. On attempt 0 rank 1 then exits 3 (always:
 CODE, on every attempt), once the file WARM_TRIGGER names exists where it is set. On later attempts:
@@ -10,7 +10,8 @@ CODE, on every attempt), once the file WARM_TRIGGER names exists where it is set
          log directory written <RUN> and the store's port <PORT>; then a RANDOM line
          (each rank's own draws).
   hold   prints HOLD with its pid and sleeps: a job to kill the launcher of;
-  once   nothing more: the job ends well.
+  once   nothing more: the job ends well;
+  record rank 1 raises on every attempt, under torch's @record: its error.json.
 """
 import ctypes
 import json
@@ -24,6 +25,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 PR_GET_PDEATHSIG = 2
 
@@ -113,6 +115,8 @@ def main():
             wait_for_trigger()
         print(f"rank 1 fails on attempt {attempt}", flush=True)
         sys.exit(int(sys.argv[2]) if mode == "always" else 3)
+    if mode == "record" and rank == 1:
+        raise RuntimeError(f"deliberate failure at attempt {attempt}")
     if mode == "hold" and attempt > 0:
         print(f"HOLD rank {rank} pid {os.getpid()}", flush=True)
         time.sleep(300)
@@ -137,4 +141,6 @@ def main():
     dist.destroy_process_group()
 
 
-main()
+# @record only where its error.json is the point: elsewhere a rank whose barrier fails
+# as its peer exits would write one or not, as the stop's SIGTERM comes before or after.
+(record(main) if sys.argv[1] == "record" else main)()
