@@ -55,6 +55,9 @@ PY
     *) echo "meson-install.sh: the installed ddp_launch was not used: $out" >&2; exit 1 ;;
     esac
     echo "ddp_launch.step(): ok"
+    "$(dirname "$0")/warm-restart.sh" "$root" "$root/usr/local/share/ddp-launch/python" \
+        env PYTHON_EXEC="$py" DDP_LAUNCH_LOG_LEVEL=info "$root/usr/local/bin/ddp-launch" \
+        --log-dir="$root/logs"
 fi
 # The example's GPU module, where it was built, is installed where the installed program
 # looks for it.

@@ -124,6 +124,10 @@ case "$out" in
 *) fail "/usr/bin/python3's worker did not use the venv's share/ copy: $out" ;;
 esac
 echo "ddp_launch.step() in workers of both pythons: ok"
+# A warm restart: the zygote from the venv's share/ copy, for /usr/bin/python3's workers.
+"$source/tests/install/warm-restart.sh" "$PWD" "$venv/share/ddp-launch/python" \
+    env -i HOME="$scratch/home" PATH="$venv/bin:/usr/bin:/bin" PET_MASTER_PORT=0 \
+    PYTHON_EXEC=/usr/bin/python3 DDP_LAUNCH_LOG_LEVEL=info ddp-launch
 
 # python -m ddp_launch runs the launcher with the arguments as they were.
 out=$(alone timeout 60 python -m ddp_launch --nproc-per-node=2 --no-python \
