@@ -53,7 +53,8 @@ for deb in "$scratch"/dist/*.deb; do
 done
 cp "$wheel" "$source/tests/helpers/collective_worker.c" "$source/tests/helpers/elements.h" \
     "$source/common/hash.h" "$source/tests/python/gloo_allreduce.py" \
-    "$source/tests/torch26/no_libuv.py" "$scratch/upper/opt/test/"
+    "$source/tests/torch26/no_libuv.py" "$source/tests/install/warm-restart.sh" \
+    "$scratch/upper/opt/test/"
 cat >"$scratch/upper/opt/test/inside.sh" <<'INSIDE'
 set -eu
 version=$1
@@ -88,6 +89,8 @@ for rank in 0 1; do
     printf '%s\n' "$out" | grep -q "^rank $rank of 2 sum 3$" || fail "torch 2.6 gloo job: $out"
 done
 echo "PyTorch 2.6 gloo job under the packaged ddp-launch, 2 workers: ok"
+sh ./warm-restart.sh /opt/test /usr/share/ddp-launch/python \
+    env DDP_LAUNCH_LOG_LEVEL=info ddp-launch || fail "a warm restart under the packaged ddp-launch"
 dpkg --purge ddp-launch-examples libddp-dev libddp0 ddp-launch >>dpkg.log 2>&1 ||
     { cat dpkg.log >&2; fail "dpkg --purge failed"; }
 snapshot >/opt/test/after
