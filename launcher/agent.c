@@ -56,7 +56,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -925,44 +924,6 @@ static void first_failure(ddp_agent_t *a, size_t first)
     uv_timer_start(&a->blame_timer, on_blame_timer, (uint64_t)(BLAME_GRACE_S * 1000), 0);
 }
 
-/* A child subreaper (--warm-restarts) also adopts what a worker leaves when it ends (its
- * DataLoader processes, say): those of a worker's group that have ended are reaped here.
- * Not other children: a health check's or a stack tool's exit is its own code's to wait
- * for. Their list is /proc's children of each of our threads. */
-static void reap_adopted(ddp_agent_t *a)
-{
-    char path[64], text[4096];
-    DIR *tasks = opendir("/proc/self/task");
-    struct dirent *task;
-    while (tasks != NULL && (task = readdir(tasks)) != NULL) {
-        if (task->d_name[0] < '0' || task->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof path, "/proc/self/task/%.16s/children", task->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t len = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
-        if (fd >= 0)
-            close(fd);
-        if (len <= 0)
-            continue;
-        text[len] = '\0';
-        for (char *p = text, *end; *p != '\0'; p = end) {
-            long pid = strtol(p, &end, 10);
-            if (end == p)
-                break;
-            pid_t group = getpgid((pid_t)pid);
-            bool adopted = false;
-            for (int i = 0; i < a->nworkers && group > 0; i++) {
-                const ddp_worker_t *w = &a->workers[i];
-                adopted = adopted || (w->pid == group && !(w->running && w->pid == pid));
-            }
-            if (adopted)
-                (void)waitpid((pid_t)pid, NULL, WNOHANG);
-        }
-    }
-    if (tasks != NULL)
-        closedir(tasks);
-}
-
 static void on_sigchld(uv_signal_t *handle, int signum)
 {
     (void)signum;
@@ -971,7 +932,7 @@ static void on_sigchld(uv_signal_t *handle, int signum)
     double now = ddp_clock_wall();
     if (a->warm) {
         (void)ddp_zygote_reap(&a->zygote);
-        reap_adopted(a);
+        ddp_agent_reap_adopted(a);
     }
     if (a->state == AGENT_DONE || a->state == AGENT_WAITING)
         return;
@@ -1138,10 +1099,8 @@ static int open_streams(ddp_agent_t *a, ddp_worker_t *w, int *out_fd, int *err_f
     return err;
 }
 
-/* Worker w's environment for this attempt: torchrun's (worker_spec.h) with its error file
- * `error_file`. *added holds the strings *envp points to; both are the caller's. */
-static int worker_env(ddp_agent_t *a, const ddp_worker_t *w, const char *error_file, char ***added,
-                      char ***envp)
+int ddp_agent_worker_env(ddp_agent_t *a, const ddp_worker_t *w, const char *error_file,
+                         char ***added, char ***envp)
 {
     const ddp_launch_config_t *cfg = a->cfg;
     char ring[PATH_MAX];
@@ -1173,24 +1132,6 @@ static int worker_env(ddp_agent_t *a, const ddp_worker_t *w, const char *error_f
     return err;
 }
 
-/* A worker of a later attempt is forked from the zygote where it can serve it, else it
- * starts cold as every worker of the first attempt does; why is said once an attempt. */
-static int spawn_worker(ddp_agent_t *a, ddp_worker_t *w, const ddp_spawn_t *spec)
-{
-    char why[600];
-    if (!a->zygote_started)
-        return ddp_proc_spawn(spec, &w->pid);
-    if (ddp_zygote_spawn(&a->zygote, spec, a->python_dir != NULL, &w->pid, why, sizeof why) == 0) {
-        a->forked++;
-        return 0;
-    }
-    if (!a->cold_said)
-        ddp_log_info(a->log, "warm restarts: local rank %d of attempt %d starts cold: %s",
-                     w->local_rank, a->attempt, why);
-    a->cold_said = true;
-    return ddp_proc_spawn(spec, &w->pid);
-}
-
 static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
 {
     const ddp_launch_config_t *cfg = a->cfg;
@@ -1203,7 +1144,7 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
     }
     if ((err = ddp_logs_prefix(cfg, w->rank, w->local_rank, &w->prefix)) != 0 ||
         (err = ddp_worker_argv(cfg, w->local_rank, &argv)) != 0 ||
-        (err = worker_env(a, w, w->error_file, &added, &envp)) != 0)
+        (err = ddp_agent_worker_env(a, w, w->error_file, &added, &envp)) != 0)
         goto out;
     if ((err = open_streams(a, w, &out_fd, &err_fd, &out, &err_stream)) != 0)
         goto out;
@@ -1219,7 +1160,7 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         .bind_fallback = cfg->numa_fallback,
         .local_rank = w->local_rank,
     };
-    if ((err = spawn_worker(a, w, &spec)) != 0) {
+    if ((err = ddp_agent_spawn_worker(a, w, &spec)) != 0) {
         ddp_log_error(a->log, "unable to start worker local rank %d: %s", w->local_rank,
                       ddp_strerror(err));
         goto out;
@@ -1275,43 +1216,6 @@ static bool healthy_here(ddp_agent_t *a)
     return healthy;
 }
 
-/* --warm-restarts: the zygote, with local rank 0's environment less each worker's own,
- * once the first attempt's workers run; nothing waits for it. */
-static void start_zygote(ddp_agent_t *a)
-{
-    const ddp_launch_config_t *cfg = a->cfg;
-    char **added = NULL, **envp = NULL, **shared = NULL;
-    if (!a->warm || a->zygote_started)
-        return;
-    a->zygote_started = true;
-    char **argv = NULL;
-    int err = worker_env(a, &a->workers[0], "", &added, &envp);
-    size_t n = 0, room = 64; /* a worker's command line, and room for longer local ranks */
-    if (err == 0 && (err = ddp_worker_argv(cfg, 0, &argv)) == 0)
-        for (size_t i = 0; argv[i] != NULL; i++)
-            room += strlen(argv[i]) + 1;
-    while (err == 0 && envp[n] != NULL)
-        n++;
-    if (err == 0 && (shared = calloc(n + 1, sizeof *shared)) == NULL)
-        err = -ENOMEM;
-    for (size_t i = 0, k = 0; err == 0 && i < n; i++)
-        if (!ddp_worker_env_own(envp[i]))
-            shared[k++] = envp[i];
-    if (err == 0)
-        err = ddp_zygote_start(&a->zygote, &a->loop, a->log, &a->guard, a->program,
-                               cfg->python_exec, a->zygote_script,
-                               cfg->preload != NULL ? cfg->preload : "torch", room, shared);
-    else
-        snprintf(a->zygote.why, sizeof a->zygote.why, "%s", ddp_strerror(err));
-    if (err != 0)
-        ddp_log_warn(a->log, "warm restarts: unable to start the zygote: %s; restarts start cold",
-                     ddp_strerror(err));
-    free(shared);
-    free(envp);
-    ddp_strv_free(added);
-    ddp_strv_free(argv);
-}
-
 static int group_start(ddp_agent_t *a)
 {
     if (!healthy_here(a))
@@ -1352,7 +1256,7 @@ static int group_start(ddp_agent_t *a)
     if (a->forked > 0)
         ddp_log_info(a->log, "warm restarts: %d of %d workers of attempt %d forked from the zygote",
                      a->forked, a->nworkers, a->attempt);
-    start_zygote(a);
+    ddp_agent_start_zygote(a);
     if (a->cfg->hang_timeout > 0) {
         /* A few looks per timeout, at most one a second. */
         double every = a->cfg->hang_timeout / 4 < 1 ? a->cfg->hang_timeout / 4 : 1;
@@ -1780,30 +1684,6 @@ static int open_events(ddp_agent_t *a)
     return 0;
 }
 
-/* --warm-restarts where the workers are Python: the zygote's script, and this launcher a
- * child subreaper, so that the workers forked from the zygote become its children. */
-static void warm_restarts(ddp_agent_t *a)
-{
-    const ddp_launch_config_t *cfg = a->cfg;
-    if (!cfg->warm_restarts)
-        return;
-    if (cfg->no_python && !cfg->run_path)
-        ddp_log_warn(a->log,
-                     "--warm-restarts: the workers are not Python (%s); restarts start "
-                     "cold",
-                     cfg->script);
-    else if (!ddp_zygote_script(a->zygote_script, sizeof a->zygote_script))
-        ddp_log_warn(a->log, "--warm-restarts: ddp_launch/_zygote.py is not installed beside "
-                             "this ddp-launch; restarts start cold");
-    else if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
-        ddp_log_warn(a->log,
-                     "--warm-restarts: unable to become a child subreaper: %s; restarts "
-                     "start cold",
-                     strerror(errno));
-    else
-        a->warm = true;
-}
-
 /* Everything before the loop runs: the program found, the log directory, the orphan
  * guard, the loop itself. 0, or the exit status to return (what failed is logged);
  * agent_free undoes whatever was done either way. */
@@ -1863,7 +1743,7 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->dump_signal = SIGRTMIN + 6;
     if (!ddp_worker_module_dir(cfg, environ, a->module_dir, sizeof a->module_dir))
         a->module_dir[0] = '\0';
-    warm_restarts(a);
+    ddp_agent_warm_restarts(a);
     if (cfg->hang_dump && (asprintf(&a->python_dir, "%s/python", a->run_dir) < 0 ||
                            (err = ddp_stacks_write_sitecustomize(a->python_dir)) != 0)) {
         ddp_log_warn(log, "--hang-dump: unable to write %s/sitecustomize.py: %s; no Python stacks",

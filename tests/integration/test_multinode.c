@@ -12,6 +12,7 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1116,6 +1117,40 @@ static void test_torch_gloo_across_nodes(void **state)
     job_cleanup(&job);
 }
 
+/* --warm-restarts on both nodes: after rank 1 (node 1) fails, round 1's workers of both
+ * nodes are forked from their node's zygote (each with its node's environment). */
+static void test_warm_restart_across_nodes(void **state)
+{
+    const char *python = getenv("DDP_TEST_PYTHON");
+    if (python == NULL || *python == '\0' || access(python, X_OK) != 0) {
+        printf("no python3: skipped\n");
+        skip();
+    }
+    char script[1024], python_exec[1100], trigger[1100];
+    snprintf(script, sizeof script, "%s/tests/python/warm_plain.py", th_source_dir());
+    snprintf(python_exec, sizeof python_exec, "PYTHON_EXEC=%s", python);
+    snprintf(trigger, sizeof trigger, "WARM_TRIGGER=%s/warm-go", getenv("TMPDIR"));
+    const char *program[] = {script, "show", NULL}, *env[] = {python_exec, trigger, NULL};
+    const char *flags = "--max-restarts=1 --warm-restarts --preload=json --shutdown-timeout=5";
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node_env(&job, 2, 0, 1, flags, program, env);
+    th_proc_t *n1 = start_node_env(&job, 2, 1, 1, flags, program, env);
+    TH_ASSERT(n0, th_wait_output(n0, 2, "has imported json", 1, 60));
+    TH_ASSERT(n1, th_wait_output(n1, 2, "has imported json", 1, 60));
+    int fd = open(trigger + strlen("WARM_TRIGGER="), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    TH_ASSERT(n1, fd >= 0 && close(fd) == 0);
+    job_wait(&job, 120);
+    for (int i = 0; i < 2; i++) {
+        th_proc_t *p = &job.node[i];
+        TH_ASSERT(p, th_status(p) == 0);
+        TH_ASSERT(p, strstr(err(p), "1 of 1 workers of attempt 1 forked from the zygote") != NULL);
+    }
+    TH_ASSERT(n0, strstr(out(n0), "SHOW rank 0 ") != NULL);
+    TH_ASSERT(n1, strstr(out(n1), "SHOW rank 1 ") != NULL);
+    job_cleanup(&job);
+}
+
 /* A hang across 2 nodes of 2 ranks (rank 3 never enters all_reduce #5): under
  * --hang-timeout one node gathers every node's rows through the store and prints the
  * job's report before any worker is stopped; the other says its ranks are in it. */
@@ -1284,6 +1319,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         TH_TEST(test_nodes_form_one_job),
+        TH_TEST(test_warm_restart_across_nodes),
         TH_TEST(test_hang_report_across_nodes),
         TH_TEST(test_straggler_on_another_node),
         TH_TEST(test_straggler_node_excluded_at_restart),
