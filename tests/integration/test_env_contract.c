@@ -675,6 +675,52 @@ static void test_numa_binding_applied(void **state)
     numa_tree_free(&t);
 }
 
+/* --warm-restarts under the same binding: the workers forked from the zygote bind
+ * themselves as the launcher binds a cold one (CPUs and memory node of their local rank). */
+static void test_numa_binding_in_warm_restarts(void **state)
+{
+    const char *python = getenv("DDP_TEST_PYTHON");
+    numa_tree_t t;
+    if (python == NULL || *python == '\0') {
+        printf("no python3: skipped\n");
+        skip();
+    }
+    numa_tree(&t, false);
+    if (t.ncpus < 2) {
+        numa_tree_free(&t);
+        skip();
+    }
+    char first[1024], second[1024], root_env[600], exec[600], trigger[700], script[1100];
+    int half = (t.ncpus + 1) / 2;
+    cpu_list(&t, 0, half, first, sizeof first);
+    cpu_list(&t, half, t.ncpus, second, sizeof second);
+    snprintf(root_env, sizeof root_env, "DDP_TOPOLOGY_ROOT=%s", t.root);
+    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python);
+    snprintf(trigger, sizeof trigger, "WARM_TRIGGER=%s/warm-go", getenv("TMPDIR"));
+    snprintf(script, sizeof script, "%s/tests/python/warm_plain.py", th_source_dir());
+    const char *env[] = {root_env, exec, trigger, "CUDA_VISIBLE_DEVICES", NULL};
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--numa-binding=exclusive",
+                          "--tee=1",
+                          "--max-restarts=1",
+                          "--warm-restarts",
+                          "--preload=json",
+                          script,
+                          "place",
+                          NULL};
+    th_proc_t p;
+    th_run_after(&p, argv, env, "has imported json", trigger + strlen("WARM_TRIGGER="), 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "2 of 2 workers of attempt 1 forked") != NULL);
+    expect_var(&p, 0, "CPUS", first);
+    expect_var(&p, 1, "CPUS", second);
+    expect_var(&p, 0, "POLICY", "prefer:0");
+    expect_var(&p, 1, "POLICY", "prefer:0");
+    th_cleanup(&p);
+    numa_tree_free(&t);
+}
+
 /* GPU 2 sits on node 1, which has no CPU: the launch stops before any worker starts, naming
  * the worker; --numa-binding-fallback runs it unbound with a warning. */
 static void test_numa_binding_refused(void **state)
@@ -755,6 +801,7 @@ int main(void)
         TH_TEST(test_store_port_in_use),
         TH_TEST(test_default_port_busy_takes_a_free_one),
         TH_TEST(test_numa_binding_applied),
+        TH_TEST(test_numa_binding_in_warm_restarts),
         TH_TEST(test_numa_binding_refused),
         TH_TEST(test_numa_binding_kernel_refusal),
         TH_TEST(test_numa_binding_no_op_here),

@@ -1,13 +1,15 @@
 """A plain Python worker (no torch) restarted by ddp-launch, cold or with --warm-restarts.
 
-usage: warm_plain.py raise | hang | show   (or python -m warm_plain ...)
+usage: warm_plain.py raise | hang | show | place   (or python -m warm_plain ...)
 
 On attempt 0 rank 1 exits 3 (once the file WARM_TRIGGER names exists, where it is set)
 and rank 0 waits to be stopped. On attempt 1:
   raise  rank 1 raises ValueError from a function (its traceback is the interpreter's),
          rank 0 ends well;
   hang   both ranks sleep in stuck_here() without output: a hang to report;
-  show   each rank prints SHOW with its sys.argv, sys.path[0], __file__ and __name__.
+  show   each rank prints SHOW with its sys.argv, sys.path[0], __file__ and __name__;
+  place  each rank prints CPUS=<its Cpus_allowed_list> and POLICY=<the memory policy
+         numa_maps gives its first mapping>, as tests/helpers/test_worker.c placement.
 """
 import os
 import sys
@@ -42,6 +44,12 @@ if attempt == 0:
     time.sleep(60)
 elif sys.argv[1] == "raise" and rank == 1:
     fail_here()
+elif sys.argv[1] == "place":
+    with open("/proc/self/status") as f:
+        cpus = [line.split()[1] for line in f if line.startswith("Cpus_allowed_list:")]
+    with open("/proc/self/numa_maps") as f:
+        policy = f.readline().split()[1]
+    print(f"CPUS={cpus[0]}\nPOLICY={policy}", flush=True)
 elif sys.argv[1] == "show":
     print(f"SHOW rank {rank} {sys.argv} {sys.path[0]} {__file__} {__name__}", flush=True)
 elif sys.argv[1] == "hang":
