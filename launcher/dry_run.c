@@ -127,6 +127,14 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
     if (err == 0 && torch != 0)
         err = ddp_buf_printf(&out, "the workers' torch: %d.%d (%s)\n", torch / 1000, torch % 1000,
                              torch_at);
+    if (err == 0 && cfg->warm_restarts && cfg->no_python && !cfg->run_path)
+        err =
+            ddp_buf_printf(&out, "restarts: cold (--warm-restarts: the workers are not Python)\n");
+    else if (err == 0 && cfg->warm_restarts)
+        err = ddp_buf_printf(&out,
+                             "restarts: forked from a zygote that imports %s (--warm-restarts), "
+                             "once it is ready\n",
+                             cfg->preload != NULL ? cfg->preload : "torch");
     char module_dir[PATH_MAX];
     bool have_module = ddp_worker_module_dir(cfg, envp, module_dir, sizeof module_dir);
     for (int lr = 0; lr < cfg->nproc_per_node && err == 0; lr++) {

@@ -446,8 +446,8 @@ static void test_warm_restart_zygote_dies(void **state)
 }
 
 /* What a zygote cannot serve starts cold, saying why: a preload module that is not there
- * (the restart still happens); workers that are not Python (said at the start);
- * --preload without --warm-restarts is a usage error. */
+ * (the restart still happens); workers that are not Python (said at the start). --dry-run
+ * says what restarts will be; --preload without --warm-restarts is a usage error. */
 static void test_warm_restart_cold_cases(void **state)
 {
     const char *missing[] = {"--preload=no_such_module_here", NULL};
@@ -467,6 +467,15 @@ static void test_warm_restart_cold_cases(void **state)
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p,
               strstr(ddp_buf_str(&p.err), "--warm-restarts: the workers are not Python") != NULL);
+    th_cleanup(&p);
+
+    const char *dry[] = {th_launcher(), "--warm-restarts",       "--preload=json",
+                         "--dry-run",   script("warm_plain.py"), "show",
+                         NULL};
+    th_run(&p, dry, python_env(NULL), 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "restarts: forked from a zygote that imports json "
+                                              "(--warm-restarts)") != NULL);
     th_cleanup(&p);
 
     const char *alone[] = {th_launcher(), "--preload=torch", script("warm_plain.py"), "show", NULL};
