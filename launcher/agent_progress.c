@@ -78,6 +78,18 @@ static void learn_steps(ddp_learnt_t *l, const ddp_progress_ring_t *ring)
     }
 }
 
+/* Whether `quiet` seconds without progress are past a rank's `limit`; the ticks come at
+ * least as often as the shortest limit judged, and a limit passed is the report's. */
+static bool past_limit(ddp_agent_t *a, double quiet, double limit)
+{
+    if (limit < a->tick_limit)
+        a->tick_limit = limit;
+    if (quiet <= limit)
+        return false;
+    a->hang_limit = limit;
+    return true;
+}
+
 /* A rank with a progress ring: over its limit? `why` says so. */
 static bool stalled_steps(ddp_agent_t *a, const ddp_worker_t *w, const ddp_progress_ring_t *ring,
                           double now, char *why, size_t cap)
@@ -97,11 +109,8 @@ static bool stalled_steps(ddp_agent_t *a, const ddp_worker_t *w, const ddp_progr
             ring->last_step_ns > ring->section_exit_ns ? ring->last_step_ns : ring->section_exit_ns;
         since = last > 0 ? (double)last / 1e9 : a->window_start;
     }
-    if (limit < a->tick_limit)
-        a->tick_limit = limit;
-    if (now - since <= limit)
+    if (!past_limit(a, now - since, limit))
         return false;
-    a->hang_limit = limit;
     if (name != NULL)
         snprintf(why, cap,
                  "rank %d has been in section '%s' for %.1f s (--hang-timeout=auto: %.1f s, %s)",
@@ -132,11 +141,8 @@ static bool stalled_collectives(ddp_agent_t *a, ddp_worker_t *w, const ddp_fligh
     bool warm = l->collectives >= AUTO_WARMUP && l->gap_s > 0 && w->moved_at > 0;
     double limit = warm ? auto_limit(a, l->gap_s) : AUTO_COLD_S;
     double since = w->moved_at > 0 ? w->moved_at : a->window_start;
-    if (limit < a->tick_limit)
-        a->tick_limit = limit;
-    if (now - since <= limit)
+    if (!past_limit(a, now - since, limit))
         return false;
-    a->hang_limit = limit;
     snprintf(why, cap,
              "rank %d has finished no collective for %.1f s (--hang-timeout=auto: %.1f s, %s)",
              w->rank, now - since, limit,
