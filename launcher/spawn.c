@@ -199,8 +199,8 @@ int ddp_proc_signal_group(pid_t pid, int sig)
 }
 
 /* The state letter of /proc/<pid>/stat ("pid (comm) state ppid pgrp ..."; comm may hold
- * spaces and parentheses) and its group; false if it cannot be read. */
-static bool read_stat(const char *pid, char *state, int *pgrp)
+ * spaces and parentheses), its parent and its group; false if it cannot be read. */
+static bool read_stat(const char *pid, char *state, int *ppid, int *pgrp)
 {
     char path[300], text[512];
     snprintf(path, sizeof path, "/proc/%s/stat", pid);
@@ -213,16 +213,23 @@ static bool read_stat(const char *pid, char *state, int *pgrp)
         return false;
     text[len] = '\0';
     char *after = strrchr(text, ')');
-    int ppid;
-    return after != NULL && sscanf(after + 1, " %c %d %d", state, &ppid, pgrp) == 3;
+    return after != NULL && sscanf(after + 1, " %c %d %d", state, ppid, pgrp) == 3;
 }
 
 bool ddp_proc_stopped(pid_t pid)
 {
     char name[16], state;
-    int pgrp;
+    int ppid, pgrp;
     snprintf(name, sizeof name, "%d", (int)pid);
-    return read_stat(name, &state, &pgrp) && state == 'T';
+    return read_stat(name, &state, &ppid, &pgrp) && state == 'T';
+}
+
+pid_t ddp_proc_parent(pid_t pid)
+{
+    char name[16], state;
+    int ppid, pgrp;
+    snprintf(name, sizeof name, "%d", (int)pid);
+    return read_stat(name, &state, &ppid, &pgrp) ? (pid_t)ppid : 0;
 }
 
 int ddp_proc_groups_alive(const pid_t *pgids, size_t n, bool *alive)
@@ -234,9 +241,9 @@ int ddp_proc_groups_alive(const pid_t *pgids, size_t n, bool *alive)
         return -errno;
     while ((entry = readdir(proc)) != NULL) {
         char state;
-        int pgrp;
+        int ppid, pgrp;
         if (entry->d_name[0] < '0' || entry->d_name[0] > '9' ||
-            !read_stat(entry->d_name, &state, &pgrp))
+            !read_stat(entry->d_name, &state, &ppid, &pgrp))
             continue;
         if (state == 'Z' || state == 'X' || state == 'x')
             continue;

@@ -54,6 +54,9 @@ int ddp_proc_signal_group(pid_t pid, int sig);
  * a debugger's tracing stop). */
 bool ddp_proc_stopped(pid_t pid);
 
+/* The parent of process `pid` as /proc says, or 0 where it cannot be read. */
+pid_t ddp_proc_parent(pid_t pid);
+
 /* For each i, whether the process group led by pgids[i] still holds a process that is
  * not a zombie (one scan of /proc). Returns 0 or -errno. */
 int ddp_proc_groups_alive(const pid_t *pgids, size_t n, bool *alive);

@@ -334,6 +334,7 @@ static int await_reply(ddp_zygote_t *z, pid_t *pid, char *why, size_t cap)
                      DDP_ZYGOTE_SPAWN_TIMEOUT_S);
             ddp_proc_signal_group(z->pid, SIGKILL); /* reaped as any ended zygote */
             close_socket(z);
+            snprintf(z->why, sizeof z->why, "%s", why);
             return -ETIMEDOUT;
         }
         ssize_t n = receive(z->fd, msg, sizeof msg);
@@ -342,6 +343,7 @@ static int await_reply(ddp_zygote_t *z, pid_t *pid, char *why, size_t cap)
         if (n <= 0) {
             snprintf(why, cap, "the zygote ended");
             close_socket(z);
+            snprintf(z->why, sizeof z->why, "%s", why);
             return n < 0 ? (int)n : -EPIPE;
         }
         size_t first = strnlen(msg, (size_t)n);
@@ -351,6 +353,11 @@ static int await_reply(ddp_zygote_t *z, pid_t *pid, char *why, size_t cap)
             long value = strtol(field, &end, 10);
             if (end == field || *end != '\0' || value <= 1 || value > INT_MAX) {
                 snprintf(why, cap, "the zygote answered a pid '%.32s'", field);
+                return -EPROTO;
+            }
+            /* Adopted already: the reply comes after the intermediate was reaped. */
+            if (ddp_proc_parent((pid_t)value) != getpid()) {
+                snprintf(why, cap, "the zygote answered pid %ld, not a child of ddp-launch", value);
                 return -EPROTO;
             }
             *pid = (pid_t)value;

@@ -411,13 +411,13 @@ static void test_warm_restart_hang_dump(void **state)
     free(logs);
 }
 
-/* A zygote that dies is started again in the background, said in one line; the restart
- * after it forks from the new one. */
-static void test_warm_restart_zygote_dies(void **state)
+/* warm_plain.py show, 2 workers, --warm-restarts (json) and one restart, started; once its
+ * zygote is ready, its pid. file[cap] gets the trigger that lets rank 1 fail. */
+static pid_t start_with_zygote(th_proc_t *p, char *file, size_t cap)
 {
-    char path[1100], trigger[1100];
+    static char path[1100], trigger[1100];
     snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
-    const char *file = trigger_var(trigger, sizeof trigger);
+    snprintf(file, cap, "%s", trigger_var(trigger, sizeof trigger));
     const char *env[] = {python_env(NULL)[0], path, trigger, NULL};
     const char *argv[] = {th_launcher(),
                           "--nproc-per-node=2",
@@ -428,20 +428,50 @@ static void test_warm_restart_zygote_dies(void **state)
                           script("warm_plain.py"),
                           "show",
                           NULL};
+    th_start(p, argv, env);
+    TH_ASSERT(p, th_wait_output(p, 2, "has imported json", 1, 60));
+    const char *said = strstr(ddp_buf_str(&p->err), "the zygote (pid ");
+    return said != NULL ? (pid_t)atoi(said + strlen("the zygote (pid ")) : 0;
+}
+
+/* Lets rank 1 fail (the trigger), and waits for the job to end well, both ranks restarted. */
+static void restart_and_finish(th_proc_t *p, const char *file)
+{
+    int fd = open(file, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    TH_ASSERT(p, fd >= 0 && close(fd) == 0);
+    TH_ASSERT(p, th_wait_exit(p, 60));
+    TH_ASSERT(p, th_status(p) == 0);
+    TH_ASSERT(p, th_count(ddp_buf_str(&p->out), "]:SHOW rank ") == 2);
+}
+
+/* A zygote that dies is started again in the background, said in one line; the restart
+ * after it forks from the new one. */
+static void test_warm_restart_zygote_dies(void **state)
+{
+    char file[1100];
     th_proc_t p;
-    th_start(&p, argv, env);
-    TH_ASSERT(&p, th_wait_output(&p, 2, "has imported json", 1, 60));
-    const char *said = strstr(ddp_buf_str(&p.err), "the zygote (pid ");
-    pid_t zygote = said != NULL ? (pid_t)atoi(said + strlen("the zygote (pid ")) : 0;
+    pid_t zygote = start_with_zygote(&p, file, sizeof file);
     TH_ASSERT(&p, zygote > 0 && kill(zygote, SIGKILL) == 0);
     TH_ASSERT(&p, th_wait_output(&p, 2, "ended with status 137; starting another", 1, 60));
     TH_ASSERT(&p, th_wait_output(&p, 2, "has imported json", 2, 60));
-    int fd = open(file, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    TH_ASSERT(&p, fd >= 0 && close(fd) == 0);
-    TH_ASSERT(&p, th_wait_exit(&p, 60));
-    TH_ASSERT(&p, th_status(&p) == 0);
+    restart_and_finish(&p, file);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "2 of 2 workers of attempt 1 forked") != NULL);
-    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "]:SHOW rank ") == 2);
+    th_cleanup(&p);
+}
+
+/* A zygote that does not answer (stopped): after DDP_ZYGOTE_SPAWN_TIMEOUT_S (5 s) the
+ * restart starts cold, saying why, and the zygote is ended. */
+static void test_warm_restart_zygote_silent(void **state)
+{
+    char file[1100];
+    th_proc_t p;
+    pid_t zygote = start_with_zygote(&p, file, sizeof file);
+    TH_ASSERT(&p, zygote > 0 && kill(zygote, SIGSTOP) == 0);
+    restart_and_finish(&p, file);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "local rank 0 of attempt 1 starts cold: the zygote "
+                                              "did not answer in 5 s (it is ended)") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "forked from the zygote") == NULL);
+    TH_ASSERT(&p, th_wait_gone(zygote, 10));
     th_cleanup(&p);
 }
 
@@ -511,6 +541,7 @@ int main(void)
         TH_TEST(test_warm_restart_hang_dump),
         TH_TEST(test_warm_restart_cold_cases),
         TH_TEST(test_warm_restart_zygote_dies),
+        TH_TEST(test_warm_restart_zygote_silent),
     };
     return cmocka_run_group_tests(tests, need_python, NULL);
 }
