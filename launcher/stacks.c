@@ -143,7 +143,9 @@ int ddp_stacks_start(uv_loop_t *loop, const pid_t *pids, char *const *paths, int
 }
 
 /* Arms faulthandler on DDP_DUMP_SIGNAL, writing to python_stack.txt beside the worker's
- * error file, then imports the sitecustomize this one shadows (Debian's, a venv's). */
+ * error file, then imports the sitecustomize this one shadows (Debian's, a venv's). A worker
+ * forked by --warm-restarts, whose interpreter ran this before it had a rank, is armed the
+ * same way by worker/python/ddp_launch/_zygote.py (_arm_python_stacks). */
 static const char sitecustomize[] =
     "# Written by ddp-launch --hang-dump: on the launcher's dump signal (DDP_DUMP_SIGNAL)\n"
     "# Python's faulthandler writes every thread's stack to python_stack.txt beside the\n"
