@@ -52,6 +52,28 @@ static void assert_stragglers(th_proc_t *p, const char *want)
     }
 }
 
+/* 4 libddp ranks under --straggler-report=`report` (and `flag`, or NULL), running the
+ * collectives helper's slow mode: `steps` all-reduces of `ms` ms each, `ranks` sleeping
+ * 30 ms more a step ("-": none), with `env` (or NULL). */
+static void run_slow(th_proc_t *p, const char *report, const char *flag, const char *steps,
+                     const char *ms, const char *ranks, const char *const *env)
+{
+    char report_flag[64];
+    snprintf(report_flag, sizeof report_flag, "--straggler-report=%s", report);
+    const char *argv[12] = {th_launcher(), "--nproc-per-node=4", report_flag};
+    int n = 3;
+    if (flag != NULL)
+        argv[n++] = flag;
+    argv[n++] = "--no-python";
+    argv[n++] = getenv("DDP_TEST_COLLECTIVES");
+    argv[n++] = "slow";
+    argv[n++] = steps;
+    argv[n++] = ms;
+    argv[n++] = ranks;
+    argv[n] = NULL;
+    th_run(p, argv, env, 120);
+}
+
 /* libddp: 4 ranks all-reduce 150 times, rank 2 sleeping 30 ms more a step: the 2 s
  * reports name rank 2 (and no other), whom the node's collectives waited for; the event
  * log has it. */
@@ -60,19 +82,8 @@ static void test_libddp_straggler_named(void **state)
     char *dir = th_tmpdir(), events[700], flag[740];
     snprintf(events, sizeof events, "%s/events.jsonl", dir);
     snprintf(flag, sizeof flag, "--event-log-handler=file:%s", events);
-    const char *argv[] = {th_launcher(),
-                          "--nproc-per-node=4",
-                          "--straggler-report=2",
-                          flag,
-                          "--no-python",
-                          getenv("DDP_TEST_COLLECTIVES"),
-                          "slow",
-                          "150",
-                          "10",
-                          "2",
-                          NULL};
     th_proc_t p;
-    th_run(&p, argv, NULL, 120);
+    run_slow(&p, "2", flag, "150", "10", "2", NULL);
     TH_ASSERT(&p, th_status(&p) == 0);
     assert_stragglers(&p, "2");
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "works ") != NULL);
@@ -92,19 +103,9 @@ static void test_libddp_straggler_named(void **state)
  * ring), and rank 2 is named by its work a step. */
 static void test_libddp_reducer_steps(void **state)
 {
-    const char *argv[] = {th_launcher(),
-                          "--nproc-per-node=4",
-                          "--straggler-report=2",
-                          "--no-python",
-                          getenv("DDP_TEST_COLLECTIVES"),
-                          "slow",
-                          "150",
-                          "10",
-                          "2",
-                          NULL};
     const char *env[] = {"DDP_TEST_REDUCER=1", NULL};
     th_proc_t p;
-    th_run(&p, argv, env, 120);
+    run_slow(&p, "2", NULL, "150", "10", "2", env);
     TH_ASSERT(&p, th_status(&p) == 0);
     assert_stragglers(&p, "2");
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), " ms a step, ") != NULL);
@@ -115,18 +116,8 @@ static void test_libddp_reducer_steps(void **state)
 /* Two ranks equally slow: both are named. */
 static void test_two_stragglers_named(void **state)
 {
-    const char *argv[] = {th_launcher(),
-                          "--nproc-per-node=4",
-                          "--straggler-report=2",
-                          "--no-python",
-                          getenv("DDP_TEST_COLLECTIVES"),
-                          "slow",
-                          "150",
-                          "10",
-                          "1,2",
-                          NULL};
     th_proc_t p;
-    th_run(&p, argv, NULL, 120);
+    run_slow(&p, "2", NULL, "150", "10", "1,2", NULL);
     TH_ASSERT(&p, th_status(&p) == 0);
     assert_stragglers(&p, "12");
     th_cleanup(&p);
@@ -135,32 +126,12 @@ static void test_two_stragglers_named(void **state)
 /* No straggler, no line; --straggler-report=0: none even with one. */
 static void test_no_straggler_no_line(void **state)
 {
-    const char *even[] = {th_launcher(),
-                          "--nproc-per-node=4",
-                          "--straggler-report=1",
-                          "--no-python",
-                          getenv("DDP_TEST_COLLECTIVES"),
-                          "slow",
-                          "100",
-                          "20",
-                          "-",
-                          NULL};
     th_proc_t p;
-    th_run(&p, even, NULL, 120);
+    run_slow(&p, "1", NULL, "100", "20", "-", NULL);
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "straggler") == NULL);
     th_cleanup(&p);
-    const char *off[] = {th_launcher(),
-                         "--nproc-per-node=4",
-                         "--straggler-report=0",
-                         "--no-python",
-                         getenv("DDP_TEST_COLLECTIVES"),
-                         "slow",
-                         "100",
-                         "10",
-                         "2",
-                         NULL};
-    th_run(&p, off, NULL, 120);
+    run_slow(&p, "0", NULL, "100", "10", "2", NULL);
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "straggler") == NULL);
     th_cleanup(&p);
