@@ -97,6 +97,18 @@ static int print_worker(const ddp_launch_config_t *cfg, int lr, int rank, char *
     return err;
 }
 
+/* --warm-restarts: what the restarts will be. */
+static int warm_restarts_line(const ddp_launch_config_t *cfg, ddp_buf_t *out)
+{
+    if (cfg->no_python && !cfg->run_path)
+        return ddp_buf_printf(out,
+                              "restarts: cold (--warm-restarts: the workers are not Python)\n");
+    return ddp_buf_printf(out,
+                          "restarts: forked from a zygote that imports %s (--warm-restarts), "
+                          "once it is ready\n",
+                          cfg->preload != NULL ? cfg->preload : "torch");
+}
+
 int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
 {
     ddp_buf_t out = DDP_BUF_INIT;
@@ -127,14 +139,8 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
     if (err == 0 && torch != 0)
         err = ddp_buf_printf(&out, "the workers' torch: %d.%d (%s)\n", torch / 1000, torch % 1000,
                              torch_at);
-    if (err == 0 && cfg->warm_restarts && cfg->no_python && !cfg->run_path)
-        err =
-            ddp_buf_printf(&out, "restarts: cold (--warm-restarts: the workers are not Python)\n");
-    else if (err == 0 && cfg->warm_restarts)
-        err = ddp_buf_printf(&out,
-                             "restarts: forked from a zygote that imports %s (--warm-restarts), "
-                             "once it is ready\n",
-                             cfg->preload != NULL ? cfg->preload : "torch");
+    if (err == 0 && cfg->warm_restarts)
+        err = warm_restarts_line(cfg, &out);
     char module_dir[PATH_MAX];
     bool have_module = ddp_worker_module_dir(cfg, envp, module_dir, sizeof module_dir);
     for (int lr = 0; lr < cfg->nproc_per_node && err == 0; lr++) {
