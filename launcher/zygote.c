@@ -78,7 +78,7 @@ static void heard(ddp_zygote_t *z, const char *msg, size_t len)
                      strcmp(field, "1") != 0 ? field : "");
     } else if (strcmp(msg, "refused") == 0) {
         snprintf(z->why, sizeof z->why, "the zygote refused to serve: %s", field);
-        ddp_log_warn(z->log, "warm restarts: %s", z->why + 4);
+        ddp_log_warn(z->log, "warm restarts: %s", z->why);
         z->given_up = true;
     }
 }
