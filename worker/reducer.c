@@ -140,11 +140,11 @@ int ddp_reducer_add(ddp_reducer_t *r, void *grad, size_t count, ddp_dtype_t dtyp
 }
 
 /* Packs the gradients, last registered first, into buckets of one dtype each. */
-static int form_buckets(ddp_reducer_t *r)
+/* The backend every bucket goes through: the gradients are all host or all device
+ * memory (the auto backend tells which); compression takes host gradients. */
+static int choose_backend(ddp_reducer_t *r)
 {
     ddp_t *ddp = r->ddp;
-    /* One backend serves every bucket: the gradients are all host or all device memory
-     * (the auto backend tells which). */
     for (int g = 0; g < r->ngrads; g++) {
         const ddp_backend_t *be;
         void *state;
@@ -164,6 +164,46 @@ static int form_buckets(ddp_reducer_t *r)
         return ddp_fail(ddp, DDP_EUSAGE,
                         "reducer: compression takes host gradients (the CPU backend); on the GPU "
                         "it would need a conversion kernel, which libddp has not");
+    return 0;
+}
+
+/* A bucket's members (added last first) laid out first to last, as their addresses run
+ * when the gradients are one block. Then the bucket is that memory itself, averaged in
+ * place without a copy (PyTorch's gradient_as_bucket_view); else it gets its own flat
+ * buffer (not for a rank alone, which never copies). Either way the elements are in the
+ * same order, so ranks that differ agree. */
+static int lay_out(ddp_reducer_t *r, bucket_t *bucket)
+{
+    size_t es = ddp_dtype_size(bucket->dtype), offset = 0;
+    bucket->pending = bucket->nmembers;
+    for (int i = 0, j = bucket->nmembers - 1; i < j; i++, j--) {
+        int t = bucket->members[i];
+        bucket->members[i] = bucket->members[j];
+        bucket->members[j] = t;
+    }
+    bucket->in_place = true;
+    for (int i = 0; i < bucket->nmembers; i++) {
+        grad_t *g = &r->grads[bucket->members[i]];
+        g->offset = offset;
+        if ((char *)r->grads[bucket->members[0]].buf + offset != (char *)g->buf)
+            bucket->in_place = false;
+        offset += g->count * es;
+    }
+    if (bucket->in_place) {
+        bucket->flat = r->grads[bucket->members[0]].buf;
+        return 0;
+    }
+    if (r->alone)
+        return 0;
+    return r->be->alloc(r->ddp, r->be_state, bucket->count * es + 8, &bucket->flat);
+}
+
+static int form_buckets(ddp_reducer_t *r)
+{
+    ddp_t *ddp = r->ddp;
+    int err = choose_backend(r);
+    if (err)
+        return err;
     r->buckets = calloc((size_t)r->ngrads + 1, sizeof *r->buckets);
     if (r->buckets == NULL)
         return ddp_fail(ddp, -ENOMEM, "reducer: out of memory");
@@ -190,38 +230,9 @@ static int form_buckets(ddp_reducer_t *r)
         if (bucket->count * es >= limit)
             open[grad->dtype] = -1; /* full: the next gradient of this type opens one */
     }
-    for (int b = 0; b < r->nbuckets; b++) {
-        bucket_t *bucket = &r->buckets[b];
-        size_t es = ddp_dtype_size(bucket->dtype), offset = 0;
-        bucket->pending = bucket->nmembers;
-        /* Members were added last first: lay them out first to last, as their addresses
-         * run when the gradients are one block. Then the bucket is that memory itself,
-         * averaged in place without a copy (PyTorch's gradient_as_bucket_view); either
-         * way the elements are in the same order, so ranks that differ agree. */
-        for (int i = 0, j = bucket->nmembers - 1; i < j; i++, j--) {
-            int t = bucket->members[i];
-            bucket->members[i] = bucket->members[j];
-            bucket->members[j] = t;
-        }
-        bucket->in_place = true;
-        for (int i = 0; i < bucket->nmembers; i++) {
-            grad_t *g = &r->grads[bucket->members[i]];
-            g->offset = offset;
-            if ((char *)r->grads[bucket->members[0]].buf + offset != (char *)g->buf)
-                bucket->in_place = false;
-            offset += g->count * es;
-        }
-        if (bucket->in_place) {
-            bucket->flat = r->grads[bucket->members[0]].buf;
-            continue;
-        }
-        if (r->alone)
-            continue; /* never copied */
-        int err = r->be->alloc(ddp, r->be_state, bucket->count * es + 8, &bucket->flat);
-        if (err)
-            return err;
-    }
-    return 0;
+    for (int b = 0; b < r->nbuckets && err == 0; b++)
+        err = lay_out(r, &r->buckets[b]);
+    return err;
 }
 
 /* The bucket's average across the ranks, in place: compressed, its half copy is what
