@@ -256,16 +256,7 @@ ddp_rdzv_cmd_t ddp_rdzv_take(ddp_rdzv_t *r, ddp_rdzv_world_t *world, int *exit_c
 char **ddp_rdzv_job_env(ddp_rdzv_t *r)
 {
     pthread_mutex_lock(&r->mutex);
-    size_t n = 0;
-    while (r->job_env != NULL && r->job_env[n] != NULL)
-        n++;
-    char **copy = calloc(n + 1, sizeof *copy);
-    for (size_t i = 0; copy != NULL && i < n; i++) {
-        if ((copy[i] = strdup(r->job_env[i])) == NULL) {
-            ddp_strv_free(copy);
-            copy = NULL;
-        }
-    }
+    char **copy = ddp_strv_copy(r->job_env);
     pthread_mutex_unlock(&r->mutex);
     return copy;
 }

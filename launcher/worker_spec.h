@@ -71,4 +71,7 @@ const char *ddp_worker_entry_name(const ddp_launch_config_t *cfg);
 
 void ddp_strv_free(char **strv);
 
+/* A deep copy of `strv` (NULL: an empty list), or NULL when out of memory. */
+char **ddp_strv_copy(char *const *strv);
+
 #endif

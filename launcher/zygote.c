@@ -30,21 +30,6 @@ bool ddp_zygote_script(char *buf, size_t cap)
     return n > 0 && (size_t)n < cap && access(buf, R_OK) == 0;
 }
 
-static char **strv_copy(char *const *strv)
-{
-    size_t n = 0;
-    while (strv[n] != NULL)
-        n++;
-    char **copy = calloc(n + 1, sizeof *copy);
-    for (size_t i = 0; copy != NULL && i < n; i++) {
-        if ((copy[i] = strdup(strv[i])) == NULL) {
-            ddp_strv_free(copy);
-            return NULL;
-        }
-    }
-    return copy;
-}
-
 static void on_poll_closed(uv_handle_t *handle)
 {
     free(handle);
@@ -173,8 +158,8 @@ int ddp_zygote_start(ddp_zygote_t *z, uv_loop_t *loop, const ddp_log_t *log, ddp
     z->fd = -1;
     z->path = strdup(path);
     z->preload = strdup(preload);
-    z->argv = strv_copy(argv);
-    z->envp = strv_copy(envp);
+    z->argv = ddp_strv_copy(argv);
+    z->envp = ddp_strv_copy(envp);
     free(pad);
     if (z->path == NULL || z->preload == NULL || z->argv == NULL || z->envp == NULL)
         err = -ENOMEM;
