@@ -696,7 +696,7 @@ static void test_numa_binding_in_warm_restarts(void **state)
     cpu_list(&t, half, t.ncpus, second, sizeof second);
     snprintf(root_env, sizeof root_env, "DDP_TOPOLOGY_ROOT=%s", t.root);
     snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python);
-    snprintf(trigger, sizeof trigger, "WARM_TRIGGER=%s/warm-go", getenv("TMPDIR"));
+    const char *file = th_trigger_var(trigger, sizeof trigger);
     snprintf(script, sizeof script, "%s/tests/python/warm_plain.py", th_source_dir());
     const char *env[] = {root_env, exec, trigger, "CUDA_VISIBLE_DEVICES", NULL};
     const char *argv[] = {th_launcher(),
@@ -710,7 +710,7 @@ static void test_numa_binding_in_warm_restarts(void **state)
                           "place",
                           NULL};
     th_proc_t p;
-    th_run_after(&p, argv, env, "has imported json", trigger + strlen("WARM_TRIGGER="), 60);
+    th_run_after(&p, argv, env, "has imported json", file, 60);
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "2 of 2 workers of attempt 1 forked") != NULL);
     expect_var(&p, 0, "CPUS", first);

@@ -12,7 +12,6 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1129,7 +1128,7 @@ static void test_warm_restart_across_nodes(void **state)
     char script[1024], python_exec[1100], trigger[1100];
     snprintf(script, sizeof script, "%s/tests/python/warm_plain.py", th_source_dir());
     snprintf(python_exec, sizeof python_exec, "PYTHON_EXEC=%s", python);
-    snprintf(trigger, sizeof trigger, "WARM_TRIGGER=%s/warm-go", getenv("TMPDIR"));
+    const char *file = th_trigger_var(trigger, sizeof trigger);
     const char *program[] = {script, "show", NULL}, *env[] = {python_exec, trigger, NULL};
     const char *flags = "--max-restarts=1 --warm-restarts --preload=json --shutdown-timeout=5";
     job_t job;
@@ -1138,8 +1137,7 @@ static void test_warm_restart_across_nodes(void **state)
     th_proc_t *n1 = start_node_env(&job, 2, 1, 1, flags, program, env);
     TH_ASSERT(n0, th_wait_output(n0, 2, "has imported json", 1, 60));
     TH_ASSERT(n1, th_wait_output(n1, 2, "has imported json", 1, 60));
-    int fd = open(trigger + strlen("WARM_TRIGGER="), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    TH_ASSERT(n1, fd >= 0 && close(fd) == 0);
+    TH_ASSERT(n1, th_touch(file));
     job_wait(&job, 120);
     for (int i = 0; i < 2; i++) {
         th_proc_t *p = &job.node[i];

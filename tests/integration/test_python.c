@@ -10,7 +10,6 @@
 #include "harness.h"
 #include "io.h"
 
-#include <fcntl.h>
 #include <glob.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -300,15 +299,6 @@ static void lines_from(const char *text, const char *prefix, ddp_buf_t *out)
     }
 }
 
-/* A new trigger file's path for th_run_after, in the test's TMPDIR, as "WARM_TRIGGER=..." in
- * var[cap] (its path after the '='). */
-static const char *trigger_var(char *var, size_t cap)
-{
-    static int next;
-    snprintf(var, cap, "WARM_TRIGGER=%s/warm-go-%d", getenv("TMPDIR"), next++);
-    return var + strlen("WARM_TRIGGER=");
-}
-
 /* warm_plain.py (or -m warm_plain) with `mode`, rank 1 failing at attempt 0 once stderr
  * says `ready` (the zygote's answer; NULL: at once), restarted once, cold or with
  * --warm-restarts (its zygote importing json), streams teed. */
@@ -317,7 +307,7 @@ static void run_plain(th_proc_t *p, bool warm, bool module, const char *mode,
 {
     char path[1100], trigger[1100];
     snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
-    const char *file = trigger_var(trigger, sizeof trigger);
+    const char *file = th_trigger_var(trigger, sizeof trigger);
     const char *env[] = {python_env(NULL)[0], path, trigger, NULL};
     const char *argv[24] = {th_launcher(), "--nproc-per-node=2", "--max-restarts=1",
                             "--shutdown-timeout=5", "--tee=3"};
@@ -417,7 +407,7 @@ static pid_t start_with_zygote(th_proc_t *p, char *file, size_t cap)
 {
     static char path[1100], trigger[1100];
     snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
-    snprintf(file, cap, "%s", trigger_var(trigger, sizeof trigger));
+    snprintf(file, cap, "%s", th_trigger_var(trigger, sizeof trigger));
     const char *env[] = {python_env(NULL)[0], path, trigger, NULL};
     const char *argv[] = {th_launcher(),
                           "--nproc-per-node=2",
@@ -437,8 +427,7 @@ static pid_t start_with_zygote(th_proc_t *p, char *file, size_t cap)
 /* Lets rank 1 fail (the trigger), and waits for the job to end well, both ranks restarted. */
 static void restart_and_finish(th_proc_t *p, const char *file)
 {
-    int fd = open(file, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    TH_ASSERT(p, fd >= 0 && close(fd) == 0);
+    TH_ASSERT(p, th_touch(file));
     TH_ASSERT(p, th_wait_exit(p, 60));
     TH_ASSERT(p, th_status(p) == 0);
     TH_ASSERT(p, th_count(ddp_buf_str(&p->out), "]:SHOW rank ") == 2);

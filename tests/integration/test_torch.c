@@ -16,7 +16,6 @@
 #include "harness.h"
 #include "io.h"
 
-#include <fcntl.h>
 #include <glob.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -240,22 +239,13 @@ static void files_under(const char *dir, ddp_buf_t *out)
         pclose(f);
 }
 
-/* A new trigger file's path for th_run_after, in the test's TMPDIR, as "WARM_TRIGGER=..." in
- * var[cap] (its path after the '='). */
-static const char *trigger_var(char *var, size_t cap)
-{
-    static int next;
-    snprintf(var, cap, "WARM_TRIGGER=%s/warm-go-%d", getenv("TMPDIR"), next++);
-    return var + strlen("WARM_TRIGGER=");
-}
-
 /* ddp-launch on `args` with the flavour's environment and `more` variables (up to 2),
  * rank 1's failure at attempt 0 held until stderr says `ready` (NULL: at once). */
 static void launch_after(th_proc_t *p, const char *const *args, const char *more, const char *ready,
                          double timeout)
 {
     char trigger[1100];
-    const char *file = trigger_var(trigger, sizeof trigger);
+    const char *file = th_trigger_var(trigger, sizeof trigger);
     const char *argv[32] = {th_launcher()}, *env[8];
     int n = 1, k = 0;
     for (int i = 0; args[i] != NULL && n < 31; i++)
@@ -373,13 +363,12 @@ static void test_warm_restart_no_orphans(void **state)
                               "hold",
                               NULL};
         char trigger[1100];
-        const char *file = trigger_var(trigger, sizeof trigger);
+        const char *file = th_trigger_var(trigger, sizeof trigger);
         const char *env[] = {extra_env[0], extra_env[1], extra_env[2], NULL, NULL};
         env[extra_env[1] == NULL ? 1 : 3] = trigger;
         th_start(&p, argv, env);
         TH_ASSERT(&p, th_wait_output(&p, 2, "has imported torch", 1, 200));
-        int fd = open(file, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-        TH_ASSERT(&p, fd >= 0 && close(fd) == 0);
+        TH_ASSERT(&p, th_touch(file));
         if (early) {
             TH_ASSERT(&p, th_wait_output(&p, 2, "restarting the workers as attempt 1", 1, 200));
         } else {

@@ -235,21 +235,32 @@ void th_run(th_proc_t *p, const char *const *argv, const char *const *env, doubl
     }
 }
 
+const char *th_trigger_var(char *var, size_t cap)
+{
+    static int next;
+    snprintf(var, cap, "WARM_TRIGGER=%s/warm-go-%d", getenv("TMPDIR"), next++);
+    return var + strlen("WARM_TRIGGER=");
+}
+
+bool th_touch(const char *path)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    return fd >= 0 && close(fd) == 0;
+}
+
 void th_run_after(th_proc_t *p, const char *const *argv, const char *const *env, const char *needle,
                   const char *trigger, double timeout)
 {
     th_start(p, argv, env);
     bool seen = needle == NULL || th_wait_output(p, 2, needle, 1, timeout);
-    int fd = open(trigger, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0)
-        close(fd);
-    if (!seen || fd < 0 || !th_wait_exit(p, timeout)) {
+    bool made = th_touch(trigger);
+    if (!seen || !made || !th_wait_exit(p, timeout)) {
         th_dump(p);
         th_cleanup(p);
         fail_msg("%s: %s", argv[0],
-                 !seen    ? "never said what the test waited for"
-                 : fd < 0 ? "unable to create the trigger file"
-                          : "did not finish in time");
+                 !seen   ? "never said what the test waited for"
+                 : !made ? "unable to create the trigger file"
+                         : "did not finish in time");
     }
 }
 

@@ -39,6 +39,12 @@ int th_status(const th_proc_t *p);
 /* Runs to completion: start, wait (failing the test at the deadline). */
 void th_run(th_proc_t *p, const char *const *argv, const char *const *env, double timeout);
 
+/* A new trigger file's path in the test's TMPDIR, as "WARM_TRIGGER=PATH" in var[cap] for a
+ * worker's environment (tests/python/warm_trigger.py waits for it); returns PATH, inside
+ * var. th_touch creates such a file: false when it cannot. */
+const char *th_trigger_var(char *var, size_t cap);
+bool th_touch(const char *path);
+
 /* As th_run, and once `needle` is on its stderr (NULL: at once) creates the file
  * `trigger`, which a worker of the test may wait for (an event, not a sleep). */
 void th_run_after(th_proc_t *p, const char *const *argv, const char *const *env, const char *needle,
