@@ -115,6 +115,23 @@ void ddp_agent_unhealthy_event(ddp_agent_t *a, const char *why)
 
 /* Stopping and finishing. */
 
+static void close_signal_handles(ddp_agent_t *a)
+{
+    for (int i = 0; i < a->cfg->nsignals; i++)
+        uv_close((uv_handle_t *)&a->forwarded[i], NULL);
+    for (int i = 0; i < a->nunforwarded; i++)
+        uv_close((uv_handle_t *)&a->unforwarded[i], NULL);
+    for (int i = 0; i < a->cfg->npassed; i++)
+        uv_close((uv_handle_t *)&a->passed[i], NULL);
+}
+
+static void on_store_closed(void *ctx)
+{
+    ddp_agent_t *a = ctx;
+    a->lingering = NULL;
+    close_signal_handles(a);
+}
+
 static void finish(ddp_agent_t *a)
 {
     a->state = AGENT_DONE;
@@ -123,16 +140,20 @@ static void finish(ddp_agent_t *a)
         /* The other nodes read how the job ended from our store: it stays until they
          * have left, up to close_timeout, whatever the outcome (a node slow to read a
          * failure would otherwise see only the store gone, and stop its workers with
-         * SIGTERM instead of the job's signal). */
-        ddp_rdzv_coord_finish(a->coord, a->cfg->rdzv_conf.close_timeout,
+         * SIGTERM instead of the job's signal). Our signal handlers stay as long: Slurm
+         * signals every node's launcher, and this one may have stopped already for
+         * another's news of the same signal. */
+        a->lingering = a->coord;
+        a->coord = NULL;
+        a->served_store = true;
+        ddp_rdzv_coord_finish(a->lingering, a->cfg->rdzv_conf.close_timeout,
                               a->stop_reason == STOP_SIGNAL          ? a->stop_signal
                               : a->exit_code == DDP_EXIT_NO_PROGRESS ? -DDP_EXIT_NO_PROGRESS
                                                                      : 0,
-                              &a->remote_failures);
-        a->served_store = true;
-        a->coord = NULL;
+                              &a->remote_failures, on_store_closed, a);
     } else {
         ddp_store_server_close(a->store);
+        close_signal_handles(a);
     }
     a->store = NULL;
     uv_close((uv_handle_t *)&a->sigchld, NULL);
@@ -146,12 +167,6 @@ static void finish(ddp_agent_t *a)
     ddp_output_close_handles(&a->output);
     ddp_session_close(&a->session);
     ddp_zygote_stop(&a->zygote);
-    for (int i = 0; i < a->cfg->nsignals; i++)
-        uv_close((uv_handle_t *)&a->forwarded[i], NULL);
-    for (int i = 0; i < a->nunforwarded; i++)
-        uv_close((uv_handle_t *)&a->unforwarded[i], NULL);
-    for (int i = 0; i < a->cfg->npassed; i++)
-        uv_close((uv_handle_t *)&a->passed[i], NULL);
 }
 
 static void signal_worker(ddp_agent_t *a, int i, int sig)
@@ -981,6 +996,30 @@ static void on_sigchld(uv_signal_t *handle, int signum)
         ddp_agent_group_finished(a);
 }
 
+/* A signal after the job ended, while the other nodes read how from our store: the job's
+ * own signal once (Slurm signals every node's launcher; this one may have stopped for
+ * another's news of it) is ignored; another signal, or it again, closes the store now. */
+static void signal_while_lingering(ddp_agent_t *a, int sig)
+{
+    char name[32];
+    signame(sig, name, sizeof name);
+    if (a->lingering == NULL)
+        return;
+    if (sig == a->exit_code - DDP_EXIT_SIGNAL_BASE && !a->linger_ignored) {
+        a->linger_ignored = true;
+        ddp_log_info(a->log,
+                     "received %s after the job ended by it: the other nodes are still reading "
+                     "how from this node's store",
+                     name);
+        return;
+    }
+    ddp_log_warn(a->log,
+                 "received %s: closing the store now, before every other node has read how the "
+                 "job ended",
+                 name);
+    ddp_rdzv_coord_leave_now(a->lingering);
+}
+
 /* The launcher received `sig`: the workers get `send` (the signal itself when it is to
  * be forwarded, else SIGTERM), the job stops, and ddp-launch exits 128+sig. */
 static void stop_for_signal(ddp_agent_t *a, int sig, int send)
@@ -989,8 +1028,10 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
     signame(sig, name, sizeof name);
     signame(send, sent, sizeof sent);
     bool reporting = a->hang != HANG_IDLE;
-    if (a->state == AGENT_DONE)
+    if (a->state == AGENT_DONE) {
+        signal_while_lingering(a, sig);
         return;
+    }
     if (reporting)
         ddp_agent_hang_cancel(a);
     if (a->rdzv != NULL) {

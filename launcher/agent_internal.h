@@ -127,8 +127,10 @@ struct ddp_agent_s {
     bool base_created;
     rlim_t nofile; /* the soft fd limit to give back to workers; 0 if unchanged */
     char host[256];
-    ddp_buf_t remote_failures; /* serving the store: the other nodes' failures (report.h) */
-    bool served_store;         /* this launcher's coordinator finished the job's rendezvous */
+    ddp_buf_t remote_failures;   /* serving the store: the other nodes' failures (report.h) */
+    bool served_store;           /* this launcher's coordinator finished the job's rendezvous */
+    ddp_rdzv_coord_t *lingering; /* finished: the coordinator the others still read from */
+    bool linger_ignored;         /* lingering: the job's own signal came once more, ignored */
 
     /* This node's share of the job: one node alone, or what the rendezvous formed. */
     ddp_rdzv_t *rdzv;        /* multi-node jobs */

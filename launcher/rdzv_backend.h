@@ -73,8 +73,10 @@ struct ddp_rdzv_coord_s {
 
     ddp_rdzv_verdict_t end; /* OVER: how the job ended, for joins that come later */
     bool left_published;
-    bool finishing;         /* our launcher is done: close the server once the others left */
-    double finish_deadline; /* ... or at this time */
+    bool finishing;            /* our launcher is done: close the server once the others left */
+    double finish_deadline;    /* ... or at this time */
+    void (*closed)(void *ctx); /* finishing: called once the server is closed */
+    void *closed_ctx;
     double last_tick, next_status, next_stats, started;
 };
 

@@ -672,9 +672,13 @@ static bool finished(ddp_rdzv_coord_t *c, double now)
     if (!c->finishing || (now < c->finish_deadline && someone_reading(c)))
         return false;
     ddp_store_server_t *server = c->server;
+    void (*closed)(void *) = c->closed;
+    void *ctx = c->closed_ctx;
     collect_failures(c);
     ddp_rdzv_coord_close(c);
     ddp_store_server_close(server);
+    if (closed != NULL)
+        closed(ctx);
     return true;
 }
 
@@ -708,9 +712,12 @@ static void on_tick(uv_timer_t *timer)
         refresh_status(c, now);
 }
 
-void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *c, double linger, int sig, ddp_buf_t *failures)
+void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *c, double linger, int sig, ddp_buf_t *failures,
+                           void (*closed)(void *ctx), void *ctx)
 {
     c->failures = failures;
+    c->closed = closed;
+    c->closed_ctx = ctx;
     /* (A signal's own abort record may still be on its way from our rendezvous thread.) */
     if (c->phase != COORD_OVER && sig < 0) /* an exit status of its own: no progress */
         job_over(c, -sig,
@@ -727,6 +734,12 @@ void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *c, double linger, int sig, ddp_buf_
     c->finishing = true;
     c->finish_deadline = ddp_clock_mono() + linger;
     (void)finished(c, ddp_clock_mono());
+}
+
+void ddp_rdzv_coord_leave_now(ddp_rdzv_coord_t *c)
+{
+    if (c->finishing)
+        c->finish_deadline = 0;
 }
 
 static void on_timer_closed(uv_handle_t *handle)

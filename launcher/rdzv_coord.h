@@ -51,8 +51,14 @@ void ddp_rdzv_coord_name_straggler(ddp_rdzv_coord_t *coord, int node_rank, const
  * verdict). The server is the coordinator's to close from now on. Just before, the
  * failures the other launchers posted for the last round (ddp_rdzv_post_failures) are
  * appended to `failures` (lines of ddp_failure_to_json; it must outlive the loop), for the
- * job's one report. */
-void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *coord, double linger, int sig, ddp_buf_t *failures);
+ * job's one report. Then `closed(ctx)` is called (the loop may end): the caller keeps its
+ * signal handlers until then, since a launcher killed by a signal while it lingers takes
+ * the news from those yet to read it. */
+void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *coord, double linger, int sig, ddp_buf_t *failures,
+                           void (*closed)(void *ctx), void *ctx);
+
+/* While finishing: close the server at the next tick, whoever is still reading. */
+void ddp_rdzv_coord_leave_now(ddp_rdzv_coord_t *coord);
 
 /* Stops watching and closes the timer at once (the server stays open); freed once the
  * loop has closed it. NULL is harmless. */

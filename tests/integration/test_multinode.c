@@ -683,6 +683,28 @@ static void test_silent_node_not_waited_for(void **state)
     job_cleanup(&job);
 }
 
+/* While the host waits for a frozen node to read how the job ended, another signal (an
+ * operator's Ctrl-C) ends the wait at once, saying so. */
+static void test_second_signal_ends_the_hosts_wait(void **state)
+{
+    job_t job;
+    th_proc_t *n0, *n1;
+    job_init(&job);
+    two_waiting_nodes(&job, "--rdzv-conf=keep_alive_max_attempt=30", &n0, &n1);
+    assert_int_equal(kill(n1->pid, SIGSTOP), 0);
+    assert_int_equal(kill(n0->pid, SIGTERM), 0);
+    bool ended = th_wait_exit(n0, 2);
+    TH_ASSERT(n0, !ended); /* waiting for node 1 */
+    assert_int_equal(kill(n0->pid, SIGINT), 0);
+    ended = th_wait_exit(n0, 5);
+    kill(n1->pid, SIGCONT);
+    TH_ASSERT(n0, ended);
+    TH_ASSERT(n0, th_status(n0) == 128 + SIGTERM && WIFEXITED(n0->status));
+    TH_ASSERT(n0, strstr(err(n0), "received SIGINT: closing the store now") != NULL);
+    job_wait(&job, 30);
+    job_cleanup(&job);
+}
+
 /* A handled signal that reaches the store's launcher after its own workers have finished
  * (under Slurm, slurmstepd signals the workers themselves too, and they may end first):
  * the job still ends as that signal's, so node 1's workers get SIGUSR1 forwarded, not
@@ -708,6 +730,47 @@ static void test_signal_between_rounds_on_the_host(void **state)
     TH_ASSERT(n0, th_status(n0) == 128 + SIGUSR1);
     TH_ASSERT(n1, strstr(out(n1), "got USR1") != NULL);
     TH_ASSERT(n1, th_status(n1) == 128 + SIGUSR1);
+    job_cleanup(&job);
+}
+
+/* Slurm's `scancel --signal=USR1` reaches each node's launcher at its own moment: node 1's
+ * first ends the job, node 0 (the store's) stops for that news, and node 2 is slow (its
+ * launcher frozen here). Node 0's own SIGUSR1 then comes while it waits for node 2 to
+ * read how the job ended: it stays (a launcher killed by it would take the news away),
+ * and node 2 forwards SIGUSR1 to its workers instead of finding the store gone. */
+static void test_signal_on_every_node_while_the_host_lingers(void **state)
+{
+    const char *traps[] = {"/bin/sh", "-c",
+                           "trap 'echo got USR1; exit 0' USR1; echo ready; "
+                           "while :; do sleep 0.1; done",
+                           NULL};
+    /* (Node 2 frozen for up to 10 missed heartbeats before it is judged lost.) */
+    const char *flags = "--signals-to-handle=SIGTERM,SIGUSR1 --rdzv-conf=keep_alive_max_attempt=10";
+    job_t job;
+    job_init(&job);
+    th_proc_t *n[3];
+    for (int i = 0; i < 3; i++)
+        n[i] = start_node(&job, 3, i, 1, flags, traps);
+    for (int i = 0; i < 3; i++)
+        TH_ASSERT(n[i], th_wait_output(n[i], 1, "ready", 1, 30));
+    assert_int_equal(kill(n[2]->pid, SIGSTOP), 0);
+    assert_int_equal(kill(n[1]->pid, SIGUSR1), 0);
+    TH_ASSERT(n[1], th_wait_exit(n[1], 30));
+    TH_ASSERT(n[0], th_wait_output(n[0], 1, "got USR1", 1, 30));
+    /* Node 0's worker has ended: its launcher finishes within a loop turn or two. */
+    nanosleep(&(struct timespec){.tv_nsec = 300000000}, NULL);
+    assert_int_equal(kill(n[0]->pid, SIGUSR1), 0);
+    bool ended = th_wait_exit(n[0], 1);
+    kill(n[2]->pid, SIGCONT);
+    TH_ASSERT(n[0], !ended);
+    job_wait(&job, 30);
+    TH_ASSERT(n[0], strstr(err(n[0]), "received SIGUSR1 after the job ended by it") != NULL);
+    for (int i = 0; i < 3; i++) {
+        TH_ASSERT(n[i], th_status(n[i]) == 128 + SIGUSR1 && WIFEXITED(n[i]->status));
+        TH_ASSERT(n[i], strstr(out(n[i]), "got USR1") != NULL);
+    }
+    TH_ASSERT(n[2], strstr(err(n[2]), "the job was ended by node 1") != NULL);
+    TH_ASSERT(n[2], strstr(err(n[2]), "lost the rendezvous store") == NULL);
     job_cleanup(&job);
 }
 
@@ -1313,8 +1376,11 @@ static void test_straggler_node_excluded_at_restart(void **state)
     job_cleanup(&job);
 }
 
-int main(void)
+/* An argument runs only the tests whose names match it (a glob). */
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         TH_TEST(test_nodes_form_one_job),
         TH_TEST(test_warm_restart_across_nodes),
@@ -1343,6 +1409,8 @@ int main(void)
         TH_TEST(test_slow_node_reads_the_end),
         TH_TEST(test_silent_node_not_waited_for),
         TH_TEST(test_signal_between_rounds_on_the_host),
+        TH_TEST(test_signal_on_every_node_while_the_host_lingers),
+        TH_TEST(test_second_signal_ends_the_hosts_wait),
         TH_TEST(test_elastic_closes_when_full),
         TH_TEST(test_elastic_late_joiner),
         TH_TEST(test_elastic_reforms_without_a_lost_node),
