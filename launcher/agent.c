@@ -947,7 +947,7 @@ static void on_sigchld(uv_signal_t *handle, int signum)
     double now = ddp_clock_wall();
     if (a->warm) {
         (void)ddp_zygote_reap(&a->zygote);
-        ddp_agent_reap_adopted(a);
+        ddp_agent_reap_adopted();
     }
     if (a->state == AGENT_DONE || a->state == AGENT_WAITING)
         return;

@@ -240,10 +240,10 @@ int ddp_agent_worker_env(ddp_agent_t *a, const ddp_worker_t *w, const char *erro
 /* agent_warm.c (--warm-restarts): whether it applies (the launcher then a child
  * subreaper), said where it cannot; the zygote, once the first attempt's workers run;
  * starting a worker (forked from the zygote where it serves, else cold, why said once
- * an attempt; 0 or -errno); reaping what ended in the workers' groups after a SIGCHLD. */
+ * an attempt; 0 or -errno); reaping what the subreaper adopted after a SIGCHLD. */
 void ddp_agent_warm_restarts(ddp_agent_t *a);
 void ddp_agent_start_zygote(ddp_agent_t *a);
 int ddp_agent_spawn_worker(ddp_agent_t *a, ddp_worker_t *w, const ddp_spawn_t *spec);
-void ddp_agent_reap_adopted(ddp_agent_t *a);
+void ddp_agent_reap_adopted(void);
 
 #endif

@@ -1,7 +1,7 @@
 /* --warm-restarts on the agent's side (see agent_internal.h, zygote.h): the launcher made
  * a child subreaper, the zygote started once the first attempt's workers run, a later
  * attempt's workers forked from it or started cold (said once an attempt), and what the
- * subreaper adopts from the workers' groups reaped. Runs on the loop thread; nothing
+ * subreaper adopts reaped. Runs on the loop thread; nothing
  * here waits for the zygote but a request's reply (zygote.h). */
 #include "agent_internal.h"
 
@@ -98,13 +98,16 @@ int ddp_agent_spawn_worker(ddp_agent_t *a, ddp_worker_t *w, const ddp_spawn_t *s
     return ddp_proc_spawn(spec, &w->pid);
 }
 
-/* A child subreaper (--warm-restarts) also adopts what a worker leaves when it ends (its
- * DataLoader processes, say): those of a worker's group that have ended are reaped here.
- * Not other children: a health check's or a stack tool's exit is its own code's to wait
- * for. Their list is /proc's children of each of our threads. */
-void ddp_agent_reap_adopted(ddp_agent_t *a)
+/* A child subreaper (--warm-restarts) also adopts what ends without its parent: a
+ * worker's DataLoader processes, a health check's background job. Those are reaped here:
+ * every child that leads no process group and is not in ours. What the launcher waits
+ * for by pid is left alone: each worker, the zygote, the guard, a health check and an ssh
+ * fan-out lead their own groups; a stack tool runs in ours. Their list is /proc's
+ * children of each of our threads. */
+void ddp_agent_reap_adopted(void)
 {
     char path[64], text[4096];
+    pid_t ours = getpgrp();
     DIR *tasks = opendir("/proc/self/task");
     struct dirent *task;
     while (tasks != NULL && (task = readdir(tasks)) != NULL) {
@@ -123,12 +126,7 @@ void ddp_agent_reap_adopted(ddp_agent_t *a)
             if (end == p)
                 break;
             pid_t group = getpgid((pid_t)pid);
-            bool adopted = false;
-            for (int i = 0; i < a->nworkers && group > 0; i++) {
-                const ddp_worker_t *w = &a->workers[i];
-                adopted = adopted || (w->pid == group && !(w->running && w->pid == pid));
-            }
-            if (adopted)
+            if (group > 0 && group != pid && group != ours)
                 (void)waitpid((pid_t)pid, NULL, WNOHANG);
         }
     }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char script_path[1024];
@@ -401,6 +402,82 @@ static void test_warm_restart_hang_dump(void **state)
     free(logs);
 }
 
+/* How many of `pid`'s children are zombies (ended, not waited for). */
+static int zombie_children(pid_t pid)
+{
+    char path[96], list[4096], stat[600];
+    int zombies = 0;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    size_t len = f != NULL ? fread(list, 1, sizeof list - 1, f) : 0;
+    if (f != NULL)
+        fclose(f);
+    list[len] = '\0';
+    for (char *c = list, *end; *c != '\0'; c = end) {
+        long child = strtol(c, &end, 10);
+        if (end == c)
+            break;
+        snprintf(path, sizeof path, "/proc/%ld/stat", child);
+        f = fopen(path, "r");
+        size_t n = f != NULL ? fread(stat, 1, sizeof stat - 1, f) : 0;
+        if (f != NULL)
+            fclose(f);
+        stat[n] = '\0';
+        const char *state = strrchr(stat, ')');
+        zombies += state != NULL && strncmp(state, ") Z", 3) == 0;
+    }
+    return zombies;
+}
+
+/* Under --warm-restarts the launcher adopts what ends without its parent: a health
+ * check's background job, here, before each attempt. Each is reaped when it ends, not
+ * left a zombie until the job ends. */
+static void test_warm_restart_reaps_what_it_adopts(void **state)
+{
+    char *dir = th_tmpdir(), check[1200], path[1100], trigger[1100], done[1200];
+    snprintf(check, sizeof check,
+             "--health-check=(sleep 0.2; echo >> %s/orphans) >/dev/null 2>&1 & exit 0", dir);
+    snprintf(done, sizeof done, "%s/orphans", dir);
+    snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
+    const char *file = th_trigger_var(trigger, sizeof trigger);
+    const char *env[] = {python_env(NULL)[0], path, trigger, NULL};
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--max-restarts=1",
+                          "--warm-restarts",
+                          "--preload=json",
+                          check,
+                          "--tee=3",
+                          script("warm_plain.py"),
+                          "hang",
+                          NULL};
+    th_proc_t p;
+    th_start(&p, argv, env);
+    TH_ASSERT(&p, th_wait_output(&p, 2, "has imported json", 1, 60));
+    TH_ASSERT(&p, th_touch(file));
+    TH_ASSERT(&p, th_wait_output(&p, 1, "hangs at attempt 1", 2, 60));
+    /* Both checks' background jobs have ended (each wrote a line) and been reaped. */
+    char *text = NULL;
+    size_t len = 0;
+    int zombies = -1;
+    for (double deadline = th_now() + 10; th_now() < deadline;) {
+        free(text);
+        text = NULL;
+        if (ddp_read_file(done, 4096, &text, &len) == 0 && len == 2 &&
+            (zombies = zombie_children(p.pid)) == 0)
+            break;
+        nanosleep(&(struct timespec){.tv_nsec = 50000000}, NULL);
+    }
+    TH_ASSERT(&p, text != NULL && len == 2);
+    TH_ASSERT(&p, zombies == 0);
+    free(text);
+    kill(p.pid, SIGTERM);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* warm_plain.py show, 2 workers, --warm-restarts (json) and one restart, started; once its
  * zygote is ready, its pid. file[cap] gets the trigger that lets rank 1 fail. */
 static pid_t start_with_zygote(th_proc_t *p, char *file, size_t cap)
@@ -514,8 +591,11 @@ static int need_python(void **state)
     return 0;
 }
 
-int main(void)
+/* An argument runs only the tests whose names match it (a glob). */
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         TH_TEST(test_python_worker),
         TH_TEST(test_python_module),
@@ -529,6 +609,7 @@ int main(void)
         TH_TEST(test_warm_restart_module),
         TH_TEST(test_warm_restart_hang_dump),
         TH_TEST(test_warm_restart_cold_cases),
+        TH_TEST(test_warm_restart_reaps_what_it_adopts),
         TH_TEST(test_warm_restart_zygote_dies),
         TH_TEST(test_warm_restart_zygote_silent),
     };
