@@ -1,8 +1,8 @@
 /* --warm-restarts on the agent's side (see agent_internal.h, zygote.h): the launcher made
  * a child subreaper, the zygote started once the first attempt's workers run, a later
  * attempt's workers forked from it or started cold (said once an attempt), and what the
- * subreaper adopts reaped. Runs on the loop thread; nothing
- * here waits for the zygote but a request's reply (zygote.h). */
+ * subreaper adopts reaped. Runs on the loop thread; nothing here waits for the zygote but
+ * a request's reply (zygote.h). */
 #include "agent_internal.h"
 
 #include "error.h"
