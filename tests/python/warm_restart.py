@@ -37,16 +37,31 @@ del sys.path[0]
 PR_GET_PDEATHSIG = 2
 
 
+def unix_socket_inodes():
+    """The inodes of the Unix sockets there are (/proc/net/unix's 7th column)."""
+    with open("/proc/net/unix") as f:
+        next(f)
+        return {line.split()[6] for line in f if len(line.split()) > 6}
+
+
 def descriptors():
     """What the standard descriptors are, and what the others are whatever their numbers
-    (the order in which torch and gloo open theirs varies), pipes and sockets without
-    their inode numbers."""
+    (the order in which torch and gloo open theirs varies), pipes and Unix sockets without
+    their inode numbers. TCP sockets are left out: how many gloo and the store client
+    hold at a moment varies from run to run, cold or warm (a connection still closing);
+    a descriptor the zygote leaked would be a Unix socket or a pipe."""
     standard, others = {}, []
+    unix = unix_socket_inodes()
     for name in os.listdir("/proc/self/fd"):
         try:
             target = os.readlink(f"/proc/self/fd/{name}")
         except OSError:
             continue  # the listing's own
+        if target.startswith("socket:["):
+            inode = target[len("socket:["):-1]
+            if inode not in unix:
+                continue
+            target = "unix socket"
         target = target.split(":[")[0] if ":[" in target else target
         if int(name) <= 2:
             standard[name] = target
