@@ -402,6 +402,29 @@ static void test_warm_restart_hang_dump(void **state)
     free(logs);
 }
 
+/* warm_plain.py `mode`, 2 workers, --warm-restarts (json) and one restart, with `flag`
+ * (may be NULL), started; once its zygote is ready, its pid. file[cap] gets the trigger
+ * that lets rank 1 fail. */
+static pid_t start_with_zygote(th_proc_t *p, char *file, size_t cap, const char *mode,
+                               const char *flag)
+{
+    static char path[1100], trigger[1100];
+    snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
+    snprintf(file, cap, "%s", th_trigger_var(trigger, sizeof trigger));
+    const char *env[] = {python_env(NULL)[0], path, trigger, NULL};
+    const char *argv[10] = {th_launcher(),     "--nproc-per-node=2", "--max-restarts=1",
+                            "--warm-restarts", "--preload=json",     "--tee=3"};
+    int n = 6;
+    if (flag != NULL)
+        argv[n++] = flag;
+    argv[n++] = script("warm_plain.py");
+    argv[n++] = mode;
+    th_start(p, argv, env);
+    TH_ASSERT(p, th_wait_output(p, 2, "has imported json", 1, 60));
+    const char *said = strstr(ddp_buf_str(&p->err), "the zygote (pid ");
+    return said != NULL ? (pid_t)atoi(said + strlen("the zygote (pid ")) : 0;
+}
+
 /* How many of `pid`'s children are zombies (ended, not waited for). */
 static int zombie_children(pid_t pid)
 {
@@ -434,26 +457,12 @@ static int zombie_children(pid_t pid)
  * left a zombie until the job ends. */
 static void test_warm_restart_reaps_what_it_adopts(void **state)
 {
-    char *dir = th_tmpdir(), check[1200], path[1100], trigger[1100], done[1200];
+    char *dir = th_tmpdir(), check[1200], file[1100], done[1200];
     snprintf(check, sizeof check,
              "--health-check=(sleep 0.2; echo >> %s/orphans) >/dev/null 2>&1 & exit 0", dir);
     snprintf(done, sizeof done, "%s/orphans", dir);
-    snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
-    const char *file = th_trigger_var(trigger, sizeof trigger);
-    const char *env[] = {python_env(NULL)[0], path, trigger, NULL};
-    const char *argv[] = {th_launcher(),
-                          "--nproc-per-node=2",
-                          "--max-restarts=1",
-                          "--warm-restarts",
-                          "--preload=json",
-                          check,
-                          "--tee=3",
-                          script("warm_plain.py"),
-                          "hang",
-                          NULL};
     th_proc_t p;
-    th_start(&p, argv, env);
-    TH_ASSERT(&p, th_wait_output(&p, 2, "has imported json", 1, 60));
+    start_with_zygote(&p, file, sizeof file, "hang", check);
     TH_ASSERT(&p, th_touch(file));
     TH_ASSERT(&p, th_wait_output(&p, 1, "hangs at attempt 1", 2, 60));
     /* Both checks' background jobs have ended (each wrote a line) and been reaped. */
@@ -478,29 +487,6 @@ static void test_warm_restart_reaps_what_it_adopts(void **state)
     free(dir);
 }
 
-/* warm_plain.py show, 2 workers, --warm-restarts (json) and one restart, started; once its
- * zygote is ready, its pid. file[cap] gets the trigger that lets rank 1 fail. */
-static pid_t start_with_zygote(th_proc_t *p, char *file, size_t cap)
-{
-    static char path[1100], trigger[1100];
-    snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
-    snprintf(file, cap, "%s", th_trigger_var(trigger, sizeof trigger));
-    const char *env[] = {python_env(NULL)[0], path, trigger, NULL};
-    const char *argv[] = {th_launcher(),
-                          "--nproc-per-node=2",
-                          "--max-restarts=1",
-                          "--warm-restarts",
-                          "--preload=json",
-                          "--tee=3",
-                          script("warm_plain.py"),
-                          "show",
-                          NULL};
-    th_start(p, argv, env);
-    TH_ASSERT(p, th_wait_output(p, 2, "has imported json", 1, 60));
-    const char *said = strstr(ddp_buf_str(&p->err), "the zygote (pid ");
-    return said != NULL ? (pid_t)atoi(said + strlen("the zygote (pid ")) : 0;
-}
-
 /* Lets rank 1 fail (the trigger), and waits for the job to end well, both ranks restarted. */
 static void restart_and_finish(th_proc_t *p, const char *file)
 {
@@ -516,7 +502,7 @@ static void test_warm_restart_zygote_dies(void **state)
 {
     char file[1100];
     th_proc_t p;
-    pid_t zygote = start_with_zygote(&p, file, sizeof file);
+    pid_t zygote = start_with_zygote(&p, file, sizeof file, "show", NULL);
     TH_ASSERT(&p, zygote > 0 && kill(zygote, SIGKILL) == 0);
     TH_ASSERT(&p, th_wait_output(&p, 2, "ended with status 137; starting another", 1, 60));
     TH_ASSERT(&p, th_wait_output(&p, 2, "has imported json", 2, 60));
@@ -531,7 +517,7 @@ static void test_warm_restart_zygote_silent(void **state)
 {
     char file[1100];
     th_proc_t p;
-    pid_t zygote = start_with_zygote(&p, file, sizeof file);
+    pid_t zygote = start_with_zygote(&p, file, sizeof file, "show", NULL);
     TH_ASSERT(&p, zygote > 0 && kill(zygote, SIGSTOP) == 0);
     restart_and_finish(&p, file);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "local rank 0 of attempt 1 starts cold: the zygote "
