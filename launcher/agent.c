@@ -1751,7 +1751,7 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->output.log = log;
     a->output.loop = &a->loop;
     a->guard.fd = -1;
-    a->zygote.fd = -1;
+    a->zygote.fd = a->zygote.out_fd = -1;
     a->exit_code = DDP_EXIT_LAUNCH_FAILED;
     if (gethostname(a->host, sizeof a->host - 1) != 0) /* for messages and the report */
         strcpy(a->host, "localhost");

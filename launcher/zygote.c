@@ -7,6 +7,7 @@
 #include "worker_spec.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -47,6 +48,70 @@ static void close_socket(ddp_zygote_t *z)
         close(z->fd);
     z->fd = -1;
     z->ready = false;
+}
+
+/* Logs what the zygote wrote up to its last newline (all of it when `all`). */
+static void log_output(ddp_zygote_t *z, bool all)
+{
+    const char *text = ddp_buf_str(&z->out_line);
+    size_t done = 0, len = z->out_line.len;
+    if (len == 0)
+        return;
+    for (;;) {
+        const char *nl = memchr(text + done, '\n', len - done);
+        if (nl == NULL && !(all && done < len))
+            break;
+        size_t end = nl != NULL ? (size_t)(nl - text) : len;
+        ddp_log_info(z->log, "warm restarts: zygote: %.*s", (int)(end - done), text + done);
+        done = nl != NULL ? end + 1 : len;
+    }
+    memmove(z->out_line.data, text + done, len - done);
+    z->out_line.len = len - done;
+    z->out_line.data[z->out_line.len] = '\0';
+}
+
+/* Reads what the zygote's output pipe holds; false at its end (or an error). */
+static bool read_output(ddp_zygote_t *z)
+{
+    char chunk[4096];
+    for (;;) {
+        ssize_t n = read(z->out_fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return true;
+        if (n <= 0)
+            return false;
+        if (ddp_buf_append(&z->out_line, chunk, (size_t)n) != 0)
+            return false;
+        /* A line longer than a chunk's room is logged in pieces. */
+        log_output(z, z->out_line.len > 4 * sizeof chunk);
+    }
+}
+
+/* The zygote's output is done with: what is left is read and logged. */
+static void close_output(ddp_zygote_t *z)
+{
+    if (z->out_fd >= 0)
+        (void)read_output(z);
+    log_output(z, true);
+    ddp_buf_free(&z->out_line);
+    if (z->out_poll != NULL) {
+        uv_poll_stop(z->out_poll);
+        uv_close((uv_handle_t *)z->out_poll, on_poll_closed);
+        z->out_poll = NULL;
+    }
+    if (z->out_fd >= 0)
+        close(z->out_fd);
+    z->out_fd = -1;
+}
+
+static void on_output(uv_poll_t *handle, int status, int events)
+{
+    (void)events;
+    ddp_zygote_t *z = handle->data;
+    if (status < 0 || !read_output(z))
+        close_output(z);
 }
 
 /* A message that is not a reply to a request: ready, or refused. Others are ignored. */
@@ -98,23 +163,56 @@ static void on_readable(uv_poll_t *handle, int status, int events)
     uv_poll_stop(handle);
 }
 
+/* The pipe of the zygote's stdout and stderr, its read end watched: 0 or -errno (then
+ * out[1] is -1 and the zygote writes where the launcher does). */
+static int open_output(ddp_zygote_t *z, int *write_end)
+{
+    int fds[2], err;
+    *write_end = -1;
+    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
+        return -errno;
+    /* Its end blocks as any stdout does; ours is read as it becomes readable. */
+    if (fcntl(fds[1], F_SETFL, 0) != 0 || (z->out_poll = malloc(sizeof *z->out_poll)) == NULL) {
+        err = errno != 0 ? -errno : -ENOMEM;
+        close(fds[0]);
+        close(fds[1]);
+        return err;
+    }
+    if ((err = uv_poll_init(z->loop, z->out_poll, fds[0])) != 0) {
+        free(z->out_poll);
+        z->out_poll = NULL;
+        close(fds[0]);
+        close(fds[1]);
+        return err;
+    }
+    z->out_fd = fds[0];
+    z->out_poll->data = z;
+    uv_poll_start(z->out_poll, UV_READABLE | UV_DISCONNECT, on_output);
+    *write_end = fds[1];
+    return 0;
+}
+
 static int start_process(ddp_zygote_t *z)
 {
-    int sv[2], err;
+    int sv[2], err, out;
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         return -errno;
+    if ((err = open_output(z, &out)) != 0)
+        ddp_log_debug(z->log, "warm restarts: the zygote writes unprefixed: %s", ddp_strerror(err));
     ddp_spawn_t spec = {
         .path = z->path,
         .argv = z->argv,
         .envp = z->envp,
-        .stdout_fd = -1,
-        .stderr_fd = -1,
+        .stdout_fd = out,
+        .stderr_fd = out,
         .guard_fd = z->guard->fd,
         .has_fd3 = true,
         .fd3 = sv[1],
     };
     err = ddp_proc_spawn(&spec, &z->pid);
     close(sv[1]);
+    if (out >= 0)
+        close(out);
     if (err == 0 && (z->poll = malloc(sizeof *z->poll)) == NULL)
         err = -ENOMEM;
     if (err == 0 && (err = uv_poll_init(z->loop, z->poll, sv[0])) != 0) {
@@ -130,6 +228,7 @@ static int start_process(ddp_zygote_t *z)
         }
         z->pid = 0;
         close_socket(z);
+        close_output(z);
         return err;
     }
     z->poll->data = z;
@@ -155,7 +254,7 @@ int ddp_zygote_start(ddp_zygote_t *z, uv_loop_t *loop, const ddp_log_t *log, ddp
     z->loop = loop;
     z->log = log;
     z->guard = guard;
-    z->fd = -1;
+    z->fd = z->out_fd = -1;
     z->path = strdup(path);
     z->preload = strdup(preload);
     z->argv = ddp_strv_copy(argv);
@@ -179,6 +278,7 @@ bool ddp_zygote_reap(ddp_zygote_t *z)
         return false;
     ddp_guard_forget(z->guard, z->pid);
     close_socket(z);
+    close_output(z);
     int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
     pid_t pid = z->pid;
     z->pid = 0;
@@ -397,6 +497,7 @@ void ddp_zygote_stop(ddp_zygote_t *z)
         ddp_guard_forget(z->guard, z->pid);
         z->pid = 0;
     }
+    close_output(z);
     free(z->path);
     free(z->preload);
     ddp_strv_free(z->argv);

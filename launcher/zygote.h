@@ -14,10 +14,13 @@
  * waits for it by pid as for any worker. A request waits for its reply (two forks:
  * milliseconds) up to DDP_ZYGOTE_SPAWN_TIMEOUT_S; not ready, refused, dead or slow, the
  * caller starts the worker cold. A zygote that dies is started again, up to
- * DDP_ZYGOTE_MAX_STARTS times in all. */
+ * DDP_ZYGOTE_MAX_STARTS times in all. What the zygote itself writes (an import's warning,
+ * its traceback) is logged line by line, "warm restarts: zygote: ...", not written bare
+ * among the workers' prefixed lines. */
 #ifndef DDP_LAUNCHER_ZYGOTE_H
 #define DDP_LAUNCHER_ZYGOTE_H
 
+#include "buf.h"
 #include "guard.h"
 #include "log.h"
 #include "spawn.h"
@@ -34,11 +37,14 @@ typedef struct ddp_zygote_s {
     uv_loop_t *loop;
     const ddp_log_t *log;
     ddp_guard_t *guard;
-    uv_poll_t *poll; /* on fd while the zygote may still say ready or refused; NULL */
-    int fd;          /* the launcher's end of the socket; -1 */
-    pid_t pid;       /* 0: none runs */
-    bool ready;      /* it has imported the modules and serves */
-    bool given_up;   /* refused, or ended too often: no more starts */
+    uv_poll_t *poll;     /* on fd while the zygote may still say ready or refused; NULL */
+    int fd;              /* the launcher's end of the socket; -1 */
+    uv_poll_t *out_poll; /* on out_fd: the zygote's own stdout and stderr, logged; NULL */
+    int out_fd;          /* the read end of their pipe; -1 */
+    ddp_buf_t out_line;  /* what it wrote since its last newline */
+    pid_t pid;           /* 0: none runs */
+    bool ready;          /* it has imported the modules and serves */
+    bool given_up;       /* refused, or ended too often: no more starts */
     int starts;
     double started; /* when the running one started (monotonic s) */
     char why[512];  /* why it does not serve now */

@@ -402,6 +402,23 @@ static void test_warm_restart_hang_dump(void **state)
     free(logs);
 }
 
+/* What the zygote writes itself (a preloaded module's output at import, a line without
+ * its newline last) is in the launcher's log, each line said as the zygote's; none bare. */
+static void test_warm_restart_zygote_output(void **state)
+{
+    const char *noisy[] = {"--preload=json,noisy_preload", NULL};
+    th_proc_t p;
+    run_plain(&p, true, false, "show", noisy, "has imported json,noisy_preload");
+    const char *err = ddp_buf_str(&p.err), *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(err, "2 of 2 workers of attempt 1 forked") != NULL);
+    TH_ASSERT(&p, strstr(err, "warm restarts: zygote: noisy_preload: a line on stdout\n") != NULL);
+    TH_ASSERT(&p, strstr(err, "warm restarts: zygote: noisy_preload: a line on stderr\n") != NULL);
+    TH_ASSERT(&p, strstr(err, "warm restarts: zygote: noisy_preload: no newline\n") != NULL);
+    TH_ASSERT(&p, th_count(err, "noisy_preload: ") == 3 && th_count(out, "noisy_preload") == 0);
+    th_cleanup(&p);
+}
+
 /* warm_plain.py `mode`, 2 workers, --warm-restarts (json) and one restart, with `flag`
  * (may be NULL), started; once its zygote is ready, its pid. file[cap] gets the trigger
  * that lets rank 1 fail. */
@@ -596,6 +613,7 @@ int main(int argc, char **argv)
         TH_TEST(test_warm_restart_hang_dump),
         TH_TEST(test_warm_restart_cold_cases),
         TH_TEST(test_warm_restart_reaps_what_it_adopts),
+        TH_TEST(test_warm_restart_zygote_output),
         TH_TEST(test_warm_restart_zygote_dies),
         TH_TEST(test_warm_restart_zygote_silent),
     };
