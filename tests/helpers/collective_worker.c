@@ -325,6 +325,24 @@ static bool has_thread_named(const char *name)
     return found;
 }
 
+/* Gradient g of iteration `iter` after the reducer: every rank's grad_value averaged
+ * (in its own type), or the rank exits 1 saying where it differs. */
+static void check_averaged(const void *grad, size_t count, ddp_dtype_t type, int g, int iter)
+{
+    for (size_t i = 0; i < count; i++) {
+        double sum = 0;
+        for (int r = 0; r < world; r++)
+            sum += grad_value(r, g, i, iter);
+        double want = type == DDP_FLOAT32 ? (double)((float)sum / (float)world) : sum / world;
+        double got = type == DDP_FLOAT32 ? ((const float *)grad)[i] : ((const double *)grad)[i];
+        if (got != want) {
+            fprintf(stderr, "rank %d: iteration %d gradient %d [%zu] = %g, want %g\n", rank, iter,
+                    g, i, got, want);
+            exit(1);
+        }
+    }
+}
+
 static void mode_reducer(const char *layout)
 {
     static const size_t counts[] = {1000000, 100000, 10000, 300000, 200000};
@@ -374,22 +392,8 @@ static void mode_reducer(const char *layout)
             err = ddp_reducer_wait(reducer);
         }
         CALL("reducer_wait", err);
-        for (int g = 0; g < G; g++) {
-            for (size_t i = 0; i < counts[g]; i++) {
-                double sum = 0;
-                for (int r = 0; r < world; r++)
-                    sum += grad_value(r, g, i, iter);
-                double want =
-                    types[g] == DDP_FLOAT32 ? (double)((float)sum / (float)world) : sum / world;
-                double got =
-                    types[g] == DDP_FLOAT32 ? ((float *)grads[g])[i] : ((double *)grads[g])[i];
-                if (got != want) {
-                    fprintf(stderr, "rank %d: iteration %d gradient %d [%zu] = %g, want %g\n", rank,
-                            iter, g, i, got, want);
-                    exit(1);
-                }
-            }
-        }
+        for (int g = 0; g < G; g++)
+            check_averaged(grads[g], counts[g], types[g], g, iter);
         ddp_reducer_timing_t t;
         ddp_reducer_timing(reducer, &t);
         if (world == 1)
