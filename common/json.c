@@ -88,16 +88,40 @@ static int append_utf8(ddp_buf_t *b, uint32_t cp)
 }
 
 /* Parses a string literal at ps->p (which is at the opening quote). */
+/* One escape, after its backslash: appended to b decoded; 0 or an error. */
+static int parse_escape(parser_t *ps, ddp_buf_t *b)
+{
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    if (ps->p >= ps->end)
+        return DDP_EPARSE;
+    char c = *ps->p++;
+    const char *simple = c != '\0' ? strchr(from, c) : NULL;
+    if (simple != NULL)
+        return ddp_buf_append(b, &to[simple - from], 1);
+    if (c != 'u')
+        return DDP_EPARSE;
+    uint32_t cp, low;
+    int err = hex4(ps, &cp);
+    if (err != 0)
+        return err;
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+        /* A surrogate pair; a lone high surrogate becomes U+FFFD. */
+        if (take(ps, "\\u") && hex4(ps, &low) == 0 && low >= 0xDC00 && low <= 0xDFFF)
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+        else
+            cp = 0xFFFD;
+    } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+        cp = 0xFFFD;
+    }
+    return append_utf8(b, cp);
+}
+
 static int parse_string(parser_t *ps, char **out, size_t *out_len)
 {
     ddp_buf_t b = DDP_BUF_INIT;
     int err = 0;
     ps->p++;
     for (;;) {
-        if (ps->p >= ps->end) {
-            err = DDP_EPARSE;
-            goto fail;
-        }
         const char *run = ps->p;
         while (ps->p < ps->end && *ps->p != '"' && *ps->p != '\\' && (unsigned char)*ps->p >= 0x20)
             ps->p++;
@@ -107,64 +131,9 @@ static int parse_string(parser_t *ps, char **out, size_t *out_len)
             err = DDP_EPARSE;
             goto fail;
         }
-        if (*ps->p == '"') {
-            ps->p++;
+        if (*ps->p++ == '"')
             break;
-        }
-        ps->p++; /* backslash */
-        if (ps->p >= ps->end) {
-            err = DDP_EPARSE;
-            goto fail;
-        }
-        char c = *ps->p++;
-        char plain = 0;
-        switch (c) {
-        case '"':
-            plain = '"';
-            break;
-        case '\\':
-            plain = '\\';
-            break;
-        case '/':
-            plain = '/';
-            break;
-        case 'b':
-            plain = '\b';
-            break;
-        case 'f':
-            plain = '\f';
-            break;
-        case 'n':
-            plain = '\n';
-            break;
-        case 'r':
-            plain = '\r';
-            break;
-        case 't':
-            plain = '\t';
-            break;
-        case 'u': {
-            uint32_t cp, low;
-            if ((err = hex4(ps, &cp)) != 0)
-                goto fail;
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-                /* A surrogate pair; a lone high surrogate becomes U+FFFD. */
-                if (take(ps, "\\u") && hex4(ps, &low) == 0 && low >= 0xDC00 && low <= 0xDFFF)
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-                else
-                    cp = 0xFFFD;
-            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                cp = 0xFFFD;
-            }
-            if ((err = append_utf8(&b, cp)) != 0)
-                goto fail;
-            continue;
-        }
-        default:
-            err = DDP_EPARSE;
-            goto fail;
-        }
-        if ((err = ddp_buf_append(&b, &plain, 1)) != 0)
+        if ((err = parse_escape(ps, &b)) != 0) /* after a backslash */
             goto fail;
     }
     *out_len = b.len;
