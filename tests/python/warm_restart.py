@@ -2,8 +2,9 @@
 
 usage: warm_restart.py state | hold | once | always CODE | record
 
-Every rank joins a gloo group and all-reduces. On attempt 0 rank 1 then exits 3 (always:
-CODE, on every attempt), once the file WARM_TRIGGER names exists where it is set. On later attempts:
+On attempt 0 rank 1 exits 3 (always: CODE, on every attempt), once the file WARM_TRIGGER
+names exists where it is set, before it joins the gloo group; the other ranks (all of them,
+later) join it and all-reduce. On later attempts:
   state  prints a STATE line: one JSON object of what the process is (environment,
          argv, sys.path, __main__, cwd, session, parent-death signal, signal dispositions
          and mask, limits, affinity, its descriptors, stdio buffering), with its run's
@@ -119,10 +120,10 @@ def state():
 def main():
     mode = sys.argv[1]
     attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-    dist.init_process_group("gloo", init_method="env://")
-    rank = dist.get_rank()
-    value = torch.tensor([float(rank + 1)])
-    dist.all_reduce(value)
+    rank = int(os.environ["RANK"])
+    # Rank 1 fails before it joins the group: a process that exits with a gloo group it
+    # has not destroyed may abort in its threads' teardown ("terminate called without an
+    # active exception", torch 1.13) instead of exiting with its own status.
     if rank == 1 and (attempt == 0 or mode == "always"):
         if attempt == 0:
             wait_for_trigger()
@@ -130,6 +131,9 @@ def main():
         sys.exit(int(sys.argv[2]) if mode == "always" else 3)
     if mode == "record" and rank == 1:
         raise RuntimeError(f"deliberate failure at attempt {attempt}")
+    dist.init_process_group("gloo", init_method="env://")
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
     if mode == "hold" and attempt > 0:
         print(f"HOLD rank {rank} pid {os.getpid()}", flush=True)
         time.sleep(300)
@@ -154,6 +158,6 @@ def main():
     dist.destroy_process_group()
 
 
-# @record only where its error.json is the point: elsewhere a rank whose barrier fails
+# @record only where its error.json is the point: elsewhere a rank whose store wait fails
 # as its peer exits would write one or not, as the stop's SIGTERM comes before or after.
 (record(main) if sys.argv[1] == "record" else main)()
