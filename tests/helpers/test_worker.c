@@ -81,7 +81,7 @@ static int signal_number(const char *name)
     exit(91);
 }
 
-static void wait_forever(void)
+static _Noreturn void wait_forever(void)
 {
     for (;;)
         pause();
@@ -278,6 +278,33 @@ static int mode_store_attempt(void)
     return rc;
 }
 
+/* A child that waits forever (stubborn: it ignores SIGTERM, set before the worker goes on:
+ * a pipe says so); the worker says both pids, then waits too, or exits 0 (`leave`). */
+static int mode_grandchild(int argc, char **argv, bool leave)
+{
+    bool stubborn = argc > 2 && strcmp(argv[2], "stubborn") == 0;
+    int ready[2];
+    char byte = 0;
+    if (pipe(ready) != 0)
+        return 3;
+    pid_t child = fork();
+    if (child == 0) {
+        if (stubborn)
+            signal(SIGTERM, SIG_IGN);
+        if (write(ready[1], &byte, 1) != 1)
+            _exit(3);
+        wait_forever();
+    }
+    if (child < 0 || read(ready[0], &byte, 1) != 1)
+        return 3;
+    close(ready[0]);
+    close(ready[1]);
+    say("pids %d %d\n", (int)getpid(), (int)child);
+    if (leave)
+        return 0;
+    wait_forever();
+}
+
 int main(int argc, char **argv)
 {
     char **all = argv;
@@ -312,30 +339,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "catch") == 0)
         return mode_catch(argc, argv);
-    if (strcmp(mode, "grandchild") == 0 || strcmp(mode, "leave-child") == 0) {
-        /* A stubborn child ignores SIGTERM before the worker goes on (a pipe says so). */
-        bool stubborn = argc > 2 && strcmp(argv[2], "stubborn") == 0;
-        int ready[2];
-        char byte = 0;
-        if (pipe(ready) != 0)
-            return 3;
-        pid_t child = fork();
-        if (child == 0) {
-            if (stubborn)
-                signal(SIGTERM, SIG_IGN);
-            if (write(ready[1], &byte, 1) != 1)
-                _exit(3);
-            wait_forever();
-        }
-        if (child < 0 || read(ready[0], &byte, 1) != 1)
-            return 3;
-        close(ready[0]);
-        close(ready[1]);
-        say("pids %d %d\n", (int)getpid(), (int)child);
-        if (strcmp(mode, "leave-child") == 0)
-            return 0;
-        wait_forever();
-    }
+    if (strcmp(mode, "grandchild") == 0 || strcmp(mode, "leave-child") == 0)
+        return mode_grandchild(argc, argv, strcmp(mode, "leave-child") == 0);
     if (strcmp(mode, "fail-until") == 0) {
         const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT");
         int n = attempt ? atoi(attempt) : 0;
@@ -346,17 +351,12 @@ int main(int argc, char **argv)
         say("succeeded on attempt %d rank %d\n", n, local_rank());
         return 0;
     }
-    if (strcmp(mode, "wait-until") == 0) {
-        const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT");
-        if ((attempt ? atoi(attempt) : 0) < (argc > 2 ? atoi(argv[2]) : 1)) {
-            say("ready %d %d\n", local_rank(), (int)getpid());
-            wait_forever();
-        }
-        return mode_env(nall, all);
-    }
-    if (strcmp(mode, "until-world") == 0) {
-        const char *world = getenv("WORLD_SIZE");
-        if ((world ? atoi(world) : 0) != (argc > 2 ? atoi(argv[2]) : 1)) {
+    if (strcmp(mode, "wait-until") == 0 || strcmp(mode, "until-world") == 0) {
+        /* Waits (to be stopped) before attempt N, or in a world of another size. */
+        const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT"), *size = getenv("WORLD_SIZE");
+        int want = argc > 2 ? atoi(argv[2]) : 1;
+        if (strcmp(mode, "wait-until") == 0 ? (attempt ? atoi(attempt) : 0) < want
+                                            : (size ? atoi(size) : 0) != want) {
             say("ready %d %d\n", local_rank(), (int)getpid());
             wait_forever();
         }
