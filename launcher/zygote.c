@@ -36,17 +36,23 @@ static void on_poll_closed(uv_handle_t *handle)
     free(handle);
 }
 
+/* A watched descriptor done with: its poll closed (*poll NULL), itself closed (*fd -1). */
+static void close_watched(uv_poll_t **poll, int *fd)
+{
+    if (*poll != NULL) {
+        uv_poll_stop(*poll);
+        uv_close((uv_handle_t *)*poll, on_poll_closed);
+        *poll = NULL;
+    }
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
 /* The socket is done with (the zygote ended, or is being given up). */
 static void close_socket(ddp_zygote_t *z)
 {
-    if (z->poll != NULL) {
-        uv_poll_stop(z->poll);
-        uv_close((uv_handle_t *)z->poll, on_poll_closed);
-        z->poll = NULL;
-    }
-    if (z->fd >= 0)
-        close(z->fd);
-    z->fd = -1;
+    close_watched(&z->poll, &z->fd);
     z->ready = false;
 }
 
@@ -96,14 +102,7 @@ static void close_output(ddp_zygote_t *z)
         (void)read_output(z);
     log_output(z, true);
     ddp_buf_free(&z->out_line);
-    if (z->out_poll != NULL) {
-        uv_poll_stop(z->out_poll);
-        uv_close((uv_handle_t *)z->out_poll, on_poll_closed);
-        z->out_poll = NULL;
-    }
-    if (z->out_fd >= 0)
-        close(z->out_fd);
-    z->out_fd = -1;
+    close_watched(&z->out_poll, &z->out_fd);
 }
 
 static void on_output(uv_poll_t *handle, int status, int events)
@@ -164,7 +163,7 @@ static void on_readable(uv_poll_t *handle, int status, int events)
 }
 
 /* The pipe of the zygote's stdout and stderr, its read end watched: 0 or -errno (then
- * out[1] is -1 and the zygote writes where the launcher does). */
+ * *write_end is -1 and the zygote writes where the launcher does). */
 static int open_output(ddp_zygote_t *z, int *write_end)
 {
     int fds[2], err;
@@ -172,15 +171,14 @@ static int open_output(ddp_zygote_t *z, int *write_end)
     if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
         return -errno;
     /* Its end blocks as any stdout does; ours is read as it becomes readable. */
-    if (fcntl(fds[1], F_SETFL, 0) != 0 || (z->out_poll = malloc(sizeof *z->out_poll)) == NULL) {
-        err = errno != 0 ? -errno : -ENOMEM;
-        close(fds[0]);
-        close(fds[1]);
-        return err;
-    }
-    if ((err = uv_poll_init(z->loop, z->out_poll, fds[0])) != 0) {
+    err = fcntl(fds[1], F_SETFL, 0) == 0 ? 0 : -errno;
+    if (err == 0 && (z->out_poll = malloc(sizeof *z->out_poll)) == NULL)
+        err = -ENOMEM;
+    if (err == 0 && (err = uv_poll_init(z->loop, z->out_poll, fds[0])) != 0) {
         free(z->out_poll);
         z->out_poll = NULL;
+    }
+    if (err != 0) {
         close(fds[0]);
         close(fds[1]);
         return err;
