@@ -1002,9 +1002,9 @@ static void on_sigchld(uv_signal_t *handle, int signum)
 static void signal_while_lingering(ddp_agent_t *a, int sig)
 {
     char name[32];
-    signame(sig, name, sizeof name);
     if (a->lingering == NULL)
         return;
+    signame(sig, name, sizeof name);
     if (sig == a->exit_code - DDP_EXIT_SIGNAL_BASE && !a->linger_ignored) {
         a->linger_ignored = true;
         ddp_log_info(a->log,

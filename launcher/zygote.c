@@ -90,7 +90,7 @@ static bool read_output(ddp_zygote_t *z)
             return false;
         if (ddp_buf_append(&z->out_line, chunk, (size_t)n) != 0)
             return false;
-        /* A line longer than a chunk's room is logged in pieces. */
+        /* A line longer than four chunks is logged in pieces. */
         log_output(z, z->out_line.len > 4 * sizeof chunk);
     }
 }
@@ -162,6 +162,23 @@ static void on_readable(uv_poll_t *handle, int status, int events)
     uv_poll_stop(handle);
 }
 
+/* Watches `fd` on the loop for input and its end: *poll, or -errno (nothing watched). */
+static int watch(ddp_zygote_t *z, int fd, uv_poll_cb cb, uv_poll_t **poll)
+{
+    uv_poll_t *handle = malloc(sizeof *handle);
+    if (handle == NULL)
+        return -ENOMEM;
+    int err = uv_poll_init(z->loop, handle, fd);
+    if (err != 0) {
+        free(handle);
+        return err;
+    }
+    handle->data = z;
+    uv_poll_start(handle, UV_READABLE | UV_DISCONNECT, cb);
+    *poll = handle;
+    return 0;
+}
+
 /* The pipe of the zygote's stdout and stderr, its read end watched: 0 or -errno (then
  * *write_end is -1 and the zygote writes where the launcher does). */
 static int open_output(ddp_zygote_t *z, int *write_end)
@@ -172,20 +189,14 @@ static int open_output(ddp_zygote_t *z, int *write_end)
         return -errno;
     /* Its end blocks as any stdout does; ours is read as it becomes readable. */
     err = fcntl(fds[1], F_SETFL, 0) == 0 ? 0 : -errno;
-    if (err == 0 && (z->out_poll = malloc(sizeof *z->out_poll)) == NULL)
-        err = -ENOMEM;
-    if (err == 0 && (err = uv_poll_init(z->loop, z->out_poll, fds[0])) != 0) {
-        free(z->out_poll);
-        z->out_poll = NULL;
-    }
+    if (err == 0)
+        err = watch(z, fds[0], on_output, &z->out_poll);
     if (err != 0) {
         close(fds[0]);
         close(fds[1]);
         return err;
     }
     z->out_fd = fds[0];
-    z->out_poll->data = z;
-    uv_poll_start(z->out_poll, UV_READABLE | UV_DISCONNECT, on_output);
     *write_end = fds[1];
     return 0;
 }
@@ -211,12 +222,8 @@ static int start_process(ddp_zygote_t *z)
     close(sv[1]);
     if (out >= 0)
         close(out);
-    if (err == 0 && (z->poll = malloc(sizeof *z->poll)) == NULL)
-        err = -ENOMEM;
-    if (err == 0 && (err = uv_poll_init(z->loop, z->poll, sv[0])) != 0) {
-        free(z->poll);
-        z->poll = NULL;
-    }
+    if (err == 0)
+        err = watch(z, sv[0], on_readable, &z->poll);
     z->fd = sv[0];
     if (err != 0) {
         if (z->pid > 0) {
@@ -229,8 +236,6 @@ static int start_process(ddp_zygote_t *z)
         close_output(z);
         return err;
     }
-    z->poll->data = z;
-    uv_poll_start(z->poll, UV_READABLE | UV_DISCONNECT, on_readable);
     z->starts++;
     z->started = ddp_clock_mono();
     snprintf(z->why, sizeof z->why, "the zygote is still importing %s", z->preload);
