@@ -115,14 +115,35 @@ void ddp_agent_unhealthy_event(ddp_agent_t *a, const char *why)
 
 /* Stopping and finishing. */
 
+static void swallow_signal(int sig)
+{
+    (void)sig;
+}
+
+/* Closing a signal's handle gives it back its default action, which for most of them
+ * ends the launcher: between the job's end and exit (the last output, the report) that
+ * would lose both and the exit status (Slurm signals every node's launcher, and the
+ * next may come now). The first of each is swallowed instead; SA_RESETHAND: a second one
+ * acts as it would. */
+static void close_signal_handle(uv_signal_t *h)
+{
+    int sig = h->signum; /* 0 once closed, or where it never started */
+    uv_close((uv_handle_t *)h, NULL);
+    if (sig <= 0)
+        return;
+    struct sigaction sa = {.sa_handler = swallow_signal, .sa_flags = SA_RESTART | SA_RESETHAND};
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(sig, &sa, NULL);
+}
+
 static void close_signal_handles(ddp_agent_t *a)
 {
     for (int i = 0; i < a->cfg->nsignals; i++)
-        uv_close((uv_handle_t *)&a->forwarded[i], NULL);
+        close_signal_handle(&a->forwarded[i]);
     for (int i = 0; i < a->nunforwarded; i++)
-        uv_close((uv_handle_t *)&a->unforwarded[i], NULL);
+        close_signal_handle(&a->unforwarded[i]);
     for (int i = 0; i < a->cfg->npassed; i++)
-        uv_close((uv_handle_t *)&a->passed[i], NULL);
+        close_signal_handle(&a->passed[i]);
 }
 
 static void on_store_closed(void *ctx)

@@ -92,7 +92,7 @@ static int dry_run(const ddp_launch_config_t *cfg, int argc, char **argv, char *
                    "Slurm job %s, %d nodes (%s); outside a step: one ddp-launch a node "
                    "through srun:\n ",
                    job, cfg->slurm_fanout, list != NULL ? list : "?");
-    for (int i = 0; srun[i] != NULL && i < 6; i++) {
+    for (int i = 0; i < 6 && srun[i] != NULL; i++) {
         ddp_buf_puts(&out, " ");
         ddp_shell_word(&out, srun[i]);
     }

@@ -13,6 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -195,6 +199,69 @@ static void test_second_signal_kills_at_once(void **state)
     th_cleanup(&p);
 }
 
+/* Whether something listens on 127.0.0.1:port. */
+static bool listening(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool yes = fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+    if (fd >= 0)
+        close(fd);
+    return yes;
+}
+
+/* Whether the process has ended, without reading its output. */
+static bool ended(const th_proc_t *p)
+{
+    struct pollfd fd = {.fd = p->pidfd, .events = POLLIN};
+    return poll(&fd, 1, 0) == 1;
+}
+
+/* After the job's end, the launcher still writes what the console has not taken and the
+ * report: a signal then (Slurm signals every node's launcher, one may have ended for
+ * another's news of it) must not kill it and lose them; a second one of it does. Here
+ * the console (this test's pipe, unread) holds the launcher in its last writes: the
+ * store's port closed says the job has ended and its signal handlers are gone. */
+static void test_signal_after_the_end(void **state)
+{
+    for (int signals = 1; signals <= 2; signals++) {
+        char port[32];
+        snprintf(port, sizeof port, "--master-port=%d", th_free_port());
+        const char *argv[] = {th_launcher(),
+                              port,
+                              "--tee=3",
+                              "--no-python",
+                              "/bin/sh",
+                              "-c",
+                              "echo ready; seq 1 300000; echo last line",
+                              NULL};
+        th_proc_t p;
+        th_start(&p, argv, NULL);
+        TH_ASSERT(&p, th_wait_output(&p, 1, "ready", 1, 30));
+        int port_number = atoi(strchr(port, '=') + 1);
+        double deadline = th_now() + 30;
+        while (listening(port_number) && th_now() < deadline)
+            usleep(20 * 1000);
+        TH_ASSERT(&p, !listening(port_number));
+        TH_ASSERT(&p, !ended(&p)); /* held by the console */
+        for (int i = 0; i < signals; i++) {
+            TH_ASSERT(&p, kill(p.pid, SIGUSR1) == 0);
+            usleep(200 * 1000);
+        }
+        TH_ASSERT(&p, th_wait_exit(&p, 60));
+        if (signals == 1) {
+            TH_ASSERT(&p, th_status(&p) == 0);
+            const char *out = ddp_buf_str(&p.out);
+            TH_ASSERT(&p, strstr(out, "[default0]:300000\n[default0]:last line\n") != NULL);
+            TH_ASSERT(&p, th_count(out, "\n[default0]:") == 300001);
+        } else {
+            TH_ASSERT(&p, th_status(&p) == 128 + SIGUSR1);
+        }
+        th_cleanup(&p);
+    }
+}
+
 static void test_sigkill_leaves_no_orphans(void **state)
 {
     const char *argv[] = {th_launcher(), "--nproc-per-node=3", "--no-python",
@@ -352,6 +419,7 @@ int main(int argc, char **argv)
         TH_TEST(test_grace_then_sigkill),
         TH_TEST(test_sigusr1_can_be_forwarded),
         TH_TEST(test_second_signal_kills_at_once),
+        TH_TEST(test_signal_after_the_end),
         TH_TEST(test_sigkill_leaves_no_orphans),
         TH_TEST(test_early_sigkill_leaves_no_orphans),
         TH_TEST(test_stop_takes_grandchildren),
