@@ -718,8 +718,8 @@ static const flag_t flags[] = {
     {SWITCH("module", 'm', module, true), false, G_PROGRAM, "",
      "run the script as a module: python -u -m MODULE"},
     {SWITCH("no-python", 0, no_python, true), false, G_PROGRAM, "",
-     "execute the script as a program (implied for a\ncompiled program, or a #! script that "
-     "names no python)"},
+     "execute the script as a program (implied for a\ncompiled program, a #! script that "
+     "names no python,\nor a name found only in PATH)"},
     {SWITCH("run-path", 0, run_path, true), false, G_PROGRAM, "",
      "run the script with python (torchrun's runpy mode)"},
     {SWITCH("use-env", 0, use_env, true), false, G_PROGRAM, "",

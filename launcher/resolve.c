@@ -6,10 +6,12 @@
 #include "error.h"
 #include "io.h"
 #include "pyscan.h"
+#include "spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,45 @@ static int random_run_id(char **out)
     free(*out);
     *out = copy;
     return 0;
+}
+
+/* Whether a program's name is a Python interpreter's: python, python3.11, pypy3. */
+static bool python_name(const char *path)
+{
+    const char *base = strrchr(path, '/') != NULL ? strrchr(path, '/') + 1 : path;
+    size_t n = strncmp(base, "python", 6) == 0 ? 6 : strncmp(base, "pypy", 4) == 0 ? 4 : 0;
+    return n > 0 && base[n + strspn(base + n, "0123456789.")] == '\0';
+}
+
+/* A bare name that is no file here but a program on PATH ("ddp-launch hostname", as
+ * with mpirun), which torchrun would hand to python ("can't open file"): a Python
+ * interpreter followed by a script ("ddp-launch python train.py") becomes PYTHON_EXEC
+ * and that script (so -u, --local-rank-arg and warm restarts apply); another program
+ * runs directly, as with --no-python. Each node resolves its own PATH. */
+static void resolve_program_name(ddp_launch_config_t *cfg, const ddp_log_t *log)
+{
+    char *found = NULL;
+    if (cfg->no_python || cfg->module || cfg->run_path || strchr(cfg->script, '/') != NULL ||
+        access(cfg->script, F_OK) == 0 || errno != ENOENT ||
+        ddp_proc_find(cfg->script, ddp_env_get(DDP_ENV_PATH), &found) != 0)
+        return;
+    if (python_name(cfg->script) && cfg->nscript_args > 0 && cfg->script_args[0][0] != '-') {
+        ddp_log_info(log,
+                     "%s is the interpreter %s: running the script %s with it, as PYTHON_EXEC=%s "
+                     "would (ddp-launch runs a script with python itself)",
+                     cfg->script, found, cfg->script_args[0], cfg->script);
+        cfg->python_exec = cfg->script;
+        cfg->script = cfg->script_args[0];
+        cfg->script_args++;
+        cfg->nscript_args--;
+    } else {
+        ddp_log_info(log,
+                     "%s is no file here but the program %s: running it directly, as --no-python "
+                     "does",
+                     cfg->script, found);
+        cfg->no_python = true;
+    }
+    free(found);
 }
 
 /* Whether python could run the training script at all. A compiled program (ELF), or an
@@ -149,6 +190,7 @@ static int resolve_numa(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_
 int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *err)
 {
     int rc, gpus = 0;
+    resolve_program_name(cfg, log);
     resolve_script(cfg, log);
     resolve_local_rank_arg(cfg, log);
     if (cfg->nproc_kind == DDP_NPROC_GPU || cfg->nproc_kind == DDP_NPROC_AUTO) {

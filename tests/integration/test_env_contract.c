@@ -359,6 +359,61 @@ static void test_dry_run_of_another_node(void **state)
     th_cleanup(&p);
 }
 
+/* A bare name that is no file here but a program in PATH runs as a program, not as
+ * python's script; a Python interpreter's name followed by a script runs that script
+ * with it, as PYTHON_EXEC would (-u, arguments after the script). */
+static void test_program_in_path(void **state)
+{
+    char *dir = th_tmpdir();
+    char bin[600], path[700], tool[700], python[700], script[700];
+    snprintf(bin, sizeof bin, "%s/bin", dir);
+    assert_int_equal(mkdir(bin, 0755), 0);
+    snprintf(path, sizeof path, "PATH=%s:/usr/bin:/bin", bin);
+    write_executable(tool, sizeof tool, bin, "ddp-test-tool",
+                     "#!/bin/sh\necho \"tool rank $RANK of $WORLD_SIZE, args $*\"\n");
+    write_executable(python, sizeof python, bin, "python3.99",
+                     "#!/bin/sh\necho \"interpreter rank $RANK, args $*\"\n");
+    write_executable(script, sizeof script, dir, "train.py", "print('not run')\n");
+    const char *env[] = {path, "PYTHON_EXEC=/nonexistent/python9", "OMP_NUM_THREADS", NULL};
+    const char *program[] = {th_launcher(), "--nproc-per-node=2", "ddp-test-tool", "a", "b", NULL};
+    th_proc_t p;
+    th_run(&p, program, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "tool rank 1 of 2, args a b\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "ddp-test-tool is no file here but the program ") !=
+                      NULL);
+    th_cleanup(&p);
+
+    const char *interpreter[] = {
+        th_launcher(), "--nproc-per-node=2", "python3.99", script, "--lr", "0.1", NULL};
+    th_run(&p, interpreter, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    char line[900];
+    snprintf(line, sizeof line, "interpreter rank 1, args -u %s --lr 0.1\n", script);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), line) != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "not run") == NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "python3.99 is the interpreter ") != NULL);
+    th_cleanup(&p);
+
+    /* An interpreter followed by its own options runs as the program it is. */
+    const char *options[] = {th_launcher(), "python3.99", "-c", "pass", NULL};
+    th_run(&p, options, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "interpreter rank 0, args -c pass\n") != NULL);
+    th_cleanup(&p);
+
+    /* In neither the working directory nor PATH: not found, as before. */
+    const char *missing[] = {th_launcher(), "ddp-test-no-such-tool", NULL};
+    const char *env_python[] = {path, "PYTHON_EXEC=python3.99", NULL};
+    th_run(&p, missing, env_python, 60);
+    TH_ASSERT(&p, th_status(&p) == 127);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "the training script ddp-test-no-such-tool does not exist") != NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 static void test_hello_example(void **state)
 {
     const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--no-python",
@@ -795,6 +850,7 @@ int main(void)
         TH_TEST(test_dry_run_starts_nothing),
         TH_TEST(test_dry_run_of_another_node),
         TH_TEST(test_program_without_no_python),
+        TH_TEST(test_program_in_path),
         TH_TEST(test_hello_example),
         TH_TEST(test_start_up_errors),
         TH_TEST(test_nnodes_outside_a_slurm_step_said),
