@@ -63,8 +63,9 @@ void ddp_agent_start_zygote(ddp_agent_t *a)
     if (err == 0 && (shared = calloc(n + 1, sizeof *shared)) == NULL)
         err = -ENOMEM;
     for (size_t i = 0, k = 0; err == 0 && i < n; i++)
-        if (!ddp_worker_env_own(envp[i]))
+        if (!ddp_worker_env_own(envp[i], cfg->virtual_local_rank))
             shared[k++] = envp[i];
+    a->zygote.own_devices = cfg->virtual_local_rank;
     if (err == 0)
         err = ddp_zygote_start(&a->zygote, &a->loop, a->log, &a->guard, a->program,
                                cfg->python_exec, a->zygote_script,

@@ -715,6 +715,9 @@ static const flag_t flags[] = {
      "null|console|file:PATH", "a JSON line for every launcher event (default null)"},
     {TEXT("role", role, 255), false, G_WORKERS, "NAME",
      "role name: ROLE_NAME and the tee prefix (default default)"},
+    {SWITCH("virtual-local-rank", 0, virtual_local_rank, true), false, G_WORKERS, "",
+     "every worker sees only the GPU of its local rank, as\ndevice 0: LOCAL_RANK=0 and "
+     "CUDA_VISIBLE_DEVICES=that GPU"},
     {SWITCH("module", 'm', module, true), false, G_PROGRAM, "",
      "run the script as a module: python -u -m MODULE"},
     {SWITCH("no-python", 0, no_python, true), false, G_PROGRAM, "",

@@ -45,6 +45,10 @@ void ddp_config_free(ddp_launch_config_t *cfg)
     cfg->numa_binds = NULL;
     free(cfg->numa_note);
     cfg->numa_note = NULL;
+    for (int i = 0; cfg->virtual_devices != NULL && cfg->virtual_devices[i] != NULL; i++)
+        free(cfg->virtual_devices[i]);
+    free(cfg->virtual_devices);
+    cfg->virtual_devices = NULL;
     free(cfg->redirects.map);
     free(cfg->tee.map);
     free(cfg->ranks_filter);

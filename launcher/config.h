@@ -140,6 +140,10 @@ typedef struct ddp_launch_config_s {
 
     /* The workers' program. */
     const char *role;
+    bool virtual_local_rank; /* --virtual-local-rank: LOCAL_RANK=0, one device visible each */
+    /* Its CUDA_VISIBLE_DEVICES for each local rank, from this node's (owned; NULL-ended), by
+     * ddp_resolve_config; NULL: the local rank itself. */
+    char **virtual_devices;
     bool module, no_python, run_path;
     ddp_local_rank_arg_t local_rank_arg;
     bool local_rank_arg_given; /* by --local-rank-arg (else found in the script's text) */

@@ -8,6 +8,7 @@
 #include "pyscan.h"
 #include "spawn.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -187,6 +188,48 @@ static int resolve_numa(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_
     return rc;
 }
 
+/* --virtual-local-rank: each worker's CUDA_VISIBLE_DEVICES, the entry of its local rank in
+ * this node's (its --env, else its environment), as torchrun maps it; unset: the local
+ * rank itself (cfg->virtual_devices stays NULL). Too few entries end the job before it
+ * starts, naming them. */
+static int resolve_virtual_devices(ddp_launch_config_t *cfg, ddp_buf_t *err)
+{
+    const char *name = ddp_env_name(DDP_ENV_CUDA_VISIBLE_DEVICES);
+    const char *visible = ddp_env_lookup(cfg->env_set, name);
+    if (visible == NULL)
+        visible = ddp_env_get(DDP_ENV_CUDA_VISIBLE_DEVICES);
+    if (visible == NULL)
+        return 0;
+    int n = 1;
+    for (const char *p = visible; *p; p++)
+        n += *p == ',';
+    if (n < cfg->nproc_per_node) {
+        ddp_buf_clear(err);
+        ddp_buf_printf(err,
+                       "--virtual-local-rank: CUDA_VISIBLE_DEVICES=%s names %d device(s) for %d "
+                       "workers on this node (local rank %d has none)",
+                       visible, n, cfg->nproc_per_node, n);
+        return DDP_EUSAGE;
+    }
+    char **devices = calloc((size_t)cfg->nproc_per_node + 1, sizeof *devices);
+    if (devices == NULL)
+        return -ENOMEM;
+    cfg->virtual_devices = devices;
+    const char *p = visible;
+    for (int i = 0; i < cfg->nproc_per_node; i++) {
+        size_t len = strcspn(p, ",");
+        const char *start = p, *end = p + len;
+        while (start < end && isspace((unsigned char)*start))
+            start++;
+        while (end > start && isspace((unsigned char)end[-1]))
+            end--;
+        if ((devices[i] = strndup(start, (size_t)(end - start))) == NULL)
+            return -ENOMEM;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
 int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *err)
 {
     int rc, gpus = 0;
@@ -227,6 +270,8 @@ int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t
                       : cfg->nproc_kind == DDP_NPROC_GPU ? "gpu"
                                                          : "auto");
     if (cfg->numa_mode != DDP_NUMA_OFF && (rc = resolve_numa(cfg, log, err)) != 0)
+        return rc;
+    if (cfg->virtual_local_rank && (rc = resolve_virtual_devices(cfg, err)) != 0)
         return rc;
 
     if (cfg->standalone) {

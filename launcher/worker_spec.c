@@ -125,6 +125,13 @@ static void push(env_builder_t *eb, char *entry)
     eb->items[eb->n] = NULL;
 }
 
+/* Whether `entry` ("NAME=VALUE") sets `name`. */
+static bool is_var(const char *entry, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(entry, name, n) == 0 && entry[n] == '=';
+}
+
 __attribute__((format(printf, 3, 4))) static void add_var(env_builder_t *eb, ddp_env_id_t id,
                                                           const char *fmt, ...)
 {
@@ -164,7 +171,14 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
                                             DDP_ENV_NCCL_ASYNC_ERROR_HANDLING,
                                             DDP_ENV_OMP_NUM_THREADS};
     env_builder_t eb = {0};
-    add_var(&eb, DDP_ENV_LOCAL_RANK, "%d", info->local_rank);
+    /* --virtual-local-rank: the worker sees only its device, as device 0 (torchrun's). */
+    bool devices = cfg->virtual_local_rank;
+    const char *visible = ddp_env_name(DDP_ENV_CUDA_VISIBLE_DEVICES);
+    add_var(&eb, DDP_ENV_LOCAL_RANK, "%d", devices ? 0 : info->local_rank);
+    if (devices && cfg->virtual_devices != NULL)
+        add_var(&eb, DDP_ENV_CUDA_VISIBLE_DEVICES, "%s", cfg->virtual_devices[info->local_rank]);
+    else if (devices)
+        add_var(&eb, DDP_ENV_CUDA_VISIBLE_DEVICES, "%d", info->local_rank);
     add_var(&eb, DDP_ENV_RANK, "%d", info->rank);
     add_var(&eb, DDP_ENV_GROUP_RANK, "%d", info->group_rank);
     add_var(&eb, DDP_ENV_ROLE_RANK, "%d", info->rank);
@@ -217,7 +231,8 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
         if (strchr(cfg->env_set[i], '=') == NULL)
             continue;
         size_t len = strcspn(cfg->env_set[i], "=");
-        bool overridden = path_set && strncmp(cfg->env_set[i], "PYTHONPATH=", 11) == 0;
+        bool overridden = (path_set && is_var(cfg->env_set[i], "PYTHONPATH")) ||
+                          (devices && is_var(cfg->env_set[i], visible));
         for (int k = 0; info->job_env != NULL && info->job_env[k] != NULL && !overridden; k++)
             overridden = strncmp(info->job_env[k], cfg->env_set[i], len + 1) == 0;
         if (!overridden)
@@ -225,7 +240,8 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
     }
     for (int k = 0; info->job_env != NULL && info->job_env[k] != NULL && !eb.err; k++)
         if (strchr(info->job_env[k], '=') != NULL &&
-            !(path_set && strncmp(info->job_env[k], "PYTHONPATH=", 11) == 0))
+            !(path_set && is_var(info->job_env[k], "PYTHONPATH")) &&
+            !(devices && is_var(info->job_env[k], visible)))
             push(&eb, strdup(info->job_env[k]));
     if (eb.err) {
         ddp_strv_free(eb.items);
@@ -241,7 +257,7 @@ static size_t name_len(const char *entry)
     return eq ? (size_t)(eq - entry) : strlen(entry);
 }
 
-bool ddp_worker_env_own(const char *entry)
+bool ddp_worker_env_own(const char *entry, bool devices)
 {
     static const ddp_env_id_t own[] = {
         DDP_ENV_LOCAL_RANK,
@@ -260,6 +276,8 @@ bool ddp_worker_env_own(const char *entry)
         DDP_ENV_DDP_PROGRESS_RING,
     };
     size_t len = name_len(entry);
+    if (devices && is_var(entry, ddp_env_name(DDP_ENV_CUDA_VISIBLE_DEVICES)))
+        return true;
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
         const char *name = ddp_env_name(own[i]);
         if (strlen(name) == len && strncmp(entry, name, len) == 0)

@@ -58,9 +58,10 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
                          char *const *base, char ***out);
 
 /* Whether the entry "NAME=VALUE" is one of a worker's own: its ranks and sizes, where
- * the store is, its attempt and files. What is not, the node's workers share (the
- * warm-restart zygote's environment, zygote.h). */
-bool ddp_worker_env_own(const char *entry);
+ * the store is, its attempt and files, and with `devices` (--virtual-local-rank) its
+ * CUDA_VISIBLE_DEVICES. What is not, the node's workers share (the warm-restart zygote's
+ * environment, zygote.h). */
+bool ddp_worker_env_own(const char *entry, bool devices);
 
 /* `base` with `added` replacing entries of the same name. The array is new; its
  * strings are borrowed from `base` and `added` (free the array alone with free()). */

@@ -314,7 +314,7 @@ static bool same_environment(const ddp_zygote_t *z, char *const *envp, char *why
 {
     size_t shared = 0, zygote = 0;
     for (size_t i = 0; envp[i] != NULL; i++) {
-        if (ddp_worker_env_own(envp[i]))
+        if (ddp_worker_env_own(envp[i], z->own_devices))
             continue;
         shared++;
         bool found = false;

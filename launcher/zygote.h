@@ -45,6 +45,7 @@ typedef struct ddp_zygote_s {
     pid_t pid;           /* 0: none runs */
     bool ready;          /* it has imported the modules and serves */
     bool given_up;       /* refused, or ended too often: no more starts */
+    bool own_devices;    /* each worker has its own CUDA_VISIBLE_DEVICES (--virtual-local-rank) */
     int starts;
     double started; /* when the running one started (monotonic s) */
     char why[512];  /* why it does not serve now */

@@ -137,6 +137,7 @@ static int mode_env(int argc, char **argv)
                                         "TORCH_NCCL_ASYNC_ERROR_HANDLING",
                                         "NCCL_ASYNC_ERROR_HANDLING",
                                         "OMP_NUM_THREADS",
+                                        "CUDA_VISIBLE_DEVICES",
                                         "DDP_TEST_MARK"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *v = getenv(names[i]);

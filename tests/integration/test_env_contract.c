@@ -153,6 +153,75 @@ static void test_user_settings_are_kept(void **state)
     th_cleanup(&p);
 }
 
+/* --virtual-local-rank (torchrun's): LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES the device of
+ * the local rank, from this node's list (--env's over the environment's, each entry
+ * without its blanks) or the local rank itself; too short a list ends the job before it
+ * starts (2), naming it. Other ranks and the legacy argument are as without it. */
+static void test_virtual_local_rank(void **state)
+{
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=3",
+                          "--virtual-local-rank",
+                          "--tee=1",
+                          "--no-python",
+                          th_worker(),
+                          "env",
+                          NULL};
+    const char *unset[] = {"CUDA_VISIBLE_DEVICES", NULL};
+    th_proc_t p;
+    th_run(&p, argv, unset, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    for (int i = 0; i < 3; i++) {
+        char device[8], rank[8];
+        snprintf(device, sizeof device, "%d", i);
+        snprintf(rank, sizeof rank, "%d", i);
+        expect_var(&p, i, "LOCAL_RANK", "0");
+        expect_var(&p, i, "RANK", rank);
+        expect_var(&p, i, "LOCAL_WORLD_SIZE", "3");
+        expect_var(&p, i, "CUDA_VISIBLE_DEVICES", device);
+    }
+    th_cleanup(&p);
+
+    const char *listed[] = {"CUDA_VISIBLE_DEVICES=6, 4,GPU-5b2c,1", NULL};
+    th_run(&p, argv, listed, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    expect_var(&p, 0, "CUDA_VISIBLE_DEVICES", "6");
+    expect_var(&p, 1, "CUDA_VISIBLE_DEVICES", "4");
+    expect_var(&p, 2, "CUDA_VISIBLE_DEVICES", "GPU-5b2c");
+    th_cleanup(&p);
+
+    const char *by_env[] = {
+        th_launcher(), "--nproc-per-node=2", "--env",     "CUDA_VISIBLE_DEVICES=9,8",
+        "--tee=1",     "--no-python",        th_worker(), "env",
+        NULL};
+    const char *pet[] = {"PET_VIRTUAL_LOCAL_RANK=1", "CUDA_VISIBLE_DEVICES=0,1", NULL};
+    th_run(&p, by_env, pet, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    expect_var(&p, 0, "CUDA_VISIBLE_DEVICES", "9");
+    expect_var(&p, 1, "CUDA_VISIBLE_DEVICES", "8");
+    expect_var(&p, 1, "LOCAL_RANK", "0");
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "CUDA_VISIBLE_DEVICES=") == 2);
+    th_cleanup(&p);
+
+    const char *few[] = {"CUDA_VISIBLE_DEVICES=2,3", NULL};
+    th_run(&p, argv, few, 60);
+    TH_ASSERT(&p, th_status(&p) == 2);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "--virtual-local-rank: CUDA_VISIBLE_DEVICES=2,3 names 2 device(s) for 3 "
+                         "workers on this node (local rank 2 has none)") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "LOCAL_RANK") == NULL);
+    th_cleanup(&p);
+
+    /* Without it, the inherited list reaches every worker as it is. */
+    const char *plain[] = {
+        th_launcher(), "--nproc-per-node=2", "--tee=1", "--no-python", th_worker(), "env", NULL};
+    th_run(&p, plain, few, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    expect_var(&p, 1, "LOCAL_RANK", "1");
+    expect_var(&p, 1, "CUDA_VISIBLE_DEVICES", "2,3");
+    th_cleanup(&p);
+}
+
 static void test_standalone_gets_a_free_port_and_run_id(void **state)
 {
     const char *argv[] = {th_launcher(),
@@ -845,6 +914,7 @@ int main(void)
         TH_TEST(test_contract_one_worker),
         TH_TEST(test_user_settings_are_kept),
         TH_TEST(test_standalone_gets_a_free_port_and_run_id),
+        TH_TEST(test_virtual_local_rank),
         TH_TEST(test_argv_reaches_the_worker),
         TH_TEST(test_legacy_local_rank_argument),
         TH_TEST(test_dry_run_starts_nothing),

@@ -309,7 +309,7 @@ static void run_plain(th_proc_t *p, bool warm, bool module, const char *mode,
     char path[1100], trigger[1100];
     snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
     const char *file = th_trigger_var(trigger, sizeof trigger);
-    const char *env[] = {python_env(NULL)[0], path, trigger, NULL};
+    const char *env[] = {python_env(NULL)[0], path, trigger, "CUDA_VISIBLE_DEVICES", NULL};
     const char *argv[24] = {th_launcher(), "--nproc-per-node=2", "--max-restarts=1",
                             "--shutdown-timeout=5", "--tee=3"};
     int n = 5;
@@ -374,6 +374,22 @@ static void test_warm_restart_module(void **state)
     ddp_buf_free(&cold_lines);
     ddp_buf_free(&warm_lines);
     th_cleanup(&cold);
+    th_cleanup(&warm);
+}
+
+/* --virtual-local-rank restarted warm: each forked worker has its own device list (not
+ * the zygote's, which is rank 0's), and no worker starts cold for it. */
+static void test_warm_restart_virtual_local_rank(void **state)
+{
+    th_proc_t warm;
+    const char *more[] = {"--virtual-local-rank", NULL};
+    run_plain(&warm, true, false, "devices", more, "has imported json");
+    TH_ASSERT(&warm, th_status(&warm) == 0);
+    TH_ASSERT(&warm, strstr(ddp_buf_str(&warm.err), "2 of 2 workers of attempt 1 forked") != NULL);
+    TH_ASSERT(&warm,
+              strstr(ddp_buf_str(&warm.out), "DEVICES rank 0 local rank 0 visible 0\n") != NULL);
+    TH_ASSERT(&warm,
+              strstr(ddp_buf_str(&warm.out), "DEVICES rank 1 local rank 0 visible 1\n") != NULL);
     th_cleanup(&warm);
 }
 
@@ -610,6 +626,7 @@ int main(int argc, char **argv)
         TH_TEST(test_shared_memory_is_unlinked),
         TH_TEST(test_warm_restart_traceback),
         TH_TEST(test_warm_restart_module),
+        TH_TEST(test_warm_restart_virtual_local_rank),
         TH_TEST(test_warm_restart_hang_dump),
         TH_TEST(test_warm_restart_cold_cases),
         TH_TEST(test_warm_restart_reaps_what_it_adopts),

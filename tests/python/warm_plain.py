@@ -1,6 +1,6 @@
 """A plain Python worker (no torch) restarted by ddp-launch, cold or with --warm-restarts.
 
-usage: warm_plain.py raise | hang | show | place   (or python -m warm_plain ...)
+usage: warm_plain.py raise | hang | show | place | devices   (or python -m warm_plain ...)
 
 On attempt 0 rank 1 exits 3 (once the file WARM_TRIGGER names exists, where it is set)
 and rank 0 waits to be stopped. On attempt 1:
@@ -9,7 +9,8 @@ and rank 0 waits to be stopped. On attempt 1:
   hang   both ranks sleep in stuck_here() without output: a hang to report;
   show   each rank prints SHOW with its sys.argv, sys.path[0], __file__ and __name__;
   place  each rank prints CPUS=<its Cpus_allowed_list> and POLICY=<the memory policy
-         numa_maps gives its first mapping>, as tests/helpers/test_worker.c placement.
+         numa_maps gives its first mapping>, as tests/helpers/test_worker.c placement;
+  devices each rank prints DEVICES with its LOCAL_RANK and CUDA_VISIBLE_DEVICES.
 """
 import os
 import sys
@@ -48,6 +49,9 @@ elif sys.argv[1] == "place":
     with open("/proc/self/numa_maps") as f:
         policy = f.readline().split()[1]
     print(f"CPUS={cpus[0]}\nPOLICY={policy}", flush=True)
+elif sys.argv[1] == "devices":
+    print(f"DEVICES rank {rank} local rank {os.environ['LOCAL_RANK']} visible "
+          f"{os.environ.get('CUDA_VISIBLE_DEVICES')}", flush=True)
 elif sys.argv[1] == "show":
     print(f"SHOW rank {rank} {sys.argv} {sys.path[0]} {__file__} {__name__}", flush=True)
 elif sys.argv[1] == "hang":
