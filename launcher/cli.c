@@ -657,6 +657,55 @@ static int apply_env_check(ddp_launch_config_t *cfg, const char *value, const ch
     return 0;
 }
 
+/* --duplicate-std{out,err}-filters A,B,...: torchrun's comma-separated list, ",," a comma
+ * of a filter; the last given counts. An empty filter (as "" is) matches every line. */
+static int apply_dup_filters(ddp_launch_config_t *cfg, int std, const char *value)
+{
+    char ***list = &cfg->dup_filters[std];
+    int *n = &cfg->ndup_filters[std];
+    for (int i = 0; i < *n; i++)
+        free((*list)[i]);
+    free(*list);
+    *list = NULL;
+    *n = 0;
+    ddp_buf_t item = DDP_BUF_INIT;
+    for (const char *p = value;; p++) {
+        if (*p == ',' && p[1] == ',') {
+            p++;
+        } else if (*p == ',' || *p == '\0') {
+            int rc = append_item(list, n, strdup(item.len > 0 ? ddp_buf_str(&item) : ""));
+            ddp_buf_clear(&item);
+            if (rc != 0 || *p == '\0') {
+                ddp_buf_free(&item);
+                return rc;
+            }
+            continue;
+        }
+        if (ddp_buf_append(&item, p, 1) != 0) {
+            ddp_buf_free(&item);
+            return -ENOMEM;
+        }
+    }
+}
+
+static int apply_dup_stdout(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                            const ddp_log_t *log, ddp_buf_t *err)
+{
+    (void)origin;
+    (void)log;
+    (void)err;
+    return apply_dup_filters(cfg, DDP_STD_OUT, value);
+}
+
+static int apply_dup_stderr(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                            const ddp_log_t *log, ddp_buf_t *err)
+{
+    (void)origin;
+    (void)log;
+    (void)err;
+    return apply_dup_filters(cfg, DDP_STD_ERR, value);
+}
+
 /* --help's headings, in its order. */
 enum { G_WORKERS, G_RDZV, G_PROGRAM, G_SUPERVISION, G_OUTPUT, G_OTHER, NGROUPS };
 static const char *const group_names[NGROUPS] = {
@@ -740,6 +789,11 @@ static const flag_t flags[] = {
      "like --redirects, and also to the console with a prefix"},
     {CODE("local-ranks-filter", apply_local_ranks_filter, true), false, G_OUTPUT, "LIST",
      "only these local ranks reach the console, e.g. 0"},
+    {CODE("duplicate-stdout-filters", apply_dup_stdout, true), false, G_OUTPUT, "A,B,...",
+     "tee'd stdout lines that hold any of these also go to\nfiltered_stdout.log in the attempt's "
+     "log directory"},
+    {CODE("duplicate-stderr-filters", apply_dup_stderr, true), false, G_OUTPUT, "A,B,...",
+     "the same for stderr (filtered_stderr.log)"},
     {CODE("logs-specs", apply_logs_specs, false), false, G_OUTPUT, "NAME",
      "accepted for torchrun when empty; no plugins"},
     {CODE("numa-binding", apply_numa_binding, false), false, G_SUPERVISION,

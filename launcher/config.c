@@ -57,6 +57,13 @@ void ddp_config_free(ddp_launch_config_t *cfg)
     free(cfg->env_set);
     cfg->env_set = NULL;
     cfg->nenv = 0;
+    for (int s = 0; s < 3; s++) {
+        for (int i = 0; i < cfg->ndup_filters[s]; i++)
+            free(cfg->dup_filters[s][i]);
+        free(cfg->dup_filters[s]);
+        cfg->dup_filters[s] = NULL;
+        cfg->ndup_filters[s] = 0;
+    }
     for (int i = 0; i < cfg->nenv_check; i++)
         free(cfg->env_check[i]);
     free(cfg->env_check);

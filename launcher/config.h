@@ -161,6 +161,11 @@ typedef struct ddp_launch_config_s {
     size_t nranks_filter;
     long *ranks_filter;          /* owned */
     const char *prefix_template; /* TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE or NULL */
+    /* --duplicate-stdout-filters, --duplicate-stderr-filters: a tee'd stream's lines that
+     * hold any of these also go to the attempt's filtered_stdout.log or filtered_stderr.log
+     * (owned, NULL-ended; NULL: none), indexed by DDP_STD_OUT and DDP_STD_ERR. */
+    char **dup_filters[3];
+    int ndup_filters[3];
 
     /* What to do. */
     bool help, version, dry_run;

@@ -267,6 +267,55 @@ static const char *line_end(const char *p, const char *end)
     return cr[1] == '\n' ? cr + 2 : cr + 1;
 }
 
+/* Whether the line text[0, len) holds any of the filters ("" holds in every line). */
+static bool matches(char *const *filters, const char *text, size_t len)
+{
+    for (; *filters != NULL; filters++)
+        if (**filters == '\0' || memmem(text, len, *filters, strlen(*filters)) != NULL)
+            return true;
+    return false;
+}
+
+/* The line (a, then b) to the duplicate file, prefixed, where a filter matches it. */
+static void duplicate(ddp_lines_t *lines, const char *a, size_t alen, const char *b, size_t blen,
+                      bool newline)
+{
+    ddp_buf_t joined = DDP_BUF_INIT;
+    const char *text = alen > 0 ? a : b;
+    size_t len = alen > 0 ? alen : blen;
+    if (alen > 0 && blen > 0) {
+        if (ddp_buf_append(&joined, a, alen) != 0 || ddp_buf_append(&joined, b, blen) != 0) {
+            ddp_buf_free(&joined);
+            return;
+        }
+        text = joined.data;
+        len = joined.len;
+    }
+    if (matches(lines->filters, text, len)) {
+        batch_t out = {.n = 0, .bytes = 0};
+        batch_add(&out, lines->prefix, lines->prefix_len);
+        batch_add(&out, text, len);
+        if (newline)
+            batch_add(&out, "\n", 1);
+        batch_flush(&out, lines->dup);
+    }
+    ddp_buf_free(&joined);
+}
+
+/* One line into the console's batch: the prefix, its bytes (a, then b), and a newline
+ * where it had none; and to the duplicate file, where one is kept. */
+static void line_out(ddp_lines_t *lines, batch_t *batch, const char *a, size_t alen, const char *b,
+                     size_t blen, bool newline)
+{
+    batch_add(batch, lines->prefix, lines->prefix_len);
+    batch_add(batch, a, alen);
+    batch_add(batch, b, blen);
+    if (newline)
+        batch_add(batch, "\n", 1);
+    if (lines->dup != NULL && !lines->dup->broken)
+        duplicate(lines, a, alen, b, blen, newline);
+}
+
 int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data, size_t len)
 {
     batch_t b;
@@ -279,8 +328,7 @@ int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data,
         if (crlf && ddp_buf_append(&lines->partial, "\n", 1) != 0)
             return -ENOMEM;
         p += crlf;
-        batch_add(&b, lines->prefix, lines->prefix_len);
-        batch_add(&b, lines->partial.data, lines->partial.len);
+        line_out(lines, &b, lines->partial.data, lines->partial.len, NULL, 0, false);
         batch_flush(&b, console);
         ddp_buf_clear(&lines->partial);
     }
@@ -293,23 +341,17 @@ int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data,
                 return err;
             if (lines->partial.len >= lines->max_line) {
                 /* A line with no end in sight: show it in pieces rather than hold it. */
-                batch_add(&b, lines->prefix, lines->prefix_len);
-                batch_add(&b, lines->partial.data, lines->partial.len);
-                batch_add(&b, "\n", 1);
+                line_out(lines, &b, lines->partial.data, lines->partial.len, NULL, 0, true);
                 batch_flush(&b, console);
                 ddp_buf_clear(&lines->partial);
             }
             break;
         }
         batch_room(&b, console, lines->prefix_len + lines->partial.len + (size_t)(eol - p));
-        batch_add(&b, lines->prefix, lines->prefix_len);
+        line_out(lines, &b, lines->partial.data, lines->partial.len, p, (size_t)(eol - p), false);
         if (lines->partial.len > 0) {
-            batch_add(&b, lines->partial.data, lines->partial.len);
-            batch_add(&b, p, (size_t)(eol - p));
             batch_flush(&b, console); /* before the partial buffer is reused */
             ddp_buf_clear(&lines->partial);
-        } else {
-            batch_add(&b, p, (size_t)(eol - p));
         }
         p = eol;
         if (b.n > BATCH - 4)
@@ -326,9 +368,7 @@ int ddp_lines_finish(ddp_lines_t *lines, ddp_console_t *console)
     batch_t b;
     b.n = 0;
     b.bytes = 0;
-    batch_add(&b, lines->prefix, lines->prefix_len);
-    batch_add(&b, lines->partial.data, lines->partial.len);
-    batch_add(&b, "\n", 1);
+    line_out(lines, &b, lines->partial.data, lines->partial.len, NULL, 0, true);
     batch_flush(&b, console);
     ddp_buf_clear(&lines->partial);
     return 0;

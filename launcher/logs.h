@@ -63,6 +63,10 @@ typedef struct ddp_lines_s {
     const char *prefix; /* borrowed; "" for none */
     size_t prefix_len;
     size_t max_line;
+    /* Lines holding any of `filters` (borrowed, NULL-ended; "" matches all) are written to
+     * `dup` as well, prefixed (--duplicate-stdout-filters); NULL: none. */
+    ddp_console_t *dup;
+    char *const *filters;
 } ddp_lines_t;
 
 void ddp_lines_init(ddp_lines_t *lines, const char *prefix, size_t max_line);

@@ -32,8 +32,10 @@ struct ddp_stream_s {
     ddp_stream_t *next_paused;
     uint64_t bytes; /* read so far */
     ddp_console_t *console;
-    const char *prefix; /* borrowed until the stream is watched */
-    ddp_tail_t *tail;   /* its console copy, handed to the writer */
+    const char *prefix;   /* borrowed until the stream is watched */
+    ddp_tail_t *tail;     /* its console copy, handed to the writer */
+    int dup_fd;           /* its filtered_*.log (--duplicate-*-filters), until watched; -1 */
+    char *const *filters; /* which lines go there (the config's) */
 };
 
 /* What the console writer holds of one stream; it outlives the stream (the writer frees it
@@ -47,6 +49,7 @@ struct ddp_tail_s {
     uint64_t written;  /* bytes in that file */
     uint64_t cursor;   /* of them, bytes the writer has copied */
     ddp_buf_t pending; /* bytes for the console only (no file, or the file failed) */
+    ddp_console_t dup; /* the filtered copy's file (fd -1: none) */
     bool finished;     /* the stream closed: after the rest, its last partial line */
     bool resume;       /* the loop may read the stream again */
 };
@@ -94,6 +97,8 @@ static void tail_free(ddp_tail_t *t)
 {
     if (t->file_fd >= 0)
         close(t->file_fd);
+    if (t->dup.fd >= 0)
+        close(t->dup.fd);
     ddp_lines_free(&t->lines);
     ddp_buf_free(&t->pending);
     free(t->prefix);
@@ -359,8 +364,9 @@ static void on_stream_readable(uv_poll_t *handle, int status, int events)
 }
 
 /* A pipe whose read end the loop reads, for a piped sink. Logs what failed. */
-static int open_pipe(ddp_output_t *o, ddp_sink_t sink, const char *path, const char *prefix,
-                     int std, int local_rank, int *child_fd, ddp_stream_t **stream)
+static int open_pipe(ddp_output_t *o, const ddp_launch_config_t *cfg, ddp_sink_t sink,
+                     const char *path, const char *filtered, const char *prefix, int std,
+                     int local_rank, int *child_fd, ddp_stream_t **stream)
 {
     const char *name = std == DDP_STD_OUT ? "stdout" : "stderr";
     int fds[2] = {-1, -1}, err = 0;
@@ -370,6 +376,7 @@ static int open_pipe(ddp_output_t *o, ddp_sink_t sink, const char *path, const c
         return -ENOMEM;
     }
     s->file_fd = -1;
+    s->dup_fd = -1;
     if (pipe2(fds, O_CLOEXEC) != 0 || fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0) {
         err = -errno;
         ddp_log_error(o->log, "unable to create a pipe for the %s of worker local rank %d: %s",
@@ -383,6 +390,13 @@ static int open_pipe(ddp_output_t *o, ddp_sink_t sink, const char *path, const c
         ddp_log_error(o->log, "unable to open %s for worker local rank %d: %s", path, local_rank,
                       ddp_strerror(err));
         goto fail;
+    }
+    if (sink == DDP_SINK_TEE && cfg->dup_filters[std] != NULL) {
+        /* Every tee'd stream of the attempt appends its matching lines to the one file. */
+        s->filters = cfg->dup_filters[std];
+        if ((s->dup_fd = open(filtered, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666)) < 0)
+            ddp_log_warn(o->log, "unable to open %s: %s; its lines of local rank %d are lost",
+                         filtered, strerror(errno), local_rank);
     }
     s->output = o;
     s->fd = fds[0];
@@ -399,6 +413,8 @@ fail:
     }
     if (s->file_fd >= 0)
         close(s->file_fd);
+    if (s->dup_fd >= 0)
+        close(s->dup_fd);
     free(s);
     return err;
 }
@@ -409,7 +425,7 @@ int ddp_output_open(ddp_output_t *o, const ddp_launch_config_t *cfg, const char 
 {
     const char *file = std == DDP_STD_OUT ? "stdout.log" : "stderr.log";
     ddp_sink_t sink = ddp_logs_sink(cfg, local_rank, std);
-    char *path = NULL;
+    char *path = NULL, *filtered = NULL;
     int err = 0;
     *child_fd = -1;
     *stream = NULL;
@@ -427,9 +443,14 @@ int ddp_output_open(ddp_output_t *o, const ddp_launch_config_t *cfg, const char 
             *child_fd = fd;
         }
     } else {
-        err = open_pipe(o, sink, path, prefix, std, local_rank, child_fd, stream);
+        if (asprintf(&filtered, "%s/filtered_%s", attempt_dir, file) < 0)
+            filtered = NULL;
+        err = filtered == NULL ? -ENOMEM
+                               : open_pipe(o, cfg, sink, path, filtered, prefix, std, local_rank,
+                                           child_fd, stream);
     }
     free(path);
+    free(filtered);
     return err;
 }
 
@@ -447,6 +468,12 @@ static int tail_new(ddp_stream_t *s)
     t->resume = true;
     t->file_fd = s->path != NULL ? open(s->path, O_RDONLY | O_CLOEXEC) : -1;
     ddp_lines_init(&t->lines, t->prefix, DDP_LINE_MAX);
+    t->dup.fd = s->dup_fd; /* the tail's now: the writer writes it */
+    s->dup_fd = -1;
+    if (t->dup.fd >= 0) {
+        t->lines.dup = &t->dup;
+        t->lines.filters = s->filters;
+    }
     pthread_mutex_lock(&o->lock);
     t->next = o->tails;
     o->tails = t;
@@ -483,6 +510,8 @@ void ddp_output_discard(ddp_stream_t *s)
     close(s->fd);
     if (s->file_fd >= 0)
         close(s->file_fd);
+    if (s->dup_fd >= 0)
+        close(s->dup_fd);
     free(s->path);
     free(s);
 }

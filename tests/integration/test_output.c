@@ -111,6 +111,72 @@ static void test_tee_prefix_on_each_stream(void **state)
     free(logs);
 }
 
+/* <run>/attempt_0/<name>'s contents, or NULL where there is no such file. */
+static char *attempt_file(const char *run, const char *name)
+{
+    char *path, *data = NULL;
+    size_t n = 0;
+    assert_true(asprintf(&path, "%s/attempt_0/%s", run, name) > 0);
+    if (ddp_read_file(path, (size_t)1 << 20, &data, &n) != 0)
+        data = NULL;
+    free(path);
+    return data;
+}
+
+/* torchrun's --duplicate-std{out,err}-filters: the tee'd lines holding any filter (",," a
+ * comma in one; "" any line) also go, prefixed, to the attempt's filtered_std*.log; a
+ * stream not tee'd does not. Without the flags there is no such file. */
+static void test_duplicate_filters(void **state)
+{
+    char *logs = th_tmpdir(), flag[600];
+    snprintf(flag, sizeof flag, "--log-dir=%s", logs);
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=3",
+                          "--tee=0:3,1:1",
+                          "--duplicate-stdout-filters=loss,a,,b",
+                          "--duplicate_stderr_filters=",
+                          flag,
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "echo step 1 loss 0.5; echo other; echo 'x a,b y'; echo 'has a only'; "
+                          "echo warn >&2; printf 'no newline loss'",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    char *run = run_dir(logs, "none");
+    char *out = attempt_file(run, "filtered_stdout.log"),
+         *err = attempt_file(run, "filtered_stderr.log");
+    TH_ASSERT(&p, out != NULL && err != NULL);
+    for (int rank = 0; rank < 2; rank++) {
+        char line[3][64];
+        snprintf(line[0], sizeof line[0], "[default%d]:step 1 loss 0.5\n", rank);
+        snprintf(line[1], sizeof line[1], "[default%d]:x a,b y\n", rank);
+        snprintf(line[2], sizeof line[2], "[default%d]:no newline loss\n", rank);
+        for (int i = 0; i < 3; i++)
+            TH_ASSERT(&p, strstr(out, line[i]) != NULL);
+    }
+    TH_ASSERT(&p, th_count(out, "\n") == 6); /* nothing else, rank 2 (not tee'd) none */
+    TH_ASSERT(&p, strcmp(err, "[default0]:warn\n") == 0); /* only rank 0 tees stderr */
+    free(out);
+    free(err);
+    free(run);
+    th_cleanup(&p);
+    th_rmtree(logs);
+
+    const char *plain[] = {th_launcher(), "--tee=3", flag, "--no-python",
+                           "/bin/echo",   "loss",    NULL};
+    th_run(&p, plain, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    run = run_dir(logs, "none");
+    TH_ASSERT(&p, (out = attempt_file(run, "filtered_stdout.log")) == NULL);
+    free(run);
+    th_cleanup(&p);
+    th_rmtree(logs);
+    free(logs);
+}
+
 static void test_tee_map_with_many_digits(void **state)
 {
     const char *argv[] = {th_launcher(), "--nproc-per-node=12", "--tee=11:1,0:2",
@@ -411,17 +477,12 @@ static void test_report_shows_stderr_tail(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_redirects_layout),
-        TH_TEST(test_tee_prefix_on_each_stream),
-        TH_TEST(test_tee_map_with_many_digits),
-        TH_TEST(test_prefix_template),
-        TH_TEST(test_local_ranks_filter),
-        TH_TEST(test_lines_never_mix),
-        TH_TEST(test_slow_console_never_stalls_the_files),
-        TH_TEST(test_ten_megabyte_line),
-        TH_TEST(test_binary_and_unterminated_output),
-        TH_TEST(test_report_shows_stderr_tail),
-        TH_TEST(test_one_file_keeps_order),
+        TH_TEST(test_redirects_layout),         TH_TEST(test_tee_prefix_on_each_stream),
+        TH_TEST(test_tee_map_with_many_digits), TH_TEST(test_duplicate_filters),
+        TH_TEST(test_prefix_template),          TH_TEST(test_local_ranks_filter),
+        TH_TEST(test_lines_never_mix),          TH_TEST(test_slow_console_never_stalls_the_files),
+        TH_TEST(test_ten_megabyte_line),        TH_TEST(test_binary_and_unterminated_output),
+        TH_TEST(test_report_shows_stderr_tail), TH_TEST(test_one_file_keeps_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
