@@ -4,6 +4,7 @@
 #include "devices.h"
 #include "io.h"
 #include "nvml.h"
+#include "spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -124,95 +125,20 @@ static void last_line(const char *text, size_t len, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)(len - start), text + start);
 }
 
-/* /bin/sh -c `command` in its own process group, its stderr into the pipe `fds` (the write
- * end closed here). Returns its pid, or -errno. */
-static pid_t spawn_check(const char *command, int fds[2])
-{
-    char *argv[] = {"/bin/sh", "-c", (char *)command, NULL};
-    /* fork, then only async-signal-safe calls until exec (this may be a thread's). */
-    pid_t pid = fork();
-    if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        for (int sig = 1; sig < NSIG; sig++)
-            if (sig != SIGKILL && sig != SIGSTOP)
-                signal(sig, SIG_DFL);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        setpgid(0, 0);
-        int null = open("/dev/null", O_RDWR);
-        if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(fds[1], 2) < 0)
-            _exit(126);
-        execve("/bin/sh", argv, environ);
-        _exit(127);
-    }
-    int err = errno;
-    close(fds[1]);
-    return pid < 0 ? -err : pid;
-}
-
-/* Reads `fd` until its end or `deadline`, keeping the last bytes in tail[*kept]; false when
- * the deadline came first. */
-static bool read_tail(int fd, double deadline, char *tail, size_t cap, size_t *kept)
-{
-    for (;;) {
-        double left = deadline - ddp_clock_mono();
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int ready = left > 0 ? poll(&pfd, 1, (int)(left * 1000) + 1) : 0;
-        if (ready <= 0) { /* the deadline, or a signal (EINTR): look again */
-            if (ddp_clock_mono() >= deadline)
-                return false;
-            continue;
-        }
-        char chunk[1024];
-        ssize_t r = read(fd, chunk, sizeof chunk);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return true;
-        if (*kept + (size_t)r > cap) { /* a chunk is smaller than the tail */
-            size_t drop = *kept + (size_t)r - cap;
-            memmove(tail, tail + drop, *kept - drop);
-            *kept -= drop;
-        }
-        memcpy(tail + *kept, chunk, (size_t)r);
-        *kept += (size_t)r;
-    }
-}
-
 /* --health-check=CMD with /bin/sh, in its own process group, for at most `timeout` s: exit 0
  * is healthy; otherwise its last line of stderr is the reason. */
 static int check_command(const char *command, double timeout, ddp_buf_t *why)
 {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-        ddp_buf_printf(why, "--health-check: unable to create a pipe: %s", strerror(errno));
-        return 1;
-    }
-    pid_t pid = spawn_check(command, fds);
-    if (pid < 0) {
-        close(fds[0]);
-        ddp_buf_printf(why, "--health-check: unable to run /bin/sh: %s", strerror((int)-pid));
-        return 1;
-    }
+    char *argv[] = {"/bin/sh", "-c", (char *)command, NULL};
     char tail[STDERR_KEEP];
     size_t kept = 0;
-    double deadline = ddp_clock_mono() + timeout;
-    bool timed_out = !read_tail(fds[0], deadline, tail, sizeof tail, &kept);
-    close(fds[0]);
     int status = 0;
-    /* Its stderr closed: it has ended or is about to; what is left of the time bounds it. */
-    while (!timed_out && waitpid(pid, &status, WNOHANG) == 0) {
-        if (ddp_clock_mono() >= deadline) {
-            timed_out = true;
-            break;
-        }
-        struct timespec tick = {0, 10 * 1000 * 1000};
-        nanosleep(&tick, NULL);
+    int rc = ddp_proc_run_bounded(argv, false, timeout, tail, sizeof tail, &kept, &status);
+    if (rc < 0) {
+        ddp_buf_printf(why, "--health-check: unable to run /bin/sh: %s", strerror(-rc));
+        return 1;
     }
-    if (timed_out) {
-        kill(-pid, SIGKILL);
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-            ;
+    if (rc == 1) {
         ddp_buf_printf(why,
                        "--health-check: '%s' did not finish within %g s "
                        "(--health-check-timeout)",

@@ -1,9 +1,12 @@
 /* fork/exec of workers (see spawn.h). */
 #include "spawn.h"
 
+#include "io.h"
+
 #include <dirent.h>
 #include <linux/mempolicy.h>
 #include <errno.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -15,7 +18,11 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+extern char **environ;
 
 static int check_executable(const char *path)
 {
@@ -251,5 +258,93 @@ int ddp_proc_groups_alive(const pid_t *pgids, size_t n, bool *alive)
             alive[i] = alive[i] || pgids[i] == pgrp;
     }
     closedir(proc);
+    return 0;
+}
+
+/* argv[0] in its own process group, stdin and (unless `with_stdout`) stdout /dev/null,
+ * stderr (and stdout) into the pipe `fds` (its write end closed here). Returns the pid or
+ * -errno. */
+static pid_t spawn_bounded(char *const argv[], bool with_stdout, int fds[2])
+{
+    /* fork, then only async-signal-safe calls until exec (this may be a thread's). */
+    pid_t pid = fork();
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        for (int sig = 1; sig < NSIG; sig++)
+            if (sig != SIGKILL && sig != SIGSTOP)
+                signal(sig, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        setpgid(0, 0);
+        int null = open("/dev/null", O_RDWR);
+        if (null < 0 || dup2(null, 0) < 0 || dup2(with_stdout ? fds[1] : null, 1) < 0 ||
+            dup2(fds[1], 2) < 0)
+            _exit(126);
+        execve(argv[0], argv, environ);
+        _exit(127);
+    }
+    int err = errno;
+    close(fds[1]);
+    return pid < 0 ? -err : pid;
+}
+
+/* Reads `fd` until its end or `deadline`, keeping the last bytes in tail[*kept]; false when
+ * the deadline came first. */
+static bool read_tail(int fd, double deadline, char *tail, size_t cap, size_t *kept)
+{
+    for (;;) {
+        double left = deadline - ddp_clock_mono();
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int ready = left > 0 ? poll(&pfd, 1, (int)(left * 1000) + 1) : 0;
+        if (ready <= 0) { /* the deadline, or a signal (EINTR): look again */
+            if (ddp_clock_mono() >= deadline)
+                return false;
+            continue;
+        }
+        char chunk[1024];
+        ssize_t r = read(fd, chunk, sizeof chunk);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return true;
+        if (*kept + (size_t)r > cap) { /* a chunk is smaller than the tail */
+            size_t drop = *kept + (size_t)r - cap;
+            memmove(tail, tail + drop, *kept - drop);
+            *kept -= drop;
+        }
+        memcpy(tail + *kept, chunk, (size_t)r);
+        *kept += (size_t)r;
+    }
+}
+
+int ddp_proc_run_bounded(char *const argv[], bool with_stdout, double timeout, char *tail,
+                         size_t cap, size_t *kept, int *status)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return -errno;
+    pid_t pid = spawn_bounded(argv, with_stdout, fds);
+    if (pid < 0) {
+        close(fds[0]);
+        return (int)pid;
+    }
+    double deadline = ddp_clock_mono() + timeout;
+    bool timed_out = !read_tail(fds[0], deadline, tail, cap, kept);
+    close(fds[0]);
+    /* Its output closed: it has ended or is about to; what is left of the time bounds it. */
+    while (!timed_out && waitpid(pid, status, WNOHANG) == 0) {
+        if (ddp_clock_mono() >= deadline) {
+            timed_out = true;
+            break;
+        }
+        struct timespec tick = {0, 10 * 1000 * 1000};
+        nanosleep(&tick, NULL);
+    }
+    if (timed_out) {
+        kill(-pid, SIGKILL);
+        while (waitpid(pid, status, 0) < 0 && errno == EINTR)
+            ;
+        return 1;
+    }
     return 0;
 }

@@ -30,6 +30,14 @@ typedef struct ddp_spawn_s {
     int fd3;                     /* (the warm-restart zygote's socket, zygote.h) */
 } ddp_spawn_t;
 
+/* Runs argv[0] (a path) with `argv` in its own process group, its stdin and (unless
+ * `with_stdout`) stdout /dev/null, its stderr (and stdout) into a pipe whose last `cap`
+ * bytes are kept in tail (*kept), for at most `timeout` s (then SIGKILL to its group).
+ * Blocking; for a short helper (a health check). Returns 0 with *status (waitpid's), 1
+ * when time ran out, or -errno when it could not start. */
+int ddp_proc_run_bounded(char *const argv[], bool with_stdout, double timeout, char *tail,
+                         size_t cap, size_t *kept, int *status);
+
 /* Finds `name` as execvp(3) would: a name with a slash as it is, others in the
  * directories of `path_env`. *out is a new string. Returns 0, -ENOENT, or -EACCES when
  * only files without execute permission (or directories) were found. */
