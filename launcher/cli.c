@@ -160,7 +160,10 @@ static int apply_nproc_per_node(ddp_launch_config_t *cfg, const char *value, con
     static const struct {
         const char *name;
         ddp_nproc_kind_t kind;
-    } kinds[] = {{"cpu", DDP_NPROC_CPU}, {"gpu", DDP_NPROC_GPU}, {"auto", DDP_NPROC_AUTO}};
+    } kinds[] = {{"cpu", DDP_NPROC_CPU},
+                 {"gpu", DDP_NPROC_GPU},
+                 {"auto", DDP_NPROC_AUTO},
+                 {"xpu", DDP_NPROC_XPU}};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         if (strcmp(value, kinds[i].name) == 0) {
             cfg->nproc_kind = kinds[i].kind;
@@ -173,7 +176,7 @@ static int apply_nproc_per_node(ddp_launch_config_t *cfg, const char *value, con
         return usage(err, origin, "invalid value '%s': must be between 1 and %d", value,
                      DDP_MAX_LOCAL_WORKERS);
     if (r)
-        return bad_value(err, origin, value, "an integer, cpu, gpu or auto");
+        return bad_value(err, origin, value, "an integer, cpu, gpu, xpu or auto");
     cfg->nproc_kind = DDP_NPROC_INT;
     cfg->nproc_per_node = (int)n;
     return 0;
@@ -728,7 +731,7 @@ static const char *const start_methods[] = {"spawn", "fork", "forkserver", NULL}
 static const flag_t flags[] = {
     {CODE("nnodes", apply_nnodes, true), false, G_WORKERS, "N|MIN:MAX",
      "nodes in the job (default 1; a fixed N: static rendezvous)"},
-    {CODE("nproc-per-node", apply_nproc_per_node, true), false, G_WORKERS, "N|cpu|gpu|auto",
+    {CODE("nproc-per-node", apply_nproc_per_node, true), false, G_WORKERS, "N|cpu|gpu|xpu|auto",
      "workers on this node (default 1)"},
     {INT("node-rank", node_rank, 0, INT_MAX - 1), false, G_WORKERS, "R",
      "this node's rank (default 0; node 0 hosts the store)"},

@@ -29,7 +29,13 @@ enum {
     DDP_EXIT_SIGNAL_BASE = 128,
 };
 
-typedef enum { DDP_NPROC_INT, DDP_NPROC_CPU, DDP_NPROC_GPU, DDP_NPROC_AUTO } ddp_nproc_kind_t;
+typedef enum {
+    DDP_NPROC_INT,
+    DDP_NPROC_CPU,
+    DDP_NPROC_GPU,
+    DDP_NPROC_AUTO,
+    DDP_NPROC_XPU
+} ddp_nproc_kind_t;
 typedef enum { DDP_RDZV_STATIC, DDP_RDZV_C10D } ddp_rdzv_backend_t;
 
 /* What the worker is told its local rank through, besides LOCAL_RANK. */

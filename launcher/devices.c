@@ -3,10 +3,15 @@
 
 #include "ddp_config.h"
 #include "dl.h"
+#include "env.h"
 #include "error.h"
+#include "spawn.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #if DDP_HAVE_CUDA
 typedef int (*cu_init_fn)(unsigned int flags);
@@ -62,3 +67,54 @@ int ddp_devices_cuda_count(int *count, ddp_buf_t *why)
     return DDP_ENOCUDA;
 }
 #endif
+
+#define XPU_ANSWER  "ddp-launch xpu count: "
+#define XPU_TIMEOUT 120.0
+
+int ddp_devices_xpu_count(const char *python, int *count, ddp_buf_t *why)
+{
+    static const char script[] =
+        "import torch\n"
+        "xpu = getattr(torch, 'xpu', None)\n"
+        "print('" XPU_ANSWER "%d' % (xpu.device_count() if xpu is not None and "
+        "xpu.is_available() else -1), flush=True)\n";
+    char *path = NULL, tail[4096];
+    size_t kept = 0;
+    int status = 0, rc = ddp_proc_find(python, ddp_env_get(DDP_ENV_PATH), &path);
+    if (rc != 0) {
+        ddp_buf_printf(why, "counting XPUs needs the workers' python with torch: %s: %s", python,
+                       ddp_strerror(rc));
+        return DDP_EUSAGE;
+    }
+    char *argv[] = {path, "-c", (char *)script, NULL};
+    rc = ddp_proc_run_bounded(argv, true, XPU_TIMEOUT, tail, sizeof tail - 1, &kept, &status);
+    free(path);
+    tail[kept] = '\0';
+    const char *answer = NULL;
+    for (const char *at = strstr(tail, XPU_ANSWER); at != NULL; at = strstr(at + 1, XPU_ANSWER))
+        answer = at + strlen(XPU_ANSWER);
+    int n = -1;
+    if (rc == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 && answer != NULL &&
+        sscanf(answer, "%d", &n) == 1 && n > 0) {
+        *count = n;
+        return 0;
+    }
+    if (rc < 0) {
+        ddp_buf_printf(why, "unable to run %s to count XPUs: %s", python, ddp_strerror(rc));
+    } else if (rc == 1) {
+        ddp_buf_printf(why, "%s did not count the XPUs within %g s", python, XPU_TIMEOUT);
+    } else if (answer != NULL) {
+        ddp_buf_printf(why, "no XPU is available to the torch of %s (torch.xpu)", python);
+    } else {
+        /* The last line it wrote (a traceback's: torch missing). */
+        size_t end = kept;
+        while (end > 0 && (tail[end - 1] == '\n' || tail[end - 1] == ' '))
+            end--;
+        size_t start = end;
+        while (start > 0 && tail[start - 1] != '\n')
+            start--;
+        ddp_buf_printf(why, "%s could not count the XPUs with torch: %.*s", python,
+                       (int)(end - start), tail + start);
+    }
+    return DDP_EUSAGE;
+}

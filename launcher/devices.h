@@ -13,4 +13,10 @@
  * driver is missing, fails or finds no device; `why` says which. */
 int ddp_devices_cuda_count(int *count, ddp_buf_t *why);
 
+/* Sets *count to the Intel GPUs (XPUs) the workers' torch sees: PYTHON_EXEC `python` (found
+ * in PATH) asks torch.xpu, as torchrun does; there is no way to count them without torch.
+ * Blocking, at most 120 s. Returns 0, or DDP_EUSAGE with `why` (none available, no torch,
+ * no python, no answer). */
+int ddp_devices_xpu_count(const char *python, int *count, ddp_buf_t *why);
+
 #endif

@@ -261,6 +261,18 @@ int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t
     case DDP_NPROC_AUTO:
         cfg->nproc_per_node = gpus > 0 ? gpus : usable_cpus();
         break;
+    case DDP_NPROC_XPU: {
+        ddp_buf_t why = DDP_BUF_INIT;
+        rc = ddp_devices_xpu_count(cfg->python_exec, &cfg->nproc_per_node, &why);
+        if (rc != 0) {
+            ddp_buf_clear(err);
+            ddp_buf_printf(err, "--nproc-per-node: xpu: %s", ddp_buf_str(&why));
+        }
+        ddp_buf_free(&why);
+        if (rc != 0)
+            return rc;
+        break;
+    }
     }
     if (cfg->nproc_per_node > DDP_MAX_LOCAL_WORKERS)
         cfg->nproc_per_node = DDP_MAX_LOCAL_WORKERS;
@@ -268,6 +280,7 @@ int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t
         ddp_log_debug(log, "using %d workers per node (--nproc-per-node=%s)", cfg->nproc_per_node,
                       cfg->nproc_kind == DDP_NPROC_CPU   ? "cpu"
                       : cfg->nproc_kind == DDP_NPROC_GPU ? "gpu"
+                      : cfg->nproc_kind == DDP_NPROC_XPU ? "xpu"
                                                          : "auto");
     if (cfg->numa_mode != DDP_NUMA_OFF && (rc = resolve_numa(cfg, log, err)) != 0)
         return rc;

@@ -483,6 +483,56 @@ static void test_program_in_path(void **state)
     free(dir);
 }
 
+/* --nproc-per-node=xpu: the workers' python counts the XPUs with torch.xpu, as torchrun
+ * does: its answer is the worker count; none available, no torch, or no such python end
+ * the job before it starts (2), saying which. */
+static void test_nproc_per_node_xpu(void **state)
+{
+    char *dir = th_tmpdir();
+    char three[700], none[700], exec_three[800], exec_none[800];
+    write_executable(three, sizeof three, dir, "python-three",
+                     "#!/bin/sh\necho 'imported'; echo 'ddp-launch xpu count: 3'\n");
+    write_executable(none, sizeof none, dir, "python-none",
+                     "#!/bin/sh\necho 'ddp-launch xpu count: -1'\n");
+    snprintf(exec_three, sizeof exec_three, "PYTHON_EXEC=%s", three);
+    snprintf(exec_none, sizeof exec_none, "PYTHON_EXEC=%s", none);
+    const char *argv[] = {th_launcher(), "--nproc-per-node=xpu", "--dry-run", "train.py", NULL};
+    const char *env_three[] = {exec_three, NULL};
+    th_proc_t p;
+    th_run(&p, argv, env_three, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "3 worker(s) on node 0 of 1") != NULL);
+    th_cleanup(&p);
+
+    const char *env_none[] = {exec_none, NULL};
+    th_run(&p, argv, env_none, 60);
+    TH_ASSERT(&p, th_status(&p) == 2);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "--nproc-per-node: xpu: no XPU is available to the "
+                                              "torch of ") != NULL);
+    th_cleanup(&p);
+
+    const char *env_missing[] = {"PYTHON_EXEC=/nonexistent/python9", NULL};
+    th_run(&p, argv, env_missing, 60);
+    TH_ASSERT(&p, th_status(&p) == 2);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "counting XPUs needs the workers' python with "
+                                              "torch: /nonexistent/python9") != NULL);
+    th_cleanup(&p);
+
+    /* The real torch here (Debian's) has no XPU to offer. */
+    const char *python = getenv("DDP_TEST_PYTHON");
+    if (python != NULL && *python != '\0') {
+        char exec[600];
+        snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python);
+        const char *env_real[] = {exec, NULL};
+        th_run(&p, argv, env_real, 120);
+        TH_ASSERT(&p, th_status(&p) == 2);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "--nproc-per-node: xpu: ") != NULL);
+        th_cleanup(&p);
+    }
+    th_rmtree(dir);
+    free(dir);
+}
+
 static void test_hello_example(void **state)
 {
     const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--no-python",
@@ -921,6 +971,7 @@ int main(void)
         TH_TEST(test_dry_run_of_another_node),
         TH_TEST(test_program_without_no_python),
         TH_TEST(test_program_in_path),
+        TH_TEST(test_nproc_per_node_xpu),
         TH_TEST(test_hello_example),
         TH_TEST(test_start_up_errors),
         TH_TEST(test_nnodes_outside_a_slurm_step_said),
