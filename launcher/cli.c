@@ -820,7 +820,7 @@ static const flag_t flags[] = {
      "signals passed to the workers, nothing stopped\n(Slurm's --signal=USR1@60 to "
      "checkpoint and go on)"},
     {"shutdown-timeout", 0, KIND_SECONDS, FIELD(shutdown_timeout), 0, 7 * 86400, NULL, NULL, true,
-     false, G_SUPERVISION, "SECONDS", "grace between the stop signal and SIGKILL (default 30)"},
+     false, G_SUPERVISION, "SECONDS", "grace between the stop signal and SIGKILL (default\n30, or TORCH_ELASTIC_SHUTDOWN_TIMEOUT)"},
     {CODE("hang-timeout", apply_hang_timeout, true), false, G_SUPERVISION, "SECONDS|auto",
      "no collective finished (libddp), or no output and no CPU\n(others), by any rank this "
      "long: report where every\nrank is, then stop as for a failure (default 0: off);\nauto: "
@@ -1397,6 +1397,14 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
     }
     if ((rc = scan_argv(argc, argv, raw, &script_index, err)) != 0)
         goto fail;
+    /* torchrun's: without the flag (or PET_), TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s. */
+    raw_value_t *grace = &raw[flag_index("shutdown-timeout")];
+    const char *grace_env = ddp_env_lookup(envp, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+    if (!grace->set && grace_env != NULL && *grace_env != '\0') {
+        grace->value = grace_env;
+        grace->set = true;
+        snprintf(grace->origin, sizeof grace->origin, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+    }
     char slurm_host[256];
     if ((rc = slurm_defaults(raw, envp, slurm_host, sizeof slurm_host, log, err)) != 0)
         goto fail;

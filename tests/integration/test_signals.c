@@ -100,6 +100,44 @@ static void test_grace_then_sigkill(void **state)
     th_cleanup(&p);
 }
 
+/* torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT is the grace where --shutdown-timeout (or its
+ * PET_) is not given; the flag wins over it; a bad value is a usage error naming it. */
+static void test_grace_from_torch_elastic_variable(void **state)
+{
+    static const struct {
+        const char *flag, *grace;
+    } cases[] = {{NULL, "1"}, {"--shutdown-timeout=2", "2"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *argv[8] = {th_launcher()};
+        int n = 1;
+        if (cases[i].flag != NULL)
+            argv[n++] = cases[i].flag;
+        const char *tail[] = {"--no-python", th_worker(), "wait", "ignore-term", NULL};
+        for (int k = 0; tail[k] != NULL; k++)
+            argv[n++] = tail[k];
+        argv[n] = NULL;
+        const char *env[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=1", NULL};
+        th_proc_t p;
+        th_start(&p, argv, env);
+        TH_ASSERT(&p, th_wait_output(&p, 1, "ready", 1, 30));
+        kill(p.pid, SIGTERM);
+        TH_ASSERT(&p, th_wait_exit(&p, 30));
+        TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+        char said[96];
+        snprintf(said, sizeof said, "still running %s s after the stop signal", cases[i].grace);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), said) != NULL);
+        th_cleanup(&p);
+    }
+    const char *argv[] = {th_launcher(), "--no-python", "/bin/true", NULL};
+    const char *bad[] = {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon", NULL};
+    th_proc_t p;
+    th_run(&p, argv, bad, 30);
+    TH_ASSERT(&p, th_status(&p) == 2);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "TORCH_ELASTIC_SHUTDOWN_TIMEOUT: invalid value "
+                                              "'soon'") != NULL);
+    th_cleanup(&p);
+}
+
 static void test_sigusr1_can_be_forwarded(void **state)
 {
     const char *argv[] = {th_launcher(), "--signals-to-handle=SIGTERM,SIGUSR1",
@@ -417,6 +455,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         TH_TEST(test_sigterm_is_forwarded),
         TH_TEST(test_grace_then_sigkill),
+        TH_TEST(test_grace_from_torch_elastic_variable),
         TH_TEST(test_sigusr1_can_be_forwarded),
         TH_TEST(test_second_signal_kills_at_once),
         TH_TEST(test_signal_after_the_end),
