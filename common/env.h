@@ -24,6 +24,7 @@
     X(TORCHELASTIC_MAX_RESTARTS, NULL, "the --max-restarts of the job")                         \
     X(TORCHELASTIC_RUN_ID, NULL, "the --rdzv-id of the job")                                    \
     X(TORCHELASTIC_ERROR_FILE, NULL, "where a failing worker writes its error.json")            \
+    X(TORCHELASTIC_SIGNALS_TO_HANDLE, NULL, "--signals-to-handle, for torch >= 2.9's workers")  \
     X(TORCH_NCCL_ASYNC_ERROR_HANDLING, "1", "NCCL async error handling in torch >= 2.2")        \
     X(NCCL_ASYNC_ERROR_HANDLING, "1", "NCCL async error handling in torch < 2.2")               \
     X(OMP_NUM_THREADS, "1", "OpenMP threads per worker; set to 1 when unset and nproc > 1")     \

@@ -3,6 +3,7 @@
 
 #include "buf.h"
 #include "env.h"
+#include "signals.h"
 #include "spawn.h"
 #include "template.h"
 #include "torch_version.h"
@@ -207,6 +208,16 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
         add_var(&eb, id, "%s", ddp_env_default(id));
     }
     add_var(&eb, DDP_ENV_TORCHELASTIC_ERROR_FILE, "%s", info->error_file);
+    if (info->torch_version >= DDP_TORCH_VERSION(2, 9)) {
+        /* torchrun 2.9 and later put it in their own environment (the workers inherit it). */
+        char names[DDP_MAX_SIGNALS * 16] = "", name[32];
+        for (int i = 0; i < cfg->nsignals; i++) {
+            size_t len = strlen(names);
+            snprintf(names + len, sizeof names - len, "%s%s", i > 0 ? "," : "",
+                     ddp_signal_name(cfg->signals[i], name, sizeof name));
+        }
+        add_var(&eb, DDP_ENV_TORCHELASTIC_SIGNALS_TO_HANDLE, "%s", names);
+    }
     if (info->dump_signal > 0)
         add_var(&eb, DDP_ENV_DDP_DUMP_SIGNAL, "%d", info->dump_signal);
     if (info->progress_ring != NULL)

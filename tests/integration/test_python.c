@@ -201,7 +201,8 @@ static void test_python_without_torch_is_named(void **state)
  * (torch 2.2 and later warn of it, and their torchrun sets only the new name), found
  * from the workers' python without importing torch: Debian's 1.13 in dist-packages gets
  * both names; a venv (its python a link out of it) whose site-packages holds torch
- * 2.6's version.py gets only TORCH_NCCL_ASYNC_ERROR_HANDLING. */
+ * 2.6's version.py gets only TORCH_NCCL_ASYNC_ERROR_HANDLING. TORCHELASTIC_SIGNALS_TO_HANDLE,
+ * which torchrun 2.9 and later leave to their workers, only with such a torch (2.11). */
 static void test_legacy_nccl_variable_follows_torch(void **state)
 {
     static const char *const clean[] = {"NCCL_ASYNC_ERROR_HANDLING",
@@ -216,6 +217,7 @@ static void test_legacy_nccl_variable_follows_torch(void **state)
     if (access("/usr/lib/python3/dist-packages/torch/version.py", R_OK) == 0)
         TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "\"NCCL_ASYNC_ERROR_HANDLING\": \"1\"") != NULL);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "\"TORCH_NCCL_ASYNC_ERROR_HANDLING\": \"1\""));
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "\"TORCHELASTIC_SIGNALS_TO_HANDLE\": null") != NULL);
     th_cleanup(&p);
 
     snprintf(dir, sizeof dir, "%s", write_script("venv-mark", ""));
@@ -237,6 +239,26 @@ static void test_legacy_nccl_variable_follows_torch(void **state)
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "\"NCCL_ASYNC_ERROR_HANDLING\": null") != NULL);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "\"TORCH_NCCL_ASYNC_ERROR_HANDLING\": \"1\""));
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "\"TORCHELASTIC_SIGNALS_TO_HANDLE\": null") != NULL);
+    th_cleanup(&p);
+
+    snprintf(
+        cmd, sizeof cmd,
+        "printf \"__version__ = '2.11.0+cu130'\\n\" > \"$(echo '%s'/lib/python3*/site-packages)"
+        "/torch/version.py\"",
+        venv);
+    assert_int_equal(system(cmd), 0);
+    const char *usr1[] = {th_launcher(), "--signals-to-handle=term,SIGUSR1",
+                          script("env_worker.py"), NULL};
+    th_run(&p, argv, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "\"TORCHELASTIC_SIGNALS_TO_HANDLE\": "
+                                              "\"SIGTERM,SIGINT,SIGHUP,SIGQUIT\"") != NULL);
+    th_cleanup(&p);
+    th_run(&p, usr1, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "\"TORCHELASTIC_SIGNALS_TO_HANDLE\": "
+                                              "\"SIGTERM,SIGUSR1\"") != NULL);
     th_cleanup(&p);
 }
 
