@@ -190,6 +190,14 @@ static int apply_master_addr(ddp_launch_config_t *cfg, const char *value, const 
         if (isspace((unsigned char)*p))
             return bad_value(err, origin, value, "a host name or address");
     }
+    size_t len = strlen(value);
+    if (len > 2 && value[0] == '[' && value[len - 1] == ']') {
+        /* torchrun's IPv6 form, [::1]: the address is what is between the brackets. */
+        int rc = copy_text(value + 1, origin, cfg->master_addr, sizeof cfg->master_addr, err);
+        if (rc == 0)
+            cfg->master_addr[len - 2] = '\0';
+        return rc;
+    }
     return copy_text(value, origin, cfg->master_addr, sizeof cfg->master_addr, err);
 }
 
@@ -820,7 +828,8 @@ static const flag_t flags[] = {
      "signals passed to the workers, nothing stopped\n(Slurm's --signal=USR1@60 to "
      "checkpoint and go on)"},
     {"shutdown-timeout", 0, KIND_SECONDS, FIELD(shutdown_timeout), 0, 7 * 86400, NULL, NULL, true,
-     false, G_SUPERVISION, "SECONDS", "grace between the stop signal and SIGKILL (default\n30, or TORCH_ELASTIC_SHUTDOWN_TIMEOUT)"},
+     false, G_SUPERVISION, "SECONDS",
+     "grace between the stop signal and SIGKILL (default\n30, or TORCH_ELASTIC_SHUTDOWN_TIMEOUT)"},
     {CODE("hang-timeout", apply_hang_timeout, true), false, G_SUPERVISION, "SECONDS|auto",
      "no collective finished (libddp), or no output and no CPU\n(others), by any rank this "
      "long: report where every\nrank is, then stop as for a failure (default 0: off);\nauto: "

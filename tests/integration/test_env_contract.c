@@ -222,6 +222,31 @@ static void test_virtual_local_rank(void **state)
     th_cleanup(&p);
 }
 
+/* --master-addr in torchrun's IPv6 form, [::1]: the store listens on ::1, and the workers
+ * get the address without its brackets. */
+static void test_master_addr_ipv6_brackets(void **state)
+{
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in6 loopback = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    bool ipv6 = fd >= 0 && bind(fd, (struct sockaddr *)&loopback, sizeof loopback) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!ipv6) {
+        printf("no IPv6 loopback here: skipped\n");
+        skip();
+    }
+    const char *argv[] = {
+        th_launcher(), "--master-addr=[::1]", "--master-port=0", "--nproc-per-node=2",
+        "--tee=1",     "--no-python",         th_worker(),       "env",
+        NULL};
+    th_proc_t p;
+    th_run(&p, argv, clean_env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    expect_var(&p, 0, "MASTER_ADDR", "::1");
+    expect_var(&p, 1, "MASTER_ADDR", "::1");
+    th_cleanup(&p);
+}
+
 static void test_standalone_gets_a_free_port_and_run_id(void **state)
 {
     const char *argv[] = {th_launcher(),
@@ -964,6 +989,7 @@ int main(void)
         TH_TEST(test_contract_one_worker),
         TH_TEST(test_user_settings_are_kept),
         TH_TEST(test_standalone_gets_a_free_port_and_run_id),
+        TH_TEST(test_master_addr_ipv6_brackets),
         TH_TEST(test_virtual_local_rank),
         TH_TEST(test_argv_reaches_the_worker),
         TH_TEST(test_legacy_local_rank_argument),
