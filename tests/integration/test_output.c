@@ -36,18 +36,26 @@ static char *run_dir(const char *logs, const char *run_id)
     return found;
 }
 
-/* The contents of <run>/attempt_0/<rank>/<name>, or NULL when it does not exist. */
-static char *log_file(const char *run, int rank, const char *name, size_t *len)
+/* The contents of <run>/attempt_0/<name>, or NULL when it does not exist. */
+static char *attempt_file(const char *run, const char *name, size_t *len)
 {
     char *path, *data = NULL;
     size_t n = 0;
-    assert_true(asprintf(&path, "%s/attempt_0/%d/%s", run, rank, name) > 0);
+    assert_true(asprintf(&path, "%s/attempt_0/%s", run, name) > 0);
     if (ddp_read_file(path, (size_t)64 << 20, &data, &n) != 0)
         data = NULL;
     free(path);
     if (len)
         *len = n;
     return data;
+}
+
+/* The contents of <run>/attempt_0/<rank>/<name>, or NULL when it does not exist. */
+static char *log_file(const char *run, int rank, const char *name, size_t *len)
+{
+    char file[256];
+    snprintf(file, sizeof file, "%d/%s", rank, name);
+    return attempt_file(run, file, len);
 }
 
 static void expect_file(const char *run, int rank, const char *name, const char *content)
@@ -111,18 +119,6 @@ static void test_tee_prefix_on_each_stream(void **state)
     free(logs);
 }
 
-/* <run>/attempt_0/<name>'s contents, or NULL where there is no such file. */
-static char *attempt_file(const char *run, const char *name)
-{
-    char *path, *data = NULL;
-    size_t n = 0;
-    assert_true(asprintf(&path, "%s/attempt_0/%s", run, name) > 0);
-    if (ddp_read_file(path, (size_t)1 << 20, &data, &n) != 0)
-        data = NULL;
-    free(path);
-    return data;
-}
-
 /* torchrun's --duplicate-std{out,err}-filters: the tee'd lines holding any filter (",," a
  * comma in one; "" any line) also go, prefixed, to the attempt's filtered_std*.log; a
  * stream not tee'd does not. Without the flags there is no such file. */
@@ -146,8 +142,8 @@ static void test_duplicate_filters(void **state)
     th_run(&p, argv, NULL, 60);
     TH_ASSERT(&p, th_status(&p) == 0);
     char *run = run_dir(logs, "none");
-    char *out = attempt_file(run, "filtered_stdout.log"),
-         *err = attempt_file(run, "filtered_stderr.log");
+    char *out = attempt_file(run, "filtered_stdout.log", NULL),
+         *err = attempt_file(run, "filtered_stderr.log", NULL);
     TH_ASSERT(&p, out != NULL && err != NULL);
     for (int rank = 0; rank < 2; rank++) {
         char line[3][64];
@@ -170,7 +166,7 @@ static void test_duplicate_filters(void **state)
     th_run(&p, plain, NULL, 60);
     TH_ASSERT(&p, th_status(&p) == 0);
     run = run_dir(logs, "none");
-    TH_ASSERT(&p, (out = attempt_file(run, "filtered_stdout.log")) == NULL);
+    TH_ASSERT(&p, (out = attempt_file(run, "filtered_stdout.log", NULL)) == NULL);
     free(run);
     th_cleanup(&p);
     th_rmtree(logs);

@@ -65,7 +65,7 @@ static void done(parse_t *p)
 /* The parsed value of one flag, as text, for comparing against the table. */
 static void field(const ddp_launch_config_t *c, const char *flag, char *out, size_t cap)
 {
-    static const char *const kinds[] = {"int", "cpu", "gpu", "auto"};
+    static const char *const kinds[] = {"int", "cpu", "gpu", "auto", "xpu"};
     static const char *const rank_args[] = {"none", "underscore", "dash"};
     if (strcmp(flag, "nnodes") == 0) {
         snprintf(out, cap, "%d:%d", c->nnodes_min, c->nnodes_max);
@@ -132,6 +132,15 @@ static void field(const ddp_launch_config_t *c, const char *flag, char *out, siz
         snprintf(out, cap, "%d", c->dry_run);
     } else if (strcmp(flag, "start-method") == 0) {
         snprintf(out, cap, "accepted");
+    } else if (strcmp(flag, "virtual-local-rank") == 0) {
+        snprintf(out, cap, "%d", c->virtual_local_rank);
+    } else if (strcmp(flag, "duplicate-stdout-filters") == 0 ||
+               strcmp(flag, "duplicate-stderr-filters") == 0) {
+        char **list = c->dup_filters[flag[13] == 'o' ? DDP_STD_OUT : DDP_STD_ERR];
+        size_t len = 0;
+        out[0] = '\0';
+        for (int i = 0; list != NULL && list[i] != NULL && len < cap; i++)
+            len += (size_t)snprintf(out + len, cap - len, "<%s>", list[i]);
     } else if (strcmp(flag, "event-log-handler") == 0) {
         snprintf(out, cap, "%s", c->event_log != NULL ? c->event_log : "null");
     } else {
@@ -155,9 +164,12 @@ static const good_case_t good_cases[] = {
     {"nproc-per-node", "cpu", "cpu:1"},
     {"nproc-per-node", "gpu", "gpu:1"},
     {"nproc-per-node", "auto", "auto:1"},
+    {"nproc-per-node", "xpu", "xpu:1"},
     {"node-rank", "0", "0"},
     {"master-addr", "10.1.2.3", "10.1.2.3"},
     {"master-addr", "node-0.cluster", "node-0.cluster"},
+    {"master-addr", "[::1]", "::1"},
+    {"master-addr", "fe80::1", "fe80::1"},
     {"master-port", "1234", "1234"},
     {"master-port", "0", "0"},
     {"local-addr", "node7", "node7"},
@@ -178,6 +190,9 @@ static const good_case_t good_cases[] = {
     {"event-log-handler", "console", "console"},
     {"event-log-handler", "file:/tmp/events.jsonl", "file:/tmp/events.jsonl"},
     {"role", "trainer", "trainer"},
+    {"virtual-local-rank", NULL, "1"},
+    {"duplicate-stdout-filters", "loss,a,,b,,,c", "<loss><a,b,><c>"},
+    {"duplicate-stderr-filters", "warn", "<warn>"},
     {"module", NULL, "1"},
     {"no-python", NULL, "1"},
     {"run-path", NULL, "1"},
@@ -271,7 +286,9 @@ static const bad_case_t bad_cases[] = {
     {"--nnodes=2 --node-rank=2 t.py", NULL, "--node-rank: 2 must be less than --nnodes (2)"},
     {"--nproc-per-node=0 t.py", NULL, "--nproc-per-node: invalid value '0'"},
     {"--nproc_per_node=-1 t.py", NULL, "--nproc-per-node"},
-    {"--nproc-per-node=many t.py", NULL, "expected an integer, cpu, gpu or auto"},
+    {"--nproc-per-node=many t.py", NULL, "expected an integer, cpu, gpu, xpu or auto"},
+    {"t.py", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon",
+     "TORCH_ELASTIC_SHUTDOWN_TIMEOUT: invalid value 'soon'"},
     {"--nproc-per-node=4097 t.py", NULL, "between 1 and 4096"},
     {"--node-rank=-1 t.py", NULL, "--node-rank"},
     {"--node-rank=1 t.py", NULL, "--node-rank: 1 must be less than --nnodes (1)"},
@@ -667,6 +684,8 @@ static void test_defaults_and_environment(void **state)
     assert_string_equal(p.cfg.role, "default");
     assert_int_equal(p.cfg.max_restarts, 0);
     assert_true(p.cfg.shutdown_timeout == 30);
+    assert_false(p.cfg.virtual_local_rank);
+    assert_null(p.cfg.dup_filters[DDP_STD_OUT]);
     assert_int_equal(p.cfg.nsignals, 4);
     assert_int_equal(p.cfg.signals[0], SIGTERM);
     assert_int_equal(p.cfg.signals[3], SIGQUIT);
@@ -678,6 +697,22 @@ static void test_defaults_and_environment(void **state)
     assert_int_equal(p.rc, 0);
     assert_string_equal(p.cfg.python_exec, "python3");
     assert_null(p.cfg.prefix_template);
+    done(&p);
+    /* torchrun's TORCH_ELASTIC_SHUTDOWN_TIMEOUT, under the flag and its PET_. */
+    parse(&p, "train.py", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=120");
+    assert_true(p.rc == 0 && p.cfg.shutdown_timeout == 120);
+    done(&p);
+    parse(&p, "train.py", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=120 PET_SHUTDOWN_TIMEOUT=7");
+    assert_true(p.rc == 0 && p.cfg.shutdown_timeout == 7);
+    done(&p);
+    parse(&p, "--shutdown-timeout=3 train.py", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=120");
+    assert_true(p.rc == 0 && p.cfg.shutdown_timeout == 3);
+    done(&p);
+    /* An empty filter list ("") is one filter that every line holds, as in torchrun. */
+    parse(&p, "--duplicate-stdout-filters= train.py", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.ndup_filters[DDP_STD_OUT], 1);
+    assert_string_equal(p.cfg.dup_filters[DDP_STD_OUT][0], "");
     done(&p);
 }
 
