@@ -106,15 +106,9 @@ int ddp_devices_xpu_count(const char *python, int *count, ddp_buf_t *why)
     } else if (answer != NULL) {
         ddp_buf_printf(why, "no XPU is available to the torch of %s (torch.xpu)", python);
     } else {
-        /* The last line it wrote (a traceback's: torch missing). */
-        size_t end = kept;
-        while (end > 0 && (tail[end - 1] == '\n' || tail[end - 1] == ' '))
-            end--;
-        size_t start = end;
-        while (start > 0 && tail[start - 1] != '\n')
-            start--;
-        ddp_buf_printf(why, "%s could not count the XPUs with torch: %.*s", python,
-                       (int)(end - start), tail + start);
+        char line[512]; /* the last it wrote: a traceback's (torch missing) */
+        ddp_proc_last_line(tail, kept, line, sizeof line);
+        ddp_buf_printf(why, "%s could not count the XPUs with torch: %s", python, line);
     }
     return DDP_EUSAGE;
 }

@@ -114,17 +114,6 @@ static int check_nvml(ddp_buf_t *why)
     return rc;
 }
 
-/* The last non-empty line of `text`, into `out`. */
-static void last_line(const char *text, size_t len, char *out, size_t cap)
-{
-    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
-        len--;
-    size_t start = len;
-    while (start > 0 && text[start - 1] != '\n')
-        start--;
-    snprintf(out, cap, "%.*s", (int)(len - start), text + start);
-}
-
 /* --health-check=CMD with /bin/sh, in its own process group, for at most `timeout` s: exit 0
  * is healthy; otherwise its last line of stderr is the reason. */
 static int check_command(const char *command, double timeout, ddp_buf_t *why)
@@ -148,7 +137,7 @@ static int check_command(const char *command, double timeout, ddp_buf_t *why)
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return 0;
     char line[512];
-    last_line(tail, kept, line, sizeof line);
+    ddp_proc_last_line(tail, kept, line, sizeof line);
     if (WIFEXITED(status))
         ddp_buf_printf(why, "--health-check: '%s' exited with %d%s%s", command, WEXITSTATUS(status),
                        line[0] ? ": " : "", line);

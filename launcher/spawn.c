@@ -348,3 +348,13 @@ int ddp_proc_run_bounded(char *const argv[], bool with_stdout, double timeout, c
     }
     return 0;
 }
+
+void ddp_proc_last_line(const char *text, size_t len, char *out, size_t cap)
+{
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
+        len--;
+    size_t start = len;
+    while (start > 0 && text[start - 1] != '\n')
+        start--;
+    snprintf(out, cap, "%.*s", (int)(len - start), text + start);
+}

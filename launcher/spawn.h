@@ -38,6 +38,9 @@ typedef struct ddp_spawn_s {
 int ddp_proc_run_bounded(char *const argv[], bool with_stdout, double timeout, char *tail,
                          size_t cap, size_t *kept, int *status);
 
+/* The last non-empty line of text[0, len) (such a tail: why it failed), into out[cap]. */
+void ddp_proc_last_line(const char *text, size_t len, char *out, size_t cap);
+
 /* Finds `name` as execvp(3) would: a name with a slash as it is, others in the
  * directories of `path_env`. *out is a new string. Returns 0, -ENOENT, or -EACCES when
  * only files without execute permission (or directories) were found. */
