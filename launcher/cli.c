@@ -1386,6 +1386,23 @@ static int apply_flag(const flag_t *f, ddp_launch_config_t *cfg, const raw_value
     return f->apply(cfg, value, origin, log, err);
 }
 
+/* --duplicate-std*-filters copy tee'd lines only (torchrun's): without a --tee of that
+ * stream they do nothing, said once. */
+static void warn_untee_filters(const ddp_launch_config_t *cfg, const ddp_log_t *log)
+{
+    for (int std = DDP_STD_OUT; std <= DDP_STD_ERR; std++) {
+        bool teed = (cfg->tee.all & std) != 0;
+        for (size_t i = 0; i < cfg->tee.nmap && !teed; i++)
+            teed = (cfg->tee.map[i].std & std) != 0;
+        if (cfg->dup_filters[std] != NULL && !teed)
+            ddp_log_warn(log,
+                         "--duplicate-%s-filters copies only what --tee sends to the console, "
+                         "and no %s is tee'd: nothing is copied",
+                         std == DDP_STD_OUT ? "stdout" : "stderr",
+                         std == DDP_STD_OUT ? "stdout" : "stderr");
+    }
+}
+
 int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *envp,
                   const ddp_log_t *log, ddp_buf_t *err)
 {
@@ -1431,6 +1448,7 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
         goto fail;
     if ((rc = check_combinations(cfg, err)) != 0)
         goto fail;
+    warn_untee_filters(cfg, log);
     const char *python = ddp_env_lookup(envp, "PYTHON_EXEC");
     if (python != NULL && *python != '\0')
         cfg->python_exec = python;

@@ -155,6 +155,7 @@ static void test_duplicate_filters(void **state)
     }
     TH_ASSERT(&p, th_count(out, "\n") == 6); /* nothing else, rank 2 (not tee'd) none */
     TH_ASSERT(&p, strcmp(err, "[default0]:warn\n") == 0); /* only rank 0 tees stderr */
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "nothing is copied") == NULL);
     free(out);
     free(err);
     free(run);
@@ -168,6 +169,16 @@ static void test_duplicate_filters(void **state)
     run = run_dir(logs, "none");
     TH_ASSERT(&p, (out = attempt_file(run, "filtered_stdout.log", NULL)) == NULL);
     free(run);
+    th_cleanup(&p);
+
+    /* Filters for a stream no rank tees: said, as they copy nothing. */
+    const char *untee[] = {th_launcher(), "--tee=1", "--duplicate-stderr-filters=x", "/bin/true",
+                           NULL};
+    th_run(&p, untee, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p,
+              strstr(ddp_buf_str(&p.err), "--duplicate-stderr-filters copies only what --tee "
+                                          "sends to the console, and no stderr is tee'd") != NULL);
     th_cleanup(&p);
     th_rmtree(logs);
     free(logs);
