@@ -26,6 +26,10 @@ int ddp_read_file(const char *path, size_t limit, char **out, size_t *len);
  * copy: one pread, never blocking on a FIFO). 0; -errno; DDP_EPARSE when it is shorter. */
 int ddp_read_head(const char *path, void *out, size_t size);
 
+/* A random version 4 UUID ("1b4e28ba-2fa1-4d2b-883f-0016d3cca427"), as torchrun makes run
+ * ids and file names, into out[37]. 0 or -errno (no randomness). */
+int ddp_random_uuid(char out[37]);
+
 /* Seconds on CLOCK_MONOTONIC and CLOCK_REALTIME. */
 double ddp_clock_mono(void);
 double ddp_clock_wall(void);

@@ -187,6 +187,7 @@ static void finish(ddp_agent_t *a)
     uv_close((uv_handle_t *)&a->hang_wait, NULL);
     ddp_output_close_handles(&a->output);
     ddp_session_close(&a->session);
+    ddp_file_timer_close(a->file_timer);
     ddp_zygote_stop(&a->zygote);
 }
 
@@ -846,6 +847,10 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         f.message = oom;
     else
         free(oom);
+    if (w->timer_expired != NULL && f.message == NULL && WIFSIGNALED(status) &&
+        asprintf(&f.message, "its watchdog timer '%s' expired (TORCHELASTIC_ENABLE_FILE_TIMER)",
+                 w->timer_expired) < 0)
+        f.message = NULL;
     ddp_stop_state_t stop = {
         .stopping = a->state != AGENT_RUNNING,
         .for_failure = a->state == AGENT_STOPPING && a->stop_reason == STOP_FAILURE,
@@ -1185,6 +1190,7 @@ int ddp_agent_worker_env(ddp_agent_t *a, const ddp_worker_t *w, const char *erro
         .module_dir = a->module_dir[0] != '\0' ? a->module_dir : NULL,
         .progress_ring = ring,
         .torch_version = a->torch_version,
+        .timer_file = a->file_timer != NULL ? ddp_file_timer_path(a->file_timer) : NULL,
     };
     int err = ddp_worker_env_added(cfg, &info, environ, added);
     if (err == 0 && (err = ddp_worker_env_merge(environ, *added, envp)) != 0) {
@@ -1288,6 +1294,8 @@ static int group_start(ddp_agent_t *a)
         a->workers[i].succeeded = a->workers[i].stopped = false;
         free(a->workers[i].stopped_error);
         a->workers[i].stopped_error = NULL;
+        free(a->workers[i].timer_expired);
+        a->workers[i].timer_expired = NULL;
     }
     free(a->attempt_dir);
     a->attempt_dir = NULL;
@@ -1296,6 +1304,7 @@ static int group_start(ddp_agent_t *a)
     a->sent_sigkill = false;
     a->hang = HANG_IDLE;
     a->hang_done = a->deferred_failure = a->deferred_remote = false;
+    ddp_file_timer_clear(a->file_timer); /* the last attempt's workers are gone */
     int err = ddp_logs_make_attempt_dir(a->run_dir, a->attempt, a->nworkers, &a->attempt_dir);
     if (err) {
         ddp_log_error(a->log, "unable to create attempt_%d under %s: %s", a->attempt, a->run_dir,
@@ -1579,6 +1588,34 @@ static bool any_file_output(const ddp_launch_config_t *cfg)
     return false;
 }
 
+/* The watchdog's callbacks (file_timer.h): whose process `pid` is (each worker leads its
+ * own process group), and the event of a timer that fired. */
+static int timer_owner(void *ctx, pid_t pid)
+{
+    ddp_agent_t *a = ctx;
+    pid_t group = getpgid(pid);
+    for (int i = 0; i < a->nworkers; i++)
+        if (a->workers[i].running && (a->workers[i].pid == pid || a->workers[i].pid == group))
+            return i;
+    return -1;
+}
+
+static void timer_fired(void *ctx, pid_t pid, int local_rank, const char *scope, int sig)
+{
+    ddp_agent_t *a = ctx;
+    char name[32];
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_int(&fields, "local_rank", local_rank);
+    ddp_events_int(&fields, "rank", a->workers[local_rank].rank);
+    ddp_events_int(&fields, "pid", pid);
+    ddp_events_str(&fields, "scope", scope);
+    ddp_events_str(&fields, "signal", ddp_signal_name(sig, name, sizeof name));
+    ddp_events_emit(&a->events, "timer_expired", &fields);
+    ddp_buf_free(&fields);
+    free(a->workers[local_rank].timer_expired); /* for the report's line on its end */
+    a->workers[local_rank].timer_expired = strdup(scope);
+}
+
 /* Creates the loop's handles and starts them. Only the first signal handle can fail
  * to initialize (it creates the loop's signal pipe); after that nothing can, so a
  * failure later leaves every handle ready for finish(). */
@@ -1630,6 +1667,9 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
         return err;
     *handles_ready = true;
     ddp_session_watch(&a->loop, &a->session, a->log);
+    if (a->file_timer != NULL &&
+        (err = ddp_file_timer_watch(a->file_timer, &a->loop, timer_owner, timer_fired, a)) != 0)
+        return err;
     if ((err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD)) != 0)
         return err;
     for (int i = 0; i < a->cfg->nsignals; i++) {
@@ -1749,6 +1789,27 @@ static int open_events(ddp_agent_t *a)
 /* Everything before the loop runs: the program found, the log directory, the orphan
  * guard, the loop itself. 0, or the exit status to return (what failed is logged);
  * agent_free undoes whatever was done either way. */
+/* TORCHELASTIC_ENABLE_FILE_TIMER=1 (torchrun's, read from this launcher's environment):
+ * the watchdog's FIFO, at TORCHELASTIC_TIMER_FILE or a new name in TMPDIR; the workers
+ * are told where. A FIFO that cannot be made ends the job before it starts. */
+static int create_file_timer(ddp_agent_t *a)
+{
+    const char *enable = ddp_env_get(DDP_ENV_TORCHELASTIC_ENABLE_FILE_TIMER);
+    if (enable == NULL || strcmp(enable, "1") != 0)
+        return 0;
+    ddp_buf_t why = DDP_BUF_INIT;
+    const char *path = ddp_env_get(DDP_ENV_TORCHELASTIC_TIMER_FILE);
+    int err = ddp_file_timer_create(path != NULL && *path != '\0' ? path : NULL,
+                                    ddp_env_get(DDP_ENV_TMPDIR), a->log, &a->file_timer, &why);
+    if (err != 0)
+        ddp_log_error(a->log, "TORCHELASTIC_ENABLE_FILE_TIMER=1: %s", ddp_buf_str(&why));
+    else
+        ddp_log_info(a->log, "watchdog timers (TORCHELASTIC_ENABLE_FILE_TIMER=1) at %s",
+                     ddp_file_timer_path(a->file_timer));
+    ddp_buf_free(&why);
+    return err != 0 ? DDP_EXIT_LAUNCH_FAILED : 0;
+}
+
 static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_agent_t **out)
 {
     ddp_agent_t *a = calloc(1, sizeof *a);
@@ -1817,6 +1878,8 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
         ddp_log_info(log, "worker logs go to %s", a->run_dir);
     else
         ddp_log_debug(log, "log directory: %s", a->run_dir);
+    if ((err = create_file_timer(a)) != 0)
+        return err;
     if ((err = uv_loop_init(&a->loop)) != 0) {
         ddp_log_error(log, "unable to set up the event loop: %s", uv_strerror(err));
         return DDP_EXIT_LAUNCH_FAILED;
@@ -1900,8 +1963,11 @@ static int agent_free(ddp_agent_t *a, int exit_code)
     free(a->failures);
     ddp_buf_free(&a->remote_failures);
     ddp_gpu_memory_close(a->reclaim); /* a wait the job's end cut short */
-    for (int i = 0; a->workers != NULL && i < a->nworkers; i++)
+    ddp_file_timer_free(a->file_timer);
+    for (int i = 0; a->workers != NULL && i < a->nworkers; i++) {
         free(a->workers[i].stopped_error);
+        free(a->workers[i].timer_expired);
+    }
     free(a->workers);
     free(a->program);
     free(a->base_dir);

@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "events.h"
+#include "file_timer.h"
 #include "guard.h"
 #include "health.h"
 #include "log.h"
@@ -48,6 +49,7 @@ typedef struct ddp_worker_s {
     bool succeeded; /* in this attempt */
     bool stopped;   /* in this attempt, ended by the launcher's stop, not a failure of its own */
     char *stopped_error; /* a stopped worker's own error file's first line, or NULL */
+    char *timer_expired; /* the scope of its watchdog timer that sent it a signal, or NULL */
     char *prefix;
     char *error_file;
     ddp_stream_t *out, *err;
@@ -188,6 +190,8 @@ struct ddp_agent_s {
     bool warm;
     char zygote_script[PATH_MAX];
     ddp_zygote_t zygote;
+    /* TORCHELASTIC_ENABLE_FILE_TIMER=1: torchrun's worker watchdog (file_timer.h); NULL. */
+    ddp_file_timer_t *file_timer;
     bool zygote_started;
     bool cold_said; /* this attempt's line on why a worker started cold */
     int forked;     /* this attempt's workers forked from the zygote */

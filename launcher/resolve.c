@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,16 +31,10 @@ static int usable_cpus(void)
 
 static int random_run_id(char **out)
 {
-    unsigned char b[16];
     char text[37];
-    if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b)
-        return -errno;
-    b[6] = (unsigned char)((b[6] & 0x0F) | 0x40); /* a version 4 UUID, as torchrun makes */
-    b[8] = (unsigned char)((b[8] & 0x3F) | 0x80);
-    snprintf(text, sizeof text,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-             b[15]);
+    int err = ddp_random_uuid(text);
+    if (err != 0)
+        return err;
     char *copy = strdup(text);
     if (copy == NULL)
         return -ENOMEM;

@@ -208,6 +208,8 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
         add_var(&eb, id, "%s", ddp_env_default(id));
     }
     add_var(&eb, DDP_ENV_TORCHELASTIC_ERROR_FILE, "%s", info->error_file);
+    if (info->timer_file != NULL)
+        add_var(&eb, DDP_ENV_TORCHELASTIC_TIMER_FILE, "%s", info->timer_file);
     if (info->torch_version >= DDP_TORCH_VERSION(2, 9)) {
         /* torchrun 2.9 and later put it in their own environment (the workers inherit it). */
         char names[DDP_MAX_SIGNALS * 16] = "", name[32];

@@ -22,6 +22,7 @@ typedef struct ddp_worker_info_s {
     const char *module_dir; /* the ddp_launch package's folder: put last on PYTHONPATH; or NULL */
     const char *progress_ring; /* DDP_PROGRESS_RING (progress.h); or NULL */
     int torch_version;         /* the workers' torch (DDP_TORCH_VERSION), 0: unknown */
+    const char *timer_file;    /* TORCHELASTIC_TIMER_FILE: the watchdog's FIFO; or NULL */
 } ddp_worker_info_t;
 
 /* The torch the workers' Python imports (torch_version.h), where they run Python (not

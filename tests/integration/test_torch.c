@@ -169,6 +169,71 @@ static void test_error_file_in_report(void **state)
     th_cleanup(&p);
 }
 
+/* torchrun's worker watchdog (TORCHELASTIC_ENABLE_FILE_TIMER=1) with torch's own
+ * FileTimerClient: a rank stuck past its timer is killed (SIGKILL, the client's default)
+ * and the report says why; timers released in time kill nothing; TORCHELASTIC_TIMER_FILE
+ * names the FIFO; a malformed request, and one for a process no worker's group holds (the
+ * launcher itself), are said and refused. The FIFO is gone after the job. */
+static void test_watchdog_timer(void **state)
+{
+    char *dir = th_tmpdir(), fifo[700], fifo_var[800];
+    snprintf(fifo, sizeof fifo, "%s/watchdog", dir);
+    snprintf(fifo_var, sizeof fifo_var, "TORCHELASTIC_TIMER_FILE=%s", fifo);
+    static const char *const modes[] = {"expire", "release", "foreign"};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        const char *env[8] = {"TORCHELASTIC_ENABLE_FILE_TIMER=1", m > 0 ? fifo_var : NULL};
+        for (int i = 0, n = m > 0 ? 2 : 1; i < 3 && extra_env[i] != NULL; i++)
+            env[n++] = extra_env[i];
+        const char *argv[] = {th_launcher(),
+                              "--standalone",
+                              "--nproc-per-node=2",
+                              "--shutdown-timeout=5",
+                              script("watchdog_timer.py"),
+                              modes[m],
+                              NULL};
+        th_proc_t p;
+        double started = th_now();
+        th_run(&p, argv, env, 300);
+        const char *out = ddp_buf_str(&p.out), *err = ddp_buf_str(&p.err);
+        TH_ASSERT(&p, strstr(out, "rank 0 done\n") != NULL);
+        TH_ASSERT(&p, strstr(out, "rank 1 timer file ") != NULL);
+        if (m == 0) {
+            TH_ASSERT(&p, th_status(&p) == 1);
+            TH_ASSERT(&p, th_now() - started < 45); /* not the 60 s it slept */
+            TH_ASSERT(&p, strstr(out, "rank 1 done") == NULL);
+            TH_ASSERT(&p, strstr(err, "watchdog timer 'stuck_step' of local rank 1 (pid ") != NULL);
+            TH_ASSERT(&p,
+                      strstr(err, "  traceback : its watchdog timer 'stuck_step' expired") != NULL);
+            /* Its own FIFO, in TMPDIR, and gone after. */
+            const char *at = strstr(out, "rank 0 timer file ");
+            char path[700] = "";
+            TH_ASSERT(&p, at != NULL && sscanf(at, "rank 0 timer file %699s", path) == 1);
+            TH_ASSERT(&p, strstr(path, "/watchdog_timer_") != NULL);
+            TH_ASSERT(&p, access(path, F_OK) != 0);
+        } else {
+            TH_ASSERT(&p, th_status(&p) == 0);
+            TH_ASSERT(&p, strstr(out, "rank 1 done\n") != NULL);
+            char given[800];
+            snprintf(given, sizeof given, "rank 1 timer file %s\n", fifo);
+            TH_ASSERT(&p, strstr(out, given) != NULL);
+            TH_ASSERT(&p, strstr(err, "expired") == NULL || m == 2);
+            TH_ASSERT(&p, access(fifo, F_OK) != 0);
+        }
+        if (m == 2) {
+            TH_ASSERT(&p, strstr(err, "watchdog timer: ignoring a request that is not JSON: "
+                                      "not json") != NULL);
+            TH_ASSERT(&p, strstr(err, "watchdog timer: ignoring a request that is too long: "
+                                      "{xxx") != NULL);
+            TH_ASSERT(&p, strstr(err, "watchdog timer 'foreign' of pid ") != NULL);
+            TH_ASSERT(&p, strstr(err, "is no process of this node's workers: not sending it "
+                                      "SIGTERM") != NULL);
+        }
+        th_cleanup(&p);
+    }
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* A PyTorch rank stuck outside a gloo all_reduce the other waits in, under
  * --hang-timeout and --hang-dump: the report says where each rank's Python is (from the
  * stacks faulthandler wrote on the launcher's signal, which are in the log directory),
@@ -649,6 +714,7 @@ int main(int argc, char **argv)
         TH_TEST(test_tcpstore_client),
         TH_TEST(test_restart_after_a_failure),
         TH_TEST(test_error_file_in_report),
+        TH_TEST(test_watchdog_timer),
         TH_TEST(test_train_fashion),
         TH_TEST(test_fashion_device_choice),
         TH_TEST(test_c_example_under_torchrun),
