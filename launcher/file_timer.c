@@ -20,6 +20,7 @@
 #define LINE_MAX_BYTES 8192 /* a client sends at most PIPE_BUF (4096) bytes a request */
 #define MAX_TIMERS     4096 /* set timers kept at once; more are said and dropped */
 #define MALFORMED_SAID 3    /* malformed requests said one by one, then no more */
+#define MAX_DELAY_MS   1e12 /* a timer further away is looked at again then (30 years) */
 
 typedef struct {
     pid_t pid;
@@ -116,8 +117,9 @@ static void rearm(ddp_file_timer_t *t)
     double next = t->entries[0].expires;
     for (size_t i = 1; i < t->n; i++)
         next = t->entries[i].expires < next ? t->entries[i].expires : next;
-    double delay = ceil((next - ddp_clock_wall()) * 1000);
-    uv_timer_start(&t->timer, on_timer, delay > 0 ? (uint64_t)delay : 0, 0);
+    double delay = ceil((next - ddp_clock_wall()) * 1000); /* ms; a request may say 1e308 */
+    uint64_t ms = delay <= 0 ? 0 : delay >= MAX_DELAY_MS ? (uint64_t)MAX_DELAY_MS : (uint64_t)delay;
+    uv_timer_start(&t->timer, on_timer, ms, 0);
 }
 
 static void malformed(ddp_file_timer_t *t, const char *why, const char *line, size_t len)
@@ -271,6 +273,11 @@ static void on_timer(uv_timer_t *handle)
                          "watchdog timer '%s' of local rank %d (pid %d) expired: sending it %s",
                          e->scope, rank, (int)pid, name);
             t->fired(t->ctx, pid, rank, e->scope, e->sig);
+        } else if (errno != ESRCH) {
+            ddp_log_warn(t->log,
+                         "watchdog timer '%s' of local rank %d (pid %d) expired: "
+                         "unable to send it %s: %s",
+                         e->scope, rank, (int)pid, name, strerror(errno));
         }
         for (size_t k = t->n; k-- > 0;) /* its timers go with it (torchrun's) */
             if (t->entries[k].pid == pid)
