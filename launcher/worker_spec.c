@@ -164,17 +164,74 @@ int ddp_worker_torch_version(const ddp_launch_config_t *cfg, char *const *envp, 
     return version;
 }
 
-int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t *info,
-                         char *const *base, char ***out)
+/* The variables torchrun sets only when the user has not. */
+static void add_if_unset(env_builder_t *eb, const ddp_launch_config_t *cfg,
+                         const ddp_worker_info_t *info, char *const *base)
 {
-    /* Variables torchrun sets only when the user has not. */
     static const ddp_env_id_t if_unset[] = {DDP_ENV_TORCH_NCCL_ASYNC_ERROR_HANDLING,
                                             DDP_ENV_NCCL_ASYNC_ERROR_HANDLING,
                                             DDP_ENV_OMP_NUM_THREADS};
+    for (size_t i = 0; i < sizeof if_unset / sizeof if_unset[0]; i++) {
+        ddp_env_id_t id = if_unset[i];
+        if (ddp_env_lookup(base, ddp_env_name(id)) != NULL ||
+            ddp_env_lookup(cfg->env_set, ddp_env_name(id)) != NULL)
+            continue;
+        if (id == DDP_ENV_OMP_NUM_THREADS && info->local_world_size <= 1)
+            continue;
+        if (id == DDP_ENV_NCCL_ASYNC_ERROR_HANDLING &&
+            info->torch_version >= DDP_TORCH_VERSION(2, 2))
+            continue;
+        add_var(eb, id, "%s", ddp_env_default(id));
+    }
+}
+
+/* TORCHELASTIC_SIGNALS_TO_HANDLE: torchrun 2.9 and later put it in their own environment,
+ * so their workers inherit it. */
+static void add_signals_to_handle(env_builder_t *eb, const ddp_launch_config_t *cfg,
+                                  const ddp_worker_info_t *info)
+{
+    char names[DDP_MAX_SIGNALS * 16] = "", name[32];
+    if (info->torch_version < DDP_TORCH_VERSION(2, 9))
+        return;
+    for (int i = 0; i < cfg->nsignals; i++) {
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof names - len, "%s%s", i > 0 ? "," : "",
+                 ddp_signal_name(cfg->signals[i], name, sizeof name));
+    }
+    add_var(eb, DDP_ENV_TORCHELASTIC_SIGNALS_TO_HANDLE, "%s", names);
+}
+
+/* --env (names cli.c let through): node 0's entries win over this node's; a bare NAME
+ * (unset on this node of a multi-node job) only takes node 0's. What the launcher made
+ * itself (PYTHONPATH with `path_set`, CUDA_VISIBLE_DEVICES with `devices`) stays. */
+static void add_job_env(env_builder_t *eb, const ddp_launch_config_t *cfg,
+                        const ddp_worker_info_t *info, bool path_set, bool devices)
+{
+    const char *visible = ddp_env_name(DDP_ENV_CUDA_VISIBLE_DEVICES);
+    for (int i = 0; i < cfg->nenv && !eb->err; i++) {
+        if (strchr(cfg->env_set[i], '=') == NULL)
+            continue;
+        size_t len = strcspn(cfg->env_set[i], "=");
+        bool overridden = (path_set && is_var(cfg->env_set[i], "PYTHONPATH")) ||
+                          (devices && is_var(cfg->env_set[i], visible));
+        for (int k = 0; info->job_env != NULL && info->job_env[k] != NULL && !overridden; k++)
+            overridden = strncmp(info->job_env[k], cfg->env_set[i], len + 1) == 0;
+        if (!overridden)
+            push(eb, strdup(cfg->env_set[i]));
+    }
+    for (int k = 0; info->job_env != NULL && info->job_env[k] != NULL && !eb->err; k++)
+        if (strchr(info->job_env[k], '=') != NULL &&
+            !(path_set && is_var(info->job_env[k], "PYTHONPATH")) &&
+            !(devices && is_var(info->job_env[k], visible)))
+            push(eb, strdup(info->job_env[k]));
+}
+
+int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t *info,
+                         char *const *base, char ***out)
+{
     env_builder_t eb = {0};
     /* --virtual-local-rank: the worker sees only its device, as device 0 (torchrun's). */
     bool devices = cfg->virtual_local_rank;
-    const char *visible = ddp_env_name(DDP_ENV_CUDA_VISIBLE_DEVICES);
     add_var(&eb, DDP_ENV_LOCAL_RANK, "%d", devices ? 0 : info->local_rank);
     if (devices && cfg->virtual_devices != NULL)
         add_var(&eb, DDP_ENV_CUDA_VISIBLE_DEVICES, "%s", cfg->virtual_devices[info->local_rank]);
@@ -195,31 +252,11 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
     add_var(&eb, DDP_ENV_TORCHELASTIC_RUN_ID, "%s", cfg->run_id);
     add_var(&eb, DDP_ENV_TORCHELASTIC_USE_AGENT_STORE, "%s",
             info->use_agent_store ? "True" : "False");
-    for (size_t i = 0; i < sizeof if_unset / sizeof if_unset[0]; i++) {
-        ddp_env_id_t id = if_unset[i];
-        if (ddp_env_lookup(base, ddp_env_name(id)) != NULL ||
-            ddp_env_lookup(cfg->env_set, ddp_env_name(id)) != NULL)
-            continue;
-        if (id == DDP_ENV_OMP_NUM_THREADS && info->local_world_size <= 1)
-            continue;
-        if (id == DDP_ENV_NCCL_ASYNC_ERROR_HANDLING &&
-            info->torch_version >= DDP_TORCH_VERSION(2, 2))
-            continue;
-        add_var(&eb, id, "%s", ddp_env_default(id));
-    }
+    add_if_unset(&eb, cfg, info, base);
     add_var(&eb, DDP_ENV_TORCHELASTIC_ERROR_FILE, "%s", info->error_file);
     if (info->timer_file != NULL)
         add_var(&eb, DDP_ENV_TORCHELASTIC_TIMER_FILE, "%s", info->timer_file);
-    if (info->torch_version >= DDP_TORCH_VERSION(2, 9)) {
-        /* torchrun 2.9 and later put it in their own environment (the workers inherit it). */
-        char names[DDP_MAX_SIGNALS * 16] = "", name[32];
-        for (int i = 0; i < cfg->nsignals; i++) {
-            size_t len = strlen(names);
-            snprintf(names + len, sizeof names - len, "%s%s", i > 0 ? "," : "",
-                     ddp_signal_name(cfg->signals[i], name, sizeof name));
-        }
-        add_var(&eb, DDP_ENV_TORCHELASTIC_SIGNALS_TO_HANDLE, "%s", names);
-    }
+    add_signals_to_handle(&eb, cfg, info);
     if (info->dump_signal > 0)
         add_var(&eb, DDP_ENV_DDP_DUMP_SIGNAL, "%d", info->dump_signal);
     if (info->progress_ring != NULL)
@@ -238,24 +275,7 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
                 first && ((old && *old) || last) ? ":" : "", old && *old ? old : "",
                 last && old && *old ? ":" : "", last ? last : "");
     }
-    /* --env (names cli.c let through): node 0's entries win over this node's; a bare
-     * NAME (unset on this node of a multi-node job) only takes node 0's. */
-    for (int i = 0; i < cfg->nenv && !eb.err; i++) {
-        if (strchr(cfg->env_set[i], '=') == NULL)
-            continue;
-        size_t len = strcspn(cfg->env_set[i], "=");
-        bool overridden = (path_set && is_var(cfg->env_set[i], "PYTHONPATH")) ||
-                          (devices && is_var(cfg->env_set[i], visible));
-        for (int k = 0; info->job_env != NULL && info->job_env[k] != NULL && !overridden; k++)
-            overridden = strncmp(info->job_env[k], cfg->env_set[i], len + 1) == 0;
-        if (!overridden)
-            push(&eb, strdup(cfg->env_set[i]));
-    }
-    for (int k = 0; info->job_env != NULL && info->job_env[k] != NULL && !eb.err; k++)
-        if (strchr(info->job_env[k], '=') != NULL &&
-            !(path_set && is_var(info->job_env[k], "PYTHONPATH")) &&
-            !(devices && is_var(info->job_env[k], visible)))
-            push(&eb, strdup(info->job_env[k]));
+    add_job_env(&eb, cfg, info, path_set, devices);
     if (eb.err) {
         ddp_strv_free(eb.items);
         return eb.err;

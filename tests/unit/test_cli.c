@@ -62,6 +62,32 @@ static void done(parse_t *p)
     free(p->env_text);
 }
 
+/* field()'s output flags; false for another flag. */
+static bool output_field(const ddp_launch_config_t *c, const char *flag, char *out, size_t cap)
+{
+    if (strcmp(flag, "redirects") == 0 || strcmp(flag, "tee") == 0) {
+        const ddp_std_spec_t *s = flag[0] == 'r' ? &c->redirects : &c->tee;
+        size_t len = (size_t)snprintf(out, cap, "all=%d", s->all);
+        for (size_t i = 0; i < s->nmap && len < cap; i++)
+            len += (size_t)snprintf(out + len, cap - len, " %ld:%d", s->map[i].local_rank,
+                                    s->map[i].std);
+    } else if (strcmp(flag, "local-ranks-filter") == 0) {
+        size_t len = (size_t)snprintf(out, cap, "%s", c->ranks_filter_set ? "set" : "unset");
+        for (size_t i = 0; i < c->nranks_filter && len < cap; i++)
+            len += (size_t)snprintf(out + len, cap - len, " %ld", c->ranks_filter[i]);
+    } else if (strcmp(flag, "duplicate-stdout-filters") == 0 ||
+               strcmp(flag, "duplicate-stderr-filters") == 0) {
+        char **list = c->dup_filters[flag[13] == 'o' ? DDP_STD_OUT : DDP_STD_ERR];
+        size_t len = 0;
+        out[0] = '\0';
+        for (int i = 0; list != NULL && list[i] != NULL && len < cap; i++)
+            len += (size_t)snprintf(out + len, cap - len, "<%s>", list[i]);
+    } else {
+        return false;
+    }
+    return true;
+}
+
 /* The parsed value of one flag, as text, for comparing against the table. */
 static void field(const ddp_launch_config_t *c, const char *flag, char *out, size_t cap)
 {
@@ -109,16 +135,6 @@ static void field(const ddp_launch_config_t *c, const char *flag, char *out, siz
         snprintf(out, cap, "%s", rank_args[c->local_rank_arg]);
     } else if (strcmp(flag, "log-dir") == 0) {
         snprintf(out, cap, "%s", c->log_dir ? c->log_dir : "(null)");
-    } else if (strcmp(flag, "redirects") == 0 || strcmp(flag, "tee") == 0) {
-        const ddp_std_spec_t *s = flag[0] == 'r' ? &c->redirects : &c->tee;
-        size_t len = (size_t)snprintf(out, cap, "all=%d", s->all);
-        for (size_t i = 0; i < s->nmap && len < cap; i++)
-            len += (size_t)snprintf(out + len, cap - len, " %ld:%d", s->map[i].local_rank,
-                                    s->map[i].std);
-    } else if (strcmp(flag, "local-ranks-filter") == 0) {
-        size_t len = (size_t)snprintf(out, cap, "%s", c->ranks_filter_set ? "set" : "unset");
-        for (size_t i = 0; i < c->nranks_filter && len < cap; i++)
-            len += (size_t)snprintf(out + len, cap - len, " %ld", c->ranks_filter[i]);
     } else if (strcmp(flag, "signals-to-handle") == 0) {
         size_t len = 0;
         out[0] = '\0';
@@ -134,16 +150,9 @@ static void field(const ddp_launch_config_t *c, const char *flag, char *out, siz
         snprintf(out, cap, "accepted");
     } else if (strcmp(flag, "virtual-local-rank") == 0) {
         snprintf(out, cap, "%d", c->virtual_local_rank);
-    } else if (strcmp(flag, "duplicate-stdout-filters") == 0 ||
-               strcmp(flag, "duplicate-stderr-filters") == 0) {
-        char **list = c->dup_filters[flag[13] == 'o' ? DDP_STD_OUT : DDP_STD_ERR];
-        size_t len = 0;
-        out[0] = '\0';
-        for (int i = 0; list != NULL && list[i] != NULL && len < cap; i++)
-            len += (size_t)snprintf(out + len, cap - len, "<%s>", list[i]);
     } else if (strcmp(flag, "event-log-handler") == 0) {
         snprintf(out, cap, "%s", c->event_log != NULL ? c->event_log : "null");
-    } else {
+    } else if (!output_field(c, flag, out, cap)) {
         fail_msg("no field for flag %s", flag);
     }
 }
