@@ -256,6 +256,22 @@ static bool ended(const th_proc_t *p)
     return poll(&fd, 1, 0) == 1;
 }
 
+/* Lines of `text` that begin with "[default0]:" (a plain loop: under ASan, strstr over a
+ * megabyte thousands of times is quadratic). */
+static int prefixed_lines(const char *text)
+{
+    static const char prefix[] = "[default0]:";
+    int n = 0;
+    for (const char *line = text; *line != '\0';) {
+        n += strncmp(line, prefix, sizeof prefix - 1) == 0;
+        const char *nl = strchr(line, '\n');
+        if (nl == NULL)
+            break;
+        line = nl + 1;
+    }
+    return n;
+}
+
 /* After the job's end, the launcher still writes what the console has not taken and the
  * report: a signal then (Slurm signals every node's launcher, one may have ended for
  * another's news of it) must not kill it and lose them; a second one of it does. Here
@@ -272,7 +288,7 @@ static void test_signal_after_the_end(void **state)
                               "--no-python",
                               "/bin/sh",
                               "-c",
-                              "echo ready; seq 1 300000; echo last line",
+                              "echo ready; seq 1 50000; echo last line",
                               NULL};
         th_proc_t p;
         th_start(&p, argv, NULL);
@@ -291,8 +307,8 @@ static void test_signal_after_the_end(void **state)
         if (signals == 1) {
             TH_ASSERT(&p, th_status(&p) == 0);
             const char *out = ddp_buf_str(&p.out);
-            TH_ASSERT(&p, strstr(out, "[default0]:300000\n[default0]:last line\n") != NULL);
-            TH_ASSERT(&p, th_count(out, "\n[default0]:") == 300001);
+            TH_ASSERT(&p, strstr(out, "[default0]:50000\n[default0]:last line\n") != NULL);
+            TH_ASSERT(&p, prefixed_lines(out) == 50002);
         } else {
             TH_ASSERT(&p, th_status(&p) == 128 + SIGUSR1);
         }
