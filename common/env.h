@@ -26,13 +26,13 @@
     X(TORCHELASTIC_ERROR_FILE, NULL, "where a failing worker writes its error.json")             \
     X(TORCHELASTIC_SIGNALS_TO_HANDLE, NULL, "--signals-to-handle, for torch >= 2.9's workers")   \
     X(TORCHELASTIC_TIMER_FILE, NULL, "the watchdog's FIFO (TORCHELASTIC_ENABLE_FILE_TIMER=1)")   \
-    X(TORCHELASTIC_ENABLE_FILE_TIMER, NULL, "1: the launcher serves torchrun's worker watchdog") \
     X(TORCH_NCCL_ASYNC_ERROR_HANDLING, "1", "NCCL async error handling in torch >= 2.2")         \
     X(NCCL_ASYNC_ERROR_HANDLING, "1", "NCCL async error handling in torch < 2.2")                \
     X(OMP_NUM_THREADS, "1", "OpenMP threads per worker; set to 1 when unset and nproc > 1")      \
     X(PYTHONPATH, NULL, "with --hang-dump, ddp-launch's sitecustomize directory comes first")    \
     /* Read by the launcher. */                                                                  \
     X(PYTHON_EXEC, "python3", "interpreter that runs Python training scripts (with -u)")         \
+    X(TORCHELASTIC_ENABLE_FILE_TIMER, NULL, "1: the launcher serves torchrun's worker watchdog") \
     X(HOME, NULL, "the user's site (~/.local) where the workers' torch is looked for")           \
     X(TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, NULL,                                               \
       "prefix of tee'd console lines: ${rank}, ${local_rank}, ${role_name}")                     \
