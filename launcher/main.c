@@ -13,10 +13,31 @@
 #include "log.h"
 #include "unwind.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 extern char **environ;
+
+/* A launcher started with stdin, stdout or stderr closed (`<&-`, some schedulers and
+ * daemons) would give that number to its first pipe or socket: its messages would go
+ * there, its workers would start without it, and libuv aborts when it closes a handle on
+ * 0-2. Each closed one is /dev/null instead, as for any well-behaved program. */
+static int open_std_fds(void)
+{
+    for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+            continue;
+        int null = open("/dev/null", O_RDWR); /* the lowest free number: fd */
+        if (null < 0)
+            return -1;
+        if (null != fd && (dup2(null, fd) < 0 || close(null) != 0))
+            return -1;
+    }
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -24,6 +45,8 @@ int main(int argc, char **argv)
         return ddp_guard_main(DDP_GUARD_FD);
     if (argc == 2 && strcmp(argv[0], DDP_UNWIND_NAME) == 0)
         return ddp_unwind_main(argv[1]); /* --hang-dump's helper (unwind.h) */
+    if (open_std_fds() != 0)
+        return DDP_EXIT_LAUNCH_FAILED; /* no /dev/null: nowhere to say so either */
 
     ddp_log_t log;
     ddp_log_level_t level = DDP_LOG_INFO;

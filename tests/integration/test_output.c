@@ -1,6 +1,6 @@
 /* Integration tests: worker output through ddp-launch: --redirects, --tee, the line
  * prefix and its template, --local-ranks-filter, whole lines under concurrency, a
- * 10 MB line, binary data and a last line without a newline. */
+ * 10 MB line, binary data and a last line without a newline; closed standard streams. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -481,6 +481,31 @@ static void test_report_shows_stderr_tail(void **state)
     th_cleanup(&p);
 }
 
+/* A launcher started with a standard stream closed (`<&-`, some schedulers) runs the job
+ * as with /dev/null there: its workers read an empty stdin, and no pipe or socket of the
+ * launcher takes the free number (libuv aborted closing one: status 134). */
+static void test_closed_standard_streams(void **state)
+{
+    const char *worker = "readlink /proc/self/fd/0; cat || echo 'stdin unreadable'; "
+                         "echo \"rank $RANK done\"; echo \"rank $RANK err\" >&2";
+    const char *closes[] = {"0<&-", "2>&-", "0<&- 2>&-"};
+    for (size_t i = 0; i < sizeof closes / sizeof *closes; i++) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "exec \"$@\" %s", closes[i]);
+        const char *argv[] = {
+            "/bin/sh",     "-c",      cmd,  "sh",   th_launcher(), "--nproc-per-node=2",
+            "--no-python", "/bin/sh", "-c", worker, NULL};
+        th_proc_t p;
+        th_run(&p, argv, NULL, 60);
+        const char *out = ddp_buf_str(&p.out);
+        printf("streams closed: %s, status %d\n", closes[i], th_status(&p));
+        TH_ASSERT(&p, th_status(&p) == 0);
+        TH_ASSERT(&p, th_count(out, "/dev/null\n") == 2 && th_count(out, " done\n") == 2);
+        TH_ASSERT(&p, strstr(out, "stdin unreadable") == NULL);
+        th_cleanup(&p);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -490,6 +515,7 @@ int main(void)
         TH_TEST(test_lines_never_mix),          TH_TEST(test_slow_console_never_stalls_the_files),
         TH_TEST(test_ten_megabyte_line),        TH_TEST(test_binary_and_unterminated_output),
         TH_TEST(test_report_shows_stderr_tail), TH_TEST(test_one_file_keeps_order),
+        TH_TEST(test_closed_standard_streams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
