@@ -1200,20 +1200,39 @@ int ddp_agent_worker_env(ddp_agent_t *a, const ddp_worker_t *w, const char *erro
     return err;
 }
 
+/* Why worker w did not start; out of descriptors, the limit and how to raise it. */
+static void say_start_failed(ddp_agent_t *a, const ddp_worker_t *w, const char *what, int err)
+{
+    struct rlimit rl;
+    char hint[200] = "";
+    if ((err == -EMFILE || err == -ENFILE) && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        snprintf(hint, sizeof hint,
+                 " (%s: ddp-launch holds a few per worker; the limit here is %llu, its hard "
+                 "limit %llu: raise it with ulimit -n)",
+                 err == -EMFILE ? "this process is out of file descriptors"
+                                : "the system is out of file descriptors",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+    ddp_log_error(a->log, "unable to start worker local rank %d (rank %d): %s: %s%s", w->local_rank,
+                  w->rank, what, ddp_strerror(err), hint);
+}
+
 static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
 {
     const ddp_launch_config_t *cfg = a->cfg;
     char **argv = NULL, **added = NULL, **envp = NULL;
     ddp_stream_t *out = NULL, *err_stream = NULL;
     int out_fd = -1, err_fd = -1, err;
+    const char *what = "its command line and environment";
     if (asprintf(&w->error_file, "%s/%d/error.json", a->attempt_dir, w->local_rank) < 0) {
         w->error_file = NULL;
-        return -ENOMEM;
+        err = -ENOMEM;
+        goto out;
     }
     if ((err = ddp_logs_prefix(cfg, w->rank, w->local_rank, &w->prefix)) != 0 ||
         (err = ddp_worker_argv(cfg, w->local_rank, &argv)) != 0 ||
         (err = ddp_agent_worker_env(a, w, w->error_file, &added, &envp)) != 0)
         goto out;
+    what = "its stdout and stderr";
     if ((err = open_streams(a, w, &out_fd, &err_fd, &out, &err_stream)) != 0)
         goto out;
     ddp_spawn_t spec = {
@@ -1228,11 +1247,9 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         .bind_fallback = cfg->numa_fallback,
         .local_rank = w->local_rank,
     };
-    if ((err = ddp_agent_spawn_worker(a, w, &spec)) != 0) {
-        ddp_log_error(a->log, "unable to start worker local rank %d: %s", w->local_rank,
-                      ddp_strerror(err));
+    what = "the process";
+    if ((err = ddp_agent_spawn_worker(a, w, &spec)) != 0)
         goto out;
-    }
     w->running = true;
     a->nrunning++;
     if (ddp_guard_check(&a->guard) != 0 && !a->guard_warned) {
@@ -1249,6 +1266,12 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
                   w->local_rank, (int)w->pid);
     worker_event(a, w, "worker_started", NULL);
 out:
+    if (err != 0) {
+        say_start_failed(a, w, what, err);
+        free(w->prefix); /* a worker that never started is not in the group's end */
+        free(w->error_file);
+        w->prefix = w->error_file = NULL;
+    }
     if (out_fd >= 0)
         close(out_fd);
     if (err_fd >= 0)

@@ -1,5 +1,6 @@
 /* Integration tests: every worker exit code and fatal signal is reported correctly,
- * the root cause is the failed rank, and error.json files reach the report. */
+ * the root cause is the failed rank, error.json files reach the report, and a worker
+ * that cannot start is said why. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -281,6 +282,26 @@ static void test_stopped_ranks_told_apart(void **state)
     free(dir);
 }
 
+/* Out of file descriptors while starting the workers: the cause and the limit are said
+ * (the launcher stopped the started ones and ended 3 without a word why). */
+static void test_out_of_descriptors_is_said(void **state)
+{
+    const char *argv[] = {"/bin/sh",     "-c",          "ulimit -n 40 && exec \"$@\"",
+                          "sh",          th_launcher(), "--nproc-per-node=16",
+                          "--no-python", "/bin/sleep",  "2",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 3);
+    TH_ASSERT(&p, strstr(err, "error: unable to start worker local rank ") != NULL);
+    TH_ASSERT(&p,
+              strstr(err, "Too many open files (this process is out of file descriptors") != NULL);
+    TH_ASSERT(&p, strstr(err, "the limit here is 40, its hard limit 40: raise it with ulimit -n") !=
+                      NULL);
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -292,6 +313,7 @@ int main(void)
         TH_TEST(test_out_of_memory_is_named),
         TH_TEST(test_waiting_for_the_rest_is_said),
         TH_TEST(test_stopped_ranks_told_apart),
+        TH_TEST(test_out_of_descriptors_is_said),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
