@@ -1823,7 +1823,7 @@ static int create_file_timer(ddp_agent_t *a)
     ddp_buf_t why = DDP_BUF_INIT;
     const char *path = ddp_env_get(DDP_ENV_TORCHELASTIC_TIMER_FILE);
     int err = ddp_file_timer_create(path != NULL && *path != '\0' ? path : NULL,
-                                    ddp_env_get(DDP_ENV_TMPDIR), a->log, &a->file_timer, &why);
+                                    ddp_logs_temp_dir(NULL), a->log, &a->file_timer, &why);
     if (err != 0)
         ddp_log_error(a->log, "TORCHELASTIC_ENABLE_FILE_TIMER=1: %s", ddp_buf_str(&why));
     else
@@ -1878,10 +1878,11 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
                      "unable to start the orphan guard: %s; workers still die with "
                      "ddp-launch, but their children may not",
                      ddp_strerror(err));
+    const char *under = cfg->log_dir != NULL ? cfg->log_dir : ddp_logs_temp_dir(log);
     if ((err = ddp_logs_make_run_dir(cfg->log_dir, cfg->run_id, announce_log_dir, &a->guard,
                                      &a->base_dir, &a->base_created, &a->run_dir)) != 0) {
-        ddp_log_error(log, "unable to create the log directory under %s: %s",
-                      cfg->log_dir ? cfg->log_dir : ddp_env_get(DDP_ENV_TMPDIR), ddp_strerror(err));
+        ddp_log_error(log, "unable to create the log directory under %s: %s", under,
+                      ddp_strerror(err));
         return DDP_EXIT_LAUNCH_FAILED;
     }
     /* The signal a worker dumps its state on: a real-time one, which programs seldom use

@@ -106,6 +106,37 @@ static int make_new_dir(const char *parent, ddp_logs_announce_fn announce, void 
     return -EEXIST;
 }
 
+/* 0 when this user can make files in directory `path`, else why not (an errno). */
+static int writable_dir(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return errno;
+    if (!S_ISDIR(st.st_mode))
+        return ENOTDIR;
+    return access(path, W_OK | X_OK) == 0 ? 0 : errno;
+}
+
+const char *ddp_logs_temp_dir(const ddp_log_t *log)
+{
+    static const char *const fallbacks[] = {"/tmp", "/var/tmp", "/usr/tmp"};
+    const char *tmpdir = ddp_env_get(DDP_ENV_TMPDIR);
+    int err = writable_dir(tmpdir);
+    if (err == 0)
+        return tmpdir;
+    for (size_t i = 0; i < sizeof fallbacks / sizeof *fallbacks; i++) {
+        if (writable_dir(fallbacks[i]) != 0)
+            continue;
+        if (log != NULL)
+            ddp_log_warn(log,
+                         "TMPDIR=%s is no directory this user can write (%s): new directories "
+                         "go to %s instead, as Python's tempfile (torchrun's) would do",
+                         tmpdir, strerror(err), fallbacks[i]);
+        return fallbacks[i];
+    }
+    return tmpdir; /* nowhere better: what fails there says why */
+}
+
 int ddp_logs_make_run_dir(const char *base, const char *run_id, ddp_logs_announce_fn announce,
                           void *ctx, char **base_out, bool *base_created, char **run_dir)
 {
@@ -114,7 +145,7 @@ int ddp_logs_make_run_dir(const char *base, const char *run_id, ddp_logs_announc
     int err = 0;
     *base_created = false;
     if (base == NULL) {
-        if ((err = make_new_dir(ddp_env_get(DDP_ENV_TMPDIR), announce, ctx, &base_path)) != 0)
+        if ((err = make_new_dir(ddp_logs_temp_dir(NULL), announce, ctx, &base_path)) != 0)
             return err;
         *base_created = true;
     } else {

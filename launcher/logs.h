@@ -10,6 +10,7 @@
 
 #include "buf.h"
 #include "config.h"
+#include "log.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,8 +36,13 @@ int ddp_logs_prefix(const ddp_launch_config_t *cfg, int rank, int local_rank, ch
  * removes it if it is empty when the launcher is killed, at whatever moment). */
 typedef void (*ddp_logs_announce_fn)(void *ctx, const char *dir);
 
+/* Where new directories go when none is given: $TMPDIR (else /tmp) when this user can
+ * write there, else the first of /tmp, /var/tmp and /usr/tmp that can be, as Python's
+ * tempfile.gettempdir() chooses torchrun's; the fallback is warned of when `log` is given. */
+const char *ddp_logs_temp_dir(const ddp_log_t *log);
+
 /* Creates <base>/<run_id>_<random>/ and returns its path in *run_dir. With base NULL a
- * new base directory is made under $TMPDIR (announced first, when `announce` is given)
+ * new base directory is made under ddp_logs_temp_dir() (announced first, when `announce` is given)
  * and *base_created is set. */
 int ddp_logs_make_run_dir(const char *base, const char *run_id, ddp_logs_announce_fn announce,
                           void *ctx, char **base_out, bool *base_created, char **run_dir);

@@ -1,6 +1,7 @@
 /* Integration tests: worker output through ddp-launch: --redirects, --tee, the line
  * prefix and its template, --local-ranks-filter, whole lines under concurrency, a
- * 10 MB line, binary data and a last line without a newline; closed standard streams. */
+ * 10 MB line, binary data and a last line without a newline; closed standard streams, an unusable
+ * TMPDIR. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -506,6 +507,32 @@ static void test_closed_standard_streams(void **state)
     }
 }
 
+/* TMPDIR missing (a per-job scratch a node's prolog did not make): the job runs, its log
+ * directory and watchdog FIFO in /tmp, as torchrun's would be, and the launcher says so
+ * (it ended 3: "unable to create the log directory under /nonexistent"). */
+static void test_unusable_tmpdir(void **state)
+{
+    char *dir = th_tmpdir(), tmpdir[600], want[800];
+    snprintf(tmpdir, sizeof tmpdir, "TMPDIR=%s/missing", dir);
+    const char *env[] = {tmpdir, "TORCHELASTIC_ENABLE_FILE_TIMER=1", NULL};
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2",
+                          "--no-python", "/bin/sh",
+                          "-c",          "echo \"timer $TORCHELASTIC_TIMER_FILE\"",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    snprintf(want, sizeof want,
+             "warning: %s is no directory this user can write (No such file or directory): new "
+             "directories go to /tmp instead",
+             tmpdir);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), want) == 1);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "timer /tmp/watchdog_timer_") == 2);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -515,7 +542,7 @@ int main(void)
         TH_TEST(test_lines_never_mix),          TH_TEST(test_slow_console_never_stalls_the_files),
         TH_TEST(test_ten_megabyte_line),        TH_TEST(test_binary_and_unterminated_output),
         TH_TEST(test_report_shows_stderr_tail), TH_TEST(test_one_file_keeps_order),
-        TH_TEST(test_closed_standard_streams),
+        TH_TEST(test_closed_standard_streams),  TH_TEST(test_unusable_tmpdir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

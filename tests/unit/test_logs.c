@@ -310,6 +310,43 @@ static void test_directories(void **state)
     free(file);
 }
 
+/* A TMPDIR that is missing or no directory: new directories go to /tmp, as Python's
+ * tempfile puts torchrun's (the launcher ended 3, "unable to create the log directory"). */
+static void test_unusable_tmpdir_falls_back(void **state)
+{
+    char dir[] = "/tmp/ddp-logs-tmpdir-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char *saved = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+    char file[64], missing[64];
+    snprintf(file, sizeof file, "%s/file", dir);
+    snprintf(missing, sizeof missing, "%s/missing", dir);
+    close(open(file, O_CREAT | O_WRONLY, 0644));
+    setenv("TMPDIR", dir, 1);
+    assert_string_equal(ddp_logs_temp_dir(NULL), dir);
+    setenv("TMPDIR", file, 1);
+    assert_string_equal(ddp_logs_temp_dir(NULL), "/tmp");
+    setenv("TMPDIR", missing, 1);
+    assert_string_equal(ddp_logs_temp_dir(NULL), "/tmp");
+    char *base_out, *run_dir;
+    bool created;
+    assert_int_equal(ddp_logs_make_run_dir(NULL, "job", NULL, NULL, &base_out, &created, &run_dir),
+                     0);
+    assert_true(created);
+    assert_int_equal(strncmp(base_out, "/tmp/ddp-launch_", 16), 0);
+    ddp_logs_remove_if_empty(base_out, false);
+    struct stat st;
+    assert_int_equal(stat(base_out, &st), -1);
+    unlink(file);
+    rmdir(dir);
+    if (saved != NULL)
+        setenv("TMPDIR", saved, 1);
+    else
+        unsetenv("TMPDIR");
+    free(saved);
+    free(base_out);
+    free(run_dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_prefix),
         cmocka_unit_test(test_directories),
         cmocka_unit_test(test_default_base_is_announced_first),
+        cmocka_unit_test(test_unusable_tmpdir_falls_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
