@@ -178,6 +178,7 @@ static void finish(ddp_agent_t *a)
     }
     a->store = NULL;
     uv_close((uv_handle_t *)&a->sigchld, NULL);
+    uv_close((uv_handle_t *)&a->tstp, NULL);
     uv_close((uv_handle_t *)&a->kill_timer, NULL);
     uv_close((uv_handle_t *)&a->wait_timer, NULL);
     uv_close((uv_handle_t *)&a->blame_timer, NULL);
@@ -1654,6 +1655,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     uv_timer_init(&a->loop, &a->hang_timer);
     uv_timer_init(&a->loop, &a->progress_timer);
     uv_timer_init(&a->loop, &a->hang_wait);
+    ddp_agent_pause_init(a);
     for (int i = 0; i < a->cfg->nsignals; i++) {
         uv_signal_init(&a->loop, &a->forwarded[i]);
         a->forwarded[i].data = a;
@@ -1693,7 +1695,8 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     if (a->file_timer != NULL &&
         (err = ddp_file_timer_watch(a->file_timer, &a->loop, timer_owner, timer_fired, a)) != 0)
         return err;
-    if ((err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD)) != 0)
+    if ((err = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD)) != 0 ||
+        (err = ddp_agent_pause_start(a)) != 0)
         return err;
     for (int i = 0; i < a->cfg->nsignals; i++) {
         if (passed_signal(a->cfg, a->cfg->signals[i]))

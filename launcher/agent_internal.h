@@ -1,7 +1,8 @@
-/* The agent's insides, shared by its three files and no other: agent.c (the lifecycle,
- * the state table in its header comment), agent_hang.c (hang reports: finding a hang,
- * collecting every rank's place, the report, then what waited for it) and agent_say.c
- * (what is said of a job's end beside the report). */
+/* The agent's insides, shared by its files and no other: agent.c (the lifecycle, the
+ * state table in its header comment), agent_hang.c (hang reports: finding a hang,
+ * collecting every rank's place, the report, then what waited for it), agent_say.c
+ * (what is said of a job's end beside the report), agent_progress.c, agent_warm.c and
+ * agent_pause.c (Ctrl-Z). */
 #ifndef DDP_LAUNCHER_AGENT_INTERNAL_H
 #define DDP_LAUNCHER_AGENT_INTERNAL_H
 
@@ -89,6 +90,7 @@ struct ddp_agent_s {
     uv_signal_t forwarded[DDP_MAX_SIGNALS];
     uv_signal_t unforwarded[DDP_MAX_SIGNALS]; /* the other signals that would end us */
     uv_signal_t passed[DDP_MAX_SIGNALS];      /* --forward-signals: passed, nothing stopped */
+    uv_signal_t tstp;                         /* Ctrl-Z: the workers stop too (agent_pause.c) */
     int unforwarded_sig[DDP_MAX_SIGNALS];
     int nunforwarded;
     uv_timer_t kill_timer;
@@ -249,5 +251,11 @@ void ddp_agent_warm_restarts(ddp_agent_t *a);
 void ddp_agent_start_zygote(ddp_agent_t *a);
 int ddp_agent_spawn_worker(ddp_agent_t *a, ddp_worker_t *w, const ddp_spawn_t *spec);
 void ddp_agent_reap_adopted(void);
+
+/* agent_pause.c: Ctrl-Z (SIGTSTP) stops the running workers with the launcher, and they
+ * continue with it; its handle made (by setup_loop) and started, unless SIGTSTP was
+ * ignored when ddp-launch started (0 or a libuv error). */
+void ddp_agent_pause_init(ddp_agent_t *a);
+int ddp_agent_pause_start(ddp_agent_t *a);
 
 #endif

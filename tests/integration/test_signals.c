@@ -1,5 +1,6 @@
 /* Integration tests: signals to ddp-launch reach the workers, the grace period ends in
- * SIGKILL, and no worker or grandchild outlives the launcher, even a SIGKILLed one. */
+ * SIGKILL, no worker or grandchild outlives the launcher, even a SIGKILLed one, and
+ * Ctrl-Z stops the workers with it. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -463,6 +464,72 @@ static void test_stopped_worker_is_continued(void **state)
     th_cleanup(&p);
 }
 
+/* /proc/<pid>/stat's state letter, or 0 when it cannot be read. */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f != NULL ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f != NULL)
+        fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    return paren != NULL && paren[1] == ' ' ? paren[2] : 0;
+}
+
+/* Waits up to `timeout` s until every one of pids[] is (or is not) stopped. */
+static bool all_stopped(const pid_t *pids, int n, bool stopped, double timeout)
+{
+    for (double end = th_now() + timeout;; usleep(20 * 1000)) {
+        int k = 0;
+        while (k < n && (proc_state(pids[k]) == 'T') == stopped)
+            k++;
+        if (k == n)
+            return true;
+        if (th_now() > end)
+            return false;
+    }
+}
+
+/* Ctrl-Z: the workers, each in a session of its own, stop with the launcher (they went
+ * on alone) and continue with it; the time stopped, longer than --hang-timeout, is no
+ * hang. */
+static void test_ctrl_z_stops_the_workers(void **state)
+{
+    const char *script = "echo \"pids $$$$ $$$$\"; i=0; while [ $i -lt 40 ]; do echo \"tick "
+                         "$RANK $i\"; i=$((i + 1)); sleep 0.05; done";
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--hang-timeout=2",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          script,
+                          NULL};
+    th_proc_t p;
+    pid_t pids[4];
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p,
+              th_wait_output(&p, 1, "tick 0 3", 1, 30) && th_wait_output(&p, 1, "tick 1 3", 1, 30));
+    TH_ASSERT(&p, collect_pids(ddp_buf_str(&p.out), "pids", pids, 4) == 4);
+    pids[1] = pids[2]; /* each worker's pid came twice */
+    pids[2] = p.pid;
+    TH_ASSERT(&p, kill(p.pid, SIGTSTP) == 0);
+    TH_ASSERT(&p, all_stopped(pids, 3, true, 10));
+    usleep(3 * 1000 * 1000);
+    TH_ASSERT(&p, all_stopped(pids, 3, true, 0)); /* still */
+    TH_ASSERT(&p, kill(p.pid, SIGCONT) == 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "tick ") == 80);
+    TH_ASSERT(&p, strstr(err, "stopped (SIGTSTP): 2 worker(s) stop with ddp-launch") != NULL);
+    TH_ASSERT(&p, strstr(err, "continued: the 2 stopped worker(s) continue") != NULL);
+    TH_ASSERT(&p, strstr(err, "hang") == NULL);
+    th_cleanup(&p);
+}
+
 /* An argument runs only the tests whose names match it (the stress suite's orphan loop). */
 int main(int argc, char **argv)
 {
@@ -480,6 +547,7 @@ int main(int argc, char **argv)
         TH_TEST(test_stop_takes_grandchildren),
         TH_TEST(test_leftover_children_are_killed),
         TH_TEST(test_stopped_worker_is_continued),
+        TH_TEST(test_ctrl_z_stops_the_workers),
         TH_TEST(test_unforwarded_signal_stops_cleanly),
         TH_TEST(test_forwarded_signal_stops_nothing),
     };

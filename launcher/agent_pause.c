@@ -1,0 +1,75 @@
+/* Ctrl-Z on the agent's side (see agent_internal.h): each worker runs in its own session,
+ * so the terminal's SIGTSTP reaches only ddp-launch, which would stand still while its
+ * workers went on (torchrun's workers of torch 2.x too). The workers stop with it and go
+ * on when it does (fg, bg, SIGCONT). They get SIGSTOP: a session of its own is an orphaned
+ * process group, where the kernel discards SIGTSTP. Runs on the loop thread. */
+#include "agent_internal.h"
+
+#include "error.h"
+#include "io.h"
+#include "spawn.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+
+/* Signals the groups of the workers in `which` (running ones); each is cleared when the
+ * signal cannot be sent. */
+static void signal_groups(ddp_agent_t *a, bool *which, int sig)
+{
+    for (int i = 0; i < a->nworkers; i++) {
+        if (!which[i] || !a->workers[i].running)
+            continue;
+        int err = ddp_proc_signal_group(a->workers[i].pid, sig);
+        if (err != 0 && err != -ESRCH)
+            ddp_log_warn(a->log, "unable to signal worker local rank %d (pid %d): %s", i,
+                         (int)a->workers[i].pid, ddp_strerror(err));
+        which[i] = err == 0;
+    }
+}
+
+static void on_tstp(uv_signal_t *handle, int sig)
+{
+    ddp_agent_t *a = handle->data;
+    (void)sig;
+    /* Only the workers not already stopped (SIGSTOP, a debugger) are continued later. */
+    bool *paused = calloc((size_t)a->nworkers + 1, sizeof *paused);
+    int n = 0;
+    for (int i = 0; paused != NULL && i < a->nworkers; i++) {
+        paused[i] = a->workers[i].running && !ddp_proc_stopped(a->workers[i].pid);
+        n += paused[i];
+    }
+    if (n > 0)
+        ddp_log_info(a->log,
+                     "stopped (SIGTSTP): %d worker(s) stop with ddp-launch and continue with "
+                     "it (fg, bg, SIGCONT)",
+                     n);
+    if (paused != NULL)
+        signal_groups(a, paused, SIGSTOP);
+    raise(SIGSTOP); /* here until continued */
+    if (paused != NULL)
+        signal_groups(a, paused, SIGCONT);
+    /* The stopped time is no worker's hang. */
+    double now = ddp_clock_wall();
+    for (int i = 0; i < a->nworkers; i++)
+        a->workers[i].active_at = now;
+    if (n > 0)
+        ddp_log_info(a->log, "continued: the %d stopped worker(s) continue", n);
+    free(paused);
+}
+
+void ddp_agent_pause_init(ddp_agent_t *a)
+{
+    uv_signal_init(&a->loop, &a->tstp);
+    a->tstp.data = a;
+}
+
+int ddp_agent_pause_start(ddp_agent_t *a)
+{
+    struct sigaction sa;
+    /* Ignored by whoever started ddp-launch (a shell's job without job control): the
+     * workers were told to ignore it too, and so does ddp-launch. */
+    if (sigaction(SIGTSTP, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+        return 0;
+    return uv_signal_start(&a->tstp, on_tstp, SIGTSTP);
+}
