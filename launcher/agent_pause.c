@@ -46,13 +46,16 @@ static void on_tstp(uv_signal_t *handle, int sig)
                      n);
     if (paused != NULL)
         signal_groups(a, paused, SIGSTOP);
+    double stopped_at = ddp_clock_wall();
     raise(SIGSTOP); /* here until continued */
     if (paused != NULL)
         signal_groups(a, paused, SIGCONT);
-    /* The stopped time is no worker's hang. */
+    /* The time stopped is no worker's hang, nor on its watchdog timers. */
     double now = ddp_clock_wall();
     for (int i = 0; i < a->nworkers; i++)
         a->workers[i].active_at = now;
+    if (now > stopped_at)
+        ddp_file_timer_postpone(a->file_timer, now - stopped_at);
     if (n > 0)
         ddp_log_info(a->log, "continued: the %d stopped worker(s) continue", n);
     free(paused);

@@ -21,6 +21,7 @@
 #define MAX_TIMERS     4096 /* set timers kept at once; more are said and dropped */
 #define MALFORMED_SAID 3    /* malformed requests said one by one, then no more */
 #define MAX_DELAY_MS   1e12 /* a timer further away is looked at again then (30 years) */
+#define READS_PER_TURN 64   /* a worker writing without pause cannot hold the loop */
 
 typedef struct {
     pid_t pid;
@@ -203,7 +204,7 @@ static void on_readable(uv_poll_t *handle, int status, int events)
     char chunk[4096];
     if (status < 0)
         return;
-    for (;;) {
+    for (int turn = 0; turn < READS_PER_TURN; turn++) { /* the poll comes back for more */
         ssize_t r = read(t->fd, chunk, sizeof chunk);
         if (r < 0 && errno == EINTR)
             continue;
@@ -306,6 +307,14 @@ void ddp_file_timer_clear(ddp_file_timer_t *t)
 {
     while (t != NULL && t->n > 0)
         remove_entry(t, t->n - 1);
+    if (t != NULL)
+        rearm(t);
+}
+
+void ddp_file_timer_postpone(ddp_file_timer_t *t, double seconds)
+{
+    for (size_t i = 0; t != NULL && i < t->n; i++)
+        t->entries[i].expires += seconds;
     if (t != NULL)
         rearm(t);
 }

@@ -46,6 +46,10 @@ int ddp_file_timer_watch(ddp_file_timer_t *t, uv_loop_t *loop, ddp_file_timer_ow
 /* Forgets every timer (a new attempt: the old workers are gone). */
 void ddp_file_timer_clear(ddp_file_timer_t *t);
 
+/* Moves every timer's expiry `seconds` later: the time the job stood stopped (Ctrl-Z)
+ * is no worker's. NULL is harmless. */
+void ddp_file_timer_postpone(ddp_file_timer_t *t, double seconds);
+
 /* Stops reading (with the loop's other handles). NULL is harmless. */
 void ddp_file_timer_close(ddp_file_timer_t *t);
 

@@ -51,9 +51,22 @@ static void on_stop(uv_timer_t *handle)
     uv_stop(handle->loop);
 }
 
+static void run_for(uv_loop_t *loop, double seconds)
+{
+    uv_timer_t stop;
+    uv_timer_init(loop, &stop);
+    uv_timer_start(&stop, on_stop, (uint64_t)(seconds * 1000), 0);
+    uv_run(loop, UV_RUN_DEFAULT);
+    uv_close((uv_handle_t *)&stop, NULL);
+    uv_run(loop, UV_RUN_NOWAIT); /* the close completes while `stop` exists */
+}
+
 /* A job's worth of the watchdog: requests[] are written to the FIFO one line each, then
- * the loop runs `seconds`. The log (what the watchdog said) is returned (caller frees). */
-static char *run(fixture_t *f, const char *const *requests, double seconds)
+ * the loop runs `seconds`; with `postpone` > 0, the loop first runs 0.1 s and the timers
+ * are postponed that much (a Ctrl-Z's time). The log (what the watchdog said) is
+ * returned (caller frees). */
+static char *run_postponed(fixture_t *f, const char *const *requests, double seconds,
+                           double postpone)
 {
     char dir[] = "/tmp/ddp-file-timer-XXXXXX", log_path[64];
     assert_non_null(mkdtemp(dir));
@@ -80,11 +93,11 @@ static char *run(fixture_t *f, const char *const *requests, double seconds)
         assert_int_equal(ddp_write_all(fd, "\n", 1), 0);
     }
     close(fd);
-    uv_timer_t stop;
-    uv_timer_init(&loop, &stop);
-    uv_timer_start(&stop, on_stop, (uint64_t)(seconds * 1000), 0);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    uv_close((uv_handle_t *)&stop, NULL);
+    if (postpone > 0) {
+        run_for(&loop, 0.1);
+        ddp_file_timer_postpone(t, postpone);
+    }
+    run_for(&loop, seconds);
     ddp_file_timer_close(t);
     uv_run(&loop, UV_RUN_DEFAULT);
     assert_int_equal(uv_loop_close(&loop), 0);
@@ -100,6 +113,11 @@ static char *run(fixture_t *f, const char *const *requests, double seconds)
     rmdir(dir);
     ddp_buf_free(&why);
     return text;
+}
+
+static char *run(fixture_t *f, const char *const *requests, double seconds)
+{
+    return run_postponed(f, requests, seconds, 0);
 }
 
 static pid_t start_child(void)
@@ -167,6 +185,29 @@ static void test_released_timer_does_nothing(void **state)
     free(log);
 }
 
+/* The time the job stood stopped (Ctrl-Z) moves every expiry: a timer due meanwhile
+ * fires that much later, not at once. */
+static void test_postponed_timer_fires_later(void **state)
+{
+    fixture_t f = {.child = start_child()};
+    char set[256];
+    request(set, sizeof set, f.child, "step", ddp_clock_wall() + 0.3, SIGTERM);
+    const char *requests[] = {set, NULL};
+    char *log = run_postponed(&f, requests, 0.5, 1.0); /* due at 1.3 s; the run ends at 0.6 */
+    int status;
+    assert_true(end_child(f.child, &status));
+    assert_int_equal(f.fired, 0);
+    assert_null(strstr(log, "expired"));
+    free(log);
+    f.child = start_child();
+    request(set, sizeof set, f.child, "step", ddp_clock_wall() + 0.3, SIGTERM);
+    log = run_postponed(&f, requests, 1.0, 0.3); /* due at 0.6 s; the run ends at 1.1 */
+    assert_false(end_child(f.child, &status));
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+    assert_int_equal(f.fired, 1);
+    free(log);
+}
+
 static void test_foreign_pid_is_never_signalled(void **state)
 {
     fixture_t f = {.child = start_child()};
@@ -224,6 +265,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expiry_signals_the_process),
         cmocka_unit_test(test_released_timer_does_nothing),
+        cmocka_unit_test(test_postponed_timer_fires_later),
         cmocka_unit_test(test_foreign_pid_is_never_signalled),
         cmocka_unit_test(test_odd_requests_are_harmless),
     };
