@@ -788,7 +788,7 @@ static void on_wait_timer(uv_timer_t *timer)
     ddp_log_info(a->log, "rank%s %s finished; waiting for rank%s %s (still running for %.0f s)",
                  strpbrk(ddp_buf_str(&done), ",-") ? "s" : "", ddp_buf_str(&done),
                  strpbrk(ddp_buf_str(&running), ",-") ? "s" : "", ddp_buf_str(&running),
-                 ddp_clock_wall() - a->first_finished);
+                 ddp_clock_mono() - a->first_finished);
     ddp_buf_free(&done);
     ddp_buf_free(&running);
 }
@@ -833,7 +833,7 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
                       w->local_rank, (int)w->pid);
         w->succeeded = true;
         if (a->state == AGENT_RUNNING && a->nrunning > 0 && a->first_finished < 0) {
-            a->first_finished = now;
+            a->first_finished = ddp_clock_mono();
             uv_timer_start(&a->wait_timer, on_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
         }
         return;
@@ -1344,7 +1344,7 @@ static int group_start(ddp_agent_t *a)
         w->has_ring = false;
         w->progress = w->output = 0;
         w->cpu = 0;
-        w->active_at = ddp_clock_wall();
+        w->active_at = ddp_clock_mono();
         if ((err = worker_start(a, w)) != 0)
             goto fail;
     }

@@ -237,7 +237,7 @@ static void hang_collected(ddp_agent_t *a)
             char frame[200];
             if (w->running) {
                 char activity[120];
-                ddp_hang_row_from_proc(w->pid, w->rank, now - w->active_at,
+                ddp_hang_row_from_proc(w->pid, w->rank, ddp_clock_mono() - w->active_at,
                                        progress_activity(dir, activity, sizeof activity), &rows[i]);
                 size_t len = strlen(rows[i].note);
                 if (ddp_hang_python_frame(dir, frame, sizeof frame))
@@ -292,7 +292,7 @@ static void on_hang_wait(uv_timer_t *timer)
 static void on_hang_timer(uv_timer_t *timer)
 {
     ddp_agent_t *a = timer->data;
-    double now = ddp_clock_wall(), idle = -1;
+    double now = ddp_clock_mono(), idle = -1; /* a step of the wall clock is no hang */
     double interval = (double)uv_timer_get_repeat(timer) / 1000.0;
     if (a->state != AGENT_RUNNING || a->hang != HANG_IDLE || a->hang_done || a->nrunning == 0)
         return;

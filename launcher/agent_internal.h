@@ -60,7 +60,7 @@ typedef struct ddp_worker_s {
     uint64_t progress; /* its rings' finished collectives */
     double cpu;        /* without a ring: its CPU seconds, */
     uint64_t output;   /* and the bytes of its output */
-    double active_at;  /* when it last made progress (wall) */
+    double active_at;  /* when it last made progress (monotonic: a clock step is none) */
     /* --hang-timeout=auto (agent_progress.c). */
     uint64_t collectives; /* its flight ring's completed collectives at the last look */
     double moved_at;      /* when those last changed (monotonic); 0: not yet */
@@ -119,8 +119,9 @@ struct ddp_agent_s {
     long long last_progress; /* --progress-file's value after the last attempt; -1: none yet */
     bool blame_wait;
     size_t blame_first;
-    double first_finished; /* when the first worker of the attempt finished; < 0: none */
-    bool stop_notice_due;  /* the kill timer says first that the workers have not exited */
+    double
+        first_finished;   /* when the first worker of the attempt finished (monotonic); < 0: none */
+    bool stop_notice_due; /* the kill timer says first that the workers have not exited */
     ddp_guard_t guard;
     bool guard_warned;
     ddp_store_server_t *store; /* the rendezvous store the workers use */

@@ -46,12 +46,12 @@ static void on_tstp(uv_signal_t *handle, int sig)
                      n);
     if (paused != NULL)
         signal_groups(a, paused, SIGSTOP);
-    double stopped_at = ddp_clock_wall();
+    double stopped_at = ddp_clock_mono();
     raise(SIGSTOP); /* here until continued */
     if (paused != NULL)
         signal_groups(a, paused, SIGCONT);
     /* The time stopped is no worker's hang, nor on its watchdog timers. */
-    double now = ddp_clock_wall();
+    double now = ddp_clock_mono();
     for (int i = 0; i < a->nworkers; i++)
         a->workers[i].active_at = now;
     if (now > stopped_at)

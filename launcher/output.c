@@ -204,7 +204,11 @@ int ddp_output_start(ddp_output_t *o)
     o->async_open = true;
     pthread_mutex_init(&o->lock, NULL);
     pthread_cond_init(&o->work, NULL);
-    pthread_cond_init(&o->idle, NULL);
+    pthread_condattr_t monotonic; /* ddp_output_flush's deadline: a clock step moves it not */
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&o->idle, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     o->busy = true; /* until the writer first waits */
     if ((err = pthread_create(&o->writer, NULL, writer_main, o)) != 0) {
         pthread_mutex_destroy(&o->lock);
@@ -231,7 +235,7 @@ void ddp_output_flush(ddp_output_t *o, double timeout)
     if (!o->started)
         return;
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(CLOCK_MONOTONIC, &until);
     if (timeout >= 0) {
         long ns = until.tv_nsec + (long)((timeout - (double)(long)timeout) * 1e9);
         until.tv_sec += (time_t)timeout + ns / 1000000000L;

@@ -183,6 +183,36 @@ static void test_hang_auto_finds_a_stopped_rank(void **state)
     th_cleanup(&p);
 }
 
+/* The wall clock stepping an hour forward (NTP's step, a VM's resume) while the workers
+ * are quiet is no hang: --hang-timeout measures elapsed time (it said "no rank has made
+ * progress for 3601 s" and stopped the job as hung). Quiet 2.5 s at a time, under a 5 s
+ * timeout; the step comes 1.2 s in, LD_PRELOADed (helpers/clock_step.c; ASan is told
+ * the preload comes before it). */
+static void test_clock_step_is_no_hang(void **state)
+{
+    char preload[700], asan[700];
+    const char *lib = getenv("DDP_TEST_CLOCK_STEP_LIB"), *asan_now = getenv("ASAN_OPTIONS");
+    assert_non_null(lib);
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s", lib);
+    snprintf(asan, sizeof asan, "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
+             asan_now != NULL ? asan_now : "", asan_now != NULL ? ":" : "");
+    const char *env[] = {preload, asan, "DDP_TEST_CLOCK_STEP=1.2:3600", NULL};
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--hang-timeout=5",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "echo 'tick 0'; sleep 2.5; echo 'tick 1'; sleep 2.5; echo 'tick 2'",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "tick ") == 6);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "hang") == NULL);
+    th_cleanup(&p);
+}
+
 /* A 3 s checkpoint section every 20 steps of 50 ms is its own phase: not a hang. */
 static void test_hang_auto_spares_a_checkpoint(void **state)
 {
@@ -254,7 +284,8 @@ int main(void)
         TH_TEST(test_libddp_straggler_named),        TH_TEST(test_libddp_reducer_steps),
         TH_TEST(test_two_stragglers_named),          TH_TEST(test_no_straggler_no_line),
         TH_TEST(test_python_straggler_named),        TH_TEST(test_hang_auto_finds_a_stopped_rank),
-        TH_TEST(test_hang_auto_spares_a_checkpoint), TH_TEST(test_module_outside_ddp_launch),
+        TH_TEST(test_hang_auto_spares_a_checkpoint), TH_TEST(test_clock_step_is_no_hang),
+        TH_TEST(test_module_outside_ddp_launch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
