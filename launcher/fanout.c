@@ -211,9 +211,46 @@ static int add_host(ddp_fanout_hosts_t *h, const char *name, int slots)
     return 0;
 }
 
+/* One host as a line or --hosts names it: [USER@]HOST, with `slots` (0: none), or
+ * HOST:N, MPICH's and Horovod's way to give its slots. A name that begins with '-' would
+ * be an option to ssh. 0, -ENOMEM, or DDP_EPARSE with the reason in `why`. */
+static int add_entry(ddp_fanout_hosts_t *out, const char *word, long slots, ddp_buf_t *why)
+{
+    char name[1024];
+    if (snprintf(name, sizeof name, "%s", word) >= (int)sizeof name) {
+        ddp_buf_printf(why, "a host name is over %zu characters", sizeof name - 1);
+        return DDP_EPARSE;
+    }
+    char *colon = strchr(name, ':'), *at = strrchr(name, '@');
+    if (colon != NULL && strchr(colon + 1, ':') == NULL) { /* one colon: no IPv6 address */
+        long n = 0;
+        if (ddp_parse_long(colon + 1, 1, 1 << 20, &n) != 0 || slots > 0) {
+            ddp_buf_printf(why, "'%s' is not HOST:N (N a count from 1, and no slots=N beside)",
+                           word);
+            return DDP_EPARSE;
+        }
+        *colon = '\0';
+        slots = n;
+    }
+    if (name[0] == '-' || name[0] == '\0' || (at != NULL && at[1] == '\0')) {
+        ddp_buf_printf(why, "'%s' is no host name%s", word,
+                       name[0] == '-' ? " (ssh would take it for an option)" : "");
+        return DDP_EPARSE;
+    }
+    return add_host(out, name, (int)slots) != 0 ? -ENOMEM : 0;
+}
+
+typedef struct {
+    ddp_fanout_hosts_t *out;
+    ddp_buf_t *why;
+    int err;
+} emit_ctx_t;
+
 static int emit_host(void *ctx, const char *host)
 {
-    return add_host(ctx, host, 0) != 0;
+    emit_ctx_t *e = ctx;
+    e->err = add_entry(e->out, host, 0, e->why);
+    return e->err != 0;
 }
 
 int ddp_fanout_parse_hostfile(const char *text, ddp_fanout_hosts_t *out, ddp_buf_t *why)
@@ -244,8 +281,13 @@ int ddp_fanout_parse_hostfile(const char *text, ddp_fanout_hosts_t *out, ddp_buf
                 return DDP_EPARSE;
             }
         }
-        if (add_host(out, host, (int)slots) != 0)
-            return -ENOMEM;
+        ddp_buf_t bad = DDP_BUF_INIT;
+        int err = add_entry(out, host, slots, &bad);
+        if (err == DDP_EPARSE)
+            ddp_buf_printf(why, "line %d: %s", number, ddp_buf_str(&bad));
+        ddp_buf_free(&bad);
+        if (err != 0)
+            return err;
     }
     if (out->n == 0) {
         ddp_buf_puts(why, "it names no host");
@@ -270,7 +312,9 @@ int ddp_fanout_hosts(ddp_launch_config_t *cfg, ddp_fanout_hosts_t *out, ddp_buf_
     int rc;
     memset(out, 0, sizeof *out);
     if (cfg->hosts != NULL) {
-        rc = ddp_slurm_hostlist_each(cfg->hosts, emit_host, out, &why);
+        emit_ctx_t e = {out, &why, 0};
+        rc = ddp_slurm_hostlist_each(cfg->hosts, emit_host, &e, &why);
+        rc = rc != 0 ? rc : e.err;
     } else {
         char *text = NULL;
         size_t len;
@@ -299,8 +343,10 @@ int ddp_fanout_hosts(ddp_launch_config_t *cfg, ddp_fanout_hosts_t *out, ddp_buf_
     ddp_buf_free(&why);
     cfg->nnodes_min = cfg->nnodes_max = out->n;
     cfg->node_rank = 0;
+    const char *at = strrchr(out->names[0], '@'); /* the store's address: no ssh user */
     if (strcmp(cfg->master_addr, "127.0.0.1") == 0)
-        snprintf(cfg->master_addr, sizeof cfg->master_addr, "%s", out->names[0]);
+        snprintf(cfg->master_addr, sizeof cfg->master_addr, "%s",
+                 at != NULL ? at + 1 : out->names[0]);
     if (!cfg->nproc_per_node_given && out->slots[0] > 0) {
         cfg->nproc_kind = DDP_NPROC_INT;
         cfg->nproc_per_node = out->slots[0];

@@ -36,6 +36,24 @@ static void test_hostfile(void **state)
         assert_true(why.len > 0);
         ddp_fanout_hosts_free(&h);
     }
+    /* MPICH's and Horovod's HOST:N; an ssh user; an IPv6 address is a name. */
+    assert_int_equal(ddp_fanout_parse_hostfile("gpu1:8\nme@gpu2 slots=2\nfe80::1\n", &h, &why), 0);
+    assert_int_equal(h.n, 3);
+    assert_string_equal(h.names[0], "gpu1");
+    assert_int_equal(h.slots[0], 8);
+    assert_string_equal(h.names[1], "me@gpu2");
+    assert_int_equal(h.slots[1], 2);
+    assert_string_equal(h.names[2], "fe80::1");
+    assert_int_equal(h.slots[2], 0);
+    ddp_fanout_hosts_free(&h);
+    static const char *const bad_names[] = {"a\n-oProxyCommand=x\n", "a\nb:0\n", "a\nb:x\n",
+                                            "a\nb:2 slots=2\n",      "a\nme@\n", "a\n:4\n"};
+    for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
+        ddp_buf_clear(&why);
+        assert_int_equal(ddp_fanout_parse_hostfile(bad_names[i], &h, &why), DDP_EPARSE);
+        assert_non_null(strstr(ddp_buf_str(&why), "line 2: '"));
+        ddp_fanout_hosts_free(&h);
+    }
     ddp_buf_clear(&why);
     assert_int_equal(ddp_fanout_parse_hostfile("a\nb slots=2 slots=x\n", &h, &why), DDP_EPARSE);
     assert_non_null(strstr(ddp_buf_str(&why), "line 2: 'slots=x'"));
@@ -85,6 +103,20 @@ static void test_the_job_they_make(void **state)
     cfg.hostfile = path; /* gone now */
     assert_int_equal(ddp_fanout_hosts(&cfg, &h, &err), DDP_EUSAGE);
     assert_non_null(strstr(ddp_buf_str(&err), "--hostfile: cannot read"));
+    ddp_buf_clear(&err);
+    /* The store is at the first host's address, without its ssh user; HOST:N its slots. */
+    ddp_config_defaults(&cfg);
+    cfg.hosts = "me@gpu[1-2]:4";
+    assert_int_equal(ddp_fanout_hosts(&cfg, &h, &err), 0);
+    assert_int_equal(h.n, 2);
+    assert_string_equal(h.names[1], "me@gpu2");
+    assert_string_equal(cfg.master_addr, "gpu1");
+    assert_int_equal(cfg.nproc_per_node, 4);
+    ddp_fanout_hosts_free(&h);
+    ddp_config_defaults(&cfg);
+    cfg.hosts = "a,-b";
+    assert_int_equal(ddp_fanout_hosts(&cfg, &h, &err), DDP_EUSAGE);
+    assert_non_null(strstr(ddp_buf_str(&err), "--hosts: '-b' is no host name (ssh would take"));
     ddp_buf_clear(&err);
     ddp_config_defaults(&cfg);
     cfg.hosts = "a,b";
