@@ -101,7 +101,8 @@ static void test_hosts_start_every_node(void **state)
     assert_true(remote_nodes_empty());
 }
 
-/* A hostfile's slots are each node's workers; --dry-run shows each node's command. */
+/* A hostfile's slots are each node's workers (slots=N, or HOST:N); a host may name its ssh
+ * user, which the store's address leaves out; --dry-run shows each node's command. */
 static void test_hostfile_slots_and_dry_run(void **state)
 {
     char *dir = th_tmpdir(), path[600], flag[620];
@@ -109,7 +110,7 @@ static void test_hostfile_slots_and_dry_run(void **state)
     snprintf(flag, sizeof flag, "--hostfile=%s", path);
     FILE *f = fopen(path, "w");
     assert_non_null(f);
-    fputs("# two nodes\nn0 slots=1\n\nn2 slots=2   # the second\n", f);
+    fputs("# two nodes\nroot@n0 slots=1\n\nroot@n2:2   # the second\n", f);
     fclose(f);
     const char *dry[] = {flag, "--dry-run", "--no-python", getenv("DDP_TEST_HELLO"), "a b", NULL};
     th_proc_t p;
@@ -117,9 +118,9 @@ static void test_hostfile_slots_and_dry_run(void **state)
     TH_ASSERT(&p, th_wait_exit(&p, 60));
     const char *out = ddp_buf_str(&p.out);
     TH_ASSERT(&p, th_status(&p) == 0);
-    TH_ASSERT(&p, strstr(out, "node 0 (n0, here): ") != NULL);
-    TH_ASSERT(&p, strstr(out, "node 1 (n2): ssh -F ") != NULL);
-    TH_ASSERT(&p, strstr(out, " -o BatchMode=yes n2 'cd ") != NULL);
+    TH_ASSERT(&p, strstr(out, "node 0 (root@n0, here): ") != NULL);
+    TH_ASSERT(&p, strstr(out, "node 1 (root@n2): ssh -F ") != NULL);
+    TH_ASSERT(&p, strstr(out, " -o BatchMode=yes root@n2 'cd ") != NULL);
     TH_ASSERT(&p, strstr(out, "--nnodes=2 --node-rank=1 --master-addr=n0 --master-port=29500 "
                               "--nproc-per-node=2 --no-python") != NULL);
     TH_ASSERT(&p, strstr(out, "--hostfile") == NULL);
