@@ -143,8 +143,13 @@ def _become_worker(req, launcher, libc):
         except OSError:
             pass  # a guard that is gone does not stop the start
     deadline = time.monotonic() + ADOPTION_TIMEOUT_S
-    while os.getppid() != launcher:
-        if os.getppid() != intermediate or time.monotonic() > deadline:
+    while True:
+        # One look a turn: the intermediate may exit between two, and a second look at
+        # the launcher as parent was taken for a stranger (exit 137 at random).
+        parent = os.getppid()
+        if parent == launcher:
+            break
+        if parent != intermediate or time.monotonic() > deadline:
             os._exit(128 + signal.SIGKILL)  # the launcher is gone
         time.sleep(0.0001)
     # Set only now: the intermediate's exit would have sent it.
