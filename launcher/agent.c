@@ -1740,6 +1740,7 @@ static int start_store(ddp_agent_t *a, bool quiet_if_not_ours)
         .log = a->log,
         .max_connections = cap,
         .nofile = (unsigned long long)rl.rlim_cur,
+        .remote_clients = a->cfg->nnodes_max > 1,
     };
     int err = ddp_store_server_start(&a->loop, &options, &a->store, &why);
     if (err == -EADDRINUSE && a->cfg->nnodes_max == 1 && !a->cfg->master_port_given &&

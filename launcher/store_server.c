@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MAX_LISTENERS 8
 /* Stop reading from a client whose replies pile up unread beyond this. */
@@ -797,6 +798,41 @@ static int listen_one(ddp_store_server_t *s, struct addrinfo *ai)
     return 0;
 }
 
+static bool is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    return sa->sa_family == AF_INET6 &&
+           IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
+/* options->remote_clients: whether `host`, a name (no address, not localhost) that
+ * `addrs` are all loopback for, is served on every interface instead (said). */
+static bool serve_everywhere(const ddp_store_server_options_t *options,
+                             const struct addrinfo *addrs)
+{
+    unsigned char raw[sizeof(struct in6_addr)];
+    const char *host = options->host;
+    if (!options->remote_clients || host == NULL || strcasecmp(host, "localhost") == 0 ||
+        inet_pton(AF_INET, host, raw) == 1 || inet_pton(AF_INET6, host, raw) == 1)
+        return false;
+    for (const struct addrinfo *ai = addrs; ai != NULL; ai = ai->ai_next)
+        if (!is_loopback(ai->ai_addr))
+            return false;
+    char text[INET6_ADDRSTRLEN] = "?";
+    const struct sockaddr *sa = addrs->ai_addr;
+    inet_ntop(sa->sa_family,
+              sa->sa_family == AF_INET
+                  ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
+                  : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr,
+              text, sizeof text);
+    ddp_log_info(options->log,
+                 "%s is this machine's loopback here (%s, as /etc/hosts says), not an address "
+                 "other nodes reach: the store listens on every interface, as torchrun's does",
+                 host, text);
+    return true;
+}
+
 /* Every address the host resolves to ("localhost": 127.0.0.1 and ::1), all on one port.
  * A taken port on any of them is fatal (clients of that address would reach the other
  * program); an address family this machine lacks (no IPv6) is skipped. 0, or an error
@@ -815,6 +851,14 @@ static int listen_all(ddp_store_server_t *s, const ddp_store_server_options_t *o
         ddp_buf_printf(err, "unable to resolve the store address %s: %s", options->host,
                        gai_strerror(gai));
         return DDP_EPARSE;
+    }
+    if (serve_everywhere(options, addrs)) {
+        freeaddrinfo(addrs);
+        addrs = NULL;
+        if ((gai = getaddrinfo(NULL, port_text, &hints, &addrs)) != 0) { /* 0.0.0.0 and :: */
+            ddp_buf_printf(err, "unable to listen on every interface: %s", gai_strerror(gai));
+            return DDP_EPARSE;
+        }
     }
     int rc = -EADDRNOTAVAIL;
     for (struct addrinfo *ai = addrs; ai != NULL && s->nlisteners < MAX_LISTENERS;

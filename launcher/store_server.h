@@ -40,6 +40,11 @@ typedef struct ddp_store_server_options_s {
      * that line. */
     size_t max_connections;
     unsigned long long nofile;
+    /* Other machines connect (a multi-node job): a host *name* this machine resolves to
+     * loopback alone (Debian's /etc/hosts gives its own name 127.0.1.1), which the other
+     * nodes resolve to its real address, is served on every interface, as torchrun's
+     * TCPStore serves any address; said once on `log`. */
+    bool remote_clients;
 } ddp_store_server_options_t;
 
 /* Binds and listens. On failure returns -errno (-EADDRINUSE when the port is taken,

@@ -172,6 +172,71 @@ static void test_env_reaches_every_node(void **state)
     th_cleanup(&p);
 }
 
+/* Node 0's own name is its loopback there (Debian's /etc/hosts: "127.0.1.1 n0"), its real
+ * address everywhere else: the store listens on every interface, so node 1 reaches it
+ * (it listened on 127.0.1.1 alone, and node 1 waited out the rendezvous timeout), as
+ * torchrun's does; libddp's ring offers node 1 the interface's address (it offered
+ * 127.0.1.1, and the ring hung). Both launchers started by hand (no ssh), in c10d and
+ * static form. */
+static void test_own_name_on_loopback(void **state)
+{
+    static const char *const backends[][3] = {
+        {"--master-addr=n0", "--master-port=29513", "--rdzv-backend=static"},
+        {"--rdzv-endpoint=n0:29514", "--rdzv-backend=c10d", "--rdzv-id=loopback"}};
+    char *dir = th_tmpdir(), hosts[600];
+    snprintf(hosts, sizeof hosts, "%s/hosts-n0", dir);
+    for (int b = 0; b < 2; b++) {
+        th_proc_t p[2];
+        for (int node = 0; node < 2; node++) {
+            char rank[32];
+            snprintf(rank, sizeof rank, "--node-rank=%d", node);
+            const char *argv[] = {cluster.script,
+                                  "run",
+                                  cluster.dir,
+                                  node == 0 ? "0" : "1",
+                                  "/bin/sh",
+                                  "-c",
+                                  node == 0 ? "sed 's/.* n0$/127.0.1.1 n0/' /etc/hosts > \"$0\" && "
+                                              "mount --bind \"$0\" /etc/hosts && exec \"$@\""
+                                            : "exec \"$@\"",
+                                  hosts,
+                                  th_launcher(),
+                                  "--nnodes=2",
+                                  rank,
+                                  backends[b][0],
+                                  backends[b][1],
+                                  backends[b][2],
+                                  "--rdzv-conf=timeout=30,join_timeout=30",
+                                  "--no-python",
+                                  getenv("DDP_TEST_HELLO"),
+                                  NULL};
+            const char *env[] = {"PET_MASTER_PORT", NULL};
+            th_start(&p[node], argv, env);
+        }
+        for (int node = 0; node < 2; node++) {
+            TH_ASSERT(&p[node], th_wait_exit(&p[node], 90));
+            TH_ASSERT(&p[node], th_status(&p[node]) == 0);
+        }
+        TH_ASSERT(&p[0], strstr(ddp_buf_str(&p[0].err),
+                                "n0 is this machine's loopback here (127.0.1.1, as /etc/hosts "
+                                "says), not an address other nodes reach: the store listens on "
+                                "every interface") != NULL);
+        /* libddp's rank 0 offers the other node its interface's address, not 127.0.1.1. */
+        static const char reach[] = "); the other machines' ranks reach this one at ";
+        const char *offered = strstr(ddp_buf_str(&p[0].err), "rank 0: MASTER_ADDR n0 is loopback "
+                                                             "here (127.");
+        offered = offered != NULL ? strstr(offered, reach) : NULL;
+        TH_ASSERT(&p[0], offered != NULL && strncmp(offered + strlen(reach), "127.", 4) != 0 &&
+                             offered[strlen(reach)] != '\n');
+        TH_ASSERT(&p[1], strstr(ddp_buf_str(&p[1].out), "hello from rank 1 of 2 (local rank 0 "
+                                                        "of 1 on n1,") != NULL);
+        th_cleanup(&p[0]);
+        th_cleanup(&p[1]);
+    }
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* A host ssh cannot reach: said at once, and the job ends (status 5) instead of waiting
  * the rendezvous timeout for it. */
 static void test_unreachable_host_ends_the_job(void **state)
@@ -338,6 +403,7 @@ int main(void)
         TH_TEST(test_remote_failure_is_the_jobs),
         TH_TEST(test_interrupt_ends_every_node),
         TH_TEST(test_sigkill_of_the_command_ends_every_node),
+        TH_TEST(test_own_name_on_loopback),
     };
     return cmocka_run_group_tests(tests, cluster_up, cluster_down);
 }
