@@ -44,6 +44,7 @@
     X(DDP_LAUNCH_SSH_NODE, NULL,                                                                 \
       "set by --hosts on the nodes it starts: the launcher ends when its stdin (ssh) ends")      \
     X(TMPDIR, "/tmp", "where the default --log-dir is created")                                  \
+    X(GLOO_SOCKET_IFNAME, NULL, "torch gloo's interface; unset: a loopback hostname warned of")  \
     X(PATH, "/usr/local/bin:/usr/bin:/bin", "where worker programs are looked up")               \
     X(SLURM_NNODES, NULL, "Slurm: --nnodes where neither the flag nor PET_NNODES gives it")      \
     X(SLURM_NODEID, NULL, "Slurm: --node-rank where neither the flag nor PET_ gives it")         \

@@ -5,6 +5,7 @@
 #include "env.h"
 #include "error.h"
 #include "io.h"
+#include "netaddr.h"
 #include "pyscan.h"
 #include "spawn.h"
 
@@ -223,6 +224,29 @@ static int resolve_virtual_devices(ddp_launch_config_t *cfg, ddp_buf_t *err)
     return 0;
 }
 
+/* A job across machines (its store not on loopback) of Python workers, which torch's gloo
+ * serves: where this machine's name resolves to loopback alone (Debian's /etc/hosts gives
+ * it 127.0.1.1), gloo offers that address to the other nodes, whose connections then fail
+ * or hang, unless GLOO_SOCKET_IFNAME names an interface. Said, with the one to name. */
+static void warn_gloo_loopback(const ddp_launch_config_t *cfg, const ddp_log_t *log)
+{
+    char name[256], addr[64], found[64], ifname[64];
+    bool loopback = false;
+    if (cfg->nnodes_max <= 1 || (cfg->no_python && !cfg->run_path) ||
+        ddp_env_get(DDP_ENV_GLOO_SOCKET_IFNAME) != NULL ||
+        (ddp_host_is_literal(cfg->master_addr, &loopback) && loopback) ||
+        gethostname(name, sizeof name) != 0 ||
+        !ddp_name_is_loopback_here(name, addr, sizeof addr) ||
+        !ddp_interface_address(found, sizeof found, ifname, sizeof ifname))
+        return;
+    ddp_log_warn(log,
+                 "this machine's name %s resolves to %s alone here (/etc/hosts): torch's gloo "
+                 "backend would offer that address to the other nodes, whose connections to it "
+                 "then fail or hang; set GLOO_SOCKET_IFNAME=%s (this machine's interface at "
+                 "%s), or give the name that address in /etc/hosts",
+                 name, addr, ifname, found);
+}
+
 int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *err)
 {
     int rc, gpus = 0;
@@ -294,5 +318,6 @@ int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t
         cfg->master_port = cfg->rdzv_endpoint_port;
         cfg->master_port_given = true;
     }
+    warn_gloo_loopback(cfg, log);
     return 0;
 }

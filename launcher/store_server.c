@@ -9,6 +9,7 @@
 #include "store_server.h"
 
 #include "error.h"
+#include "netaddr.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #define MAX_LISTENERS 8
 /* Stop reading from a client whose replies pile up unread beyond this. */
@@ -798,34 +798,20 @@ static int listen_one(ddp_store_server_t *s, struct addrinfo *ai)
     return 0;
 }
 
-static bool is_loopback(const struct sockaddr *sa)
-{
-    if (sa->sa_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
-    return sa->sa_family == AF_INET6 &&
-           IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
-}
-
 /* options->remote_clients: whether `host`, a name (no address, not localhost) that
  * `addrs` are all loopback for, is served on every interface instead (said). */
 static bool serve_everywhere(const ddp_store_server_options_t *options,
                              const struct addrinfo *addrs)
 {
-    unsigned char raw[sizeof(struct in6_addr)];
     const char *host = options->host;
-    if (!options->remote_clients || host == NULL || strcasecmp(host, "localhost") == 0 ||
-        inet_pton(AF_INET, host, raw) == 1 || inet_pton(AF_INET6, host, raw) == 1)
+    if (!options->remote_clients || host == NULL || ddp_host_is_literal(host, NULL))
         return false;
     for (const struct addrinfo *ai = addrs; ai != NULL; ai = ai->ai_next)
-        if (!is_loopback(ai->ai_addr))
+        if (!ddp_addr_is_loopback(ai->ai_addr))
             return false;
     char text[INET6_ADDRSTRLEN] = "?";
-    const struct sockaddr *sa = addrs->ai_addr;
-    inet_ntop(sa->sa_family,
-              sa->sa_family == AF_INET
-                  ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
-                  : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr,
-              text, sizeof text);
+    (void)getnameinfo(addrs->ai_addr, addrs->ai_addrlen, text, sizeof text, NULL, 0,
+                      NI_NUMERICHOST);
     ddp_log_info(options->log,
                  "%s is this machine's loopback here (%s, as /etc/hosts says), not an address "
                  "other nodes reach: the store listens on every interface, as torchrun's does",

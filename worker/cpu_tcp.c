@@ -9,12 +9,11 @@
 
 #include "error.h"
 #include "io.h"
+#include "netaddr.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -22,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -107,56 +105,21 @@ const cpu_transport_t ddp_cpu_tcp = {
     .wait = tcp_wait,
 };
 
-static bool loopback_text(const char *host)
-{
-    struct in_addr v4;
-    struct in6_addr v6;
-    if (inet_pton(AF_INET, host, &v4) == 1)
-        return (ntohl(v4.s_addr) >> 24) == 127;
-    return inet_pton(AF_INET6, host, &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
-}
-
-/* This machine's first up, non-loopback address of `family` (IPv6: not link-local). */
-static bool interface_address(int family, char *host, size_t cap)
-{
-    struct ifaddrs *all = NULL;
-    bool found = false;
-    if (getifaddrs(&all) != 0)
-        return false;
-    for (const struct ifaddrs *i = all; i != NULL && !found; i = i->ifa_next) {
-        const struct sockaddr *sa = i->ifa_addr;
-        if (sa == NULL || sa->sa_family != family || !(i->ifa_flags & IFF_UP) ||
-            (i->ifa_flags & IFF_LOOPBACK) ||
-            (family == AF_INET6 &&
-             IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)sa)->sin6_addr)))
-            continue;
-        found = getnameinfo(sa,
-                            family == AF_INET ? sizeof(struct sockaddr_in)
-                                              : sizeof(struct sockaddr_in6),
-                            host, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) == 0;
-    }
-    freeifaddrs(all);
-    return found;
-}
-
 int ddp_cpu_offered_address(const ddp_t *ddp, char *host, size_t cap)
 {
     int err = ddp_store_client_local_address(ddp->store, host, cap);
     const char *master = getenv(ddp_env_name(DDP_ENV_MASTER_ADDR));
-    unsigned char raw[sizeof(struct in6_addr)];
-    if (err != 0 || !loopback_text(host) || ddp->world_size <= ddp->local_world_size ||
-        master == NULL || strcasecmp(master, "localhost") == 0 ||
-        inet_pton(AF_INET, master, raw) == 1 || inet_pton(AF_INET6, master, raw) == 1)
-        return err;
+    bool loopback = false;
     char found[INET6_ADDRSTRLEN];
-    if (interface_address(AF_INET, found, sizeof found) ||
-        interface_address(AF_INET6, found, sizeof found)) {
-        ddp_log_info(&ddp->log,
-                     "rank %d: MASTER_ADDR %s is loopback here (%s); the other machines' ranks "
-                     "reach this one at %s",
-                     ddp->rank, master, host, found);
-        snprintf(host, cap, "%s", found);
-    }
+    if (err != 0 || !ddp_host_is_literal(host, &loopback) || !loopback ||
+        ddp->world_size <= ddp->local_world_size || master == NULL ||
+        ddp_host_is_literal(master, NULL) || !ddp_interface_address(found, sizeof found, NULL, 0))
+        return err;
+    ddp_log_info(&ddp->log,
+                 "rank %d: MASTER_ADDR %s is loopback here (%s); the other machines' ranks "
+                 "reach this one at %s",
+                 ddp->rank, master, host, found);
+    snprintf(host, cap, "%s", found);
     return 0;
 }
 

@@ -221,18 +221,46 @@ static void test_own_name_on_loopback(void **state)
                                 "n0 is this machine's loopback here (127.0.1.1, as /etc/hosts "
                                 "says), not an address other nodes reach: the store listens on "
                                 "every interface") != NULL);
-        /* libddp's rank 0 offers the other node its interface's address, not 127.0.1.1. */
+        /* libddp's rank there (0, or 1 as c10d may order them) offers the other node its
+         * interface's address, not 127.0.1.1. */
         static const char reach[] = "); the other machines' ranks reach this one at ";
-        const char *offered = strstr(ddp_buf_str(&p[0].err), "rank 0: MASTER_ADDR n0 is loopback "
-                                                             "here (127.");
+        const char *offered = strstr(ddp_buf_str(&p[0].err), ": MASTER_ADDR n0 is loopback here "
+                                                             "(127.");
         offered = offered != NULL ? strstr(offered, reach) : NULL;
         TH_ASSERT(&p[0], offered != NULL && strncmp(offered + strlen(reach), "127.", 4) != 0 &&
                              offered[strlen(reach)] != '\n');
-        TH_ASSERT(&p[1], strstr(ddp_buf_str(&p[1].out), "hello from rank 1 of 2 (local rank 0 "
-                                                        "of 1 on n1,") != NULL);
+        TH_ASSERT(&p[1], strstr(ddp_buf_str(&p[1].out), " of 2 (local rank 0 of 1 on n1,") != NULL);
+        TH_ASSERT(&p[0], strstr(ddp_buf_str(&p[0].out), " of 2 (local rank 0 of 1 on n0,") != NULL);
         th_cleanup(&p[0]);
         th_cleanup(&p[1]);
     }
+    /* Python workers would use torch's gloo, which offers the machine's name's address:
+     * the launcher says so, and which interface to name in GLOO_SOCKET_IFNAME. */
+    char script[600];
+    snprintf(script, sizeof script, "%s/tests/python/warm_restart.py", th_source_dir());
+    const char *dry[] = {cluster.script,
+                         "run",
+                         cluster.dir,
+                         "0",
+                         "/bin/sh",
+                         "-c",
+                         "mount --bind \"$0\" /etc/hosts && exec \"$@\"",
+                         hosts,
+                         th_launcher(),
+                         "--nnodes=2",
+                         "--master-addr=n1",
+                         "--dry-run",
+                         script,
+                         NULL};
+    th_proc_t p;
+    th_start(&p, dry, (const char *const[]){"PET_MASTER_PORT", "GLOO_SOCKET_IFNAME", NULL});
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "warning: this machine's name n0 resolves to 127.0.1.1 alone here "
+                         "(/etc/hosts): torch's gloo backend would offer that address") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "set GLOO_SOCKET_IFNAME=dds") != NULL);
+    th_cleanup(&p);
     th_rmtree(dir);
     free(dir);
 }

@@ -1,0 +1,88 @@
+/* Addresses as other machines see them (see netaddr.h). */
+#include "netaddr.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+bool ddp_addr_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    return sa->sa_family == AF_INET6 &&
+           IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
+bool ddp_host_is_literal(const char *host, bool *loopback)
+{
+    struct sockaddr_in v4 = {.sin_family = AF_INET};
+    struct sockaddr_in6 v6 = {.sin6_family = AF_INET6};
+    bool literal = true, lo = true;
+    if (strcasecmp(host, "localhost") == 0)
+        lo = true;
+    else if (inet_pton(AF_INET, host, &v4.sin_addr) == 1)
+        lo = ddp_addr_is_loopback((const struct sockaddr *)&v4);
+    else if (inet_pton(AF_INET6, host, &v6.sin6_addr) == 1)
+        lo = ddp_addr_is_loopback((const struct sockaddr *)&v6);
+    else
+        literal = lo = false;
+    if (loopback != NULL)
+        *loopback = lo;
+    return literal;
+}
+
+static bool numeric(const struct sockaddr *sa, char *addr, size_t cap)
+{
+    socklen_t len =
+        sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+    return getnameinfo(sa, len, addr, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) == 0;
+}
+
+bool ddp_name_is_loopback_here(const char *host, char *addr, size_t cap)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *all = NULL;
+    if (getaddrinfo(host, NULL, &hints, &all) != 0)
+        return false;
+    bool loopback = all != NULL;
+    for (const struct addrinfo *ai = all; ai != NULL && loopback; ai = ai->ai_next)
+        loopback = ddp_addr_is_loopback(ai->ai_addr);
+    if (loopback && !numeric(all->ai_addr, addr, cap))
+        snprintf(addr, cap, "?");
+    freeaddrinfo(all);
+    return loopback;
+}
+
+/* The first such address of `family`. */
+static bool first_of(const struct ifaddrs *all, int family, char *addr, size_t cap, char *ifname,
+                     size_t ifcap)
+{
+    for (const struct ifaddrs *i = all; i != NULL; i = i->ifa_next) {
+        const struct sockaddr *sa = i->ifa_addr;
+        if (sa == NULL || sa->sa_family != family || !(i->ifa_flags & IFF_UP) ||
+            (i->ifa_flags & IFF_LOOPBACK) || ddp_addr_is_loopback(sa) ||
+            (family == AF_INET6 &&
+             IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)sa)->sin6_addr)) ||
+            !numeric(sa, addr, cap))
+            continue;
+        if (ifname != NULL)
+            snprintf(ifname, ifcap, "%s", i->ifa_name);
+        return true;
+    }
+    return false;
+}
+
+bool ddp_interface_address(char *addr, size_t cap, char *ifname, size_t ifcap)
+{
+    struct ifaddrs *all = NULL;
+    if (getifaddrs(&all) != 0)
+        return false;
+    bool found = first_of(all, AF_INET, addr, cap, ifname, ifcap) ||
+                 first_of(all, AF_INET6, addr, cap, ifname, ifcap);
+    freeifaddrs(all);
+    return found;
+}
