@@ -878,8 +878,11 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
                      : 0,
                  a->failures[blamer].message != NULL ? a->failures[blamer].message : "") < 0)
         f.message = NULL;
-    ddp_log_error(a->log, "worker rank %d (local rank %d, pid %d) %s", w->rank, w->local_rank,
-                  (int)w->pid, ddp_failure_describe(&f, what, sizeof what));
+    char core[400], cwd[PATH_MAX];
+    ddp_core_dump_note(status, w->pid, NULL, -1, getcwd(cwd, sizeof cwd) ? cwd : ".", core,
+                       sizeof core);
+    ddp_log_error(a->log, "worker rank %d (local rank %d, pid %d) %s%s", w->rank, w->local_rank,
+                  (int)w->pid, ddp_failure_describe(&f, what, sizeof what), core);
     a->failures[a->nfailures++] = f;
 }
 

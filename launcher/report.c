@@ -198,6 +198,45 @@ const char *ddp_failure_describe(const ddp_failure_t *f, char *buf, size_t cap)
     return buf;
 }
 
+/* The start of a small file (a /proc/sys setting) in buf[cap]: its length, or 0. */
+static size_t read_setting(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "re");
+    size_t n = f != NULL ? fread(buf, 1, cap - 1, f) : 0;
+    if (f != NULL)
+        fclose(f);
+    buf[n] = '\0';
+    return n;
+}
+
+const char *ddp_core_dump_note(int status, pid_t pid, const char *pattern, int uses_pid,
+                               const char *cwd, char *buf, size_t cap)
+{
+    char text[256] = "", flag[8] = "", suffix[24] = "";
+    buf[0] = '\0';
+    if (!WIFSIGNALED(status) || !WCOREDUMP(status))
+        return buf;
+    if (pattern == NULL && read_setting("/proc/sys/kernel/core_pattern", text, sizeof text) > 0)
+        pattern = text;
+    if (uses_pid < 0)
+        uses_pid =
+            read_setting("/proc/sys/kernel/core_uses_pid", flag, sizeof flag) > 0 && flag[0] == '1';
+    if (uses_pid)
+        snprintf(suffix, sizeof suffix, ".%d", (int)pid);
+    int len = pattern != NULL ? (int)strcspn(pattern, "\n") : 0;
+    if (len == 0)
+        snprintf(buf, cap, " (core dumped)");
+    else if (pattern[0] == '|') /* systemd-coredump, apport: coredumpctl and the like */
+        snprintf(buf, cap, " (core dumped, to %.*s)", (int)strcspn(pattern + 1, " \n"),
+                 pattern + 1);
+    else if (memchr(pattern, '%', (size_t)len) != NULL)
+        snprintf(buf, cap, " (core dumped, named by core_pattern '%.*s' in %s)", len, pattern, cwd);
+    else
+        snprintf(buf, cap, " (core dumped: %s%s%.*s%s)", pattern[0] == '/' ? "" : cwd,
+                 pattern[0] == '/' ? "" : "/", len, pattern, suffix);
+    return buf;
+}
+
 bool ddp_report_own_failure(const ddp_failure_t *f, int wait_status, const ddp_stop_state_t *stop,
                             const ddp_failure_t *recorded, size_t n)
 {

@@ -50,6 +50,13 @@ int ddp_failure_status(const ddp_failure_t *f);
 /* One line for the log: "exited with code 7" or "was killed by SIGSEGV". */
 const char *ddp_failure_describe(const ddp_failure_t *f, char *buf, size_t cap);
 
+/* For a worker (pid, wait status) that dumped core, where the core went, as " (core
+ * dumped: /path/core.123)" from the kernel's core_pattern (`pattern`: its text, NULL to
+ * read /proc/sys/kernel/core_pattern; `uses_pid`: core_uses_pid, < 0 to read it) and the
+ * worker's working directory `cwd`; "" for any other end. */
+const char *ddp_core_dump_note(int status, pid_t pid, const char *pattern, int uses_pid,
+                               const char *cwd, char *buf, size_t cap);
+
 /* How the worker group stood when a worker ended. */
 typedef struct {
     bool stopping;          /* the agent had begun stopping the group */

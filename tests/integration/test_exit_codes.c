@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -302,6 +303,46 @@ static void test_out_of_descriptors_is_said(void **state)
     th_cleanup(&p);
 }
 
+/* A worker that dumps core: the error line says where the core went (here core_pattern
+ * is a plain name: the working directory's file). Where this machine keeps no cores
+ * (hard limit 0, or a core_pattern handed to a program), only the rest is checked. */
+static void test_core_dump_is_said(void **state)
+{
+    char *dir = th_tmpdir(), pattern[128] = "", want[700];
+    FILE *f = fopen("/proc/sys/kernel/core_pattern", "r");
+    if (f != NULL && fgets(pattern, sizeof pattern, f) == NULL)
+        pattern[0] = '\0';
+    if (f != NULL)
+        fclose(f);
+    pattern[strcspn(pattern, "\n")] = '\0';
+    struct rlimit core;
+    bool plain = getrlimit(RLIMIT_CORE, &core) == 0 && core.rlim_max != 0 && pattern[0] != '\0' &&
+                 pattern[0] != '|' && strchr(pattern, '%') == NULL && pattern[0] != '/';
+    const char *argv[] = {"/bin/sh",
+                          "-c",
+                          "ulimit -c unlimited 2>/dev/null; cd \"$0\" && "
+                          "exec \"$@\"",
+                          dir,
+                          th_launcher(),
+                          "--nproc-per-node=1",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "kill -SEGV $$$$",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, ") was killed by SIGSEGV") != NULL);
+    snprintf(want, sizeof want, "was killed by SIGSEGV (core dumped: %s/%s", dir, pattern);
+    printf("core_pattern '%s': %s\n", pattern, plain ? "checked" : "not checked");
+    TH_ASSERT(&p, !plain || strstr(err, want) != NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -314,6 +355,7 @@ int main(void)
         TH_TEST(test_waiting_for_the_rest_is_said),
         TH_TEST(test_stopped_ranks_told_apart),
         TH_TEST(test_out_of_descriptors_is_said),
+        TH_TEST(test_core_dump_is_said),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

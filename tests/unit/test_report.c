@@ -315,6 +315,28 @@ static void test_failure_json_round_trip(void **state)
     }
 }
 
+/* Where a worker's core went, from the kernel's core_pattern, as the error line says. */
+static void test_core_dump_note(void **state)
+{
+    char buf[300];
+    int dumped = SIGSEGV | 0x80, not_dumped = SIGSEGV, exited = 3 << 8;
+    assert_string_equal(ddp_core_dump_note(dumped, 42, "core\n", 0, "/w", buf, sizeof buf),
+                        " (core dumped: /w/core)");
+    assert_string_equal(ddp_core_dump_note(dumped, 42, "core", 1, "/w", buf, sizeof buf),
+                        " (core dumped: /w/core.42)");
+    assert_string_equal(ddp_core_dump_note(dumped, 42, "/var/cores/c\n", 0, "/w", buf, sizeof buf),
+                        " (core dumped: /var/cores/c)");
+    assert_string_equal(ddp_core_dump_note(dumped, 42, "|/usr/lib/systemd/systemd-coredump %P %u\n",
+                                           0, "/w", buf, sizeof buf),
+                        " (core dumped, to /usr/lib/systemd/systemd-coredump)");
+    assert_string_equal(ddp_core_dump_note(dumped, 42, "core.%e.%p\n", 0, "/w", buf, sizeof buf),
+                        " (core dumped, named by core_pattern 'core.%e.%p' in /w)");
+    assert_string_equal(ddp_core_dump_note(dumped, 42, "", 0, "/w", buf, sizeof buf),
+                        " (core dumped)");
+    assert_string_equal(ddp_core_dump_note(not_dumped, 42, "core", 0, "/w", buf, sizeof buf), "");
+    assert_string_equal(ddp_core_dump_note(exited, 42, "core", 0, "/w", buf, sizeof buf), "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -325,6 +347,7 @@ int main(void)
         cmocka_unit_test(test_report_layout),
         cmocka_unit_test(test_same_second_ordered_by_file_time),
         cmocka_unit_test(test_failure_json_round_trip),
+        cmocka_unit_test(test_core_dump_note),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
