@@ -1643,6 +1643,23 @@ static void timer_fired(void *ctx, pid_t pid, int local_rank, const char *scope,
     a->workers[local_rank].timer_expired = strdup(scope);
 }
 
+/* A signal ignored by whoever started ddp-launch (nohup: SIGHUP) stays ignored, by it and
+ * by its workers (torchrun's handler ends the job on the hangup nohup was to survive);
+ * said once, where it would have been handled. */
+static bool kept_ignored(const ddp_agent_t *a, int sig)
+{
+    struct sigaction sa;
+    char name[32];
+    if (sigaction(sig, NULL, &sa) != 0 || sa.sa_handler != SIG_IGN)
+        return false;
+    /* A shell's background job ignores SIGINT and SIGQUIT: nothing to say of those. */
+    ddp_log(a->log, sig == SIGHUP ? DDP_LOG_INFO : DDP_LOG_DEBUG,
+            "%s was ignored when ddp-launch started (nohup, say): it stays ignored, by "
+            "ddp-launch and its workers",
+            signame(sig, name, sizeof name));
+    return true;
+}
+
 /* Creates the loop's handles and starts them. Only the first signal handle can fail
  * to initialize (it creates the loop's signal pipe); after that nothing can, so a
  * failure later leaves every handle ready for finish(). */
@@ -1704,6 +1721,8 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     for (int i = 0; i < a->cfg->nsignals; i++) {
         if (passed_signal(a->cfg, a->cfg->signals[i]))
             continue; /* --forward-signals takes it */
+        if (!a->cfg->signals_given && kept_ignored(a, a->cfg->signals[i]))
+            continue;
         if ((err = uv_signal_start(&a->forwarded[i], on_forwarded_signal, a->cfg->signals[i])) != 0)
             return err;
     }
@@ -1712,6 +1731,8 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
             return err;
     }
     for (int i = 0; i < a->nunforwarded; i++) {
+        if (kept_ignored(a, a->unforwarded_sig[i]))
+            continue;
         if ((err = uv_signal_start(&a->unforwarded[i], on_unforwarded_signal,
                                    a->unforwarded_sig[i])) != 0)
             return err;

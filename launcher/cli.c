@@ -490,6 +490,7 @@ static int apply_signals_to_handle(ddp_launch_config_t *cfg, const char *value, 
                                    const ddp_log_t *log, ddp_buf_t *err)
 {
     (void)log;
+    cfg->signals_given = true;
     return parse_signals(value, origin, cfg->signals, &cfg->nsignals, err);
 }
 

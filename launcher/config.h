@@ -116,6 +116,7 @@ typedef struct ddp_launch_config_s {
     double shutdown_timeout; /* s between the stop signal and SIGKILL */
     int signals[DDP_MAX_SIGNALS];
     int nsignals;
+    bool signals_given;          /* --signals-to-handle (or PET_SIGNALS_TO_HANDLE) was given */
     int passed[DDP_MAX_SIGNALS]; /* --forward-signals: to the workers, nothing stopped */
     int npassed;
     ddp_exit_code_mode_t exit_code_mode;

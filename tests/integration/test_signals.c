@@ -530,6 +530,43 @@ static void test_ctrl_z_stops_the_workers(void **state)
     th_cleanup(&p);
 }
 
+/* Under nohup (SIGHUP ignored when the launcher starts) a hangup ends nothing: the
+ * launcher and its workers keep it ignored (it stopped the job, as torchrun's handler
+ * does); --signals-to-handle naming SIGHUP takes it back. */
+static void test_nohup_survives_hangup(void **state)
+{
+    for (int given = 0; given < 2; given++) {
+        const char *argv[] = {"/bin/sh",
+                              "-c",
+                              "trap '' HUP; exec \"$@\"",
+                              "sh",
+                              th_launcher(),
+                              "--nproc-per-node=2",
+                              given ? "--signals-to-handle=SIGTERM,SIGHUP" : "--role=default",
+                              "--no-python",
+                              "/bin/sh",
+                              "-c",
+                              "echo started; sleep 1.5; echo survived",
+                              NULL};
+        th_proc_t p;
+        th_start(&p, argv, NULL);
+        TH_ASSERT(&p, th_wait_output(&p, 1, "started", 2, 30));
+        TH_ASSERT(&p, kill(p.pid, SIGHUP) == 0);
+        TH_ASSERT(&p, th_wait_exit(&p, 60));
+        const char *said = "SIGHUP was ignored when ddp-launch started (nohup, say): it stays "
+                           "ignored, by ddp-launch and its workers";
+        if (given) {
+            TH_ASSERT(&p, th_status(&p) == 128 + SIGHUP);
+            TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), said) == NULL);
+        } else {
+            TH_ASSERT(&p, th_status(&p) == 0);
+            TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "survived") == 2);
+            TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), said) != NULL);
+        }
+        th_cleanup(&p);
+    }
+}
+
 /* An argument runs only the tests whose names match it (the stress suite's orphan loop). */
 int main(int argc, char **argv)
 {
@@ -548,6 +585,7 @@ int main(int argc, char **argv)
         TH_TEST(test_leftover_children_are_killed),
         TH_TEST(test_stopped_worker_is_continued),
         TH_TEST(test_ctrl_z_stops_the_workers),
+        TH_TEST(test_nohup_survives_hangup),
         TH_TEST(test_unforwarded_signal_stops_cleanly),
         TH_TEST(test_forwarded_signal_stops_nothing),
     };

@@ -127,6 +127,15 @@ void th_start(th_proc_t *p, const char *const *argv, const char *const *env)
         dup2(err[1], 2);
         int null = open("/dev/null", O_RDONLY);
         dup2(null, 0);
+        /* As from an interactive shell, whatever the test runner ignores (a runner started
+         * in the background ignores SIGINT and SIGQUIT; meson, SIGPIPE and SIGXFSZ): a
+         * launcher keeps a signal ignored at its start ignored. */
+        for (int sig = 1; sig < 32; sig++)
+            if (sig != SIGKILL && sig != SIGSTOP)
+                signal(sig, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         execve(argv[0], (char *const *)argv, envp);
         fprintf(stderr, "harness: unable to execute %s: %s\n", argv[0], strerror(errno));
         _exit(127);
