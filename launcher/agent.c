@@ -1788,6 +1788,16 @@ static int start_store(ddp_agent_t *a, bool quiet_if_not_ours)
         return 0;
     }
     if (err) {
+        if (err == -EADDRNOTAVAIL) /* node 0 elsewhere, or the wrong address given */
+            ddp_buf_printf(&why,
+                           " (no address of this machine: node 0 serves the store at %s; run "
+                           "%s there, or %s)",
+                           a->cfg->master_addr,
+                           a->cfg->hosts != NULL || a->cfg->hostfile != NULL ? "ddp-launch"
+                                                                             : "node 0",
+                           a->cfg->hosts != NULL || a->cfg->hostfile != NULL
+                               ? "list this machine first"
+                               : "give --master-addr this machine's address");
         ddp_log_error(a->log, "unable to start the rendezvous store: %s", ddp_buf_str(&why));
         ddp_buf_free(&why);
         return err;

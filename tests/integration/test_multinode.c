@@ -404,6 +404,27 @@ static void test_store_unreachable(void **state)
     job_cleanup(&job);
 }
 
+/* Node 0 started where --master-addr is no address (TEST-NET-2: bound by no machine
+ * here, and no packet is sent): said so, with what to do, before any worker. */
+static void test_node0_on_the_wrong_machine(void **state)
+{
+    char port[32];
+    snprintf(port, sizeof port, "--master-port=%d", th_free_port());
+    const char *argv[] = {
+        th_launcher(), "--nnodes=2",  "--node-rank=0", "--master-addr=198.51.100.77",
+        port,          "--no-python", "/bin/echo",     "ran",
+        NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) != 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "ran") == NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "address not available (no address of this machine: node 0 serves the "
+                         "store at 198.51.100.77; run node 0 there, or give --master-addr this "
+                         "machine's address)") != NULL);
+    th_cleanup(&p);
+}
+
 static void test_mismatched_nnodes(void **state)
 {
     const char *env[] = {th_worker(), "env", NULL};
@@ -1397,6 +1418,7 @@ int main(int argc, char **argv)
         TH_TEST(test_both_spares_then_elastic_rules),
         TH_TEST(test_node_that_never_joins),
         TH_TEST(test_store_unreachable),
+        TH_TEST(test_node0_on_the_wrong_machine),
         TH_TEST(test_mismatched_nnodes),
         TH_TEST(test_stranger_refused_job_untouched),
         TH_TEST(test_port_held_by_another_program),
