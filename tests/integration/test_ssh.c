@@ -234,9 +234,17 @@ static void test_own_name_on_loopback(void **state)
         th_cleanup(&p[0]);
         th_cleanup(&p[1]);
     }
-    /* Python workers would use torch's gloo, which offers the machine's name's address:
-     * the launcher says so, and which interface to name in GLOO_SOCKET_IFNAME. */
-    char script[600];
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* Python workers would use torch's gloo, which offers the machine's name's address
+ * (127.0.1.1 on node 0, as above): the launcher says so, and which interface to name in
+ * GLOO_SOCKET_IFNAME. */
+static void test_gloo_warned_of_a_loopback_name(void **state)
+{
+    char *dir = th_tmpdir(), hosts[600], script[600];
+    snprintf(hosts, sizeof hosts, "%s/hosts-n0", dir);
     snprintf(script, sizeof script, "%s/tests/python/warm_restart.py", th_source_dir());
     const char *dry[] = {cluster.script,
                          "run",
@@ -244,6 +252,7 @@ static void test_own_name_on_loopback(void **state)
                          "0",
                          "/bin/sh",
                          "-c",
+                         "sed 's/.* n0$/127.0.1.1 n0/' /etc/hosts > \"$0\" && "
                          "mount --bind \"$0\" /etc/hosts && exec \"$@\"",
                          hosts,
                          th_launcher(),
@@ -432,6 +441,7 @@ int main(void)
         TH_TEST(test_interrupt_ends_every_node),
         TH_TEST(test_sigkill_of_the_command_ends_every_node),
         TH_TEST(test_own_name_on_loopback),
+        TH_TEST(test_gloo_warned_of_a_loopback_name),
     };
     return cmocka_run_group_tests(tests, cluster_up, cluster_down);
 }
