@@ -43,14 +43,20 @@ static bool numeric(const struct sockaddr *sa, char *addr, size_t cap)
     return getnameinfo(sa, len, addr, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) == 0;
 }
 
+bool ddp_addrinfo_loopback(const struct addrinfo *all)
+{
+    for (const struct addrinfo *ai = all; ai != NULL; ai = ai->ai_next)
+        if (!ddp_addr_is_loopback(ai->ai_addr))
+            return false;
+    return all != NULL;
+}
+
 bool ddp_name_is_loopback_here(const char *host, char *addr, size_t cap)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *all = NULL;
     if (getaddrinfo(host, NULL, &hints, &all) != 0)
         return false;
-    bool loopback = all != NULL;
-    for (const struct addrinfo *ai = all; ai != NULL && loopback; ai = ai->ai_next)
-        loopback = ddp_addr_is_loopback(ai->ai_addr);
+    bool loopback = ddp_addrinfo_loopback(all);
     if (loopback && !numeric(all->ai_addr, addr, cap))
         snprintf(addr, cap, "?");
     freeaddrinfo(all);

@@ -11,6 +11,10 @@
 /* Whether `sa` is a loopback address (127.0.0.0/8, ::1). */
 bool ddp_addr_is_loopback(const struct sockaddr *sa);
 
+/* Whether every address of a resolved list is loopback (an empty list is not). */
+struct addrinfo;
+bool ddp_addrinfo_loopback(const struct addrinfo *all);
+
 /* Whether `host` is "localhost" or a numeric address (none: a name); *loopback then says
  * whether it is a loopback one (may be NULL). */
 bool ddp_host_is_literal(const char *host, bool *loopback);

@@ -192,20 +192,21 @@ static void finish(ddp_agent_t *a)
     ddp_zygote_stop(&a->zygote);
 }
 
-static void signal_worker(ddp_agent_t *a, int i, int sig)
+int ddp_agent_signal_worker(ddp_agent_t *a, int i, int sig)
 {
     const ddp_worker_t *w = &a->workers[i];
     int err = ddp_proc_signal_group(w->pid, sig);
     if (err && err != -ESRCH)
         ddp_log_warn(a->log, "unable to signal worker local rank %d (pid %d): %s", i, (int)w->pid,
                      ddp_strerror(err));
+    return err;
 }
 
 static void signal_running(ddp_agent_t *a, int sig)
 {
     for (int i = 0; i < a->nworkers; i++) {
         if (a->workers[i].running)
-            signal_worker(a, i, sig);
+            (void)ddp_agent_signal_worker(a, i, sig);
     }
 }
 
@@ -221,9 +222,9 @@ static void signal_to_stop(ddp_agent_t *a, int sig)
         if (!a->workers[i].running)
             continue;
         bool stopped = sig != SIGKILL && sig != SIGCONT && ddp_proc_stopped(a->workers[i].pid);
-        signal_worker(a, i, sig);
+        (void)ddp_agent_signal_worker(a, i, sig);
         if (stopped)
-            signal_worker(a, i, SIGCONT);
+            (void)ddp_agent_signal_worker(a, i, SIGCONT);
     }
 }
 
@@ -1788,16 +1789,14 @@ static int start_store(ddp_agent_t *a, bool quiet_if_not_ours)
         return 0;
     }
     if (err) {
+        bool fanout = a->cfg->hosts != NULL || a->cfg->hostfile != NULL;
         if (err == -EADDRNOTAVAIL) /* node 0 elsewhere, or the wrong address given */
             ddp_buf_printf(&why,
                            " (no address of this machine: node 0 serves the store at %s; run "
                            "%s there, or %s)",
-                           a->cfg->master_addr,
-                           a->cfg->hosts != NULL || a->cfg->hostfile != NULL ? "ddp-launch"
-                                                                             : "node 0",
-                           a->cfg->hosts != NULL || a->cfg->hostfile != NULL
-                               ? "list this machine first"
-                               : "give --master-addr this machine's address");
+                           a->cfg->master_addr, fanout ? "ddp-launch" : "node 0",
+                           fanout ? "list this machine first"
+                                  : "give --master-addr this machine's address");
         ddp_log_error(a->log, "unable to start the rendezvous store: %s", ddp_buf_str(&why));
         ddp_buf_free(&why);
         return err;

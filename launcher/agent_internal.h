@@ -253,6 +253,10 @@ void ddp_agent_start_zygote(ddp_agent_t *a);
 int ddp_agent_spawn_worker(ddp_agent_t *a, ddp_worker_t *w, const ddp_spawn_t *spec);
 void ddp_agent_reap_adopted(void);
 
+/* agent.c: `sig` to the process group of worker i, a failure other than its being gone
+ * warned of; 0 or -errno. */
+int ddp_agent_signal_worker(ddp_agent_t *a, int i, int sig);
+
 /* agent_pause.c: Ctrl-Z (SIGTSTP) stops the running workers with the launcher, and they
  * continue with it; its handle made (by setup_loop) and started, unless SIGTSTP was
  * ignored when ddp-launch started (0 or a libuv error). */

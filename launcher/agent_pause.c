@@ -5,11 +5,9 @@
  * process group, where the kernel discards SIGTSTP. Runs on the loop thread. */
 #include "agent_internal.h"
 
-#include "error.h"
 #include "io.h"
 #include "spawn.h"
 
-#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 
@@ -17,15 +15,9 @@
  * signal cannot be sent. */
 static void signal_groups(ddp_agent_t *a, bool *which, int sig)
 {
-    for (int i = 0; i < a->nworkers; i++) {
-        if (!which[i] || !a->workers[i].running)
-            continue;
-        int err = ddp_proc_signal_group(a->workers[i].pid, sig);
-        if (err != 0 && err != -ESRCH)
-            ddp_log_warn(a->log, "unable to signal worker local rank %d (pid %d): %s", i,
-                         (int)a->workers[i].pid, ddp_strerror(err));
-        which[i] = err == 0;
-    }
+    for (int i = 0; i < a->nworkers; i++)
+        if (which[i] && a->workers[i].running)
+            which[i] = ddp_agent_signal_worker(a, i, sig) == 0;
 }
 
 static void on_tstp(uv_signal_t *handle, int sig)

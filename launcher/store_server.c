@@ -804,11 +804,9 @@ static bool serve_everywhere(const ddp_store_server_options_t *options,
                              const struct addrinfo *addrs)
 {
     const char *host = options->host;
-    if (!options->remote_clients || host == NULL || ddp_host_is_literal(host, NULL))
+    if (!options->remote_clients || host == NULL || ddp_host_is_literal(host, NULL) ||
+        !ddp_addrinfo_loopback(addrs))
         return false;
-    for (const struct addrinfo *ai = addrs; ai != NULL; ai = ai->ai_next)
-        if (!ddp_addr_is_loopback(ai->ai_addr))
-            return false;
     char text[INET6_ADDRSTRLEN] = "?";
     (void)getnameinfo(addrs->ai_addr, addrs->ai_addrlen, text, sizeof text, NULL, 0,
                       NI_NUMERICHOST);
