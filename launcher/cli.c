@@ -1451,8 +1451,10 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
         goto fail;
     warn_untee_filters(cfg, log);
     const char *python = ddp_env_lookup(envp, "PYTHON_EXEC");
-    if (python != NULL && *python != '\0')
+    if (python != NULL && *python != '\0') {
         cfg->python_exec = python;
+        cfg->python_exec_given = true;
+    }
     const char *prefix = ddp_env_lookup(envp, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
     if (prefix != NULL && *prefix != '\0')
         cfg->prefix_template = prefix;

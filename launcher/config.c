@@ -41,6 +41,8 @@ void ddp_config_free(ddp_launch_config_t *cfg)
     free(cfg->run_id);
     free(cfg->script_path);
     cfg->script_path = NULL;
+    free(cfg->python_found);
+    cfg->python_found = NULL;
     ddp_numa_binds_free(cfg->numa_binds, cfg->nproc_per_node);
     cfg->numa_binds = NULL;
     free(cfg->numa_note);

@@ -155,7 +155,9 @@ typedef struct ddp_launch_config_s {
     ddp_local_rank_arg_t local_rank_arg;
     bool local_rank_arg_given; /* by --local-rank-arg (else found in the script's text) */
     bool use_env;              /* legacy launch's --use-env: no local rank argument */
-    const char *python_exec;   /* PYTHON_EXEC */
+    const char *python_exec;   /* PYTHON_EXEC, else python3 or the environment's (resolve.c) */
+    bool python_exec_given;    /* by PYTHON_EXEC */
+    char *python_found;        /* owned: python_exec when it is the environment's */
     const char *script;
     char *script_path;  /* owned: script made a path ("./run.sh") where it was read here */
     char **script_args; /* points into argv */

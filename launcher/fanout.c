@@ -146,14 +146,13 @@ int ddp_fanout_slurm(const ddp_launch_config_t *cfg, int argc, char **argv, char
     int missing = missing_on_first_node(cfg, log);
     if (missing != 0)
         return missing;
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0) {
+    int err = ddp_proc_self(self, sizeof self);
+    if (err) {
         ddp_log_error(log, "unable to find this ddp-launch's own path (/proc/self/exe): %s",
-                      strerror(errno));
+                      strerror(-err));
         return DDP_EXIT_LAUNCH_FAILED;
     }
-    self[len] = '\0';
-    int err = ddp_proc_find("srun", ddp_env_get(DDP_ENV_PATH), &srun_path);
+    err = ddp_proc_find("srun", ddp_env_get(DDP_ENV_PATH), &srun_path);
     if (err) {
         ddp_log_error(log,
                       "inside a Slurm allocation of %d nodes (outside a step), ddp-launch starts "
@@ -586,14 +585,15 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
 {
     static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
     char self[PATH_MAX], cwd[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    int err = ddp_proc_self(self, sizeof self);
     *run_here = false;
-    if (len <= 0 || getcwd(cwd, sizeof cwd) == NULL) {
+    if (err == 0 && getcwd(cwd, sizeof cwd) == NULL)
+        err = -errno;
+    if (err) {
         ddp_log_error(log, "unable to find this ddp-launch's path or working directory: %s",
-                      strerror(errno));
+                      strerror(-err));
         return DDP_EXIT_LAUNCH_FAILED;
     }
-    self[len] = '\0';
     if (cfg->dry_run)
         return fanout_dry_run(cfg, hosts, argc, argv, self, cwd, fd);
     sigset_t mask, old;

@@ -9,6 +9,7 @@
 
 #include "io.h"
 #include "logs.h"
+#include "spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -158,9 +159,8 @@ int ddp_guard_start(ddp_guard_t *guard)
     guard->fd = -1;
     /* The path of this binary, read before the fork: under a tool like valgrind the
      * file /proc/self/exe is the tool, while readlink answers with our program. */
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len > 0)
-        self[len] = '\0';
+    if (ddp_proc_self(self, sizeof self) != 0)
+        self[0] = '\0';
     if (pipe2(fds, O_CLOEXEC) != 0)
         return -errno;
     pid_t pid = fork();
@@ -171,7 +171,7 @@ int ddp_guard_start(ddp_guard_t *guard)
         return err;
     }
     if (pid == 0)
-        guard_exec(len > 0 ? self : NULL, fds[0]);
+        guard_exec(self[0] != '\0' ? self : NULL, fds[0]);
     close(fds[0]);
     guard->pid = pid;
     guard->fd = fds[1];

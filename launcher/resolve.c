@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -50,6 +51,47 @@ static bool python_name(const char *path)
     const char *base = strrchr(path, '/') != NULL ? strrchr(path, '/') + 1 : path;
     size_t n = strncmp(base, "python", 6) == 0 ? 6 : strncmp(base, "pypy", 4) == 0 ? 4 : 0;
     return n > 0 && base[n + strspn(base + n, "0123456789.")] == '\0';
+}
+
+/* Installed by pip in a virtual environment (bin/../pyvenv.cfg) or a conda one
+ * (bin/../conda-meta), ddp-launch runs scripts with that environment's python, as the
+ * torchrun installed there would (its sys.executable), whether the environment is
+ * activated or not: PATH's python3 may have no torch, or another. PYTHON_EXEC chooses. */
+static void resolve_python(ddp_launch_config_t *cfg, const ddp_log_t *log)
+{
+    static const char *const marks[] = {"pyvenv.cfg", "conda-meta"};
+    static const char *const names[] = {"python3", "python"};
+    char self[PATH_MAX], *slash;
+    if (cfg->python_exec_given || ddp_proc_self(self, sizeof self) != 0 ||
+        (slash = strrchr(self, '/')) == NULL)
+        return;
+    *slash = '\0';
+    char file[PATH_MAX + 32];
+    bool environment = false;
+    for (size_t k = 0; k < sizeof marks / sizeof marks[0] && !environment; k++) {
+        snprintf(file, sizeof file, "%s/../%s", self, marks[k]);
+        environment = access(file, F_OK) == 0;
+    }
+    for (size_t k = 0; k < sizeof names / sizeof names[0] && environment; k++) {
+        snprintf(file, sizeof file, "%s/%s", self, names[k]);
+        char *own = NULL, *on_path = NULL;
+        if (ddp_proc_find(file, NULL, &own) != 0)
+            continue;
+        /* The same file (lstat: a venv's python is a link to the system's) is silent. */
+        struct stat a, b;
+        if (ddp_proc_find(cfg->python_exec, ddp_env_get(DDP_ENV_PATH), &on_path) != 0 ||
+            lstat(own, &a) != 0 || lstat(on_path, &b) != 0 || a.st_dev != b.st_dev ||
+            a.st_ino != b.st_ino)
+            ddp_log_info(log,
+                         "running Python scripts with %s, the python of the environment "
+                         "ddp-launch is installed in (PATH's %s is %s; PYTHON_EXEC chooses "
+                         "another)",
+                         own, cfg->python_exec, on_path != NULL ? on_path : "not found");
+        free(on_path);
+        free(cfg->python_found);
+        cfg->python_exec = cfg->python_found = own;
+        return;
+    }
 }
 
 /* A bare name that is no file here but a program on PATH ("ddp-launch hostname", as
@@ -250,6 +292,7 @@ static void warn_gloo_loopback(const ddp_launch_config_t *cfg, const ddp_log_t *
 int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *err)
 {
     int rc, gpus = 0;
+    resolve_python(cfg, log);
     resolve_program_name(cfg, log);
     resolve_script(cfg, log);
     resolve_local_rank_arg(cfg, log);

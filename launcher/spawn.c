@@ -69,6 +69,17 @@ int ddp_proc_find(const char *name, const char *path_env, char **out)
     return result;
 }
 
+int ddp_proc_self(char *buf, size_t cap)
+{
+    ssize_t len = readlink("/proc/self/exe", buf, cap);
+    if (len < 0)
+        return -errno;
+    if (len == 0 || (size_t)len >= cap)
+        return -ENAMETOOLONG;
+    buf[len] = '\0';
+    return 0;
+}
+
 /* The child's stack while it shares the launcher's memory (CLONE_VM): what child_exec
  * needs with room to spare (its failure message's snprintf is the deepest). */
 #define CHILD_STACK (64 * 1024)

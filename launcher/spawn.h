@@ -46,6 +46,10 @@ void ddp_proc_last_line(const char *text, size_t len, char *out, size_t cap);
  * only files without execute permission (or directories) were found. */
 int ddp_proc_find(const char *name, const char *path_env, char **out);
 
+/* This program's own path (readlink of /proc/self/exe: under valgrind still ours), into
+ * buf[cap]. Returns 0, -errno, or -ENAMETOOLONG. */
+int ddp_proc_self(char *buf, size_t cap);
+
 /* Starts a child and execs. In the child: PR_SET_PDEATHSIG=SIGKILL (so the worker dies with
  * the launcher), setsid() (its own process group, led by its pid), the group written
  * to the orphan guard's pipe (so the guard knows it before any program of the group

@@ -95,8 +95,8 @@ int ddp_stacks_start(uv_loop_t *loop, const pid_t *pids, char *const *paths, int
     *tool = NULL;
     /* libunwind in a helper (this binary as DDP_UNWIND_NAME), else a tool on PATH. */
     char self[PATH_MAX], why[512];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len > 0 && ddp_unwind_available(why, sizeof why) && (found = strndup(self, (size_t)len)))
+    if (ddp_proc_self(self, sizeof self) == 0 && ddp_unwind_available(why, sizeof why) &&
+        (found = strdup(self)))
         *tool = "libunwind";
     else if (ddp_proc_find("eu-stack", ddp_env_get(DDP_ENV_PATH), &found) == 0)
         *tool = "eu-stack";

@@ -365,10 +365,8 @@ bool ddp_launcher_python_dir(char *buf, size_t cap)
 {
     static const char *const places[] = {"../share/ddp-launch/python", "../worker/python"};
     char self[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (len <= 0)
+    if (ddp_proc_self(self, sizeof self) != 0)
         return false;
-    self[len] = '\0';
     char *slash = strrchr(self, '/');
     if (slash == NULL)
         return false;

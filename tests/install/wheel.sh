@@ -124,6 +124,23 @@ case "$out" in
 *) fail "/usr/bin/python3's worker did not use the venv's share/ copy: $out" ;;
 esac
 echo "ddp_launch.step() in workers of both pythons: ok"
+# The venv not activated (its bin/ not on PATH), as a batch script calls it: the scripts
+# run with the venv's python (torchrun's sys.executable), not PATH's python3.
+printf 'import sys, ddp_launch\nprint("python", sys.executable, ddp_launch.__file__)\n' >which.py
+out=$(env -i HOME="$scratch/home" PATH=/usr/bin:/bin PET_MASTER_PORT=0 timeout 60 \
+    "$venv/bin/ddp-launch" --nproc-per-node=2 which.py 2>&1) ||
+    fail "the venv's ddp-launch, not on PATH: $out"
+[ "$(printf '%s\n' "$out" | grep -c "^python $venv/bin/python3 $site/ddp_launch/__init__.py$")" -eq 2 ] ||
+    fail "the venv's ddp-launch, not on PATH, did not run the venv's python: $out"
+printf '%s\n' "$out" | grep -q "running Python scripts with $venv/bin/python3, the python of the environment" ||
+    fail "the venv's ddp-launch did not say which python it runs: $out"
+out=$(env -i HOME="$scratch/home" PATH=/usr/bin:/bin PET_MASTER_PORT=0 PYTHON_EXEC=/usr/bin/python3 \
+    timeout 60 "$venv/bin/ddp-launch" which.py 2>&1) || fail "PYTHON_EXEC=/usr/bin/python3: $out"
+case "$out" in
+"python /usr/bin/python3 $venv/share/ddp-launch/python/ddp_launch/__init__.py") ;;
+*) fail "PYTHON_EXEC did not choose the python: $out" ;;
+esac
+echo "the venv's ddp-launch, not activated: the venv's python (PYTHON_EXEC another): ok"
 # A warm restart: the zygote from the venv's share/ copy, for /usr/bin/python3's workers.
 "$source/tests/install/warm-restart.sh" "$PWD" "$venv/share/ddp-launch/python" \
     env -i HOME="$scratch/home" PATH="$venv/bin:/usr/bin:/bin" PET_MASTER_PORT=0 \
