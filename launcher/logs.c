@@ -333,18 +333,72 @@ static void duplicate(ddp_lines_t *lines, const char *a, size_t alen, const char
     ddp_buf_free(&joined);
 }
 
-/* One line into the console's batch: the prefix, its bytes (a, then b), and a newline
- * where it had none; and to the duplicate file, where one is kept. */
-static void line_out(ddp_lines_t *lines, batch_t *batch, const char *a, size_t alen, const char *b,
-                     size_t blen, bool newline)
+static const ddp_lines_t **open_line(ddp_console_t *console)
 {
+    return console->same_file != NULL ? &console->same_file->open_line : &console->open_line;
+}
+
+/* Before a stream's bytes reach the console: the end of another stream's open line, and
+ * the prefix, unless the console shows this stream's own open line (they continue it). The
+ * other's line ends with a newline, or with a "\r" where both redraw a progress bar (`bar`:
+ * these bytes do): bars of several ranks share one line, as on their own console. */
+static void line_start(ddp_lines_t *lines, batch_t *batch, ddp_console_t *console, bool bar)
+{
+    const ddp_lines_t *open = *open_line(console);
+    if (open == lines)
+        return;
+    if (open != NULL)
+        batch_add(batch, bar && open->redrawing ? "\r" : "\n", 1);
     batch_add(batch, lines->prefix, lines->prefix_len);
-    batch_add(batch, a, alen);
+}
+
+/* One line into the console's batch: the prefix, its bytes (a, then b; of a, those not
+ * shown yet where the console still shows them, all where another stream's bytes came
+ * between), and a newline where it had none; and to the duplicate file, where one is kept.
+ * The console is at a line's start after it. */
+static void line_out(ddp_lines_t *lines, batch_t *batch, ddp_console_t *console, const char *a,
+                     size_t alen, const char *b, size_t blen, bool newline)
+{
+    bool continuing = a == lines->partial.data && *open_line(console) == lines;
+    size_t shown = continuing ? lines->shown : 0;
+    const char *last = blen > 0 ? b + blen - 1 : alen > 0 ? a + alen - 1 : NULL;
+    bool bar = !newline && last != NULL && *last == '\r';
+    line_start(lines, batch, console, bar);
+    lines->redrawing = bar;
+    batch_add(batch, a + shown, alen - shown);
     batch_add(batch, b, blen);
     if (newline)
         batch_add(batch, "\n", 1);
+    *open_line(console) = NULL;
+    lines->shown = 0;
     if (lines->dup != NULL && !lines->dup->broken)
         duplicate(lines, a, alen, b, blen, newline);
+}
+
+size_t ddp_lines_unshown(const ddp_lines_t *lines)
+{
+    size_t len = lines->partial.len;
+    if (len > 0 && lines->partial.data[len - 1] == '\r')
+        len--; /* perhaps the start of "\r\n" */
+    return len > lines->shown ? len - lines->shown : 0;
+}
+
+int ddp_lines_show(ddp_lines_t *lines, ddp_console_t *console)
+{
+    size_t more = ddp_lines_unshown(lines);
+    if (more == 0)
+        return 0;
+    /* Another stream's bytes came after those shown: the line is shown again, whole. */
+    size_t from = *open_line(console) == lines ? lines->shown : 0;
+    batch_t b;
+    b.n = 0;
+    b.bytes = 0;
+    line_start(lines, &b, console, lines->redrawing);
+    batch_add(&b, lines->partial.data + from, lines->shown + more - from);
+    batch_flush(&b, console);
+    lines->shown += more;
+    *open_line(console) = lines;
+    return 0;
 }
 
 int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data, size_t len)
@@ -359,7 +413,7 @@ int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data,
         if (crlf && ddp_buf_append(&lines->partial, "\n", 1) != 0)
             return -ENOMEM;
         p += crlf;
-        line_out(lines, &b, lines->partial.data, lines->partial.len, NULL, 0, false);
+        line_out(lines, &b, console, lines->partial.data, lines->partial.len, NULL, 0, false);
         batch_flush(&b, console);
         ddp_buf_clear(&lines->partial);
     }
@@ -372,14 +426,16 @@ int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data,
                 return err;
             if (lines->partial.len >= lines->max_line) {
                 /* A line with no end in sight: show it in pieces rather than hold it. */
-                line_out(lines, &b, lines->partial.data, lines->partial.len, NULL, 0, true);
+                line_out(lines, &b, console, lines->partial.data, lines->partial.len, NULL, 0,
+                         true);
                 batch_flush(&b, console);
                 ddp_buf_clear(&lines->partial);
             }
             break;
         }
         batch_room(&b, console, lines->prefix_len + lines->partial.len + (size_t)(eol - p));
-        line_out(lines, &b, lines->partial.data, lines->partial.len, p, (size_t)(eol - p), false);
+        line_out(lines, &b, console, lines->partial.data, lines->partial.len, p, (size_t)(eol - p),
+                 false);
         if (lines->partial.len > 0) {
             batch_flush(&b, console); /* before the partial buffer is reused */
             ddp_buf_clear(&lines->partial);
@@ -399,7 +455,7 @@ int ddp_lines_finish(ddp_lines_t *lines, ddp_console_t *console)
     batch_t b;
     b.n = 0;
     b.bytes = 0;
-    line_out(lines, &b, lines->partial.data, lines->partial.len, NULL, 0, true);
+    line_out(lines, &b, console, lines->partial.data, lines->partial.len, NULL, 0, true);
     batch_flush(&b, console);
     ddp_buf_clear(&lines->partial);
     return 0;

@@ -57,15 +57,25 @@ int ddp_logs_make_attempt_dir(const char *run_dir, int attempt, int nworkers, ch
  * nothing to read. */
 void ddp_logs_remove_if_empty(const char *path, bool rings);
 
-/* A console stream of the launcher (its stdout or stderr). */
+/* A console stream of the launcher (its stdout or stderr). Zero it before use. */
 typedef struct ddp_console_s {
     int fd;
     bool broken; /* the reader is gone; output is dropped */
+    /* The stream whose unfinished line the console shows last (ddp_lines_show): its next
+     * bytes continue that line, any other stream's begin a new line. NULL: at a line's start. */
+    const struct ddp_lines_s *open_line;
+    /* Another console on the same file (a terminal's stdout and stderr) whose open_line
+     * is this one's too; NULL: none. */
+    struct ddp_console_s *same_file;
+    double show_after; /* seconds an unfinished line waits for its end before it is shown;
+                          0: until its end */
 } ddp_console_t;
 
 /* The unfinished last line of one worker stream. */
 typedef struct ddp_lines_s {
     ddp_buf_t partial;
+    size_t shown;       /* of partial, the bytes on the console already (ddp_lines_show) */
+    bool redrawing;     /* its last line ended with a lone "\r": it redraws a progress bar */
     const char *prefix; /* borrowed; "" for none */
     size_t prefix_len;
     size_t max_line;
@@ -82,6 +92,14 @@ void ddp_lines_init(ddp_lines_t *lines, const char *prefix, size_t max_line);
  * so a progress bar that redraws itself with "\r" shows as it goes. Returns 0 or
  * -ENOMEM. */
 int ddp_lines_feed(ddp_lines_t *lines, ddp_console_t *console, const char *data, size_t len);
+
+/* Bytes of the unfinished line not on the console yet (a "\r" held last is none). */
+size_t ddp_lines_unshown(const ddp_lines_t *lines);
+
+/* Shows the unfinished line's new bytes now (a worker printing dots, a prompt, a progress
+ * bar after its "\r"), without a newline: the line's next bytes continue it, and another
+ * stream's line first ends it. Returns 0. */
+int ddp_lines_show(ddp_lines_t *lines, ddp_console_t *console);
 
 /* Writes the pending unfinished line, if any, with a newline added. */
 int ddp_lines_finish(ddp_lines_t *lines, ddp_console_t *console);

@@ -52,6 +52,7 @@ struct ddp_tail_s {
     ddp_console_t dup; /* the filtered copy's file (fd -1: none) */
     bool finished;     /* the stream closed: after the rest, its last partial line */
     bool resume;       /* the loop may read the stream again */
+    double held_since; /* the writer's: since when its unfinished line has new bytes; 0 */
 };
 
 /* ---- The console writer (its own thread) ---- */
@@ -59,6 +60,50 @@ struct ddp_tail_s {
 static bool tail_has_work(const ddp_tail_t *t)
 {
     return t->cursor < t->written || t->pending.len > 0 || t->finished;
+}
+
+/* A time of ddp_clock_mono() as CLOCK_MONOTONIC's timespec (the conditions' clock). */
+static struct timespec mono_timespec(double at)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)at;
+    ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* After the writer fed a tail: since when its unfinished line holds bytes not shown. */
+static void note_partial(ddp_tail_t *t)
+{
+    if (ddp_lines_unshown(&t->lines) == 0 || t->console->show_after <= 0)
+        t->held_since = 0;
+    else if (t->held_since == 0)
+        t->held_since = ddp_clock_mono();
+}
+
+/* Shows the unfinished lines held their console's show_after (dots, a prompt, a progress
+ * bar after its "\r": as a worker's own console would); returns when the next is due (0:
+ * none). Called and returns with the lock held; writes the console without it. */
+static double show_partials(ddp_output_t *o)
+{
+    double next = 0;
+    for (ddp_tail_t *t = o->tails; t != NULL; t = t->next) {
+        if (t->held_since == 0)
+            continue;
+        double due = t->held_since + t->console->show_after;
+        if (due > ddp_clock_mono()) {
+            next = next == 0 || due < next ? due : next;
+            continue;
+        }
+        pthread_mutex_unlock(&o->lock);
+        ddp_lines_show(&t->lines, t->console);
+        pthread_mutex_lock(&o->lock);
+        t->held_since = 0;
+    }
+    return next;
 }
 
 /* One piece of a tail's work: a chunk read back from its file, or what is pending. Called
@@ -72,6 +117,7 @@ static bool write_some(ddp_output_t *o, ddp_tail_t *t, char *chunk, size_t cap)
         ssize_t got = pread(t->file_fd, chunk, want, (off_t)at);
         if (got > 0)
             (void)ddp_lines_feed(&t->lines, t->console, chunk, (size_t)got);
+        note_partial(t);
         pthread_mutex_lock(&o->lock);
         /* A file that cannot be read back (cut short under us) costs its console copy. */
         t->cursor = got > 0 ? t->cursor + (uint64_t)got : t->written;
@@ -86,6 +132,7 @@ static bool write_some(ddp_output_t *o, ddp_tail_t *t, char *chunk, size_t cap)
         pthread_mutex_unlock(&o->lock);
         if (ddp_lines_feed(&t->lines, t->console, take.data, take.len) != 0)
             ddp_log_error(o->log, "out of memory while assembling a worker's output lines");
+        note_partial(t);
         ddp_buf_free(&take);
         pthread_mutex_lock(&o->lock);
         return true;
@@ -146,7 +193,13 @@ static void *writer_main(void *arg)
         pthread_cond_broadcast(&o->idle);
         if (o->stopping)
             break;
-        pthread_cond_wait(&o->work, &o->lock);
+        double due = show_partials(o);
+        if (due == 0) {
+            pthread_cond_wait(&o->work, &o->lock);
+        } else {
+            struct timespec until = mono_timespec(due);
+            pthread_cond_timedwait(&o->work, &o->lock, &until);
+        }
         o->busy = true;
     }
     pthread_mutex_unlock(&o->lock);
@@ -203,10 +256,11 @@ int ddp_output_start(ddp_output_t *o)
     o->resume.data = o;
     o->async_open = true;
     pthread_mutex_init(&o->lock, NULL);
-    pthread_cond_init(&o->work, NULL);
-    pthread_condattr_t monotonic; /* ddp_output_flush's deadline: a clock step moves it not */
+    /* The deadlines (ddp_output_flush's, an unfinished line's): a clock step moves them not. */
+    pthread_condattr_t monotonic;
     pthread_condattr_init(&monotonic);
     pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&o->work, &monotonic);
     pthread_cond_init(&o->idle, &monotonic);
     pthread_condattr_destroy(&monotonic);
     o->busy = true; /* until the writer first waits */
@@ -234,13 +288,7 @@ void ddp_output_flush(ddp_output_t *o, double timeout)
 {
     if (!o->started)
         return;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    if (timeout >= 0) {
-        long ns = until.tv_nsec + (long)((timeout - (double)(long)timeout) * 1e9);
-        until.tv_sec += (time_t)timeout + ns / 1000000000L;
-        until.tv_nsec = ns % 1000000000L;
-    }
+    struct timespec until = mono_timespec(ddp_clock_mono() + (timeout >= 0 ? timeout : 0));
     pthread_mutex_lock(&o->lock);
     for (;;) {
         bool any = o->busy;

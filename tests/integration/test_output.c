@@ -533,6 +533,38 @@ static void test_unusable_tmpdir(void **state)
     free(dir);
 }
 
+/* A worker's unfinished line (dots, "loading... ", a progress bar) reaches the console
+ * before its end, as on the worker's own console (it waited for the newline, as long as
+ * the worker took); another rank's line ends it, and it is shown again, whole, when it
+ * goes on. Each step waits for the last to be on the launcher's stdout (a pipe here). */
+static void test_unfinished_line_is_shown(void **state)
+{
+    char *dir = th_tmpdir(), first[600], second[600];
+    snprintf(first, sizeof first, "T1=%s/first", dir);
+    snprintf(second, sizeof second, "T2=%s/second", dir);
+    const char *worker =
+        "wait_for() { i=0; while [ ! -e \"$1\" ] && [ $i -lt 600 ]; do sleep 0.05; "
+        "i=$((i+1)); done; }\n"
+        "if [ \"$RANK\" = 0 ]; then printf 'loading... '; wait_for \"$T2\"; echo done; "
+        "else wait_for \"$T1\"; echo 'rank 1 line'; fi";
+    const char *env[] = {first, second, NULL};
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=2", "--tee=3", "--no-python", "/bin/sh", "-c", worker,
+        NULL};
+    th_proc_t p;
+    th_start(&p, argv, env);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "[default0]:loading... ", 1, 30));
+    TH_ASSERT(&p, th_touch(first + 3));
+    TH_ASSERT(&p, th_wait_output(&p, 1, "[default1]:rank 1 line\n", 1, 30));
+    TH_ASSERT(&p, th_touch(second + 3));
+    TH_ASSERT(&p, th_wait_exit(&p, 30) && th_status(&p) == 0);
+    TH_ASSERT(&p, strcmp(ddp_buf_str(&p.out), "[default0]:loading... \n[default1]:rank 1 line\n"
+                                              "[default0]:loading... done\n") == 0);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -543,6 +575,7 @@ int main(void)
         TH_TEST(test_ten_megabyte_line),        TH_TEST(test_binary_and_unterminated_output),
         TH_TEST(test_report_shows_stderr_tail), TH_TEST(test_one_file_keeps_order),
         TH_TEST(test_closed_standard_streams),  TH_TEST(test_unusable_tmpdir),
+        TH_TEST(test_unfinished_line_is_shown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,8 +27,8 @@ static void capture_open(capture_t *c)
 {
     c->file = tmpfile();
     assert_non_null(c->file);
+    memset(&c->console, 0, sizeof c->console);
     c->console.fd = fileno(c->file);
-    c->console.broken = false;
 }
 
 static char *capture_read(capture_t *c, size_t *len)
@@ -79,6 +79,72 @@ static void test_carriage_returns(void **state)
     assert_string_equal(out, "P: 10%\rP: 20%\rP:done\r\nP:next\rP:x\nP:last\r\n");
     free(out);
     ddp_lines_free(&lines);
+}
+
+static void feed(ddp_lines_t *lines, ddp_console_t *console, const char *text)
+{
+    assert_int_equal(ddp_lines_feed(lines, console, text, strlen(text)), 0);
+}
+
+/* An unfinished line shown before its end (ddp_lines_show): its next bytes continue it,
+ * nothing is written twice, and a held "\r" (perhaps "\r\n") is not shown early. */
+static void test_unfinished_line_shown(void **state)
+{
+    capture_t c;
+    ddp_lines_t lines;
+    size_t len;
+    capture_open(&c);
+    ddp_lines_init(&lines, "P:", DDP_LINE_MAX);
+    feed(&lines, &c.console, "Epoch 1 ");
+    assert_int_equal(ddp_lines_unshown(&lines), 8);
+    ddp_lines_show(&lines, &c.console);
+    assert_int_equal(ddp_lines_unshown(&lines), 0);
+    ddp_lines_show(&lines, &c.console); /* nothing new: writes nothing */
+    feed(&lines, &c.console, "..");
+    ddp_lines_show(&lines, &c.console);
+    feed(&lines, &c.console, ". done\nnext\r");
+    assert_int_equal(ddp_lines_unshown(&lines), 4);
+    ddp_lines_show(&lines, &c.console);
+    feed(&lines, &c.console, "\nlast");
+    ddp_lines_show(&lines, &c.console);
+    ddp_lines_finish(&lines, &c.console);
+    char *out = capture_read(&c, &len);
+    assert_string_equal(out, "P:Epoch 1 ... done\nP:next\r\nP:last\n");
+    free(out);
+    ddp_lines_free(&lines);
+}
+
+/* Another stream's line after a shown unfinished one: a newline ends that first, and it is
+ * shown again, whole, when it goes on; two progress bars ("\r") share one line instead.
+ * Consoles on one file (a terminal's stdout and stderr) share what is open. */
+static void test_unfinished_line_and_others(void **state)
+{
+    capture_t c;
+    ddp_lines_t a, b;
+    size_t len;
+    capture_open(&c);
+    ddp_console_t err = c.console;
+    err.same_file = &c.console;
+    ddp_lines_init(&a, "A:", DDP_LINE_MAX);
+    ddp_lines_init(&b, "B:", DDP_LINE_MAX);
+    feed(&a, &c.console, "loading");
+    ddp_lines_show(&a, &c.console);
+    feed(&b, &err, "a warning\n");
+    feed(&a, &c.console, " done\n");
+    feed(&a, &c.console, "\r 10%");
+    ddp_lines_show(&a, &c.console);
+    feed(&b, &err, "\r 50%");
+    ddp_lines_show(&b, &err);
+    feed(&a, &c.console, "\r 20%");
+    ddp_lines_show(&a, &c.console);
+    feed(&a, &c.console, "\n");
+    ddp_lines_finish(&b, &err);
+    char *out = capture_read(&c, &len);
+    assert_string_equal(out, "A:loading\nB:a warning\nA:loading done\n"
+                             "A:\rA: 10%\rB:\rB: 50%\rA: 10%\rA: 20%\nB: 50%\n");
+    free(out);
+    ddp_lines_free(&a);
+    ddp_lines_free(&b);
 }
 
 static void test_many_lines_in_one_read(void **state)
@@ -352,6 +418,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whole_lines_with_prefix),
         cmocka_unit_test(test_carriage_returns),
+        cmocka_unit_test(test_unfinished_line_shown),
+        cmocka_unit_test(test_unfinished_line_and_others),
         cmocka_unit_test(test_many_lines_in_one_read),
         cmocka_unit_test(test_binary_and_long_lines),
         cmocka_unit_test(test_broken_console_is_dropped),
