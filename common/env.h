@@ -37,6 +37,8 @@
     X(TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, NULL,                                               \
       "prefix of tee'd console lines: ${rank}, ${local_rank}, ${role_name}")                     \
     X(DDP_LAUNCH_LOG_LEVEL, "info", "verbosity of ddp-launch: error, warning, info or debug")    \
+    X(LOGLEVEL, NULL,                                                                            \
+      "torchrun's verbosity (DEBUG, INFO, WARNING, ...): where no DDP_LAUNCH_LOG_LEVEL")         \
     X(DDP_TOPOLOGY_ROOT, "/",                                                                    \
       "--numa-binding reads sysfs under this directory (a recorded tree) instead of /")          \
     X(CUDA_VISIBLE_DEVICES, NULL, "the GPUs workers see: counted for gpu, bound near for NUMA")  \

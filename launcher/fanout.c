@@ -359,7 +359,8 @@ static void node_command(ddp_buf_t *cmd, const ddp_launch_config_t *cfg,
                          const ddp_fanout_hosts_t *hosts, int i, const char *self, const char *cwd,
                          int argc, char **argv)
 {
-    static const char *const passed[] = {"PYTHON_EXEC", "DDP_LAUNCH_LOG_LEVEL", "OMP_NUM_THREADS"};
+    static const char *const passed[] = {"PYTHON_EXEC", "DDP_LAUNCH_LOG_LEVEL", "LOGLEVEL",
+                                         "OMP_NUM_THREADS"};
     if (cwd != NULL) {
         ddp_buf_puts(cmd, "cd ");
         ddp_shell_word(cmd, cwd);

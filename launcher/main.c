@@ -16,6 +16,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -39,6 +41,34 @@ static int open_std_fds(void)
     return 0;
 }
 
+/* DDP_LAUNCH_LOG_LEVEL, else torchrun's LOGLEVEL (Python logging's names), else info. */
+static ddp_log_level_t log_level(const ddp_log_t *log)
+{
+    static const struct {
+        const char *name;
+        ddp_log_level_t level;
+    } python[] = {{"CRITICAL", DDP_LOG_ERROR}, {"FATAL", DDP_LOG_ERROR}, {"NOTSET", DDP_LOG_DEBUG}};
+    ddp_log_level_t level = DDP_LOG_INFO;
+    const char *own = getenv(ddp_env_name(DDP_ENV_DDP_LAUNCH_LOG_LEVEL));
+    const char *torch = getenv(ddp_env_name(DDP_ENV_LOGLEVEL));
+    if (own == NULL && torch != NULL && *torch != '\0') {
+        for (size_t k = 0; k < sizeof python / sizeof python[0]; k++)
+            if (strcasecmp(torch, python[k].name) == 0)
+                return python[k].level;
+        if (ddp_log_parse_level(torch, &level) != 0)
+            ddp_log_warn(log,
+                         "LOGLEVEL=%s is not DEBUG, INFO, WARNING, ERROR or CRITICAL; "
+                         "ddp-launch says what info does",
+                         torch);
+        return level;
+    }
+    const char *text = ddp_env_get(DDP_ENV_DDP_LAUNCH_LOG_LEVEL);
+    if (ddp_log_parse_level(text, &level) != 0)
+        ddp_log_warn(
+            log, "DDP_LAUNCH_LOG_LEVEL=%s is not error, warning, info or debug; using info", text);
+    return level;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[0], DDP_GUARD_NAME) == 0 && strcmp(argv[1], DDP_GUARD_ARG) == 0)
@@ -55,13 +85,8 @@ int main(int argc, char **argv)
     ddp_fanout_hosts_t hosts = {0};
     int exit_code;
 
-    const char *level_text = ddp_env_get(DDP_ENV_DDP_LAUNCH_LOG_LEVEL);
     ddp_log_init(&log, "ddp-launch", level);
-    if (ddp_log_parse_level(level_text, &level) != 0)
-        ddp_log_warn(&log,
-                     "DDP_LAUNCH_LOG_LEVEL=%s is not error, warning, info or debug; using info",
-                     level_text);
-    log.level = level;
+    log.level = log_level(&log);
 
     int rc = ddp_cli_parse(&cfg, argc, argv, environ, &log, &err);
     if (rc != 0) {

@@ -565,6 +565,36 @@ static void test_unfinished_line_is_shown(void **state)
     free(dir);
 }
 
+/* torchrun's LOGLEVEL (Python's names) sets ddp-launch's verbosity where
+ * DDP_LAUNCH_LOG_LEVEL does not: LOGLEVEL=DEBUG to see a rendezvous was ignored. */
+static void test_torchrun_loglevel(void **state)
+{
+    static const struct {
+        const char *env[3];
+        bool debug, info, bad;
+    } cases[] = {
+        {{"DDP_LAUNCH_LOG_LEVEL", "LOGLEVEL=DEBUG", NULL}, true, true, false},
+        {{"DDP_LAUNCH_LOG_LEVEL", "LOGLEVEL=WARNING", NULL}, false, false, false},
+        {{"DDP_LAUNCH_LOG_LEVEL", "LOGLEVEL=CRITICAL", NULL}, false, false, false},
+        {{"LOGLEVEL=WARNING", "DDP_LAUNCH_LOG_LEVEL=info", NULL}, false, true, false},
+        {{"DDP_LAUNCH_LOG_LEVEL", "LOGLEVEL=loud", NULL}, false, true, true},
+    };
+    /* "true", no file here: said at info that it runs directly. The tests' environment
+     * sets DDP_LAUNCH_LOG_LEVEL: a lone name removes it. */
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2", "true", NULL};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        th_proc_t p;
+        th_run(&p, argv, cases[i].env, 60);
+        const char *err = ddp_buf_str(&p.err);
+        printf("%s %s: status %d\n", cases[i].env[0], cases[i].env[1], th_status(&p));
+        TH_ASSERT(&p, th_status(&p) == 0);
+        TH_ASSERT(&p, (strstr(err, "debug: started worker rank 1") != NULL) == cases[i].debug);
+        TH_ASSERT(&p, (strstr(err, "running it directly") != NULL) == cases[i].info);
+        TH_ASSERT(&p, (strstr(err, "warning: LOGLEVEL=loud is not DEBUG") != NULL) == cases[i].bad);
+        th_cleanup(&p);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -575,7 +605,7 @@ int main(void)
         TH_TEST(test_ten_megabyte_line),        TH_TEST(test_binary_and_unterminated_output),
         TH_TEST(test_report_shows_stderr_tail), TH_TEST(test_one_file_keeps_order),
         TH_TEST(test_closed_standard_streams),  TH_TEST(test_unusable_tmpdir),
-        TH_TEST(test_unfinished_line_is_shown),
+        TH_TEST(test_unfinished_line_is_shown), TH_TEST(test_torchrun_loglevel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
