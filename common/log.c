@@ -4,6 +4,7 @@
 #include "error.h"
 #include "io.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -31,6 +32,7 @@ void ddp_log_init(ddp_log_t *log, const char *name, ddp_log_level_t level)
     log->name = name;
     log->level = level;
     log->fd = 2;
+    log->open_line = NULL;
 }
 
 void ddp_vlog(const ddp_log_t *log, ddp_log_level_t level, const char *fmt, va_list ap)
@@ -39,7 +41,8 @@ void ddp_vlog(const ddp_log_t *log, ddp_log_level_t level, const char *fmt, va_l
     char line[4096];
     if (level > log->level)
         return;
-    int head = snprintf(line, sizeof line, "%s: %s", log->name, tags[level]);
+    bool after = log->open_line != NULL && atomic_exchange(log->open_line, false);
+    int head = snprintf(line, sizeof line, "%s%s: %s", after ? "\n" : "", log->name, tags[level]);
     if (head < 0)
         return;
     size_t len = (size_t)head;

@@ -7,6 +7,7 @@
 #define DDP_COMMON_LOG_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 
 typedef enum {
     DDP_LOG_ERROR = 0,
@@ -19,6 +20,10 @@ typedef struct ddp_log_s {
     const char *name;      /* printed first on every line, e.g. "ddp-launch" */
     ddp_log_level_t level; /* messages above this level are dropped */
     int fd;                /* where lines go (2 unless a test says otherwise) */
+    /* NULL, or a flag set while `fd` shows an unfinished line of another writer (the
+     * launcher's console writer: a worker's prompt): a message then ends that line first,
+     * and clears the flag to say so. */
+    atomic_bool *open_line;
 } ddp_log_t;
 
 /* Parses "error", "warning"/"warn", "info" or "debug". Returns 0 or DDP_EPARSE. */

@@ -1896,6 +1896,9 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->console_merged = same_file(1, 2);
     if (a->console_merged) /* one open line for both: a terminal's */
         a->output.console_err.same_file = &a->output.console_out;
+    /* The launcher's messages (stderr) end a worker's open line there first. */
+    (a->console_merged ? &a->output.console_out : &a->output.console_err)->log_line =
+        log->fd == 2 ? log->open_line : NULL;
     a->output.log = log;
     a->output.loop = &a->loop;
     a->guard.fd = -1;

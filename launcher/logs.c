@@ -333,9 +333,21 @@ static void duplicate(ddp_lines_t *lines, const char *a, size_t alen, const char
     ddp_buf_free(&joined);
 }
 
+/* The console's open line, less one that a launcher message has ended meanwhile. */
 static const ddp_lines_t **open_line(ddp_console_t *console)
 {
-    return console->same_file != NULL ? &console->same_file->open_line : &console->open_line;
+    ddp_console_t *file = console->same_file != NULL ? console->same_file : console;
+    if (file->open_line != NULL && file->log_line != NULL && !atomic_load(file->log_line))
+        file->open_line = NULL;
+    return &file->open_line;
+}
+
+static void set_open_line(ddp_console_t *console, const ddp_lines_t *lines)
+{
+    ddp_console_t *file = console->same_file != NULL ? console->same_file : console;
+    file->open_line = lines;
+    if (file->log_line != NULL)
+        atomic_store(file->log_line, lines != NULL);
 }
 
 /* Before a stream's bytes reach the console: the end of another stream's open line, and
@@ -369,7 +381,7 @@ static void line_out(ddp_lines_t *lines, batch_t *batch, ddp_console_t *console,
     batch_add(batch, b, blen);
     if (newline)
         batch_add(batch, "\n", 1);
-    *open_line(console) = NULL;
+    set_open_line(console, NULL);
     lines->shown = 0;
     if (lines->dup != NULL && !lines->dup->broken)
         duplicate(lines, a, alen, b, blen, newline);
@@ -397,7 +409,7 @@ int ddp_lines_show(ddp_lines_t *lines, ddp_console_t *console)
     batch_add(&b, lines->partial.data + from, lines->shown + more - from);
     batch_flush(&b, console);
     lines->shown += more;
-    *open_line(console) = lines;
+    set_open_line(console, lines);
     return 0;
 }
 

@@ -69,6 +69,9 @@ typedef struct ddp_console_s {
     struct ddp_console_s *same_file;
     double show_after; /* seconds an unfinished line waits for its end before it is shown;
                           0: until its end */
+    /* The launcher's log's flag (ddp_log_t's open_line) where it writes to this console's
+     * file: set while a line is open; found cleared, a message ended that line. NULL: none. */
+    atomic_bool *log_line;
 } ddp_console_t;
 
 /* The unfinished last line of one worker stream. */

@@ -85,7 +85,9 @@ int main(int argc, char **argv)
     ddp_fanout_hosts_t hosts = {0};
     int exit_code;
 
+    atomic_bool open_line = false; /* the console's, for the log (see ddp_log_t) */
     ddp_log_init(&log, "ddp-launch", level);
+    log.open_line = &open_line;
     log.level = log_level(&log);
 
     int rc = ddp_cli_parse(&cfg, argc, argv, environ, &log, &err);

@@ -147,6 +147,35 @@ static void test_unfinished_line_and_others(void **state)
     ddp_lines_free(&b);
 }
 
+/* A launcher message while a worker's line is open there (a pdb prompt) ends that line
+ * first, and the line is shown again, whole, when it goes on; at a line's start, it does not. */
+static void test_launcher_message_ends_open_line(void **state)
+{
+    capture_t c;
+    ddp_lines_t a;
+    ddp_log_t log;
+    atomic_bool open = false;
+    size_t len;
+    capture_open(&c);
+    ddp_log_init(&log, "ddp-launch", DDP_LOG_INFO);
+    log.fd = c.console.fd;
+    log.open_line = &open;
+    c.console.log_line = &open;
+    ddp_lines_init(&a, "A:", DDP_LINE_MAX);
+    feed(&a, &c.console, "(Pdb) ");
+    ddp_lines_show(&a, &c.console);
+    assert_true(atomic_load(&open));
+    ddp_log_info(&log, "rank 1 finished");
+    assert_false(atomic_load(&open));
+    feed(&a, &c.console, "p x\n");
+    ddp_log_info(&log, "later");
+    char *out = capture_read(&c, &len);
+    assert_string_equal(out,
+                        "A:(Pdb) \nddp-launch: rank 1 finished\nA:(Pdb) p x\nddp-launch: later\n");
+    free(out);
+    ddp_lines_free(&a);
+}
+
 static void test_many_lines_in_one_read(void **state)
 {
     capture_t c;
@@ -420,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_carriage_returns),
         cmocka_unit_test(test_unfinished_line_shown),
         cmocka_unit_test(test_unfinished_line_and_others),
+        cmocka_unit_test(test_launcher_message_ends_open_line),
         cmocka_unit_test(test_many_lines_in_one_read),
         cmocka_unit_test(test_binary_and_long_lines),
         cmocka_unit_test(test_broken_console_is_dropped),
