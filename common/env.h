@@ -62,7 +62,9 @@
     X(DDP_SHM, "1", "libddp: 0 keeps a one-host ring on TCP instead of shared memory")           \
     X(DDP_BACKEND, "auto", "libddp: cpu, nccl or auto, where the program's options say auto")    \
     X(DDP_DUMP_SIGNAL, NULL, "set by ddp-launch: the signal a worker dumps its state on")        \
-    X(DDP_PROGRESS_RING, NULL, "set by ddp-launch: where ddp_launch.step() records progress")
+    X(DDP_PROGRESS_RING, NULL, "set by ddp-launch: where ddp_launch.step() records progress")    \
+    X(DDP_LOCAL_ADDR, NULL, "set by ddp-launch --local-addr: the address libddp's ring offers")  \
+    X(DDP_SOCKET_IFNAME, NULL, "libddp: the ring's interface (NCCL_SOCKET_IFNAME's syntax)")
 
 typedef enum {
 #define DDP_ENV_ENUM(name, def, help) DDP_ENV_##name,

@@ -63,14 +63,31 @@ bool ddp_name_is_loopback_here(const char *host, char *addr, size_t cap)
     return loopback;
 }
 
-/* The first such address of `family`. */
-static bool first_of(const struct ifaddrs *all, int family, char *addr, size_t cap, char *ifname,
-                     size_t ifcap)
+/* Whether `spec` (see ddp_interface_selected) selects the interface `name`. */
+static bool selects(const char *spec, const char *name)
+{
+    bool except = *spec == '^', listed = false;
+    for (const char *p = spec + except; *p != '\0' && !listed;) {
+        size_t len = strcspn(p, ",");
+        bool exact = *p == '=';
+        const char *want = p + exact;
+        size_t wlen = len - exact;
+        listed = wlen > 0 && strncmp(name, want, wlen) == 0 && (!exact || name[wlen] == '\0');
+        p += len + (p[len] == ',');
+    }
+    return listed != except;
+}
+
+/* The first such address of `family`, of an interface `spec` selects (NULL: any but
+ * loopback ones). */
+static bool first_of(const struct ifaddrs *all, int family, const char *spec, char *addr,
+                     size_t cap, char *ifname, size_t ifcap)
 {
     for (const struct ifaddrs *i = all; i != NULL; i = i->ifa_next) {
         const struct sockaddr *sa = i->ifa_addr;
         if (sa == NULL || sa->sa_family != family || !(i->ifa_flags & IFF_UP) ||
-            (i->ifa_flags & IFF_LOOPBACK) || ddp_addr_is_loopback(sa) ||
+            (spec == NULL && ((i->ifa_flags & IFF_LOOPBACK) || ddp_addr_is_loopback(sa))) ||
+            (spec != NULL && !selects(spec, i->ifa_name)) ||
             (family == AF_INET6 &&
              IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)sa)->sin6_addr)) ||
             !numeric(sa, addr, cap))
@@ -84,11 +101,26 @@ static bool first_of(const struct ifaddrs *all, int family, char *addr, size_t c
 
 bool ddp_interface_address(char *addr, size_t cap, char *ifname, size_t ifcap)
 {
+    return ddp_interface_selected(NULL, addr, cap, ifname, ifcap);
+}
+
+bool ddp_interface_selected(const char *spec, char *addr, size_t cap, char *ifname, size_t ifcap)
+{
     struct ifaddrs *all = NULL;
     if (getifaddrs(&all) != 0)
         return false;
-    bool found = first_of(all, AF_INET, addr, cap, ifname, ifcap) ||
-                 first_of(all, AF_INET6, addr, cap, ifname, ifcap);
+    bool found = first_of(all, AF_INET, spec, addr, cap, ifname, ifcap) ||
+                 first_of(all, AF_INET6, spec, addr, cap, ifname, ifcap);
     freeifaddrs(all);
     return found;
+}
+
+bool ddp_host_numeric(const char *host, char *addr, size_t cap)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *all = NULL;
+    if (getaddrinfo(host, NULL, &hints, &all) != 0)
+        return false;
+    bool ok = numeric(all->ai_addr, addr, cap);
+    freeaddrinfo(all);
+    return ok;
 }

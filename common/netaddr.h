@@ -28,4 +28,13 @@ bool ddp_name_is_loopback_here(const char *host, char *addr, size_t cap);
  * NULL); false where there is none. */
 bool ddp_interface_address(char *addr, size_t cap, char *ifname, size_t ifcap);
 
+/* The same, of an interface `spec` selects, as NCCL_SOCKET_IFNAME does: name prefixes,
+ * comma-separated ("=NAME": that name exactly), all but those where `spec` begins with
+ * "^". A loopback interface too, where selected; NULL: as ddp_interface_address. */
+bool ddp_interface_selected(const char *spec, char *addr, size_t cap, char *ifname, size_t ifcap);
+
+/* The first address `host` (a name or an address) resolves to, numeric in addr[cap]; false
+ * where it does not resolve. */
+bool ddp_host_numeric(const char *host, char *addr, size_t cap);
+
 #endif

@@ -754,7 +754,7 @@ static const flag_t flags[] = {
     {INT("master-port", master_port, 0, 65535), false, G_RDZV, "PORT",
      "the store's port (default 29500; 0 = a free port)"},
     {TEXT("local-addr", local_addr, 0), false, G_RDZV, "HOST",
-     "this node's address as other nodes see it"},
+     "this node's address as other nodes see it (libddp's\nring listens there)"},
     {CODE("rdzv-backend", apply_rdzv_backend, true), false, G_RDZV, "static|c10d",
      "rendezvous backend (default static)"},
     {CODE("rdzv-endpoint", apply_rdzv_endpoint, true), false, G_RDZV, "HOST[:PORT]",

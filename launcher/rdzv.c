@@ -102,8 +102,7 @@ int ddp_rdzv_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_lo
     r->log = log;
     r->on_command = on_command;
     r->ctx = ctx;
-    if (gethostname(r->host, sizeof r->host - 1) != 0)
-        strcpy(r->host, "localhost");
+    ddp_rdzv_own_host(cfg, r->host, sizeof r->host);
     snprintf(r->id, sizeof r->id, "%s", id);
     if ((r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
         int err = -errno;

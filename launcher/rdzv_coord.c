@@ -768,8 +768,7 @@ int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
     c->log = log;
     c->backend = ddp_config_dynamic(cfg) ? &ddp_rdzv_c10d_backend : &ddp_rdzv_static_backend;
     snprintf(c->own_id, sizeof c->own_id, "%s", own_id);
-    if (gethostname(c->host, sizeof c->host - 1) != 0)
-        strcpy(c->host, "localhost");
+    ddp_rdzv_own_host(cfg, c->host, sizeof c->host);
     ddp_rdzv_key(c->prefix, sizeof c->prefix, cfg->run_id, "%s", "");
     c->prefix_len = strlen(c->prefix);
     c->started = c->forming_since = ddp_clock_mono();

@@ -10,6 +10,16 @@
 
 #define TEXT_MAX 2048 /* the longest record parsed; longer ones are refused */
 
+void ddp_rdzv_own_host(const ddp_launch_config_t *cfg, char *host, size_t cap)
+{
+    if (cfg->local_addr != NULL && *cfg->local_addr != '\0')
+        snprintf(host, cap, "%s", cfg->local_addr);
+    else if (gethostname(host, cap - 1) != 0)
+        snprintf(host, cap, "localhost");
+    else
+        host[cap - 1] = '\0';
+}
+
 void ddp_rdzv_launcher_id(char id[DDP_RDZV_ID_MAX], const char *host)
 {
     snprintf(id, DDP_RDZV_ID_MAX, "%.80s-%d", host, (int)getpid());

@@ -32,6 +32,10 @@
 #define DDP_RDZV_ID_MAX  96
 #define DDP_RDZV_MSG_MAX 1536
 
+/* This node's name in the rendezvous (its messages, its id): --local-addr, else its host
+ * name, into host[cap]. */
+void ddp_rdzv_own_host(const ddp_launch_config_t *cfg, char *host, size_t cap);
+
 /* This launcher's id among all: "host-pid". */
 void ddp_rdzv_launcher_id(char id[DDP_RDZV_ID_MAX], const char *host);
 

@@ -202,12 +202,13 @@ int ddp_cpu_check_call(ddp_t *ddp, cpu_t *c, const char *what, const call_t *min
 int ddp_cpu_no_progress(ddp_t *ddp, const cpu_t *c, const char *what, const cpu_progress_t *p,
                         const char *over);
 
-/* The address to offer the other ranks, in host[cap]: the local address of the store's
- * connection (the interface that reaches node 0), unless that is loopback while ranks
- * run on other machines and MASTER_ADDR is a name (Debian's /etc/hosts gives a machine's
- * own name 127.0.1.1): then this machine's first up, non-loopback IPv4 address (else
- * IPv6, not link-local), where the others can reach it. 0 or -errno. */
-int ddp_cpu_offered_address(const ddp_t *ddp, char *host, size_t cap);
+/* The address to listen on and offer the other ranks, in host[cap]: DDP_SOCKET_IFNAME's
+ * interface's, else DDP_LOCAL_ADDR (ddp-launch --local-addr), else the local address of the
+ * store's connection (the interface that reaches node 0), unless that is loopback while
+ * ranks run on other machines and MASTER_ADDR is a name (Debian's /etc/hosts gives a
+ * machine's own name 127.0.1.1): then this machine's first up, non-loopback IPv4 address
+ * (else IPv6, not link-local), where the others can reach it. 0, or -errno failed (said). */
+int ddp_cpu_offered_address(ddp_t *ddp, char *host, size_t cap);
 
 /* Listens on an ephemeral port of `host` (*port); makes a socket non-blocking, without
  * Nagle's delay. */

@@ -234,10 +234,12 @@ int ddp_cpu_init(ddp_t *ddp, void **state)
         goto fail;
     }
     /* The address this host reaches the store from is the one to offer the others. */
-    if ((err = ddp_cpu_offered_address(ddp, host, sizeof host)) != 0 ||
-        (err = ddp_cpu_listen_on(host, &listen_fd, &port)) != 0 ||
+    if ((err = ddp_cpu_offered_address(ddp, host, sizeof host)) != 0)
+        goto fail;
+    if ((err = ddp_cpu_listen_on(host, &listen_fd, &port)) != 0 ||
         (err = ddp_cpu_listen_on(host, &c->listen_fd, &p2p_port)) != 0) {
-        ddp_fail(ddp, err, "unable to listen for the other ranks: %s", ddp_strerror(err));
+        ddp_fail(ddp, err, "unable to listen for the other ranks on %s: %s", host,
+                 ddp_strerror(err));
         goto fail;
     }
     create_inbox(ddp, c, nonce);

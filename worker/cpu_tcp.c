@@ -105,16 +105,37 @@ const cpu_transport_t ddp_cpu_tcp = {
     .wait = tcp_wait,
 };
 
-int ddp_cpu_offered_address(const ddp_t *ddp, char *host, size_t cap)
+int ddp_cpu_offered_address(ddp_t *ddp, char *host, size_t cap)
 {
+    const char *spec = getenv(ddp_env_name(DDP_ENV_DDP_SOCKET_IFNAME));
+    const char *local = getenv(ddp_env_name(DDP_ENV_DDP_LOCAL_ADDR));
+    if (spec != NULL && *spec != '\0') {
+        char ifname[64];
+        if (ddp_interface_selected(spec, host, cap, ifname, sizeof ifname))
+            return 0;
+        return ddp_fail(ddp, -EADDRNOTAVAIL,
+                        "DDP_SOCKET_IFNAME=%s: no interface here that is up and has an address "
+                        "matches it",
+                        spec);
+    }
+    if (local != NULL && *local != '\0') {
+        if (ddp_host_numeric(local, host, cap))
+            return 0;
+        return ddp_fail(ddp, -EADDRNOTAVAIL,
+                        "DDP_LOCAL_ADDR=%s (ddp-launch --local-addr): no such address or name here",
+                        local);
+    }
     int err = ddp_store_client_local_address(ddp->store, host, cap);
+    if (err != 0)
+        return ddp_fail(ddp, err, "unable to find the address of the store connection: %s",
+                        ddp_strerror(err));
     const char *master = getenv(ddp_env_name(DDP_ENV_MASTER_ADDR));
     bool loopback = false;
     char found[INET6_ADDRSTRLEN];
-    if (err != 0 || !ddp_host_is_literal(host, &loopback) || !loopback ||
+    if (!ddp_host_is_literal(host, &loopback) || !loopback ||
         ddp->world_size <= ddp->local_world_size || master == NULL ||
         ddp_host_is_literal(master, NULL) || !ddp_interface_address(found, sizeof found, NULL, 0))
-        return err;
+        return 0;
     ddp_log_info(&ddp->log,
                  "rank %d: MASTER_ADDR %s is loopback here (%s); the other machines' ranks "
                  "reach this one at %s",

@@ -420,6 +420,41 @@ static void test_backend_choice(void **state)
     th_cleanup(&p);
 }
 
+/* Where the ring listens: DDP_SOCKET_IFNAME's interface, else --local-addr (DDP_LOCAL_ADDR),
+ * else the store connection's address. A choice that is no address here fails, said. */
+static void test_ring_address_choice(void **state)
+{
+    static const struct {
+        const char *flag, *env, *said;
+    } cases[] = {
+        {"--local-addr=127.0.0.3", NULL, NULL},
+        {"--local-addr=192.0.2.123", NULL,
+         "unable to listen for the other ranks on 192.0.2.123: Cannot assign requested address"},
+        {"--local-addr=no-such-host.invalid", NULL,
+         "DDP_LOCAL_ADDR=no-such-host.invalid (ddp-launch --local-addr): no such address"},
+        {"--role=trainer", "DDP_SOCKET_IFNAME==lo", NULL},
+        {"--role=trainer", "DDP_SOCKET_IFNAME=nosuch",
+         "DDP_SOCKET_IFNAME=nosuch: no interface here that is up and has an address matches it"},
+        {"--local-addr=192.0.2.123", "DDP_SOCKET_IFNAME=lo", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *argv[] = {th_launcher(), "--nproc-per-node=2", cases[i].flag, "--no-python",
+                              collectives(), "collectives",        NULL};
+        const char *env[] = {cases[i].env != NULL ? cases[i].env : "DDP_SOCKET_IFNAME", NULL};
+        th_proc_t p;
+        th_run(&p, argv, env, 120);
+        printf("%s %s: status %d\n", cases[i].flag, env[0], th_status(&p));
+        if (cases[i].said == NULL) {
+            TH_ASSERT(&p, th_status(&p) == 0);
+            TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "collectives ok, world 2\n") == 2);
+        } else {
+            TH_ASSERT(&p, th_status(&p) == 1);
+            TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), cases[i].said) != NULL);
+        }
+        th_cleanup(&p);
+    }
+}
+
 /* Rank 1 of 3 is SIGKILLed in the middle of an all_reduce. Its neighbours ignore SIGTERM,
  * so the launcher's stop cannot be what ends them: libddp must notice the closed
  * connection, fail with an error naming the peer, and the report names the root cause. */
@@ -964,6 +999,7 @@ int main(void)
         TH_TEST(test_restart_resumes_from_checkpoint),
         TH_TEST(test_nccl_unique_id_exchange),
         TH_TEST(test_backend_choice),
+        TH_TEST(test_ring_address_choice),
         TH_TEST(test_dead_peer_shm),
         TH_TEST(test_dead_peer_tcp),
         TH_TEST(test_peer_that_leaves_is_the_root_cause),

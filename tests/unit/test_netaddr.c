@@ -60,12 +60,36 @@ static void test_here(void **state)
     }
 }
 
+/* NCCL_SOCKET_IFNAME's syntax: prefixes, "=" exact names, "^" all but those; loopback
+ * where named. ddp_host_numeric resolves names and passes addresses through. */
+static void test_selected_interface(void **state)
+{
+    char addr[64] = "", ifname[64] = "";
+    assert_true(ddp_interface_selected("=lo", addr, sizeof addr, ifname, sizeof ifname));
+    assert_string_equal(addr, "127.0.0.1");
+    assert_string_equal(ifname, "lo");
+    assert_true(ddp_interface_selected("nosuch,l", addr, sizeof addr, ifname, sizeof ifname));
+    assert_string_equal(ifname, "lo");
+    assert_false(ddp_interface_selected("=l", addr, sizeof addr, ifname, sizeof ifname));
+    assert_false(ddp_interface_selected("nosuch", addr, sizeof addr, ifname, sizeof ifname));
+    assert_false(ddp_interface_selected("", addr, sizeof addr, ifname, sizeof ifname));
+    if (ddp_interface_selected("^lo", addr, sizeof addr, ifname, sizeof ifname))
+        assert_string_not_equal(ifname, "lo");
+    /* All but a name no interface has: any, loopback included. */
+    assert_true(ddp_interface_selected("^=nosuch", addr, sizeof addr, ifname, sizeof ifname));
+    assert_true(ddp_host_numeric("127.0.0.3", addr, sizeof addr));
+    assert_string_equal(addr, "127.0.0.3");
+    assert_true(ddp_host_numeric("localhost", addr, sizeof addr));
+    assert_false(ddp_host_numeric("no-such-host.invalid", addr, sizeof addr));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_literals),
         cmocka_unit_test(test_sockaddrs),
         cmocka_unit_test(test_here),
+        cmocka_unit_test(test_selected_interface),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
