@@ -284,6 +284,7 @@ void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
     uv_timer_stop(&a->progress_timer);
     uv_timer_stop(&a->blame_timer);
     a->blame_wait = false;
+    a->signal_wait = false;
     a->state = AGENT_STOPPING;
     a->stop_reason = reason;
     a->sent_signal = sig;
@@ -300,6 +301,20 @@ void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
     if (a->stop_notice_due)
         wait = STOP_NOTICE_S;
     uv_timer_start(&a->kill_timer, on_kill_timer, (uint64_t)(wait * 1000.0), 0);
+}
+
+/* Forgets the failures of workers that `sig` killed: it was the job's stop signal, sent
+ * to every process at once (the launcher's came a moment later), not their failure. */
+static void forget_killed_by(ddp_agent_t *a, int sig)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < a->nfailures; i++) {
+        if (a->failures[i].exitcode == -sig)
+            ddp_failure_free(&a->failures[i]);
+        else
+            a->failures[kept++] = a->failures[i];
+    }
+    a->nfailures = kept;
 }
 
 static void clear_failures(ddp_agent_t *a)
@@ -453,6 +468,7 @@ void ddp_agent_group_finished(ddp_agent_t *a)
     uv_timer_stop(&a->wait_timer);
     uv_timer_stop(&a->blame_timer);
     a->blame_wait = false;
+    a->signal_wait = false;
     uv_timer_stop(&a->hang_timer);
     uv_timer_stop(&a->progress_timer);
     if (a->leftover_wait || leftovers_grace(a))
@@ -940,10 +956,26 @@ static bool blames_running(const ddp_agent_t *a)
     return false;
 }
 
+/* How long a worker's death by a signal this launcher handles (SIGTERM, say) that it did
+ * not send waits for the launcher's own: Slurm's scancel and systemd's stop signal every
+ * process of the job at once, and the workers' deaths may be seen first. Without the wait
+ * the job restarted, and the new workers were stopped a moment later. */
+#define SIGNAL_GRACE_S 0.5
+
+/* Whether failure `f` is a worker killed by one of the signals this launcher handles. */
+static bool killed_by_handled_signal(const ddp_agent_t *a, const ddp_failure_t *f)
+{
+    for (int i = 0; f->exitcode < 0 && i < a->cfg->nsignals; i++)
+        if (a->cfg->signals[i] == -f->exitcode)
+            return true;
+    return false;
+}
+
 static void end_blame_wait(ddp_agent_t *a)
 {
     uv_timer_stop(&a->blame_timer);
     a->blame_wait = false;
+    a->signal_wait = false;
     ddp_agent_fail_round(a, a->blame_first);
 }
 
@@ -951,23 +983,30 @@ static void on_blame_timer(uv_timer_t *timer)
 {
     ddp_agent_t *a = timer->data;
     if (a->blame_wait && a->state == AGENT_RUNNING) {
-        ddp_log_info(a->log, "a rank another's failure blames has not ended on its own in %g s",
-                     BLAME_GRACE_S);
+        if (!a->signal_wait)
+            ddp_log_info(a->log, "a rank another's failure blames has not ended on its own in %g s",
+                         BLAME_GRACE_S);
         end_blame_wait(a);
+        if (a->nrunning == 0 && a->hang == HANG_IDLE) /* killed, all, by that signal */
+            ddp_agent_group_finished(a);
     }
 }
 
 /* The attempt's first failure, failures[first]: its stop, unless it blames a local rank
- * that still runs (then that rank's own end first, briefly). */
+ * that still runs (then that rank's own end first, briefly), or a signal killed it that
+ * this launcher may be receiving too (then that, briefly). */
 static void first_failure(ddp_agent_t *a, size_t first)
 {
-    if (!blames_running(a)) {
+    bool blames = blames_running(a);
+    a->signal_wait = !blames && killed_by_handled_signal(a, &a->failures[first]);
+    if (!blames && !a->signal_wait) {
         ddp_agent_fail_round(a, first);
         return;
     }
     a->blame_wait = true;
     a->blame_first = first;
-    uv_timer_start(&a->blame_timer, on_blame_timer, (uint64_t)(BLAME_GRACE_S * 1000), 0);
+    uv_timer_start(&a->blame_timer, on_blame_timer,
+                   (uint64_t)((blames ? BLAME_GRACE_S : SIGNAL_GRACE_S) * 1000), 0);
 }
 
 static void on_sigchld(uv_signal_t *handle, int signum)
@@ -1006,7 +1045,7 @@ static void on_sigchld(uv_signal_t *handle, int signum)
     /* The first failure starts the stop (later ones come while it runs), on every node
      * of a multi-node job. */
     if (a->blame_wait) {
-        if (!blames_running(a))
+        if (!a->signal_wait && !blames_running(a))
             end_blame_wait(a);
     } else if (a->nfailures > failures_before && a->state == AGENT_RUNNING) {
         /* A collective that timed out: where every rank stands comes first. */
@@ -1023,7 +1062,7 @@ static void on_sigchld(uv_signal_t *handle, int signum)
         else
             first_failure(a, failures_before);
     }
-    if (a->nrunning == 0 && a->hang == HANG_IDLE)
+    if (a->nrunning == 0 && a->hang == HANG_IDLE && !a->signal_wait)
         ddp_agent_group_finished(a);
 }
 
@@ -1094,7 +1133,12 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
         signal_running(a, SIGKILL);
         return;
     }
-    if (send == sig)
+    bool waited = a->signal_wait; /* for this signal, after it had killed workers */
+    if (waited)
+        forget_killed_by(a, sig);
+    if (waited && a->nrunning == 0)
+        ddp_log_warn(a->log, "received %s: ending (it has ended the workers already)", name);
+    else if (send == sig)
         ddp_log_warn(a->log, "received %s: forwarding it to the %d worker(s) and stopping them",
                      name, a->nrunning);
     else
@@ -1103,7 +1147,13 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
                      "worker(s) with %s",
                      name, a->nrunning, sent);
     a->stop_signal = sig;
-    if (a->state == AGENT_RUNNING) {
+    if (a->state == AGENT_RUNNING && waited && a->nrunning == 0) {
+        uv_timer_stop(&a->blame_timer);
+        a->blame_wait = a->signal_wait = false;
+        a->state = AGENT_STOPPING;
+        a->stop_reason = STOP_SIGNAL;
+        ddp_agent_group_finished(a);
+    } else if (a->state == AGENT_RUNNING) {
         ddp_agent_begin_stop(a, send, STOP_SIGNAL);
         if (reporting && a->nrunning == 0) /* every worker ended during the report */
             ddp_agent_group_finished(a);

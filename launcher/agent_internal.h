@@ -118,6 +118,9 @@ struct ddp_agent_s {
     int no_progress;         /* failed attempts in a row without progress */
     long long last_progress; /* --progress-file's value after the last attempt; -1: none yet */
     bool blame_wait;
+    /* The same timer: the first failure is a worker killed by a signal this launcher
+     * handles, which it did not send: its own may be on the way (SIGNAL_GRACE_S). */
+    bool signal_wait;
     size_t blame_first;
     double
         first_finished;   /* when the first worker of the attempt finished (monotonic); < 0: none */

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Reads the pids printed by "ready <rank> <pid>" or "pids <pid> <child>" lines. */
@@ -591,6 +592,45 @@ static void test_nohup_survives_hangup(void **state)
 }
 
 /* An argument runs only the tests whose names match it (the stress suite's orphan loop). */
+/* scancel, systemd's stop: SIGTERM to every process of the job at once, and the workers'
+ * deaths may be seen before the launcher's own signal (here 20 ms before). The job ends as
+ * for that signal (143, no failure report); it restarted, and stopped the new workers a
+ * moment later. A worker that SIGTERM kills alone is a failure: restarted. */
+static void test_job_signal_seen_first_by_workers(void **state)
+{
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2", "--max-restarts=3", "--no-python",
+                          "/bin/sh", "-c",
+                          /* "$$$$": the arguments are templates, as torchrun's */
+                          "echo \"ready $RANK $$$$\"; exec sleep 60", NULL};
+    const struct timespec gap = {0, 20 * 1000 * 1000};
+    pid_t pids[2];
+    th_proc_t p;
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready", 2, 30));
+    TH_ASSERT(&p, collect_pids(ddp_buf_str(&p.out), "ready", pids, 2) == 2);
+    kill(pids[0], SIGTERM);
+    kill(pids[1], SIGTERM);
+    nanosleep(&gap, NULL);
+    kill(p.pid, SIGTERM);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "ready") == 2);
+    TH_ASSERT(&p, strstr(err, "restarting") == NULL && strstr(err, "FAILED") == NULL);
+    TH_ASSERT(&p, strstr(err, "received SIGTERM: ending (it has ended the workers already)"));
+    th_cleanup(&p);
+
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready", 2, 30));
+    TH_ASSERT(&p, collect_pids(ddp_buf_str(&p.out), "ready", pids, 2) == 2);
+    kill(pids[1], SIGTERM);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready", 4, 30));
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "restarting the workers as attempt 1"));
+    kill(p.pid, SIGTERM);
+    TH_ASSERT(&p, th_wait_exit(&p, 30) && th_status(&p) == 128 + SIGTERM);
+    th_cleanup(&p);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -609,6 +649,7 @@ int main(int argc, char **argv)
         TH_TEST(test_stopped_worker_is_continued),
         TH_TEST(test_ctrl_z_stops_the_workers),
         TH_TEST(test_nohup_survives_hangup),
+        TH_TEST(test_job_signal_seen_first_by_workers),
         TH_TEST(test_unforwarded_signal_stops_cleanly),
         TH_TEST(test_forwarded_signal_stops_nothing),
     };
