@@ -1015,10 +1015,12 @@ static void on_sigchld(uv_signal_t *handle, int signum)
     ddp_agent_t *a = handle->data;
     size_t failures_before = a->nfailures;
     double now = ddp_clock_wall();
-    if (a->warm) {
+    if (a->warm)
         (void)ddp_zygote_reap(&a->zygote);
+    /* A subreaper's, or a container's init's (pid 1: torchrun as a pod's command): the
+     * orphans of a worker that died (its DataLoader processes) are ours to reap. */
+    if (a->warm || getpid() == 1)
         ddp_agent_reap_adopted();
-    }
     if (a->state == AGENT_DONE || a->state == AGENT_WAITING)
         return;
     /* Reap every worker that has ended (signals coalesce), then act once. */

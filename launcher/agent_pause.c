@@ -10,6 +10,7 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 /* Signals the groups of the workers in `which` (running ones); each is cleared when the
  * signal cannot be sent. */
@@ -63,8 +64,10 @@ int ddp_agent_pause_start(ddp_agent_t *a)
 {
     struct sigaction sa;
     /* Ignored by whoever started ddp-launch (a shell's job without job control): the
-     * workers were told to ignore it too, and so does ddp-launch. */
-    if (sigaction(SIGTSTP, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
+     * workers were told to ignore it too, and so does ddp-launch. A container's init (pid
+     * 1) cannot stop itself (its SIGSTOP is discarded): there, as for any init, SIGTSTP is
+     * ignored, not a stop of the workers continued at once. */
+    if ((sigaction(SIGTSTP, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) || getpid() == 1)
         return 0;
     return uv_signal_start(&a->tstp, on_tstp, SIGTSTP);
 }

@@ -631,6 +631,46 @@ static void test_job_signal_seen_first_by_workers(void **state)
     th_cleanup(&p);
 }
 
+/* ddp-launch as a container's init (pid 1, a pod's command; here a pid namespace): a
+ * worker's orphans (a DataLoader's processes) are reaped, not left as zombies; and SIGTSTP
+ * is ignored, as by any init (an init cannot stop itself: it stopped its workers, said they
+ * stop with it, and continued them at once). */
+static void test_container_init(void **state)
+{
+    const char *probe[] = {"/usr/bin/unshare", "--pid",     "--fork",
+                           "--mount-proc",     "/bin/true", NULL};
+    th_proc_t p;
+    th_run(&p, probe, NULL, 30);
+    bool can = th_status(&p) == 0;
+    th_cleanup(&p);
+    if (!can) {
+        printf("cannot make a pid namespace (not root?): skipped\n");
+        return;
+    }
+    /* An orphan that ends at once, then 40 ticks, then the zombies in the namespace. */
+    const char *worker =
+        "sh -c 'sleep 0.1 & exit 0'; echo ready; i=0; "
+        "while [ $i -lt 40 ]; do echo \"tick $i\"; sleep 0.05; i=$((i+1)); done; "
+        "echo \"zombies $(grep -l '^[0-9]* ([^)]*) Z' /proc/[0-9]*/stat | wc -l)\"";
+    const char *argv[] = {"/usr/bin/unshare", "--pid",   "--fork", "--mount-proc", th_launcher(),
+                          "--no-python",      "/bin/sh", "-c",     worker,         NULL};
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready", 1, 30));
+    /* The launcher: unshare's child. */
+    char path[64], text[64] = "";
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)p.pid, (int)p.pid);
+    FILE *f = fopen(path, "r");
+    TH_ASSERT(&p, f != NULL && fgets(text, sizeof text, f) != NULL);
+    fclose(f);
+    pid_t init = (pid_t)atoi(text);
+    TH_ASSERT(&p, init > 0 && kill(init, SIGTSTP) == 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "tick 39\nzombies 0\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "SIGTSTP") == NULL);
+    th_cleanup(&p);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -650,6 +690,7 @@ int main(int argc, char **argv)
         TH_TEST(test_ctrl_z_stops_the_workers),
         TH_TEST(test_nohup_survives_hangup),
         TH_TEST(test_job_signal_seen_first_by_workers),
+        TH_TEST(test_container_init),
         TH_TEST(test_unforwarded_signal_stops_cleanly),
         TH_TEST(test_forwarded_signal_stops_nothing),
     };
