@@ -470,10 +470,15 @@ static void reap(supervisor_t *s, double now)
             if (code != 0 && s->first_remote_code == 0)
                 s->first_remote_code = code;
             if (code != 0 && !s->node0_done) {
-                ddp_log_error(s->log,
-                              "node %d (%s): its ssh ended with status %d while the job runs%s", i,
-                              s->hosts->names[i], code,
-                              code == 255 ? " (ssh could not run it: its message is above)" : "");
+                ddp_log_error(
+                    s->log, "node %d (%s): its ssh ended with status %d while the job runs%s", i,
+                    s->hosts->names[i], code,
+                    code == 255   ? " (ssh could not run it: its message is above)"
+                    : code == 127 ? " (its shell found no ddp-launch at this one's path: it must "
+                                    "be installed at the same path on every host, as in a venv "
+                                    "on a shared file system)"
+                    : code == 126 ? " (its shell could not execute ddp-launch there)"
+                                  : "");
                 if (s->failed_at < 0)
                     s->failed_at = now;
             }

@@ -290,6 +290,32 @@ static void test_unreachable_host_ends_the_job(void **state)
     assert_true(remote_nodes_empty());
 }
 
+/* A node whose shell finds no ddp-launch at this one's path (installed elsewhere there, a
+ * venv on a disk of this host only): said with why (status 127), and the job ends. Here
+ * node 0's launcher is a copy on a tmpfs of node 0's own mount namespace. */
+static void test_launcher_missing_on_a_node(void **state)
+{
+    char *dir = th_tmpdir(), script[1400];
+    snprintf(script, sizeof script,
+             "mount -t tmpfs none '%s' && cp \"$0\" '%s/ddp-launch' && exec '%s/ddp-launch' \"$@\"",
+             dir, dir, dir);
+    const char *argv[] = {cluster.script,  "run",         cluster.dir,  "0",    "/usr/bin/unshare",
+                          "--mount",       "/bin/sh",     "-c",         script, th_launcher(),
+                          "--hosts=n0,n1", "--no-python", "/bin/sleep", "100",  NULL};
+    const char *env[] = {ssh_command, "PET_MASTER_PORT", NULL};
+    th_proc_t p;
+    th_start(&p, argv, env);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 5);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "node 1 (n1): its ssh ended with status 127 while the job runs (its "
+                         "shell found no ddp-launch at this one's path") != NULL);
+    th_cleanup(&p);
+    assert_true(remote_nodes_empty());
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* A worker failing on another node fails the job (status 1), every node ends. */
 static void test_remote_failure_is_the_jobs(void **state)
 {
@@ -435,6 +461,7 @@ int main(void)
         TH_TEST(test_hostfile_slots_and_dry_run),
         TH_TEST(test_env_reaches_every_node),
         TH_TEST(test_unreachable_host_ends_the_job),
+        TH_TEST(test_launcher_missing_on_a_node),
         TH_TEST(test_node0_failing_at_start_ends_every_node),
         TH_TEST(test_ssh_without_input_still_runs),
         TH_TEST(test_remote_failure_is_the_jobs),
