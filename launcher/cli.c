@@ -1323,6 +1323,12 @@ static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
         return usage(err, "--master-port",
                      "0 (a free port) serves one node only: the other nodes of a multi-node "
                      "job must know node 0's port; give the same fixed port on every node");
+    if (cfg->nnodes_max > 1 && cfg->rdzv_endpoint_set && cfg->rdzv_endpoint_port == 0)
+        return usage(err, "--rdzv-endpoint",
+                     "port 0 (a free port) serves one node only: every launcher of a job of "
+                     "%d nodes must know the store's port; give a fixed one (c10d's default: "
+                     "29400)",
+                     cfg->nnodes_max);
     if (cfg->node_rank >= cfg->nnodes_max)
         return usage(err, "--node-rank", "%d must be less than --nnodes (%d)", cfg->node_rank,
                      cfg->nnodes_max);

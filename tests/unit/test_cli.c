@@ -291,6 +291,8 @@ static const bad_case_t bad_cases[] = {
     {"--nnodes=x t.py", NULL, "--nnodes"},
     {"--nnodes=1:4 t.py", NULL, "--nnodes: 1:4: a range of nodes needs elastic rendezvous"},
     {"--nnodes=2 --master-port=0 t.py", NULL, "--master-port: 0 (a free port) serves one node"},
+    {"--nnodes=1:2 --rdzv-backend=c10d --rdzv-endpoint=h:0 t.py", NULL,
+     "--rdzv-endpoint: port 0 (a free port) serves one node only: every launcher of a job of 2"},
     {"--nnodes=2 --standalone t.py", NULL, "--standalone: is one node"},
     {"--nnodes=2 --node-rank=2 t.py", NULL, "--node-rank: 2 must be less than --nnodes (2)"},
     {"--nproc-per-node=0 t.py", NULL, "--nproc-per-node: invalid value '0'"},
