@@ -275,7 +275,7 @@ static bool reset_by_gen1(int err)
 /* Tells options.on_slow, once, that connecting has failed for `waited` seconds. */
 static bool say_slow(const ddp_store_client_t *c, double waited, const char *why)
 {
-    char what[600];
+    char what[1000];
     if (c->options.on_slow == NULL)
         return false;
     snprintf(what, sizeof what,
@@ -374,7 +374,12 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
         }
         c->gen = DDP_CODEC_GEN2; /* generation 1 failed too: start over next time */
         double now = ddp_clock_mono();
-        const char *why = err == DDP_EPARSE ? gai_strerror(gai) : ddp_strerror(err);
+        char why[300];
+        if (gai != 0) /* said as the name's, not "No route to host" */
+            snprintf(why, sizeof why, "the name %.200s does not resolve: %s", host,
+                     gai_strerror(gai));
+        else
+            snprintf(why, sizeof why, "%s", ddp_strerror(err));
         if (!said_slow && now - start >= c->options.slow_after && now < deadline)
             said_slow = say_slow(c, now - start, why);
         if (err == DDP_EPARSE || now >= deadline) {

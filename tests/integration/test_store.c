@@ -753,6 +753,14 @@ static void test_client_connect_deadline(void **state)
     assert_non_null(strstr(ddp_buf_str(&err), want));
     assert_non_null(strstr(ddp_buf_str(&err), "refused"));
     ddp_buf_free(&err);
+
+    /* A name that does not resolve (yet: retried) is said to be that, not "No route to
+     * host". */
+    assert_int_equal(ddp_store_client_connect("no-such-host.invalid", port, &options, &c, &err),
+                     DDP_ETIMEOUT);
+    assert_non_null(strstr(ddp_buf_str(&err), "the name no-such-host.invalid does not resolve: "));
+    assert_null(strstr(ddp_buf_str(&err), "No route to host"));
+    ddp_buf_free(&err);
 }
 
 static bool have_ipv6_loopback(void)
