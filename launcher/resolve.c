@@ -62,8 +62,8 @@ static void resolve_python(ddp_launch_config_t *cfg, const ddp_log_t *log)
     static const char *const marks[] = {"pyvenv.cfg", "conda-meta"};
     static const char *const names[] = {"python3", "python"};
     char self[PATH_MAX], *slash;
-    if (cfg->python_exec_given || ddp_proc_self(self, sizeof self) != 0 ||
-        (slash = strrchr(self, '/')) == NULL)
+    if (cfg->python_exec_given || (cfg->no_python && !cfg->run_path) ||
+        ddp_proc_self(self, sizeof self) != 0 || (slash = strrchr(self, '/')) == NULL)
         return;
     *slash = '\0';
     char file[PATH_MAX + 32];
@@ -112,6 +112,7 @@ static void resolve_program_name(ddp_launch_config_t *cfg, const ddp_log_t *log)
                      "would (ddp-launch runs a script with python itself)",
                      cfg->script, found, cfg->script_args[0], cfg->script);
         cfg->python_exec = cfg->script;
+        cfg->python_exec_given = true;
         cfg->script = cfg->script_args[0];
         cfg->script_args++;
         cfg->nscript_args--;
@@ -292,9 +293,9 @@ static void warn_gloo_loopback(const ddp_launch_config_t *cfg, const ddp_log_t *
 int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t *err)
 {
     int rc, gpus = 0;
-    resolve_python(cfg, log);
     resolve_program_name(cfg, log);
     resolve_script(cfg, log);
+    resolve_python(cfg, log);
     resolve_local_rank_arg(cfg, log);
     if (cfg->nproc_kind == DDP_NPROC_GPU || cfg->nproc_kind == DDP_NPROC_AUTO) {
         ddp_buf_t why = DDP_BUF_INIT;
