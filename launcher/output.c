@@ -182,8 +182,10 @@ static void *writer_main(void *arg)
         for (ddp_tail_t *t = o->tails; t != NULL && chunk != NULL; t = t->next)
             did = write_some(o, t, chunk, 64 * 1024) || did;
         reap_tails(o);
-        if (did)
+        if (did) {
+            (void)show_partials(o); /* a quiet rank's prompt, while others are busy */
             continue;
+        }
         bool any = false;
         for (ddp_tail_t *t = o->tails; t != NULL && !any; t = t->next)
             any = tail_has_work(t);
