@@ -245,10 +245,7 @@ static void test_srun_pytorch_gloo(void **state)
     snprintf(script, sizeof script, "%s/tests/python/gloo_allreduce.py", th_source_dir());
     const char *probe[] = {"/usr/bin/python3", "-c", "import torch", NULL};
     th_proc_t p;
-    th_run(&p, probe, NULL, 120);
-    bool torch = th_status(&p) == 0;
-    th_cleanup(&p);
-    if (!torch) {
+    if (!th_succeeds(probe, 120)) {
         printf("no PyTorch for /usr/bin/python3: skipped\n");
         return;
     }

@@ -244,6 +244,15 @@ void th_run(th_proc_t *p, const char *const *argv, const char *const *env, doubl
     }
 }
 
+bool th_succeeds(const char *const *argv, double timeout)
+{
+    th_proc_t p;
+    th_run(&p, argv, NULL, timeout);
+    bool ok = th_status(&p) == 0;
+    th_cleanup(&p);
+    return ok;
+}
+
 const char *th_trigger_var(char *var, size_t cap)
 {
     static int next;

@@ -39,6 +39,9 @@ int th_status(const th_proc_t *p);
 /* Runs to completion: start, wait (failing the test at the deadline). */
 void th_run(th_proc_t *p, const char *const *argv, const char *const *env, double timeout);
 
+/* Whether argv runs to status 0 within `timeout` (a probe for what a test needs). */
+bool th_succeeds(const char *const *argv, double timeout);
+
 /* A new trigger file's path in the test's TMPDIR, as "WARM_TRIGGER=PATH" in var[cap] for a
  * worker's environment (tests/python/warm_trigger.py waits for it); returns PATH, inside
  * var. th_touch creates such a file: false when it cannot. */
