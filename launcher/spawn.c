@@ -4,6 +4,7 @@
 #include "io.h"
 
 #include <dirent.h>
+#include <linux/close_range.h>
 #include <linux/mempolicy.h>
 #include <errno.h>
 #include <poll.h>
@@ -78,6 +79,15 @@ int ddp_proc_self(char *buf, size_t cap)
         return -ENAMETOOLONG;
     buf[len] = '\0';
     return 0;
+}
+
+/* In a child before its exec: descriptors from `first` on close at the exec, those the
+ * launcher inherited from whoever started it included (a parent's pipe, a jobserver's),
+ * as Python's subprocess (close_fds) does for torchrun's workers. A kernel without
+ * close_range (before 5.11) leaves them. */
+static void close_inherited(unsigned first)
+{
+    (void)syscall(SYS_close_range, first, ~0U, CLOSE_RANGE_CLOEXEC);
 }
 
 /* The child's stack while it shares the launcher's memory (CLONE_VM): what child_exec
@@ -157,6 +167,7 @@ __attribute__((noreturn)) static void child_exec(const ddp_spawn_t *spec, pid_t 
     /* dup2 onto itself would keep close-on-exec. */
     if (spec->has_fd3 && (spec->fd3 == 3 ? fcntl(3, F_SETFD, 0) : dup2(spec->fd3, 3)) < 0)
         _exit(126);
+    close_inherited(spec->has_fd3 ? 4 : 3);
     if (spec->bind != NULL && spec->bind->cpus.nwords > 0)
         bind_child(spec);
     sigemptyset(&none);
@@ -291,6 +302,7 @@ static pid_t spawn_bounded(char *const argv[], bool with_stdout, int fds[2])
         if (null < 0 || dup2(null, 0) < 0 || dup2(with_stdout ? fds[1] : null, 1) < 0 ||
             dup2(fds[1], 2) < 0)
             _exit(126);
+        close_inherited(3);
         execve(argv[0], argv, environ);
         _exit(127);
     }

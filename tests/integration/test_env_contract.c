@@ -982,6 +982,32 @@ static void test_numa_binding_no_op_here(void **state)
     th_cleanup(&p);
 }
 
+/* A descriptor the launcher inherited (a parent's pipe, make's jobserver) does not reach
+ * the workers, as Python's subprocess (close_fds) keeps it from torchrun's: a worker's
+ * leftover process would hold the parent's pipe open after the job. */
+static void test_inherited_descriptors_stay_out(void **state)
+{
+    const char *argv[] = {"/bin/sh",
+                          "-c",
+                          "exec 7</dev/null; (: <&7) && echo 'launcher has 7' && exec \"$@\"",
+                          "sh",
+                          th_launcher(),
+                          "--nproc-per-node=2",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "if (: <&7) 2>/dev/null; then echo 'worker has 7'; else echo 'worker "
+                          "without 7'; fi",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(out, "launcher has 7\n") == 1);
+    TH_ASSERT(&p, th_count(out, "worker without 7\n") == 2);
+    th_cleanup(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1008,6 +1034,7 @@ int main(void)
         TH_TEST(test_numa_binding_refused),
         TH_TEST(test_numa_binding_kernel_refusal),
         TH_TEST(test_numa_binding_no_op_here),
+        TH_TEST(test_inherited_descriptors_stay_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
