@@ -1939,20 +1939,8 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->nworkers = cfg->nproc_per_node;
     a->world_size = cfg->nproc_per_node; /* one node; the rendezvous sets them per round */
     a->nnodes = 1;
-    a->output.console_out.fd = 1;
-    a->output.console_err.fd = 2;
-    /* An unfinished line (dots, a prompt, a progress bar) shows soon on a terminal; in a
-     * file or pipe a second on (a worker preempted inside a line splits it less often). */
-    a->output.console_out.show_after = isatty(1) ? 0.1 : 1;
-    a->output.console_err.show_after = isatty(2) ? 0.1 : 1;
     a->console_merged = same_file(1, 2);
-    if (a->console_merged) /* one open line for both: a terminal's */
-        a->output.console_err.same_file = &a->output.console_out;
-    /* The launcher's messages (stderr) end a worker's open line there first. */
-    (a->console_merged ? &a->output.console_out : &a->output.console_err)->log_line =
-        log->fd == 2 ? log->open_line : NULL;
-    a->output.log = log;
-    a->output.loop = &a->loop;
+    ddp_output_init(&a->output, &a->loop, log, a->console_merged);
     a->guard.fd = -1;
     a->zygote.fd = a->zygote.out_fd = -1;
     a->exit_code = DDP_EXIT_LAUNCH_FAILED;

@@ -250,6 +250,22 @@ static void on_resume(uv_async_t *handle)
     }
 }
 
+void ddp_output_init(ddp_output_t *o, uv_loop_t *loop, const ddp_log_t *log, bool merged)
+{
+    o->loop = loop;
+    o->log = log;
+    o->console_out.fd = 1;
+    o->console_err.fd = 2;
+    /* An unfinished line (dots, a prompt, a progress bar) shows soon on a terminal; in a
+     * file or pipe a second on (a worker preempted inside a line splits it less often). */
+    o->console_out.show_after = isatty(1) ? 0.1 : 1;
+    o->console_err.show_after = isatty(2) ? 0.1 : 1;
+    if (merged)
+        o->console_err.same_file = &o->console_out;
+    /* The launcher's messages (stderr) end a worker's open line there first. */
+    (merged ? &o->console_out : &o->console_err)->log_line = log->fd == 2 ? log->open_line : NULL;
+}
+
 int ddp_output_start(ddp_output_t *o)
 {
     int err = uv_async_init(o->loop, &o->resume, on_resume);

@@ -41,6 +41,10 @@ typedef struct {
     ddp_stream_t *paused; /* loop only: streams waiting for the console */
 } ddp_output_t;
 
+/* Sets up `output` for `loop` and `log`: its consoles the launcher's stdout and stderr,
+ * one file where `merged` (a terminal's: they share what line is open). */
+void ddp_output_init(ddp_output_t *output, uv_loop_t *loop, const ddp_log_t *log, bool merged);
+
 /* Starts the console writer (after the loop is initialised, before any stream is watched).
  * Returns 0 or -errno. */
 int ddp_output_start(ddp_output_t *output);
