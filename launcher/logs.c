@@ -345,6 +345,8 @@ static const ddp_lines_t **open_line(ddp_console_t *console)
 static void set_open_line(ddp_console_t *console, const ddp_lines_t *lines)
 {
     ddp_console_t *file = console->same_file != NULL ? console->same_file : console;
+    if (file->open_line == lines)
+        return; /* most lines: none was open, none is */
     file->open_line = lines;
     if (file->log_line != NULL)
         atomic_store(file->log_line, lines != NULL);
