@@ -273,12 +273,22 @@ int ddp_fanout_parse_hostfile(const char *text, ddp_fanout_hosts_t *out, ddp_buf
         char *host = strtok_r(line, " \t\r", &save);
         if (host == NULL)
             continue;
-        long slots = 0;
+        long slots = 0, most = 0;
         while ((word = strtok_r(NULL, " \t\r", &save)) != NULL) {
-            if (strncmp(word, "slots=", 6) != 0 || ddp_parse_long(word + 6, 1, 1 << 20, &slots)) {
-                ddp_buf_printf(why, "line %d: '%s' is not slots=N (a count from 1)", number, word);
+            /* Open MPI's max_slots (max-slots) is taken, and held against slots. */
+            bool max = strncmp(word, "max_slots=", 10) == 0 || strncmp(word, "max-slots=", 10) == 0;
+            if ((max && ddp_parse_long(word + 10, 1, 1 << 20, &most)) ||
+                (!max && (strncmp(word, "slots=", 6) != 0 ||
+                          ddp_parse_long(word + 6, 1, 1 << 20, &slots)))) {
+                ddp_buf_printf(why, "line %d: '%s' is not slots=N or max_slots=N (a count from 1)",
+                               number, word);
                 return DDP_EPARSE;
             }
+        }
+        if (most > 0 && slots > most) {
+            ddp_buf_printf(why, "line %d: slots=%ld is over its max_slots=%ld", number, slots,
+                           most);
+            return DDP_EPARSE;
         }
         ddp_buf_t bad = DDP_BUF_INIT;
         int err = add_entry(out, host, slots, &bad);

@@ -58,6 +58,21 @@ static void test_hostfile(void **state)
     assert_int_equal(ddp_fanout_parse_hostfile("a\nb slots=2 slots=x\n", &h, &why), DDP_EPARSE);
     assert_non_null(strstr(ddp_buf_str(&why), "line 2: 'slots=x'"));
     ddp_fanout_hosts_free(&h);
+    /* Open MPI's hostfile: max_slots (or max-slots) taken, and slots may not pass it. */
+    assert_int_equal(ddp_fanout_parse_hostfile("a slots=2 max_slots=4\nb max-slots=8\n", &h, &why),
+                     0);
+    assert_int_equal(h.n, 2);
+    assert_int_equal(h.slots[0], 2);
+    assert_int_equal(h.slots[1], 0);
+    ddp_fanout_hosts_free(&h);
+    ddp_buf_clear(&why);
+    assert_int_equal(ddp_fanout_parse_hostfile("a\nb slots=4 max_slots=2\n", &h, &why), DDP_EPARSE);
+    assert_non_null(strstr(ddp_buf_str(&why), "line 2: slots=4 is over its max_slots=2"));
+    ddp_fanout_hosts_free(&h);
+    ddp_buf_clear(&why);
+    assert_int_equal(ddp_fanout_parse_hostfile("a max_slots=0\n", &h, &why), DDP_EPARSE);
+    assert_non_null(strstr(ddp_buf_str(&why), "is not slots=N or max_slots=N"));
+    ddp_fanout_hosts_free(&h);
     ddp_buf_free(&why);
 }
 
