@@ -409,9 +409,11 @@ int ddp_lines_show(ddp_lines_t *lines, ddp_console_t *console)
     b.bytes = 0;
     line_start(lines, &b, console, lines->redrawing);
     batch_add(&b, lines->partial.data + from, lines->shown + more - from);
+    /* Open before it is written: a launcher message from now on ends it first (at worst
+     * after a blank line), rather than landing inside it. */
+    set_open_line(console, lines);
     batch_flush(&b, console);
     lines->shown += more;
-    set_open_line(console, lines);
     return 0;
 }
 
