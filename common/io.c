@@ -154,6 +154,18 @@ double ddp_clock_wall(void)
     return clock_seconds(CLOCK_REALTIME);
 }
 
+struct timespec ddp_clock_timespec(double seconds)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)seconds;
+    ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 int ddp_random_uuid(char out[37])
 {
     unsigned char b[16];

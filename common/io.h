@@ -7,6 +7,7 @@
 #define DDP_COMMON_IO_H
 
 #include <stddef.h>
+#include <time.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -33,5 +34,9 @@ int ddp_random_uuid(char out[37]);
 /* Seconds on CLOCK_MONOTONIC and CLOCK_REALTIME. */
 double ddp_clock_mono(void);
 double ddp_clock_wall(void);
+
+/* Non-negative `seconds` as a timespec: a duration (nanosleep), or a time of
+ * ddp_clock_mono() (a condition waiting on CLOCK_MONOTONIC). */
+struct timespec ddp_clock_timespec(double seconds);
 
 #endif

@@ -326,7 +326,7 @@ static void back_off(double *delay, double now, double deadline)
     double pause = *delay * (0.5 + (jitter % 1000) / 1000.0);
     if (pause > deadline - now)
         pause = deadline - now;
-    struct timespec ts = {(time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9)};
+    struct timespec ts = ddp_clock_timespec(pause);
     nanosleep(&ts, NULL);
     *delay = *delay * 2 > 1.0 ? 1.0 : *delay * 2;
 }

@@ -62,19 +62,6 @@ static bool tail_has_work(const ddp_tail_t *t)
     return t->cursor < t->written || t->pending.len > 0 || t->finished;
 }
 
-/* A time of ddp_clock_mono() as CLOCK_MONOTONIC's timespec (the conditions' clock). */
-static struct timespec mono_timespec(double at)
-{
-    struct timespec ts;
-    ts.tv_sec = (time_t)at;
-    ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* After the writer fed a tail: since when its unfinished line holds bytes not shown. */
 static void note_partial(ddp_tail_t *t)
 {
@@ -89,12 +76,14 @@ static void note_partial(ddp_tail_t *t)
  * none). Called and returns with the lock held; writes the console without it. */
 static double show_partials(ddp_output_t *o)
 {
-    double next = 0;
+    double next = 0, now = 0;
     for (ddp_tail_t *t = o->tails; t != NULL; t = t->next) {
         if (t->held_since == 0)
             continue;
         double due = t->held_since + t->console->show_after;
-        if (due > ddp_clock_mono()) {
+        if (now == 0) /* once a call, and only where a line is held */
+            now = ddp_clock_mono();
+        if (due > now) {
             next = next == 0 || due < next ? due : next;
             continue;
         }
@@ -199,7 +188,7 @@ static void *writer_main(void *arg)
         if (due == 0) {
             pthread_cond_wait(&o->work, &o->lock);
         } else {
-            struct timespec until = mono_timespec(due);
+            struct timespec until = ddp_clock_timespec(due);
             pthread_cond_timedwait(&o->work, &o->lock, &until);
         }
         o->busy = true;
@@ -306,7 +295,7 @@ void ddp_output_flush(ddp_output_t *o, double timeout)
 {
     if (!o->started)
         return;
-    struct timespec until = mono_timespec(ddp_clock_mono() + (timeout >= 0 ? timeout : 0));
+    struct timespec until = ddp_clock_timespec(ddp_clock_mono() + (timeout >= 0 ? timeout : 0));
     pthread_mutex_lock(&o->lock);
     for (;;) {
         bool any = o->busy;
