@@ -110,8 +110,7 @@ int ddp_cpu_offered_address(ddp_t *ddp, char *host, size_t cap)
     const char *spec = getenv(ddp_env_name(DDP_ENV_DDP_SOCKET_IFNAME));
     const char *local = getenv(ddp_env_name(DDP_ENV_DDP_LOCAL_ADDR));
     if (spec != NULL && *spec != '\0') {
-        char ifname[64];
-        if (ddp_interface_selected(spec, host, cap, ifname, sizeof ifname))
+        if (ddp_interface_selected(spec, host, cap, NULL, 0))
             return 0;
         return ddp_fail(ddp, -EADDRNOTAVAIL,
                         "DDP_SOCKET_IFNAME=%s: no interface here that is up and has an address "
