@@ -331,7 +331,8 @@ static int group_start(ddp_agent_t *a);
  * job, Python's resource tracker) go with it, after a grace: SIGTERM, then up to
  * LEFTOVER_GRACE_S for them to end on their own (the resource tracker ignores SIGTERM
  * and unlinks the worker's shared memory once the worker has gone), then SIGKILL.
- * Groups that were SIGKILLed already are only finishing dying. */
+ * Groups that were SIGKILLed already are only finishing dying. What the workers left in
+ * sessions or groups of their own (agent_orphans.c) goes the same way. */
 #define LEFTOVER_GRACE_S 2.0
 #define LEFTOVER_POLL_MS 20
 
@@ -364,6 +365,7 @@ static int leftover_groups(ddp_agent_t *a, bool *alive)
 /* The grace is over (or was not wanted): SIGKILL for what is left. */
 static void kill_leftovers(ddp_agent_t *a)
 {
+    (void)ddp_agent_escaped(a, true, LEFTOVER_GRACE_S);
     bool *alive = calloc((size_t)(a->nworkers > 0 ? a->nworkers : 1), sizeof *alive);
     if (alive != NULL && leftover_groups(a, alive) > 0) {
         for (int i = 0; i < a->nworkers; i++) {
@@ -424,6 +426,7 @@ static void on_leftover_timer(uv_timer_t *timer)
     bool *alive = calloc((size_t)(a->nworkers > 0 ? a->nworkers : 1), sizeof *alive);
     bool left = alive == NULL || leftover_groups(a, alive) > 0;
     free(alive);
+    left = ddp_agent_escaped(a, false, LEFTOVER_GRACE_S) > 0 || left;
     if (left && ddp_clock_mono() < a->leftover_deadline)
         return; /* the repeating timer looks again */
     uv_timer_stop(&a->leftover_timer);
@@ -443,10 +446,12 @@ static bool leftovers_grace(ddp_agent_t *a)
             kill(-a->workers[i].pid, SIGTERM);
     }
     free(alive);
-    if (n == 0)
+    int escaped = !a->sent_sigkill ? ddp_agent_escaped(a, false, LEFTOVER_GRACE_S) : 0;
+    if (n == 0 && escaped == 0)
         return false;
-    ddp_log_debug(a->log, "%d worker group(s) have processes left: SIGTERM, %g s to end", n,
-                  LEFTOVER_GRACE_S);
+    if (n > 0)
+        ddp_log_debug(a->log, "%d worker group(s) have processes left: SIGTERM, %g s to end", n,
+                      LEFTOVER_GRACE_S);
     a->leftover_wait = true;
     a->leftover_deadline = ddp_clock_mono() + LEFTOVER_GRACE_S;
     uv_timer_start(&a->leftover_timer, on_leftover_timer, LEFTOVER_POLL_MS, LEFTOVER_POLL_MS);
@@ -1019,8 +1024,8 @@ static void on_sigchld(uv_signal_t *handle, int signum)
         (void)ddp_zygote_reap(&a->zygote);
     /* A subreaper's, or a container's init's (pid 1: torchrun as a pod's command): the
      * orphans of a worker that died (its DataLoader processes) are ours to reap. */
-    if (a->warm || getpid() == 1)
-        ddp_agent_reap_adopted();
+    if (a->subreaper || getpid() == 1)
+        ddp_agent_reap_adopted(a);
     if (a->state == AGENT_DONE || a->state == AGENT_WAITING)
         return;
     /* Reap every worker that has ended (signals coalesce), then act once. */
@@ -1976,6 +1981,7 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->dump_signal = SIGRTMIN + 6;
     if (!ddp_worker_module_dir(cfg, environ, a->module_dir, sizeof a->module_dir))
         a->module_dir[0] = '\0';
+    ddp_agent_subreaper(a);
     ddp_agent_warm_restarts(a);
     if (cfg->hang_dump && (asprintf(&a->python_dir, "%s/python", a->run_dir) < 0 ||
                            (err = ddp_stacks_write_sitecustomize(a->python_dir)) != 0)) {
@@ -2079,6 +2085,7 @@ static int agent_free(ddp_agent_t *a, int exit_code)
         free(a->workers[i].timer_expired);
     }
     free(a->workers);
+    free(a->escaped);
     free(a->program);
     free(a->base_dir);
     free(a->run_dir);

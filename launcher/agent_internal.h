@@ -1,8 +1,8 @@
 /* The agent's insides, shared by its files and no other: agent.c (the lifecycle, the
  * state table in its header comment), agent_hang.c (hang reports: finding a hang,
  * collecting every rank's place, the report, then what waited for it), agent_say.c
- * (what is said of a job's end beside the report), agent_progress.c, agent_warm.c and
- * agent_pause.c (Ctrl-Z). */
+ * (what is said of a job's end beside the report), agent_progress.c, agent_warm.c,
+ * agent_orphans.c and agent_pause.c (Ctrl-Z). */
 #ifndef DDP_LAUNCHER_AGENT_INTERNAL_H
 #define DDP_LAUNCHER_AGENT_INTERNAL_H
 
@@ -191,8 +191,14 @@ struct ddp_agent_s {
     int dump_signal;           /* DDP_DUMP_SIGNAL */
     char *python_dir;          /* --hang-dump: the sitecustomize's directory */
     char module_dir[PATH_MAX]; /* the ddp_launch package's folder, or "" */
-    /* --warm-restarts (zygote.h): this launcher is a child subreaper; the zygote starts
-     * after the first attempt's workers, and later attempts' workers fork from it. */
+    /* This launcher is a child subreaper (agent_orphans.c): what a worker starts in a
+     * session or process group of its own comes to it when its parent ends; those found
+     * at a group's end (escaped[nescaped]) are ended with its leftovers. */
+    bool subreaper;
+    pid_t *escaped;
+    int nescaped, escaped_cap;
+    /* --warm-restarts (zygote.h): the zygote starts after the first attempt's workers,
+     * and later attempts' workers fork from it (and come to this subreaper). */
     bool warm;
     char zygote_script[PATH_MAX];
     ddp_zygote_t zygote;
@@ -247,14 +253,23 @@ void ddp_agent_progress_free(ddp_agent_t *a);
 int ddp_agent_worker_env(ddp_agent_t *a, const ddp_worker_t *w, const char *error_file,
                          char ***added, char ***envp);
 
-/* agent_warm.c (--warm-restarts): whether it applies (the launcher then a child
+/* agent_warm.c (--warm-restarts): whether it applies (where the launcher is a child
  * subreaper), said where it cannot; the zygote, once the first attempt's workers run;
  * starting a worker (forked from the zygote where it serves, else cold, why said once
- * an attempt; 0 or -errno); reaping what the subreaper adopted after a SIGCHLD. */
+ * an attempt; 0 or -errno). */
 void ddp_agent_warm_restarts(ddp_agent_t *a);
 void ddp_agent_start_zygote(ddp_agent_t *a);
 int ddp_agent_spawn_worker(ddp_agent_t *a, ddp_worker_t *w, const ddp_spawn_t *spec);
-void ddp_agent_reap_adopted(void);
+
+/* agent_orphans.c: this launcher made a child subreaper (a->subreaper where it could);
+ * what it adopted reaped, after a SIGCHLD; at a group's end, once every worker has been
+ * reaped, the processes the workers left in sessions or process groups of their own:
+ * those newly found get SIGTERM (named, with the `grace` that follows) or, `kill_now`,
+ * SIGKILL, as do those found before (which outlived the grace); returns how many are
+ * left, reaped ones aside (0 where this launcher is no subreaper). */
+void ddp_agent_subreaper(ddp_agent_t *a);
+void ddp_agent_reap_adopted(ddp_agent_t *a);
+int ddp_agent_escaped(ddp_agent_t *a, bool kill_now, double grace);
 
 /* agent.c: `sig` to the process group of worker i, a failure other than its being gone
  * warned of; 0 or -errno. */

@@ -1,26 +1,21 @@
-/* --warm-restarts on the agent's side (see agent_internal.h, zygote.h): the launcher made
- * a child subreaper, the zygote started once the first attempt's workers run, a later
- * attempt's workers forked from it or started cold (said once an attempt), and what the
- * subreaper adopts reaped. Runs on the loop thread; nothing here waits for the zygote but
- * a request's reply (zygote.h). */
+/* --warm-restarts on the agent's side (see agent_internal.h, zygote.h): where the launcher
+ * is a child subreaper, the zygote started once the first attempt's workers run, a later
+ * attempt's workers forked from it or started cold (said once an attempt). Runs on the
+ * loop thread; nothing here waits for the zygote but a request's reply (zygote.h). */
 #include "agent_internal.h"
 
 #include "error.h"
 #include "spawn.h"
 #include "worker_spec.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-/* --warm-restarts where the workers are Python: the zygote's script, and this launcher a
- * child subreaper, so that the workers forked from the zygote become its children. */
+/* --warm-restarts where the workers are Python: the zygote's script, where this launcher
+ * is a child subreaper (agent_orphans.c), so that the workers forked from the zygote
+ * become its children. */
 void ddp_agent_warm_restarts(ddp_agent_t *a)
 {
     const ddp_launch_config_t *cfg = a->cfg;
@@ -34,11 +29,9 @@ void ddp_agent_warm_restarts(ddp_agent_t *a)
     else if (!ddp_zygote_script(a->zygote_script, sizeof a->zygote_script))
         ddp_log_warn(a->log, "--warm-restarts: ddp_launch/_zygote.py is not installed beside "
                              "this ddp-launch; restarts start cold");
-    else if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
-        ddp_log_warn(a->log,
-                     "--warm-restarts: unable to become a child subreaper: %s; restarts "
-                     "start cold",
-                     strerror(errno));
+    else if (!a->subreaper)
+        ddp_log_warn(a->log, "--warm-restarts: this launcher could not become a child "
+                             "subreaper; restarts start cold");
     else
         a->warm = true;
 }
@@ -97,40 +90,4 @@ int ddp_agent_spawn_worker(ddp_agent_t *a, ddp_worker_t *w, const ddp_spawn_t *s
                      w->local_rank, a->attempt, why);
     a->cold_said = true;
     return ddp_proc_spawn(spec, &w->pid);
-}
-
-/* A child subreaper (--warm-restarts) also adopts what ends without its parent: a
- * worker's DataLoader processes, a health check's background job. Those are reaped here:
- * every child that leads no process group and is not in ours. What the launcher waits
- * for by pid is left alone: each worker, the zygote, the guard, a health check and an ssh
- * fan-out lead their own groups; a stack tool runs in ours. Their list is /proc's
- * children of each of our threads. */
-void ddp_agent_reap_adopted(void)
-{
-    char path[64], text[4096];
-    pid_t ours = getpgrp();
-    DIR *tasks = opendir("/proc/self/task");
-    struct dirent *task;
-    while (tasks != NULL && (task = readdir(tasks)) != NULL) {
-        if (task->d_name[0] < '0' || task->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof path, "/proc/self/task/%.16s/children", task->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t len = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
-        if (fd >= 0)
-            close(fd);
-        if (len <= 0)
-            continue;
-        text[len] = '\0';
-        for (char *p = text, *end; *p != '\0'; p = end) {
-            long pid = strtol(p, &end, 10);
-            if (end == p)
-                break;
-            pid_t group = getpgid((pid_t)pid);
-            if (group > 0 && group != pid && group != ours)
-                (void)waitpid((pid_t)pid, NULL, WNOHANG);
-        }
-    }
-    if (tasks != NULL)
-        closedir(tasks);
 }

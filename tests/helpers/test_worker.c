@@ -10,8 +10,10 @@
  *   catch NAME...            print "ready ..." then, on one of the signals, "caught
  *                            SIGNAME <local_rank>" and exit 0
  *   grandchild               fork a child that waits; print "pids <pid> <child>"; wait
- *   leave-child [stubborn]   fork a child that waits (ignoring SIGTERM if stubborn);
- *                            print "pids ..."; exit 0
+ *   leave-child [stubborn] [session|group]
+ *                            fork a child that waits (ignoring SIGTERM if stubborn; in
+ *                            a session or process group of its own if asked); print
+ *                            "pids ..."; exit 0
  *   fail-until N CODE        exit CODE while TORCHELASTIC_RESTART_COUNT < N, else 0
  *   wait-until N             wait to be stopped while TORCHELASTIC_RESTART_COUNT < N,
  *                            then as env
@@ -279,11 +281,17 @@ static int mode_store_attempt(void)
     return rc;
 }
 
-/* A child that waits forever (stubborn: it ignores SIGTERM, set before the worker goes on:
- * a pipe says so); the worker says both pids, then waits too, or exits 0 (`leave`). */
+/* A child that waits forever (stubborn: it ignores SIGTERM; session, group: it leaves the
+ * worker's; all set before the worker goes on: a pipe says so); the worker says both
+ * pids, then waits too, or exits 0 (`leave`). */
 static int mode_grandchild(int argc, char **argv, bool leave)
 {
-    bool stubborn = argc > 2 && strcmp(argv[2], "stubborn") == 0;
+    bool stubborn = false, session = false, group = false;
+    for (int i = 2; i < argc; i++) {
+        stubborn = stubborn || strcmp(argv[i], "stubborn") == 0;
+        session = session || strcmp(argv[i], "session") == 0;
+        group = group || strcmp(argv[i], "group") == 0;
+    }
     int ready[2];
     char byte = 0;
     if (pipe(ready) != 0)
@@ -292,6 +300,8 @@ static int mode_grandchild(int argc, char **argv, bool leave)
     if (child == 0) {
         if (stubborn)
             signal(SIGTERM, SIG_IGN);
+        if ((session && setsid() < 0) || (group && setpgid(0, 0) != 0))
+            _exit(3);
         if (write(ready[1], &byte, 1) != 1)
             _exit(3);
         wait_forever();

@@ -440,6 +440,79 @@ static void test_leftover_children_are_killed(void **state)
     th_cleanup(&p);
 }
 
+/* What a worker leaves in a session or process group of its own (start_new_session, a
+ * daemon) comes to ddp-launch, a child subreaper, when the worker ends, and goes with
+ * the attempt, named: SIGTERM, then after the grace SIGKILL for one that ignores it
+ * (torchrun leaves it running after the job). */
+static void test_escaped_children_are_ended(void **state)
+{
+    const char *argv[] = {th_launcher(), "--no-python", th_worker(), "leave-child",
+                          NULL,          NULL,          NULL};
+    const char *ways[][2] = {{"session", NULL}, {"group", "stubborn"}};
+    for (int k = 0; k < 2; k++) {
+        bool stubborn = ways[k][1] != NULL;
+        th_proc_t p;
+        pid_t pids[2];
+        char said[256];
+        argv[4] = ways[k][0];
+        argv[5] = ways[k][1];
+        double started = th_now();
+        th_run(&p, argv, NULL, 60);
+        TH_ASSERT(&p, th_status(&p) == 0);
+        TH_ASSERT(&p, collect_pids(ddp_buf_str(&p.out), "pids", pids, 2) == 2);
+        const char *err = ddp_buf_str(&p.err);
+        snprintf(said, sizeof said,
+                 "ending 1 process(es) the workers left in sessions or process groups of "
+                 "their own: pid %d (ddp-test-worker): SIGTERM, SIGKILL after 2 s",
+                 (int)pids[1]);
+        TH_ASSERT(&p, strstr(err, said) != NULL);
+        snprintf(said, sizeof said,
+                 "1 process(es) the workers left outside their process groups did not end "
+                 "within 2 s of SIGTERM: pid %d",
+                 (int)pids[1]);
+        TH_ASSERT(&p, (strstr(err, said) != NULL) == stubborn);
+        TH_ASSERT(&p, stubborn || th_now() - started < 1.5); /* no grace waited out */
+        expect_all_gone(&p, pids + 1, 1);
+        th_cleanup(&p);
+    }
+}
+
+/* A restart does not begin beside what the failed attempt's workers left in sessions of
+ * their own (holding a GPU's memory, a port): it has ended, and been reaped, first. */
+static void test_escaped_children_end_before_a_restart(void **state)
+{
+    char *dir = th_tmpdir(), script[600], mark[600];
+    snprintf(script, sizeof script, "%s/worker.sh", dir);
+    snprintf(mark, sizeof mark, "%s/escaped", dir);
+    FILE *f = fopen(script, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
+            "  setsid sh -c 'echo $$ > %s.new; mv %s.new %s; exec sleep 300' "
+            "</dev/null >/dev/null 2>&1 &\n"
+            "  for i in $(seq 200); do [ -s %s ] && exit 1; sleep 0.05; done\n"
+            "  exit 2\n"
+            "fi\n"
+            "pid=$(cat %s)\n"
+            "if kill -0 \"$pid\" 2>/dev/null; then echo \"still there $pid\"; "
+            "else echo \"gone $pid\"; fi\n",
+            mark, mark, mark, mark, mark);
+    assert_int_equal(fclose(f), 0);
+    const char *argv[] = {th_launcher(), "--max-restarts=1", "--no-python", "/bin/sh", script,
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    const char *out = ddp_buf_str(&p.out), *err = ddp_buf_str(&p.err);
+    const char *ending = strstr(err, "ending 1 process(es) the workers left in sessions");
+    const char *restart = strstr(err, "restarting the workers as attempt 1");
+    TH_ASSERT(&p, ending != NULL && restart != NULL && ending < restart);
+    TH_ASSERT(&p, strstr(out, "gone ") != NULL);
+    TH_ASSERT(&p, strstr(out, "still there") == NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+}
+
 /* A worker stopped (SIGSTOP) that handles SIGTERM acts on the stop at once: the stop
  * sends SIGCONT after the signal, so it does not wait out the grace period stopped.
  * ($$$$ is the shell's $$ once the launcher has expanded its templates.) */
@@ -683,6 +756,8 @@ int main(int argc, char **argv)
         TH_TEST(test_early_sigkill_leaves_no_orphans),
         TH_TEST(test_stop_takes_grandchildren),
         TH_TEST(test_leftover_children_are_killed),
+        TH_TEST(test_escaped_children_are_ended),
+        TH_TEST(test_escaped_children_end_before_a_restart),
         TH_TEST(test_stopped_worker_is_continued),
         TH_TEST(test_ctrl_z_stops_the_workers),
         TH_TEST(test_nohup_survives_hangup),
