@@ -255,7 +255,7 @@ static int apply_rdzv_conf(ddp_launch_config_t *cfg, const char *value, const ch
                            const ddp_log_t *log, ddp_buf_t *err)
 {
     /* Keys ddp-launch accepts from torchrun's backends without using them (yet). */
-    static const char *const quiet_keys[] = {"use_libuv", "rank", "store_type"};
+    static const char *const quiet_keys[] = {"use_libuv", "rank"};
     struct {
         const char *key;
         double *slot;
@@ -308,6 +308,18 @@ static int apply_rdzv_conf(ddp_launch_config_t *cfg, const char *value, const ch
                 goto out;
             }
             cfg->rdzv_conf.is_host = is_host;
+        }
+        if (strcmp(key, "store_type") == 0) {
+            known = true;
+            if (strcasecmp(text, "file") == 0) {
+                ddp_log_warn(log,
+                             "%s: store_type=file is not supported: the rendezvous uses "
+                             "ddp-launch's TCP store at the endpoint",
+                             origin);
+            } else if (strcasecmp(text, "tcp") != 0) {
+                rc = usage(err, origin, "invalid store_type '%s': expected tcp (or file)", text);
+                goto out;
+            }
         }
         for (size_t i = 0; i < sizeof quiet_keys / sizeof quiet_keys[0]; i++)
             known = known || strcmp(key, quiet_keys[i]) == 0;
