@@ -1955,6 +1955,13 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
         return err;
     if ((err = find_program(a)) != 0)
         return err;
+    /* As torchrun's, once the program is known to be there (a job that cannot start
+     * says why alone). */
+    if (cfg->nproc_per_node > 1 && ddp_env_lookup(environ, "OMP_NUM_THREADS") == NULL)
+        ddp_log_warn(log,
+                     "setting OMP_NUM_THREADS=1 for each of the %d workers to avoid overloading "
+                     "the machine; set it yourself to tune performance",
+                     cfg->nproc_per_node);
     a->workers = calloc((size_t)a->nworkers, sizeof *a->workers);
     a->failures = calloc((size_t)a->nworkers, sizeof *a->failures);
     if (a->workers == NULL || a->failures == NULL) {

@@ -134,11 +134,6 @@ int main(int argc, char **argv)
         exit_code = ddp_dry_run_print(&cfg, environ, 1) == 0 ? DDP_EXIT_OK : DDP_EXIT_LAUNCH_FAILED;
         goto out;
     }
-    if (cfg.nproc_per_node > 1 && ddp_env_lookup(environ, "OMP_NUM_THREADS") == NULL)
-        ddp_log_warn(&log,
-                     "setting OMP_NUM_THREADS=1 for each of the %d workers to avoid overloading "
-                     "the machine; set it yourself to tune performance",
-                     cfg.nproc_per_node);
     exit_code = ddp_agent_run(&cfg, &log);
 out:
     ddp_fanout_hosts_free(&hosts);

@@ -606,13 +606,17 @@ static void test_start_up_errors(void **state)
 
     /* A Python-run script (the default) that is not on this node: 127 before anything
      * starts, naming the node, not python's "can't open file" in every worker after the
-     * rendezvous (a C program built on the submit host only). */
-    const char *absent[] = {th_launcher(), "--nnodes=1", "/nonexistent/ddp-hello", NULL};
-    th_run(&p, absent, NULL, 60);
+     * rendezvous (a C program built on the submit host only); nothing is said of the
+     * workers that will not start (the OMP_NUM_THREADS warning). */
+    const char *absent[] = {th_launcher(), "--nnodes=1", "--nproc-per-node=2",
+                            "/nonexistent/ddp-hello", NULL};
+    const char *no_omp[] = {"OMP_NUM_THREADS", NULL};
+    th_run(&p, absent, no_omp, 60);
     TH_ASSERT(&p, th_status(&p) == 127);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "the training script /nonexistent/ddp-hello does "
                                               "not exist on this node (") != NULL);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "can't open file") == NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "OMP_NUM_THREADS") == NULL);
     th_cleanup(&p);
 
     char not_executable[600];
