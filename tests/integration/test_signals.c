@@ -511,6 +511,7 @@ static void test_escaped_children_end_before_a_restart(void **state)
     TH_ASSERT(&p, strstr(out, "still there") == NULL);
     th_cleanup(&p);
     th_rmtree(dir);
+    free(dir);
 }
 
 /* A worker stopped (SIGSTOP) that handles SIGTERM acts on the stop at once: the stop
