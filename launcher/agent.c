@@ -185,6 +185,7 @@ static void finish(ddp_agent_t *a)
     uv_close((uv_handle_t *)&a->leftover_timer, NULL);
     uv_close((uv_handle_t *)&a->hang_timer, NULL);
     uv_close((uv_handle_t *)&a->progress_timer, NULL);
+    uv_close((uv_handle_t *)&a->store_wait_timer, NULL);
     uv_close((uv_handle_t *)&a->hang_wait, NULL);
     ddp_output_close_handles(&a->output);
     ddp_session_close(&a->session);
@@ -282,6 +283,7 @@ void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
     uv_timer_stop(&a->wait_timer);
     uv_timer_stop(&a->hang_timer);
     uv_timer_stop(&a->progress_timer);
+    uv_timer_stop(&a->store_wait_timer);
     uv_timer_stop(&a->blame_timer);
     a->blame_wait = false;
     a->signal_wait = false;
@@ -476,6 +478,7 @@ void ddp_agent_group_finished(ddp_agent_t *a)
     a->signal_wait = false;
     uv_timer_stop(&a->hang_timer);
     uv_timer_stop(&a->progress_timer);
+    uv_timer_stop(&a->store_wait_timer);
     if (a->leftover_wait || leftovers_grace(a))
         return; /* on_leftover_timer goes on */
     kill_leftovers(a);
@@ -1420,6 +1423,7 @@ static int group_start(ddp_agent_t *a)
         ddp_agent_hang_watch(a, ms);
     }
     ddp_agent_progress_start(a);
+    ddp_agent_store_waits_start(a);
     return 0;
 fail:
     if (a->nrunning > 0) {
@@ -1732,6 +1736,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     uv_timer_init(&a->loop, &a->leftover_timer);
     uv_timer_init(&a->loop, &a->hang_timer);
     uv_timer_init(&a->loop, &a->progress_timer);
+    uv_timer_init(&a->loop, &a->store_wait_timer);
     uv_timer_init(&a->loop, &a->hang_wait);
     ddp_agent_pause_init(a);
     for (int i = 0; i < a->cfg->nsignals; i++) {
@@ -1763,6 +1768,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     a->leftover_timer.data = a;
     a->hang_timer.data = a;
     a->progress_timer.data = a;
+    a->store_wait_timer.data = a;
     a->hang_wait.data = a;
     /* The console writer's handle is the only one that can fail to open: first, so that
      * finish() closes only what is open. */

@@ -2,7 +2,7 @@
  * state table in its header comment), agent_hang.c (hang reports: finding a hang,
  * collecting every rank's place, the report, then what waited for it), agent_say.c
  * (what is said of a job's end beside the report), agent_progress.c, agent_warm.c,
- * agent_orphans.c and agent_pause.c (Ctrl-Z). */
+ * agent_orphans.c, agent_waits.c and agent_pause.c (Ctrl-Z). */
 #ifndef DDP_LAUNCHER_AGENT_INTERNAL_H
 #define DDP_LAUNCHER_AGENT_INTERNAL_H
 
@@ -202,6 +202,10 @@ struct ddp_agent_s {
     bool warm;
     char zygote_script[PATH_MAX];
     ddp_zygote_t zygote;
+    /* --store-wait-notice (agent_waits.c): its looks, and the age of the oldest wait the
+     * last notice named (0: none since the long waits last ended). */
+    uv_timer_t store_wait_timer;
+    double wait_noted;
     /* TORCHELASTIC_ENABLE_FILE_TIMER=1: torchrun's worker watchdog (file_timer.h); NULL. */
     ddp_file_timer_t *file_timer;
     bool zygote_started;
@@ -247,6 +251,11 @@ void ddp_agent_hang_watch(ddp_agent_t *a, uint64_t ms);
  * --hang-timeout=auto), where either is on; stop with uv_timer_stop(&a->progress_timer). */
 void ddp_agent_progress_start(ddp_agent_t *a);
 void ddp_agent_progress_free(ddp_agent_t *a);
+
+/* agent_waits.c: starts the looks at the store's long waits of a new attempt, where this
+ * launcher serves the store and --store-wait-notice is on; stop with
+ * uv_timer_stop(&a->store_wait_timer). */
+void ddp_agent_store_waits_start(ddp_agent_t *a);
 
 /* agent.c: worker w's environment for this attempt, torchrun's (worker_spec.h) with its
  * error file `error_file`; *added holds the strings *envp points to, both the caller's. */

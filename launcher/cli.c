@@ -849,6 +849,10 @@ static const flag_t flags[] = {
      "5x each rank's longest step (ddp_launch.step())\nor section, once learnt"},
     {"hang-timeout-floor", 0, KIND_SECONDS, FIELD(hang_floor), 0.01, 86400, NULL, NULL, true, false,
      G_SUPERVISION, "SECONDS", "--hang-timeout=auto's least timeout (default 10)"},
+    {"store-wait-notice", 0, KIND_SECONDS, FIELD(store_wait_notice), 0, 7 * 86400, NULL, NULL, true,
+     false, G_SUPERVISION, "SECONDS",
+     "a worker that has waited this long in the store for a\nkey nobody has set is named, with "
+     "the ranks that do not\nwait (default 60; 0: off)"},
     {"straggler-report", 0, KIND_SECONDS, FIELD(straggler_report), 0, 7 * 86400, NULL, NULL, true,
      false, G_SUPERVISION, "SECONDS",
      "every SECONDS, name the ranks that work a step longer\nthan the others (default 300; 0: "

@@ -24,6 +24,7 @@ void ddp_config_defaults(ddp_launch_config_t *cfg)
     cfg->max_no_progress = 3;
     cfg->hang_floor = 10;
     cfg->straggler_report = 300;
+    cfg->store_wait_notice = 60;
     cfg->straggler_threshold = 1.2;
     cfg->signals[0] = SIGTERM;
     cfg->signals[1] = SIGINT;

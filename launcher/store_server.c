@@ -9,6 +9,7 @@
 #include "store_server.h"
 
 #include "error.h"
+#include "io.h"
 #include "netaddr.h"
 
 #include <arpa/inet.h>
@@ -64,8 +65,9 @@ struct ddp_store_server_s {
     uint64_t refused;                      /* connections refused at the cap, ever */
     const ddp_store_server_watch_t *watch; /* writes under a prefix, or NULL */
     size_t watch_prefix_len;
-    bool in_request;    /* handling a request: its serve() drains the resume list after */
-    uv_idle_t deferred; /* drains the resume list on the next loop turn */
+    bool in_request;            /* handling a request: its serve() drains the resume list after */
+    conn_t *waits, *waits_tail; /* the connections with a WAIT pending, oldest first */
+    uv_idle_t deferred;         /* drains the resume list on the next loop turn */
 };
 
 struct conn_s {
@@ -85,6 +87,12 @@ struct conn_s {
     size_t ref_bytes; /* their lengths, summed */
     ddp_store_waiter_t waiter;
     bool waiting;
+    /* A pending WAIT's place among the server's (oldest first), since when (monotonic),
+     * and the first of its keys that did not exist then, shown (show_key). */
+    conn_t *wait_prev, *wait_next;
+    double wait_since;
+    char wait_key[DDP_STORE_WAIT_KEY_MAX];
+    struct sockaddr_storage peer_addr;
     bool reading;
     bool closing;
     size_t write_queued; /* bytes handed to libuv and not yet written */
@@ -145,6 +153,53 @@ static void on_conn_closed(uv_handle_t *handle)
     handle_closed(s);
 }
 
+/* Shows a key in a message: printable bytes as they are, others \xNN, at most `most` of
+ * them (within cap). */
+static const char *show_key(ddp_store_key_t key, size_t most, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < key.len && n + 5 < cap && i < most; i++) {
+        uint8_t b = key.data[i];
+        n += (size_t)snprintf(buf + n, cap - n, b >= 0x20 && b < 0x7f ? "%c" : "\\x%02x", b);
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* The WAIT of `c` begins, awaiting `missing`; or it ends (answered, cancelled, closed). */
+static void wait_end(conn_t *c)
+{
+    ddp_store_server_t *s = c->server;
+    if (!c->waiting)
+        return;
+    c->waiting = false;
+    if (c->wait_prev != NULL)
+        c->wait_prev->wait_next = c->wait_next;
+    else
+        s->waits = c->wait_next;
+    if (c->wait_next != NULL)
+        c->wait_next->wait_prev = c->wait_prev;
+    else
+        s->waits_tail = c->wait_prev;
+    c->wait_prev = c->wait_next = NULL;
+}
+
+static void wait_begin(conn_t *c, ddp_store_key_t missing)
+{
+    ddp_store_server_t *s = c->server;
+    wait_end(c); /* (none is pending: a new request cancels it first) */
+    show_key(missing, 160, c->wait_key, sizeof c->wait_key);
+    c->waiting = true;
+    c->wait_since = ddp_clock_mono();
+    c->wait_next = NULL;
+    c->wait_prev = s->waits_tail;
+    if (s->waits_tail != NULL)
+        s->waits_tail->wait_next = c;
+    else
+        s->waits = c;
+    s->waits_tail = c;
+}
+
 static void remove_from_resume(ddp_store_server_t *s, conn_t *c)
 {
     if (!c->on_resume_list)
@@ -175,7 +230,7 @@ __attribute__((format(printf, 2, 3))) static void conn_close(conn_t *c, const ch
     if (c->tag != NULL && s->watch != NULL && s->watch->on_close != NULL)
         s->watch->on_close(s->watch->ctx, c->tag);
     ddp_store_cancel(s->store, &c->waiter);
-    c->waiting = false;
+    wait_end(c);
     remove_from_resume(s, c);
     if (c->prev != NULL)
         c->prev->next = c->next;
@@ -369,7 +424,7 @@ static void on_wait_ready(ddp_store_waiter_t *waiter)
     /* Inside a store write: only queue the answer and come back to this connection. */
     if (ddp_codec_put_u8(&c->out, DDP_CODEC_STOP_WAITING) != 0)
         return; /* out of memory: the client times out */
-    c->waiting = false;
+    wait_end(c);
     if (!c->on_resume_list) {
         c->on_resume_list = true;
         c->resume_next = s->resume;
@@ -395,18 +450,6 @@ static ddp_store_key_t *collect_keys(const ddp_codec_request_t *req)
     while (ddp_codec_items_next(&it, &key, &klen, &value, &vlen))
         keys[n++] = (ddp_store_key_t){key, klen};
     return keys;
-}
-
-/* Shows a key in a message: printable bytes as they are, at most 64 of them. */
-static const char *show_key(const ddp_codec_request_t *req, char *buf, size_t cap)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < req->key_len && n + 5 < cap && i < 64; i++) {
-        uint8_t b = req->key[i];
-        n += (size_t)snprintf(buf + n, cap - n, b >= 0x20 && b < 0x7f ? "%c" : "\\x%02x", b);
-    }
-    buf[n] = '\0';
-    return buf;
 }
 
 /* Tells the watcher of a write of `key` by `c`, when the key is under its prefix. */
@@ -458,7 +501,8 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
         int64_t result;
         err = ddp_store_add(s->store, key_of(req), req->delta, &result);
         if (err == DDP_EPARSE || err == -ERANGE) {
-            conn_close(c, "ADD to key '%s', whose value %s", show_key(req, shown, sizeof shown),
+            conn_close(c, "ADD to key '%s', whose value %s",
+                       show_key(key_of(req), 64, shown, sizeof shown),
                        err == DDP_EPARSE ? "is not a number" : "would overflow");
             return DDP_ECLOSED;
         }
@@ -489,10 +533,13 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
             err = ddp_codec_put_u8(out, ready ? DDP_CODEC_READY : DDP_CODEC_NOT_READY);
         } else {
             int r = ddp_store_wait(s->store, &c->waiter, keys, (size_t)req->count);
+            size_t first = 0;
+            while (r == 0 && first + 1 < req->count && ddp_store_exists(s->store, keys[first]))
+                first++;
             if (r == 1)
                 err = ddp_codec_put_u8(out, DDP_CODEC_STOP_WAITING);
             else if (r == 0)
-                c->waiting = true;
+                wait_begin(c, keys[first]);
             else
                 err = r;
         }
@@ -528,7 +575,7 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
     case DDP_CODEC_CANCEL_WAIT:
         /* A WAIT answered meanwhile has sent its 0 already; clients expect that. */
         ddp_store_cancel(s->store, &c->waiter);
-        c->waiting = false;
+        wait_end(c);
         err = ddp_codec_put_u8(out, DDP_CODEC_WAIT_CANCELED);
         break;
     case DDP_CODEC_QUEUE_PUSH:
@@ -651,7 +698,7 @@ static bool answer_requests(conn_t *c)
              * without CANCEL_WAIT). Forget the wait, so no stray answer arrives later
              * in the middle of the client's next reply. */
             ddp_store_cancel(s->store, &c->waiter);
-            c->waiting = false;
+            wait_end(c);
         }
         s->in_request = true;
         int handled = handle(c, &req);
@@ -703,9 +750,9 @@ static void process_input(conn_t *c)
     }
 }
 
-static void format_peer(uv_tcp_t *tcp, char *buf, size_t cap)
+static void format_peer(uv_tcp_t *tcp, struct sockaddr_storage *out, char *buf, size_t cap)
 {
-    struct sockaddr_storage addr;
+    struct sockaddr_storage addr = {0};
     int len = sizeof addr;
     char host[INET6_ADDRSTRLEN] = "?";
     int port = 0;
@@ -719,6 +766,7 @@ static void format_peer(uv_tcp_t *tcp, char *buf, size_t cap)
         }
     }
     snprintf(buf, cap, addr.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, port);
+    *out = addr;
 }
 
 static void on_connection(uv_stream_t *listener, int status)
@@ -743,7 +791,7 @@ static void on_connection(uv_stream_t *listener, int status)
         uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
         return;
     }
-    format_peer(&c->tcp, c->peer, sizeof c->peer);
+    format_peer(&c->tcp, &c->peer_addr, c->peer, sizeof c->peer);
     if (s->max_conns > 0 && s->nconns >= s->max_conns) {
         /* Said the first time, then every 100th: a flood must not flood the log too. */
         if (s->refused++ % 100 == 0)
@@ -937,8 +985,28 @@ size_t ddp_store_server_connections(const ddp_store_server_t *server)
 size_t ddp_store_server_waiting(const ddp_store_server_t *server)
 {
     size_t n = 0;
-    for (const conn_t *c = server->conns; c != NULL; c = c->next)
-        n += c->waiting;
+    for (const conn_t *c = server->waits; c != NULL; c = c->wait_next)
+        n++;
+    return n;
+}
+
+size_t ddp_store_server_long_waits(const ddp_store_server_t *server, double older,
+                                   ddp_store_long_wait_t *out, size_t cap)
+{
+    double now = ddp_clock_mono();
+    size_t n = 0;
+    for (const conn_t *c = server->waits; c != NULL && now - c->wait_since >= older;
+         c = c->wait_next) {
+        if (c->tag != NULL || (server->watch != NULL && strncmp(c->wait_key, server->watch->prefix,
+                                                                server->watch_prefix_len) == 0))
+            continue; /* a launcher's */
+        if (n < cap) {
+            out[n].peer = c->peer_addr;
+            out[n].waited = now - c->wait_since;
+            memcpy(out[n].key, c->wait_key, sizeof out[n].key);
+        }
+        n++;
+    }
     return n;
 }
 

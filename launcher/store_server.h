@@ -22,6 +22,7 @@
 #include "store.h"
 #include "store_codec.h"
 
+#include <sys/socket.h>
 #include <uv.h>
 
 typedef struct ddp_store_server_s ddp_store_server_t;
@@ -65,6 +66,23 @@ size_t ddp_store_server_connections(const ddp_store_server_t *server);
 
 /* The number of connections with a WAIT pending. */
 size_t ddp_store_server_waiting(const ddp_store_server_t *server);
+
+/* A client's WAIT that has been pending long (not a launcher's: a connection that wrote
+ * under the watched prefix, or a wait for a key under it): its peer, how long (s), and the first of
+ * its keys that did not exist when it began, shown with printable bytes as they are (others \xNN),
+ * at most 160 of them. */
+#define DDP_STORE_WAIT_KEY_MAX 200
+typedef struct ddp_store_long_wait_s {
+    struct sockaddr_storage peer;
+    double waited;
+    char key[DDP_STORE_WAIT_KEY_MAX];
+} ddp_store_long_wait_t;
+
+/* The WAITs pending for `older` seconds or more, oldest first, the first `cap` of them
+ * into out[]; returns how many there are. Costs what it finds (the pending ones are
+ * kept in the order they began). */
+size_t ddp_store_server_long_waits(const ddp_store_server_t *server, double older,
+                                   ddp_store_long_wait_t *out, size_t cap);
 
 /* The requests served, ever. */
 uint64_t ddp_store_server_requests(const ddp_store_server_t *server);

@@ -895,6 +895,31 @@ static void test_hot_spare_takes_a_lost_nodes_place(void **state)
     free(dir);
 }
 
+/* --store-wait-notice names workers only: the launchers' own waits in the store (a node's
+ * for the round's end, a hot spare's for a place) are not named, however long. */
+static void test_launchers_waits_not_named(void **state)
+{
+    const char *workers[] = {"/bin/sh", "-c", "echo ready; sleep 2", NULL};
+    for (int elastic = 0; elastic <= 1; elastic++) {
+        job_t job;
+        char flags[512];
+        job_init(&job);
+        elastic_flags(&job, "2:2", 1, 60, flags, sizeof flags);
+        strcat(flags, " --hot-spares=1 --store-wait-notice=0.2");
+        for (int i = 0; i < (elastic ? 3 : 2); i++)
+            start_node(&job, elastic ? 0 : 2, elastic ? 0 : i, 1,
+                       elastic ? flags : "--store-wait-notice=0.2", workers);
+        job_wait(&job, 60);
+        int ran = 0;
+        for (int i = 0; i < job.n; i++) {
+            ran += strstr(out(&job.node[i]), "ready") != NULL;
+            TH_ASSERT(&job.node[i], strstr(err(&job.node[i]), "in the store") == NULL);
+        }
+        TH_ASSERT(&job.node[0], ran == 2);
+        job_cleanup(&job);
+    }
+}
+
 /* A node whose workers keep failing leaves (--exclude-after) and one that fails its health
  * check does not join: with a hot spare, the job goes on at full size without them. */
 static void test_bad_nodes_replaced_by_spares(void **state)
@@ -1414,6 +1439,7 @@ int main(int argc, char **argv)
         TH_TEST(test_unhealthy_node_ends_the_job),
         TH_TEST(test_no_progress_ends_every_node),
         TH_TEST(test_hot_spare_takes_a_lost_nodes_place),
+        TH_TEST(test_launchers_waits_not_named),
         TH_TEST(test_bad_nodes_replaced_by_spares),
         TH_TEST(test_both_spares_then_elastic_rules),
         TH_TEST(test_node_that_never_joins),

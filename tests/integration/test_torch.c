@@ -325,6 +325,33 @@ static void launch_after(th_proc_t *p, const char *const *args, const char *more
     th_run_after(p, argv, env, ready, file, timeout);
 }
 
+/* A rank that has not reached init_process_group is named, with the rank that waits for
+ * it there and the key it waits for (rank 1's gloo address), while nothing is stopped:
+ * the job goes on once it comes (the file the notice's line makes). */
+static void test_late_rank_named(void **state)
+{
+    const char *args[] = {"--standalone",          "--nproc-per-node=2",
+                          "--store-wait-notice=1", script("gloo_allreduce.py"),
+                          "--late-rank=1",         NULL};
+    th_proc_t p;
+    launch_after(&p, args, NULL, "not waiting in the store: ", 300);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 1 of 2 sum 3\n") != NULL);
+    const char *err = ddp_buf_str(&p.err), *waits = strstr(err, "ddp-launch: rank 0 (pid ");
+    TH_ASSERT(&p, waits != NULL);
+    const char *eol = strchr(waits, '\n'), *key = strstr(waits, " in the store for '");
+    TH_ASSERT(&p, eol != NULL && key != NULL && key < eol);
+    TH_ASSERT(&p, strncmp(strchr(waits, ')'), ") has waited ", 13) == 0); /* rank 0 alone */
+    TH_ASSERT(&p,
+              strstr(key, "/worker/attempt_0/") != NULL && strstr(key, "/worker/attempt_0/") < eol);
+    TH_ASSERT(&p, strncmp(eol - 27, "', which nobody has set yet", 27) == 0);
+    const char *idle = strstr(err, "ddp-launch: not waiting in the store: rank 1 (pid ");
+    TH_ASSERT(&p, idle != NULL && strstr(idle, "): it may not have reached the call that sets "
+                                               "the key (init_process_group, say)\n") != NULL);
+    TH_ASSERT(&p, th_count(err, "not waiting in the store") == 1);
+    th_cleanup(&p);
+}
+
 /* warm_restart.py `mode` with rank 1 failing at attempt 0, restarted once, cold or with
  * --warm-restarts (once its zygote is ready), its streams teed (files under `logs`,
  * prefixed lines on the console). */
@@ -711,6 +738,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         TH_TEST(test_gloo_two_ranks),
         TH_TEST(test_gloo_four_ranks),
+        TH_TEST(test_late_rank_named),
         TH_TEST(test_tcpstore_client),
         TH_TEST(test_restart_after_a_failure),
         TH_TEST(test_error_file_in_report),

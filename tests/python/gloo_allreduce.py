@@ -1,7 +1,9 @@
 """A real PyTorch DDP start under ddp-launch: env:// init, a gloo all_reduce, a barrier.
 
 Each rank contributes rank + 1, so every rank must see sum(1..world). With --fail-rank R,
-rank R raises inside torch's @record, which writes PyTorch's own error.json.
+rank R raises inside torch's @record, which writes PyTorch's own error.json. With
+--late-rank R, rank R reaches init_process_group only once the file WARM_TRIGGER names
+exists (the others wait for it there).
 """
 import argparse
 import os
@@ -9,13 +11,17 @@ import os
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
+from warm_trigger import wait_for_trigger
 
 
 @record
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--late-rank", type=int, default=-1)
     args = parser.parse_args()
+    if int(os.environ["RANK"]) == args.late_rank:
+        wait_for_trigger()
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     assert rank == int(os.environ["RANK"]) and world == int(os.environ["WORLD_SIZE"])
