@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <limits.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #define WAITS_SEEN    64  /* long waits looked at */
 #define KEYS_SHOWN    3   /* distinct keys named in one notice */
 #define RANKS_SHOWN   8   /* ranks named in one list */
+#define HOSTS_SHOWN   4   /* addresses of other clients named in one line */
 #define NOTICE_GROWTH 5.0 /* the oldest wait's growth that is said again */
 #define NET_TABLE_MAX (64 << 20)
 
@@ -124,6 +126,25 @@ static void identify(const ddp_agent_t *a, const ddp_store_long_wait_t *waits, s
     }
 }
 
+/* The peer's address into from[*n] where it is not there yet: up to HOSTS_SHOWN, then
+ * *more. */
+static void note_host(const struct sockaddr_storage *peer, char from[][INET6_ADDRSTRLEN], int *n,
+                      bool *more)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    if (peer->ss_family == AF_INET6)
+        uv_ip6_name((const struct sockaddr_in6 *)peer, host, sizeof host);
+    else
+        uv_ip4_name((const struct sockaddr_in *)peer, host, sizeof host);
+    for (int i = 0; i < *n; i++)
+        if (strcmp(from[i], host) == 0)
+            return;
+    if (*n < HOSTS_SHOWN)
+        memcpy(from[(*n)++], host, sizeof host);
+    else
+        *more = true;
+}
+
 /* ", rank 3 (pid 77)" for worker k, within the first RANKS_SHOWN of a list. */
 static void add_rank(const ddp_agent_t *a, int k, int *listed, ddp_buf_t *out)
 {
@@ -143,7 +164,9 @@ static void say(ddp_agent_t *a, const ddp_store_long_wait_t *waits, size_t n, si
         if (said[i])
             continue;
         keys++;
-        int listed = 0, others = 0;
+        int listed = 0, others = 0, hosts = 0;
+        bool more_hosts = false;
+        char from[HOSTS_SHOWN][INET6_ADDRSTRLEN];
         ddp_buf_clear(&line);
         for (size_t j = i; j < n; j++) {
             if (said[j] || strcmp(waits[j].key, waits[i].key) != 0)
@@ -151,6 +174,7 @@ static void say(ddp_agent_t *a, const ddp_store_long_wait_t *waits, size_t n, si
             said[j] = true;
             if (who[j] < 0) {
                 others++;
+                note_host(&waits[j].peer, from, &hosts, &more_hosts);
                 continue;
             }
             if (waiting != NULL)
@@ -159,9 +183,13 @@ static void say(ddp_agent_t *a, const ddp_store_long_wait_t *waits, size_t n, si
         }
         if (listed > RANKS_SHOWN)
             ddp_buf_printf(&line, " and %d more", listed - RANKS_SHOWN);
-        if (others > 0)
-            ddp_buf_printf(&line, "%s%d client(s) not of this node's workers", listed ? ", " : "",
-                           others);
+        if (others > 0) {
+            ddp_buf_printf(&line, "%s%d client(s) at ", listed ? ", " : "", others);
+            for (int h = 0; h < hosts; h++)
+                ddp_buf_printf(&line, "%s%s", h ? ", " : "", from[h]);
+            if (more_hosts)
+                ddp_buf_puts(&line, ", ...");
+        }
         ddp_log_info(a->log, "%s %s waited %.*f s in the store for '%s', which nobody has set yet",
                      ddp_buf_str(&line), listed + others > 1 ? "have" : "has",
                      waits[i].waited < 10 ? 1 : 0, waits[i].waited, waits[i].key);

@@ -27,6 +27,8 @@
  *   store-attempt            on attempt 0 SET /stale in the launcher's store and exit 1;
  *                            later, exit 0 when /stale is gone ("no stale key"), else 2
  *   placement                "CPUS=<its Cpus_allowed_list>", "POLICY=<memory policy>"
+ *   store-meet KEY FILE      rank 0 SETs KEY once FILE exists, the others WAIT for it
+ *                            (60 s at most each); each says "met KEY"
  */
 #include "store_client.h"
 
@@ -246,20 +248,48 @@ static int mode_error_file(int argc, char **argv)
     return code;
 }
 
-static int mode_store_attempt(void)
+/* A client of the launcher's store (MASTER_ADDR:MASTER_PORT), or NULL said why. */
+static ddp_store_client_t *connect_store(void)
 {
     const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
-    const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT");
     ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
-    ddp_store_client_t *store;
+    ddp_store_client_t *store = NULL;
     ddp_buf_t err = DDP_BUF_INIT;
     options.connect_timeout = options.timeout = 30;
-    if (addr == NULL || port == NULL || attempt == NULL)
-        return 95;
-    if (ddp_store_client_connect(addr, atoi(port), &options, &store, &err) != 0) {
-        fprintf(stderr, "test-worker: %s\n", ddp_buf_str(&err));
+    if (addr == NULL || port == NULL ||
+        ddp_store_client_connect(addr, atoi(port), &options, &store, &err) != 0)
+        fprintf(stderr, "test-worker: %s\n", addr && port ? ddp_buf_str(&err) : "no MASTER_*");
+    ddp_buf_free(&err);
+    return store;
+}
+
+static int mode_store_meet(int argc, char **argv)
+{
+    ddp_store_client_t *store = argc > 3 ? connect_store() : NULL;
+    const char *rank = getenv("RANK"), *keys[] = {argc > 3 ? argv[2] : ""};
+    int rc = 0;
+    if (store == NULL || rank == NULL)
         return 96;
+    if (atoi(rank) == 0) {
+        for (int i = 0; i < 6000 && access(argv[3], F_OK) != 0; i++)
+            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+        if (ddp_store_client_set(store, keys[0], "1", 1) != 0 || ddp_store_client_ping(store) != 0)
+            rc = 97;
+    } else if (ddp_store_client_wait(store, keys, 1, 60) != 0) {
+        rc = 98;
     }
+    if (rc == 0)
+        say("met %s\n", keys[0]);
+    ddp_store_client_close(store);
+    return rc;
+}
+
+static int mode_store_attempt(void)
+{
+    const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT");
+    ddp_store_client_t *store = attempt != NULL ? connect_store() : NULL;
+    if (store == NULL)
+        return 96;
     int rc = 0;
     if (atoi(attempt) == 0) {
         rc = ddp_store_client_set(store, "/stale", "attempt0", 8) == 0 ? 1 : 97;
@@ -389,6 +419,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(mode, "error-file") == 0)
         return mode_error_file(argc, argv);
+    if (strcmp(mode, "store-meet") == 0)
+        return mode_store_meet(argc, argv);
     if (strcmp(mode, "store-attempt") == 0)
         return mode_store_attempt();
     if (strcmp(mode, "placement") == 0)

@@ -920,6 +920,36 @@ static void test_launchers_waits_not_named(void **state)
     }
 }
 
+/* A wait in the store by another node's worker is named by its node's address on the
+ * node that serves the store, with that node's rank that does not wait (which would set
+ * the key); the job goes on once it does. */
+static void test_remote_wait_named(void **state)
+{
+    char *dir = th_tmpdir(), go[600], line[256];
+    snprintf(go, sizeof go, "%s/go", dir);
+    const char *workers[] = {th_worker(), "store-meet", "/meet", go, NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, "--store-wait-notice=0.3", workers);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, "--store-wait-notice=0.3", workers);
+    TH_ASSERT(n0, th_wait_output(n0, 2, "not waiting in the store: rank 0 (pid ", 1, 60));
+    snprintf(line, sizeof line, "ddp-launch: 1 client(s) at %s has waited ",
+             net.netns ? net.addr[1] : "127.0.0.1");
+    const char *said = strstr(err(n0), line), *eol = said ? strchr(said, '\n') : NULL;
+    TH_ASSERT(n0, eol != NULL && strstr(said, " s in the store for '/meet', which nobody has "
+                                              "set yet\n") == eol - 53);
+    TH_ASSERT(n0, th_touch(go));
+    job_wait(&job, 60);
+    for (int i = 0; i < 2; i++) {
+        TH_ASSERT(&job.node[i], th_status(&job.node[i]) == 0);
+        TH_ASSERT(&job.node[i], strstr(out(&job.node[i]), "met /meet") != NULL);
+    }
+    TH_ASSERT(n1, strstr(err(n1), "in the store") == NULL); /* its launcher serves none */
+    job_cleanup(&job);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* A node whose workers keep failing leaves (--exclude-after) and one that fails its health
  * check does not join: with a hot spare, the job goes on at full size without them. */
 static void test_bad_nodes_replaced_by_spares(void **state)
@@ -1440,6 +1470,7 @@ int main(int argc, char **argv)
         TH_TEST(test_no_progress_ends_every_node),
         TH_TEST(test_hot_spare_takes_a_lost_nodes_place),
         TH_TEST(test_launchers_waits_not_named),
+        TH_TEST(test_remote_wait_named),
         TH_TEST(test_bad_nodes_replaced_by_spares),
         TH_TEST(test_both_spares_then_elastic_rules),
         TH_TEST(test_node_that_never_joins),
