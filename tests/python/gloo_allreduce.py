@@ -11,7 +11,6 @@ import os
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
-from warm_trigger import wait_for_trigger
 
 
 @record
@@ -21,6 +20,9 @@ def main():
     parser.add_argument("--late-rank", type=int, default=-1)
     args = parser.parse_args()
     if int(os.environ["RANK"]) == args.late_rank:
+        # (Imported here: the install tests run this script alone, without --late-rank.)
+        from warm_trigger import wait_for_trigger
+
         wait_for_trigger()
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
