@@ -7,6 +7,7 @@ exists (the others wait for it there).
 """
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -20,7 +21,9 @@ def main():
     parser.add_argument("--late-rank", type=int, default=-1)
     args = parser.parse_args()
     if int(os.environ["RANK"]) == args.late_rank:
-        # (Imported here: the install tests run this script alone, without --late-rank.)
+        # Imported here, from this file's folder (which the torch 2.6 tests' shim leaves out
+        # of sys.path): the install tests run this script alone, without --late-rank.
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from warm_trigger import wait_for_trigger
 
         wait_for_trigger()
