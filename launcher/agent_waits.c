@@ -132,8 +132,11 @@ static void note_host(const struct sockaddr_storage *peer, char from[][INET6_ADD
                       bool *more)
 {
     char host[INET6_ADDRSTRLEN] = "?";
-    if (peer->ss_family == AF_INET6)
-        uv_ip6_name((const struct sockaddr_in6 *)peer, host, sizeof host);
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)peer;
+    if (peer->ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
+        inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], host, sizeof host); /* as IPv4 */
+    else if (peer->ss_family == AF_INET6)
+        uv_ip6_name(in6, host, sizeof host);
     else
         uv_ip4_name((const struct sockaddr_in *)peer, host, sizeof host);
     for (int i = 0; i < *n; i++)
