@@ -193,7 +193,7 @@ static void say(ddp_agent_t *a, const ddp_store_long_wait_t *waits, size_t n, si
             if (more_hosts)
                 ddp_buf_puts(&line, ", ...");
         }
-        ddp_log_info(a->log, "%s %s waited %.*f s in the store for '%s', which nobody has set yet",
+        ddp_log_warn(a->log, "%s %s waited %.*f s in the store for '%s', which nobody has set yet",
                      ddp_buf_str(&line), listed + others > 1 ? "have" : "has",
                      waits[i].waited < 10 ? 1 : 0, waits[i].waited, waits[i].key);
     }
@@ -206,7 +206,7 @@ static void say(ddp_agent_t *a, const ddp_store_long_wait_t *waits, size_t n, si
     if (listed > RANKS_SHOWN)
         ddp_buf_printf(&line, " and %d more", listed - RANKS_SHOWN);
     if (listed > 0)
-        ddp_log_info(a->log,
+        ddp_log_warn(a->log,
                      "not waiting in the store: %s: %s not have reached the call that sets "
                      "the key (init_process_group, say)",
                      ddp_buf_str(&line), listed > 1 ? "they may" : "it may");

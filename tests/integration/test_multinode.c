@@ -933,7 +933,7 @@ static void test_remote_wait_named(void **state)
     th_proc_t *n0 = start_node(&job, 2, 0, 1, "--store-wait-notice=0.3", workers);
     th_proc_t *n1 = start_node(&job, 2, 1, 1, "--store-wait-notice=0.3", workers);
     TH_ASSERT(n0, th_wait_output(n0, 2, "not waiting in the store: rank 0 (pid ", 1, 60));
-    snprintf(line, sizeof line, "ddp-launch: 1 client(s) at %s has waited ",
+    snprintf(line, sizeof line, "ddp-launch: warning: 1 client(s) at %s has waited ",
              net.netns ? net.addr[1] : "127.0.0.1");
     const char *said = strstr(err(n0), line), *eol = said ? strchr(said, '\n') : NULL;
     TH_ASSERT(n0, eol != NULL && strstr(said, " s in the store for '/meet', which nobody has "
