@@ -1665,6 +1665,17 @@ static int find_program(ddp_agent_t *a)
     return err == -ENOENT ? DDP_EXIT_NOT_FOUND : DDP_EXIT_NOT_EXECUTABLE;
 }
 
+/* As torchrun's, once the program is known to be there (a job that cannot start says
+ * why alone). */
+static void warn_omp_threads(const ddp_agent_t *a)
+{
+    if (a->cfg->nproc_per_node > 1 && ddp_env_lookup(environ, "OMP_NUM_THREADS") == NULL)
+        ddp_log_warn(a->log,
+                     "setting OMP_NUM_THREADS=1 for each of the %d workers to avoid overloading "
+                     "the machine; set it yourself to tune performance",
+                     a->cfg->nproc_per_node);
+}
+
 static bool any_file_output(const ddp_launch_config_t *cfg)
 {
     for (int i = 0; i < cfg->nproc_per_node; i++) {
@@ -1961,13 +1972,7 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
         return err;
     if ((err = find_program(a)) != 0)
         return err;
-    /* As torchrun's, once the program is known to be there (a job that cannot start
-     * says why alone). */
-    if (cfg->nproc_per_node > 1 && ddp_env_lookup(environ, "OMP_NUM_THREADS") == NULL)
-        ddp_log_warn(log,
-                     "setting OMP_NUM_THREADS=1 for each of the %d workers to avoid overloading "
-                     "the machine; set it yourself to tune performance",
-                     cfg->nproc_per_node);
+    warn_omp_threads(a);
     a->workers = calloc((size_t)a->nworkers, sizeof *a->workers);
     a->failures = calloc((size_t)a->nworkers, sizeof *a->failures);
     if (a->workers == NULL || a->failures == NULL) {

@@ -466,6 +466,36 @@ static void notify_write(conn_t *c, ddp_store_key_t key)
     w->on_write(w->ctx, &c->tag, key, value, len);
 }
 
+/* CHECK: whether every key exists; WAIT: answered at once when they do, else when the
+ * last one comes (the wait registered, awaiting the first missing key). 0 or -errno. */
+static int check_or_wait(conn_t *c, const ddp_codec_request_t *req, ddp_buf_t *out)
+{
+    ddp_store_server_t *s = c->server;
+    ddp_store_key_t *keys = collect_keys(req);
+    int err = 0;
+    if (keys == NULL)
+        return -ENOMEM;
+    if (req->op == DDP_CODEC_CHECK) {
+        bool ready = true;
+        for (uint64_t i = 0; i < req->count && ready; i++)
+            ready = ddp_store_exists(s->store, keys[i]);
+        err = ddp_codec_put_u8(out, ready ? DDP_CODEC_READY : DDP_CODEC_NOT_READY);
+    } else {
+        int r = ddp_store_wait(s->store, &c->waiter, keys, (size_t)req->count);
+        size_t first = 0;
+        while (r == 0 && first + 1 < req->count && ddp_store_exists(s->store, keys[first]))
+            first++;
+        if (r == 1)
+            err = ddp_codec_put_u8(out, DDP_CODEC_STOP_WAITING);
+        else if (r == 0)
+            wait_begin(c, keys[first]);
+        else
+            err = r;
+    }
+    free(keys);
+    return err;
+}
+
 /* Handles one complete request. Returns 0, or DDP_ECLOSED when it closed the connection
  * (a protocol error, a failed write). */
 static int handle(conn_t *c, const ddp_codec_request_t *req)
@@ -520,32 +550,9 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
         break;
     }
     case DDP_CODEC_CHECK:
-    case DDP_CODEC_WAIT: {
-        ddp_store_key_t *keys = collect_keys(req);
-        if (keys == NULL) {
-            err = -ENOMEM;
-            break;
-        }
-        if (req->op == DDP_CODEC_CHECK) {
-            bool ready = true;
-            for (uint64_t i = 0; i < req->count && ready; i++)
-                ready = ddp_store_exists(s->store, keys[i]);
-            err = ddp_codec_put_u8(out, ready ? DDP_CODEC_READY : DDP_CODEC_NOT_READY);
-        } else {
-            int r = ddp_store_wait(s->store, &c->waiter, keys, (size_t)req->count);
-            size_t first = 0;
-            while (r == 0 && first + 1 < req->count && ddp_store_exists(s->store, keys[first]))
-                first++;
-            if (r == 1)
-                err = ddp_codec_put_u8(out, DDP_CODEC_STOP_WAITING);
-            else if (r == 0)
-                wait_begin(c, keys[first]);
-            else
-                err = r;
-        }
-        free(keys);
+    case DDP_CODEC_WAIT:
+        err = check_or_wait(c, req, out);
         break;
-    }
     case DDP_CODEC_GETNUMKEYS:
         err = ddp_codec_put_i64(out, ddp_store_num_keys(s->store));
         break;

@@ -346,6 +346,18 @@ static int mode_grandchild(int argc, char **argv, bool leave)
     wait_forever();
 }
 
+static int mode_fail_until(int argc, char **argv)
+{
+    const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT");
+    int n = attempt ? atoi(attempt) : 0;
+    if (n < (argc > 2 ? atoi(argv[2]) : 1)) {
+        say("failing on attempt %d rank %d\n", n, local_rank());
+        return argc > 3 ? atoi(argv[3]) : 1;
+    }
+    say("succeeded on attempt %d rank %d\n", n, local_rank());
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     char **all = argv;
@@ -382,16 +394,8 @@ int main(int argc, char **argv)
         return mode_catch(argc, argv);
     if (strcmp(mode, "grandchild") == 0 || strcmp(mode, "leave-child") == 0)
         return mode_grandchild(argc, argv, strcmp(mode, "leave-child") == 0);
-    if (strcmp(mode, "fail-until") == 0) {
-        const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT");
-        int n = attempt ? atoi(attempt) : 0;
-        if (n < (argc > 2 ? atoi(argv[2]) : 1)) {
-            say("failing on attempt %d rank %d\n", n, local_rank());
-            return argc > 3 ? atoi(argv[3]) : 1;
-        }
-        say("succeeded on attempt %d rank %d\n", n, local_rank());
-        return 0;
-    }
+    if (strcmp(mode, "fail-until") == 0)
+        return mode_fail_until(argc, argv);
     if (strcmp(mode, "wait-until") == 0 || strcmp(mode, "until-world") == 0) {
         /* Waits (to be stopped) before attempt N, or in a world of another size. */
         const char *attempt = getenv("TORCHELASTIC_RESTART_COUNT"), *size = getenv("WORLD_SIZE");
