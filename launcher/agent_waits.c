@@ -52,6 +52,11 @@ static void peer_words(const struct sockaddr_storage *peer, uint32_t words[4], i
 static void client_inodes(const ddp_store_long_wait_t *waits, size_t n, unsigned long *inodes)
 {
     static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    uint32_t want[WAITS_SEEN][4];
+    int nwant[WAITS_SEEN];
+    unsigned want_port[WAITS_SEEN];
+    for (size_t i = 0; i < n && i < WAITS_SEEN; i++)
+        peer_words(&waits[i].peer, want[i], &nwant[i], &want_port[i]);
     for (size_t t = 0; t < 2; t++) {
         char *text = NULL;
         size_t len;
@@ -79,15 +84,10 @@ static void client_inodes(const ddp_store_long_wait_t *waits, size_t n, unsigned
                 words[0] = words[3];
                 nwords = 1;
             }
-            for (size_t i = 0; i < n && nwords > 0; i++) {
-                uint32_t want[4];
-                int nwant;
-                unsigned want_port;
-                peer_words(&waits[i].peer, want, &nwant, &want_port);
-                if (inodes[i] == 0 && want_port == port && nwant == nwords &&
-                    memcmp(want, words, (size_t)nwords * 4) == 0)
+            for (size_t i = 0; i < n && i < WAITS_SEEN && nwords > 0; i++)
+                if (inodes[i] == 0 && want_port[i] == port && nwant[i] == nwords &&
+                    memcmp(want[i], words, (size_t)nwords * 4) == 0)
                     inodes[i] = inode;
-            }
         }
         free(text);
     }
