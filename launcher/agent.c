@@ -890,19 +890,20 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
                       ddp_failure_describe(&f, what, sizeof what));
         w->stopped = true;
         if (f.message != NULL) /* it wrote its own error before our signal came */
-            w->stopped_error = strndup(f.message, strcspn(f.message, "\n"));
+            w->stopped_error = ddp_failure_summary(f.message);
         ddp_failure_free(&f);
         return;
     }
     int blamer = ddp_report_blamer(a->failures, a->nfailures, f.rank);
-    if (stop.stopping && blamer >= 0 && f.message == NULL && WIFSIGNALED(status) &&
-        asprintf(&f.message, "stopped by ddp-launch (%s) after rank %d's failure named it: %.*s",
-                 signame(WTERMSIG(status), what, sizeof what), a->failures[blamer].rank,
-                 a->failures[blamer].message != NULL
-                     ? (int)strcspn(a->failures[blamer].message, "\n")
-                     : 0,
-                 a->failures[blamer].message != NULL ? a->failures[blamer].message : "") < 0)
-        f.message = NULL;
+    if (stop.stopping && blamer >= 0 && f.message == NULL && WIFSIGNALED(status)) {
+        char *said = ddp_failure_summary(
+            a->failures[blamer].message != NULL ? a->failures[blamer].message : "");
+        if (asprintf(&f.message, "stopped by ddp-launch (%s) after rank %d's failure named it: %s",
+                     signame(WTERMSIG(status), what, sizeof what), a->failures[blamer].rank,
+                     said != NULL ? said : "") < 0)
+            f.message = NULL;
+        free(said);
+    }
     char core[400], cwd[PATH_MAX];
     ddp_core_dump_note(status, w->pid, NULL, -1, getcwd(cwd, sizeof cwd) ? cwd : ".", core,
                        sizeof core);

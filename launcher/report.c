@@ -188,6 +188,21 @@ int ddp_failure_status(const ddp_failure_t *f)
     return f->exitcode < 0 ? 128 - f->exitcode : f->exitcode;
 }
 
+char *ddp_failure_summary(const char *message)
+{
+    const char *start = message, *end = message + strcspn(message, "\n");
+    if (strncmp(message, "Traceback (most recent call last):", 34) == 0) {
+        /* The last line with something on it: the exception raised. */
+        for (const char *p = message; *p != '\0'; p += *p == '\n') {
+            const char *line = p;
+            p += strcspn(p, "\n");
+            if (line + strspn(line, " \t\r") < p)
+                start = line, end = p;
+        }
+    }
+    return strndup(start, (size_t)(end - start));
+}
+
 const char *ddp_failure_describe(const ddp_failure_t *f, char *buf, size_t cap)
 {
     char name[32];

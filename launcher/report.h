@@ -44,6 +44,10 @@ int ddp_failure_to_json(const ddp_failure_t *f, const char *host, ddp_buf_t *out
  * trusted) into `f` (free with ddp_failure_free). 0, DDP_EPARSE or -ENOMEM. */
 int ddp_failure_from_json(const char *line, size_t len, ddp_failure_t *f);
 
+/* A message's one line, malloc'd (NULL: no memory): a Python traceback's last line (the
+ * exception raised, "ValueError: bad batch"), else the first line. */
+char *ddp_failure_summary(const char *message);
+
 /* The failure's status as a shell reports it: the exit code, or 128+N for signal N. */
 int ddp_failure_status(const ddp_failure_t *f);
 

@@ -337,6 +337,30 @@ static void test_core_dump_note(void **state)
     assert_string_equal(ddp_core_dump_note(exited, 42, "core", 0, "/w", buf, sizeof buf), "");
 }
 
+static void test_failure_summary(void **state)
+{
+    (void)state;
+    const char *cases[][2] = {
+        {"gloo: Connection closed by peer", "gloo: Connection closed by peer"},
+        {"first line\nsecond line", "first line"},
+        {"Traceback (most recent call last):\n  File \"t.py\", line 9, in <module>\n"
+         "    main()\nRuntimeError: [pair.cc:598] Connection closed by peer\n\n",
+         "RuntimeError: [pair.cc:598] Connection closed by peer"},
+        {"Traceback (most recent call last):\n  File \"t.py\"\nValueError: a\n\nDuring "
+         "handling of the above exception, another exception occurred:\n\nTraceback (most "
+         "recent call last):\n  File \"t.py\"\nKeyError: 'b'\n  \n",
+         "KeyError: 'b'"},
+        {"Traceback (most recent call last):", "Traceback (most recent call last):"},
+        {"", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = ddp_failure_summary(cases[i][0]);
+        assert_non_null(got);
+        assert_string_equal(got, cases[i][1]);
+        free(got);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -348,6 +372,7 @@ int main(void)
         cmocka_unit_test(test_same_second_ordered_by_file_time),
         cmocka_unit_test(test_failure_json_round_trip),
         cmocka_unit_test(test_core_dump_note),
+        cmocka_unit_test(test_failure_summary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
