@@ -789,8 +789,7 @@ static void group_finished_after_leftovers(ddp_agent_t *a)
 #define WAIT_NOTE_S  60  /* s after the first worker finished while others run: say who runs */
 #define WAIT_EVERY_S 300 /* then every WAIT_EVERY_S s */
 
-/* The global ranks of the workers that are (`running`) or have finished, as "0-2, 5". */
-static void ranks_where(const ddp_agent_t *a, bool running, ddp_buf_t *out)
+void ddp_agent_ranks_where(const ddp_agent_t *a, bool running, ddp_buf_t *out)
 {
     bool *other = calloc((size_t)a->nworkers, sizeof *other); /* format_ranks names the false */
     for (int i = 0; other != NULL && i < a->nworkers; i++)
@@ -808,8 +807,8 @@ static void on_wait_timer(uv_timer_t *timer)
     if (a->state != AGENT_RUNNING || a->nrunning == 0)
         return;
     ddp_buf_t done = DDP_BUF_INIT, running = DDP_BUF_INIT;
-    ranks_where(a, false, &done);
-    ranks_where(a, true, &running);
+    ddp_agent_ranks_where(a, false, &done);
+    ddp_agent_ranks_where(a, true, &running);
     ddp_log_info(a->log, "rank%s %s finished; waiting for rank%s %s (still running for %.0f s)",
                  strpbrk(ddp_buf_str(&done), ",-") ? "s" : "", ddp_buf_str(&done),
                  strpbrk(ddp_buf_str(&running), ",-") ? "s" : "", ddp_buf_str(&running),
@@ -859,6 +858,7 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         w->succeeded = true;
         if (a->state == AGENT_RUNNING && a->nrunning > 0 && a->first_finished < 0) {
             a->first_finished = ddp_clock_mono();
+            a->first_finished_wall = now;
             uv_timer_start(&a->wait_timer, on_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
         }
         return;

@@ -122,8 +122,9 @@ struct ddp_agent_s {
      * handles, which it did not send: its own may be on the way (SIGNAL_GRACE_S). */
     bool signal_wait;
     size_t blame_first;
-    double
-        first_finished;   /* when the first worker of the attempt finished (monotonic); < 0: none */
+    /* When the first worker of the attempt finished while others ran (monotonic, and the
+     * wall clock's seconds for the report); < 0: none. */
+    double first_finished, first_finished_wall;
     bool stop_notice_due; /* the kill timer says first that the workers have not exited */
     ddp_guard_t guard;
     bool guard_warned;
@@ -235,6 +236,9 @@ void ddp_agent_unhealthy_event(ddp_agent_t *a, const char *why);
 long long ddp_agent_oom_kills(char *where, size_t cap);
 char *ddp_agent_oom_message(ddp_agent_t *a, const ddp_worker_t *w, int status);
 void ddp_agent_print_report(ddp_agent_t *a, bool elsewhere);
+/* The global ranks of the workers that run (`running`), else that have finished, as "0-2,
+ * 5", appended to `out`. */
+void ddp_agent_ranks_where(const ddp_agent_t *a, bool running, ddp_buf_t *out);
 
 /* agent_hang.c. A report begins (found: by this node, else another asked for our rows;
  * stalled: by --hang-timeout, so the report ends the attempt as a failure); the report

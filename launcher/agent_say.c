@@ -182,6 +182,30 @@ static void say_stopped(const ddp_agent_t *a)
     ddp_buf_free(&ranks);
 }
 
+/* Ranks that finished while the others ran, before the failure: the likely cause (a loop
+ * left early on some ranks), though the failure is a peer's. */
+static void say_finished_first(const ddp_agent_t *a)
+{
+    if (a->first_finished < 0 || a->nfailures == 0)
+        return;
+    const ddp_failure_t *root = &a->failures[ddp_report_root(a->failures, a->nfailures)];
+    /* The finish is when its exit was seen, the failure when its error.json was written
+     * (else its exit seen): a failure the finish ended comes a moment later, or earlier. */
+    double after = root->timestamp - a->first_finished_wall;
+    if (root->host != NULL || after < -1.0)
+        return;
+    ddp_buf_t done = DDP_BUF_INIT;
+    ddp_agent_ranks_where(a, false, &done);
+    bool many = strpbrk(ddp_buf_str(&done), ",-") != NULL;
+    ddp_log_warn(a->log,
+                 "rank%s %s had finished (exit 0) %.1f s before rank %d's failure, while the "
+                 "others ran: a rank that leaves the training loop early (a break on some ranks, "
+                 "data of uneven length) makes the collectives of the others fail (gloo: "
+                 "\"Connection closed by peer\") or wait for good (NCCL)",
+                 many ? "s" : "", ddp_buf_str(&done), after > 0 ? after : 0.0, root->rank);
+    ddp_buf_free(&done);
+}
+
 void ddp_agent_print_report(ddp_agent_t *a, bool elsewhere)
 {
     ddp_buf_t report = DDP_BUF_INIT;
@@ -203,6 +227,7 @@ void ddp_agent_print_report(ddp_agent_t *a, bool elsewhere)
     }
     ddp_buf_free(&report);
     say_stderr_tail(a);
+    say_finished_first(a);
     say_stopped(a);
     say_if_torch_is_missing(a, python);
 }

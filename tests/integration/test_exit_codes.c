@@ -230,6 +230,34 @@ static void test_waiting_for_the_rest_is_said(void **state)
     th_cleanup(&p);
 }
 
+/* Ranks that finished while the others ran, before a failure, are said after the report
+ * (a loop left early on some ranks ends their peers' collectives); not ranks that
+ * finished after it. */
+static void test_finished_first_is_said(void **state)
+{
+    const char *first[] = {th_launcher(), "--nproc-per-node=3",
+                           "--no-python", "/bin/sh",
+                           "-c",          "if [ $RANK = 0 ]; then sleep 0.5; exit 3; fi",
+                           NULL};
+    th_proc_t p;
+    th_run(&p, first, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "warning: ranks 1-2 had finished (exit 0) ") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), " s before rank 0's failure, while the others ran") !=
+                      NULL);
+    th_cleanup(&p);
+    const char *after[] = {
+        th_launcher(), "--nproc-per-node=2",
+        "--no-python", "/bin/sh",
+        "-c",          "if [ $RANK = 0 ]; then exit 3; fi; trap '' TERM; sleep 1",
+        NULL};
+    th_run(&p, after, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), ": 0 (local_rank: 0)\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "had finished") == NULL);
+    th_cleanup(&p);
+}
+
 /* After the report, the ranks the launcher's stop ended are told apart from the failure:
  * with the signal that ended them, and SIGKILL when the grace period ran out. */
 static void test_stopped_ranks_told_apart(void **state)
@@ -354,6 +382,7 @@ int main(void)
         TH_TEST(test_error_file_that_is_no_file),
         TH_TEST(test_out_of_memory_is_named),
         TH_TEST(test_waiting_for_the_rest_is_said),
+        TH_TEST(test_finished_first_is_said),
         TH_TEST(test_stopped_ranks_told_apart),
         TH_TEST(test_out_of_descriptors_is_said),
         TH_TEST(test_core_dump_is_said),

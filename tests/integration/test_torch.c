@@ -169,6 +169,28 @@ static void test_error_file_in_report(void **state)
     th_cleanup(&p);
 }
 
+/* A rank that leaves early (exit 0) makes its peer's gloo all_reduce fail: the report's
+ * root cause is the peer, and the early finish is said after it. */
+static void test_early_finish_said(void **state)
+{
+    const char *args[] = {"--standalone",
+                          "--nproc-per-node=2",
+                          "--shutdown-timeout=5",
+                          script("gloo_allreduce.py"),
+                          "--leave-early",
+                          "1",
+                          NULL};
+    th_proc_t p;
+    launch(&p, args, 300);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    const char *root = strstr(err, "Root Cause (first observed failure):");
+    TH_ASSERT(&p, root != NULL && strstr(root, "  rank      : 0 (local_rank: 0)") != NULL);
+    TH_ASSERT(&p, strstr(root, "warning: rank 1 had finished (exit 0) ") != NULL);
+    TH_ASSERT(&p, strstr(root, " s before rank 0's failure, while the others ran") != NULL);
+    th_cleanup(&p);
+}
+
 /* torchrun's worker watchdog (TORCHELASTIC_ENABLE_FILE_TIMER=1) with torch's own
  * FileTimerClient: a rank stuck past its timer is killed (SIGKILL, the client's default)
  * and the report says why; timers released in time kill nothing; TORCHELASTIC_TIMER_FILE
@@ -743,6 +765,7 @@ int main(int argc, char **argv)
         TH_TEST(test_tcpstore_client),
         TH_TEST(test_restart_after_a_failure),
         TH_TEST(test_error_file_in_report),
+        TH_TEST(test_early_finish_said),
         TH_TEST(test_watchdog_timer),
         TH_TEST(test_train_fashion),
         TH_TEST(test_fashion_device_choice),

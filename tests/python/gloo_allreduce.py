@@ -3,7 +3,8 @@
 Each rank contributes rank + 1, so every rank must see sum(1..world). With --fail-rank R,
 rank R raises inside torch's @record, which writes PyTorch's own error.json. With
 --late-rank R, rank R reaches init_process_group only once the file WARM_TRIGGER names
-exists (the others wait for it there).
+exists (the others wait for it there). With --leave-early R, rank R returns (exit 0) right
+after init_process_group, as a rank that breaks out of its training loop early does.
 """
 import argparse
 import os
@@ -19,6 +20,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fail-rank", type=int, default=-1)
     parser.add_argument("--late-rank", type=int, default=-1)
+    parser.add_argument("--leave-early", type=int, default=-1)
     args = parser.parse_args()
     if int(os.environ["RANK"]) == args.late_rank:
         # Imported here, from this file's folder (which the torch 2.6 tests' shim leaves out
@@ -32,6 +34,8 @@ def main():
     assert rank == int(os.environ["RANK"]) and world == int(os.environ["WORLD_SIZE"])
     if rank == args.fail_rank:
         raise RuntimeError(f"deliberate failure on rank {rank}")
+    if rank == args.leave_early:
+        return
     value = torch.tensor([float(rank + 1)])
     dist.all_reduce(value)
     dist.barrier()
