@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,7 +26,8 @@ struct ddp_stream_s {
     uv_poll_t poll;
     ddp_output_t *output;
     ddp_stream_t **owner; /* the worker's pointer to this stream */
-    int fd;               /* read end of the pipe */
+    int fd;               /* read end of the pipe, or the pseudo-terminal's master */
+    bool pty;             /* a pseudo-terminal: EIO is its end */
     int file_fd;          /* the log file of a tee'd stream, else -1 */
     char *path;           /* that file's path (the writer reads it back) */
     bool closing;
@@ -391,7 +394,8 @@ static void stream_read(ddp_stream_t *s, size_t budget)
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
         if (r <= 0) {
-            if (r < 0)
+            /* A pseudo-terminal's master reads EIO once every slave is closed. */
+            if (r < 0 && !(s->pty && errno == EIO))
                 ddp_log_warn(o->log, "unable to read a worker's output: %s", strerror(errno));
             stream_close(s);
             return;
@@ -422,7 +426,39 @@ static void on_stream_readable(uv_poll_t *handle, int status, int events)
     stream_read(s, (size_t)1 << 20);
 }
 
-/* A pipe whose read end the loop reads, for a piped sink. Logs what failed. */
+/* A pseudo-terminal in fds (master, slave), for a stream that goes only to a console that
+ * is a terminal: the worker sees a terminal, as torchrun's workers do when they write to
+ * it themselves, so its stdio is line-buffered (a C program's printf shows at once, not
+ * at exit) and isatty() is true. Raw (no \n -> \r\n: the console's own terminal does
+ * that), with the console's size. -errno where there is none (no /dev/pts in a container,
+ * the kernel's limit): the caller takes a pipe. */
+static int open_pty(int console_fd, int fds[2])
+{
+    char name[64];
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC), slave = -1;
+    if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0 ||
+        ptsname_r(master, name, sizeof name) != 0 ||
+        (slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
+        int err = -errno;
+        if (master >= 0)
+            close(master);
+        return err;
+    }
+    struct termios mode;
+    struct winsize size;
+    if (tcgetattr(slave, &mode) == 0) {
+        cfmakeraw(&mode);
+        (void)tcsetattr(slave, TCSANOW, &mode);
+    }
+    if (ioctl(console_fd, TIOCGWINSZ, &size) == 0)
+        (void)ioctl(slave, TIOCSWINSZ, &size);
+    fds[0] = master;
+    fds[1] = slave;
+    return 0;
+}
+
+/* A pipe (or pseudo-terminal) whose read end the loop reads, for a piped sink. Logs what
+ * failed. */
 static int open_pipe(ddp_output_t *o, const ddp_launch_config_t *cfg, ddp_sink_t sink,
                      const char *path, const char *filtered, const char *prefix, int std,
                      int local_rank, int *child_fd, ddp_stream_t **stream)
@@ -436,7 +472,17 @@ static int open_pipe(ddp_output_t *o, const ddp_launch_config_t *cfg, ddp_sink_t
     }
     s->file_fd = -1;
     s->dup_fd = -1;
-    if (pipe2(fds, O_CLOEXEC) != 0 || fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0) {
+    int console_fd = std == DDP_STD_OUT ? o->console_out.fd : o->console_err.fd;
+    if (sink == DDP_SINK_CONSOLE && isatty(console_fd)) {
+        int why = open_pty(console_fd, fds);
+        s->pty = why == 0;
+        if (why != 0)
+            ddp_log_debug(o->log,
+                          "no pseudo-terminal for the %s of worker local rank %d (%s): "
+                          "a pipe instead",
+                          name, local_rank, ddp_strerror(why));
+    }
+    if ((!s->pty && pipe2(fds, O_CLOEXEC) != 0) || fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0) {
         err = -errno;
         ddp_log_error(o->log, "unable to create a pipe for the %s of worker local rank %d: %s",
                       name, local_rank, ddp_strerror(err));

@@ -91,6 +91,16 @@ static _Noreturn void wait_forever(void)
         pause();
 }
 
+/* "stdio <local rank> tty=<0|1>" through stdio, not flushed (line-buffered on a terminal,
+ * held to the exit on a pipe), then waits up to 60 s for file argv[2] to exist. */
+static int mode_stdio(int argc, char **argv)
+{
+    printf("stdio %d tty=%d\n", local_rank(), isatty(1) && isatty(2));
+    for (int i = 0; i < 1200 && argc > 2 && access(argv[2], F_OK) != 0; i++)
+        usleep(50 * 1000);
+    return 0;
+}
+
 /* Where the kernel placed this worker, as /proc shows it: "CPUS=<Cpus_allowed_list>" and
  * "POLICY=<the memory policy numa_maps gives its first mapping>" (default, prefer:N, ...). */
 static int mode_placement(void)
@@ -429,6 +439,8 @@ int main(int argc, char **argv)
         return mode_store_attempt();
     if (strcmp(mode, "placement") == 0)
         return mode_placement();
+    if (strcmp(mode, "stdio") == 0)
+        return mode_stdio(argc, argv);
     fprintf(stderr, "test-worker: unknown mode %s\n", mode);
     return 94;
 }

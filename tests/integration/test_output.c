@@ -1,7 +1,7 @@
 /* Integration tests: worker output through ddp-launch: --redirects, --tee, the line
  * prefix and its template, --local-ranks-filter, whole lines under concurrency, a
  * 10 MB line, binary data and a last line without a newline; closed standard streams, an unusable
- * TMPDIR. */
+ * TMPDIR; a terminal's workers on pseudo-terminals. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -595,17 +595,71 @@ static void test_torchrun_loglevel(void **state)
     }
 }
 
+/* Launched from a terminal, workers whose output goes only to it write to a terminal too
+ * (as torchrun's do): a C program's stdio is line-buffered, so a printf shows while the
+ * worker runs, not at its exit; isatty() is true, the size is the console's; 3 MB from
+ * four ranks arrive whole. A tee'd worker writes to a pipe, as under torchrun. */
+static void test_terminal_workers_see_a_terminal(void **state)
+{
+    char *dir = th_tmpdir(), go[600];
+    snprintf(go, sizeof go, "%s/go", dir);
+    const char *stdio[] = {
+        th_launcher(), "--nproc-per-node=2", "--no-python", th_worker(), "stdio", go, NULL};
+    th_proc_t p;
+    th_start_terminal(&p, stdio, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "stdio 0 tty=1\n", 1, 30));
+    TH_ASSERT(&p, th_wait_output(&p, 1, "stdio 1 tty=1\n", 1, 30));
+    TH_ASSERT(&p, th_touch(go));
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    th_cleanup(&p);
+    const char *size[] = {
+        th_launcher(), "--no-python", "/bin/sh", "-c", "stty -F /proc/self/fd/2 size", NULL};
+    th_start_terminal(&p, size, NULL);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "40 120\n") != NULL);
+    th_cleanup(&p);
+    const char *lines[] = {
+        th_launcher(), "--nproc-per-node=4", "--no-python", th_worker(), "lines", "3000", NULL};
+    th_start_terminal(&p, lines, NULL);
+    TH_ASSERT(&p, th_wait_exit(&p, 120));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    for (int rank = 0; rank < 4; rank++) {
+        char last[64];
+        snprintf(last, sizeof last, "line rank=%d i=2999 ", rank);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), last) != NULL);
+    }
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), " end\n") == 4 * 3000);
+    th_cleanup(&p);
+    const char *teed[] = {th_launcher(), "--tee=3", "--no-python", th_worker(), "stdio", go, NULL};
+    th_start_terminal(&p, teed, NULL);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "stdio 0 tty=0\n") != NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_redirects_layout),         TH_TEST(test_tee_prefix_on_each_stream),
-        TH_TEST(test_tee_map_with_many_digits), TH_TEST(test_duplicate_filters),
-        TH_TEST(test_prefix_template),          TH_TEST(test_local_ranks_filter),
-        TH_TEST(test_lines_never_mix),          TH_TEST(test_slow_console_never_stalls_the_files),
-        TH_TEST(test_ten_megabyte_line),        TH_TEST(test_binary_and_unterminated_output),
-        TH_TEST(test_report_shows_stderr_tail), TH_TEST(test_one_file_keeps_order),
-        TH_TEST(test_closed_standard_streams),  TH_TEST(test_unusable_tmpdir),
-        TH_TEST(test_unfinished_line_is_shown), TH_TEST(test_torchrun_loglevel),
+        TH_TEST(test_redirects_layout),
+        TH_TEST(test_tee_prefix_on_each_stream),
+        TH_TEST(test_tee_map_with_many_digits),
+        TH_TEST(test_duplicate_filters),
+        TH_TEST(test_prefix_template),
+        TH_TEST(test_local_ranks_filter),
+        TH_TEST(test_lines_never_mix),
+        TH_TEST(test_slow_console_never_stalls_the_files),
+        TH_TEST(test_ten_megabyte_line),
+        TH_TEST(test_binary_and_unterminated_output),
+        TH_TEST(test_report_shows_stderr_tail),
+        TH_TEST(test_one_file_keeps_order),
+        TH_TEST(test_closed_standard_streams),
+        TH_TEST(test_unusable_tmpdir),
+        TH_TEST(test_unfinished_line_is_shown),
+        TH_TEST(test_torchrun_loglevel),
+        TH_TEST(test_terminal_workers_see_a_terminal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

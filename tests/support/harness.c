@@ -22,8 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,12 +97,48 @@ static char **build_env(const char *const *changes)
     return env;
 }
 
+/* A pseudo-terminal of `rows` x `cols` in fds (master, slave), raw: what a program writes
+ * is read unchanged. */
+static void open_terminal(int fds[2], int rows, int cols)
+{
+    char name[64];
+    struct termios mode;
+    struct winsize size = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+    fds[0] = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    assert_true(fds[0] >= 0);
+    assert_int_equal(grantpt(fds[0]), 0);
+    assert_int_equal(unlockpt(fds[0]), 0);
+    assert_int_equal(ptsname_r(fds[0], name, sizeof name), 0);
+    fds[1] = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    assert_true(fds[1] >= 0);
+    assert_int_equal(tcgetattr(fds[1], &mode), 0);
+    cfmakeraw(&mode);
+    assert_int_equal(tcsetattr(fds[1], TCSANOW, &mode), 0);
+    assert_int_equal(ioctl(fds[1], TIOCSWINSZ, &size), 0);
+}
+
+static void start(th_proc_t *p, const char *const *argv, const char *const *env, bool terminal);
+
 void th_start(th_proc_t *p, const char *const *argv, const char *const *env)
 {
-    int out[2], err[2];
+    start(p, argv, env, false);
+}
+
+void th_start_terminal(th_proc_t *p, const char *const *argv, const char *const *env)
+{
+    start(p, argv, env, true);
+}
+
+static void start(th_proc_t *p, const char *const *argv, const char *const *env, bool terminal)
+{
+    int out[2], err[2] = {-1, -1};
     memset(p, 0, sizeof *p);
-    assert_int_equal(pipe2(out, O_CLOEXEC), 0);
-    assert_int_equal(pipe2(err, O_CLOEXEC), 0);
+    if (terminal) {
+        open_terminal(out, 40, 120);
+    } else {
+        assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+        assert_int_equal(pipe2(err, O_CLOEXEC), 0);
+    }
     char **envp = build_env(env);
     /* DDP_TEST_WRAPPER (the valgrind test setup) runs our programs under a tool. */
     const char *wrapper = getenv("DDP_TEST_WRAPPER");
@@ -124,7 +162,7 @@ void th_start(th_proc_t *p, const char *const *argv, const char *const *env)
     assert_true(pid >= 0);
     if (pid == 0) {
         dup2(out[1], 1);
-        dup2(err[1], 2);
+        dup2(terminal ? out[1] : err[1], 2);
         int null = open("/dev/null", O_RDONLY);
         dup2(null, 0);
         /* As from an interactive shell, whatever the test runner ignores (a runner started
@@ -143,14 +181,16 @@ void th_start(th_proc_t *p, const char *const *argv, const char *const *env)
     free(envp);
     free(words);
     close(out[1]);
-    close(err[1]);
+    if (err[1] >= 0)
+        close(err[1]);
     p->pid = pid;
     p->out_fd = out[0];
     p->err_fd = err[0];
     p->pidfd = pidfd_open(pid);
     assert_true(p->pidfd >= 0);
     fcntl(p->out_fd, F_SETFL, O_NONBLOCK);
-    fcntl(p->err_fd, F_SETFL, O_NONBLOCK);
+    if (p->err_fd >= 0)
+        fcntl(p->err_fd, F_SETFL, O_NONBLOCK);
 }
 
 static void drain(int *fd, ddp_buf_t *buf)

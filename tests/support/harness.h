@@ -27,6 +27,10 @@ typedef struct th_proc_s {
  * "K" alone removes it; NULL-terminated, may be NULL. Aborts the test on failure. */
 void th_start(th_proc_t *p, const char *const *argv, const char *const *env);
 
+/* As th_start, its stdout and stderr one pseudo-terminal (40 rows, 120 columns, raw),
+ * read into p->out (p->err stays empty), as from an interactive shell. */
+void th_start_terminal(th_proc_t *p, const char *const *argv, const char *const *env);
+
 /* Waits until `needle` occurs `count` times in the stream (1 stdout, 2 stderr). */
 bool th_wait_output(th_proc_t *p, int stream, const char *needle, int count, double timeout);
 
