@@ -1639,11 +1639,38 @@ static bool same_file(int a, int b)
            sa.st_ino == sb.st_ino;
 }
 
+/* What --no-python's program that cannot be executed likely meant: the file in the current
+ * directory (PATH does not search it), a script to make executable or to run with python.
+ * "" when nothing fits; else "; ..." in buf[cap]. */
+static const char *exec_hint(const char *name, int err, char *buf, size_t cap)
+{
+    struct stat st;
+    size_t len = strlen(name);
+    bool here = err == -ENOENT && strchr(name, '/') == NULL,
+         py = len > 3 && !strcmp(name + len - 3, ".py");
+    buf[0] = '\0';
+    if ((!here && err != -EACCES) || stat(name, &st) != 0 || !S_ISREG(st.st_mode))
+        return buf;
+    bool runnable = access(name, X_OK) == 0;
+    if (py)
+        snprintf(buf, cap, "; %s %s: leave out --no-python to run it with python", name,
+                 here ? "is in the current directory, which PATH does not search"
+                      : "is not executable");
+    else if (here)
+        snprintf(buf, cap,
+                 "; the current directory has it, which PATH does not search: give ./%s%s", name,
+                 runnable ? "" : " (and chmod +x it)");
+    else if (!runnable)
+        snprintf(buf, cap, "; it is not executable: chmod +x %s", name);
+    return buf;
+}
+
 static int find_program(ddp_agent_t *a)
 {
     const ddp_launch_config_t *cfg = a->cfg;
     bool python = cfg->run_path || !cfg->no_python;
     const char *name = python ? cfg->python_exec : cfg->script;
+    char hint[PATH_MAX + 160];
     int err = ddp_proc_find(name, ddp_env_get(DDP_ENV_PATH), &a->program);
     if (err == 0 && (err = find_script(a)) != 0)
         return err; /* the interpreter is there, the script is not */
@@ -1661,8 +1688,8 @@ static int find_program(ddp_agent_t *a)
                       "python that has your packages, or use --no-python for a program)",
                       name, ddp_strerror(err));
     else
-        ddp_log_error(a->log, "unable to execute %s on this node (%s): %s", name, a->host,
-                      ddp_strerror(err));
+        ddp_log_error(a->log, "unable to execute %s on this node (%s): %s%s", name, a->host,
+                      ddp_strerror(err), exec_hint(name, err, hint, sizeof hint));
     return err == -ENOENT ? DDP_EXIT_NOT_FOUND : DDP_EXIT_NOT_EXECUTABLE;
 }
 
