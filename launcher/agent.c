@@ -179,6 +179,7 @@ static void finish(ddp_agent_t *a)
     a->store = NULL;
     uv_close((uv_handle_t *)&a->sigchld, NULL);
     uv_close((uv_handle_t *)&a->tstp, NULL);
+    uv_close((uv_handle_t *)&a->winch, NULL);
     uv_close((uv_handle_t *)&a->kill_timer, NULL);
     uv_close((uv_handle_t *)&a->wait_timer, NULL);
     uv_close((uv_handle_t *)&a->blame_timer, NULL);

@@ -91,6 +91,7 @@ struct ddp_agent_s {
     uv_signal_t unforwarded[DDP_MAX_SIGNALS]; /* the other signals that would end us */
     uv_signal_t passed[DDP_MAX_SIGNALS];      /* --forward-signals: passed, nothing stopped */
     uv_signal_t tstp;                         /* Ctrl-Z: the workers stop too (agent_pause.c) */
+    uv_signal_t winch; /* the terminal resized: the workers' pseudo-terminals too (same) */
     int unforwarded_sig[DDP_MAX_SIGNALS];
     int nunforwarded;
     uv_timer_t kill_timer;

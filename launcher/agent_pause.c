@@ -1,8 +1,9 @@
-/* Ctrl-Z on the agent's side (see agent_internal.h): each worker runs in its own session,
- * so the terminal's SIGTSTP reaches only ddp-launch, which would stand still while its
- * workers went on (torchrun's workers of torch 2.x too). The workers stop with it and go
- * on when it does (fg, bg, SIGCONT). They get SIGSTOP: a session of its own is an orphaned
- * process group, where the kernel discards SIGTSTP. Runs on the loop thread. */
+/* The terminal's signals on the agent's side. Ctrl-Z (see agent_internal.h): each worker
+ * runs in its own session, so the terminal's SIGTSTP reaches only ddp-launch, which would
+ * stand still while its workers went on (torchrun's workers of torch 2.x too). The workers
+ * stop with it and go on when it does (fg, bg, SIGCONT). They get SIGSTOP: a session of its
+ * own is an orphaned process group, where the kernel discards SIGTSTP. A resize (SIGWINCH)
+ * is passed on. Runs on the loop thread. */
 #include "agent_internal.h"
 
 #include "io.h"
@@ -54,10 +55,24 @@ static void on_tstp(uv_signal_t *handle, int sig)
     free(paused);
 }
 
+/* The terminal was resized: the workers' pseudo-terminals (output.c) take its size, and
+ * their groups get SIGWINCH, as torchrun's workers, in its process group, get it from the
+ * terminal itself. */
+static void on_winch(uv_signal_t *handle, int sig)
+{
+    ddp_agent_t *a = handle->data;
+    ddp_output_resize(&a->output);
+    for (int i = 0; i < a->nworkers; i++)
+        if (a->workers[i].running)
+            (void)ddp_agent_signal_worker(a, i, sig);
+}
+
 void ddp_agent_pause_init(ddp_agent_t *a)
 {
     uv_signal_init(&a->loop, &a->tstp);
     a->tstp.data = a;
+    uv_signal_init(&a->loop, &a->winch);
+    a->winch.data = a;
 }
 
 int ddp_agent_pause_start(ddp_agent_t *a)
@@ -67,7 +82,9 @@ int ddp_agent_pause_start(ddp_agent_t *a)
      * workers were told to ignore it too, and so does ddp-launch. A container's init (pid
      * 1) cannot stop itself (its SIGSTOP is discarded): there, as for any init, SIGTSTP is
      * ignored, not a stop of the workers continued at once. */
-    if ((sigaction(SIGTSTP, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) || getpid() == 1)
-        return 0;
+    int err = isatty(1) || isatty(2) ? uv_signal_start(&a->winch, on_winch, SIGWINCH) : 0;
+    if (err != 0 || (sigaction(SIGTSTP, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) ||
+        getpid() == 1)
+        return err;
     return uv_signal_start(&a->tstp, on_tstp, SIGTSTP);
 }

@@ -28,8 +28,10 @@ struct ddp_stream_s {
     ddp_stream_t **owner; /* the worker's pointer to this stream */
     int fd;               /* read end of the pipe, or the pseudo-terminal's master */
     bool pty;             /* a pseudo-terminal: EIO is its end */
-    int file_fd;          /* the log file of a tee'd stream, else -1 */
-    char *path;           /* that file's path (the writer reads it back) */
+    int console_fd;       /* the terminal whose size a pseudo-terminal takes */
+    ddp_stream_t *next_pty;
+    int file_fd; /* the log file of a tee'd stream, else -1 */
+    char *path;  /* that file's path (the writer reads it back) */
     bool closing;
     bool paused; /* not polled: its console copy is PENDING_HIGH behind */
     ddp_stream_t *next_paused;
@@ -350,6 +352,11 @@ static void stream_close(ddp_stream_t *s)
         unlist_paused(s);
     s->closing = true;
     ddp_output_t *o = s->output;
+    for (ddp_stream_t **at = &o->ptys; s->pty && *at != NULL; at = &(*at)->next_pty)
+        if (*at == s) {
+            *at = s->next_pty;
+            break;
+        }
     pthread_mutex_lock(&o->lock);
     s->tail->finished = true; /* the writer frees it once its last line is out */
     pthread_cond_signal(&o->work);
@@ -426,6 +433,20 @@ static void on_stream_readable(uv_poll_t *handle, int status, int events)
     stream_read(s, (size_t)1 << 20);
 }
 
+/* Terminal `from`'s size onto pseudo-terminal `to` (either end). */
+static void copy_size(int from, int to)
+{
+    struct winsize size;
+    if (ioctl(from, TIOCGWINSZ, &size) == 0)
+        (void)ioctl(to, TIOCSWINSZ, &size);
+}
+
+void ddp_output_resize(ddp_output_t *o)
+{
+    for (ddp_stream_t *s = o->ptys; s != NULL; s = s->next_pty)
+        copy_size(s->console_fd, s->fd);
+}
+
 /* A pseudo-terminal in fds (master, slave), for a stream that goes only to a console that
  * is a terminal: the worker sees a terminal, as torchrun's workers do when they write to
  * it themselves, so its stdio is line-buffered (a C program's printf shows at once, not
@@ -445,13 +466,11 @@ static int open_pty(int console_fd, int fds[2])
         return err;
     }
     struct termios mode;
-    struct winsize size;
     if (tcgetattr(slave, &mode) == 0) {
         cfmakeraw(&mode);
         (void)tcsetattr(slave, TCSANOW, &mode);
     }
-    if (ioctl(console_fd, TIOCGWINSZ, &size) == 0)
-        (void)ioctl(slave, TIOCSWINSZ, &size);
+    copy_size(console_fd, slave);
     fds[0] = master;
     fds[1] = slave;
     return 0;
@@ -505,6 +524,7 @@ static int open_pipe(ddp_output_t *o, const ddp_launch_config_t *cfg, ddp_sink_t
     }
     s->output = o;
     s->fd = fds[0];
+    s->console_fd = console_fd;
     s->console = std == DDP_STD_OUT ? &o->console_out : &o->console_err;
     s->prefix = sink == DDP_SINK_TEE ? prefix : "";
     s->poll.data = s;
@@ -605,6 +625,10 @@ void ddp_output_watch(ddp_stream_t *s, ddp_stream_t **owner, int local_rank)
     }
     s->owner = owner;
     *owner = s;
+    if (s->pty) { /* until stream_close */
+        s->next_pty = s->output->ptys;
+        s->output->ptys = s;
+    }
     uv_poll_start(&s->poll, UV_READABLE, on_stream_readable);
 }
 

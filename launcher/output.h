@@ -39,6 +39,7 @@ typedef struct {
     bool started, busy, stopping, async_open;
     uv_async_t resume;    /* the writer asks the loop to read paused streams again */
     ddp_stream_t *paused; /* loop only: streams waiting for the console */
+    ddp_stream_t *ptys;   /* loop only: the open streams on pseudo-terminals */
 } ddp_output_t;
 
 /* Sets up `output` for `loop` and `log`: its consoles the launcher's stdout and stderr,
@@ -75,6 +76,9 @@ void ddp_output_watch(ddp_stream_t *stream, ddp_stream_t **owner, int local_rank
 
 /* A stream that was never watched (the spawn failed). NULL is harmless. */
 void ddp_output_discard(ddp_stream_t *stream);
+
+/* The console's terminal was resized: every stream on a pseudo-terminal takes its size. */
+void ddp_output_resize(ddp_output_t *output);
 
 /* The bytes read from the stream so far (0 for NULL). */
 uint64_t ddp_output_bytes(const ddp_stream_t *stream);

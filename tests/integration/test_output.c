@@ -13,9 +13,11 @@
 
 #include <dirent.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 /* The single <run_id>_<rand> directory under a --log-dir. */
@@ -598,7 +600,8 @@ static void test_torchrun_loglevel(void **state)
 /* Launched from a terminal, workers whose output goes only to it write to a terminal too
  * (as torchrun's do): a C program's stdio is line-buffered, so a printf shows while the
  * worker runs, not at its exit; isatty() is true, the size is the console's; 3 MB from
- * four ranks arrive whole. A tee'd worker writes to a pipe, as under torchrun. */
+ * four ranks arrive whole; a resize reaches the worker. A tee'd worker writes to a pipe, as
+ * under torchrun. */
 static void test_terminal_workers_see_a_terminal(void **state)
 {
     char *dir = th_tmpdir(), go[600];
@@ -618,6 +621,21 @@ static void test_terminal_workers_see_a_terminal(void **state)
     th_start_terminal(&p, size, NULL);
     TH_ASSERT(&p, th_wait_exit(&p, 60));
     TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "40 120\n") != NULL);
+    th_cleanup(&p);
+    /* Resized: the worker's pseudo-terminal takes the new size and its group SIGWINCH. */
+    const char *resized[] = {th_launcher(),
+                             "--no-python",
+                             "/bin/sh",
+                             "-c",
+                             "trap 'stty -F /proc/self/fd/2 size; exit 0' WINCH; echo ready; i=0; "
+                             "while [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done; exit 3",
+                             NULL};
+    th_start_terminal(&p, resized, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready\n", 1, 30));
+    struct winsize bigger = {.ws_row = 50, .ws_col = 132};
+    TH_ASSERT(&p, ioctl(p.out_fd, TIOCSWINSZ, &bigger) == 0 && kill(p.pid, SIGWINCH) == 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "50 132\n") != NULL);
     th_cleanup(&p);
     const char *lines[] = {
         th_launcher(), "--nproc-per-node=4", "--no-python", th_worker(), "lines", "3000", NULL};
