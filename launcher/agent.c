@@ -810,10 +810,22 @@ static void on_wait_timer(uv_timer_t *timer)
     ddp_buf_t done = DDP_BUF_INIT, running = DDP_BUF_INIT;
     ddp_agent_ranks_where(a, false, &done);
     ddp_agent_ranks_where(a, true, &running);
-    ddp_log_info(a->log, "rank%s %s finished; waiting for rank%s %s (still running for %.0f s)",
-                 strpbrk(ddp_buf_str(&done), ",-") ? "s" : "", ddp_buf_str(&done),
-                 strpbrk(ddp_buf_str(&running), ",-") ? "s" : "", ddp_buf_str(&running),
-                 ddp_clock_mono() - a->first_finished);
+    bool silent = true; /* nothing written by those running since the first finished */
+    for (int i = 0; i < a->nworkers; i++)
+        if (a->workers[i].running &&
+            ddp_agent_worker_output(a, &a->workers[i]) != a->workers[i].output_at_finish)
+            silent = false;
+    /* Silent since: more likely a wait that never ends than work. */
+    ddp_log(a->log, silent ? DDP_LOG_WARN : DDP_LOG_INFO,
+            "rank%s %s finished; waiting for rank%s %s (still running for %.0f s)%s",
+            strpbrk(ddp_buf_str(&done), ",-") ? "s" : "", ddp_buf_str(&done),
+            strpbrk(ddp_buf_str(&running), ",-") ? "s" : "", ddp_buf_str(&running),
+            ddp_clock_mono() - a->first_finished,
+            silent
+                ? "; nothing written since the first finished: a rank waiting in a collective for "
+                  "a finished one (a loop left early on some ranks, data of uneven length) waits "
+                  "for good"
+                : "");
     ddp_buf_free(&done);
     ddp_buf_free(&running);
 }
@@ -860,6 +872,9 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         if (a->state == AGENT_RUNNING && a->nrunning > 0 && a->first_finished < 0) {
             a->first_finished = ddp_clock_mono();
             a->first_finished_wall = now;
+            for (int i = 0; i < a->nworkers; i++)
+                if (a->workers[i].running)
+                    a->workers[i].output_at_finish = ddp_agent_worker_output(a, &a->workers[i]);
             uv_timer_start(&a->wait_timer, on_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
         }
         return;

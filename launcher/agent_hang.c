@@ -33,8 +33,7 @@
 #define HANG_TOOLS_S  15.0 /* each stack tool's limit */
 #define HANG_GATHER_S 10.0 /* the reporter's wait for the other nodes' rows */
 
-/* The bytes a worker has written so far: its pipes, and its log files. */
-static uint64_t worker_output(const ddp_agent_t *a, const ddp_worker_t *w)
+uint64_t ddp_agent_worker_output(const ddp_agent_t *a, const ddp_worker_t *w)
 {
     uint64_t bytes = ddp_output_bytes(w->out) + ddp_output_bytes(w->err);
     for (int k = 0; k < 2 && a->attempt_dir != NULL; k++) {
@@ -310,7 +309,7 @@ static void on_hang_timer(uv_timer_t *timer)
             w->progress = progress;
         } else {
             double cpu = ddp_hang_cpu_seconds(w->pid);
-            uint64_t output = worker_output(a, w);
+            uint64_t output = ddp_agent_worker_output(a, w);
             active = output != w->output || cpu - w->cpu >= 0.1 * interval;
             w->cpu = cpu;
             w->output = output;

@@ -62,8 +62,9 @@ typedef struct ddp_worker_s {
     uint64_t output;   /* and the bytes of its output */
     double active_at;  /* when it last made progress (monotonic: a clock step is none) */
     /* --hang-timeout=auto (agent_progress.c). */
-    uint64_t collectives; /* its flight ring's completed collectives at the last look */
-    double moved_at;      /* when those last changed (monotonic); 0: not yet */
+    uint64_t collectives;      /* its flight ring's completed collectives at the last look */
+    double moved_at;           /* when those last changed (monotonic); 0: not yet */
+    uint64_t output_at_finish; /* its output when the attempt's first worker finished */
 } ddp_worker_t;
 
 /* What --hang-timeout=auto has learnt (kept across attempts). */
@@ -246,6 +247,8 @@ void ddp_agent_ranks_where(const ddp_agent_t *a, bool running, ddp_buf_t *out);
  * of every node's rows `text` is printed, its verdict into *verdict; it ends (verdict
  * NULL where another node printed it or the rows never came) and what waited goes on;
  * a signal or the job's end cancels it. --hang-timeout's look every `ms`. */
+/* The bytes worker `w` has written so far: its pipes, and its log files. */
+uint64_t ddp_agent_worker_output(const ddp_agent_t *a, const ddp_worker_t *w);
 void ddp_agent_hang_begin(ddp_agent_t *a, bool found, bool stalled, const char *why);
 void ddp_agent_hang_print(ddp_agent_t *a, const char *text, ddp_buf_t *verdict);
 void ddp_agent_hang_end(ddp_agent_t *a, const char *verdict);

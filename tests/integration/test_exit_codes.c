@@ -212,22 +212,42 @@ static void test_out_of_memory_is_named(void **state)
 }
 
 /* Some workers finished, one goes on: after 60 s the launcher says who finished and who
- * it waits for, so a job that only looks silent is told from a hung one. */
+ * it waits for, so a job that only looks silent is told from a hung one; a warning, with
+ * the likely cause, where those running have written nothing since. */
 static void test_waiting_for_the_rest_is_said(void **state)
 {
     const char *argv[] = {th_launcher(), "--nproc-per-node=4",
                           "--no-python", "/bin/sh",
                           "-c",          "if [ $RANK = 2 ]; then exec sleep 100; fi",
                           NULL};
-    th_proc_t p;
+    /* Beside it, a job whose running rank writes: no word of a wait for good. */
+    const char *chatty[] = {th_launcher(),
+                            "--nproc-per-node=2",
+                            "--no-python",
+                            "/bin/sh",
+                            "-c",
+                            "if [ $RANK = 1 ]; then i=0; while [ $i -lt 200 ]; do echo step $i; "
+                            "sleep 1; i=$((i + 1)); done; fi",
+                            NULL};
+    th_proc_t p, q;
     th_start(&p, argv, NULL);
-    TH_ASSERT(&p, th_wait_output(
-                      &p, 2, "ranks 0-1, 3 finished; waiting for rank 2 (still running for 60 s)",
-                      1, 90));
-    TH_ASSERT(&p, kill(p.pid, SIGTERM) == 0);
-    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    th_start(&q, chatty, NULL);
+    TH_ASSERT(&p,
+              th_wait_output(&p, 2,
+                             "warning: ranks 0-1, 3 finished; waiting for rank 2 (still running "
+                             "for 60 s); nothing written since the first finished: a rank "
+                             "waiting in a collective for a finished one",
+                             1, 90));
+    TH_ASSERT(&q, th_wait_output(&q, 2,
+                                 "rank 0 finished; waiting for rank 1 (still running for "
+                                 "60 s)\n",
+                                 1, 30));
+    TH_ASSERT(&q, strstr(ddp_buf_str(&q.err), "warning: rank 0 finished") == NULL);
+    TH_ASSERT(&p, kill(p.pid, SIGTERM) == 0 && kill(q.pid, SIGTERM) == 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 60) && th_wait_exit(&q, 60));
     TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
     th_cleanup(&p);
+    th_cleanup(&q);
 }
 
 /* Ranks that finished while the others ran, before a failure, are said after the report
