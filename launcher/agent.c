@@ -869,13 +869,15 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         ddp_log_debug(a->log, "worker rank %d (local rank %d, pid %d) finished", w->rank,
                       w->local_rank, (int)w->pid);
         w->succeeded = true;
-        if (a->state == AGENT_RUNNING && a->nrunning > 0 && a->first_finished < 0) {
+        if (a->state == AGENT_RUNNING && a->first_finished < 0) {
             a->first_finished = ddp_clock_mono();
             a->first_finished_wall = now;
             for (int i = 0; i < a->nworkers; i++)
                 if (a->workers[i].running)
                     a->workers[i].output_at_finish = ddp_agent_worker_output(a, &a->workers[i]);
-            uv_timer_start(&a->wait_timer, on_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
+            if (a->nrunning > 0)
+                uv_timer_start(&a->wait_timer, on_wait_timer, WAIT_NOTE_S * 1000,
+                               WAIT_EVERY_S * 1000);
         }
         return;
     }
@@ -1572,9 +1574,10 @@ static void on_rdzv_command(void *ctx)
                 break;
             }
             if (a->state == AGENT_RUNNING && a->nrunning > 0) {
-                if (exit_code != 0)
+                if (exit_code != 0) {
                     ddp_log_warn(a->log, "the round failed on another node (%s)", message);
-                else /* a node joined or left an elastic job: no failure */
+                    ddp_agent_say_left_early(a);
+                } else /* a node joined or left an elastic job: no failure */
                     ddp_log_info(a->log,
                                  "the nodes changed (%s): stopping this node's workers to "
                                  "re-form the job",
@@ -1591,6 +1594,8 @@ static void on_rdzv_command(void *ctx)
                 exit_code = failure_exit_code(a); /* the report names the cause */
             else if (exit_code != DDP_EXIT_OK)
                 ddp_log_error(a->log, "%s", message);
+            if (exit_code == DDP_EXIT_WORKER_FAILED)
+                ddp_agent_say_left_early(a);
             if (a->nrunning > 0) {
                 a->abort_exit_code = exit_code;
                 if (a->state == AGENT_RUNNING)

@@ -238,6 +238,9 @@ void ddp_agent_unhealthy_event(ddp_agent_t *a, const char *why);
 long long ddp_agent_oom_kills(char *where, size_t cap);
 char *ddp_agent_oom_message(ddp_agent_t *a, const ddp_worker_t *w, int status);
 void ddp_agent_print_report(ddp_agent_t *a, bool elsewhere);
+/* This node's ranks that finished while others ran, before the job failed on another
+ * node, as a warning with the likely cause; nothing where none did. Once an attempt. */
+void ddp_agent_say_left_early(ddp_agent_t *a);
 /* The global ranks of the workers that run (`running`), else that have finished, as "0-2,
  * 5", appended to `out`. */
 void ddp_agent_ranks_where(const ddp_agent_t *a, bool running, ddp_buf_t *out);

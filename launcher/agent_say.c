@@ -182,8 +182,33 @@ static void say_stopped(const ddp_agent_t *a)
     ddp_buf_free(&ranks);
 }
 
-/* Ranks that finished while the others ran, before the failure: the likely cause (a loop
- * left early on some ranks), though the failure is a peer's. */
+/* This node's ranks that finished (exit 0) while others ran, `ago` s before what `before`
+ * names: the likely cause of a failure that came after (a loop left early on some ranks),
+ * though it is another rank's. */
+static void say_left_early(const ddp_agent_t *a, double ago, const char *before)
+{
+    ddp_buf_t done = DDP_BUF_INIT;
+    ddp_agent_ranks_where(a, false, &done);
+    ddp_log_warn(a->log,
+                 "%srank%s %s had finished (exit 0) %.1f s before %s, while other ranks ran: a "
+                 "rank that leaves the training loop early (a break on some ranks, data of "
+                 "uneven length) makes the collectives of the others fail (gloo: \"Connection "
+                 "closed by peer\") or wait for good (NCCL)",
+                 a->rdzv != NULL ? "this node's " : "",
+                 strpbrk(ddp_buf_str(&done), ",-") != NULL ? "s" : "", ddp_buf_str(&done),
+                 ago > 0 ? ago : 0.0, before);
+    ddp_buf_free(&done);
+}
+
+void ddp_agent_say_left_early(ddp_agent_t *a)
+{
+    if (a->first_finished < 0 || a->nfailures > 0) /* this node's report says it */
+        return;
+    say_left_early(a, ddp_clock_mono() - a->first_finished, "the round failed on another node");
+    a->first_finished = -1; /* said once an attempt */
+}
+
+/* After this node's report: its ranks that finished before the root cause failed. */
 static void say_finished_first(const ddp_agent_t *a)
 {
     if (a->first_finished < 0 || a->nfailures == 0)
@@ -192,18 +217,10 @@ static void say_finished_first(const ddp_agent_t *a)
     /* The finish is when its exit was seen, the failure when its error.json was written
      * (else its exit seen): a failure the finish ended comes a moment later, or earlier. */
     double after = root->timestamp - a->first_finished_wall;
-    if (root->host != NULL || after < -1.0)
-        return;
-    ddp_buf_t done = DDP_BUF_INIT;
-    ddp_agent_ranks_where(a, false, &done);
-    bool many = strpbrk(ddp_buf_str(&done), ",-") != NULL;
-    ddp_log_warn(a->log,
-                 "rank%s %s had finished (exit 0) %.1f s before rank %d's failure, while the "
-                 "others ran: a rank that leaves the training loop early (a break on some ranks, "
-                 "data of uneven length) makes the collectives of the others fail (gloo: "
-                 "\"Connection closed by peer\") or wait for good (NCCL)",
-                 many ? "s" : "", ddp_buf_str(&done), after > 0 ? after : 0.0, root->rank);
-    ddp_buf_free(&done);
+    char before[64];
+    snprintf(before, sizeof before, "rank %d's failure", root->rank);
+    if (root->host == NULL && after >= -1.0)
+        say_left_early(a, after, before);
 }
 
 void ddp_agent_print_report(ddp_agent_t *a, bool elsewhere)

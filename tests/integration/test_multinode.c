@@ -286,6 +286,33 @@ static void test_failure_without_restarts_ends_every_node(void **state)
     job_cleanup(&job);
 }
 
+/* A node whose ranks finished (exit 0) while another node's ran, before the job failed
+ * there, says so with the likely cause (a loop left early on some ranks): node 1 with all
+ * its ranks done, node 0 with one done and one still running when the failure came. */
+static void test_ranks_left_early_named(void **state)
+{
+    const char *n0_prog[] = {"/bin/sh", "-c", "if [ $LOCAL_RANK = 1 ]; then exec sleep 30; fi",
+                             NULL};
+    const char *n1_prog[] = {"/bin/sh", "-c", "exit 0", NULL};
+    const char *n2_prog[] = {"/bin/sh", "-c", "sleep 1; exit 4", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 3, 0, 2, NULL, n0_prog);
+    th_proc_t *n1 = start_node(&job, 3, 1, 1, NULL, n1_prog);
+    th_proc_t *n2 = start_node(&job, 3, 2, 1, NULL, n2_prog);
+    job_wait(&job, 60);
+    for (int i = 0; i < 3; i++)
+        TH_ASSERT(&job.node[i], th_status(&job.node[i]) == 1);
+    const char *why = " s before the round failed on another node, while other ranks ran: a rank "
+                      "that leaves the training loop early";
+    TH_ASSERT(n0, strstr(err(n0), "warning: this node's rank 0 had finished (exit 0) ") != NULL);
+    TH_ASSERT(n0, strstr(err(n0), why) != NULL);
+    TH_ASSERT(n1, strstr(err(n1), "warning: this node's rank 2 had finished (exit 0) ") != NULL);
+    TH_ASSERT(n1, strstr(err(n1), why) != NULL);
+    TH_ASSERT(n2, strstr(err(n2), "had finished") == NULL); /* the failure's own node */
+    job_cleanup(&job);
+}
+
 /* No progress across rounds: the node that sees it ends the job with status 6 on every node. */
 static void test_no_progress_ends_every_node(void **state)
 {
@@ -1465,6 +1492,7 @@ int main(int argc, char **argv)
         TH_TEST(test_straggler_node_excluded_at_restart),
         TH_TEST(test_failure_restarts_every_node),
         TH_TEST(test_failure_without_restarts_ends_every_node),
+        TH_TEST(test_ranks_left_early_named),
         TH_TEST(test_failures_on_two_nodes_one_report),
         TH_TEST(test_unhealthy_node_ends_the_job),
         TH_TEST(test_no_progress_ends_every_node),
