@@ -263,8 +263,8 @@ static void test_finished_first_is_said(void **state)
     th_run(&p, first, NULL, 60);
     TH_ASSERT(&p, th_status(&p) == 1);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "warning: ranks 1-2 had finished (exit 0) ") != NULL);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), " s before rank 0's failure, while other ranks ran") !=
-                      NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         " s before rank 0's failure, while other ranks ran") != NULL);
     th_cleanup(&p);
     const char *after[] = {
         th_launcher(), "--nproc-per-node=2",
