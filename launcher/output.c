@@ -164,6 +164,21 @@ static void reap_tails(ddp_output_t *o)
     }
 }
 
+/* The console's stdout went away (EPIPE: the reader of its pipe quit, `| head`): the job
+ * goes on, and says once, on stderr, that the console's share of the output is dropped.
+ * Called with the lock held; logs without it. */
+static void say_console_gone(ddp_output_t *o)
+{
+    if (!o->console_out.broken || o->said_gone)
+        return;
+    o->said_gone = true;
+    pthread_mutex_unlock(&o->lock);
+    ddp_log_warn(o->log, "stdout is closed (its reader went away): the job goes on, and what the "
+                         "workers write there is dropped from now on, but in their log files "
+                         "(--tee, --redirects)");
+    pthread_mutex_lock(&o->lock);
+}
+
 static void *writer_main(void *arg)
 {
     ddp_output_t *o = arg;
@@ -176,6 +191,7 @@ static void *writer_main(void *arg)
         for (ddp_tail_t *t = o->tails; t != NULL && chunk != NULL; t = t->next)
             did = write_some(o, t, chunk, 64 * 1024) || did;
         reap_tails(o);
+        say_console_gone(o);
         if (did) {
             (void)show_partials(o); /* a quiet rank's prompt, while others are busy */
             continue;

@@ -37,6 +37,7 @@ typedef struct {
     pthread_cond_t work, idle;
     ddp_tail_t *tails;
     bool started, busy, stopping, async_open;
+    bool said_gone;       /* the writer's: that the console's stdout went away */
     uv_async_t resume;    /* the writer asks the loop to read paused streams again */
     ddp_stream_t *paused; /* loop only: streams waiting for the console */
     ddp_stream_t *ptys;   /* loop only: the open streams on pseudo-terminals */

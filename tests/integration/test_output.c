@@ -509,6 +509,46 @@ static void test_closed_standard_streams(void **state)
     }
 }
 
+/* The reader of ddp-launch's stdout goes away (| head): the job goes on to its end, the
+ * log files keep everything, and stderr says once that the console's copy is dropped. */
+static void test_console_reader_gone(void **state)
+{
+    char *dir = th_tmpdir(), go[600], logs[600], *text = NULL;
+    snprintf(go, sizeof go, "%s/go", dir);
+    snprintf(logs, sizeof logs, "--log-dir=%s/logs", dir);
+    const char *argv[] = {th_launcher(),
+                          "--tee=1",
+                          logs,
+                          "--rdzv-id=gone",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "echo first; i=0; while [ ! -e \"$1\" ] && [ $i -lt 600 ]; do sleep 0.1; "
+                          "i=$((i + 1)); done; i=0; while [ $i -lt 5000 ]; do echo line $i; "
+                          "i=$((i + 1)); done",
+                          "sh",
+                          go,
+                          NULL};
+    th_proc_t p;
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "first\n", 1, 30));
+    close(p.out_fd);
+    p.out_fd = -1;
+    TH_ASSERT(&p, th_touch(go));
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), "warning: stdout is closed (its reader went "
+                                                "away): the job goes on") == 1);
+    char *run = run_dir(logs + strlen("--log-dir="), "gone");
+    TH_ASSERT(&p, (text = log_file(run, 0, "stdout.log", NULL)) != NULL);
+    TH_ASSERT(&p, strstr(text, "line 4999\n") != NULL);
+    free(text);
+    free(run);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* TMPDIR missing (a per-job scratch a node's prolog did not make): the job runs, its log
  * directory and watchdog FIFO in /tmp, as torchrun's would be, and the launcher says so
  * (it ended 3: "unable to create the log directory under /nonexistent"). */
@@ -661,23 +701,15 @@ static void test_terminal_workers_see_a_terminal(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_redirects_layout),
-        TH_TEST(test_tee_prefix_on_each_stream),
-        TH_TEST(test_tee_map_with_many_digits),
-        TH_TEST(test_duplicate_filters),
-        TH_TEST(test_prefix_template),
-        TH_TEST(test_local_ranks_filter),
-        TH_TEST(test_lines_never_mix),
-        TH_TEST(test_slow_console_never_stalls_the_files),
-        TH_TEST(test_ten_megabyte_line),
-        TH_TEST(test_binary_and_unterminated_output),
-        TH_TEST(test_report_shows_stderr_tail),
-        TH_TEST(test_one_file_keeps_order),
-        TH_TEST(test_closed_standard_streams),
-        TH_TEST(test_unusable_tmpdir),
-        TH_TEST(test_unfinished_line_is_shown),
-        TH_TEST(test_torchrun_loglevel),
-        TH_TEST(test_terminal_workers_see_a_terminal),
+        TH_TEST(test_redirects_layout),         TH_TEST(test_tee_prefix_on_each_stream),
+        TH_TEST(test_tee_map_with_many_digits), TH_TEST(test_duplicate_filters),
+        TH_TEST(test_prefix_template),          TH_TEST(test_local_ranks_filter),
+        TH_TEST(test_lines_never_mix),          TH_TEST(test_slow_console_never_stalls_the_files),
+        TH_TEST(test_ten_megabyte_line),        TH_TEST(test_binary_and_unterminated_output),
+        TH_TEST(test_report_shows_stderr_tail), TH_TEST(test_one_file_keeps_order),
+        TH_TEST(test_closed_standard_streams),  TH_TEST(test_console_reader_gone),
+        TH_TEST(test_unusable_tmpdir),          TH_TEST(test_unfinished_line_is_shown),
+        TH_TEST(test_torchrun_loglevel),        TH_TEST(test_terminal_workers_see_a_terminal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
