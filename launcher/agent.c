@@ -886,6 +886,10 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         ddp_log_error(a->log, "out of memory while recording a worker failure");
         return;
     }
+    char line[DDP_LAST_LINE_MAX + 1];
+    if (ddp_recent_line(&w->recent[1], line, sizeof line)[0] != '\0' ||
+        ddp_recent_line(&w->recent[0], line, sizeof line)[0] != '\0')
+        f.last_line = strdup(line); /* stderr's, else stdout's (NULL: no memory, no line) */
     char *oom = ddp_agent_oom_message(a, w, status);
     if (oom != NULL && f.message == NULL) /* the report's line for it */
         f.message = oom;
@@ -1341,10 +1345,11 @@ static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
         ddp_log_warn(a->log, "the orphan guard is gone: workers still die with ddp-launch, but "
                              "their children may not");
     }
+    w->recent[0].len = w->recent[1].len = 0;
     if (out != NULL)
-        ddp_output_watch(out, &w->out, w->local_rank);
+        ddp_output_watch(out, &w->out, &w->recent[0], w->local_rank);
     if (err_stream != NULL)
-        ddp_output_watch(err_stream, &w->err, w->local_rank);
+        ddp_output_watch(err_stream, &w->err, &w->recent[1], w->local_rank);
     out = err_stream = NULL;
     ddp_log_debug(a->log, "started worker rank %d (local rank %d) as pid %d", w->rank,
                   w->local_rank, (int)w->pid);

@@ -65,6 +65,7 @@ typedef struct ddp_worker_s {
     uint64_t collectives;      /* its flight ring's completed collectives at the last look */
     double moved_at;           /* when those last changed (monotonic); 0: not yet */
     uint64_t output_at_finish; /* its output when the attempt's first worker finished */
+    ddp_recent_t recent[2];    /* the last bytes of its piped stdout and stderr */
 } ddp_worker_t;
 
 /* What --hang-timeout=auto has learnt (kept across attempts). */

@@ -26,6 +26,7 @@ struct ddp_stream_s {
     uv_poll_t poll;
     ddp_output_t *output;
     ddp_stream_t **owner; /* the worker's pointer to this stream */
+    ddp_recent_t *recent; /* the worker's copy of the last bytes, or NULL */
     int fd;               /* read end of the pipe, or the pseudo-terminal's master */
     bool pty;             /* a pseudo-terminal: EIO is its end */
     int console_fd;       /* the terminal whose size a pseudo-terminal takes */
@@ -405,6 +406,42 @@ static void hand_over(ddp_stream_t *s, const char *data, size_t len, bool in_fil
         pause_stream(s);
 }
 
+/* Keeps the last sizeof data bytes of what the stream carried. */
+static void keep_recent(ddp_recent_t *r, const char *data, size_t len)
+{
+    size_t cap = sizeof r->data;
+    if (len >= cap) {
+        memcpy(r->data, data + len - cap, cap);
+        r->len = cap;
+        return;
+    }
+    if (r->len + len > cap) {
+        size_t drop = r->len + len - cap;
+        memmove(r->data, r->data + drop, r->len - drop);
+        r->len -= drop;
+    }
+    memcpy(r->data + r->len, data, len);
+    r->len += len;
+}
+
+const char *ddp_recent_line(const ddp_recent_t *r, char *buf, size_t cap)
+{
+    size_t end = r->len, start;
+    buf[0] = '\0';
+    /* Past line ends and blanks, back to the start of the line they end. */
+    while (end > 0 && (r->data[end - 1] == '\n' || r->data[end - 1] == '\r' ||
+                       r->data[end - 1] == ' ' || r->data[end - 1] == '\t'))
+        end--;
+    for (start = end; start > 0 && r->data[start - 1] != '\n' && r->data[start - 1] != '\r';)
+        start--;
+    if (end == 0 || (start == 0 && r->len == sizeof r->data))
+        return buf; /* nothing, or a line whose start was cut off */
+    size_t n = end - start < cap - 1 ? end - start : cap - 1;
+    memcpy(buf, r->data + start, n);
+    buf[n] = '\0';
+    return buf;
+}
+
 /* Reads what the pipe holds now (at most `budget` bytes), writes it to the log file, hands
  * it to the console writer, and closes the stream at EOF. */
 static void stream_read(ddp_stream_t *s, size_t budget)
@@ -424,6 +461,8 @@ static void stream_read(ddp_stream_t *s, size_t budget)
             return;
         }
         s->bytes += (uint64_t)r;
+        if (s->recent != NULL)
+            keep_recent(s->recent, o->scratch, (size_t)r);
         if (s->file_fd >= 0 && ddp_write_all(s->file_fd, o->scratch, (size_t)r) != 0) {
             ddp_log_warn(o->log,
                          "unable to write a worker's log file: %s; the rest goes to the "
@@ -623,7 +662,7 @@ static int tail_new(ddp_stream_t *s)
     return 0;
 }
 
-void ddp_output_watch(ddp_stream_t *s, ddp_stream_t **owner, int local_rank)
+void ddp_output_watch(ddp_stream_t *s, ddp_stream_t **owner, ddp_recent_t *recent, int local_rank)
 {
     int err = tail_new(s);
     if (err == 0)
@@ -641,6 +680,7 @@ void ddp_output_watch(ddp_stream_t *s, ddp_stream_t **owner, int local_rank)
     }
     s->owner = owner;
     *owner = s;
+    s->recent = recent;
     if (s->pty) { /* until stream_close */
         s->next_pty = s->output->ptys;
         s->output->ptys = s;

@@ -23,6 +23,17 @@
 #include <pthread.h>
 
 typedef struct ddp_stream_s ddp_stream_t;
+
+/* The last bytes a worker's piped streams carried: for its last line in a failure's
+ * report. Owned by the worker, so it outlives the streams. */
+typedef struct {
+    char data[512];
+    size_t len;
+} ddp_recent_t;
+
+/* The last line with something on it in `recent` (an unfinished last one too), without
+ * its line end, in buf[cap]; "" when there is none. */
+const char *ddp_recent_line(const ddp_recent_t *recent, char *buf, size_t cap);
 typedef struct ddp_tail_s ddp_tail_t;
 
 /* What every stream of one agent shares. */
@@ -71,9 +82,11 @@ int ddp_output_open(ddp_output_t *output, const ddp_launch_config_t *cfg, const 
                     ddp_stream_t **stream);
 
 /* Once the worker runs: reads the stream as it becomes readable; *owner is set to it,
- * and back to NULL when it closes. On failure (logged) the stream is discarded and the
- * worker writes into a closed pipe. */
-void ddp_output_watch(ddp_stream_t *stream, ddp_stream_t **owner, int local_rank);
+ * and back to NULL when it closes; its last bytes go to `recent` (NULL: nowhere), which
+ * must outlive it. On failure (logged) the stream is discarded and the worker writes into
+ * a closed pipe. */
+void ddp_output_watch(ddp_stream_t *stream, ddp_stream_t **owner, ddp_recent_t *recent,
+                      int local_rank);
 
 /* A stream that was never watched (the spawn failed). NULL is harmless. */
 void ddp_output_discard(ddp_stream_t *stream);

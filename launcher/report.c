@@ -119,7 +119,8 @@ void ddp_failure_free(ddp_failure_t *f)
     free(f->error_file);
     free(f->message);
     free(f->host);
-    f->host = NULL;
+    free(f->last_line);
+    f->host = f->last_line = NULL;
     f->error_file = f->message = NULL;
 }
 
@@ -137,6 +138,8 @@ int ddp_failure_to_json(const ddp_failure_t *f, const char *host, ddp_buf_t *out
         err = ddp_json_append_string(out, f->error_file, strlen(f->error_file));
     if (err == 0 && f->message != NULL && (err = ddp_buf_puts(out, ", \"message\": ")) == 0)
         err = ddp_json_append_string(out, f->message, strlen(f->message));
+    if (err == 0 && f->last_line != NULL && (err = ddp_buf_puts(out, ", \"last_line\": ")) == 0)
+        err = ddp_json_append_string(out, f->last_line, strlen(f->last_line));
     return err ? err : ddp_buf_puts(out, "}\n");
 }
 
@@ -160,6 +163,7 @@ int ddp_failure_from_json(const char *line, size_t len, ddp_failure_t *f)
     const char *host = ddp_json_string(ddp_json_get(root, "host"), NULL);
     const char *file = ddp_json_string(ddp_json_get(root, "error_file"), NULL);
     const char *message = ddp_json_string(ddp_json_get(root, "message"), NULL);
+    const char *last = ddp_json_string(ddp_json_get(root, "last_line"), NULL);
     if (!json_int(root, "rank", 0, INT_MAX, &f->rank) ||
         !json_int(root, "local_rank", 0, INT_MAX, &f->local_rank) ||
         !json_int(root, "pid", 0, INT_MAX, &pid) ||
@@ -174,9 +178,13 @@ int ddp_failure_from_json(const char *line, size_t len, ddp_failure_t *f)
     f->host = strdup(host);
     f->error_file = file != NULL ? strdup(file) : NULL;
     f->message = message != NULL ? strdup(message) : NULL;
+    size_t last_len = last != NULL ? strcspn(last, "\r\n") : 0; /* one line, never trusted */
+    f->last_line = last != NULL
+                       ? strndup(last, last_len < DDP_LAST_LINE_MAX ? last_len : DDP_LAST_LINE_MAX)
+                       : NULL;
     ddp_json_free(root);
     if (f->host == NULL || (file != NULL && f->error_file == NULL) ||
-        (message != NULL && f->message == NULL)) {
+        (message != NULL && f->message == NULL) || (last != NULL && f->last_line == NULL)) {
         ddp_failure_free(f);
         return -ENOMEM;
     }
@@ -335,6 +343,9 @@ static int format_failure(ddp_buf_t *out, size_t idx, const char *host, const dd
     } else {
         err = ddp_buf_puts(out, "<N/A> (the program wrote no error file; see its stderr)");
     }
+    /* Without an error file, what it said last (a SyntaxError before any @record ran). */
+    if (err == 0 && f->message == NULL && f->last_line != NULL)
+        err = ddp_buf_printf(out, "\n  last line : %s", f->last_line);
     return err ? err : ddp_buf_puts(out, "\n");
 }
 

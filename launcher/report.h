@@ -15,6 +15,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/* The longest last line a failure keeps. */
+#define DDP_LAST_LINE_MAX 400
+
 /* Error files larger than this are not read. */
 #define DDP_ERROR_FILE_MAX ((size_t)4 << 20)
 
@@ -27,6 +30,7 @@ typedef struct ddp_failure_s {
     char *message;    /* from the error file: the traceback, else the message */
     int peer_rank;    /* from the error file: the rank this failure blames, or -1 */
     char *host;       /* another node's failure: its host (owned); NULL: this node's */
+    char *last_line;  /* the last line it wrote where the launcher reads it, or NULL */
 } ddp_failure_t;
 
 /* Fills `f` for a worker that ended with waitpid status `wait_status`, seen at `now`

@@ -109,6 +109,27 @@ static void test_error_files_reach_the_report(void **state)
     th_run(&p, flat, NULL, 60);
     TH_ASSERT(&p, th_status(&p) == 1);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "  traceback : flat failure of rank 0\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "last line :") == NULL);
+    th_cleanup(&p);
+
+    /* No error file: the last line the worker wrote (stderr's before stdout's; one not
+     * ended by a newline too) is in the report, under the traceback. */
+    const char *said[] = {
+        th_launcher(),
+        "--no-python",
+        "/bin/sh",
+        "-c",
+        "echo loading; printf 'fatal: no data in /x\\n\\n' >&2; echo next; exit 3",
+        NULL};
+    th_run(&p, said, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "  traceback : <N/A> (the program wrote no error "
+                                              "file; see its stderr)\n  last line : fatal: no "
+                                              "data in /x\n") != NULL);
+    th_cleanup(&p);
+    said[4] = "printf 'partial line'; exit 3";
+    th_run(&p, said, NULL, 60);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "\n  last line : partial line\n") != NULL);
     th_cleanup(&p);
 
     /* A broken error file is shown as such; the report still comes. */

@@ -188,6 +188,9 @@ static void test_python_without_torch_is_named(void **state)
              "the workers' Python interpreter %s has no module named 'torch': set PYTHON_EXEC",
              wrapper_path);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), want) != NULL);
+    /* No error file (the import fails before any @record): the report has its last line. */
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "\n  last line : ModuleNotFoundError: No module "
+                                              "named 'torch'\n") != NULL);
     th_cleanup(&p);
     const char *other = write_script("fails.py", "import sys\nsys.exit(1)\n");
     argv[1] = other;

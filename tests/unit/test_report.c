@@ -290,6 +290,27 @@ static void test_failure_json_round_trip(void **state)
     assert_non_null(strstr(ddp_buf_str(&report), "host      : gpu07\n"));
     ddp_buf_free(&report);
     ddp_failure_free(&back);
+    /* Without an error file's message, the last line it wrote is carried and shown. */
+    free(f.message);
+    f.message = NULL;
+    f.last_line = strdup("ModuleNotFoundError: No module named 'x'");
+    ddp_buf_clear(&line);
+    assert_int_equal(ddp_failure_to_json(&f, "gpu07", &line), 0);
+    assert_int_equal(ddp_failure_from_json(line.data, line.len - 1, &back), 0);
+    assert_string_equal(back.last_line, f.last_line);
+    assert_int_equal(ddp_report_format(&report, "t.py", "here", &back, 1, true), 0);
+    assert_non_null(strstr(ddp_buf_str(&report), "  traceback : Signal 9 (SIGKILL) received by "
+                                                 "PID 4242\n  last line : ModuleNotFoundError: "
+                                                 "No module named 'x'\n"));
+    ddp_buf_free(&report);
+    ddp_failure_free(&back);
+    /* Another node's last line is one line, however it came. */
+    const char *two = "{\"rank\": 1, \"local_rank\": 0, \"pid\": 1, \"exitcode\": 1, "
+                      "\"timestamp\": 1, \"peer_rank\": -1, \"host\": \"h\", \"last_line\": "
+                      "\"one\\ntwo\"}";
+    assert_int_equal(ddp_failure_from_json(two, strlen(two), &back), 0);
+    assert_string_equal(back.last_line, "one");
+    ddp_failure_free(&back);
     ddp_failure_free(&f);
     ddp_buf_free(&line);
     static const char *const bad[] = {
