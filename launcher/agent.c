@@ -555,26 +555,71 @@ static int attempt_progressed(ddp_agent_t *a)
     return measured;
 }
 
+#define START_FAILURE_S 10.0 /* a failure this soon after its attempt's start: at the start */
+
+/* How the failed attempt failed, when at its start: its root cause's status and what it
+ * said (the error file's exception, else its last line; any rank: which rank fails first
+ * varies), malloc'd; NULL when the root cause came later, on another node, or said
+ * nothing. */
+static char *start_failure(const ddp_agent_t *a)
+{
+    if (a->nfailures == 0)
+        return NULL;
+    const ddp_failure_t *root = &a->failures[ddp_report_root(a->failures, a->nfailures)];
+    const char *said = root->message != NULL ? root->message : root->last_line;
+    if (root->host != NULL || said == NULL || root->timestamp - a->attempt_began > START_FAILURE_S)
+        return NULL;
+    char what[64], *summary = ddp_failure_summary(said), *how = NULL;
+    if (summary != NULL &&
+        asprintf(&how, "%s: %s", ddp_failure_describe(root, what, sizeof what), summary) < 0)
+        how = NULL;
+    free(summary);
+    return how;
+}
+
+/* Where nothing tells progress: whether this attempt failed at its start as the one before
+ * did (then a->same_failures counts it). */
+static bool failed_the_same_way(ddp_agent_t *a)
+{
+    char *how = start_failure(a);
+    bool same = how != NULL && a->failed_as != NULL && strcmp(how, a->failed_as) == 0;
+    a->same_failures = how == NULL ? 0 : same ? a->same_failures + 1 : 1;
+    free(a->failed_as);
+    a->failed_as = how;
+    return same;
+}
+
 /* After a failed attempt that would be restarted: K attempts in a row without progress end
- * the job with status 6 (every node's, through the rendezvous). True when it ends. */
+ * the job with status 6 (every node's, through the rendezvous). Where nothing tells
+ * progress, K attempts in a row that failed the same way at their start do. True when it
+ * ends. */
 static bool no_progress_stop(ddp_agent_t *a)
 {
     int progressed = attempt_progressed(a);
-    if (progressed != 0) {
-        a->no_progress = progressed > 0 ? 0 : a->no_progress;
+    char why[DDP_LAST_LINE_MAX + 200];
+    if (progressed < 0) {
+        if (!failed_the_same_way(a) || a->cfg->max_no_progress <= 0 ||
+            a->same_failures < a->cfg->max_no_progress)
+            return false;
+        a->no_progress = a->same_failures;
+        snprintf(why, sizeof why, "each the same way within %.0f s of its start: %s",
+                 START_FAILURE_S, a->failed_as);
+    } else if (progressed > 0) {
+        a->no_progress = 0;
         return false;
+    } else {
+        a->no_progress++;
+        if (a->cfg->max_no_progress <= 0 || a->no_progress < a->cfg->max_no_progress)
+            return false;
+        snprintf(why, sizeof why, "%s",
+                 a->cfg->progress_file != NULL ? "--progress-file did not advance"
+                                               : "no libddp collective completed");
     }
-    a->no_progress++;
-    if (a->cfg->max_no_progress <= 0 || a->no_progress < a->cfg->max_no_progress)
-        return false;
-    char message[400];
+    char message[DDP_LAST_LINE_MAX + 400];
     snprintf(message, sizeof message,
              "%d attempt(s) in a row failed without progress (%s): the job cannot make "
              "progress, and is not restarted (status %d: do not requeue)",
-             a->no_progress,
-             a->cfg->progress_file != NULL ? "--progress-file did not advance"
-                                           : "no libddp collective completed",
-             DDP_EXIT_NO_PROGRESS);
+             a->no_progress, why, DDP_EXIT_NO_PROGRESS);
     ddp_log_error(a->log, "%s", message);
     ddp_buf_t fields = DDP_BUF_INIT;
     ddp_events_int(&fields, "attempts", a->no_progress);
@@ -1401,6 +1446,7 @@ static int group_start(ddp_agent_t *a)
     if (!healthy_here(a))
         return DDP_EUSAGE;
     a->oom_kills = ddp_agent_oom_kills(NULL, 0);
+    a->attempt_began = ddp_clock_wall();
     a->first_finished = -1;
     for (int i = 0; i < a->nworkers; i++) {
         a->workers[i].succeeded = a->workers[i].stopped = false;
@@ -2149,6 +2195,7 @@ static int agent_free(ddp_agent_t *a, int exit_code)
     ddp_buf_free(&fields);
     ddp_events_close(&a->events);
     free(a->failures);
+    free(a->failed_as);
     ddp_buf_free(&a->remote_failures);
     ddp_gpu_memory_close(a->reclaim); /* a wait the job's end cut short */
     ddp_file_timer_free(a->file_timer);

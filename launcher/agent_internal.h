@@ -120,6 +120,11 @@ struct ddp_agent_s {
     /* Progress between failed attempts (--max-no-progress-restarts). */
     int no_progress;         /* failed attempts in a row without progress */
     long long last_progress; /* --progress-file's value after the last attempt; -1: none yet */
+    /* Where nothing tells progress: attempts in a row that failed the same way at their
+     * start (within START_FAILURE_S), and how (their root cause's status and text). */
+    int same_failures;
+    char *failed_as;
+    double attempt_began; /* the wall clock's seconds at the attempt's start */
     bool blame_wait;
     /* The same timer: the first failure is a worker killed by a signal this launcher
      * handles, which it did not send: its own may be on the way (SIGNAL_GRACE_S). */

@@ -385,6 +385,56 @@ static void test_no_progress_stops_restarts(void **state)
     free(dir);
 }
 
+/* Where nothing tells progress (no --progress-file, no libddp): attempts that fail the
+ * same way at their start (a SyntaxError, a missing file) are not restarted again and
+ * again: status 6 after --max-no-progress-restarts of them, the failure named. Failures
+ * that differ, or say nothing, use every restart as before. */
+static void test_same_failure_at_start_stops_restarts(void **state)
+{
+    const char *same[] = {
+        th_launcher(),
+        "--nproc-per-node=2",
+        "--max-restarts=10",
+        "--no-python",
+        "/bin/sh",
+        "-c",
+        "echo \"attempt $TORCHELASTIC_RESTART_COUNT\"; echo 'config.yaml: no such "
+        "file' >&2; exit 2",
+        NULL};
+    th_proc_t p;
+    th_run(&p, same, NULL, 120);
+    TH_ASSERT(&p, th_status(&p) == 6);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "attempt 2\n") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "attempt 3\n") == NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "3 attempt(s) in a row failed without progress (each the same way "
+                         "within 10 s of its start: exited with code 2: config.yaml: no such "
+                         "file): the job cannot make progress") != NULL);
+    th_cleanup(&p);
+    const char *differ[] = {th_launcher(),
+                            "--max-restarts=4",
+                            "--no-python",
+                            "/bin/sh",
+                            "-c",
+                            "echo \"attempt $TORCHELASTIC_RESTART_COUNT\"; echo \"error "
+                            "$TORCHELASTIC_RESTART_COUNT\" >&2; exit 2",
+                            NULL};
+    th_run(&p, differ, NULL, 120);
+    TH_ASSERT(&p, th_status(&p) == 1 && strstr(ddp_buf_str(&p.out), "attempt 4\n") != NULL);
+    th_cleanup(&p);
+    const char *off[] = {th_launcher(),
+                         "--max-restarts=4",
+                         "--max-no-progress-restarts=0",
+                         "--no-python",
+                         "/bin/sh",
+                         "-c",
+                         "echo \"attempt $TORCHELASTIC_RESTART_COUNT\"; echo same >&2; exit 2",
+                         NULL};
+    th_run(&p, off, NULL, 120);
+    TH_ASSERT(&p, th_status(&p) == 1 && strstr(ddp_buf_str(&p.out), "attempt 4\n") != NULL);
+    th_cleanup(&p);
+}
+
 static void test_event_log_of_a_restart(void **state)
 {
     char *dir = th_tmpdir(), path[600], flag[640];
@@ -470,6 +520,7 @@ int main(void)
         TH_TEST(test_health_check_nvml),
         TH_TEST(test_gpu_memory_reclaimed_before_restart),
         TH_TEST(test_no_progress_stops_restarts),
+        TH_TEST(test_same_failure_at_start_stops_restarts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
