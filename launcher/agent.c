@@ -597,6 +597,7 @@ static bool no_progress_stop(ddp_agent_t *a)
 {
     int progressed = attempt_progressed(a);
     char why[DDP_LAST_LINE_MAX + 200];
+    const char *reason = "same_failure_at_start"; /* the event's */
     if (progressed < 0) {
         if (!failed_the_same_way(a) || a->cfg->max_no_progress <= 0 ||
             a->same_failures < a->cfg->max_no_progress)
@@ -611,6 +612,7 @@ static bool no_progress_stop(ddp_agent_t *a)
         a->no_progress++;
         if (a->cfg->max_no_progress <= 0 || a->no_progress < a->cfg->max_no_progress)
             return false;
+        reason = a->cfg->progress_file != NULL ? "progress_file" : "libddp";
         snprintf(why, sizeof why, "%s",
                  a->cfg->progress_file != NULL ? "--progress-file did not advance"
                                                : "no libddp collective completed");
@@ -623,6 +625,7 @@ static bool no_progress_stop(ddp_agent_t *a)
     ddp_log_error(a->log, "%s", message);
     ddp_buf_t fields = DDP_BUF_INIT;
     ddp_events_int(&fields, "attempts", a->no_progress);
+    ddp_events_str(&fields, "reason", reason);
     ddp_events_emit(&a->events, "no_progress_stop", &fields);
     ddp_buf_free(&fields);
     if (a->rdzv != NULL)

@@ -732,8 +732,9 @@ static void test_handled_error_is_not_the_root_cause(void **state)
     TH_ASSERT(&p, th_status(&p) == 1);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 1: recv from -1: refused\n"));
     TH_ASSERT(&p, root != NULL && strstr(root, "rank      : 1 (local_rank: 1)") != NULL);
-    TH_ASSERT(&p, root != NULL && strstr(root, "Signal 11 (SIGSEGV)") != NULL);
-    TH_ASSERT(&p, root != NULL && strstr(root, "is not a rank") == NULL);
+    /* Not its error file's message; the last line it wrote may be the handled error. */
+    TH_ASSERT(&p, root != NULL && strstr(root, "  error_file: <N/A>\n  traceback : Signal 11 "
+                                               "(SIGSEGV)") != NULL);
     th_cleanup(&p);
 }
 

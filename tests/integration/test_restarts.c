@@ -391,8 +391,12 @@ static void test_no_progress_stops_restarts(void **state)
  * that differ, or say nothing, use every restart as before. */
 static void test_same_failure_at_start_stops_restarts(void **state)
 {
+    char *dir = th_tmpdir(), events[600], flag[700];
+    snprintf(events, sizeof events, "%s/events.jsonl", dir);
+    snprintf(flag, sizeof flag, "--event-log-handler=file:%s", events);
     const char *same[] = {
         th_launcher(),
+        flag,
         "--nproc-per-node=2",
         "--max-restarts=10",
         "--no-python",
@@ -410,6 +414,12 @@ static void test_same_failure_at_start_stops_restarts(void **state)
                          "3 attempt(s) in a row failed without progress (each the same way "
                          "within 10 s of its start: exited with code 2: config.yaml: no such "
                          "file): the job cannot make progress") != NULL);
+    char *log = NULL;
+    size_t len;
+    TH_ASSERT(&p, ddp_read_file(events, 1 << 20, &log, &len) == 0);
+    TH_ASSERT(&p, strstr(log, "\"no_progress_stop\"") != NULL &&
+                      strstr(log, "\"same_failure_at_start\"") != NULL);
+    free(log);
     th_cleanup(&p);
     const char *differ[] = {th_launcher(),
                             "--max-restarts=4",
@@ -433,6 +443,8 @@ static void test_same_failure_at_start_stops_restarts(void **state)
     th_run(&p, off, NULL, 120);
     TH_ASSERT(&p, th_status(&p) == 1 && strstr(ddp_buf_str(&p.out), "attempt 4\n") != NULL);
     th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
 }
 
 static void test_event_log_of_a_restart(void **state)
