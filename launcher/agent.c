@@ -1006,10 +1006,16 @@ static bool timed_out(const ddp_agent_t *a, const ddp_failure_t *f)
 void ddp_agent_fail_round(ddp_agent_t *a, size_t first)
 {
     if (a->rdzv != NULL && first < a->nfailures) {
-        char what[64], message[256];
+        char what[64], message[320];
         const ddp_failure_t *f = &a->failures[first];
-        snprintf(message, sizeof message, "worker rank %d (local rank %d, pid %d) %s", f->rank,
-                 f->local_rank, (int)f->pid, ddp_failure_describe(f, what, sizeof what));
+        /* What it said, so every node's line names the cause, not only its exit. */
+        char *said = f->message != NULL     ? ddp_failure_summary(f->message)
+                     : f->last_line != NULL ? strdup(f->last_line)
+                                            : NULL;
+        snprintf(message, sizeof message, "worker rank %d (local rank %d, pid %d) %s%s%.160s",
+                 f->rank, f->local_rank, (int)f->pid, ddp_failure_describe(f, what, sizeof what),
+                 said != NULL ? ": " : "", said != NULL ? said : "");
+        free(said);
         ddp_rdzv_post(a->rdzv, DDP_RDZV_EV_FAILED, message);
     }
     if (a->nrunning > 0)

@@ -288,13 +288,15 @@ static void test_failure_without_restarts_ends_every_node(void **state)
 
 /* A node whose ranks finished (exit 0) while another node's ran, before the job failed
  * there, says so with the likely cause (a loop left early on some ranks): node 1 with all
- * its ranks done, node 0 with one done and one still running when the failure came. */
+ * its ranks done, node 0 with one done and one still running when the failure came. The
+ * failure's line on the other nodes has what the failed rank said last. */
 static void test_ranks_left_early_named(void **state)
 {
     const char *n0_prog[] = {"/bin/sh", "-c", "if [ $LOCAL_RANK = 1 ]; then exec sleep 30; fi",
                              NULL};
     const char *n1_prog[] = {"/bin/sh", "-c", "exit 0", NULL};
-    const char *n2_prog[] = {"/bin/sh", "-c", "sleep 1; exit 4", NULL};
+    const char *n2_prog[] = {"/bin/sh", "-c", "sleep 1; echo 'scratch: disk full' >&2; exit 4",
+                             NULL};
     job_t job;
     job_init(&job);
     th_proc_t *n0 = start_node(&job, 3, 0, 2, NULL, n0_prog);
@@ -310,6 +312,8 @@ static void test_ranks_left_early_named(void **state)
     TH_ASSERT(n1, strstr(err(n1), "warning: this node's rank 2 had finished (exit 0) ") != NULL);
     TH_ASSERT(n1, strstr(err(n1), why) != NULL);
     TH_ASSERT(n2, strstr(err(n2), "had finished") == NULL); /* the failure's own node */
+    /* The other nodes' line names the failure's cause: what it said last. */
+    TH_ASSERT(n1, strstr(err(n1), "exited with code 4: scratch: disk full") != NULL);
     job_cleanup(&job);
 }
 
