@@ -511,117 +511,15 @@ static void remove_worker_shm(ddp_agent_t *a)
         closedir(dir);
 }
 
-/* --progress-file's integer, or -1 (missing, unreadable, not a number). */
-static long long progress_file_value(const char *path)
-{
-    char *text = NULL;
-    size_t len;
-    long long value = -1;
-    if (ddp_read_file(path, 4096, &text, &len) == 0) {
-        char *end;
-        long long v = strtoll(text, &end, 10);
-        while (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')
-            end++;
-        if (end != text && *end == '\0' && v >= 0)
-            value = v;
-    }
-    free(text);
-    return value;
-}
-
-/* Whether the attempt that just failed made progress: --progress-file's value went up, or
- * (libddp workers) a collective completed. -1 when neither can tell. */
-static int attempt_progressed(ddp_agent_t *a)
-{
-    int measured = -1;
-    if (a->cfg->progress_file != NULL) {
-        long long v = progress_file_value(a->cfg->progress_file);
-        measured = v > a->last_progress;
-        if (v > a->last_progress)
-            a->last_progress = v;
-        if (measured)
-            return 1;
-    }
-    for (int i = 0; i < a->nworkers && a->attempt_dir != NULL; i++) {
-        char dir[PATH_MAX];
-        bool found = false;
-        ddp_agent_worker_dir(a, &a->workers[i], dir, sizeof dir);
-        uint64_t done = ddp_hang_progress(dir, &found);
-        if (found && done > 0)
-            return 1;
-        if (found)
-            measured = 0;
-    }
-    return measured;
-}
-
-#define START_FAILURE_S 10.0 /* a failure this soon after its attempt's start: at the start */
-
-/* How the failed attempt failed, when at its start: its root cause's status and what it
- * said (the error file's exception, else its last line; any rank: which rank fails first
- * varies), malloc'd; NULL when the root cause came later, on another node, or said
- * nothing. */
-static char *start_failure(const ddp_agent_t *a)
-{
-    if (a->nfailures == 0)
-        return NULL;
-    const ddp_failure_t *root = &a->failures[ddp_report_root(a->failures, a->nfailures)];
-    const char *said = root->message != NULL ? root->message : root->last_line;
-    if (root->host != NULL || said == NULL || root->timestamp - a->attempt_began > START_FAILURE_S)
-        return NULL;
-    char what[64], *summary = ddp_failure_summary(said), *how = NULL;
-    if (summary != NULL &&
-        asprintf(&how, "%s: %s", ddp_failure_describe(root, what, sizeof what), summary) < 0)
-        how = NULL;
-    free(summary);
-    return how;
-}
-
-/* Where nothing tells progress: whether this attempt failed at its start as the one before
- * did (then a->same_failures counts it). */
-static bool failed_the_same_way(ddp_agent_t *a)
-{
-    char *how = start_failure(a);
-    bool same = how != NULL && a->failed_as != NULL && strcmp(how, a->failed_as) == 0;
-    a->same_failures = how == NULL ? 0 : same ? a->same_failures + 1 : 1;
-    free(a->failed_as);
-    a->failed_as = how;
-    return same;
-}
-
-/* After a failed attempt that would be restarted: K attempts in a row without progress end
- * the job with status 6 (every node's, through the rendezvous). Where nothing tells
- * progress, K attempts in a row that failed the same way at their start do. True when it
- * ends. */
+/* After a failed attempt that would be restarted: the job ends with status 6 (every
+ * node's, through the rendezvous) when it cannot progress (agent_no_progress.c). True
+ * when it ends. */
 static bool no_progress_stop(ddp_agent_t *a)
 {
-    int progressed = attempt_progressed(a);
-    char why[DDP_LAST_LINE_MAX + 200];
-    const char *reason = "same_failure_at_start"; /* the event's */
-    if (progressed < 0) {
-        if (!failed_the_same_way(a) || a->cfg->max_no_progress <= 0 ||
-            a->same_failures < a->cfg->max_no_progress)
-            return false;
-        a->no_progress = a->same_failures;
-        snprintf(why, sizeof why, "each the same way within %.0f s of its start: %s",
-                 START_FAILURE_S, a->failed_as);
-    } else if (progressed > 0) {
-        a->no_progress = 0;
-        return false;
-    } else {
-        a->no_progress++;
-        if (a->cfg->max_no_progress <= 0 || a->no_progress < a->cfg->max_no_progress)
-            return false;
-        reason = a->cfg->progress_file != NULL ? "progress_file" : "libddp";
-        snprintf(why, sizeof why, "%s",
-                 a->cfg->progress_file != NULL ? "--progress-file did not advance"
-                                               : "no libddp collective completed");
-    }
     char message[DDP_LAST_LINE_MAX + 400];
-    snprintf(message, sizeof message,
-             "%d attempt(s) in a row failed without progress (%s): the job cannot make "
-             "progress, and is not restarted (status %d: do not requeue)",
-             a->no_progress, why, DDP_EXIT_NO_PROGRESS);
+    const char *reason = ddp_agent_no_progress(a, message, sizeof message);
+    if (reason == NULL)
+        return false;
     ddp_log_error(a->log, "%s", message);
     ddp_buf_t fields = DDP_BUF_INIT;
     ddp_events_int(&fields, "attempts", a->no_progress);
@@ -2066,7 +1964,8 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->log = log;
     a->events.fd = -1;
     /* The progress the job starts from (a resumed job's checkpoint). */
-    a->last_progress = cfg->progress_file != NULL ? progress_file_value(cfg->progress_file) : -1;
+    a->last_progress =
+        cfg->progress_file != NULL ? ddp_agent_progress_file_value(cfg->progress_file) : -1;
     a->nworkers = cfg->nproc_per_node;
     a->world_size = cfg->nproc_per_node; /* one node; the rendezvous sets them per round */
     a->nnodes = 1;

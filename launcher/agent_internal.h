@@ -244,6 +244,14 @@ void ddp_agent_unhealthy_event(ddp_agent_t *a, const char *why);
 long long ddp_agent_oom_kills(char *where, size_t cap);
 char *ddp_agent_oom_message(ddp_agent_t *a, const ddp_worker_t *w, int status);
 void ddp_agent_print_report(ddp_agent_t *a, bool elsewhere);
+/* agent_no_progress.c. --progress-file's integer, or -1 (missing, unreadable, not a
+ * number). */
+long long ddp_agent_progress_file_value(const char *path);
+/* After a failed attempt that would be restarted: NULL while the job can go on; else why
+ * it cannot (the no_progress_stop event's reason: progress_file, libddp or
+ * same_failure_at_start), with the line that says so in message[cap]. Counts the attempts
+ * without progress in a->no_progress. */
+const char *ddp_agent_no_progress(ddp_agent_t *a, char *message, size_t cap);
 /* This node's ranks that finished while others ran, before the job failed on another
  * node, as a warning with the likely cause; nothing where none did. Once an attempt. */
 void ddp_agent_say_left_early(ddp_agent_t *a);
