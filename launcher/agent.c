@@ -791,6 +791,14 @@ static void worker_event(const ddp_agent_t *a, const ddp_worker_t *w, const char
     ddp_buf_free(&fields);
 }
 
+/* The last line worker `w` wrote where the launcher reads it, stderr's else stdout's, in
+ * buf[cap]; false when there is none. */
+static bool last_line(const ddp_worker_t *w, char *buf, size_t cap)
+{
+    return ddp_recent_line(&w->recent[1], buf, cap)[0] != '\0' ||
+           ddp_recent_line(&w->recent[0], buf, cap)[0] != '\0';
+}
+
 static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now)
 {
     char what[64];
@@ -802,8 +810,6 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
     else
         ddp_events_str(&fields, "signal", signame(WTERMSIG(status), what, sizeof what));
     ddp_events_str(&fields, "while", a->state == AGENT_RUNNING ? "running" : "stopping");
-    worker_event(a, w, "worker_exited", &fields);
-    ddp_buf_free(&fields);
     /* A group with nobody left may be reused by an unrelated process at once: the guard
      * forgets it now, not when the whole attempt ends (a group with members left is
      * forgotten then, after kill_leftovers; while it has members its number is taken). */
@@ -811,6 +817,12 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         (void)ddp_guard_forget(&a->guard, w->pid);
     /* What the worker printed before it died comes before what we say about it. */
     worker_drain(a, w, false);
+    char line[DDP_LAST_LINE_MAX + 1];
+    bool has_line = last_line(w, line, sizeof line);
+    if (has_line && status != 0)
+        ddp_events_str(&fields, "last_line", line);
+    worker_event(a, w, "worker_exited", &fields);
+    ddp_buf_free(&fields);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         ddp_log_debug(a->log, "worker rank %d (local rank %d, pid %d) finished", w->rank,
                       w->local_rank, (int)w->pid);
@@ -832,10 +844,8 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         ddp_log_error(a->log, "out of memory while recording a worker failure");
         return;
     }
-    char line[DDP_LAST_LINE_MAX + 1];
-    if (ddp_recent_line(&w->recent[1], line, sizeof line)[0] != '\0' ||
-        ddp_recent_line(&w->recent[0], line, sizeof line)[0] != '\0')
-        f.last_line = strdup(line); /* stderr's, else stdout's (NULL: no memory, no line) */
+    if (has_line)
+        f.last_line = strdup(line); /* NULL: no memory, no line */
     char *oom = ddp_agent_oom_message(a, w, status);
     if (oom != NULL && f.message == NULL) /* the report's line for it */
         f.message = oom;

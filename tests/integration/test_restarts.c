@@ -460,7 +460,7 @@ static void test_event_log_of_a_restart(void **state)
                           "/bin/sh",
                           "-c",
                           "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then "
-                          "exit 3; fi; sleep 0.3",
+                          "echo 'bad shard 7' >&2; exit 3; fi; sleep 0.3",
                           NULL};
     th_proc_t p;
     th_run(&p, argv, NULL, 60);
@@ -471,7 +471,7 @@ static void test_event_log_of_a_restart(void **state)
         {"job_started", "nproc_per_node=2", "max_restarts=1", "program=/bin/sh", ""},
         {"worker_started", "attempt=0", ""},
         {"worker_started", "attempt=0", ""},
-        {"worker_exited", "rank=1", "exit_code=3", "while=running", ""},
+        {"worker_exited", "rank=1", "exit_code=3", "while=running", "last_line=bad shard 7", ""},
         {"stop_sent", "signal=SIGTERM", "reason=failure", "workers=1", ""},
         {"worker_exited", "rank=0", "signal=SIGTERM", "while=stopping", ""},
         {"restart", "attempt=1", ""},
