@@ -278,7 +278,7 @@ static void test_finished_first_is_said(void **state)
 {
     const char *first[] = {th_launcher(), "--nproc-per-node=3",
                            "--no-python", "/bin/sh",
-                           "-c",          "if [ $RANK = 0 ]; then sleep 0.5; exit 3; fi",
+                           "-c",          "if [ $RANK = 0 ]; then sleep 2; exit 3; fi",
                            NULL};
     th_proc_t p;
     th_run(&p, first, NULL, 60);

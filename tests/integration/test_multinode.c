@@ -295,7 +295,7 @@ static void test_ranks_left_early_named(void **state)
     const char *n0_prog[] = {"/bin/sh", "-c", "if [ $LOCAL_RANK = 1 ]; then exec sleep 30; fi",
                              NULL};
     const char *n1_prog[] = {"/bin/sh", "-c", "exit 0", NULL};
-    const char *n2_prog[] = {"/bin/sh", "-c", "sleep 1; echo 'scratch: disk full' >&2; exit 4",
+    const char *n2_prog[] = {"/bin/sh", "-c", "sleep 3; echo 'scratch: disk full' >&2; exit 4",
                              NULL};
     job_t job;
     job_init(&job);
