@@ -799,6 +799,24 @@ static bool last_line(const ddp_worker_t *w, char *buf, size_t cap)
            ddp_recent_line(&w->recent[0], buf, cap)[0] != '\0';
 }
 
+/* Worker `w` exited 0 (at `now`, the wall clock's): the attempt's first to, while it runs,
+ * is remembered (what the others had written then, for on_wait_timer's look). */
+static void worker_finished(ddp_agent_t *a, ddp_worker_t *w, double now)
+{
+    ddp_log_debug(a->log, "worker rank %d (local rank %d, pid %d) finished", w->rank, w->local_rank,
+                  (int)w->pid);
+    w->succeeded = true;
+    if (a->state != AGENT_RUNNING || a->first_finished >= 0)
+        return;
+    a->first_finished = ddp_clock_mono();
+    a->first_finished_wall = now;
+    for (int i = 0; i < a->nworkers; i++)
+        if (a->workers[i].running)
+            a->workers[i].output_at_finish = ddp_agent_worker_output(a, &a->workers[i]);
+    if (a->nrunning > 0)
+        uv_timer_start(&a->wait_timer, on_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
+}
+
 static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now)
 {
     char what[64];
@@ -824,19 +842,7 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
     worker_event(a, w, "worker_exited", &fields);
     ddp_buf_free(&fields);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-        ddp_log_debug(a->log, "worker rank %d (local rank %d, pid %d) finished", w->rank,
-                      w->local_rank, (int)w->pid);
-        w->succeeded = true;
-        if (a->state == AGENT_RUNNING && a->first_finished < 0) {
-            a->first_finished = ddp_clock_mono();
-            a->first_finished_wall = now;
-            for (int i = 0; i < a->nworkers; i++)
-                if (a->workers[i].running)
-                    a->workers[i].output_at_finish = ddp_agent_worker_output(a, &a->workers[i]);
-            if (a->nrunning > 0)
-                uv_timer_start(&a->wait_timer, on_wait_timer, WAIT_NOTE_S * 1000,
-                               WAIT_EVERY_S * 1000);
-        }
+        worker_finished(a, w, now);
         return;
     }
     ddp_failure_t f;
@@ -1497,6 +1503,29 @@ static int peer_signal(const ddp_agent_t *a, int exit_code)
     return SIGTERM;
 }
 
+/* The rendezvous stops this node's workers: the round failed on another node (exit_code
+ * not 0), or the nodes changed. While a hang report is being made, after it. */
+static void remote_stop(ddp_agent_t *a, int exit_code, const char *message)
+{
+    if (a->hang != HANG_IDLE && a->state == AGENT_RUNNING) {
+        a->deferred_remote = true; /* after the report */
+        snprintf(a->deferred_message, sizeof a->deferred_message, "%s", message);
+        return;
+    }
+    if (a->state != AGENT_RUNNING || a->nrunning == 0)
+        return;
+    if (exit_code != 0) {
+        ddp_log_warn(a->log, "the round failed on another node (%s)", message);
+        ddp_agent_say_left_early(a);
+    } else { /* a node joined or left an elastic job: no failure */
+        ddp_log_info(a->log,
+                     "the nodes changed (%s): stopping this node's workers to re-form "
+                     "the job",
+                     message);
+    }
+    ddp_agent_begin_stop(a, SIGTERM, STOP_REMOTE);
+}
+
 static void on_rdzv_command(void *ctx)
 {
     ddp_agent_t *a = ctx;
@@ -1536,22 +1565,7 @@ static void on_rdzv_command(void *ctx)
             }
             break;
         case DDP_RDZV_CMD_STOP:
-            if (a->hang != HANG_IDLE && a->state == AGENT_RUNNING) {
-                a->deferred_remote = true; /* after the report */
-                snprintf(a->deferred_message, sizeof a->deferred_message, "%s", message);
-                break;
-            }
-            if (a->state == AGENT_RUNNING && a->nrunning > 0) {
-                if (exit_code != 0) {
-                    ddp_log_warn(a->log, "the round failed on another node (%s)", message);
-                    ddp_agent_say_left_early(a);
-                } else /* a node joined or left an elastic job: no failure */
-                    ddp_log_info(a->log,
-                                 "the nodes changed (%s): stopping this node's workers to "
-                                 "re-form the job",
-                                 message);
-                ddp_agent_begin_stop(a, SIGTERM, STOP_REMOTE);
-            }
+            remote_stop(a, exit_code, message);
             break;
         case DDP_RDZV_CMD_FINISH:
             if (a->hang != HANG_IDLE)

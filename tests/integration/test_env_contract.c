@@ -594,6 +594,35 @@ static void test_nnodes_outside_a_slurm_step_said(void **state)
     th_cleanup(&p);
 }
 
+/* --no-python's program is looked for in PATH, as torchrun's: one in the current
+ * directory only is named, with what was likely meant. */
+static void test_program_only_in_the_working_directory(void **state)
+{
+    th_proc_t p;
+    char *dir = th_tmpdir(), path[700];
+    snprintf(path, sizeof path, "%s/train.py", dir);
+    assert_true(th_touch(path));
+    snprintf(path, sizeof path, "%s/train", dir);
+    assert_true(th_touch(path) && chmod(path, 0755) == 0);
+    const char *script_here[] = {"/bin/sh",  "-c", "cd \"$1\" && exec \"$2\" --no-python \"$3\"",
+                                 "sh",       dir,  th_launcher(),
+                                 "train.py", NULL};
+    th_run(&p, script_here, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 127);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "train.py is in the current directory, which PATH "
+                                              "does not search: leave out --no-python to run it "
+                                              "with python") != NULL);
+    th_cleanup(&p);
+    script_here[6] = "train";
+    th_run(&p, script_here, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 127);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "the current directory has it, which PATH does "
+                                              "not search: give ./train\n") != NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 static void test_start_up_errors(void **state)
 {
     th_proc_t p;
@@ -627,31 +656,6 @@ static void test_start_up_errors(void **state)
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), ": Permission denied; it is not executable: chmod "
                                               "+x ") != NULL);
     th_cleanup(&p);
-
-    /* --no-python's program is looked for in PATH, as torchrun's: one in the current
-     * directory only is named, with what was likely meant. */
-    char *dir = th_tmpdir(), path[700];
-    snprintf(path, sizeof path, "%s/train.py", dir);
-    TH_ASSERT(&p, th_touch(path));
-    snprintf(path, sizeof path, "%s/train", dir);
-    TH_ASSERT(&p, th_touch(path) && chmod(path, 0755) == 0);
-    const char *script_here[] = {"/bin/sh",  "-c", "cd \"$1\" && exec \"$2\" --no-python \"$3\"",
-                                 "sh",       dir,  th_launcher(),
-                                 "train.py", NULL};
-    th_run(&p, script_here, NULL, 60);
-    TH_ASSERT(&p, th_status(&p) == 127);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "train.py is in the current directory, which PATH "
-                                              "does not search: leave out --no-python to run it "
-                                              "with python") != NULL);
-    th_cleanup(&p);
-    script_here[6] = "train";
-    th_run(&p, script_here, NULL, 60);
-    TH_ASSERT(&p, th_status(&p) == 127);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "the current directory has it, which PATH does "
-                                              "not search: give ./train\n") != NULL);
-    th_cleanup(&p);
-    th_rmtree(dir);
-    free(dir);
 
     const char *python[] = {th_launcher(), "train.py", NULL};
     const char *bad_python[] = {"PYTHON_EXEC=/nonexistent/python9", NULL};
@@ -1057,6 +1061,7 @@ int main(void)
         TH_TEST(test_nproc_per_node_xpu),
         TH_TEST(test_hello_example),
         TH_TEST(test_start_up_errors),
+        TH_TEST(test_program_only_in_the_working_directory),
         TH_TEST(test_nnodes_outside_a_slurm_step_said),
         TH_TEST(test_store_port_in_use),
         TH_TEST(test_default_port_busy_takes_a_free_one),
