@@ -204,7 +204,7 @@ int ddp_agent_signal_worker(ddp_agent_t *a, int i, int sig)
     return err;
 }
 
-static void signal_running(ddp_agent_t *a, int sig)
+void ddp_agent_signal_running(ddp_agent_t *a, int sig)
 {
     for (int i = 0; i < a->nworkers; i++) {
         if (a->workers[i].running)
@@ -275,7 +275,7 @@ static void on_kill_timer(uv_timer_t *timer)
                  a->nrunning, a->cfg->shutdown_timeout, ranks);
     a->sent_sigkill = true;
     stop_event(a, "sigkill_sent", SIGKILL);
-    signal_running(a, SIGKILL);
+    ddp_agent_signal_running(a, SIGKILL);
 }
 
 void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
@@ -736,14 +736,18 @@ static void group_finished_after_leftovers(ddp_agent_t *a)
 #define WAIT_NOTE_S  60  /* s after the first worker finished while others run: say who runs */
 #define WAIT_EVERY_S 300 /* then every WAIT_EVERY_S s */
 
-void ddp_agent_ranks_where(const ddp_agent_t *a, bool running, ddp_buf_t *out)
+int ddp_agent_ranks_where(const ddp_agent_t *a, bool running, ddp_buf_t *out)
 {
     bool *other = calloc((size_t)a->nworkers, sizeof *other); /* format_ranks names the false */
-    for (int i = 0; other != NULL && i < a->nworkers; i++)
+    int n = 0;
+    for (int i = 0; other != NULL && i < a->nworkers; i++) {
         other[i] = !(running ? a->workers[i].running : a->workers[i].succeeded);
+        n += !other[i];
+    }
     if (other != NULL)
         ddp_rdzv_format_ranks_from(out, other, a->nworkers, 8, a->rank_offset);
     free(other);
+    return n;
 }
 
 /* Some workers finished and others still run (a rank stuck, or only slower): said once a
@@ -754,8 +758,8 @@ static void on_wait_timer(uv_timer_t *timer)
     if (a->state != AGENT_RUNNING || a->nrunning == 0)
         return;
     ddp_buf_t done = DDP_BUF_INIT, running = DDP_BUF_INIT;
-    ddp_agent_ranks_where(a, false, &done);
-    ddp_agent_ranks_where(a, true, &running);
+    int ndone = ddp_agent_ranks_where(a, false, &done);
+    int nrunning = ddp_agent_ranks_where(a, true, &running);
     bool silent = true; /* nothing written by those running since the first finished */
     for (int i = 0; i < a->nworkers; i++)
         if (a->workers[i].running &&
@@ -764,9 +768,8 @@ static void on_wait_timer(uv_timer_t *timer)
     /* Silent since: more likely a wait that never ends than work. */
     ddp_log(a->log, silent ? DDP_LOG_WARN : DDP_LOG_INFO,
             "rank%s %s finished; waiting for rank%s %s (still running for %.0f s)%s",
-            strpbrk(ddp_buf_str(&done), ",-") ? "s" : "", ddp_buf_str(&done),
-            strpbrk(ddp_buf_str(&running), ",-") ? "s" : "", ddp_buf_str(&running),
-            ddp_clock_mono() - a->first_finished,
+            ndone > 1 ? "s" : "", ddp_buf_str(&done), nrunning > 1 ? "s" : "",
+            ddp_buf_str(&running), ddp_clock_mono() - a->first_finished,
             silent
                 ? "; nothing written since the first finished: a rank waiting in a collective for "
                   "a finished one (a loop left early on some ranks, data of uneven length) waits "
@@ -923,9 +926,7 @@ void ddp_agent_fail_round(ddp_agent_t *a, size_t first)
         char what[64], message[320];
         const ddp_failure_t *f = &a->failures[first];
         /* What it said, so every node's line names the cause, not only its exit. */
-        char *said = f->message != NULL     ? ddp_failure_summary(f->message)
-                     : f->last_line != NULL ? strdup(f->last_line)
-                                            : NULL;
+        char *said = ddp_failure_said(f);
         snprintf(message, sizeof message, "worker rank %d (local rank %d, pid %d) %s%s%.160s",
                  f->rank, f->local_rank, (int)f->pid, ddp_failure_describe(f, what, sizeof what),
                  said != NULL ? ": " : "", said != NULL ? said : "");
@@ -1131,7 +1132,7 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
         ddp_log_warn(a->log, "received %s again: sending SIGKILL to the workers now", name);
         a->sent_sigkill = true;
         stop_event(a, "sigkill_sent", SIGKILL);
-        signal_running(a, SIGKILL);
+        ddp_agent_signal_running(a, SIGKILL);
         return;
     }
     bool waited = a->signal_wait; /* for this signal, after it had killed workers */
@@ -1163,7 +1164,7 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
          * stop that sent this very signal (another node's, forwarded) sends it once. */
         a->stop_reason = STOP_SIGNAL;
         if (a->sent_signal != send)
-            signal_running(a, send);
+            ddp_agent_signal_running(a, send);
     }
 }
 
@@ -1178,7 +1179,7 @@ static void on_passed_signal(uv_signal_t *handle, int sig)
     ddp_log_info(a->log,
                  "received %s: passing it to the %d worker(s), which go on (--forward-signals)",
                  signame(sig, name, sizeof name), a->nrunning);
-    signal_running(a, sig);
+    ddp_agent_signal_running(a, sig);
 }
 
 /* Whether --forward-signals takes `sig` (over --signals-to-handle). */

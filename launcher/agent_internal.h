@@ -256,8 +256,8 @@ const char *ddp_agent_no_progress(ddp_agent_t *a, char *message, size_t cap);
  * node, as a warning with the likely cause; nothing where none did. Once an attempt. */
 void ddp_agent_say_left_early(ddp_agent_t *a);
 /* The global ranks of the workers that run (`running`), else that have finished, as "0-2,
- * 5", appended to `out`. */
-void ddp_agent_ranks_where(const ddp_agent_t *a, bool running, ddp_buf_t *out);
+ * 5", appended to `out`; returns how many. */
+int ddp_agent_ranks_where(const ddp_agent_t *a, bool running, ddp_buf_t *out);
 
 /* agent_hang.c. A report begins (found: by this node, else another asked for our rows;
  * stalled: by --hang-timeout, so the report ends the attempt as a failure); the report
@@ -308,6 +308,8 @@ int ddp_agent_escaped(ddp_agent_t *a, bool kill_now, double grace);
 /* agent.c: `sig` to the process group of worker i, a failure other than its being gone
  * warned of; 0 or -errno. */
 int ddp_agent_signal_worker(ddp_agent_t *a, int i, int sig);
+/* Signals the group of every running worker. */
+void ddp_agent_signal_running(ddp_agent_t *a, int sig);
 
 /* agent_pause.c: Ctrl-Z (SIGTSTP) stops the running workers with the launcher, and they
  * continue with it; its handle made (by setup_loop) and started, unless SIGTSTP was

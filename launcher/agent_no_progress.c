@@ -65,10 +65,9 @@ static char *start_failure(const ddp_agent_t *a)
     if (a->nfailures == 0)
         return NULL;
     const ddp_failure_t *root = &a->failures[ddp_report_root(a->failures, a->nfailures)];
-    const char *said = root->message != NULL ? root->message : root->last_line;
-    if (root->host != NULL || said == NULL || root->timestamp - a->attempt_began > START_FAILURE_S)
+    if (root->host != NULL || root->timestamp - a->attempt_began > START_FAILURE_S)
         return NULL;
-    char what[64], *summary = ddp_failure_summary(said), *how = NULL;
+    char what[64], *summary = ddp_failure_said(root), *how = NULL;
     if (summary != NULL &&
         asprintf(&how, "%s: %s", ddp_failure_describe(root, what, sizeof what), summary) < 0)
         how = NULL;

@@ -62,9 +62,7 @@ static void on_winch(uv_signal_t *handle, int sig)
 {
     ddp_agent_t *a = handle->data;
     ddp_output_resize(&a->output);
-    for (int i = 0; i < a->nworkers; i++)
-        if (a->workers[i].running)
-            (void)ddp_agent_signal_worker(a, i, sig);
+    ddp_agent_signal_running(a, sig);
 }
 
 void ddp_agent_pause_init(ddp_agent_t *a)

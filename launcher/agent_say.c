@@ -188,14 +188,13 @@ static void say_stopped(const ddp_agent_t *a)
 static void say_left_early(const ddp_agent_t *a, double ago, const char *before)
 {
     ddp_buf_t done = DDP_BUF_INIT;
-    ddp_agent_ranks_where(a, false, &done);
+    int n = ddp_agent_ranks_where(a, false, &done);
     ddp_log_warn(a->log,
                  "%srank%s %s had finished (exit 0) %.1f s before %s, while other ranks ran: a "
                  "rank that leaves the training loop early (a break on some ranks, data of "
                  "uneven length) makes the collectives of the others fail (gloo: \"Connection "
                  "closed by peer\") or wait for good (NCCL)",
-                 a->rdzv != NULL ? "this node's " : "",
-                 strpbrk(ddp_buf_str(&done), ",-") != NULL ? "s" : "", ddp_buf_str(&done),
+                 a->rdzv != NULL ? "this node's " : "", n > 1 ? "s" : "", ddp_buf_str(&done),
                  ago > 0 ? ago : 0.0, before);
     ddp_buf_free(&done);
 }

@@ -211,6 +211,12 @@ char *ddp_failure_summary(const char *message)
     return strndup(start, (size_t)(end - start));
 }
 
+char *ddp_failure_said(const ddp_failure_t *f)
+{
+    const char *said = f->message != NULL ? f->message : f->last_line;
+    return said != NULL ? ddp_failure_summary(said) : NULL;
+}
+
 const char *ddp_failure_describe(const ddp_failure_t *f, char *buf, size_t cap)
 {
     char name[32];

@@ -52,6 +52,10 @@ int ddp_failure_from_json(const char *line, size_t len, ddp_failure_t *f);
  * exception raised, "ValueError: bad batch"), else the first line. */
 char *ddp_failure_summary(const char *message);
 
+/* What failure `f` said, in one line, malloc'd: its message's summary, else its last
+ * line; NULL when it said nothing (or no memory). */
+char *ddp_failure_said(const ddp_failure_t *f);
+
 /* The failure's status as a shell reports it: the exit code, or 128+N for signal N. */
 int ddp_failure_status(const ddp_failure_t *f);
 
