@@ -188,16 +188,32 @@ ddp_gpu_memory_t *ddp_gpu_memory_open(void)
     return m;
 }
 
+/* What processes hold on `device`: _v2's `used`, without the driver's reservation, where
+ * the driver has it; else the first version's, which counts the reservation. */
+static int device_memory_used(ddp_nvml_t *nvml, void *device, unsigned long long *used)
+{
+    ddp_nvml_memory_v2_t v2 = {.version = DDP_NVML_MEMORY_V2};
+    if (nvml->memory_v2 != NULL && nvml->memory_v2(device, &v2) == DDP_NVML_SUCCESS) {
+        *used = v2.used;
+        return 0;
+    }
+    ddp_nvml_memory_t v1;
+    if (nvml->memory(device, &v1) != DDP_NVML_SUCCESS)
+        return -EIO;
+    *used = v1.used;
+    return 0;
+}
+
 int ddp_gpu_memory_used(ddp_gpu_memory_t *m, unsigned long long *used, int *gpu)
 {
     unsigned long long most = 0;
     int at = 0;
     for (unsigned int i = 0; i < m->n; i++) {
-        ddp_nvml_memory_t info;
-        if (m->nvml.memory(m->devices[i], &info) != DDP_NVML_SUCCESS)
+        unsigned long long held;
+        if (device_memory_used(&m->nvml, m->devices[i], &held) != 0)
             return -EIO;
-        if (info.used > most) {
-            most = info.used;
+        if (held > most) {
+            most = held;
             at = (int)i;
         }
     }

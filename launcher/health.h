@@ -28,8 +28,9 @@ typedef struct ddp_gpu_memory_s ddp_gpu_memory_t;
 /* Loads NVML; NULL where there is no driver or no GPU (nothing to wait for). */
 ddp_gpu_memory_t *ddp_gpu_memory_open(void);
 
-/* The most memory in use on one GPU (bytes) and that GPU's index. Returns 0, or -EIO when
- * NVML fails (the wait then ends). */
+/* The most memory processes hold on one GPU (bytes; the driver's own reservation apart
+ * where NVML tells it apart) and that GPU's index. Returns 0, or -EIO when NVML fails (the
+ * wait then ends). */
 int ddp_gpu_memory_used(ddp_gpu_memory_t *m, unsigned long long *used, int *gpu);
 
 void ddp_gpu_memory_close(ddp_gpu_memory_t *m);

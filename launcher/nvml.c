@@ -28,6 +28,7 @@ int ddp_nvml_open(ddp_nvml_t *n, ddp_buf_t *why)
     LOAD(n, "nvmlDeviceGetRemappedRows", remap);
     LOAD(n, "nvmlDeviceGetTotalEccErrors", ecc);
     LOAD(n, "nvmlDeviceGetMemoryInfo", memory);
+    LOAD(n, "nvmlDeviceGetMemoryInfo_v2", memory_v2);
     LOAD(n, "nvmlErrorString", error);
     if (init == NULL || n->shutdown == NULL || n->count == NULL || n->handle == NULL) {
         ddp_buf_puts(why, "the NVIDIA driver's NVML lacks a function ddp-launch uses");

@@ -15,10 +15,19 @@ typedef struct {
     char bus_id[32];
 } ddp_nvml_pci_t;
 
-/* nvmlMemory_t. */
+/* nvmlMemory_t: `used` counts the driver's own reservation (about 600 MiB of an H200). */
 typedef struct {
     unsigned long long total, free, used;
 } ddp_nvml_memory_t;
+
+/* nvmlMemory_v2_t (drivers from R510): `used` is what processes hold, the reservation apart.
+ * `version` is DDP_NVML_MEMORY_V2. */
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} ddp_nvml_memory_v2_t;
+
+#define DDP_NVML_MEMORY_V2 ((unsigned int)sizeof(ddp_nvml_memory_v2_t) | 2U << 24)
 
 enum { DDP_NVML_SUCCESS = 0, DDP_NVML_FEATURE_ENABLED = 1 };
 
@@ -35,6 +44,7 @@ typedef struct ddp_nvml_s {
                  unsigned int *pending, unsigned int *failed);
     int (*ecc)(void *device, int error_type, int counter_type, unsigned long long *count);
     int (*memory)(void *device, ddp_nvml_memory_t *memory);
+    int (*memory_v2)(void *device, ddp_nvml_memory_v2_t *memory);
     const char *(*error)(int result);
 } ddp_nvml_t;
 

@@ -8,6 +8,9 @@
  *   FAKE_NVML_INIT_FAILS=1            nvmlInit_v2 fails (a driver that is not loaded)
  *   FAKE_NVML_USED_MIB=M:N            every GPU has M MiB in use for the first N memory
  *                                     queries of GPU 0 since the library was loaded, then 0
+ *   FAKE_NVML_RESERVED_MIB=R          the driver keeps R MiB of each GPU for itself: "used"
+ *                                     to nvmlDeviceGetMemoryInfo, not to its _v2
+ *   FAKE_NVML_NO_V2=1                 nvmlDeviceGetMemoryInfo_v2 is not supported
  * Each GPU's UUID is GPU-00000000-0000-0000-0000-00000000000I (I its index). It is built by
  * the tests only, put on the loader's path of the launcher under test, and never
  * installed. */
@@ -66,21 +69,52 @@ const char *nvmlErrorString(int result);
 typedef struct {
     unsigned long long total, free, used;
 } fake_memory_t;
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} fake_memory_v2_t;
 int nvmlDeviceGetMemoryInfo(void *device, fake_memory_t *memory);
+int nvmlDeviceGetMemoryInfo_v2(void *device, fake_memory_v2_t *memory);
 
-int nvmlDeviceGetMemoryInfo(void *device, fake_memory_t *memory)
+/* The memory the processes hold on `device` (FAKE_NVML_USED_MIB), and the driver's own. */
+static void memory_now(void *device, unsigned long long *used, unsigned long long *reserved)
 {
     static int queries; /* of GPU 0, since the library was loaded */
     const char *v = getenv("FAKE_NVML_USED_MIB");
+    const char *r = getenv("FAKE_NVML_RESERVED_MIB");
     unsigned long long mib = 0;
     int polls = 0;
     if (v != NULL && sscanf(v, "%llu:%d", &mib, &polls) != 2)
         mib = 0;
     if (index_of(device) == 0)
         queries++;
+    *used = queries <= polls ? mib << 20 : 0;
+    *reserved = r != NULL ? strtoull(r, NULL, 10) << 20 : 0;
+}
+
+/* The first version counts the driver's reservation as used, as the real one does. */
+int nvmlDeviceGetMemoryInfo(void *device, fake_memory_t *memory)
+{
+    unsigned long long used, reserved;
+    memory_now(device, &used, &reserved);
     memory->total = 80ULL << 30;
-    memory->used = queries <= polls ? mib << 20 : 0;
+    memory->used = used + reserved;
     memory->free = memory->total - memory->used;
+    return OK;
+}
+
+int nvmlDeviceGetMemoryInfo_v2(void *device, fake_memory_v2_t *memory)
+{
+    if (getenv("FAKE_NVML_NO_V2") != NULL)
+        return NOT_SUPPORTED;
+    if (memory->version != ((unsigned int)sizeof *memory | 2U << 24))
+        return INVALID_ARGUMENT;
+    unsigned long long used, reserved;
+    memory_now(device, &used, &reserved);
+    memory->total = 80ULL << 30;
+    memory->reserved = reserved;
+    memory->used = used;
+    memory->free = memory->total - used - reserved;
     return OK;
 }
 

@@ -293,7 +293,8 @@ static void test_health_check_nvml(void **state)
 }
 
 /* Before a restart, the GPUs' memory (NVML: the tests' stand-in) is waited for until it is
- * under 512 MiB, and said; past --gpu-memory-reclaim-timeout the job goes on, said too. */
+ * under 512 MiB, and said; past --gpu-memory-reclaim-timeout the job goes on, said too. The
+ * driver's own reservation (over 512 MiB on an H200) is not waited for. */
 static void test_gpu_memory_reclaimed_before_restart(void **state)
 {
     const char *fake = getenv("DDP_TEST_FAKE_NVML_DIR");
@@ -330,6 +331,13 @@ static void test_gpu_memory_reclaimed_before_restart(void **state)
     th_run(&p, short_argv, stays, 60);
     TH_ASSERT(&p, th_status(&p) == 0 && th_now() - started < 20);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "GPU 0 still has 4096 MiB in use after 0.") != NULL);
+    th_cleanup(&p);
+
+    const char *reserved[] = {path, "FAKE_NVML_GPUS=0000:01:00.0", "FAKE_NVML_RESERVED_MIB=700",
+                              NULL};
+    th_run(&p, argv, reserved, 60);
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "attempt 1") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "still has") == NULL);
     th_cleanup(&p);
 }
 
