@@ -1342,8 +1342,6 @@ out:
     return err;
 }
 
-/* Starts attempt a->attempt. On failure the started workers are stopped (or the agent
- * finished when none started) and the error is returned. */
 /* A one-node job's health check before each attempt (a multi-node job's runs on the
  * rendezvous thread before each join): unhealthy, the job ends (5) before any worker. */
 static bool healthy_here(ddp_agent_t *a)
@@ -1352,7 +1350,10 @@ static bool healthy_here(ddp_agent_t *a)
         return true;
     ddp_buf_t why = DDP_BUF_INIT;
     bool healthy = ddp_health_check(a->cfg, &why) == 0;
-    if (!healthy) {
+    if (healthy) {
+        ddp_log_info(a->log, "health check before attempt %d passed: %s", a->attempt,
+                     ddp_buf_str(&why));
+    } else {
         ddp_log_error(a->log,
                       "this node failed its health check before attempt %d: %s; no worker "
                       "started",
@@ -1365,6 +1366,8 @@ static bool healthy_here(ddp_agent_t *a)
     return healthy;
 }
 
+/* Starts attempt a->attempt. On failure the started workers are stopped (or the agent
+ * finished when none started) and the error is returned. */
 static int group_start(ddp_agent_t *a)
 {
     if (!healthy_here(a))

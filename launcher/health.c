@@ -48,7 +48,7 @@ static int check_paths(const char *paths, ddp_buf_t *why)
 
 /* With --nproc-per-node=gpu the node was sized by its GPUs: a GPU gone since (fallen off the
  * bus, the driver wedged) is a node that would start fewer workers than the job expects. */
-static int check_gpu_count(const ddp_launch_config_t *cfg, ddp_buf_t *why)
+static int check_gpu_count(const ddp_launch_config_t *cfg, ddp_buf_t *why, int *visible)
 {
     int count = 0;
     ddp_buf_t reason = DDP_BUF_INIT;
@@ -62,6 +62,7 @@ static int check_gpu_count(const ddp_launch_config_t *cfg, ddp_buf_t *why)
                        cfg->nproc_per_node);
         rc = 1;
     }
+    *visible = count;
     ddp_buf_free(&reason);
     return rc;
 }
@@ -70,9 +71,11 @@ enum { NVML_UNCORRECTED = 1, NVML_VOLATILE = 0 };
 
 /* Through NVML, where the driver is: a page retirement pending, a failed row remap, or
  * uncorrectable ECC errors since the driver loaded, on any GPU. A missing driver or a
- * query a GPU does not support is no finding. */
-static int check_nvml(ddp_buf_t *why)
+ * query a GPU does not support is no finding. `looked` gets the GPUs NVML answered for
+ * (-1: no NVML). */
+static int check_nvml(ddp_buf_t *why, int *looked)
 {
+    *looked = -1;
     ddp_nvml_t nvml;
     ddp_buf_t ignored = DDP_BUF_INIT;
     int opened = ddp_nvml_open(&nvml, &ignored);
@@ -83,6 +86,7 @@ static int check_nvml(ddp_buf_t *why)
     int rc = 0;
     if (nvml.count(&n) != DDP_NVML_SUCCESS)
         n = 0;
+    *looked = 0;
     for (unsigned int i = 0; i < n && rc == 0; i++) {
         void *device;
         int state = 0;
@@ -90,6 +94,7 @@ static int check_nvml(ddp_buf_t *why)
         unsigned long long errors = 0;
         if (nvml.handle(i, &device) != DDP_NVML_SUCCESS)
             continue;
+        ++*looked;
         if (nvml.pending != NULL && nvml.pending(device, &state) == DDP_NVML_SUCCESS &&
             state == DDP_NVML_FEATURE_ENABLED) {
             ddp_buf_printf(why, "GPU %u (NVML): a page retirement is pending (reset the GPU)", i);
@@ -149,15 +154,28 @@ static int check_command(const char *command, double timeout, ddp_buf_t *why)
 
 int ddp_health_check(const ddp_launch_config_t *cfg, ddp_buf_t *why)
 {
-    int rc = 0;
-    if (cfg->health_paths != NULL)
-        rc = check_paths(cfg->health_paths, why);
-    if (rc == 0 && cfg->nproc_kind == DDP_NPROC_GPU)
-        rc = check_gpu_count(cfg, why);
-    if (rc == 0 && ddp_health_checks_apply(cfg))
-        rc = check_nvml(why);
-    if (rc == 0 && cfg->health_command != NULL)
-        rc = check_command(cfg->health_command, cfg->health_timeout, why);
+    ddp_buf_t passed = DDP_BUF_INIT;
+    int rc = 0, visible = 0, looked = -1;
+    if (cfg->health_paths != NULL && (rc = check_paths(cfg->health_paths, why)) == 0)
+        ddp_buf_printf(&passed, "paths %s readable; ", cfg->health_paths);
+    if (rc == 0 && cfg->nproc_kind == DDP_NPROC_GPU &&
+        (rc = check_gpu_count(cfg, why, &visible)) == 0)
+        ddp_buf_printf(&passed, "%d GPU(s) visible; ", visible);
+    if (rc == 0 && ddp_health_checks_apply(cfg) && (rc = check_nvml(why, &looked)) == 0) {
+        if (looked < 0)
+            ddp_buf_puts(&passed, "no NVML; ");
+        else
+            ddp_buf_printf(&passed,
+                           "NVML: %d GPU(s) without a pending page retirement, failed "
+                           "row remap or uncorrectable ECC error; ",
+                           looked);
+    }
+    if (rc == 0 && cfg->health_command != NULL &&
+        (rc = check_command(cfg->health_command, cfg->health_timeout, why)) == 0)
+        ddp_buf_puts(&passed, "--health-check exited 0; ");
+    if (rc == 0 && passed.len >= 2) /* without the last "; " */
+        ddp_buf_printf(why, "%.*s", (int)passed.len - 2, ddp_buf_str(&passed));
+    ddp_buf_free(&passed);
     return rc;
 }
 

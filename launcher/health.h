@@ -14,8 +14,8 @@
 #include "buf.h"
 #include "config.h"
 
-/* Runs every check that applies. Returns 0 when the node is healthy; 1 with `why` ("check:
- * reason") when it is not; -ENOMEM. */
+/* Runs every check that applies. Returns 0 when the node is healthy, `why` then saying what
+ * was checked; 1 with `why` ("check: reason") when it is not; -ENOMEM. */
 int ddp_health_check(const ddp_launch_config_t *cfg, ddp_buf_t *why);
 
 /* Whether any check applies to `cfg` (one given, or --nproc-per-node=gpu). */

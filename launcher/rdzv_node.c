@@ -580,6 +580,7 @@ static bool healthy_to_join(ddp_rdzv_t *r)
         return true;
     ddp_buf_t why = DDP_BUF_INIT;
     if (ddp_health_check(cfg, &why) == 0) {
+        ddp_log_info(r->log, "health check before joining passed: %s", ddp_buf_str(&why));
         ddp_buf_free(&why);
         return true;
     }

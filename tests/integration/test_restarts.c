@@ -256,7 +256,8 @@ static void test_health_check_before_each_attempt(void **state)
 }
 
 /* The NVML checks, against the tests' stand-in libnvidia-ml.so.1: each finding makes the
- * node unhealthy, naming the GPU; a clean report and a driver that fails are healthy. */
+ * node unhealthy, naming the GPU; a clean report and a driver that fails are healthy, and
+ * the info line says what was checked. */
 static void test_health_check_nvml(void **state)
 {
     const char *fake = getenv("DDP_TEST_FAKE_NVML_DIR");
@@ -270,19 +271,19 @@ static void test_health_check_nvml(void **state)
         {"FAKE_NVML_ECC=1:3", "GPU 1 (NVML): 3 uncorrectable ECC error(s) since the driver loaded"},
         {"FAKE_NVML_PENDING=0", "GPU 0 (NVML): a page retirement is pending"},
         {"FAKE_NVML_REMAP_FAILED=1", "GPU 1 (NVML): a row remapping failed"},
-        {"FAKE_NVML_ECC=1:0", NULL},
-        {"FAKE_NVML_INIT_FAILS=1", NULL},
+        {"FAKE_NVML_ECC=1:0", "passed: paths /tmp readable; NVML: 2 GPU(s) without a pending"},
+        {"FAKE_NVML_INIT_FAILS=1", "passed: paths /tmp readable; no NVML"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *env[] = {path, "FAKE_NVML_GPUS=0000:01:00.0,0000:02:00.0", cases[i].finding,
-                             NULL};
+                             "DDP_LAUNCH_LOG_LEVEL=info", NULL};
         const char *argv[] = {
             th_launcher(), "--health-check-path=/tmp", "--no-python", "/bin/echo", "started", NULL};
         th_proc_t p;
         th_run(&p, argv, env, 60);
-        if (cases[i].said != NULL) {
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), cases[i].said) != NULL);
+        if (strncmp(cases[i].said, "passed", 6) != 0) {
             TH_ASSERT(&p, th_status(&p) == 5);
-            TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), cases[i].said) != NULL);
             TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "started") == NULL);
         } else {
             TH_ASSERT(&p, th_status(&p) == 0);
