@@ -6,12 +6,18 @@
 #                             cmocka, OpenBLAS with libgfortran and libquadmath, libunwind)
 #                             and Debian's FashionMNIST into .gpu-carry.tar.xz (about
 #                             40 MB; the repository ignores it)
-#   tests/gpu/check.sh run    there (the device tool's run, carrying .gpu-carry.tar.xz):
+#   tests/gpu/check.sh run [SECONDS]
+#                             there (the device tool's run, carrying .gpu-carry.tar.xz):
 #                             unpacks it, finds CUDA and NCCL beside the machine's torch,
-#                             runs the gpu suite, the integration and torch tests against
-#                             that torch, and one epoch of the C example against PyTorch's
-#                             on the same GPU, a --numa-binding=node job, a warm
-#                             restart with NCCL (bench/restart), then prints one table
+#                             and runs, most wanted first: the gpu suite; NVML on the real
+#                             driver (health checks, the memory wait before a restart);
+#                             more workers than GPUs (C and PyTorch examples); an epoch of
+#                             the C example against PyTorch's on the same GPU; a warm
+#                             restart with NCCL (bench/restart); a --numa-binding=node job;
+#                             then the integration and torch suites side by side in what
+#                             is left of SECONDS (default 1800). Prints one table; with
+#                             DDP_GPU_CHECK_OUT=DIR each row is also added to DIR/table.txt
+#                             as it comes, and the logs are copied there at the end
 #
 # The lent machine (reference/gpu-machine.md) has torch, CUDA and NCCL in python3's venv
 # and no libuv, cmocka, OpenBLAS, dataset, eu-stack or gdb, and downloads nothing. Where
@@ -45,15 +51,20 @@ pack() {
     cp -a "$build/worker/python" "$stage/build/worker/"
     for f in ddp-test-worker ddp-test-store ddp-test-collectives ddp-test-nccl gtest_nccl \
         itest_env_contract itest_exit_codes itest_restarts itest_signals itest_output \
-        itest_store itest_python itest_libddp itest_multinode itest_fashion itest_torch; do
+        itest_store itest_python itest_libddp itest_multinode itest_progress itest_fashion itest_torch; do
         [ -e "$build/tests/$f" ] && cp -a "$build/tests/$f" "$stage/build/tests/"
     done
+    # What the integration suites load: the stand-in NVML, the stepped clock.
+    cp -a "$build/tests/fake_nvml" "$stage/build/tests/"
+    rm -rf "$stage/build/tests/fake_nvml/"*.p
+    cp -a "$build/tests/libclock-step.so" "$stage/build/tests/"
     for f in ddp-hello fashion-mnist fashion-mnist-cuda.so; do
         [ -e "$build/examples/$f" ] && cp -a "$build/examples/$f" "$stage/build/examples/"
     done
     # What the lent machine lacks: everything ldd finds but glibc, libgcc_s and what
     # CUDA's and NCCL's wheels bring (found beside torch there); libunwind is dlopen'd.
-    for lib in $(libs_of "$stage"/build/*/*) /usr/lib/x86_64-linux-gnu/libunwind.so.8 \
+    for lib in $(libs_of "$stage"/build/*/* "$stage"/build/tests/*/*) \
+        /usr/lib/x86_64-linux-gnu/libunwind.so.8 \
         /usr/lib/x86_64-linux-gnu/libunwind-x86_64.so.8 \
         /usr/lib/x86_64-linux-gnu/libunwind-ptrace.so.0; do
         case "$(basename "$lib")" in
@@ -74,42 +85,91 @@ pack() {
 rows=""
 failed=0
 row() {
-    rows="$rows$(printf '%-34s %-28s %s' "$1" "$2" "$3")
+    line=$(printf '%-38s %-44s %s' "$1" "$2" "$3")
+    rows="$rows$line
 "
+    [ -z "${DDP_GPU_CHECK_OUT:-}" ] || echo "$line" >>"$DDP_GPU_CHECK_OUT/table.txt"
 }
 
-run_test() { # name, seconds allowed, command...
+# Seconds left of run's budget.
+left() {
+    echo $((budget - ($(date +%s) - began)))
+}
+
+logname() {
+    echo "$work/logs/$(echo "$1" | tr -c 'a-zA-Z0-9_\n' '-').log"
+}
+
+# A finished command's row: name, status, seconds taken, log.
+judge() {
+    case $2 in
+    0) row "$1" "ok" "${3} s" ;;
+    77) row "$1" "skipped: $(grep -m1 -i skip "$4" | sed 's/^skipped: *//' | cut -c1-40)" "${3} s" ;;
+    124) row "$1" "TIMED OUT" "${3} s" && failed=1 ;;
+    *) row "$1" "FAILED ($2): see $(basename "$4")" "${3} s" && failed=1 ;;
+    esac
+}
+
+run_test() { # name, seconds allowed (at most what is left), command...
     name=$1 limit=$2
     shift 2
-    log="$work/logs/$(echo "$name" | tr -c 'a-zA-Z0-9_\n' '-').log"
+    [ "$(left)" -lt "$limit" ] && limit=$(left)
+    if [ "$limit" -lt 10 ]; then
+        row "$name" "not run: out of time" ""
+        return
+    fi
+    log=$(logname "$name")
     start=$(date +%s)
     set +e
     timeout "$limit" "$@" >"$log" 2>&1
     status=$?
     set -e
-    took=$(($(date +%s) - start))
-    case $status in
-    0) row "$name" "ok" "${took} s" ;;
-    77) row "$name" "skipped: $(grep -m1 -i skip "$log" | sed 's/^skipped: *//' | cut -c1-60)" "${took} s" ;;
-    124) row "$name" "TIMED OUT" "${took} s" && failed=1 ;;
-    *) row "$name" "FAILED ($status): see $log" "${took} s" && failed=1 ;;
-    esac
+    judge "$name" "$status" $(($(date +%s) - start)) "$log"
 }
 
-epoch() { # name, command...: the epoch's samples/s from its "done in" line
+# The suites named (itest_NAME; "torch" runs itest_torch against this machine's torch) side
+# by side, each bounded by what is left.
+run_suites() {
+    limit=$(left)
+    pids="" names=""
+    for t in "$@"; do
+        [ -x "$b/tests/itest_$t" ] || continue
+        log=$(logname "suite $t")
+        arg=""
+        [ "$t" = torch ] && arg=python
+        (
+            start=$(date +%s)
+            set +e
+            timeout "$limit" "$b/tests/itest_$t" $arg >"$log" 2>&1
+            echo "$? $(($(date +%s) - start))" >"$log.status"
+        ) &
+        names="$names $t"
+    done
+    wait
+    for t in $names; do
+        log=$(logname "suite $t")
+        read -r status took <"$log.status" || status=1 took=0
+        judge "integration $t" "$status" "$took" "$log"
+    done
+}
+
+epoch() { # name, command...: the epoch's samples/s from its "done in" line (and the C
+    # example's time a step, with what of it waits for the all-reduce)
     name=$1
     shift
-    log="$work/logs/$(echo "$name" | tr -c 'a-zA-Z0-9_\n' '-').log"
+    log=$(logname "$name")
     set +e
-    timeout 900 "$@" >"$log" 2>&1
+    timeout 300 "$@" >"$log" 2>&1
     status=$?
     set -e
     rate=$(sed -n 's/.*done in \([0-9.]*\) s: \([0-9]*\) samples\/s.*/\2 samples\/s (\1 s)/p' "$log" |
         tail -1)
+    step=$(sed -n 's/.*; \([0-9.]*\) ms a step, \([0-9.]*\) ms of it waiting.*/; \1 ms a step, \2 all-reduce wait/p' \
+        "$log" | tail -1)
     if [ "$status" = 0 ] && [ -n "$rate" ]; then
-        row "$name" "$rate" ""
+        row "$name" "$rate$step" ""
     else
-        row "$name" "FAILED ($status): see $log" ""
+        row "$name" "FAILED ($status): see $(basename "$log")" ""
         failed=1
     fi
 }
@@ -136,6 +196,8 @@ numa_check() {
 }
 
 run() {
+    budget=${1:-1800}
+    began=$(date +%s)
     [ -f "$carry" ] || {
         echo "check.sh: no $carry: run 'tests/gpu/check.sh pack' where the build is" >&2
         exit 2
@@ -169,41 +231,141 @@ print(":".join(sorted(d for p in nvidia.__path__ for d in glob.glob(os.path.join
         DDP_TEST_SOURCE_DIR="$root" DDP_TEST_PYTHON="$python" DDP_TEST_TORCH_PYTHON="$python" \
         DDP_LAUNCH_LOG_LEVEL=info PET_MASTER_PORT=0 DDP_TEST_NCCL_WORKER="$b/tests/ddp-test-nccl" \
         DDP_TEST_FASHION="$b/examples/fashion-mnist" DDP_TEST_FASHION_GPU=1 \
-        DDP_TEST_CUDA_ROOT=/usr/local/cuda PYTHON_EXEC="$python"
+        DDP_TEST_CUDA_ROOT=/usr/local/cuda PYTHON_EXEC="$python" \
+        DDP_TEST_FAKE_NVML_DIR="$b/tests/fake_nvml" DDP_TEST_CLOCK_STEP_LIB="$b/tests/libclock-step.so" \
+        DDP_TEST_BUILD_DIR="$b"
     machine=$( (nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null ||
         echo "no GPU seen") | head -1)
     torch=$("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda,
 "NCCL", ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "")' \
         2>/dev/null || echo "no torch")
-    [ -x "$b/tests/gtest_nccl" ] && run_test "gpu suite" 900 "$b/tests/gtest_nccl"
-    for t in env_contract exit_codes restarts signals output store python libddp multinode \
-        fashion; do
-        [ -x "$b/tests/itest_$t" ] && run_test "integration $t" 600 "$b/tests/itest_$t"
-    done
-    run_test "numa binding (node)" 60 "$root/tests/gpu/check.sh" numa "$b" "$work/logs"
-    [ -x "$b/tests/itest_torch" ] && run_test "torch (this machine's)" 1200 "$b/tests/itest_torch" python
-    # --warm-restarts with NCCL: crash -> the restarted rank's first all-reduce, cold and
-    # warm (issue 38's target: warm <= 1.5 s); its table is in the log.
-    run_test "warm restart, NCCL (bench/restart)" 600 "$root/bench/restart" --build "$b" \
-        --backend nccl --nproc 1 --runs 3 --python "$python" --torchrun none
+    [ -z "${DDP_GPU_CHECK_OUT:-}" ] || echo "GPU check on: $machine; torch $torch" \
+        >"$DDP_GPU_CHECK_OUT/table.txt"
+    [ -x "$b/tests/gtest_nccl" ] && run_test "gpu suite" 300 "$b/tests/gtest_nccl"
+    self="$root/tests/gpu/check.sh"
+    run_test "NVML: health checks pass" 60 "$self" nvml health "$b" "$work"
+    run_test "NVML: a killed worker's memory" 120 "$self" nvml killed "$b" "$work"
+    run_test "NVML: memory held elsewhere waited" 120 "$self" nvml held "$b" "$work"
+    run_test "more workers than GPUs: C example" 120 "$self" fewer c "$b" "$data"
+    run_test "more workers than GPUs: PyTorch" 300 "$self" fewer torch "$b" "$data"
     epoch "C example, 1 GPU, batch 64" "$b/launcher/ddp-launch" --nproc-per-node=1 --no-python \
         "$b/examples/fashion-mnist" --device cuda --epochs 1 --data "$data"
+    epoch "C example, 1 GPU, batch 256" "$b/launcher/ddp-launch" --nproc-per-node=1 --no-python \
+        "$b/examples/fashion-mnist" --device cuda --epochs 1 --batch-size 256 --data "$data"
     epoch "PyTorch example, 1 GPU, batch 64" "$b/launcher/ddp-launch" --nproc-per-node=1 \
         examples/torch/train_fashion.py --device cuda --epochs 1 --data "$data"
+    # --warm-restarts with NCCL: crash -> the restarted rank's first all-reduce, cold, warm
+    # and torchrun (issue 38's target: warm <= 1.5 s); its table is in the log.
+    torchrun=$(dirname "$python")/torchrun
+    [ -x "$torchrun" ] || torchrun=none
+    run_test "warm restart, NCCL (bench/restart)" 240 "$root/bench/restart" --build "$b" \
+        --backend nccl --nproc 1 --runs 3 --python "$python" --torchrun "$torchrun"
+    run_test "numa binding (node)" 60 "$self" numa "$b" "$work/logs"
+    run_suites env_contract exit_codes restarts signals output store python libddp multinode \
+        progress fashion torch
     echo
     echo "GPU check on: $machine; torch $torch; $(uname -sr)"
-    printf '%-34s %-28s %s\n' "what" "result" "time"
+    printf '%-38s %-44s %s\n' "what" "result" "time"
     printf '%s' "$rows"
     echo "logs: $work/logs"
+    [ -z "${DDP_GPU_CHECK_OUT:-}" ] || tar -C "$work" -czf "$DDP_GPU_CHECK_OUT/logs.tar.gz" logs
     exit $failed
+}
+
+gpus() { # how many GPUs this machine's driver shows
+    nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
+}
+
+# NVML on the real driver (check.sh nvml CASE BUILD WORK, which run() runs, bounded):
+#   health  a --nproc-per-node=gpu job's health check passes, NVML answering for every GPU
+#   killed  a worker holding 8 GiB is SIGKILLed: the restart does not wait out
+#           --gpu-memory-reclaim-timeout (the driver frees a dead process's memory)
+#   held    another process holds 4 GiB for 6 s when a worker fails: the restart waits until
+#           it lets go, and says so
+nvml_check() {
+    b=$2 work=$3
+    launcher="$b/launcher/ddp-launch"
+    case $1 in
+    health)
+        out=$(DDP_LAUNCH_LOG_LEVEL=info "$launcher" --nproc-per-node=gpu --health-check-path=/ \
+            --no-python /bin/echo started 2>&1) || { echo "$out"; return 1; }
+        echo "$out"
+        echo "$out" | grep -q "passed: paths / readable; $(gpus) GPU(s) visible; NVML: $(gpus) GPU(s) without"
+        ;;
+    killed)
+        cat >"$work/hold_and_die.py" <<'PY'
+import os, signal, torch
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    held = torch.ones(8 << 30, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    print("holding", held.numel() >> 20, "MiB", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+print("attempt", os.environ["TORCHELASTIC_RESTART_COUNT"], flush=True)
+PY
+        started=$(date +%s)
+        out=$("$launcher" --max-restarts=1 --gpu-memory-reclaim-timeout=30 \
+            "$work/hold_and_die.py" 2>&1) || { echo "$out"; return 1; }
+        echo "$out"
+        echo "took $(($(date +%s) - started)) s"
+        echo "$out" | grep -q "holding 8192 MiB" && echo "$out" | grep -q "attempt 1" &&
+            ! echo "$out" | grep -q "in use after"
+        ;;
+    held)
+        rm -f "$work/held"
+        python3 -c 'import sys, time, torch
+held = torch.ones(4 << 30, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+open(sys.argv[1], "w").close()
+time.sleep(6)' "$work/held" &
+        holder=$!
+        i=0
+        while [ ! -e "$work/held" ] && [ $i -lt 600 ] && kill -0 $holder 2>/dev/null; do
+            sleep 0.1
+            i=$((i + 1))
+        done
+        out=$("$launcher" --max-restarts=1 --no-python /bin/sh -c \
+            '[ "$TORCHELASTIC_RESTART_COUNT" = 1 ] || exit 3; echo attempt 1' 2>&1) || true
+        kill $holder 2>/dev/null || true
+        wait $holder || true
+        echo "$out"
+        echo "$out" | grep -q "attempt 1" &&
+            echo "$out" | grep -q "still has [0-9]* MiB in use: waiting up to" &&
+            echo "$out" | grep -q "back under 512 MiB after"
+        ;;
+    esac
+}
+
+# More workers than GPUs (check.sh fewer c|torch BUILD DATA): the C example with --device
+# cuda fails, every rank without a GPU saying so; the PyTorch example trains on the CPU
+# with gloo, saying why in one line.
+fewer_check() {
+    b=$2 data=$3
+    n=$(($(gpus) + 1))
+    case $1 in
+    c)
+        out=$("$b/launcher/ddp-launch" --nproc-per-node=$n --no-python "$b/examples/fashion-mnist" \
+            --device cuda --max-steps 5 --data "$data" 2>&1) && { echo "$out" && return 1; }
+        echo "$out"
+        echo "$out" | grep -q "LOCAL_RANK $((n - 1)) has no GPU of its own"
+        ;;
+    torch)
+        out=$("$b/launcher/ddp-launch" --nproc-per-node=$n "$root/examples/torch/train_fashion.py" \
+            --epochs 1 --limit-train 4000 --limit-test 1000 --data "$data" 2>&1) ||
+            { echo "$out" && return 1; }
+        echo "$out"
+        echo "$out" | grep -q "training on the CPU with gloo"
+        ;;
+    esac
 }
 
 case "${1:-}" in
 pack) shift && pack "$@" ;;
-run) run ;;
+run) shift && run "$@" ;;
 numa) shift && numa_check "$@" ;;
+nvml) shift && nvml_check "$@" ;;
+fewer) shift && fewer_check "$@" ;;
 *)
-    echo "usage: tests/gpu/check.sh pack [BUILD_DIR] | run" >&2
+    echo "usage: tests/gpu/check.sh pack [BUILD_DIR] | run [SECONDS]" >&2
     exit 2
     ;;
 esac

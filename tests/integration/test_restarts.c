@@ -255,16 +255,23 @@ static void test_health_check_before_each_attempt(void **state)
     free(dir);
 }
 
+/* LD_LIBRARY_PATH=... with the tests' stand-in libnvidia-ml.so.1 first, then the loader path
+ * the tests were given (where the launcher finds libuv on a machine without it). */
+static void fake_nvml_path(char *path, size_t cap)
+{
+    const char *fake = getenv("DDP_TEST_FAKE_NVML_DIR"), *now = getenv("LD_LIBRARY_PATH");
+    if (fake == NULL)
+        fail_msg("DDP_TEST_FAKE_NVML_DIR is not set: run the tests with meson test");
+    snprintf(path, cap, "LD_LIBRARY_PATH=%s%s%s", fake, now != NULL ? ":" : "", now ? now : "");
+}
+
 /* The NVML checks, against the tests' stand-in libnvidia-ml.so.1: each finding makes the
  * node unhealthy, naming the GPU; a clean report and a driver that fails are healthy, and
  * the info line says what was checked. */
 static void test_health_check_nvml(void **state)
 {
-    const char *fake = getenv("DDP_TEST_FAKE_NVML_DIR");
-    if (fake == NULL)
-        fail_msg("DDP_TEST_FAKE_NVML_DIR is not set: run the tests with meson test");
-    char path[600];
-    snprintf(path, sizeof path, "LD_LIBRARY_PATH=%s", fake);
+    char path[1200];
+    fake_nvml_path(path, sizeof path);
     static const struct {
         const char *finding, *said;
     } cases[] = {
@@ -298,11 +305,8 @@ static void test_health_check_nvml(void **state)
  * driver's own reservation (over 512 MiB on an H200) is not waited for. */
 static void test_gpu_memory_reclaimed_before_restart(void **state)
 {
-    const char *fake = getenv("DDP_TEST_FAKE_NVML_DIR");
-    if (fake == NULL)
-        fail_msg("DDP_TEST_FAKE_NVML_DIR is not set: run the tests with meson test");
-    char path[600];
-    snprintf(path, sizeof path, "LD_LIBRARY_PATH=%s", fake);
+    char path[1200];
+    fake_nvml_path(path, sizeof path);
     const char *script = "echo attempt $TORCHELASTIC_RESTART_COUNT; "
                          "[ \"$TORCHELASTIC_RESTART_COUNT\" = 1 ] || exit 3";
     const char *frees[] = {path, "FAKE_NVML_GPUS=0000:01:00.0", "FAKE_NVML_USED_MIB=4096:4", NULL};
