@@ -518,7 +518,10 @@ int ddp_all_reduce(ddp_t *ddp, void *buf, size_t count, ddp_dtype_t dtype, ddp_r
     if (err == 0)
         err = serve(ddp, "all_reduce", buf, NULL, &be, &state);
     /* Alone, every operation's result is the buffer as it is: no backend work (NCCL
-     * would launch a kernel; the reducer skips even this call). */
+     * would launch a kernel; the reducer skips even this call), but memory the backend
+     * would refuse is refused, as it would be with more ranks. */
+    if (err == 0 && ddp->world_size == 1 && be->accepts != NULL)
+        err = be->accepts(ddp, "all_reduce", buf);
     if (err == 0)
         err =
             RECORDED(ddp, DDP_FLIGHT_ALL_REDUCE, count, dtype, op, 0,

@@ -48,6 +48,10 @@ typedef struct ddp_backend_s {
     int (*copy)(ddp_t *ddp, void *state, void *dst, const void *src, size_t bytes);
     int (*flush)(ddp_t *ddp, void *state);
     int (*fence)(ddp_t *ddp, void *state);
+    /* 0 when `buf` is memory the backend works on, else the error, said (NULL: any
+     * memory): a collective that needs no backend work (one rank) still refuses what the
+     * backend would. */
+    int (*accepts)(ddp_t *ddp, const char *what, const void *buf);
     /* The auto backend only (NULL for the others): the backend and state that serve
      * memory `p`. */
     int (*resolve)(ddp_t *ddp, void *state, const void *p, const struct ddp_backend_s **be,

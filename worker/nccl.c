@@ -642,4 +642,5 @@ const ddp_backend_t ddp_nccl_backend = {
     .copy = nccl_copy,
     .flush = nccl_flush,
     .fence = nccl_fence,
+    .accepts = check_device_pointer,
 };
