@@ -409,15 +409,17 @@ static void test_bad_data_is_a_clear_error(void **state)
     free(dir);
 }
 
-/* Runs the example under the launcher with `hidden` covered by an empty tmpfs, in a
- * mount namespace of its own; `args` (at most 4) go to the example. */
+/* Runs the example under the launcher with `hidden` (directories, ':' between them; those
+ * that do not exist are left) covered by empty tmpfs mounts, in a mount namespace of its
+ * own; `args` (at most 4) go to the example. */
 static void run_hiding(th_proc_t *p, const char *hidden, const char *const *args)
 {
     const char *argv[16] = {"/usr/bin/unshare",
                             "--mount",
                             "/bin/sh",
                             "-c",
-                            "mount -t tmpfs none \"$0\" && exec \"$@\"",
+                            "IFS=:; for d in $0; do [ ! -d \"$d\" ] || "
+                            "mount -t tmpfs none \"$d\" || exit; done; unset IFS; exec \"$@\"",
                             hidden,
                             th_launcher(),
                             "--no-python",
@@ -427,12 +429,14 @@ static void run_hiding(th_proc_t *p, const char *hidden, const char *const *args
     th_run(p, argv, NULL, 120);
 }
 
-/* The CUDA toolkit hidden: the program still starts and trains on the CPU, since only
- * the GPU module links CUDA, and --device cuda names the library that is missing. */
+/* The CUDA toolkit hidden (DDP_TEST_CUDA_ROOT: its directories, ':' between them; on a
+ * GPU machine also the CUDA wheels beside torch): the program still starts and trains on
+ * the CPU, since only the GPU module links CUDA, and --device cuda names the library that
+ * is missing. */
 static void test_runs_where_cuda_is_absent(void **state)
 {
     const char *cuda = getenv("DDP_TEST_CUDA_ROOT"), *module = getenv("DDP_TEST_FASHION_GPU");
-    if (cuda == NULL || *cuda == '\0' || access(cuda, F_OK) != 0) {
+    if (cuda == NULL || *cuda == '\0' || (strchr(cuda, ':') == NULL && access(cuda, F_OK) != 0)) {
         printf("no CUDA toolkit here: nothing to hide\n");
         return;
     }
