@@ -1,6 +1,6 @@
 /* Unit tests of launcher/numa.c: the topology reader and torchrun's four binding modes against
  * trees made from the machines in tests/data/topology (a 2-socket 8-GPU server, a 1-socket
- * workstation, this project's CPU-only VM as recorded), some with a file changed to make the
+ * workstation, this project's CPU-only VM and the lent H200 VM as recorded), some with a file changed to make the
  * case at hand (a launcher confined to a few CPUs, a node without memory, a malformed list). */
 #include <stdarg.h>
 #include <stddef.h>
@@ -338,6 +338,15 @@ static void test_one_node_machines(void **state)
     assert_int_equal(topo.ncpus, 2);
     assert_int_equal(topo.ngpus, 0);
     expect_no_op(&topo, 2, "this machine has one NUMA node");
+    ddp_topology_free(&topo);
+    tree_free(t);
+
+    /* The lent GPU machine as recorded there: a VM whose H200 reports numa_node -1. */
+    t = tree("h200-vm", NULL);
+    read_tree(t, NULL, &topo);
+    assert_int_equal(topo.ncpus, 16);
+    assert_int_equal(topo.nonline, 1);
+    expect_no_op(&topo, 1, "this machine has one NUMA node");
     ddp_topology_free(&topo);
     tree_free(t);
 
