@@ -6,7 +6,7 @@
 #                             cmocka, OpenBLAS with libgfortran and libquadmath, libunwind)
 #                             and Debian's FashionMNIST into .gpu-carry.tar.xz (about
 #                             40 MB; the repository ignores it)
-#   tests/gpu/check.sh run [SECONDS]
+#   tests/gpu/check.sh run [SECONDS [PART...]]
 #                             there (the device tool's run, carrying .gpu-carry.tar.xz):
 #                             unpacks it, finds CUDA and NCCL beside the machine's torch,
 #                             and runs, most wanted first: the gpu suite; NVML on the real
@@ -17,7 +17,9 @@
 #                             then the integration and torch suites side by side in what
 #                             is left of SECONDS (default 1800). Prints one table; with
 #                             DDP_GPU_CHECK_OUT=DIR each row is also added to DIR/table.txt
-#                             as it comes, and the logs are copied there at the end
+#                             as it comes, and the logs are copied there at the end. PARTs
+#                             run only those: gpu nvml fewer epochs restart numa, or a
+#                             suite (env_contract ... torch)
 #
 # The lent machine (reference/gpu-machine.md) has torch, CUDA and NCCL in python3's venv
 # and no libuv, cmocka, OpenBLAS, dataset, eu-stack or gdb, and downloads nothing. Where
@@ -91,6 +93,12 @@ row() {
     [ -z "${DDP_GPU_CHECK_OUT:-}" ] || echo "$line" >>"$DDP_GPU_CHECK_OUT/table.txt"
 }
 
+# Whether run was asked for this part (gpu, nvml, fewer, epochs, restart, numa, or a suite's
+# name): all of them where it was given none.
+part() {
+    [ "$parts" = "  " ] || case "$parts" in *" $1 "*) ;; *) return 1 ;; esac
+}
+
 # Seconds left of run's budget.
 left() {
     echo $((budget - ($(date +%s) - began)))
@@ -131,7 +139,7 @@ run_test() { # name, seconds allowed (at most what is left), command...
 # by side, each bounded by what is left.
 run_suites() {
     limit=$(left)
-    pids="" names=""
+    names=""
     for t in "$@"; do
         [ -x "$b/tests/itest_$t" ] || continue
         log=$(logname "suite $t")
@@ -197,6 +205,8 @@ numa_check() {
 
 run() {
     budget=${1:-1800}
+    [ $# -eq 0 ] || shift
+    parts=" $* "
     began=$(date +%s)
     [ -f "$carry" ] || {
         echo "check.sh: no $carry: run 'tests/gpu/check.sh pack' where the build is" >&2
@@ -216,6 +226,9 @@ print(":".join(sorted(d for p in nvidia.__path__ for d in glob.glob(os.path.join
             2>/dev/null || true)
     fi
     export LD_LIBRARY_PATH="$work/lib:$b/worker${nvidia:+:$nvidia}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # What the fashion suite hides to show the example runs without CUDA: the wheels too.
+    cuda_dirs=/usr/local/cuda
+    [ -z "$nvidia" ] || cuda_dirs="$("$python" -c 'import nvidia; print(":".join(nvidia.__path__))'):$cuda_dirs"
     # The dataset where the tests and examples look, if this machine lets us put it there.
     data=/usr/share/datasets/fashion-mnist
     if [ ! -f "$data/train-images-idx3-ubyte.gz" ] && [ -f "$work/fashion-mnist/train-images-idx3-ubyte.gz" ]; then
@@ -231,7 +244,7 @@ print(":".join(sorted(d for p in nvidia.__path__ for d in glob.glob(os.path.join
         DDP_TEST_SOURCE_DIR="$root" DDP_TEST_PYTHON="$python" DDP_TEST_TORCH_PYTHON="$python" \
         DDP_LAUNCH_LOG_LEVEL=info PET_MASTER_PORT=0 DDP_TEST_NCCL_WORKER="$b/tests/ddp-test-nccl" \
         DDP_TEST_FASHION="$b/examples/fashion-mnist" DDP_TEST_FASHION_GPU=1 \
-        DDP_TEST_CUDA_ROOT=/usr/local/cuda PYTHON_EXEC="$python" \
+        DDP_TEST_CUDA_ROOT="$cuda_dirs" PYTHON_EXEC="$python" \
         DDP_TEST_FAKE_NVML_DIR="$b/tests/fake_nvml" DDP_TEST_CLOCK_STEP_LIB="$b/tests/libclock-step.so" \
         DDP_TEST_BUILD_DIR="$b"
     machine=$( (nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null ||
@@ -241,28 +254,42 @@ print(":".join(sorted(d for p in nvidia.__path__ for d in glob.glob(os.path.join
         2>/dev/null || echo "no torch")
     [ -z "${DDP_GPU_CHECK_OUT:-}" ] || echo "GPU check on: $machine; torch $torch" \
         >"$DDP_GPU_CHECK_OUT/table.txt"
-    [ -x "$b/tests/gtest_nccl" ] && run_test "gpu suite" 300 "$b/tests/gtest_nccl"
     self="$root/tests/gpu/check.sh"
-    run_test "NVML: health checks pass" 60 "$self" nvml health "$b" "$work"
-    run_test "NVML: a killed worker's memory" 120 "$self" nvml killed "$b" "$work"
-    run_test "NVML: memory held elsewhere waited" 120 "$self" nvml held "$b" "$work"
-    run_test "more workers than GPUs: C example" 120 "$self" fewer c "$b" "$data"
-    run_test "more workers than GPUs: PyTorch" 300 "$self" fewer torch "$b" "$data"
-    epoch "C example, 1 GPU, batch 64" "$b/launcher/ddp-launch" --nproc-per-node=1 --no-python \
-        "$b/examples/fashion-mnist" --device cuda --epochs 1 --data "$data"
-    epoch "C example, 1 GPU, batch 256" "$b/launcher/ddp-launch" --nproc-per-node=1 --no-python \
-        "$b/examples/fashion-mnist" --device cuda --epochs 1 --batch-size 256 --data "$data"
-    epoch "PyTorch example, 1 GPU, batch 64" "$b/launcher/ddp-launch" --nproc-per-node=1 \
-        examples/torch/train_fashion.py --device cuda --epochs 1 --data "$data"
+    if part gpu; then
+        [ -x "$b/tests/gtest_nccl" ] && run_test "gpu suite" 300 "$b/tests/gtest_nccl"
+    fi
+    if part nvml; then
+        run_test "NVML: health checks pass" 60 "$self" nvml health "$b" "$work"
+        run_test "NVML: a killed worker's memory" 120 "$self" nvml killed "$b" "$work"
+        run_test "NVML: memory held elsewhere waited" 120 "$self" nvml held "$b" "$work"
+    fi
+    if part fewer; then
+        run_test "more workers than GPUs: C example" 120 "$self" fewer c "$b" "$data"
+        run_test "more workers than GPUs: PyTorch" 300 "$self" fewer torch "$b" "$data"
+    fi
+    if part epochs; then
+        epoch "C example, 1 GPU, batch 64" "$b/launcher/ddp-launch" --nproc-per-node=1 \
+            --no-python "$b/examples/fashion-mnist" --device cuda --epochs 1 --data "$data"
+        epoch "C example, 1 GPU, batch 256" "$b/launcher/ddp-launch" --nproc-per-node=1 \
+            --no-python "$b/examples/fashion-mnist" --device cuda --epochs 1 --batch-size 256 \
+            --data "$data"
+        epoch "PyTorch example, 1 GPU, batch 64" "$b/launcher/ddp-launch" --nproc-per-node=1 \
+            examples/torch/train_fashion.py --device cuda --epochs 1 --data "$data"
+    fi
     # --warm-restarts with NCCL: crash -> the restarted rank's first all-reduce, cold, warm
     # and torchrun (issue 38's target: warm <= 1.5 s); its table is in the log.
     torchrun=$(dirname "$python")/torchrun
     [ -x "$torchrun" ] || torchrun=none
-    run_test "warm restart, NCCL (bench/restart)" 240 "$root/bench/restart" --build "$b" \
-        --backend nccl --nproc 1 --runs 3 --python "$python" --torchrun "$torchrun"
-    run_test "numa binding (node)" 60 "$self" numa "$b" "$work/logs"
-    run_suites env_contract exit_codes restarts signals output store python libddp multinode \
-        progress fashion torch
+    part restart && run_test "warm restart, NCCL (bench/restart)" 240 "$root/bench/restart" \
+        --build "$b" --backend nccl --nproc 1 --runs 3 --python "$python" --torchrun "$torchrun"
+    part numa && run_test "numa binding (node)" 60 "$self" numa "$b" "$work/logs"
+    suites=""
+    for t in env_contract exit_codes restarts signals output store python libddp multinode \
+        progress fashion torch; do
+        part "$t" && suites="$suites $t"
+    done
+    # shellcheck disable=SC2086 # one word each
+    run_suites $suites
     echo
     echo "GPU check on: $machine; torch $torch; $(uname -sr)"
     printf '%-38s %-44s %s\n' "what" "result" "time"
@@ -365,7 +392,7 @@ numa) shift && numa_check "$@" ;;
 nvml) shift && nvml_check "$@" ;;
 fewer) shift && fewer_check "$@" ;;
 *)
-    echo "usage: tests/gpu/check.sh pack [BUILD_DIR] | run [SECONDS]" >&2
+    echo "usage: tests/gpu/check.sh pack [BUILD_DIR] | run [SECONDS [PART...]]" >&2
     exit 2
     ;;
 esac
