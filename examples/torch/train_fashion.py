@@ -142,9 +142,13 @@ def main():
     cuda = kind == "cuda"
     if why is not None and local_rank == 0:
         print(why, flush=True)
+    device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
+    if cuda:
+        # Each rank's NCCL work on its own GPU: without it, the calls that take no tensor
+        # (barrier) run on the current device, cuda:0 for every rank (torch >= 2.4 warns).
+        torch.cuda.set_device(device)
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
     torch.manual_seed(args.seed)
 
     train = dataset(args.data, "train", args.limit_train)
@@ -212,7 +216,10 @@ def main():
                      "schedule": schedule.state_dict(), "epoch": epoch + 1}
             torch.save(state, args.checkpoint + ".tmp")
             os.replace(args.checkpoint + ".tmp", args.checkpoint)
-        dist.barrier()
+        if cuda:
+            dist.barrier(device_ids=[local_rank])
+        else:
+            dist.barrier()
 
     # Test accuracy: each rank a strided share, the counts summed. The unwrapped model
     # (model.module) evaluates: the DDP wrapper's forward broadcasts buffers (batch norm's)
