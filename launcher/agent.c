@@ -387,6 +387,7 @@ static void kill_leftovers(ddp_agent_t *a)
 }
 
 static void group_finished_after_leftovers(ddp_agent_t *a);
+static void wait_for_nodes(ddp_agent_t *a);
 
 #define RECLAIM_TOLERANCE ((unsigned long long)512 << 20) /* bytes in use on a GPU that is free */
 #define RECLAIM_POLL_MS   100
@@ -686,6 +687,8 @@ static void group_finished_after_leftovers(ddp_agent_t *a)
     if (a->rdzv != NULL && (a->stop_reason == STOP_NONE || a->stop_reason == STOP_FAILURE ||
                             a->stop_reason == STOP_REMOTE)) {
         a->state = AGENT_WAITING;
+        if (a->stop_reason == STOP_NONE)
+            wait_for_nodes(a);
         ddp_rdzv_post(a->rdzv,
                       a->stop_reason == STOP_NONE ? DDP_RDZV_EV_SUCCEEDED : DDP_RDZV_EV_STOPPED,
                       NULL);
@@ -777,6 +780,35 @@ static void on_wait_timer(uv_timer_t *timer)
                 : "");
     ddp_buf_free(&done);
     ddp_buf_free(&running);
+}
+
+/* Every worker here succeeded, and the job waits for other nodes' workers: said once that
+ * has lasted WAIT_NOTE_S (the ranks of a DDP job end within seconds of each other), then
+ * every WAIT_EVERY_S. */
+static void on_nodes_wait_timer(uv_timer_t *timer)
+{
+    ddp_agent_t *a = timer->data;
+    if (a->state != AGENT_WAITING || a->nodes_wait_since < 0)
+        return;
+    ddp_buf_t done = DDP_BUF_INIT;
+    int n = ddp_agent_ranks_where(a, false, &done);
+    double waited = ddp_clock_mono() - a->nodes_wait_since;
+    bool first = waited < WAIT_NOTE_S + WAIT_EVERY_S / 2;
+    ddp_log(a->log, first ? DDP_LOG_WARN : DDP_LOG_INFO,
+            "this node's rank%s %s finished (exit 0) %.0f s ago; the job waits for the other "
+            "nodes' workers%s",
+            n > 1 ? "s" : "", ddp_buf_str(&done), waited,
+            first ? ": were they waiting in a collective for these ranks (a loop left early on "
+                    "some ranks, data of uneven length), they would wait for good; their "
+                    "nodes' logs say whether they still train"
+                  : "");
+    ddp_buf_free(&done);
+}
+
+static void wait_for_nodes(ddp_agent_t *a)
+{
+    a->nodes_wait_since = ddp_clock_mono();
+    uv_timer_start(&a->wait_timer, on_nodes_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
 }
 
 /* A worker's event: its attempt, ranks and pid, then `more` (may be NULL). */
@@ -1375,6 +1407,7 @@ static int group_start(ddp_agent_t *a)
     a->oom_kills = ddp_agent_oom_kills(NULL, 0);
     a->attempt_began = ddp_clock_wall();
     a->first_finished = -1;
+    a->nodes_wait_since = -1;
     for (int i = 0; i < a->nworkers; i++) {
         a->workers[i].succeeded = a->workers[i].stopped = false;
         free(a->workers[i].stopped_error);

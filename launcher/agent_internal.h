@@ -97,7 +97,8 @@ struct ddp_agent_s {
     int unforwarded_sig[DDP_MAX_SIGNALS];
     int nunforwarded;
     uv_timer_t kill_timer;
-    uv_timer_t wait_timer; /* some workers finished, others run: said after WAIT_NOTE_S */
+    uv_timer_t wait_timer; /* some workers finished, others run (here or on other nodes):
+                            * said after WAIT_NOTE_S */
     /* The attempt's first failure (failures[blame_first]) blames a local rank that still
      * runs (a peer whose call differed, say): the stop waits up to BLAME_GRACE_S for that
      * rank's own end, so the report's root cause is its failure, not our SIGTERM. */
@@ -133,6 +134,9 @@ struct ddp_agent_s {
     /* When the first worker of the attempt finished while others ran (monotonic, and the
      * wall clock's seconds for the report); < 0: none. */
     double first_finished, first_finished_wall;
+    /* When every worker here succeeded and the job went on waiting for other nodes'
+     * (monotonic); < 0: not so waiting. */
+    double nodes_wait_since;
     bool stop_notice_due; /* the kill timer says first that the workers have not exited */
     ddp_guard_t guard;
     bool guard_warned;

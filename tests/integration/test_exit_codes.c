@@ -234,7 +234,9 @@ static void test_out_of_memory_is_named(void **state)
 
 /* Some workers finished, one goes on: after 60 s the launcher says who finished and who
  * it waits for, so a job that only looks silent is told from a hung one; a warning, with
- * the likely cause, where those running have written nothing since. */
+ * the likely cause, where those running have written nothing since. In a two-node job
+ * whose node 1 has finished while node 0 runs, node 1 says so (before, it waited without
+ * a word). */
 static void test_waiting_for_the_rest_is_said(void **state)
 {
     const char *argv[] = {th_launcher(), "--nproc-per-node=4",
@@ -250,9 +252,25 @@ static void test_waiting_for_the_rest_is_said(void **state)
                             "if [ $RANK = 1 ]; then i=0; while [ $i -lt 200 ]; do echo step $i; "
                             "sleep 1; i=$((i + 1)); done; fi",
                             NULL};
-    th_proc_t p, q;
+    char port[64];
+    snprintf(port, sizeof port, "--master-port=%d", th_free_port());
+    const char *node0[] = {th_launcher(), "--nnodes=2",  "--node-rank=0", "--master-addr=127.0.0.1",
+                           port,          "--no-python", "/bin/sleep",    "100",
+                           NULL};
+    const char *node1[] = {th_launcher(),
+                           "--nnodes=2",
+                           "--node-rank=1",
+                           "--nproc-per-node=2",
+                           "--master-addr=127.0.0.1",
+                           port,
+                           "--no-python",
+                           "/bin/true",
+                           NULL};
+    th_proc_t p, q, n0, n1;
     th_start(&p, argv, NULL);
     th_start(&q, chatty, NULL);
+    th_start(&n0, node0, NULL);
+    th_start(&n1, node1, NULL);
     TH_ASSERT(&p,
               th_wait_output(&p, 2,
                              "warning: ranks 0-1, 3 finished; waiting for rank 2 (still running "
@@ -264,11 +282,22 @@ static void test_waiting_for_the_rest_is_said(void **state)
                                  "60 s)\n",
                                  1, 30));
     TH_ASSERT(&q, strstr(ddp_buf_str(&q.err), "warning: rank 0 finished") == NULL);
+    TH_ASSERT(&n1, th_wait_output(&n1, 2,
+                                  "warning: this node's ranks 1-2 finished (exit 0) 60 s ago; the "
+                                  "job waits for the other nodes' workers: were they waiting in a "
+                                  "collective for these ranks",
+                                  1, 30));
+    TH_ASSERT(&n0, strstr(ddp_buf_str(&n0.err), "finished (exit 0)") == NULL);
     TH_ASSERT(&p, kill(p.pid, SIGTERM) == 0 && kill(q.pid, SIGTERM) == 0);
+    TH_ASSERT(&n0, kill(n0.pid, SIGTERM) == 0);
     TH_ASSERT(&p, th_wait_exit(&p, 60) && th_wait_exit(&q, 60));
+    TH_ASSERT(&n0, th_wait_exit(&n0, 60) && th_wait_exit(&n1, 60));
     TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+    TH_ASSERT(&n0, th_status(&n0) == 128 + SIGTERM);
     th_cleanup(&p);
     th_cleanup(&q);
+    th_cleanup(&n0);
+    th_cleanup(&n1);
 }
 
 /* Ranks that finished while the others ran, before a failure, are said after the report
