@@ -496,19 +496,85 @@ static int check_or_wait(conn_t *c, const ddp_codec_request_t *req, ddp_buf_t *o
     return err;
 }
 
+/* --store-busy-poll: a worker's request keeps the loop polling for the next while. */
+static void busy_poll_extend(ddp_store_server_t *s)
+{
+    s->poll_until = uv_hrtime() + s->busy_poll_ns;
+    uv_idle_start(&s->busy_poll, on_busy_poll); /* no-op while already polling */
+}
+
+/* ADD: the new value; a value that is not a number, or would overflow, closes the
+ * connection (DDP_ECLOSED), as PyTorch's server does. Else 0 or -errno. */
+static int serve_add(conn_t *c, const ddp_codec_request_t *req)
+{
+    char shown[300];
+    int64_t result;
+    int err = ddp_store_add(c->server->store, key_of(req), req->delta, &result);
+    if (err == DDP_EPARSE || err == -ERANGE) {
+        conn_close(c, "ADD to key '%s', whose value %s",
+                   show_key(key_of(req), 64, shown, sizeof shown),
+                   err == DDP_EPARSE ? "is not a number" : "would overflow");
+        return DDP_ECLOSED;
+    }
+    return err != 0 ? err : ddp_codec_put_i64(&c->out, result);
+}
+
+/* COMPARE_SET: the value the key holds after it. 0 or -errno. */
+static int serve_compare_set(conn_t *c, const ddp_codec_request_t *req)
+{
+    const uint8_t *answer;
+    size_t len;
+    int err = ddp_store_compare_set(c->server->store, key_of(req), req->value, req->value_len,
+                                    req->desired, req->desired_len, &answer, &len);
+    return err != 0 ? err : ddp_codec_put_bytes(&c->out, answer, len);
+}
+
+/* MULTI_GET: each value in turn; MULTI_SET: each key set, the watcher told of each. */
+static int serve_multi(conn_t *c, const ddp_codec_request_t *req)
+{
+    ddp_store_server_t *s = c->server;
+    ddp_codec_items_t it;
+    const uint8_t *key, *value;
+    size_t klen, vlen, budget = REPLY_COPY_MAX;
+    int err = 0;
+    ddp_codec_items_init(&it, req);
+    while (err == 0 && ddp_codec_items_next(&it, &key, &klen, &value, &vlen)) {
+        ddp_store_key_t k = {key, klen};
+        if (req->op == DDP_CODEC_MULTI_SET) {
+            if ((err = ddp_store_set(s->store, k, value, vlen)) == 0)
+                notify_write(c, k);
+            continue;
+        }
+        err = put_value(c, ddp_store_get_value(s->store, k), &budget);
+    }
+    return err;
+}
+
+/* QUEUE_POP: the queue's length before, then the value popped where there was one. */
+static int serve_queue_pop(conn_t *c, const ddp_codec_request_t *req)
+{
+    int64_t length;
+    uint8_t *value = NULL;
+    size_t len = 0;
+    int err = ddp_store_queue_pop(c->server->store, key_of(req), &length, &value, &len);
+    if (err == 0)
+        err = ddp_codec_put_i64(&c->out, length);
+    if (err == 0 && length > 0)
+        err = ddp_codec_put_bytes(&c->out, value, len);
+    free(value);
+    return err;
+}
+
 /* Handles one complete request. Returns 0, or DDP_ECLOSED when it closed the connection
  * (a protocol error, a failed write). */
 static int handle(conn_t *c, const ddp_codec_request_t *req)
 {
     ddp_store_server_t *s = c->server;
     ddp_buf_t *out = &c->out;
-    char shown[300];
     int err = 0;
     s->requests++;
-    if (s->busy_poll_ns > 0 && !s->closing && c->tag == NULL) {
-        s->poll_until = uv_hrtime() + s->busy_poll_ns;
-        uv_idle_start(&s->busy_poll, on_busy_poll); /* no-op while already polling */
-    }
+    if (s->busy_poll_ns > 0 && !s->closing && c->tag == NULL)
+        busy_poll_extend(s);
     switch (req->op) {
     case DDP_CODEC_VALIDATE:
         if (req->word != DDP_CODEC_MAGIC) {
@@ -527,28 +593,13 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
         err = put_value(c, ddp_store_get_value(s->store, key_of(req)), &budget);
         break;
     }
-    case DDP_CODEC_ADD: {
-        int64_t result;
-        err = ddp_store_add(s->store, key_of(req), req->delta, &result);
-        if (err == DDP_EPARSE || err == -ERANGE) {
-            conn_close(c, "ADD to key '%s', whose value %s",
-                       show_key(key_of(req), 64, shown, sizeof shown),
-                       err == DDP_EPARSE ? "is not a number" : "would overflow");
-            return DDP_ECLOSED;
-        }
-        if (err == 0)
-            err = ddp_codec_put_i64(out, result);
+    case DDP_CODEC_ADD:
+        if ((err = serve_add(c, req)) == DDP_ECLOSED)
+            return err;
         break;
-    }
-    case DDP_CODEC_COMPARE_SET: {
-        const uint8_t *answer;
-        size_t len;
-        err = ddp_store_compare_set(s->store, key_of(req), req->value, req->value_len, req->desired,
-                                    req->desired_len, &answer, &len);
-        if (err == 0)
-            err = ddp_codec_put_bytes(out, answer, len);
+    case DDP_CODEC_COMPARE_SET:
+        err = serve_compare_set(c, req);
         break;
-    }
     case DDP_CODEC_CHECK:
     case DDP_CODEC_WAIT:
         err = check_or_wait(c, req, out);
@@ -563,22 +614,9 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
         err = ddp_store_append(s->store, key_of(req), req->value, req->value_len);
         break;
     case DDP_CODEC_MULTI_GET:
-    case DDP_CODEC_MULTI_SET: {
-        ddp_codec_items_t it;
-        const uint8_t *key, *value;
-        size_t klen, vlen, budget = REPLY_COPY_MAX;
-        ddp_codec_items_init(&it, req);
-        while (err == 0 && ddp_codec_items_next(&it, &key, &klen, &value, &vlen)) {
-            ddp_store_key_t k = {key, klen};
-            if (req->op == DDP_CODEC_MULTI_SET) {
-                if ((err = ddp_store_set(s->store, k, value, vlen)) == 0)
-                    notify_write(c, k);
-                continue;
-            }
-            err = put_value(c, ddp_store_get_value(s->store, k), &budget);
-        }
+    case DDP_CODEC_MULTI_SET:
+        err = serve_multi(c, req);
         break;
-    }
     case DDP_CODEC_CANCEL_WAIT:
         /* A WAIT answered meanwhile has sent its 0 already; clients expect that. */
         ddp_store_cancel(s->store, &c->waiter);
@@ -588,18 +626,9 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
     case DDP_CODEC_QUEUE_PUSH:
         err = ddp_store_queue_push(s->store, key_of(req), req->value, req->value_len);
         break;
-    case DDP_CODEC_QUEUE_POP: {
-        int64_t length;
-        uint8_t *value = NULL;
-        size_t len = 0;
-        err = ddp_store_queue_pop(s->store, key_of(req), &length, &value, &len);
-        if (err == 0)
-            err = ddp_codec_put_i64(out, length);
-        if (err == 0 && length > 0)
-            err = ddp_codec_put_bytes(out, value, len);
-        free(value);
+    case DDP_CODEC_QUEUE_POP:
+        err = serve_queue_pop(c, req);
         break;
-    }
     case DDP_CODEC_QUEUE_LEN:
         err = ddp_codec_put_i64(out, ddp_store_queue_len(s->store, key_of(req)));
         break;
