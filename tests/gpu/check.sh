@@ -53,7 +53,8 @@ pack() {
     cp -a "$build/worker/python" "$stage/build/worker/"
     for f in ddp-test-worker ddp-test-store ddp-test-collectives ddp-test-nccl gtest_nccl \
         itest_env_contract itest_exit_codes itest_restarts itest_signals itest_output \
-        itest_store itest_python itest_libddp itest_multinode itest_progress itest_fashion itest_torch; do
+        itest_store itest_python itest_libddp itest_multinode itest_progress itest_fashion \
+        itest_torch; do
         [ -e "$build/tests/$f" ] && cp -a "$build/tests/$f" "$stage/build/tests/"
     done
     # What the integration suites load: the stand-in NVML, the stepped clock.
@@ -112,7 +113,10 @@ logname() {
 judge() {
     case $2 in
     0) row "$1" "ok" "${3} s" ;;
-    77) row "$1" "skipped: $(grep -m1 -i skip "$4" | sed 's/^skipped: *//' | cut -c1-40)" "${3} s" ;;
+    77)
+        why=$(grep -m1 -i skip "$4" | sed 's/^skipped: *//' | cut -c1-40)
+        row "$1" "skipped: $why" "${3} s"
+        ;;
     124) row "$1" "TIMED OUT" "${3} s" && failed=1 ;;
     *) row "$1" "FAILED ($2): see $(basename "$4")" "${3} s" && failed=1 ;;
     esac
@@ -173,8 +177,9 @@ epoch() { # name, command...: the epoch's samples/s from its "done in" line (and
     set -e
     rate=$(sed -n 's/.*done in \([0-9.]*\) s: \([0-9]*\) samples\/s.*/\2 samples\/s (\1 s)/p' "$log" |
         tail -1)
-    step=$(sed -n 's/.*; \([0-9.]*\) ms a step, \([0-9.]*\) ms of it waiting.*/; \1 ms a step, \2 all-reduce wait/p' \
+    step=$(sed -n 's/.*; \([0-9.]*\) ms a step, \([0-9.]*\) ms of it waiting.*/; \1 ms a step, \2/p' \
         "$log" | tail -1)
+    [ -z "$step" ] || step="$step all-reduce wait"
     warned=$(grep -m1 -o '[A-Za-z]*Warning: .*' "$log" | cut -c1-40 || true)
     if [ -n "$warned" ]; then
         row "$name" "WARNED: $warned" ""
@@ -322,7 +327,8 @@ nvml_check() {
         out=$(DDP_LAUNCH_LOG_LEVEL=info "$launcher" --nproc-per-node=gpu --health-check-path=/ \
             --no-python /bin/echo started 2>&1) || { echo "$out"; return 1; }
         echo "$out"
-        echo "$out" | grep -q "passed: paths / readable; $(gpus) GPU(s) visible; NVML: $(gpus) GPU(s) without"
+        n=$(gpus)
+        echo "$out" | grep -q "passed: paths / readable; $n GPU(s) visible; NVML: $n GPU(s) without"
         ;;
     killed)
         cat >"$work/hold_and_die.py" <<'PY'
