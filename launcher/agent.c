@@ -293,10 +293,12 @@ void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
     a->sent_signal = sig;
     a->failures_before_stop = a->nfailures;
     running_ranks(a, ranks, sizeof ranks);
+    bool one = a->nrunning == 1;
     ddp_log_warn(a->log,
-                 "stopping %d worker(s): sending %s to the process groups of local ranks %s; "
+                 "stopping %d worker(s): sending %s to the process group%s of local rank%s %s; "
                  "SIGKILL after %g s",
-                 a->nrunning, signame(sig, name, sizeof name), ranks, a->cfg->shutdown_timeout);
+                 a->nrunning, signame(sig, name, sizeof name), one ? "" : "s", one ? "" : "s",
+                 ranks, a->cfg->shutdown_timeout);
     signal_to_stop(a, sig);
     stop_event(a, "stop_sent", sig);
     double wait = a->cfg->shutdown_timeout;

@@ -81,7 +81,8 @@ static void test_root_cause_is_the_failed_rank(void **state)
     const char *err = ddp_buf_str(&p.err);
     TH_ASSERT(&p, th_status(&p) == 1);
     TH_ASSERT(&p, strstr(err, "worker rank 1 (local rank 1, pid ") != NULL);
-    TH_ASSERT(&p, strstr(err, "stopping 2 worker(s): sending SIGTERM") != NULL);
+    TH_ASSERT(&p, strstr(err, "stopping 2 worker(s): sending SIGTERM to the process groups of "
+                              "local ranks 0, 2;") != NULL);
     const char *root = strstr(err, "Root Cause (first observed failure):\n");
     TH_ASSERT(&p, root != NULL);
     TH_ASSERT(&p, strstr(root, "  rank      : 1 (local_rank: 1)\n  exitcode  : 7 (pid: ") != NULL);

@@ -106,7 +106,8 @@ static void test_a_failure_restarts_every_worker(void **state)
     th_proc_t p;
     th_run(&p, argv, NULL, 60);
     TH_ASSERT(&p, th_status(&p) == 1);
-    TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), "stopping 1 worker(s)") == 3);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), "stopping 1 worker(s): sending SIGTERM to the "
+                                                "process group of local rank 0;") == 3);
     TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), "restarting the workers") == 2);
     th_cleanup(&p);
 }
