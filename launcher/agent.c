@@ -259,20 +259,22 @@ static void on_kill_timer(uv_timer_t *timer)
     if (a->nrunning == 0)
         return;
     running_ranks(a, ranks, sizeof ranks);
+    const char *plural = a->nrunning == 1 ? "" : "s";
     if (a->stop_notice_due) {
         double left = a->cfg->shutdown_timeout - STOP_NOTICE_S;
         a->stop_notice_due = false;
         ddp_log_warn(a->log,
-                     "%d worker(s) have not exited yet (local ranks %s): SIGKILL in %g s, or "
+                     "%d worker(s) have not exited yet (local rank%s %s): SIGKILL in %g s, or "
                      "now on a second signal (%s again: a second Ctrl-C)",
-                     a->nrunning, ranks, left, signame(a->stop_signal, name, sizeof name));
+                     a->nrunning, plural, ranks, left, signame(a->stop_signal, name, sizeof name));
         uv_timer_start(&a->kill_timer, on_kill_timer, (uint64_t)(left * 1000.0), 0);
         return;
     }
     ddp_log_warn(a->log,
-                 "%d worker(s) still running %g s after the stop signal (local ranks %s): "
-                 "sending SIGKILL to their process groups",
-                 a->nrunning, a->cfg->shutdown_timeout, ranks);
+                 "%d worker(s) still running %g s after the stop signal (local rank%s %s): "
+                 "sending SIGKILL to %s process group%s",
+                 a->nrunning, a->cfg->shutdown_timeout, plural, ranks,
+                 a->nrunning == 1 ? "its" : "their", plural);
     a->sent_sigkill = true;
     stop_event(a, "sigkill_sent", SIGKILL);
     ddp_agent_signal_running(a, SIGKILL);
@@ -293,12 +295,12 @@ void ddp_agent_begin_stop(ddp_agent_t *a, int sig, stop_reason_t reason)
     a->sent_signal = sig;
     a->failures_before_stop = a->nfailures;
     running_ranks(a, ranks, sizeof ranks);
-    bool one = a->nrunning == 1;
+    const char *plural = a->nrunning == 1 ? "" : "s";
     ddp_log_warn(a->log,
                  "stopping %d worker(s): sending %s to the process group%s of local rank%s %s; "
                  "SIGKILL after %g s",
-                 a->nrunning, signame(sig, name, sizeof name), one ? "" : "s", one ? "" : "s",
-                 ranks, a->cfg->shutdown_timeout);
+                 a->nrunning, signame(sig, name, sizeof name), plural, plural, ranks,
+                 a->cfg->shutdown_timeout);
     signal_to_stop(a, sig);
     stop_event(a, "stop_sent", sig);
     double wait = a->cfg->shutdown_timeout;

@@ -228,7 +228,7 @@ static void test_second_signal_kills_at_once(void **state)
     TH_ASSERT(&p, th_wait_output(&p, 2, "stopping 1 worker(s)", 1, 30));
     /* A worker that does not exit is said after 2 s, with what a second signal does. */
     TH_ASSERT(&p, th_wait_output(&p, 2,
-                                 "1 worker(s) have not exited yet (local ranks 0): SIGKILL in 598 "
+                                 "1 worker(s) have not exited yet (local rank 0): SIGKILL in 598 "
                                  "s, or now on a second signal (SIGTERM again: a second Ctrl-C)",
                                  1, 30));
     kill(p.pid, SIGTERM);
