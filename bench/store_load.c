@@ -14,8 +14,9 @@
  *       hides the server's own cost.
  *   ddp-bench-store-load barrier HOST PORT CLIENTS
  *       CLIENTS connections at once, each ADD /arrived 1 then WAIT /open; when the count
- *       reaches CLIENTS, one more connection SETs /open. Prints "clients N seconds S",
- *       from the first connect to the last WAIT answered. */
+ *       reaches CLIENTS, one more connection SETs /open. Prints "clients N seconds S
+ *       retried R", from the first connect to the last WAIT answered; R connections the
+ *       kernel reset before the server saw them (its accept queue full) were begun again. */
 #include "buf.h"
 #include "io.h"
 #include "store_codec.h"
@@ -238,7 +239,41 @@ typedef struct {
     int stage; /* 0 connecting, 1 waiting for ADD's answer, 2 for WAIT's, 3 done */
     uint8_t in[9];
     size_t have;
+    int retries;
 } client_t;
+
+#define BARRIER_RETRIES 5 /* connections a client may begin again */
+
+/* Client i's connection, begun (non-blocking) and watched for its end. */
+static void barrier_connect(int ep, client_t *clients, int i)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
+    if (fd < 0)
+        die("socket");
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, (struct sockaddr *)&server, sizeof server) != 0 && errno != EINPROGRESS)
+        die("connect");
+    clients[i].fd = fd;
+    clients[i].stage = 0;
+    struct epoll_event ev = {.events = EPOLLOUT, .data.u32 = (uint32_t)i};
+    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+/* A connection the kernel refused or reset before the server answered anything (its
+ * accept queue overflowed: thousands of clients at once, more than net.core.somaxconn):
+ * the server never saw its ADD, so the client begins again, as a real one would retry;
+ * false when it has no retry left. */
+static bool barrier_retry(int ep, client_t *clients, int i, int err)
+{
+    client_t *c = &clients[i];
+    if ((err != ECONNRESET && err != ECONNREFUSED) || c->have > 0 || c->retries >= BARRIER_RETRIES)
+        return false;
+    c->retries++;
+    epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    barrier_connect(ep, clients, i);
+    return true;
+}
 
 static int run_barrier(int n)
 {
@@ -257,18 +292,9 @@ static int run_barrier(int n)
     int coordinator = connect_blocking();
     int ep = epoll_create1(EPOLL_CLOEXEC);
     double start = ddp_clock_mono();
-    for (int i = 0; i < n; i++) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
-        if (fd < 0)
-            die("socket");
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        if (connect(fd, (struct sockaddr *)&server, sizeof server) != 0 && errno != EINPROGRESS)
-            die("connect");
-        clients[i].fd = fd;
-        struct epoll_event ev = {.events = EPOLLOUT, .data.u32 = (uint32_t)i};
-        epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-    }
-    int done = 0;
+    for (int i = 0; i < n; i++)
+        barrier_connect(ep, clients, i);
+    int done = 0, retried = 0;
     struct epoll_event events[1024];
     while (done < n) {
         int k = epoll_wait(ep, events, 1024, 30000);
@@ -282,6 +308,10 @@ static int run_barrier(int n)
                 int so = 0;
                 socklen_t len = sizeof so;
                 getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so, &len);
+                if (so != 0 && barrier_retry(ep, clients, (int)events[e].data.u32, so)) {
+                    retried++;
+                    continue;
+                }
                 if (so != 0) {
                     errno = so;
                     die("connect");
@@ -297,6 +327,10 @@ static int run_barrier(int n)
             if (r <= 0) {
                 if (r < 0 && errno == EAGAIN)
                     continue;
+                if (r < 0 && barrier_retry(ep, clients, (int)events[e].data.u32, errno)) {
+                    retried++;
+                    continue;
+                }
                 die("recv");
             }
             c->have += (size_t)r;
@@ -314,7 +348,7 @@ static int run_barrier(int n)
             }
         }
     }
-    printf("clients %d seconds %.6f\n", n, ddp_clock_mono() - start);
+    printf("clients %d seconds %.6f retried %d\n", n, ddp_clock_mono() - start, retried);
     close(coordinator);
     close(ep);
     free(clients);
