@@ -275,6 +275,27 @@ static bool barrier_retry(int ep, client_t *clients, int i, int err)
     return true;
 }
 
+/* Client i's connection ended its connect: ADD sent, or begun again (returns 1). */
+static int barrier_connected(int ep, client_t *clients, int i, const ddp_buf_t *arrive)
+{
+    client_t *c = &clients[i];
+    int so = 0;
+    socklen_t len = sizeof so;
+    getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so, &len);
+    if (so != 0 && barrier_retry(ep, clients, i, so))
+        return 1;
+    if (so != 0) {
+        errno = so;
+        die("connect");
+    }
+    if (send(c->fd, arrive->data, arrive->len, MSG_NOSIGNAL) != (ssize_t)arrive->len)
+        die("send");
+    c->stage = 1;
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
+    epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+    return 0;
+}
+
 static int run_barrier(int n)
 {
     client_t *clients = calloc((size_t)n, sizeof *clients);
@@ -305,22 +326,7 @@ static int run_barrier(int n)
         for (int e = 0; e < k; e++) {
             client_t *c = &clients[events[e].data.u32];
             if (c->stage == 0) {
-                int so = 0;
-                socklen_t len = sizeof so;
-                getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so, &len);
-                if (so != 0 && barrier_retry(ep, clients, (int)events[e].data.u32, so)) {
-                    retried++;
-                    continue;
-                }
-                if (so != 0) {
-                    errno = so;
-                    die("connect");
-                }
-                if (send(c->fd, arrive.data, arrive.len, MSG_NOSIGNAL) != (ssize_t)arrive.len)
-                    die("send");
-                c->stage = 1;
-                struct epoll_event ev = {.events = EPOLLIN, .data.u32 = events[e].data.u32};
-                epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+                retried += barrier_connected(ep, clients, (int)events[e].data.u32, &arrive);
                 continue;
             }
             ssize_t r = recv(c->fd, c->in + c->have, sizeof c->in - c->have, 0);

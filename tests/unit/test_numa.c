@@ -334,22 +334,22 @@ static void test_one_node_machines(void **state)
     ddp_topology_free(&topo);
     tree_free(t);
 
-    t = tree("cpu-only-vm", NULL);
-    read_tree(t, NULL, &topo);
-    assert_int_equal(topo.ncpus, 2);
-    assert_int_equal(topo.ngpus, 0);
-    expect_no_op(&topo, 2, "this machine has one NUMA node");
-    ddp_topology_free(&topo);
-    tree_free(t);
-
-    /* The lent GPU machine as recorded there: a VM whose H200 reports numa_node -1. */
-    t = tree("h200-vm", NULL);
-    read_tree(t, NULL, &topo);
-    assert_int_equal(topo.ncpus, 16);
-    assert_int_equal(topo.nonline, 1);
-    expect_no_op(&topo, 1, "this machine has one NUMA node");
-    ddp_topology_free(&topo);
-    tree_free(t);
+    /* The VMs as recorded: this project's (no GPU), the lent GPU machine (its H200 reports
+     * numa_node -1). */
+    static const struct {
+        const char *name;
+        int ncpus;
+    } vms[] = {{"cpu-only-vm", 2}, {"h200-vm", 16}};
+    for (size_t i = 0; i < sizeof vms / sizeof *vms; i++) {
+        t = tree(vms[i].name, NULL);
+        read_tree(t, NULL, &topo);
+        assert_int_equal(topo.ncpus, vms[i].ncpus);
+        assert_int_equal(topo.nonline, 1);
+        assert_int_equal(topo.ngpus, 0);
+        expect_no_op(&topo, 2, "this machine has one NUMA node");
+        ddp_topology_free(&topo);
+        tree_free(t);
+    }
 
     /* Two nodes, but a GPU that reports numa_node -1: where it sits is unknown. */
     const char *const unknown[] = {"sys/bus/pci/devices/0000:47:00.0/numa_node\t-1", NULL};
