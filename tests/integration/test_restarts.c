@@ -345,6 +345,13 @@ static void test_gpu_memory_reclaimed_before_restart(void **state)
     TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "attempt 1") != NULL);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "still has") == NULL);
     th_cleanup(&p);
+    /* A driver without _v2 (before R510): its count, the reservation in it, is all there is. */
+    const char *old_driver[] = {path, "FAKE_NVML_GPUS=0000:01:00.0", "FAKE_NVML_RESERVED_MIB=700",
+                                "FAKE_NVML_NO_V2=1", NULL};
+    th_run(&p, short_argv, old_driver, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "GPU 0 still has 700 MiB in use after 0.") != NULL);
+    th_cleanup(&p);
 }
 
 /* No progress across restarts: with --progress-file not advancing, the job ends after K
