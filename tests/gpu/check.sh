@@ -109,6 +109,19 @@ logname() {
     echo "$work/logs/$(echo "$1" | tr -c 'a-zA-Z0-9_\n' '-').log"
 }
 
+# Runs a command (seconds allowed, log, command...) with its output in the log: sets status
+# (timeout's: 124 when it ran out) and took (seconds).
+bounded() {
+    limit=$1 log=$2
+    shift 2
+    start=$(date +%s)
+    set +e
+    timeout "$limit" "$@" >"$log" 2>&1
+    status=$?
+    set -e
+    took=$(($(date +%s) - start))
+}
+
 # A finished command's row: name, status, seconds taken, log.
 judge() {
     case $2 in
@@ -131,12 +144,8 @@ run_test() { # name, seconds allowed (at most what is left), command...
         return
     fi
     log=$(logname "$name")
-    start=$(date +%s)
-    set +e
-    timeout "$limit" "$@" >"$log" 2>&1
-    status=$?
-    set -e
-    judge "$name" "$status" $(($(date +%s) - start)) "$log"
+    bounded "$limit" "$log" "$@"
+    judge "$name" "$status" "$took" "$log"
 }
 
 # The suites named (itest_NAME; "torch" runs itest_torch against this machine's torch) side
@@ -150,10 +159,8 @@ run_suites() {
         arg=""
         [ "$t" = torch ] && arg=python
         (
-            start=$(date +%s)
-            set +e
-            timeout "$limit" "$b/tests/itest_$t" $arg >"$log" 2>&1
-            echo "$? $(($(date +%s) - start))" >"$log.status"
+            bounded "$limit" "$log" "$b/tests/itest_$t" $arg
+            echo "$status $took" >"$log.status"
         ) &
         names="$names $t"
     done
@@ -171,10 +178,7 @@ epoch() { # name, command...: the epoch's samples/s from its "done in" line (and
     name=$1
     shift
     log=$(logname "$name")
-    set +e
-    timeout 300 "$@" >"$log" 2>&1
-    status=$?
-    set -e
+    bounded 300 "$log" "$@"
     rate=$(sed -n 's/.*done in \([0-9.]*\) s: \([0-9]*\) samples\/s.*/\2 samples\/s (\1 s)/p' "$log" |
         tail -1)
     step=$(sed -n 's/.*; \([0-9.]*\) ms a step, \([0-9.]*\) ms of it waiting.*/; \1 ms a step, \2/p' \
