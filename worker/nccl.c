@@ -1,8 +1,10 @@
 /* The NCCL backend: one communicator per context on the GPU of LOCAL_RANK, and the
  * unique-id exchange through the launcher's store.
  *
- * Rank 0 calls ncclGetUniqueId and SETs the 128 bytes under ddp/<attempt>/<group>/nccl/<k>; the
- * others GET them (the store waits). The communicator is created non-blocking, and
+ * Each rank takes its GPU, and the ranks agree through the store that every one did (a
+ * rank that could not is named by all: agree_on_setup). Rank 0 calls ncclGetUniqueId and
+ * SETs the 128 bytes under ddp/<attempt>/<group>/nccl/<k>; the others GET them (the store
+ * waits). The communicator is created non-blocking, and
  * every wait (init, each collective on the context's stream) polls
  * ncclCommGetAsyncError and the stream with a deadline: a peer that died or hangs ends
  * in ncclCommAbort and an error, never in a hang. Runs on the thread that owns the
@@ -182,12 +184,127 @@ static int wait_stream(ddp_t *ddp, nccl_t *n, const char *what)
 
 static void nccl_finalize(void *state);
 
-static int nccl_init(ddp_t *ddp, void **state)
+/* Loads CUDA and NCCL and takes the GPU of LOCAL_RANK, with a stream and the barrier's
+ * scratch word on it. */
+static int set_up_device(ddp_t *ddp, nccl_t *n)
 {
     char why[512];
+    int err, count;
+    if ((err = ddp_cuda_api_load_nccl(n->api, why, sizeof why)) != 0 ||
+        (err = ddp_cuda_api_load_cudart(n->api, why, sizeof why)) != 0)
+        return ddp_fail(ddp, err, "unable to load NCCL and the CUDA runtime: %s", why);
+    count = ddp_cuda_api_device_count(n->api);
+    if (count == 0) {
+        const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+        return ddp_fail(ddp, DDP_ENOCUDA, "the NCCL backend needs a GPU and none is visible%s%s",
+                        visible ? ": CUDA_VISIBLE_DEVICES=" : "", visible ? visible : "");
+    }
+    if (ddp->local_rank >= count)
+        return ddp_fail(ddp, DDP_EUSAGE,
+                        "LOCAL_RANK %d has no GPU of its own: %d visible (run at most %d workers "
+                        "per node, --nproc-per-node=gpu)",
+                        ddp->local_rank, count, count);
+    n->device = ddp->local_rank;
+    cudaError_t c = n->api->cudaSetDevice(n->device);
+    if (c == cudaSuccess)
+        c = n->api->cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
+    if (c == cudaSuccess)
+        c = n->api->cudaMalloc((void **)&n->scratch, sizeof *n->scratch);
+    if (c != cudaSuccess)
+        return ddp_fail(ddp, DDP_ECUDA, "unable to set up GPU %d: %s", n->device,
+                        n->api->cudaGetErrorString(c));
+    return 0;
+}
+
+/* The failed rank's word "R message" under `key`: R, and the message in *message. */
+static int read_failure(ddp_t *ddp, const char *key, char *message, size_t cap)
+{
+    ddp_buf_t value = DDP_BUF_INIT;
+    const char *keys[] = {key};
+    int peer = -1, used = 0;
+    if (ddp_store_client_multi_get(ddp->store, keys, 1, &value) != 0 || value.len == 0) {
+        ddp_buf_free(&value);
+        return -2; /* none failed (or the store cannot say: NCCL's init will) */
+    }
+    const char *text = ddp_buf_str(&value);
+    if (sscanf(text, "%d %n", &peer, &used) != 1 || peer < 0 || peer >= ddp->world_size)
+        peer = -1, used = 0;
+    snprintf(message, cap, "%s", text + used);
+    ddp_buf_free(&value);
+    return peer;
+}
+
+/* Every rank's GPU set-up is agreed on before the communicator: the healthy ranks count
+ * themselves in, and the last one in says .../setup/all. A rank that could not set up its
+ * GPU (none of its own, a CUDA error) posts why under .../setup/failed (the first one's
+ * word stays) and says .../setup/all at once, so that each peer fails naming it instead of
+ * waiting in NCCL's init until the launcher stops it without a word. Since the failed
+ * rank's exit makes the launcher stop the others, it waits (5 s at most) until every rank
+ * has said what it had to. `own` is this rank's set-up result; the result is the
+ * agreement's. Costs a healthy job three store round trips at init. */
+static int agree_on_setup(ddp_t *ddp, int own)
+{
+    char failed[96], arrived[96], all[96], told[96], told_all[96], message[sizeof ddp->error];
+    int64_t count = 0;
+    bool mine = own != 0;
+    int err;
+    if (ddp->store == NULL)
+        return own;
+    ddp_key(ddp, failed, sizeof failed, "nccl/%d/setup/failed", ddp->nccl_ids);
+    ddp_key(ddp, arrived, sizeof arrived, "nccl/%d/setup/arrived", ddp->nccl_ids);
+    ddp_key(ddp, all, sizeof all, "nccl/%d/setup/all", ddp->nccl_ids);
+    ddp_key(ddp, told, sizeof told, "nccl/%d/setup/told", ddp->nccl_ids);
+    ddp_key(ddp, told_all, sizeof told_all, "nccl/%d/setup/told-all", ddp->nccl_ids);
+    if (mine) {
+        ddp_buf_t word = DDP_BUF_INIT, current = DDP_BUF_INIT;
+        err = ddp_buf_printf(&word, "%d %s", ddp->rank, ddp->error);
+        if (err == 0)
+            err = ddp_store_client_compare_set(ddp->store, failed, "", 0, word.data, word.len,
+                                               &current);
+        ddp_buf_free(&word);
+        ddp_buf_free(&current);
+        if (err == 0) /* the agreement is reached: no need to wait for the rest */
+            err = ddp_store_client_set(ddp->store, all, "1", 1);
+    } else {
+        err = ddp_store_client_add(ddp->store, arrived, 1, &count);
+        if (err == 0 && count == ddp->world_size)
+            err = ddp_store_client_set(ddp->store, all, "1", 1);
+        if (err == 0)
+            err = ddp_wait_key_aloud(ddp, all, "every rank's GPU set-up (before NCCL's init)");
+        if (err == DDP_ETIMEOUT)
+            return ddp_fail(ddp, err,
+                            "not every rank came to the NCCL set-up within %g s (DDP_TIMEOUT)",
+                            ddp->timeout);
+        if (err)
+            return ddp_fail(ddp, err, "unable to agree on the GPU set-up through the store: %s",
+                            ddp_store_client_error(ddp->store));
+        int peer = read_failure(ddp, failed, message, sizeof message);
+        if (peer == -2)
+            return 0;
+        char who[32] = "a rank";
+        if (peer >= 0)
+            snprintf(who, sizeof who, "rank %d", peer);
+        own = ddp_fail_peer(ddp, DDP_ENOCUDA, peer,
+                            "%s could not set up its GPU, so no rank can create the NCCL "
+                            "communicator: %s",
+                            who, message);
+        ddp_fail_fatal(ddp);
+    }
+    if (err == 0 && ddp_store_client_add(ddp->store, told, 1, &count) == 0 &&
+        count == ddp->world_size)
+        ddp_store_client_set(ddp->store, told_all, "1", 1);
+    if (mine && err == 0) {
+        const char *keys[] = {told_all};
+        ddp_store_client_wait(ddp->store, keys, 1, ddp->timeout < 5 ? ddp->timeout : 5);
+    }
+    return own;
+}
+
+static int nccl_init(ddp_t *ddp, void **state)
+{
     ncclUniqueId uid;
     nccl_t *n = calloc(1, sizeof *n);
-    int err, count;
+    int err;
     if (n == NULL)
         return -ENOMEM;
     n->api = api_of(ddp);
@@ -195,37 +312,8 @@ static int nccl_init(ddp_t *ddp, void **state)
         free(n);
         return -ENOMEM;
     }
-    if ((err = ddp_cuda_api_load_nccl(n->api, why, sizeof why)) != 0 ||
-        (err = ddp_cuda_api_load_cudart(n->api, why, sizeof why)) != 0) {
-        ddp_fail(ddp, err, "unable to load NCCL and the CUDA runtime: %s", why);
-        goto fail;
-    }
-    count = ddp_cuda_api_device_count(n->api);
-    if (count == 0) {
-        const char *visible = getenv("CUDA_VISIBLE_DEVICES");
-        err = ddp_fail(ddp, DDP_ENOCUDA, "the NCCL backend needs a GPU and none is visible%s%s",
-                       visible ? ": CUDA_VISIBLE_DEVICES=" : "", visible ? visible : "");
-        goto fail;
-    }
-    if (ddp->local_rank >= count) {
-        err = ddp_fail(ddp, DDP_EUSAGE,
-                       "LOCAL_RANK %d has no GPU of its own: %d visible (run at most %d workers "
-                       "per node, --nproc-per-node=gpu)",
-                       ddp->local_rank, count, count);
-        goto fail;
-    }
-    n->device = ddp->local_rank;
-    cudaError_t c = n->api->cudaSetDevice(n->device);
-    if (c == cudaSuccess)
-        c = n->api->cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
-    if (c == cudaSuccess)
-        c = n->api->cudaMalloc((void **)&n->scratch, sizeof *n->scratch);
-    if (c != cudaSuccess) {
-        err = ddp_fail(ddp, DDP_ECUDA, "unable to set up GPU %d: %s", n->device,
-                       n->api->cudaGetErrorString(c));
-        goto fail;
-    }
-    if ((err = ddp_nccl_exchange_id(ddp, uid.internal, sizeof uid.internal)) != 0)
+    if ((err = agree_on_setup(ddp, set_up_device(ddp, n))) != 0 ||
+        (err = ddp_nccl_exchange_id(ddp, uid.internal, sizeof uid.internal)) != 0)
         goto fail;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;

@@ -378,8 +378,8 @@ time.sleep(6)' "$work/held" &
 }
 
 # More workers than GPUs (check.sh fewer c|torch BUILD DATA): the C example with --device
-# cuda fails, every rank without a GPU saying so; the PyTorch example trains on the CPU
-# with gloo, saying why in one line.
+# cuda fails, the rank without a GPU saying so and rank 0 naming it; the PyTorch example
+# trains on the CPU with gloo, saying why in one line.
 fewer_check() {
     b=$2 data=$3
     n=$(($(gpus) + 1))
@@ -388,7 +388,8 @@ fewer_check() {
         out=$("$b/launcher/ddp-launch" --nproc-per-node=$n --no-python "$b/examples/fashion-mnist" \
             --device cuda --max-steps 5 --data "$data" 2>&1) && { echo "$out" && return 1; }
         echo "$out"
-        echo "$out" | grep -q "LOCAL_RANK $((n - 1)) has no GPU of its own"
+        echo "$out" | grep -q "rank $((n - 1)): LOCAL_RANK $((n - 1)) has no GPU of its own" &&
+            echo "$out" | grep -q "rank 0: rank $((n - 1)) could not set up its GPU"
         ;;
     torch)
         out=$("$b/launcher/ddp-launch" --nproc-per-node=$n "$root/examples/torch/train_fashion.py" \

@@ -420,6 +420,61 @@ static void test_backend_choice(void **state)
     th_cleanup(&p);
 }
 
+/* Four workers on a node with two GPUs (the tests' stand-in CUDA runtime,
+ * FAKE_CUDA_DEVICES): ranks 2 and 3 have none of their own and say so; ranks 0 and 1 name
+ * one of them as the cause, where they used to wait in NCCL's init until the launcher
+ * stopped them without a word. With a GPU for each, every rank passes that agreement and
+ * goes on to NCCL's own init (which fails here, NCCL finding no GPU). */
+static void test_rank_without_gpu_is_named_by_all(void **state)
+{
+    const char *dir = getenv("DDP_TEST_FAKE_CUDART_DIR");
+    if (dir == NULL || *dir == '\0') {
+        printf("built without NCCL: skipped\n");
+        return;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "LD_LIBRARY_PATH=%s", dir);
+    const char *argv[] = {th_launcher(), "--nproc-per-node=4", "--no-python",
+                          collectives(), "collectives",        NULL};
+    const char *two[] = {path, "FAKE_CUDA_DEVICES=2", "DDP_BACKEND=nccl", "DDP_TIMEOUT=600", NULL};
+    th_proc_t p;
+    th_run(&p, argv, two, 120);
+    const char *err = ddp_buf_str(&p.err), *root = strstr(err, "Root Cause");
+    TH_ASSERT(&p, th_status(&p) == 1);
+    for (int rank = 2; rank < 4; rank++) {
+        char line[120];
+        snprintf(line, sizeof line, "rank %d: LOCAL_RANK %d has no GPU of its own: 2 visible", rank,
+                 rank);
+        TH_ASSERT(&p, strstr(err, line) != NULL);
+    }
+    for (int rank = 0; rank < 2; rank++) {
+        char line[200];
+        const char *said = NULL;
+        for (int peer = 2; peer < 4 && said == NULL; peer++) {
+            snprintf(line, sizeof line,
+                     "rank %d: rank %d could not set up its GPU, so no rank can create the NCCL "
+                     "communicator: LOCAL_RANK %d has no GPU of its own",
+                     rank, peer, peer);
+            said = strstr(err, line);
+        }
+        TH_ASSERT(&p, said != NULL);
+    }
+    TH_ASSERT(&p, strstr(err, "NCCL communicator init") == NULL);
+    TH_ASSERT(&p, strstr(err, "unable to create the NCCL communicator:") == NULL);
+    TH_ASSERT(&p, root != NULL && (strstr(root, "rank      : 2 (local_rank: 2)") != NULL ||
+                                   strstr(root, "rank      : 3 (local_rank: 3)") != NULL));
+    th_cleanup(&p);
+
+    const char *four[] = {path, "FAKE_CUDA_DEVICES=4", "DDP_BACKEND=nccl", "DDP_TIMEOUT=600", NULL};
+    th_run(&p, argv, four, 120);
+    err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, "unable to create the NCCL communicator: NCCL: ") != NULL);
+    TH_ASSERT(&p, strstr(err, "could not set up its GPU") == NULL);
+    TH_ASSERT(&p, strstr(err, "has no GPU of its own") == NULL);
+    th_cleanup(&p);
+}
+
 /* Where the ring listens: DDP_SOCKET_IFNAME's interface, else --local-addr (DDP_LOCAL_ADDR),
  * else the store connection's address. A choice that is no address here fails, said. */
 static void test_ring_address_choice(void **state)
@@ -1000,6 +1055,7 @@ int main(void)
         TH_TEST(test_restart_resumes_from_checkpoint),
         TH_TEST(test_nccl_unique_id_exchange),
         TH_TEST(test_backend_choice),
+        TH_TEST(test_rank_without_gpu_is_named_by_all),
         TH_TEST(test_ring_address_choice),
         TH_TEST(test_dead_peer_shm),
         TH_TEST(test_dead_peer_tcp),
