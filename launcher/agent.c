@@ -180,6 +180,7 @@ static void finish(ddp_agent_t *a)
     uv_close((uv_handle_t *)&a->sigchld, NULL);
     uv_close((uv_handle_t *)&a->tstp, NULL);
     uv_close((uv_handle_t *)&a->winch, NULL);
+    uv_close((uv_handle_t *)&a->pause_timer, NULL);
     uv_close((uv_handle_t *)&a->kill_timer, NULL);
     uv_close((uv_handle_t *)&a->wait_timer, NULL);
     uv_close((uv_handle_t *)&a->blame_timer, NULL);
@@ -1604,6 +1605,10 @@ static void on_rdzv_command(void *ctx)
                                      "found the hang");
                 ddp_agent_hang_end(a, NULL);
             }
+            break;
+        case DDP_RDZV_CMD_PAUSE:
+        case DDP_RDZV_CMD_CONTINUE:
+            ddp_agent_remote_pause(a, cmd == DDP_RDZV_CMD_PAUSE);
             break;
         case DDP_RDZV_CMD_STOP:
             remote_stop(a, exit_code, message);

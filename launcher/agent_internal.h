@@ -61,6 +61,7 @@ typedef struct ddp_worker_s {
     double cpu;        /* without a ring: its CPU seconds, */
     uint64_t output;   /* and the bytes of its output */
     double active_at;  /* when it last made progress (monotonic: a clock step is none) */
+    bool paused;       /* stopped by a Ctrl-Z (here, or where the store is): continued after */
     /* --hang-timeout=auto (agent_progress.c). */
     uint64_t collectives;      /* its flight ring's completed collectives at the last look */
     double moved_at;           /* when those last changed (monotonic); 0: not yet */
@@ -93,7 +94,10 @@ struct ddp_agent_s {
     uv_signal_t unforwarded[DDP_MAX_SIGNALS]; /* the other signals that would end us */
     uv_signal_t passed[DDP_MAX_SIGNALS];      /* --forward-signals: passed, nothing stopped */
     uv_signal_t tstp;                         /* Ctrl-Z: the workers stop too (agent_pause.c) */
-    uv_signal_t winch; /* the terminal resized: the workers' pseudo-terminals too (same) */
+    uv_signal_t winch;      /* the terminal resized: the workers' pseudo-terminals too (same) */
+    uv_timer_t pause_timer; /* Ctrl-Z where the store is: the others are told, then we stop */
+    int pause;              /* that pause's number (ddp_rdzv_coord_pause) while it is on */
+    double paused_at;       /* when the workers were last stopped by a Ctrl-Z */
     int unforwarded_sig[DDP_MAX_SIGNALS];
     int nunforwarded;
     uv_timer_t kill_timer;
@@ -320,5 +324,7 @@ void ddp_agent_signal_running(ddp_agent_t *a, int sig);
  * ignored when ddp-launch started (0 or a libuv error). */
 void ddp_agent_pause_init(ddp_agent_t *a);
 int ddp_agent_pause_start(ddp_agent_t *a);
+/* The node serving the store stopped (`pause`) or continued: this node's workers too. */
+void ddp_agent_remote_pause(ddp_agent_t *a, bool pause);
 
 #endif

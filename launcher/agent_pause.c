@@ -10,49 +10,100 @@
 #include "spawn.h"
 
 #include <signal.h>
-#include <stdlib.h>
 #include <unistd.h>
 
-/* Signals the groups of the workers in `which` (running ones); each is cleared when the
- * signal cannot be sent. */
-static void signal_groups(ddp_agent_t *a, bool *which, int sig)
+/* Stops (SIGSTOP) the running workers not already stopped (SIGSTOP, a debugger): those
+ * are marked paused, to be continued later. Their count. */
+static int stop_workers(ddp_agent_t *a)
 {
-    for (int i = 0; i < a->nworkers; i++)
-        if (which[i] && a->workers[i].running)
-            which[i] = ddp_agent_signal_worker(a, i, sig) == 0;
+    int n = 0;
+    for (int i = 0; i < a->nworkers; i++) {
+        ddp_worker_t *w = &a->workers[i];
+        w->paused =
+            w->running && !ddp_proc_stopped(w->pid) && ddp_agent_signal_worker(a, i, SIGSTOP) == 0;
+        n += w->paused;
+    }
+    a->paused_at = ddp_clock_mono();
+    return n;
 }
+
+/* Continues the workers stop_workers() stopped. The time stopped is no worker's hang,
+ * nor on its watchdog timers. */
+static void continue_workers(ddp_agent_t *a)
+{
+    for (int i = 0; i < a->nworkers; i++) {
+        if (a->workers[i].paused && a->workers[i].running)
+            (void)ddp_agent_signal_worker(a, i, SIGCONT);
+        a->workers[i].paused = false;
+    }
+    double now = ddp_clock_mono();
+    for (int i = 0; i < a->nworkers; i++)
+        a->workers[i].active_at = now;
+    if (now > a->paused_at)
+        ddp_file_timer_postpone(a->file_timer, now - a->paused_at);
+}
+
+/* Stops the workers, then ddp-launch itself until continued; then the workers, and (the
+ * store's host) the other nodes' too. */
+static void stop_here(ddp_agent_t *a)
+{
+    int n = stop_workers(a);
+    bool all = a->coord != NULL && a->pause > 0;
+    if (n > 0 || all)
+        ddp_log_info(a->log,
+                     "stopped (SIGTSTP): %d worker(s)%s stop with ddp-launch and continue with "
+                     "it (fg, bg, SIGCONT)",
+                     n, all ? " here and every other node's (the job's store is here)" : "");
+    raise(SIGSTOP); /* here until continued */
+    continue_workers(a);
+    if (all)
+        ddp_rdzv_coord_resume(a->coord, a->pause);
+    a->pause = 0;
+    if (n > 0 || all)
+        ddp_log_info(a->log, "continued: the %d stopped worker(s)%s continue", n,
+                     all ? " here and the other nodes'" : "");
+}
+
+static void on_pause_delay(uv_timer_t *timer)
+{
+    stop_here(timer->data);
+}
+
+/* Where this launcher hosts the store of a multi-node job, the other nodes are told first
+ * (their workers stop as these do, and their launchers wait without heartbeats, which
+ * the stopped store could not answer), and this one stops PAUSE_DELAY_MS later, once the
+ * news has gone out. */
+#define PAUSE_DELAY_MS 300
 
 static void on_tstp(uv_signal_t *handle, int sig)
 {
     ddp_agent_t *a = handle->data;
     (void)sig;
-    /* Only the workers not already stopped (SIGSTOP, a debugger) are continued later. */
-    bool *paused = calloc((size_t)a->nworkers + 1, sizeof *paused);
-    int n = 0;
-    for (int i = 0; paused != NULL && i < a->nworkers; i++) {
-        paused[i] = a->workers[i].running && !ddp_proc_stopped(a->workers[i].pid);
-        n += paused[i];
+    if (a->pause > 0)
+        return; /* stopping already */
+    a->pause = a->coord != NULL ? ddp_rdzv_coord_pause(a->coord) : 0;
+    if (a->pause == 0) {
+        stop_here(a);
+        return;
     }
-    if (n > 0)
-        ddp_log_info(a->log,
-                     "stopped (SIGTSTP): %d worker(s) stop with ddp-launch and continue with "
-                     "it (fg, bg, SIGCONT)",
+    uv_timer_start(&a->pause_timer, on_pause_delay, PAUSE_DELAY_MS, 0);
+}
+
+void ddp_agent_remote_pause(ddp_agent_t *a, bool pause)
+{
+    if (a->coord != NULL)
+        return; /* the store's host: its own Ctrl-Z did it */
+    if (pause) {
+        int n = stop_workers(a);
+        ddp_log_warn(a->log,
+                     "the node serving the job's store was stopped (Ctrl-Z there): this node's "
+                     "%d worker(s) stop with it until it continues",
                      n);
-    if (paused != NULL)
-        signal_groups(a, paused, SIGSTOP);
-    double stopped_at = ddp_clock_mono();
-    raise(SIGSTOP); /* here until continued */
-    if (paused != NULL)
-        signal_groups(a, paused, SIGCONT);
-    /* The time stopped is no worker's hang, nor on its watchdog timers. */
-    double now = ddp_clock_mono();
-    for (int i = 0; i < a->nworkers; i++)
-        a->workers[i].active_at = now;
-    if (now > stopped_at)
-        ddp_file_timer_postpone(a->file_timer, now - stopped_at);
-    if (n > 0)
-        ddp_log_info(a->log, "continued: the %d stopped worker(s) continue", n);
-    free(paused);
+    } else {
+        continue_workers(a);
+        ddp_log_info(a->log, "the node serving the job's store continued: so do this node's "
+                             "workers");
+    }
 }
 
 /* The terminal was resized: the workers' pseudo-terminals (output.c) take its size, and
@@ -71,6 +122,8 @@ void ddp_agent_pause_init(ddp_agent_t *a)
     a->tstp.data = a;
     uv_signal_init(&a->loop, &a->winch);
     a->winch.data = a;
+    uv_timer_init(&a->loop, &a->pause_timer);
+    a->pause_timer.data = a;
 }
 
 int ddp_agent_pause_start(ddp_agent_t *a)

@@ -34,6 +34,10 @@ typedef enum {
     DDP_RDZV_CMD_HANG,
     DDP_RDZV_CMD_HANG_REPORT,
     DDP_RDZV_CMD_HANG_DONE,
+    /* The node serving the store was stopped (Ctrl-Z): stop the workers; it continued:
+     * continue them. */
+    DDP_RDZV_CMD_PAUSE,
+    DDP_RDZV_CMD_CONTINUE,
 } ddp_rdzv_cmd_t;
 
 typedef struct {

@@ -11,7 +11,9 @@
  *   RUNNING --every member succeeded--> OVER (outcome: done)
  *   any     --abort, a refused join, no restart left, formation timed out--> OVER
  *                                                (outcome and pending assigns: end)
- *   OVER: joins are answered with the job's end; `left` is set once the others leave. */
+ *   OVER: joins are answered with the job's end; `left` is set once the others leave.
+ *   RUNNING, the store's host stopped (Ctrl-Z): "pause K" at the round's news key, and
+ *                                                <round>/resume.K once it continues */
 #ifndef DDP_LAUNCHER_RDZV_BACKEND_H
 #define DDP_LAUNCHER_RDZV_BACKEND_H
 
@@ -66,6 +68,7 @@ struct ddp_rdzv_coord_s {
     ddp_rdzv_member_t **running; /* the running round's members by node rank */
     int nrunning, nsucceeded;
     bool outcome_published;
+    int pauses; /* the running round's (Ctrl-Z here): its news key is news.<pauses> */
 
     ddp_rdzv_member_t **holders; /* static: by node rank, the launcher that claims it */
     int nheld;                   /* static: holders that have joined the forming round */

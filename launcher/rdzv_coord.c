@@ -44,10 +44,36 @@ static void publish_outcome(ddp_rdzv_coord_t *c, const ddp_rdzv_verdict_t *v)
     char key[512], news[512];
     ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/outcome", c->round);
     /* What the running launchers wait on: the outcome itself (read in the one round trip
-     * after their wait), or a hang report's request. */
-    ddp_rdzv_key(news, sizeof news, c->cfg->run_id, "%d/news", c->round);
+     * after their wait), or a hang report's request, or a pause. */
+    ddp_rdzv_news_key(news, sizeof news, c->cfg->run_id, c->round, c->pauses);
     publish(c, key, news, v);
     c->outcome_published = true;
+}
+
+int ddp_rdzv_coord_pause(ddp_rdzv_coord_t *c)
+{
+    char news[512], pause[32];
+    ddp_rdzv_news_key(news, sizeof news, c->cfg->run_id, c->round, c->pauses);
+    ddp_store_key_t key = {(const uint8_t *)news, strlen(news)};
+    /* Only a running round's launchers wait on its news; one there already (an outcome, a
+     * hang report) is theirs to read first. */
+    if (c->phase != COORD_RUNNING || c->outcome_published || c->nrunning < 2 ||
+        ddp_store_exists(ddp_store_server_store(c->server), key))
+        return 0;
+    int n = snprintf(pause, sizeof pause, "pause %d", c->pauses + 1);
+    if (ddp_store_server_set(c->server, news, pause, (size_t)n) != 0)
+        return 0;
+    return ++c->pauses;
+}
+
+void ddp_rdzv_coord_resume(ddp_rdzv_coord_t *c, int pause)
+{
+    char key[512];
+    if (pause <= 0 || pause != c->pauses)
+        return;
+    ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/resume.%d", c->round, pause);
+    if (ddp_store_server_set(c->server, key, "1", 1) != 0)
+        ddp_log_error(c->log, "rendezvous: unable to publish '%s': out of memory", key);
 }
 
 double ddp_rdzv_coord_beat_limit(const ddp_rdzv_coord_t *c)
@@ -207,6 +233,7 @@ static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
     c->nrunning = n;
     c->nsucceeded = 0;
     c->outcome_published = false;
+    c->pauses = 0;
     for (int i = 0; i < n; i++) {
         ddp_rdzv_member_t *m = ranked[i];
         c->running[i] = m;

@@ -44,6 +44,14 @@ void ddp_rdzv_coord_stragglers(ddp_rdzv_coord_t *coord, ddp_buf_t *out);
  * line): its launcher finds out at its next post of rows (ddp_rdzv_straggler_named). */
 void ddp_rdzv_coord_name_straggler(ddp_rdzv_coord_t *coord, int node_rank, const char *why);
 
+/* From the loop: this launcher stops (Ctrl-Z) while a round runs. The other launchers
+ * of the round are told to stop their workers too, and to wait, without heartbeats, for
+ * ddp_rdzv_coord_resume(pause) once this one continues: the store they would beat on
+ * stands still with it. The pause's number (> 0), or 0 where the others cannot be told
+ * (no round running, its outcome out, a hang report under way): this node stops alone. */
+int ddp_rdzv_coord_pause(ddp_rdzv_coord_t *coord);
+void ddp_rdzv_coord_resume(ddp_rdzv_coord_t *coord, int pause);
+
 /* Our launcher ends: the job ends with it if it has not (the others are told: with
  * 128+`sig` when it ends for signal `sig`, which they forward, else status 5), and once
  * every other launcher has left, or after `linger` seconds, the coordinator closes the

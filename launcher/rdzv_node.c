@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -237,7 +238,7 @@ static bool publish_hang(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, const ddp
         ddp_rdzv_command(r, DDP_RDZV_CMD_HANG_DONE, NULL, 0, NULL);
         return true;
     }
-    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/news", world->round);
+    ddp_rdzv_news_key(key, sizeof key, r->cfg->run_id, world->round, r->pauses);
     if (ddp_store_client_set(r->client, key, "hang", 4) != 0) {
         store_lost(r);
         return false;
@@ -668,14 +669,47 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
     }
 }
 
+/* The store's host stopped (Ctrl-Z there) as pause number `pause` (ddp_rdzv_coord_pause):
+ * this node's workers stop too, and the thread waits for <round>/resume.<pause> with no
+ * deadline and no heartbeat, since the store stands still (a store that goes away closes
+ * the connection). 0 once continued, 1 when this launcher ends meanwhile (posts to take),
+ * or a store error. The loop's other posts wait until the store answers again. */
+static int await_resume(ddp_rdzv_t *r, int round, int pause)
+{
+    char key[512];
+    const char *keys[1] = {key};
+    uint64_t count;
+    int err;
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/resume.%d", round, pause);
+    ddp_rdzv_command(r, DDP_RDZV_CMD_PAUSE, NULL, 0, NULL);
+    while ((err = ddp_store_client_wait_or_wake(r->waiter, keys, 1, INFINITY, r->wake_fd)) == 1) {
+        if (ddp_rdzv_ending(r))
+            return 1;
+        while (read(r->wake_fd, &count, sizeof count) < 0 && errno == EINTR)
+            ;
+    }
+    if (err) {
+        r->waiter_failed = true;
+        return err;
+    }
+    /* The beat sent before the pause has its answer now: take it, and beat afresh. */
+    if ((err = ddp_store_client_ping(r->client)) != 0)
+        return err;
+    r->next_beat = 0;
+    ddp_rdzv_command(r, DDP_RDZV_CMD_CONTINUE, NULL, 0, NULL);
+    return 0;
+}
+
 static node_phase_t node_run(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, ddp_rdzv_verdict_t *v)
 {
     char key[512], news[512];
     bool reported = false, hang_seen = false;
     ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/outcome", world->round);
     /* <round>/news comes with the outcome, or with a hang report that another node asks
-     * this one's rows for; after a hang the thread waits for the outcome itself. */
-    ddp_rdzv_key(news, sizeof news, r->cfg->run_id, "%d/news", world->round);
+     * this one's rows for, or with a pause of the store's host (then the next news is at
+     * news.<pauses>); after a hang the thread waits for the outcome itself. */
+    r->pauses = 0;
+    ddp_rdzv_news_key(news, sizeof news, r->cfg->run_id, world->round, r->pauses);
     for (;;) {
         int rc = await_key(r, hang_seen ? key : news, INFINITY);
         if (rc < 0)
@@ -695,6 +729,18 @@ static node_phase_t node_run(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, ddp_r
             ddp_buf_free(&text);
             hang_seen = true;
             ddp_rdzv_command(r, DDP_RDZV_CMD_HANG, NULL, 0, NULL);
+            continue;
+        }
+        int pause = 0;
+        if (!hang_seen && sscanf(ddp_buf_str(&text), "pause %d", &pause) == 1 &&
+            pause == r->pauses + 1) {
+            ddp_buf_free(&text);
+            if (await_resume(r, world->round, pause) < 0)
+                return store_lost(r);
+            if (!take_posts(r, world, &reported))
+                return NODE_END;
+            r->pauses = pause;
+            ddp_rdzv_news_key(news, sizeof news, r->cfg->run_id, world->round, r->pauses);
             continue;
         }
         bool ok = verdict_from(r, from, &text, v);

@@ -34,6 +34,14 @@ void ddp_rdzv_key(char *key, size_t cap, const char *run_id, const char *fmt, ..
     va_end(ap);
 }
 
+void ddp_rdzv_news_key(char *key, size_t cap, const char *run_id, int round, int pauses)
+{
+    if (pauses == 0)
+        ddp_rdzv_key(key, cap, run_id, "%d/news", round);
+    else
+        ddp_rdzv_key(key, cap, run_id, "%d/news.%d", round, pauses);
+}
+
 /* The text as a C string in buf[TEXT_MAX], or false when it is too long or holds a NUL. */
 static bool as_string(const void *text, size_t len, char buf[TEXT_MAX])
 {

@@ -47,6 +47,10 @@ void ddp_rdzv_launcher_id(char id[DDP_RDZV_ID_MAX], const char *host);
 void ddp_rdzv_key(char *key, size_t cap, const char *run_id, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* What a running round's launchers wait on after `pauses` pauses of the store's host
+ * (ddp_rdzv_coord_pause): <round>/news, then <round>/news.<pauses>. */
+void ddp_rdzv_news_key(char *key, size_t cap, const char *run_id, int round, int pauses);
+
 typedef struct {
     int seq; /* the launcher's joins so far: its answer comes at assign/<id>/<seq> */
     int nnodes_min, nnodes_max;

@@ -688,6 +688,69 @@ static void test_store_host_lost(void **state)
     job_cleanup(&job);
 }
 
+/* Lines in the files <prefix>.0 and <prefix>.1 (one a worker). */
+static int lines_in(const char *prefix)
+{
+    int n = 0;
+    for (int rank = 0; rank < 2; rank++) {
+        char path[700], line[64];
+        snprintf(path, sizeof path, "%s.%d", prefix, rank);
+        FILE *f = fopen(path, "r");
+        while (f != NULL && fgets(line, sizeof line, f) != NULL)
+            n++;
+        if (f != NULL)
+            fclose(f);
+    }
+    return n;
+}
+
+/* Ctrl-Z on the node that serves the store: every node's workers stop with it (node 1's
+ * too, which went on alone), and the job goes on when it continues, though it stood still
+ * longer than the other launcher's read_timeout (which used to end that launcher: "lost
+ * the rendezvous store"). The workers tick into files of their own. */
+static void test_ctrl_z_on_the_store_host_stops_every_node(void **state)
+{
+    char *dir = th_tmpdir(), ticks[700];
+    snprintf(ticks, sizeof ticks, "TICKS=%s/ticks", dir);
+    const char *env[] = {ticks, NULL};
+    const char *script[] = {"/bin/sh", "-c",
+                            "i=0; while [ $i -lt 40 ]; do echo $i >> \"$TICKS.$RANK\"; "
+                            "i=$((i + 1)); sleep 0.05; done",
+                            NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n1 = start_node_env(&job, 2, 1, 1, "--rdzv-conf=read_timeout=2", script, env);
+    th_proc_t *n0 = start_node_env(&job, 2, 0, 1, "--rdzv-conf=read_timeout=2", script, env);
+    char prefix[700];
+    snprintf(prefix, sizeof prefix, "%s/ticks", dir);
+    for (int i = 0; i < 300 && lines_in(prefix) < 8; i++)
+        usleep(20 * 1000);
+    TH_ASSERT(n0, lines_in(prefix) >= 8);
+    TH_ASSERT(n0, kill(n0->pid, SIGTSTP) == 0);
+    TH_ASSERT(n1, th_wait_output(n1, 2, "the node serving the job's store was stopped", 1, 10));
+    usleep(800 * 1000); /* node 0 stops 0.3 s after telling; a SIGSTOP lands at once */
+    int before = lines_in(prefix);
+    usleep(4 * 1000 * 1000); /* twice read_timeout */
+    int after = lines_in(prefix);
+    printf("ticks while stopped: %d, then %d\n", before, after);
+    TH_ASSERT(n0, after == before && before < 80);
+    TH_ASSERT(n0, kill(n0->pid, SIGCONT) == 0);
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_status(n0) == 0);
+    TH_ASSERT(n1, th_status(n1) == 0);
+    TH_ASSERT(n0, lines_in(prefix) == 80);
+    TH_ASSERT(n0, strstr(err(n0), "1 worker(s) here and every other node's (the job's store is "
+                                  "here) stop with ddp-launch") != NULL);
+    TH_ASSERT(n0, strstr(err(n0), "continued: the 1 stopped worker(s) here and the other "
+                                  "nodes' continue") != NULL);
+    TH_ASSERT(n1,
+              strstr(err(n1), "this node's 1 worker(s) stop with it until it continues") != NULL);
+    TH_ASSERT(n1, strstr(err(n1), "the node serving the job's store continued") != NULL);
+    job_cleanup(&job);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* The store's host ended by SIGTERM while node 1's launcher is frozen (SIGSTOP, 2 s:
  * under the 3 s keep-alive limit, as a launcher slow on a loaded machine): the store
  * stays until node 1 has read how the job ended, so node 1 stops its workers for the
@@ -1517,6 +1580,7 @@ int main(int argc, char **argv)
         TH_TEST(test_node_loss_in_a_slurm_step_ends_the_job),
         TH_TEST(test_lost_node_returns),
         TH_TEST(test_store_host_lost),
+        TH_TEST(test_ctrl_z_on_the_store_host_stops_every_node),
         TH_TEST(test_slow_node_reads_the_end),
         TH_TEST(test_silent_node_not_waited_for),
         TH_TEST(test_signal_between_rounds_on_the_host),
