@@ -293,7 +293,8 @@ static void on_hang_timer(uv_timer_t *timer)
     ddp_agent_t *a = timer->data;
     double now = ddp_clock_mono(), idle = -1; /* a step of the wall clock is no hang */
     double interval = (double)uv_timer_get_repeat(timer) / 1000.0;
-    if (a->state != AGENT_RUNNING || a->hang != HANG_IDLE || a->hang_done || a->nrunning == 0)
+    if (a->state != AGENT_RUNNING || a->hang != HANG_IDLE || a->hang_done || a->nrunning == 0 ||
+        a->paused)
         return;
     for (int i = 0; i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];

@@ -98,6 +98,8 @@ struct ddp_agent_s {
     uv_timer_t pause_timer; /* Ctrl-Z where the store is: the others are told, then we stop */
     int pause;              /* that pause's number (ddp_rdzv_coord_pause) while it is on */
     double paused_at;       /* when the workers were last stopped by a Ctrl-Z */
+    bool paused;            /* they are (the store's host stopped: this loop runs on) */
+    double resumed_at;      /* when they were last continued: no quiet time before it */
     int unforwarded_sig[DDP_MAX_SIGNALS];
     int nunforwarded;
     uv_timer_t kill_timer;

@@ -23,12 +23,15 @@ static int stop_workers(ddp_agent_t *a)
             w->running && !ddp_proc_stopped(w->pid) && ddp_agent_signal_worker(a, i, SIGSTOP) == 0;
         n += w->paused;
     }
+    a->paused = true;
     a->paused_at = ddp_clock_mono();
+    ddp_file_timer_hold(a->file_timer, true);
     return n;
 }
 
-/* Continues the workers stop_workers() stopped. The time stopped is no worker's hang,
- * nor on its watchdog timers. */
+/* Continues the workers stop_workers() stopped. The time stopped is no worker's hang
+ * (quiet time counts from now: agent_hang.c, agent_progress.c), nor on its watchdog
+ * timers. */
 static void continue_workers(ddp_agent_t *a)
 {
     for (int i = 0; i < a->nworkers; i++) {
@@ -39,6 +42,9 @@ static void continue_workers(ddp_agent_t *a)
     double now = ddp_clock_mono();
     for (int i = 0; i < a->nworkers; i++)
         a->workers[i].active_at = now;
+    a->paused = false;
+    a->resumed_at = now;
+    ddp_file_timer_hold(a->file_timer, false);
     if (now > a->paused_at)
         ddp_file_timer_postpone(a->file_timer, now - a->paused_at);
 }

@@ -82,6 +82,9 @@ static void learn_steps(ddp_learnt_t *l, const ddp_progress_ring_t *ring)
  * least as often as the shortest limit judged, and a limit passed is the report's. */
 static bool past_limit(ddp_agent_t *a, double quiet, double limit)
 {
+    double since_resumed = ddp_clock_mono() - a->resumed_at;
+    if (a->resumed_at > 0 && quiet > since_resumed)
+        quiet = since_resumed; /* the time stopped by a Ctrl-Z is no rank's */
     if (limit < a->tick_limit)
         a->tick_limit = limit;
     if (quiet <= limit)
@@ -301,7 +304,7 @@ static void on_progress(uv_timer_t *timer)
     const ddp_launch_config_t *cfg = a->cfg;
     double now = ddp_clock_mono();
     char why[240] = "";
-    if (a->state != AGENT_RUNNING || a->nrunning == 0)
+    if (a->state != AGENT_RUNNING || a->nrunning == 0 || a->paused)
         return;
     a->tick_limit = AUTO_COLD_S;
     for (int i = 0; i < a->nworkers; i++) {

@@ -38,6 +38,7 @@ struct ddp_file_timer_s {
     uv_poll_t poll;
     uv_timer_t timer;
     bool watching;
+    bool held;      /* ddp_file_timer_hold */
     ddp_buf_t line; /* a request not yet ended by its newline */
     bool skipping;  /* the rest of an overlong line */
     int malformed;
@@ -111,7 +112,7 @@ static void rearm(ddp_file_timer_t *t)
 {
     if (!t->watching)
         return;
-    if (t->n == 0) {
+    if (t->n == 0 || t->held) {
         uv_timer_stop(&t->timer);
         return;
     }
@@ -317,6 +318,14 @@ void ddp_file_timer_postpone(ddp_file_timer_t *t, double seconds)
         t->entries[i].expires += seconds;
     if (t != NULL)
         rearm(t);
+}
+
+void ddp_file_timer_hold(ddp_file_timer_t *t, bool hold)
+{
+    if (t == NULL)
+        return;
+    t->held = hold;
+    rearm(t);
 }
 
 void ddp_file_timer_close(ddp_file_timer_t *t)

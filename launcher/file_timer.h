@@ -50,6 +50,10 @@ void ddp_file_timer_clear(ddp_file_timer_t *t);
  * is no worker's. NULL is harmless. */
 void ddp_file_timer_postpone(ddp_file_timer_t *t, double seconds);
 
+/* While held, no timer fires (the workers are stopped while this loop runs: the store's
+ * host was stopped); released, they fire as due (postpone them first). NULL is harmless. */
+void ddp_file_timer_hold(ddp_file_timer_t *t, bool hold);
+
 /* Stops reading (with the loop's other handles). NULL is harmless. */
 void ddp_file_timer_close(ddp_file_timer_t *t);
 

@@ -707,20 +707,22 @@ static int lines_in(const char *prefix)
 /* Ctrl-Z on the node that serves the store: every node's workers stop with it (node 1's
  * too, which went on alone), and the job goes on when it continues, though it stood still
  * longer than the other launcher's read_timeout (which used to end that launcher: "lost
- * the rendezvous store"). The workers tick into files of their own. */
+ * the rendezvous store") and than --hang-timeout (node 1's loop runs on meanwhile: its
+ * stopped workers are no hang). The workers tick into files of their own. */
 static void test_ctrl_z_on_the_store_host_stops_every_node(void **state)
 {
     char *dir = th_tmpdir(), ticks[700];
     snprintf(ticks, sizeof ticks, "TICKS=%s/ticks", dir);
     const char *env[] = {ticks, NULL};
     const char *script[] = {"/bin/sh", "-c",
-                            "i=0; while [ $i -lt 40 ]; do echo $i >> \"$TICKS.$RANK\"; "
-                            "i=$((i + 1)); sleep 0.05; done",
+                            "i=0; while [ $i -lt 40 ]; do echo \"tick $RANK $i\"; "
+                            "echo $i >> \"$TICKS.$RANK\"; i=$((i + 1)); sleep 0.05; done",
                             NULL};
     job_t job;
     job_init(&job);
-    th_proc_t *n1 = start_node_env(&job, 2, 1, 1, "--rdzv-conf=read_timeout=2", script, env);
-    th_proc_t *n0 = start_node_env(&job, 2, 0, 1, "--rdzv-conf=read_timeout=2", script, env);
+    const char *flags = "--rdzv-conf=read_timeout=2 --hang-timeout=2";
+    th_proc_t *n1 = start_node_env(&job, 2, 1, 1, flags, script, env);
+    th_proc_t *n0 = start_node_env(&job, 2, 0, 1, flags, script, env);
     char prefix[700];
     snprintf(prefix, sizeof prefix, "%s/ticks", dir);
     for (int i = 0; i < 300 && lines_in(prefix) < 8; i++)
@@ -746,6 +748,8 @@ static void test_ctrl_z_on_the_store_host_stops_every_node(void **state)
     TH_ASSERT(n1,
               strstr(err(n1), "this node's 1 worker(s) stop with it until it continues") != NULL);
     TH_ASSERT(n1, strstr(err(n1), "the node serving the job's store continued") != NULL);
+    for (int i = 0; i < 2; i++) /* stopped longer than --hang-timeout: no hang */
+        TH_ASSERT(&job.node[i], strstr(err(&job.node[i]), "hang") == NULL);
     job_cleanup(&job);
     th_rmtree(dir);
     free(dir);

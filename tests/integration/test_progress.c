@@ -13,6 +13,7 @@
 #include "io.h"
 
 #include <glob.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,6 +214,35 @@ static void test_clock_step_is_no_hang(void **state)
     th_cleanup(&p);
 }
 
+/* Ctrl-Z for 2 s in the middle of 50 ms steps under --hang-timeout=auto (learnt: ~0.25 s)
+ * is no hang: the time stopped is no rank's. */
+static void test_ctrl_z_is_no_hang_for_auto(void **state)
+{
+    const char *const *env = python_env();
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          "--hang-timeout=auto",
+                          "--hang-timeout-floor=0.2",
+                          "--straggler-report=0",
+                          script(),
+                          "100",
+                          "50",
+                          "-",
+                          NULL};
+    th_proc_t p;
+    th_start(&p, argv, env);
+    usleep(2500 * 1000); /* some 40 steps: the step time is learnt */
+    TH_ASSERT(&p, kill(p.pid, SIGTSTP) == 0);
+    usleep(2000 * 1000);
+    TH_ASSERT(&p, kill(p.pid, SIGCONT) == 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(err, "stopped (SIGTSTP): 2 worker(s) stop with ddp-launch") != NULL);
+    TH_ASSERT(&p, strstr(err, "hang") == NULL);
+    th_cleanup(&p);
+}
+
 /* A 3 s checkpoint section every 20 steps of 50 ms is its own phase: not a hang. */
 static void test_hang_auto_spares_a_checkpoint(void **state)
 {
@@ -285,7 +315,7 @@ int main(void)
         TH_TEST(test_two_stragglers_named),          TH_TEST(test_no_straggler_no_line),
         TH_TEST(test_python_straggler_named),        TH_TEST(test_hang_auto_finds_a_stopped_rank),
         TH_TEST(test_hang_auto_spares_a_checkpoint), TH_TEST(test_clock_step_is_no_hang),
-        TH_TEST(test_module_outside_ddp_launch),
+        TH_TEST(test_ctrl_z_is_no_hang_for_auto),    TH_TEST(test_module_outside_ddp_launch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
