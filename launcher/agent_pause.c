@@ -101,10 +101,14 @@ void ddp_agent_remote_pause(ddp_agent_t *a, bool pause)
         return; /* the store's host: its own Ctrl-Z did it */
     if (pause) {
         int n = stop_workers(a);
-        ddp_log_warn(a->log,
-                     "the node serving the job's store was stopped (Ctrl-Z there): this node's "
-                     "%d worker(s) stop with it until it continues",
-                     n);
+        if (n > 0)
+            ddp_log_warn(a->log,
+                         "the node serving the job's store was stopped (Ctrl-Z there): this "
+                         "node's %d worker(s) stop with it until it continues",
+                         n);
+        else
+            ddp_log_warn(a->log, "the node serving the job's store was stopped (Ctrl-Z there): "
+                                 "this node waits until it continues");
     } else {
         continue_workers(a);
         ddp_log_info(a->log, "the node serving the job's store continued: so do this node's "
