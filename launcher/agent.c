@@ -173,8 +173,10 @@ static void finish(ddp_agent_t *a)
                                                                      : 0,
                               &a->remote_failures, on_store_closed, a);
     } else {
-        ddp_store_server_close(a->store);
+        /* The handlers first: a test (or Slurm) that sees the store's port closed may
+         * signal at once, and the first signal is then the one swallowed. */
         close_signal_handles(a);
+        ddp_store_server_close(a->store);
     }
     a->store = NULL;
     uv_close((uv_handle_t *)&a->sigchld, NULL);

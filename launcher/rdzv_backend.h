@@ -68,7 +68,8 @@ struct ddp_rdzv_coord_s {
     ddp_rdzv_member_t **running; /* the running round's members by node rank */
     int nrunning, nsucceeded;
     bool outcome_published;
-    int pauses; /* the running round's (Ctrl-Z here): its news key is news.<pauses> */
+    int pauses;  /* the running round's (Ctrl-Z here): its news key is news.<pauses> */
+    bool paused; /* the last pause's resume is not out yet */
 
     ddp_rdzv_member_t **holders; /* static: by node rank, the launcher that claims it */
     int nheld;                   /* static: holders that have joined the forming round */

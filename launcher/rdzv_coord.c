@@ -39,9 +39,12 @@ static void publish_assign(ddp_rdzv_coord_t *c, const ddp_rdzv_member_t *m,
     publish(c, key, NULL, v);
 }
 
+static void end_pause(ddp_rdzv_coord_t *c);
+
 static void publish_outcome(ddp_rdzv_coord_t *c, const ddp_rdzv_verdict_t *v)
 {
     char key[512], news[512];
+    end_pause(c); /* the launchers that wait for the resume read the news after it */
     ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/outcome", c->round);
     /* What the running launchers wait on: the outcome itself (read in the one round trip
      * after their wait), or a hang report's request, or a pause. */
@@ -63,17 +66,27 @@ int ddp_rdzv_coord_pause(ddp_rdzv_coord_t *c)
     int n = snprintf(pause, sizeof pause, "pause %d", c->pauses + 1);
     if (ddp_store_server_set(c->server, news, pause, (size_t)n) != 0)
         return 0;
+    c->paused = true;
     return ++c->pauses;
+}
+
+/* The pause on, if one is: the launchers waiting for it go on (also when the round ends
+ * or the job does before our launcher stops). */
+static void end_pause(ddp_rdzv_coord_t *c)
+{
+    char key[512];
+    if (!c->paused)
+        return;
+    c->paused = false;
+    ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/resume.%d", c->round, c->pauses);
+    if (ddp_store_server_set(c->server, key, "1", 1) != 0)
+        ddp_log_error(c->log, "rendezvous: unable to publish '%s': out of memory", key);
 }
 
 void ddp_rdzv_coord_resume(ddp_rdzv_coord_t *c, int pause)
 {
-    char key[512];
-    if (pause <= 0 || pause != c->pauses)
-        return;
-    ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/resume.%d", c->round, pause);
-    if (ddp_store_server_set(c->server, key, "1", 1) != 0)
-        ddp_log_error(c->log, "rendezvous: unable to publish '%s': out of memory", key);
+    if (pause == c->pauses)
+        end_pause(c);
 }
 
 double ddp_rdzv_coord_beat_limit(const ddp_rdzv_coord_t *c)
@@ -233,7 +246,7 @@ static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
     c->nrunning = n;
     c->nsucceeded = 0;
     c->outcome_published = false;
-    c->pauses = 0;
+    c->pauses = 0; /* (a pause ended with the last round's outcome) */
     for (int i = 0; i < n; i++) {
         ddp_rdzv_member_t *m = ranked[i];
         c->running[i] = m;
@@ -745,6 +758,7 @@ void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *c, double linger, int sig, ddp_buf_
     c->failures = failures;
     c->closed = closed;
     c->closed_ctx = ctx;
+    end_pause(c);
     /* (A signal's own abort record may still be on its way from our rendezvous thread.) */
     if (c->phase != COORD_OVER && sig < 0) /* an exit status of its own: no progress */
         job_over(c, -sig,
