@@ -424,7 +424,7 @@ static void test_backend_choice(void **state)
  * FAKE_CUDA_DEVICES): ranks 2 and 3 have none of their own and say so; ranks 0 and 1 name
  * one of them as the cause, where they used to wait in NCCL's init until the launcher
  * stopped them without a word. With a GPU for each, every rank passes that agreement and
- * goes on to NCCL's own init (which fails here, NCCL finding no GPU). */
+ * goes on to NCCL's own init (which fails, NCCL finding no GPU here, or fewer than 4). */
 static void test_rank_without_gpu_is_named_by_all(void **state)
 {
     const char *dir = getenv("DDP_TEST_FAKE_CUDART_DIR");
@@ -465,11 +465,13 @@ static void test_rank_without_gpu_is_named_by_all(void **state)
                                    strstr(root, "rank      : 3 (local_rank: 3)") != NULL));
     th_cleanup(&p);
 
-    const char *four[] = {path, "FAKE_CUDA_DEVICES=4", "DDP_BACKEND=nccl", "DDP_TIMEOUT=600", NULL};
+    /* (Where fewer real GPUs are, NCCL may fail otherwise, or wait: 20 s at most.) */
+    const char *four[] = {path, "FAKE_CUDA_DEVICES=4", "DDP_BACKEND=nccl", "DDP_TIMEOUT=20", NULL};
     th_run(&p, argv, four, 120);
     err = ddp_buf_str(&p.err);
     TH_ASSERT(&p, th_status(&p) == 1);
-    TH_ASSERT(&p, strstr(err, "unable to create the NCCL communicator: NCCL: ") != NULL);
+    TH_ASSERT(&p, strstr(err, "unable to create the NCCL communicator: ") != NULL ||
+                      strstr(err, "NCCL communicator init: ") != NULL);
     TH_ASSERT(&p, strstr(err, "could not set up its GPU") == NULL);
     TH_ASSERT(&p, strstr(err, "has no GPU of its own") == NULL);
     th_cleanup(&p);
