@@ -688,22 +688,6 @@ static void test_store_host_lost(void **state)
     job_cleanup(&job);
 }
 
-/* Lines in the files <prefix>.0 and <prefix>.1 (one a worker). */
-static int lines_in(const char *prefix)
-{
-    int n = 0;
-    for (int rank = 0; rank < 2; rank++) {
-        char path[700], line[64];
-        snprintf(path, sizeof path, "%s.%d", prefix, rank);
-        FILE *f = fopen(path, "r");
-        while (f != NULL && fgets(line, sizeof line, f) != NULL)
-            n++;
-        if (f != NULL)
-            fclose(f);
-    }
-    return n;
-}
-
 /* Ctrl-Z on the node that serves the store: every node's workers stop with it (node 1's
  * too, which went on alone), and the job goes on when it continues, though it stood still
  * longer than the other launcher's read_timeout (which used to end that launcher: "lost
@@ -725,22 +709,22 @@ static void test_ctrl_z_on_the_store_host_stops_every_node(void **state)
     th_proc_t *n0 = start_node_env(&job, 2, 0, 1, flags, script, env);
     char prefix[700];
     snprintf(prefix, sizeof prefix, "%s/ticks", dir);
-    for (int i = 0; i < 300 && lines_in(prefix) < 8; i++)
+    for (int i = 0; i < 300 && th_lines_in(prefix, 2) < 8; i++)
         usleep(20 * 1000);
-    TH_ASSERT(n0, lines_in(prefix) >= 8);
+    TH_ASSERT(n0, th_lines_in(prefix, 2) >= 8);
     TH_ASSERT(n0, kill(n0->pid, SIGTSTP) == 0);
     TH_ASSERT(n1, th_wait_output(n1, 2, "the node serving the job's store was stopped", 1, 10));
     usleep(800 * 1000); /* node 0 stops 0.3 s after telling; a SIGSTOP lands at once */
-    int before = lines_in(prefix);
+    int before = th_lines_in(prefix, 2);
     usleep(4 * 1000 * 1000); /* twice read_timeout */
-    int after = lines_in(prefix);
+    int after = th_lines_in(prefix, 2);
     printf("ticks while stopped: %d, then %d\n", before, after);
     TH_ASSERT(n0, after == before && before < 80);
     TH_ASSERT(n0, kill(n0->pid, SIGCONT) == 0);
     job_wait(&job, 60);
     TH_ASSERT(n0, th_status(n0) == 0);
     TH_ASSERT(n1, th_status(n1) == 0);
-    TH_ASSERT(n0, lines_in(prefix) == 80);
+    TH_ASSERT(n0, th_lines_in(prefix, 2) == 80);
     TH_ASSERT(n0, strstr(err(n0), "1 worker(s) here and every other node's (the job's store is "
                                   "here) stop with ddp-launch") != NULL);
     TH_ASSERT(n0, strstr(err(n0), "continued: the 1 stopped worker(s) here and the other "

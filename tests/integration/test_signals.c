@@ -567,22 +567,6 @@ static bool all_stopped(const pid_t *pids, int n, bool stopped, double timeout)
     }
 }
 
-/* The ticks the workers wrote to their files (not through the launcher's pipes). */
-static int ticks_written(const char *dir)
-{
-    int n = 0;
-    for (int rank = 0; rank < 2; rank++) {
-        char path[700], line[64];
-        snprintf(path, sizeof path, "%s/ticks.%d", dir, rank);
-        FILE *f = fopen(path, "r");
-        while (f != NULL && fgets(line, sizeof line, f) != NULL)
-            n++;
-        if (f != NULL)
-            fclose(f);
-    }
-    return n;
-}
-
 /* Ctrl-Z: the workers, each in a session of its own, stop with the launcher (they went
  * on alone) and continue with it; the time stopped, longer than --hang-timeout, is no
  * hang. A worker stopped while its shell waits for a vfork()ed child shows as D, not
@@ -609,9 +593,9 @@ static void test_ctrl_z_stops_the_workers(void **state)
     TH_ASSERT(&p, kill(p.pid, SIGTSTP) == 0);
     TH_ASSERT(&p, all_stopped(&p.pid, 1, true, 10));
     usleep(300 * 1000); /* a SIGSTOP sent is taken at the next return to user space */
-    int before = ticks_written(dir);
+    int before = th_lines_in(ticks + strlen("TICKS="), 2);
     usleep(3 * 1000 * 1000);
-    int after = ticks_written(dir);
+    int after = th_lines_in(ticks + strlen("TICKS="), 2);
     printf("ticks while stopped: %d, then %d\n", before, after);
     TH_ASSERT(&p, after == before && before < 80);
     TH_ASSERT(&p, all_stopped(&p.pid, 1, true, 0)); /* still */
@@ -619,7 +603,8 @@ static void test_ctrl_z_stops_the_workers(void **state)
     TH_ASSERT(&p, th_wait_exit(&p, 30));
     const char *err = ddp_buf_str(&p.err);
     TH_ASSERT(&p, th_status(&p) == 0);
-    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "tick ") == 80 && ticks_written(dir) == 80);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "tick ") == 80 &&
+                      th_lines_in(ticks + strlen("TICKS="), 2) == 80);
     TH_ASSERT(&p, strstr(err, "stopped (SIGTSTP): 2 worker(s) stop with ddp-launch") != NULL);
     TH_ASSERT(&p, strstr(err, "continued: the 2 stopped worker(s) continue") != NULL);
     TH_ASSERT(&p, strstr(err, "hang") == NULL);

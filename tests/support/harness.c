@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <math.h>
@@ -378,6 +379,23 @@ int th_count(const char *text, const char *needle)
     for (const char *p = strstr(text, needle); p != NULL; p = strstr(p + len, needle))
         n++;
     return n;
+}
+
+int th_lines_in(const char *prefix, int n)
+{
+    int lines = 0;
+    for (int i = 0; i < n; i++) {
+        char path[PATH_MAX + 16], line[256];
+        snprintf(path, sizeof path, "%s.%d", prefix, i);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        while (fgets(line, sizeof line, f) != NULL)
+            if (strchr(line, '\n') != NULL)
+                lines++;
+        fclose(f);
+    }
+    return lines;
 }
 
 char *th_tmpdir(void)

@@ -69,6 +69,9 @@ bool th_wait_gone(pid_t pid, double timeout);
 /* Occurrences of `needle` in `text`. */
 int th_count(const char *text, const char *needle);
 
+/* Lines in the files PREFIX.0 ... PREFIX.(N-1); a missing file holds none. */
+int th_lines_in(const char *prefix, int n);
+
 /* The paths of the binaries under test, from the environment set by meson. */
 const char *th_launcher(void);
 const char *th_worker(void);
