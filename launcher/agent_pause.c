@@ -110,9 +110,12 @@ void ddp_agent_remote_pause(ddp_agent_t *a, bool pause)
             ddp_log_warn(a->log, "the node serving the job's store was stopped (Ctrl-Z there): "
                                  "this node waits until it continues");
     } else {
+        int n = 0;
+        for (int i = 0; i < a->nworkers; i++)
+            n += a->workers[i].paused;
         continue_workers(a);
-        ddp_log_info(a->log, "the node serving the job's store continued: so do this node's "
-                             "workers");
+        ddp_log_info(a->log, "the node serving the job's store continued%s",
+                     n > 0 ? ": so do this node's workers" : "");
     }
 }
 

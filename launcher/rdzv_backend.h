@@ -35,6 +35,7 @@ typedef struct ddp_rdzv_member_s {
     uint64_t arrival;     /* join order */
     double last_beat;     /* monotonic s */
     double dup_since;     /* static: claims a rank a live launcher holds, since; < 0 */
+    int assign_pauses;    /* pauses told at its assign key while joined: where the next goes */
     char *env;            /* its environment record (envcheck.h), from its latest join */
 } ddp_rdzv_member_t;
 

@@ -35,7 +35,7 @@ static void publish_assign(ddp_rdzv_coord_t *c, const ddp_rdzv_member_t *m,
                            const ddp_rdzv_verdict_t *v)
 {
     char key[512];
-    ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "assign/%s/%d", m->id, m->join.seq);
+    ddp_rdzv_assign_key(key, sizeof key, c->cfg->run_id, m->id, m->join.seq, m->assign_pauses);
     publish(c, key, NULL, v);
 }
 
@@ -53,20 +53,38 @@ static void publish_outcome(ddp_rdzv_coord_t *c, const ddp_rdzv_verdict_t *v)
     c->outcome_published = true;
 }
 
+/* The launchers waiting for a place (hot spares, latecomers) are told of pause `pause` at
+ * their assign key, and wait for the same resume as the running ones; their answer comes
+ * at the next assign key (ddp_rdzv_assign_key). */
+static void pause_joined(ddp_rdzv_coord_t *c, int pause)
+{
+    char key[512], text[48];
+    int n = snprintf(text, sizeof text, "pause %d %d", c->round, pause);
+    for (size_t i = 0; i < c->nmembers; i++) {
+        ddp_rdzv_member_t *m = c->members[i];
+        if (!m->joined || m->own || m->lost || !m->connected)
+            continue;
+        ddp_rdzv_assign_key(key, sizeof key, c->cfg->run_id, m->id, m->join.seq, m->assign_pauses);
+        if (ddp_store_server_set(c->server, key, text, (size_t)n) == 0)
+            m->assign_pauses++;
+    }
+}
+
 int ddp_rdzv_coord_pause(ddp_rdzv_coord_t *c)
 {
     char news[512], pause[32];
     ddp_rdzv_news_key(news, sizeof news, c->cfg->run_id, c->round, c->pauses);
     ddp_store_key_t key = {(const uint8_t *)news, strlen(news)};
-    /* Only a running round's launchers wait on its news; one there already (an outcome, a
-     * hang report) is theirs to read first. */
-    if (c->phase != COORD_RUNNING || c->outcome_published || c->nrunning < 2 ||
+    /* Only a running round's launchers wait on its news (and the joined ones on their
+     * assign keys); one there already (an outcome, a hang report) is theirs to read first. */
+    if (c->phase != COORD_RUNNING || c->outcome_published || c->nrunning + c->njoined < 2 ||
         ddp_store_exists(ddp_store_server_store(c->server), key))
         return 0;
     int n = snprintf(pause, sizeof pause, "pause %d", c->pauses + 1);
     if (ddp_store_server_set(c->server, news, pause, (size_t)n) != 0)
         return 0;
     c->paused = true;
+    pause_joined(c, c->pauses + 1);
     return ++c->pauses;
 }
 
@@ -218,6 +236,8 @@ static bool environments_agree(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, 
     return differ == 0 || !strict;
 }
 
+static void status_running(ddp_rdzv_coord_t *c, int n);
+
 /* The forming round closes with ranked[0..n): each learns its share, at its assign key. */
 static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
 {
@@ -260,6 +280,7 @@ static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
         publish_assign(c, m, &v);
         v.world.rank_offset += m->join.nproc;
     }
+    status_running(c, n);
     ddp_log_debug(c->log, "rendezvous: round %d formed: %d node(s), %d workers", c->round, n,
                   world_size);
 }
@@ -401,6 +422,8 @@ static void on_join(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_jo
         if (c->backend->forget != NULL)
             c->backend->forget(c, m);
     }
+    if (j->seq != m->join.seq) /* (a join taken again keeps where its answer goes) */
+        m->assign_pauses = 0;
     m->join = *j;
     m->last_beat = now;
     m->lost_joined = false;
@@ -633,6 +656,14 @@ static void check_liveness(ddp_rdzv_coord_t *c, double now)
     c->last_tick = now;
 }
 
+/* What the launchers waiting for a place read now and then (rdzv_node.c). */
+static void set_status(ddp_rdzv_coord_t *c, const ddp_buf_t *status)
+{
+    char key[512];
+    ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "status");
+    (void)ddp_store_server_set(c->server, key, status->data, status->len);
+}
+
 static void refresh_status(ddp_rdzv_coord_t *c, double now)
 {
     ddp_buf_t status = DDP_BUF_INIT;
@@ -640,11 +671,25 @@ static void refresh_status(ddp_rdzv_coord_t *c, double now)
     if (expired) {
         job_over(c, DDP_EXIT_RDZV_FAILED, "%s", ddp_buf_str(&status));
     } else if (status.len > 0) {
-        char key[512];
         c->next_status = now + STATUS_EVERY;
-        ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "status");
-        (void)ddp_store_server_set(c->server, key, status.data, status.len);
+        set_status(c, &status);
     }
+    ddp_buf_free(&status);
+}
+
+/* A round formed: a launcher that waits now (a hot spare, or one come too late for this
+ * round) reads so, not the forming round's last count. */
+static void status_running(ddp_rdzv_coord_t *c, int n)
+{
+    ddp_buf_t status = DDP_BUF_INIT;
+    const ddp_launch_config_t *cfg = c->cfg;
+    bool full = n >= cfg->nnodes_max;
+    if (ddp_buf_printf(&status, "round %d runs with %d node(s)%s (--nnodes=%d:%d); ", c->round, n,
+                       full ? ", all it may have" : "", cfg->nnodes_min, cfg->nnodes_max) == 0 &&
+        ddp_buf_puts(&status, full && cfg->hot_spares > 0
+                                  ? "this launcher waits as a hot spare for a lost node's place"
+                                  : "this launcher waits to join the next round") == 0)
+        set_status(c, &status);
     ddp_buf_free(&status);
 }
 

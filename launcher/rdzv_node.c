@@ -159,19 +159,6 @@ static bool verdict_from(ddp_rdzv_t *r, const char *key, ddp_buf_t *text, ddp_rd
     return false;
 }
 
-/* Reads a verdict the coordinator wrote at `key` (its wait has just seen the key);
- * false (the job ended) when it cannot. */
-static bool read_verdict(ddp_rdzv_t *r, const char *key, ddp_rdzv_verdict_t *v)
-{
-    ddp_buf_t text = DDP_BUF_INIT;
-    int err = read_key(r, key, &text);
-    bool ok = err == 0 && verdict_from(r, key, &text, v);
-    if (err)
-        store_lost(r);
-    ddp_buf_free(&text);
-    return ok;
-}
-
 /* The reporter of a hang: waits (beating) until every node's rows are in or `wait` s
  * have passed, then hands the loop those that came. */
 static bool gather_hang(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, double wait)
@@ -612,63 +599,6 @@ static bool healthy_to_join(ddp_rdzv_t *r)
 
 /* `stop`: the last round's outcome, whose STOP the loop gets once our join is written
  * (NULL on the first join). */
-static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
-                              const ddp_rdzv_verdict_t *stop)
-{
-    const ddp_launch_config_t *cfg = r->cfg;
-    double wait = ddp_config_dynamic(cfg) ? cfg->rdzv_conf.join_timeout : cfg->rdzv_conf.timeout;
-    double started = ddp_clock_mono(), deadline = started + wait + GRACE;
-    /* A hot spare waits for its place as long as the job runs: the coordinator ends its
-     * wait (a place, the job's end, or not needed). */
-    if (ddp_config_dynamic(cfg) && cfg->hot_spares > 0)
-        deadline = INFINITY;
-    double next_note = started + NOTE_FIRST;
-    char key[512];
-    if (!healthy_to_join(r))
-        return NODE_END;
-    if (join_record(r) != 0 || (stop != NULL && stop_after_join(r, stop) != 0))
-        return store_lost(r);
-    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "assign/%s/%d", r->id, r->seq);
-    ddp_log_debug(r->log, "joined the rendezvous at %s:%d; waiting for a place in a round",
-                  cfg->master_addr, cfg->master_port);
-    for (;;) {
-        double now = ddp_clock_mono();
-        int rc = await_key(r, key, fmin(next_note, deadline));
-        bool ignored = false;
-        ddp_rdzv_verdict_t v;
-        if (rc == AWAIT_READY) {
-            if (!read_verdict(r, key, &v))
-                return NODE_END;
-            if (v.kind != DDP_RDZV_VERDICT_WORLD)
-                return finish(r, &v, true);
-            if (!await_stopped(r))
-                return NODE_END;
-            if (v.message[0] != '\0') /* the nodes' environments differ */
-                ddp_log_warn(r->log, "%s", v.message);
-            if (!read_job_env(r, v.world.nenv))
-                return NODE_END;
-            *world = v.world;
-            r->round = v.world.round;
-            r->local_running = true;
-            ddp_rdzv_command(r, DDP_RDZV_CMD_START, world, 0, NULL);
-            return NODE_RUN;
-        }
-        if (rc < 0)
-            return store_lost(r);
-        if (rc == AWAIT_WOKEN && !take_posts(r, NULL, &ignored))
-            return NODE_END;
-        now = ddp_clock_mono();
-        if (now >= deadline) {
-            ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
-                             "the rendezvous at %s:%d gave this node no place within %.0f s",
-                             cfg->master_addr, cfg->master_port, wait + GRACE);
-            return NODE_END;
-        }
-        if (note_due(&next_note, now, deadline))
-            note_status(r);
-    }
-}
-
 /* The store's host stopped (Ctrl-Z there) as pause number `pause` (ddp_rdzv_coord_pause):
  * this node's workers stop too, and the thread waits for <round>/resume.<pause> with no
  * deadline and no heartbeat, since the store stands still (a store that goes away closes
@@ -698,6 +628,85 @@ static int await_resume(ddp_rdzv_t *r, int round, int pause)
     r->next_beat = 0;
     ddp_rdzv_command(r, DDP_RDZV_CMD_CONTINUE, NULL, 0, NULL);
     return 0;
+}
+
+static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
+                              const ddp_rdzv_verdict_t *stop)
+{
+    const ddp_launch_config_t *cfg = r->cfg;
+    double wait = ddp_config_dynamic(cfg) ? cfg->rdzv_conf.join_timeout : cfg->rdzv_conf.timeout;
+    double started = ddp_clock_mono(), deadline = started + wait + GRACE;
+    /* A hot spare waits for its place as long as the job runs: the coordinator ends its
+     * wait (a place, the job's end, or not needed). */
+    if (ddp_config_dynamic(cfg) && cfg->hot_spares > 0)
+        deadline = INFINITY;
+    double next_note = started + NOTE_FIRST;
+    char key[512];
+    if (!healthy_to_join(r))
+        return NODE_END;
+    if (join_record(r) != 0 || (stop != NULL && stop_after_join(r, stop) != 0))
+        return store_lost(r);
+    int told = 0; /* pauses of the store's host told here (Ctrl-Z there) */
+    ddp_rdzv_assign_key(key, sizeof key, r->cfg->run_id, r->id, r->seq, told);
+    ddp_log_debug(r->log, "joined the rendezvous at %s:%d; waiting for a place in a round",
+                  cfg->master_addr, cfg->master_port);
+    for (;;) {
+        double now = ddp_clock_mono();
+        int rc = await_key(r, key, fmin(next_note, deadline));
+        bool ignored = false;
+        ddp_rdzv_verdict_t v;
+        int round = 0, pause = 0;
+        if (rc == AWAIT_READY) {
+            ddp_buf_t text = DDP_BUF_INIT;
+            if (read_key(r, key, &text) != 0) {
+                ddp_buf_free(&text);
+                return store_lost(r);
+            }
+            bool paused = sscanf(ddp_buf_str(&text), "pause %d %d", &round, &pause) == 2;
+            bool ok = paused || verdict_from(r, key, &text, &v);
+            ddp_buf_free(&text);
+            if (!ok)
+                return NODE_END;
+            if (paused) { /* the job's clock stood still meanwhile, and so does this wait's */
+                double since = ddp_clock_mono();
+                int err = await_resume(r, round, pause);
+                if (err < 0)
+                    return store_lost(r);
+                if (!take_posts(r, NULL, &ignored)) /* (those that came meanwhile) */
+                    return NODE_END;
+                deadline += ddp_clock_mono() - since;
+                next_note = ddp_clock_mono() + NOTE_FIRST;
+                ddp_rdzv_assign_key(key, sizeof key, r->cfg->run_id, r->id, r->seq, ++told);
+                continue;
+            }
+            if (v.kind != DDP_RDZV_VERDICT_WORLD)
+                return finish(r, &v, true);
+            if (!await_stopped(r))
+                return NODE_END;
+            if (v.message[0] != '\0') /* the nodes' environments differ */
+                ddp_log_warn(r->log, "%s", v.message);
+            if (!read_job_env(r, v.world.nenv))
+                return NODE_END;
+            *world = v.world;
+            r->round = v.world.round;
+            r->local_running = true;
+            ddp_rdzv_command(r, DDP_RDZV_CMD_START, world, 0, NULL);
+            return NODE_RUN;
+        }
+        if (rc < 0)
+            return store_lost(r);
+        if (rc == AWAIT_WOKEN && !take_posts(r, NULL, &ignored))
+            return NODE_END;
+        now = ddp_clock_mono();
+        if (now >= deadline) {
+            ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                             "the rendezvous at %s:%d gave this node no place within %.0f s",
+                             cfg->master_addr, cfg->master_port, wait + GRACE);
+            return NODE_END;
+        }
+        if (note_due(&next_note, now, deadline))
+            note_status(r);
+    }
 }
 
 static node_phase_t node_run(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, ddp_rdzv_verdict_t *v)

@@ -42,6 +42,15 @@ void ddp_rdzv_news_key(char *key, size_t cap, const char *run_id, int round, int
         ddp_rdzv_key(key, cap, run_id, "%d/news.%d", round, pauses);
 }
 
+void ddp_rdzv_assign_key(char *key, size_t cap, const char *run_id, const char *id, int seq,
+                         int pauses)
+{
+    if (pauses == 0)
+        ddp_rdzv_key(key, cap, run_id, "assign/%s/%d", id, seq);
+    else
+        ddp_rdzv_key(key, cap, run_id, "assign/%s/%d.%d", id, seq, pauses);
+}
+
 /* The text as a C string in buf[TEXT_MAX], or false when it is too long or holds a NUL. */
 static bool as_string(const void *text, size_t len, char buf[TEXT_MAX])
 {

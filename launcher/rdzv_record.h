@@ -10,14 +10,19 @@
  *   abort                "node R (host): why": the job ends on every node
  * and the coordinator (the launcher that serves the store) answers
  *   coordinator          its id, set before any client can connect
- *   assign/<id>/<seq>    the launcher's place in the round it joined, or the job's end
+ *   assign/<id>/<seq>    the launcher's place in the round it joined, or the job's end,
+ *                        or "pause ROUND K" while it waits (Ctrl-Z on the store's host):
+ *                        then its answer comes at assign/<id>/<seq>.<pauses told>
  *   <round>/outcome      how the round ends: stop (failed or re-form), done, or end
- *   <round>/news         the outcome again, or "hang" from a hang's reporter: what running
- *                        launchers wait on
+ *   <round>/news         the outcome again, or "hang" from a hang's reporter, or "pause K"
+ *                        (Ctrl-Z on the store's host): what running launchers wait on;
+ *                        after pause K it is <round>/news.K
+ *   <round>/resume.K     the store's host continued after pause K
  * and during a hang report (hang.h) the launchers write
  *   <round>/hang         ADD by each launcher that found the hang: the first reports
  *   <round>/hang/<node>  the rows of node <node>'s workers
- *   status               what the forming round waits for, for the launchers' notes
+ *   status               what the forming round waits for, or what runs, for the waiting
+ *                        launchers' notes
  *   left                 every other launcher has gone (the coordinator may go too)
  * Values read from the store may be anything: parsing checks every field. */
 #ifndef DDP_LAUNCHER_RDZV_RECORD_H
@@ -50,6 +55,10 @@ void ddp_rdzv_key(char *key, size_t cap, const char *run_id, const char *fmt, ..
 /* What a running round's launchers wait on after `pauses` pauses of the store's host
  * (ddp_rdzv_coord_pause): <round>/news, then <round>/news.<pauses>. */
 void ddp_rdzv_news_key(char *key, size_t cap, const char *run_id, int round, int pauses);
+/* Where a waiting launcher's answer to join `seq` comes: assign/<id>/<seq>, or after the
+ * store's host told it of `pauses` pauses (Ctrl-Z there), assign/<id>/<seq>.<pauses>. */
+void ddp_rdzv_assign_key(char *key, size_t cap, const char *run_id, const char *id, int seq,
+                         int pauses);
 
 typedef struct {
     int seq; /* the launcher's joins so far: its answer comes at assign/<id>/<seq> */

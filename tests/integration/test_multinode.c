@@ -977,6 +977,69 @@ static void test_hot_spare_takes_a_lost_nodes_place(void **state)
     free(dir);
 }
 
+/* Ctrl-Z on the launcher that serves an elastic job's store, a hot spare waiting: the spare
+ * is told too, and waits without heartbeats (which the stopped store could not answer) for
+ * as long as the pause lasts, here twice read_timeout; then it still takes a lost node's
+ * place. While it waits it says what the running round is, not the forming round's count. */
+static void test_ctrl_z_with_a_hot_spare_waiting(void **state)
+{
+    char *dir = th_tmpdir(), marker[600], script[1400], flags[512];
+    snprintf(marker, sizeof marker, "%s/go", dir);
+    snprintf(script, sizeof script,
+             "if [ -e '%s' ]; then echo \"GROUP_RANK=$GROUP_RANK\"; exit 0; fi; "
+             "echo ready; exec sleep 600",
+             marker);
+    const char *workers[] = {"/bin/sh", "-c", script, NULL};
+    job_t job;
+    job_init(&job);
+    snprintf(flags, sizeof flags,
+             "--nnodes=2:2 --rdzv-backend=c10d --rdzv-endpoint=%s:%d "
+             "--rdzv-conf=last_call_timeout=1,join_timeout=60,read_timeout=2 --hot-spares=1",
+             net.addr[0], job.port);
+    th_proc_t *host = start_node(&job, 0, 0, 1, flags, workers);
+    TH_ASSERT(host, th_wait_output(host, 2, "hosting its store", 1, 30));
+    th_proc_t *other = start_node(&job, 0, 0, 1, flags, workers);
+    TH_ASSERT(host, th_wait_output(host, 1, "ready", 1, 30));
+    TH_ASSERT(other, th_wait_output(other, 1, "ready", 1, 30));
+    const char *at = strstr(err(other), "this is node ");
+    TH_ASSERT(other, at != NULL);
+    int lost_rank = atoi(at + strlen("this is node "));
+    th_proc_t *spare = start_node(&job, 0, 0, 1, flags, workers);
+    TH_ASSERT(spare, th_wait_output(spare, 2,
+                                    "round 0 runs with 2 node(s), all it may have "
+                                    "(--nnodes=2:2); this launcher waits as a hot spare",
+                                    1, 30));
+    TH_ASSERT(host, kill(host->pid, SIGTSTP) == 0);
+    TH_ASSERT(spare, th_wait_output(spare, 2,
+                                    "the node serving the job's store was stopped (Ctrl-Z "
+                                    "there): this node waits until it continues",
+                                    1, 10));
+    TH_ASSERT(other,
+              th_wait_output(other, 2, "the node serving the job's store was stopped", 1, 10));
+    usleep(4 * 1000 * 1000); /* twice read_timeout */
+    TH_ASSERT(spare, !spare->exited);
+    TH_ASSERT(host, kill(host->pid, SIGCONT) == 0);
+    TH_ASSERT(spare, th_wait_output(spare, 2, "the node serving the job's store continued", 1, 10));
+    FILE *f = fopen(marker, "w");
+    assert_non_null(f);
+    fclose(f);
+    TH_ASSERT(other, kill(other->pid, SIGKILL) == 0);
+    TH_ASSERT(host, th_wait_exit(host, 60));
+    TH_ASSERT(spare, th_wait_exit(spare, 60));
+    TH_ASSERT(host, th_status(host) == 0);
+    TH_ASSERT(spare, th_status(spare) == 0);
+    char took[96];
+    snprintf(took, sizeof took, "waited as a hot spare: it takes node rank %d", lost_rank);
+    TH_ASSERT(spare, strstr(err(spare), took) != NULL);
+    snprintf(took, sizeof took, "GROUP_RANK=%d\n", lost_rank);
+    TH_ASSERT(spare, strstr(out(spare), took) != NULL);
+    TH_ASSERT(spare, strstr(err(spare), "lost the rendezvous store") == NULL);
+    th_wait_exit(other, 10);
+    job_cleanup(&job);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* --store-wait-notice names workers only: the launchers' own waits in the store (a node's
  * for the round's end, a hot spare's for a place) are not named, however long. */
 static void test_launchers_waits_not_named(void **state)
@@ -1569,6 +1632,7 @@ int main(int argc, char **argv)
         TH_TEST(test_lost_node_returns),
         TH_TEST(test_store_host_lost),
         TH_TEST(test_ctrl_z_on_the_store_host_stops_every_node),
+        TH_TEST(test_ctrl_z_with_a_hot_spare_waiting),
         TH_TEST(test_slow_node_reads_the_end),
         TH_TEST(test_silent_node_not_waited_for),
         TH_TEST(test_signal_between_rounds_on_the_host),
