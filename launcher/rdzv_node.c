@@ -655,14 +655,16 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
         int rc = await_key(r, key, fmin(next_note, deadline));
         bool ignored = false;
         ddp_rdzv_verdict_t v;
-        int round = 0, pause = 0;
+        int round = -1, pause = 0;
         if (rc == AWAIT_READY) {
             ddp_buf_t text = DDP_BUF_INIT;
             if (read_key(r, key, &text) != 0) {
                 ddp_buf_free(&text);
                 return store_lost(r);
             }
-            bool paused = sscanf(ddp_buf_str(&text), "pause %d %d", &round, &pause) == 2;
+            int end = 0;
+            bool paused = sscanf(ddp_buf_str(&text), "pause %d %d%n", &round, &pause, &end) == 2 &&
+                          (size_t)end == text.len && round >= 0 && pause >= 1;
             bool ok = paused || verdict_from(r, key, &text, &v);
             ddp_buf_free(&text);
             if (!ok)
