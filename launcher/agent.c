@@ -181,6 +181,7 @@ static void finish(ddp_agent_t *a)
     a->store = NULL;
     uv_close((uv_handle_t *)&a->sigchld, NULL);
     uv_close((uv_handle_t *)&a->tstp, NULL);
+    uv_close((uv_handle_t *)&a->cont, NULL);
     uv_close((uv_handle_t *)&a->winch, NULL);
     uv_close((uv_handle_t *)&a->pause_timer, NULL);
     uv_close((uv_handle_t *)&a->kill_timer, NULL);

@@ -94,6 +94,7 @@ struct ddp_agent_s {
     uv_signal_t unforwarded[DDP_MAX_SIGNALS]; /* the other signals that would end us */
     uv_signal_t passed[DDP_MAX_SIGNALS];      /* --forward-signals: passed, nothing stopped */
     uv_signal_t tstp;                         /* Ctrl-Z: the workers stop too (agent_pause.c) */
+    uv_signal_t cont;                         /* continued before that stop (same) */
     uv_signal_t winch;      /* the terminal resized: the workers' pseudo-terminals too (same) */
     uv_timer_t pause_timer; /* Ctrl-Z where the store is: the others are told, then we stop */
     int pause;              /* that pause's number (ddp_rdzv_coord_pause) while it is on */

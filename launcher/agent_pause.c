@@ -92,7 +92,27 @@ static void on_tstp(uv_signal_t *handle, int sig)
         stop_here(a);
         return;
     }
+    ddp_log_debug(a->log, "stopped (SIGTSTP): the other nodes are told; stopping here in %d ms",
+                  PAUSE_DELAY_MS);
     uv_timer_start(&a->pause_timer, on_pause_delay, PAUSE_DELAY_MS, 0);
+}
+
+/* SIGCONT (fg, bg, kill -CONT) while the store's host waits to stop: the stop is off, as
+ * a stop and continue at once would be (else it would stop after its continue, until a
+ * second one). After a stop (stop_here) this comes with nothing to do. */
+static void on_cont(uv_signal_t *handle, int sig)
+{
+    ddp_agent_t *a = handle->data;
+    (void)sig;
+    if (a->pause == 0 || !uv_is_active((uv_handle_t *)&a->pause_timer))
+        return;
+    uv_timer_stop(&a->pause_timer);
+    ddp_rdzv_coord_resume(a->coord, a->pause);
+    a->pause = 0;
+    ddp_log_info(a->log,
+                 "continued before it stopped (SIGCONT within %d ms of SIGTSTP): the "
+                 "other nodes' workers continue",
+                 PAUSE_DELAY_MS);
 }
 
 void ddp_agent_remote_pause(ddp_agent_t *a, bool pause)
@@ -133,6 +153,8 @@ void ddp_agent_pause_init(ddp_agent_t *a)
 {
     uv_signal_init(&a->loop, &a->tstp);
     a->tstp.data = a;
+    uv_signal_init(&a->loop, &a->cont);
+    a->cont.data = a;
     uv_signal_init(&a->loop, &a->winch);
     a->winch.data = a;
     uv_timer_init(&a->loop, &a->pause_timer);
@@ -150,5 +172,7 @@ int ddp_agent_pause_start(ddp_agent_t *a)
     if (err != 0 || (sigaction(SIGTSTP, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) ||
         getpid() == 1)
         return err;
-    return uv_signal_start(&a->tstp, on_tstp, SIGTSTP);
+    if ((err = uv_signal_start(&a->tstp, on_tstp, SIGTSTP)) != 0)
+        return err;
+    return uv_signal_start(&a->cont, on_cont, SIGCONT);
 }

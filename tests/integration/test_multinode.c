@@ -977,6 +977,50 @@ static void test_hot_spare_takes_a_lost_nodes_place(void **state)
     free(dir);
 }
 
+/* SIGCONT within the 0.3 s the store's host waits, after Ctrl-Z, for the other nodes to stop:
+ * the stop is off, and the host is not left stopped after its continue (as it was). The
+ * SIGCONT goes once the host says it took the SIGTSTP (a SIGCONT sent before would discard
+ * it); on a loaded machine it may land past the 0.3 s, a plain stop and continue: up to
+ * three jobs are tried for one that lands within, and none may be left stopped. */
+static void test_continue_before_the_store_host_stops(void **state)
+{
+    const char *script[] = {"/bin/sh", "-c",
+                            "i=0; while [ $i -lt 30 ]; do echo \"tick $RANK $i\"; i=$((i + 1)); "
+                            "sleep 0.05; done",
+                            NULL};
+    const char *debug[] = {"DDP_LAUNCH_LOG_LEVEL=debug", NULL};
+    bool within = false;
+    for (int attempt = 0; attempt < 3 && !within; attempt++) {
+        job_t job;
+        job_init(&job);
+        const char *flags = "--rdzv-conf=read_timeout=2";
+        th_proc_t *n1 = start_node(&job, 2, 1, 1, flags, script);
+        th_proc_t *n0 = start_node_env(&job, 2, 0, 1, flags, script, debug);
+        TH_ASSERT(n0, th_wait_output(n0, 1, "tick 0 3", 1, 30) &&
+                          th_wait_output(n1, 1, "tick 1 3", 1, 30));
+        TH_ASSERT(n0, kill(n0->pid, SIGTSTP) == 0);
+        TH_ASSERT(n0, th_wait_output(n0, 2, "stopping here in 300 ms", 1, 10));
+        TH_ASSERT(n0, kill(n0->pid, SIGCONT) == 0);
+        usleep(600 * 1000); /* past the 0.3 s */
+        char st = th_proc_state(n0->pid);
+        if (st == 'T')
+            kill(n0->pid, SIGCONT); /* (so that the job ends either way) */
+        TH_ASSERT(n0, st != 'T');
+        job_wait(&job, 60);
+        TH_ASSERT(n0, th_status(n0) == 0);
+        TH_ASSERT(n1, th_status(n1) == 0);
+        TH_ASSERT(n0, th_count(out(n0), "tick ") == 30);
+        TH_ASSERT(n1, th_count(out(n1), "tick ") == 30);
+        within = strstr(err(n0), "continued before it stopped (SIGCONT within 300 ms") != NULL;
+        if (within)
+            TH_ASSERT(n1, strstr(err(n1), "the node serving the job's store continued") != NULL);
+        printf("attempt %d: the SIGCONT landed %s the 0.3 s\n", attempt,
+               within ? "within" : "past");
+        job_cleanup(&job);
+    }
+    assert_true(within);
+}
+
 /* Ctrl-Z on the launcher that serves an elastic job's store, a hot spare waiting: the spare
  * is told too, and waits without heartbeats (which the stopped store could not answer) for
  * as long as the pause lasts, here twice read_timeout; then it still takes a lost node's
@@ -1633,6 +1677,7 @@ int main(int argc, char **argv)
         TH_TEST(test_store_host_lost),
         TH_TEST(test_ctrl_z_on_the_store_host_stops_every_node),
         TH_TEST(test_ctrl_z_with_a_hot_spare_waiting),
+        TH_TEST(test_continue_before_the_store_host_stops),
         TH_TEST(test_slow_node_reads_the_end),
         TH_TEST(test_silent_node_not_waited_for),
         TH_TEST(test_signal_between_rounds_on_the_host),

@@ -539,26 +539,12 @@ static void test_stopped_worker_is_continued(void **state)
     th_cleanup(&p);
 }
 
-/* /proc/<pid>/stat's state letter, or 0 when it cannot be read. */
-static char proc_state(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    size_t n = f != NULL ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f != NULL)
-        fclose(f);
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')');
-    return paren != NULL && paren[1] == ' ' ? paren[2] : 0;
-}
-
 /* Waits up to `timeout` s until every one of pids[] is (or is not) stopped. */
 static bool all_stopped(const pid_t *pids, int n, bool stopped, double timeout)
 {
     for (double end = th_now() + timeout;; usleep(20 * 1000)) {
         int k = 0;
-        while (k < n && (proc_state(pids[k]) == 'T') == stopped)
+        while (k < n && (th_proc_state(pids[k]) == 'T') == stopped)
             k++;
         if (k == n)
             return true;

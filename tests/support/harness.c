@@ -381,6 +381,19 @@ int th_count(const char *text, const char *needle)
     return n;
 }
 
+char th_proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f != NULL ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f != NULL)
+        fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    return paren != NULL && paren[1] == ' ' ? paren[2] : 0;
+}
+
 int th_lines_in(const char *prefix, int n)
 {
     int lines = 0;
