@@ -597,8 +597,6 @@ static bool healthy_to_join(ddp_rdzv_t *r)
     return false;
 }
 
-/* `stop`: the last round's outcome, whose STOP the loop gets once our join is written
- * (NULL on the first join). */
 /* The store's host stopped (Ctrl-Z there) as pause number `pause` (ddp_rdzv_coord_pause):
  * this node's workers stop too, and the thread waits for <round>/resume.<pause> with no
  * deadline and no heartbeat, since the store stands still (a store that goes away closes
@@ -630,6 +628,8 @@ static int await_resume(ddp_rdzv_t *r, int round, int pause)
     return 0;
 }
 
+/* `stop`: the last round's outcome, whose STOP the loop gets once our join is written
+ * (NULL on the first join). */
 static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
                               const ddp_rdzv_verdict_t *stop)
 {
