@@ -22,6 +22,7 @@
 #include "envcheck.h"
 #include "worker_spec.h"
 #include "error.h"
+#include "hash.h"
 #include "io.h"
 
 #include <errno.h>
@@ -443,14 +444,19 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
 }
 
 /* Every NOTE_EVERY s while it waits for its place, the launcher says what the forming
- * round waits for (the coordinator's status). */
+ * round waits for (the coordinator's status), or what round runs: that once, as a hot
+ * spare may wait for as long as the job runs. */
 static void note_status(ddp_rdzv_t *r)
 {
     char key[512];
     ddp_buf_t status = DDP_BUF_INIT;
     ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "status");
-    if (read_key(r, key, &status) == 0 && status.len > 0) /* none yet: empty */
-        ddp_log_info(r->log, "%s", ddp_buf_str(&status));
+    if (read_key(r, key, &status) == 0 && status.len > 0) { /* none yet: empty */
+        uint64_t hash = ddp_fnv1a64(status.data, status.len);
+        if (hash != r->last_note)
+            ddp_log_info(r->log, "%s", ddp_buf_str(&status));
+        r->last_note = hash;
+    }
     ddp_buf_free(&status);
 }
 

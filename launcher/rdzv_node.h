@@ -65,6 +65,7 @@ struct ddp_rdzv_s {
     int seq;                    /* joins so far */
     int round;                  /* the round it last started (its failures' key), -1 none */
     int pauses;                 /* the running round's pauses of the store's host so far */
+    uint64_t last_note;         /* the hash of the status it said last (said once each) */
     double next_beat;           /* when the next heartbeat is due */
     bool local_running;         /* this node's workers of the current round have not all ended */
     ddp_store_client_t *client; /* joins, reads, reports and heartbeats */

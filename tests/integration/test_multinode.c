@@ -1024,7 +1024,8 @@ static void test_continue_before_the_store_host_stops(void **state)
 /* Ctrl-Z on the launcher that serves an elastic job's store, a hot spare waiting: the spare
  * is told too, and waits without heartbeats (which the stopped store could not answer) for
  * as long as the pause lasts, here twice read_timeout; then it still takes a lost node's
- * place. While it waits it says what the running round is, not the forming round's count. */
+ * place. While it waits it says what the running round is, not the forming round's count,
+ * and says it once. */
 static void test_ctrl_z_with_a_hot_spare_waiting(void **state)
 {
     char *dir = th_tmpdir(), marker[600], script[1400], flags[512];
@@ -1064,6 +1065,8 @@ static void test_ctrl_z_with_a_hot_spare_waiting(void **state)
     TH_ASSERT(spare, !spare->exited);
     TH_ASSERT(host, kill(host->pid, SIGCONT) == 0);
     TH_ASSERT(spare, th_wait_output(spare, 2, "the node serving the job's store continued", 1, 10));
+    /* Its next note is due 5 s after the continue: the same status is not said again. */
+    TH_ASSERT(spare, !th_wait_output(spare, 2, "this launcher waits as a hot spare", 2, 6));
     FILE *f = fopen(marker, "w");
     assert_non_null(f);
     fclose(f);
