@@ -1061,8 +1061,7 @@ static void test_ctrl_z_with_a_hot_spare_waiting(void **state)
                                     1, 10));
     TH_ASSERT(other,
               th_wait_output(other, 2, "the node serving the job's store was stopped", 1, 10));
-    usleep(4 * 1000 * 1000); /* twice read_timeout */
-    TH_ASSERT(spare, !spare->exited);
+    TH_ASSERT(spare, !th_wait_exit(spare, 4)); /* twice read_timeout */
     TH_ASSERT(host, kill(host->pid, SIGCONT) == 0);
     TH_ASSERT(spare, th_wait_output(spare, 2, "the node serving the job's store continued", 1, 10));
     /* Its next note is due 5 s after the continue: the same status is not said again. */
