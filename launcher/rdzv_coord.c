@@ -53,21 +53,18 @@ static void publish_outcome(ddp_rdzv_coord_t *c, const ddp_rdzv_verdict_t *v)
     c->outcome_published = true;
 }
 
-/* The launchers waiting for a place (hot spares, latecomers) are told of pause `pause` at
- * their assign key, and wait for the same resume as the running ones; their answer comes
- * at the next assign key (ddp_rdzv_assign_key). */
-static void pause_joined(ddp_rdzv_coord_t *c, int pause)
+/* A launcher waiting for a place (a hot spare, a latecomer) is told of the pause on at its
+ * assign key, and waits for the same resume as the running ones; its answer comes at the
+ * next assign key (ddp_rdzv_assign_key). */
+static void tell_pause(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m)
 {
     char key[512], text[48];
-    int n = snprintf(text, sizeof text, "pause %d %d", c->round, pause);
-    for (size_t i = 0; i < c->nmembers; i++) {
-        ddp_rdzv_member_t *m = c->members[i];
-        if (!m->joined || m->own || m->lost || !m->connected)
-            continue;
-        ddp_rdzv_assign_key(key, sizeof key, c->cfg->run_id, m->id, m->join.seq, m->assign_pauses);
-        if (ddp_store_server_set(c->server, key, text, (size_t)n) == 0)
-            m->assign_pauses++;
-    }
+    if (!c->paused || !m->joined || m->own || m->lost || !m->connected)
+        return;
+    int n = snprintf(text, sizeof text, "pause %d %d", c->round, c->pauses);
+    ddp_rdzv_assign_key(key, sizeof key, c->cfg->run_id, m->id, m->join.seq, m->assign_pauses);
+    if (ddp_store_server_set(c->server, key, text, (size_t)n) == 0)
+        m->assign_pauses++;
 }
 
 int ddp_rdzv_coord_pause(ddp_rdzv_coord_t *c)
@@ -84,8 +81,10 @@ int ddp_rdzv_coord_pause(ddp_rdzv_coord_t *c)
     if (ddp_store_server_set(c->server, news, pause, (size_t)n) != 0)
         return 0;
     c->paused = true;
-    pause_joined(c, c->pauses + 1);
-    return ++c->pauses;
+    c->pauses++;
+    for (size_t i = 0; i < c->nmembers; i++)
+        tell_pause(c, c->members[i]);
+    return c->pauses;
 }
 
 /* The pause on, if one is: the launchers waiting for it go on (also when the round ends
@@ -442,6 +441,7 @@ static void on_join(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_jo
     m->joined = true;
     m->arrival = c->arrivals++;
     c->njoined++;
+    tell_pause(c, m); /* (joined while ours is about to stop) */
     ddp_buf_t why = DDP_BUF_INIT;
     if (c->backend->admit != NULL && c->backend->admit(c, m, now, &why) != 0) {
         job_over(c, DDP_EXIT_RDZV_FAILED, "%s", ddp_buf_str(&why));
