@@ -1611,7 +1611,7 @@ static void on_rdzv_command(void *ctx)
             break;
         case DDP_RDZV_CMD_PAUSE:
         case DDP_RDZV_CMD_CONTINUE:
-            ddp_agent_remote_pause(a, cmd == DDP_RDZV_CMD_PAUSE);
+            ddp_agent_remote_pause(a, cmd == DDP_RDZV_CMD_PAUSE, exit_code == 1, message);
             break;
         case DDP_RDZV_CMD_STOP:
             remote_stop(a, exit_code, message);

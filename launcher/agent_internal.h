@@ -98,6 +98,9 @@ struct ddp_agent_s {
     uv_signal_t winch;      /* the terminal resized: the workers' pseudo-terminals too (same) */
     uv_timer_t pause_timer; /* Ctrl-Z where the store is: the others are told, then we stop */
     int pause;              /* that pause's number (ddp_rdzv_coord_pause) while it is on */
+    bool pause_asked;       /* another node serves the store: asked it to pause the job */
+    bool job_paused;        /* the job's pause of this node's Ctrl-Z is on (its news came) */
+    bool remote_paused;     /* another node's pause of the job is on (its workers stopped) */
     double paused_at;       /* when the workers were last stopped by a Ctrl-Z */
     bool paused;            /* they are (the store's host stopped: this loop runs on) */
     double resumed_at;      /* when they were last continued: no quiet time before it */
@@ -327,7 +330,8 @@ void ddp_agent_signal_running(ddp_agent_t *a, int sig);
  * ignored when ddp-launch started (0 or a libuv error). */
 void ddp_agent_pause_init(ddp_agent_t *a);
 int ddp_agent_pause_start(ddp_agent_t *a);
-/* The node serving the store stopped (`pause`) or continued: this node's workers too. */
-void ddp_agent_remote_pause(ddp_agent_t *a, bool pause);
+/* Node `who` of the job was stopped (`pause`, Ctrl-Z there) or continued: this node's
+ * workers too, unless that node is this one (`own`: its Ctrl-Z stops them itself). */
+void ddp_agent_remote_pause(ddp_agent_t *a, bool pause, bool own, const char *who);
 
 #endif

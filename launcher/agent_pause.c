@@ -12,15 +12,17 @@
 #include <signal.h>
 #include <unistd.h>
 
-/* Stops (SIGSTOP) the running workers not already stopped (SIGSTOP, a debugger): those
- * are marked paused, to be continued later. Their count. */
+/* Stops (SIGSTOP) the running workers not already stopped (SIGSTOP, a debugger, or a
+ * pause of ours): those are marked paused, to be continued later. The count of paused
+ * workers. */
 static int stop_workers(ddp_agent_t *a)
 {
     int n = 0;
     for (int i = 0; i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];
-        w->paused =
-            w->running && !ddp_proc_stopped(w->pid) && ddp_agent_signal_worker(a, i, SIGSTOP) == 0;
+        if (!w->paused)
+            w->paused = w->running && !ddp_proc_stopped(w->pid) &&
+                        ddp_agent_signal_worker(a, i, SIGSTOP) == 0;
         n += w->paused;
     }
     a->paused = true;
@@ -49,25 +51,51 @@ static void continue_workers(ddp_agent_t *a)
         ddp_file_timer_postpone(a->file_timer, now - a->paused_at);
 }
 
-/* Stops the workers, then ddp-launch itself until continued; then the workers, and (the
- * store's host) the other nodes' too. */
+/* This node continued (or was continued before it stopped): the job's pause of its
+ * Ctrl-Z ends here, and at the other nodes once no other node holds it. Whether the job's
+ * pause goes on (this node's workers then continue with the job's: CMD_CONTINUE). */
+static bool resume_job(ddp_agent_t *a)
+{
+    bool held = a->remote_paused;
+    if (a->coord != NULL && a->pause > 0) {
+        ddp_rdzv_coord_resume(a->coord, a->pause);
+        held = held || ddp_rdzv_coord_paused(a->coord);
+    } else if (a->pause_asked) {
+        ddp_rdzv_post_pause(a->rdzv, false);
+        held = held || a->job_paused;
+    }
+    a->pause = 0;
+    a->pause_asked = false;
+    return held;
+}
+
+/* Stops the workers, then ddp-launch itself until continued; then the workers, and (a
+ * multi-node job) the other nodes' too. */
 static void stop_here(ddp_agent_t *a)
 {
-    int n = stop_workers(a);
-    bool all = a->coord != NULL && a->pause > 0;
+    int n = stop_workers(a); /* (those the job's pause stopped already among them) */
+    bool host = a->coord != NULL && a->pause > 0, all = host || a->job_paused;
     if (n > 0 || all)
         ddp_log_info(a->log,
                      "stopped (SIGTSTP): %d worker(s)%s stop with ddp-launch and continue with "
                      "it (fg, bg, SIGCONT)",
-                     n, all ? " here and every other node's (the job's store is here)" : "");
+                     n,
+                     host  ? " here and every other node's (the job's store is here)"
+                     : all ? " here and every other node's"
+                           : "");
     raise(SIGSTOP); /* here until continued */
-    continue_workers(a);
-    if (all)
-        ddp_rdzv_coord_resume(a->coord, a->pause);
-    a->pause = 0;
-    if (n > 0 || all)
-        ddp_log_info(a->log, "continued: the %d stopped worker(s)%s continue", n,
-                     all ? " here and the other nodes'" : "");
+    bool held = resume_job(a);
+    if (!held)
+        continue_workers(a);
+    if (a->remote_paused && n > 0)
+        ddp_log_info(a->log,
+                     "continued: the %d stopped worker(s) continue when the job's pause ends "
+                     "(Ctrl-Z on another node too)",
+                     n);
+    else if (n > 0 || all)
+        ddp_log_info(a->log, "continued: the %d stopped worker(s)%s continue%s", n,
+                     all ? " here and the other nodes'" : "",
+                     held ? " once every node stopped by Ctrl-Z has continued" : "");
 }
 
 static void on_pause_delay(uv_timer_t *timer)
@@ -85,10 +113,15 @@ static void on_tstp(uv_signal_t *handle, int sig)
 {
     ddp_agent_t *a = handle->data;
     (void)sig;
-    if (a->pause > 0)
+    if (a->pause > 0 || a->pause_asked)
         return; /* stopping already */
     a->pause = a->coord != NULL ? ddp_rdzv_coord_pause(a->coord) : 0;
-    if (a->pause == 0) {
+    /* Another node serves the store: it is asked to pause the job (its answer, the job's
+     * pause, comes as this node's own CMD_PAUSE, or not at all: then this one stops alone). */
+    a->pause_asked = a->coord == NULL && a->rdzv != NULL && a->state == AGENT_RUNNING;
+    if (a->pause_asked)
+        ddp_rdzv_post_pause(a->rdzv, true);
+    if (a->pause == 0 && !a->pause_asked) {
         stop_here(a);
         return;
     }
@@ -104,38 +137,41 @@ static void on_cont(uv_signal_t *handle, int sig)
 {
     ddp_agent_t *a = handle->data;
     (void)sig;
-    if (a->pause == 0 || !uv_is_active((uv_handle_t *)&a->pause_timer))
+    if ((a->pause == 0 && !a->pause_asked) || !uv_is_active((uv_handle_t *)&a->pause_timer))
         return;
     uv_timer_stop(&a->pause_timer);
-    ddp_rdzv_coord_resume(a->coord, a->pause);
-    a->pause = 0;
+    (void)resume_job(a); /* (no worker stopped yet) */
     ddp_log_info(a->log,
                  "continued before it stopped (SIGCONT within %d ms of SIGTSTP): the "
                  "other nodes' workers continue",
                  PAUSE_DELAY_MS);
 }
 
-void ddp_agent_remote_pause(ddp_agent_t *a, bool pause)
+void ddp_agent_remote_pause(ddp_agent_t *a, bool pause, bool own, const char *who)
 {
-    if (a->coord != NULL)
-        return; /* the store's host: its own Ctrl-Z did it */
+    if (own) { /* its own Ctrl-Z stopped this node's workers; the job's end of it */
+        a->job_paused = pause;
+        if (!pause)
+            continue_workers(a); /* (none left where this node's continue did it) */
+        return;
+    }
+    a->remote_paused = pause;
     if (pause) {
         int n = stop_workers(a);
         if (n > 0)
             ddp_log_warn(a->log,
-                         "the node serving the job's store was stopped (Ctrl-Z there): this "
-                         "node's %d worker(s) stop with it until it continues",
-                         n);
+                         "%s was stopped (Ctrl-Z there): this node's %d worker(s) stop with it "
+                         "until it continues",
+                         who, n);
         else
-            ddp_log_warn(a->log, "the node serving the job's store was stopped (Ctrl-Z there): "
-                                 "this node waits until it continues");
+            ddp_log_warn(a->log,
+                         "%s was stopped (Ctrl-Z there): this node waits until it continues", who);
     } else {
         int n = 0;
         for (int i = 0; i < a->nworkers; i++)
             n += a->workers[i].paused;
         continue_workers(a);
-        ddp_log_info(a->log, "the node serving the job's store continued%s",
-                     n > 0 ? ": so do this node's workers" : "");
+        ddp_log_info(a->log, "%s continued%s", who, n > 0 ? ": so do this node's workers" : "");
     }
 }
 

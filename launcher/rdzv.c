@@ -197,6 +197,23 @@ void ddp_rdzv_post_stragglers(ddp_rdzv_t *r, const char *rows)
     pthread_mutex_unlock(&r->mutex);
 }
 
+void ddp_rdzv_post_pause(ddp_rdzv_t *r, bool pause)
+{
+    pthread_mutex_lock(&r->mutex);
+    r->events.pause_request = pause ? 1 : 2;
+    wake(r);
+    pthread_mutex_unlock(&r->mutex);
+}
+
+int ddp_rdzv_take_pause_request(ddp_rdzv_t *r)
+{
+    pthread_mutex_lock(&r->mutex);
+    int request = r->events.pause_request;
+    r->events.pause_request = 0;
+    pthread_mutex_unlock(&r->mutex);
+    return request;
+}
+
 bool ddp_rdzv_straggler_named(ddp_rdzv_t *r)
 {
     pthread_mutex_lock(&r->mutex);

@@ -34,8 +34,8 @@ typedef enum {
     DDP_RDZV_CMD_HANG,
     DDP_RDZV_CMD_HANG_REPORT,
     DDP_RDZV_CMD_HANG_DONE,
-    /* The node serving the store was stopped (Ctrl-Z): stop the workers; it continued:
-     * continue them. */
+    /* A node was stopped (Ctrl-Z there; message: which): stop the workers; it continued:
+     * continue them. The exit code is 1 when that node is this one. */
     DDP_RDZV_CMD_PAUSE,
     DDP_RDZV_CMD_CONTINUE,
 } ddp_rdzv_cmd_t;
@@ -91,6 +91,12 @@ void ddp_rdzv_post_failures(ddp_rdzv_t *r, const char *lines);
  * the launcher serving the store, which reads the latest of every node at its report
  * (ddp_rdzv_coord_collect). */
 void ddp_rdzv_post_stragglers(ddp_rdzv_t *r, const char *rows);
+
+/* From the loop, on a node other than the store's host: Ctrl-Z here while a round runs
+ * (`pause`: every node's workers stop with this one's, and wait for its continue), or its
+ * continue. The other nodes are told with CMD_PAUSE and CMD_CONTINUE, and so is this one
+ * (the command's exit code 1: its own pause). */
+void ddp_rdzv_post_pause(ddp_rdzv_t *r, bool pause);
 
 /* From the loop: whether the store host has named one of this node's ranks a straggler
  * (ddp_rdzv_coord_name_straggler; looked for with each post of the rows). */

@@ -36,6 +36,7 @@ typedef struct ddp_rdzv_member_s {
     double last_beat;     /* monotonic s */
     double dup_since;     /* static: claims a rank a live launcher holds, since; < 0 */
     int assign_pauses;    /* pauses told at its assign key while joined: where the next goes */
+    bool pausing;         /* stopped by a Ctrl-Z there: the pause on lasts until it continues */
     char *env;            /* its environment record (envcheck.h), from its latest join */
 } ddp_rdzv_member_t;
 
@@ -69,8 +70,10 @@ struct ddp_rdzv_coord_s {
     ddp_rdzv_member_t **running; /* the running round's members by node rank */
     int nrunning, nsucceeded;
     bool outcome_published;
-    int pauses;  /* the running round's (Ctrl-Z here): its news key is news.<pauses> */
-    bool paused; /* the last pause's resume is not out yet */
+    int pauses;           /* the running round's (Ctrl-Z here): its news key is news.<pauses> */
+    bool paused;          /* the last pause's resume is not out yet */
+    int npausing;         /* members pausing (their own Ctrl-Z) in the pause on */
+    char pause_text[400]; /* its news after "pause ": "K host|node ID WHO" */
 
     ddp_rdzv_member_t **holders; /* static: by node rank, the launcher that claims it */
     int nheld;                   /* static: holders that have joined the forming round */

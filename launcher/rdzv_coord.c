@@ -58,43 +58,92 @@ static void publish_outcome(ddp_rdzv_coord_t *c, const ddp_rdzv_verdict_t *v)
  * next assign key (ddp_rdzv_assign_key). */
 static void tell_pause(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m)
 {
-    char key[512], text[48];
+    char key[512], text[sizeof c->pause_text + 32];
     if (!c->paused || !m->joined || m->own || m->lost || !m->connected)
         return;
-    int n = snprintf(text, sizeof text, "pause %d %d", c->round, c->pauses);
+    int n = snprintf(text, sizeof text, "pause %d %s", c->round, c->pause_text);
     ddp_rdzv_assign_key(key, sizeof key, c->cfg->run_id, m->id, m->join.seq, m->assign_pauses);
     if (ddp_store_server_set(c->server, key, text, (size_t)n) == 0)
         m->assign_pauses++;
 }
 
+/* Member `by` (Ctrl-Z on its node) pauses the running round, or joins the pause on: its
+ * launchers are told at the round's news ("pause K host|node ID WHO") to stop their workers and
+ * wait, without heartbeats, for <round>/resume.K, which comes once every node that paused has
+ * continued (pause_off). False where the others cannot be told (no round running, its
+ * outcome out, a hang report under way): that node stops alone. */
+static bool pause_on(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *by)
+{
+    if (by->pausing)
+        return true;
+    if (!c->paused) {
+        char news[512];
+        ddp_buf_t text = DDP_BUF_INIT;
+        ddp_rdzv_news_key(news, sizeof news, c->cfg->run_id, c->round, c->pauses);
+        ddp_store_key_t key = {(const uint8_t *)news, strlen(news)};
+        /* Only a running round's launchers wait on its news (and the joined ones on their
+         * assign keys); one there already (an outcome, a hang report) is theirs to read
+         * first. */
+        if (c->phase != COORD_RUNNING || c->outcome_published || c->nrunning + c->njoined < 2 ||
+            ddp_store_exists(ddp_store_server_store(c->server), key))
+            return false;
+        /* "host": the store stands still with it; "node": it answers meanwhile. */
+        int err = by->own
+                      ? ddp_buf_printf(&text, "pause %d host %s the node serving the job's store",
+                                       c->pauses + 1, by->id)
+                      : ddp_buf_printf(&text, "pause %d node %s node %d (%.200s)", c->pauses + 1,
+                                       by->id, by->node_rank, by->join.host);
+        if (err == 0)
+            err = ddp_store_server_set(c->server, news, text.data, text.len);
+        snprintf(c->pause_text, sizeof c->pause_text, "%s", ddp_buf_str(&text) + strlen("pause "));
+        ddp_buf_free(&text);
+        if (err != 0)
+            return false;
+        c->paused = true;
+        c->pauses++;
+        for (size_t i = 0; i < c->nmembers; i++)
+            tell_pause(c, c->members[i]);
+    }
+    by->pausing = true;
+    c->npausing++;
+    return true;
+}
+
+/* Member `by` continued: the pause ends once no node that paused is still stopped. */
+static void pause_off(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *by)
+{
+    if (!by->pausing)
+        return;
+    by->pausing = false;
+    if (--c->npausing == 0)
+        end_pause(c);
+}
+
+static ddp_rdzv_member_t *own_member(const ddp_rdzv_coord_t *c)
+{
+    for (size_t i = 0; i < c->nmembers; i++)
+        if (c->members[i]->own)
+            return c->members[i];
+    return NULL;
+}
+
 int ddp_rdzv_coord_pause(ddp_rdzv_coord_t *c)
 {
-    char news[512], pause[32];
-    ddp_rdzv_news_key(news, sizeof news, c->cfg->run_id, c->round, c->pauses);
-    ddp_store_key_t key = {(const uint8_t *)news, strlen(news)};
-    /* Only a running round's launchers wait on its news (and the joined ones on their
-     * assign keys); one there already (an outcome, a hang report) is theirs to read first. */
-    if (c->phase != COORD_RUNNING || c->outcome_published || c->nrunning + c->njoined < 2 ||
-        ddp_store_exists(ddp_store_server_store(c->server), key))
-        return 0;
-    int n = snprintf(pause, sizeof pause, "pause %d", c->pauses + 1);
-    if (ddp_store_server_set(c->server, news, pause, (size_t)n) != 0)
-        return 0;
-    c->paused = true;
-    c->pauses++;
-    for (size_t i = 0; i < c->nmembers; i++)
-        tell_pause(c, c->members[i]);
-    return c->pauses;
+    ddp_rdzv_member_t *own = own_member(c);
+    return own != NULL && pause_on(c, own) ? c->pauses : 0;
 }
 
 /* The pause on, if one is: the launchers waiting for it go on (also when the round ends
- * or the job does before our launcher stops). */
+ * or the job does before the nodes that paused continue). */
 static void end_pause(ddp_rdzv_coord_t *c)
 {
     char key[512];
     if (!c->paused)
         return;
     c->paused = false;
+    c->npausing = 0;
+    for (size_t i = 0; i < c->nmembers; i++)
+        c->members[i]->pausing = false;
     ddp_rdzv_key(key, sizeof key, c->cfg->run_id, "%d/resume.%d", c->round, c->pauses);
     if (ddp_store_server_set(c->server, key, "1", 1) != 0)
         ddp_log_error(c->log, "rendezvous: unable to publish '%s': out of memory", key);
@@ -102,8 +151,41 @@ static void end_pause(ddp_rdzv_coord_t *c)
 
 void ddp_rdzv_coord_resume(ddp_rdzv_coord_t *c, int pause)
 {
-    if (pause == c->pauses)
-        end_pause(c);
+    ddp_rdzv_member_t *own = own_member(c);
+    if (pause == c->pauses && own != NULL)
+        pause_off(c, own);
+}
+
+bool ddp_rdzv_coord_paused(const ddp_rdzv_coord_t *c)
+{
+    return c->paused;
+}
+
+/* "pause R" or "resume R" at pause/<id>: Ctrl-Z on that node while round R runs, and its
+ * continue. */
+static void on_pause_request(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const uint8_t *value,
+                             size_t len)
+{
+    char text[64];
+    int round = -1, end = 0;
+    if (len >= sizeof text)
+        return;
+    memcpy(text, value, len);
+    text[len] = '\0';
+    bool pause = sscanf(text, "pause %d%n", &round, &end) == 1 && (size_t)end == len;
+    bool resume = !pause && sscanf(text, "resume %d%n", &round, &end) == 1 && (size_t)end == len;
+    if ((!pause && !resume) || round != c->round || !m->in_round) {
+        ddp_log_debug(c->log, "rendezvous: launcher %s's pause request '%s' is not for now", m->id,
+                      text);
+        return;
+    }
+    if (pause && !pause_on(c, m))
+        ddp_log_warn(c->log,
+                     "node %d (%s) was stopped (Ctrl-Z there) while the job cannot pause (no "
+                     "round running, or its end or a hang report on the way): it stops alone",
+                     m->node_rank, m->join.host);
+    else if (resume)
+        pause_off(c, m);
 }
 
 double ddp_rdzv_coord_beat_limit(const ddp_rdzv_coord_t *c)
@@ -609,6 +691,8 @@ static void on_write(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *
             on_report(c, m, &report);
         else
             ddp_log_warn(c->log, "rendezvous: launcher %s sent a malformed report", m->id);
+    } else if (m != NULL && rest_len > 6 && memcmp(rest, "pause/", 6) == 0) {
+        on_pause_request(c, m, value, len);
     } else if (rest_len == 5 && memcmp(rest, "abort", 5) == 0) {
         on_abort(c, value, len);
     } else if (rest_len > 9 && memcmp(rest, "stranger/", 9) == 0) {
@@ -642,7 +726,7 @@ static void check_liveness(ddp_rdzv_coord_t *c, double now)
         ddp_rdzv_member_t *m = c->members[i];
         if (m->lost || !m->connected)
             continue;
-        if (late) {
+        if (late || c->paused) { /* (launchers wait for the resume without beats) */
             m->last_beat = now;
         } else if (now - m->last_beat > limit) {
             char why[160];

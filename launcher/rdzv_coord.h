@@ -48,9 +48,13 @@ void ddp_rdzv_coord_name_straggler(ddp_rdzv_coord_t *coord, int node_rank, const
  * of the round are told to stop their workers too, and to wait, without heartbeats, for
  * ddp_rdzv_coord_resume(pause) once this one continues: the store they would beat on
  * stands still with it. The pause's number (> 0), or 0 where the others cannot be told
- * (no round running, its outcome out, a hang report under way): this node stops alone. */
+ * (no round running, its outcome out, a hang report under way): this node stops alone.
+ * Another node's Ctrl-Z pauses the job the same way (its launcher asks at pause/<id>),
+ * and the pause lasts until every node that paused it has continued. */
 int ddp_rdzv_coord_pause(ddp_rdzv_coord_t *coord);
 void ddp_rdzv_coord_resume(ddp_rdzv_coord_t *coord, int pause);
+/* Whether a pause of the job is on (another node's Ctrl-Z holds it after ours). */
+bool ddp_rdzv_coord_paused(const ddp_rdzv_coord_t *coord);
 
 /* Our launcher ends: the job ends with it if it has not (the others are told: with
  * 128+`sig` when it ends for signal `sig`, which they forward, else status 5), and once

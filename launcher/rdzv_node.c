@@ -234,6 +234,16 @@ static bool publish_hang(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, const ddp
     return gather_hang(r, world, ev->hang_wait);
 }
 
+/* Ctrl-Z on this node (1) or its continue (2) while round `round` runs, for the store's
+ * host, at pause/<id> (rdzv_coord.c). */
+static int send_pause_request(ddp_rdzv_t *r, int round, int request)
+{
+    char key[512], value[48];
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "pause/%s", r->id);
+    int n = snprintf(value, sizeof value, "%s %d", request == 1 ? "pause" : "resume", round);
+    return ddp_store_client_set(r->client, key, value, (size_t)n);
+}
+
 /* The loop's posts: false when this launcher ends (its abort told to the job). `world`:
  * the round that runs (its workers' end is reported), or NULL between rounds. */
 static bool take_posts(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, bool *reported)
@@ -285,6 +295,11 @@ static bool take_posts(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, bool *repor
     }
     if (ev.quit)
         return false;
+    if (ev.pause_request != 0 && world != NULL &&
+        send_pause_request(r, world->round, ev.pause_request) != 0) {
+        store_lost(r);
+        return false;
+    }
     if (ev.stopped || ev.succeeded)
         r->local_running = false;
     if (report && !*reported && (ev.failed || ev.succeeded)) {
@@ -603,24 +618,39 @@ static bool healthy_to_join(ddp_rdzv_t *r)
     return false;
 }
 
-/* The store's host stopped (Ctrl-Z there) as pause number `pause` (ddp_rdzv_coord_pause):
- * this node's workers stop too, and the thread waits for <round>/resume.<pause> with no
- * deadline and no heartbeat, since the store stands still (a store that goes away closes
- * the connection). 0 once continued, 1 when this launcher ends meanwhile (posts to take),
- * or a store error. The loop's other posts wait until the store answers again. */
-static int await_resume(ddp_rdzv_t *r, int round, int pause)
+/* A pause of the job, as the news or a waiting launcher's assign key says it. */
+typedef struct {
+    int round, number;
+    bool store_stops; /* the store's host was stopped: the store stands still with it */
+    bool own;         /* this launcher's own (Ctrl-Z here) */
+    char who[320];    /* the node that was stopped, in words */
+} pause_t;
+
+/* Node `p->who` was stopped (Ctrl-Z there) as pause number `p->number` (rdzv_coord.c):
+ * this node's workers stop too, and the thread waits for <round>/resume.<number> with no
+ * deadline and no heartbeat, since the store may stand still (a store that goes away
+ * closes the connection). Where it answers meanwhile, this node's own pause requests go
+ * at once (the resume of its own pause among them); else they wait for the resume. 0
+ * once continued, 1 when this launcher ends meanwhile (posts to take), or a store error.
+ * The loop's other posts wait until the resume. */
+static int await_resume(ddp_rdzv_t *r, const pause_t *p)
 {
     char key[512];
     const char *keys[1] = {key};
     uint64_t count;
-    int err;
-    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/resume.%d", round, pause);
-    ddp_rdzv_command(r, DDP_RDZV_CMD_PAUSE, NULL, 0, NULL);
+    int err, deferred = 0;
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "%d/resume.%d", p->round, p->number);
+    ddp_rdzv_command(r, DDP_RDZV_CMD_PAUSE, NULL, p->own, "%s", p->who);
     while ((err = ddp_store_client_wait_or_wake(r->waiter, keys, 1, INFINITY, r->wake_fd)) == 1) {
         if (ddp_rdzv_ending(r))
             return 1;
         while (read(r->wake_fd, &count, sizeof count) < 0 && errno == EINTR)
             ;
+        int request = ddp_rdzv_take_pause_request(r);
+        if (request != 0 && p->store_stops)
+            deferred = request;
+        else if (request != 0 && (err = send_pause_request(r, p->round, request)) != 0)
+            return err;
     }
     if (err) {
         r->waiter_failed = true;
@@ -630,8 +660,26 @@ static int await_resume(ddp_rdzv_t *r, int round, int pause)
     if ((err = ddp_store_client_ping(r->client)) != 0)
         return err;
     r->next_beat = 0;
-    ddp_rdzv_command(r, DDP_RDZV_CMD_CONTINUE, NULL, 0, NULL);
+    ddp_rdzv_command(r, DDP_RDZV_CMD_CONTINUE, NULL, p->own, "%s", p->who);
+    if (deferred != 0 && (err = send_pause_request(r, p->round, deferred)) != 0)
+        return err;
     return 0;
+}
+
+/* The pause of round `round` in `text`, "K host|node ID WHO" (after the news' "pause "),
+ * or false. */
+static bool pause_from(const ddp_rdzv_t *r, const char *text, int round, pause_t *p)
+{
+    char kind[8], id[DDP_RDZV_ID_MAX];
+    int who = 0;
+    if (sscanf(text, "%d %7s %95s %n", &p->number, kind, id, &who) != 3 || who == 0 ||
+        p->number < 1 || (strcmp(kind, "host") != 0 && strcmp(kind, "node") != 0))
+        return false;
+    p->round = round;
+    p->store_stops = strcmp(kind, "host") == 0;
+    p->own = strcmp(id, r->id) == 0;
+    snprintf(p->who, sizeof p->who, "%s", text + who);
+    return true;
 }
 
 /* `stop`: the last round's outcome, whose STOP the loop gets once our join is written
@@ -661,23 +709,24 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
         int rc = await_key(r, key, fmin(next_note, deadline));
         bool ignored = false;
         ddp_rdzv_verdict_t v;
-        int round = -1, pause = 0;
         if (rc == AWAIT_READY) {
             ddp_buf_t text = DDP_BUF_INIT;
             if (read_key(r, key, &text) != 0) {
                 ddp_buf_free(&text);
                 return store_lost(r);
             }
-            int end = 0;
-            bool paused = sscanf(ddp_buf_str(&text), "pause %d %d%n", &round, &pause, &end) == 2 &&
-                          (size_t)end == text.len && round >= 0 && pause >= 1;
+            /* "pause R K host|node ID WHO": round R is paused (a node's Ctrl-Z) */
+            int round = -1, at = 0;
+            pause_t pause;
+            bool paused = sscanf(ddp_buf_str(&text), "pause %d %n", &round, &at) == 1 && at > 0 &&
+                          round >= 0 && pause_from(r, ddp_buf_str(&text) + at, round, &pause);
             bool ok = paused || verdict_from(r, key, &text, &v);
             ddp_buf_free(&text);
             if (!ok)
                 return NODE_END;
             if (paused) { /* the job's clock stood still meanwhile, and so does this wait's */
                 double since = ddp_clock_mono();
-                int err = await_resume(r, round, pause);
+                int err = await_resume(r, &pause);
                 if (err < 0)
                     return store_lost(r);
                 if (!take_posts(r, NULL, &ignored)) /* (those that came meanwhile) */
@@ -748,15 +797,16 @@ static node_phase_t node_run(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, ddp_r
             ddp_rdzv_command(r, DDP_RDZV_CMD_HANG, NULL, 0, NULL);
             continue;
         }
-        int pause = 0;
-        if (!hang_seen && sscanf(ddp_buf_str(&text), "pause %d", &pause) == 1 &&
-            pause == r->pauses + 1) {
+        pause_t pause;
+        if (!hang_seen && text.len > 6 && memcmp(text.data, "pause ", 6) == 0 &&
+            pause_from(r, ddp_buf_str(&text) + 6, world->round, &pause) &&
+            pause.number == r->pauses + 1) {
             ddp_buf_free(&text);
-            if (await_resume(r, world->round, pause) < 0)
+            if (await_resume(r, &pause) < 0)
                 return store_lost(r);
             if (!take_posts(r, world, &reported))
                 return NODE_END;
-            r->pauses = pause;
+            r->pauses = pause.number;
             ddp_rdzv_news_key(news, sizeof news, r->cfg->run_id, world->round, r->pauses);
             continue;
         }

@@ -19,6 +19,7 @@ typedef struct {
     double hang_wait;   /* s the reporter waits for every node's rows */
     char *failures;     /* this node's failures for the job's report (owned), or NULL */
     char *stragglers;   /* this node's straggler rows (owned), or NULL */
+    int pause_request;  /* Ctrl-Z here: 1 pause the job, 2 it continued; 0 none (the last) */
 } ddp_rdzv_events_t;
 
 struct ddp_rdzv_s {
@@ -73,6 +74,10 @@ struct ddp_rdzv_s {
     bool beat_failed;           /* the last wait on the waiter ended in a failed beat */
     bool waiter_failed;         /* the store was lost on the waiter (its error says why) */
 };
+
+/* Thread side: the pause request posted since the last look (1 pause, 2 resume), or 0;
+ * taken alone, the other posts left for later. */
+int ddp_rdzv_take_pause_request(ddp_rdzv_t *r);
 
 /* The thread's body (rdzv_node.c). */
 void *ddp_rdzv_node_run(void *arg);

@@ -8,16 +8,18 @@
  *   report/<id>          "round failed|succeeded message": its workers' end
  *   beat/<id>            ADD, every keep_alive_interval
  *   abort                "node R (host): why": the job ends on every node
+ *   pause/<id>           "pause R" (Ctrl-Z there while round R runs) or "resume R"
  * and the coordinator (the launcher that serves the store) answers
  *   coordinator          its id, set before any client can connect
  *   assign/<id>/<seq>    the launcher's place in the round it joined, or the job's end,
- *                        or "pause ROUND K" while it waits (Ctrl-Z on the store's host):
+ *                        or "pause ROUND K host|node ID WHO" while it waits (a pause):
  *                        then its answer comes at assign/<id>/<seq>.<pauses told>
  *   <round>/outcome      how the round ends: stop (failed or re-form), done, or end
- *   <round>/news         the outcome again, or "hang" from a hang's reporter, or "pause K"
- *                        (Ctrl-Z on the store's host): what running launchers wait on;
- *                        after pause K it is <round>/news.K
- *   <round>/resume.K     the store's host continued after pause K
+ *   <round>/news         the outcome again, or "hang" from a hang's reporter, or "pause K
+ *                        host|node ID WHO" (Ctrl-Z on the store's host, or on node ID):
+ *                        what running launchers wait on; after pause K it is
+ *                        <round>/news.K
+ *   <round>/resume.K     pause K is over (every node that paused it continued)
  * and during a hang report (hang.h) the launchers write
  *   <round>/hang         ADD by each launcher that found the hang: the first reports
  *   <round>/hang/<node>  the rows of node <node>'s workers
@@ -52,11 +54,11 @@ void ddp_rdzv_launcher_id(char id[DDP_RDZV_ID_MAX], const char *host);
 void ddp_rdzv_key(char *key, size_t cap, const char *run_id, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* What a running round's launchers wait on after `pauses` pauses of the store's host
+/* What a running round's launchers wait on after `pauses` pauses of the job
  * (ddp_rdzv_coord_pause): <round>/news, then <round>/news.<pauses>. */
 void ddp_rdzv_news_key(char *key, size_t cap, const char *run_id, int round, int pauses);
 /* Where a waiting launcher's answer to join `seq` comes: assign/<id>/<seq>, or after the
- * store's host told it of `pauses` pauses (Ctrl-Z there), assign/<id>/<seq>.<pauses>. */
+ * store's host told it of `pauses` pauses (Ctrl-Z on a node), assign/<id>/<seq>.<pauses>. */
 void ddp_rdzv_assign_key(char *key, size_t cap, const char *run_id, const char *id, int seq,
                          int pauses);
 

@@ -977,6 +977,105 @@ static void test_hot_spare_takes_a_lost_nodes_place(void **state)
     free(dir);
 }
 
+/* Ctrl-Z on node 1, which does not serve the store: node 1 asks the store's host to pause
+ * the job, so every node's workers stop until node 1 continues. Stopped 4 s, past the
+ * keep-alive limit (3 s) and --hang-timeout: node 1 is not taken as lost (the job failed
+ * with "no heartbeat"), no hang, every tick written once. */
+static void test_ctrl_z_on_another_node_stops_every_node(void **state)
+{
+    char *dir = th_tmpdir(), ticks[700];
+    snprintf(ticks, sizeof ticks, "TICKS=%s/ticks", dir);
+    const char *env[] = {ticks, NULL};
+    const char *script[] = {"/bin/sh", "-c",
+                            "i=0; while [ $i -lt 40 ]; do echo \"tick $RANK $i\"; "
+                            "echo $i >> \"$TICKS.$RANK\"; i=$((i + 1)); sleep 0.05; done",
+                            NULL};
+    job_t job;
+    job_init(&job);
+    const char *flags = "--rdzv-conf=read_timeout=2 --hang-timeout=2";
+    th_proc_t *n1 = start_node_env(&job, 2, 1, 1, flags, script, env);
+    th_proc_t *n0 = start_node_env(&job, 2, 0, 1, flags, script, env);
+    char prefix[700];
+    snprintf(prefix, sizeof prefix, "%s/ticks", dir);
+    for (int i = 0; i < 300 && th_lines_in(prefix, 2) < 8; i++)
+        usleep(20 * 1000);
+    TH_ASSERT(n1, th_lines_in(prefix, 2) >= 8);
+    TH_ASSERT(n1, kill(n1->pid, SIGTSTP) == 0);
+    TH_ASSERT(n0, th_wait_output(n0, 2, "node 1 (", 1, 10));
+    usleep(800 * 1000); /* node 1 stops 0.3 s after asking; a SIGSTOP lands at once */
+    int before = th_lines_in(prefix, 2);
+    TH_ASSERT(n0, !th_wait_exit(n0, 4)); /* past the keep-alive limit */
+    int after = th_lines_in(prefix, 2);
+    printf("ticks while stopped: %d, then %d\n", before, after);
+    TH_ASSERT(n1, th_proc_state(n1->pid) == 'T');
+    TH_ASSERT(n0, after == before && before < 80);
+    TH_ASSERT(n1, kill(n1->pid, SIGCONT) == 0);
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_status(n0) == 0);
+    TH_ASSERT(n1, th_status(n1) == 0);
+    TH_ASSERT(n0, th_lines_in(prefix, 2) == 80);
+    TH_ASSERT(n1, strstr(err(n1), "1 worker(s) here and every other node's stop with ddp-launch") !=
+                      NULL);
+    TH_ASSERT(n1, strstr(err(n1), "continued: the 1 stopped worker(s) here and the other nodes' "
+                                  "continue") != NULL);
+    TH_ASSERT(n0, strstr(err(n0), ") was stopped (Ctrl-Z there): this node's 1 worker(s) stop "
+                                  "with it until it continues") != NULL);
+    TH_ASSERT(n0, strstr(err(n0), ") continued: so do this node's workers") != NULL);
+    for (int i = 0; i < 2; i++) /* stopped longer than --hang-timeout: no hang */
+        TH_ASSERT(&job.node[i], strstr(err(&job.node[i]), "hang") == NULL);
+    job_cleanup(&job);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* Ctrl-Z on nodes 1 and 2 of three: the job stays paused until both have continued (node
+ * 2's own stop, on workers node 1's pause had stopped already, left them stopped for good,
+ * and the job hung). */
+static void test_ctrl_z_on_two_nodes_holds_until_both_continue(void **state)
+{
+    char *dir = th_tmpdir(), ticks[700];
+    snprintf(ticks, sizeof ticks, "TICKS=%s/ticks", dir);
+    const char *env[] = {ticks, NULL};
+    const char *script[] = {"/bin/sh", "-c",
+                            "i=0; while [ $i -lt 40 ]; do echo \"tick $RANK $i\"; "
+                            "echo $i >> \"$TICKS.$RANK\"; i=$((i + 1)); sleep 0.05; done",
+                            NULL};
+    job_t job;
+    job_init(&job);
+    const char *flags = "--rdzv-conf=read_timeout=2";
+    th_proc_t *n[3];
+    for (int i = 2; i >= 0; i--)
+        n[i] = start_node_env(&job, 3, i, 1, flags, script, env);
+    char prefix[700];
+    snprintf(prefix, sizeof prefix, "%s/ticks", dir);
+    for (int i = 0; i < 300 && th_lines_in(prefix, 3) < 12; i++)
+        usleep(20 * 1000);
+    TH_ASSERT(n[0], th_lines_in(prefix, 3) >= 12);
+    TH_ASSERT(n[1], kill(n[1]->pid, SIGTSTP) == 0);
+    TH_ASSERT(n[2], th_wait_output(n[2], 2, "node 1 (", 1, 10));
+    TH_ASSERT(n[2], kill(n[2]->pid, SIGTSTP) == 0);
+    usleep(800 * 1000); /* both stop 0.3 s after asking */
+    TH_ASSERT(n[1], th_proc_state(n[1]->pid) == 'T');
+    TH_ASSERT(n[2], th_proc_state(n[2]->pid) == 'T');
+    TH_ASSERT(n[1], kill(n[1]->pid, SIGCONT) == 0);
+    TH_ASSERT(n[1],
+              th_wait_output(n[1], 2, "once every node stopped by Ctrl-Z has continued", 1, 10));
+    int before = th_lines_in(prefix, 3);
+    TH_ASSERT(n[0], !th_wait_exit(n[0], 1.5)); /* node 2 holds the pause */
+    int after = th_lines_in(prefix, 3);
+    printf("ticks while node 2 holds the pause: %d, then %d\n", before, after);
+    TH_ASSERT(n[0], after == before && before < 120);
+    TH_ASSERT(n[2], kill(n[2]->pid, SIGCONT) == 0);
+    TH_ASSERT(n[2], th_wait_output(n[2], 2, "continue when the job's pause ends", 1, 10));
+    job_wait(&job, 60);
+    for (int i = 0; i < 3; i++)
+        TH_ASSERT(n[i], th_status(n[i]) == 0);
+    TH_ASSERT(n[0], th_lines_in(prefix, 3) == 120);
+    job_cleanup(&job);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* SIGCONT within the 0.3 s the store's host waits, after Ctrl-Z, for the other nodes to stop:
  * the stop is off, and the host is not left stopped after its continue (as it was). The
  * SIGCONT goes once the host says it took the SIGTSTP (a SIGCONT sent before would discard
@@ -1679,6 +1778,8 @@ int main(int argc, char **argv)
         TH_TEST(test_store_host_lost),
         TH_TEST(test_ctrl_z_on_the_store_host_stops_every_node),
         TH_TEST(test_ctrl_z_with_a_hot_spare_waiting),
+        TH_TEST(test_ctrl_z_on_another_node_stops_every_node),
+        TH_TEST(test_ctrl_z_on_two_nodes_holds_until_both_continue),
         TH_TEST(test_continue_before_the_store_host_stops),
         TH_TEST(test_slow_node_reads_the_end),
         TH_TEST(test_silent_node_not_waited_for),
