@@ -682,6 +682,25 @@ static bool pause_from(const ddp_rdzv_t *r, const char *text, int round, pause_t
     return true;
 }
 
+/* A waiting launcher's answer at `key`: a verdict, or "pause R K host|node ID WHO" (round
+ * R paused by a node's Ctrl-Z); ANSWER_END where this launcher ends (the store lost, or a
+ * malformed answer: said). */
+enum { ANSWER_END, ANSWER_VERDICT, ANSWER_PAUSE };
+static int read_answer(ddp_rdzv_t *r, const char *key, ddp_rdzv_verdict_t *v, pause_t *pause)
+{
+    ddp_buf_t text = DDP_BUF_INIT;
+    int round = -1, at = 0, answer = ANSWER_END;
+    if (read_key(r, key, &text) != 0)
+        (void)store_lost(r);
+    else if (sscanf(ddp_buf_str(&text), "pause %d %n", &round, &at) == 1 && at > 0 && round >= 0 &&
+             pause_from(r, ddp_buf_str(&text) + at, round, pause))
+        answer = ANSWER_PAUSE;
+    else if (verdict_from(r, key, &text, v))
+        answer = ANSWER_VERDICT;
+    ddp_buf_free(&text);
+    return answer;
+}
+
 /* `stop`: the last round's outcome, whose STOP the loop gets once our join is written
  * (NULL on the first join). */
 static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
@@ -710,21 +729,11 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
         bool ignored = false;
         ddp_rdzv_verdict_t v;
         if (rc == AWAIT_READY) {
-            ddp_buf_t text = DDP_BUF_INIT;
-            if (read_key(r, key, &text) != 0) {
-                ddp_buf_free(&text);
-                return store_lost(r);
-            }
-            /* "pause R K host|node ID WHO": round R is paused (a node's Ctrl-Z) */
-            int round = -1, at = 0;
             pause_t pause;
-            bool paused = sscanf(ddp_buf_str(&text), "pause %d %n", &round, &at) == 1 && at > 0 &&
-                          round >= 0 && pause_from(r, ddp_buf_str(&text) + at, round, &pause);
-            bool ok = paused || verdict_from(r, key, &text, &v);
-            ddp_buf_free(&text);
-            if (!ok)
+            int answer = read_answer(r, key, &v, &pause);
+            if (answer == ANSWER_END)
                 return NODE_END;
-            if (paused) { /* the job's clock stood still meanwhile, and so does this wait's */
+            if (answer == ANSWER_PAUSE) { /* the job's clock stood still, and this wait's */
                 double since = ddp_clock_mono();
                 int err = await_resume(r, &pause);
                 if (err < 0)

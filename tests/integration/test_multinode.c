@@ -688,12 +688,12 @@ static void test_store_host_lost(void **state)
     job_cleanup(&job);
 }
 
-/* Ctrl-Z on the node that serves the store: every node's workers stop with it (node 1's
- * too, which went on alone), and the job goes on when it continues, though it stood still
- * longer than the other launcher's read_timeout (which used to end that launcher: "lost
- * the rendezvous store") and than --hang-timeout (node 1's loop runs on meanwhile: its
- * stopped workers are no hang). The workers tick into files of their own. */
-static void test_ctrl_z_on_the_store_host_stops_every_node(void **state)
+/* Ctrl-Z on node `stopped` (0: the store's host) of two, stopped 4 s, past
+ * read_timeout, the keep-alive limit (3 s) and --hang-timeout: every node's workers stop
+ * with it and the job goes on when it continues, each node saying so (`says`: what the
+ * stopped node says when it stops and when it continues, then what the other says).
+ * The workers tick into files of their own. */
+static void ctrl_z_pauses_the_job(int stopped, const char *const says[4])
 {
     char *dir = th_tmpdir(), ticks[700];
     snprintf(ticks, sizeof ticks, "TICKS=%s/ticks", dir);
@@ -707,36 +707,48 @@ static void test_ctrl_z_on_the_store_host_stops_every_node(void **state)
     const char *flags = "--rdzv-conf=read_timeout=2 --hang-timeout=2";
     th_proc_t *n1 = start_node_env(&job, 2, 1, 1, flags, script, env);
     th_proc_t *n0 = start_node_env(&job, 2, 0, 1, flags, script, env);
+    th_proc_t *stop = stopped == 0 ? n0 : n1, *other = stopped == 0 ? n1 : n0;
     char prefix[700];
     snprintf(prefix, sizeof prefix, "%s/ticks", dir);
     for (int i = 0; i < 300 && th_lines_in(prefix, 2) < 8; i++)
         usleep(20 * 1000);
-    TH_ASSERT(n0, th_lines_in(prefix, 2) >= 8);
-    TH_ASSERT(n0, kill(n0->pid, SIGTSTP) == 0);
-    TH_ASSERT(n1, th_wait_output(n1, 2, "the node serving the job's store was stopped", 1, 10));
-    usleep(800 * 1000); /* node 0 stops 0.3 s after telling; a SIGSTOP lands at once */
+    TH_ASSERT(stop, th_lines_in(prefix, 2) >= 8);
+    TH_ASSERT(stop, kill(stop->pid, SIGTSTP) == 0);
+    TH_ASSERT(other, th_wait_output(other, 2, says[2], 1, 10));
+    usleep(800 * 1000); /* the stopped node stops 0.3 s after telling; a SIGSTOP lands at once */
     int before = th_lines_in(prefix, 2);
-    usleep(4 * 1000 * 1000); /* twice read_timeout */
+    TH_ASSERT(other, !th_wait_exit(other, 4));
     int after = th_lines_in(prefix, 2);
     printf("ticks while stopped: %d, then %d\n", before, after);
-    TH_ASSERT(n0, after == before && before < 80);
-    TH_ASSERT(n0, kill(n0->pid, SIGCONT) == 0);
+    TH_ASSERT(stop, th_proc_state(stop->pid) == 'T');
+    TH_ASSERT(stop, after == before && before < 80);
+    TH_ASSERT(stop, kill(stop->pid, SIGCONT) == 0);
     job_wait(&job, 60);
     TH_ASSERT(n0, th_status(n0) == 0);
     TH_ASSERT(n1, th_status(n1) == 0);
     TH_ASSERT(n0, th_lines_in(prefix, 2) == 80);
-    TH_ASSERT(n0, strstr(err(n0), "1 worker(s) here and every other node's (the job's store is "
-                                  "here) stop with ddp-launch") != NULL);
-    TH_ASSERT(n0, strstr(err(n0), "continued: the 1 stopped worker(s) here and the other "
-                                  "nodes' continue") != NULL);
-    TH_ASSERT(n1,
-              strstr(err(n1), "this node's 1 worker(s) stop with it until it continues") != NULL);
-    TH_ASSERT(n1, strstr(err(n1), "the node serving the job's store continued") != NULL);
+    TH_ASSERT(stop, strstr(err(stop), says[0]) != NULL);
+    TH_ASSERT(stop, strstr(err(stop), says[1]) != NULL);
+    TH_ASSERT(other, strstr(err(other), says[3]) != NULL);
     for (int i = 0; i < 2; i++) /* stopped longer than --hang-timeout: no hang */
         TH_ASSERT(&job.node[i], strstr(err(&job.node[i]), "hang") == NULL);
     job_cleanup(&job);
     th_rmtree(dir);
     free(dir);
+}
+
+/* Ctrl-Z on the node that serves the store: the other nodes are told first (node 1's
+ * workers went on alone), and wait though the store stands still longer than their
+ * read_timeout (which used to end them: "lost the rendezvous store"). */
+static void test_ctrl_z_on_the_store_host_stops_every_node(void **state)
+{
+    const char *const says[4] = {
+        "1 worker(s) here and every other node's (the job's store is here) stop with ddp-launch",
+        "continued: the 1 stopped worker(s) here and the other nodes' continue",
+        "the node serving the job's store was stopped (Ctrl-Z there): this node's 1 worker(s) "
+        "stop with it until it continues",
+        "the node serving the job's store continued: so do this node's workers"};
+    ctrl_z_pauses_the_job(0, says);
 }
 
 /* The store's host ended by SIGTERM while node 1's launcher is frozen (SIGSTOP, 2 s:
@@ -978,54 +990,16 @@ static void test_hot_spare_takes_a_lost_nodes_place(void **state)
 }
 
 /* Ctrl-Z on node 1, which does not serve the store: node 1 asks the store's host to pause
- * the job, so every node's workers stop until node 1 continues. Stopped 4 s, past the
- * keep-alive limit (3 s) and --hang-timeout: node 1 is not taken as lost (the job failed
- * with "no heartbeat"), no hang, every tick written once. */
+ * the job, and no node is taken as lost for its missing heartbeats meanwhile (the job
+ * failed with "no heartbeat"). */
 static void test_ctrl_z_on_another_node_stops_every_node(void **state)
 {
-    char *dir = th_tmpdir(), ticks[700];
-    snprintf(ticks, sizeof ticks, "TICKS=%s/ticks", dir);
-    const char *env[] = {ticks, NULL};
-    const char *script[] = {"/bin/sh", "-c",
-                            "i=0; while [ $i -lt 40 ]; do echo \"tick $RANK $i\"; "
-                            "echo $i >> \"$TICKS.$RANK\"; i=$((i + 1)); sleep 0.05; done",
-                            NULL};
-    job_t job;
-    job_init(&job);
-    const char *flags = "--rdzv-conf=read_timeout=2 --hang-timeout=2";
-    th_proc_t *n1 = start_node_env(&job, 2, 1, 1, flags, script, env);
-    th_proc_t *n0 = start_node_env(&job, 2, 0, 1, flags, script, env);
-    char prefix[700];
-    snprintf(prefix, sizeof prefix, "%s/ticks", dir);
-    for (int i = 0; i < 300 && th_lines_in(prefix, 2) < 8; i++)
-        usleep(20 * 1000);
-    TH_ASSERT(n1, th_lines_in(prefix, 2) >= 8);
-    TH_ASSERT(n1, kill(n1->pid, SIGTSTP) == 0);
-    TH_ASSERT(n0, th_wait_output(n0, 2, "node 1 (", 1, 10));
-    usleep(800 * 1000); /* node 1 stops 0.3 s after asking; a SIGSTOP lands at once */
-    int before = th_lines_in(prefix, 2);
-    TH_ASSERT(n0, !th_wait_exit(n0, 4)); /* past the keep-alive limit */
-    int after = th_lines_in(prefix, 2);
-    printf("ticks while stopped: %d, then %d\n", before, after);
-    TH_ASSERT(n1, th_proc_state(n1->pid) == 'T');
-    TH_ASSERT(n0, after == before && before < 80);
-    TH_ASSERT(n1, kill(n1->pid, SIGCONT) == 0);
-    job_wait(&job, 60);
-    TH_ASSERT(n0, th_status(n0) == 0);
-    TH_ASSERT(n1, th_status(n1) == 0);
-    TH_ASSERT(n0, th_lines_in(prefix, 2) == 80);
-    TH_ASSERT(n1, strstr(err(n1), "1 worker(s) here and every other node's stop with ddp-launch") !=
-                      NULL);
-    TH_ASSERT(n1, strstr(err(n1), "continued: the 1 stopped worker(s) here and the other nodes' "
-                                  "continue") != NULL);
-    TH_ASSERT(n0, strstr(err(n0), ") was stopped (Ctrl-Z there): this node's 1 worker(s) stop "
-                                  "with it until it continues") != NULL);
-    TH_ASSERT(n0, strstr(err(n0), ") continued: so do this node's workers") != NULL);
-    for (int i = 0; i < 2; i++) /* stopped longer than --hang-timeout: no hang */
-        TH_ASSERT(&job.node[i], strstr(err(&job.node[i]), "hang") == NULL);
-    job_cleanup(&job);
-    th_rmtree(dir);
-    free(dir);
+    const char *const says[4] = {
+        "1 worker(s) here and every other node's stop with ddp-launch",
+        "continued: the 1 stopped worker(s) here and the other nodes' continue",
+        ") was stopped (Ctrl-Z there): this node's 1 worker(s) stop with it until it continues",
+        ") continued: so do this node's workers"};
+    ctrl_z_pauses_the_job(1, says);
 }
 
 /* Ctrl-Z on nodes 1 and 2 of three: the job stays paused until both have continued (node
