@@ -36,6 +36,8 @@ static int stop_workers(ddp_agent_t *a)
  * timers. */
 static void continue_workers(ddp_agent_t *a)
 {
+    if (!a->paused)
+        return; /* (continued already: the timers were postponed then) */
     for (int i = 0; i < a->nworkers; i++) {
         if (a->workers[i].paused && a->workers[i].running)
             (void)ddp_agent_signal_worker(a, i, SIGCONT);
@@ -152,7 +154,7 @@ void ddp_agent_remote_pause(ddp_agent_t *a, bool pause, bool own, const char *wh
     if (own) { /* its own Ctrl-Z stopped this node's workers; the job's end of it */
         a->job_paused = pause;
         if (!pause)
-            continue_workers(a); /* (none left where this node's continue did it) */
+            continue_workers(a); /* (nothing to do where this node's continue did it) */
         return;
     }
     a->remote_paused = pause;
