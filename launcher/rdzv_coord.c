@@ -95,7 +95,9 @@ static bool pause_on(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *by)
                                        by->id, by->node_rank, by->join.host);
         if (err == 0)
             err = ddp_store_server_set(c->server, news, text.data, text.len);
-        snprintf(c->pause_text, sizeof c->pause_text, "%s", ddp_buf_str(&text) + strlen("pause "));
+        if (err == 0) /* (the text is empty where it could not be made) */
+            snprintf(c->pause_text, sizeof c->pause_text, "%s",
+                     ddp_buf_str(&text) + strlen("pause "));
         ddp_buf_free(&text);
         if (err != 0)
             return false;
