@@ -6,8 +6,11 @@
 # 1. The Debian packages: built with dpkg-buildpackage (packaging/build-debs), checked by
 #    lintian (no error, no warning that debian/ does not explain), installed with dpkg -i;
 #    there ddp-launch --version, man, pkg-config libddp, a libddp program built with
-#    pkg-config and run on 2 workers, ddp-hello, and a torch 2.6 gloo script; dpkg --purge
-#    leaves /usr and /etc as they were.
+#    pkg-config and run on 2 workers, ddp-hello, and a torch 2.6 gloo script; `import
+#    ddp_launch` in a plain python3, outside ddp-launch; workers run as root, of the system's
+#    python3 and of a venv's (which imports the launcher's copy), write no bytecode into
+#    /usr; dpkg --purge leaves /usr and /etc as they were, even where a root worker of
+#    another Python wrote its bytecode beside the module.
 # 2. The wheel: pip --no-index into a venv of trixie's python3 (3.13; it was built for
 #    3.11 on bookworm), and a 2-worker libddp job from that venv.
 # usage: clean-root.sh SOURCE_DIR ROOT SETUP
@@ -65,8 +68,8 @@ fail() {
 }
 snapshot() { find /usr /etc -xdev | sort; }
 snapshot >/opt/test/before
-dpkg -i ddp-launch_*.deb libddp0_*.deb libddp-dev_*.deb ddp-launch-examples_*.deb >dpkg.log 2>&1 ||
-    { cat dpkg.log >&2; fail "dpkg -i failed"; }
+packages=$(for deb in ./*.deb; do dpkg-deb -f "$deb" Package; done)
+dpkg -i ./*.deb >dpkg.log 2>&1 || { cat dpkg.log >&2; fail "dpkg -i failed"; }
 [ "$(command -v ddp-launch)" = /usr/bin/ddp-launch ] || fail "ddp-launch is not /usr/bin/ddp-launch"
 [ "$(ddp-launch --version | cut -d' ' -f1-2)" = "ddp-launch $version" ] ||
     fail "ddp-launch --version: $(ddp-launch --version)"
@@ -91,8 +94,41 @@ done
 echo "PyTorch 2.6 gloo job under the packaged ddp-launch, 2 workers: ok"
 sh ./warm-restart.sh /opt/test /usr/share/ddp-launch/python \
     env DDP_LAUNCH_LOG_LEVEL=info ddp-launch || fail "a warm restart under the packaged ddp-launch"
-dpkg --purge ddp-launch-examples libddp-dev libddp0 ddp-launch >>dpkg.log 2>&1 ||
-    { cat dpkg.log >&2; fail "dpkg --purge failed"; }
+
+# ddp_launch, the module of the packages, in a plain python3 outside ddp-launch.
+out=$(cd / && python3 -c 'import ddp_launch; ddp_launch.step(); print(ddp_launch.__version__)' 2>&1) ||
+    fail "import ddp_launch outside ddp-launch: $out"
+[ "$out" = "$version" ] || fail "import ddp_launch outside ddp-launch: version $out, not $version"
+[ "$(cd / && python3 -m ddp_launch --version | cut -d' ' -f1-2)" = "ddp-launch $version" ] ||
+    fail "python3 -m ddp_launch --version: $(python3 -m ddp_launch --version 2>&1)"
+echo "import ddp_launch and python3 -m ddp_launch in python3, outside ddp-launch: ok"
+# Root workers that import it, from the system's python3 and from a venv's (without the
+# system's site-packages: the launcher's own copy, on its PYTHONPATH), write nothing in /usr.
+python3 -m venv --without-pip /opt/test/plain
+cat >step.py <<'PY'
+import ddp_launch
+ddp_launch.step()
+print("step from", ddp_launch.__file__)
+PY
+snapshot >/opt/test/installed
+out=$(timeout 120 ddp-launch --nproc-per-node=2 step.py 2>&1) || fail "a job of ddp_launch.step(): $out"
+[ "$(printf '%s\n' "$out" | grep -c '^step from /usr/lib/python3/dist-packages/ddp_launch/')" = 2 ] ||
+    fail "the system's python3 workers did not import python3-ddp-launch's module: $out"
+out=$(PYTHON_EXEC=/opt/test/plain/bin/python timeout 120 ddp-launch --nproc-per-node=2 step.py 2>&1) ||
+    fail "a job of ddp_launch.step() in a venv: $out"
+[ "$(printf '%s\n' "$out" | grep -c '^step from /usr/share/ddp-launch/python/ddp_launch/')" = 2 ] ||
+    fail "the venv's workers did not import the launcher's copy of ddp_launch: $out"
+snapshot >/opt/test/jobs
+diff /opt/test/installed /opt/test/jobs >&2 || fail "root workers importing ddp_launch wrote in /usr (above)"
+echo "workers importing ddp_launch as root (python3, a venv's): nothing written in /usr"
+# What a root worker of another Python (another bytecode tag) writes beside the module goes
+# with the packages.
+python3 -c 'import py_compile, sys; py_compile.compile(sys.argv[1], cfile=sys.argv[2], doraise=True)' \
+    /usr/share/ddp-launch/python/ddp_launch/_progress.py \
+    /usr/share/ddp-launch/python/ddp_launch/__pycache__/_progress.cpython-399.pyc ||
+    fail "unable to write another Python's bytecode beside ddp_launch"
+dpkg --purge $packages >>dpkg.log 2>&1 || { cat dpkg.log >&2; fail "dpkg --purge failed"; }
+[ ! -e /usr/share/ddp-launch ] || fail "dpkg --purge left $(find /usr/share/ddp-launch)"
 snapshot >/opt/test/after
 diff /opt/test/before /opt/test/after >&2 || fail "dpkg --purge left files in /usr or /etc (above)"
 echo "dpkg --purge: /usr and /etc as they were"
