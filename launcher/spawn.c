@@ -351,6 +351,9 @@ int ddp_proc_run_bounded(char *const argv[], bool with_stdout, double timeout, c
         close(fds[0]);
         return (int)pid;
     }
+    /* The group is made here too: a deadline that comes before the child has run its own
+     * setpgid must still find the group to kill (else the wait below is the command's). */
+    setpgid(pid, pid);
     double deadline = ddp_clock_mono() + timeout;
     bool timed_out = !read_tail(fds[0], deadline, tail, cap, kept);
     close(fds[0]);
