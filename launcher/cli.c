@@ -48,8 +48,9 @@ typedef struct {
     const char *name; /* the dash spelling without "--"; the underscore one is derived */
     char short_name;  /* 'm', 'r', 't', 'h' or 0 */
     flag_kind_t kind;
-    size_t field; /* offsetof(ddp_launch_config_t, ...), or NO_FIELD */
-    long min, max;
+    size_t field;               /* offsetof(ddp_launch_config_t, ...), or NO_FIELD */
+    double min, max;            /* KIND_INT, KIND_SECONDS: the range (a fraction for seconds);
+                                 * KIND_TEXT: max, the most bytes */
     const char *const *choices; /* KIND_CHOICE: NULL-terminated */
     apply_fn apply;             /* KIND_CODE */
     bool pet;                   /* reads its default from PET_<NAME> */
@@ -1359,7 +1360,7 @@ static int apply_text(const flag_t *f, const char *value, const char *origin, co
     if (*value == '\0')
         return usage(err, origin, "the value must not be empty");
     if (f->max > 0 && strlen(value) > (size_t)f->max)
-        return usage(err, origin, "the value is longer than %ld bytes", f->max);
+        return usage(err, origin, "the value is longer than %.0f bytes", f->max);
     *field = value;
     return 0;
 }
@@ -1392,9 +1393,9 @@ static int apply_flag(const flag_t *f, ddp_launch_config_t *cfg, const raw_value
     case KIND_SWITCH:
         return parse_switch(value, origin, field, err);
     case KIND_INT:
-        return parse_int_flag(value, origin, f->min, f->max, field, err);
+        return parse_int_flag(value, origin, (long)f->min, (long)f->max, field, err);
     case KIND_SECONDS:
-        return parse_seconds_flag(value, origin, (double)f->min, (double)f->max, field, err);
+        return parse_seconds_flag(value, origin, f->min, f->max, field, err);
     case KIND_SIZE:
         return parse_size_flag(value, origin, field, err);
     case KIND_TEXT:

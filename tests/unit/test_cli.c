@@ -363,6 +363,12 @@ static const bad_case_t bad_cases[] = {
     {"--role --tee 3 t.py", NULL, "--role: expects a value"},
     {"-m --no-python mod", NULL, "--no-python: cannot be combined with -m/--module"},
     {"--use-env --local-rank-arg=dash t.py", NULL, "--use-env: contradicts"},
+    /* Fractional least values are what they say (0.1 was a long: 0 was accepted). */
+    {"--health-check-timeout=0 t.py", NULL,
+     "--health-check-timeout: invalid value '0': must be between 0.1 and 86400 seconds"},
+    {"--health-check-timeout=0.05 t.py", NULL, "must be between 0.1 and 86400 seconds"},
+    {"--hang-timeout-floor=0 t.py", NULL,
+     "--hang-timeout-floor: invalid value '0': must be between 0.01 and 86400 seconds"},
     {"--nproc-per-node=2", NULL, "missing the training script"},
     {"", NULL, "missing the training script"},
 };
