@@ -5,16 +5,20 @@
  *
  *   state     event                                        next
  *   --------  -------------------------------------------  ------------------------------
- *   (start)   one node                                     RUNNING (attempt 0)
+ *   (start)   one node                                     RUNNING (attempt 0), or
+ *                                                          CHECKING where health checks apply
  *   (start)   several nodes                                WAITING
+ *   CHECKING  the checks passed                            RUNNING (the attempt's workers)
+ *   CHECKING  a check failed, or a signal (the checks are  DONE (no worker started)
+ *             ended at once)
  *   WAITING   rendezvous START (round R's world)           RUNNING (attempt R)
  *   WAITING   rendezvous FINISH, or a forwarded signal     DONE
  *   RUNNING   a worker failed, a signal, STOP, FINISH      STOPPING (signal the groups, arm
  *                                                          the grace timer)
  *   RUNNING   every worker succeeded                       DONE, or WAITING (several nodes)
  *   STOPPING  the grace timer fires                        STOPPING (SIGKILL to the groups)
- *   STOPPING  the last worker ended: a restart left (one   RUNNING (attempt N+1)
- *             node)
+ *   STOPPING  the last worker ended: a restart left (one   RUNNING (attempt N+1), or
+ *             node)                                        CHECKING
  *   STOPPING  the last worker ended, several nodes, after  WAITING (the rendezvous decides)
  *             a failure here or elsewhere
  *   STOPPING  the last worker ended otherwise              DONE
@@ -156,6 +160,9 @@ static void on_store_closed(void *ctx)
 static void finish(ddp_agent_t *a)
 {
     a->state = AGENT_DONE;
+    if (a->health != NULL) /* its processes end now; the loop runs until its thread returns */
+        ddp_health_cancel(a->health);
+    a->health = NULL;
     ddp_rdzv_close(a->rdzv);
     if (a->coord != NULL) {
         /* The other nodes read how the job ended from our store: it stays until they
@@ -337,6 +344,7 @@ static void clear_failures(ddp_agent_t *a)
 }
 
 static int group_start(ddp_agent_t *a);
+static int start_workers(ddp_agent_t *a);
 
 /* Processes a worker left in its process group (a data loader, a shell's background
  * job, Python's resource tracker) go with it, after a grace: SIGTERM, then up to
@@ -1061,7 +1069,7 @@ static void on_sigchld(uv_signal_t *handle, int signum)
      * orphans of a worker that died (its DataLoader processes) are ours to reap. */
     if (a->subreaper || getpid() == 1)
         ddp_agent_reap_adopted(a);
-    if (a->state == AGENT_DONE || a->state == AGENT_WAITING)
+    if (a->state == AGENT_DONE || a->state == AGENT_WAITING || a->state == AGENT_CHECKING)
         return;
     /* Reap every worker that has ended (signals coalesce), then act once. */
     for (int i = 0; i < a->nworkers; i++) {
@@ -1142,6 +1150,15 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
     bool reporting = a->hang != HANG_IDLE;
     if (a->state == AGENT_DONE) {
         signal_while_lingering(a, sig);
+        return;
+    }
+    if (a->state == AGENT_CHECKING) { /* one node: nothing runs but the checks */
+        ddp_log_warn(a->log, "received %s during the health check: ending; no worker started",
+                     name);
+        a->exit_code = DDP_EXIT_SIGNAL_BASE + sig;
+        a->stop_reason = STOP_SIGNAL;
+        a->stop_signal = sig;
+        finish(a);
         return;
     }
     if (reporting)
@@ -1382,36 +1399,51 @@ out:
     return err;
 }
 
-/* A one-node job's health check before each attempt (a multi-node job's runs on the
- * rendezvous thread before each join): unhealthy, the job ends (5) before any worker. */
-static bool healthy_here(ddp_agent_t *a)
+/* A one-node job's health checks before each attempt ended (a multi-node job's run on the
+ * rendezvous thread before each join): healthy, the attempt's workers start; unhealthy,
+ * the job ends (5) before any worker. */
+static void checks_done(void *ctx, int rc, const char *why)
 {
-    if (a->rdzv != NULL || !ddp_health_checks_apply(a->cfg))
-        return true;
-    ddp_buf_t why = DDP_BUF_INIT;
-    bool healthy = ddp_health_check(a->cfg, &why) == 0;
-    if (healthy) {
-        ddp_log_info(a->log, "health check before attempt %d passed: %s", a->attempt,
-                     ddp_buf_str(&why));
-    } else {
-        ddp_log_error(a->log,
-                      "this node failed its health check before attempt %d: %s; no worker "
-                      "started",
-                      a->attempt, ddp_buf_str(&why));
-        ddp_agent_unhealthy_event(a, ddp_buf_str(&why));
-        a->exit_code = DDP_EXIT_RDZV_FAILED;
-        finish(a);
+    ddp_agent_t *a = ctx;
+    a->health = NULL;
+    if (a->state != AGENT_CHECKING)
+        return;
+    if (rc == 0) {
+        ddp_log_info(a->log, "health check before attempt %d passed: %s", a->attempt, why);
+        (void)start_workers(a);
+        return;
     }
-    ddp_buf_free(&why);
-    return healthy;
+    ddp_log_error(a->log,
+                  "this node failed its health check before attempt %d: %s; no worker started",
+                  a->attempt, why);
+    ddp_agent_unhealthy_event(a, why);
+    a->exit_code = DDP_EXIT_RDZV_FAILED;
+    finish(a);
 }
 
-/* Starts attempt a->attempt. On failure the started workers are stopped (or the agent
- * finished when none started) and the error is returned. */
+/* Starts attempt a->attempt: its health checks first where they apply to a one-node job
+ * (off the loop: CHECKING until they end), else its workers at once. On failure the
+ * started workers are stopped (or the agent finished when none started) and the error is
+ * returned. */
 static int group_start(ddp_agent_t *a)
 {
-    if (!healthy_here(a))
-        return DDP_EUSAGE;
+    if (a->rdzv != NULL || !ddp_health_checks_apply(a->cfg))
+        return start_workers(a);
+    a->state = AGENT_CHECKING;
+    int err = ddp_health_start(&a->loop, a->cfg, a->guard.fd, checks_done, a, &a->health);
+    if (err != 0) {
+        ddp_log_error(a->log, "unable to run the health checks before attempt %d: %s", a->attempt,
+                      ddp_strerror(err));
+        a->exit_code = DDP_EXIT_LAUNCH_FAILED;
+        finish(a);
+    }
+    return err;
+}
+
+/* Starts the workers of attempt a->attempt. On failure the started workers are stopped
+ * (or the agent finished when none started) and the error is returned. */
+static int start_workers(ddp_agent_t *a)
+{
     a->oom_kills = ddp_agent_oom_kills(NULL, 0);
     a->attempt_began = ddp_clock_wall();
     a->first_finished = -1;
@@ -2115,7 +2147,7 @@ static void start_rendezvous(ddp_agent_t *a)
     if (a->store != NULL)
         err = ddp_rdzv_coord_start(&a->loop, a->store, cfg, a->log, id, &a->coord);
     if (err == 0)
-        err = ddp_rdzv_start(&a->loop, cfg, a->log, id, on_rdzv_command, a, &a->rdzv);
+        err = ddp_rdzv_start(&a->loop, cfg, a->log, id, a->guard.fd, on_rdzv_command, a, &a->rdzv);
     if (err != 0) {
         ddp_log_error(a->log, "unable to start the rendezvous: %s", ddp_strerror(err));
         finish(a);

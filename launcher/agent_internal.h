@@ -30,7 +30,13 @@
 #include <uv.h>
 
 /* The states of agent.c's table (its header comment). */
-typedef enum { AGENT_RUNNING, AGENT_STOPPING, AGENT_WAITING, AGENT_DONE } agent_state_t;
+typedef enum {
+    AGENT_RUNNING,
+    AGENT_STOPPING,
+    AGENT_WAITING,
+    AGENT_CHECKING, /* one node: its health checks before an attempt (health.h) */
+    AGENT_DONE
+} agent_state_t;
 
 typedef enum {
     STOP_NONE,         /* every worker succeeded */
@@ -174,6 +180,7 @@ struct ddp_agent_s {
 
     int attempt;
     agent_state_t state;
+    ddp_health_run_t *health; /* CHECKING: the checks that run */
     stop_reason_t stop_reason;
     int stop_signal;
     int sent_signal; /* what the stop of this attempt sent first */

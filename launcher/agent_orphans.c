@@ -59,9 +59,10 @@ static void each_child(ddp_agent_t *a, void (*fn)(ddp_agent_t *, pid_t))
 }
 
 /* An adopted process that leads no process group and is not in ours: a DataLoader
- * process of a worker that died, a health check's background job. What the launcher
- * waits for by pid is left alone: each worker, the zygote, the guard, a health check and
- * an ssh fan-out lead their own groups; a stack tool runs in ours. */
+ * process of a worker that died, a worker's background job. What the launcher waits for
+ * by pid is left alone: each worker, the zygote, the guard, the health checks' helper and
+ * an ssh fan-out lead their own groups; a stack tool runs in ours. (What a health check
+ * leaves comes to its helper, a subreaper too, not here.) */
 static void reap_member(ddp_agent_t *a, pid_t pid)
 {
     (void)a;
@@ -89,8 +90,9 @@ void ddp_agent_reap_adopted(ddp_agent_t *a)
 }
 
 /* Whether child `pid` is one the workers left outside their groups: not a process the
- * launcher started itself (a worker, the zygote, the guard; a stack tool or a health
- * check is in our session), nor a member of a worker's group (those go with the group). */
+ * launcher started itself (a worker, the zygote, the guard; a stack tool or the health
+ * checks' helper is in our session), nor a member of a worker's group (those go with the
+ * group). */
 static bool escaped(const ddp_agent_t *a, pid_t pid)
 {
     if (pid == a->guard.pid || pid == a->zygote.pid)

@@ -873,7 +873,8 @@ static const flag_t flags[] = {
     {TEXT("health-check-path", health_paths, 0), false, G_SUPERVISION, "PATHS",
      "before each round, every path (comma-separated) must\nbe readable"},
     {"health-check-timeout", 0, KIND_SECONDS, FIELD(health_timeout), 0.1, 86400, NULL, NULL, true,
-     false, G_SUPERVISION, "SECONDS", "the health check command's time (default 60)"},
+     false, G_SUPERVISION, "SECONDS",
+     "each health check's time: the command, a path, the\nGPUs (default 60)"},
     {INT("hot-spares", hot_spares, 0, 1000000), false, G_RDZV, "K",
      "c10d: up to K launchers beyond --nnodes wait without\nworkers and take a lost node's "
      "place (and ranks)"},

@@ -10,6 +10,7 @@
 #include "env.h"
 #include "error.h"
 #include "guard.h"
+#include "health.h"
 #include "log.h"
 #include "unwind.h"
 
@@ -75,6 +76,8 @@ int main(int argc, char **argv)
         return ddp_guard_main(DDP_GUARD_FD);
     if (argc == 2 && strcmp(argv[0], DDP_UNWIND_NAME) == 0)
         return ddp_unwind_main(argv[1]); /* --hang-dump's helper (unwind.h) */
+    if (argc == DDP_HEALTH_ARGC && strcmp(argv[0], DDP_HEALTH_NAME) == 0)
+        return ddp_health_main(argc, argv); /* the health checks' helper (health.h) */
     if (open_std_fds() != 0)
         return DDP_EXIT_LAUNCH_FAILED; /* no /dev/null: nowhere to say so either */
 

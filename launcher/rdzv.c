@@ -86,6 +86,15 @@ static void wake(ddp_rdzv_t *r)
         ;
 }
 
+/* This launcher ends: a health check the thread waits for ends too (end_fd stays
+ * readable: never read). */
+static void ending(ddp_rdzv_t *r)
+{
+    uint64_t one = 1;
+    while (write(r->end_fd, &one, sizeof one) < 0 && errno == EINTR)
+        ;
+}
+
 static void on_async(uv_async_t *handle)
 {
     ddp_rdzv_t *r = handle->data;
@@ -93,7 +102,8 @@ static void on_async(uv_async_t *handle)
 }
 
 int ddp_rdzv_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_log_t *log,
-                   const char *id, void (*on_command)(void *ctx), void *ctx, ddp_rdzv_t **out)
+                   const char *id, int guard_fd, void (*on_command)(void *ctx), void *ctx,
+                   ddp_rdzv_t **out)
 {
     ddp_rdzv_t *r = calloc(1, sizeof *r);
     if (r == NULL)
@@ -102,10 +112,14 @@ int ddp_rdzv_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_lo
     r->log = log;
     r->on_command = on_command;
     r->ctx = ctx;
+    r->guard_fd = guard_fd;
     ddp_rdzv_own_host(cfg, r->host, sizeof r->host);
     snprintf(r->id, sizeof r->id, "%s", id);
-    if ((r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+    r->end_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (r->end_fd < 0 || (r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
         int err = -errno;
+        if (r->end_fd >= 0)
+            close(r->end_fd);
         free(r);
         return err;
     }
@@ -113,6 +127,7 @@ int ddp_rdzv_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_lo
     int err = uv_async_init(loop, &r->async, on_async);
     if (err) {
         close(r->wake_fd);
+        close(r->end_fd);
         pthread_mutex_destroy(&r->mutex);
         free(r);
         return err;
@@ -158,6 +173,7 @@ void ddp_rdzv_post(ddp_rdzv_t *r, ddp_rdzv_event_t event, const char *message)
         break;
     case DDP_RDZV_EV_ABORT:
         r->events.aborted = true;
+        ending(r);
         break;
     }
     if (message != NULL)
@@ -286,6 +302,7 @@ void ddp_rdzv_close(ddp_rdzv_t *r)
     bool was_closed = r->closed;
     r->closed = true;
     wake(r);
+    ending(r);
     pthread_mutex_unlock(&r->mutex);
     if (!was_closed)
         uv_close((uv_handle_t *)&r->async, NULL);
@@ -305,6 +322,7 @@ void ddp_rdzv_free(ddp_rdzv_t *r)
     free(r->events.failures);
     free(r->events.stragglers);
     close(r->wake_fd);
+    close(r->end_fd);
     pthread_mutex_destroy(&r->mutex);
     free(r);
 }

@@ -58,9 +58,11 @@ typedef enum {
 } ddp_rdzv_event_t;
 
 /* Starts the thread of the launcher whose id is `id` (ddp_rdzv_launcher_id; copied).
- * `on_command` runs on the loop when a command is ready (take it with ddp_rdzv_take). */
+ * `on_command` runs on the loop when a command is ready (take it with ddp_rdzv_take).
+ * `guard_fd`: the orphan guard's pipe, for the health checks' processes (or -1). */
 int ddp_rdzv_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_log_t *log,
-                   const char *id, void (*on_command)(void *ctx), void *ctx, ddp_rdzv_t **out);
+                   const char *id, int guard_fd, void (*on_command)(void *ctx), void *ctx,
+                   ddp_rdzv_t **out);
 
 /* From the loop: what happened to the local workers (message may be NULL). */
 void ddp_rdzv_post(ddp_rdzv_t *r, ddp_rdzv_event_t event, const char *message);

@@ -579,19 +579,32 @@ static int stop_after_join(ddp_rdzv_t *r, const ddp_rdzv_verdict_t *stop)
     return err;
 }
 
-/* Before each join: this node's health checks (health.h). Unhealthy, it does not join: the
- * job ends on every node (the abort record names this node and the check), before any
- * worker of the round starts. */
-static bool healthy_to_join(ddp_rdzv_t *r)
+/* What this node's health checks came to. */
+typedef enum { CHECKED_HEALTHY, CHECKED_UNHEALTHY, CHECKED_ENDING } checked_t;
+
+/* Before each join: this node's health checks (health.h), `before` naming which.
+ * Unhealthy, it does not join: the job ends on every node (the abort record names this
+ * node and the check), before any worker of the round starts; with hot spares only this
+ * launcher leaves. A signal to the launcher meanwhile ends the checks at once
+ * (CHECKED_ENDING: the loop's posts are taken, its abort told to the job). */
+static checked_t healthy_to_join(ddp_rdzv_t *r, const char *before)
 {
     const ddp_launch_config_t *cfg = r->cfg;
+    ddp_health_ctx_t ctx = {.guard_fd = r->guard_fd, .cancel_fd = r->end_fd};
+    bool ignored = false;
     if (!ddp_health_checks_apply(cfg))
-        return true;
+        return CHECKED_HEALTHY;
     ddp_buf_t why = DDP_BUF_INIT;
-    if (ddp_health_check(cfg, &why) == 0) {
-        ddp_log_info(r->log, "health check before joining passed: %s", ddp_buf_str(&why));
+    int rc = ddp_health_check(cfg, &ctx, &why);
+    if (rc == -ECANCELED) {
         ddp_buf_free(&why);
-        return true;
+        (void)take_posts(r, NULL, &ignored);
+        return CHECKED_ENDING;
+    }
+    if (rc == 0) {
+        ddp_log_info(r->log, "health check before %s passed: %s", before, ddp_buf_str(&why));
+        ddp_buf_free(&why);
+        return CHECKED_HEALTHY;
     }
     pthread_mutex_lock(&r->mutex);
     r->unhealthy = true;
@@ -615,7 +628,7 @@ static bool healthy_to_join(ddp_rdzv_t *r)
                            : "it does not join, and the job ends (no worker of the round "
                              "started)");
     ddp_buf_free(&why);
-    return false;
+    return CHECKED_UNHEALTHY;
 }
 
 /* A pause of the job, as the news or a waiting launcher's assign key says it. */
@@ -715,7 +728,7 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
         deadline = INFINITY;
     double next_note = started + NOTE_FIRST;
     char key[512];
-    if (!healthy_to_join(r))
+    if (healthy_to_join(r, "joining") != CHECKED_HEALTHY)
         return NODE_END;
     if (join_record(r) != 0 || (stop != NULL && stop_after_join(r, stop) != 0))
         return store_lost(r);

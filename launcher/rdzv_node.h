@@ -31,7 +31,10 @@ struct ddp_rdzv_s {
     pthread_t thread;
     bool thread_started;
     pthread_mutex_t mutex;
-    int wake_fd; /* eventfd: readable while the loop has posted something */
+    int wake_fd;  /* eventfd: readable while the loop has posted something */
+    int end_fd;   /* eventfd: readable once this launcher ends (its abort or quit posted):
+                   * a health check waits on it */
+    int guard_fd; /* the orphan guard's pipe (guard.h), for the health checks; or -1 */
 
     /* Thread to loop, under the mutex: node 0's --env entries ("NAME=VALUE"), read at each
      * round's assignment, before the START that uses them. */

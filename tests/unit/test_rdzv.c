@@ -933,7 +933,8 @@ static void launcher_start(launcher_t *l, const fixture_t *f, uv_loop_t *loop, i
     l->cfg.nproc_per_node = 1;
     l->cfg.master_port = f->port;
     snprintf(id, sizeof id, "launcher-%d", rank);
-    assert_int_equal(ddp_rdzv_start(loop, &l->cfg, &f->log, id, on_launcher_command, l, &l->r), 0);
+    assert_int_equal(ddp_rdzv_start(loop, &l->cfg, &f->log, id, -1, on_launcher_command, l, &l->r),
+                     0);
 }
 
 /* The reporter's Ctrl-C while it gathers: node 0 found a hang and waits (up to 10 s) for

@@ -1,0 +1,389 @@
+/* Integration tests: health checks as a hostile check or file system would have them.
+ * Nothing a check does reaches the launcher: its processes (its group, its background
+ * jobs, what it started in sessions of its own) end with it, even when ddp-launch is
+ * SIGKILLed; its end is its exit; a path on a hung file system (a FUSE mount that never
+ * answers, tests/helpers/hung_mount.c) is bounded by the timeout; a signal during a check
+ * acts at once, on one node or several. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+#include "io.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *out(const th_proc_t *p)
+{
+    return ddp_buf_str(&p->out);
+}
+
+static const char *err(const th_proc_t *p)
+{
+    return ddp_buf_str(&p->err);
+}
+
+/* Waits until the file at `path` exists (a check's own mark that it runs). */
+static bool wait_file(const char *path, double timeout)
+{
+    for (double deadline = th_now() + timeout; th_now() < deadline;) {
+        if (access(path, F_OK) == 0)
+            return true;
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+    return false;
+}
+
+/* The pid a check wrote into `path`, or -1. */
+static pid_t pid_in(const char *path)
+{
+    char *text = NULL;
+    size_t len = 0;
+    pid_t pid = -1;
+    if (ddp_read_file(path, 64, &text, &len) == 0 && len > 0)
+        pid = (pid_t)atoi(text);
+    free(text);
+    return pid;
+}
+
+/* SIGKILL of ddp-launch during --health-check: the check's shell, its background job and
+ * a job it started in a session of its own all end (they ran on for good). */
+static void test_sigkill_during_check_ends_its_processes(void **state)
+{
+    char *dir = th_tmpdir(), check[1600], ready[600];
+    snprintf(check, sizeof check,
+             "--health-check=echo $$ > '%s/sh'; sleep 301 & echo $! > '%s/bg'; "
+             "setsid sleep 302 & echo $! > '%s/setsid'; : > '%s/ready'; wait",
+             dir, dir, dir, dir);
+    snprintf(ready, sizeof ready, "%s/ready", dir);
+    const char *argv[] = {th_launcher(), check, "--no-python", "/bin/echo", "started", NULL};
+    th_proc_t p;
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, wait_file(ready, 30));
+    kill(p.pid, SIGKILL);
+    TH_ASSERT(&p, th_wait_exit(&p, 10));
+    static const char *const names[] = {"sh", "bg", "setsid"};
+    for (size_t i = 0; i < 3; i++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        pid_t pid = pid_in(path);
+        TH_ASSERT(&p, pid > 0);
+        if (!th_wait_gone(pid, 10)) {
+            kill(pid, SIGKILL);
+            th_dump(&p);
+            fail_msg("the check's %s (pid %d) outlived a SIGKILLed ddp-launch", names[i], (int)pid);
+        }
+    }
+    TH_ASSERT(&p, strstr(out(&p), "started") == NULL);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* A check's end is its exit: a check that exits 0 is healthy at once, though a job it left
+ * in its process group ("sleep &") or in a session of its own (setsid, holding the
+ * check's stderr) still runs; those end with the check, before any worker starts (a
+ * setsid job made the node unhealthy after the whole timeout, and outlived the job). */
+static void test_check_ends_at_its_exit_with_what_it_left(void **state)
+{
+    char *dir = th_tmpdir(), check[1200], script[1200];
+    snprintf(check, sizeof check,
+             "--health-check=sleep 202 & echo $! > '%s/bg'; setsid sleep 203 & "
+             "echo $! > '%s/setsid'; exit 0",
+             dir, dir);
+    snprintf(script, sizeof script,
+             "for f in bg setsid; do kill -0 $(cat '%s/'$f) 2>/dev/null && echo $f alive || "
+             "echo $f gone; done",
+             dir);
+    const char *argv[] = {th_launcher(), check,     "--health-check-timeout=20",
+                          "--no-python", "/bin/sh", "-c",
+                          script,        NULL};
+    th_proc_t p;
+    double started = th_now();
+    th_run(&p, argv, NULL, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_now() - started < 10); /* not the timeout */
+    TH_ASSERT(&p, strstr(out(&p), "bg gone") != NULL);
+    TH_ASSERT(&p, strstr(out(&p), "setsid gone") != NULL);
+    th_cleanup(&p);
+    for (const char *name = "bg"; name != NULL; name = strcmp(name, "bg") == 0 ? "setsid" : NULL) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        pid_t pid = pid_in(path);
+        if (pid > 0)
+            kill(pid, SIGKILL); /* (a failed run's, by pid) */
+    }
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* SIGTERM or Ctrl-C during a one-node job's health check: ddp-launch ends at once with
+ * 128+N, the check ends with it, and no worker starts (the signal was acted on only once
+ * the check ended, and the workers were started anyway). */
+static void test_signal_during_check_acts_at_once(void **state)
+{
+    static const int sigs[] = {SIGTERM, SIGINT};
+    for (size_t i = 0; i < 2; i++) {
+        char *dir = th_tmpdir(), check[800], ready[600];
+        snprintf(check, sizeof check, "--health-check=: > '%s/ready'; exec sleep 30", dir);
+        snprintf(ready, sizeof ready, "%s/ready", dir);
+        const char *argv[] = {th_launcher(), check, "--no-python", "/bin/echo", "started", NULL};
+        th_proc_t p;
+        th_start(&p, argv, NULL);
+        TH_ASSERT(&p, wait_file(ready, 30));
+        double sent = th_now();
+        kill(p.pid, sigs[i]);
+        TH_ASSERT(&p, th_wait_exit(&p, 10));
+        TH_ASSERT(&p, th_now() - sent < 3);
+        TH_ASSERT(&p, th_status(&p) == 128 + sigs[i]);
+        TH_ASSERT(&p, strstr(out(&p), "started") == NULL);
+        TH_ASSERT(&p,
+                  strstr(err(&p), "during the health check: ending; no worker started") != NULL);
+        th_cleanup(&p);
+        th_rmtree(dir);
+        free(dir);
+    }
+}
+
+/* A launcher of a static job of two nodes on this machine; `flags` one argument or NULL. */
+static void start_static(th_proc_t *p, int port, const char *run_id, int rank, const char *flags,
+                         const char *const *env)
+{
+    char nnodes[32], node_rank[32], master_port[32], id[128];
+    snprintf(nnodes, sizeof nnodes, "--nnodes=2");
+    snprintf(node_rank, sizeof node_rank, "--node-rank=%d", rank);
+    snprintf(master_port, sizeof master_port, "--master-port=%d", port);
+    snprintf(id, sizeof id, "--rdzv-id=%s", run_id);
+    const char *argv[12] = {th_launcher(), nnodes, node_rank, master_port, id};
+    int n = 5;
+    if (flags != NULL)
+        argv[n++] = flags;
+    argv[n++] = "--no-python";
+    argv[n++] = "/bin/sh";
+    argv[n++] = "-c";
+    argv[n++] = "echo RANK=$RANK";
+    argv[n] = NULL;
+    th_start(p, argv, env);
+}
+
+/* Ctrl-C on node 1 of a static job during its health check before the join (on the
+ * rendezvous thread): node 1 ends at once with 130 and the job ends with it on node 0; no
+ * worker starts. */
+static void test_signal_during_check_before_join(void **state)
+{
+    char *dir = th_tmpdir(), check[800], ready[600], run_id[64];
+    int port = th_free_port();
+    snprintf(run_id, sizeof run_id, "health-%d-%d", (int)getpid(), port);
+    snprintf(check, sizeof check, "--health-check=: > '%s/ready'; exec sleep 30", dir);
+    snprintf(ready, sizeof ready, "%s/ready", dir);
+    th_proc_t n0, n1;
+    start_static(&n0, port, run_id, 0, NULL, NULL);
+    start_static(&n1, port, run_id, 1, check, NULL);
+    TH_ASSERT(&n1, wait_file(ready, 30));
+    double sent = th_now();
+    kill(n1.pid, SIGINT);
+    TH_ASSERT(&n1, th_wait_exit(&n1, 10));
+    TH_ASSERT(&n1, th_now() - sent < 3);
+    TH_ASSERT(&n1, th_status(&n1) == 130);
+    TH_ASSERT(&n0, th_wait_exit(&n0, 20));
+    TH_ASSERT(&n0, th_status(&n0) == 130);
+    TH_ASSERT(&n0, strstr(out(&n0), "RANK=") == NULL);
+    TH_ASSERT(&n1, strstr(out(&n1), "RANK=") == NULL);
+    th_cleanup(&n0);
+    th_cleanup(&n1);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* --health-check-timeout=0.1, the least: the endless check is ended each time, well
+ * within a second (a timeout shorter than the check's own setpgid left it running: the
+ * launcher then waited for the whole command). */
+static void test_least_timeout_ends_the_check(void **state)
+{
+    for (int i = 0; i < 3; i++) {
+        const char *argv[] = {th_launcher(),
+                              "--health-check=exec sleep 30",
+                              "--health-check-timeout=0.1",
+                              "--no-python",
+                              "/bin/echo",
+                              "started",
+                              NULL};
+        th_proc_t p;
+        double started = th_now();
+        th_run(&p, argv, NULL, 60);
+        TH_ASSERT(&p, th_status(&p) == 5);
+        TH_ASSERT(&p, th_now() - started < 5);
+        TH_ASSERT(&p, strstr(err(&p), "did not finish within 0.1 s") != NULL);
+        TH_ASSERT(&p, strstr(out(&p), "started") == NULL);
+        th_cleanup(&p);
+    }
+}
+
+/* The hung mount of a test (hung_mount), removed whatever happens: by the test, by its
+ * teardown after a failed assertion, or (a killed run's) at the next start. */
+static struct {
+    th_proc_t helper;
+    bool running;
+    char dir[64];
+} hung;
+
+/* What killed runs left: mounts named ddp-hung-<pid> whose helper is gone, detached. */
+static void remove_stale_mounts(void)
+{
+    FILE *mounts = fopen("/proc/self/mounts", "re");
+    char source[256], target[512];
+    while (mounts != NULL && fscanf(mounts, "%255s %511s %*s %*s %*d %*d", source, target) == 2) {
+        int pid = 0;
+        if (sscanf(source, "ddp-hung-%d", &pid) == 1 && pid > 0 && kill(pid, 0) != 0) {
+            umount2(target, MNT_DETACH);
+            rmdir(target);
+        }
+    }
+    if (mounts != NULL)
+        fclose(mounts);
+}
+
+/* Mounts a file system that never answers at hung.dir (outside the test's TMPDIR, which
+ * teardown walks); false (the test then skips) where FUSE mounts cannot be made. */
+static bool hung_mount(void)
+{
+    char helper[1024];
+    remove_stale_mounts();
+    snprintf(helper, sizeof helper, "%s/tests/hung-mount", getenv("DDP_TEST_BUILD_DIR"));
+    snprintf(hung.dir, sizeof hung.dir, "/tmp/ddp-hung-XXXXXX");
+    assert_non_null(mkdtemp(hung.dir));
+    const char *argv[] = {helper, hung.dir, NULL};
+    th_start(&hung.helper, argv, NULL);
+    hung.running = true;
+    if (th_wait_output(&hung.helper, 1, "mounted", 1, 10))
+        return true;
+    th_wait_exit(&hung.helper, 10);
+    printf("skipped: %s", out(&hung.helper));
+    return false;
+}
+
+/* The mount is detached (its waiting accesses fail) and its directory removed. */
+static void hung_unmount(void)
+{
+    if (!hung.running)
+        return;
+    hung.running = false;
+    kill(hung.helper.pid, SIGTERM);
+    th_wait_exit(&hung.helper, 10);
+    th_cleanup(&hung.helper);
+    rmdir(hung.dir);
+}
+
+static int hung_teardown(void **state)
+{
+    hung_unmount();
+    return th_teardown(state);
+}
+
+/* Whether process `pid` or one of its children (a helper of its) waits in the kernel
+ * uninterruptibly (state D: on the hung mount). */
+static bool waits_in_kernel(pid_t pid)
+{
+    char path[96], *children = NULL;
+    size_t len = 0;
+    if (th_proc_state(pid) == 'D')
+        return true;
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *tasks = opendir(path);
+    struct dirent *task;
+    bool waits = false;
+    while (!waits && tasks != NULL && (task = readdir(tasks)) != NULL) {
+        if (task->d_name[0] < '0' || task->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%d/task/%.16s/stat", (int)pid, task->d_name);
+        char *stat = NULL;
+        const char *after;
+        if (ddp_read_file(path, 4096, &stat, &len) == 0 && (after = strrchr(stat, ')')) != NULL)
+            waits = after[2] == 'D';
+        free(stat);
+        snprintf(path, sizeof path, "/proc/%d/task/%.16s/children", (int)pid, task->d_name);
+        if (!waits && ddp_read_file(path, 4096, &children, &len) == 0)
+            for (char *c = children, *end; *c != '\0' && !waits; c = end) {
+                long child = strtol(c, &end, 10);
+                if (end == c)
+                    break;
+                waits = th_proc_state((pid_t)child) == 'D';
+            }
+        free(children);
+        children = NULL;
+    }
+    if (tasks != NULL)
+        closedir(tasks);
+    return waits;
+}
+
+/* --health-check-path on a file system that never answers (a dead NFS server): the node is
+ * unhealthy once the timeout has passed, naming the path; and a SIGTERM while the check
+ * waits there ends ddp-launch at once (it sat in the kernel, deaf to signals, for good). */
+static void test_hung_path_is_bounded(void **state)
+{
+    if (!hung_mount())
+        return;
+    char flag[600];
+    snprintf(flag, sizeof flag, "--health-check-path=/tmp,%s/data", hung.dir);
+    const char *argv[] = {th_launcher(), flag,        "--health-check-timeout=1",
+                          "--no-python", "/bin/echo", "started",
+                          NULL};
+    th_proc_t p;
+    double started = th_now();
+    th_start(&p, argv, NULL);
+    TH_ASSERT(&p, th_wait_exit(&p, 15));
+    TH_ASSERT(&p, th_now() - started < 8);
+    TH_ASSERT(&p, th_status(&p) == 5);
+    char said[700];
+    snprintf(said, sizeof said, "--health-check-path: %s/data did not answer within 1 s", hung.dir);
+    TH_ASSERT(&p, strstr(err(&p), said) != NULL);
+    TH_ASSERT(&p, strstr(out(&p), "started") == NULL);
+    th_cleanup(&p);
+
+    /* A signal while the check waits on the mount. */
+    snprintf(flag, sizeof flag, "--health-check-path=%s", hung.dir);
+    const char *waiting[] = {th_launcher(), flag, "--no-python", "/bin/echo", "started", NULL};
+    th_start(&p, waiting, NULL);
+    bool blocked = false;
+    for (double deadline = th_now() + 20; !blocked && th_now() < deadline;) {
+        blocked = waits_in_kernel(p.pid);
+        if (!blocked)
+            nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
+    }
+    TH_ASSERT(&p, blocked);
+    double sent = th_now();
+    kill(p.pid, SIGTERM);
+    TH_ASSERT(&p, th_wait_exit(&p, 10));
+    TH_ASSERT(&p, th_now() - sent < 5);
+    TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+    TH_ASSERT(&p, strstr(out(&p), "started") == NULL);
+    hung_unmount(); /* (a check still waiting there ends now) */
+    th_cleanup(&p);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        TH_TEST(test_sigkill_during_check_ends_its_processes),
+        TH_TEST(test_check_ends_at_its_exit_with_what_it_left),
+        TH_TEST(test_signal_during_check_acts_at_once),
+        TH_TEST(test_signal_during_check_before_join),
+        TH_TEST(test_least_timeout_ends_the_check),
+        cmocka_unit_test_setup_teardown(test_hung_path_is_bounded, th_setup, hung_teardown),
+    };
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
