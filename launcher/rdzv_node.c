@@ -582,11 +582,12 @@ static int stop_after_join(ddp_rdzv_t *r, const ddp_rdzv_verdict_t *stop)
 /* What this node's health checks came to. */
 typedef enum { CHECKED_HEALTHY, CHECKED_UNHEALTHY, CHECKED_ENDING } checked_t;
 
-/* Before each join: this node's health checks (health.h), `before` naming which.
- * Unhealthy, it does not join: the job ends on every node (the abort record names this
- * node and the check), before any worker of the round starts; with hot spares only this
- * launcher leaves. A signal to the launcher meanwhile ends the checks at once
- * (CHECKED_ENDING: the loop's posts are taken, its abort told to the job). */
+/* Before each join, and before a place that came after a wait: this node's health checks
+ * (health.h), `before` naming which. Unhealthy, it does not join (or take the place): the
+ * job ends on every node (the abort record names this node and the check), before any
+ * worker of the round starts; with hot spares only this launcher leaves. A signal to the
+ * launcher meanwhile ends the checks at once (CHECKED_ENDING: the loop's posts are taken,
+ * its abort told to the job). */
 static checked_t healthy_to_join(ddp_rdzv_t *r, const char *before)
 {
     const ddp_launch_config_t *cfg = r->cfg;
@@ -629,6 +630,19 @@ static checked_t healthy_to_join(ddp_rdzv_t *r, const char *before)
                              "started)");
     ddp_buf_free(&why);
     return CHECKED_UNHEALTHY;
+}
+
+/* A place in `world` that came after a wait, where hot spares are: a spare promoted into a
+ * lost node's place, or a launcher whose place is in a later round than the one it joined
+ * for. Its checks ran when it joined; a GPU may have broken since, so they run again before
+ * it takes the place. True when it takes it. */
+static bool healthy_for_place(ddp_rdzv_t *r, const ddp_rdzv_world_t *world)
+{
+    char before[96];
+    if (r->cfg->hot_spares <= 0 || world->round <= r->round + 1)
+        return true;
+    snprintf(before, sizeof before, "taking its place in round %d", world->round);
+    return healthy_to_join(r, before) == CHECKED_HEALTHY;
 }
 
 /* A pause of the job, as the news or a waiting launcher's assign key says it. */
@@ -760,7 +774,7 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
             }
             if (v.kind != DDP_RDZV_VERDICT_WORLD)
                 return finish(r, &v, true);
-            if (!await_stopped(r))
+            if (!healthy_for_place(r, &v.world) || !await_stopped(r))
                 return NODE_END;
             if (v.message[0] != '\0') /* the nodes' environments differ */
                 ddp_log_warn(r->log, "%s", v.message);

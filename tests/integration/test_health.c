@@ -3,7 +3,8 @@
  * jobs, what it started in sessions of its own) end with it, even when ddp-launch is
  * SIGKILLed; its end is its exit; a path on a hung file system (a FUSE mount that never
  * answers, tests/helpers/hung_mount.c) is bounded by the timeout; a signal during a check
- * acts at once, on one node or several. */
+ * acts at once, on one node or several; a hot spare is checked again before it takes a
+ * place. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -373,6 +374,63 @@ static void test_hung_path_is_bounded(void **state)
     th_cleanup(&p);
 }
 
+/* A hot spare is checked again before it takes a place: its check passed when it joined,
+ * fails once a lost node's place comes, and it leaves instead of starting its workers (it
+ * was promoted unchecked). */
+static void test_spare_checked_before_its_place(void **state)
+{
+    char *dir = th_tmpdir(), flags[600], check[800], broken[700];
+    int port = th_free_port();
+    snprintf(flags, sizeof flags,
+             "--nnodes=2:2 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:%d --master-port=%d "
+             "--rdzv-id=spare-%d "
+             "--rdzv-conf=last_call_timeout=1,join_timeout=60 --hot-spares=1",
+             port, port, port);
+    snprintf(broken, sizeof broken, "%s/broken", dir);
+    snprintf(check, sizeof check, "--health-check=test ! -e '%s'", broken);
+    const char *script = "echo \"RANK=$RANK\"; exec sleep 600";
+    th_proc_t node[3];
+    for (int i = 0; i < 3; i++) {
+        const char *argv[16];
+        char copy[1400], *save = NULL;
+        int n = 0;
+        snprintf(copy, sizeof copy, "%s", flags);
+        argv[n++] = th_launcher();
+        for (char *tok = strtok_r(copy, " ", &save); tok != NULL; tok = strtok_r(NULL, " ", &save))
+            argv[n++] = tok;
+        if (i == 2)
+            argv[n++] = check;
+        argv[n++] = "--no-python";
+        argv[n++] = "/bin/sh";
+        argv[n++] = "-c";
+        argv[n++] = script;
+        argv[n] = NULL;
+        const char *debug[] = {"DDP_LAUNCH_LOG_LEVEL=debug", NULL};
+        th_start(&node[i], argv, i == 2 ? debug : NULL);
+        if (i == 0)
+            TH_ASSERT(&node[0], th_wait_output(&node[0], 2, "hosting its store", 1, 30));
+        if (i == 1)
+            for (int k = 0; k < 2; k++)
+                TH_ASSERT(&node[k], th_wait_output(&node[k], 1, "RANK=", 1, 30));
+    }
+    th_proc_t *spare = &node[2];
+    TH_ASSERT(spare, th_wait_output(spare, 2, "waiting for a place in a round", 1, 30));
+    TH_ASSERT(spare, strstr(err(spare), "health check before joining passed") != NULL);
+    TH_ASSERT(spare, th_touch(broken));
+    kill(node[1].pid, SIGKILL); /* (not the store's host: the job would end with it) */
+    TH_ASSERT(spare, th_wait_exit(spare, 30));
+    TH_ASSERT(spare, th_status(spare) == 5);
+    TH_ASSERT(spare, strstr(err(spare), "this node failed its health check") != NULL);
+    TH_ASSERT(spare, strstr(out(spare), "RANK=") == NULL);
+    kill(node[0].pid, SIGTERM);
+    for (int i = 0; i < 3; i++) {
+        TH_ASSERT(&node[i], th_wait_exit(&node[i], 30));
+        th_cleanup(&node[i]);
+    }
+    th_rmtree(dir);
+    free(dir);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +440,7 @@ int main(int argc, char **argv)
         TH_TEST(test_signal_during_check_before_join),
         TH_TEST(test_least_timeout_ends_the_check),
         cmocka_unit_test_setup_teardown(test_hung_path_is_bounded, th_setup, hung_teardown),
+        TH_TEST(test_spare_checked_before_its_place),
     };
     if (argc > 1)
         cmocka_set_test_filter(argv[1]);
