@@ -460,13 +460,17 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
 
 /* Every NOTE_EVERY s while it waits for its place, the launcher says what the forming
  * round waits for (the coordinator's status), or what round runs: that once, as a hot
- * spare may wait for as long as the job runs. */
-static void note_status(ddp_rdzv_t *r)
+ * spare may wait for as long as the job runs. Nothing once its answer is at `answer` (its
+ * place came with the round that status names). */
+static void note_status(ddp_rdzv_t *r, const char *answer)
 {
     char key[512];
+    const char *keys[1] = {answer};
+    bool there = false;
     ddp_buf_t status = DDP_BUF_INIT;
     ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "status");
-    if (read_key(r, key, &status) == 0 && status.len > 0) { /* none yet: empty */
+    if (ddp_store_client_check(r->client, keys, 1, &there) == 0 && !there &&
+        read_key(r, key, &status) == 0 && status.len > 0) { /* none yet: empty */
         uint64_t hash = ddp_fnv1a64(status.data, status.len);
         if (hash != r->last_note)
             ddp_log_info(r->log, "%s", ddp_buf_str(&status));
@@ -734,6 +738,9 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
                               const ddp_rdzv_verdict_t *stop)
 {
     const ddp_launch_config_t *cfg = r->cfg;
+    if (healthy_to_join(r, "joining") != CHECKED_HEALTHY)
+        return NODE_END;
+    /* The wait counts from the join: the checks' own time is no wait for a place. */
     double wait = ddp_config_dynamic(cfg) ? cfg->rdzv_conf.join_timeout : cfg->rdzv_conf.timeout;
     double started = ddp_clock_mono(), deadline = started + wait + GRACE;
     /* A hot spare waits for its place as long as the job runs: the coordinator ends its
@@ -742,8 +749,6 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
         deadline = INFINITY;
     double next_note = started + NOTE_FIRST;
     char key[512];
-    if (healthy_to_join(r, "joining") != CHECKED_HEALTHY)
-        return NODE_END;
     if (join_record(r) != 0 || (stop != NULL && stop_after_join(r, stop) != 0))
         return store_lost(r);
     int told = 0; /* pauses of the store's host told here (Ctrl-Z there) */
@@ -798,7 +803,7 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
             return NODE_END;
         }
         if (note_due(&next_note, now, deadline))
-            note_status(r);
+            note_status(r, key);
     }
 }
 

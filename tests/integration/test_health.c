@@ -207,6 +207,27 @@ static void test_signal_during_check_before_join(void **state)
     free(dir);
 }
 
+/* A node whose health check takes longer than the first note of its wait (5 s) joins the
+ * round its join completes: it says nothing of waiting for the next round (it read the
+ * status of the round it was joining, formed with it, as a round it was waiting behind). */
+static void test_slow_check_joins_without_a_wrong_note(void **state)
+{
+    char run_id[64];
+    int port = th_free_port();
+    snprintf(run_id, sizeof run_id, "health-%d-%d", (int)getpid(), port);
+    const char *info[] = {"DDP_LAUNCH_LOG_LEVEL=info", NULL};
+    th_proc_t n0, n1;
+    start_static(&n0, port, run_id, 0, NULL, NULL);
+    start_static(&n1, port, run_id, 1, "--health-check=sleep 5.5", info);
+    TH_ASSERT(&n0, th_wait_exit(&n0, 60) && th_status(&n0) == 0);
+    TH_ASSERT(&n1, th_wait_exit(&n1, 60) && th_status(&n1) == 0);
+    TH_ASSERT(&n1, strstr(out(&n1), "RANK=1") != NULL);
+    TH_ASSERT(&n1, strstr(err(&n1), "health check before joining passed") != NULL);
+    TH_ASSERT(&n1, strstr(err(&n1), "waits to join the next round") == NULL);
+    th_cleanup(&n0);
+    th_cleanup(&n1);
+}
+
 /* --health-check-timeout=0.1, the least: the endless check is ended each time, well
  * within a second (a timeout shorter than the check's own setpgid left it running: the
  * launcher then waited for the whole command). */
@@ -438,6 +459,7 @@ int main(int argc, char **argv)
         TH_TEST(test_check_ends_at_its_exit_with_what_it_left),
         TH_TEST(test_signal_during_check_acts_at_once),
         TH_TEST(test_signal_during_check_before_join),
+        TH_TEST(test_slow_check_joins_without_a_wrong_note),
         TH_TEST(test_least_timeout_ends_the_check),
         cmocka_unit_test_setup_teardown(test_hung_path_is_bounded, th_setup, hung_teardown),
         TH_TEST(test_spare_checked_before_its_place),
