@@ -12,6 +12,7 @@
 #include "parse.h"
 #include "signals.h"
 #include "events.h"
+#include "health.h"
 #include "slurm.h"
 
 #include <ctype.h>
@@ -573,6 +574,17 @@ static int apply_preload(ddp_launch_config_t *cfg, const char *value, const char
     return 0;
 }
 
+/* --health-check-path PATHS: comma-separated, at least one path (empty items are none). */
+static int apply_health_paths(ddp_launch_config_t *cfg, const char *value, const char *origin,
+                              const ddp_log_t *log, ddp_buf_t *err)
+{
+    (void)log;
+    if (value[strspn(value, ",")] == '\0')
+        return usage(err, origin, "'%s' names no path", value);
+    cfg->health_paths = value;
+    return 0;
+}
+
 /* A size in bytes: digits with an optional K, M or G (powers of 1024). */
 static int parse_size_flag(const char *value, const char *origin, uint64_t *out, ddp_buf_t *err)
 {
@@ -862,15 +874,15 @@ static const flag_t flags[] = {
      "a straggler works over RATIO x the median rank\n(default 1.2)"},
     {CODE("straggler-action", apply_straggler_action, true), false, G_SUPERVISION, "none|exclude",
      "exclude: a straggler's node leaves the job at its next\nrestart (default none)"},
-    {SWITCH("warm-restarts", 0, warm_restarts, false), false, G_SUPERVISION, "",
+    {SWITCH("warm-restarts", 0, warm_restarts, true), false, G_SUPERVISION, "",
      "restarted Python workers are forked from a zygote that\nhas imported --preload's modules "
      "(no new interpreter)"},
-    {CODE("preload", apply_preload, false), false, G_SUPERVISION, "MODULE,...",
+    {CODE("preload", apply_preload, true), false, G_SUPERVISION, "MODULE,...",
      "--warm-restarts: what the zygote imports (default torch)"},
     {TEXT("health-check", health_command, 0), false, G_SUPERVISION, "CMD",
      "before each round, this node runs CMD (/bin/sh -c): not\nexit 0 = unhealthy, the job "
      "ends naming the node (5)"},
-    {TEXT("health-check-path", health_paths, 0), false, G_SUPERVISION, "PATHS",
+    {CODE("health-check-path", apply_health_paths, true), false, G_SUPERVISION, "PATHS",
      "before each round, every path (comma-separated) must\nbe readable"},
     {"health-check-timeout", 0, KIND_SECONDS, FIELD(health_timeout), 0.1, 86400, NULL, NULL, true,
      false, G_SUPERVISION, "SECONDS",
@@ -1295,7 +1307,7 @@ static int collect_env(ddp_launch_config_t *cfg, char **argv, int script_index, 
     return 0;
 }
 
-static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
+static int check_combinations(ddp_launch_config_t *cfg, const raw_value_t *raw, ddp_buf_t *err)
 {
     if (cfg->rdzv_backend == DDP_RDZV_C10D && !cfg->rdzv_endpoint_set && !cfg->standalone)
         return usage(err, "--rdzv-backend",
@@ -1331,7 +1343,7 @@ static int check_combinations(ddp_launch_config_t *cfg, ddp_buf_t *err)
                      "--rdzv-endpoint=HOST[:PORT] and --nnodes",
                      cfg->hot_spares);
     if (cfg->preload != NULL && !cfg->warm_restarts)
-        return usage(err, "--preload",
+        return usage(err, raw[flag_index("preload")].origin,
                      "names what the zygote of --warm-restarts imports: add "
                      "--warm-restarts");
     if (cfg->nnodes_max > 1 && cfg->standalone)
@@ -1428,6 +1440,109 @@ static void warn_untee_filters(const ddp_launch_config_t *cfg, const ddp_log_t *
     }
 }
 
+/* A flag given (by the command line or its PET_) that does nothing beside the others. */
+typedef struct {
+    const char *flag; /* its dash spelling */
+    bool (*idle)(const ddp_launch_config_t *cfg);
+    const char *why; /* "--FLAG=VALUE has no effect " and this */
+} no_effect_t;
+
+static bool hang_not_auto(const ddp_launch_config_t *cfg)
+{
+    return !cfg->hang_auto;
+}
+
+static bool stragglers_off(const ddp_launch_config_t *cfg)
+{
+    return cfg->straggler_report <= 0;
+}
+
+static bool numa_off(const ddp_launch_config_t *cfg)
+{
+    return cfg->numa_mode == DDP_NUMA_OFF;
+}
+
+static bool no_checks(const ddp_launch_config_t *cfg)
+{
+    return !ddp_health_checks_apply(cfg);
+}
+
+static bool no_restarts(const ddp_launch_config_t *cfg)
+{
+    return cfg->max_restarts == 0;
+}
+
+/* One node, and no more to come: --hosts, --hostfile and a Slurm allocation started from
+ * outside a step set the nodes only after the flags. */
+static bool one_node(const ddp_launch_config_t *cfg)
+{
+    return cfg->nnodes_max == 1 && cfg->hosts == NULL && cfg->hostfile == NULL &&
+           cfg->slurm_fanout <= 1;
+}
+
+static bool one_node_no_restarts(const ddp_launch_config_t *cfg)
+{
+    return cfg->max_restarts == 0 && one_node(cfg);
+}
+
+static bool one_node_exclude(const ddp_launch_config_t *cfg)
+{
+    return cfg->straggler_exclude && one_node(cfg);
+}
+
+static bool assigned_ranks(const ddp_launch_config_t *cfg)
+{
+    return cfg->rdzv_backend == DDP_RDZV_C10D && cfg->nnodes_max > 1;
+}
+
+static const no_effect_t no_effects[] = {
+    {"hang-timeout-floor", hang_not_auto, "without --hang-timeout=auto"},
+    {"straggler-threshold", stragglers_off, "with --straggler-report=0 (no straggler reports)"},
+    {"straggler-action", stragglers_off, "with --straggler-report=0 (no straggler reports)"},
+    {"numa-binding-fallback", numa_off, "without --numa-binding"},
+    {"health-check-timeout", no_checks,
+     "without --health-check or --health-check-path (no check runs)"},
+    {"max-no-progress-restarts", no_restarts, "with --max-restarts=0 (nothing is restarted)"},
+    {"warm-restarts", one_node_no_restarts,
+     "with --max-restarts=0 on one node (nothing is restarted)"},
+    {"exclude-after", one_node, "on one node (there is no job for it to leave)"},
+    {"straggler-action", one_node_exclude, "on one node (there is no job for it to leave)"},
+    {"node-rank", assigned_ranks,
+     "with --rdzv-backend=c10d: the rendezvous assigns each node its rank"},
+};
+
+/* Each flag given where it does nothing, said in one line (the job goes on: harmless). A
+ * node rank Slurm gave (SLURM_NODEID) is no flag given. */
+static void warn_without_effect(const ddp_launch_config_t *cfg, const raw_value_t *raw,
+                                const ddp_log_t *log)
+{
+    for (size_t i = 0; i < sizeof no_effects / sizeof no_effects[0]; i++) {
+        const no_effect_t *e = &no_effects[i];
+        const raw_value_t *given = &raw[flag_index(e->flag)];
+        if (!given->set || strncmp(given->origin, "SLURM_", 6) == 0 || !e->idle(cfg))
+            continue;
+        ddp_log_warn(log, "%s%s%s has no effect %s", given->origin, given->value != NULL ? "=" : "",
+                     given->value != NULL ? given->value : "", e->why);
+    }
+}
+
+/* PET_<NAME> of a flag that takes no default from the environment (as torchrun's own do
+ * not, or one the same command on every node must not take: --hosts): said, not silently
+ * passed over. */
+static void warn_unread_pet(const raw_value_t *raw, char *const *envp, const ddp_log_t *log)
+{
+    for (int i = 0; i < NFLAGS; i++) {
+        char name[64];
+        if (flags[i].pet)
+            continue;
+        pet_name(&flags[i], name, sizeof name);
+        const char *value = ddp_env_lookup(envp, name);
+        if (value != NULL && *value != '\0')
+            ddp_log_warn(log, "%s is ignored: --%s takes no default from the environment%s", name,
+                         flags[i].name, raw[i].set ? " (and is given)" : "");
+    }
+}
+
 int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *envp,
                   const ddp_log_t *log, ddp_buf_t *err)
 {
@@ -1471,9 +1586,11 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
     slurm_after(cfg, raw, envp, log);
     if ((rc = collect_env(cfg, argv, script_index, envp, err)) != 0)
         goto fail;
-    if ((rc = check_combinations(cfg, err)) != 0)
+    if ((rc = check_combinations(cfg, raw, err)) != 0)
         goto fail;
     warn_untee_filters(cfg, log);
+    warn_without_effect(cfg, raw, log);
+    warn_unread_pet(raw, envp, log);
     const char *python = ddp_env_lookup(envp, "PYTHON_EXEC");
     if (python != NULL && *python != '\0') {
         cfg->python_exec = python;

@@ -40,16 +40,23 @@ static int split(char *text, char **out, int max)
     return n;
 }
 
-static void parse(parse_t *p, const char *args, const char *env)
+/* A parse whose log, at `level` and up, goes to `log_fd` (taken over). */
+static void parse_to(parse_t *p, const char *args, const char *env, ddp_log_level_t level,
+                     int log_fd)
 {
     memset(p, 0, sizeof *p);
     assert_true(asprintf(&p->argv_text, "ddp-launch %s", args) > 0);
     p->env_text = strdup(env ? env : "");
     int argc = split(p->argv_text, p->argv, 64);
     split(p->env_text, p->envp, 16);
-    ddp_log_init(&p->log, "test", DDP_LOG_ERROR);
-    p->log.fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    ddp_log_init(&p->log, "test", level);
+    p->log.fd = log_fd;
     p->rc = ddp_cli_parse(&p->cfg, argc, p->argv, p->envp, &p->log, &p->err);
+}
+
+static void parse(parse_t *p, const char *args, const char *env)
+{
+    parse_to(p, args, env, DDP_LOG_ERROR, open("/dev/null", O_WRONLY | O_CLOEXEC));
 }
 
 static void done(parse_t *p)
@@ -369,6 +376,10 @@ static const bad_case_t bad_cases[] = {
     {"--health-check-timeout=0.05 t.py", NULL, "must be between 0.1 and 86400 seconds"},
     {"--hang-timeout-floor=0 t.py", NULL,
      "--hang-timeout-floor: invalid value '0': must be between 0.01 and 86400 seconds"},
+    {"--health-check-path=, t.py", NULL, "--health-check-path: ',' names no path"},
+    {"--health-check-path=,,, t.py", NULL, "names no path"},
+    /* PET_PRELOAD is --preload's default, which needs --warm-restarts as the flag does. */
+    {"t.py", "PET_PRELOAD=numpy", "PET_PRELOAD: names what the zygote of --warm-restarts imports"},
     {"--nproc-per-node=2", NULL, "missing the training script"},
     {"", NULL, "missing the training script"},
 };
@@ -672,6 +683,91 @@ static void test_script_and_its_arguments_untouched(void **state)
     done(&p);
 }
 
+/* A parse whose log (warnings and up) is read back into `logged`. */
+static void parse_logged(parse_t *p, const char *args, const char *env, ddp_buf_t *logged)
+{
+    char path[] = "/tmp/test_cli_log_XXXXXX", text[4096];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    parse_to(p, args, env, DDP_LOG_WARN, fd);
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    ddp_buf_clear(logged);
+    if (n > 0)
+        ddp_buf_append(logged, text, (size_t)n);
+}
+
+/* A flag that does nothing in its combination is said, in one line naming it and why;
+ * the same flag where it acts, or left at its default, says nothing. */
+static void test_flags_without_effect_are_said(void **state)
+{
+    static const struct {
+        const char *args, *env;
+        const char *said; /* NULL: nothing */
+    } cases[] = {
+        {"--hang-timeout-floor=5 t.py", NULL,
+         "--hang-timeout-floor=5 has no effect without --hang-timeout=auto"},
+        {"--hang-timeout=auto --hang-timeout-floor=5 t.py", NULL, NULL},
+        {"--straggler-report=0 --straggler-threshold=2 t.py", NULL,
+         "--straggler-threshold=2 has no effect with --straggler-report=0"},
+        {"--straggler-threshold=2 t.py", NULL, NULL},
+        {"--numa-binding-fallback t.py", NULL,
+         "--numa-binding-fallback has no effect without --numa-binding"},
+        {"--health-check-timeout=5 t.py", NULL,
+         "--health-check-timeout=5 has no effect without --health-check or --health-check-path"},
+        {"--health-check-path=/tmp --health-check-timeout=5 t.py", NULL, NULL},
+        {"--max-no-progress-restarts=2 t.py", NULL,
+         "--max-no-progress-restarts=2 has no effect with --max-restarts=0"},
+        {"--max-restarts=3 --max-no-progress-restarts=2 t.py", NULL, NULL},
+        {"--warm-restarts t.py", NULL,
+         "--warm-restarts has no effect with --max-restarts=0 on one node"},
+        {"--warm-restarts --max-restarts=1 t.py", NULL, NULL},
+        {"--exclude-after=2 t.py", NULL, "--exclude-after=2 has no effect on one node"},
+        {"--hosts=a,b --exclude-after=2 t.py", NULL, NULL}, /* (two nodes, from --hosts) */
+        {"--straggler-action=exclude t.py", NULL,
+         "--straggler-action=exclude has no effect on one node"},
+        {"--nnodes=1:2 --rdzv-backend=c10d --rdzv-endpoint=h --node-rank=1 t.py", NULL,
+         "--node-rank=1 has no effect with --rdzv-backend=c10d"},
+        {"t.py", "PET_HOSTS=a,b",
+         "PET_HOSTS is ignored: --hosts takes no default from the "
+         "environment"},
+        {"t.py", "PET_NUMA_BINDING=node", "PET_NUMA_BINDING is ignored"},
+        {"t.py", "PET_WARM_RESTARTS=1 PET_MAX_RESTARTS=2", NULL},
+        {"t.py", NULL, NULL},
+    };
+    ddp_buf_t logged = DDP_BUF_INIT;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        parse_t p;
+        parse_logged(&p, cases[i].args, cases[i].env, &logged);
+        if (p.rc != 0)
+            fail_msg("'%s': %s", cases[i].args, ddp_buf_str(&p.err));
+        const char *text = ddp_buf_str(&logged);
+        if (cases[i].said == NULL && logged.len > 0)
+            fail_msg("'%s' (env '%s'): expected nothing said, got '%s'", cases[i].args,
+                     cases[i].env ? cases[i].env : "", text);
+        if (cases[i].said != NULL && strstr(text, cases[i].said) == NULL)
+            fail_msg("'%s' (env '%s'): expected '%s', got '%s'", cases[i].args,
+                     cases[i].env ? cases[i].env : "", cases[i].said, text);
+        if (cases[i].said != NULL && strchr(text, '\n') != strrchr(text, '\n'))
+            fail_msg("'%s': more than one line: '%s'", cases[i].args, text);
+        done(&p);
+    }
+    ddp_buf_free(&logged);
+    /* PET_WARM_RESTARTS and PET_PRELOAD are the flags' defaults, as every PET_ is. */
+    parse_t p;
+    parse(&p, "t.py", "PET_WARM_RESTARTS=1 PET_PRELOAD=numpy PET_MAX_RESTARTS=1");
+    assert_int_equal(p.rc, 0);
+    assert_true(p.cfg.warm_restarts);
+    assert_string_equal(p.cfg.preload, "numpy");
+    done(&p);
+    /* The paths checked are the named ones: empty items are no path. */
+    parse(&p, "--health-check-path=/tmp,,/data, t.py", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_string_equal(p.cfg.health_paths, "/tmp,,/data,");
+    assert_true(p.cfg.health_timeout == 60);
+    done(&p);
+}
+
 static void test_help_and_version_act_at_once(void **state)
 {
     parse_t p;
@@ -923,6 +1019,7 @@ int main(void)
         cmocka_unit_test(test_elastic_nodes),
         cmocka_unit_test(test_script_and_its_arguments_untouched),
         cmocka_unit_test(test_help_and_version_act_at_once),
+        cmocka_unit_test(test_flags_without_effect_are_said),
         cmocka_unit_test(test_defaults_and_environment),
         cmocka_unit_test(test_std_spec_and_filter_lookup),
         cmocka_unit_test(test_resolve),
