@@ -1683,9 +1683,9 @@ void ddp_cli_print_help(int fd)
                  "Exit status: 0 success, 1 a worker failed, 2 usage error, 3 launcher failure,\n"
                  "4 the store cannot listen (port in use), 5 the nodes could not form or keep "
                  "the\n"
-                 "job, 126/127 the program cannot be executed / is not found, 128+N stopped by\n"
-                 "signal N. See ddp-launch(1) for the worker environment, log layout and "
-                 "examples.\n");
+                 "job, 6 the job made no progress (do not requeue), 126/127 the program cannot\n"
+                 "be executed / is not found, 128+N stopped by signal N. See ddp-launch(1) for\n"
+                 "the worker environment, log layout and examples.\n");
     (void)ddp_write_all(fd, ddp_buf_str(&out), out.len);
     ddp_buf_free(&out);
 }

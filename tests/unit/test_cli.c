@@ -768,6 +768,29 @@ static void test_flags_without_effect_are_said(void **state)
     done(&p);
 }
 
+/* --help's list of exit statuses has every status ddp-launch(1) documents. */
+static void test_help_lists_every_exit_status(void **state)
+{
+    char path[] = "/tmp/test_cli_help_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    ddp_cli_print_help(fd);
+    char text[32768];
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    close(fd);
+    assert_true(n > 0);
+    text[n] = '\0';
+    const char *list = strstr(text, "Exit status:");
+    assert_non_null(list);
+    static const char *const statuses[] = {"0 success",  "1 a worker failed", "2 usage error",
+                                           "3 launcher", "4 the store",       "5 the nodes",
+                                           "6 the job",  "126/127",           "128+N"};
+    for (size_t i = 0; i < sizeof statuses / sizeof *statuses; i++)
+        if (strstr(list, statuses[i]) == NULL)
+            fail_msg("--help's exit statuses lack '%s': %s", statuses[i], list);
+}
+
 static void test_help_and_version_act_at_once(void **state)
 {
     parse_t p;
@@ -1020,6 +1043,7 @@ int main(void)
         cmocka_unit_test(test_script_and_its_arguments_untouched),
         cmocka_unit_test(test_help_and_version_act_at_once),
         cmocka_unit_test(test_flags_without_effect_are_said),
+        cmocka_unit_test(test_help_lists_every_exit_status),
         cmocka_unit_test(test_defaults_and_environment),
         cmocka_unit_test(test_std_spec_and_filter_lookup),
         cmocka_unit_test(test_resolve),
