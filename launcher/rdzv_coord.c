@@ -199,8 +199,12 @@ void ddp_rdzv_coord_refuse(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char
 {
     ddp_rdzv_verdict_t end = {.kind = DDP_RDZV_VERDICT_END, .exit_code = DDP_EXIT_RDZV_FAILED};
     snprintf(end.message, sizeof end.message, "%s", message);
-    ddp_log_warn(c->log, "rendezvous: refused launcher %s (node %d, %s): %s", m->id,
-                 m->join.node_rank, m->join.host, message);
+    if (m->join.node_rank >= 0)
+        ddp_log_warn(c->log, "rendezvous: refused launcher %s (node %d, %s): %s", m->id,
+                     m->join.node_rank, m->join.host, message);
+    else
+        ddp_log_warn(c->log, "rendezvous: refused launcher %s (on %s): %s", m->id, m->join.host,
+                     message);
     publish_assign(c, m, &end);
     if (m->joined) {
         m->joined = false;
@@ -465,35 +469,61 @@ static void member_lost(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char *w
         try_close(c, ddp_clock_mono());
 }
 
-/* Whether `j` is the same job as ours; else ends it, naming both sides. */
-static bool same_job(ddp_rdzv_coord_t *c, const ddp_rdzv_member_t *m, const ddp_rdzv_join_t *j)
+/* Whether join `j` has the job's flags; else why not into `why`, naming both sides (`us`:
+ * this side in words). */
+static bool same_job(const ddp_rdzv_coord_t *c, const ddp_rdzv_member_t *m,
+                     const ddp_rdzv_join_t *j, const char *us, ddp_buf_t *why)
 {
     const ddp_launch_config_t *cfg = c->cfg;
-    char who[DDP_RDZV_ID_MAX + 300], us[300];
+    char who[DDP_RDZV_ID_MAX + 300];
     if (j->node_rank >= 0)
         snprintf(who, sizeof who, "node %d (%s)", j->node_rank, j->host);
     else
         snprintf(who, sizeof who, "launcher %s", m->id);
-    if (c->backend == &ddp_rdzv_static_backend)
-        snprintf(us, sizeof us, "node %d (%s)", cfg->node_rank, c->host);
-    else
-        snprintf(us, sizeof us, "this one (%s)", c->own_id);
     if (j->nnodes_min != cfg->nnodes_min || j->nnodes_max != cfg->nnodes_max) {
         if (j->nnodes_min == j->nnodes_max && cfg->nnodes_min == cfg->nnodes_max)
-            job_over(c, DDP_EXIT_RDZV_FAILED, "%s runs with --nnodes=%d, %s with %d", who,
-                     j->nnodes_max, us, cfg->nnodes_max);
+            ddp_buf_printf(why, "%s runs with --nnodes=%d, %s with %d", who, j->nnodes_max, us,
+                           cfg->nnodes_max);
         else
-            job_over(c, DDP_EXIT_RDZV_FAILED, "%s runs with --nnodes=%d:%d, %s with %d:%d", who,
-                     j->nnodes_min, j->nnodes_max, us, cfg->nnodes_min, cfg->nnodes_max);
+            ddp_buf_printf(why, "%s runs with --nnodes=%d:%d, %s with %d:%d", who, j->nnodes_min,
+                           j->nnodes_max, us, cfg->nnodes_min, cfg->nnodes_max);
         return false;
     }
     if (j->max_restarts != cfg->max_restarts) {
-        job_over(c, DDP_EXIT_RDZV_FAILED,
-                 "%s runs with --max-restarts=%d, %s with %d: the restart budget is the job's", who,
-                 j->max_restarts, us, cfg->max_restarts);
+        ddp_buf_printf(why,
+                       "%s runs with --max-restarts=%d, %s with %d (the restart budget is "
+                       "the job's)",
+                       who, j->max_restarts, us, cfg->max_restarts);
         return false;
     }
     return true;
+}
+
+/* Whether `j` belongs to our job; else the job ends while it forms its first round (a node
+ * of it started with other flags: it could not form as asked), and once it has run, only
+ * `m` is sent away (a stray: another job's launcher, or one started by mistake). */
+static bool admit_flags(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_join_t *j)
+{
+    char us[300];
+    bool formed = c->phase == COORD_RUNNING || c->round > 0;
+    ddp_buf_t why = DDP_BUF_INIT;
+    if (formed)
+        snprintf(us, sizeof us, "the running job");
+    else if (c->backend == &ddp_rdzv_static_backend)
+        snprintf(us, sizeof us, "node %d (%s)", c->cfg->node_rank, c->host);
+    else
+        snprintf(us, sizeof us, "this one (%s)", c->own_id);
+    bool same = same_job(c, m, j, us, &why);
+    if (!same && formed) {
+        ddp_buf_puts(&why, "; it is not part of that job (another job or Slurm step on the same "
+                           "store? give each its own --master-port and --rdzv-id)");
+        ddp_rdzv_coord_refuse(c, m, ddp_buf_str(&why));
+    } else if (!same) {
+        job_over(c, DDP_EXIT_RDZV_FAILED, "%s", ddp_buf_str(&why));
+        publish_assign(c, m, &c->end);
+    }
+    ddp_buf_free(&why);
+    return same;
 }
 
 static void on_join(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_join_t *j)
@@ -514,10 +544,8 @@ static void on_join(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_jo
         publish_assign(c, m, &c->end);
         return;
     }
-    if (!same_job(c, m, j)) {
-        publish_assign(c, m, &c->end);
+    if (!admit_flags(c, m, j))
         return;
-    }
     if (m->awaited) {
         m->awaited = false;
         c->nawaited--;

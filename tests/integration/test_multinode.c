@@ -472,6 +472,8 @@ static void test_mismatched_nnodes(void **state)
 }
 
 static void two_waiting_nodes(job_t *job, const char *flags, th_proc_t **n0, th_proc_t **n1);
+static void elastic_flags(const job_t *job, const char *range, int last_call, int join, char *out,
+                          size_t cap);
 
 /* A job runs (nodes 0 and 1, workers waiting) when a third launcher claims node rank 1
  * (another job or Slurm step on the same port): it is sent away alone, status 5, saying
@@ -495,6 +497,57 @@ static void test_stranger_refused_job_untouched(void **state)
     kill(n0->pid, SIGTERM);
     job_wait(&job, 60);
     TH_ASSERT(n0, th_status(n0) == 128 + SIGTERM);
+    job_cleanup(&job);
+}
+
+/* A stray launcher with other flags than the running job's: a third with --nnodes=1:3 at a
+ * c10d job of 1:2 running with 2 nodes, and one claiming node rank 1 of a running static
+ * job with --max-restarts=3. Each is sent away alone (5, saying why; the store's host says
+ * whom it refused); the job goes on (it used to end with status 5 on every node) until
+ * stopped. */
+static void test_stray_with_other_flags_refused_alone(void **state)
+{
+    const char *workers[] = {"/bin/sh", "-c", "echo \"ready $GROUP_WORLD_SIZE\"; exec sleep 600",
+                             NULL};
+    char flags[256], stray_flags[256];
+    job_t job;
+    job_init(&job);
+    elastic_flags(&job, "1:2", 1, 60, flags, sizeof flags);
+    elastic_flags(&job, "1:3", 1, 60, stray_flags, sizeof stray_flags);
+    th_proc_t *host = start_node(&job, 0, 0, 1, flags, workers);
+    TH_ASSERT(host, th_wait_output(host, 2, "hosting its store", 1, 30));
+    th_proc_t *other = start_node(&job, 0, 1, 1, flags, workers);
+    TH_ASSERT(host, th_wait_output(host, 1, "ready 2", 1, 30));
+    TH_ASSERT(other, th_wait_output(other, 1, "ready 2", 1, 30));
+    th_proc_t *stray = start_node(&job, 0, 2, 1, stray_flags, workers);
+    TH_ASSERT(stray, th_wait_exit(stray, 30));
+    TH_ASSERT(stray, th_status(stray) == 5 && strstr(out(stray), "ready") == NULL);
+    TH_ASSERT(stray,
+              strstr(err(stray), "runs with --nnodes=1:3, the running job with 1:2") != NULL &&
+                  strstr(err(stray), "; it is not part of that job") != NULL);
+    TH_ASSERT(host, th_wait_output(host, 2, "refused launcher", 1, 10));
+    kill(host->pid, SIGTERM);
+    kill(other->pid, SIGTERM);
+    job_wait(&job, 60);
+    TH_ASSERT(host, th_status(host) == 128 + SIGTERM); /* not 5: the job went on */
+    TH_ASSERT(other, th_status(other) == 128 + SIGTERM);
+    TH_ASSERT(host, th_count(out(host), "ready 2") == 1 && th_count(out(other), "ready 2") == 1);
+    job_cleanup(&job);
+
+    const char *waits[] = {th_worker(), "wait", NULL};
+    th_proc_t *n0, *n1;
+    job_init(&job);
+    two_waiting_nodes(&job, "--rdzv-conf=timeout=20", &n0, &n1);
+    stray = start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=20 --max-restarts=3", waits);
+    TH_ASSERT(stray, th_wait_exit(stray, 30));
+    TH_ASSERT(stray, th_status(stray) == 5);
+    TH_ASSERT(stray,
+              strstr(err(stray), "runs with --max-restarts=3, the running job with 0") != NULL);
+    TH_ASSERT(n0, th_wait_output(n0, 2, "refused launcher", 1, 10));
+    kill(n0->pid, SIGTERM);
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_status(n0) == 128 + SIGTERM);
+    TH_ASSERT(n1, th_status(n1) == 128 + SIGTERM);
     job_cleanup(&job);
 }
 
@@ -1743,6 +1796,7 @@ int main(int argc, char **argv)
         TH_TEST(test_node0_on_the_wrong_machine),
         TH_TEST(test_mismatched_nnodes),
         TH_TEST(test_stranger_refused_job_untouched),
+        TH_TEST(test_stray_with_other_flags_refused_alone),
         TH_TEST(test_port_held_by_another_program),
         TH_TEST(test_other_rdzv_id_named_on_both_sides),
         TH_TEST(test_node_loss_noticed),

@@ -609,6 +609,36 @@ static void test_static_mismatch_ends_the_job(void **state)
     fixture_free(f);
 }
 
+/* Once the job runs, a launcher with other flags is sent away alone, naming both sides; the
+ * running round goes on (it used to end the job). */
+static void test_stray_with_other_flags_refused_alone(void **state)
+{
+    fixture_t *f = fixture(2, 2, 0, 5);
+    node_t n[3];
+    node_connect(&n[0], f, "a");
+    node_connect(&n[1], f, "b");
+    node_connect(&n[2], f, "stray");
+    join(&n[0], 0, 1);
+    join(&n[1], 1, 1);
+    ddp_rdzv_verdict_t v = answer(&n[1]);
+    assert_world(&v, 0, 0, 1, 2, 1, 2);
+    join_as(&n[2], 1, 1, 3);
+    v = answer(&n[2]);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_END);
+    assert_int_equal(v.exit_code, DDP_EXIT_RDZV_FAILED);
+    assert_non_null(strstr(v.message, "node 1 (host-stray) runs with --nnodes=3, the running job "
+                                      "with 2; it is not part of that job"));
+    char k[256];
+    const char *keys[] = {k};
+    bool there = true;
+    ddp_rdzv_key(k, sizeof k, f->cfg.run_id, "0/outcome");
+    assert_int_equal(ddp_store_client_check(n[0].client, keys, 1, &there), 0);
+    assert_false(there);
+    for (int i = 0; i < 3; i++)
+        node_leave(&n[i]);
+    fixture_free(f);
+}
+
 /* c10d 2:3: the round closes at MIN after the last call; a node that comes while it runs
  * makes it re-form (no restart), the others keeping their ranks, the newcomer last. */
 static void test_c10d_late_node(void **state)
@@ -1043,6 +1073,7 @@ int main(void)
         cmocka_unit_test(test_c10d_revived_node_is_watched_again),
         cmocka_unit_test(test_static_duplicate_rank),
         cmocka_unit_test(test_static_mismatch_ends_the_job),
+        cmocka_unit_test(test_stray_with_other_flags_refused_alone),
         cmocka_unit_test(test_c10d_late_node),
         cmocka_unit_test(test_c10d_one_round_for_everyone),
         cmocka_unit_test(test_c10d_last_call_from_the_stop),
