@@ -78,6 +78,8 @@ struct ddp_rdzv_coord_s {
     ddp_rdzv_member_t **holders; /* static: by node rank, the launcher that claims it */
     int nheld;                   /* static: holders that have joined the forming round */
     int npending;                /* static: joined claimants of a rank held by another */
+    int *place_nproc;            /* c10d: by node rank, the workers of the last round's node */
+    int nplaces;                 /* c10d: the last round's nodes */
 
     ddp_rdzv_verdict_t end; /* OVER: how the job ended, for joins that come later */
     bool left_published;

@@ -1,7 +1,9 @@
 /* Dynamic (c10d) rendezvous at the coordinator: launchers join in arrival order; the
  * round closes at MAX (every live launcher of the last round back), or at MIN once
  * last_call_timeout has passed since MIN were there and every live launcher of the last
- * round is back; node ranks keep the last round's order, newcomers after. In a re-form
+ * round is back; node ranks keep the last round's order, newcomers after (a lost node's
+ * rank to the first waiting launcher with its worker count, so that the other nodes' global
+ * ranks stay: hot spares with another count are refused as they come). In a re-form
  * the last round's live launchers count as there from the stop: each has its outcome and
  * is on its way back (one lost stops counting), so the last call runs while they stop
  * their workers and rejoin, not after. A join while a round of fewer than MAX runs
@@ -9,12 +11,13 @@
  * than MIN for join_timeout ends the job. */
 #include "rdzv_backend.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 static int c10d_init(ddp_rdzv_coord_t *c)
 {
-    (void)c;
-    return 0;
+    c->place_nproc = calloc((size_t)c->cfg->nnodes_max, sizeof *c->place_nproc);
+    return c->place_nproc != NULL ? 0 : -ENOMEM;
 }
 
 /* Launchers there towards MIN: the joined, and the last round's live ones not back yet. */
@@ -44,6 +47,34 @@ static void track_min(ddp_rdzv_coord_t *c, double now)
         c->min_since = now;
 }
 
+/* Place `i` of the closing round, which no launcher of the last round keeps, goes to the
+ * first of all[0..joined) not placed yet that runs as many workers as the place's last
+ * holder (every other node's global ranks then stay), else to the first not placed (the
+ * ranks of the nodes after it move: said). */
+static void fill_place(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **all, bool *placed, int joined,
+                       ddp_rdzv_member_t **ranked, int i)
+{
+    int nproc = i < c->nplaces ? c->place_nproc[i] : -1, k = 0, first = -1;
+    for (; k < joined && (placed[k] || all[k]->join.nproc != nproc); k++)
+        if (first < 0 && !placed[k])
+            first = k;
+    if (k == joined)
+        k = first;
+    ranked[i] = all[k];
+    placed[k] = true;
+    if (c->round == 0 || all[k]->node_rank >= 0)
+        return;
+    ddp_log_info(c->log,
+                 "rendezvous: round %d: the launcher on %s, waiting as a hot spare, takes node "
+                 "rank %d",
+                 c->round, all[k]->join.host, i);
+    if (nproc >= 0 && all[k]->join.nproc != nproc)
+        ddp_log_warn(c->log,
+                     "rendezvous: round %d: node rank %d ran %d worker(s), and its new launcher "
+                     "on %s runs %d: the global ranks of the nodes after it move",
+                     c->round, i, nproc, all[k]->join.host, all[k]->join.nproc);
+}
+
 static int c10d_close(ddp_rdzv_coord_t *c, double now, ddp_rdzv_member_t **ranked)
 {
     const ddp_launch_config_t *cfg = c->cfg;
@@ -68,31 +99,26 @@ static int c10d_close(ddp_rdzv_coord_t *c, double now, ddp_rdzv_member_t **ranke
     /* Each launcher of the last round keeps its node rank where it is still in the round;
      * the places left (a lost node's) go to the others in order: a hot spare takes a lost
      * node's ranks, and every other node's stay as they were. */
+    bool *placed = calloc((size_t)(joined > 0 ? joined : 1), sizeof *placed);
+    if (placed == NULL) {
+        free(all);
+        return 0;
+    }
     for (int i = 0; i < n; i++)
         ranked[i] = NULL;
-    bool *placed = calloc((size_t)(joined > 0 ? joined : 1), sizeof *placed);
-    for (int k = 0; placed != NULL && k < joined; k++) {
+    for (int k = 0; k < joined; k++) {
         int r = all[k]->node_rank;
         if (r >= 0 && r < n && ranked[r] == NULL) {
             ranked[r] = all[k];
             placed[k] = true;
         }
     }
-    for (int i = 0, k = 0; i < n; i++) {
-        while (ranked[i] == NULL && k < joined) {
-            if (placed == NULL || !placed[k]) {
-                ranked[i] = all[k];
-                if (c->round > 0 && all[k]->node_rank < 0)
-                    ddp_log_info(c->log,
-                                 "rendezvous: round %d: the launcher on %s, waiting as a hot "
-                                 "spare, takes node rank %d",
-                                 c->round, all[k]->join.host, i);
-                if (placed != NULL)
-                    placed[k] = true;
-            }
-            k++;
-        }
-    }
+    for (int i = 0; i < n; i++)
+        if (ranked[i] == NULL)
+            fill_place(c, all, placed, joined, ranked, i);
+    for (int i = 0; i < n; i++)
+        c->place_nproc[i] = ranked[i]->join.nproc;
+    c->nplaces = n;
     free(placed);
     free(all);
     c->min_since = -1;

@@ -410,6 +410,41 @@ static void release_extra_spares(ddp_rdzv_coord_t *c)
     free(waiting);
 }
 
+/* --hot-spares: a launcher waiting while a round runs with all the nodes it may have is a
+ * spare, which takes a lost node's place with that node's global ranks. With a
+ * --nproc-per-node no node of the round has, it could not without moving every other
+ * node's: it is sent away as it comes. O(nodes), for each spare. */
+static void refuse_misfit_spare(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m)
+{
+    enum { NAMED_MAX = 4 };
+    int named[NAMED_MAX], nnamed = 0;
+    bool fits = false;
+    if (c->cfg->hot_spares <= 0 || c->phase != COORD_RUNNING || c->nrunning < c->cfg->nnodes_max ||
+        !m->joined || m->own)
+        return;
+    ddp_buf_t why = DDP_BUF_INIT, counts = DDP_BUF_INIT;
+    for (int i = 0; i < c->nrunning && !fits; i++) {
+        int nproc = c->running[i]->join.nproc, k = 0;
+        fits = nproc == m->join.nproc;
+        while (k < nnamed && named[k] != nproc)
+            k++;
+        if (k == nnamed && nnamed < NAMED_MAX) {
+            ddp_buf_printf(&counts, "%s%d", nnamed > 0 ? " or " : "", nproc);
+            named[nnamed++] = nproc;
+        }
+    }
+    if (!fits &&
+        ddp_buf_printf(&why,
+                       "with --nproc-per-node=%d this launcher cannot be a hot spare of this job: "
+                       "its nodes run %s worker(s) each, and a spare takes a lost node's place "
+                       "with that node's global ranks, every other node keeping its own (give "
+                       "a spare the --nproc-per-node of the nodes it may replace)",
+                       m->join.nproc, ddp_buf_str(&counts)) == 0)
+        ddp_rdzv_coord_refuse(c, m, ddp_buf_str(&why));
+    ddp_buf_free(&why);
+    ddp_buf_free(&counts);
+}
+
 static void try_close(ddp_rdzv_coord_t *c, double now)
 {
     if (c->phase != COORD_FORMING)
@@ -417,6 +452,8 @@ static void try_close(ddp_rdzv_coord_t *c, double now)
     int n = c->backend->close(c, now, c->running);
     if (n > 0) {
         form_round(c, c->running, n);
+        for (size_t i = 0; c->phase == COORD_RUNNING && i < c->nmembers; i++)
+            refuse_misfit_spare(c, c->members[i]);
         release_extra_spares(c);
         return;
     }
@@ -563,6 +600,7 @@ static void on_join(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_jo
         snprintf(message, sizeof message, "%d node(s) waiting to join", c->njoined);
         round_stop(c, false, message);
     } else if (c->phase == COORD_RUNNING) {
+        refuse_misfit_spare(c, m);
         release_extra_spares(c);
     }
     ddp_buf_free(&why);
@@ -952,6 +990,7 @@ static void on_timer_closed(uv_handle_t *handle)
     free(c->members);
     free(c->running);
     free(c->holders);
+    free(c->place_nproc);
     free(c);
 }
 
@@ -984,6 +1023,7 @@ int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
         err = publish_env(c, server);
     if (err) {
         free(c->holders);
+        free(c->place_nproc);
         free(c);
         return err;
     }

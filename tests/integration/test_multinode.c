@@ -500,6 +500,39 @@ static void test_stranger_refused_job_untouched(void **state)
     job_cleanup(&job);
 }
 
+/* Two launchers of the elastic job of `flags`, one worker each ("ready WORLD_SIZE"): *host,
+ * which serves the store, and *other, both running round 0. */
+static void two_elastic_nodes(job_t *job, const char *flags, th_proc_t **host, th_proc_t **other)
+{
+    static const char *const workers[] = {"/bin/sh", "-c",
+                                          "echo \"ready $WORLD_SIZE\"; exec sleep 600", NULL};
+    *host = start_node(job, 0, 0, 1, flags, workers);
+    TH_ASSERT(*host, th_wait_output(*host, 2, "hosting its store", 1, 30));
+    *other = start_node(job, 0, 1, 1, flags, workers);
+    TH_ASSERT(*host, th_wait_output(*host, 1, "ready 2", 1, 30));
+    TH_ASSERT(*other, th_wait_output(*other, 1, "ready 2", 1, 30));
+}
+
+/* Launcher `p` is sent away alone: it ends (5) having started no worker, saying `says`, and
+ * the store's host `host` says whom it refused. */
+static void refused_alone(th_proc_t *p, th_proc_t *host, const char *says)
+{
+    TH_ASSERT(p, th_wait_exit(p, 30));
+    TH_ASSERT(p, th_status(p) == 5 && strstr(out(p), "ready") == NULL);
+    TH_ASSERT(p, strstr(err(p), says) != NULL);
+    TH_ASSERT(host, th_wait_output(host, 2, "refused launcher", 1, 10));
+}
+
+/* SIGTERM to both: each ends with 143, the job having gone on until then (not 5). */
+static void end_two(job_t *job, th_proc_t *a, th_proc_t *b)
+{
+    kill(a->pid, SIGTERM);
+    kill(b->pid, SIGTERM);
+    job_wait(job, 60);
+    TH_ASSERT(a, th_status(a) == 128 + SIGTERM);
+    TH_ASSERT(b, th_status(b) == 128 + SIGTERM);
+}
+
 /* A stray launcher with other flags than the running job's: a third with --nnodes=1:3 at a
  * c10d job of 1:2 running with 2 nodes, and one claiming node rank 1 of a running static
  * job with --max-restarts=3. Each is sent away alone (5, saying why; the store's host says
@@ -507,47 +540,27 @@ static void test_stranger_refused_job_untouched(void **state)
  * stopped. */
 static void test_stray_with_other_flags_refused_alone(void **state)
 {
-    const char *workers[] = {"/bin/sh", "-c", "echo \"ready $GROUP_WORLD_SIZE\"; exec sleep 600",
-                             NULL};
+    const char *workers[] = {th_worker(), "wait", NULL};
     char flags[256], stray_flags[256];
+    th_proc_t *n0, *n1;
     job_t job;
     job_init(&job);
     elastic_flags(&job, "1:2", 1, 60, flags, sizeof flags);
     elastic_flags(&job, "1:3", 1, 60, stray_flags, sizeof stray_flags);
-    th_proc_t *host = start_node(&job, 0, 0, 1, flags, workers);
-    TH_ASSERT(host, th_wait_output(host, 2, "hosting its store", 1, 30));
-    th_proc_t *other = start_node(&job, 0, 1, 1, flags, workers);
-    TH_ASSERT(host, th_wait_output(host, 1, "ready 2", 1, 30));
-    TH_ASSERT(other, th_wait_output(other, 1, "ready 2", 1, 30));
+    two_elastic_nodes(&job, flags, &n0, &n1);
     th_proc_t *stray = start_node(&job, 0, 2, 1, stray_flags, workers);
-    TH_ASSERT(stray, th_wait_exit(stray, 30));
-    TH_ASSERT(stray, th_status(stray) == 5 && strstr(out(stray), "ready") == NULL);
-    TH_ASSERT(stray,
-              strstr(err(stray), "runs with --nnodes=1:3, the running job with 1:2") != NULL &&
-                  strstr(err(stray), "; it is not part of that job") != NULL);
-    TH_ASSERT(host, th_wait_output(host, 2, "refused launcher", 1, 10));
-    kill(host->pid, SIGTERM);
-    kill(other->pid, SIGTERM);
-    job_wait(&job, 60);
-    TH_ASSERT(host, th_status(host) == 128 + SIGTERM); /* not 5: the job went on */
-    TH_ASSERT(other, th_status(other) == 128 + SIGTERM);
-    TH_ASSERT(host, th_count(out(host), "ready 2") == 1 && th_count(out(other), "ready 2") == 1);
+    refused_alone(stray, n0,
+                  "runs with --nnodes=1:3, the running job with 1:2; it is not part of "
+                  "that job");
+    end_two(&job, n0, n1);
+    TH_ASSERT(n0, th_count(out(n0), "ready 2") == 1 && th_count(out(n1), "ready 2") == 1);
     job_cleanup(&job);
 
-    const char *waits[] = {th_worker(), "wait", NULL};
-    th_proc_t *n0, *n1;
     job_init(&job);
     two_waiting_nodes(&job, "--rdzv-conf=timeout=20", &n0, &n1);
-    stray = start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=20 --max-restarts=3", waits);
-    TH_ASSERT(stray, th_wait_exit(stray, 30));
-    TH_ASSERT(stray, th_status(stray) == 5);
-    TH_ASSERT(stray,
-              strstr(err(stray), "runs with --max-restarts=3, the running job with 0") != NULL);
-    TH_ASSERT(n0, th_wait_output(n0, 2, "refused launcher", 1, 10));
-    kill(n0->pid, SIGTERM);
-    job_wait(&job, 60);
-    TH_ASSERT(n0, th_status(n0) == 128 + SIGTERM);
-    TH_ASSERT(n1, th_status(n1) == 128 + SIGTERM);
+    stray = start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=20 --max-restarts=3", workers);
+    refused_alone(stray, n0, "runs with --max-restarts=3, the running job with 0");
+    end_two(&job, n0, n1);
     job_cleanup(&job);
 }
 
@@ -1040,6 +1053,27 @@ static void test_hot_spare_takes_a_lost_nodes_place(void **state)
     job_cleanup(&job);
     th_rmtree(dir);
     free(dir);
+}
+
+/* A hot spare with another --nproc-per-node than the running nodes' (2 against 1) would
+ * move every other node's global ranks when it took a lost node's place: it is refused when
+ * it joins (5, saying why; the store's host says whom it refused), and the job goes on. */
+static void test_spare_with_other_nproc_refused(void **state)
+{
+    const char *workers[] = {th_worker(), "wait", NULL};
+    char elastic[256], flags[512];
+    th_proc_t *n0, *n1;
+    job_t job;
+    job_init(&job);
+    elastic_flags(&job, "2:2", 1, 60, elastic, sizeof elastic);
+    snprintf(flags, sizeof flags, "%s --hot-spares=1", elastic);
+    two_elastic_nodes(&job, flags, &n0, &n1);
+    th_proc_t *spare = start_node(&job, 0, 1, 2, flags, workers);
+    refused_alone(spare, n0,
+                  "with --nproc-per-node=2 this launcher cannot be a hot spare of this "
+                  "job: its nodes run 1 worker(s) each");
+    end_two(&job, n0, n1);
+    job_cleanup(&job);
 }
 
 /* Ctrl-Z on node 1, which does not serve the store: node 1 asks the store's host to pause
@@ -1787,6 +1821,7 @@ int main(int argc, char **argv)
         TH_TEST(test_unhealthy_node_ends_the_job),
         TH_TEST(test_no_progress_ends_every_node),
         TH_TEST(test_hot_spare_takes_a_lost_nodes_place),
+        TH_TEST(test_spare_with_other_nproc_refused),
         TH_TEST(test_launchers_waits_not_named),
         TH_TEST(test_remote_wait_named),
         TH_TEST(test_bad_nodes_replaced_by_spares),

@@ -75,9 +75,10 @@ static void *loop_main(void *arg)
     return NULL;
 }
 
-/* A job: static with `nnodes` nodes, or c10d MIN:MAX when min < max, with this last call. */
-static fixture_t *fixture_last_call(int min, int max, int max_restarts, double keep_alive,
-                                    double last_call)
+/* A job: static with `nnodes` nodes, or c10d MIN:MAX when min < max, with this last call;
+ * its coordinator not started yet (fixture_run), so that the test may change the config. */
+static fixture_t *fixture_config(int min, int max, int max_restarts, double keep_alive,
+                                 double last_call)
 {
     static int jobs;
     fixture_t *f = calloc(1, sizeof *f);
@@ -100,11 +101,23 @@ static fixture_t *fixture_last_call(int min, int max, int max_restarts, double k
                                        .is_host = -1,
                                        .keep_alive_interval = keep_alive,
                                        .keep_alive_max_attempt = 3};
+    return f;
+}
+
+/* Starts the loop thread of `f`: its store server and coordinator. */
+static fixture_t *fixture_run(fixture_t *f)
+{
     sem_init(&f->ready, 0, 0);
     assert_int_equal(pthread_create(&f->thread, NULL, loop_main, f), 0);
     sem_wait(&f->ready);
     assert_int_equal(f->start_err, 0);
     return f;
+}
+
+static fixture_t *fixture_last_call(int min, int max, int max_restarts, double keep_alive,
+                                    double last_call)
+{
+    return fixture_run(fixture_config(min, max, max_restarts, keep_alive, last_call));
 }
 
 static fixture_t *fixture(int min, int max, int max_restarts, double keep_alive)
@@ -639,6 +652,46 @@ static void test_stray_with_other_flags_refused_alone(void **state)
     fixture_free(f);
 }
 
+/* c10d 1:2 with --hot-spares=2, nodes of 1 and 2 workers: a spare of 3 workers is refused
+ * as it comes (no node runs 3); when the node of 2 is lost, its place goes to the spare of
+ * 2 that came after one of 1, so node 0 keeps its ranks and the world its size. */
+static void test_c10d_spare_fits_the_lost_node(void **state)
+{
+    fixture_t *f = fixture_config(1, 2, 0, 5, 0.3);
+    f->cfg.hot_spares = 2;
+    fixture_run(f);
+    node_t n[5];
+    const char *ids[5] = {"a", "b", "misfit", "one", "two"};
+    for (int i = 0; i < 5; i++)
+        node_connect(&n[i], f, ids[i]);
+    join(&n[0], -1, 1);
+    join(&n[1], -1, 2);
+    ddp_rdzv_verdict_t v = answer(&n[1]);
+    assert_world(&v, 0, 0, 1, 2, 1, 3);
+    join(&n[2], -1, 3);
+    v = answer(&n[2]);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_END);
+    assert_int_equal(v.exit_code, DDP_EXIT_RDZV_FAILED);
+    assert_non_null(strstr(v.message, "with --nproc-per-node=3 this launcher cannot be a hot spare "
+                                      "of this job: its nodes run 1 or 2 worker(s) each"));
+    join(&n[3], -1, 1);
+    join(&n[4], -1, 2);
+    assert_false(has_answer(&n[3]) || has_answer(&n[4]));
+    node_leave(&n[1]);
+    v = outcome(&n[0], 0);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_STOP_REFORM);
+    join(&n[0], -1, 1);
+    v = answer(&n[0]);
+    assert_world(&v, 1, 0, 0, 2, 0, 3);
+    v = answer(&n[4]);
+    assert_world(&v, 1, 0, 1, 2, 1, 3);
+    assert_false(has_answer(&n[3]));
+    for (int i = 0; i < 5; i++)
+        if (i != 1)
+            node_leave(&n[i]);
+    fixture_free(f);
+}
+
 /* c10d 2:3: the round closes at MIN after the last call; a node that comes while it runs
  * makes it re-form (no restart), the others keeping their ranks, the newcomer last. */
 static void test_c10d_late_node(void **state)
@@ -1075,6 +1128,7 @@ int main(void)
         cmocka_unit_test(test_static_mismatch_ends_the_job),
         cmocka_unit_test(test_stray_with_other_flags_refused_alone),
         cmocka_unit_test(test_c10d_late_node),
+        cmocka_unit_test(test_c10d_spare_fits_the_lost_node),
         cmocka_unit_test(test_c10d_one_round_for_everyone),
         cmocka_unit_test(test_c10d_last_call_from_the_stop),
         cmocka_unit_test(test_c10d_last_call_ends_on_time),
