@@ -385,8 +385,9 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
         if (err == DDP_EPARSE || now >= deadline) {
             if (errbuf != NULL && accepted_silent)
                 ddp_buf_printf(errbuf,
-                               "%s accepts connections but does not answer as a TCPStore "
-                               "(another program holds that port?)",
+                               "%s accepts connections but does not answer as a TCPStore: "
+                               "the launcher serving it is stopped (Ctrl-Z there?) or hung, "
+                               "or another program holds that port",
                                c->address);
             else if (errbuf != NULL)
                 ddp_buf_printf(errbuf,

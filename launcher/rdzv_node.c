@@ -333,19 +333,38 @@ static node_phase_t finish(ddp_rdzv_t *r, const ddp_rdzv_verdict_t *v, bool join
     return NODE_END;
 }
 
+/* At most 1 s of a connection's attempts, up to `deadline`: the launcher's end (a signal)
+ * is looked at between them. */
+static double connect_slice(double deadline)
+{
+    double left = deadline - ddp_clock_mono();
+    return left < 1 ? (left > 0 ? left : 0.01) : 1;
+}
+
 /* The second connection, for the thread's WAITs (beats go on the first, so a WAIT is
- * never cancelled for one). The store has just answered on the first. */
+ * never cancelled for one). The store has just answered on the first, but may be gone
+ * since (its host's launcher ended: ours too, when we host it). */
 static node_phase_t connect_waiter(ddp_rdzv_t *r)
 {
     ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
     ddp_buf_t why = DDP_BUF_INIT;
-    options.timeout = options.connect_timeout = r->cfg->rdzv_conf.read_timeout;
-    if (ddp_store_client_connect(r->cfg->master_addr, r->cfg->master_port, &options, &r->waiter,
-                                 &why) == 0)
+    double deadline = ddp_clock_mono() + r->cfg->rdzv_conf.read_timeout;
+    int err;
+    options.timeout = r->cfg->rdzv_conf.read_timeout;
+    do {
+        options.connect_timeout = connect_slice(deadline);
+        ddp_buf_clear(&why);
+        err = ddp_store_client_connect(r->cfg->master_addr, r->cfg->master_port, &options,
+                                       &r->waiter, &why);
+    } while (err != 0 && err != DDP_EPROTO && ddp_clock_mono() < deadline && !ddp_rdzv_quitting(r));
+    if (err == 0)
         return NODE_JOIN;
-    ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
-                     "lost the rendezvous store at %s:%d: %s", r->cfg->master_addr,
-                     r->cfg->master_port, ddp_buf_str(&why));
+    if (!ddp_rdzv_quitting(r))
+        ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
+                         "lost the rendezvous store at %s:%d: a second connection to it failed "
+                         "for %g s (--rdzv-conf read_timeout): %s",
+                         r->cfg->master_addr, r->cfg->master_port, r->cfg->rdzv_conf.read_timeout,
+                         ddp_buf_str(&why));
     ddp_buf_free(&why);
     return NODE_END;
 }
@@ -394,8 +413,7 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
         deadline = started + SLURM_NODE0_S;
     options.timeout = cfg->rdzv_conf.read_timeout; /* each store call's deadline */
     while (!ddp_rdzv_quitting(r)) {
-        double now = ddp_clock_mono(), left = deadline - now;
-        options.connect_timeout = left < 1 ? (left > 0 ? left : 0.01) : 1;
+        options.connect_timeout = connect_slice(deadline);
         ddp_buf_clear(&why);
         int err = ddp_store_client_connect(cfg->master_addr, cfg->master_port, &options, &r->client,
                                            &why);
@@ -407,7 +425,7 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
             ddp_buf_free(&why);
             return NODE_END;
         }
-        now = ddp_clock_mono();
+        double now = ddp_clock_mono();
         /* Waiting is normal while the hosting launcher starts; a long wait says why. */
         if (!ddp_rdzv_quitting(r) && note_due(&next_note, now, deadline)) {
             ddp_log_info(r->log,

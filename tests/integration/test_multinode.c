@@ -500,6 +500,15 @@ static void test_stranger_refused_job_untouched(void **state)
     job_cleanup(&job);
 }
 
+/* Waits until process `pid` is stopped ('T'), at most `timeout` s. */
+static bool wait_stopped(pid_t pid, double timeout)
+{
+    double deadline = th_now() + timeout;
+    while (th_proc_state(pid) != 'T' && th_now() < deadline)
+        usleep(10 * 1000);
+    return th_proc_state(pid) == 'T';
+}
+
 /* Two launchers of the elastic job of `flags`, one worker each ("ready WORLD_SIZE"): *host,
  * which serves the store, and *other, both running round 0. */
 static void two_elastic_nodes(job_t *job, const char *flags, th_proc_t **host, th_proc_t **other)
@@ -561,6 +570,33 @@ static void test_stray_with_other_flags_refused_alone(void **state)
     stray = start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=20 --max-restarts=3", workers);
     refused_alone(stray, n0, "runs with --max-restarts=3, the running job with 0");
     end_two(&job, n0, n1);
+    job_cleanup(&job);
+}
+
+/* The store's host stopped (Ctrl-Z) while the job forms: a node that comes meanwhile says
+ * the store's launcher may be stopped (it said only that another program may hold the
+ * port). */
+static void test_stopped_store_host_named(void **state)
+{
+    const char *waits[] = {th_worker(), "wait", NULL};
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, NULL, waits);
+    TH_ASSERT(n0, th_wait_output(n0, 2, "joining the job", 1, 30));
+    TH_ASSERT(n0, kill(n0->pid, SIGTSTP) == 0 && wait_stopped(n0->pid, 10));
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, "--rdzv-conf=timeout=2", waits);
+    TH_ASSERT(n1, th_wait_exit(n1, 30));
+    TH_ASSERT(n1, th_status(n1) == 5);
+    TH_ASSERT(n1,
+              strstr(err(n1), "accepts connections but does not answer as a TCPStore: the "
+                              "launcher serving it is stopped (Ctrl-Z there?) or hung") != NULL);
+    /* Continued and ended at once, though its rendezvous thread may have been stopped while
+     * it connected to the store, which is gone now (it tried for read_timeout, 60 s). */
+    kill(n0->pid, SIGCONT);
+    kill(n0->pid, SIGTERM);
+    double ended = th_now();
+    TH_ASSERT(n0, th_wait_exit(n0, 60));
+    TH_ASSERT(n0, th_status(n0) == 128 + SIGTERM && th_now() - ended < 10);
     job_cleanup(&job);
 }
 
@@ -1832,6 +1868,7 @@ int main(int argc, char **argv)
         TH_TEST(test_mismatched_nnodes),
         TH_TEST(test_stranger_refused_job_untouched),
         TH_TEST(test_stray_with_other_flags_refused_alone),
+        TH_TEST(test_stopped_store_host_named),
         TH_TEST(test_port_held_by_another_program),
         TH_TEST(test_other_rdzv_id_named_on_both_sides),
         TH_TEST(test_node_loss_noticed),
