@@ -550,8 +550,17 @@ static bool no_progress_stop(ddp_agent_t *a)
     return true;
 }
 
-/* --exclude-after=K: a node whose own workers failed in K rounds in a row leaves the job (a
- * hot spare, or the elastic rules, take its place). True when it leaves. */
+/* This node leaves the job alone (status 5), the others going on without it: the store's
+ * host is told `why` (it says so), and this node prints its own failure report. (Where it
+ * is the store's host, the job ends with it.) */
+static void leave_job(ddp_agent_t *a, const char *why)
+{
+    if (a->coord == NULL)
+        ddp_rdzv_post_leave(a->rdzv, why);
+    a->exit_code = DDP_EXIT_RDZV_FAILED;
+    finish(a);
+}
+
 /* --straggler-action=exclude: a rank of this node was named a straggler. */
 static bool straggler_leaves(ddp_agent_t *a)
 {
@@ -571,11 +580,12 @@ static bool straggler_leaves(ddp_agent_t *a)
     ddp_events_str(&fields, "reason", "straggler");
     ddp_events_emit(&a->events, "node_excluded", &fields);
     ddp_buf_free(&fields);
-    a->exit_code = DDP_EXIT_RDZV_FAILED;
-    finish(a);
+    leave_job(a, "a rank of it was named a straggler (--straggler-action=exclude)");
     return true;
 }
 
+/* --exclude-after=K: a node whose own workers failed in K rounds in a row leaves the job (a
+ * hot spare, or the elastic rules, take its place). True when it leaves. */
 static bool excluded(ddp_agent_t *a)
 {
     if (a->rdzv == NULL)
@@ -594,8 +604,10 @@ static bool excluded(ddp_agent_t *a)
     ddp_events_int(&fields, "rounds", a->failed_rounds);
     ddp_events_emit(&a->events, "node_excluded", &fields);
     ddp_buf_free(&fields);
-    a->exit_code = DDP_EXIT_RDZV_FAILED;
-    finish(a);
+    char why[128];
+    snprintf(why, sizeof why, "its workers failed in %d round(s) in a row (--exclude-after=%d)",
+             a->failed_rounds, a->cfg->exclude_after);
+    leave_job(a, why);
     return true;
 }
 

@@ -66,7 +66,7 @@ bool ddp_rdzv_quitting(ddp_rdzv_t *r)
 bool ddp_rdzv_ending(ddp_rdzv_t *r)
 {
     pthread_mutex_lock(&r->mutex);
-    bool ending = r->events.quit || r->events.aborted;
+    bool ending = r->events.quit || r->events.aborted || r->events.leave[0] != '\0';
     pthread_mutex_unlock(&r->mutex);
     return ending;
 }
@@ -204,6 +204,15 @@ void ddp_rdzv_post_failures(ddp_rdzv_t *r, const char *lines)
     pthread_mutex_unlock(&r->mutex);
 }
 
+void ddp_rdzv_post_leave(ddp_rdzv_t *r, const char *why)
+{
+    pthread_mutex_lock(&r->mutex);
+    snprintf(r->events.leave, sizeof r->events.leave, "%s", why);
+    r->left = true;
+    wake(r);
+    pthread_mutex_unlock(&r->mutex);
+}
+
 void ddp_rdzv_post_stragglers(ddp_rdzv_t *r, const char *rows)
 {
     pthread_mutex_lock(&r->mutex);
@@ -253,7 +262,7 @@ bool ddp_rdzv_failures_published(ddp_rdzv_t *r)
         r->thread_started = false;
     }
     pthread_mutex_lock(&r->mutex);
-    bool published = r->failures_published;
+    bool published = r->failures_published && !r->left;
     pthread_mutex_unlock(&r->mutex);
     return published;
 }

@@ -89,6 +89,13 @@ void ddp_rdzv_post_hang(ddp_rdzv_t *r, bool initiate, double wait, const char *r
  * them (beating, so the store waits too) before it ends. */
 void ddp_rdzv_post_failures(ddp_rdzv_t *r, const char *lines);
 
+/* From the loop: this launcher leaves the job alone (`why`, which the store's host says:
+ * "its workers failed in 2 round(s) in a row (--exclude-after=2)"), and the others go on
+ * (a hot spare, or the elastic rules, take its place): the thread writes the failure of its
+ * workers it has not reported yet, then why it leaves, and ends. This node's failures are
+ * its own to print from then on (ddp_rdzv_failures_published says no). */
+void ddp_rdzv_post_leave(ddp_rdzv_t *r, const char *why);
+
 /* From the loop, while a round runs: this node's straggler rows (straggler.h; copied), for
  * the launcher serving the store, which reads the latest of every node at its report
  * (ddp_rdzv_coord_collect). */
@@ -106,7 +113,7 @@ bool ddp_rdzv_straggler_named(ddp_rdzv_t *r);
 
 /* After the loop has ended (the thread told to stop): waits for the thread's end, then
  * says whether this node's failures reached the store (the job's report has them), so
- * this node need not print its own. */
+ * this node need not print its own; never after ddp_rdzv_post_leave. */
 bool ddp_rdzv_failures_published(ddp_rdzv_t *r);
 
 /* From the loop: whether this node failed its health check before a round (the FINISH that

@@ -26,6 +26,7 @@ typedef struct ddp_rdzv_member_s {
     bool own;             /* our own launcher's (not counted among the others) */
     bool connected;       /* its connection to the store is open */
     bool lost;            /* gone: connection closed, or silent past the keep-alive limit */
+    bool left;            /* left the job alone, saying why (leave/<id>): never back */
     bool joined;          /* waiting in the forming round */
     bool lost_joined;     /* judged lost while joined: its join is taken again if it revives */
     bool awaited;         /* ran the last round, alive, not yet back (c10d waits for it) */

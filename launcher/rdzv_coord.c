@@ -486,8 +486,8 @@ static void member_lost(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char *w
     }
     if (c->phase == COORD_RUNNING && m->in_round && !c->outcome_published) {
         char message[DDP_RDZV_MSG_MAX];
-        snprintf(message, sizeof message, "node %d (%.255s)'s launcher stopped answering: %s",
-                 m->node_rank, m->join.host, why);
+        snprintf(message, sizeof message, "node %d (%.255s)%s: %s", m->node_rank, m->join.host,
+                 m->left ? " left the job" : "'s launcher stopped answering", why);
         ddp_log_debug(c->log, "rendezvous: %s", message);
         /* A static job inside a Slurm step cannot get it back: srun starts no task again,
          * so the next round would only wait out its timeout. */
@@ -695,6 +695,24 @@ static void on_abort(ddp_rdzv_coord_t *c, const void *value, size_t len)
                  "the job was ended by %s", ok ? rest + 1 : text);
 }
 
+/* "WHY" at leave/<id>: that launcher leaves the job alone (--exclude-after,
+ * --straggler-action=exclude), and the others go on without it (a hot spare, or the
+ * elastic rules, take its place). */
+static void on_leave(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const uint8_t *value, size_t len)
+{
+    char why[400];
+    snprintf(why, sizeof why, "%.*s", (int)(len < sizeof why - 1 ? len : sizeof why - 1),
+             (const char *)value);
+    if (m->node_rank >= 0)
+        ddp_log_warn(c->log, "rendezvous: node %d (%s) leaves the job: %s", m->node_rank,
+                     m->join.host, why);
+    else
+        ddp_log_warn(c->log, "rendezvous: the launcher on %s leaves the job: %s", m->join.host,
+                     why);
+    m->left = true;
+    member_lost(c, m, why);
+}
+
 /* A launcher judged lost for its silence (hung, or starved on a busy machine) that
  * writes again while still connected is alive after all: it is watched again, and a
  * join it was waiting on when judged lost is taken again (nothing else would answer it:
@@ -737,6 +755,8 @@ static void on_write(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *
             return;
         }
         *tag = m;
+        if (m->left) /* (it said it leaves) */
+            return;
         if (m->lost && m->connected)
             revive(c, m, true);
         /* The join's own line, then its environment record (envcheck.h). */
@@ -751,7 +771,7 @@ static void on_write(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *
         on_join(c, m, &join);
     } else if (m != NULL && rest_len > 5 && memcmp(rest, "beat/", 5) == 0) {
         m->last_beat = ddp_clock_mono();
-        if (m->lost && m->connected)
+        if (m->lost && m->connected && !m->left)
             revive(c, m, false);
     } else if (m != NULL && rest_len > 7 && memcmp(rest, "report/", 7) == 0) {
         ddp_rdzv_report_t report;
@@ -761,6 +781,8 @@ static void on_write(void *ctx, void **tag, ddp_store_key_t key, const uint8_t *
             ddp_log_warn(c->log, "rendezvous: launcher %s sent a malformed report", m->id);
     } else if (m != NULL && rest_len > 6 && memcmp(rest, "pause/", 6) == 0) {
         on_pause_request(c, m, value, len);
+    } else if (m != NULL && rest_len > 6 && memcmp(rest, "leave/", 6) == 0) {
+        on_leave(c, m, value, len);
     } else if (rest_len == 5 && memcmp(rest, "abort", 5) == 0) {
         on_abort(c, value, len);
     } else if (rest_len > 9 && memcmp(rest, "stranger/", 9) == 0) {

@@ -244,14 +244,48 @@ static int send_pause_request(ddp_rdzv_t *r, int round, int request)
     return ddp_store_client_set(r->client, key, value, (size_t)n);
 }
 
-/* The loop's posts: false when this launcher ends (its abort told to the job). `world`:
- * the round that runs (its workers' end is reported), or NULL between rounds. */
+/* The end of this node's workers in round `round` (failed or succeeded, as `ev` says), at
+ * report/<id> once a round. False when the store is lost (said). */
+static bool report_end(ddp_rdzv_t *r, int round, const ddp_rdzv_events_t *ev, bool *reported)
+{
+    char key[512];
+    if (*reported || !(ev->failed || ev->succeeded))
+        return true;
+    ddp_rdzv_report_t rep = {.round = round, .failed = ev->failed};
+    ddp_buf_t text = DDP_BUF_INIT;
+    snprintf(rep.message, sizeof rep.message, "%s", ev->failed ? ev->message : "");
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "report/%s", r->id);
+    if (ddp_rdzv_report_format(&rep, &text) == 0 &&
+        ddp_store_client_set(r->client, key, text.data, text.len) != 0) {
+        ddp_buf_free(&text);
+        store_lost(r);
+        return false;
+    }
+    ddp_buf_free(&text);
+    *reported = true;
+    return true;
+}
+
+/* This launcher leaves the job alone (ddp_rdzv_post_leave): its workers' failure first, if
+ * the round's report has not gone (the round fails as for any failure), then why it leaves,
+ * at leave/<id>, for the store's host to say. */
+static void leave(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, const ddp_rdzv_events_t *ev,
+                  bool *reported)
+{
+    char key[512];
+    if (world != NULL && !report_end(r, world->round, ev, reported))
+        return;
+    ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "leave/%s", r->id);
+    (void)ddp_store_client_set(r->client, key, ev->leave, strlen(ev->leave));
+}
+
+/* The loop's posts: false when this launcher ends (its abort told to the job, or its
+ * leave). `world`: the round that runs (its workers' end is reported), or NULL between
+ * rounds. */
 static bool take_posts(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, bool *reported)
 {
     ddp_rdzv_events_t ev = ddp_rdzv_take_events(r);
     char key[512];
-    bool report = world != NULL;
-    int round = world != NULL ? world->round : -1;
     /* This node's failures for the job's report, whatever else comes (the launcher may be
      * ending): at failures/<launcher id>, read by the launcher serving the store. */
     if (ev.failures != NULL) {
@@ -293,6 +327,10 @@ static bool take_posts(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, bool *repor
         (void)ddp_store_client_set(r->client, key, value, (size_t)n);
         return false;
     }
+    if (ev.leave[0] != '\0') {
+        leave(r, world, &ev, reported);
+        return false;
+    }
     if (ev.quit)
         return false;
     if (ev.pause_request != 0 && world != NULL &&
@@ -302,21 +340,7 @@ static bool take_posts(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, bool *repor
     }
     if (ev.stopped || ev.succeeded)
         r->local_running = false;
-    if (report && !*reported && (ev.failed || ev.succeeded)) {
-        ddp_rdzv_report_t rep = {.round = round, .failed = ev.failed};
-        ddp_buf_t text = DDP_BUF_INIT;
-        snprintf(rep.message, sizeof rep.message, "%s", ev.failed ? ev.message : "");
-        ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "report/%s", r->id);
-        if (ddp_rdzv_report_format(&rep, &text) == 0 &&
-            ddp_store_client_set(r->client, key, text.data, text.len) != 0) {
-            ddp_buf_free(&text);
-            store_lost(r);
-            return false;
-        }
-        ddp_buf_free(&text);
-        *reported = true;
-    }
-    return true;
+    return world == NULL || report_end(r, world->round, &ev, reported);
 }
 
 static node_phase_t finish(ddp_rdzv_t *r, const ddp_rdzv_verdict_t *v, bool joining)

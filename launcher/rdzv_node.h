@@ -20,6 +20,7 @@ typedef struct {
     char *failures;     /* this node's failures for the job's report (owned), or NULL */
     char *stragglers;   /* this node's straggler rows (owned), or NULL */
     int pause_request;  /* Ctrl-Z here: 1 pause the job, 2 it continued; 0 none (the last) */
+    char leave[400];    /* this launcher leaves the job alone: why; "" it does not */
 } ddp_rdzv_events_t;
 
 struct ddp_rdzv_s {
@@ -43,6 +44,7 @@ struct ddp_rdzv_s {
     bool failures_published; /* this node's failures are in the store for the job's report */
     bool straggler_named;    /* the store host named this node's rank a straggler */
     bool unhealthy;          /* this node failed its health check before a round */
+    bool left;               /* the loop posted this launcher's leave */
 
     /* Loop to thread, under the mutex. */
     ddp_rdzv_events_t events;

@@ -9,6 +9,7 @@
  *   beat/<id>            ADD, every keep_alive_interval
  *   abort                "node R (host): why": the job ends on every node
  *   pause/<id>           "pause R" (Ctrl-Z there while round R runs) or "resume R"
+ *   leave/<id>           why it leaves the job alone (--exclude-after): the others go on
  * and the coordinator (the launcher that serves the store) answers
  *   coordinator          its id, set before any client can connect
  *   assign/<id>/<seq>    the launcher's place in the round it joined, or the job's end,

@@ -1364,6 +1364,13 @@ static void test_bad_nodes_replaced_by_spares(void **state)
     TH_ASSERT(b, th_status(b) == 5);
     TH_ASSERT(b, strstr(err(b), "failed in 1 round(s) in a row (--exclude-after=1): it leaves the "
                                 "job, and a hot spare takes its place") != NULL);
+    /* The store's host says why it left (not that it stopped answering), and the node that
+     * left prints its own failure report: the job's, which goes on, has no place for it. */
+    TH_ASSERT(a, strstr(err(a), "leaves the job: its workers failed in 1 round(s) in a row "
+                                "(--exclude-after=1)") != NULL &&
+                     strstr(err(a), "stopped answering") == NULL);
+    TH_ASSERT(b, strstr(err(b), "Root Cause (first observed failure):") != NULL &&
+                     strstr(err(b), "are in the job's failure report") == NULL);
     TH_ASSERT(a, th_status(a) == 0 && strstr(out(a), "RANK=") != NULL);
     TH_ASSERT(spare, th_status(spare) == 0 && strstr(out(spare), "RANK=") != NULL);
     job_cleanup(&job);

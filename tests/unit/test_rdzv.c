@@ -692,6 +692,35 @@ static void test_c10d_spare_fits_the_lost_node(void **state)
     fixture_free(f);
 }
 
+/* A launcher that leaves the job alone (leave/<id>, --exclude-after) is named with its
+ * reason in the round's outcome, not as one that stopped answering (it still is connected),
+ * and the next round forms without it. */
+static void test_c10d_leaving_node_named(void **state)
+{
+    fixture_t *f = fixture(1, 2, 0, 5);
+    node_t n[2];
+    node_connect(&n[0], f, "a");
+    node_connect(&n[1], f, "b");
+    join(&n[0], -1, 1);
+    join(&n[1], -1, 1);
+    ddp_rdzv_verdict_t v = answer(&n[1]);
+    assert_world(&v, 0, 0, 1, 2, 1, 2);
+    char k[256];
+    const char *why = "its workers failed in 1 round(s) in a row (--exclude-after=1)";
+    ddp_rdzv_key(k, sizeof k, f->cfg.run_id, "leave/b");
+    assert_int_equal(ddp_store_client_set(n[1].client, k, why, strlen(why)), 0);
+    v = outcome(&n[0], 0);
+    assert_int_equal(v.kind, DDP_RDZV_VERDICT_STOP_REFORM);
+    assert_string_equal(v.message, "node 1 (host-b) left the job: its workers failed in 1 "
+                                   "round(s) in a row (--exclude-after=1)");
+    join(&n[0], -1, 1); /* the last call (0.3 s) closes round 1 without b */
+    v = answer(&n[0]);
+    assert_world(&v, 1, 0, 0, 1, 0, 1);
+    node_leave(&n[0]);
+    node_leave(&n[1]);
+    fixture_free(f);
+}
+
 /* c10d 2:3: the round closes at MIN after the last call; a node that comes while it runs
  * makes it re-form (no restart), the others keeping their ranks, the newcomer last. */
 static void test_c10d_late_node(void **state)
@@ -1129,6 +1158,7 @@ int main(void)
         cmocka_unit_test(test_stray_with_other_flags_refused_alone),
         cmocka_unit_test(test_c10d_late_node),
         cmocka_unit_test(test_c10d_spare_fits_the_lost_node),
+        cmocka_unit_test(test_c10d_leaving_node_named),
         cmocka_unit_test(test_c10d_one_round_for_everyone),
         cmocka_unit_test(test_c10d_last_call_from_the_stop),
         cmocka_unit_test(test_c10d_last_call_ends_on_time),
