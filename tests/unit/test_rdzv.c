@@ -1141,8 +1141,11 @@ static void test_mailbox_stopped_wakes_only_when_awaited(void **state)
     close(r.wake_fd);
 }
 
-int main(void)
+/* An argument runs only the tests whose names match it (a glob). */
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_records_parse_what_they_format),
         cmocka_unit_test(test_records_refuse_garbage),
