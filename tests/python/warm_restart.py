@@ -9,7 +9,8 @@ later) join it and all-reduce. On later attempts:
          argv, sys.path, __main__, cwd, session, parent-death signal, signal dispositions
          and mask, limits, affinity, its descriptors, stdio buffering), with its run's
          log directory written <RUN> and the store's port <PORT>; then a RANDOM line
-         (each rank's own draws).
+         (each rank's own draws: Python's random, numpy's global generator and a
+         default_rng(), torch's initial seed and a draw of its default generator).
   hold   prints HOLD with its pid and sleeps: a job to kill the launcher of;
   once   nothing more: the job ends well;
   record rank 1 raises on every attempt, under torch's @record: its error.json.
@@ -153,8 +154,9 @@ def main():
         text = json.dumps(found, sort_keys=True).replace(run, "<RUN>")
         print("STATE " + text.replace(f'"{port}"', '"<PORT>"'), flush=True)
         import numpy
-        print(f"RANDOM rank {rank} {random.random()} {numpy.random.randint(1 << 30)}",
-              flush=True)
+        print(f"RANDOM rank {rank} {random.random()} {numpy.random.randint(1 << 30)} "
+              f"{numpy.random.default_rng().integers(1 << 30)} {torch.initial_seed()} "
+              f"{torch.randint(1 << 30, (1,)).item()}", flush=True)
     dist.destroy_process_group()
 
 

@@ -173,12 +173,29 @@ def _become_worker(req, launcher, libc):
     if hasattr(sys, "orig_argv"):  # 3.10 on
         sys.orig_argv[:] = [os.fsdecode(a) for a in req.argv]
     sys.argv[:] = [req.target] + [os.fsdecode(a) for a in req.argv[4 if req.module else 3:]]
-    # Each worker's own random state, as a fresh interpreter's (random reseeds at fork).
+    _reseed()
+    if req.python_stacks:
+        _arm_python_stacks()
+
+
+def _reseed():
+    """Each worker's own random state, as a new interpreter's: what a preloaded module seeded
+    at import from the OS's entropy is seeded again from it, and a seed it set is not kept.
+    Python's random reseeds itself at fork, and numpy's default_rng() draws fresh entropy at
+    each call; numpy's global generator and torch's default one do neither. CUDA's
+    generators are made, and seeded, at a process's first CUDA call (never in the zygote):
+    a seed queued for them at import is dropped."""
     np_random = sys.modules.get("numpy.random")
     if np_random is not None:
         np_random.seed()
-    if req.python_stacks:
-        _arm_python_stacks()
+    torch = sys.modules.get("torch")
+    generator = getattr(torch, "default_generator", None)
+    if generator is not None:
+        generator.seed()
+    cuda = sys.modules.get("torch.cuda")
+    tracker = getattr(cuda, "_lazy_seed_tracker", None)
+    if tracker is not None and not cuda.is_initialized():
+        cuda._lazy_seed_tracker = type(tracker)()
 
 
 def _arm_python_stacks():
