@@ -464,6 +464,42 @@ static void test_warm_restart_zygote_output(void **state)
     th_cleanup(&p);
 }
 
+/* A preloaded module that closes stdout and stderr, ignores SIGTERM, handles SIGUSR1, blocks
+ * SIGUSR2 and sets the umask at import (hostile_preload.py): none of it reaches a forked
+ * worker. Its lines arrive on both streams, its dispositions, mask and umask are a cold
+ * worker's, and it ends at the SIGTERM that stops it after rank 1's failure (no SIGKILL
+ * after --shutdown-timeout). */
+static void test_warm_restart_resets_what_preload_set(void **state)
+{
+    const char *hostile[] = {"--preload=json,hostile_preload", NULL};
+    th_proc_t cold, warm;
+    ddp_buf_t cold_lines = DDP_BUF_INIT, warm_lines = DDP_BUF_INIT;
+    run_plain(&cold, false, false, "process", NULL, NULL);
+    TH_ASSERT(&cold, th_status(&cold) == 1);
+    run_plain(&warm, true, false, "process", hostile, "has imported json,hostile_preload");
+    const char *err = ddp_buf_str(&warm.err);
+    TH_ASSERT(&warm, th_status(&warm) == 1);
+    TH_ASSERT(&warm, strstr(err, "2 of 2 workers of attempt 1 forked") != NULL);
+    TH_ASSERT(&warm, strstr(err, "[default0]:PROCESS rank 0 on stderr\n") != NULL);
+    TH_ASSERT(&warm, strstr(err, "[default1]:PROCESS rank 1 on stderr\n") != NULL);
+    for (int rank = 0; rank < 2; rank++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "[default%d]:PROCESS rank", rank);
+        lines_from(ddp_buf_str(&cold.out), prefix, &cold_lines);
+        lines_from(ddp_buf_str(&warm.out), prefix, &warm_lines);
+    }
+    TH_ASSERT(&warm, th_count(ddp_buf_str(&warm_lines), "PROCESS rank") == 2);
+    if (strcmp(ddp_buf_str(&cold_lines), ddp_buf_str(&warm_lines)) != 0) {
+        printf("cold:\n%swarm:\n%s", ddp_buf_str(&cold_lines), ddp_buf_str(&warm_lines));
+        fail_msg("a warm worker's signals, mask or umask differ from a cold one's");
+    }
+    TH_ASSERT(&warm, strstr(err, "sending SIGKILL") == NULL);
+    ddp_buf_free(&cold_lines);
+    ddp_buf_free(&warm_lines);
+    th_cleanup(&cold);
+    th_cleanup(&warm);
+}
+
 /* warm_plain.py `mode`, 2 workers, --warm-restarts (json) and one restart, with `flag`
  * (may be NULL), started; once its zygote is ready, its pid. file[cap] gets the trigger
  * that lets rank 1 fail. */
@@ -663,6 +699,7 @@ int main(int argc, char **argv)
         TH_TEST(test_warm_restart_cold_cases),
         TH_TEST(test_warm_restart_reaps_what_it_adopts),
         TH_TEST(test_warm_restart_zygote_output),
+        TH_TEST(test_warm_restart_resets_what_preload_set),
         TH_TEST(test_warm_restart_zygote_dies),
         TH_TEST(test_warm_restart_zygote_silent),
     };

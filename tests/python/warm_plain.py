@@ -1,6 +1,7 @@
 """A plain Python worker (no torch) restarted by ddp-launch, cold or with --warm-restarts.
 
-usage: warm_plain.py raise | hang | show | place | devices   (or python -m warm_plain ...)
+usage: warm_plain.py raise | hang | show | place | devices | process
+       (or python -m warm_plain ...)
 
 On attempt 0 rank 1 exits 3 (once the file WARM_TRIGGER names exists, where it is set)
 and rank 0 waits to be stopped. On attempt 1:
@@ -11,8 +12,13 @@ and rank 0 waits to be stopped. On attempt 1:
   place  each rank prints CPUS=<its Cpus_allowed_list> and POLICY=<the memory policy
          numa_maps gives its first mapping>, as tests/helpers/test_worker.c placement;
   devices each rank prints DEVICES with its LOCAL_RANK and CUDA_VISIBLE_DEVICES.
+  process each rank prints PROCESS with its signal dispositions, blocked signals and
+         umask, and a line on stderr; then rank 1 exits 4 once rank 0 has printed, and
+         rank 0 sleeps until it is stopped.
 """
+import json
 import os
+import signal
 import sys
 import time
 
@@ -35,6 +41,30 @@ def stuck_here():
     time.sleep(120)
 
 
+def process_state():
+    """What a process inherits from its parent that a preloaded module could change."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return json.dumps({
+        "signals": {s.name: str(signal.getsignal(s)) for s in signal.Signals
+                    if s not in (signal.SIGKILL, signal.SIGSTOP)},
+        "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        "umask": oct(umask),
+    }, sort_keys=True)
+
+
+def stopped_after_rank_1():
+    """process: rank 0 says so and waits to be stopped; rank 1 fails once rank 0 said so."""
+    mark = os.environ["WARM_TRIGGER"] + ".printed"
+    if rank == 0:
+        open(mark, "w").close()
+        time.sleep(120)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(mark) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sys.exit(4)
+
+
 if attempt == 0:
     if rank == 1:
         wait_for_trigger()
@@ -54,6 +84,10 @@ elif sys.argv[1] == "devices":
           f"{os.environ.get('CUDA_VISIBLE_DEVICES')}", flush=True)
 elif sys.argv[1] == "show":
     print(f"SHOW rank {rank} {sys.argv} {sys.path[0]} {__file__} {__name__}", flush=True)
+elif sys.argv[1] == "process":
+    print(f"PROCESS rank {rank} {process_state()}", flush=True)
+    print(f"PROCESS rank {rank} on stderr", file=sys.stderr, flush=True)
+    stopped_after_rank_1()
 elif sys.argv[1] == "hang":
     print(f"rank {rank} hangs at attempt {attempt}", flush=True)
     stuck_here()

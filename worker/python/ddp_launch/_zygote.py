@@ -59,6 +59,51 @@ def _preload(modules):
     return None
 
 
+class _Inherited:
+    """What the interpreter had from the launcher before any preloaded module ran, which a
+    module may change at import for the whole process and a worker must have as a cold one
+    has it: the standard descriptors (a module that closes stdout leaves that number to the
+    next descriptor opened, a worker's stream received from the launcher, say), the signal
+    dispositions (Python's), the signal mask (empty), the umask and the CPU affinity."""
+
+    def __init__(self):
+        self.fds = {}
+        for fd in (0, 1, 2):
+            try:
+                self.fds[fd] = os.dup(fd)
+            except OSError:
+                pass  # not open: nothing to put back
+        self.signals = {}
+        for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+            handler = signal.getsignal(sig)
+            if handler is not None:  # (None: a handler not Python's, which it has none of)
+                self.signals[sig] = handler
+        self.umask = os.umask(0o022)
+        os.umask(self.umask)
+        self.affinity = os.sched_getaffinity(0)
+
+    def restore_descriptors(self):
+        """In the zygote once the modules are imported: its standard descriptors back."""
+        for fd, saved in self.fds.items():
+            os.dup2(saved, fd)
+            os.close(saved)
+
+    def restore(self):
+        """In a worker: the dispositions, umask and affinity the interpreter had, and the
+        empty mask."""
+        for sig, handler in self.signals.items():
+            try:
+                signal.signal(sig, handler)
+            except (OSError, ValueError):
+                pass  # as it was set: the interpreter's own would not change
+        os.umask(self.umask)
+        try:
+            os.sched_setaffinity(0, self.affinity)
+        except OSError:
+            pass  # CPUs gone since (a cpuset changed): the kernel's choice stands
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
 class _Request:
     """One worker to start, as the launcher sent it."""
 
@@ -133,10 +178,11 @@ def _set_command_line(args):
     ctypes.memmove(start, text.ljust(end - start, b"\0"), end - start)
 
 
-def _become_worker(req, launcher, libc):
+def _become_worker(req, launcher, libc, inherited):
     """In the forked worker: everything a cold worker gets before its program runs."""
     intermediate = os.getppid()
     os.setsid()
+    inherited.restore()
     if req.guard_fd >= 0:
         try:
             os.write(req.guard_fd, struct.pack("=i", os.getpid()))
@@ -212,7 +258,7 @@ def _arm_python_stacks():
         pass
 
 
-def _fork_worker(sock, req, launcher, libc):
+def _fork_worker(sock, req, launcher, libc, inherited):
     """Forks the intermediate, which forks the worker: returns in the worker, with the
     reply sent by the zygote; None in the zygote."""
     rfd, wfd = os.pipe()
@@ -226,7 +272,7 @@ def _fork_worker(sock, req, launcher, libc):
             os._exit(1)
         if worker == 0:
             os.close(wfd)
-            _become_worker(req, launcher, libc)
+            _become_worker(req, launcher, libc, inherited)
             return True
         os.write(wfd, str(worker).encode())
         os._exit(0)
@@ -247,7 +293,9 @@ def _serve(fd, modules):
     Returns the request only in a forked worker."""
     sock = socket.socket(fileno=fd)
     launcher = os.getppid()
+    inherited = _Inherited()
     why = _preload(modules)
+    inherited.restore_descriptors()
     if why is not None:
         _send(sock, b"refused", why)
         sys.exit(0)
@@ -268,7 +316,7 @@ def _serve(fd, modules):
                 os.close(fd)
             _send(sock, b"failed", f"a request it cannot read: {e}")
             continue
-        if _fork_worker(sock, req, launcher, libc):
+        if _fork_worker(sock, req, launcher, libc, inherited):
             sock.close()
             return req
 
