@@ -329,6 +329,29 @@ static void lines_from(const char *text, const char *prefix, ddp_buf_t *out)
     }
 }
 
+/* The lines of ranks 0 and 1 on stdout that begin with `tag`, a cold run's into cold_lines
+ * and a warm one's into warm_lines. */
+static void ranks_lines(const th_proc_t *cold, const th_proc_t *warm, const char *tag,
+                        ddp_buf_t *cold_lines, ddp_buf_t *warm_lines)
+{
+    for (int rank = 0; rank < 2; rank++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "[default%d]:%s", rank, tag);
+        lines_from(ddp_buf_str(&cold->out), prefix, cold_lines);
+        lines_from(ddp_buf_str(&warm->out), prefix, warm_lines);
+    }
+}
+
+/* Fails the test saying `what`, with both, where the warm lines are not the cold ones. */
+static void assert_same_lines(const ddp_buf_t *cold_lines, const ddp_buf_t *warm_lines,
+                              const char *what)
+{
+    if (strcmp(ddp_buf_str(cold_lines), ddp_buf_str(warm_lines)) != 0) {
+        printf("cold:\n%swarm:\n%s", ddp_buf_str(cold_lines), ddp_buf_str(warm_lines));
+        fail_msg("%s", what);
+    }
+}
+
 /* warm_plain.py (or -m warm_plain) with `mode`, rank 1 failing at attempt 0 once stderr
  * says `ready` (the zygote's answer; NULL: at once), restarted once, cold or with
  * --warm-restarts (its zygote importing json), streams teed. */
@@ -393,13 +416,10 @@ static void test_warm_restart_module(void **state)
     TH_ASSERT(&cold, th_status(&cold) == 0);
     TH_ASSERT(&warm, th_status(&warm) == 0);
     TH_ASSERT(&warm, strstr(ddp_buf_str(&warm.err), "2 of 2 workers of attempt 1 forked") != NULL);
-    lines_from(ddp_buf_str(&cold.out), "[default0]:SHOW", &cold_lines);
-    lines_from(ddp_buf_str(&cold.out), "[default1]:SHOW", &cold_lines);
-    lines_from(ddp_buf_str(&warm.out), "[default0]:SHOW", &warm_lines);
-    lines_from(ddp_buf_str(&warm.out), "[default1]:SHOW", &warm_lines);
+    ranks_lines(&cold, &warm, "SHOW", &cold_lines, &warm_lines);
     TH_ASSERT(&warm, strstr(ddp_buf_str(&warm_lines), "warm_plain.py', 'show'] ") != NULL);
     TH_ASSERT(&warm, strstr(ddp_buf_str(&warm_lines), " __main__\n") != NULL);
-    TH_ASSERT(&warm, strcmp(ddp_buf_str(&cold_lines), ddp_buf_str(&warm_lines)) == 0);
+    assert_same_lines(&cold_lines, &warm_lines, "a warm python -m differs from a cold one");
     ddp_buf_free(&cold_lines);
     ddp_buf_free(&warm_lines);
     th_cleanup(&cold);
@@ -482,18 +502,34 @@ static void test_warm_restart_resets_what_preload_set(void **state)
     TH_ASSERT(&warm, strstr(err, "2 of 2 workers of attempt 1 forked") != NULL);
     TH_ASSERT(&warm, strstr(err, "[default0]:PROCESS rank 0 on stderr\n") != NULL);
     TH_ASSERT(&warm, strstr(err, "[default1]:PROCESS rank 1 on stderr\n") != NULL);
-    for (int rank = 0; rank < 2; rank++) {
-        char prefix[32];
-        snprintf(prefix, sizeof prefix, "[default%d]:PROCESS rank", rank);
-        lines_from(ddp_buf_str(&cold.out), prefix, &cold_lines);
-        lines_from(ddp_buf_str(&warm.out), prefix, &warm_lines);
-    }
+    ranks_lines(&cold, &warm, "PROCESS rank", &cold_lines, &warm_lines);
     TH_ASSERT(&warm, th_count(ddp_buf_str(&warm_lines), "PROCESS rank") == 2);
-    if (strcmp(ddp_buf_str(&cold_lines), ddp_buf_str(&warm_lines)) != 0) {
-        printf("cold:\n%swarm:\n%s", ddp_buf_str(&cold_lines), ddp_buf_str(&warm_lines));
-        fail_msg("a warm worker's signals, mask or umask differ from a cold one's");
-    }
+    assert_same_lines(&cold_lines, &warm_lines,
+                      "a warm worker's signals, mask or umask differ from a cold one's");
     TH_ASSERT(&warm, strstr(err, "sending SIGKILL") == NULL);
+    ddp_buf_free(&cold_lines);
+    ddp_buf_free(&warm_lines);
+    th_cleanup(&cold);
+    th_cleanup(&warm);
+}
+
+/* What /proc shows of a forked worker is what it shows of a cold one: its command line,
+ * with no padding after it (pgrep -f 'warm_plain.py proc$' finds it), and its environment,
+ * RANK and the other variables of its own included (os.environ's, not the zygote's). */
+static void test_warm_restart_proc_shows_the_worker(void **state)
+{
+    th_proc_t cold, warm;
+    ddp_buf_t cold_lines = DDP_BUF_INIT, warm_lines = DDP_BUF_INIT;
+    run_plain(&cold, false, false, "proc", NULL, NULL);
+    TH_ASSERT(&cold, th_status(&cold) == 0);
+    run_plain(&warm, true, false, "proc", NULL, "has imported json");
+    TH_ASSERT(&warm, th_status(&warm) == 0);
+    TH_ASSERT(&warm, strstr(ddp_buf_str(&warm.err), "2 of 2 workers of attempt 1 forked") != NULL);
+    ranks_lines(&cold, &warm, "PROC rank", &cold_lines, &warm_lines);
+    TH_ASSERT(&cold,
+              th_count(ddp_buf_str(&cold_lines), "warm_plain.py', 'proc'] environ same\n") == 2);
+    assert_same_lines(&cold_lines, &warm_lines,
+                      "/proc shows a warm worker otherwise than a cold one");
     ddp_buf_free(&cold_lines);
     ddp_buf_free(&warm_lines);
     th_cleanup(&cold);
@@ -700,6 +736,7 @@ int main(int argc, char **argv)
         TH_TEST(test_warm_restart_reaps_what_it_adopts),
         TH_TEST(test_warm_restart_zygote_output),
         TH_TEST(test_warm_restart_resets_what_preload_set),
+        TH_TEST(test_warm_restart_proc_shows_the_worker),
         TH_TEST(test_warm_restart_zygote_dies),
         TH_TEST(test_warm_restart_zygote_silent),
     };

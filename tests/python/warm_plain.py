@@ -1,6 +1,6 @@
 """A plain Python worker (no torch) restarted by ddp-launch, cold or with --warm-restarts.
 
-usage: warm_plain.py raise | hang | show | place | devices | process
+usage: warm_plain.py raise | hang | show | place | devices | process | proc
        (or python -m warm_plain ...)
 
 On attempt 0 rank 1 exits 3 (once the file WARM_TRIGGER names exists, where it is set)
@@ -15,6 +15,8 @@ and rank 0 waits to be stopped. On attempt 1:
   process each rank prints PROCESS with its signal dispositions, blocked signals and
          umask, and a line on stderr; then rank 1 exits 4 once rank 0 has printed, and
          rank 0 sleeps until it is stopped.
+  proc   each rank prints PROC with its /proc/self/cmdline and whether its
+         /proc/self/environ is its os.environ (what tools that read /proc see).
 """
 import json
 import os
@@ -53,6 +55,22 @@ def process_state():
     }, sort_keys=True)
 
 
+def proc_view():
+    """The command line and environment /proc shows of this process, as ps and pgrep see
+    them: the arguments, and the environment's difference from os.environ (names only)."""
+    with open("/proc/self/cmdline", "rb") as f:
+        args = f.read().split(b"\0")[:-1]
+    with open("/proc/self/environ", "rb") as f:
+        entries = [e.partition(b"=") for e in f.read().split(b"\0")[:-1]]
+    shown = {name: value for name, _, value in entries}
+    own = dict(os.environb)
+    missing = sorted(n.decode() for n in own if shown.get(n) != own[n])
+    extra = sorted(n.decode() for n in shown if n not in own)
+    same = "same" if not missing and not extra and len(entries) == len(own) else \
+        f"differs: missing or other {missing[:8]}, extra {extra[:8]}, {len(entries)} entries"
+    return f"cmdline {[a.decode() for a in args]} environ {same}"
+
+
 def stopped_after_rank_1():
     """process: rank 0 says so and waits to be stopped; rank 1 fails once rank 0 said so."""
     mark = os.environ["WARM_TRIGGER"] + ".printed"
@@ -88,6 +106,8 @@ elif sys.argv[1] == "process":
     print(f"PROCESS rank {rank} {process_state()}", flush=True)
     print(f"PROCESS rank {rank} on stderr", file=sys.stderr, flush=True)
     stopped_after_rank_1()
+elif sys.argv[1] == "proc":
+    print(f"PROC rank {rank} {proc_view()}", flush=True)
 elif sys.argv[1] == "hang":
     print(f"rank {rank} hangs at attempt {attempt}", flush=True)
     stuck_here()

@@ -22,6 +22,7 @@ import builtins  # noqa: E402 (after the path fix: nothing of this folder is imp
 import ctypes  # noqa: E402
 import importlib  # noqa: E402
 import importlib.machinery  # noqa: E402
+import mmap  # noqa: E402
 import resource  # noqa: E402
 import runpy  # noqa: E402
 import signal  # noqa: E402
@@ -31,6 +32,8 @@ import time  # noqa: E402
 import types  # noqa: E402
 
 PR_SET_PDEATHSIG = 1
+PR_SET_MM = 35
+PR_SET_MM_MAP = 14
 MPOL_PREFERRED = 1
 SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237, "ppc64le": 261}
 ADOPTION_TIMEOUT_S = 5.0
@@ -165,17 +168,67 @@ def _bind(req, libc):
             os._exit(126)
 
 
-def _set_command_line(args):
-    """What ps shows for the worker: its own command line, written over the zygote's
-    (which the launcher padded to make room), as setproctitle does."""
+class _MmMap(ctypes.Structure):
+    """struct prctl_mm_map (linux/prctl.h): a process's memory layout, for PR_SET_MM_MAP."""
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "start_code", "end_code", "start_data", "end_data", "start_brk", "brk", "start_stack",
+        "arg_start", "arg_end", "env_start", "env_end", "auxv")] + [
+        ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32)]
+
+
+def _show_in_proc(req, libc):
+    """What /proc/PID/cmdline and /proc/PID/environ show of the worker (ps, pgrep, tools
+    that read a process's environment): its own argv and environment, as the kernel shows
+    the ones a cold worker was executed with. Both are laid out in a memory area of the
+    worker's that the kernel is told is its argument and environment area (PR_SET_MM_MAP,
+    which needs no privilege where the kernel has it: CONFIG_CHECKPOINT_RESTORE, as
+    distributions build it). Where it is refused, the command line is written over the
+    zygote's, which the launcher padded to make room, as setproctitle does (one string, the
+    arguments joined by spaces), and the environment /proc shows stays the zygote's."""
     try:
         with open("/proc/self/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
-        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+        field = lambda number: int(fields[number - 3])  # noqa: E731 (proc(5)'s numbers)
+        field(51)
     except (OSError, IndexError, ValueError):
         return
-    text = b"\0".join(args)[:end - start - 1]
-    ctypes.memmove(start, text.ljust(end - start, b"\0"), end - start)
+    args = b"".join(arg + b"\0" for arg in req.argv)
+    env = b"".join(entry + b"\0" for entry in req.env)
+    if not _move_areas(libc, field, args, env):
+        _write_over_command_line(field(48), field(49), b" ".join(req.argv))
+
+
+def _move_areas(libc, field, args, env):
+    """args and env in a new memory area, made the process's argument and environment
+    areas: whether the kernel took it."""
+    size = len(args) + len(env)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long)
+    libc.sbrk.restype = ctypes.c_void_p
+    base = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
+                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if base is None or base == ctypes.c_void_p(-1).value:
+        return False
+    ctypes.memmove(base, args + env, size)
+    layout = _MmMap(start_code=field(26), end_code=field(27), start_data=field(45),
+                    end_data=field(46), start_brk=field(47), brk=libc.sbrk(0),
+                    start_stack=field(28), arg_start=base, arg_end=base + len(args),
+                    env_start=base + len(args), env_end=base + size, exe_fd=0xFFFFFFFF)
+    if libc.prctl(PR_SET_MM, PR_SET_MM_MAP, ctypes.byref(layout), ctypes.sizeof(layout), 0) == 0:
+        return True
+    libc.munmap(ctypes.c_void_p(base), ctypes.c_size_t(size))
+    return False
+
+
+def _write_over_command_line(start, end, text):
+    """text over the argument area [start, end), NUL-ended and the rest spaces: its last
+    byte not NUL, the kernel shows it as one string up to that NUL (setproctitle's way; a
+    NUL-filled rest would show as that many empty arguments)."""
+    if end - start < 2:
+        return
+    text = text[:end - start - 2] + b"\0"
+    ctypes.memmove(start, text.ljust(end - start, b" "), end - start)
 
 
 def _become_worker(req, launcher, libc, inherited):
@@ -215,7 +268,7 @@ def _become_worker(req, launcher, libc, inherited):
         name, _, value = entry.partition(b"=")
         if name:
             os.environb[name] = value
-    _set_command_line(req.argv)
+    _show_in_proc(req, libc)
     if hasattr(sys, "orig_argv"):  # 3.10 on
         sys.orig_argv[:] = [os.fsdecode(a) for a in req.argv]
     sys.argv[:] = [req.target] + [os.fsdecode(a) for a in req.argv[4 if req.module else 3:]]
