@@ -2,8 +2,8 @@
 
 usage: restart_worker.py RESULTS TRIGGER [gloo|nccl]
 
-Attempt 0: every rank joins the group and all-reduces, prints "ready", then the last rank
-waits for the file TRIGGER (the bench makes it once the launcher is ready for the crash),
+Attempt 0: every rank joins the group and all-reduces, writes "first <ns>" to RESULTS once
+that all_reduce is done, prints "ready", then the last rank waits for the file TRIGGER (the bench makes it once the launcher is ready for the crash),
 writes "crash <ns>" to RESULTS and dies (os._exit(1)); the others wait to be stopped. A
 later attempt: the last rank writes "back <script start ns> <ns>" once its first
 all_reduce is done.
@@ -34,6 +34,8 @@ if backend == "nccl":
     torch.cuda.synchronize()
 now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
 if attempt == 0:
+    with open(results, "a") as f:
+        f.write(f"first {now}\n")
     print(f"rank {rank} ready", flush=True)
     if rank != last:
         time.sleep(600)

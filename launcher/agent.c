@@ -198,6 +198,7 @@ static void finish(ddp_agent_t *a)
     uv_close((uv_handle_t *)&a->hang_timer, NULL);
     uv_close((uv_handle_t *)&a->progress_timer, NULL);
     uv_close((uv_handle_t *)&a->store_wait_timer, NULL);
+    uv_close((uv_handle_t *)&a->zygote_timer, NULL);
     uv_close((uv_handle_t *)&a->hang_wait, NULL);
     ddp_output_close_handles(&a->output);
     ddp_session_close(&a->session);
@@ -1075,8 +1076,8 @@ static void on_sigchld(uv_signal_t *handle, int signum)
     ddp_agent_t *a = handle->data;
     size_t failures_before = a->nfailures;
     double now = ddp_clock_wall();
-    if (a->warm)
-        (void)ddp_zygote_reap(&a->zygote);
+    if (a->warm && ddp_zygote_reap(&a->zygote))
+        ddp_agent_watch_zygote(a); /* (another may have started) */
     /* A subreaper's, or a container's init's (pid 1: torchrun as a pod's command): the
      * orphans of a worker that died (its DataLoader processes) are ours to reap. */
     if (a->subreaper || getpid() == 1)
@@ -1314,7 +1315,7 @@ int ddp_agent_worker_env(ddp_agent_t *a, const ddp_worker_t *w, const char *erro
         .dump_signal = a->dump_signal,
         .python_dir = a->python_dir,
         .module_dir = a->module_dir[0] != '\0' ? a->module_dir : NULL,
-        .progress_ring = ring,
+        .progress_ring = a->attempt_dir != NULL ? ring : NULL, /* (none yet: a zygote's) */
         .torch_version = a->torch_version,
         .timer_file = a->file_timer != NULL ? ddp_file_timer_path(a->file_timer) : NULL,
     };
@@ -1872,6 +1873,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     uv_timer_init(&a->loop, &a->hang_timer);
     uv_timer_init(&a->loop, &a->progress_timer);
     uv_timer_init(&a->loop, &a->store_wait_timer);
+    uv_timer_init(&a->loop, &a->zygote_timer);
     uv_timer_init(&a->loop, &a->hang_wait);
     ddp_agent_pause_init(a);
     for (int i = 0; i < a->cfg->nsignals; i++) {
@@ -1904,6 +1906,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     a->hang_timer.data = a;
     a->progress_timer.data = a;
     a->store_wait_timer.data = a;
+    a->zygote_timer.data = a;
     a->hang_wait.data = a;
     /* The console writer's handle is the only one that can fail to open: first, so that
      * finish() closes only what is open. */
@@ -2167,6 +2170,8 @@ static void start_rendezvous(ddp_agent_t *a)
         ddp_log_info(a->log, "joining the elastic job (%d to %d nodes) at %s:%d%s", cfg->nnodes_min,
                      cfg->nnodes_max, cfg->master_addr, cfg->master_port,
                      a->store != NULL ? ", hosting its store" : "");
+        if (cfg->hot_spares > 0) /* this launcher may wait as a spare: its zygote meanwhile */
+            ddp_agent_start_zygote(a);
     } else {
         ddp_log_info(a->log, "node %d of %d: joining the job at %s:%d", cfg->node_rank,
                      cfg->nnodes_max, cfg->master_addr, cfg->master_port);

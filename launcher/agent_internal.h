@@ -73,6 +73,9 @@ typedef struct ddp_worker_s {
     double moved_at;           /* when those last changed (monotonic); 0: not yet */
     uint64_t output_at_finish; /* its output when the attempt's first worker finished */
     ddp_recent_t recent[2];    /* the last bytes of its piped stdout and stderr */
+    /* --warm-restarts (agent_warm.c): its main thread's seconds running or waiting for a
+     * CPU, at the importing zygote's last look. */
+    double runnable;
 } ddp_worker_t;
 
 /* What --hang-timeout=auto has learnt (kept across attempts). */
@@ -227,11 +230,15 @@ struct ddp_agent_s {
     bool subreaper;
     pid_t *escaped;
     int nescaped, escaped_cap;
-    /* --warm-restarts (zygote.h): the zygote starts after the first attempt's workers,
-     * and later attempts' workers fork from it (and come to this subreaper). */
+    /* --warm-restarts (zygote.h): the zygote starts with the first attempt's workers (a
+     * hot spare's as it joins), imports while they leave a CPU free (looked at on
+     * zygote_timer; the last look at zygote_looked), and later attempts' workers fork from
+     * it (and come to this subreaper). */
     bool warm;
     char zygote_script[PATH_MAX];
     ddp_zygote_t zygote;
+    uv_timer_t zygote_timer;
+    double zygote_looked;
     /* --store-wait-notice (agent_waits.c): its looks, and the age of the oldest wait the
      * last notice named (0: none since the long waits last ended). */
     uv_timer_t store_wait_timer;
@@ -309,11 +316,13 @@ int ddp_agent_worker_env(ddp_agent_t *a, const ddp_worker_t *w, const char *erro
                          char ***added, char ***envp);
 
 /* agent_warm.c (--warm-restarts): whether it applies (where the launcher is a child
- * subreaper), said where it cannot; the zygote, once the first attempt's workers run;
- * starting a worker (forked from the zygote where it serves, else cold, why said once
- * an attempt; 0 or -errno). */
+ * subreaper), said where it cannot; the zygote, once the first attempt's workers run (or
+ * as a launcher that may be a hot spare joins), and its looks while it imports (again
+ * after a SIGCHLD has started another: ddp_agent_watch_zygote); starting a worker (forked
+ * from the zygote where it serves, else cold, why said once an attempt; 0 or -errno). */
 void ddp_agent_warm_restarts(ddp_agent_t *a);
 void ddp_agent_start_zygote(ddp_agent_t *a);
+void ddp_agent_watch_zygote(ddp_agent_t *a);
 int ddp_agent_spawn_worker(ddp_agent_t *a, ddp_worker_t *w, const ddp_spawn_t *spec);
 
 /* agent_orphans.c: this launcher made a child subreaper (a->subreaper where it could);

@@ -1,17 +1,31 @@
 /* --warm-restarts on the agent's side (see agent_internal.h, zygote.h): where the launcher
- * is a child subreaper, the zygote started once the first attempt's workers run, a later
- * attempt's workers forked from it or started cold (said once an attempt). Runs on the
- * loop thread; nothing here waits for the zygote but a request's reply (zygote.h). */
+ * is a child subreaper, the zygote started once the first attempt's workers run (or as a
+ * launcher that may wait as a hot spare joins), held while it imports as long as the
+ * workers need every CPU, a later attempt's workers forked from it or started cold (said
+ * once an attempt). Runs on the loop thread; nothing here waits for the zygote but a
+ * request's reply (zygote.h). */
 #include "agent_internal.h"
 
 #include "error.h"
+#include "hang.h"
+#include "io.h"
 #include "spawn.h"
 #include "worker_spec.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The zygote imports only where it takes no CPU from the workers' own start (importing
+ * torch too, on as many cores as there are workers): it is held (stopped) while as many
+ * workers as the launcher has CPUs are busy, their main thread running or waiting for a
+ * CPU for BUSY_SHARE of a look or more. Looked at every LOOK_MS until it is ready; held at
+ * most HOLD_MAX_S after its start (workers that never rest: training on every CPU). */
+#define LOOK_MS    200
+#define BUSY_SHARE 0.5
+#define HOLD_MAX_S 30.0
 
 /* --warm-restarts where the workers are Python: the zygote's script, where this launcher
  * is a child subreaper (agent_orphans.c), so that the workers forked from the zygote
@@ -36,12 +50,80 @@ void ddp_agent_warm_restarts(ddp_agent_t *a)
         a->warm = true;
 }
 
+/* The seconds process `pid`'s main thread has run or waited to run (schedstat), or, where
+ * the kernel does not say, the CPU seconds of all its threads; -1 when it is gone. */
+static double runnable_seconds(pid_t pid)
+{
+    char path[64], *text = NULL;
+    size_t len;
+    unsigned long long on_cpu, waiting;
+    snprintf(path, sizeof path, "/proc/%d/schedstat", (int)pid);
+    int found = ddp_read_file(path, 256, &text, &len) == 0 &&
+                sscanf(text, "%llu %llu", &on_cpu, &waiting) == 2;
+    free(text);
+    return found ? (double)(on_cpu + waiting) / 1e9 : ddp_hang_cpu_seconds(pid);
+}
+
+/* How many running workers were busy since the last look (each one's runnable seconds
+ * kept for the next); all of them at the first look, which has nothing to compare. */
+static int busy_workers(ddp_agent_t *a, double interval)
+{
+    int busy = 0;
+    for (int i = 0; i < a->nworkers; i++) {
+        ddp_worker_t *w = &a->workers[i];
+        double now = w->running ? runnable_seconds(w->pid) : -1;
+        if (now >= 0 && (interval <= 0 || now - w->runnable >= BUSY_SHARE * interval))
+            busy++;
+        w->runnable = now;
+    }
+    return busy;
+}
+
+static int cpus_here(void)
+{
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
+}
+
+/* One look at an importing zygote: held while the workers need every CPU; no more looks
+ * once it is ready, ended, or past HOLD_MAX_S. */
+static void look_at_zygote(ddp_agent_t *a)
+{
+    ddp_zygote_t *z = &a->zygote;
+    double now = ddp_clock_mono(), interval = a->zygote_looked > 0 ? now - a->zygote_looked : 0;
+    a->zygote_looked = now;
+    if (z->pid <= 0 || z->ready || z->given_up || now - z->started >= HOLD_MAX_S) {
+        ddp_zygote_hold(z, false);
+        uv_timer_stop(&a->zygote_timer);
+        return;
+    }
+    ddp_zygote_hold(z, busy_workers(a, interval) >= cpus_here());
+}
+
+static void on_zygote_timer(uv_timer_t *timer)
+{
+    look_at_zygote(timer->data);
+}
+
+void ddp_agent_watch_zygote(ddp_agent_t *a)
+{
+    a->zygote_looked = 0;
+    look_at_zygote(a);
+    if (a->zygote.pid > 0 && !a->zygote.ready)
+        uv_timer_start(&a->zygote_timer, on_zygote_timer, LOOK_MS, LOOK_MS);
+}
+
 /* --warm-restarts: the zygote, with local rank 0's environment less each worker's own,
- * once the first attempt's workers run; nothing waits for it. */
+ * once the first attempt's workers run, or before as a launcher that may wait as a hot
+ * spare joins (then without node 0's --env values, which it learns with its first round);
+ * nothing waits for it. One still importing is looked at again for the workers just
+ * started. */
 void ddp_agent_start_zygote(ddp_agent_t *a)
 {
     const ddp_launch_config_t *cfg = a->cfg;
     char **added = NULL, **envp = NULL, **shared = NULL;
+    if (a->warm && a->zygote_started && !a->zygote.ready)
+        ddp_agent_watch_zygote(a);
     if (!a->warm || a->zygote_started)
         return;
     a->zygote_started = true;
@@ -68,6 +150,8 @@ void ddp_agent_start_zygote(ddp_agent_t *a)
     if (err != 0)
         ddp_log_warn(a->log, "warm restarts: unable to start the zygote: %s; restarts start cold",
                      ddp_strerror(err));
+    else
+        ddp_agent_watch_zygote(a);
     free(shared);
     free(envp);
     ddp_strv_free(added);

@@ -113,16 +113,39 @@ static void on_output(uv_poll_t *handle, int status, int events)
         close_output(z);
 }
 
+void ddp_zygote_hold(ddp_zygote_t *z, bool hold)
+{
+    double now = ddp_clock_mono();
+    if (z->pid <= 0 || hold == z->held || (hold && z->ready))
+        return;
+    /* The zygote alone: what it forks leads groups of its own. */
+    if (kill(z->pid, hold ? SIGSTOP : SIGCONT) != 0)
+        return;
+    if (!hold)
+        z->held_s += now - z->held_since;
+    z->held_since = now;
+    z->held = hold;
+    ddp_log_debug(z->log, "warm restarts: the zygote %s",
+                  hold ? "waits (stopped) while the "
+                         "workers need every CPU"
+                       : "goes on");
+}
+
 /* A message that is not a reply to a request: ready, or refused. Others are ignored. */
 static void heard(ddp_zygote_t *z, const char *msg, size_t len)
 {
     size_t first = strnlen(msg, len);
     const char *field = first < len ? msg + first + 1 : "";
     if (strcmp(msg, "ready") == 0) {
+        char held[96] = "";
+        ddp_zygote_hold(z, false); /* (stopped after it said so, before this was read) */
         z->ready = true;
         z->why[0] = '\0';
-        ddp_log_info(z->log, "warm restarts: the zygote (pid %d) has imported %s in %.1f s%s%s",
-                     (int)z->pid, z->preload, ddp_clock_mono() - z->started,
+        if (z->held_s >= 0.05)
+            snprintf(held, sizeof held,
+                     " (%.1f s of it stopped while the workers needed every CPU)", z->held_s);
+        ddp_log_info(z->log, "warm restarts: the zygote (pid %d) has imported %s in %.1f s%s%s%s",
+                     (int)z->pid, z->preload, ddp_clock_mono() - z->started, held,
                      strcmp(field, "1") != 0 ? "; threads running in it: " : "",
                      strcmp(field, "1") != 0 ? field : "");
     } else if (strcmp(msg, "refused") == 0) {
@@ -238,6 +261,8 @@ static int start_process(ddp_zygote_t *z)
     }
     z->starts++;
     z->started = ddp_clock_mono();
+    z->held = false;
+    z->held_s = 0;
     snprintf(z->why, sizeof z->why, "the zygote is still importing %s", z->preload);
     ddp_log_debug(z->log, "warm restarts: started the zygote as pid %d", (int)z->pid);
     return 0;
@@ -468,6 +493,7 @@ int ddp_zygote_spawn(ddp_zygote_t *z, const ddp_spawn_t *spec, bool python_stack
         snprintf(why, cap, "%s", z->why[0] ? z->why : "no zygote runs");
         return -EAGAIN;
     }
+    ddp_zygote_hold(z, false);
     if (strcmp(spec->path, z->path) != 0 || spec->argv[1] == NULL ||
         strcmp(spec->argv[1], "-u") != 0) {
         snprintf(why, cap, "its command is not the zygote's %s -u", z->argv[0]);

@@ -16,7 +16,8 @@
  * caller starts the worker cold. A zygote that dies is started again, up to
  * DDP_ZYGOTE_MAX_STARTS times in all. What the zygote itself writes (an import's warning,
  * its traceback) is logged line by line, "warm restarts: zygote: ...", not written bare
- * among the workers' prefixed lines. */
+ * among the workers' prefixed lines. When it imports while the workers need every CPU, the
+ * caller may hold it (stopped) meanwhile: ddp_zygote_hold. */
 #ifndef DDP_LAUNCHER_ZYGOTE_H
 #define DDP_LAUNCHER_ZYGOTE_H
 
@@ -44,6 +45,9 @@ typedef struct ddp_zygote_s {
     ddp_buf_t out_line;  /* what it wrote since its last newline */
     pid_t pid;           /* 0: none runs */
     bool ready;          /* it has imported the modules and serves */
+    bool held;           /* stopped by ddp_zygote_hold while it imports */
+    double held_since;   /* when (monotonic s) */
+    double held_s;       /* how long it has been held since it started */
     bool given_up;       /* refused, or ended too often: no more starts */
     bool own_devices;    /* each worker has its own CUDA_VISIBLE_DEVICES (--virtual-local-rank) */
     int starts;
@@ -69,6 +73,11 @@ int ddp_zygote_start(ddp_zygote_t *z, uv_loop_t *loop, const ddp_log_t *log, ddp
 /* After a SIGCHLD: whether the zygote was the child that ended (reaped here; another is
  * started unless it has been given up). */
 bool ddp_zygote_reap(ddp_zygote_t *z);
+
+/* While the zygote imports: `hold` stops it (SIGSTOP), so that it takes no CPU from the
+ * workers; false lets it go on (SIGCONT). One that says it is ready, or is asked for a
+ * worker, goes on first. */
+void ddp_zygote_hold(ddp_zygote_t *z, bool hold);
 
 /* Forks the worker `spec` describes from the zygote (its path, stdio, limits, guard and
  * binding; `python_stacks`: --hang-dump's faulthandler, as its sitecustomize arms it).

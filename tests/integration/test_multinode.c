@@ -1112,6 +1112,65 @@ static void test_spare_with_other_nproc_refused(void **state)
     job_cleanup(&job);
 }
 
+/* The end of a job of `host` and `other` with `spare` waiting: the file `marker` made (the
+ * workers' sign to end well), other's launcher SIGKILLed; host and the spare end well, the
+ * spare having taken other's node rank `lost_rank`. */
+static void spare_takes_over(th_proc_t *host, th_proc_t *other, th_proc_t *spare,
+                             const char *marker, int lost_rank)
+{
+    char took[96];
+    TH_ASSERT(spare, th_touch(marker));
+    TH_ASSERT(other, kill(other->pid, SIGKILL) == 0);
+    TH_ASSERT(host, th_wait_exit(host, 60));
+    TH_ASSERT(spare, th_wait_exit(spare, 60));
+    TH_ASSERT(host, th_status(host) == 0);
+    TH_ASSERT(spare, th_status(spare) == 0);
+    snprintf(took, sizeof took, "waited as a hot spare: it takes node rank %d", lost_rank);
+    TH_ASSERT(spare, strstr(err(spare), took) != NULL);
+}
+
+/* --hot-spares with --warm-restarts: a spare's zygote imports while the spare waits, so
+ * the workers it starts when it takes a lost node's place are forked from it, as a warm
+ * restart's are, not started cold (a new interpreter importing the modules again). */
+static void test_hot_spare_forks_from_a_ready_zygote(void **state)
+{
+    const char *python = getenv("DDP_TEST_PYTHON");
+    if (python == NULL || *python == '\0' || access(python, X_OK) != 0)
+        skip();
+    char *dir = th_tmpdir(), exec[600], path[1100], marker[700], script[1100], flags[512];
+    snprintf(exec, sizeof exec, "PYTHON_EXEC=%s", python);
+    snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
+    snprintf(marker, sizeof marker, "WARM_TRIGGER=%s/go", dir);
+    snprintf(script, sizeof script, "%s/tests/python/warm_plain.py", th_source_dir());
+    const char *env[] = {exec, path, marker, NULL};
+    const char *workers[] = {script, "marker", NULL};
+    job_t job;
+    job_init(&job);
+    char elastic[256];
+    elastic_flags(&job, "2:2", 1, 60, elastic, sizeof elastic);
+    snprintf(flags, sizeof flags, "%s --hot-spares=1 --warm-restarts --preload=json", elastic);
+    th_proc_t *host = start_node_env(&job, 0, 0, 1, flags, workers, env);
+    TH_ASSERT(host, th_wait_output(host, 2, "hosting its store", 1, 30));
+    th_proc_t *other = start_node_env(&job, 0, 0, 1, flags, workers, env);
+    TH_ASSERT(host, th_wait_output(host, 1, "ready", 1, 30));
+    TH_ASSERT(other, th_wait_output(other, 1, "ready", 1, 30));
+    const char *at = strstr(err(other), "this is node ");
+    TH_ASSERT(other, at != NULL);
+    int lost_rank = atoi(at + strlen("this is node "));
+    th_proc_t *spare = start_node_env(&job, 0, 0, 1, flags, workers, env);
+    TH_ASSERT(spare, th_wait_output(spare, 2, "warm restarts: the zygote (pid ", 1, 30));
+    spare_takes_over(host, other, spare, strchr(marker, '=') + 1, lost_rank);
+    TH_ASSERT(spare, strstr(err(spare), "1 of 1 workers of attempt ") != NULL);
+    TH_ASSERT(spare, strstr(err(spare), "starts cold") == NULL);
+    char done[64];
+    snprintf(done, sizeof done, "DONE group rank %d", lost_rank);
+    TH_ASSERT(spare, strstr(out(spare), done) != NULL);
+    th_wait_exit(other, 10);
+    job_cleanup(&job);
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* Ctrl-Z on node 1, which does not serve the store: node 1 asks the store's host to pause
  * the job, and no node is taken as lost for its missing heartbeats meanwhile (the job
  * failed with "no heartbeat"). */
@@ -1262,17 +1321,8 @@ static void test_ctrl_z_with_a_hot_spare_waiting(void **state)
     TH_ASSERT(spare, th_wait_output(spare, 2, "the node serving the job's store continued", 1, 10));
     /* Its next note is due 5 s after the continue: the same status is not said again. */
     TH_ASSERT(spare, !th_wait_output(spare, 2, "this launcher waits as a hot spare", 2, 6));
-    FILE *f = fopen(marker, "w");
-    assert_non_null(f);
-    fclose(f);
-    TH_ASSERT(other, kill(other->pid, SIGKILL) == 0);
-    TH_ASSERT(host, th_wait_exit(host, 60));
-    TH_ASSERT(spare, th_wait_exit(spare, 60));
-    TH_ASSERT(host, th_status(host) == 0);
-    TH_ASSERT(spare, th_status(spare) == 0);
+    spare_takes_over(host, other, spare, marker, lost_rank);
     char took[96];
-    snprintf(took, sizeof took, "waited as a hot spare: it takes node rank %d", lost_rank);
-    TH_ASSERT(spare, strstr(err(spare), took) != NULL);
     snprintf(took, sizeof took, "GROUP_RANK=%d\n", lost_rank);
     TH_ASSERT(spare, strstr(out(spare), took) != NULL);
     TH_ASSERT(spare, strstr(err(spare), "lost the rendezvous store") == NULL);
@@ -1865,6 +1915,7 @@ int main(int argc, char **argv)
         TH_TEST(test_no_progress_ends_every_node),
         TH_TEST(test_hot_spare_takes_a_lost_nodes_place),
         TH_TEST(test_spare_with_other_nproc_refused),
+        TH_TEST(test_hot_spare_forks_from_a_ready_zygote),
         TH_TEST(test_launchers_waits_not_named),
         TH_TEST(test_remote_wait_named),
         TH_TEST(test_bad_nodes_replaced_by_spares),

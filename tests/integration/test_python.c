@@ -11,6 +11,7 @@
 #include "io.h"
 
 #include <glob.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -624,6 +625,58 @@ static void test_warm_restart_reaps_what_it_adopts(void **state)
     free(dir);
 }
 
+/* The zygote takes no CPU from the first attempt's workers while they need every CPU: with
+ * one CPU and one worker keeping it busy, the zygote has not imported its
+ * module after the worker's first second of CPU; it does once the worker rests, and the
+ * restart is forked from it. */
+static void test_warm_restart_zygote_waits_for_busy_workers(void **state)
+{
+    char path[1100], trigger[1100], rest[1200];
+    cpu_set_t all, one;
+    int first = 0;
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    while (first < CPU_SETSIZE - 1 && !CPU_ISSET(first, &all))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    snprintf(path, sizeof path, "PYTHONPATH=%s/tests/python", th_source_dir());
+    const char *file = th_trigger_var(trigger, sizeof trigger);
+    snprintf(rest, sizeof rest, "%s.rest", file);
+    const char *env[] = {python_env(NULL)[0], path, trigger, NULL};
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=1",
+                          "--max-restarts=1",
+                          "--warm-restarts",
+                          "--preload=json",
+                          "--tee=3",
+                          script("warm_plain.py"),
+                          "spin",
+                          NULL};
+    th_proc_t p;
+    /* The launcher, its workers and its zygote on that one CPU (inherited). */
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    th_start(&p, argv, env);
+    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "SPINNING pid ", 1, 60));
+    const char *at = strstr(ddp_buf_str(&p.out), "SPINNING pid ");
+    pid_t worker = at != NULL ? (pid_t)atoi(at + strlen("SPINNING pid ")) : 0;
+    bool imported = false;
+    for (double deadline = th_now() + 60; !imported && th_cpu_seconds(worker) < 1.0;) {
+        TH_ASSERT(&p, th_now() < deadline);
+        imported = th_wait_output(&p, 2, "has imported json", 1, 0.05);
+    }
+    TH_ASSERT(&p, !imported);
+    TH_ASSERT(&p, th_touch(rest));
+    TH_ASSERT(&p, th_wait_output(&p, 1, "RESTING", 1, 60));
+    TH_ASSERT(&p, th_wait_output(&p, 2, "has imported json", 1, 60));
+    TH_ASSERT(&p, th_touch(file));
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "1 of 1 workers of attempt 1 forked") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 0 done at attempt 1\n") != NULL);
+    th_cleanup(&p);
+}
+
 /* Lets rank 1 fail (the trigger), and waits for the job to end well, both ranks restarted. */
 static void restart_and_finish(th_proc_t *p, const char *file)
 {
@@ -738,6 +791,7 @@ int main(int argc, char **argv)
         TH_TEST(test_warm_restart_resets_what_preload_set),
         TH_TEST(test_warm_restart_proc_shows_the_worker),
         TH_TEST(test_warm_restart_zygote_dies),
+        TH_TEST(test_warm_restart_zygote_waits_for_busy_workers),
         TH_TEST(test_warm_restart_zygote_silent),
     };
     return cmocka_run_group_tests(tests, need_python, NULL);

@@ -1,10 +1,15 @@
 """A plain Python worker (no torch) restarted by ddp-launch, cold or with --warm-restarts.
 
-usage: warm_plain.py raise | hang | show | place | devices | process | proc
+usage: warm_plain.py raise | hang | show | place | devices | process | proc | spin | marker
        (or python -m warm_plain ...)
 
 On attempt 0 rank 1 exits 3 (once the file WARM_TRIGGER names exists, where it is set)
-and rank 0 waits to be stopped. On attempt 1:
+and rank 0 waits to be stopped; but for
+  spin   rank 0 prints SPINNING with its pid and keeps a CPU busy until the file
+         WARM_TRIGGER.rest exists, prints RESTING, and exits 3 once WARM_TRIGGER exists;
+  marker on every attempt: where WARM_TRIGGER exists each rank prints DONE with its
+         GROUP_RANK and RANK and ends well, else it prints "ready" and waits to be stopped.
+On attempt 1:
   raise  rank 1 raises ValueError from a function (its traceback is the interpreter's),
          rank 0 ends well;
   hang   both ranks sleep in stuck_here() without output: a hang to report;
@@ -83,7 +88,28 @@ def stopped_after_rank_1():
     sys.exit(4)
 
 
-if attempt == 0:
+def spin():
+    """Busy (the look for the file is the work) until the file WARM_TRIGGER.rest exists."""
+    print(f"SPINNING pid {os.getpid()}", flush=True)
+    rest = os.environ["WARM_TRIGGER"] + ".rest"
+    deadline = time.monotonic() + 120
+    while not os.path.exists(rest) and time.monotonic() < deadline:
+        pass
+    print("RESTING", flush=True)
+
+
+if sys.argv[1] == "marker":
+    if os.path.exists(os.environ["WARM_TRIGGER"]):
+        print(f"DONE group rank {os.environ['GROUP_RANK']} rank {rank}", flush=True)
+        sys.exit(0)
+    print("ready", flush=True)
+    time.sleep(600)
+elif attempt == 0 and sys.argv[1] == "spin":
+    if rank == 0:
+        spin()
+    wait_for_trigger()
+    sys.exit(3)
+elif attempt == 0:
     if rank == 1:
         wait_for_trigger()
         print("rank 1 fails on attempt 0", flush=True)

@@ -381,17 +381,38 @@ int th_count(const char *text, const char *needle)
     return n;
 }
 
-char th_proc_state(pid_t pid)
+/* /proc/<pid>/stat into buf[cap]: what follows "pid (comm)" (comm may hold spaces and
+ * parentheses), from its state on; NULL when it cannot be read. */
+static const char *stat_after_comm(pid_t pid, char *buf, size_t cap)
 {
-    char path[64], buf[512];
+    char path[64];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "r");
-    size_t n = f != NULL ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    size_t n = f != NULL ? fread(buf, 1, cap - 1, f) : 0;
     if (f != NULL)
         fclose(f);
     buf[n] = '\0';
     const char *paren = strrchr(buf, ')');
-    return paren != NULL && paren[1] == ' ' ? paren[2] : 0;
+    return paren != NULL && paren[1] == ' ' ? paren + 2 : NULL;
+}
+
+char th_proc_state(pid_t pid)
+{
+    char buf[512];
+    const char *state = stat_after_comm(pid, buf, sizeof buf);
+    return state != NULL ? state[0] : 0;
+}
+
+double th_cpu_seconds(pid_t pid)
+{
+    char buf[1024];
+    unsigned long long utime, stime;
+    const char *state = stat_after_comm(pid, buf, sizeof buf);
+    /* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+    if (state == NULL ||
+        sscanf(state, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2)
+        return -1;
+    return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
 }
 
 int th_lines_in(const char *prefix, int n)

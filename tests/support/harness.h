@@ -72,6 +72,9 @@ int th_count(const char *text, const char *needle);
 /* /proc/<pid>/stat's state letter ('T': stopped), or 0 when it cannot be read. */
 char th_proc_state(pid_t pid);
 
+/* The CPU seconds process `pid` has used, its threads together; -1 when it cannot be read. */
+double th_cpu_seconds(pid_t pid);
+
 /* Lines in the files PREFIX.0 ... PREFIX.(N-1); a missing file holds none. */
 int th_lines_in(const char *prefix, int n);
 
