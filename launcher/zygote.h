@@ -2,8 +2,9 @@
  * imported the --preload modules, from which restarted workers are forked.
  *
  * Runs on the loop thread. The zygote (worker/python/ddp_launch/_zygote.py) is started in
- * the background once the first attempt's workers run, with their environment less each
- * worker's own variables; the job never waits for it. Launcher and zygote talk over a
+ * the background once the first attempt's workers run (as a launcher joins, with hot
+ * spares: agent_warm.c), with their environment less each worker's own variables; the job
+ * never waits for it. Launcher and zygote talk over a
  * SOCK_SEQPACKET socket, one message a request or a reply, fields NUL-separated:
  *   to the zygote:   spawn, local rank, cwd, nofile, cpus, memory node, fallback, binding,
  *                    python stacks, guard, argc, argv..., environment... (descriptors:
