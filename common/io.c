@@ -7,8 +7,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -68,21 +70,31 @@ int ddp_writev_all(int fd, struct iovec *iov, int n)
     return 0;
 }
 
-int ddp_read_head(const char *path, void *out, size_t size)
+/* Opens the regular file at `path` for reading, non-blocking (opening a FIFO for reading
+ * would otherwise wait for a writer); with `unfollowed`, neither it nor its directory
+ * through a symbolic link. The descriptor, -errno or DDP_ENOTFILE. */
+static int open_regular(const char *path, bool unfollowed)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return -errno;
-    ssize_t n = pread(fd, out, size, 0);
-    int err = n < 0 ? -errno : 0;
-    close(fd);
-    return err != 0 ? err : (size_t)n < size ? DDP_EPARSE : 0;
-}
-
-int ddp_read_file(const char *path, size_t limit, char **out, size_t *len)
-{
-    /* Non-blocking: opening a FIFO for reading would otherwise wait for a writer. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK, fd;
+    if (unfollowed) {
+        const char *slash = strrchr(path, '/');
+        char dir[PATH_MAX];
+        if (slash == NULL)
+            snprintf(dir, sizeof dir, ".");
+        else if ((size_t)(slash - path) >= sizeof dir)
+            return -ENAMETOOLONG;
+        else
+            snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+        int dirfd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dirfd < 0)
+            return -errno;
+        fd = openat(dirfd, slash != NULL ? slash + 1 : path, flags | O_NOFOLLOW);
+        int saved = errno;
+        close(dirfd);
+        errno = saved;
+    } else {
+        fd = open(path, flags);
+    }
     if (fd < 0)
         return -errno;
     struct stat st;
@@ -91,7 +103,25 @@ int ddp_read_file(const char *path, size_t limit, char **out, size_t *len)
         close(fd);
         return err;
     }
+    return fd;
+}
+
+int ddp_read_head(const char *path, void *out, size_t size)
+{
+    int fd = open_regular(path, true);
+    if (fd < 0)
+        return fd;
+    ssize_t n = pread(fd, out, size, 0);
+    int err = n < 0 ? -errno : 0;
+    close(fd);
+    return err != 0 ? err : (size_t)n < size ? DDP_EPARSE : 0;
+}
+
+/* Reads what is left of `fd` (at most `limit` bytes) as ddp_read_file; closes it. */
+static int read_all(int fd, size_t limit, char **out, size_t *len)
+{
     size_t cap = 4096, used = 0;
+    int err = 0;
     char *buf = malloc(cap + 1);
     if (buf == NULL) {
         err = -ENOMEM;
@@ -135,6 +165,18 @@ out:
     free(buf);
     close(fd);
     return err;
+}
+
+int ddp_read_file(const char *path, size_t limit, char **out, size_t *len)
+{
+    int fd = open_regular(path, false);
+    return fd < 0 ? fd : read_all(fd, limit, out, len);
+}
+
+int ddp_read_worker_file(const char *path, size_t limit, char **out, size_t *len)
+{
+    int fd = open_regular(path, true);
+    return fd < 0 ? fd : read_all(fd, limit, out, len);
 }
 
 static double clock_seconds(clockid_t id)

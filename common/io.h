@@ -23,8 +23,14 @@ int ddp_writev_all(int fd, struct iovec *iov, int n);
  * DDP_ENOTFILE, or DDP_ETOOBIG when the file holds more than `limit` bytes. */
 int ddp_read_file(const char *path, size_t limit, char **out, size_t *len);
 
-/* Reads the first `size` bytes of the file at `path` into `out` (a shared-memory ring's
- * copy: one pread, never blocking on a FIFO). 0; -errno; DDP_EPARSE when it is shorter. */
+/* As ddp_read_file, for a file a worker controls (in its directory): neither the file nor
+ * the directory it is in may be a symbolic link (-ELOOP or -ENOTDIR), which a worker could
+ * point anywhere, into a hung file system too. */
+int ddp_read_worker_file(const char *path, size_t limit, char **out, size_t *len);
+
+/* Reads the first `size` bytes of the worker's file at `path` into `out` (a shared-memory
+ * ring's copy: one pread, never blocking on a FIFO, following no link as
+ * ddp_read_worker_file). 0; -errno; DDP_ENOTFILE; DDP_EPARSE when it is shorter. */
 int ddp_read_head(const char *path, void *out, size_t size);
 
 /* A random version 4 UUID ("1b4e28ba-2fa1-4d2b-883f-0016d3cca427"), as torchrun makes run

@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,15 +25,21 @@ bool ddp_hang_is_ring(const char *name)
            strcmp(name + len - slen, DDP_HANG_RING_SUFFIX) == 0;
 }
 
-/* Calls `fn` with each ring of `dir` (in the order readdir gives). */
+/* Calls `fn` with each ring of the worker's directory `dir` (in the order readdir gives):
+ * a directory the worker replaced with a symbolic link has none (it could point into a
+ * hung file system), nor has a ring that is one (ddp_flight_read). */
 static int each_ring(const char *dir, void (*fn)(const ddp_flight_ring_t *ring, void *ctx),
                      void *ctx)
 {
-    DIR *d = opendir(dir);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     struct dirent *e;
     int found = 0;
-    if (d == NULL)
+    if (d == NULL) {
+        if (fd >= 0)
+            close(fd);
         return 0;
+    }
     while ((e = readdir(d)) != NULL) {
         if (!ddp_hang_is_ring(e->d_name))
             continue;
@@ -149,7 +156,7 @@ bool ddp_hang_python_frame(const char *dir, char *buf, size_t cap)
     char *text = NULL;
     size_t len;
     if (snprintf(path, sizeof path, "%s/python_stack.txt", dir) >= (int)sizeof path ||
-        ddp_read_file(path, 1 << 20, &text, &len) != 0)
+        ddp_read_worker_file(path, 1 << 20, &text, &len) != 0)
         return false;
     /* The main thread of the first dump (one report an attempt): the block (after "Thread ..." or
      * "Current thread ...") whose frames end in <module>; its first frame is the innermost. */

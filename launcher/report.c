@@ -39,7 +39,7 @@ static bool json_timestamp(const ddp_json_t *value, double *out)
 static double refine_timestamp(double ts, const char *path)
 {
     struct stat st;
-    if (ts != (double)(long long)ts || stat(path, &st) != 0 || (double)st.st_mtim.tv_sec != ts)
+    if (ts != (double)(long long)ts || lstat(path, &st) != 0 || (double)st.st_mtim.tv_sec != ts)
         return ts;
     return ts + (double)st.st_mtim.tv_nsec / 1e9;
 }
@@ -49,7 +49,7 @@ static int read_error_file(ddp_failure_t *f, const char *path)
     char *text = NULL;
     size_t len;
     ddp_json_t *root = NULL;
-    int err = ddp_read_file(path, DDP_ERROR_FILE_MAX, &text, &len);
+    int err = ddp_read_worker_file(path, DDP_ERROR_FILE_MAX, &text, &len);
     if (err == -ENOENT)
         return 0;
     if ((f->error_file = strdup(path)) == NULL)

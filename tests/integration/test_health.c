@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -252,73 +251,12 @@ static void test_least_timeout_ends_the_check(void **state)
     }
 }
 
-/* The hung mount of a test (hung_mount), removed whatever happens: by the test, by its
- * teardown after a failed assertion, or (a killed run's) at the next start. */
-static struct {
-    th_proc_t helper;
-    bool running;
-    char dir[64];
-} hung;
-
-/* What killed runs left: mounts named ddp-hung-<pid> whose helper is gone, detached. */
-static void remove_stale_mounts(void)
+/* Whether process `pid`, one of its threads or a descendant of its (the launcher under the
+ * hung mount's helper, its checker) waits in the kernel uninterruptibly (state D: on the
+ * hung mount); `depth` generations are looked at. */
+static bool waits_in_kernel(pid_t pid, int depth)
 {
-    FILE *mounts = fopen("/proc/self/mounts", "re");
-    char source[256], target[512];
-    while (mounts != NULL && fscanf(mounts, "%255s %511s %*s %*s %*d %*d", source, target) == 2) {
-        int pid = 0;
-        if (sscanf(source, "ddp-hung-%d", &pid) == 1 && pid > 0 && kill(pid, 0) != 0) {
-            umount2(target, MNT_DETACH);
-            rmdir(target);
-        }
-    }
-    if (mounts != NULL)
-        fclose(mounts);
-}
-
-/* Mounts a file system that never answers at hung.dir (outside the test's TMPDIR, which
- * teardown walks); false (the test then skips) where FUSE mounts cannot be made. */
-static bool hung_mount(void)
-{
-    char helper[1024];
-    remove_stale_mounts();
-    snprintf(helper, sizeof helper, "%s/tests/hung-mount", getenv("DDP_TEST_BUILD_DIR"));
-    snprintf(hung.dir, sizeof hung.dir, "/tmp/ddp-hung-XXXXXX");
-    assert_non_null(mkdtemp(hung.dir));
-    const char *argv[] = {helper, hung.dir, NULL};
-    th_start(&hung.helper, argv, NULL);
-    hung.running = true;
-    if (th_wait_output(&hung.helper, 1, "mounted", 1, 10))
-        return true;
-    th_wait_exit(&hung.helper, 10);
-    printf("skipped: %s", out(&hung.helper));
-    return false;
-}
-
-/* The mount is detached (its waiting accesses fail) and its directory removed. */
-static void hung_unmount(void)
-{
-    if (!hung.running)
-        return;
-    hung.running = false;
-    kill(hung.helper.pid, SIGTERM);
-    th_wait_exit(&hung.helper, 10);
-    th_cleanup(&hung.helper);
-    rmdir(hung.dir);
-}
-
-static int hung_teardown(void **state)
-{
-    hung_unmount();
-    return th_teardown(state);
-}
-
-/* Whether process `pid` or one of its children (a helper of its) waits in the kernel
- * uninterruptibly (state D: on the hung mount). */
-static bool waits_in_kernel(pid_t pid)
-{
-    char path[96], *children = NULL;
-    size_t len = 0;
+    char path[96];
     if (th_proc_state(pid) == 'D')
         return true;
     snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
@@ -328,26 +266,50 @@ static bool waits_in_kernel(pid_t pid)
     while (!waits && tasks != NULL && (task = readdir(tasks)) != NULL) {
         if (task->d_name[0] < '0' || task->d_name[0] > '9')
             continue;
-        snprintf(path, sizeof path, "/proc/%d/task/%.16s/stat", (int)pid, task->d_name);
-        char *stat = NULL;
+        char *text = NULL;
+        size_t len = 0;
         const char *after;
-        if (ddp_read_file(path, 4096, &stat, &len) == 0 && (after = strrchr(stat, ')')) != NULL)
+        snprintf(path, sizeof path, "/proc/%d/task/%.16s/stat", (int)pid, task->d_name);
+        if (ddp_read_file(path, 4096, &text, &len) == 0 && (after = strrchr(text, ')')) != NULL)
             waits = after[2] == 'D';
-        free(stat);
+        free(text);
+        text = NULL;
         snprintf(path, sizeof path, "/proc/%d/task/%.16s/children", (int)pid, task->d_name);
-        if (!waits && ddp_read_file(path, 4096, &children, &len) == 0)
-            for (char *c = children, *end; *c != '\0' && !waits; c = end) {
+        if (!waits && depth > 0 && ddp_read_file(path, 4096, &text, &len) == 0)
+            for (char *c = text, *end; *c != '\0' && !waits; c = end) {
                 long child = strtol(c, &end, 10);
                 if (end == c)
                     break;
-                waits = th_proc_state((pid_t)child) == 'D';
+                waits = waits_in_kernel((pid_t)child, depth - 1);
             }
-        free(children);
-        children = NULL;
+        free(text);
     }
     if (tasks != NULL)
         closedir(tasks);
     return waits;
+}
+
+/* The launcher with `flags` (NULL-terminated) and the program /bin/echo started, beside a
+ * FUSE mount that never answers at `dir` (tests/helpers/hung_mount.c: in a mount namespace
+ * of its own, which takes the mount with it whatever happens to the test); false (the test
+ * then skips) where no FUSE mount can be made. */
+static bool start_beside_hung_mount(th_proc_t *p, const char *dir, const char *const *flags)
+{
+    const char *argv[16] = {getenv("DDP_TEST_HUNG_MOUNT"), dir, th_launcher()};
+    int n = 3;
+    for (int i = 0; flags[i] != NULL && n < 12; i++)
+        argv[n++] = flags[i];
+    argv[n++] = "--no-python";
+    argv[n++] = "/bin/echo";
+    argv[n++] = "started";
+    argv[n] = NULL;
+    th_start(p, argv, NULL);
+    if (th_wait_exit(p, 0.3) && th_status(p) == 77) {
+        printf("skipped: %s", err(p));
+        th_cleanup(p);
+        return false;
+    }
+    return true;
 }
 
 /* --health-check-path on a file system that never answers (a dead NFS server): the node is
@@ -355,32 +317,32 @@ static bool waits_in_kernel(pid_t pid)
  * waits there ends ddp-launch at once (it sat in the kernel, deaf to signals, for good). */
 static void test_hung_path_is_bounded(void **state)
 {
-    if (!hung_mount())
-        return;
-    char flag[600];
-    snprintf(flag, sizeof flag, "--health-check-path=/tmp,%s/data", hung.dir);
-    const char *argv[] = {th_launcher(), flag,        "--health-check-timeout=1",
-                          "--no-python", "/bin/echo", "started",
-                          NULL};
+    char *dir = th_tmpdir(), hung[700], flag[800];
+    snprintf(hung, sizeof hung, "%s/hung", dir);
+    assert_int_equal(mkdir(hung, 0700), 0);
+    snprintf(flag, sizeof flag, "--health-check-path=/tmp,%s/data", hung);
+    const char *bounded[] = {flag, "--health-check-timeout=1", NULL};
     th_proc_t p;
     double started = th_now();
-    th_start(&p, argv, NULL);
+    if (!start_beside_hung_mount(&p, hung, bounded))
+        goto out;
     TH_ASSERT(&p, th_wait_exit(&p, 15));
     TH_ASSERT(&p, th_now() - started < 8);
     TH_ASSERT(&p, th_status(&p) == 5);
-    char said[700];
-    snprintf(said, sizeof said, "--health-check-path: %s/data did not answer within 1 s", hung.dir);
+    char said[900];
+    snprintf(said, sizeof said, "--health-check-path: %s/data did not answer within 1 s", hung);
     TH_ASSERT(&p, strstr(err(&p), said) != NULL);
     TH_ASSERT(&p, strstr(out(&p), "started") == NULL);
     th_cleanup(&p);
 
-    /* A signal while the check waits on the mount. */
-    snprintf(flag, sizeof flag, "--health-check-path=%s", hung.dir);
-    const char *waiting[] = {th_launcher(), flag, "--no-python", "/bin/echo", "started", NULL};
-    th_start(&p, waiting, NULL);
+    /* A signal while the check waits on the mount (passed on by the mount's helper). */
+    snprintf(flag, sizeof flag, "--health-check-path=%s", hung);
+    const char *waiting[] = {flag, NULL};
+    if (!start_beside_hung_mount(&p, hung, waiting))
+        goto out;
     bool blocked = false;
     for (double deadline = th_now() + 20; !blocked && th_now() < deadline;) {
-        blocked = waits_in_kernel(p.pid);
+        blocked = waits_in_kernel(p.pid, 3);
         if (!blocked)
             nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
     }
@@ -391,8 +353,10 @@ static void test_hung_path_is_bounded(void **state)
     TH_ASSERT(&p, th_now() - sent < 5);
     TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
     TH_ASSERT(&p, strstr(out(&p), "started") == NULL);
-    hung_unmount(); /* (a check still waiting there ends now) */
     th_cleanup(&p);
+out:
+    th_rmtree(dir);
+    free(dir);
 }
 
 /* A hot spare is checked again before it takes a place: its check passed when it joined,
@@ -461,7 +425,7 @@ int main(int argc, char **argv)
         TH_TEST(test_signal_during_check_before_join),
         TH_TEST(test_slow_check_joins_without_a_wrong_note),
         TH_TEST(test_least_timeout_ends_the_check),
-        cmocka_unit_test_setup_teardown(test_hung_path_is_bounded, th_setup, hung_teardown),
+        TH_TEST(test_hung_path_is_bounded),
         TH_TEST(test_spare_checked_before_its_place),
     };
     if (argc > 1)

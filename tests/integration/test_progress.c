@@ -13,19 +13,27 @@
 #include "io.h"
 
 #include <glob.h>
+#include <locale.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <wchar.h>
 
-static char script_path[1024];
+/* The path of tests/python/NAME, in a static buffer. */
+static const char *python_script(const char *name)
+{
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/tests/python/%s", th_source_dir(), name);
+    return path;
+}
 
 static const char *script(void)
 {
-    snprintf(script_path, sizeof script_path, "%s/tests/python/straggler.py", th_source_dir());
-    return script_path;
+    return python_script("straggler.py");
 }
 
 static const char *const *python_env(void)
@@ -308,14 +316,65 @@ static void test_module_outside_ddp_launch(void **state)
     free(dir);
 }
 
-int main(void)
+/* A worker that links its rings into a hung file system (a FUSE mount that never answers,
+ * a dead NFS server's stand-in; tests/helpers/hung_mount.c) cannot block the launcher:
+ * local rank 0 replaces its progress and flight rings with links there, local rank 1 its
+ * whole directory. The launcher follows no link a worker made: the output comes and
+ * SIGTERM acts at once (the loop waited in the file system, deaf to every signal). */
+static void test_ring_links_into_a_hung_mount(void **state)
 {
+    char *dir = th_tmpdir();
+    const char *script = "d=$(dirname \"$DDP_PROGRESS_RING\")\n"
+                         "if [ \"$LOCAL_RANK\" = 0 ]; then\n"
+                         "  ln -s \"$HUNG_MOUNT/ring\" \"$d/progress.ring\" &&\n"
+                         "  ln -s \"$HUNG_MOUNT/ring\" \"$d/flight_main.ring\"\n"
+                         "else\n"
+                         "  mv \"$d\" \"$d.moved\" && ln -s \"$HUNG_MOUNT\" \"$d\"\n"
+                         "fi || exit 9\n"
+                         "for i in 1 2 3 4 5 6 7 8 9 10; do echo \"tick $i\"; sleep 0.1; done\n"
+                         "exec sleep 600\n";
+    const char *argv[] = {getenv("DDP_TEST_HUNG_MOUNT"),
+                          dir,
+                          th_launcher(),
+                          "--nproc-per-node=2",
+                          "--straggler-report=1",
+                          "--hang-timeout=auto",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          script,
+                          NULL};
+    th_proc_t p;
+    double began = th_now();
+    th_start(&p, argv, NULL);
+    bool ticked = th_wait_output(&p, 1, "tick 10", 2, 15);
+    if (!ticked && p.exited && th_status(&p) == 77) { /* no FUSE here, or no privilege */
+        th_cleanup(&p);
+        th_rmtree(dir);
+        free(dir);
+        skip();
+    }
+    TH_ASSERT(&p, ticked);
+    TH_ASSERT(&p, kill(p.pid, SIGTERM) == 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 10));
+    TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+    printf("rings linked into a hung mount: %.1f s\n", th_now() - began);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         TH_TEST(test_libddp_straggler_named),        TH_TEST(test_libddp_reducer_steps),
         TH_TEST(test_two_stragglers_named),          TH_TEST(test_no_straggler_no_line),
         TH_TEST(test_python_straggler_named),        TH_TEST(test_hang_auto_finds_a_stopped_rank),
         TH_TEST(test_hang_auto_spares_a_checkpoint), TH_TEST(test_clock_step_is_no_hang),
         TH_TEST(test_ctrl_z_is_no_hang_for_auto),    TH_TEST(test_module_outside_ddp_launch),
+        TH_TEST(test_ring_links_into_a_hung_mount),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
