@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -71,12 +72,28 @@ void ddp_flight_describe(const ddp_flight_entry_t *e, char *buf, size_t cap)
     ddp_describe_call(e->op, e->seq, e->count, e->dtype, e->reduce_op, e->root, buf, cap);
 }
 
+/* Whether every value the launcher uses is in range (see ddp_flight_read). */
+static bool in_range(const ddp_flight_ring_t *ring)
+{
+    if (ring->entered > DDP_FLIGHT_MAX_SEQ || ring->completed > DDP_FLIGHT_MAX_SEQ ||
+        ring->world_size < 0 || ring->world_size > DDP_FLIGHT_MAX_WORLD || ring->rank < -1 ||
+        ring->rank >= DDP_FLIGHT_MAX_WORLD)
+        return false;
+    for (int i = 0; i < DDP_FLIGHT_SLOTS; i++) {
+        const ddp_flight_entry_t *e = &ring->slots[i];
+        if (e->seq > DDP_FLIGHT_MAX_SEQ || e->entered_ns < 0 || e->entered_ns > DDP_FLIGHT_MAX_NS ||
+            e->left_ns < 0 || e->left_ns > DDP_FLIGHT_MAX_NS)
+            return false;
+    }
+    return true;
+}
+
 int ddp_flight_read(const char *path, ddp_flight_ring_t *out)
 {
     int err = ddp_read_head(path, out, sizeof *out);
     if (err)
         return err;
-    if (out->magic != DDP_FLIGHT_MAGIC || out->version != DDP_FLIGHT_VERSION)
+    if (out->magic != DDP_FLIGHT_MAGIC || out->version != DDP_FLIGHT_VERSION || !in_range(out))
         return DDP_EPARSE;
     out->group[sizeof out->group - 1] = '\0';
     return 0;

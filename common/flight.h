@@ -6,7 +6,9 @@
  * One writer, the thread that runs the context's collectives; each entry is a few
  * stores to shared memory per call. Readers take a copy (ddp_flight_read) and trust an
  * entry whose seq matches its place: one being rewritten at that moment may be torn,
- * which costs a diagnosis one line, never the job. Pure layout and a reader; no
+ * which costs a diagnosis one line, never the job. The worker may write anything there:
+ * the reader takes no ring with a value out of range, so that what it returns bounds
+ * every loop, allocation and difference over it. Pure layout and a reader; no
  * allocation. */
 #ifndef DDP_COMMON_FLIGHT_H
 #define DDP_COMMON_FLIGHT_H
@@ -14,9 +16,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DDP_FLIGHT_MAGIC   0x3130305246504444ull /* "DDPFR001", little-endian */
-#define DDP_FLIGHT_SLOTS   64                    /* the last collectives kept */
-#define DDP_FLIGHT_VERSION 1
+#define DDP_FLIGHT_MAGIC     0x3130305246504444ull /* "DDPFR001", little-endian */
+#define DDP_FLIGHT_SLOTS     64                    /* the last collectives kept */
+#define DDP_FLIGHT_VERSION   1
+#define DDP_FLIGHT_MAX_SEQ   (1ull << 53) /* a collective a microsecond for 285 years */
+#define DDP_FLIGHT_MAX_WORLD (1 << 24)    /* ranks */
+#define DDP_FLIGHT_MAX_NS    (1ll << 62)  /* a time: the year 2116 */
 
 typedef enum {
     DDP_FLIGHT_ALL_REDUCE = 1,
@@ -73,8 +78,11 @@ void ddp_describe_call(int op, uint64_t seq, uint64_t count, int dtype, int redu
                        char *buf, size_t cap);
 void ddp_flight_describe(const ddp_flight_entry_t *e, char *buf, size_t cap);
 
-/* Reads the ring file at `path` into *out. 0; -errno; DDP_EPARSE when it is not a ring of
- * this version (too short, another magic). */
+/* Reads the ring file at `path` into *out (ddp_read_head: following no link). 0; -errno;
+ * DDP_EPARSE when it is not a ring of this version (too short, another magic) or holds a
+ * value out of range: entered, completed and the entries' seq past DDP_FLIGHT_MAX_SEQ,
+ * world_size past DDP_FLIGHT_MAX_WORLD, a rank below -1 or not below it, an entry's time
+ * outside 0..DDP_FLIGHT_MAX_NS. */
 int ddp_flight_read(const char *path, ddp_flight_ring_t *out);
 
 /* The entry of collective `seq` in `ring`, or NULL when the ring no longer (or never)

@@ -6,7 +6,9 @@
  * memory (mmap), no system call. Every field is a little-endian int64 ("word"); times are
  * CLOCK_MONOTONIC nanoseconds, the same clock as the launcher's on that host. A reader
  * takes a copy (ddp_progress_read) and trusts a step slot whose step number matches its
- * place: one being rewritten may be torn, which costs one sample. Pure layout and reader. */
+ * place: one being rewritten may be torn, which costs one sample. The worker may write
+ * anything there: the reader takes no ring with a value out of range, so that what it
+ * returns bounds every loop and sum over it. Pure layout and reader. */
 #ifndef DDP_COMMON_PROGRESS_H
 #define DDP_COMMON_PROGRESS_H
 
@@ -19,6 +21,8 @@
 #define DDP_PROGRESS_SECTIONS 16 /* section names kept (the first 16 seen) */
 #define DDP_PROGRESS_NAME     24 /* bytes of a section's name, NUL-padded */
 #define DDP_PROGRESS_FILE     "progress.ring"
+/* The most steps a ring counts: a step a microsecond for 285 years, exact in a double. */
+#define DDP_PROGRESS_MAX_STEPS (1ll << 53)
 
 typedef struct {
     int64_t step;    /* the step that ended here, from 1; 0: an empty slot */
@@ -52,8 +56,11 @@ _Static_assert(sizeof(ddp_progress_slot_t) == 32, "a step slot is 4 words");
 _Static_assert(sizeof(ddp_progress_section_t) == 48, "a section is 6 words");
 _Static_assert(sizeof(ddp_progress_ring_t) == 128 + 32 * 64 + 48 * 16, "the ring's size");
 
-/* Reads the ring file at `path` into *out. 0; -errno; DDP_EPARSE when it is not a ring of
- * this version (too short, another magic). */
+/* Reads the ring file at `path` into *out (ddp_read_head: following no link). 0; -errno;
+ * DDP_EPARSE when it is not a ring of this version (too short, another magic) or holds a
+ * value out of range: steps and slots' steps in 0..DDP_PROGRESS_MAX_STEPS, `section` in
+ * 0..DDP_PROGRESS_SECTIONS, times and durations (not waits, not sections' totals) in
+ * 0..now. */
 int ddp_progress_read(const char *path, ddp_progress_ring_t *out);
 
 /* The slot of step `step`, or NULL when the ring no longer (or never) held it. */

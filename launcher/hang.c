@@ -25,6 +25,11 @@ bool ddp_hang_is_ring(const char *name)
            strcmp(name + len - slen, DDP_HANG_RING_SUFFIX) == 0;
 }
 
+/* A worker's directory is looked at up to this many entries, and this many rings: a
+ * worker that fills it costs the loop no more. */
+#define MOST_ENTRIES 4096
+#define MOST_RINGS   64
+
 /* Calls `fn` with each ring of the worker's directory `dir` (in the order readdir gives):
  * a directory the worker replaced with a symbolic link has none (it could point into a
  * hung file system), nor has a ring that is one (ddp_flight_read). */
@@ -34,13 +39,13 @@ static int each_ring(const char *dir, void (*fn)(const ddp_flight_ring_t *ring, 
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     struct dirent *e;
-    int found = 0;
+    int found = 0, seen = 0;
     if (d == NULL) {
         if (fd >= 0)
             close(fd);
         return 0;
     }
-    while ((e = readdir(d)) != NULL) {
+    while (seen++ < MOST_ENTRIES && found < MOST_RINGS && (e = readdir(d)) != NULL) {
         if (!ddp_hang_is_ring(e->d_name))
             continue;
         char path[4096];

@@ -316,6 +316,34 @@ static void test_module_outside_ddp_launch(void **state)
     free(dir);
 }
 
+/* A worker that forges a ring the launcher reads (a step counter of INT64_MAX; a flight
+ * ring's completed 2^64-1) cannot hold the launcher's loop: the worker's output still
+ * comes, and SIGTERM ends the job at once (the launcher spun at 100 %, deaf to signals,
+ * its worker left a zombie and its last output lost). */
+static void test_forged_rings_are_bounded(void **state)
+{
+    const char *const *env = python_env();
+    const char *kinds[] = {"progress", "flight"};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        const char *argv[] = {th_launcher(),
+                              "--nproc-per-node=1",
+                              "--straggler-report=1",
+                              "--hang-timeout=auto",
+                              python_script("forged_ring.py"),
+                              kinds[k],
+                              NULL};
+        th_proc_t p;
+        double began = th_now();
+        th_start(&p, argv, env);
+        TH_ASSERT(&p, th_wait_output(&p, 1, "tick 10", 1, 15));
+        TH_ASSERT(&p, kill(p.pid, SIGTERM) == 0);
+        TH_ASSERT(&p, th_wait_exit(&p, 10));
+        TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+        printf("forged %s ring: %.1f s\n", kinds[k], th_now() - began);
+        th_cleanup(&p);
+    }
+}
+
 /* A worker that links its rings into a hung file system (a FUSE mount that never answers,
  * a dead NFS server's stand-in; tests/helpers/hung_mount.c) cannot block the launcher:
  * local rank 0 replaces its progress and flight rings with links there, local rank 1 its
@@ -374,7 +402,7 @@ int main(int argc, char **argv)
         TH_TEST(test_python_straggler_named),        TH_TEST(test_hang_auto_finds_a_stopped_rank),
         TH_TEST(test_hang_auto_spares_a_checkpoint), TH_TEST(test_clock_step_is_no_hang),
         TH_TEST(test_ctrl_z_is_no_hang_for_auto),    TH_TEST(test_module_outside_ddp_launch),
-        TH_TEST(test_ring_links_into_a_hung_mount),
+        TH_TEST(test_forged_rings_are_bounded),      TH_TEST(test_ring_links_into_a_hung_mount),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
