@@ -5,6 +5,7 @@
 #include "io.h"
 
 #include <stdbool.h>
+#include <string.h>
 #include <time.h>
 
 static bool within(int64_t value, int64_t most)
@@ -38,6 +39,58 @@ static bool in_range(const ddp_progress_ring_t *ring)
     return true;
 }
 
+/* The length of the UTF-8 character at s[0..left) (*cp its code point); 0 where the bytes
+ * are no character, or one cut by the end (*cut). */
+static size_t utf8_char(const unsigned char *s, size_t left, uint32_t *cp, bool *cut)
+{
+    static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    size_t n = s[0] < 0x80                   ? 1
+               : s[0] >= 0xC2 && s[0] < 0xE0 ? 2
+               : s[0] >= 0xE0 && s[0] < 0xF0 ? 3
+               : s[0] >= 0xF0 && s[0] < 0xF5 ? 4
+                                             : 0;
+    uint32_t v = n == 1 ? s[0] : s[0] & (0x7Fu >> n);
+    *cut = false;
+    for (size_t i = 1; i < n; i++) {
+        if (i == left) {
+            *cut = true;
+            return 0;
+        }
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        v = v << 6 | (s[i] & 0x3Fu);
+    }
+    if (n == 0 || v < least[n] || v > 0x10FFFF || (v >= 0xD800 && v < 0xE000))
+        return 0;
+    *cp = v;
+    return n;
+}
+
+/* A section's name as the launcher shows it, in a terminal and in JSON: a character cut at
+ * the end (by a writer that cut the name mid-character) is dropped; a byte that is no
+ * UTF-8 and a control character (C0, DEL, C1: a terminal acts on them) are a '?'. */
+static void clean_name(char *name, size_t cap)
+{
+    name[cap - 1] = '\0';
+    size_t len = strlen(name), kept = 0;
+    for (size_t i = 0; i < len;) {
+        uint32_t cp = 0;
+        bool cut;
+        size_t n = utf8_char((const unsigned char *)name + i, len - i, &cp, &cut);
+        if (cut)
+            break;
+        if (n == 0 || cp < 0x20 || (cp >= 0x7F && cp < 0xA0)) {
+            name[kept++] = '?';
+            i += n > 0 ? n : 1;
+            continue;
+        }
+        memmove(name + kept, name + i, n);
+        kept += n;
+        i += n;
+    }
+    name[kept] = '\0';
+}
+
 int ddp_progress_read(const char *path, ddp_progress_ring_t *out)
 {
     int err = ddp_read_head(path, out, sizeof *out);
@@ -46,7 +99,8 @@ int ddp_progress_read(const char *path, ddp_progress_ring_t *out)
     if (out->magic != DDP_PROGRESS_MAGIC || out->version != DDP_PROGRESS_VERSION || !in_range(out))
         return DDP_EPARSE;
     for (int i = 0; i < DDP_PROGRESS_SECTIONS; i++)
-        out->sections[i].name[DDP_PROGRESS_NAME - 1] = '\0';
+        if (out->sections[i].name[0] != '\0')
+            clean_name(out->sections[i].name, DDP_PROGRESS_NAME);
     return 0;
 }
 

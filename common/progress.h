@@ -32,7 +32,7 @@ typedef struct {
 } ddp_progress_slot_t;
 
 typedef struct {
-    char name[DDP_PROGRESS_NAME]; /* "" for an unused entry */
+    char name[DDP_PROGRESS_NAME]; /* "" for an unused entry; UTF-8 */
     int64_t count;                /* times it ended */
     int64_t max_ns;               /* its longest */
     int64_t total_ns;
@@ -60,7 +60,8 @@ _Static_assert(sizeof(ddp_progress_ring_t) == 128 + 32 * 64 + 48 * 16, "the ring
  * DDP_EPARSE when it is not a ring of this version (too short, another magic) or holds a
  * value out of range: steps and slots' steps in 0..DDP_PROGRESS_MAX_STEPS, `section` in
  * 0..DDP_PROGRESS_SECTIONS, times and durations (not waits, not sections' totals) in
- * 0..now. */
+ * 0..now. Section names come back as valid UTF-8 without control characters (a character
+ * cut at the end dropped, others a '?'). */
 int ddp_progress_read(const char *path, ddp_progress_ring_t *out);
 
 /* The slot of step `step`, or NULL when the ring no longer (or never) held it. */

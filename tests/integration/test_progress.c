@@ -392,6 +392,74 @@ static void test_ring_links_into_a_hung_mount(void **state)
     free(dir);
 }
 
+/* Whether the file at `path` is valid UTF-8 (and could be read). */
+static bool file_is_utf8(const char *path, char **text)
+{
+    size_t len;
+    if (ddp_read_file(path, 1 << 20, text, &len) != 0)
+        return false;
+    mbstate_t mb = {0};
+    const char *at = *text;
+    locale_t utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
+    locale_t was = uselocale(utf8);
+    bool valid = utf8 != (locale_t)0;
+    while (valid && *at != '\0') {
+        size_t n = mbrtowc(NULL, at, len - (size_t)(at - *text), &mb);
+        valid = n != (size_t)-1 && n != (size_t)-2 && n != 0;
+        at += valid ? n : 0;
+    }
+    uselocale(was);
+    if (utf8 != (locale_t)0)
+        freelocale(utf8);
+    return valid;
+}
+
+/* Section names are valid UTF-8 and safe on a terminal: one cut at 23 bytes loses the
+ * character cut (hang_timeouts.json and the event log held invalid UTF-8), a terminal's
+ * escape is shown as '?' (its raw bytes reached the terminal). */
+static void test_section_names_are_clean(void **state)
+{
+    const char *const *env = python_env();
+    char *dir = th_tmpdir(), logs[700], events[700], log_flag[720], event_flag[740];
+    snprintf(logs, sizeof logs, "%s/logs", dir);
+    snprintf(events, sizeof events, "%s/events.jsonl", dir);
+    snprintf(log_flag, sizeof log_flag, "--log-dir=%s", logs);
+    snprintf(event_flag, sizeof event_flag, "--event-log-handler=file:%s", events);
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=1",
+                          "--hang-timeout=auto",
+                          "--hang-timeout-floor=1",
+                          "--straggler-report=0",
+                          log_flag,
+                          event_flag,
+                          python_script("sections.py"),
+                          "names",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, "rank 0 has been in section '?[31mred' for ") != NULL);
+    TH_ASSERT(&p, strchr(err, '\x1b') == NULL);
+    char pattern[800], *text = NULL;
+    glob_t g;
+    snprintf(pattern, sizeof pattern, "%s/*/hang_timeouts.json", logs);
+    TH_ASSERT(&p, glob(pattern, 0, NULL, &g) == 0);
+    if (!file_is_utf8(g.gl_pathv[0], &text) ||
+        strstr(text, "\"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\": {") ==
+            NULL)
+        fail_msg("hang_timeouts.json: %s", text != NULL ? text : "(unreadable)");
+    globfree(&g);
+    free(text);
+    text = NULL;
+    if (!file_is_utf8(events, &text))
+        fail_msg("events: %s", text != NULL ? text : "(unreadable)");
+    free(text);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -403,6 +471,7 @@ int main(int argc, char **argv)
         TH_TEST(test_hang_auto_spares_a_checkpoint), TH_TEST(test_clock_step_is_no_hang),
         TH_TEST(test_ctrl_z_is_no_hang_for_auto),    TH_TEST(test_module_outside_ddp_launch),
         TH_TEST(test_forged_rings_are_bounded),      TH_TEST(test_ring_links_into_a_hung_mount),
+        TH_TEST(test_section_names_are_clean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -147,7 +147,9 @@ def _section_index(name):
     index = _names.get(name)
     if index is not None or len(_names) >= _SECTIONS:
         return index
-    data = name.encode("utf-8", "replace")[: _NAME - 1].ljust(_NAME, b"\0")
+    # Whole characters only: the launcher shows the name and writes it as JSON.
+    data = name.encode("utf-8", "replace")[: _NAME - 1].decode("utf-8", "ignore").encode()
+    data = data.ljust(_NAME, b"\0")
     index = len(_names)
     at = (_SECTION0 + 6 * index) * 8
     _map[at:at + _NAME] = data
