@@ -392,6 +392,28 @@ static void test_ring_links_into_a_hung_mount(void **state)
     free(dir);
 }
 
+/* Two threads whose sections overlap without nesting (A enters, B enters, A leaves, B
+ * leaves) leave the rank in no section: a job that steps on is no hang (the ring stayed
+ * "in section 'a'", and --hang-timeout=auto stopped the healthy job at its floor). */
+static void test_overlapping_sections_of_two_threads(void **state)
+{
+    const char *const *env = python_env();
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=1",
+                          "--hang-timeout=auto",
+                          "--hang-timeout-floor=1",
+                          "--straggler-report=0",
+                          python_script("sections.py"),
+                          "overlap",
+                          NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "done") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "hang") == NULL);
+    th_cleanup(&p);
+}
+
 /* Whether the file at `path` is valid UTF-8 (and could be read). */
 static bool file_is_utf8(const char *path, char **text)
 {
@@ -465,12 +487,19 @@ int main(int argc, char **argv)
     if (argc > 1)
         cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_libddp_straggler_named),        TH_TEST(test_libddp_reducer_steps),
-        TH_TEST(test_two_stragglers_named),          TH_TEST(test_no_straggler_no_line),
-        TH_TEST(test_python_straggler_named),        TH_TEST(test_hang_auto_finds_a_stopped_rank),
-        TH_TEST(test_hang_auto_spares_a_checkpoint), TH_TEST(test_clock_step_is_no_hang),
-        TH_TEST(test_ctrl_z_is_no_hang_for_auto),    TH_TEST(test_module_outside_ddp_launch),
-        TH_TEST(test_forged_rings_are_bounded),      TH_TEST(test_ring_links_into_a_hung_mount),
+        TH_TEST(test_libddp_straggler_named),
+        TH_TEST(test_libddp_reducer_steps),
+        TH_TEST(test_two_stragglers_named),
+        TH_TEST(test_no_straggler_no_line),
+        TH_TEST(test_python_straggler_named),
+        TH_TEST(test_hang_auto_finds_a_stopped_rank),
+        TH_TEST(test_hang_auto_spares_a_checkpoint),
+        TH_TEST(test_clock_step_is_no_hang),
+        TH_TEST(test_ctrl_z_is_no_hang_for_auto),
+        TH_TEST(test_module_outside_ddp_launch),
+        TH_TEST(test_forged_rings_are_bounded),
+        TH_TEST(test_ring_links_into_a_hung_mount),
+        TH_TEST(test_overlapping_sections_of_two_threads),
         TH_TEST(test_section_names_are_clean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

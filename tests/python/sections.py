@@ -1,7 +1,7 @@
 """Sections as real programs use them, for --hang-timeout=auto: sections.py MODE
 
 overlap: two threads' sections overlap without nesting (A enters "a", B enters "b", A
-  leaves, B leaves), then 60 steps of 25 ms; prints "done".
+  leaves, B leaves), then 100 steps of 25 ms; prints "done".
 names: sections whose names are cut mid-character (twelve "é", 24 bytes) or hold a
   terminal's escape ("\\x1b[31mred"), each ended once; then "\\x1b[31mred" again, which
   never ends (prints "entered" first).
@@ -34,7 +34,7 @@ if mode == "overlap":
         t.start()
     for t in threads:
         t.join()
-    for _ in range(60):
+    for _ in range(100):
         time.sleep(0.025)
         ddp_launch.step()
     print("done", flush=True)

@@ -14,6 +14,7 @@ all-reduces run inside backward() and are not seen.
 import mmap
 import os
 import sys
+import threading
 import time
 
 _MAGIC = 0x3130304750504444  # "DDPPG001"
@@ -29,11 +30,14 @@ _WORDS = _SECTION0 + 6 * _SECTIONS
 _STEPS, _LAST, _WAIT, _IN, _IN_NS, _EXIT_NS, _LONGEST = 3, 4, 5, 6, 7, 8, 9
 
 _mono = time.monotonic_ns
+_thread_id = threading.get_ident
 _w = None  # the ring's words (memoryview of int64), once attached
 _map = None
 _off = False  # nothing to attach to: every call returns at once
 _last_wait = 0
 _names = {}
+_open = []  # the sections open now (any thread's), in the order entered
+_lock = threading.RLock()  # sections' bookkeeping, from any thread (a signal handler too)
 _COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
                 "reduce_scatter", "reduce_scatter_tensor", "reduce", "barrier", "all_to_all",
                 "all_to_all_single", "gather", "scatter", "all_gather_object",
@@ -144,6 +148,8 @@ def step():
 
 
 def _section_index(name):
+    """The name's entry in the ring (added when new), or None when 16 are taken. Under
+    _lock."""
     index = _names.get(name)
     if index is not None or len(_names) >= _SECTIONS:
         return index
@@ -160,13 +166,14 @@ def _section_index(name):
 class section:
     """`with ddp_launch.section("checkpoint"):` around a phase that is not a step
     (checkpoint, eval): --hang-timeout=auto judges it by its own longest duration. Up
-    to 16 names are kept; sections may nest."""
+    to 16 names are kept; sections nest, and those of several threads (or asyncio tasks)
+    may overlap: the rank is in a section while any is open, the latest entered."""
 
-    __slots__ = ("name", "_index", "_outer", "_outer_ns")
+    __slots__ = ("name", "_entries")
 
     def __init__(self, name):
         self.name = str(name)
-        self._index = None
+        self._entries = None  # (index, entered at, thread) of each time it is open now
 
     def __enter__(self):
         w = _w
@@ -174,27 +181,51 @@ class section:
             w = _attach()
         if w is None:
             return self
-        self._index = _section_index(self.name)
-        if self._index is None:
-            return self
-        self._outer, self._outer_ns = w[_IN], w[_IN_NS]
-        w[_IN_NS] = _mono()
-        w[_IN] = self._index + 1
+        with _lock:
+            index = _section_index(self.name)
+            if index is None:
+                return self
+            entry = (index, _mono(), _thread_id())
+            _open.append(entry)
+            if self._entries is None:
+                self._entries = [entry]
+            else:
+                self._entries.append(entry)
+            w[_IN_NS] = entry[1]
+            w[_IN] = index + 1
         return self
 
     def __exit__(self, *exc):
         w = _w
-        index, self._index = self._index, None
-        if w is None or index is None:
+        if w is None:
             return False
-        now = _mono()
-        took = now - w[_IN_NS]
-        at = _SECTION0 + 6 * index + 3
-        if took > w[at + 1]:
-            w[at + 1] = took
-        w[at + 2] += took
-        w[at] += 1
-        w[_EXIT_NS] = now
-        w[_IN] = self._outer
-        w[_IN_NS] = self._outer_ns
+        entries = self._entries
+        if not entries:
+            return False
+        thread = _thread_id()
+        with _lock:
+            entry = entries[-1] if entries else None
+            if entry is not None and entry[2] != thread:  # open in several threads
+                entry = next((e for e in reversed(entries) if e[2] == thread), None)
+            if entry is None:  # not entered by this thread (the ring was not there)
+                return False
+            entries.remove(entry)
+            if _open[-1] is entry:
+                del _open[-1]
+            else:
+                _open.remove(entry)
+            now = _mono()
+            took = now - entry[1]
+            at = _SECTION0 + 6 * entry[0] + 3
+            if took > w[at + 1]:
+                w[at + 1] = took
+            w[at + 2] += took
+            w[at] += 1
+            # The ring's section: the latest entered of those open (any thread's), or none.
+            w[_EXIT_NS] = now
+            w[_IN] = 0
+            if _open:
+                latest = _open[-1]
+                w[_IN_NS] = latest[1]
+                w[_IN] = latest[0] + 1
         return False
