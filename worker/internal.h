@@ -114,8 +114,9 @@ struct ddp_s {
  * collective waits on. close: unregisters and unmaps (the ring file stays, for the
  * launcher). */
 /* progress.c: a completed iteration (a reducer's wait()) as a step of the launcher's
- * progress ring, `wait_ns` of it blocked in collectives; and the clock it is timed by. */
-void ddp_progress_step(int64_t wait_ns);
+ * progress ring, `wait_ns` of it blocked in collectives (a file there that is no ring is
+ * said once, on `log`, and left as it is); and the clock it is timed by. */
+void ddp_progress_step(const ddp_log_t *log, int64_t wait_ns);
 int64_t ddp_progress_now(void);
 
 int ddp_flight_open(ddp_t *ddp);

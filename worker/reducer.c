@@ -419,7 +419,7 @@ int ddp_reducer_wait(ddp_reducer_t *r)
         r->grads[g].ready = false;
     pthread_mutex_unlock(&r->mutex);
     if (err == 0)
-        ddp_progress_step(ddp_progress_now() - waited_from);
+        ddp_progress_step(&ddp->log, ddp_progress_now() - waited_from);
     return err;
 }
 

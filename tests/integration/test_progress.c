@@ -482,6 +482,72 @@ static void test_section_names_are_clean(void **state)
     free(dir);
 }
 
+/* Whether the file at `path` holds exactly `want`. */
+static bool file_holds(const char *path, const char *want)
+{
+    char *text = NULL;
+    size_t len;
+    bool same = ddp_read_file(path, 1 << 16, &text, &len) == 0 && len == strlen(want) &&
+                memcmp(text, want, len) == 0;
+    free(text);
+    return same;
+}
+
+/* DDP_PROGRESS_RING naming a file that is no ring: ddp_launch.step() and libddp's reducer
+ * leave it as it is and say so (they zero-filled it: a copy of /etc/passwd was
+ * rewritten); a name that does not exist yet becomes a ring. */
+static void test_progress_ring_never_overwrites(void **state)
+{
+    const char *py = getenv("DDP_TEST_PYTHON");
+    if (py == NULL || *py == '\0')
+        skip();
+    const char *passwd = "root:x:0:0:root:/root:/bin/bash\n";
+    char *dir = th_tmpdir(), file[700], fresh[700], ring_var[720], fresh_var[720], path[1100];
+    snprintf(file, sizeof file, "%s/passwd", dir);
+    snprintf(fresh, sizeof fresh, "%s/fresh.ring", dir);
+    snprintf(ring_var, sizeof ring_var, "DDP_PROGRESS_RING=%s", file);
+    snprintf(fresh_var, sizeof fresh_var, "DDP_PROGRESS_RING=%s", fresh);
+    snprintf(path, sizeof path, "PYTHONPATH=%s/worker/python", getenv("DDP_TEST_BUILD_DIR"));
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs(passwd, f);
+    fclose(f);
+    const char *argv[] = {py, "-c",
+                          "import ddp_launch\n"
+                          "ddp_launch.step()\n"
+                          "with ddp_launch.section('eval'): pass\n"
+                          "ddp_launch.step()\n"
+                          "print('ok')\n",
+                          NULL};
+    const char *env[] = {path, ring_var, NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "ok") != NULL);
+    TH_ASSERT(&p, file_holds(file, passwd));
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), " exists and is not a progress ring") == 1);
+    th_cleanup(&p);
+    const char *fresh_env[] = {path, fresh_var, NULL};
+    th_run(&p, argv, fresh_env, 60);
+    struct stat st;
+    TH_ASSERT(&p, th_status(&p) == 0 && stat(fresh, &st) == 0 && st.st_size == 2944);
+    TH_ASSERT(&p, ddp_buf_str(&p.err)[0] == '\0');
+    th_cleanup(&p);
+    /* libddp's reducer (a program of the launcher's, the ring named otherwise). */
+    char script[1500];
+    snprintf(script, sizeof script, "DDP_PROGRESS_RING='%s' exec '%s' slow 3 1 -", file,
+             getenv("DDP_TEST_COLLECTIVES"));
+    const char *launch[] = {
+        th_launcher(), "--nproc-per-node=2", "--no-python", "/bin/sh", "-c", script, NULL};
+    const char *reducer[] = {"DDP_TEST_REDUCER=1", NULL};
+    th_run(&p, launch, reducer, 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, file_holds(file, passwd));
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), " exists and is not a progress ring") == 2);
+    th_cleanup(&p);
+    th_rmtree(dir);
+    free(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -501,6 +567,7 @@ int main(int argc, char **argv)
         TH_TEST(test_ring_links_into_a_hung_mount),
         TH_TEST(test_overlapping_sections_of_two_threads),
         TH_TEST(test_section_names_are_clean),
+        TH_TEST(test_progress_ring_never_overwrites),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,8 +3,8 @@
 They write into the ring ddp-launch names in DDP_PROGRESS_RING (the layout of
 common/progress.h: little-endian int64 words), mapped once: a call is a few stores to
 memory, no system call. Without DDP_PROGRESS_RING (not run by ddp-launch), or when the
-ring cannot be made, they do nothing. A process forked from the worker (a DataLoader's)
-does not write.
+ring cannot be made, they do nothing; a file there that is no ring is left as it is. A
+process forked from the worker (a DataLoader's) does not write.
 
 Once step() has attached, the blocking collectives of torch.distributed called through
 the module (dist.all_reduce(...), dist.barrier(), ...) are timed: their time is the
@@ -13,6 +13,7 @@ all-reduces run inside backward() and are not seen.
 """
 import mmap
 import os
+import stat
 import sys
 import threading
 import time
@@ -50,6 +51,43 @@ def _detach():
     _w, _map, _off = None, None, True
 
 
+def _map_ring(path, size):
+    """The ring file at `path` mapped: made here, exclusively, or one already there (a
+    ring of this version and size, which an earlier process of the worker made). Any
+    other file is left as it is (DDP_PROGRESS_RING may name one the user cares about):
+    NotARing."""
+    made = True
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        made = False
+        if not stat.S_ISREG(os.lstat(path).st_mode):  # opening a device may act
+            raise _NotARing() from None
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if made:
+            os.ftruncate(fd, size)
+        elif not stat.S_ISREG(st.st_mode) or st.st_size != size:
+            raise _NotARing()
+        m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    w = memoryview(m).cast("q")
+    if made:
+        w[1] = _VERSION
+        w[0] = _MAGIC
+    elif w[0] != _MAGIC or w[1] != _VERSION:
+        w.release()
+        m.close()
+        raise _NotARing()
+    return m, w
+
+
+class _NotARing(Exception):
+    pass
+
+
 def _attach():
     """Maps the ring (made here, the first time) or turns every call off."""
     global _w, _map, _off
@@ -57,25 +95,17 @@ def _attach():
     if not path:
         _off = True
         return None
-    size = _WORDS * 8
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            if os.fstat(fd).st_size < size:
-                os.ftruncate(fd, size)
-            m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
+        m, w = _map_ring(path, _WORDS * 8)
+    except _NotARing:
+        print(f"ddp_launch: progress not recorded: {path} exists and is not a progress ring; "
+              "it is left as it is", file=sys.stderr)
+        _off = True
+        return None
     except (OSError, ValueError) as err:
         print(f"ddp_launch: progress not recorded: {path}: {err}", file=sys.stderr)
         _off = True
         return None
-    w = memoryview(m).cast("q")
-    if w[0] != _MAGIC or w[1] != _VERSION:  # new (or a stranger's): start it
-        for i in range(_WORDS):
-            w[i] = 0
-        w[1] = _VERSION
-        w[0] = _MAGIC
     w[2] = os.getpid()
     _map, _w = m, w
     os.register_at_fork(after_in_child=_detach)
