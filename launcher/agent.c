@@ -2084,8 +2084,9 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->log = log;
     a->events.fd = -1;
     /* The progress the job starts from (a resumed job's checkpoint). */
-    a->last_progress =
-        cfg->progress_file != NULL ? ddp_agent_progress_file_value(cfg->progress_file) : -1;
+    a->last_progress = cfg->progress_file != NULL ? ddp_agent_progress_file_value(a) : -1;
+    if (a->last_progress == DDP_PROGRESS_UNREADABLE)
+        a->last_progress = -1;
     a->nworkers = cfg->nproc_per_node;
     a->world_size = cfg->nproc_per_node; /* one node; the rendezvous sets them per round */
     a->nnodes = 1;

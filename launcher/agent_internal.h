@@ -140,6 +140,7 @@ struct ddp_agent_s {
     /* Progress between failed attempts (--max-no-progress-restarts). */
     int no_progress;         /* failed attempts in a row without progress */
     long long last_progress; /* --progress-file's value after the last attempt; -1: none yet */
+    bool progress_file_said; /* that --progress-file cannot be read as an integer */
     /* Where nothing tells progress: attempts in a row that failed the same way at their
      * start (within START_FAILURE_S), and how (their root cause's status and text). */
     int same_failures;
@@ -272,9 +273,11 @@ void ddp_agent_unhealthy_event(ddp_agent_t *a, const char *why);
 long long ddp_agent_oom_kills(char *where, size_t cap);
 char *ddp_agent_oom_message(ddp_agent_t *a, const ddp_worker_t *w, int status);
 void ddp_agent_print_report(ddp_agent_t *a, bool elsewhere);
-/* agent_no_progress.c. --progress-file's integer, or -1 (missing, unreadable, not a
- * number). */
-long long ddp_agent_progress_file_value(const char *path);
+/* agent_no_progress.c. --progress-file's integer; -1 where there is none (no such file);
+ * DDP_PROGRESS_UNREADABLE where it cannot be read as one (said once a job: what it holds,
+ * what is expected). */
+#define DDP_PROGRESS_UNREADABLE (-2)
+long long ddp_agent_progress_file_value(ddp_agent_t *a);
 /* After a failed attempt that would be restarted: NULL while the job can go on; else why
  * it cannot (the no_progress_stop event's reason: progress_file, libddp or
  * same_failure_at_start), with the line that says so in message[cap]. Counts the attempts

@@ -3,27 +3,94 @@
  * attempts that fail the same way at their start. Runs on the loop thread. */
 #include "agent_internal.h"
 
+#include "error.h"
 #include "hang.h"
 #include "io.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
-/* --progress-file's integer, or -1 (missing, unreadable, not a number). */
-long long ddp_agent_progress_file_value(const char *path)
+#define PROGRESS_FILE_MAX 4096 /* bytes: an integer and some room */
+#define SHOWN_MAX         40   /* bytes of what it holds, in the line that says so */
+
+/* What `text` (len bytes) begins with, for a line: its first SHOWN_MAX bytes less trailing
+ * blanks, printable ASCII as it is and any other byte as \xNN. */
+static void show_text(const char *text, size_t len, ddp_buf_t *out)
+{
+    while (len > 0 && strchr(" \t\r\n", text[len - 1]) != NULL)
+        len--;
+    for (size_t i = 0; i < len && i < SHOWN_MAX; i++) {
+        unsigned char c = (unsigned char)text[i];
+        ddp_buf_printf(out, c >= 0x20 && c < 0x7f ? "%c" : "\\x%02x", c);
+    }
+    if (len > SHOWN_MAX)
+        ddp_buf_puts(out, "...");
+}
+
+/* What the file at `path` is when it is not a regular file: "a directory", "a FIFO", ... */
+static const char *file_kind(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return "not a regular file";
+    return S_ISDIR(st.st_mode)    ? "a directory"
+           : S_ISFIFO(st.st_mode) ? "a FIFO"
+           : S_ISSOCK(st.st_mode) ? "a socket"
+           : S_ISCHR(st.st_mode)  ? "a character device"
+           : S_ISBLK(st.st_mode)  ? "a block device"
+                                  : "not a regular file";
+}
+
+/* Says, once a job, why --progress-file cannot be read as an integer: `err` (the read's
+ * error, 0 when it read `text`) and what was expected. */
+static void say_unreadable(ddp_agent_t *a, int err, const char *text, size_t len)
+{
+    if (a->progress_file_said)
+        return;
+    a->progress_file_said = true;
+    const char *path = a->cfg->progress_file;
+    ddp_buf_t what = DDP_BUF_INIT;
+    if (err == 0) {
+        ddp_buf_puts(&what, "it holds '");
+        show_text(text, len, &what);
+        ddp_buf_puts(&what, "'");
+    } else if (err == DDP_ENOTFILE) {
+        ddp_buf_printf(&what, "it is %s", file_kind(path));
+    } else if (err == DDP_ETOOBIG) {
+        ddp_buf_printf(&what, "it holds more than %d bytes", PROGRESS_FILE_MAX);
+    } else {
+        ddp_buf_puts(&what, ddp_strerror(err));
+    }
+    ddp_log_warn(a->log,
+                 "unable to read --progress-file %s: %s, where the last checkpointed iteration "
+                 "is expected, as a bare integer (\"100\"): whether an attempt progressed is not "
+                 "judged by it",
+                 path, ddp_buf_str(&what));
+    ddp_buf_free(&what);
+}
+
+long long ddp_agent_progress_file_value(ddp_agent_t *a)
 {
     char *text = NULL;
-    size_t len;
-    long long value = -1;
-    if (ddp_read_file(path, 4096, &text, &len) == 0) {
+    size_t len = 0;
+    long long value = DDP_PROGRESS_UNREADABLE;
+    int err = ddp_read_file(a->cfg->progress_file, PROGRESS_FILE_MAX, &text, &len);
+    if (err == -ENOENT)
+        return -1;
+    if (err == 0) {
         char *end;
+        errno = 0;
         long long v = strtoll(text, &end, 10);
         while (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')
             end++;
-        if (end != text && *end == '\0' && v >= 0)
+        if (end != text && *end == '\0' && v >= 0 && errno == 0 && memchr(text, '\0', len) == NULL)
             value = v;
     }
+    if (value == DDP_PROGRESS_UNREADABLE)
+        say_unreadable(a, err, text, len);
     free(text);
     return value;
 }
@@ -34,12 +101,13 @@ static int attempt_progressed(ddp_agent_t *a)
 {
     int measured = -1;
     if (a->cfg->progress_file != NULL) {
-        long long v = ddp_agent_progress_file_value(a->cfg->progress_file);
-        measured = v > a->last_progress;
-        if (v > a->last_progress)
+        long long v = ddp_agent_progress_file_value(a);
+        if (v != DDP_PROGRESS_UNREADABLE) /* one that cannot be read tells nothing */
+            measured = v > a->last_progress;
+        if (measured > 0) {
             a->last_progress = v;
-        if (measured)
             return 1;
+        }
     }
     for (int i = 0; i < a->nworkers && a->attempt_dir != NULL; i++) {
         char dir[PATH_MAX];

@@ -406,6 +406,64 @@ static void test_no_progress_stops_restarts(void **state)
     free(dir);
 }
 
+/* A --progress-file that cannot be read as an integer ("step=101", "101.0", JSON; a FIFO,
+ * a directory) is said once, with what it holds and what is expected, and is no measure
+ * of progress: attempts that write it use every restart (after
+ * --max-no-progress-restarts of them the job ended with status 6, "--progress-file did
+ * not advance", with restarts left). */
+static void test_unreadable_progress_file_is_said(void **state)
+{
+    static const struct {
+        const char *write; /* the worker's command writing the file ($1), or "" */
+        const char *make;  /* "fifo", "dir" or NULL: made before the job */
+        const char *said;  /* what the launcher says it found */
+    } forms[] = {
+        {"printf 'step=%s\\n' $((101 + N)) > \"$1\"", NULL, "holds 'step=101'"},
+        {"printf '%s.0\\n' $((101 + N)) > \"$1\"", NULL, "holds '101.0'"},
+        {"printf '{\"step\": %s}\\n' $((101 + N)) > \"$1\"", NULL, "holds '{\"step\": 101}'"},
+        {"", "fifo", "is a FIFO"},
+        {"", "dir", "is a directory"},
+    };
+    char *dir = th_tmpdir();
+    for (size_t k = 0; k < sizeof forms / sizeof forms[0]; k++) {
+        char file[700], flag[720], script[1200];
+        snprintf(file, sizeof file, "%s/iteration.%zu", dir, k);
+        snprintf(flag, sizeof flag, "--progress-file=%s", file);
+        if (forms[k].make != NULL)
+            assert_int_equal(
+                strcmp(forms[k].make, "fifo") == 0 ? mkfifo(file, 0644) : mkdir(file, 0755), 0);
+        /* Each attempt fails its own way: no "same failure at the start" either. */
+        snprintf(script, sizeof script,
+                 "N=$TORCHELASTIC_RESTART_COUNT; echo \"attempt $N\"; %s\n"
+                 "echo \"failed in attempt $N\" >&2; exit 3",
+                 forms[k].write);
+        const char *argv[] = {th_launcher(),
+                              flag,
+                              "--max-restarts=2",
+                              "--max-no-progress-restarts=2",
+                              "--no-python",
+                              "/bin/sh",
+                              "-c",
+                              script,
+                              "sh",
+                              file,
+                              NULL};
+        th_proc_t p;
+        double began = th_now();
+        th_run(&p, argv, NULL, 60);
+        const char *err = ddp_buf_str(&p.err);
+        TH_ASSERT(&p, th_status(&p) == 1);
+        TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "attempt 2") != NULL);
+        TH_ASSERT(&p, th_count(err, "unable to read --progress-file") == 1);
+        TH_ASSERT(&p, strstr(err, forms[k].said) != NULL);
+        TH_ASSERT(&p, strstr(err, "in a row failed without progress") == NULL);
+        printf("%s: %.1f s\n", forms[k].said, th_now() - began);
+        th_cleanup(&p);
+    }
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* Where nothing tells progress (no --progress-file, no libddp): attempts that fail the
  * same way at their start (a SyntaxError, a missing file) are not restarted again and
  * again: status 6 after --max-no-progress-restarts of them, the failure named. Failures
@@ -540,8 +598,10 @@ static void test_event_log_of_a_restart(void **state)
     free(dir);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         TH_TEST(test_restart_until_success),
         TH_TEST(test_restarts_run_out),
@@ -553,6 +613,7 @@ int main(void)
         TH_TEST(test_health_check_nvml),
         TH_TEST(test_gpu_memory_reclaimed_before_restart),
         TH_TEST(test_no_progress_stops_restarts),
+        TH_TEST(test_unreadable_progress_file_is_said),
         TH_TEST(test_same_failure_at_start_stops_restarts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
