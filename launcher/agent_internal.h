@@ -138,9 +138,10 @@ struct ddp_agent_s {
     bool ran_a_round;  /* this launcher has been in a round (else, in a later one: a spare) */
     int failed_rounds; /* rounds in a row in which this node's own workers failed */
     /* Progress between failed attempts (--max-no-progress-restarts). */
-    int no_progress;         /* failed attempts in a row without progress */
-    long long last_progress; /* --progress-file's value after the last attempt; -1: none yet */
-    bool progress_file_said; /* that --progress-file cannot be read as an integer */
+    int no_progress;              /* failed attempts in a row without progress */
+    long long last_progress;      /* --progress-file's value after the last attempt; -1: none yet */
+    bool progress_file_said;      /* that --progress-file cannot be read as an integer */
+    bool no_progress_budget_said; /* at the first restart: --max-no-progress-restarts */
     /* Where nothing tells progress: attempts in a row that failed the same way at their
      * start (within START_FAILURE_S), and how (their root cause's status and text). */
     int same_failures;

@@ -155,7 +155,33 @@ static bool failed_the_same_way(ddp_agent_t *a)
     return same;
 }
 
-const char *ddp_agent_no_progress(ddp_agent_t *a, char *message, size_t cap)
+/* Once a job, at its first restart: how many failed attempts without progress end it,
+ * where they can end it before --max-restarts does. */
+static void say_budget(ddp_agent_t *a)
+{
+    const ddp_launch_config_t *cfg = a->cfg;
+    if (a->no_progress_budget_said || cfg->max_no_progress <= 0 ||
+        cfg->max_no_progress > cfg->max_restarts)
+        return;
+    a->no_progress_budget_said = true;
+    char measure[160];
+    if (cfg->progress_file != NULL)
+        snprintf(measure, sizeof measure, "--progress-file's value rising");
+    else
+        snprintf(measure, sizeof measure,
+                 "a libddp collective completing; where none tells, attempts that fail the same "
+                 "way within %.0f s of their start count",
+                 START_FAILURE_S);
+    ddp_log_info(a->log,
+                 "the job ends with status %d (do not requeue) once %d attempts in a row fail "
+                 "without progress, before --max-restarts=%d runs out "
+                 "(--max-no-progress-restarts=%d; progress: %s)",
+                 DDP_EXIT_NO_PROGRESS, cfg->max_no_progress, cfg->max_restarts,
+                 cfg->max_no_progress, measure);
+}
+
+/* ddp_agent_no_progress, but for the first restart's line. */
+static const char *judge(ddp_agent_t *a, char *message, size_t cap)
 {
     int progressed = attempt_progressed(a);
     char why[DDP_LAST_LINE_MAX + 200];
@@ -183,5 +209,13 @@ const char *ddp_agent_no_progress(ddp_agent_t *a, char *message, size_t cap)
              "%d attempt(s) in a row failed without progress (%s): the job cannot make "
              "progress, and is not restarted (status %d: do not requeue)",
              a->no_progress, why, DDP_EXIT_NO_PROGRESS);
+    return reason;
+}
+
+const char *ddp_agent_no_progress(ddp_agent_t *a, char *message, size_t cap)
+{
+    const char *reason = judge(a, message, cap);
+    if (reason == NULL)
+        say_budget(a);
     return reason;
 }

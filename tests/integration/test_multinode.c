@@ -336,7 +336,7 @@ static void test_no_progress_ends_every_node(void **state)
     job_wait(&job, 60);
     TH_ASSERT(n0, th_status(n0) == 6);
     TH_ASSERT(n1, th_status(n1) == 6);
-    TH_ASSERT(n0, strstr(err(n0), "without progress") != NULL);
+    TH_ASSERT(n0, strstr(err(n0), "in a row failed without progress") != NULL);
     job_cleanup(&job);
     th_rmtree(dir);
     free(dir);

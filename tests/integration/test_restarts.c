@@ -356,7 +356,7 @@ static void test_gpu_memory_reclaimed_before_restart(void **state)
 
 /* No progress across restarts: with --progress-file not advancing, the job ends after K
  * failed attempts in a row with status 6 (do not requeue), not after every restart; one
- * that advances uses them all (status 1). */
+ * that advances uses them all (status 1). The first restart says so. */
 static void test_no_progress_stops_restarts(void **state)
 {
     char *dir = th_tmpdir(), file[600], flag[700], script[1400];
@@ -400,7 +400,11 @@ static void test_no_progress_stops_restarts(void **state)
     th_run(&p, advancing, NULL, 60);
     TH_ASSERT(&p, th_status(&p) == 1);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "attempt 3") != NULL);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "without progress") == NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "in a row failed without progress") == NULL);
+    /* The first restart says the budget, once. */
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.err),
+                           "status 6 (do not requeue) once 2 attempts in a row fail without "
+                           "progress, before --max-restarts=3 runs out") == 1);
     th_cleanup(&p);
     th_rmtree(dir);
     free(dir);
@@ -410,7 +414,7 @@ static void test_no_progress_stops_restarts(void **state)
  * a directory) is said once, with what it holds and what is expected, and is no measure
  * of progress: attempts that write it use every restart (after
  * --max-no-progress-restarts of them the job ended with status 6, "--progress-file did
- * not advance", with restarts left). */
+ * not advance", with restarts left). The first restart says that budget. */
 static void test_unreadable_progress_file_is_said(void **state)
 {
     static const struct {
@@ -457,6 +461,7 @@ static void test_unreadable_progress_file_is_said(void **state)
         TH_ASSERT(&p, th_count(err, "unable to read --progress-file") == 1);
         TH_ASSERT(&p, strstr(err, forms[k].said) != NULL);
         TH_ASSERT(&p, strstr(err, "in a row failed without progress") == NULL);
+        TH_ASSERT(&p, th_count(err, "(--max-no-progress-restarts=2") == 1);
         printf("%s: %.1f s\n", forms[k].said, th_now() - began);
         th_cleanup(&p);
     }
