@@ -70,6 +70,52 @@ int ddp_writev_all(int fd, struct iovec *iov, int n)
     return 0;
 }
 
+/* The directory of `path`, opened (O_PATH) unless it is a symbolic link, and in *base
+ * the name in it. The descriptor or -errno. */
+static int open_parent(const char *path, const char **base)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    if (slash == NULL)
+        snprintf(dir, sizeof dir, ".");
+    else if ((size_t)(slash - path) >= sizeof dir)
+        return -ENAMETOOLONG;
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    *base = slash != NULL ? slash + 1 : path;
+    int fd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    return fd >= 0 ? fd : -errno;
+}
+
+int ddp_stat_worker_file(const char *path, struct stat *st)
+{
+    const char *base;
+    int dirfd = open_parent(path, &base);
+    if (dirfd < 0)
+        return dirfd;
+    int err = fstatat(dirfd, base, st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
+    close(dirfd);
+    return err;
+}
+
+int ddp_create_worker_file(const char *path)
+{
+    const char *base;
+    int dirfd = open_parent(path, &base);
+    if (dirfd < 0)
+        return dirfd;
+    int fd = openat(dirfd, base, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+                    0644);
+    int err = fd < 0 ? -errno : 0;
+    close(dirfd);
+    struct stat st;
+    if (err == 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+        err = DDP_ENOTFILE;
+        close(fd);
+    }
+    return err != 0 ? err : fd;
+}
+
 /* Opens the regular file at `path` for reading, non-blocking (opening a FIFO for reading
  * would otherwise wait for a writer); with `unfollowed`, neither it nor its directory
  * through a symbolic link. The descriptor, -errno or DDP_ENOTFILE. */
@@ -77,18 +123,11 @@ static int open_regular(const char *path, bool unfollowed)
 {
     int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK, fd;
     if (unfollowed) {
-        const char *slash = strrchr(path, '/');
-        char dir[PATH_MAX];
-        if (slash == NULL)
-            snprintf(dir, sizeof dir, ".");
-        else if ((size_t)(slash - path) >= sizeof dir)
-            return -ENAMETOOLONG;
-        else
-            snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
-        int dirfd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        const char *base;
+        int dirfd = open_parent(path, &base);
         if (dirfd < 0)
-            return -errno;
-        fd = openat(dirfd, slash != NULL ? slash + 1 : path, flags | O_NOFOLLOW);
+            return dirfd;
+        fd = openat(dirfd, base, flags | O_NOFOLLOW);
         int saved = errno;
         close(dirfd);
         errno = saved;

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -27,6 +28,15 @@ int ddp_read_file(const char *path, size_t limit, char **out, size_t *len);
  * the directory it is in may be a symbolic link (-ELOOP or -ENOTDIR), which a worker could
  * point anywhere, into a hung file system too. */
 int ddp_read_worker_file(const char *path, size_t limit, char **out, size_t *len);
+
+/* Creates (or truncates) the regular file at `path` in a worker's directory for writing,
+ * following no link as ddp_read_worker_file (a worker could point one anywhere). The
+ * descriptor (non-blocking, close-on-exec), -errno or DDP_ENOTFILE. */
+int ddp_create_worker_file(const char *path);
+
+/* stat(2) of a worker's file (in its directory), following no link as
+ * ddp_read_worker_file: a link is itself. 0 or -errno. */
+int ddp_stat_worker_file(const char *path, struct stat *st);
 
 /* Reads the first `size` bytes of the worker's file at `path` into `out` (a shared-memory
  * ring's copy: one pread, never blocking on a FIFO, following no link as

@@ -21,7 +21,6 @@
 #include "worker_spec.h"
 
 #include <fcntl.h>
-#include <glob.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -41,7 +40,7 @@ uint64_t ddp_agent_worker_output(const ddp_agent_t *a, const ddp_worker_t *w)
         struct stat st;
         snprintf(path, sizeof path, "%s/%d/%s", a->attempt_dir, w->local_rank,
                  k == 0 ? "stdout.log" : "stderr.log");
-        if (stat(path, &st) == 0)
+        if (ddp_stat_worker_file(path, &st) == 0 && S_ISREG(st.st_mode))
             bytes += (uint64_t)st.st_size;
     }
     return bytes;
@@ -104,13 +103,9 @@ static void say_hang_files(const ddp_agent_t *a)
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         int ranks = 0;
         for (int i = 0; i < a->nworkers; i++) {
-            char pattern[PATH_MAX];
-            glob_t g;
-            snprintf(pattern, sizeof pattern, "%s/%d/%s", a->attempt_dir, a->workers[i].local_rank,
-                     kinds[k]);
-            if (glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0)
-                ranks++;
-            globfree(&g);
+            char dir[PATH_MAX];
+            ddp_agent_worker_dir(a, &a->workers[i], dir, sizeof dir);
+            ranks += ddp_hang_dir_has(dir, kinds[k]);
         }
         if (ranks > 0)
             ddp_buf_printf(&found, "%s%s (%d rank%s)", found.len > 0 ? ", " : "",

@@ -10,11 +10,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 bool ddp_hang_is_ring(const char *name)
@@ -30,21 +32,43 @@ bool ddp_hang_is_ring(const char *name)
 #define MOST_ENTRIES 4096
 #define MOST_RINGS   64
 
-/* Calls `fn` with each ring of the worker's directory `dir` (in the order readdir gives):
- * a directory the worker replaced with a symbolic link has none (it could point into a
- * hung file system), nor has a ring that is one (ddp_flight_read). */
-static int each_ring(const char *dir, void (*fn)(const ddp_flight_ring_t *ring, void *ctx),
-                     void *ctx)
+/* The worker's directory `dir` to read, or NULL: one the worker replaced with a symbolic
+ * link is none (it could point into a hung file system). */
+static DIR *open_worker_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (d == NULL && fd >= 0)
+        close(fd);
+    return d;
+}
+
+bool ddp_hang_dir_has(const char *dir, const char *pattern)
+{
+    DIR *d = open_worker_dir(dir);
+    struct dirent *e;
+    bool found = false;
+    for (int seen = 0; d != NULL && !found && seen < MOST_ENTRIES && (e = readdir(d)) != NULL;
+         seen++) {
+        struct stat st;
+        found = fnmatch(pattern, e->d_name, FNM_PERIOD) == 0 &&
+                fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+    }
+    if (d != NULL)
+        closedir(d);
+    return found;
+}
+
+/* Calls `fn` with each ring of the worker's directory `dir` (in the order readdir gives);
+ * a ring that is a symbolic link is none (ddp_flight_read). */
+static int each_ring(const char *dir, void (*fn)(const ddp_flight_ring_t *ring, void *ctx),
+                     void *ctx)
+{
+    DIR *d = open_worker_dir(dir);
     struct dirent *e;
     int found = 0, seen = 0;
-    if (d == NULL) {
-        if (fd >= 0)
-            close(fd);
+    if (d == NULL)
         return 0;
-    }
     while (seen++ < MOST_ENTRIES && found < MOST_RINGS && (e = readdir(d)) != NULL) {
         if (!ddp_hang_is_ring(e->d_name))
             continue;

@@ -24,6 +24,11 @@
 /* Whether file name `name` is a flight recorder ring's (flight_<group>.ring). */
 bool ddp_hang_is_ring(const char *name);
 
+/* Whether the worker's directory `dir` holds a regular file whose name matches the
+ * fnmatch(3) `pattern`; neither a directory nor a file that is a symbolic link counts
+ * (nothing a worker links is followed), and only its first 4096 entries are looked at. */
+bool ddp_hang_dir_has(const char *dir, const char *pattern);
+
 typedef struct {
     int rank;
     bool ring;          /* from a libddp ring; else from /proc (note) */

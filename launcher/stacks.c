@@ -108,7 +108,7 @@ int ddp_stacks_start(uv_loop_t *loop, const pid_t *pids, char *const *paths, int
         char *helper[] = {(char *)DDP_UNWIND_NAME, pid, NULL};
         char *eu[] = {found, "-p", pid, NULL};
         char *gdb[] = {found, "-batch", "-nx", "-p", pid, "-ex", "thread apply all bt", NULL};
-        int fd = open(paths[i], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        int fd = ddp_create_worker_file(paths[i]);
         if (fd < 0)
             continue;
         uv_stdio_container_t stdio[3] = {

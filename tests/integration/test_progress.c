@@ -344,50 +344,65 @@ static void test_forged_rings_are_bounded(void **state)
     }
 }
 
-/* A worker that links its rings into a hung file system (a FUSE mount that never answers,
- * a dead NFS server's stand-in; tests/helpers/hung_mount.c) cannot block the launcher:
- * local rank 0 replaces its progress and flight rings with links there, local rank 1 its
- * whole directory. The launcher follows no link a worker made: the output comes and
- * SIGTERM acts at once (the loop waited in the file system, deaf to every signal). */
+/* A worker that links its files into a hung file system (a FUSE mount that never
+ * answers, a dead NFS server's stand-in; tests/helpers/hung_mount.c) cannot block the
+ * launcher: local rank 0 replaces its progress and flight rings and its stack files with
+ * links there, local rank 1 its whole directory. The launcher follows no link a worker
+ * made (its loop waited in the file system, deaf to every signal): reading the rings
+ * (stragglers, --hang-timeout=auto), the output comes and SIGTERM acts at once; with
+ * --hang-timeout=1 --hang-dump, the hang report comes and ends the job. */
 static void test_ring_links_into_a_hung_mount(void **state)
 {
     char *dir = th_tmpdir();
-    const char *script = "d=$(dirname \"$DDP_PROGRESS_RING\")\n"
-                         "if [ \"$LOCAL_RANK\" = 0 ]; then\n"
-                         "  ln -s \"$HUNG_MOUNT/ring\" \"$d/progress.ring\" &&\n"
-                         "  ln -s \"$HUNG_MOUNT/ring\" \"$d/flight_main.ring\"\n"
-                         "else\n"
-                         "  mv \"$d\" \"$d.moved\" && ln -s \"$HUNG_MOUNT\" \"$d\"\n"
-                         "fi || exit 9\n"
-                         "for i in 1 2 3 4 5 6 7 8 9 10; do echo \"tick $i\"; sleep 0.1; done\n"
-                         "exec sleep 600\n";
-    const char *argv[] = {getenv("DDP_TEST_HUNG_MOUNT"),
-                          dir,
-                          th_launcher(),
-                          "--nproc-per-node=2",
-                          "--straggler-report=1",
-                          "--hang-timeout=auto",
-                          "--no-python",
-                          "/bin/sh",
-                          "-c",
-                          script,
-                          NULL};
-    th_proc_t p;
-    double began = th_now();
-    th_start(&p, argv, NULL);
-    bool ticked = th_wait_output(&p, 1, "tick 10", 2, 15);
-    if (!ticked && p.exited && th_status(&p) == 77) { /* no FUSE here, or no privilege */
+    const char *script =
+        "d=$(dirname \"$DDP_PROGRESS_RING\")\n"
+        "if [ \"$LOCAL_RANK\" = 0 ]; then\n"
+        "  for f in progress.ring flight_main.ring stack.txt python_stack.txt; do\n"
+        "    ln -s \"$HUNG_MOUNT/$f\" \"$d/$f\" || exit 9\n"
+        "  done\n"
+        "else\n"
+        "  mv \"$d\" \"$d.moved\" && ln -s \"$HUNG_MOUNT\" \"$d\" || exit 9\n"
+        "fi\n"
+        "for i in 1 2 3 4 5 6 7 8 9 10; do echo \"tick $i\"; sleep 0.1; done\n"
+        "exec sleep 600\n";
+    const char *looks[][2] = {{"--straggler-report=1", "--hang-timeout=auto"},
+                              {"--hang-timeout=1", "--hang-dump"}};
+    for (size_t k = 0; k < sizeof looks / sizeof looks[0]; k++) {
+        const char *argv[] = {getenv("DDP_TEST_HUNG_MOUNT"),
+                              dir,
+                              th_launcher(),
+                              "--nproc-per-node=2",
+                              looks[k][0],
+                              looks[k][1],
+                              "--no-python",
+                              "/bin/sh",
+                              "-c",
+                              script,
+                              NULL};
+        th_proc_t p;
+        double began = th_now();
+        th_start(&p, argv, NULL);
+        bool ticked = th_wait_output(&p, 1, "tick 10", 2, 15);
+        if (!ticked && p.exited && th_status(&p) == 77) { /* no FUSE here, or no privilege */
+            th_cleanup(&p);
+            th_rmtree(dir);
+            free(dir);
+            skip();
+        }
+        TH_ASSERT(&p, ticked);
+        if (k == 0) {
+            TH_ASSERT(&p, kill(p.pid, SIGTERM) == 0);
+            TH_ASSERT(&p, th_wait_exit(&p, 10));
+            TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+        } else {
+            TH_ASSERT(&p, th_wait_exit(&p, 20));
+            TH_ASSERT(&p, th_status(&p) == 1);
+            TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "the job hung") != NULL);
+        }
+        printf("%s %s, files linked into a hung mount: %.1f s\n", looks[k][0], looks[k][1],
+               th_now() - began);
         th_cleanup(&p);
-        th_rmtree(dir);
-        free(dir);
-        skip();
     }
-    TH_ASSERT(&p, ticked);
-    TH_ASSERT(&p, kill(p.pid, SIGTERM) == 0);
-    TH_ASSERT(&p, th_wait_exit(&p, 10));
-    TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
-    printf("rings linked into a hung mount: %.1f s\n", th_now() - began);
-    th_cleanup(&p);
     th_rmtree(dir);
     free(dir);
 }
