@@ -145,6 +145,11 @@ static int open_regular(const char *path, bool unfollowed)
     return fd;
 }
 
+int ddp_open_worker_file(const char *path)
+{
+    return open_regular(path, true);
+}
+
 int ddp_read_head(const char *path, void *out, size_t size)
 {
     int fd = open_regular(path, true);

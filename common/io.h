@@ -29,6 +29,11 @@ int ddp_read_file(const char *path, size_t limit, char **out, size_t *len);
  * point anywhere, into a hung file system too. */
 int ddp_read_worker_file(const char *path, size_t limit, char **out, size_t *len);
 
+/* Opens the regular file at `path` in a worker's directory for reading (non-blocking,
+ * close-on-exec), following no link as ddp_read_worker_file. The descriptor, -errno or
+ * DDP_ENOTFILE. */
+int ddp_open_worker_file(const char *path);
+
 /* Creates (or truncates) the regular file at `path` in a worker's directory for writing,
  * following no link as ddp_read_worker_file (a worker could point one anywhere). The
  * descriptor (non-blocking, close-on-exec), -errno or DDP_ENOTFILE. */

@@ -119,7 +119,7 @@ static void say_stderr_tail(const ddp_agent_t *a)
         return;
     char path[PATH_MAX], tail[TAIL_BYTES + 1];
     snprintf(path, sizeof path, "%s/%d/stderr.log", a->attempt_dir, local_rank);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = ddp_open_worker_file(path);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) {
         if (fd >= 0)

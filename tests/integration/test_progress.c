@@ -346,34 +346,46 @@ static void test_forged_rings_are_bounded(void **state)
 
 /* A worker that links its files into a hung file system (a FUSE mount that never
  * answers, a dead NFS server's stand-in; tests/helpers/hung_mount.c) cannot block the
- * launcher: local rank 0 replaces its progress and flight rings and its stack files with
+ * launcher: local rank 0 replaces its rings, stack files, stderr.log and error file with
  * links there, local rank 1 its whole directory. The launcher follows no link a worker
  * made (its loop waited in the file system, deaf to every signal): reading the rings
  * (stragglers, --hang-timeout=auto), the output comes and SIGTERM acts at once; with
- * --hang-timeout=1 --hang-dump, the hang report comes and ends the job. */
+ * --hang-timeout=1 --hang-dump, the hang report comes and ends the job; rank 0's failure
+ * is reported (its error file, the tail of its redirected stderr). */
 static void test_ring_links_into_a_hung_mount(void **state)
 {
     char *dir = th_tmpdir();
     const char *script =
         "d=$(dirname \"$DDP_PROGRESS_RING\")\n"
         "if [ \"$LOCAL_RANK\" = 0 ]; then\n"
-        "  for f in progress.ring flight_main.ring stack.txt python_stack.txt; do\n"
-        "    ln -s \"$HUNG_MOUNT/$f\" \"$d/$f\" || exit 9\n"
+        "  for f in progress.ring flight_main.ring stack.txt python_stack.txt stderr.log "
+        "error.json; do\n"
+        "    rm -f \"$d/$f\" && ln -s \"$HUNG_MOUNT/$f\" \"$d/$f\" || exit 9\n"
         "  done\n"
         "else\n"
         "  mv \"$d\" \"$d.moved\" && ln -s \"$HUNG_MOUNT\" \"$d\" || exit 9\n"
         "fi\n"
         "for i in 1 2 3 4 5 6 7 8 9 10; do echo \"tick $i\"; sleep 0.1; done\n"
+        "touch \"$HUNG_MOUNT.$LOCAL_RANK\"\n"
+        "if [ -n \"$HUNG_FAIL\" ] && [ \"$LOCAL_RANK\" = 0 ]; then\n" /* once both ticked */
+        "  for i in $(seq 200); do [ -e \"$HUNG_MOUNT.1\" ] && exit 3; sleep 0.05; done\n"
+        "fi\n"
         "exec sleep 600\n";
-    const char *looks[][2] = {{"--straggler-report=1", "--hang-timeout=auto"},
-                              {"--hang-timeout=1", "--hang-dump"}};
-    for (size_t k = 0; k < sizeof looks / sizeof looks[0]; k++) {
+    const struct {
+        const char *flags[2], *env[2];
+        int status;
+    } runs[] = {
+        {{"--straggler-report=1", "--hang-timeout=auto"}, {NULL}, 128 + SIGTERM},
+        {{"--hang-timeout=1", "--hang-dump"}, {NULL}, 1},
+        {{"--redirects=2", "--hang-timeout=auto"}, {"HUNG_FAIL=1", NULL}, 1},
+    };
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
         const char *argv[] = {getenv("DDP_TEST_HUNG_MOUNT"),
                               dir,
                               th_launcher(),
                               "--nproc-per-node=2",
-                              looks[k][0],
-                              looks[k][1],
+                              runs[k].flags[0],
+                              runs[k].flags[1],
                               "--no-python",
                               "/bin/sh",
                               "-c",
@@ -381,7 +393,7 @@ static void test_ring_links_into_a_hung_mount(void **state)
                               NULL};
         th_proc_t p;
         double began = th_now();
-        th_start(&p, argv, NULL);
+        th_start(&p, argv, runs[k].env);
         bool ticked = th_wait_output(&p, 1, "tick 10", 2, 15);
         if (!ticked && p.exited && th_status(&p) == 77) { /* no FUSE here, or no privilege */
             th_cleanup(&p);
@@ -390,18 +402,22 @@ static void test_ring_links_into_a_hung_mount(void **state)
             skip();
         }
         TH_ASSERT(&p, ticked);
-        if (k == 0) {
+        if (runs[k].status == 128 + SIGTERM)
             TH_ASSERT(&p, kill(p.pid, SIGTERM) == 0);
-            TH_ASSERT(&p, th_wait_exit(&p, 10));
-            TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
-        } else {
-            TH_ASSERT(&p, th_wait_exit(&p, 20));
-            TH_ASSERT(&p, th_status(&p) == 1);
+        TH_ASSERT(&p, th_wait_exit(&p, 20));
+        TH_ASSERT(&p, th_status(&p) == runs[k].status);
+        if (k == 1)
             TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "the job hung") != NULL);
-        }
-        printf("%s %s, files linked into a hung mount: %.1f s\n", looks[k][0], looks[k][1],
-               th_now() - began);
+        if (k == 2)
+            TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "exited with code 3") != NULL);
+        printf("%s %s, files linked into a hung mount: %.1f s\n", runs[k].flags[0],
+               runs[k].flags[1], th_now() - began);
         th_cleanup(&p);
+        for (int r = 0; r < 2; r++) {
+            char mark[700];
+            snprintf(mark, sizeof mark, "%s.%d", dir, r);
+            unlink(mark);
+        }
     }
     th_rmtree(dir);
     free(dir);
