@@ -768,6 +768,8 @@ int main(int argc, char **argv)
                 argv[0]);
         return 2;
     }
+    if (argc > 2)
+        cmocka_set_test_filter(argv[2]);
     prepare();
     const struct CMUnitTest tests[] = {
         TH_TEST(test_gloo_two_ranks),
