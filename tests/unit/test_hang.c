@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static ddp_hang_row_t ring_row(int rank, uint64_t completed, uint64_t current, const char *now)
@@ -210,6 +211,71 @@ static void test_row_from_ring_file(void **state)
     remove_dir(dir);
 }
 
+/* What a worker may write is bounded before use: a ring with a count, a rank or a time out
+ * of range is none (a completed of 2^64-1 made the launcher loop forever); nor is a ring,
+ * or a worker's directory, that is a symbolic link (it could point into a hung file
+ * system); a directory's files are looked for the same way. */
+static void test_rings_bounded_and_not_followed(void **state)
+{
+    char *dir = tmpdir(), sub[600], elsewhere[600];
+    static ddp_flight_ring_t ring;
+    ddp_hang_row_t row;
+    bool found;
+    memset(&ring, 0, sizeof ring);
+    ring.magic = DDP_FLIGHT_MAGIC;
+    ring.version = DDP_FLIGHT_VERSION;
+    ring.world_size = 2;
+    ring.slots[0] = (ddp_flight_entry_t){.seq = 1, .entered_ns = 1000, .left_ns = 2000};
+    ring.entered = ring.completed = 1;
+    write_file(dir, "flight_main.ring", &ring, sizeof ring);
+    assert_int_equal(ddp_hang_progress(dir, &found), 1);
+    const struct {
+        uint64_t entered, completed;
+        int32_t rank, world_size;
+        int64_t left_ns;
+    } forged[] = {
+        {UINT64_MAX, UINT64_MAX, 0, 2, 2000},
+        {1, DDP_FLIGHT_MAX_SEQ + 1, 0, 2, 2000},
+        {1, 1, -2, 2, 2000},
+        {1, 1, DDP_FLIGHT_MAX_WORLD, 2, 2000},
+        {1, 1, 0, -1, 2000},
+        {1, 1, 0, 2, -1},
+        {1, 1, 0, 2, INT64_MAX},
+    };
+    for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
+        static ddp_flight_ring_t bad;
+        bad = ring;
+        bad.entered = forged[i].entered;
+        bad.completed = forged[i].completed;
+        bad.rank = forged[i].rank;
+        bad.world_size = forged[i].world_size;
+        bad.slots[0].left_ns = forged[i].left_ns;
+        write_file(dir, "flight_main.ring", &bad, sizeof bad);
+        assert_int_equal(ddp_hang_row_from_dir(dir, 3.0, &row), -ENOENT);
+    }
+    /* A link to a good ring, and a directory that is a link: none. */
+    snprintf(sub, sizeof sub, "%s/0", dir);
+    snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere", dir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    assert_int_equal(mkdir(elsewhere, 0755), 0);
+    write_file(elsewhere, "flight_main.ring", &ring, sizeof ring);
+    write_file(elsewhere, "stack.txt", "x", 1);
+    char target[700], link_path[700];
+    snprintf(target, sizeof target, "%s/flight_main.ring", elsewhere);
+    snprintf(link_path, sizeof link_path, "%s/flight_main.ring", sub);
+    assert_int_equal(symlink(target, link_path), 0);
+    assert_int_equal(ddp_hang_row_from_dir(sub, 3.0, &row), -ENOENT);
+    assert_true(ddp_hang_dir_has(elsewhere, "stack.txt"));
+    assert_true(ddp_hang_dir_has(elsewhere, "flight_*.ring"));
+    assert_false(ddp_hang_dir_has(sub, "flight_*.ring"));
+    snprintf(link_path, sizeof link_path, "%s/1", dir);
+    assert_int_equal(symlink(elsewhere, link_path), 0);
+    assert_int_equal(ddp_hang_row_from_dir(link_path, 3.0, &row), -ENOENT);
+    assert_false(ddp_hang_dir_has(link_path, "stack.txt"));
+    assert_int_equal(ddp_hang_row_from_dir(elsewhere, 3.0, &row), 0);
+    remove_dir(dir);
+}
+
 static void test_python_frame(void **state)
 {
     char *dir = tmpdir(), frame[200];
@@ -263,6 +329,7 @@ int main(void)
         cmocka_unit_test(test_rows_text_round_trip),
         cmocka_unit_test(test_rows_text_malformed),
         cmocka_unit_test(test_row_from_ring_file),
+        cmocka_unit_test(test_rings_bounded_and_not_followed),
         cmocka_unit_test(test_python_frame),
         cmocka_unit_test(test_proc),
     };
