@@ -227,6 +227,17 @@ static void local_rows(const ddp_agent_t *a, ddp_buf_t *out)
     (void)ddp_straggler_entries_format(entries, k, out);
 }
 
+/* --straggler-action=exclude: what becomes of the straggler's node (the node serving the
+ * store stays: its leaving would end the job). */
+static const char *exclusion(const ddp_agent_t *a, const ddp_straggler_row_t *r)
+{
+    if (!a->cfg->straggler_exclude || a->rdzv == NULL)
+        return "";
+    if (a->coord != NULL && r->node == a->group_rank)
+        return "; its node serves the job's store: it stays (--straggler-action=exclude)";
+    return "; its node leaves the job at the next restart (--straggler-action)";
+}
+
 /* The report over every node's rows (this node's, and on the store's host the others'). */
 static void report(ddp_agent_t *a, const char *text, double window)
 {
@@ -248,10 +259,7 @@ static void report(ddp_agent_t *a, const char *text, double window)
         const ddp_straggler_row_t *r = &rows[found[j]];
         ddp_buf_t line = DDP_BUF_INIT, fields = DDP_BUF_INIT;
         ddp_straggler_describe(r, ratio[j], median, window, &line);
-        ddp_log_warn(a->log, "%s%s", ddp_buf_str(&line),
-                     a->cfg->straggler_exclude && a->rdzv != NULL
-                         ? "; its node leaves the job at the next restart (--straggler-action)"
-                         : "");
+        ddp_log_warn(a->log, "%s%s", ddp_buf_str(&line), exclusion(a, r));
         if (a->cfg->straggler_exclude && r->node == a->group_rank)
             a->straggler_named = true;
         else if (a->cfg->straggler_exclude && a->coord != NULL)

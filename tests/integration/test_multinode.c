@@ -1896,6 +1896,27 @@ static void test_straggler_node_excluded_at_restart(void **state)
     job_cleanup(&job);
 }
 
+/* --straggler-action=exclude, static 2 nodes: the straggler is node 0's rank, and node 0
+ * serves the store: it stays, at the restart (rank 0 fails once) and in every report
+ * before and after it (they said "its node leaves the job at the next restart"). */
+static void test_straggler_on_the_store_host_stays(void **state)
+{
+    const char *slow[] = {getenv("DDP_TEST_COLLECTIVES"), "slow", "50", "10", "0", "30", NULL};
+    const char *flags = "--max-restarts=1 --straggler-report=1 --straggler-action=exclude";
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 2, 0, 1, flags, slow);
+    th_proc_t *n1 = start_node(&job, 2, 1, 1, flags, slow);
+    job_wait(&job, 120);
+    TH_ASSERT(n0, th_status(n0) == 0);
+    TH_ASSERT(n1, th_status(n1) == 0);
+    TH_ASSERT(n0, strstr(err(n0), "straggler: rank 0 (node 0 on ") != NULL);
+    TH_ASSERT(n0, strstr(err(n0), "serves the job's store: it stays") != NULL);
+    TH_ASSERT(n0, strstr(err(n0), "leaves the job") == NULL);
+    TH_ASSERT(n0, strstr(out(n0), "slow: rank 0 of 2 finished 50 steps") != NULL);
+    job_cleanup(&job);
+}
+
 /* An argument runs only the tests whose names match it (a glob). */
 int main(int argc, char **argv)
 {
@@ -1907,6 +1928,7 @@ int main(int argc, char **argv)
         TH_TEST(test_hang_report_across_nodes),
         TH_TEST(test_straggler_on_another_node),
         TH_TEST(test_straggler_node_excluded_at_restart),
+        TH_TEST(test_straggler_on_the_store_host_stays),
         TH_TEST(test_failure_restarts_every_node),
         TH_TEST(test_failure_without_restarts_ends_every_node),
         TH_TEST(test_ranks_left_early_named),
