@@ -265,8 +265,8 @@ static void report(ddp_agent_t *a, const char *text, double window)
         else if (a->cfg->straggler_exclude && a->coord != NULL)
             ddp_rdzv_coord_name_straggler(a->coord, r->node, ddp_buf_str(&line));
         ddp_events_int(&fields, "rank", r->rank);
-        ddp_events_int(&fields, "node", r->node);
-        ddp_events_str(&fields, "host", r->host);
+        ddp_events_int(&fields, "rank_node", r->node); /* node and host: the reporter's */
+        ddp_events_str(&fields, "rank_host", r->host);
         ddp_events_double(&fields, "work_ms", r->work_s / r->units * 1e3);
         ddp_events_double(&fields, "median_ms", median * 1e3);
         ddp_events_double(&fields, "ratio", ratio[j]);

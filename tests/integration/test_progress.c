@@ -85,7 +85,8 @@ static void run_slow(th_proc_t *p, const char *report, const char *flag, const c
 
 /* libddp: 4 ranks all-reduce 150 times, rank 2 sleeping 30 ms more a step: the 2 s
  * reports name rank 2 (and no other), whom the node's collectives waited for; the event
- * log has it. */
+ * log has it, each key once (the straggler's node and host are rank_node and rank_host:
+ * node and host are the reporter's, as in every event). */
 static void test_libddp_straggler_named(void **state)
 {
     char *dir = th_tmpdir(), events[700], flag[740];
@@ -101,8 +102,13 @@ static void test_libddp_straggler_named(void **state)
     char *text = NULL;
     size_t len;
     assert_int_equal(ddp_read_file(events, 1 << 20, &text, &len), 0);
-    if (strstr(text, "\"event\": \"straggler\"") == NULL || strstr(text, "\"rank\": 2") == NULL)
+    char *line = strstr(text, "\"event\": \"straggler\"");
+    if (line == NULL || strstr(line, "\"rank\": 2") == NULL)
         fail_msg("no straggler event for rank 2 in:\n%s", text);
+    line[strcspn(line, "\n")] = '\0';
+    if (th_count(line, "\"node\": ") != 1 || th_count(line, "\"host\": ") != 1 ||
+        strstr(line, "\"rank_node\": 0, \"rank_host\": \"") == NULL)
+        fail_msg("a straggler event's keys: %s", line);
     free(text);
     th_rmtree(dir);
     free(dir);
