@@ -28,6 +28,7 @@
 #define AUTO_WARMUP  10
 #define AUTO_COLD_S  600.0
 #define AUTO_TICK_MS 100
+#define IDLE_TICK_MS 30000
 
 /* How often to look: a twentieth of the straggler window, and with --hang-timeout=auto a
  * fifth of the shortest timeout it judged by at the last look (`limit`, s), within
@@ -38,6 +39,18 @@ static uint64_t tick_ms(const ddp_launch_config_t *cfg, double limit)
     if (cfg->hang_auto && limit * 1000 / 5 < ms)
         ms = limit * 1000 / 5;
     return ms < 50 ? 50 : ms > 1000 ? 1000 : (uint64_t)ms;
+}
+
+/* The next look's delay after one at `ms`: while no worker has a ring (it may never have
+ * one: a program that reports nothing), twice as late each time up to IDLE_TICK_MS, so
+ * that such a job costs next to nothing (a look is a wakeup and a few system calls a
+ * worker: at 1024 simulated nodes, as much CPU again as their heartbeats); with one, as
+ * often as tick_ms says. */
+static uint64_t next_tick_ms(const ddp_agent_t *a, bool rings, uint64_t ms)
+{
+    if (rings)
+        return tick_ms(a->cfg, a->tick_limit);
+    return ms >= IDLE_TICK_MS / 2 ? IDLE_TICK_MS : 2 * ms;
 }
 
 static double auto_limit(const ddp_agent_t *a, double longest)
@@ -312,6 +325,7 @@ static void on_progress(uv_timer_t *timer)
     const ddp_launch_config_t *cfg = a->cfg;
     double now = ddp_clock_mono();
     char why[240] = "";
+    bool rings = false;
     if (a->state != AGENT_RUNNING || a->nrunning == 0 || a->paused)
         return;
     a->tick_limit = AUTO_COLD_S;
@@ -328,6 +342,7 @@ static void on_progress(uv_timer_t *timer)
          * libddp's collectives; the flight ring says who arrived last either way. */
         bool steps = ddp_progress_read(path, &ring) == 0;
         a->has_flight[i] = ddp_hang_busiest_ring(dir, &a->rings[i]) == 0;
+        rings = rings || steps || a->has_flight[i];
         if (steps) {
             ddp_straggler_take_progress(&a->accs[i], &ring);
             learn_steps(&a->learnt, &ring);
@@ -341,12 +356,11 @@ static void on_progress(uv_timer_t *timer)
     }
     ddp_straggler_take_arrivals(a->accs, a->rings, a->has_flight, a->nworkers, &a->common_seq,
                                 a->latest);
-    if (cfg->hang_auto) {
-        uint64_t ms = tick_ms(cfg, a->tick_limit);
-        if (ms != uv_timer_get_repeat(timer))
-            uv_timer_set_repeat(timer, ms);
+    uint64_t ms = next_tick_ms(a, rings, uv_timer_get_repeat(timer));
+    if (ms != uv_timer_get_repeat(timer))
+        uv_timer_start(timer, on_progress, ms, ms);
+    if (cfg->hang_auto)
         write_learnt(a, now);
-    }
     if (why[0] != '\0' && a->hang == HANG_IDLE && !a->hang_done) {
         ddp_agent_hang_begin(a, true, true, why);
         return;
