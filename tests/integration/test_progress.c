@@ -342,7 +342,8 @@ static void test_no_ring_few_looks(void **state)
     th_cleanup(&p);
 }
 
-/* Outside ddp-launch, ddp_launch.step() and section() do nothing (and make no file). */
+/* Outside ddp-launch, ddp_launch.step(), section() and watch() do nothing (make no file,
+ * register no comm hook); watch() refuses what is not a DDP model. */
 static void test_module_outside_ddp_launch(void **state)
 {
     const char *py = getenv("DDP_TEST_PYTHON");
@@ -354,6 +355,12 @@ static void test_module_outside_ddp_launch(void **state)
                           "import os, ddp_launch\n"
                           "for _ in range(3): ddp_launch.step()\n"
                           "with ddp_launch.section('eval'): pass\n"
+                          "class DDP:\n"
+                          "    def register_comm_hook(self, state, hook): raise SystemExit(3)\n"
+                          "model = DDP()\n"
+                          "assert ddp_launch.watch(model) is model\n"
+                          "try: ddp_launch.watch(object())\n"
+                          "except TypeError: print('refused')\n"
                           "print('ok', sorted(os.listdir('.')))\n",
                           NULL};
     const char *env[] = {path, "DDP_PROGRESS_RING=", NULL};
@@ -363,7 +370,7 @@ static void test_module_outside_ddp_launch(void **state)
     th_run(&p, argv, env, 60);
     assert_int_equal(chdir(cwd), 0);
     TH_ASSERT(&p, th_status(&p) == 0);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "ok []") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "refused\nok []") != NULL);
     th_cleanup(&p);
     th_rmtree(dir);
     free(dir);

@@ -9,7 +9,8 @@ process forked from the worker (a DataLoader's) does not write.
 Once step() has attached, the blocking collectives of torch.distributed called through
 the module (dist.all_reduce(...), dist.barrier(), ...) are timed: their time is the
 step's wait, so that a rank the others wait for shows as the one working longer. DDP's own
-all-reduces run inside backward() and are not seen.
+all-reduces run inside backward(), out of sight, unless the model is given to watch(): a
+comm hook then times them.
 """
 import mmap
 import os
@@ -44,6 +45,8 @@ _COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor
                 "all_to_all_single", "gather", "scatter", "all_gather_object",
                 "broadcast_object_list", "gather_object", "scatter_object_list")
 _wrapped = False
+_ddp_lock = threading.Lock()
+_ddp_wait = 0  # ns waited in watched DDP all-reduces since the last step()
 
 
 def _detach():
@@ -146,6 +149,70 @@ def _wrap_torch():
             setattr(dist, name, _timed(fn))
 
 
+class _Buckets:
+    """A comm hook around `hook` that times one DDP model's all-reduces. DDP launches a
+    bucket's all-reduce as soon as its gradients are ready, in order, while backward()
+    goes on; once the last bucket is launched the rank's own gradients are done, and
+    from then until every bucket's all-reduce has completed (DDP waits for them all
+    before backward() returns) it waits for the other ranks. The hook runs on the
+    backward pass's thread, the completions on the process group's: a lock."""
+
+    __slots__ = ("hook", "launched", "done", "since")
+
+    def __init__(self, hook):
+        self.hook = hook
+        self.launched = self.done = self.since = 0
+
+    def launch(self, state, bucket):
+        """The comm hook (DDP wants a function with a name, its bucket called `bucket`)."""
+        with _ddp_lock:
+            if bucket.index() == 0:  # a new backward pass (the last one may have failed)
+                self.launched = self.done = self.since = 0
+            self.launched += 1
+            if bucket.is_last():
+                self.since = _mono()
+        return self.hook(state, bucket).then(self._completed)
+
+    def _completed(self, fut):
+        global _ddp_wait
+        with _ddp_lock:
+            self.done += 1
+            if self.since and self.done == self.launched:
+                _ddp_wait += _mono() - self.since
+                self.since = 0
+        return fut.value()
+
+
+def watch(model, hook=None, state=None):
+    """Lets ddp-launch see a DistributedDataParallel model's gradient all-reduces, which
+    run inside backward(): their wait is each step's, as for a timed dist.all_reduce, so
+    that --straggler-report can name a slow rank. Call it once, after wrapping the model; keep calling step() once an
+    iteration.
+
+    It registers a comm hook (DDP allows one): DDP's default all-reduce (the mean of
+    the gradients), or `hook` with `state` (as for model.register_comm_hook), timed.
+    Not under ddp-launch it registers nothing. Returns the model."""
+    if not callable(getattr(model, "register_comm_hook", None)):
+        raise TypeError("ddp_launch.watch() takes a DistributedDataParallel model, not "
+                        + type(model).__name__)
+    if _w is None and (_off or _attach() is None):
+        return model
+    if hook is None:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        hook = allreduce_hook
+    model.register_comm_hook(state, _Buckets(hook).launch)
+    return model
+
+
+def _take_ddp_wait():
+    """The watched models' wait since the last call (ns)."""
+    global _ddp_wait
+    with _ddp_lock:
+        took, _ddp_wait = _ddp_wait, 0
+    return took
+
+
 def step():
     """Marks the end of one training iteration (call it once an iteration)."""
     global _last_wait
@@ -158,6 +225,8 @@ def step():
             return
     if not _wrapped:
         _wrap_torch()
+    if _ddp_wait:
+        w[_WAIT] += _take_ddp_wait()
     now = _mono()
     last = w[_LAST]
     n = w[_STEPS] + 1
