@@ -47,7 +47,8 @@ typedef struct {
     int64_t section_ns;      /* when it entered that section */
     int64_t section_exit_ns; /* when it last left a section */
     int64_t longest_step_ns; /* longest time between steps spent outside sections */
-    int64_t reserved[6];
+    int64_t collective_ns;   /* when it began waiting in a collective it is in (0: none) */
+    int64_t reserved[5];
     ddp_progress_slot_t slots[DDP_PROGRESS_SLOTS]; /* step s at slots[(s - 1) % SLOTS] */
     ddp_progress_section_t sections[DDP_PROGRESS_SECTIONS];
 } ddp_progress_ring_t;

@@ -214,6 +214,11 @@ static const char *progress_activity(const char *dir, char *buf, size_t cap)
         snprintf(buf + len, cap - len, ", in section '%s' for %.1f s",
                  ring.sections[ring.section - 1].name, now - (double)ring.section_ns / 1e9);
     }
+    if (ring.collective_ns > 0 && ring.collective_ns <= now * 1e9) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, ", waiting in a collective for %.1f s",
+                 now - (double)ring.collective_ns / 1e9);
+    }
     return buf;
 }
 

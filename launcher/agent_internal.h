@@ -71,6 +71,7 @@ typedef struct ddp_worker_s {
     /* --hang-timeout=auto (agent_progress.c). */
     uint64_t collectives;      /* its flight ring's completed collectives at the last look */
     double moved_at;           /* when those last changed (monotonic); 0: not yet */
+    int64_t waits_since_ns;    /* its progress ring: waiting in a collective since; 0: not */
     uint64_t output_at_finish; /* its output when the attempt's first worker finished */
     ddp_recent_t recent[2];    /* the last bytes of its piped stdout and stderr */
     /* --warm-restarts (agent_warm.c): its main thread's seconds running or waiting for a

@@ -91,8 +91,19 @@ static void learn_steps(ddp_learnt_t *l, const ddp_progress_ring_t *ring)
     }
 }
 
+/* What one look makes of the ranks under --hang-timeout=auto: the first rank past its
+ * limit outside a collective (the hang's), else the first past its limit waiting in one;
+ * whether some rank outside a collective is within its limit (a rank waiting in a
+ * collective waits for such a one: it is not judged by its own limit then). */
+typedef struct {
+    int culprit, waiter; /* local ranks; -1: none */
+    double limit[2];     /* theirs */
+    char why[2][200];
+    bool busy;
+} auto_look_t;
+
 /* Whether `quiet` seconds without progress are past a rank's `limit`; the ticks come at
- * least as often as the shortest limit judged, and a limit passed is the report's. */
+ * least as often as the shortest limit judged. */
 static bool past_limit(ddp_agent_t *a, double quiet, double limit)
 {
     double since_resumed = ddp_clock_mono() - a->resumed_at;
@@ -100,50 +111,82 @@ static bool past_limit(ddp_agent_t *a, double quiet, double limit)
         quiet = since_resumed; /* the time stopped by a Ctrl-Z is no rank's */
     if (limit < a->tick_limit)
         a->tick_limit = limit;
-    if (quiet <= limit)
-        return false;
-    a->hang_limit = limit;
-    return true;
+    return quiet > limit;
 }
 
-/* A rank with a progress ring: over its limit? `why` says so. */
-static bool stalled_steps(ddp_agent_t *a, const ddp_worker_t *w, const ddp_progress_ring_t *ring,
-                          double now, char *why, size_t cap)
+/* Local rank `i`, past `limit` (`why` says how), into the look: the hang's, or waiting. */
+static void judged(auto_look_t *look, int i, bool waits, double limit, const char *why)
+{
+    int k = waits ? 1 : 0, *who = waits ? &look->waiter : &look->culprit;
+    if (*who >= 0)
+        return;
+    *who = i;
+    look->limit[k] = limit;
+    snprintf(look->why[k], sizeof look->why[k], "%s", why);
+}
+
+/* What a timeout of `limit` s learnt from `longest` (0: nothing: `cold` says why), 5x
+ * `what`, is: the floor where that is less. */
+static void say_limit(const ddp_agent_t *a, double limit, double longest, const char *what,
+                      const char *cold, char *out, size_t cap)
+{
+    if (longest <= 0)
+        snprintf(out, cap, "%.1f s, %s", limit, cold);
+    else if (AUTO_FACTOR * longest < a->cfg->hang_floor)
+        snprintf(out, cap, "%.1f s, --hang-timeout-floor; 5x %s would be %.2g s", limit, what,
+                 AUTO_FACTOR * longest);
+    else
+        snprintf(out, cap, "%.1f s, 5x %s", limit, what);
+}
+
+/* A rank with a progress ring (local rank i): over its limit? */
+static void judge_steps(ddp_agent_t *a, int i, const ddp_progress_ring_t *ring, double now,
+                        auto_look_t *look)
 {
     ddp_learnt_t *l = &a->learnt;
-    double limit, since, *longest = NULL;
+    const ddp_worker_t *w = &a->workers[i];
+    double limit, since, longest = 0;
     const char *name = NULL;
+    char basis[120], why[200];
     if (ring->section > 0 && ring->section <= DDP_PROGRESS_SECTIONS) {
         name = ring->sections[ring->section - 1].name;
-        longest = learnt_section(l, name);
-        limit = longest != NULL && *longest > 0 ? auto_limit(a, *longest) : AUTO_COLD_S;
+        double *learnt = learnt_section(l, name);
+        longest = learnt != NULL ? *learnt : 0;
+        limit = longest > 0 ? auto_limit(a, longest) : AUTO_COLD_S;
         since = (double)ring->section_ns / 1e9;
     } else {
-        bool warm = l->steps >= AUTO_WARMUP && l->step_s > 0;
-        limit = warm && ring->last_step_ns > 0 ? auto_limit(a, l->step_s) : AUTO_COLD_S;
+        bool warm = l->steps >= AUTO_WARMUP && l->step_s > 0 && ring->last_step_ns > 0;
+        longest = warm ? l->step_s : 0;
+        limit = warm ? auto_limit(a, l->step_s) : AUTO_COLD_S;
         int64_t last =
             ring->last_step_ns > ring->section_exit_ns ? ring->last_step_ns : ring->section_exit_ns;
         since = last > 0 ? (double)last / 1e9 : a->window_start;
     }
-    if (!past_limit(a, now - since, limit))
-        return false;
-    if (name != NULL)
-        snprintf(why, cap,
-                 "rank %d has been in section '%s' for %.1f s (--hang-timeout=auto: %.1f s, %s)",
-                 w->rank, name, now - since, limit,
-                 longest != NULL && *longest > 0 ? "5x its longest" : "never ended before");
-    else
-        snprintf(why, cap, "rank %d has made no step for %.1f s (--hang-timeout=auto: %.1f s, %s)",
-                 w->rank, now - since, limit,
-                 limit == AUTO_COLD_S ? "nothing learnt yet" : "5x the longest step");
-    return true;
+    bool waits = w->waits_since_ns > 0;
+    if (!past_limit(a, now - since, limit)) {
+        look->busy = look->busy || !waits;
+        return;
+    }
+    if (name != NULL) {
+        say_limit(a, limit, longest, "its longest", "never ended before", basis, sizeof basis);
+        snprintf(why, sizeof why,
+                 "rank %d has been in section '%s' for %.1f s (--hang-timeout=auto: %s)", w->rank,
+                 name, now - since, basis);
+    } else {
+        say_limit(a, limit, longest, "the longest step", "nothing learnt yet", basis, sizeof basis);
+        snprintf(why, sizeof why, "rank %d has made no step for %.1f s (--hang-timeout=auto: %s)",
+                 w->rank, now - since, basis);
+    }
+    judged(look, i, waits, limit, why);
 }
 
-/* A libddp rank (flight ring): its collectives' progress, judged by the longest gap. */
-static bool stalled_collectives(ddp_agent_t *a, ddp_worker_t *w, const ddp_flight_ring_t *ring,
-                                double now, char *why, size_t cap)
+/* A libddp rank (flight ring, local rank i): its collectives' progress, judged by the
+ * longest gap. */
+static void judge_collectives(ddp_agent_t *a, int i, const ddp_flight_ring_t *ring, double now,
+                              auto_look_t *look)
 {
     ddp_learnt_t *l = &a->learnt;
+    ddp_worker_t *w = &a->workers[i];
     if (ring->completed != w->collectives) {
         if (w->moved_at > 0 && now - w->moved_at > l->gap_s) {
             l->gap_s = now - w->moved_at;
@@ -157,12 +200,48 @@ static bool stalled_collectives(ddp_agent_t *a, ddp_worker_t *w, const ddp_fligh
     bool warm = l->collectives >= AUTO_WARMUP && l->gap_s > 0 && w->moved_at > 0;
     double limit = warm ? auto_limit(a, l->gap_s) : AUTO_COLD_S;
     double since = w->moved_at > 0 ? w->moved_at : a->window_start;
-    if (!past_limit(a, now - since, limit))
+    char basis[120], why[200];
+    if (!past_limit(a, now - since, limit)) {
+        look->busy = true;
+        return;
+    }
+    say_limit(a, limit, warm ? l->gap_s : 0, "the longest gap between collectives",
+              "nothing learnt yet", basis, sizeof basis);
+    snprintf(why, sizeof why,
+             "rank %d has finished no collective for %.1f s (--hang-timeout=auto: %s)", w->rank,
+             now - since, basis);
+    judged(look, i, false, limit, why);
+}
+
+/* The look's verdict into why[cap], false when there is none: the rank past its limit
+ * outside a collective, with the ranks that wait in one; or, when every rank still judged
+ * waits in one, those. The ranks it names are the hang's (their ends are its failures). */
+static bool auto_verdict(ddp_agent_t *a, const auto_look_t *look, char *why, size_t cap)
+{
+    bool own = look->culprit >= 0;
+    if (!own && (look->waiter < 0 || look->busy))
         return false;
-    snprintf(why, cap,
-             "rank %d has finished no collective for %.1f s (--hang-timeout=auto: %.1f s, %s)",
-             w->rank, now - since, limit,
-             warm ? "5x the longest gap between collectives" : "nothing learnt yet");
+    bool *other = calloc((size_t)a->nworkers, sizeof *other); /* format_ranks names the false */
+    ddp_buf_t text = DDP_BUF_INIT;
+    int waiting = 0;
+    for (int i = 0; other != NULL && i < a->nworkers; i++) {
+        ddp_worker_t *w = &a->workers[i];
+        other[i] = !w->running || w->waits_since_ns == 0;
+        waiting += !other[i];
+    }
+    ddp_buf_puts(&text, look->why[own ? 0 : 1]);
+    if (waiting > 0) {
+        ddp_buf_printf(
+            &text, own ? "; rank%s " : "; every rank judged here waits in a collective (rank%s ",
+            waiting > 1 ? "s" : "");
+        ddp_rdzv_format_ranks_from(&text, other, a->nworkers, 8, a->rank_offset);
+        ddp_buf_puts(&text, own ? (waiting > 1 ? " wait in a collective" : " waits in a collective")
+                                : "): for a rank of another node, or in a collective that hangs");
+    }
+    snprintf(why, cap, "%s", ddp_buf_str(&text));
+    a->hang_limit = look->limit[own ? 0 : 1];
+    ddp_buf_free(&text);
+    free(other);
     return true;
 }
 
@@ -324,8 +403,9 @@ static void on_progress(uv_timer_t *timer)
     ddp_agent_t *a = timer->data;
     const ddp_launch_config_t *cfg = a->cfg;
     double now = ddp_clock_mono();
-    char why[240] = "";
+    char why[240];
     bool rings = false;
+    auto_look_t look = {.culprit = -1, .waiter = -1};
     if (a->state != AGENT_RUNNING || a->nrunning == 0 || a->paused)
         return;
     a->tick_limit = AUTO_COLD_S;
@@ -343,15 +423,18 @@ static void on_progress(uv_timer_t *timer)
         bool steps = ddp_progress_read(path, &ring) == 0;
         a->has_flight[i] = ddp_hang_busiest_ring(dir, &a->rings[i]) == 0;
         rings = rings || steps || a->has_flight[i];
+        w->waits_since_ns = steps && ring.collective_ns > 0 && ring.collective_ns <= now * 1e9
+                                ? ring.collective_ns
+                                : 0;
         if (steps) {
             ddp_straggler_take_progress(&a->accs[i], &ring);
             learn_steps(&a->learnt, &ring);
-            if (cfg->hang_auto && why[0] == '\0')
-                (void)stalled_steps(a, w, &ring, now, why, sizeof why);
+            if (cfg->hang_auto)
+                judge_steps(a, i, &ring, now, &look);
         } else if (a->has_flight[i]) {
             ddp_straggler_take_flight(&a->accs[i], &a->rings[i]);
-            if (cfg->hang_auto && why[0] == '\0')
-                (void)stalled_collectives(a, w, &a->rings[i], now, why, sizeof why);
+            if (cfg->hang_auto)
+                judge_collectives(a, i, &a->rings[i], now, &look);
         }
     }
     ddp_straggler_take_arrivals(a->accs, a->rings, a->has_flight, a->nworkers, &a->common_seq,
@@ -361,7 +444,7 @@ static void on_progress(uv_timer_t *timer)
         uv_timer_start(timer, on_progress, ms, ms);
     if (cfg->hang_auto)
         write_learnt(a, now);
-    if (why[0] != '\0' && a->hang == HANG_IDLE && !a->hang_done) {
+    if (a->hang == HANG_IDLE && !a->hang_done && auto_verdict(a, &look, why, sizeof why)) {
         ddp_agent_hang_begin(a, true, true, why);
         return;
     }
@@ -387,6 +470,7 @@ void ddp_agent_progress_start(ddp_agent_t *a)
     for (int i = 0; i < a->nworkers; i++) {
         a->workers[i].collectives = 0;
         a->workers[i].moved_at = 0;
+        a->workers[i].waits_since_ns = 0;
     }
     a->common_seq = 0;
     memset(a->latest, 0, sizeof a->latest);

@@ -7,7 +7,7 @@
  * that fails once and is restarted, PyTorch's own error.json in the report, and the
  * PyTorch FashionMNIST example training with DDP; libddp's C example under torchrun; a
  * hung job's report with each rank's Python stack; a straggler named (ddp_launch.step(),
- * and a DDP model's through ddp_launch.watch()). */
+ * and a DDP model's through ddp_launch.watch()), and --hang-timeout=auto's verdict on it. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -129,6 +129,35 @@ static void test_ddp_straggler_named(void **state)
     th_proc_t p;
     run_rank_2_named(&p, args, 3);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), " ms a step in collectives)") != NULL);
+    th_cleanup(&p);
+}
+
+/* --hang-timeout=auto on a DDP model given to ddp_launch.watch(): rank 1 stops stepping
+ * after 30 steps, rank 0 waits in the next backward's all-reduce. The verdict names rank 1
+ * and says that rank 0 waits (it named rank 0), and that the timeout is the floor (it said
+ * "5x the longest step" of 0.03 s). */
+static void test_ddp_hang_names_the_stopped_rank(void **state)
+{
+    const char *args[] = {"--nproc-per-node=2",
+                          "--hang-timeout=auto",
+                          "--hang-timeout-floor=1",
+                          "--straggler-report=0",
+                          script("ddp_watch.py"),
+                          "1000",
+                          "10",
+                          "-",
+                          "stop=1:30",
+                          NULL};
+    th_proc_t p;
+    launch(&p, args, 300);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, "verdict: rank 1 has made no step for ") != NULL);
+    TH_ASSERT(&p, strstr(err, "(--hang-timeout=auto: 1.0 s, --hang-timeout-floor; 5x the longest "
+                              "step would be ") != NULL);
+    TH_ASSERT(&p, strstr(err, "; rank 0 waits in a collective") != NULL);
+    TH_ASSERT(&p, strstr(err, "rank 0 has made no step") == NULL);
+    TH_ASSERT(&p, strstr(err, "waiting in a collective for ") != NULL); /* rank 0's row */
     th_cleanup(&p);
 }
 
@@ -817,6 +846,7 @@ int main(int argc, char **argv)
         TH_TEST(test_hang_dump_python_stacks),
         TH_TEST(test_straggler_named),
         TH_TEST(test_ddp_straggler_named),
+        TH_TEST(test_ddp_hang_names_the_stopped_rank),
         TH_TEST(test_warm_restart_same_as_cold),
         TH_TEST(test_warm_restart_no_orphans),
         TH_TEST(test_warm_restart_exit_codes),

@@ -10,7 +10,8 @@ Once step() has attached, the blocking collectives of torch.distributed called t
 the module (dist.all_reduce(...), dist.barrier(), ...) are timed: their time is the
 step's wait, so that a rank the others wait for shows as the one working longer. DDP's own
 all-reduces run inside backward(), out of sight, unless the model is given to watch(): a
-comm hook then times them.
+comm hook then times them. While a rank waits in a timed collective, the ring says since
+when (--hang-timeout=auto then names the rank it waits for, not it).
 """
 import mmap
 import os
@@ -29,7 +30,7 @@ _NAME = 24
 _WORDS = _SECTION0 + 6 * _SECTIONS
 
 # Header words.
-_STEPS, _LAST, _WAIT, _IN, _IN_NS, _EXIT_NS, _LONGEST = 3, 4, 5, 6, 7, 8, 9
+_STEPS, _LAST, _WAIT, _IN, _IN_NS, _EXIT_NS, _LONGEST, _COLL_NS = 3, 4, 5, 6, 7, 8, 9, 10
 
 _mono = time.monotonic_ns
 _thread_id = threading.get_ident
@@ -121,12 +122,17 @@ def _timed(fn):
         if kwargs.get("async_op"):
             return fn(*args, **kwargs)
         began = _mono()
+        w = _w
+        outer = 0
+        if w is not None:
+            outer = w[_COLL_NS]
+            w[_COLL_NS] = outer or began
         try:
             return fn(*args, **kwargs)
         finally:
-            w = _w
             if w is not None:
                 w[_WAIT] += _mono() - began
+                w[_COLL_NS] = outer
 
     call.__name__ = getattr(fn, "__name__", "collective")
     call.__qualname__ = getattr(fn, "__qualname__", call.__name__)
@@ -166,11 +172,16 @@ class _Buckets:
     def launch(self, state, bucket):
         """The comm hook (DDP wants a function with a name, its bucket called `bucket`)."""
         with _ddp_lock:
+            w = _w
             if bucket.index() == 0:  # a new backward pass (the last one may have failed)
+                if w is not None and self.since and w[_COLL_NS] == self.since:
+                    w[_COLL_NS] = 0
                 self.launched = self.done = self.since = 0
             self.launched += 1
             if bucket.is_last():
                 self.since = _mono()
+                if w is not None and not w[_COLL_NS]:
+                    w[_COLL_NS] = self.since
         return self.hook(state, bucket).then(self._completed)
 
     def _completed(self, fut):
@@ -179,6 +190,9 @@ class _Buckets:
             self.done += 1
             if self.since and self.done == self.launched:
                 _ddp_wait += _mono() - self.since
+                w = _w
+                if w is not None and w[_COLL_NS] == self.since:
+                    w[_COLL_NS] = 0
                 self.since = 0
         return fut.value()
 
@@ -186,7 +200,8 @@ class _Buckets:
 def watch(model, hook=None, state=None):
     """Lets ddp-launch see a DistributedDataParallel model's gradient all-reduces, which
     run inside backward(): their wait is each step's, as for a timed dist.all_reduce, so
-    that --straggler-report can name a slow rank. Call it once, after wrapping the model; keep calling step() once an
+    that --straggler-report can name a slow rank and --hang-timeout=auto the rank the
+    others wait for. Call it once, after wrapping the model; keep calling step() once an
     iteration.
 
     It registers a comm hook (DDP allows one): DDP's default all-reduce (the mean of
