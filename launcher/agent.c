@@ -932,7 +932,13 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         .sent_sigkill = a->sent_sigkill,
         .recorded_before = a->failures_before_stop,
     };
-    if (!ddp_report_own_failure(&f, status, &stop, a->failures, a->nfailures)) {
+    /* A rank the hang named, ended by its stop: the report's failure (nothing else is). */
+    bool hung = w->hung && a->hang_message[0] != '\0';
+    if (hung) {
+        free(f.message);
+        f.message = strdup(a->hang_message); /* NULL: no memory, no message */
+    }
+    if (!hung && !ddp_report_own_failure(&f, status, &stop, a->failures, a->nfailures)) {
         /* Ended by our stop signal (or exiting on its own meanwhile): not a root cause. */
         ddp_log_debug(a->log, "worker rank %d (pid %d) %s", w->rank, (int)w->pid,
                       ddp_failure_describe(&f, what, sizeof what));
@@ -1462,7 +1468,7 @@ static int start_workers(ddp_agent_t *a)
     a->first_finished = -1;
     a->nodes_wait_since = -1;
     for (int i = 0; i < a->nworkers; i++) {
-        a->workers[i].succeeded = a->workers[i].stopped = false;
+        a->workers[i].succeeded = a->workers[i].stopped = a->workers[i].hung = false;
         free(a->workers[i].stopped_error);
         a->workers[i].stopped_error = NULL;
         free(a->workers[i].timer_expired);
@@ -1475,6 +1481,7 @@ static int start_workers(ddp_agent_t *a)
     a->sent_sigkill = false;
     a->hang = HANG_IDLE;
     a->hang_done = a->deferred_failure = a->deferred_remote = false;
+    a->hang_message[0] = '\0';
     ddp_file_timer_clear(a->file_timer); /* the last attempt's workers are gone */
     int err = ddp_logs_make_attempt_dir(a->run_dir, a->attempt, a->nworkers, &a->attempt_dir);
     if (err) {

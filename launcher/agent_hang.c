@@ -94,8 +94,9 @@ void ddp_agent_hang_begin(ddp_agent_t *a, bool found, bool stalled, const char *
     uv_timer_start(&a->hang_wait, on_hang_wait, HANG_PAUSE_MS, 0);
 }
 
-/* Where the report's files are, naming only those some local rank wrote: libddp's flight
- * recorder (flight_<group>.json), the native and Python stacks of --hang-dump. */
+/* Where the report's files are: hang_report.txt, and of each rank's those some local rank
+ * wrote: libddp's flight recorder (flight_<group>.json), the native and Python stacks of
+ * --hang-dump. */
 static void say_hang_files(const ddp_agent_t *a)
 {
     static const char *const kinds[] = {"flight_*.json", "stack.txt", "python_stack.txt"};
@@ -112,8 +113,12 @@ static void say_hang_files(const ddp_agent_t *a)
                            k == 0 ? "flight_<group>.json" : kinds[k], ranks, ranks > 1 ? "s" : "");
     }
     if (found.len > 0)
-        ddp_log_info(a->log, "each rank's files of this report are in %s/<local rank>/: %s",
-                     a->attempt_dir, ddp_buf_str(&found));
+        ddp_log_info(a->log,
+                     "this report is kept in %s/hang_report.txt, each rank's files of it in "
+                     "%s/<local rank>/: %s",
+                     a->attempt_dir, a->attempt_dir, ddp_buf_str(&found));
+    else
+        ddp_log_info(a->log, "this report is kept in %s/hang_report.txt", a->attempt_dir);
     ddp_buf_free(&found);
 }
 
@@ -163,6 +168,18 @@ void ddp_agent_hang_end(ddp_agent_t *a, const char *verdict)
     uv_timer_stop(&a->hang_wait);
     a->hang = HANG_IDLE;
     a->hang_done = true;
+    /* Found here, the attempt stops for it (this node's stop, or the round's): the
+     * failure of the ranks it names, in the job's report. */
+    if (a->hang_found && a->hang_stalled && verdict != NULL)
+        snprintf(a->hang_message, sizeof a->hang_message,
+                 "the job hung (no progress for %.3g s): %s (the hang report: "
+                 "%s/hang_report.txt)",
+                 a->hang_limit, verdict, a->attempt_dir);
+    else if (a->hang_found && a->hang_stalled)
+        snprintf(a->hang_message, sizeof a->hang_message,
+                 "the job hung: %s (the hang report is printed by the node that found it "
+                 "first)",
+                 a->hang_why);
     if (a->deferred_failure) {
         ddp_agent_fail_round(a, 0);
     } else if (a->deferred_remote) {
@@ -195,8 +212,8 @@ void ddp_agent_hang_cancel(ddp_agent_t *a)
 }
 
 /* What the progress ring in `dir` says (ddp_launch.step(), section()), into buf[cap]; NULL
- * when there is none. */
-static const char *progress_activity(const char *dir, char *buf, size_t cap)
+ * when there is none. *waits: it waits in a (timed) collective. */
+static const char *progress_activity(const char *dir, char *buf, size_t cap, bool *waits)
 {
     char path[PATH_MAX + 32];
     ddp_progress_ring_t ring;
@@ -214,7 +231,8 @@ static const char *progress_activity(const char *dir, char *buf, size_t cap)
         snprintf(buf + len, cap - len, ", in section '%s' for %.1f s",
                  ring.sections[ring.section - 1].name, now - (double)ring.section_ns / 1e9);
     }
-    if (ring.collective_ns > 0 && ring.collective_ns <= now * 1e9) {
+    *waits = ring.collective_ns > 0 && ring.collective_ns <= now * 1e9;
+    if (*waits) {
         size_t len = strlen(buf);
         snprintf(buf + len, cap - len, ", waiting in a collective for %.1f s",
                  now - (double)ring.collective_ns / 1e9);
@@ -222,22 +240,30 @@ static const char *progress_activity(const char *dir, char *buf, size_t cap)
     return buf;
 }
 
-/* The rows of this node's workers: printed (one node) or handed to the rendezvous. */
+/* The rows of this node's workers: printed (one node) or handed to the rendezvous. Found
+ * by --hang-timeout here, the hang's ranks are those not waiting in a collective (auto's
+ * verdict has named its own). */
 static void hang_collected(ddp_agent_t *a)
 {
     ddp_hang_row_t *rows = calloc((size_t)a->nworkers, sizeof *rows);
     ddp_buf_t text = DDP_BUF_INIT;
     double now = ddp_clock_wall();
+    bool name = a->hang_found && a->hang_stalled && !a->cfg->hang_auto;
+    int named = 0;
     for (int i = 0; rows != NULL && i < a->nworkers; i++) {
         ddp_worker_t *w = &a->workers[i];
         char dir[PATH_MAX];
+        bool waits = false;
         ddp_agent_worker_dir(a, w, dir, sizeof dir);
-        if (ddp_hang_row_from_dir(dir, now, &rows[i]) != 0) {
+        if (ddp_hang_row_from_dir(dir, now, &rows[i]) == 0) {
+            waits = rows[i].current != 0 && !rows[i].failed;
+        } else {
             char frame[200];
             if (w->running) {
                 char activity[120];
-                ddp_hang_row_from_proc(w->pid, w->rank, ddp_clock_mono() - w->active_at,
-                                       progress_activity(dir, activity, sizeof activity), &rows[i]);
+                const char *says = progress_activity(dir, activity, sizeof activity, &waits);
+                ddp_hang_row_from_proc(w->pid, w->rank, ddp_clock_mono() - w->active_at, says,
+                                       &rows[i]);
                 size_t len = strlen(rows[i].note);
                 if (ddp_hang_python_frame(dir, frame, sizeof frame))
                     snprintf(rows[i].note + len, sizeof rows[i].note - len, "; Python in %s",
@@ -248,7 +274,13 @@ static void hang_collected(ddp_agent_t *a)
             }
         }
         rows[i].rank = w->rank;
+        if (name)
+            w->hung = w->running && !waits;
+        named += name && w->hung;
     }
+    /* Every rank of a single node waits in a collective: each is the hang's. */
+    for (int i = 0; name && named == 0 && a->rdzv == NULL && i < a->nworkers; i++)
+        a->workers[i].hung = a->workers[i].running;
     if (rows != NULL)
         ddp_hang_rows_format(rows, (size_t)a->nworkers, &text);
     free(rows);

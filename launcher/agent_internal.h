@@ -69,9 +69,10 @@ typedef struct ddp_worker_s {
     double active_at;  /* when it last made progress (monotonic: a clock step is none) */
     bool paused;       /* stopped by a Ctrl-Z (here, or where the store is): continued after */
     /* --hang-timeout=auto (agent_progress.c). */
-    uint64_t collectives;      /* its flight ring's completed collectives at the last look */
-    double moved_at;           /* when those last changed (monotonic); 0: not yet */
-    int64_t waits_since_ns;    /* its progress ring: waiting in a collective since; 0: not */
+    uint64_t collectives;   /* its flight ring's completed collectives at the last look */
+    double moved_at;        /* when those last changed (monotonic); 0: not yet */
+    int64_t waits_since_ns; /* its progress ring: waiting in a collective since; 0: not */
+    bool hung; /* named by the hang that stops the attempt: its end is the report's failure */
     uint64_t output_at_finish; /* its output when the attempt's first worker finished */
     ddp_recent_t recent[2];    /* the last bytes of its piped stdout and stderr */
     /* --warm-restarts (agent_warm.c): its main thread's seconds running or waiting for a
@@ -215,10 +216,13 @@ struct ddp_agent_s {
     double tick_limit;    /* --hang-timeout=auto: the shortest timeout at the last look (s) */
     uv_timer_t hang_wait; /* the report's pauses and bounds */
     hang_phase_t hang;
-    bool hang_done;        /* this attempt's report is made (one an attempt) */
-    bool hang_found;       /* by this node (else another asked for our rows) */
-    bool hang_stalled;     /* found by --hang-timeout: the report ends the attempt */
-    char hang_why[240];    /* what found it */
+    bool hang_done;     /* this attempt's report is made (one an attempt) */
+    bool hang_found;    /* by this node (else another asked for our rows) */
+    bool hang_stalled;  /* found by --hang-timeout: the report ends the attempt */
+    char hang_why[240]; /* what found it */
+    /* The stop it ends in ("the job hung ...": "" before): the failure of the ranks it
+     * names (ddp_worker_t.hung), for the report. */
+    char hang_message[DDP_RDZV_MSG_MAX];
     bool hang_paused;      /* the dumps' pause has passed */
     bool hang_stacks_done; /* --hang-dump's tools have ended */
     bool deferred_failure; /* a worker failed during the report: its stop waits */

@@ -228,6 +228,7 @@ static bool auto_verdict(ddp_agent_t *a, const auto_look_t *look, char *why, siz
         ddp_worker_t *w = &a->workers[i];
         other[i] = !w->running || w->waits_since_ns == 0;
         waiting += !other[i];
+        w->hung = own ? i == look->culprit : !other[i];
     }
     ddp_buf_puts(&text, look->why[own ? 0 : 1]);
     if (waiting > 0) {

@@ -1734,7 +1734,9 @@ static void test_warm_restart_across_nodes(void **state)
 
 /* A hang across 2 nodes of 2 ranks (rank 3 never enters all_reduce #5): under
  * --hang-timeout one node gathers every node's rows through the store and prints the
- * job's report before any worker is stopped; the other says its ranks are in it. */
+ * job's report before any worker is stopped; the other says its ranks are in it. The job
+ * ends with the failure report of the store's node, whose root cause is rank 3 (node 1's
+ * rank not waiting in a collective; there was none). */
 static void test_hang_report_across_nodes(void **state)
 {
     const char *skip[] = {getenv("DDP_TEST_COLLECTIVES"), "skip", "3", "5", NULL};
@@ -1755,6 +1757,9 @@ static void test_hang_report_across_nodes(void **state)
     TH_ASSERT(other, strstr(err(other), verdict) == NULL);
     const char *told = strstr(err(other), in_it), *stopped = strstr(err(other), "SIGTERM");
     TH_ASSERT(other, told != NULL && stopped != NULL && told < stopped);
+    const char *root = strstr(err(n0), "Root Cause (first observed failure):");
+    TH_ASSERT(n0, root != NULL && strstr(root, "rank      : 3 (local_rank: 1)") != NULL);
+    TH_ASSERT(n0, strstr(root, "the job hung") != NULL);
     job_cleanup(&job);
 }
 

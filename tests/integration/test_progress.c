@@ -168,7 +168,8 @@ static void test_python_straggler_named(void **state)
 }
 
 /* --hang-timeout=auto: steps of 50 ms, rank 1 stops after 40: the report comes within 10x
- * the step (the rank's own timeout, learnt), names rank 1, and the job fails. */
+ * the step (the rank's own timeout, learnt), names rank 1, and the job fails with a
+ * failure report whose root cause is rank 1's hang. */
 static void test_hang_auto_finds_a_stopped_rank(void **state)
 {
     const char *const *env = python_env();
@@ -195,6 +196,13 @@ static void test_hang_auto_finds_a_stopped_rank(void **state)
     TH_ASSERT(&p, idle < 0.5 && limit < 0.5 && limit >= 0.2);
     TH_ASSERT(&p, strstr(err, "ddp_launch.step() #40 ") != NULL); /* its row in the table */
     TH_ASSERT(&p, strstr(err, "the job hung") != NULL);
+    /* The failure report: rank 1 its root cause, the hang report's file named; rank 0
+     * stopped (they were neither: a hang stop printed nothing after its SIGTERM). */
+    const char *root = strstr(err, "Root Cause (first observed failure):");
+    TH_ASSERT(&p, root != NULL && strstr(root, "rank      : 1 (local_rank: 1)") != NULL);
+    TH_ASSERT(&p, strstr(root, "/hang_report.txt)") != NULL);
+    TH_ASSERT(&p,
+              strstr(root, "stopped by ddp-launch, not failures of their own: rank 0 ") != NULL);
     th_cleanup(&p);
 }
 

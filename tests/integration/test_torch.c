@@ -135,7 +135,8 @@ static void test_ddp_straggler_named(void **state)
 /* --hang-timeout=auto on a DDP model given to ddp_launch.watch(): rank 1 stops stepping
  * after 30 steps, rank 0 waits in the next backward's all-reduce. The verdict names rank 1
  * and says that rank 0 waits (it named rank 0), and that the timeout is the floor (it said
- * "5x the longest step" of 0.03 s). */
+ * "5x the longest step" of 0.03 s); the failure report's root cause is rank 1, and the
+ * hang report's file is named. */
 static void test_ddp_hang_names_the_stopped_rank(void **state)
 {
     const char *args[] = {"--nproc-per-node=2",
@@ -158,6 +159,9 @@ static void test_ddp_hang_names_the_stopped_rank(void **state)
     TH_ASSERT(&p, strstr(err, "; rank 0 waits in a collective") != NULL);
     TH_ASSERT(&p, strstr(err, "rank 0 has made no step") == NULL);
     TH_ASSERT(&p, strstr(err, "waiting in a collective for ") != NULL); /* rank 0's row */
+    const char *root = strstr(err, "Root Cause (first observed failure):");
+    TH_ASSERT(&p, root != NULL && strstr(root, "rank      : 1 (local_rank: 1)") != NULL);
+    TH_ASSERT(&p, strstr(root, "/hang_report.txt") != NULL);
     th_cleanup(&p);
 }
 
