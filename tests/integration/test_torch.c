@@ -830,11 +830,7 @@ int main(int argc, char **argv)
                 argv[0]);
         return 2;
     }
-    if (argc > 2)
-        cmocka_set_test_filter(argv[2]);
     prepare();
-    if (argc > 2) /* only the tests whose names match it (a glob) */
-        cmocka_set_test_filter(argv[2]);
     const struct CMUnitTest tests[] = {
         TH_TEST(test_gloo_two_ranks),
         TH_TEST(test_gloo_four_ranks),
