@@ -113,7 +113,7 @@ static void test_straggler_named(void **state)
 }
 
 /* A DistributedDataParallel model given to ddp_launch.watch(): its all-reduces inside
- * backward() are each step's wait, so rank 2, whose forward pass takes 30 ms more a step,
+ * backward() are each step's wait, so rank 2, whose forward pass takes 50 ms more a step,
  * is named by the 1 s reports, and no other (unseen, every rank's work was its whole step:
  * none was ever named). */
 static void test_ddp_straggler_named(void **state)
@@ -122,9 +122,10 @@ static void test_ddp_straggler_named(void **state)
                           "--nproc-per-node=3",
                           "--straggler-report=1",
                           script("ddp_watch.py"),
-                          "50",
+                          "80",
                           "10",
                           "2",
+                          "50",
                           NULL};
     th_proc_t p;
     run_rank_2_named(&p, args, 3);
