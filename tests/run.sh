@@ -16,6 +16,13 @@ configure() { # DIR OPTIONS...: set up a build directory, or update its options
         meson setup "$dir" "$@"
     fi
 }
+# The trixie root of the torch 2.6 tests (a download: disk and network, little CPU) is
+# built meanwhile, from the start: those tests and the install suite then find it (its
+# script's lock makes them wait for it) rather than build it at the end of the run.
+if [ $# -eq 0 ]; then
+    mkdir -p build/tests
+    tests/torch26/setup.sh "$PWD/build/tests/trixie-root" >/dev/null 2>&1 &
+fi
 configure build -Dwerror=true
 meson compile -C build
 meson test -C build --print-errorlogs "$@"
