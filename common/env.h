@@ -63,6 +63,10 @@
     X(DDP_BACKEND, "auto", "libddp: cpu, nccl or auto, where the program's options say auto")    \
     X(DDP_DUMP_SIGNAL, NULL, "set by ddp-launch: the signal a worker dumps its state on")        \
     X(DDP_PROGRESS_RING, NULL, "set by ddp-launch: where ddp_launch.step() records progress")    \
+    X(DDP_CHECKPOINT_DIR, NULL,                                                                  \
+      "the tmpfs directory of the workers' in-memory checkpoints (common/ckpt.h); unset: none")  \
+    X(DDP_CHECKPOINT_STEP, NULL,                                                                 \
+      "after a restart, the step every rank's checkpoint load gives; unset: each its newest")    \
     X(DDP_LOCAL_ADDR, NULL, "set by ddp-launch --local-addr: the address libddp's ring offers")  \
     X(DDP_SOCKET_IFNAME, NULL, "libddp: the ring's interface (NCCL_SOCKET_IFNAME's syntax)")
 

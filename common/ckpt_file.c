@@ -1,0 +1,140 @@
+/* In-memory checkpoints' files: headers and room (see ckpt_file.h). */
+#include "ckpt_file.h"
+
+#include "error.h"
+#include "io.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+int ddp_ckpt_slot_path(char *path, size_t cap, const char *dir, int rank, int slot)
+{
+    int n = snprintf(path, cap, "%s/" DDP_CKPT_SLOT_FILE, dir, rank, slot);
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+int ddp_ckpt_read_header(const char *path, ddp_ckpt_header_t *header, uint64_t *file_size,
+                         ddp_buf_t *why)
+{
+    int fd = ddp_open_worker_file(path);
+    if (fd < 0)
+        return fd;
+    ddp_ckpt_header_t h;
+    struct stat st;
+    int err = 0;
+    ssize_t n = fstat(fd, &st) == 0 ? pread(fd, &h, sizeof h, 0) : -1;
+    if (n < 0)
+        err = -errno;
+    else if ((size_t)n < sizeof h)
+        err = why != NULL
+                  ? (ddp_buf_printf(why, "it has %zd bytes, less than a header", n), DDP_EPARSE)
+                  : DDP_EPARSE;
+    else
+        err = ddp_ckpt_header_check(&h, (uint64_t)st.st_size, why);
+    close(fd);
+    if (err == 0) {
+        *header = h;
+        *file_size = (uint64_t)st.st_size;
+    }
+    return err;
+}
+
+/* A cgroup file's number: "max" (or a v1 limit of 2^62 and more, its way of saying none)
+ * is UINT64_MAX; false when the file cannot be read or holds no number. */
+static bool read_bytes(const char *dir, const char *file, uint64_t *out)
+{
+    char path[PATH_MAX + 64], *text = NULL, *end;
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (ddp_read_file(path, 64, &text, &len) != 0)
+        return false;
+    bool ok = true;
+    if (strncmp(text, "max", 3) == 0) {
+        *out = UINT64_MAX;
+    } else {
+        errno = 0;
+        unsigned long long v = strtoull(text, &end, 10);
+        ok = errno == 0 && end != text && (*end == '\n' || *end == '\0');
+        *out = v >= (1ull << 62) ? UINT64_MAX : v;
+    }
+    free(text);
+    return ok;
+}
+
+/* The memory cgroup's path from /proc/self/cgroup's text: the v2 line ("0::PATH"), else
+ * v1's memory controller ("N:...memory...:PATH", *v1 set). false when neither is there. */
+static bool cgroup_path(char *text, char *path, size_t cap, bool *v1)
+{
+    bool found = false;
+    for (char *line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        char *first = strchr(line, ':'), *second = first ? strchr(first + 1, ':') : NULL;
+        if (second == NULL || second[1] != '/')
+            continue;
+        size_t controllers = (size_t)(second - first - 1);
+        bool memory = false;
+        for (char *c = first + 1; c < second; c += strcspn(c, ",:") + 1)
+            memory = memory || (strncmp(c, "memory", 6) == 0 && (c[6] == ',' || c[6] == ':'));
+        if ((controllers == 0 && !found) || memory) {
+            snprintf(path, cap, "%s", second + 1);
+            *v1 = memory;
+            found = true;
+        }
+    }
+    return found;
+}
+
+/* Lowers out->bytes to the headroom of the memory cgroup at `dir` and each one above it,
+ * up to `top` (their limit less their use), saying which one sets it. */
+static void cgroup_room(char *dir, size_t top, bool v1, ddp_ckpt_room_t *out)
+{
+    const char *max_file = v1 ? "memory.limit_in_bytes" : "memory.max";
+    const char *use_file = v1 ? "memory.usage_in_bytes" : "memory.current";
+    for (;;) {
+        uint64_t max, used;
+        if (read_bytes(dir, max_file, &max) && max != UINT64_MAX &&
+            read_bytes(dir, use_file, &used)) {
+            uint64_t left = used < max ? max - used : 0;
+            if (left < out->bytes) {
+                out->bytes = left;
+                snprintf(out->limit, sizeof out->limit,
+                         "the memory cgroup %.300s (%s %" PRIu64 " bytes, %" PRIu64 " in use)", dir,
+                         max_file, max, used);
+            }
+        }
+        char *slash = strrchr(dir, '/');
+        if (slash == NULL || (size_t)(slash - dir) < top)
+            return;
+        *slash = '\0';
+    }
+}
+
+int ddp_ckpt_room(const char *dir, const char *cgroup_root, const char *proc_cgroup,
+                  ddp_ckpt_room_t *out)
+{
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs) != 0)
+        return -errno;
+    out->bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+    snprintf(out->limit, sizeof out->limit, "the file system of %.400s (%" PRIu64 " bytes free)",
+             dir, out->bytes);
+    char *text = NULL, path[PATH_MAX], cgroup[PATH_MAX + 16];
+    size_t len;
+    bool v1 = false;
+    if (ddp_read_file(proc_cgroup, 1 << 16, &text, &len) != 0)
+        return 0;
+    if (cgroup_path(text, path, sizeof path, &v1)) {
+        size_t top = strlen(cgroup_root) + (v1 ? strlen("/memory") : 0);
+        snprintf(cgroup, sizeof cgroup, "%s%s%s", cgroup_root, v1 ? "/memory" : "",
+                 strcmp(path, "/") == 0 ? "" : path);
+        cgroup_room(cgroup, top, v1, out);
+    }
+    free(text);
+    return 0;
+}

@@ -1,0 +1,38 @@
+/* In-memory checkpoints' files: a slot's header read following no link, and the room a save
+ * has (the file system's free bytes, the memory cgroup's limit: a tmpfs file's pages are
+ * charged to the cgroup that writes them). Blocking I/O on small files, for libddp's caller
+ * and the launcher's threads, never its loop. */
+#ifndef DDP_COMMON_CKPT_FILE_H
+#define DDP_COMMON_CKPT_FILE_H
+
+#include "buf.h"
+#include "ckpt.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* "DIR/rank<R>.<slot>" into path[cap]: 0, or -ENAMETOOLONG. */
+int ddp_ckpt_slot_path(char *path, size_t cap, const char *dir, int rank, int slot);
+
+/* Reads and checks (ddp_ckpt_header_check) the header of the slot file at `path`, which
+ * neither it nor its directory may reach through a link: 0 with *header and *file_size;
+ * -ENOENT when there is no file; DDP_ENOTFILE for what is not a regular file; DDP_EPARSE
+ * for one shorter than a header or a header refused, with `why`; or -errno. */
+int ddp_ckpt_read_header(const char *path, ddp_ckpt_header_t *header, uint64_t *file_size,
+                         ddp_buf_t *why);
+
+typedef struct {
+    uint64_t bytes;  /* what a save may add to the files in the directory */
+    char limit[512]; /* what sets it, for a refusal's message */
+} ddp_ckpt_room_t;
+
+/* The room in `dir`: the free bytes of its file system (statvfs), or less where this
+ * process's memory cgroup, or one above it, is closer to its limit: memory.max less
+ * memory.current (cgroup v2), memory.limit_in_bytes less memory.usage_in_bytes (v1, under
+ * CGROUP_ROOT/memory). `cgroup_root` is /sys/fs/cgroup and `proc_cgroup` /proc/self/cgroup
+ * but in tests; a cgroup file missing or unreadable sets no limit. 0, or -errno from
+ * statvfs. */
+int ddp_ckpt_room(const char *dir, const char *cgroup_root, const char *proc_cgroup,
+                  ddp_ckpt_room_t *out);
+
+#endif
