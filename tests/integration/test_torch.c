@@ -26,20 +26,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *flavour;      /* "1.13", "2.6" or "python" */
-static char version[64];         /* the torch version the workers must report */
-static char python_exec[1024];   /* PYTHON_EXEC for the workers */
-static const char *extra_env[4]; /* what the flavour adds */
-static char exec_var[1100], root_var[1100];
-
-static const char *script(const char *name)
-{
-    static char path[4][1024];
-    static int next;
-    char *p = path[next++ % 4];
-    snprintf(p, sizeof path[0], "%s/tests/python/%s", th_source_dir(), name);
-    return p;
-}
+static const char *flavour; /* "1.13", "2.6" or "python" */
+static th_torch_t torch;    /* its python, version and environment */
 
 /* Runs ddp-launch with the flavour's python on `args` (NULL-terminated). */
 static void launch(th_proc_t *p, const char *const *args, double timeout)
@@ -49,12 +37,13 @@ static void launch(th_proc_t *p, const char *const *args, double timeout)
     for (int i = 0; args[i] != NULL && n < 31; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    th_run(p, argv, extra_env, timeout);
+    th_run(p, argv, torch.env, timeout);
 }
 
 static void test_gloo_two_ranks(void **state)
 {
-    const char *args[] = {"--standalone", "--nproc-per-node=2", script("gloo_allreduce.py"), NULL};
+    const char *args[] = {"--standalone", "--nproc-per-node=2", th_script("gloo_allreduce.py"),
+                          NULL};
     th_proc_t p;
     launch(&p, args, 300);
     TH_ASSERT(&p, th_status(&p) == 0);
@@ -66,7 +55,7 @@ static void test_gloo_two_ranks(void **state)
 static void test_gloo_four_ranks(void **state)
 {
     /* Static rendezvous on a port the store picks (no fixed port in tests). */
-    const char *args[] = {"--master-port=0", "--nproc-per-node=4", script("gloo_allreduce.py"),
+    const char *args[] = {"--master-port=0", "--nproc-per-node=4", th_script("gloo_allreduce.py"),
                           NULL};
     th_proc_t p;
     launch(&p, args, 300);
@@ -101,7 +90,7 @@ static void test_straggler_named(void **state)
     const char *args[] = {"--master-port=0",
                           "--nproc-per-node=4",
                           "--straggler-report=2",
-                          script("straggler.py"),
+                          th_script("straggler.py"),
                           "120",
                           "10",
                           "2",
@@ -121,7 +110,7 @@ static void test_ddp_straggler_named(void **state)
     const char *args[] = {"--master-port=0",
                           "--nproc-per-node=3",
                           "--straggler-report=1",
-                          script("ddp_watch.py"),
+                          th_script("ddp_watch.py"),
                           "80",
                           "10",
                           "2",
@@ -144,7 +133,7 @@ static void test_ddp_hang_names_the_stopped_rank(void **state)
                           "--hang-timeout=auto",
                           "--hang-timeout-floor=1",
                           "--straggler-report=0",
-                          script("ddp_watch.py"),
+                          th_script("ddp_watch.py"),
                           "1000",
                           "10",
                           "-",
@@ -168,12 +157,12 @@ static void test_ddp_hang_names_the_stopped_rank(void **state)
 
 static void test_tcpstore_client(void **state)
 {
-    const char *args[] = {"--standalone", "--nproc-per-node=2", script("store_ops.py"), NULL};
+    const char *args[] = {"--standalone", "--nproc-per-node=2", th_script("store_ops.py"), NULL};
     th_proc_t p;
     launch(&p, args, 300);
     TH_ASSERT(&p, th_status(&p) == 0);
     char want[128];
-    snprintf(want, sizeof want, "rank 0 store ops ok (torch %s", version);
+    snprintf(want, sizeof want, "rank 0 store ops ok (torch %s", torch.version);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), want) != NULL);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "rank 1 saw go\n") != NULL);
     th_cleanup(&p);
@@ -181,8 +170,8 @@ static void test_tcpstore_client(void **state)
 
 static void test_restart_after_a_failure(void **state)
 {
-    const char *args[] = {"--standalone",         "--nproc-per-node=2",   "--max-restarts=1",
-                          "--shutdown-timeout=5", script("fail_once.py"), NULL};
+    const char *args[] = {"--standalone",         "--nproc-per-node=2",      "--max-restarts=1",
+                          "--shutdown-timeout=5", th_script("fail_once.py"), NULL};
     th_proc_t p;
     launch(&p, args, 300);
     const char *out = ddp_buf_str(&p.out);
@@ -200,9 +189,9 @@ static void test_restart_after_a_failure(void **state)
  * choose_device, which the flavour's torch imports with the example. */
 static void test_fashion_device_choice(void **state)
 {
-    const char *argv[] = {python_exec, script("device_choice.py"), NULL};
+    const char *argv[] = {torch.python, th_script("device_choice.py"), NULL};
     th_proc_t p;
-    th_run(&p, argv, extra_env, 300);
+    th_run(&p, argv, torch.env, 300);
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "device choice ok\n") != NULL);
     th_cleanup(&p);
@@ -213,7 +202,7 @@ static void test_error_file_in_report(void **state)
     const char *args[] = {"--standalone",
                           "--nproc-per-node=2",
                           "--shutdown-timeout=5",
-                          script("gloo_allreduce.py"),
+                          th_script("gloo_allreduce.py"),
                           "--fail-rank",
                           "1",
                           NULL};
@@ -239,7 +228,7 @@ static void test_early_finish_said(void **state)
     const char *args[] = {"--standalone",
                           "--nproc-per-node=2",
                           "--shutdown-timeout=5",
-                          script("gloo_allreduce.py"),
+                          th_script("gloo_allreduce.py"),
                           "--leave-early",
                           "1",
                           NULL};
@@ -267,13 +256,13 @@ static void test_watchdog_timer(void **state)
     static const char *const modes[] = {"expire", "release", "foreign"};
     for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
         const char *env[8] = {"TORCHELASTIC_ENABLE_FILE_TIMER=1", m > 0 ? fifo_var : NULL};
-        for (int i = 0, n = m > 0 ? 2 : 1; i < 3 && extra_env[i] != NULL; i++)
-            env[n++] = extra_env[i];
+        for (int i = 0, n = m > 0 ? 2 : 1; i < 3 && torch.env[i] != NULL; i++)
+            env[n++] = torch.env[i];
         const char *argv[] = {th_launcher(),
                               "--standalone",
                               "--nproc-per-node=2",
                               "--shutdown-timeout=5",
-                              script("watchdog_timer.py"),
+                              th_script("watchdog_timer.py"),
                               modes[m],
                               NULL};
         th_proc_t p;
@@ -328,8 +317,8 @@ static void test_hang_dump_python_stacks(void **state)
     char *logs = th_tmpdir(), log_flag[600];
     snprintf(log_flag, sizeof log_flag, "--log-dir=%s", logs);
     const char *args[] = {
-        "--standalone", "--nproc-per-node=2",   "--hang-timeout=3",     "--hang-dump",
-        log_flag,       "--shutdown-timeout=5", script("gloo_hang.py"), NULL};
+        "--standalone", "--nproc-per-node=2",   "--hang-timeout=3",        "--hang-dump",
+        log_flag,       "--shutdown-timeout=5", th_script("gloo_hang.py"), NULL};
     th_proc_t p;
     launch(&p, args, 300);
     const char *err = ddp_buf_str(&p.err);
@@ -401,8 +390,8 @@ static void launch_after(th_proc_t *p, const char *const *args, const char *more
     for (int i = 0; args[i] != NULL && n < 31; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    for (int i = 0; extra_env[i] != NULL && k < 4; i++)
-        env[k++] = extra_env[i];
+    for (int i = 0; torch.env[i] != NULL && k < 4; i++)
+        env[k++] = torch.env[i];
     env[k++] = trigger;
     if (more != NULL)
         env[k++] = more;
@@ -416,7 +405,7 @@ static void launch_after(th_proc_t *p, const char *const *args, const char *more
 static void test_late_rank_named(void **state)
 {
     const char *args[] = {"--standalone",          "--nproc-per-node=2",
-                          "--store-wait-notice=1", script("gloo_allreduce.py"),
+                          "--store-wait-notice=1", th_script("gloo_allreduce.py"),
                           "--late-rank=1",         NULL};
     th_proc_t p;
     launch_after(&p, args, NULL, "not waiting in the store: ", 300);
@@ -453,7 +442,7 @@ static void run_restarted(th_proc_t *p, bool warm, const char *mode, const char 
                           "--tee=3",
                           log_flag,
                           warm ? "--warm-restarts" : "--role=default",
-                          script("warm_restart.py"),
+                          th_script("warm_restart.py"),
                           mode,
                           NULL};
     launch_after(p, args, NULL, warm ? "has imported torch" : NULL, 300);
@@ -546,13 +535,13 @@ static void test_warm_restart_no_orphans(void **state)
                               "--shutdown-timeout=5",
                               "--warm-restarts",
                               log_flag,
-                              script("warm_restart.py"),
+                              th_script("warm_restart.py"),
                               "hold",
                               NULL};
         char trigger[1100];
         const char *file = th_trigger_var(trigger, sizeof trigger);
-        const char *env[] = {extra_env[0], extra_env[1], extra_env[2], NULL, NULL};
-        env[extra_env[1] == NULL ? 1 : 3] = trigger;
+        const char *env[] = {torch.env[0], torch.env[1], torch.env[2], NULL, NULL};
+        env[torch.env[1] == NULL ? 1 : 3] = trigger;
         th_start(&p, argv, env);
         TH_ASSERT(&p, th_wait_output(&p, 2, "has imported torch", 1, 200));
         TH_ASSERT(&p, th_touch(file));
@@ -589,7 +578,7 @@ static void test_warm_restart_exit_codes(void **state)
                               "--shutdown-timeout=5",
                               "--warm-restarts",
                               worker_code ? "--exit-code=worker" : "--exit-code=torchrun",
-                              script("warm_restart.py"),
+                              th_script("warm_restart.py"),
                               "always",
                               "7",
                               NULL};
@@ -611,8 +600,8 @@ static void test_warm_restart_exit_codes(void **state)
 static void test_warm_restart_error_file(void **state)
 {
     const char *args[] = {
-        "--standalone",    "--nproc-per-node=2",      "--max-restarts=1", "--shutdown-timeout=5",
-        "--warm-restarts", script("warm_restart.py"), "record",           NULL};
+        "--standalone",    "--nproc-per-node=2",         "--max-restarts=1", "--shutdown-timeout=5",
+        "--warm-restarts", th_script("warm_restart.py"), "record",           NULL};
     th_proc_t p;
     launch_after(&p, args, NULL, "has imported torch", 300);
     const char *err = ddp_buf_str(&p.err);
@@ -636,7 +625,7 @@ static void test_warm_restart_refuses_cuda_at_import(void **state)
                           "--shutdown-timeout=5",
                           "--warm-restarts",
                           "--preload=cuda_at_import",
-                          script("warm_restart.py"),
+                          th_script("warm_restart.py"),
                           "once",
                           NULL};
     th_proc_t p;
@@ -737,11 +726,11 @@ static void test_c_example_under_torchrun(void **state)
         return;
     snprintf(data, sizeof data, "--data=%s", dir);
     snprintf(port, sizeof port, "--master_port=%d", th_free_port());
-    const char *argv[24] = {python_exec,     "-m", "torch.distributed.run",   "--nnodes=1",
+    const char *argv[24] = {torch.python,    "-m", "torch.distributed.run",   "--nnodes=1",
                             "--node_rank=0", port, "--master_addr=127.0.0.1", "--nproc_per_node=2",
                             "--no_python"};
     int n = 9;
-    if (strcmp(version, "1.13") == 0) {
+    if (strcmp(torch.version, "1.13") == 0) {
         argv[n++] = "--redirects=9:0";
         argv[n++] = "--tee=9:0";
     }
@@ -750,7 +739,7 @@ static void test_c_example_under_torchrun(void **state)
         argv[n++] = rest[i];
     argv[n] = NULL;
     th_proc_t p;
-    th_run(&p, argv, extra_env, 600);
+    th_run(&p, argv, torch.env, 600);
     const char *out = ddp_buf_str(&p.out);
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, strstr(out, "training MLP on 60000 samples, 2 worker(s) x batch 64") != NULL);
@@ -759,65 +748,6 @@ static void test_c_example_under_torchrun(void **state)
     th_cleanup(&p);
     th_rmtree(dir);
     free(dir);
-}
-
-/* Makes the flavour's python ready, or exits 77 saying why it cannot be. */
-static void prepare(void)
-{
-    snprintf(version, sizeof version, "%s", flavour);
-    if (strcmp(flavour, "2.6") != 0) {
-        /* DDP_TEST_PYTHON's torch, Debian's 1.13; or with "python" whichever torch
-         * DDP_TEST_TORCH_PYTHON has (set by whoever runs the test). */
-        bool any = strcmp(flavour, "python") == 0;
-        const char *py = getenv(any ? "DDP_TEST_TORCH_PYTHON" : "DDP_TEST_PYTHON");
-        if (any && (py == NULL || *py == '\0')) {
-            printf("skipped: DDP_TEST_TORCH_PYTHON names no python to test with\n");
-            exit(77);
-        }
-        char cmd[1200];
-        snprintf(cmd, sizeof cmd,
-                 "'%s' -c 'import torch.distributed, torch; print(torch.__version__)' 2>/dev/null",
-                 py ? py : "");
-        FILE *out = py != NULL && *py != '\0' ? popen(cmd, "r") : NULL;
-        char found[64] = "";
-        if (out != NULL) {
-            if (fgets(found, sizeof found, out) == NULL)
-                found[0] = '\0';
-            found[strcspn(found, "\n")] = '\0';
-            pclose(out);
-        }
-        if (found[0] == '\0') {
-            printf("skipped: %s cannot import torch (apt-get install python3-torch)\n",
-                   py && *py ? py : "no python3");
-            exit(77);
-        }
-        if (any) {
-            snprintf(version, sizeof version, "%s", found);
-        } else if (strncmp(found, flavour, strlen(flavour)) != 0) {
-            printf("skipped: %s has torch %s, not %s (run with the flavour python)\n", py, found,
-                   flavour);
-            exit(77);
-        }
-        snprintf(python_exec, sizeof python_exec, "%s", py);
-    } else {
-        const char *setup = getenv("DDP_TORCH26_SETUP"), *root = getenv("DDP_TORCH26_ROOT");
-        const char *wrapper = getenv("DDP_TORCH26_PYTHON");
-        char cmd[2200];
-        if (setup == NULL || root == NULL || wrapper == NULL) {
-            printf("skipped: run with meson test (DDP_TORCH26_* are not set)\n");
-            exit(77);
-        }
-        snprintf(cmd, sizeof cmd, "'%s' '%s'", setup, root);
-        int status = system(cmd);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            exit(WIFEXITED(status) && WEXITSTATUS(status) == 77 ? 77 : 1);
-        snprintf(python_exec, sizeof python_exec, "%s", wrapper);
-        snprintf(root_var, sizeof root_var, "DDP_TRIXIE_ROOT=%s", root);
-        extra_env[1] = root_var;
-        extra_env[2] = "USE_LIBUV=0"; /* Debian's 2.6 has no libuv (pytorch#148283) */
-    }
-    snprintf(exec_var, sizeof exec_var, "PYTHON_EXEC=%s", python_exec);
-    extra_env[0] = exec_var;
 }
 
 int main(int argc, char **argv)
@@ -831,7 +761,7 @@ int main(int argc, char **argv)
                 argv[0]);
         return 2;
     }
-    prepare();
+    th_torch_prepare(&torch, flavour);
     const struct CMUnitTest tests[] = {
         TH_TEST(test_gloo_two_ranks),
         TH_TEST(test_gloo_four_ranks),

@@ -432,6 +432,15 @@ int th_lines_in(const char *prefix, int n)
     return lines;
 }
 
+const char *th_script(const char *name)
+{
+    static char path[4][1024];
+    static int next;
+    char *p = path[next++ % 4];
+    snprintf(p, sizeof path[0], "%s/tests/python/%s", th_source_dir(), name);
+    return p;
+}
+
 char *th_tmpdir(void)
 {
     const char *base = getenv("TMPDIR");
@@ -637,4 +646,63 @@ void th_cluster_down(th_cluster_t *c)
     char out[4096], args[700];
     snprintf(args, sizeof args, "down '%s'", c->dir);
     cluster_script(c, args, out, sizeof out);
+}
+
+void th_torch_prepare(th_torch_t *t, const char *flavour)
+{
+    memset(t, 0, sizeof *t);
+    snprintf(t->version, sizeof t->version, "%s", flavour);
+    if (strcmp(flavour, "2.6") != 0) {
+        /* DDP_TEST_PYTHON's torch, Debian's 1.13; or with "python" whichever torch
+         * DDP_TEST_TORCH_PYTHON has (set by whoever runs the test). */
+        bool any = strcmp(flavour, "python") == 0;
+        const char *py = getenv(any ? "DDP_TEST_TORCH_PYTHON" : "DDP_TEST_PYTHON");
+        if (any && (py == NULL || *py == '\0')) {
+            printf("skipped: DDP_TEST_TORCH_PYTHON names no python to test with\n");
+            exit(77);
+        }
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd,
+                 "'%s' -c 'import torch.distributed, torch; print(torch.__version__)' 2>/dev/null",
+                 py ? py : "");
+        FILE *out = py != NULL && *py != '\0' ? popen(cmd, "r") : NULL;
+        char found[64] = "";
+        if (out != NULL) {
+            if (fgets(found, sizeof found, out) == NULL)
+                found[0] = '\0';
+            found[strcspn(found, "\n")] = '\0';
+            pclose(out);
+        }
+        if (found[0] == '\0') {
+            printf("skipped: %s cannot import torch (apt-get install python3-torch)\n",
+                   py && *py ? py : "no python3");
+            exit(77);
+        }
+        if (any) {
+            snprintf(t->version, sizeof t->version, "%s", found);
+        } else if (strncmp(found, flavour, strlen(flavour)) != 0) {
+            printf("skipped: %s has torch %s, not %s (run with the flavour python)\n", py, found,
+                   flavour);
+            exit(77);
+        }
+        snprintf(t->python, sizeof t->python, "%s", py);
+    } else {
+        const char *setup = getenv("DDP_TORCH26_SETUP"), *root = getenv("DDP_TORCH26_ROOT");
+        const char *wrapper = getenv("DDP_TORCH26_PYTHON");
+        char cmd[2200];
+        if (setup == NULL || root == NULL || wrapper == NULL) {
+            printf("skipped: run with meson test (DDP_TORCH26_* are not set)\n");
+            exit(77);
+        }
+        snprintf(cmd, sizeof cmd, "'%s' '%s'", setup, root);
+        int status = system(cmd);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            exit(WIFEXITED(status) && WEXITSTATUS(status) == 77 ? 77 : 1);
+        snprintf(t->python, sizeof t->python, "%s", wrapper);
+        snprintf(t->root_var, sizeof t->root_var, "DDP_TRIXIE_ROOT=%s", root);
+        t->env[1] = t->root_var;
+        t->env[2] = "USE_LIBUV=0"; /* Debian's 2.6 has no libuv (pytorch#148283) */
+    }
+    snprintf(t->exec_var, sizeof t->exec_var, "PYTHON_EXEC=%s", t->python);
+    t->env[0] = t->exec_var;
 }

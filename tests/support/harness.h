@@ -83,6 +83,9 @@ const char *th_launcher(void);
 const char *th_worker(void);
 const char *th_source_dir(void);
 
+/* The path of tests/python/NAME in the source tree (one of 4 buffers, used in turn). */
+const char *th_script(const char *name);
+
 /* A new empty directory (caller frees the string); th_rmtree removes one. */
 char *th_tmpdir(void);
 void th_rmtree(const char *path);
@@ -119,6 +122,20 @@ double th_now(void);
 /* ||a - b|| / ||a|| of two files of float32 (parameter dumps); asserts both hold the
  * same number, over 1000. */
 double th_relative_difference(const char *a_path, const char *b_path);
+
+/* A torch flavour's python, for the tests with real PyTorch. */
+typedef struct {
+    char version[64];   /* the torch version its processes report */
+    char python[1024];  /* the interpreter, or a wrapper that runs it (PYTHON_EXEC) */
+    const char *env[4]; /* what its processes need, NULL-terminated: PYTHON_EXEC, ... */
+    char exec_var[1100], root_var[1100];
+} th_torch_t;
+
+/* Makes the python of `flavour` ready: "1.13" DDP_TEST_PYTHON's (Debian bookworm's torch),
+ * "2.6" the wrapper that runs the python of Debian trixie's root (tests/torch26, the root
+ * built on first use), "python" DDP_TEST_TORCH_PYTHON's, any torch. Exits 77, saying why,
+ * where it cannot be. */
+void th_torch_prepare(th_torch_t *t, const char *flavour);
 
 /* Asserts with the process's output shown when `cond` is false. */
 #define TH_ASSERT(p, cond)                                    \
