@@ -1,18 +1,27 @@
 /* Integration tests of in-memory checkpoints without the launcher's side, for one torch
  * flavour given as argv[1] ("1.13", "2.6" or "python", as tests/integration/test_torch.c):
  * the test plays the launcher, making DDP_CHECKPOINT_DIR itself (on /dev/shm; for 2.6 in
- * the test's TMPDIR, which the trixie root sees) and removing it.
- * torch.save's format as common/torchzip.c writes it (ZIP64 too), read by torch.load. */
+ * the test's TMPDIR, which the trixie root sees), writing the slots' checksums, turning a
+ * slot into a torch.save file, and removing the directory.
+ * torch.save's format as common/torchzip.c writes it (ZIP64 too), read by torch.load;
+ * ddp_launch.checkpoint (tests/python/checkpoint_worker.py): round trips of a model's and
+ * an optimizer's state, bit for bit, and its refusals; a slot read by torch.load once in
+ * torch.save's format; with 1.13 only (what does not depend on torch's version): a plain
+ * state without torch, a save SIGKILLed midway (the previous step loads), a slot whose data
+ * no longer matches the checksum the test wrote, and forged headers. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "ckpt_file.h"
 #include "harness.h"
 #include "io.h"
 #include "torchzip.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +30,9 @@
 #include <unistd.h>
 
 static th_torch_t torch;
+static char ckpt_dir[1100];     /* the test's DDP_CHECKPOINT_DIR, removed by its teardown */
+static char ckpt_var[1200];     /* "DDP_CHECKPOINT_DIR=..." */
+static bool ckpt_on_shm = true; /* /dev/shm, but for 2.6 */
 
 /* The flavour's environment, with the tests' modules and the build's ddp_launch on
  * PYTHONPATH, and `extra` ("K=V" entries, NULL-terminated; may be NULL). */
@@ -119,14 +131,228 @@ static void test_zip_loaded_by_torch(void **state)
     free(dir);
 }
 
+/* Makes the test's checkpoint directory (ckpt_dir, ckpt_var). */
+static void make_ckpt_dir(void)
+{
+    if (ckpt_on_shm) {
+        snprintf(ckpt_dir, sizeof ckpt_dir, "/dev/shm/ddp-test-ckpt-XXXXXX");
+        assert_non_null(mkdtemp(ckpt_dir));
+    } else {
+        char *dir = th_tmpdir();
+        snprintf(ckpt_dir, sizeof ckpt_dir, "%s", dir);
+        free(dir);
+    }
+    snprintf(ckpt_var, sizeof ckpt_var, "DDP_CHECKPOINT_DIR=%s", ckpt_dir);
+}
+
+static int ckpt_setup(void **state)
+{
+    ckpt_dir[0] = '\0';
+    return th_setup(state);
+}
+
+/* The checkpoint directory goes whatever the test's end: nothing is left in /dev/shm. */
+static int ckpt_teardown(void **state)
+{
+    if (ckpt_dir[0] != '\0') {
+        th_rmtree(ckpt_dir);
+        struct stat st;
+        assert_int_equal(stat(ckpt_dir, &st), -1);
+        ckpt_dir[0] = '\0';
+    }
+    return th_teardown(state);
+}
+
+#define CKPT_TEST(f) cmocka_unit_test_setup_teardown(f, ckpt_setup, ckpt_teardown)
+
+/* Slot `slot` of rank `rank` read whole and checked: the caller frees *file. */
+static ddp_ckpt_t read_slot(int rank, int slot, char **file)
+{
+    char path[1200];
+    size_t len;
+    ddp_ckpt_t c;
+    ddp_buf_t why = DDP_BUF_INIT;
+    assert_int_equal(ddp_ckpt_slot_path(path, sizeof path, ckpt_dir, rank, slot), 0);
+    assert_int_equal(ddp_read_file(path, 1u << 30, file, &len), 0);
+    if (ddp_ckpt_parse(*file, len, &c, &why) != 0)
+        fail_msg("%s: %s", path, ddp_buf_str(&why));
+    ddp_buf_free(&why);
+    return c;
+}
+
+/* What the launcher will do once a slot is complete: its checksum, then the generation it
+ * covers, two 8-byte writes in that order. */
+static void seal(int rank, int slot)
+{
+    char *file, path[1200];
+    ddp_ckpt_t c = read_slot(rank, slot, &file);
+    uint64_t sum = ddp_ckpt_slot_sum(&c), generation = c.header->generation;
+    assert_int_equal(ddp_ckpt_slot_path(path, sizeof path, ckpt_dir, rank, slot), 0);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, &sum, 8, offsetof(ddp_ckpt_header_t, checksum)), 8);
+    assert_int_equal(pwrite(fd, &generation, 8, offsetof(ddp_ckpt_header_t, checksum_generation)),
+                     8);
+    close(fd);
+    free(file);
+}
+
+/* The newest complete slot of `rank` in torch.save's format, at `out`. */
+static void export_newest(int rank, const char *out)
+{
+    ddp_ckpt_header_t h[2];
+    uint64_t size;
+    char path[1200], *file;
+    ddp_ckpt_slots_t slots = {NULL, NULL};
+    for (int s = 0; s < 2; s++) {
+        assert_int_equal(ddp_ckpt_slot_path(path, sizeof path, ckpt_dir, rank, s), 0);
+        if (ddp_ckpt_read_header(path, &h[s], &size, NULL) == 0)
+            slots[s] = &h[s];
+    }
+    int newest = ddp_ckpt_slot_to_load(slots, -1);
+    assert_true(newest >= 0);
+    ddp_ckpt_t c = read_slot(rank, newest, &file);
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    ddp_buf_t why = DDP_BUF_INIT;
+    if (ddp_torchzip_write_slot(fd, &c, NULL, &why) != 0)
+        fail_msg("export: %s", ddp_buf_str(&why));
+    ddp_buf_free(&why);
+    close(fd);
+    free(file);
+}
+
+/* The names in the checkpoint directory, sorted, joined by spaces, into `out`. */
+static void listing(ddp_buf_t *out)
+{
+    struct dirent **names;
+    int n = scandir(ckpt_dir, &names, NULL, alphasort);
+    assert_true(n >= 0);
+    for (int i = 0; i < n; i++) {
+        if (names[i]->d_name[0] != '.')
+            ddp_buf_printf(out, "%s%s", out->len > 0 ? " " : "", names[i]->d_name);
+        free(names[i]);
+    }
+    free(names);
+}
+
+/* Round trips of a model's and an optimizer's state as rank 1 of 2 (its slots rank1.0 and
+ * rank1.1, no other file), the refusals (tests/python/checkpoint_worker.py api), and the
+ * newest slot in torch.save's format, which torch.load reads as the state saved. */
+static void test_round_trips_and_refusals(void **state)
+{
+    char *cgroup = th_tmpdir(), pt[1200];
+    ddp_buf_t names = DDP_BUF_INIT;
+    make_ckpt_dir();
+    const char *env[] = {ckpt_var, "RANK=1", "WORLD_SIZE=2", NULL};
+    const char *api[] = {"api", cgroup, NULL};
+    th_proc_t p;
+    run_python(&p, "checkpoint_worker.py", api, env, 300);
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "api ok") != NULL);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, strstr(err, "step 5 not saved: it needs ") != NULL);
+    TH_ASSERT(&p, strstr(err, "the memory cgroup ") != NULL);
+    TH_ASSERT(&p,
+              strstr(err, "bytes free) leaves 1048576; the checkpoint of step 4 stays") != NULL);
+    th_cleanup(&p);
+    listing(&names);
+    assert_string_equal(ddp_buf_str(&names), "rank1.0 rank1.1");
+    ddp_buf_free(&names);
+    snprintf(pt, sizeof pt, "%s/step5.pt", cgroup);
+    export_newest(1, pt);
+    const char *load[] = {"load-pt", pt, "5", NULL};
+    run_python(&p, "checkpoint_worker.py", load, env, 300);
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "load-pt ok") != NULL);
+    th_cleanup(&p);
+    free(cgroup);
+}
+
+/* Without torch: the state pickled whole, loaded back; in torch.save's format, torch.load
+ * reads it. */
+static void test_plain_state(void **state)
+{
+    char pt[1200];
+    make_ckpt_dir();
+    const char *env[] = {ckpt_var, NULL};
+    const char *plain[] = {"plain", NULL};
+    th_proc_t p;
+    run_python(&p, "checkpoint_worker.py", plain, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "plain ok") != NULL);
+    th_cleanup(&p);
+    snprintf(pt, sizeof pt, "%s/plain.pt", getenv("TMPDIR"));
+    export_newest(0, pt);
+    const char *load[] = {"load-pt", pt, "plain", NULL};
+    run_python(&p, "checkpoint_worker.py", load, env, 300);
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "load-pt ok") != NULL);
+    th_cleanup(&p);
+}
+
+/* SIGKILLed while its save of step 3 is being written (a thread of the process kills it as
+ * soon as it sees the slot WRITING): that slot stays WRITING, step 2's is whole, and the
+ * next process loads step 2. */
+static void test_crash_during_save(void **state)
+{
+    make_ckpt_dir();
+    const char *env[] = {ckpt_var, NULL};
+    const char *crash[] = {"crash", "64", NULL}, *after[] = {"after-crash", "64", NULL};
+    th_proc_t p;
+    run_python(&p, "checkpoint_worker.py", crash, env, 300);
+    TH_ASSERT(&p, th_status(&p) == 128 + 9);
+    th_cleanup(&p);
+    int states[3] = {0, 0, 0};
+    for (int s = 0; s < 2; s++) {
+        ddp_ckpt_header_t h;
+        uint64_t size;
+        char path[1200];
+        assert_int_equal(ddp_ckpt_slot_path(path, sizeof path, ckpt_dir, 0, s), 0);
+        assert_int_equal(ddp_ckpt_read_header(path, &h, &size, NULL), 0);
+        states[h.state]++;
+        if (h.state == DDP_CKPT_COMPLETE)
+            assert_int_equal(h.step, 2);
+    }
+    assert_int_equal(states[DDP_CKPT_WRITING], 1);
+    assert_int_equal(states[DDP_CKPT_COMPLETE], 1);
+    run_python(&p, "checkpoint_worker.py", after, env, 300);
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "after-crash ok") != NULL);
+    th_cleanup(&p);
+}
+
+/* Both slots checksummed by this test (C), as the launcher will: Python's sum agrees (step 2
+ * loads); a byte of step 2's data changed: refused when asked for, and otherwise step 1
+ * loads, said; forged headers refused, said. */
+static void test_corrupt_slot_refused(void **state)
+{
+    make_ckpt_dir();
+    const char *env[] = {ckpt_var, NULL};
+    const char *steps[] = {"steps", NULL}, *corrupt[] = {"corrupt", NULL};
+    th_proc_t p;
+    run_python(&p, "checkpoint_worker.py", steps, env, 300);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    th_cleanup(&p);
+    seal(0, 0);
+    seal(0, 1);
+    run_python(&p, "checkpoint_worker.py", corrupt, env, 300);
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "corrupt ok") != NULL);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, strstr(err, "does not match its checksum (step 2, ") != NULL);
+    TH_ASSERT(&p, strstr(err, "; loading the one before") != NULL);
+    TH_ASSERT(&p, strstr(err, "/rank0.0: its table at ") != NULL);
+    th_cleanup(&p);
+}
+
 int main(int argc, char **argv)
 {
     const char *flavour = argc > 1 ? argv[1] : "1.13";
     if (argc > 2) /* meson test checkpoint-1.13 --test-args NAME */
         cmocka_set_test_filter(argv[2]);
     th_torch_prepare(&torch, flavour);
+    ckpt_on_shm = strcmp(flavour, "2.6") != 0; /* the trixie root sees the host's /tmp only */
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_zip_loaded_by_torch),
+        CKPT_TEST(test_zip_loaded_by_torch),  CKPT_TEST(test_round_trips_and_refusals),
+        CKPT_TEST(test_plain_state),          CKPT_TEST(test_crash_during_save),
+        CKPT_TEST(test_corrupt_slot_refused),
     };
-    return cmocka_run_group_tests_name(flavour, tests, NULL, NULL);
+    /* What does not depend on torch's version runs with 1.13 (or "python") only. */
+    size_t n = strcmp(flavour, "2.6") == 0 ? 2 : sizeof tests / sizeof tests[0];
+    return _cmocka_run_group_tests(flavour, tests, n, NULL, NULL);
 }
