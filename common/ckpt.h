@@ -102,6 +102,15 @@ typedef struct {
 _Static_assert(sizeof(ddp_ckpt_header_t) == DDP_CKPT_HEADER_BYTES, "the header's size");
 _Static_assert(sizeof(ddp_ckpt_record_t) == 64, "a table entry's size");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the layout is little-endian");
+/* The offsets the Python module (worker/python/ddp_launch/checkpoint.py's struct format) and
+ * the tests write at. */
+_Static_assert(offsetof(ddp_ckpt_header_t, state) == 12 &&
+                   offsetof(ddp_ckpt_header_t, world_size) == 32 &&
+                   offsetof(ddp_ckpt_header_t, records) == 44 &&
+                   offsetof(ddp_ckpt_header_t, table_offset) == 48 &&
+                   offsetof(ddp_ckpt_header_t, checksum) == 64 &&
+                   offsetof(ddp_ckpt_header_t, checksum_generation) == 72,
+               "the header's fields where others write them");
 
 /* The checksum: 64 bits, at memory speed. The data is taken as little-endian 8-byte words
  * (the last one padded with zero bytes); word i goes to lane i % DDP_CKPT_LANES, which

@@ -1,252 +1,491 @@
-/* Checkpoints: rank 0 writes, atomically; every rank reads; barriers around both.
+/* In-memory checkpoints (ddp_checkpoint_save, ddp_checkpoint_load): a rank's named host
+ * buffers in its two slot files in DDP_CHECKPOINT_DIR, in common/ckpt.h's format and
+ * contract (the layout, the double buffering, the step the launcher names).
  *
- * A file is a 32-byte header (the magic "DDPCKPT1", then the payload's length and its
- * FNV-1a hash, little-endian 64-bit, then 8 reserved bytes) and the payload. Rank 0
- * writes a temporary file beside the target, fsyncs it, renames it over the target and
- * fsyncs the directory: a reader sees the old checkpoint or the new one, never half.
- * Rank 0's outcome reaches the others through the store, so every rank returns the
- * same result; a load checks that every rank found the file (a path that is not on a
- * shared filesystem shows here). Runs on the thread that owns the context. */
+ * A save writes the slot the double buffering gives it, mapped once and kept mapped (after
+ * the first two saves no page is faulted in again: a save is the buffers' memcpy), WRITING
+ * first and COMPLETE last; it takes no collective. A load reads the slot of
+ * DDP_CHECKPOINT_STEP, or without it, in a job of several ranks, the newest step every rank
+ * holds, agreed through the store: each rank adds 1 under a key of each step it can load,
+ * a barrier, then the newest of its own steps that every rank counted (two keys a rank, the
+ * same answer on every rank). Runs on the thread that owns the context. */
 #include "internal.h"
 
+#include "ckpt_file.h"
+#include "env.h"
 #include "error.h"
-#include "hash.h"
 #include "io.h"
+#include "parse.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
-#define MAGIC  "DDPCKPT1"
-#define HEADER 32
+#define GROW (2u << 20) /* slot files grow in steps of 2 MiB */
 
-static void put64(uint8_t *p, uint64_t v)
+/* A slot file mapped for saves, kept between them. */
+typedef struct {
+    int fd;
+    uint8_t *addr;
+    size_t size;
+    char path[PATH_MAX];
+} slot_map_t;
+
+struct ddp_checkpoint_maps_s {
+    slot_map_t slot[2];
+};
+
+static void unmap(slot_map_t *m)
 {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    if (m->addr != NULL)
+        munmap(m->addr, m->size);
+    if (m->fd >= 0)
+        close(m->fd);
+    m->addr = NULL;
+    m->size = 0;
+    m->fd = -1;
+    m->path[0] = '\0';
 }
 
-static uint64_t get64(const uint8_t *p)
+void ddp_checkpoint_release(ddp_t *ddp)
 {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
+    if (ddp->checkpoint_maps == NULL)
+        return;
+    for (int s = 0; s < 2; s++)
+        unmap(&ddp->checkpoint_maps->slot[s]);
+    free(ddp->checkpoint_maps);
+    ddp->checkpoint_maps = NULL;
 }
 
-/* Rank 0's part of a save: 0 or -errno, with what failed in `why`. */
-static int write_checkpoint(const char *path, const void *data, size_t len, char *why,
-                            size_t why_cap)
+/* DDP_CHECKPOINT_DIR, or NULL outside ddp-launch. */
+static const char *checkpoint_dir(void)
 {
-    char tmp[PATH_MAX], dir[PATH_MAX];
-    uint8_t header[HEADER] = {0};
-    int err = 0;
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
-        snprintf(why, why_cap, "the path is too long");
-        return -ENAMETOOLONG;
+    const char *dir = getenv(ddp_env_name(DDP_ENV_DDP_CHECKPOINT_DIR));
+    return dir != NULL && *dir != '\0' ? dir : NULL;
+}
+
+/* Both slots' headers: slots[s] NULL where there is none or it is no slot's. */
+static void read_slots(const char *dir, int rank, ddp_ckpt_header_t h[2], ddp_ckpt_slots_t slots)
+{
+    for (int s = 0; s < 2; s++) {
+        char path[PATH_MAX];
+        uint64_t size;
+        slots[s] = ddp_ckpt_slot_path(path, sizeof path, dir, rank, s) == 0 &&
+                           ddp_ckpt_read_header(path, &h[s], &size, NULL) == 0
+                       ? &h[s]
+                       : NULL;
     }
-    memcpy(header, MAGIC, 8);
-    put64(header + 8, len);
-    put64(header + 16, ddp_fnv1a64(data, len));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
+
+/* The buffers a caller passed: named as records may be, each name once, memory where the
+ * size needs it, host memory (a device pointer is the caller's to copy first). */
+static int check_buffers(ddp_t *ddp, const char *what, const ddp_checkpoint_buffer_t *buffers,
+                         size_t n)
+{
+    if (n > 0 && buffers == NULL)
+        return ddp_fail(ddp, DDP_EUSAGE, "%s: no buffers for %zu", what, n);
+    if (n > DDP_CKPT_MAX_RECORDS)
+        return ddp_fail(ddp, DDP_EUSAGE, "%s: %zu buffers, over %u", what, n, DDP_CKPT_MAX_RECORDS);
+    for (size_t i = 0; i < n; i++) {
+        const ddp_checkpoint_buffer_t *b = &buffers[i];
+        if (b->name == NULL || !ddp_ckpt_name_ok(b->name))
+            return ddp_fail(ddp, DDP_EUSAGE,
+                            "%s: buffer %zu's name '%s' is not 1 to 47 of [A-Za-z0-9._-/]", what, i,
+                            b->name ? b->name : "(null)");
+        if (b->data == NULL && b->size > 0)
+            return ddp_fail(ddp, DDP_EUSAGE, "%s: buffer '%s' has no memory", what, b->name);
+#if DDP_HAVE_NCCL
+        if (ddp->backend != &ddp_cpu_backend && ddp_nccl_is_device_memory(ddp, b->data))
+            return ddp_fail(ddp, DDP_EUSAGE,
+                            "%s: buffer '%s' is device memory: copy it to the host first", what,
+                            b->name);
+#endif
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(buffers[j].name, b->name) == 0)
+                return ddp_fail(ddp, DDP_EUSAGE, "%s: two buffers are named '%s'", what, b->name);
+    }
+    return 0;
+}
+
+/* The records' offsets (into `offsets`, n of them) and where the table starts. The bytes
+ * the slot uses. */
+static uint64_t layout(const ddp_checkpoint_buffer_t *buffers, size_t n, uint64_t *offsets,
+                       uint64_t *table_offset)
+{
+    uint64_t at = DDP_CKPT_HEADER_BYTES;
+    for (size_t i = 0; i < n; i++) {
+        offsets[i] = ddp_ckpt_align(at);
+        at = offsets[i] + buffers[i].size;
+    }
+    *table_offset = ddp_ckpt_align(at);
+    return *table_offset + n * sizeof(ddp_ckpt_record_t);
+}
+
+/* Slot `s` of the save mapped (kept from the last save where it can be), its file at least
+ * `used` bytes long, where the directory has room for what the save adds to it (else
+ * -ENOSPC, said: the previous checkpoint stays). */
+static int map_for_save(ddp_t *ddp, const char *dir, const char *path, int s, uint64_t used,
+                        int64_t step)
+{
+    if (ddp->checkpoint_maps == NULL) {
+        if ((ddp->checkpoint_maps = calloc(1, sizeof *ddp->checkpoint_maps)) == NULL)
+            return ddp_fail(ddp, -ENOMEM, "checkpoint_save: out of memory");
+        for (int k = 0; k < 2; k++)
+            ddp->checkpoint_maps->slot[k].fd = -1;
+    }
+    slot_map_t *m = &ddp->checkpoint_maps->slot[s];
+    if (m->fd >= 0 && strcmp(m->path, path) != 0)
+        unmap(m); /* another directory */
+    if (m->fd < 0) {
+        m->fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+        if (m->fd < 0)
+            return ddp_fail(ddp, -errno, "checkpoint_save: unable to open %s: %s", path,
+                            strerror(errno));
+        snprintf(m->path, sizeof m->path, "%s", path);
+    }
+    struct stat st;
+    if (fstat(m->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        unmap(m);
+        return ddp_fail(ddp, DDP_ENOTFILE, "checkpoint_save: %s is not a regular file", path);
+    }
+    /* What the save adds: the pages of the file not there yet (a tmpfs file's are charged
+     * to the memory cgroup as they are written). */
+    uint64_t allocated = (uint64_t)st.st_blocks * 512,
+             need = used > allocated ? used - allocated : 0;
+    ddp_ckpt_room_t room;
+    if (need > 0 && ddp_ckpt_room(dir, "/sys/fs/cgroup", "/proc/self/cgroup", &room) == 0 &&
+        need > room.bytes)
+        return ddp_fail(ddp, -ENOSPC,
+                        "checkpoint_save: step %" PRId64 " not saved: it needs %" PRIu64
+                        " bytes in %s (%" PRIu64 " more than this slot holds), and %s leaves "
+                        "%" PRIu64 "; the previous checkpoint stays",
+                        step, used, dir, need, room.limit, room.bytes);
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < used) {
+        size = (used + GROW - 1) / GROW * GROW;
+        if (ftruncate(m->fd, (off_t)size) != 0)
+            return ddp_fail(ddp, -errno, "checkpoint_save: unable to size %s: %s", path,
+                            strerror(errno));
+    }
+    if (m->addr != NULL && m->size == size)
+        return 0;
+    if (m->addr != NULL)
+        munmap(m->addr, m->size);
+    m->addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
+    if (m->addr == MAP_FAILED) {
+        m->addr = NULL;
+        m->size = 0;
+        return ddp_fail(ddp, -errno, "checkpoint_save: unable to map %s: %s", path,
+                        strerror(errno));
+    }
+    m->size = size;
+    return 0;
+}
+
+/* Writes the buffers into the mapped slot `m`: WRITING before anything else changes, the
+ * records, the table, the header, COMPLETE last. */
+static void write_slot(slot_map_t *m, const ddp_ckpt_header_t *header,
+                       const ddp_checkpoint_buffer_t *buffers, size_t n, const uint64_t *offsets)
+{
+    ddp_ckpt_header_t *h = (ddp_ckpt_header_t *)m->addr;
+    __atomic_store_n(&h->state, DDP_CKPT_WRITING, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST); /* a reader sees WRITING before new data */
+    *h = *header;
+    ddp_ckpt_record_t *table = (ddp_ckpt_record_t *)(m->addr + header->table_offset);
+    for (size_t i = 0; i < n; i++) {
+        if (buffers[i].size > 0)
+            memcpy(m->addr + offsets[i], buffers[i].data, buffers[i].size);
+        memset(&table[i], 0, sizeof table[i]);
+        memcpy(table[i].name, buffers[i].name, strlen(buffers[i].name));
+        table[i].offset = offsets[i];
+        table[i].size = buffers[i].size;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    h->saved_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    __atomic_store_n(&h->state, DDP_CKPT_COMPLETE, __ATOMIC_RELEASE);
+}
+
+int ddp_checkpoint_save(ddp_t *ddp, int64_t step, const ddp_checkpoint_buffer_t *buffers, size_t n)
+{
+    DDP_NEED_CONTEXT(ddp, "ddp_checkpoint_save");
+    const char *dir = checkpoint_dir();
+    if (dir == NULL)
+        return 0; /* not run by ddp-launch: nothing to do */
+    if (step < 0 || step > DDP_CKPT_MAX_STEP)
+        return ddp_fail(ddp, DDP_EUSAGE, "checkpoint_save: step %" PRId64 " is not in 0..2^62",
+                        step);
+    int err = check_buffers(ddp, "checkpoint_save", buffers, n);
+    if (err)
+        return err;
+    ddp_ckpt_header_t h[2];
+    ddp_ckpt_slots_t slots;
+    read_slots(dir, ddp->rank, h, slots);
+    uint64_t generation;
+    int s = ddp_ckpt_slot_to_write(slots, &generation);
+    uint64_t *offsets = calloc(n + 1, sizeof *offsets), table_offset;
+    if (offsets == NULL)
+        return ddp_fail(ddp, -ENOMEM, "checkpoint_save: out of memory");
+    uint64_t used = layout(buffers, n, offsets, &table_offset);
+    char path[PATH_MAX];
+    if ((err = ddp_ckpt_slot_path(path, sizeof path, dir, ddp->rank, s)) != 0)
+        err = ddp_fail(ddp, err, "checkpoint_save: %s: the path is too long", dir);
+    else
+        err = map_for_save(ddp, dir, path, s, used, step);
+    if (err == 0) {
+        ddp_ckpt_header_t header = {.version = DDP_CKPT_VERSION,
+                                    .state = DDP_CKPT_WRITING,
+                                    .generation = generation,
+                                    .step = step,
+                                    .world_size = (uint32_t)ddp->world_size,
+                                    .rank = (uint32_t)ddp->rank,
+                                    .kind = DDP_CKPT_BUFFERS,
+                                    .records = (uint32_t)n,
+                                    .table_offset = table_offset,
+                                    .used_bytes = used};
+        memcpy(header.magic, DDP_CKPT_MAGIC, sizeof header.magic);
+        write_slot(&ddp->checkpoint_maps->slot[s], &header, buffers, n, offsets);
+    }
+    free(offsets);
+    return err;
+}
+
+/* A slot of this rank mapped read-only and checked whole (a slot that cannot be loaded:
+ * DDP_EPARSE; another job's world size: DDP_EUSAGE), said in `why`. */
+typedef struct {
+    uint8_t *addr;
+    size_t size;
+    ddp_ckpt_t ckpt;
+} loaded_t;
+
+static void unload(loaded_t *l)
+{
+    if (l->addr != NULL)
+        munmap(l->addr, l->size);
+    l->addr = NULL;
+}
+
+static int map_for_load(const ddp_t *ddp, const char *path, loaded_t *out, ddp_buf_t *why)
+{
+    int fd = ddp_open_worker_file(path);
     if (fd < 0) {
-        err = -errno;
-        snprintf(why, why_cap, "unable to create %s: %s", tmp, strerror(errno));
+        ddp_buf_printf(why, "%s: unable to open it: %s", path, ddp_strerror(fd));
+        return fd;
+    }
+    struct stat st;
+    int err = fstat(fd, &st) == 0 ? 0 : -errno;
+    void *addr = err == 0 && st.st_size > 0
+                     ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0)
+                     : MAP_FAILED;
+    if (err == 0 && addr == MAP_FAILED)
+        err = st.st_size > 0 ? -errno : DDP_EPARSE;
+    close(fd);
+    if (err) {
+        ddp_buf_printf(why, "%s: unable to map it: %s", path, ddp_strerror(err));
         return err;
     }
-    const char *step = "write";
-    if ((err = ddp_write_all(fd, header, HEADER)) == 0 &&
-        (err = ddp_write_all(fd, data, len)) == 0 && fsync(fd) != 0) {
-        err = -errno;
-        step = "sync";
+    *out = (loaded_t){.addr = addr, .size = (size_t)st.st_size};
+    ddp_buf_printf(why, "%s: ", path);
+    if ((err = ddp_ckpt_parse(addr, out->size, &out->ckpt, why)) != 0 ||
+        (err = ddp_ckpt_verify(&out->ckpt, NULL, why)) != 0) {
+        unload(out);
+        return err;
     }
-    if (close(fd) != 0 && err == 0) {
-        err = -errno;
-        step = "close";
+    const ddp_ckpt_header_t *h = out->ckpt.header;
+    if (h->world_size != (uint32_t)ddp->world_size)
+        err = (ddp_buf_printf(why,
+                              "it is a checkpoint of a job of world size %" PRIu32
+                              "; this one has %d: it cannot be loaded here",
+                              h->world_size, ddp->world_size),
+               DDP_EUSAGE);
+    else if (h->rank != (uint32_t)ddp->rank)
+        err = (ddp_buf_printf(why, "it says it is rank %" PRIu32 "'s", h->rank), DDP_EPARSE);
+    else if (h->kind != DDP_CKPT_BUFFERS)
+        err = (ddp_buf_printf(why, "it is a Python state (ddp_launch.checkpoint), not buffers"),
+               DDP_EUSAGE);
+    if (err)
+        unload(out);
+    else
+        ddp_buf_clear(why);
+    return err;
+}
+
+/* The steps this rank can load: each complete slot mapped and checked (l[s].addr NULL for
+ * one that cannot be loaded, said in why[s]). */
+static void check_slots(const ddp_t *ddp, const char *dir, const ddp_ckpt_slots_t slots,
+                        loaded_t l[2], int err[2], ddp_buf_t why[2])
+{
+    for (int s = 0; s < 2; s++) {
+        char path[PATH_MAX];
+        l[s].addr = NULL;
+        err[s] = -ENOENT;
+        if (slots[s] == NULL || slots[s]->state != DDP_CKPT_COMPLETE ||
+            ddp_ckpt_slot_path(path, sizeof path, dir, ddp->rank, s) != 0)
+            continue;
+        err[s] = map_for_load(ddp, path, &l[s], &why[s]);
+    }
+}
+
+/* The newest step every rank can load (-1: none), through the store: every rank adds 1 under
+ * a key of each step it holds, waits for the others (a barrier), and takes the newest of its
+ * own that all counted. */
+static int agree_step(ddp_t *ddp, const loaded_t l[2], int64_t *out)
+{
+    char key[128];
+    int k = ddp->checkpoints++, err = 0;
+    int64_t mine[2] = {-1, -1}, count = 0;
+    for (int s = 0; s < 2; s++)
+        if (l[s].addr != NULL &&
+            (s == 0 || l[0].addr == NULL || l[0].ckpt.header->step != l[s].ckpt.header->step))
+            mine[s] = l[s].ckpt.header->step;
+    for (int s = 0; s < 2 && err == 0; s++) {
+        ddp_key(ddp, key, sizeof key, "mckpt/%d/step/%" PRId64, k, mine[s]);
+        if (mine[s] >= 0)
+            err = ddp_store_client_add(ddp->store, key, 1, &count);
+    }
+    if (err == 0 && (err = ddp_barrier(ddp)) != 0)
+        return err;
+    *out = -1;
+    for (int s = 0; s < 2 && err == 0; s++) {
+        ddp_key(ddp, key, sizeof key, "mckpt/%d/step/%" PRId64, k, mine[s]);
+        if (mine[s] >= 0 && (err = ddp_store_client_add(ddp->store, key, 0, &count)) == 0 &&
+            count == ddp->world_size && mine[s] > *out)
+            *out = mine[s];
     }
     if (err)
-        snprintf(why, why_cap, "unable to %s %s: %s", step, tmp, strerror(-err));
-    if (err == 0 && rename(tmp, path) != 0) {
-        err = -errno;
-        snprintf(why, why_cap, "unable to rename %s to %s: %s", tmp, path, strerror(-err));
-    }
-    if (err) {
-        unlink(tmp);
-        return err;
-    }
-    /* The rename itself is durable once the directory is synced. */
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == NULL)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
+        return ddp_fail(ddp, err, "checkpoint_load: unable to agree on a step: %s",
+                        ddp_store_client_error(ddp->store));
     return 0;
 }
 
-int ddp_checkpoint_save(ddp_t *ddp, const char *path, const void *data, size_t len)
+/* The step to load: DDP_CHECKPOINT_STEP's, else the newest every rank holds (one rank: its
+ * newest). -1 for none; or an error, said. */
+static int step_to_load(ddp_t *ddp, const loaded_t l[2], int64_t *out)
 {
-    char key[96], why[PATH_MAX + 256] = "";
-    int err;
-    DDP_NEED_CONTEXT(ddp, "ddp_checkpoint_save");
-    if (path == NULL || *path == '\0' || (data == NULL && len > 0))
-        return ddp_fail(ddp, DDP_EUSAGE, "checkpoint_save: no path or no data");
-    /* Before: nobody still reads the previous checkpoint at this path. */
-    if ((err = ddp_barrier(ddp)) != 0)
-        return err;
-    int k = ddp->checkpoints++;
-    ddp_key(ddp, key, sizeof key, "ckpt/%d/saved", k);
-    if (ddp->rank == 0) {
-        err = write_checkpoint(path, data, len, why, sizeof why);
-        if (ddp->store != NULL) {
-            char value[sizeof why + 32];
-            snprintf(value, sizeof value, "%d %s", err, why);
-            int set = ddp_store_client_set(ddp->store, key, value, strlen(value));
-            if (set)
-                return ddp_fail(ddp, set, "checkpoint_save: unable to tell the others: %s",
-                                ddp_store_client_error(ddp->store));
-        }
-        if (err)
-            return ddp_fail(ddp, err, "checkpoint_save: %s", why);
+    const char *text = getenv(ddp_env_name(DDP_ENV_DDP_CHECKPOINT_STEP));
+    if (text != NULL && *text != '\0') {
+        long step;
+        if (ddp_parse_long(text, 0, LONG_MAX, &step) != 0)
+            return ddp_fail(ddp, DDP_EUSAGE,
+                            "checkpoint_load: DDP_CHECKPOINT_STEP=%s is not a step", text);
+        *out = step;
         return 0;
     }
-    /* After: rank 0's outcome, which also holds everyone until the file is in place. */
-    ddp_buf_t value = DDP_BUF_INIT;
-    if ((err = ddp_store_client_get(ddp->store, key, &value)) != 0) {
-        ddp_fail(ddp, err, "checkpoint_save: rank 0 never said whether it saved %s: %s", path,
-                 ddp_store_client_error(ddp->store));
-    } else {
-        int offset = 0;
-        if (sscanf(ddp_buf_str(&value), "%d %n", &err, &offset) != 1)
-            err = ddp_fail(ddp, DDP_EPROTO, "checkpoint_save: rank 0 answered '%s'",
-                           ddp_buf_str(&value));
-        else if (err)
-            ddp_fail(ddp, err, "checkpoint_save: rank 0 could not save: %s",
-                     ddp_buf_str(&value) + offset);
-    }
-    ddp_buf_free(&value);
-    return err;
+    if (ddp->world_size > 1 && ddp->store != NULL)
+        return agree_step(ddp, l, out);
+    int newest = -1;
+    for (int s = 0; s < 2; s++)
+        if (l[s].addr != NULL &&
+            (newest < 0 || l[s].ckpt.header->generation > l[newest].ckpt.header->generation))
+            newest = s;
+    *out = newest >= 0 ? l[newest].ckpt.header->step : -1;
+    return 0;
 }
 
-/* One rank's read: 0 with the payload, -ENOENT, or an error with `why`. */
-static int read_checkpoint(const char *path, void **out, size_t *out_len, char *why, size_t why_cap)
+/* The loaded slot's records into the buffers: every name there, every size the same,
+ * checked before the first copy. */
+static int copy_out(ddp_t *ddp, const ddp_ckpt_t *c, const ddp_checkpoint_buffer_t *buffers,
+                    size_t n)
 {
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC), err = 0;
-    uint8_t header[HEADER];
-    if (fd < 0) {
-        err = -errno;
-        if (err != -ENOENT)
-            snprintf(why, why_cap, "unable to open %s: %s", path, strerror(errno));
-        return err;
+    for (size_t i = 0; i < n; i++) {
+        const ddp_ckpt_record_t *r = ddp_ckpt_find(c, buffers[i].name);
+        if (r == NULL)
+            return ddp_fail(ddp, DDP_EUSAGE,
+                            "checkpoint_load: the checkpoint of step %" PRId64 " has no '%s'",
+                            c->header->step, buffers[i].name);
+        if (r->size != buffers[i].size)
+            return ddp_fail(ddp, DDP_EUSAGE,
+                            "checkpoint_load: '%s' holds %" PRIu64 " bytes, the buffer %zu",
+                            buffers[i].name, r->size, buffers[i].size);
     }
-    uint8_t *data = NULL;
-    ssize_t got = fstat(fd, &st) == 0 ? read(fd, header, HEADER) : -1;
-    if (got != HEADER || memcmp(header, MAGIC, 8) != 0) {
-        err = DDP_EPARSE;
-        snprintf(why, why_cap, "%s is not a libddp checkpoint", path);
-        goto out;
+    for (size_t i = 0; i < n; i++) {
+        const ddp_ckpt_record_t *r = ddp_ckpt_find(c, buffers[i].name);
+        if (r->size > 0)
+            memcpy(buffers[i].data, c->base + r->offset, r->size);
     }
-    uint64_t len = get64(header + 8), hash = get64(header + 16);
-    if ((uint64_t)st.st_size != HEADER + len) {
-        err = DDP_EPARSE;
-        snprintf(why, why_cap,
-                 "%s is truncated or has extra bytes: %lld bytes of payload, the "
-                 "header says %llu",
-                 path, (long long)st.st_size - HEADER, (unsigned long long)len);
-        goto out;
-    }
-    if ((data = malloc(len + 1)) == NULL) {
-        err = -ENOMEM;
-        snprintf(why, why_cap, "no memory for the %llu bytes of %s", (unsigned long long)len, path);
-        goto out;
-    }
-    size_t have = 0;
-    while (have < len) {
-        ssize_t r = read(fd, data + have, len - have);
-        if (r <= 0) {
-            err = r == 0 ? DDP_EPARSE : -errno;
-            snprintf(why, why_cap, "unable to read %s: %s", path,
-                     r == 0 ? "it ended early" : strerror(errno));
-            goto out;
+    return 0;
+}
+
+/* A slot saved after the generation loaded becomes EMPTY (common/ckpt.h). */
+static void retire_newer(const ddp_t *ddp, const char *dir, const ddp_ckpt_slots_t slots,
+                         uint64_t generation)
+{
+    for (int s = 0; s < 2; s++) {
+        char path[PATH_MAX];
+        if (slots[s] == NULL || slots[s]->state != DDP_CKPT_COMPLETE ||
+            slots[s]->generation <= generation ||
+            ddp_ckpt_slot_path(path, sizeof path, dir, ddp->rank, s) != 0)
+            continue;
+        int fd = open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        uint32_t empty = DDP_CKPT_EMPTY;
+        if (fd >= 0) {
+            if (pwrite(fd, &empty, sizeof empty, offsetof(ddp_ckpt_header_t, state)) < 0)
+                ddp_log_warn(&ddp->log, "unable to retire %s: %s", path, strerror(errno));
+            close(fd);
         }
-        have += (size_t)r;
     }
-    if (ddp_fnv1a64(data, len) != hash) {
-        err = DDP_EPARSE;
-        snprintf(why, why_cap, "%s is corrupt: its payload does not match its checksum", path);
-        goto out;
-    }
-    *out = data;
-    *out_len = len;
-    data = NULL;
-out:
-    free(data);
-    close(fd);
-    return err;
 }
 
-int ddp_checkpoint_load(ddp_t *ddp, const char *path, void **data, size_t *len)
+int ddp_checkpoint_load(ddp_t *ddp, int64_t *step, const ddp_checkpoint_buffer_t *buffers, size_t n)
 {
-    char key[96], why[PATH_MAX + 256] = "";
-    void *payload = NULL;
-    size_t payload_len = 0;
-    int err;
     DDP_NEED_CONTEXT(ddp, "ddp_checkpoint_load");
-    if (path == NULL || *path == '\0' || data == NULL || len == NULL)
-        return ddp_fail(ddp, DDP_EUSAGE, "checkpoint_load: no path or nowhere to put the data");
-    /* Before: a save in progress elsewhere has finished. */
-    if ((err = ddp_barrier(ddp)) != 0)
-        return err;
-    int k = ddp->checkpoints++;
-    int found = read_checkpoint(path, &payload, &payload_len, why, sizeof why);
-    /* Every rank must see the same file: count those that found one. */
-    int64_t finders = found == -ENOENT ? 0 : 1;
-    if (ddp->store != NULL) {
-        ddp_key(ddp, key, sizeof key, "ckpt/%d/found", k);
-        int64_t ignored;
-        if ((err = ddp_store_client_add(ddp->store, key, finders, &ignored)) == 0) {
-            /* After: every rank has read (and counted) before any goes on to write. */
-            if ((err = ddp_barrier(ddp)) != 0) {
-                free(payload);
-                return err;
-            }
-            err = ddp_store_client_add(ddp->store, key, 0, &finders);
-        }
-        if (err) {
-            free(payload);
-            return ddp_fail(ddp, err, "checkpoint_load: %s", ddp_store_client_error(ddp->store));
-        }
-    }
-    if (finders != 0 && finders != ddp->world_size) {
-        free(payload);
-        return ddp_fail(ddp, DDP_EUSAGE,
-                        "checkpoint_load: %s exists for %lld of the %d ranks (%s here): put "
-                        "checkpoints on a filesystem that every node shares",
-                        path, (long long)finders, ddp->world_size,
-                        found == -ENOENT ? "missing" : "present");
-    }
-    if (found == -ENOENT) {
-        /* No checkpoint yet is the normal start of a job: said, not logged. */
-        snprintf(ddp->error, sizeof ddp->error, "no checkpoint at %s", path);
+    const char *dir = checkpoint_dir();
+    if (dir == NULL) {
+        snprintf(ddp->error, sizeof ddp->error, "no DDP_CHECKPOINT_DIR: not run by ddp-launch");
         return -ENOENT;
     }
-    if (found != 0)
-        return ddp_fail(ddp, found, "checkpoint_load: %s", why);
-    *data = payload;
-    *len = payload_len;
-    return 0;
+    int err = step == NULL ? ddp_fail(ddp, DDP_EUSAGE, "checkpoint_load: no step to fill")
+                           : check_buffers(ddp, "checkpoint_load", buffers, n);
+    if (err)
+        return err;
+    ddp_ckpt_header_t h[2];
+    ddp_ckpt_slots_t slots;
+    loaded_t l[2];
+    int found[2];
+    ddp_buf_t why[2] = {DDP_BUF_INIT, DDP_BUF_INIT};
+    read_slots(dir, ddp->rank, h, slots);
+    check_slots(ddp, dir, slots, l, found, why);
+    int64_t want = -1;
+    err = step_to_load(ddp, l, &want);
+    int pick = -1;
+    for (int s = 0; s < 2 && err == 0; s++)
+        if (l[s].addr != NULL && l[s].ckpt.header->step == want &&
+            (pick < 0 || l[s].ckpt.header->generation > l[pick].ckpt.header->generation))
+            pick = s;
+    /* A slot that cannot be loaded is said: with the other one loaded, or with nothing to
+     * load (a fresh start, as the other ranks'), or in the error when a step was asked. */
+    int bad = -1;
+    for (int s = 1; s >= 0; s--)
+        if (found[s] != 0 && found[s] != -ENOENT)
+            bad = s;
+    if (err == 0 && pick < 0 && bad >= 0 && found[bad] == DDP_EUSAGE)
+        err = ddp_fail(ddp, DDP_EUSAGE, "checkpoint_load: %s", ddp_buf_str(&why[bad]));
+    else if (err == 0 && pick < 0 && want >= 0)
+        err = ddp_fail(
+            ddp, DDP_EPARSE,
+            "checkpoint_load: rank %d has no checkpoint of step %" PRId64 " it can load in %s%s%s",
+            ddp->rank, want, dir, bad >= 0 ? "; " : "", bad >= 0 ? ddp_buf_str(&why[bad]) : "");
+    for (int s = 0; s < 2 && err == 0; s++)
+        if (found[s] != 0 && found[s] != -ENOENT)
+            ddp_log_warn(&ddp->log, "rank %d: checkpoint not loaded: %s", ddp->rank,
+                         ddp_buf_str(&why[s]));
+    if (err == 0 && pick < 0)
+        err = (snprintf(ddp->error, sizeof ddp->error, "no checkpoint in %s", dir), -ENOENT);
+    if (err == 0 && (err = copy_out(ddp, &l[pick].ckpt, buffers, n)) == 0) {
+        *step = l[pick].ckpt.header->step;
+        retire_newer(ddp, dir, slots, l[pick].ckpt.header->generation);
+    }
+    for (int s = 0; s < 2; s++) {
+        unload(&l[s]);
+        ddp_buf_free(&why[s]);
+    }
+    return err;
 }

@@ -316,6 +316,7 @@ fail:
     ddp_store_client_close(ddp->store);
     ddp_nccl_release(ddp);
     ddp_flight_close(ddp);
+    ddp_checkpoint_release(ddp);
     free(ddp);
     return err;
 }
@@ -754,5 +755,6 @@ void ddp_finalize(ddp_t *ddp)
     ddp_store_client_close(ddp->store);
     ddp_nccl_release(ddp);
     ddp_flight_close(ddp);
+    ddp_checkpoint_release(ddp);
     free(ddp);
 }

@@ -94,6 +94,8 @@ struct ddp_s {
     struct ddp_cuda_api_s *cuda; /* CUDA and NCCL, once loaded (nccl.c) */
     int nccl_ids;                /* unique ids exchanged so far */
     int checkpoints;             /* checkpoint saves and loads so far */
+    /* The slot files of in-memory checkpoints, mapped for saves (checkpoint.c). */
+    struct ddp_checkpoint_maps_s *checkpoint_maps;
     bool half_wire; /* the reducer's compression: a half all-reduce sends halves (cpu.c) */
     char error[1024];
     /* DDP_CONTEXT_MAGIC while the context lives; finalize clears it first, so a call on a
@@ -118,6 +120,9 @@ struct ddp_s {
  * said once, on `log`, and left as it is); and the clock it is timed by. */
 void ddp_progress_step(const ddp_log_t *log, int64_t wait_ns);
 int64_t ddp_progress_now(void);
+
+/* checkpoint.c: unmaps what the saves kept mapped (at finalize). */
+void ddp_checkpoint_release(ddp_t *ddp);
 
 int ddp_flight_open(ddp_t *ddp);
 void ddp_flight_close(ddp_t *ddp);

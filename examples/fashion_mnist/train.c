@@ -7,7 +7,9 @@
  * SGD. --sync-bn makes batch norm use the statistics of the global batch, over a second
  * libddp context ("syncbn") so that they do not queue behind the gradients. Rank 0
  * prints progress, saves a checkpoint after each epoch, and a restarted job resumes from
- * it. Run: ddp-launch --nproc-per-node=2 --no-python ./fashion-mnist --epochs 1 */
+ * it; with --checkpoint-every N each rank keeps its state in memory every N steps
+ * (libddp's in-memory checkpoints), and a restarted job resumes within the epoch.
+ * Run: ddp-launch --nproc-per-node=2 --no-python ./fashion-mnist --epochs 1 */
 #include "data.h"
 #include "dp.h"
 #include "model.h"
@@ -26,7 +28,8 @@
 typedef struct {
     fm_arch_t arch;
     int epochs, batch, log_every, limit_train, limit_test, max_steps;
-    int zero; /* --zero: 0 (off), 1 or 2 */
+    int checkpoint_every; /* --checkpoint-every: steps between in-memory checkpoints; 0: none */
+    int zero;             /* --zero: 0 (off), 1 or 2 */
     bool adam;
     int replicas; /* --parallel dp: threads; 0: ddp (processes) */
     float lr, momentum;
@@ -63,6 +66,7 @@ static void usage(FILE *to)
             "                     [--max-steps N] [--dump-params PATH]\n"
             "                     [--lr-schedule cosine|constant] [--optimizer sgd|adam]\n"
             "                     [--zero 1|2] [--parallel ddp|dp] [--replicas N]\n"
+            "                     [--checkpoint-every N]\n"
             "Trains on FashionMNIST under ddp-launch (1 worker without it). --batch-size is\n"
             "per worker (default 64); --lr defaults to 0.02 for cnn, 0.1 for mlp (SGD) or\n"
             "0.001 (Adam), annealed to 0 over the run (cosine). --zero shards the optimizer\n"
@@ -175,6 +179,8 @@ static int parse_flag(int c, options_t *o, flags_read_t *f)
         break;
     case 'R':
         return parse_int("--replicas", optarg, 1, &f->replicas);
+    case 'E':
+        return parse_int("--checkpoint-every", optarg, 1, &o->checkpoint_every);
     case 'h':
         usage(stdout);
         exit(0);
@@ -188,9 +194,10 @@ static int parse_flag(int c, options_t *o, flags_read_t *f)
 /* Flags that do not go together: what to say, or NULL. */
 static const char *conflict(const options_t *o)
 {
-    if (o->replicas > 0 && (o->cuda || o->zero || o->adam || o->checkpoint || o->sync_bn))
-        return "--parallel dp is SGD on the cpu device, without --zero, --checkpoint or "
-               "--sync-bn";
+    if (o->replicas > 0 &&
+        (o->cuda || o->zero || o->adam || o->checkpoint || o->sync_bn || o->checkpoint_every))
+        return "--parallel dp is SGD on the cpu device, without --zero, --checkpoint, "
+               "--checkpoint-every or --sync-bn";
     if ((o->zero || o->adam) && o->cuda)
         return "--zero and --optimizer adam run on the cpu device only";
     if ((o->zero || o->adam) && o->checkpoint != NULL)
@@ -242,6 +249,7 @@ static int parse_args(int argc, char **argv, options_t *o)
         {"zero", required_argument, NULL, 'Z'},
         {"parallel", required_argument, NULL, 'P'},
         {"replicas", required_argument, NULL, 'R'},
+        {"checkpoint-every", required_argument, NULL, 'E'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -424,7 +432,7 @@ static int save_checkpoint(job_t *job, const options_t *o, const fm_model_t *m, 
     memcpy(p, m->momentum, m->nvalues * sizeof(float));
     p += m->nvalues * sizeof(float);
     memcpy(p, m->buffers, m->nbuffers * sizeof(float));
-    int err = ddp_checkpoint_save(job->ddp, o->checkpoint, blob, len);
+    int err = ddp_checkpoint_save_file(job->ddp, o->checkpoint, blob, len);
     free(blob);
     return err;
 }
@@ -435,7 +443,7 @@ static int load_checkpoint(job_t *job, const options_t *o, fm_model_t *m)
     void *blob;
     size_t len;
     checkpoint_header_t h;
-    int err = ddp_checkpoint_load(job->ddp, o->checkpoint, &blob, &len);
+    int err = ddp_checkpoint_load_file(job->ddp, o->checkpoint, &blob, &len);
     if (err == -ENOENT)
         return 0;
     check(job, job->ddp, "checkpoint_load", err);
@@ -456,6 +464,62 @@ static int load_checkpoint(job_t *job, const options_t *o, fm_model_t *m)
     memcpy(m->buffers, p, m->nbuffers * sizeof(float));
     free(blob);
     return h.next_epoch;
+}
+
+/* Where training stands: what an in-memory checkpoint holds beside the model and the
+ * optimizer, and where a run begins (0s for a fresh one). */
+typedef struct {
+    int64_t epoch, step; /* the next step to take: step `step` of epoch `epoch` */
+    int64_t total_steps; /* taken so far (--max-steps) */
+    uint64_t rng;        /* dropout's generator at that step (each rank its own) */
+    int64_t arch;
+} position_t;
+
+/* This rank's state as libddp's named buffers: where it stands, the parameters, batch
+ * norm's statistics, the optimizer's state (SGD's momentum, or this rank's shard of
+ * Adam's moments with --zero). The number of buffers. */
+static size_t memory_buffers(job_t *job, const options_t *o, fm_model_t *m, position_t *at,
+                             ddp_checkpoint_buffer_t b[6])
+{
+    optim_t *op = &job->optim;
+    size_t n = 0;
+    b[n++] = (ddp_checkpoint_buffer_t){"position", at, sizeof *at};
+    b[n++] = (ddp_checkpoint_buffer_t){"model/values", m->values, m->nvalues * sizeof(float)};
+    b[n++] = (ddp_checkpoint_buffer_t){"model/buffers", m->buffers, m->nbuffers * sizeof(float)};
+    b[n++] = (ddp_checkpoint_buffer_t){"optim/m", op->m, op->len * sizeof(float)};
+    b[n++] = (ddp_checkpoint_buffer_t){"optim/step", &op->step, sizeof op->step};
+    if (o->adam)
+        b[n++] = (ddp_checkpoint_buffer_t){"optim/v", op->v, op->len * sizeof(float)};
+    return n;
+}
+
+/* Every --checkpoint-every steps: this rank's state in memory (nothing outside ddp-launch's
+ * DDP_CHECKPOINT_DIR); one that does not fit is said and training goes on. */
+static void save_memory(job_t *job, const options_t *o, fm_model_t *m, position_t at)
+{
+    ddp_checkpoint_buffer_t b[6];
+    pull(job);
+    at.arch = m->arch;
+    int err = ddp_checkpoint_save(job->ddp, at.total_steps, b, memory_buffers(job, o, m, &at, b));
+    if (err == -ENOSPC)
+        return; /* libddp said why; the previous checkpoint stays */
+    check(job, job->ddp, "checkpoint_save", err);
+}
+
+/* The newest in-memory checkpoint every rank has, if any: *at says where to go on. */
+static bool load_memory(job_t *job, const options_t *o, fm_model_t *m, position_t *at)
+{
+    ddp_checkpoint_buffer_t b[6];
+    int64_t step;
+    int err = ddp_checkpoint_load(job->ddp, &step, b, memory_buffers(job, o, m, at, b));
+    if (err == -ENOENT)
+        return false;
+    check(job, job->ddp, "checkpoint_load", err);
+    if (at->arch != m->arch) {
+        fprintf(stderr, "fashion-mnist: the checkpoint in memory is of another model\n");
+        exit(1);
+    }
+    return true;
 }
 
 /* Test accuracy: each rank a strided share of the test set, the counts summed. Batch norm
@@ -539,9 +603,9 @@ static int run_dp(job_t *job, const options_t *o, fm_dataset_t *train, fm_datase
 
 /* The model as DDP's constructor leaves it: rank 0's parameters everywhere, batch norm
  * synchronized with --sync-bn, on the GPU with --device cuda, every gradient in the
- * reducer, the optimizer, and a checkpoint's state when there is one. The epoch to begin
- * with, or -1 (said). */
-static int setup_model(job_t *job, const options_t *o, fm_model_t *m)
+ * reducer, the optimizer, and a checkpoint's state when there is one (in memory, else the
+ * file's). Where to begin in *at; 0, or -1 (said). */
+static int setup_model(job_t *job, const options_t *o, fm_model_t *m, position_t *at)
 {
     char why[8192];
     if (fm_model_init(m, o->arch, o->batch, o->seed) != 0) {
@@ -569,13 +633,21 @@ static int setup_model(job_t *job, const options_t *o, fm_model_t *m)
         check(job, job->ddp, "reducer_add", index < 0 ? index : 0);
     }
     optim_init(job, o, m);
-    int first_epoch = o->checkpoint ? load_checkpoint(job, o, m) : 0;
-    if (first_epoch > 0)
+    *at = (position_t){0};
+    if (o->checkpoint_every && load_memory(job, o, m, at)) {
         push(job);
-    if (first_epoch > 0 && job->rank == 0)
-        printf("resumed from %s at epoch %d (attempt %d)\n", o->checkpoint, first_epoch + 1,
+        if (job->rank == 0)
+            printf("resumed from memory at epoch %d step %d (attempt %d)\n", (int)at->epoch + 1,
+                   (int)at->step + 1, ddp_restart_count(job->ddp));
+        return 0;
+    }
+    at->epoch = o->checkpoint ? load_checkpoint(job, o, m) : 0;
+    if (at->epoch > 0)
+        push(job);
+    if (at->epoch > 0 && job->rank == 0)
+        printf("resumed from %s at epoch %d (attempt %d)\n", o->checkpoint, (int)at->epoch + 1,
                ddp_restart_count(job->ddp));
-    return first_epoch;
+    return 0;
 }
 
 /* What an epoch draws from: this rank's share of the samples (the distributed sampler)
@@ -671,18 +743,19 @@ static void log_progress(job_t *job, const options_t *o, int epoch, int step, in
                o->epochs, step + 1, steps, mean[0] / mean[1], rate, (int)eta / 60, (int)eta % 60);
 }
 
-/* One epoch, then its checkpoint. 0, or the exit status; *stop once --max-steps are done
- * (*total_steps counts them). */
+/* One epoch (from at->step, where a run resumed within it), then its checkpoint; at
+ * moves on. 0, or the exit status; *stop once --max-steps are done. */
 static int train_epoch(job_t *job, const options_t *o, fm_model_t *m, const batches_t *b,
-                       const fm_dataset_t *train, int epoch, int *total_steps, bool *stop)
+                       const fm_dataset_t *train, position_t *at, bool *stop)
 {
-    m->rng = dropout_generator(o->seed, job->rank, epoch);
+    int epoch = (int)at->epoch;
+    m->rng = at->step > 0 ? at->rng : dropout_generator(o->seed, job->rank, epoch);
     check(job, job->ddp, "sampler",
           ddp_sampler_indices(job->ddp, (size_t)b->n, &b->so, (uint64_t)epoch, b->indices,
                               b->per_rank));
     double started = now(), loss_sum = 0, exposed = 0;
     int loss_steps = 0, epoch_steps = 0;
-    for (int step = 0; step < b->steps && !*stop; step++) {
+    for (int step = (int)at->step; step < b->steps && !*stop; step++) {
         double loss = train_step(job, o, m, b, train, epoch, step, &exposed);
         if (loss < 0)
             return 1;
@@ -694,8 +767,18 @@ static int train_epoch(job_t *job, const options_t *o, fm_model_t *m, const batc
             loss_sum = 0;
             loss_steps = 0;
         }
-        *stop = o->max_steps > 0 && ++*total_steps >= o->max_steps;
+        at->total_steps++;
+        *stop = o->max_steps > 0 && at->total_steps >= o->max_steps;
+        /* The step after this one, as a resumed run takes it (the last of an epoch: the
+         * next epoch's first, whose generator is the epoch's). */
+        if (o->checkpoint_every && at->total_steps % o->checkpoint_every == 0 && !*stop)
+            save_memory(job, o, m,
+                        step + 1 < b->steps
+                            ? (position_t){epoch, step + 1, at->total_steps, m->rng, 0}
+                            : (position_t){epoch + 1, 0, at->total_steps, 0, 0});
     }
+    at->epoch = epoch + 1;
+    at->step = 0;
     double took = now() - started;
     if (job->rank == 0)
         printf("epoch %d/%d done in %.1f s: %.0f samples/s; %.1f ms a step, %.1f ms of it "
@@ -704,7 +787,7 @@ static int train_epoch(job_t *job, const options_t *o, fm_model_t *m, const batc
                1e3 * took / epoch_steps, 1e3 * exposed / epoch_steps);
     if (o->checkpoint != NULL && !*stop) {
         pull(job);
-        check(job, job->ddp, "checkpoint_save", save_checkpoint(job, o, m, epoch + 1));
+        check(job, job->ddp, "checkpoint_save_file", save_checkpoint(job, o, m, epoch + 1));
     }
     return 0;
 }
@@ -771,13 +854,13 @@ int main(int argc, char **argv)
         ddp_finalize(job.ddp);
         return status;
     }
-    int first_epoch = setup_model(&job, &o, &m);
-    if (first_epoch < 0)
+    position_t at;
+    if (setup_model(&job, &o, &m, &at) < 0)
         return 1;
-    int status = batches_init(&b, &job, &o, &train), total_steps = 0;
+    int status = batches_init(&b, &job, &o, &train);
     bool stop = false;
-    for (int epoch = first_epoch; epoch < o.epochs && !stop && status == 0; epoch++)
-        status = train_epoch(&job, &o, &m, &b, &train, epoch, &total_steps, &stop);
+    while (at.epoch < o.epochs && !stop && status == 0)
+        status = train_epoch(&job, &o, &m, &b, &train, &at, &stop);
     if (status == 0)
         status = report(&job, &o, &m, &test);
     /* A failed step may leave the reducer's thread in a collective with a gone rank: the

@@ -35,6 +35,13 @@
  *                          only rank 0 sees
  *   resume DIR STEPS       a training loop that saves a checkpoint each step; attempt 0's
  *                          rank 1 fails after step 3; a restarted attempt resumes from it
+ *   memory                 in-memory checkpoints in DDP_CHECKPOINT_DIR: none yet; round
+ *                          trips of each rank's own buffers; the newest step every rank
+ *                          has (rank 0 alone saved a newer one, which the load retires);
+ *                          DDP_CHECKPOINT_STEP; buffers of another name or size; a slot
+ *                          of another world size; without DDP_CHECKPOINT_DIR nothing
+ *   memresume STEPS        resume with in-memory checkpoints: attempt 0's rank 1 SIGKILLs
+ *                          itself after step 3's save; attempt 1 loads step 3
  *   groups                 a second context (group "second") beside the first: their
  *                          all_reduces interleave and each gets its own answer
  *   skip VICTIM SEQ [S]    20 all_reduces of 1000 float32, each printed when done; rank
@@ -55,6 +62,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
@@ -475,7 +483,7 @@ static void expect_load(const char *path, int want, int version, const char *wor
 {
     void *data = NULL;
     size_t len = 0;
-    int err = ddp_checkpoint_load(ddp, path, &data, &len);
+    int err = ddp_checkpoint_load_file(ddp, path, &data, &len);
     if (err != want || (words != NULL && strstr(ddp_last_error(ddp), words) == NULL)) {
         fprintf(stderr, "rank %d: load %s gave %d (%s), wanted %d and '%s'\n", rank, path, err,
                 ddp_last_error(ddp), want, words ? words : "");
@@ -523,7 +531,7 @@ static void mode_checkpoint(const char *dir)
         /* Every rank passes its own bytes; rank 0's are the ones written. */
         for (size_t i = 0; i < len; i++)
             data[i] = rank == 0 ? payload_byte(i, version) : 0xee;
-        CALL("checkpoint_save", ddp_checkpoint_save(ddp, path, data, len));
+        CALL("checkpoint_save_file", ddp_checkpoint_save_file(ddp, path, data, len));
         expect_load(path, 0, version, NULL);
     }
     tamper(path, "flip");
@@ -535,7 +543,7 @@ static void mode_checkpoint(const char *dir)
     /* A save into a directory that does not exist fails on every rank alike. */
     char bad[4200];
     snprintf(bad, sizeof bad, "%s/no/such/dir/ckpt.bin", dir);
-    int err = ddp_checkpoint_save(ddp, bad, data, len);
+    int err = ddp_checkpoint_save_file(ddp, bad, data, len);
     if (err != -ENOENT || strstr(ddp_last_error(ddp), "no/such/dir") == NULL) {
         fprintf(stderr, "rank %d: a save into a missing directory gave %d: %s\n", rank, err,
                 ddp_last_error(ddp));
@@ -553,7 +561,7 @@ static void mode_checkpoint(const char *dir)
         /* A valid file at rank 0's ./local.bin, saved through its absolute path. */
         char local0[4300];
         snprintf(local0, sizeof local0, "%s/rank0/local.bin", dir);
-        CALL("checkpoint_save", ddp_checkpoint_save(ddp, local0, data, len));
+        CALL("checkpoint_save_file", ddp_checkpoint_save_file(ddp, local0, data, len));
         expect_load("local.bin", DDP_EUSAGE, 0, "exists for 1 of the");
     }
     free(data);
@@ -567,7 +575,7 @@ static void mode_resume(const char *dir, int steps)
     int64_t step = 0;
     void *data;
     size_t len;
-    int err = ddp_checkpoint_load(ddp, path, &data, &len);
+    int err = ddp_checkpoint_load_file(ddp, path, &data, &len);
     if (err == 0 && len == sizeof step) {
         memcpy(&step, data, sizeof step);
         free(data);
@@ -579,10 +587,148 @@ static void mode_resume(const char *dir, int steps)
         int64_t x = step;
         CALL("all_reduce", ddp_all_reduce(ddp, &x, 1, DDP_INT64, DDP_SUM));
         int64_t next = step + 1;
-        CALL("checkpoint_save", ddp_checkpoint_save(ddp, path, &next, sizeof next));
+        CALL("checkpoint_save_file", ddp_checkpoint_save_file(ddp, path, &next, sizeof next));
         if (ddp_restart_count(ddp) == 0 && rank == 1 && next == 3) {
             fprintf(stderr, "rank 1: failing after step 3\n");
             exit(5);
+        }
+    }
+    printf("rank %d finished %d steps on attempt %d\n", rank, steps, ddp_restart_count(ddp));
+}
+
+/* A rank's buffers of step `step`: 1000 floats and a counter, its own values. */
+typedef struct {
+    float values[1000];
+    int64_t counter;
+} mem_state_t;
+
+static void mem_fill(mem_state_t *m, int64_t step)
+{
+    for (int i = 0; i < 1000; i++)
+        m->values[i] = (float)(rank * 1000 + i) + 0.5f * (float)step;
+    m->counter = step * 10 + rank;
+}
+
+static size_t mem_buffers(mem_state_t *m, ddp_checkpoint_buffer_t b[2])
+{
+    b[0] = (ddp_checkpoint_buffer_t){"model/values", m->values, sizeof m->values};
+    b[1] = (ddp_checkpoint_buffer_t){"counter", &m->counter, sizeof m->counter};
+    return 2;
+}
+
+/* A load that gives `want` (0: step `step` with its buffers), the error saying `words`. */
+static void expect_mem_load(int want, int64_t step, const char *words)
+{
+    mem_state_t m, ref;
+    ddp_checkpoint_buffer_t b[2];
+    int64_t got = -1;
+    memset(&m, 0, sizeof m);
+    int err = ddp_checkpoint_load(ddp, &got, b, mem_buffers(&m, b));
+    mem_fill(&ref, step);
+    if (err != want || (words != NULL && strstr(ddp_last_error(ddp), words) == NULL) ||
+        (want == 0 && (got != step || memcmp(&m, &ref, sizeof m) != 0))) {
+        fprintf(stderr,
+                "rank %d: load gave %d, step %" PRId64 " (%s); wanted %d, step %" PRId64
+                " and '%s'\n",
+                rank, err, got, ddp_last_error(ddp), want, step, words ? words : "");
+        exit(1);
+    }
+}
+
+static void mem_save(int64_t step)
+{
+    mem_state_t m;
+    ddp_checkpoint_buffer_t b[2];
+    mem_fill(&m, step);
+    CALL("checkpoint_save", ddp_checkpoint_save(ddp, step, b, mem_buffers(&m, b)));
+}
+
+/* Where a slot's header says its world size: offsetof(ddp_ckpt_header_t, world_size) of
+ * common/ckpt.h, which this helper, built against the installed libddp too, cannot include. */
+#define SLOT_WORLD_SIZE_AT 32
+
+/* The header field at `offset` of this rank's slot `slot` set to the 4 bytes of `value`. */
+static void mem_forge(int slot, size_t offset, uint32_t value)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rank%d.%d", getenv("DDP_CHECKPOINT_DIR"), rank, slot);
+    int fd = open(path, O_WRONLY);
+    if (fd < 0 || pwrite(fd, &value, 4, (off_t)offset) != 4)
+        exit(3);
+    close(fd);
+}
+
+static void mode_memory(void)
+{
+    expect_mem_load(-ENOENT, 0, "no checkpoint in");
+    for (int64_t step = 1; step <= 3; step++) {
+        mem_save(step);
+        expect_mem_load(0, step, NULL);
+    }
+    /* Slots: 0 holds step 3, 1 step 2. Rank 0 alone saves step 4 (into slot 1): the newest
+     * step every rank has is 3, and rank 0's step 4 is retired. */
+    if (rank == 0)
+        mem_save(4);
+    expect_mem_load(0, world > 1 ? 3 : 4, NULL);
+    setenv("DDP_CHECKPOINT_STEP", "3", 1);
+    expect_mem_load(0, 3, NULL);
+    setenv("DDP_CHECKPOINT_STEP", "7", 1);
+    expect_mem_load(DDP_EPARSE, 7, "no checkpoint of step 7");
+    unsetenv("DDP_CHECKPOINT_STEP");
+    /* Buffers the checkpoint does not hold as they are. */
+    float few[10];
+    int64_t got;
+    ddp_checkpoint_buffer_t other[] = {{"model/values", few, sizeof few}};
+    ddp_checkpoint_buffer_t missing[] = {{"optimizer", few, sizeof few}};
+    ddp_checkpoint_buffer_t twice[] = {{"a", few, 4}, {"a", few, 4}};
+    ddp_checkpoint_buffer_t badname[] = {{"../x", few, 4}};
+    if (ddp_checkpoint_load(ddp, &got, other, 1) != DDP_EUSAGE ||
+        strstr(ddp_last_error(ddp), "holds 4000 bytes, the buffer 40") == NULL ||
+        ddp_checkpoint_load(ddp, &got, missing, 1) != DDP_EUSAGE ||
+        strstr(ddp_last_error(ddp), "has no 'optimizer'") == NULL ||
+        ddp_checkpoint_save(ddp, 5, twice, 2) != DDP_EUSAGE ||
+        ddp_checkpoint_save(ddp, 5, badname, 1) != DDP_EUSAGE ||
+        ddp_checkpoint_save(ddp, -1, NULL, 0) != DDP_EUSAGE) {
+        fprintf(stderr, "rank %d: a misuse was not refused: %s\n", rank, ddp_last_error(ddp));
+        exit(1);
+    }
+    /* Every slot of this rank says a world size of 9. */
+    mem_forge(0, SLOT_WORLD_SIZE_AT, 9);
+    mem_forge(1, SLOT_WORLD_SIZE_AT, 9);
+    expect_mem_load(DDP_EUSAGE, 0, "world size 9; this one has");
+    /* Outside ddp-launch: a save does nothing, a load finds nothing. */
+    char *dir = strdup(getenv("DDP_CHECKPOINT_DIR"));
+    unsetenv("DDP_CHECKPOINT_DIR");
+    mem_state_t m;
+    ddp_checkpoint_buffer_t b[2];
+    if (ddp_checkpoint_save(ddp, 9, b, mem_buffers(&m, b)) != 0)
+        exit(1);
+    expect_mem_load(-ENOENT, 0, "DDP_CHECKPOINT_DIR");
+    setenv("DDP_CHECKPOINT_DIR", dir, 1);
+    free(dir);
+    CALL("barrier", ddp_barrier(ddp));
+    printf("memory ok, world %d\n", world);
+}
+
+/* attempt 0: steps saved in memory each step, rank 1 SIGKILLs itself after step 3's save;
+ * attempt 1 resumes from step 3 on every rank. */
+static void mode_memresume(int steps)
+{
+    mem_state_t m;
+    ddp_checkpoint_buffer_t b[2];
+    int64_t step = 0;
+    int err = ddp_checkpoint_load(ddp, &step, b, mem_buffers(&m, b));
+    if (err == 0)
+        printf("rank %d attempt %d resumed at step %d\n", rank, ddp_restart_count(ddp), (int)step);
+    else if (err != -ENOENT)
+        fail_collective("checkpoint_load", err);
+    for (; step < steps; step++) {
+        int64_t x = step;
+        CALL("all_reduce", ddp_all_reduce(ddp, &x, 1, DDP_INT64, DDP_SUM));
+        mem_save(step + 1);
+        if (ddp_restart_count(ddp) == 0 && rank == 1 && step + 1 == 3) {
+            fprintf(stderr, "rank 1: killed after step 3\n");
+            raise(SIGKILL);
         }
     }
     printf("rank %d finished %d steps on attempt %d\n", rank, steps, ddp_restart_count(ddp));
@@ -1017,7 +1163,8 @@ static void mode_misuse(const char *how)
              refused("reducer_new", ddp_reducer_new(NULL, NULL, &r)) &&
              refused("reducer_ready", ddp_reducer_ready(NULL, 0)) &&
              refused("zero_new", ddp_zero_new(NULL, 4, 1, NULL)) &&
-             refused("checkpoint_save", ddp_checkpoint_save(NULL, "x", x, sizeof x)) &&
+             refused("checkpoint_save_file", ddp_checkpoint_save_file(NULL, "x", x, sizeof x)) &&
+             refused("checkpoint_save", ddp_checkpoint_save(NULL, 1, NULL, 0)) &&
              ddp_sampler_count(NULL, 10, NULL) == 0;
         ddp_reducer_timing(NULL, &t);
         ddp_finalize(NULL);
@@ -1106,6 +1253,10 @@ int main(int argc, char **argv)
         mode_checkpoint(argv[2]);
     else if (strcmp(mode, "resume") == 0 && argc > 3)
         mode_resume(argv[2], atoi(argv[3]));
+    else if (strcmp(mode, "memory") == 0)
+        mode_memory();
+    else if (strcmp(mode, "memresume") == 0 && argc > 2)
+        mode_memresume(atoi(argv[2]));
     else if (strcmp(mode, "nccl-id") == 0)
         mode_nccl_id();
     else if (strcmp(mode, "mismatch") == 0 && argc > 2)

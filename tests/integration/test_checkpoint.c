@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 static th_torch_t torch;
-static char ckpt_dir[1100];     /* the test's DDP_CHECKPOINT_DIR, removed by its teardown */
+static char ckpt_dir[1100];     /* the test's DDP_CHECKPOINT_DIR */
 static char ckpt_var[1200];     /* "DDP_CHECKPOINT_DIR=..." */
 static bool ckpt_on_shm = true; /* /dev/shm, but for 2.6 */
 
@@ -131,39 +131,15 @@ static void test_zip_loaded_by_torch(void **state)
     free(dir);
 }
 
-/* Makes the test's checkpoint directory (ckpt_dir, ckpt_var). */
+/* Makes the test's checkpoint directory (ckpt_dir, ckpt_var), which its teardown removes:
+ * on /dev/shm, or for 2.6 in the test's TMPDIR. */
 static void make_ckpt_dir(void)
 {
-    if (ckpt_on_shm) {
-        snprintf(ckpt_dir, sizeof ckpt_dir, "/dev/shm/ddp-test-ckpt-XXXXXX");
-        assert_non_null(mkdtemp(ckpt_dir));
-    } else {
-        char *dir = th_tmpdir();
-        snprintf(ckpt_dir, sizeof ckpt_dir, "%s", dir);
-        free(dir);
-    }
-    snprintf(ckpt_var, sizeof ckpt_var, "DDP_CHECKPOINT_DIR=%s", ckpt_dir);
+    char *dir = ckpt_on_shm ? th_shm_tmpdir() : th_tmpdir();
+    snprintf(ckpt_dir, sizeof ckpt_dir, "%s", dir);
+    snprintf(ckpt_var, sizeof ckpt_var, "DDP_CHECKPOINT_DIR=%s", dir);
+    free(dir);
 }
-
-static int ckpt_setup(void **state)
-{
-    ckpt_dir[0] = '\0';
-    return th_setup(state);
-}
-
-/* The checkpoint directory goes whatever the test's end: nothing is left in /dev/shm. */
-static int ckpt_teardown(void **state)
-{
-    if (ckpt_dir[0] != '\0') {
-        th_rmtree(ckpt_dir);
-        struct stat st;
-        assert_int_equal(stat(ckpt_dir, &st), -1);
-        ckpt_dir[0] = '\0';
-    }
-    return th_teardown(state);
-}
-
-#define CKPT_TEST(f) cmocka_unit_test_setup_teardown(f, ckpt_setup, ckpt_teardown)
 
 /* Slot `slot` of rank `rank` read whole and checked: the caller frees *file. */
 static ddp_ckpt_t read_slot(int rank, int slot, char **file)
@@ -348,9 +324,9 @@ int main(int argc, char **argv)
     th_torch_prepare(&torch, flavour);
     ckpt_on_shm = strcmp(flavour, "2.6") != 0; /* the trixie root sees the host's /tmp only */
     const struct CMUnitTest tests[] = {
-        CKPT_TEST(test_zip_loaded_by_torch),  CKPT_TEST(test_round_trips_and_refusals),
-        CKPT_TEST(test_plain_state),          CKPT_TEST(test_crash_during_save),
-        CKPT_TEST(test_corrupt_slot_refused),
+        TH_TEST(test_zip_loaded_by_torch),  TH_TEST(test_round_trips_and_refusals),
+        TH_TEST(test_plain_state),          TH_TEST(test_crash_during_save),
+        TH_TEST(test_corrupt_slot_refused),
     };
     /* What does not depend on torch's version runs with 1.13 (or "python") only. */
     size_t n = strcmp(flavour, "2.6") == 0 ? 2 : sizeof tests / sizeof tests[0];

@@ -272,10 +272,12 @@ static void test_first_line_is_not_held(void **state)
     th_cleanup(&p);
 }
 
-/* Starts the example (`args`, at most 12) under the launcher with one restart allowed,
- * waits for `needle` on its stdout, SIGKILLs the worker of rank 1 and waits for the
- * job's end: the launcher restarts it, and the example resumes from its checkpoint. */
-static void run_killed_once(th_proc_t *p, const char *needle, const char *const *args)
+/* Starts the example (`args`, at most 12; `env` as th_start's) under the launcher with one
+ * restart allowed, waits for `needle` on its stdout, SIGKILLs the worker of rank 1 and
+ * waits for the job's end: the launcher restarts it, and the example resumes from its
+ * checkpoint, saying `resumed`. */
+static void run_killed_once(th_proc_t *p, const char *needle, const char *const *args,
+                            const char *const *env, const char *resumed)
 {
     char id_flag[64], run_id[48];
     snprintf(run_id, sizeof run_id, "fm%d", (int)getpid());
@@ -284,7 +286,7 @@ static void run_killed_once(th_proc_t *p, const char *needle, const char *const 
                             id_flag,       "--no-python",        example()};
     for (int i = 0; i < 12 && args[i] != NULL; i++)
         argv[6 + i] = args[i];
-    th_start(p, argv, NULL);
+    th_start(p, argv, env);
     TH_ASSERT(p, th_wait_output(p, 1, needle, 1, 120));
     pid_t victim = find_worker(run_id, 1);
     TH_ASSERT(p, victim > 0);
@@ -292,7 +294,7 @@ static void run_killed_once(th_proc_t *p, const char *needle, const char *const 
     TH_ASSERT(p, th_wait_exit(p, 300));
     TH_ASSERT(p, th_status(p) == 0);
     TH_ASSERT(p, strstr(ddp_buf_str(&p->err), "restarting the workers as attempt 1") != NULL);
-    TH_ASSERT(p, strstr(ddp_buf_str(&p->out), "at epoch 2 (attempt 1)\n") != NULL);
+    TH_ASSERT(p, strstr(ddp_buf_str(&p->out), resumed) != NULL);
 }
 
 /* A worker SIGKILLed in the middle of epoch 2: the launcher restarts the job, which
@@ -304,7 +306,7 @@ static void test_killed_worker_resumes_from_checkpoint(void **state)
     const char *args[] = {"--model=mlp",   "--epochs=3", "--limit-train=20000",
                           "--log-every=5", ckpt,         NULL};
     th_proc_t p;
-    run_killed_once(&p, "epoch 2/3 step 20/", args);
+    run_killed_once(&p, "epoch 2/3 step 20/", args, NULL, "at epoch 2 (attempt 1)\n");
     const char *out = ddp_buf_str(&p.out);
     TH_ASSERT(&p, strstr(out, "epoch 3/3 done") != NULL);
     TH_ASSERT(&p, accuracy(out) > 70.0);
@@ -365,11 +367,50 @@ static void test_resumed_run_with_dropout_is_bitwise_equal(void **state)
     th_cleanup(&p);
     args[6] = ckpt[1];
     args[7] = dump[1];
-    run_killed_once(&p, "epoch 2/2 step 2/", args);
+    run_killed_once(&p, "epoch 2/2 step 2/", args, NULL, "at epoch 2 (attempt 1)\n");
     th_cleanup(&p);
     assert_true(same_bytes(dump_path[0], dump_path[1]));
     th_rmtree(dir);
     free(dir);
+}
+
+/* In-memory checkpoints every step (--checkpoint-every=1, in the test's DDP_CHECKPOINT_DIR):
+ * a worker SIGKILLed in the middle of the epoch, the restarted job resumes within it, at the
+ * newest step both ranks saved, and ends with the parameters of a run that was not stopped,
+ * bit for bit (FashionCNN: dropout's generator and batch norm's statistics are each rank's
+ * state). */
+static void test_killed_worker_resumes_from_memory(void **state)
+{
+    char *dir = th_tmpdir(), *shm = th_shm_tmpdir(), dump[2][700], dump_path[2][600], var[600];
+    for (int i = 0; i < 2; i++) {
+        snprintf(dump_path[i], sizeof dump_path[i], "%s/params%d.bin", dir, i);
+        snprintf(dump[i], sizeof dump[i], "--dump-params=%s", dump_path[i]);
+    }
+    snprintf(var, sizeof var, "DDP_CHECKPOINT_DIR=%s", shm);
+    const char *args[] = {"--model=cnn",          "--epochs=1", "--limit-train=6400",
+                          "--limit-test=200",     "--seed=5",   "--log-every=1",
+                          "--checkpoint-every=1", dump[0],      NULL};
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2",
+                          "--no-python", example(),
+                          args[0],       args[1],
+                          args[2],       args[3],
+                          args[4],       args[5],
+                          dump[0],       NULL};
+    th_proc_t p;
+    th_run(&p, argv, NULL, 300);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    th_cleanup(&p);
+    args[7] = dump[1];
+    const char *env[] = {var, NULL};
+    run_killed_once(&p, "epoch 1/1 step 20/", args, env, "resumed from memory at epoch 1 step ");
+    const char *resumed = strstr(ddp_buf_str(&p.out), "resumed from memory at epoch 1 step ");
+    int step = atoi(resumed + strlen("resumed from memory at epoch 1 step "));
+    TH_ASSERT(&p, step >= 20 && step <= 50);
+    th_cleanup(&p);
+    assert_true(same_bytes(dump_path[0], dump_path[1]));
+    th_rmtree(dir);
+    free(dir);
+    free(shm);
 }
 
 /* Missing and damaged data are errors that name the file (and the package). */
@@ -494,8 +535,10 @@ static void test_failed_init_names_its_rank(void **state)
     th_cleanup(&p);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1) /* meson test fashion --test-args NAME: only the tests NAME matches */
+        cmocka_set_test_filter(argv[1]);
     if (access(DATA "/train-images-idx3-ubyte.gz", R_OK) != 0) {
         printf("no FashionMNIST in %s (apt-get install dataset-fashion-mnist): skipped\n", DATA);
         return 77;
@@ -511,6 +554,7 @@ int main(void)
         TH_TEST(test_data_parallel_threads),
         TH_TEST(test_killed_worker_resumes_from_checkpoint),
         TH_TEST(test_resumed_run_with_dropout_is_bitwise_equal),
+        TH_TEST(test_killed_worker_resumes_from_memory),
         TH_TEST(test_cnn_one_epoch_two_workers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -330,30 +330,71 @@ static void test_checkpoint_round_trip(void **state)
     }
 }
 
+/* Runs collective_worker.c's `mode` (its arguments after it, NULL-terminated; at most 4)
+ * on 2 ranks with one restart: attempt 0 fails after step 3 (saying `failed`), attempt 1
+ * resumes at step 3 on both ranks and finishes the 6 steps. */
+static void run_resume(const char *const *mode, const char *const *env, const char *failed)
+{
+    const char *argv[12] = {th_launcher(), "--nproc-per-node=2", "--max-restarts=1", "--no-python",
+                            collectives()};
+    for (int i = 0; mode[i] != NULL && i < 4; i++)
+        argv[5 + i] = mode[i];
+    th_proc_t p;
+    th_run(&p, argv, env, 120);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), failed) != NULL);
+    TH_ASSERT(&p, strstr(out, "rank 0 attempt 1 resumed at step 3\n") != NULL);
+    TH_ASSERT(&p, strstr(out, "rank 1 attempt 1 resumed at step 3\n") != NULL);
+    TH_ASSERT(&p, th_count(out, "finished 6 steps on attempt 1\n") == 2);
+    th_cleanup(&p);
+}
+
 /* The use they are for: attempt 0 fails after step 3, the launcher restarts the job,
  * and attempt 1 resumes from the checkpoint of step 3 instead of step 0. */
 static void test_restart_resumes_from_checkpoint(void **state)
 {
     char *dir = th_tmpdir();
-    const char *argv[] = {th_launcher(),
-                          "--nproc-per-node=2",
-                          "--max-restarts=1",
-                          "--no-python",
-                          collectives(),
-                          "resume",
-                          dir,
-                          "6",
-                          NULL};
-    th_proc_t p;
-    th_run(&p, argv, NULL, 120);
-    const char *out = ddp_buf_str(&p.out);
-    TH_ASSERT(&p, th_status(&p) == 0);
-    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "rank 1: failing after step 3") != NULL);
-    TH_ASSERT(&p, strstr(out, "rank 0 attempt 1 resumed at step 3\n") != NULL);
-    TH_ASSERT(&p, strstr(out, "rank 1 attempt 1 resumed at step 3\n") != NULL);
-    TH_ASSERT(&p, th_count(out, "finished 6 steps on attempt 1\n") == 2);
-    th_cleanup(&p);
+    const char *mode[] = {"resume", dir, "6", NULL};
+    run_resume(mode, NULL, "rank 1: failing after step 3");
     th_rmtree(dir);
+    free(dir);
+}
+
+/* The test's DDP_CHECKPOINT_DIR on /dev/shm, as the launcher will make it ("K=V" in var). */
+static char *shm_checkpoint_dir(char *var, size_t cap)
+{
+    char *dir = th_shm_tmpdir();
+    snprintf(var, cap, "DDP_CHECKPOINT_DIR=%s", dir);
+    return dir;
+}
+
+/* In-memory checkpoints (collective_worker.c's memory mode): round trips, the newest step
+ * every rank holds, DDP_CHECKPOINT_STEP, misuse, another world size; each rank's two slot
+ * files and nothing else in the directory, which the test removes. */
+static void test_memory_checkpoints(void **state)
+{
+    for (int world = 1; world <= 3; world += 2) {
+        char var[128];
+        char *dir = shm_checkpoint_dir(var, sizeof var);
+        const char *env[] = {var, NULL};
+        run_mode(world, "memory", NULL, env, "shm", "memory ok");
+        const char *allowed[] = {"rank0.0", "rank0.1", "rank1.0", "rank1.1",
+                                 "rank2.0", "rank2.1", NULL};
+        assert_int_equal(stray_files(dir, allowed), 0);
+        free(dir);
+    }
+}
+
+/* attempt 0's rank 1 is SIGKILLed after saving step 3 in memory; the restarted ranks load
+ * step 3 from their slots and finish. */
+static void test_restart_resumes_from_memory(void **state)
+{
+    char var[128];
+    char *dir = shm_checkpoint_dir(var, sizeof var);
+    const char *env[] = {var, NULL};
+    const char *mode[] = {"memresume", "6", NULL};
+    run_resume(mode, env, "rank 1: killed after step 3");
     free(dir);
 }
 
@@ -1057,6 +1098,8 @@ int main(int argc, char **argv)
         TH_TEST(test_sampler_exactly_once),
         TH_TEST(test_checkpoint_round_trip),
         TH_TEST(test_restart_resumes_from_checkpoint),
+        TH_TEST(test_memory_checkpoints),
+        TH_TEST(test_restart_resumes_from_memory),
         TH_TEST(test_nccl_unique_id_exchange),
         TH_TEST(test_backend_choice),
         TH_TEST(test_rank_without_gpu_is_named_by_all),

@@ -542,11 +542,32 @@ int th_end_marked(const char *mark, double timeout)
     return left;
 }
 
+/* The directories th_shm_tmpdir made for the running test, which its teardown removes. */
+static char *shm_dirs[8];
+
+char *th_shm_tmpdir(void)
+{
+    size_t k = 0;
+    while (k < sizeof shm_dirs / sizeof shm_dirs[0] && shm_dirs[k] != NULL)
+        k++;
+    assert_true(k < sizeof shm_dirs / sizeof shm_dirs[0]);
+    char *path = strdup("/dev/shm/ddp-test-XXXXXX");
+    assert_non_null(path);
+    assert_non_null(mkdtemp(path));
+    shm_dirs[k] = strdup(path);
+    return path;
+}
+
 int th_teardown(void **state)
 {
     th_session_t *session = *state;
     int left = th_end_marked(session->mark, 10);
     th_rmtree(session->tmpdir);
+    for (size_t k = 0; k < sizeof shm_dirs / sizeof shm_dirs[0] && shm_dirs[k] != NULL; k++) {
+        th_rmtree(shm_dirs[k]);
+        free(shm_dirs[k]);
+        shm_dirs[k] = NULL;
+    }
     if (session->saved_tmpdir != NULL)
         setenv("TMPDIR", session->saved_tmpdir, 1);
     else

@@ -88,6 +88,10 @@ const char *th_script(const char *name);
 
 /* A new empty directory (caller frees the string); th_rmtree removes one. */
 char *th_tmpdir(void);
+
+/* A new empty directory on /dev/shm, a tmpfs (caller frees the string): the test's teardown
+ * removes it whatever the test's end, as a launcher removes its checkpoint directory. */
+char *th_shm_tmpdir(void);
 void th_rmtree(const char *path);
 
 /* Per-test setup and teardown (cmocka_unit_test_setup_teardown): the test gets its own

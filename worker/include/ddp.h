@@ -249,15 +249,43 @@ size_t ddp_sampler_count(const ddp_t *ddp, size_t dataset_size,
 int ddp_sampler_indices(ddp_t *ddp, size_t dataset_size, const ddp_sampler_options_t *options,
                         uint64_t epoch, size_t *indices, size_t capacity);
 
-/* Checkpoints. ddp_checkpoint_save(): every rank calls it; after a barrier, rank 0
- * writes `len` bytes of `data` to `path` atomically (a temporary file, fsync, rename)
- * with a checksum, and every rank returns rank 0's result. ddp_checkpoint_load(): every
- * rank reads `path` between two barriers, into *data (malloc'd; the caller frees) and
- * *len. -ENOENT (quietly) when there is no checkpoint yet; DDP_EPARSE for a file that is
- * not one, is truncated or fails its checksum; DDP_EUSAGE when only some ranks see the
- * file (not a shared filesystem). */
-int ddp_checkpoint_save(ddp_t *ddp, const char *path, const void *data, size_t len);
-int ddp_checkpoint_load(ddp_t *ddp, const char *path, void **data, size_t *len);
+/* In-memory checkpoints: each rank keeps its own last two checkpoints in shared memory, in
+ * the directory ddp-launch names in DDP_CHECKPOINT_DIR (a tmpfs), as named buffers of host
+ * memory. ddp_checkpoint_save() copies the `n` buffers into the slot that does not hold the
+ * newest complete checkpoint and marks it complete last: a crash in the middle of a save
+ * leaves the previous one whole. It takes no collective and writes nothing to disk.
+ * -ENOSPC (said) when the checkpoint does not fit (the directory's file system, the memory
+ * cgroup's limit): the previous one stays, the context stays usable. Outside ddp-launch
+ * (no DDP_CHECKPOINT_DIR) it does nothing and returns 0.
+ * ddp_checkpoint_load(): every rank calls it; it fills each buffer from the record of its
+ * name (the sizes must be the saved ones) and *step with the step loaded: the step of
+ * DDP_CHECKPOINT_STEP where the launcher sets it, else the newest step every rank holds
+ * (agreed through the store). -ENOENT (quietly) when there is none, or outside ddp-launch;
+ * DDP_EUSAGE for a checkpoint of another world size, a name it does not hold, another size;
+ * DDP_EPARSE when the step asked for is missing or its slot cannot be loaded (being
+ * written, torn, corrupted, forged: checked before use, and the other slot taken where no
+ * step is asked for, said). Buffers are host memory; a name is 1 to 47 of [A-Za-z0-9._-/],
+ * each once. */
+typedef struct ddp_checkpoint_buffer_s {
+    const char *name;
+    void *data; /* read by a save, written by a load */
+    size_t size;
+} ddp_checkpoint_buffer_t;
+
+int ddp_checkpoint_save(ddp_t *ddp, int64_t step, const ddp_checkpoint_buffer_t *buffers, size_t n);
+int ddp_checkpoint_load(ddp_t *ddp, int64_t *step, const ddp_checkpoint_buffer_t *buffers,
+                        size_t n);
+
+/* Checkpoints in a file, rank 0's (libddp 0.1's ddp_checkpoint_save and _load, renamed).
+ * ddp_checkpoint_save_file(): every rank calls it; after a barrier, rank 0 writes `len`
+ * bytes of `data` to `path` atomically (a temporary file, fsync, rename) with a checksum,
+ * and every rank returns rank 0's result. ddp_checkpoint_load_file(): every rank reads
+ * `path` between two barriers, into *data (malloc'd; the caller frees) and *len. -ENOENT
+ * (quietly) when there is no checkpoint yet; DDP_EPARSE for a file that is not one, is
+ * truncated or fails its checksum; DDP_EUSAGE when only some ranks see the file (not a
+ * shared filesystem). */
+int ddp_checkpoint_save_file(ddp_t *ddp, const char *path, const void *data, size_t len);
+int ddp_checkpoint_load_file(ddp_t *ddp, const char *path, void **data, size_t *len);
 
 /* The bytes of an NCCL unique id (NCCL_UNIQUE_ID_BYTES). */
 #define DDP_NCCL_UNIQUE_ID_BYTES 128
