@@ -442,15 +442,21 @@ class _Writer:
             m.close()
 
 
+_byteorder_arg = None  # whether torch's _save takes _disable_byteorder_record (2.x)
+
+
 def _torch_save(state, writer):
     """torch's serializer with our writer: its pickle of the structure, then each storage."""
-    import inspect
-
+    global _byteorder_arg
     import torch
 
     _save = torch.serialization._save
+    if _byteorder_arg is None:
+        import inspect
+
+        _byteorder_arg = "_disable_byteorder_record" in inspect.signature(_save).parameters
     args = [state, writer, pickle, torch.serialization.DEFAULT_PROTOCOL]
-    if "_disable_byteorder_record" in inspect.signature(_save).parameters:
+    if _byteorder_arg:
         args.append(False)  # torch 2.x: the byteorder record, as torch.save writes it
     _save(*args)
 
