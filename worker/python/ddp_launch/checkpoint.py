@@ -355,7 +355,8 @@ class _Writer:
         self.map = None
         self.cursor = _HEADER.size
         self.table = []
-        self.allocated = 0
+        self.allocated = 0  # bytes of pages the slot file has
+        self.room_to = 0  # where the last look at the room said writing may go
         self.started = False  # the slot is WRITING
 
     def _open(self):
@@ -374,18 +375,21 @@ class _Writer:
         m.put(0, _HEADER.pack(*self.header))
 
     def _reserve(self, end):
-        """The file at least `end` bytes long, where there is room for them."""
+        """The file at least `end` bytes long, where there is room for what writing up to
+        there adds (the pages the file does not have yet: a tmpfs file's pages are taken
+        as they are written). One look at the room says how far it goes."""
+        if end > self.allocated and end > self.room_to:
+            room, said = _room(self.place.dir)
+            if end - self.allocated > room:
+                raise _NoRoom(f"it needs {end} bytes in {self.place.dir} "
+                              f"({end - self.allocated} more than this slot holds), and {said} "
+                              f"leaves {room}")
+            self.room_to = self.allocated + room
         m = self.map
-        if end <= m.size:
-            return
-        need = end - self.allocated
-        room, said = _room(self.place.dir)
-        if need > room:
-            raise _NoRoom(f"it needs {end} bytes in {self.place.dir} ({need} more than this "
-                          f"slot holds), and {said} leaves {room}")
-        size = _round_up(max(end, m.size + m.size // 2))
-        os.ftruncate(m.fd, size)
-        m.remap(size)
+        if end > m.size:
+            size = _round_up(max(end, m.size + m.size // 2))
+            os.ftruncate(m.fd, size)
+            m.remap(size)
 
     def write_record(self, name, data, size):
         """torch's PyTorchFileWriter.write_record: `data` is bytes, a str, the address of
