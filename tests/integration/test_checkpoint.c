@@ -7,8 +7,9 @@
  * ddp_launch.checkpoint (tests/python/checkpoint_worker.py): round trips of a model's and
  * an optimizer's state, bit for bit, and its refusals; a slot read by torch.load once in
  * torch.save's format; with 1.13 only (what does not depend on torch's version): a plain
- * state without torch, a save SIGKILLed midway (the previous step loads), a slot whose data
- * no longer matches the checksum the test wrote, and forged headers. */
+ * state without torch, two ranks agreeing on the step to load, a save SIGKILLed midway (the
+ * previous step loads), a slot whose data no longer matches the checksum the test wrote, and forged
+ * headers. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -243,6 +244,22 @@ static void test_round_trips_and_refusals(void **state)
     free(cgroup);
 }
 
+/* Under ddp-launch with torch.distributed up (gloo), without DDP_CHECKPOINT_STEP: rank 0
+ * has saved a step more than rank 1 (its save of it died, say); both load the newest step
+ * both have, and rank 0's newer one is retired. */
+static void test_ranks_agree_on_a_step(void **state)
+{
+    make_ckpt_dir();
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2", th_script("checkpoint_worker.py"),
+                          "agree", NULL};
+    const char *extra[] = {ckpt_var, NULL};
+    th_proc_t p;
+    th_run(&p, argv, python_env(extra), 300);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "agree ok") == 2);
+    th_cleanup(&p);
+}
+
 /* Without torch: the state pickled whole, loaded back; in torch.save's format, torch.load
  * reads it. */
 static void test_plain_state(void **state)
@@ -324,9 +341,9 @@ int main(int argc, char **argv)
     th_torch_prepare(&torch, flavour);
     ckpt_on_shm = strcmp(flavour, "2.6") != 0; /* the trixie root sees the host's /tmp only */
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_zip_loaded_by_torch),  TH_TEST(test_round_trips_and_refusals),
-        TH_TEST(test_plain_state),          TH_TEST(test_crash_during_save),
-        TH_TEST(test_corrupt_slot_refused),
+        TH_TEST(test_zip_loaded_by_torch), TH_TEST(test_round_trips_and_refusals),
+        TH_TEST(test_plain_state),         TH_TEST(test_ranks_agree_on_a_step),
+        TH_TEST(test_crash_during_save),   TH_TEST(test_corrupt_slot_refused),
     };
     /* What does not depend on torch's version runs with 1.13 (or "python") only. */
     size_t n = strcmp(flavour, "2.6") == 0 ? 2 : sizeof tests / sizeof tests[0];

@@ -16,6 +16,8 @@ steps: saves steps 1 and 2 (then the test writes their checksums, as the launche
 corrupt: both slots checksummed by the test (C): step 2 loads; a byte of its data changed,
   it is refused when asked for, and without DDP_CHECKPOINT_STEP step 1 loads instead (said
   on stderr); step 1's header forged, refused when asked for, else none loads (said).
+agree: under ddp-launch, 2 ranks with torch.distributed (gloo) up: rank 0 saves steps 1, 2
+  and 3, rank 1 steps 1 and 2; every rank's load gives step 2, and rank 0's step 3 is retired.
 load-pt FILE STEP: torch.load of FILE (a slot the test wrote in torch.save's format)
   equals make_state(STEP) ("plain": the plain state).
 """
@@ -239,6 +241,16 @@ else:
         got = ck.load()
         check(got is not None and got[0] == 2, f"loaded {got and got[0]} after the crash")
         check(same(big_state(2, int(args[0])), got[1]) is None, "step 2 is whole")
+    elif mode == "agree":
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        for step in (1, 2, 3) if rank == 0 else (1, 2):
+            check(ck.save(step, make_state(step)), f"save {step}")
+        got = ck.load()
+        check(got[0] == 2 and same(make_state(2), got[1]) is None, f"rank {rank} loaded {got[0]}")
+        check(rank == 1 or slots() == [(0, 3), (2, 2)], f"rank 0's slots: {slots()}")
+        dist.destroy_process_group()
     elif mode == "steps":
         check(ck.save(1, make_state(1)) and ck.save(2, make_state(2)), "saves")
     elif mode == "corrupt":

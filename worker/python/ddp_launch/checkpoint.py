@@ -19,7 +19,9 @@ pickled whole. The slot it takes is not the one with the newest complete checkpo
 a crash in the middle of a save leaves whole.
 
 A load reads the slot of DDP_CHECKPOINT_STEP, which the launcher sets after a restart (the
-step every rank has), or else this rank's newest complete one, checks it before use (a
+step every rank has), or else the newest step every rank has where torch.distributed's
+default group is up (an all-gather of each rank's steps: every rank calls load()), or else
+this rank's newest complete one, checks it before use (a
 forged, torn or half-written slot is refused: CheckpointError, or with no step asked for,
 the other slot, said on stderr), verifies its checksum where the launcher wrote one, and
 gives tensors back on the devices they were saved from. Outside ddp-launch (no
@@ -655,15 +657,23 @@ def _mix(lane, word):
 
 
 def load():
-    """This rank's checkpoint: (step, state), the step DDP_CHECKPOINT_STEP names or else the
-    newest; None when there is none (or outside ddp-launch). CheckpointError when the step
-    asked for is missing or refused, or the checkpoint is of another world size."""
+    """This rank's checkpoint: (step, state), the step DDP_CHECKPOINT_STEP names, else the
+    newest step every rank has where torch.distributed's default group is up (every rank
+    calls load() then), else this rank's newest; None when there is none (or outside
+    ddp-launch). CheckpointError when the step asked for is missing or refused, or the
+    checkpoint is of another world size."""
     place = _place("load")
     if place is None:
         return None
     asked = _env_int("DDP_CHECKPOINT_STEP", -1, 0, _MAX_STEP)
     headers = place.headers()
     problems = place.problems()
+    if asked < 0 and _agreeing(place):
+        asked = _agree(place, headers, problems)
+        if asked < 0:
+            for problem in problems:
+                print(f"ddp_launch.checkpoint: {problem}: not loaded", file=sys.stderr)
+            return None
     order = sorted((h.generation, s) for s, h in enumerate(headers)
                    if h is not None and h.state == _COMPLETE and asked in (-1, h.step))
     if asked >= 0 and not order:
@@ -682,7 +692,41 @@ def load():
     return None
 
 
-def _load_slot(place, s):
+def _agreeing(place):
+    """Whether the ranks can agree on a step: torch.distributed's default group is up, of
+    this job's world size."""
+    dist = sys.modules.get("torch.distributed")
+    return (place.world > 1 and dist is not None and dist.is_available()
+            and dist.is_initialized() and dist.get_world_size() == place.world)
+
+
+def _agree(place, headers, problems):
+    """The newest step every rank can load (its slot checked whole), through an all-gather
+    of each rank's on the default group; -1 when there is none. This rank's own error
+    (another world size) is raised once it has taken part, so that no rank waits."""
+    steps, error = [], None
+    for s, h in enumerate(headers):
+        if h is None or h.state != _COMPLETE:
+            continue
+        try:
+            _checked_slot(place, s).map.close()
+            steps.append(h.step)
+        except _BadSlot as err:
+            problems.append(str(err))
+        except CheckpointError as err:
+            error = error or err
+    dist = sys.modules["torch.distributed"]
+    gathered = [None] * place.world
+    dist.all_gather_object(gathered, steps)
+    if error is not None:
+        raise error
+    common = set(gathered[0]).intersection(*map(set, gathered[1:]))
+    return max(common, default=-1)
+
+
+def _checked_slot(place, s):
+    """Slot `s`, mapped and checked whole (its checksum too, where the launcher wrote one),
+    of this rank and world size and a Python state; the caller closes its map."""
     path = place.paths[s]
     slot = _Slot(path)
     try:
@@ -697,9 +741,18 @@ def _load_slot(place, s):
         if h.kind == _BUFFERS:
             raise CheckpointError(f"{path} is a checkpoint of libddp's buffers "
                                   "(ddp_checkpoint_save), not a Python state")
+    except BaseException:
+        slot.map.close()
+        raise
+    return slot
+
+
+def _load_slot(place, s):
+    path = place.paths[s]
+    slot = _checked_slot(place, s)
+    try:
         state = _unpickle(path, slot)
-        step = h.step
-        generation = h.generation
+        step, generation = slot.header.step, slot.header.generation
     finally:
         slot.map.close()
     _retire_newer(place, generation)
