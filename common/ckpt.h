@@ -12,10 +12,14 @@
  *   the newest complete checkpoint, so a crash in the middle of a save leaves the other
  *   one whole.
  * - After a restart the launcher may set DDP_CHECKPOINT_STEP=S: every rank loads its
- *   checkpoint of step S (the newest that every rank of the round has), or fails; unset,
- *   a rank loads the newest complete checkpoint it has. A load of step S retires a slot
- *   this rank saved after S (the job goes on from S; a later save must not lose S to a
- *   step of the abandoned run): that slot becomes EMPTY.
+ *   checkpoint of step S (the newest that every rank of the round has), or fails. Unset,
+ *   the ranks agree on the newest step all of them can load where they can (libddp through
+ *   the store; Python through torch.distributed's default group, where it is up), else
+ *   each loads its newest. A step names the same point of training on every rank. A load
+ *   of step S retires a slot this rank saved after S (the job goes on from S; a later save
+ *   must not lose S to a step of the abandoned run): that slot becomes EMPTY.
+ * - A slot the launcher puts in place (from a replica, from disk) is written under another
+ *   name in the directory and renamed to rank<R>.<s> before rank R's worker starts.
  * - Once a slot is COMPLETE the launcher may checksum it (ddp_ckpt_slot_sum) and write the
  *   sum, then the generation it covers (two 8-byte writes, in that order, at
  *   offsetof(checksum)), which is how it says it did; a reader verifies a slot whose
