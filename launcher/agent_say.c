@@ -1,14 +1,15 @@
-/* What a launcher says of a job's end beyond the report itself (see agent_internal.h):
+/* What a launcher says of a job's end beyond the report itself (see agent_say.h):
  * a worker the kernel's OOM killer ended, the root cause's last lines of stderr where
  * they went to its log file only, the ranks the launcher's own stop ended, and a Python
  * without torch. */
-#include "agent_internal.h"
+#include "agent_say.h"
 
 #include "io.h"
 #include "pyscan.h"
 #include "signals.h"
 #include "worker_spec.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -19,10 +20,40 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+struct ddp_end_notes_s {
+    ddp_group_t *g;
+    long long oom_kills;  /* the memory cgroup's OOM kills when the attempt started; -1 */
+    bool left_early_said; /* this attempt's ranks that finished first */
+};
+
+static long long oom_kills(char *where, size_t cap);
+
+int ddp_end_notes_new(ddp_group_t *g, ddp_end_notes_t **out)
+{
+    ddp_end_notes_t *n = calloc(1, sizeof *n);
+    if (n == NULL)
+        return -ENOMEM;
+    n->g = g;
+    n->oom_kills = -1;
+    *out = n;
+    return 0;
+}
+
+void ddp_end_notes_free(ddp_end_notes_t *n)
+{
+    free(n);
+}
+
+void ddp_end_notes_attempt(ddp_end_notes_t *n)
+{
+    n->oom_kills = oom_kills(NULL, 0);
+    n->left_early_said = false;
+}
+
 /* The OOM kills of this launcher's memory cgroup, which its workers share (cgroup v2's
  * memory.events, v1's memory.oom_control; its path into where[cap] unless NULL); -1 where
  * neither can be read. */
-long long ddp_agent_oom_kills(char *where, size_t cap)
+static long long oom_kills(char *where, size_t cap)
 {
     char line[512], path[PATH_MAX];
     long long kills = -1;
@@ -53,21 +84,22 @@ long long ddp_agent_oom_kills(char *where, size_t cap)
 /* A worker killed by SIGKILL that no stop of ours sent, while its memory cgroup counted
  * an OOM kill: the kernel's OOM killer ended it. The message says so, where to read it,
  * and how much memory the worker had. NULL otherwise (or out of memory). */
-char *ddp_agent_oom_message(ddp_agent_t *a, const ddp_worker_t *w, int status)
+char *ddp_end_notes_oom_message(ddp_end_notes_t *n, const ddp_worker_t *w, int status)
 {
     char where[PATH_MAX];
-    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL || a->sent_sigkill || a->oom_kills < 0)
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL || n->g->sent_sigkill ||
+        n->oom_kills < 0)
         return NULL;
-    long long now = ddp_agent_oom_kills(where, sizeof where);
-    if (now <= a->oom_kills)
+    long long now = oom_kills(where, sizeof where);
+    if (now <= n->oom_kills)
         return NULL;
     char *text;
     if (asprintf(&text,
                  "out of memory: the kernel's OOM killer ended it (oom_kill %lld -> %lld in %s); "
                  "its peak RSS was %ld MiB",
-                 a->oom_kills, now, where, w->peak_rss_kb / 1024) < 0)
+                 n->oom_kills, now, where, w->peak_rss_kb / 1024) < 0)
         return NULL;
-    a->oom_kills = now; /* the next one is another's */
+    n->oom_kills = now; /* the next one is another's */
     return text;
 }
 
@@ -75,14 +107,14 @@ char *ddp_agent_oom_message(ddp_agent_t *a, const ddp_worker_t *w, int status)
  * once torch is imported): if the interpreter has no torch at all (find_spec, which
  * imports nothing), say which interpreter ran it and how to pick another. Many machines
  * have a python3 on PATH without torch. */
-static void say_if_torch_is_missing(ddp_agent_t *a, bool python)
+static void say_if_torch_is_missing(const ddp_group_t *g, bool python)
 {
-    const ddp_failure_t *root = &a->failures[ddp_report_root(a->failures, a->nfailures)];
+    const ddp_failure_t *root = &g->failures[ddp_report_root(g->failures, g->nfailures)];
     char *text = NULL, cmd[PATH_MAX + 200];
     size_t len;
-    if (!python || a->cfg->module || root->host != NULL || root->exitcode != 1 ||
-        root->message != NULL || strchr(a->program, '\'') != NULL ||
-        ddp_read_file(a->cfg->script, DDP_PYSCAN_MAX, &text, &len) != 0)
+    if (!python || g->cfg->module || root->host != NULL || root->exitcode != 1 ||
+        root->message != NULL || strchr(g->program, '\'') != NULL ||
+        ddp_read_file(g->cfg->script, DDP_PYSCAN_MAX, &text, &len) != 0)
         return;
     bool imports = ddp_pyscan_imports(text, len, "torch");
     free(text);
@@ -92,15 +124,15 @@ static void say_if_torch_is_missing(ddp_agent_t *a, bool python)
              "timeout 10 '%s' -c 'import importlib.util, sys; "
              "sys.exit(3 if importlib.util.find_spec(\"torch\") is None else 0)' "
              ">/dev/null 2>&1",
-             a->program);
+             g->program);
     int status = system(cmd);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
         ddp_log_error(
-            a->log,
+            g->log,
             "the workers' Python interpreter %s has no module named 'torch': set "
             "PYTHON_EXEC to a python that has it (for example PYTHON_EXEC=/usr/bin/python3 "
             "where Debian's python3-torch is installed)",
-            a->program);
+            g->program);
 }
 
 #define TAIL_LINES 10
@@ -108,17 +140,17 @@ static void say_if_torch_is_missing(ddp_agent_t *a, bool python)
 
 /* The root cause's stderr went to its log file only (--redirects without --tee): its last
  * lines follow the report, since they were not on the console. */
-static void say_stderr_tail(const ddp_agent_t *a)
+static void say_stderr_tail(const ddp_group_t *g)
 {
-    const ddp_failure_t *root = &a->failures[ddp_report_root(a->failures, (size_t)a->nfailures)];
+    const ddp_failure_t *root = &g->failures[ddp_report_root(g->failures, g->nfailures)];
     int local_rank = root->local_rank;
     if (root->host != NULL) /* another node's: its files are there */
         return;
-    if (a->attempt_dir == NULL || !(ddp_std_for(&a->cfg->redirects, local_rank) & DDP_STD_ERR) ||
-        (ddp_std_for(&a->cfg->tee, local_rank) & DDP_STD_ERR))
+    if (g->attempt_dir == NULL || !(ddp_std_for(&g->cfg->redirects, local_rank) & DDP_STD_ERR) ||
+        (ddp_std_for(&g->cfg->tee, local_rank) & DDP_STD_ERR))
         return;
     char path[PATH_MAX], tail[TAIL_BYTES + 1];
-    snprintf(path, sizeof path, "%s/%d/stderr.log", a->attempt_dir, local_rank);
+    snprintf(path, sizeof path, "%s/%d/stderr.log", g->attempt_dir, local_rank);
     int fd = ddp_open_worker_file(path);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) {
@@ -155,28 +187,28 @@ static void say_stderr_tail(const ddp_agent_t *a)
 }
 
 /* The ranks the launcher's stop ended, told apart from the failures above. */
-static void say_stopped(const ddp_agent_t *a)
+static void say_stopped(const ddp_group_t *g)
 {
     ddp_buf_t ranks = DDP_BUF_INIT;
     char name[32];
     int n = 0;
-    for (int i = 0; i < a->nworkers; i++) {
-        if (!a->workers[i].stopped)
+    for (int i = 0; i < g->nworkers; i++) {
+        if (!g->workers[i].stopped)
             continue;
         if (n++ < 16)
-            ddp_buf_printf(&ranks, "%s%d", ranks.len > 0 ? ", " : "", a->workers[i].rank);
+            ddp_buf_printf(&ranks, "%s%d", ranks.len > 0 ? ", " : "", g->workers[i].rank);
     }
     if (n > 16)
         ddp_buf_puts(&ranks, ", ...");
     if (n > 0)
-        ddp_log_info(a->log, "stopped by ddp-launch, not failures of their own: rank%s %s (%s%s)",
+        ddp_log_info(g->log, "stopped by ddp-launch, not failures of their own: rank%s %s (%s%s)",
                      n > 1 ? "s" : "", ddp_buf_str(&ranks),
-                     ddp_signal_name(a->sent_signal, name, sizeof name),
-                     a->sent_sigkill ? ", then SIGKILL" : "");
-    for (int i = 0; i < a->nworkers; i++) {
-        const ddp_worker_t *w = &a->workers[i];
+                     ddp_signal_name(g->sent_signal, name, sizeof name),
+                     g->sent_sigkill ? ", then SIGKILL" : "");
+    for (int i = 0; i < g->nworkers; i++) {
+        const ddp_worker_t *w = &g->workers[i];
         if (w->stopped && w->stopped_error != NULL)
-            ddp_log_info(a->log, "rank %d, stopped, had written its own error.json first: %.300s",
+            ddp_log_info(g->log, "rank %d, stopped, had written its own error.json first: %.300s",
                          w->rank, w->stopped_error);
     }
     ddp_buf_free(&ranks);
@@ -185,65 +217,68 @@ static void say_stopped(const ddp_agent_t *a)
 /* This node's ranks that finished (exit 0) while others ran, `ago` s before what `before`
  * names: the likely cause of a failure that came after (a loop left early on some ranks),
  * though it is another rank's. */
-static void say_left_early(const ddp_agent_t *a, double ago, const char *before)
+static void say_left_early(const ddp_group_t *g, double ago, const char *before)
 {
     ddp_buf_t done = DDP_BUF_INIT;
-    int n = ddp_agent_ranks_where(a, false, &done);
-    ddp_log_warn(a->log,
+    int n = ddp_group_ranks_where(g, false, &done);
+    ddp_log_warn(g->log,
                  "%srank%s %s had finished (exit 0) %.1f s before %s, while other ranks ran: a "
                  "rank that leaves the training loop early (a break on some ranks, data of "
                  "uneven length) makes the collectives of the others fail (gloo: \"Connection "
                  "closed by peer\") or wait for good (NCCL)",
-                 a->rdzv != NULL ? "this node's " : "", n > 1 ? "s" : "", ddp_buf_str(&done),
+                 g->rdzv != NULL ? "this node's " : "", n > 1 ? "s" : "", ddp_buf_str(&done),
                  ago > 0 ? ago : 0.0, before);
     ddp_buf_free(&done);
 }
 
-void ddp_agent_say_left_early(ddp_agent_t *a)
+void ddp_end_notes_left_early(ddp_end_notes_t *n)
 {
-    if (a->first_finished < 0 || a->nfailures > 0) /* this node's report says it */
-        return;
-    say_left_early(a, ddp_clock_mono() - a->first_finished, "the round failed on another node");
-    a->first_finished = -1; /* said once an attempt */
+    const ddp_group_t *g = n->g;
+    if (n->left_early_said || g->first_finished < 0 || g->nfailures > 0)
+        return; /* (this node's report says it) */
+    say_left_early(g, ddp_clock_mono() - g->first_finished, "the round failed on another node");
+    n->left_early_said = true; /* once an attempt */
 }
 
 /* After this node's report: its ranks that finished before the root cause failed. */
-static void say_finished_first(const ddp_agent_t *a)
+static void say_finished_first(const ddp_end_notes_t *n)
 {
-    if (a->first_finished < 0 || a->nfailures == 0)
+    const ddp_group_t *g = n->g;
+    if (n->left_early_said || g->first_finished < 0 || g->nfailures == 0)
         return;
-    const ddp_failure_t *root = &a->failures[ddp_report_root(a->failures, a->nfailures)];
+    const ddp_failure_t *root = &g->failures[ddp_report_root(g->failures, g->nfailures)];
     /* The finish is when its exit was seen, the failure when its error.json was written
      * (else its exit seen): a failure the finish ended comes a moment later, or earlier. */
-    double after = root->timestamp - a->first_finished_wall;
+    double after = root->timestamp - g->first_finished_wall;
     char before[64];
     snprintf(before, sizeof before, "rank %d's failure", root->rank);
     if (root->host == NULL && after >= -1.0)
-        say_left_early(a, after, before);
+        say_left_early(g, after, before);
 }
 
-void ddp_agent_print_report(ddp_agent_t *a, bool elsewhere)
+void ddp_end_notes_report(ddp_end_notes_t *n, bool elsewhere)
 {
+    const ddp_group_t *g = n->g;
     ddp_buf_t report = DDP_BUF_INIT;
-    bool python = a->cfg->run_path || !a->cfg->no_python;
+    bool python = g->cfg->run_path || !g->cfg->no_python;
     if (elsewhere) {
         ddp_buf_t ranks = DDP_BUF_INIT;
-        for (size_t i = 0; i < a->nfailures; i++)
-            ddp_buf_printf(&ranks, "%s%d", i ? ", " : "", a->failures[i].rank);
-        ddp_log_error(a->log,
+        for (size_t i = 0; i < g->nfailures; i++)
+            ddp_buf_printf(&ranks, "%s%d", i ? ", " : "", g->failures[i].rank);
+        ddp_log_error(g->log,
                       "this node's failures (rank%s %s) are in the job's failure report, printed "
                       "by the launcher serving the store at %s:%d",
-                      a->nfailures > 1 ? "s" : "", ddp_buf_str(&ranks), a->cfg->master_addr,
-                      a->cfg->master_port);
+                      g->nfailures > 1 ? "s" : "", ddp_buf_str(&ranks), g->cfg->master_addr,
+                      g->cfg->master_port);
         ddp_buf_free(&ranks);
     } else if (ddp_buf_puts(&report, "\n") == 0 &&
-               ddp_report_format(&report, ddp_worker_entry_name(a->cfg), a->host, a->failures,
-                                 a->nfailures, python) == 0) {
+               ddp_report_format(&report, ddp_worker_entry_name(g->cfg), g->host, g->failures,
+                                 g->nfailures, python) == 0) {
         (void)ddp_write_all(2, report.data, report.len);
     }
     ddp_buf_free(&report);
-    say_stderr_tail(a);
-    say_finished_first(a);
-    say_stopped(a);
-    say_if_torch_is_missing(a, python);
+    say_stderr_tail(g);
+    say_finished_first(n);
+    say_stopped(g);
+    say_if_torch_is_missing(g, python);
 }

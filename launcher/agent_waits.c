@@ -1,14 +1,15 @@
-/* Long waits in the store (--store-wait-notice; see agent_internal.h): a worker blocked
+/* Long waits in the store (--store-wait-notice; see agent_waits.h): a worker blocked
  * in a WAIT for a key nobody has set (a peer's address in init_process_group, say) is
  * named once the wait passes the notice, with the ranks of this node that do not wait:
  * the ones that have not reached the call that sets it. Said again only when the oldest
  * wait has grown NOTICE_GROWTH-fold, or a new one has replaced it. Runs on the loop
  * thread of the launcher that serves the store; costs nothing while nobody waits long. */
-#include "agent_internal.h"
+#include "agent_waits.h"
 
 #include "io.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -24,6 +25,41 @@
 #define HOSTS_SHOWN   4   /* addresses of other clients named in one line */
 #define NOTICE_GROWTH 5.0 /* the oldest wait's growth that is said again */
 #define NET_TABLE_MAX (64 << 20)
+
+struct ddp_store_waits_s {
+    ddp_group_t *g;
+    uv_timer_t timer; /* the looks */
+    /* The age of the oldest wait the last notice named (0: none since the long waits
+     * last ended). */
+    double noted;
+};
+
+int ddp_store_waits_new(ddp_group_t *g, ddp_store_waits_t **out)
+{
+    ddp_store_waits_t *w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return -ENOMEM;
+    w->g = g;
+    uv_timer_init(g->loop, &w->timer);
+    w->timer.data = w;
+    *out = w;
+    return 0;
+}
+
+void ddp_store_waits_close(ddp_store_waits_t *w)
+{
+    uv_close((uv_handle_t *)&w->timer, NULL);
+}
+
+void ddp_store_waits_free(ddp_store_waits_t *w)
+{
+    free(w);
+}
+
+void ddp_store_waits_stop(ddp_store_waits_t *w)
+{
+    uv_timer_stop(&w->timer);
+}
 
 /* The peer's address as /proc/net/tcp{,6} shows a local one: 8 or 32 hex digits, each
  * 32-bit word as the kernel holds it; an IPv4-mapped IPv6 peer as its IPv4 address. */
@@ -94,14 +130,14 @@ static void client_inodes(const ddp_store_long_wait_t *waits, size_t n, unsigned
 }
 
 /* who[i]: the index of the running worker holding waits[i]'s client socket, or -1. */
-static void identify(const ddp_agent_t *a, const ddp_store_long_wait_t *waits, size_t n, int *who)
+static void identify(const ddp_group_t *g, const ddp_store_long_wait_t *waits, size_t n, int *who)
 {
     unsigned long inodes[WAITS_SEEN] = {0};
     for (size_t i = 0; i < n; i++)
         who[i] = -1;
     client_inodes(waits, n, inodes);
-    for (int k = 0; k < a->nworkers; k++) {
-        const ddp_worker_t *w = &a->workers[k];
+    for (int k = 0; k < g->nworkers; k++) {
+        const ddp_worker_t *w = &g->workers[k];
         char dir[64], path[PATH_MAX], link[64];
         if (!w->running)
             continue;
@@ -149,19 +185,19 @@ static void note_host(const struct sockaddr_storage *peer, char from[][INET6_ADD
 }
 
 /* ", rank 3 (pid 77)" for worker k, within the first RANKS_SHOWN of a list. */
-static void add_rank(const ddp_agent_t *a, int k, int *listed, ddp_buf_t *out)
+static void add_rank(const ddp_group_t *g, int k, int *listed, ddp_buf_t *out)
 {
     if ((*listed)++ < RANKS_SHOWN)
-        ddp_buf_printf(out, "%srank %d (pid %d)", *listed > 1 ? ", " : "", a->workers[k].rank,
-                       (int)a->workers[k].pid);
+        ddp_buf_printf(out, "%srank %d (pid %d)", *listed > 1 ? ", " : "", g->workers[k].rank,
+                       (int)g->workers[k].pid);
 }
 
-static void say(ddp_agent_t *a, const ddp_store_long_wait_t *waits, size_t n, size_t all)
+static void say(const ddp_group_t *g, const ddp_store_long_wait_t *waits, size_t n, size_t all)
 {
     int who[WAITS_SEEN];
     bool said[WAITS_SEEN] = {false};
-    bool *waiting = calloc((size_t)(a->nworkers > 0 ? a->nworkers : 1), sizeof *waiting);
-    identify(a, waits, n, who);
+    bool *waiting = calloc((size_t)(g->nworkers > 0 ? g->nworkers : 1), sizeof *waiting);
+    identify(g, waits, n, who);
     ddp_buf_t line = DDP_BUF_INIT;
     for (size_t i = 0, keys = 0; i < n && keys < KEYS_SHOWN; i++) {
         if (said[i])
@@ -182,7 +218,7 @@ static void say(ddp_agent_t *a, const ddp_store_long_wait_t *waits, size_t n, si
             }
             if (waiting != NULL)
                 waiting[who[j]] = true;
-            add_rank(a, who[j], &listed, &line);
+            add_rank(g, who[j], &listed, &line);
         }
         if (listed > RANKS_SHOWN)
             ddp_buf_printf(&line, " and %d more", listed - RANKS_SHOWN);
@@ -193,20 +229,20 @@ static void say(ddp_agent_t *a, const ddp_store_long_wait_t *waits, size_t n, si
             if (more_hosts)
                 ddp_buf_puts(&line, ", ...");
         }
-        ddp_log_warn(a->log, "%s %s waited %.*f s in the store for '%s', which nobody has set yet",
+        ddp_log_warn(g->log, "%s %s waited %.*f s in the store for '%s', which nobody has set yet",
                      ddp_buf_str(&line), listed + others > 1 ? "have" : "has",
                      waits[i].waited < 10 ? 1 : 0, waits[i].waited, waits[i].key);
     }
     /* The ranks of this node not waiting, where every long wait was looked at. */
     int listed = 0;
     ddp_buf_clear(&line);
-    for (int k = 0; k < a->nworkers && waiting != NULL && all <= n; k++)
-        if (a->workers[k].running && !waiting[k])
-            add_rank(a, k, &listed, &line);
+    for (int k = 0; k < g->nworkers && waiting != NULL && all <= n; k++)
+        if (g->workers[k].running && !waiting[k])
+            add_rank(g, k, &listed, &line);
     if (listed > RANKS_SHOWN)
         ddp_buf_printf(&line, " and %d more", listed - RANKS_SHOWN);
     if (listed > 0)
-        ddp_log_warn(a->log,
+        ddp_log_warn(g->log,
                      "not waiting in the store: %s: %s not have reached the call that sets "
                      "the key (init_process_group, say)",
                      ddp_buf_str(&line), listed > 1 ? "they may" : "it may");
@@ -216,31 +252,33 @@ static void say(ddp_agent_t *a, const ddp_store_long_wait_t *waits, size_t n, si
 
 static void on_look(uv_timer_t *timer)
 {
-    ddp_agent_t *a = timer->data;
+    ddp_store_waits_t *w = timer->data;
+    const ddp_group_t *g = w->g;
     ddp_store_long_wait_t waits[WAITS_SEEN];
-    if (a->store == NULL)
+    if (g->store == NULL)
         return;
     size_t all =
-        ddp_store_server_long_waits(a->store, a->cfg->store_wait_notice, waits, WAITS_SEEN);
+        ddp_store_server_long_waits(g->store, g->cfg->store_wait_notice, waits, WAITS_SEEN);
     size_t n = all < WAITS_SEEN ? all : WAITS_SEEN;
     if (n == 0) {
-        a->wait_noted = 0;
+        w->noted = 0;
         return;
     }
     double oldest = waits[0].waited;
-    if (a->wait_noted > 0 && oldest >= a->wait_noted && oldest < a->wait_noted * NOTICE_GROWTH)
+    if (w->noted > 0 && oldest >= w->noted && oldest < w->noted * NOTICE_GROWTH)
         return;
-    a->wait_noted = oldest;
-    say(a, waits, n, all);
+    w->noted = oldest;
+    say(g, waits, n, all);
 }
 
-void ddp_agent_store_waits_start(ddp_agent_t *a)
+void ddp_store_waits_attempt(ddp_store_waits_t *w)
 {
-    double notice = a->cfg->store_wait_notice;
-    a->wait_noted = 0;
-    if (a->store == NULL || notice <= 0)
+    const ddp_group_t *g = w->g;
+    double notice = g->cfg->store_wait_notice;
+    w->noted = 0;
+    if (g->store == NULL || notice <= 0)
         return;
     double every = notice / 4 < LOOK_MAX_S ? notice / 4 : LOOK_MAX_S;
     uint64_t ms = every * 1000 < 10 ? 10 : (uint64_t)(every * 1000);
-    uv_timer_start(&a->store_wait_timer, on_look, ms, ms);
+    uv_timer_start(&w->timer, on_look, ms, ms);
 }
