@@ -4,9 +4,9 @@
 #include "buf.h"
 #include "env.h"
 #include "io.h"
-#include "logs.h"
+#include "output/logs.h"
 #include "progress.h"
-#include "worker_spec.h"
+#include "spawn/worker_spec.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -5,7 +5,7 @@
 #ifndef DDP_LAUNCHER_DRY_RUN_H
 #define DDP_LAUNCHER_DRY_RUN_H
 
-#include "config.h"
+#include "config/config.h"
 
 /* Appends `word` for a POSIX shell: as it is when plain, else in single quotes. 0 or
  * -ENOMEM. (Also the fan-out's command lines, fanout.c.) */

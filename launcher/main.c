@@ -2,17 +2,17 @@
  *
  * Everything happens on the main thread: the CLI and resolution before the loop,
  * then the agent's loop until the job ends; main only maps results to exit codes. */
-#include "agent.h"
-#include "cli.h"
-#include "resolve.h"
+#include "agent/agent.h"
+#include "config/cli.h"
+#include "config/resolve.h"
 #include "dry_run.h"
-#include "fanout.h"
+#include "fanout/fanout.h"
 #include "env.h"
 #include "error.h"
-#include "guard.h"
-#include "health.h"
+#include "spawn/guard.h"
+#include "host/health.h"
 #include "log.h"
-#include "unwind.h"
+#include "diagnose/unwind.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -8,7 +8,7 @@
  * polls for 200 µs after a request, as ddp-launch does by default. */
 #include "error.h"
 #include "log.h"
-#include "store_server.h"
+#include "store/server.h"
 
 #include <inttypes.h>
 #include <stdio.h>

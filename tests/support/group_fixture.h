@@ -5,7 +5,7 @@
 #ifndef DDP_TESTS_GROUP_FIXTURE_H
 #define DDP_TESTS_GROUP_FIXTURE_H
 
-#include "agent_group.h"
+#include "agent/group.h"
 
 #include <stdbool.h>
 #include <stddef.h>

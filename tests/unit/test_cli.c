@@ -6,9 +6,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "cli.h"
-#include "resolve.h"
-#include "signals.h"
+#include "config/cli.h"
+#include "config/resolve.h"
+#include "host/signals.h"
 #include "error.h"
 
 #include <fcntl.h>

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "config.h"
+#include "config/config.h"
 
 #include <signal.h>
 #include <string.h>

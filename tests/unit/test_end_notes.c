@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "agent_say.h"
+#include "agent/end_notes.h"
 #include "group_fixture.h"
 #include "io.h"
 

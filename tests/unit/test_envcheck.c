@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "envcheck.h"
+#include "rdzv/envcheck.h"
 
 #include <stdio.h>
 #include <stdlib.h>

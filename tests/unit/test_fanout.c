@@ -5,9 +5,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "config.h"
+#include "config/config.h"
 #include "error.h"
-#include "fanout.h"
+#include "fanout/fanout.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "file_timer.h"
+#include "agent/file_timer.h"
 #include "io.h"
 
 #include <errno.h>

@@ -8,7 +8,7 @@
 
 #include "error.h"
 #include "flight.h"
-#include "hang.h"
+#include "diagnose/hang.h"
 
 #include <errno.h>
 #include <fcntl.h>

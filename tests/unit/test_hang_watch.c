@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "agent_hang.h"
-#include "agent_pause.h"
+#include "agent/hang_watch.h"
+#include "agent/pause.h"
 #include "group_fixture.h"
 #include "io.h"
 

@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "agent_orphans.h"
-#include "agent_warm.h"
+#include "agent/leftovers.h"
+#include "agent/worker_start.h"
 #include "group_fixture.h"
 #include "io.h"
 

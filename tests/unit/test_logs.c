@@ -5,8 +5,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "cli.h"
-#include "logs.h"
+#include "config/cli.h"
+#include "output/logs.h"
 
 #include <errno.h>
 #include <fcntl.h>

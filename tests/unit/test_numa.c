@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "numa.h"
+#include "host/numa.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "agent_pause.h"
+#include "agent/pause.h"
 #include "group_fixture.h"
 #include "io.h"
 

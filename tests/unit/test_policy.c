@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "agent_no_progress.h"
+#include "agent/policy.h"
 #include "group_fixture.h"
 #include "io.h"
 

@@ -8,9 +8,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "agent_hang.h"
-#include "agent_pause.h"
-#include "agent_progress.h"
+#include "agent/hang_watch.h"
+#include "agent/pause.h"
+#include "agent/progress_watch.h"
 #include "group_fixture.h"
 #include "io.h"
 #include "progress.h"

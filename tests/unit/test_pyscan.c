@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "pyscan.h"
+#include "config/pyscan.h"
 
 #include <string.h>
 

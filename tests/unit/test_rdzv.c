@@ -12,11 +12,11 @@
 
 #include "error.h"
 #include "io.h"
-#include "rdzv_coord.h"
-#include "rdzv_node.h"
-#include "rdzv_record.h"
+#include "rdzv/coord.h"
+#include "rdzv/node.h"
+#include "rdzv/record.h"
 #include "store_client.h"
-#include "store_server.h"
+#include "store/server.h"
 
 #include <poll.h>
 #include <pthread.h>

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "report.h"
+#include "diagnose/report.h"
 
 #include <signal.h>
 #include <stdio.h>

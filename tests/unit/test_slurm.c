@@ -6,7 +6,7 @@
 #include <cmocka.h>
 
 #include "error.h"
-#include "slurm.h"
+#include "config/slurm.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -7,7 +7,7 @@
 #include <cmocka.h>
 
 #include "io.h"
-#include "spawn.h"
+#include "spawn/spawn.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -6,7 +6,7 @@
 #include <cmocka.h>
 
 #include "error.h"
-#include "store.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <stdio.h>

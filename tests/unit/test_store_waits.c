@@ -8,11 +8,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "agent_waits.h"
+#include "agent/store_waits.h"
 #include "group_fixture.h"
 #include "io.h"
 #include "store_client.h"
-#include "store_server.h"
+#include "store/server.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
 #include <cmocka.h>
 
 #include "error.h"
-#include "straggler.h"
+#include "diagnose/straggler.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "torch_version.h"
+#include "config/torch_version.h"
 
 #include <limits.h>
 #include <stdio.h>

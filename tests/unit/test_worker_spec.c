@@ -5,9 +5,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "cli.h"
+#include "config/cli.h"
 #include "env.h"
-#include "worker_spec.h"
+#include "spawn/worker_spec.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,10 +8,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "agent_warm.h"
+#include "agent/worker_start.h"
 #include "env.h"
 #include "group_fixture.h"
-#include "worker_spec.h"
+#include "spawn/worker_spec.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,392 @@
+/* The restart policy (see agent_no_progress.h): what comes after a group's end, and
+ * whether a failed attempt made progress and when the job cannot: --progress-file's
+ * value, libddp's completed collectives, and where neither tells, attempts that fail the
+ * same way at their start; whether this node leaves the job. Runs on the loop thread. */
+#include "agent/policy.h"
+
+#include "error.h"
+#include "diagnose/hang.h"
+#include "io.h"
+#include "rdzv/rdzv.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define PROGRESS_FILE_MAX 4096 /* bytes: an integer and some room */
+#define SHOWN_MAX         40   /* bytes of what it holds, in the line that says so */
+
+/* --progress-file's value where it cannot be read as an integer. */
+#define PROGRESS_UNREADABLE (-2)
+
+struct ddp_policy_s {
+    ddp_group_t *g;
+    int failed_rounds; /* rounds in a row in which this node's own workers failed */
+    /* Progress between failed attempts (--max-no-progress-restarts). */
+    int no_progress;              /* failed attempts in a row without progress */
+    long long last_progress;      /* --progress-file's value after the last attempt; -1: none yet */
+    bool progress_file_said;      /* that --progress-file cannot be read as an integer */
+    bool no_progress_budget_said; /* at the first restart: --max-no-progress-restarts */
+    /* Where nothing tells progress: attempts in a row that failed the same way at their
+     * start (within START_FAILURE_S), and how (their root cause's status and text). */
+    int same_failures;
+    char *failed_as;
+};
+
+static long long progress_file_value(ddp_policy_t *p);
+
+int ddp_policy_new(ddp_group_t *g, ddp_policy_t **out)
+{
+    ddp_policy_t *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return -ENOMEM;
+    p->g = g;
+    p->last_progress = g->cfg->progress_file != NULL ? progress_file_value(p) : -1;
+    if (p->last_progress == PROGRESS_UNREADABLE)
+        p->last_progress = -1;
+    *out = p;
+    return 0;
+}
+
+void ddp_policy_free(ddp_policy_t *p)
+{
+    if (p == NULL)
+        return;
+    free(p->failed_as);
+    free(p);
+}
+
+/* What `text` (len bytes) begins with, for a line: its first SHOWN_MAX bytes less trailing
+ * blanks, printable ASCII as it is and any other byte as \xNN. */
+static void show_text(const char *text, size_t len, ddp_buf_t *out)
+{
+    while (len > 0 && strchr(" \t\r\n", text[len - 1]) != NULL)
+        len--;
+    for (size_t i = 0; i < len && i < SHOWN_MAX; i++) {
+        unsigned char c = (unsigned char)text[i];
+        ddp_buf_printf(out, c >= 0x20 && c < 0x7f ? "%c" : "\\x%02x", c);
+    }
+    if (len > SHOWN_MAX)
+        ddp_buf_puts(out, "...");
+}
+
+/* What the file at `path` is when it is not a regular file: "a directory", "a FIFO", ... */
+static const char *file_kind(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return "not a regular file";
+    return S_ISDIR(st.st_mode)    ? "a directory"
+           : S_ISFIFO(st.st_mode) ? "a FIFO"
+           : S_ISSOCK(st.st_mode) ? "a socket"
+           : S_ISCHR(st.st_mode)  ? "a character device"
+           : S_ISBLK(st.st_mode)  ? "a block device"
+                                  : "not a regular file";
+}
+
+/* Says, once a job, why --progress-file cannot be read as an integer: `err` (the read's
+ * error, 0 when it read `text`) and what was expected. */
+static void say_unreadable(ddp_policy_t *p, int err, const char *text, size_t len)
+{
+    if (p->progress_file_said)
+        return;
+    p->progress_file_said = true;
+    const char *path = p->g->cfg->progress_file;
+    ddp_buf_t what = DDP_BUF_INIT;
+    if (err == 0) {
+        ddp_buf_puts(&what, "it holds '");
+        show_text(text, len, &what);
+        ddp_buf_puts(&what, "'");
+    } else if (err == DDP_ENOTFILE) {
+        ddp_buf_printf(&what, "it is %s", file_kind(path));
+    } else if (err == DDP_ETOOBIG) {
+        ddp_buf_printf(&what, "it holds more than %d bytes", PROGRESS_FILE_MAX);
+    } else {
+        ddp_buf_puts(&what, ddp_strerror(err));
+    }
+    ddp_log_warn(p->g->log,
+                 "unable to read --progress-file %s: %s, where the last checkpointed iteration "
+                 "is expected, as a bare integer (\"100\"): whether an attempt progressed is not "
+                 "judged by it",
+                 path, ddp_buf_str(&what));
+    ddp_buf_free(&what);
+}
+
+/* --progress-file's integer; -1 where there is none (no such file); PROGRESS_UNREADABLE
+ * where it cannot be read as one (said once a job: what it holds, what is expected). */
+static long long progress_file_value(ddp_policy_t *p)
+{
+    char *text = NULL;
+    size_t len = 0;
+    long long value = PROGRESS_UNREADABLE;
+    int err = ddp_read_file(p->g->cfg->progress_file, PROGRESS_FILE_MAX, &text, &len);
+    if (err == -ENOENT)
+        return -1;
+    if (err == 0) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(text, &end, 10);
+        while (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')
+            end++;
+        if (end != text && *end == '\0' && v >= 0 && errno == 0 && memchr(text, '\0', len) == NULL)
+            value = v;
+    }
+    if (value == PROGRESS_UNREADABLE)
+        say_unreadable(p, err, text, len);
+    free(text);
+    return value;
+}
+
+/* Whether the attempt that just failed made progress: --progress-file's value went up, or
+ * (libddp workers) a collective completed. -1 when neither can tell. */
+static int attempt_progressed(ddp_policy_t *p)
+{
+    const ddp_group_t *g = p->g;
+    int measured = -1;
+    if (g->cfg->progress_file != NULL) {
+        long long v = progress_file_value(p);
+        if (v != PROGRESS_UNREADABLE) /* one that cannot be read tells nothing */
+            measured = v > p->last_progress;
+        if (measured > 0) {
+            p->last_progress = v;
+            return 1;
+        }
+    }
+    for (int i = 0; i < g->nworkers && g->attempt_dir != NULL; i++) {
+        char dir[PATH_MAX];
+        bool found = false;
+        ddp_group_worker_dir(g, &g->workers[i], dir, sizeof dir);
+        uint64_t done = ddp_hang_progress(dir, &found);
+        if (found && done > 0)
+            return 1;
+        if (found)
+            measured = 0;
+    }
+    return measured;
+}
+
+#define START_FAILURE_S 10.0 /* a failure this soon after its attempt's start: at the start */
+
+/* How the failed attempt failed, when at its start: its root cause's status and what it
+ * said (the error file's exception, else its last line; any rank: which rank fails first
+ * varies), malloc'd; NULL when the root cause came later, on another node, or said
+ * nothing. */
+static char *start_failure(const ddp_group_t *g)
+{
+    if (g->nfailures == 0)
+        return NULL;
+    const ddp_failure_t *root = &g->failures[ddp_report_root(g->failures, g->nfailures)];
+    if (root->host != NULL || root->timestamp - g->attempt_began > START_FAILURE_S)
+        return NULL;
+    char what[64], *summary = ddp_failure_said(root), *how = NULL;
+    if (summary != NULL &&
+        asprintf(&how, "%s: %s", ddp_failure_describe(root, what, sizeof what), summary) < 0)
+        how = NULL;
+    free(summary);
+    return how;
+}
+
+/* Where nothing tells progress: whether this attempt failed at its start as the one before
+ * did (then p->same_failures counts it). */
+static bool failed_the_same_way(ddp_policy_t *p)
+{
+    char *how = start_failure(p->g);
+    bool same = how != NULL && p->failed_as != NULL && strcmp(how, p->failed_as) == 0;
+    p->same_failures = how == NULL ? 0 : same ? p->same_failures + 1 : 1;
+    free(p->failed_as);
+    p->failed_as = how;
+    return same;
+}
+
+/* Once a job, at its first restart: how many failed attempts without progress end it,
+ * where they can end it before --max-restarts does. */
+static void say_budget(ddp_policy_t *p)
+{
+    const ddp_launch_config_t *cfg = p->g->cfg;
+    if (p->no_progress_budget_said || cfg->max_no_progress <= 0 ||
+        cfg->max_no_progress > cfg->max_restarts)
+        return;
+    p->no_progress_budget_said = true;
+    char measure[160];
+    if (cfg->progress_file != NULL)
+        snprintf(measure, sizeof measure, "--progress-file's value rising");
+    else
+        snprintf(measure, sizeof measure,
+                 "a libddp collective completing; where none tells, attempts that fail the same "
+                 "way within %.0f s of their start count",
+                 START_FAILURE_S);
+    ddp_log_info(p->g->log,
+                 "the job ends with status %d (do not requeue) once %d attempts in a row fail "
+                 "without progress, before --max-restarts=%d runs out "
+                 "(--max-no-progress-restarts=%d; progress: %s)",
+                 DDP_EXIT_NO_PROGRESS, cfg->max_no_progress, cfg->max_restarts,
+                 cfg->max_no_progress, measure);
+}
+
+/* Whether the job cannot progress after the failed attempt: NULL while it can go on; else
+ * why (the no_progress_stop event's reason: progress_file, libddp or
+ * same_failure_at_start), with the line that says so in message[cap]. Counts the attempts
+ * without progress in p->no_progress. */
+static const char *judge_progress(ddp_policy_t *p, char *message, size_t cap)
+{
+    const ddp_launch_config_t *cfg = p->g->cfg;
+    int progressed = attempt_progressed(p);
+    char why[DDP_LAST_LINE_MAX + 200];
+    const char *reason = "same_failure_at_start";
+    if (progressed < 0) {
+        if (!failed_the_same_way(p) || cfg->max_no_progress <= 0 ||
+            p->same_failures < cfg->max_no_progress)
+            return NULL;
+        p->no_progress = p->same_failures;
+        snprintf(why, sizeof why, "each the same way within %.0f s of its start: %s",
+                 START_FAILURE_S, p->failed_as);
+    } else if (progressed > 0) {
+        p->no_progress = 0;
+        return NULL;
+    } else {
+        p->no_progress++;
+        if (cfg->max_no_progress <= 0 || p->no_progress < cfg->max_no_progress)
+            return NULL;
+        reason = cfg->progress_file != NULL ? "progress_file" : "libddp";
+        snprintf(why, sizeof why, "%s",
+                 cfg->progress_file != NULL ? "--progress-file did not advance"
+                                            : "no libddp collective completed");
+    }
+    snprintf(message, cap,
+             "%d attempt(s) in a row failed without progress (%s): the job cannot make "
+             "progress, and is not restarted (status %d: do not requeue)",
+             p->no_progress, why, DDP_EXIT_NO_PROGRESS);
+    return reason;
+}
+
+/* The job ends with status 6 (every node's, through the rendezvous) when it cannot
+ * progress. True when it ends. */
+static bool no_progress(ddp_policy_t *p, ddp_policy_decision_t *d)
+{
+    const ddp_group_t *g = p->g;
+    const char *reason = judge_progress(p, d->why, sizeof d->why);
+    if (reason == NULL) {
+        say_budget(p);
+        return false;
+    }
+    ddp_log_error(g->log, "%s", d->why);
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_int(&fields, "attempts", p->no_progress);
+    ddp_events_str(&fields, "reason", reason);
+    ddp_events_emit(&g->events, "no_progress_stop", &fields);
+    ddp_buf_free(&fields);
+    d->kind = DDP_POLICY_END;
+    d->status = DDP_EXIT_NO_PROGRESS;
+    return true;
+}
+
+/* This node leaves the job alone (status 5), the others going on without it: the store's
+ * host is told `why` (it says so), and this node prints its own failure report. */
+static void leave(ddp_policy_decision_t *d, const char *why)
+{
+    d->kind = DDP_POLICY_LEAVE;
+    d->status = DDP_EXIT_RDZV_FAILED;
+    snprintf(d->why, sizeof d->why, "%s", why);
+}
+
+/* --straggler-action=exclude: a rank of this node was named a straggler. */
+static bool straggler_leaves(ddp_policy_t *p, bool named, ddp_policy_decision_t *d)
+{
+    const ddp_group_t *g = p->g;
+    if (!g->cfg->straggler_exclude || !(named || ddp_rdzv_straggler_named(g->rdzv)))
+        return false;
+    if (g->coord != NULL) { /* its leaving would end the job */
+        ddp_log_warn(g->log, "a rank of this node was named a straggler, but this node serves "
+                             "the job's store: it stays (--straggler-action=exclude)");
+        return false;
+    }
+    ddp_log_error(g->log,
+                  "a rank of this node was named a straggler (--straggler-action=exclude): it "
+                  "leaves the job at this restart%s",
+                  g->cfg->hot_spares > 0 ? ", and a hot spare takes its place" : "");
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_str(&fields, "reason", "straggler");
+    ddp_events_emit(&g->events, "node_excluded", &fields);
+    ddp_buf_free(&fields);
+    leave(d, "a rank of it was named a straggler (--straggler-action=exclude)");
+    return true;
+}
+
+/* --exclude-after=K: a node whose own workers failed in K rounds in a row leaves the job (a
+ * hot spare, or the elastic rules, take its place). True when it leaves. */
+static bool excluded(ddp_policy_t *p, bool straggler_named, ddp_policy_decision_t *d)
+{
+    const ddp_group_t *g = p->g;
+    const ddp_launch_config_t *cfg = g->cfg;
+    if (g->rdzv == NULL)
+        return false;
+    if (straggler_leaves(p, straggler_named, d))
+        return true;
+    p->failed_rounds = g->nfailures > 0 ? p->failed_rounds + 1 : 0;
+    if (cfg->exclude_after <= 0 || p->failed_rounds < cfg->exclude_after)
+        return false;
+    ddp_log_error(g->log,
+                  "this node's workers failed in %d round(s) in a row (--exclude-after=%d): it "
+                  "leaves the job%s",
+                  p->failed_rounds, cfg->exclude_after,
+                  cfg->hot_spares > 0 ? ", and a hot spare takes its place" : "");
+    ddp_buf_t fields = DDP_BUF_INIT;
+    ddp_events_int(&fields, "rounds", p->failed_rounds);
+    ddp_events_emit(&g->events, "node_excluded", &fields);
+    ddp_buf_free(&fields);
+    char why[128];
+    snprintf(why, sizeof why, "its workers failed in %d round(s) in a row (--exclude-after=%d)",
+             p->failed_rounds, cfg->exclude_after);
+    leave(d, why);
+    return true;
+}
+
+bool ddp_policy_judge(ddp_policy_t *p, bool straggler_named, ddp_policy_decision_t *d)
+{
+    return no_progress(p, d) || excluded(p, straggler_named, d);
+}
+
+int ddp_policy_failure_status(const ddp_group_t *g)
+{
+    if (g->cfg->exit_code_mode == DDP_EXIT_CODE_WORKER && g->nfailures > 0)
+        return ddp_failure_status(&g->failures[ddp_report_root(g->failures, g->nfailures)]);
+    return DDP_EXIT_WORKER_FAILED;
+}
+
+void ddp_policy_next(const ddp_policy_t *p, ddp_policy_decision_t *d)
+{
+    const ddp_group_t *g = p->g;
+    bool failed = g->stop_reason == DDP_STOP_FAILURE || g->stop_reason == DDP_STOP_REMOTE;
+    *d = (ddp_policy_decision_t){.kind = DDP_POLICY_END};
+    /* A multi-node job goes on as the rendezvous decides, for every node alike. */
+    if (g->rdzv != NULL && (failed || g->stop_reason == DDP_STOP_NONE)) {
+        d->kind = DDP_POLICY_GO_ON;
+        d->after_failure = failed;
+        return;
+    }
+    switch (g->stop_reason) {
+    case DDP_STOP_NONE:
+        d->status = DDP_EXIT_OK;
+        break;
+    case DDP_STOP_SIGNAL:
+        d->status = DDP_EXIT_SIGNAL_BASE + g->stop_signal;
+        break;
+    case DDP_STOP_LAUNCH_ERROR:
+        d->status = DDP_EXIT_LAUNCH_FAILED;
+        break;
+    case DDP_STOP_REMOTE:
+    case DDP_STOP_FAILURE:
+        if (g->attempt < g->cfg->max_restarts) {
+            d->kind = DDP_POLICY_RESTART;
+            d->after_failure = true;
+        } else {
+            d->status = ddp_policy_failure_status(g);
+        }
+        break;
+    case DDP_STOP_ABORTED:
+        d->status = g->abort_exit_code;
+        break;
+    }
+}

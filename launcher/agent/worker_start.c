@@ -1,0 +1,295 @@
+/* Starting a worker (see agent_warm.h): its environment, and --warm-restarts (zygote.h):
+ * where the launcher
+ * is a child subreaper, the zygote started once the first attempt's workers run (or as a
+ * launcher that may wait as a hot spare joins), held while it imports as long as the
+ * workers need every CPU, a later attempt's workers forked from it or started cold (said
+ * once an attempt). Runs on the loop thread; nothing here waits for the zygote but a
+ * request's reply (zygote.h). */
+#include "agent/worker_start.h"
+
+#include "error.h"
+#include "diagnose/hang.h"
+#include "io.h"
+#include "spawn/spawn.h"
+#include "agent/file_timer.h"
+#include "progress.h"
+#include "spawn/worker_spec.h"
+#include "spawn/zygote.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The zygote imports only where it takes no CPU from the workers' own start (importing
+ * torch too, on as many cores as there are workers): it is held (stopped) while as many
+ * workers as the launcher has CPUs are busy, their main thread running or waiting for a
+ * CPU for BUSY_SHARE of a look or more. Looked at every LOOK_MS until it is ready; held at
+ * most HOLD_MAX_S after its start (workers that never rest: training on every CPU). */
+#define LOOK_MS    200
+#define BUSY_SHARE 0.5
+#define HOLD_MAX_S 30.0
+
+typedef enum {
+    WARM_OFF,     /* every worker starts cold */
+    WARM_ON,      /* --warm-restarts: the zygote is not started yet */
+    WARM_STARTED, /* the zygote is started (it may serve, or not) */
+} warm_phase_t;
+
+struct ddp_worker_start_s {
+    ddp_group_t *g;
+    warm_phase_t warm;
+    char zygote_script[PATH_MAX];
+    ddp_zygote_t zygote;
+    uv_timer_t zygote_timer; /* looks at it while it imports */
+    double zygote_looked;    /* the last look (monotonic s) */
+    double *runnable;        /* by local rank: its main thread's seconds running or waiting
+                              * for a CPU, at the last look */
+    bool cold_said;          /* this attempt's line on why a worker started cold */
+    int forked;              /* this attempt's workers forked from the zygote */
+};
+
+static void warm_restarts(ddp_worker_start_t *s);
+
+int ddp_worker_start_new(ddp_group_t *g, ddp_worker_start_t **out)
+{
+    ddp_worker_start_t *s = calloc(1, sizeof *s);
+    if (s == NULL || (s->runnable = calloc((size_t)g->nworkers + 1, sizeof *s->runnable)) == NULL) {
+        free(s);
+        return -ENOMEM;
+    }
+    s->g = g;
+    s->zygote.fd = s->zygote.out_fd = -1;
+    uv_timer_init(g->loop, &s->zygote_timer);
+    s->zygote_timer.data = s;
+    warm_restarts(s);
+    *out = s;
+    return 0;
+}
+
+void ddp_worker_start_close(ddp_worker_start_t *s)
+{
+    uv_close((uv_handle_t *)&s->zygote_timer, NULL);
+    ddp_zygote_stop(&s->zygote);
+}
+
+void ddp_worker_start_free(ddp_worker_start_t *s)
+{
+    if (s == NULL)
+        return;
+    free(s->runnable);
+    free(s);
+}
+
+void ddp_worker_start_attempt(ddp_worker_start_t *s)
+{
+    s->cold_said = false;
+    s->forked = 0;
+}
+
+int ddp_worker_start_forked(const ddp_worker_start_t *s)
+{
+    return s->forked;
+}
+
+pid_t ddp_worker_start_zygote_pid(const ddp_worker_start_t *s)
+{
+    return s->zygote.pid;
+}
+
+extern char **environ;
+
+int ddp_worker_start_env(const ddp_group_t *g, const ddp_worker_t *w, const char *error_file,
+                         char ***added, char ***envp)
+{
+    const ddp_launch_config_t *cfg = g->cfg;
+    char ring[PATH_MAX];
+    snprintf(ring, sizeof ring, "%s/%d/%s", g->attempt_dir, w->local_rank, DDP_PROGRESS_FILE);
+    ddp_worker_info_t info = {
+        .local_rank = w->local_rank,
+        .rank = w->rank,
+        .local_world_size = cfg->nproc_per_node,
+        .world_size = g->world_size,
+        .group_rank = g->group_rank,
+        .group_world_size = g->nnodes,
+        .restart_count = g->rdzv != NULL ? g->restart_count : g->attempt,
+        .use_agent_store = true,
+        .master_addr = cfg->master_addr,
+        .master_port = g->store != NULL ? g->store_port : cfg->master_port,
+        .error_file = error_file,
+        .job_env = g->job_env,
+        .dump_signal = g->dump_signal,
+        .python_dir = g->python_dir,
+        .module_dir = g->module_dir[0] != '\0' ? g->module_dir : NULL,
+        .progress_ring = g->attempt_dir != NULL ? ring : NULL, /* (none yet: a zygote's) */
+        .torch_version = g->torch_version,
+        .timer_file = g->file_timer != NULL ? ddp_file_timer_path(g->file_timer) : NULL,
+    };
+    int err = ddp_worker_env_added(cfg, &info, environ, added);
+    if (err == 0 && (err = ddp_worker_env_merge(environ, *added, envp)) != 0) {
+        ddp_strv_free(*added);
+        *added = NULL;
+    }
+    return err;
+}
+
+/* --warm-restarts where the workers are Python: the zygote's script, where this launcher
+ * is a child subreaper (agent_orphans.c), so that the workers forked from the zygote
+ * become its children. */
+static void warm_restarts(ddp_worker_start_t *s)
+{
+    const ddp_group_t *g = s->g;
+    const ddp_launch_config_t *cfg = g->cfg;
+    if (!cfg->warm_restarts)
+        return;
+    if (cfg->no_python && !cfg->run_path)
+        ddp_log_warn(g->log,
+                     "--warm-restarts: the workers are not Python (%s); restarts start "
+                     "cold",
+                     cfg->script);
+    else if (!ddp_zygote_script(s->zygote_script, sizeof s->zygote_script))
+        ddp_log_warn(g->log, "--warm-restarts: ddp_launch/_zygote.py is not installed beside "
+                             "this ddp-launch; restarts start cold");
+    else if (!g->subreaper)
+        ddp_log_warn(g->log, "--warm-restarts: this launcher could not become a child "
+                             "subreaper; restarts start cold");
+    else
+        s->warm = WARM_ON;
+}
+
+/* The seconds process `pid`'s main thread has run or waited to run (schedstat), or, where
+ * the kernel does not say, the CPU seconds of all its threads; -1 when it is gone. */
+static double runnable_seconds(pid_t pid)
+{
+    char path[64], *text = NULL;
+    size_t len;
+    unsigned long long on_cpu, waiting;
+    snprintf(path, sizeof path, "/proc/%d/schedstat", (int)pid);
+    int found = ddp_read_file(path, 256, &text, &len) == 0 &&
+                sscanf(text, "%llu %llu", &on_cpu, &waiting) == 2;
+    free(text);
+    return found ? (double)(on_cpu + waiting) / 1e9 : ddp_hang_cpu_seconds(pid);
+}
+
+/* How many running workers were busy since the last look (each one's runnable seconds
+ * kept for the next); all of them at the first look, which has nothing to compare. */
+static int busy_workers(ddp_worker_start_t *s, double interval)
+{
+    const ddp_group_t *g = s->g;
+    int busy = 0;
+    for (int i = 0; i < g->nworkers; i++) {
+        const ddp_worker_t *w = &g->workers[i];
+        double now = w->running ? runnable_seconds(w->pid) : -1;
+        if (now >= 0 && (interval <= 0 || now - s->runnable[i] >= BUSY_SHARE * interval))
+            busy++;
+        s->runnable[i] = now;
+    }
+    return busy;
+}
+
+static int cpus_here(void)
+{
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
+}
+
+/* One look at an importing zygote: held while the workers need every CPU; no more looks
+ * once it is ready, ended, or past HOLD_MAX_S. */
+static void look_at_zygote(ddp_worker_start_t *s)
+{
+    ddp_zygote_t *z = &s->zygote;
+    double now = ddp_clock_mono(), interval = s->zygote_looked > 0 ? now - s->zygote_looked : 0;
+    s->zygote_looked = now;
+    if (z->pid <= 0 || z->ready || z->given_up || now - z->started >= HOLD_MAX_S) {
+        ddp_zygote_hold(z, false);
+        uv_timer_stop(&s->zygote_timer);
+        return;
+    }
+    ddp_zygote_hold(z, busy_workers(s, interval) >= cpus_here());
+}
+
+static void on_zygote_timer(uv_timer_t *timer)
+{
+    look_at_zygote(timer->data);
+}
+
+/* The zygote's looks while it imports (again after a SIGCHLD has started another). */
+static void watch_zygote(ddp_worker_start_t *s)
+{
+    s->zygote_looked = 0;
+    look_at_zygote(s);
+    if (s->zygote.pid > 0 && !s->zygote.ready)
+        uv_timer_start(&s->zygote_timer, on_zygote_timer, LOOK_MS, LOOK_MS);
+}
+
+void ddp_worker_start_reap(ddp_worker_start_t *s)
+{
+    if (s->warm != WARM_OFF && ddp_zygote_reap(&s->zygote))
+        watch_zygote(s); /* (another may have started) */
+}
+
+/* --warm-restarts: the zygote, with local rank 0's environment less each worker's own,
+ * once the first attempt's workers run, or before as a launcher that may wait as a hot
+ * spare joins (then without node 0's --env values, which it learns with its first round);
+ * nothing waits for it. One still importing is looked at again for the workers just
+ * started. */
+void ddp_worker_start_zygote(ddp_worker_start_t *s)
+{
+    const ddp_group_t *g = s->g;
+    const ddp_launch_config_t *cfg = g->cfg;
+    char **added = NULL, **envp = NULL, **shared = NULL;
+    if (s->warm == WARM_STARTED && !s->zygote.ready)
+        watch_zygote(s);
+    if (s->warm != WARM_ON)
+        return;
+    s->warm = WARM_STARTED;
+    char **argv = NULL;
+    int err = ddp_worker_start_env(g, &g->workers[0], "", &added, &envp);
+    size_t n = 0, room = 64; /* a worker's command line, and room for longer local ranks */
+    if (err == 0 && (err = ddp_worker_argv(cfg, 0, &argv)) == 0)
+        for (size_t i = 0; argv[i] != NULL; i++)
+            room += strlen(argv[i]) + 1;
+    while (err == 0 && envp[n] != NULL)
+        n++;
+    if (err == 0 && (shared = calloc(n + 1, sizeof *shared)) == NULL)
+        err = -ENOMEM;
+    for (size_t i = 0, k = 0; err == 0 && i < n; i++)
+        if (!ddp_worker_env_own(envp[i], cfg->virtual_local_rank))
+            shared[k++] = envp[i];
+    s->zygote.own_devices = cfg->virtual_local_rank;
+    if (err == 0)
+        err = ddp_zygote_start(&s->zygote, g->loop, g->log, g->guard, g->program, cfg->python_exec,
+                               s->zygote_script, cfg->preload != NULL ? cfg->preload : "torch",
+                               room, shared);
+    else
+        snprintf(s->zygote.why, sizeof s->zygote.why, "%s", ddp_strerror(err));
+    if (err != 0)
+        ddp_log_warn(g->log, "warm restarts: unable to start the zygote: %s; restarts start cold",
+                     ddp_strerror(err));
+    else
+        watch_zygote(s);
+    free(shared);
+    free(envp);
+    ddp_strv_free(added);
+    ddp_strv_free(argv);
+}
+
+/* A worker of a later attempt is forked from the zygote where it can serve it, else it
+ * starts cold as every worker of the first attempt does; why is said once an attempt. */
+int ddp_worker_start_spawn(ddp_worker_start_t *s, ddp_worker_t *w, const ddp_spawn_t *spec)
+{
+    const ddp_group_t *g = s->g;
+    char why[600];
+    if (s->warm != WARM_STARTED)
+        return ddp_proc_spawn(spec, &w->pid);
+    if (ddp_zygote_spawn(&s->zygote, spec, g->python_dir != NULL, &w->pid, why, sizeof why) == 0) {
+        s->forked++;
+        return 0;
+    }
+    if (!s->cold_said)
+        ddp_log_info(g->log, "warm restarts: local rank %d of attempt %d starts cold: %s",
+                     w->local_rank, g->attempt, why);
+    s->cold_said = true;
+    return ddp_proc_spawn(spec, &w->pid);
+}

@@ -1,0 +1,110 @@
+/* What the launchers of a multi-node job and its coordinator write to each other in the
+ * store: the key names and the texts of the records, as pure functions.
+ *
+ * Every key is under ddp-launch/rdzv/<run id>/ (kept when a round's keys are cleared).
+ * A launcher (its id: host-pid) writes
+ *   join/<id>            "seq nnodes_min nnodes_max node_rank nproc max_restarts host":
+ *                        ready for the next round (node_rank -1: c10d assigns it)
+ *   report/<id>          "round failed|succeeded message": its workers' end
+ *   beat/<id>            ADD, every keep_alive_interval
+ *   abort                "node R (host): why": the job ends on every node
+ *   pause/<id>           "pause R" (Ctrl-Z there while round R runs) or "resume R"
+ *   leave/<id>           why it leaves the job alone (--exclude-after): the others go on
+ * and the coordinator (the launcher that serves the store) answers
+ *   coordinator          its id, set before any client can connect
+ *   assign/<id>/<seq>    the launcher's place in the round it joined, or the job's end,
+ *                        or "pause ROUND K host|node ID WHO" while it waits (a pause):
+ *                        then its answer comes at assign/<id>/<seq>.<pauses told>
+ *   <round>/outcome      how the round ends: stop (failed or re-form), done, or end
+ *   <round>/news         the outcome again, or "hang" from a hang's reporter, or "pause K
+ *                        host|node ID WHO" (Ctrl-Z on the store's host, or on node ID):
+ *                        what running launchers wait on; after pause K it is
+ *                        <round>/news.K
+ *   <round>/resume.K     pause K is over (every node that paused it continued)
+ * and during a hang report (hang.h) the launchers write
+ *   <round>/hang         ADD by each launcher that found the hang: the first reports
+ *   <round>/hang/<node>  the rows of node <node>'s workers
+ *   status               what the forming round waits for, or what runs, for the waiting
+ *                        launchers' notes
+ *   left                 every other launcher has gone (the coordinator may go too)
+ * Values read from the store may be anything: parsing checks every field. */
+#ifndef DDP_LAUNCHER_RDZV_RECORD_H
+#define DDP_LAUNCHER_RDZV_RECORD_H
+
+#include "buf.h"
+#include "rdzv/rdzv.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define DDP_RDZV_ID_MAX  96
+#define DDP_RDZV_MSG_MAX 1536
+
+/* This node's name in the rendezvous (its messages, its id): --local-addr, else its host
+ * name, into host[cap]. */
+void ddp_rdzv_own_host(const ddp_launch_config_t *cfg, char *host, size_t cap);
+
+/* This launcher's id among all: "host-pid". */
+void ddp_rdzv_launcher_id(char id[DDP_RDZV_ID_MAX], const char *host);
+
+/* "ddp-launch/rdzv/<run id>/" then the formatted rest, into key[cap]. */
+/* The key, outside every job's prefix, that holds the run id of the job a store's
+ * launcher serves: a launcher of another job reads it to name both. */
+#define DDP_RDZV_SERVED_KEY "ddp-launch/rdzv-served" /* under DDP_STORE_KEEP: kept */
+
+void ddp_rdzv_key(char *key, size_t cap, const char *run_id, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* What a running round's launchers wait on after `pauses` pauses of the job
+ * (ddp_rdzv_coord_pause): <round>/news, then <round>/news.<pauses>. */
+void ddp_rdzv_news_key(char *key, size_t cap, const char *run_id, int round, int pauses);
+/* Where a waiting launcher's answer to join `seq` comes: assign/<id>/<seq>, or after the
+ * store's host told it of `pauses` pauses (Ctrl-Z on a node), assign/<id>/<seq>.<pauses>. */
+void ddp_rdzv_assign_key(char *key, size_t cap, const char *run_id, const char *id, int seq,
+                         int pauses);
+
+typedef struct {
+    int seq; /* the launcher's joins so far: its answer comes at assign/<id>/<seq> */
+    int nnodes_min, nnodes_max;
+    int node_rank; /* static: --node-rank; c10d: -1 */
+    int nproc, max_restarts;
+    char host[256];
+} ddp_rdzv_join_t;
+
+int ddp_rdzv_join_format(const ddp_rdzv_join_t *join, ddp_buf_t *out);
+/* false when the text is not a join record. */
+bool ddp_rdzv_join_parse(const void *text, size_t len, ddp_rdzv_join_t *out);
+
+typedef enum {
+    DDP_RDZV_VERDICT_WORLD,       /* assign: start the round with this world */
+    DDP_RDZV_VERDICT_STOP_FAILED, /* outcome: a failure; the next round spends a restart */
+    DDP_RDZV_VERDICT_STOP_REFORM, /* outcome: the nodes changed (c10d); no restart spent */
+    DDP_RDZV_VERDICT_DONE,        /* outcome: every node's workers succeeded */
+    DDP_RDZV_VERDICT_END,         /* assign or outcome: the job ends with exit_code */
+} ddp_rdzv_verdict_kind_t;
+
+typedef struct {
+    ddp_rdzv_verdict_kind_t kind;
+    ddp_rdzv_world_t world; /* WORLD */
+    int exit_code;          /* END */
+    char message[DDP_RDZV_MSG_MAX];
+} ddp_rdzv_verdict_t;
+
+int ddp_rdzv_verdict_format(const ddp_rdzv_verdict_t *verdict, ddp_buf_t *out);
+bool ddp_rdzv_verdict_parse(const void *text, size_t len, ddp_rdzv_verdict_t *out);
+
+typedef struct {
+    int round;
+    bool failed; /* else succeeded */
+    char message[DDP_RDZV_MSG_MAX];
+} ddp_rdzv_report_t;
+
+int ddp_rdzv_report_format(const ddp_rdzv_report_t *report, ddp_buf_t *out);
+bool ddp_rdzv_report_parse(const void *text, size_t len, ddp_rdzv_report_t *out);
+
+/* Appends the i in [0, n) with present[i] false as runs, "1-3, 5, 9", naming at most
+ * `most` runs (then ", ..."); _from names them base + i. */
+void ddp_rdzv_format_ranks(ddp_buf_t *out, const bool *present, int n, int most);
+void ddp_rdzv_format_ranks_from(ddp_buf_t *out, const bool *present, int n, int most, int base);
+
+#endif
