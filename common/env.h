@@ -2,7 +2,7 @@
  *
  * Each entry gives the name, the default used when it is unset (NULL: no default) and
  * one line on its meaning; ddp-launch(1) documents the same list. The PET_<FLAG>
- * variables are a family derived from the flag table in launcher/cli.c. Pure. */
+ * variables are a family derived from the flag table in launcher/config/cli.c. Pure. */
 #ifndef DDP_COMMON_ENV_H
 #define DDP_COMMON_ENV_H
 

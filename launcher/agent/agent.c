@@ -25,7 +25,7 @@
  *   DONE      (handles closing; uv_run returns)            -
  *
  * Worker output is read as its pipes become readable (output.c), throughout. A hang
- * report (agent_hang.c) runs inside RUNNING: the stop a failure would begin waits for
+ * report (agent/hang_watch.c) runs inside RUNNING: the stop a failure would begin waits for
  * it. */
 #include "agent/agent.h"
 
@@ -84,7 +84,7 @@ typedef enum {
 } first_failure_wait_t;
 
 typedef struct ddp_agent_s {
-    ddp_group_t g; /* the face the parts see (agent_group.h); written here only */
+    ddp_group_t g; /* the face the parts see (agent/group.h); written here only */
     /* The parts, each with its own state (their headers). */
     ddp_pause_t *pause;
     ddp_hang_watch_t *hang;
@@ -423,7 +423,7 @@ static int start_workers(ddp_agent_t *a);
  * LEFTOVER_GRACE_S for them to end on their own (the resource tracker ignores SIGTERM
  * and unlinks the worker's shared memory once the worker has gone), then SIGKILL.
  * Groups that were SIGKILLed already are only finishing dying. What the workers left in
- * sessions or groups of their own (agent_orphans.c) goes the same way. */
+ * sessions or groups of their own (agent/leftovers.c) goes the same way. */
 #define LEFTOVER_GRACE_S 2.0
 #define LEFTOVER_POLL_MS 20
 
@@ -658,7 +658,7 @@ static void merge_remote_failures(ddp_agent_t *a)
     }
 }
 
-/* What the policy decided (agent_no_progress.h), done. */
+/* What the policy decided (agent/policy.h), done. */
 static void act_on(ddp_agent_t *a, const ddp_policy_decision_t *d)
 {
     switch (d->kind) {
@@ -1946,7 +1946,7 @@ static int create_file_timer(ddp_agent_t *a)
     return err != 0 ? DDP_EXIT_LAUNCH_FAILED : 0;
 }
 
-/* What the parts may ask of the agent (agent_group.h). */
+/* What the parts may ask of the agent (agent/group.h). */
 static void op_stop(ddp_group_t *g, int sig, ddp_stop_reason_t reason)
 {
     if (g->nrunning > 0)

@@ -4,8 +4,8 @@
  * so, stops the group (signal, grace, SIGKILL) on a failure or a forwarded signal,
  * restarts it while restarts are left, and reports. Owns the loop and every worker
  * process; nothing here polls on a timer. */
-#ifndef DDP_LAUNCHER_AGENT_H
-#define DDP_LAUNCHER_AGENT_H
+#ifndef DDP_LAUNCHER_AGENT_AGENT_H
+#define DDP_LAUNCHER_AGENT_AGENT_H
 
 #include "config/config.h"
 #include "log.h"

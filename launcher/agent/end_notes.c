@@ -1,4 +1,4 @@
-/* What a launcher says of a job's end beyond the report itself (see agent_say.h):
+/* What a launcher says of a job's end beyond the report itself (see agent/end_notes.h):
  * a worker the kernel's OOM killer ended, the root cause's last lines of stderr where
  * they went to its log file only, the ranks the launcher's own stop ended, and a Python
  * without torch. */

@@ -1,10 +1,10 @@
 /* What a launcher says of a job's end beyond the report's table, the agent's part
- * (agent_say.c): a worker the kernel's OOM killer ended, the root cause's last lines of
+ * (agent/end_notes.c): a worker the kernel's OOM killer ended, the root cause's last lines of
  * stderr where they went to its log file only, the ranks that finished first or that the
  * launcher's own stop ended, and a Python without torch. Runs on the agent's loop thread,
  * and after it (the report). */
-#ifndef DDP_LAUNCHER_AGENT_SAY_H
-#define DDP_LAUNCHER_AGENT_SAY_H
+#ifndef DDP_LAUNCHER_AGENT_END_NOTES_H
+#define DDP_LAUNCHER_AGENT_END_NOTES_H
 
 #include "agent/group.h"
 

@@ -12,8 +12,8 @@
  * rather than every 0.1 s; a malformed request is said and skipped. Requests are read
  * as they come (no polling interval) and the next expiry is a loop timer, so nothing is
  * O(timers) per interval but the expiry itself. */
-#ifndef DDP_LAUNCHER_FILE_TIMER_H
-#define DDP_LAUNCHER_FILE_TIMER_H
+#ifndef DDP_LAUNCHER_AGENT_FILE_TIMER_H
+#define DDP_LAUNCHER_AGENT_FILE_TIMER_H
 
 #include "buf.h"
 #include "log.h"

@@ -1,4 +1,4 @@
-/* What every part of the agent may do with the worker group (see agent_group.h): name a
+/* What every part of the agent may do with the worker group (see agent/group.h): name a
  * worker's directory, signal its process group, list ranks, count its output. Reads the
  * group, writes nothing of it; runs on the agent's loop thread. */
 #include "agent/group.h"

@@ -1,4 +1,4 @@
-/* Hang reports of one node (see agent_hang.h; the report's parts in hang.c, the stack
+/* Hang reports of one node (see agent/hang_watch.h; the report's parts in hang.c, the stack
  * tools in stacks.c):
  *
  *   IDLE        a libddp collective timed out, --hang-timeout passed with no progress,

@@ -1,10 +1,10 @@
-/* Hang reports of one node, the agent's part (agent_hang.c): --hang-timeout's looks at the
+/* Hang reports of one node, the agent's part (agent/hang_watch.c): --hang-timeout's looks at the
  * workers' progress, and a report of where every rank stands before anything is stopped
  * (the report's parts in hang.c, the stack tools in stacks.c), found here or asked for by
  * another node. One report an attempt; a failure or a failed round met during it waits for
  * its end. Runs on the agent's loop thread. */
-#ifndef DDP_LAUNCHER_AGENT_HANG_H
-#define DDP_LAUNCHER_AGENT_HANG_H
+#ifndef DDP_LAUNCHER_AGENT_HANG_WATCH_H
+#define DDP_LAUNCHER_AGENT_HANG_WATCH_H
 
 #include "agent/group.h"
 #include "agent/pause.h"

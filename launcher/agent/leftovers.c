@@ -1,4 +1,4 @@
-/* What the workers leave outside their process groups (see agent_orphans.h): this
+/* What the workers leave outside their process groups (see agent/leftovers.h): this
  * launcher is a child subreaper, so a process a worker started in a session or process
  * group of its own (subprocess's start_new_session, setsid, a daemon) comes to it once
  * its parent has ended, instead of to init, where it would outlive the job. Such

@@ -1,10 +1,10 @@
-/* What the workers leave behind, the agent's part (agent_orphans.c): this launcher is a
+/* What the workers leave behind, the agent's part (agent/leftovers.c): this launcher is a
  * child subreaper, so what a worker starts in a session or process group of its own comes
  * to it once its parent has ended; such processes are found and ended at the end of every
  * attempt, and what else is adopted is reaped as it ends. Runs on the agent's loop
  * thread. */
-#ifndef DDP_LAUNCHER_AGENT_ORPHANS_H
-#define DDP_LAUNCHER_AGENT_ORPHANS_H
+#ifndef DDP_LAUNCHER_AGENT_LEFTOVERS_H
+#define DDP_LAUNCHER_AGENT_LEFTOVERS_H
 
 #include "agent/group.h"
 #include "agent/worker_start.h"

@@ -1,4 +1,4 @@
-/* The terminal's signals on the agent's side (see agent_pause.h). Ctrl-Z: each worker
+/* The terminal's signals on the agent's side (see agent/pause.h). Ctrl-Z: each worker
  * runs in its own session, so the terminal's SIGTSTP reaches only ddp-launch, which would
  * stand still while its workers went on (torchrun's workers of torch 2.x too). The workers
  * stop with it and go on when it does (fg, bg, SIGCONT). They get SIGSTOP: a session of its

@@ -1,4 +1,4 @@
-/* The terminal's signals, the agent's part (agent_pause.c): Ctrl-Z (SIGTSTP) stops the
+/* The terminal's signals, the agent's part (agent/pause.c): Ctrl-Z (SIGTSTP) stops the
  * running workers with the launcher, and they continue with it; a multi-node job's other
  * nodes stop and continue with it too, and this node's workers with theirs. A resize
  * (SIGWINCH) is passed on. Runs on the agent's loop thread. */

@@ -1,4 +1,4 @@
-/* The restart policy (see agent_no_progress.h): what comes after a group's end, and
+/* The restart policy (see agent/policy.h): what comes after a group's end, and
  * whether a failed attempt made progress and when the job cannot: --progress-file's
  * value, libddp's completed collectives, and where neither tells, attempts that fail the
  * same way at their start; whether this node leaves the job. Runs on the loop thread. */

@@ -1,12 +1,12 @@
-/* What comes after a group's end, the agent's part (agent_no_progress.c): the restart
+/* What comes after a group's end, the agent's part (agent/policy.c): the restart
  * policy. It returns a decision (go on, restart, leave, end with status N) and the agent
  * acts on it. A failed attempt that would be restarted is judged first: the job cannot
  * progress (--max-no-progress-restarts: --progress-file's value, libddp's completed
  * collectives, and where neither tells, attempts that fail the same way at their start),
  * or this node leaves it (--exclude-after, --straggler-action=exclude). Runs on the
  * agent's loop thread. */
-#ifndef DDP_LAUNCHER_AGENT_NO_PROGRESS_H
-#define DDP_LAUNCHER_AGENT_NO_PROGRESS_H
+#ifndef DDP_LAUNCHER_AGENT_POLICY_H
+#define DDP_LAUNCHER_AGENT_POLICY_H
 
 #include "agent/group.h"
 

@@ -1,5 +1,5 @@
 /* The workers' progress as the launcher looks at it while an attempt runs (see
- * agent_progress.h): straggler reports (--straggler-report; straggler.h) and
+ * agent/progress_watch.h): straggler reports (--straggler-report; straggler.h) and
  * --hang-timeout=auto, both from the workers' progress rings (ddp_launch.step(),
  * progress.h) or libddp's flight rings, read every tick (a pread of a few KiB a worker).
  *

@@ -1,9 +1,9 @@
-/* The workers' progress while an attempt runs, the agent's part (agent_progress.c):
+/* The workers' progress while an attempt runs, the agent's part (agent/progress_watch.c):
  * straggler reports (--straggler-report; straggler.h) and --hang-timeout=auto, both from
  * the workers' progress rings (ddp_launch.step(), progress.h) or libddp's flight rings.
  * Runs on the agent's loop thread. */
-#ifndef DDP_LAUNCHER_AGENT_PROGRESS_H
-#define DDP_LAUNCHER_AGENT_PROGRESS_H
+#ifndef DDP_LAUNCHER_AGENT_PROGRESS_WATCH_H
+#define DDP_LAUNCHER_AGENT_PROGRESS_WATCH_H
 
 #include "agent/group.h"
 #include "agent/hang_watch.h"

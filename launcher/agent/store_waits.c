@@ -1,4 +1,4 @@
-/* Long waits in the store (--store-wait-notice; see agent_waits.h): a worker blocked
+/* Long waits in the store (--store-wait-notice; see agent/store_waits.h): a worker blocked
  * in a WAIT for a key nobody has set (a peer's address in init_process_group, say) is
  * named once the wait passes the notice, with the ranks of this node that do not wait:
  * the ones that have not reached the call that sets it. Said again only when the oldest

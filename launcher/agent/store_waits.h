@@ -1,9 +1,9 @@
-/* Long waits in the store, the agent's part (agent_waits.c; --store-wait-notice): a
+/* Long waits in the store, the agent's part (agent/store_waits.c; --store-wait-notice): a
  * worker blocked in a WAIT for a key nobody has set is named once the wait passes the
  * notice, with the ranks of this node that do not wait. Runs on the loop thread of the
  * launcher that serves the store. */
-#ifndef DDP_LAUNCHER_AGENT_WAITS_H
-#define DDP_LAUNCHER_AGENT_WAITS_H
+#ifndef DDP_LAUNCHER_AGENT_STORE_WAITS_H
+#define DDP_LAUNCHER_AGENT_STORE_WAITS_H
 
 #include "agent/group.h"
 

@@ -1,4 +1,4 @@
-/* Starting a worker (see agent_warm.h): its environment, and --warm-restarts (zygote.h):
+/* Starting a worker (see agent/worker_start.h): its environment, and --warm-restarts (zygote.h):
  * where the launcher
  * is a child subreaper, the zygote started once the first attempt's workers run (or as a
  * launcher that may wait as a hot spare joins), held while it imports as long as the
@@ -135,7 +135,7 @@ int ddp_worker_start_env(const ddp_group_t *g, const ddp_worker_t *w, const char
 }
 
 /* --warm-restarts where the workers are Python: the zygote's script, where this launcher
- * is a child subreaper (agent_orphans.c), so that the workers forked from the zygote
+ * is a child subreaper (agent/leftovers.c), so that the workers forked from the zygote
  * become its children. */
 static void warm_restarts(ddp_worker_start_t *s)
 {

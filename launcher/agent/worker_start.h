@@ -1,10 +1,10 @@
-/* Starting a worker, the agent's part (agent_warm.c): its environment, and --warm-restarts:
+/* Starting a worker, the agent's part (agent/worker_start.c): its environment, and --warm-restarts:
  * the zygote, started once the first attempt's workers run (or as a launcher that may wait
  * as a hot spare joins), held while it imports as long as the workers need every CPU; a
  * later attempt's workers forked from it where it serves, else started cold. Runs on the
  * agent's loop thread. */
-#ifndef DDP_LAUNCHER_AGENT_WARM_H
-#define DDP_LAUNCHER_AGENT_WARM_H
+#ifndef DDP_LAUNCHER_AGENT_WORKER_START_H
+#define DDP_LAUNCHER_AGENT_WORKER_START_H
 
 #include "agent/group.h"
 #include "spawn/spawn.h"

@@ -4,8 +4,8 @@
  * Parsing is pure apart from reading the environment array it is given; it never
  * exits. Errors come back as DDP_EUSAGE with a message naming the flag, so main()
  * can print it and exit 2. Runs once on the main thread before the loop starts. */
-#ifndef DDP_LAUNCHER_CLI_H
-#define DDP_LAUNCHER_CLI_H
+#ifndef DDP_LAUNCHER_CONFIG_CLI_H
+#define DDP_LAUNCHER_CONFIG_CLI_H
 
 #include "buf.h"
 #include "config/config.h"

@@ -1,8 +1,8 @@
 /* The launcher's configuration: everything the command line, PET_* variables and
  * Slurm's environment decide, the limits, and ddp-launch's exit statuses. A plain value:
  * cli.c fills it, and every other module reads it (never writes it). */
-#ifndef DDP_LAUNCHER_CONFIG_H
-#define DDP_LAUNCHER_CONFIG_H
+#ifndef DDP_LAUNCHER_CONFIG_CONFIG_H
+#define DDP_LAUNCHER_CONFIG_CONFIG_H
 
 #include "host/numa.h"
 #include "store_codec.h"

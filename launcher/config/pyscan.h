@@ -4,8 +4,8 @@
  * and triple quotes) and names. Enough to find a call such as
  * parser.add_argument("--local_rank", type=int) outside comments and strings. Pure
  * functions of the text, so the unit tests need no files. */
-#ifndef DDP_LAUNCHER_PYSCAN_H
-#define DDP_LAUNCHER_PYSCAN_H
+#ifndef DDP_LAUNCHER_CONFIG_PYSCAN_H
+#define DDP_LAUNCHER_CONFIG_PYSCAN_H
 
 #include "config/config.h"
 

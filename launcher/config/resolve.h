@@ -3,8 +3,8 @@
  * random run id and a free port, c10d the endpoint as the store's address, and a
  * compiled program or a non-Python #! script is run directly. Main thread, once, after
  * ddp_cli_parse and before the agent. */
-#ifndef DDP_LAUNCHER_RESOLVE_H
-#define DDP_LAUNCHER_RESOLVE_H
+#ifndef DDP_LAUNCHER_CONFIG_RESOLVE_H
+#define DDP_LAUNCHER_CONFIG_RESOLVE_H
 
 #include "buf.h"
 #include "config/config.h"

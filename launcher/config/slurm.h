@@ -1,7 +1,7 @@
 /* Slurm's environment: its host lists ("node[01-04,07]"), its task counts per node, and
  * the store's port of a job. Pure. */
-#ifndef DDP_LAUNCHER_SLURM_H
-#define DDP_LAUNCHER_SLURM_H
+#ifndef DDP_LAUNCHER_CONFIG_SLURM_H
+#define DDP_LAUNCHER_CONFIG_SLURM_H
 
 #include "buf.h"
 

@@ -6,8 +6,8 @@
  * site-packages and Debian's dist-packages, and reads torch/version.py in the first
  * that has torch. A few stats and one small read, once at start-up; nothing here runs
  * Python or blocks on anything but local files. */
-#ifndef DDP_LAUNCHER_TORCH_VERSION_H
-#define DDP_LAUNCHER_TORCH_VERSION_H
+#ifndef DDP_LAUNCHER_CONFIG_TORCH_VERSION_H
+#define DDP_LAUNCHER_CONFIG_TORCH_VERSION_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -6,8 +6,8 @@
  * ddp_hang_row_from_proc); a multi-node job carries them to the reporting launcher
  * through the store as text (ddp_hang_rows_format, ddp_hang_rows_parse), which prints
  * the table. Pure apart from the reads of the worker's directory and /proc. */
-#ifndef DDP_LAUNCHER_HANG_H
-#define DDP_LAUNCHER_HANG_H
+#ifndef DDP_LAUNCHER_DIAGNOSE_HANG_H
+#define DDP_LAUNCHER_DIAGNOSE_HANG_H
 
 #include "buf.h"
 #include "flight.h"

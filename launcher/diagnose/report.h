@@ -6,8 +6,8 @@
  * peer rank (libddp writes extraInfo.peer_rank: the peer went away, or its collective
  * call was the odd one out) and that peer failed too: then the peer is. Pure apart
  * from reading the error file; used on the loop thread. */
-#ifndef DDP_LAUNCHER_REPORT_H
-#define DDP_LAUNCHER_REPORT_H
+#ifndef DDP_LAUNCHER_DIAGNOSE_REPORT_H
+#define DDP_LAUNCHER_DIAGNOSE_REPORT_H
 
 #include "buf.h"
 

@@ -6,8 +6,8 @@
  *
  * On the loop thread. The tools run as libuv processes (reaped by libuv by their pids,
  * apart from the workers the agent reaps), each bounded in time. */
-#ifndef DDP_LAUNCHER_STACKS_H
-#define DDP_LAUNCHER_STACKS_H
+#ifndef DDP_LAUNCHER_DIAGNOSE_STACKS_H
+#define DDP_LAUNCHER_DIAGNOSE_STACKS_H
 
 #include <sys/types.h>
 #include <uv.h>

@@ -12,8 +12,8 @@
  * Each node makes the rows of its ranks; a multi-node job carries them to the launcher
  * serving the store as text (ddp_straggler_rows_format/parse), which finds the stragglers
  * against the median of every rank. Pure apart from the reads of the rings. */
-#ifndef DDP_LAUNCHER_STRAGGLER_H
-#define DDP_LAUNCHER_STRAGGLER_H
+#ifndef DDP_LAUNCHER_DIAGNOSE_STRAGGLER_H
+#define DDP_LAUNCHER_DIAGNOSE_STRAGGLER_H
 
 #include "buf.h"
 #include "flight.h"

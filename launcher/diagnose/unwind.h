@@ -8,8 +8,8 @@
  * threads, and waitpid reports those stops to the tracer, which must not be the agent
  * that reaps its workers by pid. The helper detaches from each thread before it exits,
  * and ends within its caller's timeout (it is killed otherwise: the kernel detaches). */
-#ifndef DDP_LAUNCHER_UNWIND_H
-#define DDP_LAUNCHER_UNWIND_H
+#ifndef DDP_LAUNCHER_DIAGNOSE_UNWIND_H
+#define DDP_LAUNCHER_DIAGNOSE_UNWIND_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -10,8 +10,8 @@
  * each in this working directory with this launcher's PYTHON_EXEC, DDP_LAUNCH_LOG_LEVEL
  * and OMP_NUM_THREADS. A small supervisor process waits for all of them; node 0 runs in
  * a child of its own. */
-#ifndef DDP_LAUNCHER_FANOUT_H
-#define DDP_LAUNCHER_FANOUT_H
+#ifndef DDP_LAUNCHER_FANOUT_FANOUT_H
+#define DDP_LAUNCHER_FANOUT_FANOUT_H
 
 #include "config/config.h"
 #include "log.h"

@@ -1,6 +1,6 @@
 /* A node started over ssh by --hosts ends with its ssh session. */
-#ifndef DDP_LAUNCHER_SESSION_H
-#define DDP_LAUNCHER_SESSION_H
+#ifndef DDP_LAUNCHER_FANOUT_SESSION_H
+#define DDP_LAUNCHER_FANOUT_SESSION_H
 
 #include "log.h"
 

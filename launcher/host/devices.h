@@ -3,8 +3,8 @@
  * The launcher never links CUDA: when ddp-launch is built with CUDA it dlopens the
  * driver (libcuda.so.1) and asks it, so the same binary runs where no driver is
  * installed. Main thread, before the loop. */
-#ifndef DDP_LAUNCHER_DEVICES_H
-#define DDP_LAUNCHER_DEVICES_H
+#ifndef DDP_LAUNCHER_HOST_DEVICES_H
+#define DDP_LAUNCHER_HOST_DEVICES_H
 
 #include "buf.h"
 

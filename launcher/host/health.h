@@ -17,8 +17,8 @@
  * not EOF on its pipes), when the wait ends, or when the launcher dies. ddp_health_check
  * blocks (the rendezvous thread's); ddp_health_start runs it on libuv's thread pool for
  * the loop of a one-node job. */
-#ifndef DDP_LAUNCHER_HEALTH_H
-#define DDP_LAUNCHER_HEALTH_H
+#ifndef DDP_LAUNCHER_HOST_HEALTH_H
+#define DDP_LAUNCHER_HOST_HEALTH_H
 
 #include "buf.h"
 #include "config/config.h"

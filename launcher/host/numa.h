@@ -7,8 +7,8 @@
  * The modes and their meaning are torchrun's (torch/numa/binding.py): the worker of local rank
  * i is bound near GPU i. Main thread, before the loop; the binding itself is applied by the
  * spawned child between clone and exec (spawn.c), so no numactl runs. */
-#ifndef DDP_LAUNCHER_NUMA_H
-#define DDP_LAUNCHER_NUMA_H
+#ifndef DDP_LAUNCHER_HOST_NUMA_H
+#define DDP_LAUNCHER_HOST_NUMA_H
 
 #include "buf.h"
 #include "log.h"

@@ -3,8 +3,8 @@
  * ddp-launch uses (GPUs' PCI addresses and UUIDs for --numa-binding, health findings and
  * used memory). No NVIDIA header is needed: the two structures are laid out as nvml.h
  * lays them out. Any thread; each user opens and closes its own. */
-#ifndef DDP_LAUNCHER_NVML_H
-#define DDP_LAUNCHER_NVML_H
+#ifndef DDP_LAUNCHER_HOST_NVML_H
+#define DDP_LAUNCHER_HOST_NVML_H
 
 #include "buf.h"
 

@@ -1,6 +1,6 @@
 /* Signal names and the signals ddp-launch may forward to its workers. Pure. */
-#ifndef DDP_LAUNCHER_SIGNALS_H
-#define DDP_LAUNCHER_SIGNALS_H
+#ifndef DDP_LAUNCHER_HOST_SIGNALS_H
+#define DDP_LAUNCHER_HOST_SIGNALS_H
 
 #include <stddef.h>
 

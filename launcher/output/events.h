@@ -6,8 +6,8 @@
  *   file:PATH    appended to PATH (created 0644)
  *
  * Each line is one write(2), so lines of several launchers sharing a file never mix. */
-#ifndef DDP_LAUNCHER_EVENTS_H
-#define DDP_LAUNCHER_EVENTS_H
+#ifndef DDP_LAUNCHER_OUTPUT_EVENTS_H
+#define DDP_LAUNCHER_OUTPUT_EVENTS_H
 
 #include "buf.h"
 

@@ -5,8 +5,8 @@
  * into whole lines here and written with one writev per batch of lines, on the loop
  * thread. Writes block (a stalled console stalls the launcher, as it would stall
  * torchrun's workers); a console that is gone (EPIPE) is dropped, files go on. */
-#ifndef DDP_LAUNCHER_LOGS_H
-#define DDP_LAUNCHER_LOGS_H
+#ifndef DDP_LAUNCHER_OUTPUT_LOGS_H
+#define DDP_LAUNCHER_OUTPUT_LOGS_H
 
 #include "buf.h"
 #include "config/config.h"

@@ -9,8 +9,8 @@
  * console copy is read back from the file as the console takes it (it may lag, in bounded
  * memory, as torchrun's tail does); a stream that only goes to the console waits for it
  * past 1 MiB behind, as a worker writing to that console itself would. */
-#ifndef DDP_LAUNCHER_OUTPUT_H
-#define DDP_LAUNCHER_OUTPUT_H
+#ifndef DDP_LAUNCHER_OUTPUT_OUTPUT_H
+#define DDP_LAUNCHER_OUTPUT_OUTPUT_H
 
 #include "config/config.h"
 #include "log.h"

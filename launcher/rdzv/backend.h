@@ -1,6 +1,6 @@
 /* The coordinator's state and its backends: what differs between static rendezvous
  * (--node-rank given, every node needed) and c10d (--nnodes=MIN:MAX, ranks assigned).
- * Internal to rdzv_coord.c, rdzv_static.c and rdzv_c10d.c; everything runs on the
+ * Internal to rdzv/coord.c, rdzv/static.c and rdzv/c10d.c; everything runs on the
  * coordinator's loop.
  *
  * The coordinator's phases (one round at a time, `round` counting up):

@@ -1,4 +1,4 @@
-/* The rendezvous coordinator (see rdzv_coord.h; phases in rdzv_backend.h). Runs on the
+/* The rendezvous coordinator (see rdzv/coord.h; phases in rdzv/backend.h). Runs on the
  * loop of the launcher that serves the store; never blocks, never closes a connection. */
 #include "rdzv/backend.h"
 
@@ -830,7 +830,7 @@ static void check_liveness(ddp_rdzv_coord_t *c, double now)
     c->last_tick = now;
 }
 
-/* What the launchers waiting for a place read now and then (rdzv_node.c). */
+/* What the launchers waiting for a place read now and then (rdzv/node.c). */
 static void set_status(ddp_rdzv_coord_t *c, const ddp_buf_t *status)
 {
     char key[512];

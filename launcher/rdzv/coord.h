@@ -6,7 +6,7 @@
  * round (which launchers, in which node-rank order, with which share of the world),
  * notices a lost launcher (its connection to the store closes, or its heartbeats stop),
  * and publishes every decision once, in a key that each launcher waits on
- * (rdzv_record.h). Every launcher, its own host's included, is a client of the store
+ * (rdzv/record.h). Every launcher, its own host's included, is a client of the store
  * (rdzv.c); none reads the others' state.
  *
  * Costs: a join, a report or a heartbeat is O(1) here; forming a round of N nodes is

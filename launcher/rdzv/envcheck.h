@@ -2,8 +2,8 @@
  * CHECK): each launcher publishes its values in one record a round; the coordinator
  * compares the records of the round's members and says what differs, grouped by value,
  * in a few lines however many nodes there are. */
-#ifndef DDP_LAUNCHER_ENVCHECK_H
-#define DDP_LAUNCHER_ENVCHECK_H
+#ifndef DDP_LAUNCHER_RDZV_ENVCHECK_H
+#define DDP_LAUNCHER_RDZV_ENVCHECK_H
 
 #include "buf.h"
 #include "config/config.h"

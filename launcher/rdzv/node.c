@@ -235,7 +235,7 @@ static bool publish_hang(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, const ddp
 }
 
 /* Ctrl-Z on this node (1) or its continue (2) while round `round` runs, for the store's
- * host, at pause/<id> (rdzv_coord.c). */
+ * host, at pause/<id> (rdzv/coord.c). */
 static int send_pause_request(ddp_rdzv_t *r, int round, int request)
 {
     char key[512], value[48];
@@ -699,7 +699,7 @@ typedef struct {
     char who[320];    /* the node that was stopped, in words */
 } pause_t;
 
-/* Node `p->who` was stopped (Ctrl-Z there) as pause number `p->number` (rdzv_coord.c):
+/* Node `p->who` was stopped (Ctrl-Z there) as pause number `p->number` (rdzv/coord.c):
  * this node's workers stop too, and the thread waits for <round>/resume.<number> with no
  * deadline and no heartbeat, since the store may stand still (a store that goes away
  * closes the connection). Where it answers meanwhile, this node's own pause requests go

@@ -1,5 +1,5 @@
 /* The rendezvous thread's state, shared by rdzv.c (the mailbox between the thread and
- * the agent's loop) and rdzv_node.c (what the thread does: the launcher's phases). */
+ * the agent's loop) and rdzv/node.c (what the thread does: the launcher's phases). */
 #ifndef DDP_LAUNCHER_RDZV_NODE_H
 #define DDP_LAUNCHER_RDZV_NODE_H
 
@@ -84,7 +84,7 @@ struct ddp_rdzv_s {
  * taken alone, the other posts left for later. */
 int ddp_rdzv_take_pause_request(ddp_rdzv_t *r);
 
-/* The thread's body (rdzv_node.c). */
+/* The thread's body (rdzv/node.c). */
 void *ddp_rdzv_node_run(void *arg);
 
 /* Thread side of the mailbox (rdzv.c). */

@@ -1,6 +1,6 @@
 /* The rendezvous thread and its mailbox with the agent's loop (see rdzv.h): commands go
  * to the loop through a uv_async, events come back under a mutex with an eventfd that
- * wakes the thread's store waits. The thread's own work is in rdzv_node.c. */
+ * wakes the thread's store waits. The thread's own work is in rdzv/node.c. */
 #include "rdzv/node.h"
 #include "spawn/worker_spec.h"
 

@@ -7,13 +7,13 @@
  * wakes the thread out of its store wait (an eventfd beside the socket).
  *
  * What a round is, who is in it and how it ends is decided by the coordinator on the
- * hosting launcher's loop (rdzv_coord.h); this side joins, waits for its answer, runs
+ * hosting launcher's loop (rdzv/coord.h); this side joins, waits for its answer, runs
  * the round while it waits for the round's outcome, reports its workers' end, and
  * beats every keep_alive_interval. Static rendezvous (--node-rank given) and c10d
  * (--nnodes=MIN:MAX, node ranks assigned per round, stable across rounds) differ only
- * at the coordinator (rdzv_static.c, rdzv_c10d.c). Keys: rdzv_record.h. */
-#ifndef DDP_LAUNCHER_RDZV_H
-#define DDP_LAUNCHER_RDZV_H
+ * at the coordinator (rdzv/static.c, rdzv/c10d.c). Keys: rdzv/record.h. */
+#ifndef DDP_LAUNCHER_RDZV_RDZV_H
+#define DDP_LAUNCHER_RDZV_RDZV_H
 
 #include "config/config.h"
 #include "log.h"

@@ -1,4 +1,4 @@
-/* The rendezvous records' texts (see rdzv_record.h). Pure: no store, no loop. */
+/* The rendezvous records' texts (see rdzv/record.h). Pure: no store, no loop. */
 #include "rdzv/record.h"
 
 #include "store/store.h"

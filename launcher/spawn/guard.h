@@ -7,8 +7,8 @@
  * and, when the pipe reaches EOF without a clean goodbye (the launcher is gone),
  * SIGKILLs every group it still watches and removes the default log directory if
  * nothing was written into it. The launcher side runs on the loop thread. */
-#ifndef DDP_LAUNCHER_GUARD_H
-#define DDP_LAUNCHER_GUARD_H
+#ifndef DDP_LAUNCHER_SPAWN_GUARD_H
+#define DDP_LAUNCHER_SPAWN_GUARD_H
 
 #include <stdbool.h>
 #include <sys/types.h>

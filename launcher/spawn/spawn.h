@@ -5,8 +5,8 @@
  * (clone with CLONE_VM | CLONE_VFORK, as posix_spawn; fork where that is refused);
  * signals are blocked around it so no handler of the launcher runs in the child.
  * Exits are observed by the agent (SIGCHLD, waitpid by pid), not here. */
-#ifndef DDP_LAUNCHER_SPAWN_H
-#define DDP_LAUNCHER_SPAWN_H
+#ifndef DDP_LAUNCHER_SPAWN_SPAWN_H
+#define DDP_LAUNCHER_SPAWN_SPAWN_H
 
 #include "host/numa.h"
 

@@ -3,7 +3,7 @@
  *
  * Runs on the loop thread. The zygote (worker/python/ddp_launch/_zygote.py) is started in
  * the background once the first attempt's workers run (as a launcher joins, with hot
- * spares: agent_warm.c), with their environment less each worker's own variables; the job
+ * spares: agent/worker_start.c), with their environment less each worker's own variables; the job
  * never waits for it. Launcher and zygote talk over a
  * SOCK_SEQPACKET socket, one message a request or a reply, fields NUL-separated:
  *   to the zygote:   spawn, local rank, cwd, nofile, cpus, memory node, fallback, binding,
@@ -19,8 +19,8 @@
  * its traceback) is logged line by line, "warm restarts: zygote: ...", not written bare
  * among the workers' prefixed lines. When it imports while the workers need every CPU, the
  * caller may hold it (stopped) meanwhile: ddp_zygote_hold. */
-#ifndef DDP_LAUNCHER_ZYGOTE_H
-#define DDP_LAUNCHER_ZYGOTE_H
+#ifndef DDP_LAUNCHER_SPAWN_ZYGOTE_H
+#define DDP_LAUNCHER_SPAWN_ZYGOTE_H
 
 #include "buf.h"
 #include "spawn/guard.h"

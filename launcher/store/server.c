@@ -1,4 +1,4 @@
-/* The store's TCP server on the loop (see store_server.h).
+/* The store's TCP server on the loop (see store/server.h).
  *
  * A connection reads into its own buffer; process_input() decodes and answers every
  * complete request there, collecting the replies into one write. When a WAIT is

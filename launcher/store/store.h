@@ -4,10 +4,10 @@
  * client cannot flood one bucket). Waiters (a connection's pending WAIT) hang off the
  * keys they await and are called back when every one of them exists; every write
  * (SET, ADD, COMPARE_SET that writes, APPEND, MULTI_SET) wakes them. Queues live beside
- * values under the same names. Used by store_server.c on the loop thread; not
+ * values under the same names. Used by store/server.c on the loop thread; not
  * thread-safe. */
-#ifndef DDP_LAUNCHER_STORE_H
-#define DDP_LAUNCHER_STORE_H
+#ifndef DDP_LAUNCHER_STORE_STORE_H
+#define DDP_LAUNCHER_STORE_STORE_H
 
 #include <stdbool.h>
 #include <stddef.h>

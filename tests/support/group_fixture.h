@@ -1,4 +1,4 @@
-/* A worker group for the unit tests of the agent's parts (launcher/agent_group.h): a real
+/* A worker group for the unit tests of the agent's parts (launcher/agent/group.h): a real
  * loop, a log into a file, a run and an attempt directory, workers that are real child
  * processes where a test wants them, and an ops table that records what a part asked of
  * the agent instead of doing it. Everything a fixture makes, gf_free ends or removes. */

@@ -1,4 +1,4 @@
-/* Unit tests of launcher/cli.c: every flag in every spelling, PET_* defaults,
+/* Unit tests of launcher/config/cli.c: every flag in every spelling, PET_* defaults,
  * prefixes, bad values (naming the flag), the positional script, and resolution. */
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* Unit tests of launcher/config.c: torchrun's defaults and who hosts the store. */
+/* Unit tests of launcher/config/config.c: torchrun's defaults and who hosts the store. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

@@ -1,5 +1,5 @@
 /* Unit tests of what a launcher says of a job's end beside the report's table
- * (launcher/agent_say.c): the report, the root cause's stderr tail where it went to its
+ * (launcher/agent/end_notes.c): the report, the root cause's stderr tail where it went to its
  * log file only, the ranks the launcher's stop ended, the ranks that finished first (once
  * an attempt), and no OOM message for a worker the OOM killer did not end. */
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* Unit tests of hang reports on the agent's side (launcher/agent_hang.c), one node, with
+/* Unit tests of hang reports on the agent's side (launcher/agent/hang_watch.c), one node, with
  * real child processes as workers: --hang-timeout finds workers that make no progress, the
  * report is printed and kept, and the attempt stops as a failure of the ranks it names;
  * a failure met during a report waits for its end; one report an attempt; a cancelled

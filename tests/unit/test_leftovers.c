@@ -1,4 +1,4 @@
-/* Unit tests of what the workers leave behind (launcher/agent_orphans.c): the launcher a
+/* Unit tests of what the workers leave behind (launcher/agent/leftovers.c): the launcher a
  * child subreaper, a process a worker started in a session of its own comes to it once the
  * worker has ended; at the group's end it is found, named and ended (SIGTERM, then SIGKILL
  * for one that outlived the grace), and what ended is reaped. */

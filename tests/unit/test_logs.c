@@ -1,4 +1,4 @@
-/* Unit tests of launcher/logs.c: whole-line assembly, sinks, prefixes, directories. */
+/* Unit tests of launcher/output/logs.c: whole-line assembly, sinks, prefixes, directories. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

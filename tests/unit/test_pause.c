@@ -1,4 +1,4 @@
-/* Unit tests of the terminal's signals on the agent's side (launcher/agent_pause.c):
+/* Unit tests of the terminal's signals on the agent's side (launcher/agent/pause.c):
  * another node's Ctrl-Z stops this node's running workers until it continues, the time
  * stopped is nobody's quiet time, and this node's own pause of the job (its news coming
  * back) leaves its workers to its own Ctrl-Z. */

@@ -1,4 +1,4 @@
-/* Unit tests of the restart policy (launcher/agent_no_progress.c): what comes after a
+/* Unit tests of the restart policy (launcher/agent/policy.c): what comes after a
  * group's end by its stop, and the judgement of a failed attempt that would go on (no
  * progress: status 6; --exclude-after and --straggler-action=exclude: this node leaves). */
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* Unit tests of the workers' progress as the agent looks at it (launcher/agent_progress.c)
+/* Unit tests of the workers' progress as the agent looks at it (launcher/agent/progress_watch.c)
  * with --hang-timeout=auto: a rank whose progress ring shows no step for longer than 5x the
  * longest step (or the floor) begins the hang report that names it, and what auto has
  * learnt is written to <run dir>/hang_timeouts.json; a rank that steps is left alone. */

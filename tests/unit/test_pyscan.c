@@ -1,4 +1,4 @@
-/* Unit tests of launcher/pyscan.c: the local rank option a script defines. */
+/* Unit tests of launcher/config/pyscan.c: the local rank option a script defines. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

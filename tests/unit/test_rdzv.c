@@ -1,5 +1,5 @@
-/* Unit tests of the rendezvous: the records (rdzv_record.c) as pure functions, and the
- * coordinator with its backends (rdzv_coord.c, rdzv_static.c, rdzv_c10d.c) against the
+/* Unit tests of the rendezvous: the records (rdzv/record.c) as pure functions, and the
+ * coordinator with its backends (rdzv/coord.c, rdzv/static.c, rdzv/c10d.c) against the
  * real store server on a loop thread of this process, the launchers played by blocking
  * store clients in the test's thread, or by launchers' own rendezvous threads: no
  * launcher is spawned; and the mailbox between the rendezvous thread and the loop
@@ -916,7 +916,7 @@ static void test_c10d_too_few_and_abort(void **state)
     fixture_free(f);
 }
 
-/* The beats of a launcher's thread while it waits (rdzv_node.c): the first `beating`
+/* The beats of a launcher's thread while it waits (rdzv/node.c): the first `beating`
  * nodes send an ADD without waiting for its reply on their own connection, every `every` s. */
 typedef struct {
     node_t *nodes;
@@ -1001,7 +1001,7 @@ static void test_add_async_replies_never_mix(void **state)
     fixture_free(f);
 }
 
-/* A launcher's own rendezvous thread (rdzv.c, rdzv_node.c) on a loop of the test's
+/* A launcher's own rendezvous thread (rdzv.c, rdzv/node.c) on a loop of the test's
  * thread, against the fixture's store and coordinator, its agent played by the command
  * handler below: on START its workers run (and, with `hang_rows`, it finds a hang and
  * hands its rows to the thread); the rows another node asks for never come. */

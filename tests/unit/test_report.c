@@ -1,4 +1,4 @@
-/* Unit tests of launcher/report.c: failure records, error files, the report. */
+/* Unit tests of launcher/diagnose/report.c: failure records, error files, the report. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

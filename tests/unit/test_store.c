@@ -1,4 +1,4 @@
-/* Unit tests of launcher/store.c: PyTorch's store semantics without the network. */
+/* Unit tests of launcher/store/store.c: PyTorch's store semantics without the network. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

@@ -1,4 +1,4 @@
-/* Unit tests of long waits in the store on the agent's side (launcher/agent_waits.c;
+/* Unit tests of long waits in the store on the agent's side (launcher/agent/store_waits.c;
  * --store-wait-notice): a real store on the loop and a worker (a child process) blocked in
  * a WAIT for a key nobody sets: it is named with its rank and pid, and so are the ranks of
  * this node that do not wait. */

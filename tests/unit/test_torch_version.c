@@ -1,4 +1,4 @@
-/* Unit tests of launcher/torch_version.c: the workers' torch found in the layouts Python
+/* Unit tests of launcher/config/torch_version.c: the workers' torch found in the layouts Python
  * has (a venv whose python links out of it, a prefix such as pyenv's, Debian's
  * dist-packages, PYTHONPATH, the user's site), built as trees in a temporary directory;
  * and the version strings torch's version.py holds. */

@@ -1,4 +1,4 @@
-/* Unit tests of launcher/worker_spec.c: argv and the torchrun environment contract. */
+/* Unit tests of launcher/spawn/worker_spec.c: argv and the torchrun environment contract. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

@@ -1,4 +1,4 @@
-/* Unit tests of starting a worker on the agent's side (launcher/agent_warm.c): its
+/* Unit tests of starting a worker on the agent's side (launcher/agent/worker_start.c): its
  * environment, torchrun's contract with the group's round in it; a cold start; and
  * --warm-restarts where it cannot apply (said once, every worker cold). How a cold and a
  * warm worker compare is the integration test's (test_python.c). */

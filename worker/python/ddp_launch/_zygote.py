@@ -4,7 +4,7 @@
 The launcher starts it as `python -u _zygote.py FD MODULES PAD` with its node's worker
 environment less each worker's own variables (ranks, attempt, files); FD is a
 SOCK_SEQPACKET socket to the launcher, whose messages are NUL-separated fields
-(launcher/zygote.h). It must never initialise CUDA, which a forked child could not use:
+(launcher/spawn/zygote.h). It must never initialise CUDA, which a forked child could not use:
 a module that does is refused, saying why. A request forks an intermediate process that
 forks the worker and exits at once, so the worker is adopted by the launcher (a child
 subreaper), which waits for it as for a worker it started itself. The worker then makes
@@ -298,7 +298,7 @@ def _reseed():
 
 
 def _arm_python_stacks():
-    """--hang-dump: what its sitecustomize (launcher/stacks.c) arms in a cold worker."""
+    """--hang-dump: what its sitecustomize (launcher/diagnose/stacks.c) arms in a cold worker."""
     sig = os.environ.get("DDP_DUMP_SIGNAL", "")
     err = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
     if not sig.isdigit() or not err:
