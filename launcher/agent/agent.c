@@ -29,36 +29,35 @@
  * it. */
 #include "agent/agent.h"
 
+#include "agent/end_notes.h"
 #include "agent/group.h"
 #include "agent/hang_watch.h"
-#include "agent/policy.h"
 #include "agent/leftovers.h"
 #include "agent/pause.h"
+#include "agent/policy.h"
 #include "agent/progress_watch.h"
-#include "agent/end_notes.h"
+#include "agent/store_host.h"
 #include "agent/store_waits.h"
 #include "agent/worker_start.h"
+#include "diagnose/report.h"
+#include "diagnose/stacks.h"
 #include "env.h"
 #include "error.h"
-#include "output/events.h"
-#include "spawn/guard.h"
+#include "fanout/session.h"
 #include "host/health.h"
+#include "host/signals.h"
 #include "io.h"
+#include "output/events.h"
 #include "output/logs.h"
 #include "output/output.h"
-#include "rdzv/rdzv.h"
 #include "rdzv/coord.h"
+#include "rdzv/rdzv.h"
 #include "rdzv/record.h"
-#include "diagnose/report.h"
-#include "fanout/session.h"
-#include "shm_name.h"
-#include "host/signals.h"
+#include "spawn/guard.h"
 #include "spawn/spawn.h"
-#include "diagnose/stacks.h"
-#include "store/server.h"
 #include "spawn/worker_spec.h"
+#include "store/server.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -67,7 +66,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -104,33 +102,17 @@ typedef struct ddp_agent_s {
     int unforwarded_sig[DDP_MAX_SIGNALS];
     int nunforwarded;
     uv_timer_t kill_timer;
-    uv_timer_t wait_timer; /* some workers finished, others run (here or on other nodes):
-                            * said after WAIT_NOTE_S */
     /* The attempt's first failure (failures[blame_first]) blames a local rank that still
      * runs (a peer whose call differed, say), or is a death by a signal this launcher
      * handles: the stop waits briefly (first_failure). */
     uv_timer_t blame_timer;
     first_failure_wait_t first_wait;
     size_t blame_first;
-    bool env_compared; /* this node's --env values were held against node 0's */
-    /* The workers have ended and left processes in their groups: their grace
-     * (leftovers), until leftover_deadline (CLOCK_MONOTONIC). */
-    uv_timer_t leftover_timer;
-    bool leftover_wait;
-    double leftover_deadline;
-    /* Then, before the next attempt or round, the GPUs' memory back under the tolerance
-     * (--gpu-memory-reclaim-timeout): the same timer and deadline polls NVML. */
-    ddp_gpu_memory_t *reclaim;
-    double reclaim_started;
-    bool reclaimed;   /* the wait is over for this group's end */
-    bool ran_a_round; /* this launcher has been in a round (else, in a later one: a spare) */
-    /* When every worker here succeeded and the job went on waiting for other nodes'
-     * (monotonic); < 0: not so waiting. */
-    double nodes_wait_since;
-    bool stop_notice_due;        /* the kill timer says first that the workers have not exited */
+    bool env_compared;    /* this node's --env values were held against node 0's */
+    bool ran_a_round;     /* this launcher has been in a round (else, in a later one: a spare) */
+    bool stop_notice_due; /* the kill timer says first that the workers have not exited */
     size_t failures_before_stop; /* of the failures, recorded before the current stop began */
     ddp_guard_t guard;
-    bool guard_warned;
     ddp_output_t output;
     char *base_dir;
     bool base_created;
@@ -251,6 +233,10 @@ static void close_parts(ddp_agent_t *a)
         ddp_store_waits_close(a->waits);
     if (a->start != NULL)
         ddp_worker_start_close(a->start);
+    if (a->leftovers != NULL)
+        ddp_leftovers_close(a->leftovers);
+    if (a->notes != NULL)
+        ddp_end_notes_close(a->notes);
     a->parts_ready = false;
 }
 
@@ -285,9 +271,7 @@ static void finish(ddp_agent_t *a)
     a->g.store = NULL;
     uv_close((uv_handle_t *)&a->sigchld, NULL);
     uv_close((uv_handle_t *)&a->kill_timer, NULL);
-    uv_close((uv_handle_t *)&a->wait_timer, NULL);
     uv_close((uv_handle_t *)&a->blame_timer, NULL);
-    uv_close((uv_handle_t *)&a->leftover_timer, NULL);
     close_parts(a);
     ddp_output_close_handles(&a->output);
     ddp_session_close(&a->session);
@@ -367,7 +351,7 @@ static void on_kill_timer(uv_timer_t *timer)
 static void begin_stop(ddp_agent_t *a, int sig, ddp_stop_reason_t reason)
 {
     char ranks[160], name[32];
-    uv_timer_stop(&a->wait_timer);
+    ddp_end_notes_stop(a->notes);
     ddp_hang_watch_stop(a->hang);
     ddp_progress_watch_stop(a->progress);
     ddp_store_waits_stop(a->waits);
@@ -418,209 +402,21 @@ static void clear_failures(ddp_agent_t *a)
 static int group_start(ddp_agent_t *a);
 static int start_workers(ddp_agent_t *a);
 
-/* Processes a worker left in its process group (a data loader, a shell's background
- * job, Python's resource tracker) go with it, after a grace: SIGTERM, then up to
- * LEFTOVER_GRACE_S for them to end on their own (the resource tracker ignores SIGTERM
- * and unlinks the worker's shared memory once the worker has gone), then SIGKILL.
- * Groups that were SIGKILLed already are only finishing dying. What the workers left in
- * sessions or groups of their own (agent/leftovers.c) goes the same way. */
-#define LEFTOVER_GRACE_S 2.0
-#define LEFTOVER_POLL_MS 20
-
-/* Which workers' groups still have a live member (zombies aside): how many. */
-static int leftover_groups(ddp_agent_t *a, bool *alive)
-{
-    /* Usually no group has a member left at all (kill fails with ESRCH): then there
-     * is no need to read /proc, which only tells live members from zombies. */
-    bool any = false;
-    for (int i = 0; i < a->g.nworkers && !any; i++)
-        any = a->g.workers[i].pid > 0 && kill(-a->g.workers[i].pid, 0) == 0;
-    if (!any)
-        return 0;
-    pid_t *pgids = calloc((size_t)a->g.nworkers, sizeof *pgids);
-    if (pgids == NULL)
-        return 0;
-    for (int i = 0; i < a->g.nworkers; i++)
-        pgids[i] = a->g.workers[i].pid;
-    if (ddp_proc_groups_alive(pgids, (size_t)a->g.nworkers, alive) != 0)
-        memset(alive, 1, (size_t)a->g.nworkers * sizeof *alive); /* no /proc: assume so */
-    int n = 0;
-    for (int i = 0; i < a->g.nworkers; i++) {
-        alive[i] = alive[i] && pgids[i] > 0;
-        n += alive[i];
-    }
-    free(pgids);
-    return n;
-}
-
-/* The grace is over (or was not wanted): SIGKILL for what is left. */
-static void kill_leftovers(ddp_agent_t *a)
-{
-    (void)ddp_leftovers_escaped(a->leftovers, true, LEFTOVER_GRACE_S);
-    bool *alive = calloc((size_t)(a->g.nworkers > 0 ? a->g.nworkers : 1), sizeof *alive);
-    if (alive != NULL && leftover_groups(a, alive) > 0) {
-        for (int i = 0; i < a->g.nworkers; i++) {
-            if (!alive[i])
-                continue;
-            if (!a->g.sent_sigkill)
-                ddp_log_warn(a->g.log,
-                             "worker local rank %d (pid %d) left processes behind in its "
-                             "process group that did not end within %g s of SIGTERM: sending "
-                             "them SIGKILL",
-                             i, (int)a->g.workers[i].pid, LEFTOVER_GRACE_S);
-            kill(-a->g.workers[i].pid, SIGKILL);
-        }
-    }
-    free(alive);
-}
-
 static void group_finished_after_leftovers(ddp_agent_t *a);
-static void wait_for_nodes(ddp_agent_t *a);
-
-#define RECLAIM_TOLERANCE ((unsigned long long)512 << 20) /* bytes in use on a GPU that is free */
-#define RECLAIM_POLL_MS   100
-
-/* The reclaim wait's look: under the tolerance, past the deadline (or a signal), or NVML
- * failing ends it, and the group's end goes on. */
-static void reclaim_look(ddp_agent_t *a)
-{
-    unsigned long long used = 0;
-    int gpu = 0;
-    double now = ddp_clock_mono(), waited = now - a->reclaim_started;
-    int err = ddp_gpu_memory_used(a->reclaim, &used, &gpu);
-    bool under = err == 0 && used <= RECLAIM_TOLERANCE;
-    if (!under && err == 0 && now < a->leftover_deadline)
-        return; /* the repeating timer looks again */
-    if (under)
-        ddp_log_info(a->g.log, "the GPUs' memory was back under %llu MiB after %.1f s",
-                     RECLAIM_TOLERANCE >> 20, waited);
-    else if (err == 0 && a->g.stop_reason != DDP_STOP_SIGNAL)
-        ddp_log_warn(
-            a->g.log,
-            "GPU %d still has %llu MiB in use after %.1f s (--gpu-memory-reclaim-timeout): "
-            "going on",
-            gpu, used >> 20, waited);
-    uv_timer_stop(&a->leftover_timer);
-    ddp_gpu_memory_close(a->reclaim);
-    a->reclaim = NULL;
-    a->leftover_wait = false;
-    a->reclaimed = true;
-    group_finished_after_leftovers(a);
-}
-
-static void on_leftover_timer(uv_timer_t *timer)
-{
-    ddp_agent_t *a = timer->data;
-    if (a->reclaim != NULL) {
-        reclaim_look(a);
-        return;
-    }
-    bool *alive = calloc((size_t)(a->g.nworkers > 0 ? a->g.nworkers : 1), sizeof *alive);
-    bool left = alive == NULL || leftover_groups(a, alive) > 0;
-    free(alive);
-    left = ddp_leftovers_escaped(a->leftovers, false, LEFTOVER_GRACE_S) > 0 || left;
-    if (left && ddp_clock_mono() < a->leftover_deadline)
-        return; /* the repeating timer looks again */
-    uv_timer_stop(&a->leftover_timer);
-    a->leftover_wait = false;
-    kill_leftovers(a);
-    group_finished_after_leftovers(a);
-}
-
-/* SIGTERM for what the workers left, and the grace's timer: true when it runs (the end
- * of the group then comes from the timer). */
-static bool leftovers_grace(ddp_agent_t *a)
-{
-    bool *alive = calloc((size_t)(a->g.nworkers > 0 ? a->g.nworkers : 1), sizeof *alive);
-    int n = alive != NULL && !a->g.sent_sigkill ? leftover_groups(a, alive) : 0;
-    for (int i = 0; i < a->g.nworkers && n > 0; i++) {
-        if (alive[i])
-            kill(-a->g.workers[i].pid, SIGTERM);
-    }
-    free(alive);
-    int escaped =
-        !a->g.sent_sigkill ? ddp_leftovers_escaped(a->leftovers, false, LEFTOVER_GRACE_S) : 0;
-    if (n == 0 && escaped == 0)
-        return false;
-    if (n > 0)
-        ddp_log_debug(a->g.log, "%d worker group(s) have processes left: SIGTERM, %g s to end", n,
-                      LEFTOVER_GRACE_S);
-    a->leftover_wait = true;
-    a->leftover_deadline = ddp_clock_mono() + LEFTOVER_GRACE_S;
-    uv_timer_start(&a->leftover_timer, on_leftover_timer, LEFTOVER_POLL_MS, LEFTOVER_POLL_MS);
-    return true;
-}
 
 /* Every worker of the attempt has ended: clean up the groups and decide what next. */
 static void group_finished(ddp_agent_t *a)
 {
     uv_timer_stop(&a->kill_timer);
-    uv_timer_stop(&a->wait_timer);
+    ddp_end_notes_stop(a->notes);
     uv_timer_stop(&a->blame_timer);
     a->first_wait = FIRST_FAILURE_NOW;
     ddp_hang_watch_stop(a->hang);
     ddp_progress_watch_stop(a->progress);
     ddp_store_waits_stop(a->waits);
-    if (a->leftover_wait || leftovers_grace(a))
-        return; /* on_leftover_timer goes on */
-    kill_leftovers(a);
+    if (ddp_leftovers_end(a->leftovers))
+        return; /* ops->leftovers_done goes on */
     group_finished_after_leftovers(a);
-}
-
-/* What libddp's shared memory a worker that died between creating its ring and the ranks'
- * vote (after which it unlinks it) left in /dev/shm: its names begin with the creator's
- * pid, and every worker of the group is gone. */
-static void remove_worker_shm(ddp_agent_t *a)
-{
-    DIR *dir = opendir("/dev/shm");
-    struct dirent *entry;
-    while (dir != NULL && (entry = readdir(dir)) != NULL) {
-        int pid = 0, used = 0;
-        if (strncmp(entry->d_name, "ddp-p", 5) != 0 ||
-            sscanf(entry->d_name, DDP_SHM_PID_PREFIX "%n", &pid, &used) != 1 || used == 0)
-            continue;
-        for (int i = 0; i < a->g.nworkers; i++) {
-            if (a->g.workers[i].pid != pid)
-                continue;
-            char name[300];
-            snprintf(name, sizeof name, "/%s", entry->d_name);
-            if (shm_unlink(name) == 0)
-                ddp_log_debug(a->g.log, "removed %s, left by worker local rank %d", name, i);
-        }
-    }
-    if (dir != NULL)
-        closedir(dir);
-}
-
-/* Before the job goes on: when a GPU still holds more than the tolerance (a stopped
- * worker's memory the driver has not freed yet), wait for it, polling on the leftover timer.
- * True when the wait has begun (the timer then goes on with the group's end). */
-static bool reclaim_begins(ddp_agent_t *a, const ddp_policy_decision_t *next)
-{
-    if (a->reclaimed || a->g.cfg->gpu_reclaim_timeout <= 0 || !next->after_failure)
-        return false;
-    ddp_gpu_memory_t *m = ddp_gpu_memory_open();
-    unsigned long long used = 0;
-    int gpu = 0;
-    if (m == NULL || ddp_gpu_memory_used(m, &used, &gpu) != 0 || used <= RECLAIM_TOLERANCE) {
-        ddp_gpu_memory_close(m);
-        return false;
-    }
-    ddp_log_info(a->g.log,
-                 "GPU %d still has %llu MiB in use: waiting up to %g s for the stopped "
-                 "workers' memory before going on",
-                 gpu, used >> 20, a->g.cfg->gpu_reclaim_timeout);
-    ddp_buf_t fields = DDP_BUF_INIT;
-    ddp_events_int(&fields, "gpu", gpu);
-    ddp_events_int(&fields, "used_mib", (long long)(used >> 20));
-    ddp_events_emit(&a->g.events, "gpu_memory_wait", &fields);
-    ddp_buf_free(&fields);
-    a->reclaim = m;
-    a->reclaim_started = ddp_clock_mono();
-    a->leftover_wait = true;
-    a->leftover_deadline = a->reclaim_started + a->g.cfg->gpu_reclaim_timeout;
-    uv_timer_start(&a->leftover_timer, on_leftover_timer, RECLAIM_POLL_MS, RECLAIM_POLL_MS);
-    return true;
 }
 
 /* A multi-node job has one failure report, printed by the launcher serving the store: this
@@ -665,7 +461,7 @@ static void act_on(ddp_agent_t *a, const ddp_policy_decision_t *d)
     case DDP_POLICY_GO_ON:
         a->g.state = DDP_AGENT_WAITING;
         if (a->g.stop_reason == DDP_STOP_NONE)
-            wait_for_nodes(a);
+            ddp_end_notes_nodes_wait(a->notes);
         ddp_rdzv_post(
             a->g.rdzv,
             a->g.stop_reason == DDP_STOP_NONE ? DDP_RDZV_EV_SUCCEEDED : DDP_RDZV_EV_STOPPED, NULL);
@@ -710,8 +506,9 @@ static void group_finished_after_leftovers(ddp_agent_t *a)
     /* A signal during the leftovers' grace began a stop with nobody left to stop: its
      * timer must not hold the loop. */
     uv_timer_stop(&a->kill_timer);
-    if (!a->reclaimed) {
-        remove_worker_shm(a);
+    bool again = ddp_leftovers_reclaimed(a->leftovers); /* back after the GPUs' wait */
+    if (!again) {
+        ddp_leftovers_remove_shm(a->leftovers);
         if (a->g.rdzv != NULL && a->g.nfailures > 0)
             post_failures(a);
     }
@@ -729,79 +526,18 @@ static void group_finished_after_leftovers(ddp_agent_t *a)
     ddp_policy_decision_t next;
     ddp_policy_next(a->policy, &next);
     /* A failed attempt that would go on is judged first: the job may not. */
-    if (!a->reclaimed && next.after_failure &&
+    if (!again && next.after_failure &&
         ddp_policy_judge(a->policy, ddp_progress_watch_take_straggler(a->progress), &next)) {
         act_on(a, &next);
         return;
     }
-    if (reclaim_begins(a, &next))
-        return; /* the timer comes back here */
-    a->reclaimed = false;
+    /* Before the job goes on, the GPUs' memory: ops->leftovers_done comes back here. */
+    if (ddp_leftovers_reclaim(a->leftovers, next.after_failure))
+        return;
     act_on(a, &next);
 }
 
 /* Workers. */
-
-#define WAIT_NOTE_S  60  /* s after the first worker finished while others run: say who runs */
-#define WAIT_EVERY_S 300 /* then every WAIT_EVERY_S s */
-
-/* Some workers finished and others still run (a rank stuck, or only slower): said once a
- * while, so a silent job is not taken for a hung one, nor the reverse. */
-static void on_wait_timer(uv_timer_t *timer)
-{
-    ddp_agent_t *a = timer->data;
-    if (a->g.state != DDP_AGENT_RUNNING || a->g.nrunning == 0)
-        return;
-    ddp_buf_t done = DDP_BUF_INIT, running = DDP_BUF_INIT;
-    int ndone = ddp_group_ranks_where(&a->g, false, &done);
-    int nrunning = ddp_group_ranks_where(&a->g, true, &running);
-    bool silent = true; /* nothing written by those running since the first finished */
-    for (int i = 0; i < a->g.nworkers; i++)
-        if (a->g.workers[i].running &&
-            ddp_group_worker_output(&a->g, &a->g.workers[i]) != a->g.workers[i].output_at_finish)
-            silent = false;
-    /* Silent since: more likely a wait that never ends than work. */
-    ddp_log(a->g.log, silent ? DDP_LOG_WARN : DDP_LOG_INFO,
-            "rank%s %s finished; waiting for rank%s %s (still running for %.0f s)%s",
-            ndone > 1 ? "s" : "", ddp_buf_str(&done), nrunning > 1 ? "s" : "",
-            ddp_buf_str(&running), ddp_clock_mono() - a->g.first_finished,
-            silent
-                ? "; nothing written since the first finished: a rank waiting in a collective for "
-                  "a finished one (a loop left early on some ranks, data of uneven length) waits "
-                  "for good"
-                : "");
-    ddp_buf_free(&done);
-    ddp_buf_free(&running);
-}
-
-/* Every worker here succeeded, and the job waits for other nodes' workers: said once that
- * has lasted WAIT_NOTE_S (the ranks of a DDP job end within seconds of each other), then
- * every WAIT_EVERY_S. */
-static void on_nodes_wait_timer(uv_timer_t *timer)
-{
-    ddp_agent_t *a = timer->data;
-    if (a->g.state != DDP_AGENT_WAITING || a->nodes_wait_since < 0)
-        return;
-    ddp_buf_t done = DDP_BUF_INIT;
-    int n = ddp_group_ranks_where(&a->g, false, &done);
-    double waited = ddp_clock_mono() - a->nodes_wait_since;
-    bool first = waited < WAIT_NOTE_S + WAIT_EVERY_S / 2;
-    ddp_log(a->g.log, first ? DDP_LOG_WARN : DDP_LOG_INFO,
-            "this node's rank%s %s finished (exit 0) %.0f s ago; the job waits for the other "
-            "nodes' workers%s",
-            n > 1 ? "s" : "", ddp_buf_str(&done), waited,
-            first ? ": were they waiting in a collective for these ranks (a loop left early on "
-                    "some ranks, data of uneven length), they would wait for good; their "
-                    "nodes' logs say whether they still train"
-                  : "");
-    ddp_buf_free(&done);
-}
-
-static void wait_for_nodes(ddp_agent_t *a)
-{
-    a->nodes_wait_since = ddp_clock_mono();
-    uv_timer_start(&a->wait_timer, on_nodes_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
-}
 
 /* A worker's event: its attempt, ranks and pid, then `more` (may be NULL). */
 static void worker_event(const ddp_agent_t *a, const ddp_worker_t *w, const char *name,
@@ -827,7 +563,7 @@ static bool last_line(const ddp_worker_t *w, char *buf, size_t cap)
 }
 
 /* Worker `w` exited 0 (at `now`, the wall clock's): the attempt's first to, while it runs,
- * is remembered (what the others had written then, for on_wait_timer's look). */
+ * is remembered, and who waits for whom is said now and then (agent/end_notes.h). */
 static void worker_finished(ddp_agent_t *a, ddp_worker_t *w, double now)
 {
     ddp_log_debug(a->g.log, "worker rank %d (local rank %d, pid %d) finished", w->rank,
@@ -837,11 +573,8 @@ static void worker_finished(ddp_agent_t *a, ddp_worker_t *w, double now)
         return;
     a->g.first_finished = ddp_clock_mono();
     a->g.first_finished_wall = now;
-    for (int i = 0; i < a->g.nworkers; i++)
-        if (a->g.workers[i].running)
-            a->g.workers[i].output_at_finish = ddp_group_worker_output(&a->g, &a->g.workers[i]);
     if (a->g.nrunning > 0)
-        uv_timer_start(&a->wait_timer, on_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
+        ddp_end_notes_first_finished(a->notes);
 }
 
 static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now)
@@ -1122,11 +855,11 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
         snprintf(message, sizeof message, "its launcher received %s", name);
         ddp_rdzv_post_abort(a->g.rdzv, sig, message);
     }
-    if (a->leftover_wait) { /* every worker has ended: what they left goes at once */
+    if (ddp_leftovers_cut_short(a->leftovers)) { /* every worker has ended: what they left
+                                                  * goes at once */
         ddp_log_warn(a->g.log, "received %s: ending now (the workers have ended)", name);
         a->g.stop_reason = DDP_STOP_SIGNAL;
         a->g.stop_signal = sig;
-        a->leftover_deadline = 0; /* the grace's next look ends it */
         return;
     }
     if (a->g.state == DDP_AGENT_WAITING) {
@@ -1213,110 +946,27 @@ static void on_unforwarded_signal(uv_signal_t *handle, int sig)
     stop_for_signal(handle->data, sig, SIGTERM);
 }
 
-/* Where worker `w`'s stdout and stderr go (output.h): the descriptors it gets and the
- * streams the loop reads. Where the console's stdout and stderr are one file (2>&1, a
- * terminal), its two console streams share one pipe, so their lines keep the order
- * written. On failure the caller closes and discards what was opened. */
-static int open_streams(ddp_agent_t *a, ddp_worker_t *w, int *out_fd, int *err_fd,
-                        ddp_stream_t **out, ddp_stream_t **err_stream)
+/* Worker `w` of the attempt starts (agent/worker_start.h), and its entry records it. */
+static int start_worker(ddp_agent_t *a, ddp_worker_t *w)
 {
-    const ddp_launch_config_t *cfg = a->g.cfg;
-    bool merged = a->g.console_merged &&
-                  ddp_logs_sink(cfg, w->local_rank, DDP_STD_OUT) == DDP_SINK_CONSOLE &&
-                  ddp_logs_sink(cfg, w->local_rank, DDP_STD_ERR) == DDP_SINK_CONSOLE;
-    int err = ddp_output_open(&a->output, cfg, a->g.attempt_dir, w->local_rank, w->prefix,
-                              DDP_STD_OUT, out_fd, out);
-    if (err == 0 && merged && (*err_fd = fcntl(*out_fd, F_DUPFD_CLOEXEC, 3)) < 0)
-        err = -errno;
-    if (err == 0 && !merged)
-        err = ddp_output_open(&a->output, cfg, a->g.attempt_dir, w->local_rank, w->prefix,
-                              DDP_STD_ERR, err_fd, err_stream);
-    return err;
-}
-
-/* Why worker w did not start; out of descriptors, the limit and how to raise it. */
-static void say_start_failed(ddp_agent_t *a, const ddp_worker_t *w, const char *what, int err)
-{
-    struct rlimit rl;
-    char hint[200] = "";
-    if ((err == -EMFILE || err == -ENFILE) && getrlimit(RLIMIT_NOFILE, &rl) == 0)
-        snprintf(hint, sizeof hint,
-                 " (%s: ddp-launch holds a few per worker; the limit here is %llu, its hard "
-                 "limit %llu: raise it with ulimit -n)",
-                 err == -EMFILE ? "this process is out of file descriptors"
-                                : "the system is out of file descriptors",
-                 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
-    ddp_log_error(a->g.log, "unable to start worker local rank %d (rank %d): %s: %s%s",
-                  w->local_rank, w->rank, what, ddp_strerror(err), hint);
-}
-
-static int worker_start(ddp_agent_t *a, ddp_worker_t *w)
-{
-    const ddp_launch_config_t *cfg = a->g.cfg;
-    char **argv = NULL, **added = NULL, **envp = NULL;
-    ddp_stream_t *out = NULL, *err_stream = NULL;
-    int out_fd = -1, err_fd = -1, err;
-    const char *what = "its command line and environment";
-    if (asprintf(&w->error_file, "%s/%d/error.json", a->g.attempt_dir, w->local_rank) < 0) {
-        w->error_file = NULL;
-        err = -ENOMEM;
-        goto out;
-    }
-    if ((err = ddp_logs_prefix(cfg, w->rank, w->local_rank, &w->prefix)) != 0 ||
-        (err = ddp_worker_argv(cfg, w->local_rank, &argv)) != 0 ||
-        (err = ddp_worker_start_env(&a->g, w, w->error_file, &added, &envp)) != 0)
-        goto out;
-    what = "its stdout and stderr";
-    if ((err = open_streams(a, w, &out_fd, &err_fd, &out, &err_stream)) != 0)
-        goto out;
-    ddp_spawn_t spec = {
-        .path = a->g.program,
-        .argv = argv,
-        .envp = envp,
-        .stdout_fd = out_fd,
-        .stderr_fd = err_fd,
-        .nofile = a->g.nofile,
-        .guard_fd = a->guard.fd,
-        .bind = cfg->numa_binds != NULL ? &cfg->numa_binds[w->local_rank] : NULL,
-        .bind_fallback = cfg->numa_fallback,
-        .local_rank = w->local_rank,
-    };
-    what = "the process";
-    if ((err = ddp_worker_start_spawn(a->start, w, &spec)) != 0)
-        goto out;
+    ddp_started_t started;
+    int err = ddp_worker_start_spawn(a->start, w, &started);
+    if (err != 0)
+        return err;
+    w->pid = started.pid;
+    w->prefix = started.prefix;
+    w->error_file = started.error_file;
     w->running = true;
     a->g.nrunning++;
-    if (ddp_guard_check(&a->guard) != 0 && !a->guard_warned) {
-        a->guard_warned = true;
-        ddp_log_warn(a->g.log, "the orphan guard is gone: workers still die with ddp-launch, but "
-                               "their children may not");
-    }
     w->recent[0].len = w->recent[1].len = 0;
-    if (out != NULL)
-        ddp_output_watch(out, &w->out, &w->recent[0], w->local_rank);
-    if (err_stream != NULL)
-        ddp_output_watch(err_stream, &w->err, &w->recent[1], w->local_rank);
-    out = err_stream = NULL;
+    if (started.out != NULL)
+        ddp_output_watch(started.out, &w->out, &w->recent[0], w->local_rank);
+    if (started.err != NULL)
+        ddp_output_watch(started.err, &w->err, &w->recent[1], w->local_rank);
     ddp_log_debug(a->g.log, "started worker rank %d (local rank %d) as pid %d", w->rank,
                   w->local_rank, (int)w->pid);
     worker_event(a, w, "worker_started", NULL);
-out:
-    if (err != 0) {
-        say_start_failed(a, w, what, err);
-        free(w->prefix); /* a worker that never started is not in the group's end */
-        free(w->error_file);
-        w->prefix = w->error_file = NULL;
-    }
-    if (out_fd >= 0)
-        close(out_fd);
-    if (err_fd >= 0)
-        close(err_fd);
-    ddp_output_discard(out);
-    ddp_output_discard(err_stream);
-    ddp_strv_free(argv);
-    ddp_strv_free(added);
-    free(envp);
-    return err;
+    return 0;
 }
 
 /* A one-node job's health checks before each attempt ended (a multi-node job's run on the
@@ -1367,7 +1017,6 @@ static int start_workers(ddp_agent_t *a)
     ddp_end_notes_attempt(a->notes);
     a->g.attempt_began = ddp_clock_wall();
     a->g.first_finished = -1;
-    a->nodes_wait_since = -1;
     for (int i = 0; i < a->g.nworkers; i++) {
         a->g.workers[i].succeeded = a->g.workers[i].stopped = false;
         free(a->g.workers[i].stopped_error);
@@ -1394,7 +1043,7 @@ static int start_workers(ddp_agent_t *a)
         ddp_worker_t *w = &a->g.workers[i];
         w->local_rank = i;
         w->rank = a->g.rank_offset + i;
-        if ((err = worker_start(a, w)) != 0)
+        if ((err = start_worker(a, w)) != 0)
             goto fail;
     }
     int forked = ddp_worker_start_forked(a->start);
@@ -1596,94 +1245,12 @@ static void announce_log_dir(void *ctx, const char *dir)
     (void)ddp_guard_log_dir(ctx, dir); /* without a guard: nobody to tell */
 }
 
-/* A training script that is not on this node (the program of a C job built on the
- * submit host only, say) would reach python in every worker after the rendezvous, as
- * "can't open file": it is 127 before anything starts, naming the node. */
-static int find_script(ddp_agent_t *a)
-{
-    const ddp_launch_config_t *cfg = a->g.cfg;
-    char cwd[PATH_MAX];
-    if (cfg->module || (cfg->no_python && !cfg->run_path) || access(cfg->script, F_OK) == 0 ||
-        errno != ENOENT)
-        return 0;
-    ddp_log_error(a->g.log,
-                  "the training script %s does not exist on this node (%s, in %s): every node "
-                  "needs it at the same path",
-                  cfg->script, a->g.host, getcwd(cwd, sizeof cwd) != NULL ? cwd : "?");
-    return DDP_EXIT_NOT_FOUND;
-}
-
 /* Whether descriptors a and b are the same file (device and inode). */
 static bool same_file(int a, int b)
 {
     struct stat sa, sb;
     return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
            sa.st_ino == sb.st_ino;
-}
-
-/* What --no-python's program that cannot be executed likely meant: the file in the current
- * directory (PATH does not search it), a script to make executable or to run with python.
- * "" when nothing fits; else "; ..." in buf[cap]. */
-static const char *exec_hint(const char *name, int err, char *buf, size_t cap)
-{
-    struct stat st;
-    size_t len = strlen(name);
-    bool here = err == -ENOENT && strchr(name, '/') == NULL,
-         py = len > 3 && !strcmp(name + len - 3, ".py");
-    buf[0] = '\0';
-    if ((!here && err != -EACCES) || stat(name, &st) != 0 || !S_ISREG(st.st_mode))
-        return buf;
-    bool runnable = access(name, X_OK) == 0;
-    if (py)
-        snprintf(buf, cap, "; %s %s: leave out --no-python to run it with python", name,
-                 here ? "is in the current directory, which PATH does not search"
-                      : "is not executable");
-    else if (here)
-        snprintf(buf, cap,
-                 "; the current directory has it, which PATH does not search: give ./%s%s", name,
-                 runnable ? "" : " (and chmod +x it)");
-    else if (!runnable)
-        snprintf(buf, cap, "; it is not executable: chmod +x %s", name);
-    return buf;
-}
-
-static int find_program(ddp_agent_t *a)
-{
-    const ddp_launch_config_t *cfg = a->g.cfg;
-    bool python = cfg->run_path || !cfg->no_python;
-    const char *name = python ? cfg->python_exec : cfg->script;
-    char hint[PATH_MAX + 160];
-    int err = ddp_proc_find(name, ddp_env_get(DDP_ENV_PATH), &a->g.program);
-    if (err == 0 && (err = find_script(a)) != 0)
-        return err; /* the interpreter is there, the script is not */
-    if (err == 0) {
-        char where[PATH_MAX];
-        a->g.torch_version = ddp_worker_torch_version(cfg, environ, where, sizeof where);
-        if (a->g.torch_version != 0)
-            ddp_log_debug(a->g.log, "the workers' torch is %d.%d (%s)", a->g.torch_version / 1000,
-                          a->g.torch_version % 1000, where);
-        return 0;
-    }
-    if (python)
-        ddp_log_error(a->g.log,
-                      "unable to execute the Python interpreter %s: %s (set PYTHON_EXEC to the "
-                      "python that has your packages, or use --no-python for a program)",
-                      name, ddp_strerror(err));
-    else
-        ddp_log_error(a->g.log, "unable to execute %s on this node (%s): %s%s", name, a->g.host,
-                      ddp_strerror(err), exec_hint(name, err, hint, sizeof hint));
-    return err == -ENOENT ? DDP_EXIT_NOT_FOUND : DDP_EXIT_NOT_EXECUTABLE;
-}
-
-/* As torchrun's, once the program is known to be there (a job that cannot start says
- * why alone). */
-static void warn_omp_threads(const ddp_agent_t *a)
-{
-    if (a->g.cfg->nproc_per_node > 1 && ddp_env_lookup(environ, "OMP_NUM_THREADS") == NULL)
-        ddp_log_warn(a->g.log,
-                     "setting OMP_NUM_THREADS=1 for each of the %d workers to avoid overloading "
-                     "the machine; set it yourself to tune performance",
-                     a->g.cfg->nproc_per_node);
 }
 
 static bool any_file_output(const ddp_launch_config_t *cfg)
@@ -1752,9 +1319,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     if (err)
         return err;
     uv_timer_init(&a->loop, &a->kill_timer);
-    uv_timer_init(&a->loop, &a->wait_timer);
     uv_timer_init(&a->loop, &a->blame_timer);
-    uv_timer_init(&a->loop, &a->leftover_timer);
     for (int i = 0; i < a->g.cfg->nsignals; i++) {
         uv_signal_init(&a->loop, &a->forwarded[i]);
         a->forwarded[i].data = a;
@@ -1779,9 +1344,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     }
     a->sigchld.data = a;
     a->kill_timer.data = a;
-    a->wait_timer.data = a;
     a->blame_timer.data = a;
-    a->leftover_timer.data = a;
     /* The console writer's handle is the only one that can fail to open: first, so that
      * finish() closes only what is open. */
     if ((err = ddp_output_start(&a->output)) != 0)
@@ -1813,90 +1376,6 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
         if ((err = uv_signal_start(&a->unforwarded[i], on_unforwarded_signal,
                                    a->unforwarded_sig[i])) != 0)
             return err;
-    }
-    return 0;
-}
-
-/* The rendezvous store, before any worker: at --master-addr:--master-port (port 0: a
- * free one), or at the c10d endpoint. */
-/* Descriptors kept for the launcher's own work beside the store's clients: its loop,
- * the guard, log files, and each worker's pipes and error file while it starts. */
-static size_t descriptor_reserve(const ddp_agent_t *a)
-{
-    return 64 + 8 * (size_t)a->g.nworkers;
-}
-
-static int start_store(ddp_agent_t *a, bool quiet_if_not_ours)
-{
-    ddp_buf_t why = DDP_BUF_INIT;
-    struct rlimit rl = {0, 0};
-    size_t reserve = descriptor_reserve(a), cap = 0;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        cap = rl.rlim_cur > reserve + 16 ? (size_t)(rl.rlim_cur - reserve) : 16;
-    ddp_store_server_options_t options = {
-        .host = a->g.cfg->master_addr,
-        .port = a->g.cfg->master_port,
-        .limits = a->g.cfg->store_limits,
-        .busy_poll_us = a->g.cfg->store_busy_poll_us,
-        .log = a->g.log,
-        .max_connections = cap,
-        .nofile = (unsigned long long)rl.rlim_cur,
-        .remote_clients = a->g.cfg->nnodes_max > 1,
-    };
-    int err = ddp_store_server_start(&a->loop, &options, &a->g.store, &why);
-    if (err == -EADDRINUSE && a->g.cfg->nnodes_max == 1 && !a->g.cfg->master_port_given &&
-        a->g.cfg->master_port != 0) {
-        /* One node, torchrun's default port busy: nobody else needs to know the port,
-         * so any free one does (the workers get it in MASTER_PORT). */
-        ddp_log_info(a->g.log,
-                     "port %d on %s is in use by another program: the store listens on a free "
-                     "port instead (give --master-port to insist on one)",
-                     a->g.cfg->master_port, a->g.cfg->master_addr);
-        ddp_buf_free(&why);
-        options.port = 0;
-        err = ddp_store_server_start(&a->loop, &options, &a->g.store, &why);
-    }
-    if (err && quiet_if_not_ours && (err == -EADDRINUSE || err == -EADDRNOTAVAIL)) {
-        /* c10d: another launcher hosts the endpoint (or it is not this machine's). */
-        ddp_log_debug(a->g.log, "not hosting the store at %s:%d: %s", a->g.cfg->master_addr,
-                      a->g.cfg->master_port, ddp_buf_str(&why));
-        ddp_buf_free(&why);
-        a->g.store = NULL;
-        return 0;
-    }
-    if (err) {
-        bool fanout = a->g.cfg->hosts != NULL || a->g.cfg->hostfile != NULL;
-        if (err == -EADDRNOTAVAIL) /* node 0 elsewhere, or the wrong address given */
-            ddp_buf_printf(&why,
-                           " (no address of this machine: node 0 serves the store at %s; run "
-                           "%s there, or %s)",
-                           a->g.cfg->master_addr, fanout ? "ddp-launch" : "node 0",
-                           fanout ? "list this machine first"
-                                  : "give --master-addr this machine's address");
-        ddp_log_error(a->g.log, "unable to start the rendezvous store: %s", ddp_buf_str(&why));
-        ddp_buf_free(&why);
-        return err;
-    }
-    ddp_buf_free(&why);
-    a->g.store_port = ddp_store_server_port(a->g.store);
-    ddp_log_debug(a->g.log, "the rendezvous store listens on %s:%d", a->g.cfg->master_addr,
-                  a->g.store_port);
-    return 0;
-}
-
-/* Whether this launcher serves the store (ddp_config_store_host): one node, or node 0
- * of a static job (a failure is fatal); with c10d, whoever can bind the endpoint, unless
- * is_host says (torchrun: the endpoint's machine hosts). */
-static int host_store(ddp_agent_t *a)
-{
-    switch (ddp_config_store_host(a->g.cfg)) {
-    case DDP_STORE_HOST_SELF:
-        return start_store(a, false);
-    case DDP_STORE_HOST_IF_FREE:
-        return start_store(a, true);
-    case DDP_STORE_HOST_NODE0:
-    case DDP_STORE_HOST_ELSEWHERE:
-        break;
     }
     return 0;
 }
@@ -1965,10 +1444,16 @@ static void op_group_finished(ddp_group_t *g)
     group_finished(agent_of(g));
 }
 
+static void op_leftovers_done(ddp_group_t *g)
+{
+    group_finished_after_leftovers(agent_of(g));
+}
+
 static const ddp_agent_ops_t agent_ops = {
     .stop = op_stop,
     .fail_round = op_fail_round,
     .group_finished = op_group_finished,
+    .leftovers_done = op_leftovers_done,
 };
 
 /* The parts of the agent (the policy aside, made first), on the loop, wired to what each
@@ -2020,9 +1505,9 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
         strcpy(a->g.host, "localhost");
     if ((err = open_events(a)) != 0)
         return err;
-    if ((err = find_program(a)) != 0)
+    if ((err = ddp_worker_start_find_program(cfg, log, a->g.host, &a->g.program,
+                                             &a->g.torch_version)) != 0)
         return err;
-    warn_omp_threads(a);
     a->g.workers = calloc((size_t)a->g.nworkers, sizeof *a->g.workers);
     a->g.failures = calloc((size_t)a->g.nworkers, sizeof *a->g.failures);
     if (a->g.workers == NULL || a->g.failures == NULL) {
@@ -2112,7 +1597,8 @@ static void agent_start(ddp_agent_t *a)
         ddp_log_error(a->g.log, "unable to set up the event loop: %s", uv_strerror(err));
         if (handles_ready)
             finish(a);
-    } else if (host_store(a) != 0) {
+    } else if (ddp_store_host_start(&a->loop, a->g.cfg, a->g.log, a->g.nworkers, &a->g.store,
+                                    &a->g.store_port) != 0) {
         a->exit_code = DDP_EXIT_STORE_FAILED;
         finish(a);
     } else if (a->g.cfg->nnodes_max > 1) {
@@ -2154,7 +1640,6 @@ static int agent_free(ddp_agent_t *a, int exit_code)
     ddp_events_close(&a->g.events);
     free(a->g.failures);
     ddp_buf_free(&a->remote_failures);
-    ddp_gpu_memory_close(a->reclaim); /* a wait the job's end cut short */
     ddp_file_timer_free(a->g.file_timer);
     for (int i = 0; a->g.workers != NULL && i < a->g.nworkers; i++) {
         free(a->g.workers[i].stopped_error);

@@ -1,12 +1,13 @@
 /* What a launcher says of a job's end beyond the report itself (see agent/end_notes.h):
  * a worker the kernel's OOM killer ended, the root cause's last lines of stderr where
  * they went to its log file only, the ranks the launcher's own stop ended, and a Python
- * without torch. */
+ * without torch; and while some ranks have finished and others run, who waits for whom.
+ * Runs on the loop thread (the report after it). */
 #include "agent/end_notes.h"
 
-#include "io.h"
 #include "config/pyscan.h"
 #include "host/signals.h"
+#include "io.h"
 #include "spawn/worker_spec.h"
 
 #include <errno.h>
@@ -20,10 +21,20 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#define WAIT_NOTE_S  60  /* s after the first worker finished while others run: say who runs */
+#define WAIT_EVERY_S 300 /* then every WAIT_EVERY_S s */
+
 struct ddp_end_notes_s {
     ddp_group_t *g;
     long long oom_kills;  /* the memory cgroup's OOM kills when the attempt started; -1 */
     bool left_early_said; /* this attempt's ranks that finished first */
+    /* Some workers finished while others run (here, or on other nodes): said after
+     * WAIT_NOTE_S, then every WAIT_EVERY_S. */
+    uv_timer_t wait_timer;
+    uint64_t *output_at_finish; /* by local rank: its output when the first finished */
+    /* When every worker here succeeded and the job went on waiting for other nodes'
+     * (monotonic); < 0: not so waiting. */
+    double nodes_wait_since;
 };
 
 static long long oom_kills(char *where, size_t cap);
@@ -31,16 +42,30 @@ static long long oom_kills(char *where, size_t cap);
 int ddp_end_notes_new(ddp_group_t *g, ddp_end_notes_t **out)
 {
     ddp_end_notes_t *n = calloc(1, sizeof *n);
-    if (n == NULL)
+    if (n == NULL || (n->output_at_finish =
+                          calloc((size_t)g->nworkers + 1, sizeof *n->output_at_finish)) == NULL) {
+        free(n);
         return -ENOMEM;
+    }
     n->g = g;
     n->oom_kills = -1;
+    n->nodes_wait_since = -1;
+    uv_timer_init(g->loop, &n->wait_timer);
+    n->wait_timer.data = n;
     *out = n;
     return 0;
 }
 
+void ddp_end_notes_close(ddp_end_notes_t *n)
+{
+    uv_close((uv_handle_t *)&n->wait_timer, NULL);
+}
+
 void ddp_end_notes_free(ddp_end_notes_t *n)
 {
+    if (n == NULL)
+        return;
+    free(n->output_at_finish);
     free(n);
 }
 
@@ -48,6 +73,81 @@ void ddp_end_notes_attempt(ddp_end_notes_t *n)
 {
     n->oom_kills = oom_kills(NULL, 0);
     n->left_early_said = false;
+    n->nodes_wait_since = -1;
+}
+
+void ddp_end_notes_stop(ddp_end_notes_t *n)
+{
+    uv_timer_stop(&n->wait_timer);
+}
+
+/* Some workers finished and others still run (a rank stuck, or only slower): said once a
+ * while, so a silent job is not taken for a hung one, nor the reverse. */
+static void on_wait_timer(uv_timer_t *timer)
+{
+    ddp_end_notes_t *n = timer->data;
+    const ddp_group_t *g = n->g;
+    if (g->state != DDP_AGENT_RUNNING || g->nrunning == 0)
+        return;
+    ddp_buf_t done = DDP_BUF_INIT, running = DDP_BUF_INIT;
+    int ndone = ddp_group_ranks_where(g, false, &done);
+    int nrunning = ddp_group_ranks_where(g, true, &running);
+    bool silent = true; /* nothing written by those running since the first finished */
+    for (int i = 0; i < g->nworkers; i++)
+        if (g->workers[i].running &&
+            ddp_group_worker_output(g, &g->workers[i]) != n->output_at_finish[i])
+            silent = false;
+    /* Silent since: more likely a wait that never ends than work. */
+    ddp_log(g->log, silent ? DDP_LOG_WARN : DDP_LOG_INFO,
+            "rank%s %s finished; waiting for rank%s %s (still running for %.0f s)%s",
+            ndone > 1 ? "s" : "", ddp_buf_str(&done), nrunning > 1 ? "s" : "",
+            ddp_buf_str(&running), ddp_clock_mono() - g->first_finished,
+            silent
+                ? "; nothing written since the first finished: a rank waiting in a collective for "
+                  "a finished one (a loop left early on some ranks, data of uneven length) waits "
+                  "for good"
+                : "");
+    ddp_buf_free(&done);
+    ddp_buf_free(&running);
+}
+
+void ddp_end_notes_first_finished(ddp_end_notes_t *n)
+{
+    const ddp_group_t *g = n->g;
+    for (int i = 0; i < g->nworkers; i++)
+        if (g->workers[i].running)
+            n->output_at_finish[i] = ddp_group_worker_output(g, &g->workers[i]);
+    uv_timer_start(&n->wait_timer, on_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
+}
+
+/* Every worker here succeeded, and the job waits for other nodes' workers: said once that
+ * has lasted WAIT_NOTE_S (the ranks of a DDP job end within seconds of each other), then
+ * every WAIT_EVERY_S. */
+static void on_nodes_wait_timer(uv_timer_t *timer)
+{
+    ddp_end_notes_t *n = timer->data;
+    const ddp_group_t *g = n->g;
+    if (g->state != DDP_AGENT_WAITING || n->nodes_wait_since < 0)
+        return;
+    ddp_buf_t done = DDP_BUF_INIT;
+    int ndone = ddp_group_ranks_where(g, false, &done);
+    double waited = ddp_clock_mono() - n->nodes_wait_since;
+    bool first = waited < WAIT_NOTE_S + WAIT_EVERY_S / 2;
+    ddp_log(g->log, first ? DDP_LOG_WARN : DDP_LOG_INFO,
+            "this node's rank%s %s finished (exit 0) %.0f s ago; the job waits for the other "
+            "nodes' workers%s",
+            ndone > 1 ? "s" : "", ddp_buf_str(&done), waited,
+            first ? ": were they waiting in a collective for these ranks (a loop left early on "
+                    "some ranks, data of uneven length), they would wait for good; their "
+                    "nodes' logs say whether they still train"
+                  : "");
+    ddp_buf_free(&done);
+}
+
+void ddp_end_notes_nodes_wait(ddp_end_notes_t *n)
+{
+    n->nodes_wait_since = ddp_clock_mono();
+    uv_timer_start(&n->wait_timer, on_nodes_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
 }
 
 /* The OOM kills of this launcher's memory cgroup, which its workers share (cgroup v2's

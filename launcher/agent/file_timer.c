@@ -2,9 +2,9 @@
 #include "agent/file_timer.h"
 
 #include "error.h"
+#include "host/signals.h"
 #include "io.h"
 #include "json.h"
-#include "host/signals.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -61,9 +61,8 @@ typedef struct ddp_worker_s {
     char *prefix;
     char *error_file;
     ddp_stream_t *out, *err;
-    long peak_rss_kb;          /* its largest resident set (wait4), once it has ended */
-    uint64_t output_at_finish; /* its output when the attempt's first worker finished */
-    ddp_recent_t recent[2];    /* the last bytes of its piped stdout and stderr */
+    long peak_rss_kb;       /* its largest resident set (wait4), once it has ended */
+    ddp_recent_t recent[2]; /* the last bytes of its piped stdout and stderr */
 } ddp_worker_t;
 
 typedef struct ddp_group_s ddp_group_t;
@@ -78,6 +77,9 @@ typedef struct {
     void (*fail_round)(ddp_group_t *g, size_t first);
     /* Every worker of the attempt has ended: the group's end (its leftovers, what next). */
     void (*group_finished)(ddp_group_t *g);
+    /* The leftovers' grace, or the wait for the GPUs' memory, is over: the group's end
+     * goes on. */
+    void (*leftovers_done)(ddp_group_t *g);
 } ddp_agent_ops_t;
 
 struct ddp_group_s {

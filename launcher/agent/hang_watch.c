@@ -17,10 +17,10 @@
 #include "agent/hang_watch.h"
 
 #include "diagnose/hang.h"
+#include "diagnose/stacks.h"
 #include "io.h"
 #include "progress.h"
 #include "rdzv/record.h"
-#include "diagnose/stacks.h"
 #include "spawn/worker_spec.h"
 
 #include <errno.h>

@@ -4,8 +4,8 @@
  * same way at their start; whether this node leaves the job. Runs on the loop thread. */
 #include "agent/policy.h"
 
-#include "error.h"
 #include "diagnose/hang.h"
+#include "error.h"
 #include "io.h"
 #include "rdzv/rdzv.h"
 

@@ -13,11 +13,11 @@
 #include "agent/progress_watch.h"
 
 #include "diagnose/hang.h"
+#include "diagnose/straggler.h"
 #include "io.h"
 #include "json.h"
 #include "progress.h"
 #include "rdzv/record.h"
-#include "diagnose/straggler.h"
 
 #include <errno.h>
 #include <fcntl.h>

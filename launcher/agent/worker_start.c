@@ -7,20 +7,27 @@
  * request's reply (zygote.h). */
 #include "agent/worker_start.h"
 
-#include "error.h"
-#include "diagnose/hang.h"
-#include "io.h"
-#include "spawn/spawn.h"
 #include "agent/file_timer.h"
+#include "diagnose/hang.h"
+#include "env.h"
+#include "error.h"
+#include "io.h"
+#include "output/logs.h"
+#include "output/output.h"
 #include "progress.h"
+#include "spawn/spawn.h"
 #include "spawn/worker_spec.h"
 #include "spawn/zygote.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* The zygote imports only where it takes no CPU from the workers' own start (importing
  * torch too, on as many cores as there are workers): it is held (stopped) while as many
@@ -47,6 +54,7 @@ struct ddp_worker_start_s {
     double *runnable;        /* by local rank: its main thread's seconds running or waiting
                               * for a CPU, at the last look */
     bool cold_said;          /* this attempt's line on why a worker started cold */
+    bool guard_warned;       /* that the orphan guard is gone */
     int forked;              /* this attempt's workers forked from the zygote */
 };
 
@@ -99,6 +107,91 @@ pid_t ddp_worker_start_zygote_pid(const ddp_worker_start_t *s)
 }
 
 extern char **environ;
+
+/* A training script that is not on this node (the program of a C job built on the
+ * submit host only, say) would reach python in every worker after the rendezvous, as
+ * "can't open file": it is 127 before anything starts, naming the node. */
+static int find_script(const ddp_launch_config_t *cfg, const ddp_log_t *log, const char *host)
+{
+    char cwd[PATH_MAX];
+    if (cfg->module || (cfg->no_python && !cfg->run_path) || access(cfg->script, F_OK) == 0 ||
+        errno != ENOENT)
+        return 0;
+    ddp_log_error(log,
+                  "the training script %s does not exist on this node (%s, in %s): every node "
+                  "needs it at the same path",
+                  cfg->script, host, getcwd(cwd, sizeof cwd) != NULL ? cwd : "?");
+    return DDP_EXIT_NOT_FOUND;
+}
+
+/* What --no-python's program that cannot be executed likely meant: the file in the current
+ * directory (PATH does not search it), a script to make executable or to run with python.
+ * "" when nothing fits; else "; ..." in buf[cap]. */
+static const char *exec_hint(const char *name, int err, char *buf, size_t cap)
+{
+    struct stat st;
+    size_t len = strlen(name);
+    bool here = err == -ENOENT && strchr(name, '/') == NULL,
+         py = len > 3 && !strcmp(name + len - 3, ".py");
+    buf[0] = '\0';
+    if ((!here && err != -EACCES) || stat(name, &st) != 0 || !S_ISREG(st.st_mode))
+        return buf;
+    bool runnable = access(name, X_OK) == 0;
+    if (py)
+        snprintf(buf, cap, "; %s %s: leave out --no-python to run it with python", name,
+                 here ? "is in the current directory, which PATH does not search"
+                      : "is not executable");
+    else if (here)
+        snprintf(buf, cap,
+                 "; the current directory has it, which PATH does not search: give ./%s%s", name,
+                 runnable ? "" : " (and chmod +x it)");
+    else if (!runnable)
+        snprintf(buf, cap, "; it is not executable: chmod +x %s", name);
+    return buf;
+}
+
+/* As torchrun's, once the program is known to be there (a job that cannot start says
+ * why alone). */
+static void warn_omp_threads(const ddp_launch_config_t *cfg, const ddp_log_t *log)
+{
+    if (cfg->nproc_per_node > 1 && ddp_env_lookup(environ, "OMP_NUM_THREADS") == NULL)
+        ddp_log_warn(log,
+                     "setting OMP_NUM_THREADS=1 for each of the %d workers to avoid overloading "
+                     "the machine; set it yourself to tune performance",
+                     cfg->nproc_per_node);
+}
+
+int ddp_worker_start_find_program(const ddp_launch_config_t *cfg, const ddp_log_t *log,
+                                  const char *host, char **program, int *torch_version)
+{
+    bool python = cfg->run_path || !cfg->no_python;
+    const char *name = python ? cfg->python_exec : cfg->script;
+    char hint[PATH_MAX + 160], *found = NULL;
+    int err = ddp_proc_find(name, ddp_env_get(DDP_ENV_PATH), &found);
+    if (err == 0 && (err = find_script(cfg, log, host)) != 0) {
+        free(found);
+        return err; /* the interpreter is there, the script is not */
+    }
+    if (err == 0) {
+        char where[PATH_MAX];
+        *program = found;
+        *torch_version = ddp_worker_torch_version(cfg, environ, where, sizeof where);
+        if (*torch_version != 0)
+            ddp_log_debug(log, "the workers' torch is %d.%d (%s)", *torch_version / 1000,
+                          *torch_version % 1000, where);
+        warn_omp_threads(cfg, log);
+        return 0;
+    }
+    if (python)
+        ddp_log_error(log,
+                      "unable to execute the Python interpreter %s: %s (set PYTHON_EXEC to the "
+                      "python that has your packages, or use --no-python for a program)",
+                      name, ddp_strerror(err));
+    else
+        ddp_log_error(log, "unable to execute %s on this node (%s): %s%s", name, host,
+                      ddp_strerror(err), exec_hint(name, err, hint, sizeof hint));
+    return err == -ENOENT ? DDP_EXIT_NOT_FOUND : DDP_EXIT_NOT_EXECUTABLE;
+}
 
 int ddp_worker_start_env(const ddp_group_t *g, const ddp_worker_t *w, const char *error_file,
                          char ***added, char ***envp)
@@ -277,13 +370,14 @@ void ddp_worker_start_zygote(ddp_worker_start_t *s)
 
 /* A worker of a later attempt is forked from the zygote where it can serve it, else it
  * starts cold as every worker of the first attempt does; why is said once an attempt. */
-int ddp_worker_start_spawn(ddp_worker_start_t *s, ddp_worker_t *w, const ddp_spawn_t *spec)
+static int fork_or_exec(ddp_worker_start_t *s, const ddp_worker_t *w, const ddp_spawn_t *spec,
+                        pid_t *pid)
 {
     const ddp_group_t *g = s->g;
     char why[600];
     if (s->warm != WARM_STARTED)
-        return ddp_proc_spawn(spec, &w->pid);
-    if (ddp_zygote_spawn(&s->zygote, spec, g->python_dir != NULL, &w->pid, why, sizeof why) == 0) {
+        return ddp_proc_spawn(spec, pid);
+    if (ddp_zygote_spawn(&s->zygote, spec, g->python_dir != NULL, pid, why, sizeof why) == 0) {
         s->forked++;
         return 0;
     }
@@ -291,5 +385,104 @@ int ddp_worker_start_spawn(ddp_worker_start_t *s, ddp_worker_t *w, const ddp_spa
         ddp_log_info(g->log, "warm restarts: local rank %d of attempt %d starts cold: %s",
                      w->local_rank, g->attempt, why);
     s->cold_said = true;
-    return ddp_proc_spawn(spec, &w->pid);
+    return ddp_proc_spawn(spec, pid);
+}
+
+/* Where worker `w`'s stdout and stderr go (output.h): the descriptors it gets and the
+ * streams the loop reads, its lines prefixed with `prefix`. Where the console's stdout and
+ * stderr are one file (2>&1, a terminal), its two console streams share one pipe, so their
+ * lines keep the order written. On failure the caller closes and discards what was
+ * opened. */
+static int open_streams(const ddp_group_t *g, const ddp_worker_t *w, const char *prefix,
+                        int *out_fd, int *err_fd, ddp_stream_t **out, ddp_stream_t **err_stream)
+{
+    const ddp_launch_config_t *cfg = g->cfg;
+    bool merged = g->console_merged &&
+                  ddp_logs_sink(cfg, w->local_rank, DDP_STD_OUT) == DDP_SINK_CONSOLE &&
+                  ddp_logs_sink(cfg, w->local_rank, DDP_STD_ERR) == DDP_SINK_CONSOLE;
+    int err = ddp_output_open(g->output, cfg, g->attempt_dir, w->local_rank, prefix, DDP_STD_OUT,
+                              out_fd, out);
+    if (err == 0 && merged && (*err_fd = fcntl(*out_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+        err = -errno;
+    if (err == 0 && !merged)
+        err = ddp_output_open(g->output, cfg, g->attempt_dir, w->local_rank, prefix, DDP_STD_ERR,
+                              err_fd, err_stream);
+    return err;
+}
+
+/* Why worker w did not start; out of descriptors, the limit and how to raise it. */
+static void say_start_failed(const ddp_group_t *g, const ddp_worker_t *w, const char *what, int err)
+{
+    struct rlimit rl;
+    char hint[200] = "";
+    if ((err == -EMFILE || err == -ENFILE) && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        snprintf(hint, sizeof hint,
+                 " (%s: ddp-launch holds a few per worker; the limit here is %llu, its hard "
+                 "limit %llu: raise it with ulimit -n)",
+                 err == -EMFILE ? "this process is out of file descriptors"
+                                : "the system is out of file descriptors",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+    ddp_log_error(g->log, "unable to start worker local rank %d (rank %d): %s: %s%s", w->local_rank,
+                  w->rank, what, ddp_strerror(err), hint);
+}
+
+int ddp_worker_start_spawn(ddp_worker_start_t *s, const ddp_worker_t *w, ddp_started_t *out)
+{
+    const ddp_group_t *g = s->g;
+    const ddp_launch_config_t *cfg = g->cfg;
+    char **argv = NULL, **added = NULL, **envp = NULL, *prefix = NULL, *error_file = NULL;
+    ddp_stream_t *out_stream = NULL, *err_stream = NULL;
+    int out_fd = -1, err_fd = -1, err;
+    pid_t pid = 0;
+    const char *what = "its command line and environment";
+    if (asprintf(&error_file, "%s/%d/error.json", g->attempt_dir, w->local_rank) < 0) {
+        error_file = NULL;
+        err = -ENOMEM;
+        goto out;
+    }
+    if ((err = ddp_logs_prefix(cfg, w->rank, w->local_rank, &prefix)) != 0 ||
+        (err = ddp_worker_argv(cfg, w->local_rank, &argv)) != 0 ||
+        (err = ddp_worker_start_env(g, w, error_file, &added, &envp)) != 0)
+        goto out;
+    what = "its stdout and stderr";
+    if ((err = open_streams(g, w, prefix, &out_fd, &err_fd, &out_stream, &err_stream)) != 0)
+        goto out;
+    ddp_spawn_t spec = {
+        .path = g->program,
+        .argv = argv,
+        .envp = envp,
+        .stdout_fd = out_fd,
+        .stderr_fd = err_fd,
+        .nofile = g->nofile,
+        .guard_fd = g->guard->fd,
+        .bind = cfg->numa_binds != NULL ? &cfg->numa_binds[w->local_rank] : NULL,
+        .bind_fallback = cfg->numa_fallback,
+        .local_rank = w->local_rank,
+    };
+    what = "the process";
+    if ((err = fork_or_exec(s, w, &spec, &pid)) != 0)
+        goto out;
+    if (ddp_guard_check(g->guard) != 0 && !s->guard_warned) {
+        s->guard_warned = true;
+        ddp_log_warn(g->log, "the orphan guard is gone: workers still die with ddp-launch, but "
+                             "their children may not");
+    }
+    *out = (ddp_started_t){pid, prefix, error_file, out_stream, err_stream};
+    prefix = error_file = NULL;
+    out_stream = err_stream = NULL;
+out:
+    if (err != 0)
+        say_start_failed(g, w, what, err);
+    free(prefix);
+    free(error_file);
+    if (out_fd >= 0)
+        close(out_fd);
+    if (err_fd >= 0)
+        close(err_fd);
+    ddp_output_discard(out_stream);
+    ddp_output_discard(err_stream);
+    ddp_strv_free(argv);
+    ddp_strv_free(added);
+    free(envp);
+    return err;
 }

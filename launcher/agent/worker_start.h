@@ -13,6 +13,14 @@
 
 typedef struct ddp_worker_start_s ddp_worker_start_t;
 
+/* The program every worker runs, found as execvp(3) would: python (PYTHON_EXEC), or the
+ * script itself with --no-python (*program, malloc'd), and the workers' torch version
+ * (*torch_version, 0: unknown); where it is not there, or the script is not (every node
+ * needs it), said with a hint, and the exit status: 127 (not found) or 126. 0 once found
+ * (torchrun's OMP_NUM_THREADS warning then said). */
+int ddp_worker_start_find_program(const ddp_launch_config_t *cfg, const ddp_log_t *log,
+                                  const char *host, char **program, int *torch_version);
+
 /* The part of group `g` (which must outlive it), its handle made on g->loop; says where
  * --warm-restarts cannot apply (the workers are not Python, no zygote script, the
  * launcher is no child subreaper). 0 or -ENOMEM. */
@@ -27,11 +35,22 @@ void ddp_worker_start_free(ddp_worker_start_t *s);
 int ddp_worker_start_env(const ddp_group_t *g, const ddp_worker_t *w, const char *error_file,
                          char ***added, char ***envp);
 
+/* What a started worker holds, for the agent's worker table. */
+typedef struct {
+    pid_t pid;
+    char *prefix;            /* its lines' prefix (malloc'd; its streams borrow it) */
+    char *error_file;        /* its error.json's path (malloc'd) */
+    ddp_stream_t *out, *err; /* its piped streams, to be watched (NULL: not piped) */
+} ddp_started_t;
+
 /* A new attempt: none of its workers forked or said to start cold yet. */
 void ddp_worker_start_attempt(ddp_worker_start_t *s);
-/* Starts worker `w` as `spec` says: forked from the zygote where it serves, else cold
- * (why said once an attempt); 0 and w->pid, or -errno. */
-int ddp_worker_start_spawn(ddp_worker_start_t *s, ddp_worker_t *w, const ddp_spawn_t *spec);
+/* Starts worker `w` of the attempt (its ranks set) in <attempt dir>/<local rank>: its
+ * argv, environment and streams, then the process, forked from the zygote where it serves,
+ * else cold (why said once an attempt), with its own process group, the orphan guard's
+ * record, the binding and limits of spawn.h. 0 and *out, or -errno (what failed said;
+ * nothing of it left open). */
+int ddp_worker_start_spawn(ddp_worker_start_t *s, const ddp_worker_t *w, ddp_started_t *out);
 /* How many of this attempt's workers were forked from the zygote. */
 int ddp_worker_start_forked(const ddp_worker_start_t *s);
 

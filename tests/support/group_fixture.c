@@ -45,10 +45,16 @@ static void op_group_finished(ddp_group_t *g)
     fixture_of(g)->finished++;
 }
 
+static void op_leftovers_done(ddp_group_t *g)
+{
+    fixture_of(g)->leftovers_done++;
+}
+
 static const ddp_agent_ops_t recording_ops = {
     .stop = op_stop,
     .fail_round = op_fail_round,
     .group_finished = op_group_finished,
+    .leftovers_done = op_leftovers_done,
 };
 
 void gf_init(group_fixture_t *f, int nworkers)
@@ -62,10 +68,7 @@ void gf_init(group_fixture_t *f, int nworkers)
     ddp_log_init(&f->log, "ddp-launch", DDP_LOG_DEBUG);
     f->log.fd = open(f->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     assert_true(f->log.fd >= 0);
-    /* A report's table goes to stderr: into the log, for the test to read. */
-    f->stderr_fd = dup(2);
-    assert_true(f->stderr_fd >= 0);
-    assert_int_equal(dup2(f->log.fd, 2), 2);
+    f->stderr_fd = -1;
     assert_int_equal(uv_loop_init(&f->loop), 0);
     f->guard.fd = -1;
     ddp_output_init(&f->output, &f->loop, &f->log, false);
@@ -144,6 +147,24 @@ bool gf_run_until(group_fixture_t *f, bool (*done)(const group_fixture_t *f), do
     return done(f);
 }
 
+void gf_capture_stderr(group_fixture_t *f)
+{
+    if (f->stderr_fd >= 0)
+        return;
+    f->stderr_fd = dup(2);
+    assert_true(f->stderr_fd >= 0);
+    assert_int_equal(dup2(f->log.fd, 2), 2);
+}
+
+void gf_release_stderr(group_fixture_t *f)
+{
+    if (f->stderr_fd < 0)
+        return;
+    dup2(f->stderr_fd, 2);
+    close(f->stderr_fd);
+    f->stderr_fd = -1;
+}
+
 char *gf_log(const group_fixture_t *f)
 {
     char *text = NULL;
@@ -175,8 +196,7 @@ void gf_free(group_fixture_t *f)
     free(g->workers);
     free(g->run_dir);
     free(g->attempt_dir);
-    dup2(f->stderr_fd, 2);
-    close(f->stderr_fd);
+    gf_release_stderr(f);
     close(f->log.fd);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);

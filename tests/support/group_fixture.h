@@ -19,16 +19,16 @@ typedef struct {
     ddp_output_t output;
     char dir[64];       /* the run directory; the attempt's is <dir>/attempt_0 */
     char log_path[128]; /* where the log goes */
-    int stderr_fd;      /* the test's own stderr, while the group's goes to the log */
+    int stderr_fd;      /* the test's own stderr while gf_capture_stderr holds it; -1 */
     /* What the parts asked of the agent. */
-    int stops, fail_rounds, finished;
+    int stops, fail_rounds, finished, leftovers_done;
     int stop_signal;
     ddp_stop_reason_t stop_reason;
     size_t first_failure;
 } group_fixture_t;
 
 /* A group of `nworkers` (not started: pid 0) in attempt 0 of a one-node job, state
- * RUNNING; what the launcher writes to stderr (a hang report's table) goes to the log. */
+ * RUNNING. */
 void gf_init(group_fixture_t *f, int nworkers);
 /* Worker i runs: a child that sleeps (at most 30 s), its own process group leader. */
 void gf_start_worker(group_fixture_t *f, int i);
@@ -38,7 +38,11 @@ void gf_adopt_worker(group_fixture_t *f, int i, pid_t pid);
 void gf_run_for(group_fixture_t *f, double seconds);
 /* Runs the loop until `done(f)` or `seconds` have passed; whether done. */
 bool gf_run_until(group_fixture_t *f, bool (*done)(const group_fixture_t *f), double seconds);
-/* What was logged so far (and written to stderr), NUL-terminated; the caller frees. */
+/* What the launcher writes to stderr itself (a report's table) goes to the log until
+ * released (an assertion's message in between would go there too: release first). */
+void gf_capture_stderr(group_fixture_t *f);
+void gf_release_stderr(group_fixture_t *f);
+/* What was logged so far (and captured from stderr), NUL-terminated; the caller frees. */
 char *gf_log(const group_fixture_t *f);
 /* Worker i's directory, <attempt dir>/<i>, into buf[cap]. */
 void gf_worker_dir(const group_fixture_t *f, int i, char *buf, size_t cap);

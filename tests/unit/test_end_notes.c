@@ -36,7 +36,9 @@ static void test_report_and_stopped_ranks(void **state)
     f.g.workers[2].stopped_error = strdup("RuntimeError: interrupted");
     f.g.sent_signal = SIGTERM;
     f.g.sent_sigkill = true;
+    gf_capture_stderr(&f);
     ddp_end_notes_report(n, false);
+    gf_release_stderr(&f);
     char *log = gf_log(&f);
     assert_non_null(strstr(log, "train.py FAILED"));
     assert_non_null(strstr(log, "exitcode  : 3 (pid: 4242)"));
@@ -46,8 +48,9 @@ static void test_report_and_stopped_ranks(void **state)
                                 "RuntimeError: interrupted"));
     free(log);
     free(f.g.workers[2].stopped_error);
-    ddp_end_notes_free(n);
+    ddp_end_notes_close(n);
     gf_free(&f);
+    ddp_end_notes_free(n);
 }
 
 /* --redirects 2 without --tee: the root cause's last 10 lines of stderr follow the report;
@@ -71,15 +74,18 @@ static void test_stderr_tail(void **state)
     assert_int_equal(
         ddp_failure_init(&f.g.failures[0], 0, 0, 99, W_EXITCODE(1, 0), ddp_clock_wall(), NULL), 0);
     f.g.nfailures = 1;
+    gf_capture_stderr(&f);
     ddp_end_notes_report(n, false);
+    gf_release_stderr(&f);
     char *log = gf_log(&f);
     assert_non_null(strstr(log, "the last lines of rank 0's stderr"));
     assert_null(strstr(log, "  | line 2\n"));
     assert_non_null(strstr(log, "  | line 3\n"));
     assert_non_null(strstr(log, "  | line 12\n"));
     free(log);
-    ddp_end_notes_free(n);
+    ddp_end_notes_close(n);
     gf_free(&f);
+    ddp_end_notes_free(n);
 }
 
 /* The ranks of this node that finished before the round failed elsewhere: said once an
@@ -108,8 +114,9 @@ static void test_left_early_once(void **state)
     log = gf_log(&f);
     assert_non_null(strstr(strstr(log, said) + 1, "had finished (exit 0)"));
     free(log);
-    ddp_end_notes_free(n);
+    ddp_end_notes_close(n);
     gf_free(&f);
+    ddp_end_notes_free(n);
 }
 
 /* No OOM message for a worker that exited, was killed by another signal, or was killed by
@@ -126,8 +133,9 @@ static void test_no_oom_message_for_others(void **state)
     assert_null(ddp_end_notes_oom_message(n, &f.g.workers[0], SIGTERM));
     f.g.sent_sigkill = true;
     assert_null(ddp_end_notes_oom_message(n, &f.g.workers[0], SIGKILL));
-    ddp_end_notes_free(n);
+    ddp_end_notes_close(n);
     gf_free(&f);
+    ddp_end_notes_free(n);
 }
 
 int main(int argc, char **argv)
