@@ -6,7 +6,7 @@
 #include "io.h"
 #include "output/logs.h"
 #include "progress.h"
-#include "spawn/worker_spec.h"
+#include "spawn/worker_env.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -55,7 +55,7 @@
 #include "rdzv/record.h"
 #include "spawn/guard.h"
 #include "spawn/spawn.h"
-#include "spawn/worker_spec.h"
+#include "spawn/worker_env.h"
 #include "store/server.h"
 
 #include <errno.h>

@@ -8,7 +8,7 @@
 #include "config/pyscan.h"
 #include "host/signals.h"
 #include "io.h"
-#include "spawn/worker_spec.h"
+#include "spawn/worker_env.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -16,7 +16,7 @@
 #include "output/output.h"
 #include "progress.h"
 #include "spawn/spawn.h"
-#include "spawn/worker_spec.h"
+#include "spawn/worker_env.h"
 #include "spawn/zygote.h"
 
 #include <errno.h>

@@ -20,7 +20,7 @@
 #include "host/health.h"
 
 #include "rdzv/envcheck.h"
-#include "spawn/worker_spec.h"
+#include "spawn/worker_env.h"
 #include "error.h"
 #include "hash.h"
 #include "io.h"

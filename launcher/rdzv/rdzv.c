@@ -2,7 +2,7 @@
  * to the loop through a uv_async, events come back under a mutex with an eventfd that
  * wakes the thread's store waits. The thread's own work is in rdzv/node.c. */
 #include "rdzv/node.h"
-#include "spawn/worker_spec.h"
+#include "spawn/worker_env.h"
 
 #include "error.h"
 

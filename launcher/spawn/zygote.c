@@ -4,7 +4,7 @@
 #include "buf.h"
 #include "error.h"
 #include "io.h"
-#include "spawn/worker_spec.h"
+#include "spawn/worker_env.h"
 
 #include <errno.h>
 #include <fcntl.h>

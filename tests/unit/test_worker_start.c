@@ -13,7 +13,7 @@
 #include "group_fixture.h"
 #include "io.h"
 #include "output/output.h"
-#include "spawn/worker_spec.h"
+#include "spawn/worker_env.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* Worker argv and environment (see worker_spec.h). */
-#include "spawn/worker_spec.h"
+#include "spawn/worker_env.h"
 
 #include "buf.h"
 #include "env.h"

@@ -7,7 +7,7 @@
 
 #include "config/cli.h"
 #include "env.h"
-#include "spawn/worker_spec.h"
+#include "spawn/worker_env.h"
 
 #include <stdio.h>
 #include <stdlib.h>
