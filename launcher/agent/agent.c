@@ -54,7 +54,7 @@
 #include "rdzv/rdzv.h"
 #include "rdzv/record.h"
 #include "spawn/guard.h"
-#include "spawn/spawn.h"
+#include "host/proc.h"
 #include "spawn/worker_env.h"
 #include "store/server.h"
 

@@ -6,7 +6,7 @@
 #include "error.h"
 #include "io.h"
 #include "rdzv/record.h"
-#include "spawn/spawn.h"
+#include "host/proc.h"
 
 #include <errno.h>
 #include <stdio.h>

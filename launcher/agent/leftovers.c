@@ -21,7 +21,7 @@
 #include "host/health.h"
 #include "io.h"
 #include "shm_name.h"
-#include "spawn/spawn.h"
+#include "host/proc.h"
 
 #include <dirent.h>
 #include <errno.h>

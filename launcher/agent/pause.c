@@ -11,7 +11,7 @@
 #include "agent/pause.h"
 
 #include "io.h"
-#include "spawn/spawn.h"
+#include "host/proc.h"
 
 #include <errno.h>
 #include <signal.h>

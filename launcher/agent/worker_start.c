@@ -15,6 +15,7 @@
 #include "output/logs.h"
 #include "output/output.h"
 #include "progress.h"
+#include "host/proc.h"
 #include "spawn/spawn.h"
 #include "spawn/worker_env.h"
 #include "spawn/zygote.h"
@@ -376,7 +377,7 @@ static int fork_or_exec(ddp_worker_start_t *s, const ddp_worker_t *w, const ddp_
     const ddp_group_t *g = s->g;
     char why[600];
     if (s->warm != WARM_STARTED)
-        return ddp_proc_spawn(spec, pid);
+        return ddp_spawn(spec, pid);
     if (ddp_zygote_spawn(&s->zygote, spec, g->python_dir != NULL, pid, why, sizeof why) == 0) {
         s->forked++;
         return 0;
@@ -385,7 +386,7 @@ static int fork_or_exec(ddp_worker_start_t *s, const ddp_worker_t *w, const ddp_
         ddp_log_info(g->log, "warm restarts: local rank %d of attempt %d starts cold: %s",
                      w->local_rank, g->attempt, why);
     s->cold_said = true;
-    return ddp_proc_spawn(spec, pid);
+    return ddp_spawn(spec, pid);
 }
 
 /* Where worker `w`'s stdout and stderr go (output.h): the descriptors it gets and the

@@ -7,7 +7,6 @@
 #define DDP_LAUNCHER_AGENT_WORKER_START_H
 
 #include "agent/group.h"
-#include "spawn/spawn.h"
 
 #include <sys/types.h>
 

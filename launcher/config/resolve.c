@@ -7,7 +7,7 @@
 #include "io.h"
 #include "netaddr.h"
 #include "config/pyscan.h"
-#include "spawn/spawn.h"
+#include "host/proc.h"
 
 #include <ctype.h>
 #include <errno.h>

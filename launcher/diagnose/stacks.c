@@ -3,7 +3,7 @@
 
 #include "env.h"
 #include "io.h"
-#include "spawn/spawn.h"
+#include "host/proc.h"
 #include "diagnose/unwind.h"
 
 #include <errno.h>

@@ -8,7 +8,7 @@
 #include "io.h"
 #include "parse.h"
 #include "config/slurm.h"
-#include "spawn/spawn.h"
+#include "host/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>

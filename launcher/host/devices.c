@@ -5,7 +5,7 @@
 #include "dl.h"
 #include "env.h"
 #include "error.h"
-#include "spawn/spawn.h"
+#include "host/proc.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

@@ -14,7 +14,7 @@
 #include "error.h"
 #include "io.h"
 #include "host/nvml.h"
-#include "spawn/spawn.h"
+#include "host/proc.h"
 
 #include <dirent.h>
 #include <errno.h>

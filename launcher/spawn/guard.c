@@ -9,7 +9,7 @@
 
 #include "io.h"
 #include "output/logs.h"
-#include "spawn/spawn.h"
+#include "host/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>

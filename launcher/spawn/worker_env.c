@@ -4,7 +4,7 @@
 #include "buf.h"
 #include "env.h"
 #include "host/signals.h"
-#include "spawn/spawn.h"
+#include "host/proc.h"
 #include "template.h"
 #include "config/torch_version.h"
 

@@ -3,8 +3,8 @@
  * Pure functions of the config and the worker's place in the job, shared by the
  * agent (which spawns) and --dry-run (which prints). Arrays returned here are
  * NULL-terminated and owned by the caller (ddp_strv_free). */
-#ifndef DDP_LAUNCHER_SPAWN_WORKER_SPEC_H
-#define DDP_LAUNCHER_SPAWN_WORKER_SPEC_H
+#ifndef DDP_LAUNCHER_SPAWN_WORKER_ENV_H
+#define DDP_LAUNCHER_SPAWN_WORKER_ENV_H
 
 #include "config/config.h"
 

@@ -3,6 +3,7 @@
 
 #include "buf.h"
 #include "error.h"
+#include "host/proc.h"
 #include "io.h"
 #include "spawn/worker_env.h"
 
@@ -241,7 +242,7 @@ static int start_process(ddp_zygote_t *z)
         .has_fd3 = true,
         .fd3 = sv[1],
     };
-    err = ddp_proc_spawn(&spec, &z->pid);
+    err = ddp_spawn(&spec, &z->pid);
     close(sv[1]);
     if (out >= 0)
         close(out);

@@ -2,7 +2,7 @@
 #include "group_fixture.h"
 
 #include "io.h"
-#include "spawn/spawn.h"
+#include "host/proc.h"
 
 #include <fcntl.h>
 #include <setjmp.h>

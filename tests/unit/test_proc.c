@@ -1,4 +1,4 @@
-/* Unit tests of launcher/spawn/spawn.c's bounded helper run (ddp_proc_run_bounded): its time
+/* Unit tests of launcher/host/proc.c's bounded helper run (ddp_proc_run_bounded): its time
  * limit holds however short, its process group gone at the end. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,7 +7,7 @@
 #include <cmocka.h>
 
 #include "io.h"
-#include "spawn/spawn.h"
+#include "host/proc.h"
 
 #include <errno.h>
 #include <signal.h>
