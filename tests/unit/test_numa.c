@@ -1,8 +1,8 @@
-/* Unit tests of launcher/host/numa.c: the topology reader and torchrun's four binding modes against
- * trees made from the machines in tests/data/topology (a 2-socket 8-GPU server, a 1-socket
- * workstation, this project's CPU-only VM and the lent H200 VM as recorded), some with a file
- * changed to make the case at hand (a launcher confined to a few CPUs, a node without memory, a
- * malformed list). */
+/* Unit tests of launcher/host/topology.c and host/numa.c: the topology reader and torchrun's four
+ * binding modes against trees made from the machines in tests/data/topology (a 2-socket 8-GPU
+ * server, a 1-socket workstation, this project's CPU-only VM and the lent H200 VM as recorded),
+ * some with a file changed to make the case at hand (a launcher confined to a few CPUs, a node
+ * without memory, a malformed list). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
