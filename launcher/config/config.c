@@ -112,3 +112,9 @@ ddp_store_host_t ddp_config_store_host(const ddp_launch_config_t *cfg)
         return DDP_STORE_HOST_SELF;
     return cfg->rdzv_conf.is_host == 0 ? DDP_STORE_HOST_ELSEWHERE : DDP_STORE_HOST_IF_FREE;
 }
+
+bool ddp_config_events_valid(const char *spec)
+{
+    return strcmp(spec, "null") == 0 || strcmp(spec, "console") == 0 ||
+           (strncmp(spec, "file:", 5) == 0 && spec[5] != '\0');
+}

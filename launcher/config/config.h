@@ -207,4 +207,8 @@ int ddp_std_for(const ddp_std_spec_t *spec, int local_rank);
 /* Whether `local_rank`'s output may reach the console (--local-ranks-filter). */
 bool ddp_config_rank_shown(const ddp_launch_config_t *cfg, int local_rank);
 
+/* Whether `spec` is an --event-log-handler (output/events.h): "null", "console" or
+ * "file:PATH" with a PATH. */
+bool ddp_config_events_valid(const char *spec);
+
 #endif

@@ -1,9 +1,12 @@
-/* Slurm's environment: its host lists ("node[01-04,07]"), its task counts per node, and
- * the store's port of a job. Pure. */
+/* Slurm's environment: its host lists ("node[01-04,07]"), its task counts per node, the
+ * store's port of a job (pure), and the flags' defaults its variables give inside a job
+ * step. */
 #ifndef DDP_LAUNCHER_CONFIG_SLURM_H
 #define DDP_LAUNCHER_CONFIG_SLURM_H
 
 #include "buf.h"
+#include "config/config.h"
+#include "log.h"
 
 #include <stddef.h>
 
@@ -33,5 +36,17 @@ int ddp_slurm_tasks_on_node(const char *spec, int node, int *count, ddp_buf_t *w
 #define DDP_SLURM_PORT_SPAN   19000
 #define DDP_SLURM_STEP_STRIDE 7919 /* a prime: a job's steps spread over the span */
 int ddp_slurm_port(const char *job_id, const char *step_id);
+
+/* Within config/ (the parser's, over the flags' raw values of flags.h). Inside a Slurm job
+ * step, what neither a flag nor a PET_ variable gave: --nnodes from SLURM_NNODES, --node-rank
+ * from SLURM_NODEID, --master-addr from the first host of the step's node list (`host`
+ * holds it while the values are applied); a step of more than one task on this node is
+ * DDP_EUSAGE. After the flags: the job's own store port, and a Slurm allocation outside a
+ * step started on every node through srun (cfg->slurm_fanout). */
+typedef struct ddp_flag_raw_s ddp_flag_raw_t;
+int ddp_slurm_defaults(ddp_flag_raw_t *raw, char *const *envp, char *host, size_t cap,
+                       const ddp_log_t *log, ddp_buf_t *err);
+void ddp_slurm_after(ddp_launch_config_t *cfg, const ddp_flag_raw_t *raw, char *const *envp,
+                     const ddp_log_t *log);
 
 #endif

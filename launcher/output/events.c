@@ -10,12 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-bool ddp_events_valid(const char *spec)
-{
-    return strcmp(spec, "null") == 0 || strcmp(spec, "console") == 0 ||
-           (strncmp(spec, "file:", 5) == 0 && spec[5] != '\0');
-}
-
 int ddp_events_open(ddp_events_t *ev, const char *spec, const char *run_id, int node_rank)
 {
     memset(ev, 0, sizeof *ev);

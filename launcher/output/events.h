@@ -21,9 +21,6 @@ typedef struct {
     char host[256];
 } ddp_events_t;
 
-/* Whether `spec` is a handler: "null", "console" or "file:PATH" with a PATH. */
-bool ddp_events_valid(const char *spec);
-
 /* Opens the handler of `spec` (already valid). 0 or -errno (the file cannot be opened). */
 int ddp_events_open(ddp_events_t *ev, const char *spec, const char *run_id, int node_rank);
 void ddp_events_close(ddp_events_t *ev);
