@@ -97,3 +97,24 @@ char *ddp_buf_steal(ddp_buf_t *buf)
     buf->cap = 0;
     return data;
 }
+
+void ddp_buf_runs(ddp_buf_t *out, const bool *skip, int n, int most, int base)
+{
+    int runs = 0;
+    for (int i = 0; i < n; i++) {
+        if (skip[i])
+            continue;
+        int last = i;
+        while (last + 1 < n && !skip[last + 1])
+            last++;
+        if (runs == most) {
+            ddp_buf_puts(out, ", ...");
+            return;
+        }
+        ddp_buf_printf(out, "%s%d", runs ? ", " : "", base + i);
+        if (last > i)
+            ddp_buf_printf(out, "-%d", base + last);
+        runs++;
+        i = last;
+    }
+}

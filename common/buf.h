@@ -7,6 +7,7 @@
 #define DDP_COMMON_BUF_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct ddp_buf_s {
@@ -39,5 +40,9 @@ void ddp_buf_free(ddp_buf_t *buf);
 /* Hands the memory to the caller (who frees it) and empties the buffer. Never NULL
  * unless out of memory. */
 char *ddp_buf_steal(ddp_buf_t *buf);
+
+/* Appends base + i for each i in [0, n) with skip[i] false, as runs ("1-3, 5, 9"), at most
+ * `most` of them named (then ", ..."): the ranks, nodes or places a message lists. */
+void ddp_buf_runs(ddp_buf_t *out, const bool *skip, int n, int most, int base);
 
 #endif

@@ -3,9 +3,11 @@
 
 #include "buf.h"
 #include "env.h"
+#include "fanout/fanout.h"
 #include "io.h"
 #include "output/logs.h"
 #include "progress.h"
+#include "config/torch_version.h"
 #include "spawn/worker_env.h"
 
 #include <errno.h>
@@ -13,20 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int ddp_shell_word(ddp_buf_t *out, const char *word)
-{
-    bool plain = *word != '\0';
-    for (const char *p = word; *p && plain; p++)
-        plain = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%",
-                       *p) != NULL;
-    if (plain)
-        return ddp_buf_puts(out, word);
-    int err = ddp_buf_puts(out, "'");
-    for (const char *p = word; *p && err == 0; p++)
-        err = *p == '\'' ? ddp_buf_puts(out, "'\\''") : ddp_buf_append(out, p, 1);
-    return err ? err : ddp_buf_puts(out, "'");
-}
 
 static const char *sink_name(ddp_sink_t sink)
 {
@@ -135,7 +123,7 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
                   "that do)"
                 : "");
     char torch_at[4096];
-    int torch = ddp_worker_torch_version(cfg, envp, torch_at, sizeof torch_at);
+    int torch = ddp_torch_version_of_workers(cfg, envp, torch_at, sizeof torch_at);
     if (err == 0 && torch != 0)
         err = ddp_buf_printf(&out, "the workers' torch: %d.%d (%s)\n", torch / 1000, torch % 1000,
                              torch_at);

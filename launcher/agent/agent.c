@@ -997,10 +997,12 @@ static void checks_done(void *ctx, int rc, const char *why)
  * returned. */
 static int group_start(ddp_agent_t *a)
 {
-    if (a->g.rdzv != NULL || !ddp_health_checks_apply(a->g.cfg))
+    ddp_health_spec_t checks;
+    ddp_config_health_spec(a->g.cfg, &checks);
+    if (a->g.rdzv != NULL || !ddp_health_checks_apply(&checks))
         return start_workers(a);
     a->g.state = DDP_AGENT_CHECKING;
-    int err = ddp_health_start(&a->loop, a->g.cfg, a->guard.fd, checks_done, a, &a->health);
+    int err = ddp_health_start(&a->loop, &checks, a->guard.fd, checks_done, a, &a->health);
     if (err != 0) {
         ddp_log_error(a->g.log, "unable to run the health checks before attempt %d: %s",
                       a->g.attempt, ddp_strerror(err));

@@ -5,7 +5,6 @@
 
 #include "error.h"
 #include "io.h"
-#include "rdzv/record.h"
 #include "host/proc.h"
 
 #include <errno.h>
@@ -45,7 +44,7 @@ int ddp_group_ranks_where(const ddp_group_t *g, bool running, ddp_buf_t *out)
         n += !other[i];
     }
     if (other != NULL)
-        ddp_rdzv_format_ranks_from(out, other, g->nworkers, 8, g->rank_offset);
+        ddp_buf_runs(out, other, g->nworkers, 8, g->rank_offset);
     free(other);
     return n;
 }

@@ -21,7 +21,7 @@
 #include "io.h"
 #include "progress.h"
 #include "rdzv/record.h"
-#include "spawn/worker_env.h"
+#include "strv.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -17,7 +17,6 @@
 #include "io.h"
 #include "json.h"
 #include "progress.h"
-#include "rdzv/record.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -323,7 +322,7 @@ static void auto_verdict(ddp_progress_watch_t *p, const auto_look_t *look)
         ddp_buf_printf(
             &text, own ? "; rank%s " : "; every rank judged here waits in a collective (rank%s ",
             waiting > 1 ? "s" : "");
-        ddp_rdzv_format_ranks_from(&text, other, g->nworkers, 8, g->rank_offset);
+        ddp_buf_runs(&text, other, g->nworkers, 8, g->rank_offset);
         ddp_buf_puts(&text, own ? (waiting > 1 ? " wait in a collective" : " waits in a collective")
                                 : "): for a rank of another node, or in a collective that hangs");
     }

@@ -17,6 +17,7 @@
 #include "progress.h"
 #include "host/proc.h"
 #include "spawn/spawn.h"
+#include "config/torch_version.h"
 #include "spawn/worker_env.h"
 #include "spawn/zygote.h"
 
@@ -176,7 +177,7 @@ int ddp_worker_start_find_program(const ddp_launch_config_t *cfg, const ddp_log_
     if (err == 0) {
         char where[PATH_MAX];
         *program = found;
-        *torch_version = ddp_worker_torch_version(cfg, environ, where, sizeof where);
+        *torch_version = ddp_torch_version_of_workers(cfg, environ, where, sizeof where);
         if (*torch_version != 0)
             ddp_log_debug(log, "the workers' torch is %d.%d (%s)", *torch_version / 1000,
                           *torch_version % 1000, where);

@@ -118,3 +118,13 @@ bool ddp_config_events_valid(const char *spec)
     return strcmp(spec, "null") == 0 || strcmp(spec, "console") == 0 ||
            (strncmp(spec, "file:", 5) == 0 && spec[5] != '\0');
 }
+
+void ddp_config_health_spec(const ddp_launch_config_t *cfg, ddp_health_spec_t *out)
+{
+    *out = (ddp_health_spec_t){
+        .command = cfg->health_command,
+        .paths = cfg->health_paths,
+        .gpus = cfg->nproc_kind == DDP_NPROC_GPU ? cfg->nproc_per_node : -1,
+        .timeout = cfg->health_timeout,
+    };
+}

@@ -4,6 +4,7 @@
 #ifndef DDP_LAUNCHER_CONFIG_CONFIG_H
 #define DDP_LAUNCHER_CONFIG_CONFIG_H
 
+#include "host/health.h"
 #include "host/numa.h"
 #include "store_codec.h"
 
@@ -206,6 +207,9 @@ int ddp_std_for(const ddp_std_spec_t *spec, int local_rank);
 
 /* Whether `local_rank`'s output may reach the console (--local-ranks-filter). */
 bool ddp_config_rank_shown(const ddp_launch_config_t *cfg, int local_rank);
+
+/* The health checks `cfg` asks of every node (host/health.h; its strings borrowed from cfg). */
+void ddp_config_health_spec(const ddp_launch_config_t *cfg, ddp_health_spec_t *out);
 
 /* Whether `spec` is an --event-log-handler (output/events.h): "null", "console" or
  * "file:PATH" with a PATH. */

@@ -1095,7 +1095,9 @@ static bool numa_off(const ddp_launch_config_t *cfg)
 
 static bool no_checks(const ddp_launch_config_t *cfg)
 {
-    return !ddp_health_checks_apply(cfg);
+    ddp_health_spec_t spec;
+    ddp_config_health_spec(cfg, &spec);
+    return !ddp_health_checks_apply(&spec);
 }
 
 static bool no_restarts(const ddp_launch_config_t *cfg)

@@ -1,6 +1,8 @@
 /* The torch a Python worker will import, from its version.py (see torch_version.h). */
 #include "config/torch_version.h"
 
+#include "env.h"
+#include "host/proc.h"
 #include "io.h"
 
 #include <dirent.h>
@@ -189,4 +191,20 @@ bool ddp_python_has_package(const char *python, const char *pythonpath, const ch
     search_t s = {.package = package};
     search(&s, python, pythonpath, home);
     return s.found;
+}
+
+int ddp_torch_version_of_workers(const ddp_launch_config_t *cfg, char *const *envp, char *where,
+                                 size_t cap)
+{
+    char *python = NULL;
+    if (where != NULL && cap > 0)
+        where[0] = '\0';
+    if ((!cfg->run_path && cfg->no_python) ||
+        ddp_proc_find(cfg->python_exec, ddp_env_lookup(envp, ddp_env_name(DDP_ENV_PATH)),
+                      &python) != 0)
+        return 0;
+    int version = ddp_torch_version(python, ddp_env_lookup(envp, ddp_env_name(DDP_ENV_PYTHONPATH)),
+                                    ddp_env_lookup(envp, ddp_env_name(DDP_ENV_HOME)), where, cap);
+    free(python);
+    return version;
 }

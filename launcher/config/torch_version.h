@@ -9,6 +9,8 @@
 #ifndef DDP_LAUNCHER_CONFIG_TORCH_VERSION_H
 #define DDP_LAUNCHER_CONFIG_TORCH_VERSION_H
 
+#include "config/config.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -29,5 +31,11 @@ bool ddp_python_has_package(const char *python, const char *pythonpath, const ch
 
 /* "2.11.0+cu130" (a version.py's __version__) as DDP_TORCH_VERSION, or 0. Pure. */
 int ddp_torch_parse_version(const char *text);
+
+/* The torch the workers of `cfg` import, where they run Python (not --no-python): their
+ * interpreter found on `envp`'s PATH, its PYTHONPATH and HOME; 0 where unknown. `where`
+ * (cap bytes) gets its version file or "". */
+int ddp_torch_version_of_workers(const ddp_launch_config_t *cfg, char *const *envp, char *where,
+                                 size_t cap);
 
 #endif

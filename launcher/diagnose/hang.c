@@ -4,7 +4,6 @@
 #include "error.h"
 #include "flight.h"
 #include "io.h"
-#include "rdzv/record.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -437,7 +436,7 @@ static size_t say_ranks(const ddp_hang_row_t *rows, size_t n, const bool *want, 
         }
     if (count > 0) {
         ddp_buf_printf(out, "%srank%s ", out->len > 0 ? "; " : "", count > 1 ? "s" : "");
-        ddp_rdzv_format_ranks(out, absent, top, 16);
+        ddp_buf_runs(out, absent, top, 16, 0);
     }
     free(absent);
     return count;

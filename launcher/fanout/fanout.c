@@ -2,7 +2,6 @@
 #include "fanout/fanout.h"
 
 #include "buf.h"
-#include "dry_run.h"
 #include "env.h"
 #include "error.h"
 #include "io.h"
@@ -22,6 +21,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+int ddp_shell_word(ddp_buf_t *out, const char *word)
+{
+    bool plain = *word != '\0';
+    for (const char *p = word; *p && plain; p++)
+        plain = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+@%",
+                       *p) != NULL;
+    if (plain)
+        return ddp_buf_puts(out, word);
+    int err = ddp_buf_puts(out, "'");
+    for (const char *p = word; *p && err == 0; p++)
+        err = *p == '\'' ? ddp_buf_puts(out, "'\\''") : ddp_buf_append(out, p, 1);
+    return err ? err : ddp_buf_puts(out, "'");
+}
 
 /* Whether `arg` is the flag called `name`, alone or with "=VALUE" ('_' for '-' too). */
 static bool is_flag(const char *arg, const char *name, bool *with_value)

@@ -50,4 +50,8 @@ void ddp_fanout_hosts_free(ddp_fanout_hosts_t *hosts);
 int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hosts, int argc,
                    char **argv, int fd, const ddp_log_t *log, bool *run_here);
 
+/* Appends `word` for a POSIX shell: as it is when plain, else in single quotes. 0 or
+ * -ENOMEM. (The nodes' command lines here, and --dry-run's.) */
+int ddp_shell_word(ddp_buf_t *out, const char *word);
+
 #endif

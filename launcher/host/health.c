@@ -58,10 +58,9 @@ enum {
     REC_END = 'e',     /* launcher to checker: end now */
 };
 
-bool ddp_health_checks_apply(const ddp_launch_config_t *cfg)
+bool ddp_health_checks_apply(const ddp_health_spec_t *spec)
 {
-    return cfg->health_command != NULL || cfg->health_paths != NULL ||
-           cfg->nproc_kind == DDP_NPROC_GPU;
+    return spec->command != NULL || spec->paths != NULL || spec->gpus >= 0;
 }
 
 /* The checker's side. */
@@ -499,16 +498,16 @@ __attribute__((noreturn)) static void checker_exec(const char *self, char *const
     _exit(127);
 }
 
-/* Starts the checker for `cfg`'s checks. 0 or -errno. */
-static int start_checker(const ddp_launch_config_t *cfg, int guard_fd, waiting_t *w)
+/* Starts the checker for `spec`'s checks. 0 or -errno. */
+static int start_checker(const ddp_health_spec_t *spec, int guard_fd, waiting_t *w)
 {
     char self[PATH_MAX], gpus[16];
     int sv[2];
     if (ddp_proc_self(self, sizeof self) != 0)
         self[0] = '\0';
-    snprintf(gpus, sizeof gpus, "%d", cfg->nproc_kind == DDP_NPROC_GPU ? cfg->nproc_per_node : 0);
-    char *argv[] = {DDP_HEALTH_NAME, (char *)(cfg->health_paths ? cfg->health_paths : ""), gpus,
-                    (char *)(cfg->health_command ? cfg->health_command : ""), NULL};
+    snprintf(gpus, sizeof gpus, "%d", spec->gpus > 0 ? spec->gpus : 0);
+    char *argv[] = {DDP_HEALTH_NAME, (char *)(spec->paths ? spec->paths : ""), gpus,
+                    (char *)(spec->command ? spec->command : ""), NULL};
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         return -errno;
     sigset_t all, saved;
@@ -534,9 +533,9 @@ static int start_checker(const ddp_launch_config_t *cfg, int guard_fd, waiting_t
 }
 
 /* What is said of a check past its time: the one that runs, named. */
-static void say_late(const waiting_t *w, const ddp_launch_config_t *cfg, ddp_buf_t *why)
+static void say_late(const waiting_t *w, const ddp_health_spec_t *spec, ddp_buf_t *why)
 {
-    double t = cfg->health_timeout;
+    double t = spec->timeout;
     switch (w->phase) {
     case REC_PATH:
         ddp_buf_printf(why,
@@ -559,7 +558,7 @@ static void say_late(const waiting_t *w, const ddp_launch_config_t *cfg, ddp_buf
     case REC_COMMAND:
         ddp_buf_printf(why,
                        "--health-check: '%s' did not finish within %g s (--health-check-timeout)",
-                       cfg->health_command, t);
+                       spec->command, t);
         break;
     default:
         ddp_buf_printf(why, "the health checks did not begin within %g s (--health-check-timeout)",
@@ -570,7 +569,7 @@ static void say_late(const waiting_t *w, const ddp_launch_config_t *cfg, ddp_buf
 
 /* One record from the checker: a check begins (its deadline then starts), or the
  * verdict. -1 while the checks go on; else 0 or 1, with `why`. */
-static int take_record(waiting_t *w, const ddp_launch_config_t *cfg, double *deadline,
+static int take_record(waiting_t *w, const ddp_health_spec_t *spec, double *deadline,
                        ddp_buf_t *why)
 {
     char record[RECORD_MAX + 1];
@@ -594,7 +593,7 @@ static int take_record(waiting_t *w, const ddp_launch_config_t *cfg, double *dea
     case REC_COMMAND:
         w->phase = record[0];
         snprintf(w->what, sizeof w->what, "%s", record + 1);
-        *deadline = ddp_clock_mono() + cfg->health_timeout;
+        *deadline = ddp_clock_mono() + spec->timeout;
         return -1;
     default:
         ddp_buf_printf(why, "the health checks' helper sent a record of unknown kind %d",
@@ -682,15 +681,15 @@ static void end_checker(waiting_t *w, int guard_fd)
     }
 }
 
-int ddp_health_check(const ddp_launch_config_t *cfg, const ddp_health_ctx_t *ctx, ddp_buf_t *why)
+int ddp_health_check(const ddp_health_spec_t *spec, const ddp_health_ctx_t *ctx, ddp_buf_t *why)
 {
     waiting_t w;
-    int err = start_checker(cfg, ctx->guard_fd, &w);
+    int err = start_checker(spec, ctx->guard_fd, &w);
     if (err != 0) {
         ddp_buf_printf(why, "unable to start the health checks: %s", ddp_strerror(err));
         return 1;
     }
-    double deadline = ddp_clock_mono() + cfg->health_timeout;
+    double deadline = ddp_clock_mono() + spec->timeout;
     int rc = -1;
     while (rc == -1) {
         struct pollfd fds[2] = {{.fd = w.ctl, .events = POLLIN},
@@ -702,9 +701,9 @@ int ddp_health_check(const ddp_launch_config_t *cfg, const ddp_health_ctx_t *ctx
         if (n > 0 && ctx->cancel_fd >= 0 && fds[1].revents != 0) {
             rc = -ECANCELED;
         } else if (n > 0) {
-            rc = take_record(&w, cfg, &deadline, why);
+            rc = take_record(&w, spec, &deadline, why);
         } else if (ddp_clock_mono() >= deadline) {
-            say_late(&w, cfg, why);
+            say_late(&w, spec, why);
             rc = 1;
         }
     }
@@ -716,7 +715,7 @@ int ddp_health_check(const ddp_launch_config_t *cfg, const ddp_health_ctx_t *ctx
 
 struct ddp_health_run_s {
     uv_work_t work;
-    const ddp_launch_config_t *cfg;
+    ddp_health_spec_t spec;
     ddp_health_ctx_t ctx; /* its cancel_fd: an eventfd of the run's own */
     void (*done)(void *ctx, int rc, const char *why);
     void *done_ctx;
@@ -728,7 +727,7 @@ struct ddp_health_run_s {
 static void run_checks_on_pool(uv_work_t *work)
 {
     ddp_health_run_t *run = work->data;
-    run->rc = ddp_health_check(run->cfg, &run->ctx, &run->why);
+    run->rc = ddp_health_check(&run->spec, &run->ctx, &run->why);
 }
 
 static void after_checks(uv_work_t *work, int status)
@@ -742,14 +741,14 @@ static void after_checks(uv_work_t *work, int status)
     free(run);
 }
 
-int ddp_health_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, int guard_fd,
+int ddp_health_start(uv_loop_t *loop, const ddp_health_spec_t *spec, int guard_fd,
                      void (*done)(void *ctx, int rc, const char *why), void *ctx,
                      ddp_health_run_t **out)
 {
     ddp_health_run_t *run = calloc(1, sizeof *run);
     if (run == NULL)
         return -ENOMEM;
-    run->cfg = cfg;
+    run->spec = *spec;
     run->done = done;
     run->done_ctx = ctx;
     run->ctx.guard_fd = guard_fd;

@@ -21,13 +21,23 @@
 #define DDP_LAUNCHER_HOST_HEALTH_H
 
 #include "buf.h"
-#include "config/config.h"
+
+#include <stdbool.h>
 
 struct uv_loop_s; /* uv.h's loop (health.c includes it) */
 
 /* argv[0] of the checker; main.c runs ddp_health_main when started so. */
 #define DDP_HEALTH_NAME "ddp-health"
 #define DDP_HEALTH_ARGC 4 /* the name, the paths, the GPUs expected, the command */
+
+/* The checks a node runs (config/config.h's ddp_config_health_spec makes it of a job's
+ * configuration). Its strings are borrowed. */
+typedef struct {
+    const char *command; /* --health-check: a command for sh -c, or NULL */
+    const char *paths;   /* --health-check-path: ':'-separated paths to be there, or NULL */
+    int gpus;            /* --nproc-per-node=gpu: the GPUs this node should see; -1: no check */
+    double timeout;      /* --health-check-timeout: each check's bound (s) */
+} ddp_health_spec_t;
 
 /* What a wait for the checks is given. */
 typedef struct {
@@ -40,10 +50,10 @@ typedef struct {
  * it is not (a check past --health-check-timeout among them); -ECANCELED when cancel_fd
  * became readable (the checker and its processes are ended). Blocking, on a thread that is
  * not the loop's. */
-int ddp_health_check(const ddp_launch_config_t *cfg, const ddp_health_ctx_t *ctx, ddp_buf_t *why);
+int ddp_health_check(const ddp_health_spec_t *spec, const ddp_health_ctx_t *ctx, ddp_buf_t *why);
 
-/* Whether any check applies to `cfg` (one given, or --nproc-per-node=gpu). */
-bool ddp_health_checks_apply(const ddp_launch_config_t *cfg);
+/* Whether any check applies (one given, or --nproc-per-node=gpu). */
+bool ddp_health_checks_apply(const ddp_health_spec_t *spec);
 
 /* The checker's main: argv as DDP_HEALTH_ARGC says (an empty string: none), its verdict
  * to the launcher's socket at descriptor 3, the guard's pipe at 4 where it is open. */
@@ -53,7 +63,7 @@ int ddp_health_main(int argc, char **argv);
  * why)` runs on it when they end (rc as ddp_health_check's, never -ECANCELED), unless
  * cancelled first. 0 or -errno. */
 typedef struct ddp_health_run_s ddp_health_run_t;
-int ddp_health_start(struct uv_loop_s *loop, const ddp_launch_config_t *cfg, int guard_fd,
+int ddp_health_start(struct uv_loop_s *loop, const ddp_health_spec_t *spec, int guard_fd,
                      void (*done)(void *ctx, int rc, const char *why), void *ctx,
                      ddp_health_run_t **out);
 

@@ -17,8 +17,16 @@
 #ifndef DDP_LAUNCHER_RDZV_BACKEND_H
 #define DDP_LAUNCHER_RDZV_BACKEND_H
 
-#include "rdzv/coord.h"
+#include "config/config.h"
+#include "log.h"
 #include "rdzv/record.h"
+#include "store/server.h"
+
+#include <uv.h>
+
+/* (coord.h's, which this header does not need: the backends see the coordinator's state
+ * here, and its services through the table below.) */
+typedef struct ddp_rdzv_coord_s ddp_rdzv_coord_t;
 
 typedef struct ddp_rdzv_member_s {
     char id[DDP_RDZV_ID_MAX];
@@ -45,6 +53,15 @@ typedef enum { COORD_FORMING, COORD_RUNNING, COORD_OVER } ddp_rdzv_phase_t;
 
 typedef struct ddp_rdzv_backend_ops_s ddp_rdzv_backend_ops_t;
 
+/* What a backend may ask of the coordinator (coord.c's, at c->services). */
+typedef struct {
+    /* The keep-alive limit: a member silent this long (s) is lost. */
+    double (*beat_limit)(const ddp_rdzv_coord_t *c);
+    /* Sends joined member `m` away alone (status 5, `message` on its side), the job left as
+     * it is: a launcher that does not belong to the running job. */
+    void (*refuse)(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char *message);
+} ddp_rdzv_coord_services_t;
+
 struct ddp_rdzv_coord_s {
     uv_loop_t *loop;
     uv_timer_t timer;
@@ -52,6 +69,7 @@ struct ddp_rdzv_coord_s {
     const ddp_launch_config_t *cfg;
     const ddp_log_t *log;
     const ddp_rdzv_backend_ops_t *backend;
+    const ddp_rdzv_coord_services_t *services;
     ddp_store_server_watch_t watch;
     char prefix[320]; /* ddp-launch/rdzv/<run id>/ */
     size_t prefix_len;
@@ -125,12 +143,5 @@ struct ddp_rdzv_backend_ops_s {
 
 extern const ddp_rdzv_backend_ops_t ddp_rdzv_static_backend;
 extern const ddp_rdzv_backend_ops_t ddp_rdzv_c10d_backend;
-
-/* The keep-alive limit: a member silent this long (s) is lost. */
-double ddp_rdzv_coord_beat_limit(const ddp_rdzv_coord_t *c);
-
-/* Sends joined member `m` away alone (status 5, `message` on its side), the job left as
- * it is: a launcher that does not belong to the running job. */
-void ddp_rdzv_coord_refuse(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char *message);
 
 #endif

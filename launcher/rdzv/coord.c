@@ -1,10 +1,11 @@
 /* The rendezvous coordinator (see rdzv/coord.h; phases in rdzv/backend.h). Runs on the
  * loop of the launcher that serves the store; never blocks, never closes a connection. */
-#include "rdzv/backend.h"
+#include "rdzv/coord.h"
 
-#include "rdzv/envcheck.h"
 #include "error.h"
 #include "io.h"
+#include "rdzv/backend.h"
+#include "rdzv/envcheck.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -190,12 +191,15 @@ static void on_pause_request(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ui
         pause_off(c, m);
 }
 
-double ddp_rdzv_coord_beat_limit(const ddp_rdzv_coord_t *c)
+/* The keep-alive limit: a member silent this long (s) is lost. */
+static double beat_limit(const ddp_rdzv_coord_t *c)
 {
     return c->cfg->rdzv_conf.keep_alive_interval * c->cfg->rdzv_conf.keep_alive_max_attempt;
 }
 
-void ddp_rdzv_coord_refuse(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char *message)
+/* Sends joined member `m` away alone (status 5, `message` on its side), the job left as it
+ * is: a launcher that does not belong to the running job. */
+static void refuse(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const char *message)
 {
     ddp_rdzv_verdict_t end = {.kind = DDP_RDZV_VERDICT_END, .exit_code = DDP_EXIT_RDZV_FAILED};
     snprintf(end.message, sizeof end.message, "%s", message);
@@ -440,7 +444,7 @@ static void refuse_misfit_spare(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m)
                        "with that node's global ranks, every other node keeping its own (give "
                        "a spare the --nproc-per-node of the nodes it may replace)",
                        m->join.nproc, ddp_buf_str(&counts)) == 0)
-        ddp_rdzv_coord_refuse(c, m, ddp_buf_str(&why));
+        refuse(c, m, ddp_buf_str(&why));
     ddp_buf_free(&why);
     ddp_buf_free(&counts);
 }
@@ -554,7 +558,7 @@ static bool admit_flags(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdz
     if (!same && formed) {
         ddp_buf_puts(&why, "; it is not part of that job (another job or Slurm step on the same "
                            "store? give each its own --master-port and --rdzv-id)");
-        ddp_rdzv_coord_refuse(c, m, ddp_buf_str(&why));
+        refuse(c, m, ddp_buf_str(&why));
     } else if (!same) {
         job_over(c, DDP_EXIT_RDZV_FAILED, "%s", ddp_buf_str(&why));
         publish_assign(c, m, &c->end);
@@ -737,7 +741,7 @@ static void revive(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, bool joining)
     snprintf(out.message, sizeof out.message,
              "node rank %d went to another launcher (%s) while this one was silent past the "
              "keep-alive limit (%g s)",
-             m->join.node_rank, taker->id, ddp_rdzv_coord_beat_limit(c));
+             m->join.node_rank, taker->id, beat_limit(c));
     publish_assign(c, m, &out);
 }
 
@@ -811,7 +815,7 @@ static void on_close(void *ctx, void *tag)
 static void check_liveness(ddp_rdzv_coord_t *c, double now)
 {
     bool late = c->last_tick > 0 && now - c->last_tick > LATE_TICK;
-    double limit = ddp_rdzv_coord_beat_limit(c);
+    double limit = beat_limit(c);
     for (size_t i = 0; i < c->nmembers; i++) {
         ddp_rdzv_member_t *m = c->members[i];
         if (m->lost || !m->connected)
@@ -1016,6 +1020,12 @@ static void on_timer_closed(uv_handle_t *handle)
     free(c);
 }
 
+/* What the backends may ask of the coordinator (backend.h). */
+static const ddp_rdzv_coord_services_t services = {
+    .beat_limit = beat_limit,
+    .refuse = refuse,
+};
+
 int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
                          const ddp_launch_config_t *cfg, const ddp_log_t *log, const char *own_id,
                          ddp_rdzv_coord_t **out)
@@ -1028,6 +1038,7 @@ int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
     c->cfg = cfg;
     c->log = log;
     c->backend = ddp_config_dynamic(cfg) ? &ddp_rdzv_c10d_backend : &ddp_rdzv_static_backend;
+    c->services = &services;
     snprintf(c->own_id, sizeof c->own_id, "%s", own_id);
     ddp_rdzv_own_host(cfg, c->host, sizeof c->host);
     ddp_rdzv_key(c->prefix, sizeof c->prefix, cfg->run_id, "%s", "");

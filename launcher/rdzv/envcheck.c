@@ -3,7 +3,6 @@
 
 #include "dl.h"
 #include "env.h"
-#include "rdzv/record.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -200,7 +199,7 @@ static void compare_one(const char *const *records, int n, const char *name, siz
                 ddp_buf_printf(line, "'%s' on node%s ", first, count > 1 ? "s" : "");
             else
                 ddp_buf_printf(line, "unset on node%s ", count > 1 ? "s" : "");
-            ddp_rdzv_format_ranks(line, nodes, n, 4);
+            ddp_buf_runs(line, nodes, n, 4, 0);
         }
     }
     if (*groups > most && *groups <= GROUPS_MAX)

@@ -20,7 +20,7 @@
 #include "host/health.h"
 
 #include "rdzv/envcheck.h"
-#include "spawn/worker_env.h"
+#include "strv.h"
 #include "error.h"
 #include "hash.h"
 #include "io.h"
@@ -29,9 +29,11 @@
 #include <math.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -48,6 +50,81 @@ typedef enum { NODE_CONNECT, NODE_JOIN, NODE_RUN, NODE_STOP, NODE_END } node_pha
 
 /* What a wait ended with (or a negative error). */
 enum { AWAIT_READY = 0, AWAIT_WOKEN = 1, AWAIT_TIMEOUT = 2 };
+
+/* The thread's side of the mailbox with the loop (the loop's is rdzv.c). */
+
+void ddp_rdzv_command(ddp_rdzv_t *r, ddp_rdzv_cmd_t cmd, const ddp_rdzv_world_t *world,
+                      int exit_code, const char *fmt, ...)
+{
+    pthread_mutex_lock(&r->mutex);
+    /* The thread sends at most START, STOP and FINISH a round; a full queue keeps the
+     * last slot for the newest (a FINISH supersedes what is left). */
+    int n = sizeof r->queue / sizeof r->queue[0];
+    if (r->count == n)
+        r->count--;
+    int at = (r->head + r->count++) % n;
+    r->queue[at].cmd = cmd;
+    if (world != NULL)
+        r->queue[at].world = *world;
+    r->queue[at].exit_code = exit_code;
+    r->queue[at].message[0] = '\0';
+    if (fmt != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->queue[at].message, sizeof r->queue[at].message, fmt, ap);
+        va_end(ap);
+    }
+    if (!r->closed)
+        uv_async_send(&r->async);
+    pthread_mutex_unlock(&r->mutex);
+}
+
+ddp_rdzv_events_t ddp_rdzv_take_events(ddp_rdzv_t *r)
+{
+    uint64_t count;
+    pthread_mutex_lock(&r->mutex);
+    ddp_rdzv_events_t events = r->events;
+    bool quit = r->events.quit;
+    memset(&r->events, 0, sizeof r->events);
+    r->events.quit = quit; /* stays: every later look sees it */
+    /* Empty the eventfd under the mutex: a post after this makes it readable again. */
+    while (read(r->wake_fd, &count, sizeof count) < 0 && errno == EINTR)
+        ;
+    pthread_mutex_unlock(&r->mutex);
+    return events;
+}
+
+bool ddp_rdzv_quitting(ddp_rdzv_t *r)
+{
+    pthread_mutex_lock(&r->mutex);
+    bool quit = r->events.quit;
+    pthread_mutex_unlock(&r->mutex);
+    return quit;
+}
+
+bool ddp_rdzv_ending(ddp_rdzv_t *r)
+{
+    pthread_mutex_lock(&r->mutex);
+    bool ending = r->events.quit || r->events.aborted || r->events.leave[0] != '\0';
+    pthread_mutex_unlock(&r->mutex);
+    return ending;
+}
+
+void ddp_rdzv_awaiting_stop(ddp_rdzv_t *r, bool awaits)
+{
+    pthread_mutex_lock(&r->mutex);
+    r->awaits_stop = awaits;
+    pthread_mutex_unlock(&r->mutex);
+}
+
+int ddp_rdzv_take_pause_request(ddp_rdzv_t *r)
+{
+    pthread_mutex_lock(&r->mutex);
+    int request = r->events.pause_request;
+    r->events.pause_request = 0;
+    pthread_mutex_unlock(&r->mutex);
+    return request;
+}
 
 /* The store failed us mid-job: this node ends (status 5), saying what failed on the
  * connection that failed (the waiter's, when await_keys said so). */
@@ -639,10 +716,12 @@ static checked_t healthy_to_join(ddp_rdzv_t *r, const char *before)
     const ddp_launch_config_t *cfg = r->cfg;
     ddp_health_ctx_t ctx = {.guard_fd = r->guard_fd, .cancel_fd = r->end_fd};
     bool ignored = false;
-    if (!ddp_health_checks_apply(cfg))
+    ddp_health_spec_t spec;
+    ddp_config_health_spec(cfg, &spec);
+    if (!ddp_health_checks_apply(&spec))
         return CHECKED_HEALTHY;
     ddp_buf_t why = DDP_BUF_INIT;
-    int rc = ddp_health_check(cfg, &ctx, &why);
+    int rc = ddp_health_check(&spec, &ctx, &why);
     if (rc == -ECANCELED) {
         ddp_buf_free(&why);
         (void)take_posts(r, NULL, &ignored);

@@ -3,11 +3,13 @@
 #ifndef DDP_LAUNCHER_RDZV_NODE_H
 #define DDP_LAUNCHER_RDZV_NODE_H
 
-#include "rdzv/rdzv.h"
+#include "config/config.h"
+#include "log.h"
 #include "rdzv/record.h"
 #include "store_client.h"
 
 #include <pthread.h>
+#include <uv.h>
 
 /* What the loop has posted since the thread last looked. */
 typedef struct {
@@ -22,6 +24,8 @@ typedef struct {
     int pause_request;  /* Ctrl-Z here: 1 pause the job, 2 it continued; 0 none (the last) */
     char leave[400];    /* this launcher leaves the job alone: why; "" it does not */
 } ddp_rdzv_events_t;
+
+typedef struct ddp_rdzv_s ddp_rdzv_t;
 
 struct ddp_rdzv_s {
     const ddp_launch_config_t *cfg;
@@ -80,14 +84,11 @@ struct ddp_rdzv_s {
     bool waiter_failed;         /* the store was lost on the waiter (its error says why) */
 };
 
-/* Thread side: the pause request posted since the last look (1 pause, 2 resume), or 0;
- * taken alone, the other posts left for later. */
-int ddp_rdzv_take_pause_request(ddp_rdzv_t *r);
-
 /* The thread's body (rdzv/node.c). */
 void *ddp_rdzv_node_run(void *arg);
 
-/* Thread side of the mailbox (rdzv.c). */
+/* The thread's side of the mailbox (node.c; the loop's is rdzv.c). A command for the loop,
+ * queued and signalled. */
 void ddp_rdzv_command(ddp_rdzv_t *r, ddp_rdzv_cmd_t cmd, const ddp_rdzv_world_t *world,
                       int exit_code, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Takes what the loop has posted (and empties the wake fd). */
@@ -97,5 +98,8 @@ bool ddp_rdzv_quitting(ddp_rdzv_t *r);
 bool ddp_rdzv_ending(ddp_rdzv_t *r);
 /* Whether a STOPPED post is to wake the thread (see awaits_stop). */
 void ddp_rdzv_awaiting_stop(ddp_rdzv_t *r, bool awaits);
+/* The pause request posted since the last look (1 pause, 2 resume), or 0; taken alone,
+ * the other posts left for later. */
+int ddp_rdzv_take_pause_request(ddp_rdzv_t *r);
 
 #endif

@@ -1,82 +1,19 @@
-/* The rendezvous thread and its mailbox with the agent's loop (see rdzv.h): commands go
- * to the loop through a uv_async, events come back under a mutex with an eventfd that
- * wakes the thread's store waits. The thread's own work is in rdzv/node.c. */
+/* The loop's side of a launcher's rendezvous (see rdzv.h): the thread started and ended,
+ * events posted to it under the mutex with an eventfd that wakes its store waits, and the
+ * commands it hands back through a uv_async taken. The thread's side is rdzv/node.c. */
+#include "rdzv/rdzv.h"
+
 #include "rdzv/node.h"
-#include "spawn/worker_env.h"
+#include "strv.h"
 
 #include "error.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
-void ddp_rdzv_command(ddp_rdzv_t *r, ddp_rdzv_cmd_t cmd, const ddp_rdzv_world_t *world,
-                      int exit_code, const char *fmt, ...)
-{
-    pthread_mutex_lock(&r->mutex);
-    /* The thread sends at most START, STOP and FINISH a round; a full queue keeps the
-     * last slot for the newest (a FINISH supersedes what is left). */
-    int n = sizeof r->queue / sizeof r->queue[0];
-    if (r->count == n)
-        r->count--;
-    int at = (r->head + r->count++) % n;
-    r->queue[at].cmd = cmd;
-    if (world != NULL)
-        r->queue[at].world = *world;
-    r->queue[at].exit_code = exit_code;
-    r->queue[at].message[0] = '\0';
-    if (fmt != NULL) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(r->queue[at].message, sizeof r->queue[at].message, fmt, ap);
-        va_end(ap);
-    }
-    if (!r->closed)
-        uv_async_send(&r->async);
-    pthread_mutex_unlock(&r->mutex);
-}
-
-ddp_rdzv_events_t ddp_rdzv_take_events(ddp_rdzv_t *r)
-{
-    uint64_t count;
-    pthread_mutex_lock(&r->mutex);
-    ddp_rdzv_events_t events = r->events;
-    bool quit = r->events.quit;
-    memset(&r->events, 0, sizeof r->events);
-    r->events.quit = quit; /* stays: every later look sees it */
-    /* Empty the eventfd under the mutex: a post after this makes it readable again. */
-    while (read(r->wake_fd, &count, sizeof count) < 0 && errno == EINTR)
-        ;
-    pthread_mutex_unlock(&r->mutex);
-    return events;
-}
-
-bool ddp_rdzv_quitting(ddp_rdzv_t *r)
-{
-    pthread_mutex_lock(&r->mutex);
-    bool quit = r->events.quit;
-    pthread_mutex_unlock(&r->mutex);
-    return quit;
-}
-
-bool ddp_rdzv_ending(ddp_rdzv_t *r)
-{
-    pthread_mutex_lock(&r->mutex);
-    bool ending = r->events.quit || r->events.aborted || r->events.leave[0] != '\0';
-    pthread_mutex_unlock(&r->mutex);
-    return ending;
-}
-
-void ddp_rdzv_awaiting_stop(ddp_rdzv_t *r, bool awaits)
-{
-    pthread_mutex_lock(&r->mutex);
-    r->awaits_stop = awaits;
-    pthread_mutex_unlock(&r->mutex);
-}
 
 /* Wakes the thread (under the mutex). */
 static void wake(ddp_rdzv_t *r)
@@ -228,15 +165,6 @@ void ddp_rdzv_post_pause(ddp_rdzv_t *r, bool pause)
     r->events.pause_request = pause ? 1 : 2;
     wake(r);
     pthread_mutex_unlock(&r->mutex);
-}
-
-int ddp_rdzv_take_pause_request(ddp_rdzv_t *r)
-{
-    pthread_mutex_lock(&r->mutex);
-    int request = r->events.pause_request;
-    r->events.pause_request = 0;
-    pthread_mutex_unlock(&r->mutex);
-    return request;
 }
 
 bool ddp_rdzv_straggler_named(ddp_rdzv_t *r)

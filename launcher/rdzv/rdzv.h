@@ -17,45 +17,11 @@
 
 #include "config/config.h"
 #include "log.h"
+#include "rdzv/record.h"
 
 #include <uv.h>
 
 typedef struct ddp_rdzv_s ddp_rdzv_t;
-
-typedef enum {
-    DDP_RDZV_CMD_NONE,
-    DDP_RDZV_CMD_START,  /* start the workers of `world` */
-    DDP_RDZV_CMD_STOP,   /* another node failed (message): stop the workers */
-    DDP_RDZV_CMD_FINISH, /* the job is over: exit with `exit_code` (message: why) */
-    /* A hang report (hang.h): another node asks for this node's rows (post them with
-     * ddp_rdzv_post_hang); this node reports and every node's rows are in (take them with
-     * ddp_rdzv_take_hang_rows); or this node's rows are in the store and another node
-     * reports. */
-    DDP_RDZV_CMD_HANG,
-    DDP_RDZV_CMD_HANG_REPORT,
-    DDP_RDZV_CMD_HANG_DONE,
-    /* A node was stopped (Ctrl-Z there; message: which): stop the workers; it continued:
-     * continue them. The exit code is 1 when that node is this one. */
-    DDP_RDZV_CMD_PAUSE,
-    DDP_RDZV_CMD_CONTINUE,
-} ddp_rdzv_cmd_t;
-
-typedef struct {
-    int round;       /* the rendezvous round: its store keys */
-    int restarts;    /* TORCHELASTIC_RESTART_COUNT: rounds begun after a failure */
-    int node_rank;   /* GROUP_RANK: given (static) or assigned (c10d) */
-    int nnodes;      /* GROUP_WORLD_SIZE */
-    int rank_offset; /* the global rank of this node's local rank 0 */
-    int world_size;  /* the workers of every node */
-    int nenv;        /* node 0's --env entries (at the store's key env; none: not read) */
-} ddp_rdzv_world_t;
-
-typedef enum {
-    DDP_RDZV_EV_FAILED,    /* a local worker failed (message): the round must stop */
-    DDP_RDZV_EV_STOPPED,   /* after a failure, every local worker has ended */
-    DDP_RDZV_EV_SUCCEEDED, /* every local worker of the round succeeded */
-    DDP_RDZV_EV_ABORT,     /* this launcher ends (ddp_rdzv_post_abort): so does the job */
-} ddp_rdzv_event_t;
 
 /* Starts the thread of the launcher whose id is `id` (ddp_rdzv_launcher_id; copied).
  * `on_command` runs on the loop when a command is ready (take it with ddp_rdzv_take).

@@ -184,29 +184,3 @@ bool ddp_rdzv_report_parse(const void *text, size_t len, ddp_rdzv_report_t *out)
     *out = r;
     return true;
 }
-
-void ddp_rdzv_format_ranks(ddp_buf_t *out, const bool *present, int n, int most)
-{
-    ddp_rdzv_format_ranks_from(out, present, n, most, 0);
-}
-
-void ddp_rdzv_format_ranks_from(ddp_buf_t *out, const bool *present, int n, int most, int base)
-{
-    int runs = 0;
-    for (int i = 0; i < n; i++) {
-        if (present[i])
-            continue;
-        int last = i;
-        while (last + 1 < n && !present[last + 1])
-            last++;
-        if (runs == most) {
-            ddp_buf_puts(out, ", ...");
-            return;
-        }
-        ddp_buf_printf(out, "%s%d", runs ? ", " : "", base + i);
-        if (last > i)
-            ddp_buf_printf(out, "-%d", base + last);
-        runs++;
-        i = last;
-    }
-}

@@ -32,13 +32,50 @@
 #define DDP_LAUNCHER_RDZV_RECORD_H
 
 #include "buf.h"
-#include "rdzv/rdzv.h"
+#include "config/config.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 
 #define DDP_RDZV_ID_MAX  96
 #define DDP_RDZV_MSG_MAX 1536
+
+/* The words of the mailbox between a launcher's loop and its rendezvous thread (rdzv.h):
+ * the commands the thread hands the loop, the world of a round, the events the loop posts. */
+typedef enum {
+    DDP_RDZV_CMD_NONE,
+    DDP_RDZV_CMD_START,  /* start the workers of `world` */
+    DDP_RDZV_CMD_STOP,   /* another node failed (message): stop the workers */
+    DDP_RDZV_CMD_FINISH, /* the job is over: exit with `exit_code` (message: why) */
+    /* A hang report (hang.h): another node asks for this node's rows (post them with
+     * ddp_rdzv_post_hang); this node reports and every node's rows are in (take them with
+     * ddp_rdzv_take_hang_rows); or this node's rows are in the store and another node
+     * reports. */
+    DDP_RDZV_CMD_HANG,
+    DDP_RDZV_CMD_HANG_REPORT,
+    DDP_RDZV_CMD_HANG_DONE,
+    /* A node was stopped (Ctrl-Z there; message: which): stop the workers; it continued:
+     * continue them. The exit code is 1 when that node is this one. */
+    DDP_RDZV_CMD_PAUSE,
+    DDP_RDZV_CMD_CONTINUE,
+} ddp_rdzv_cmd_t;
+
+typedef struct {
+    int round;       /* the rendezvous round: its store keys */
+    int restarts;    /* TORCHELASTIC_RESTART_COUNT: rounds begun after a failure */
+    int node_rank;   /* GROUP_RANK: given (static) or assigned (c10d) */
+    int nnodes;      /* GROUP_WORLD_SIZE */
+    int rank_offset; /* the global rank of this node's local rank 0 */
+    int world_size;  /* the workers of every node */
+    int nenv;        /* node 0's --env entries (at the store's key env; none: not read) */
+} ddp_rdzv_world_t;
+
+typedef enum {
+    DDP_RDZV_EV_FAILED,    /* a local worker failed (message): the round must stop */
+    DDP_RDZV_EV_STOPPED,   /* after a failure, every local worker has ended */
+    DDP_RDZV_EV_SUCCEEDED, /* every local worker of the round succeeded */
+    DDP_RDZV_EV_ABORT,     /* this launcher ends (ddp_rdzv_post_abort): so does the job */
+} ddp_rdzv_event_t;
 
 /* This node's name in the rendezvous (its messages, its id): --local-addr, else its host
  * name, into host[cap]. */
@@ -101,10 +138,5 @@ typedef struct {
 
 int ddp_rdzv_report_format(const ddp_rdzv_report_t *report, ddp_buf_t *out);
 bool ddp_rdzv_report_parse(const void *text, size_t len, ddp_rdzv_report_t *out);
-
-/* Appends the i in [0, n) with present[i] false as runs, "1-3, 5, 9", naming at most
- * `most` runs (then ", ..."); _from names them base + i. */
-void ddp_rdzv_format_ranks(ddp_buf_t *out, const bool *present, int n, int most);
-void ddp_rdzv_format_ranks_from(ddp_buf_t *out, const bool *present, int n, int most, int base);
 
 #endif

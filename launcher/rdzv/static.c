@@ -81,7 +81,7 @@ static bool static_waiting(ddp_rdzv_coord_t *c, double now, ddp_buf_t *status)
     for (int i = 0; i < n; i++)
         here[i] = c->holders[i] != NULL && c->holders[i]->joined && !c->holders[i]->lost;
     ddp_buf_t missing = DDP_BUF_INIT;
-    ddp_rdzv_format_ranks(&missing, here, n, 20);
+    ddp_buf_runs(&missing, here, n, 20, 0);
     free(here);
     if (expired)
         ddp_buf_printf(status,
@@ -102,7 +102,7 @@ static bool static_waiting(ddp_rdzv_coord_t *c, double now, ddp_buf_t *status)
  * alive after the keep-alive limit makes it a duplicate. */
 static int static_tick(ddp_rdzv_coord_t *c, double now, ddp_buf_t *why)
 {
-    double limit = ddp_rdzv_coord_beat_limit(c) + 0.5;
+    double limit = c->services->beat_limit(c) + 0.5;
     for (size_t i = 0; i < c->nmembers && c->npending > 0; i++) {
         ddp_rdzv_member_t *m = c->members[i];
         if (!m->joined || m->dup_since < 0)
@@ -120,7 +120,7 @@ static int static_tick(ddp_rdzv_coord_t *c, double now, ddp_buf_t *why)
                      "launcher is not part of that job (another job or Slurm step on the same "
                      "store? give each its own --master-port and --rdzv-id)",
                      rank, c->cfg->run_id, holder->id, holder->join.host);
-            ddp_rdzv_coord_refuse(c, m, message);
+            c->services->refuse(c, m, message);
         } else if (now - m->dup_since > limit) {
             ddp_buf_printf(why,
                            "node rank %d is taken: another launcher (%s) joined with "

@@ -1,12 +1,12 @@
-/* Worker argv and environment (see worker_spec.h). */
+/* A worker's argv and environment (see worker_env.h). */
 #include "spawn/worker_env.h"
 
 #include "buf.h"
+#include "config/torch_version.h"
 #include "env.h"
 #include "host/signals.h"
 #include "host/proc.h"
 #include "template.h"
-#include "config/torch_version.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -15,30 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-char **ddp_strv_copy(char *const *strv)
-{
-    size_t n = 0;
-    while (strv != NULL && strv[n] != NULL)
-        n++;
-    char **copy = calloc(n + 1, sizeof *copy);
-    for (size_t i = 0; copy != NULL && i < n; i++) {
-        if ((copy[i] = strdup(strv[i])) == NULL) {
-            ddp_strv_free(copy);
-            return NULL;
-        }
-    }
-    return copy;
-}
-
-void ddp_strv_free(char **strv)
-{
-    if (strv == NULL)
-        return;
-    for (char **p = strv; *p != NULL; p++)
-        free(*p);
-    free(strv);
-}
 
 int ddp_substitute_local_rank(const char *arg, int local_rank, char **out)
 {
@@ -146,22 +122,6 @@ __attribute__((format(printf, 3, 4))) static void add_var(env_builder_t *eb, ddp
     if (r >= 0)
         free(value);
     push(eb, entry);
-}
-
-int ddp_worker_torch_version(const ddp_launch_config_t *cfg, char *const *envp, char *where,
-                             size_t cap)
-{
-    char *python = NULL;
-    if (where != NULL && cap > 0)
-        where[0] = '\0';
-    if ((!cfg->run_path && cfg->no_python) ||
-        ddp_proc_find(cfg->python_exec, ddp_env_lookup(envp, ddp_env_name(DDP_ENV_PATH)),
-                      &python) != 0)
-        return 0;
-    int version = ddp_torch_version(python, ddp_env_lookup(envp, ddp_env_name(DDP_ENV_PYTHONPATH)),
-                                    ddp_env_lookup(envp, ddp_env_name(DDP_ENV_HOME)), where, cap);
-    free(python);
-    return version;
 }
 
 /* The variables torchrun sets only when the user has not. */

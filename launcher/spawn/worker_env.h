@@ -2,11 +2,12 @@
  *
  * Pure functions of the config and the worker's place in the job, shared by the
  * agent (which spawns) and --dry-run (which prints). Arrays returned here are
- * NULL-terminated and owned by the caller (ddp_strv_free). */
+ * NULL-terminated and owned by the caller (ddp_strv_free, strv.h). */
 #ifndef DDP_LAUNCHER_SPAWN_WORKER_ENV_H
 #define DDP_LAUNCHER_SPAWN_WORKER_ENV_H
 
 #include "config/config.h"
+#include "strv.h"
 
 typedef struct ddp_worker_info_s {
     int local_rank, rank, local_world_size, world_size;
@@ -24,11 +25,6 @@ typedef struct ddp_worker_info_s {
     int torch_version;         /* the workers' torch (DDP_TORCH_VERSION), 0: unknown */
     const char *timer_file;    /* TORCHELASTIC_TIMER_FILE: the watchdog's FIFO; or NULL */
 } ddp_worker_info_t;
-
-/* The torch the workers' Python imports (torch_version.h), where they run Python (not
- * --no-python): 0 where unknown. `where` (cap bytes) gets its version file or "". */
-int ddp_worker_torch_version(const ddp_launch_config_t *cfg, char *const *envp, char *where,
-                             size_t cap);
 
 /* The folder holding the ddp_launch Python package (ddp_launch.step(), the zygote) that
  * came with this launcher: ../share/ddp-launch/python from its own folder when installed,
@@ -70,10 +66,5 @@ int ddp_worker_env_merge(char *const *base, char *const *added, char ***out);
 
 /* The name torchrun gives the job in its report: the script (or module). */
 const char *ddp_worker_entry_name(const ddp_launch_config_t *cfg);
-
-void ddp_strv_free(char **strv);
-
-/* A deep copy of `strv` (NULL: an empty list), or NULL when out of memory. */
-char **ddp_strv_copy(char *const *strv);
 
 #endif

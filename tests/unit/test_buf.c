@@ -42,11 +42,28 @@ static void test_steal(void **state)
     free(s);
 }
 
+/* The places not skipped, as runs, capped. */
+static void test_runs(void **state)
+{
+    bool skip[10] = {true, false, false, false, true, false, true, true, true, false};
+    ddp_buf_t out = DDP_BUF_INIT;
+    ddp_buf_runs(&out, skip, 10, 20, 0);
+    assert_string_equal(ddp_buf_str(&out), "1-3, 5, 9");
+    ddp_buf_clear(&out);
+    ddp_buf_runs(&out, skip, 10, 2, 0);
+    assert_string_equal(ddp_buf_str(&out), "1-3, 5, ...");
+    ddp_buf_clear(&out);
+    ddp_buf_runs(&out, skip, 10, 20, 100); /* from base on */
+    assert_string_equal(ddp_buf_str(&out), "101-103, 105, 109");
+    ddp_buf_free(&out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_append_grow_and_terminate),
         cmocka_unit_test(test_steal),
+        cmocka_unit_test(test_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

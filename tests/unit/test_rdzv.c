@@ -14,6 +14,7 @@
 #include "io.h"
 #include "rdzv/coord.h"
 #include "rdzv/node.h"
+#include "rdzv/rdzv.h"
 #include "rdzv/record.h"
 #include "store_client.h"
 #include "store/server.h"
@@ -348,18 +349,6 @@ static void test_records_refuse_garbage(void **state)
     ddp_rdzv_report_t r;
     assert_false(ddp_rdzv_report_parse("0 maybe x", 9, &r));
     assert_false(ddp_rdzv_report_parse("-1 failed x", 11, &r));
-}
-
-static void test_format_ranks(void **state)
-{
-    bool here[10] = {true, false, false, false, true, false, true, true, true, false};
-    ddp_buf_t out = DDP_BUF_INIT;
-    ddp_rdzv_format_ranks(&out, here, 10, 20);
-    assert_string_equal(ddp_buf_str(&out), "1-3, 5, 9");
-    ddp_buf_clear(&out);
-    ddp_rdzv_format_ranks(&out, here, 10, 2);
-    assert_string_equal(ddp_buf_str(&out), "1-3, 5, ...");
-    ddp_buf_free(&out);
 }
 
 /* Static rendezvous. */
@@ -1109,9 +1098,9 @@ static bool woken(const ddp_rdzv_t *r)
     return poll(&pfd, 1, 0) == 1;
 }
 
-/* The mailbox (rdzv.c) without its thread: the end of the old workers (STOPPED) wakes
- * the thread only while it waits for that end; every other post wakes it at once. A
- * post that did not wake is still taken with the next look. */
+/* The mailbox (rdzv.c the loop's side, node.c the thread's) without its thread: the end of the old
+ * workers (STOPPED) wakes the thread only while it waits for that end; every other post wakes it at
+ * once. A post that did not wake is still taken with the next look. */
 static void test_mailbox_stopped_wakes_only_when_awaited(void **state)
 {
     (void)state;
@@ -1149,7 +1138,6 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_records_parse_what_they_format),
         cmocka_unit_test(test_records_refuse_garbage),
-        cmocka_unit_test(test_format_ranks),
         cmocka_unit_test(test_static_forms_in_node_order),
         cmocka_unit_test(test_static_lost_node),
         cmocka_unit_test(test_silent_node_lost),
