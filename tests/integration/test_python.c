@@ -537,6 +537,47 @@ static void test_warm_restart_proc_shows_the_worker(void **state)
     th_cleanup(&warm);
 }
 
+/* The record worker `rank` printed at `attempt` ("STATE rank R attempt A {...}"), into
+ * out[cap]; false when it printed none. */
+static bool state_record(const th_proc_t *p, int rank, int attempt, char *out, size_t cap)
+{
+    char mark[64];
+    snprintf(mark, sizeof mark, "[default%d]:STATE rank %d attempt %d ", rank, rank, attempt);
+    const char *at = strstr(ddp_buf_str(&p->out), mark);
+    if (at == NULL)
+        return false;
+    at += strlen(mark);
+    snprintf(out, cap, "%.*s", (int)strcspn(at, "\n"), at);
+    return true;
+}
+
+/* One set-up of a worker's process, held for both paths: in one job with --warm-restarts,
+ * attempt 0's workers start cold (spawn/spawn.c) and attempt 1's are forked from the zygote
+ * (worker/python/ddp_launch/_zygote.py), and each rank's record of its process is the same
+ * at both: its session and group, its parent and the parent-death signal, its limits, CPUs
+ * and memory policy, its signal dispositions and mask (Python's and the kernel's), its
+ * descriptors, its environment and command line as /proc shows them, its cwd, umask,
+ * niceness and scheduler (warm_plain.py's process_record). */
+static void test_cold_and_warm_workers_start_alike(void **state)
+{
+    th_proc_t p;
+    run_plain(&p, true, false, "state", NULL, "has imported json");
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "2 of 2 workers of attempt 1 forked") != NULL);
+    for (int rank = 0; rank < 2; rank++) {
+        static char cold[16384], warm[16384];
+        TH_ASSERT(&p, state_record(&p, rank, 0, cold, sizeof cold));
+        TH_ASSERT(&p, state_record(&p, rank, 1, warm, sizeof warm));
+        TH_ASSERT(&p, strstr(cold, "\"pdeathsig\": 9") != NULL);
+        TH_ASSERT(&p, strstr(cold, "\"session leader\": true") != NULL);
+        if (strcmp(cold, warm) != 0) {
+            printf("rank %d cold:\n%s\nwarm:\n%s\n", rank, cold, warm);
+            fail_msg("a warm worker's process differs from a cold one's (rank %d)", rank);
+        }
+    }
+    th_cleanup(&p);
+}
+
 /* warm_plain.py `mode`, 2 workers, --warm-restarts (json) and one restart, with `flag`
  * (may be NULL), started; once its zygote is ready, its pid. file[cap] gets the trigger
  * that lets rank 1 fail. */
@@ -815,6 +856,7 @@ int main(int argc, char **argv)
         TH_TEST(test_warm_restart_zygote_output),
         TH_TEST(test_warm_restart_resets_what_preload_set),
         TH_TEST(test_warm_restart_proc_shows_the_worker),
+        TH_TEST(test_cold_and_warm_workers_start_alike),
         TH_TEST(test_warm_restart_zygote_dies),
         TH_TEST(test_warm_restart_zygote_waits_for_busy_workers),
         TH_TEST(test_warm_restart_zygote_silent),

@@ -1,6 +1,7 @@
 """A plain Python worker (no torch) restarted by ddp-launch, cold or with --warm-restarts.
 
-usage: warm_plain.py raise | hang | show | place | devices | process | proc | spin | marker
+usage: warm_plain.py raise | hang | show | place | devices | process | proc | state | spin |
+       marker
        (or python -m warm_plain ...)
 
 On attempt 0 rank 1 exits 3 (once the file WARM_TRIGGER names exists, where it is set)
@@ -22,9 +23,14 @@ On attempt 1:
          rank 0 sleeps until it is stopped.
   proc   each rank prints PROC with its /proc/self/cmdline and whether its
          /proc/self/environ is its os.environ (what tools that read /proc see).
+With
+  state  on attempts 0 and 1 each rank prints STATE with its attempt and everything its
+         start set up (process_record); on attempt 0 rank 1 then fails (at the trigger)
+         and rank 0 waits to be stopped, on attempt 1 both end well.
 """
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -76,6 +82,72 @@ def proc_view():
     return f"cmdline {[a.decode() for a in args]} environ {same}"
 
 
+def process_record():
+    """Everything a worker's start sets up, as the worker sees it and /proc shows it, in one
+    line: its session and group, its parent and the parent-death signal, its limits, its
+    CPUs and memory policy, its signal dispositions, mask and the kernel's view of them,
+    its descriptors, its environment and command line as /proc shows them, its cwd, umask,
+    niceness and scheduler. What differs by the attempt alone (its number, its directory)
+    is written as N."""
+    import ctypes
+    import resource
+    libc = ctypes.CDLL(None, use_errno=True)
+    pdeathsig = ctypes.c_int(-1)
+    libc.prctl(2, ctypes.byref(pdeathsig), 0, 0, 0)  # PR_GET_PDEATHSIG
+    pid = os.getpid()
+
+    def same_attempt(text):
+        return re.sub(r"attempt_\d+", "attempt_N", text)
+
+    status = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("SigBlk", "SigIgn", "SigCgt", "Cpus_allowed_list", "Mems_allowed_list",
+                       "NoNewPrivs", "Seccomp", "CapInh", "CapPrm", "CapEff", "CapBnd"):
+                status[key] = value.strip()
+    with open("/proc/self/numa_maps") as f:
+        policy = f.readline().split()[1]
+    fds = {}
+    for fd in sorted(os.listdir("/proc/self/fd"), key=int):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the listing's own, closed by now
+        fds[fd] = same_attempt(re.sub(r"^(pipe|socket):\[\d+\]$", r"\1", target))
+    with open("/proc/self/cmdline", "rb") as f:
+        cmdline = [a.decode() for a in f.read().split(b"\0")[:-1]]
+    with open("/proc/self/environ", "rb") as f:
+        environ = sorted(same_attempt(e.decode(errors="replace"))
+                         for e in f.read().split(b"\0")[:-1])
+    environ = [re.sub(r"^TORCHELASTIC_RESTART_COUNT=\d+$", "TORCHELASTIC_RESTART_COUNT=N", e)
+               for e in environ]
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return json.dumps({
+        "session leader": os.getsid(0) == pid,
+        "group leader": os.getpgid(0) == pid,
+        "parent": os.getppid(),
+        "pdeathsig": pdeathsig.value,
+        "rlimits": {name: resource.getrlimit(getattr(resource, name))
+                    for name in sorted(dir(resource)) if name.startswith("RLIMIT_")},
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "memory policy": policy,
+        "status": status,
+        "signals": {s.name: str(signal.getsignal(s)) for s in signal.Signals
+                    if s not in (signal.SIGKILL, signal.SIGSTOP)},
+        "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        "fds": fds,
+        "environ": environ,
+        "environ is os.environ": len(environ) == len(os.environb),
+        "cmdline": cmdline,
+        "cwd": os.getcwd(),
+        "umask": oct(umask),
+        "nice": os.nice(0),
+        "scheduler": os.sched_getscheduler(0),
+    }, sort_keys=True)
+
+
 def stopped_after_rank_1():
     """process: rank 0 says so and waits to be stopped; rank 1 fails once rank 0 said so."""
     mark = os.environ["WARM_TRIGGER"] + ".printed"
@@ -98,7 +170,15 @@ def spin():
     print("RESTING", flush=True)
 
 
-if sys.argv[1] == "marker":
+if sys.argv[1] == "state":
+    print(f"STATE rank {rank} attempt {attempt} {process_record()}", flush=True)
+    if attempt == 1:
+        sys.exit(0)
+    if rank == 1:
+        wait_for_trigger()
+        sys.exit(3)
+    time.sleep(60)
+elif sys.argv[1] == "marker":
     if os.path.exists(os.environ["WARM_TRIGGER"]):
         print(f"DONE group rank {os.environ['GROUP_RANK']} rank {rank}", flush=True)
         sys.exit(0)
