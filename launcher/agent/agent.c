@@ -402,10 +402,10 @@ static void clear_failures(ddp_agent_t *a)
 static int group_start(ddp_agent_t *a);
 static int start_workers(ddp_agent_t *a);
 
-static void group_finished_after_leftovers(ddp_agent_t *a);
+static void group_ended_after_leftovers(ddp_agent_t *a);
 
 /* Every worker of the attempt has ended: clean up the groups and decide what next. */
-static void group_finished(ddp_agent_t *a)
+static void group_ended(ddp_agent_t *a)
 {
     uv_timer_stop(&a->kill_timer);
     ddp_end_notes_stop(a->notes);
@@ -416,7 +416,7 @@ static void group_finished(ddp_agent_t *a)
     ddp_store_waits_stop(a->waits);
     if (ddp_leftovers_end(a->leftovers))
         return; /* ops->leftovers_done goes on */
-    group_finished_after_leftovers(a);
+    group_ended_after_leftovers(a);
 }
 
 /* A multi-node job has one failure report, printed by the launcher serving the store: this
@@ -501,7 +501,7 @@ static void act_on(ddp_agent_t *a, const ddp_policy_decision_t *d)
 }
 
 /* The rest of the group's end, once nothing of it is left. */
-static void group_finished_after_leftovers(ddp_agent_t *a)
+static void group_ended_after_leftovers(ddp_agent_t *a)
 {
     /* A signal during the leftovers' grace began a stop with nobody left to stop: its
      * timer must not hold the loop. */
@@ -564,17 +564,17 @@ static bool last_line(const ddp_worker_t *w, char *buf, size_t cap)
 
 /* Worker `w` exited 0 (at `now`, the wall clock's): the attempt's first to, while it runs,
  * is remembered, and who waits for whom is said now and then (agent/end_notes.h). */
-static void worker_finished(ddp_agent_t *a, ddp_worker_t *w, double now)
+static void worker_succeeded(ddp_agent_t *a, ddp_worker_t *w, double now)
 {
     ddp_log_debug(a->g.log, "worker rank %d (local rank %d, pid %d) finished", w->rank,
                   w->local_rank, (int)w->pid);
     w->succeeded = true;
-    if (a->g.state != DDP_AGENT_RUNNING || a->g.first_finished >= 0)
+    if (a->g.state != DDP_AGENT_RUNNING || a->g.first_succeeded >= 0)
         return;
-    a->g.first_finished = ddp_clock_mono();
-    a->g.first_finished_wall = now;
+    a->g.first_succeeded = ddp_clock_mono();
+    a->g.first_succeeded_wall = now;
     if (a->g.nrunning > 0)
-        ddp_end_notes_first_finished(a->notes);
+        ddp_end_notes_first_succeeded(a->notes);
 }
 
 static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now)
@@ -602,7 +602,7 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
     worker_event(a, w, "worker_exited", &fields);
     ddp_buf_free(&fields);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-        worker_finished(a, w, now);
+        worker_succeeded(a, w, now);
         return;
     }
     ddp_failure_t f;
@@ -733,7 +733,7 @@ static void on_blame_timer(uv_timer_t *timer)
         end_blame_wait(a);
         if (a->g.nrunning == 0 &&
             !ddp_hang_watch_reporting(a->hang)) /* killed, all, by that signal */
-            group_finished(a);
+            group_ended(a);
     }
 }
 
@@ -796,12 +796,12 @@ static void on_sigchld(uv_signal_t *handle, int signum)
     } else if (a->g.nfailures > failures_before && a->g.state == DDP_AGENT_RUNNING) {
         /* A collective that timed out: where every rank stands comes first, and the stop
          * waits for the report. */
-        if (!ddp_hang_watch_failed(a->hang, &a->g.failures[failures_before]))
+        if (!ddp_hang_watch_defer_failure(a->hang, &a->g.failures[failures_before]))
             first_failure(a, failures_before);
     }
     if (a->g.nrunning == 0 && !ddp_hang_watch_reporting(a->hang) &&
         a->first_wait != FIRST_FAILURE_SIGNAL)
-        group_finished(a);
+        group_ended(a);
 }
 
 /* A signal after the job ended, while the other nodes read how from our store: the job's
@@ -898,11 +898,11 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
         a->first_wait = FIRST_FAILURE_NOW;
         a->g.state = DDP_AGENT_STOPPING;
         a->g.stop_reason = DDP_STOP_SIGNAL;
-        group_finished(a);
+        group_ended(a);
     } else if (a->g.state == DDP_AGENT_RUNNING) {
         begin_stop(a, send, DDP_STOP_SIGNAL);
         if (reporting && a->g.nrunning == 0) /* every worker ended during the report */
-            group_finished(a);
+            group_ended(a);
     } else {
         /* Already stopping for a failure: the job now ends instead of restarting. A
          * stop that sent this very signal (another node's, forwarded) sends it once. */
@@ -1018,7 +1018,7 @@ static int start_workers(ddp_agent_t *a)
 {
     ddp_end_notes_attempt(a->notes);
     a->g.attempt_began = ddp_clock_wall();
-    a->g.first_finished = -1;
+    a->g.first_succeeded = -1;
     for (int i = 0; i < a->g.nworkers; i++) {
         a->g.workers[i].succeeded = a->g.workers[i].stopped = false;
         free(a->g.workers[i].stopped_error);
@@ -1295,10 +1295,10 @@ static void timer_fired(void *ctx, pid_t pid, int local_rank, const char *scope,
     a->g.workers[local_rank].timer_expired = strdup(scope);
 }
 
-/* A signal ignored by whoever started ddp-launch (nohup: SIGHUP) stays ignored, by it and
- * by its workers (torchrun's handler ends the job on the hangup nohup was to survive);
- * said once, where it would have been handled. */
-static bool kept_ignored(const ddp_agent_t *a, int sig)
+/* Keeps a signal ignored that whoever started ddp-launch ignored (nohup: SIGHUP), by it and
+ * by its workers (torchrun's handler ends the job on the hangup nohup was to survive): true
+ * when it was, said once where it would have been handled. */
+static bool keep_ignored(const ddp_agent_t *a, int sig)
 {
     struct sigaction sa;
     char name[32];
@@ -1362,7 +1362,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
     for (int i = 0; i < a->g.cfg->nsignals; i++) {
         if (passed_signal(a->g.cfg, a->g.cfg->signals[i]))
             continue; /* --forward-signals takes it */
-        if (!a->g.cfg->signals_given && kept_ignored(a, a->g.cfg->signals[i]))
+        if (!a->g.cfg->signals_given && keep_ignored(a, a->g.cfg->signals[i]))
             continue;
         if ((err = uv_signal_start(&a->forwarded[i], on_forwarded_signal, a->g.cfg->signals[i])) !=
             0)
@@ -1373,7 +1373,7 @@ static int setup_loop(ddp_agent_t *a, bool *handles_ready)
             return err;
     }
     for (int i = 0; i < a->nunforwarded; i++) {
-        if (kept_ignored(a, a->unforwarded_sig[i]))
+        if (keep_ignored(a, a->unforwarded_sig[i]))
             continue;
         if ((err = uv_signal_start(&a->unforwarded[i], on_unforwarded_signal,
                                    a->unforwarded_sig[i])) != 0)
@@ -1441,20 +1441,20 @@ static void op_fail_round(ddp_group_t *g, size_t first)
     fail_round(agent_of(g), first);
 }
 
-static void op_group_finished(ddp_group_t *g)
+static void op_group_ended(ddp_group_t *g)
 {
-    group_finished(agent_of(g));
+    group_ended(agent_of(g));
 }
 
 static void op_leftovers_done(ddp_group_t *g)
 {
-    group_finished_after_leftovers(agent_of(g));
+    group_ended_after_leftovers(agent_of(g));
 }
 
 static const ddp_agent_ops_t agent_ops = {
     .stop = op_stop,
     .fail_round = op_fail_round,
-    .group_finished = op_group_finished,
+    .group_ended = op_group_ended,
     .leftovers_done = op_leftovers_done,
 };
 

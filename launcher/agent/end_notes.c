@@ -31,7 +31,7 @@ struct ddp_end_notes_s {
     /* Some workers finished while others run (here, or on other nodes): said after
      * WAIT_NOTE_S, then every WAIT_EVERY_S. */
     uv_timer_t wait_timer;
-    uint64_t *output_at_finish; /* by local rank: its output when the first finished */
+    uint64_t *output_at_success; /* by local rank: its output when the first finished */
     /* When every worker here succeeded and the job went on waiting for other nodes'
      * (monotonic); < 0: not so waiting. */
     double nodes_wait_since;
@@ -42,8 +42,8 @@ static long long oom_kills(char *where, size_t cap);
 int ddp_end_notes_new(ddp_group_t *g, ddp_end_notes_t **out)
 {
     ddp_end_notes_t *n = calloc(1, sizeof *n);
-    if (n == NULL || (n->output_at_finish =
-                          calloc((size_t)g->nworkers + 1, sizeof *n->output_at_finish)) == NULL) {
+    if (n == NULL || (n->output_at_success =
+                          calloc((size_t)g->nworkers + 1, sizeof *n->output_at_success)) == NULL) {
         free(n);
         return -ENOMEM;
     }
@@ -65,7 +65,7 @@ void ddp_end_notes_free(ddp_end_notes_t *n)
 {
     if (n == NULL)
         return;
-    free(n->output_at_finish);
+    free(n->output_at_success);
     free(n);
 }
 
@@ -95,13 +95,13 @@ static void on_wait_timer(uv_timer_t *timer)
     bool silent = true; /* nothing written by those running since the first finished */
     for (int i = 0; i < g->nworkers; i++)
         if (g->workers[i].running &&
-            ddp_group_worker_output(g, &g->workers[i]) != n->output_at_finish[i])
+            ddp_group_worker_output(g, &g->workers[i]) != n->output_at_success[i])
             silent = false;
     /* Silent since: more likely a wait that never ends than work. */
     ddp_log(g->log, silent ? DDP_LOG_WARN : DDP_LOG_INFO,
             "rank%s %s finished; waiting for rank%s %s (still running for %.0f s)%s",
             ndone > 1 ? "s" : "", ddp_buf_str(&done), nrunning > 1 ? "s" : "",
-            ddp_buf_str(&running), ddp_clock_mono() - g->first_finished,
+            ddp_buf_str(&running), ddp_clock_mono() - g->first_succeeded,
             silent
                 ? "; nothing written since the first finished: a rank waiting in a collective for "
                   "a finished one (a loop left early on some ranks, data of uneven length) waits "
@@ -111,12 +111,12 @@ static void on_wait_timer(uv_timer_t *timer)
     ddp_buf_free(&running);
 }
 
-void ddp_end_notes_first_finished(ddp_end_notes_t *n)
+void ddp_end_notes_first_succeeded(ddp_end_notes_t *n)
 {
     const ddp_group_t *g = n->g;
     for (int i = 0; i < g->nworkers; i++)
         if (g->workers[i].running)
-            n->output_at_finish[i] = ddp_group_worker_output(g, &g->workers[i]);
+            n->output_at_success[i] = ddp_group_worker_output(g, &g->workers[i]);
     uv_timer_start(&n->wait_timer, on_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
 }
 
@@ -334,22 +334,22 @@ static void say_left_early(const ddp_group_t *g, double ago, const char *before)
 void ddp_end_notes_left_early(ddp_end_notes_t *n)
 {
     const ddp_group_t *g = n->g;
-    if (n->left_early_said || g->first_finished < 0 || g->nfailures > 0)
+    if (n->left_early_said || g->first_succeeded < 0 || g->nfailures > 0)
         return; /* (this node's report says it) */
-    say_left_early(g, ddp_clock_mono() - g->first_finished, "the round failed on another node");
+    say_left_early(g, ddp_clock_mono() - g->first_succeeded, "the round failed on another node");
     n->left_early_said = true; /* once an attempt */
 }
 
 /* After this node's report: its ranks that finished before the root cause failed. */
-static void say_finished_first(const ddp_end_notes_t *n)
+static void say_succeeded_first(const ddp_end_notes_t *n)
 {
     const ddp_group_t *g = n->g;
-    if (n->left_early_said || g->first_finished < 0 || g->nfailures == 0)
+    if (n->left_early_said || g->first_succeeded < 0 || g->nfailures == 0)
         return;
     const ddp_failure_t *root = &g->failures[ddp_report_root(g->failures, g->nfailures)];
     /* The finish is when its exit was seen, the failure when its error.json was written
      * (else its exit seen): a failure the finish ended comes a moment later, or earlier. */
-    double after = root->timestamp - g->first_finished_wall;
+    double after = root->timestamp - g->first_succeeded_wall;
     char before[64];
     snprintf(before, sizeof before, "rank %d's failure", root->rank);
     if (root->host == NULL && after >= -1.0)
@@ -378,7 +378,7 @@ void ddp_end_notes_report(ddp_end_notes_t *n, bool elsewhere)
     }
     ddp_buf_free(&report);
     say_stderr_tail(g);
-    say_finished_first(n);
+    say_succeeded_first(n);
     say_stopped(g);
     say_if_torch_is_missing(g, python);
 }

@@ -76,7 +76,7 @@ typedef struct {
      * multi-node job, and the group stops. */
     void (*fail_round)(ddp_group_t *g, size_t first);
     /* Every worker of the attempt has ended: the group's end (its leftovers, what next). */
-    void (*group_finished)(ddp_group_t *g);
+    void (*group_ended)(ddp_group_t *g);
     /* The leftovers' grace, or the wait for the GPUs' memory, is over: the group's end
      * goes on. */
     void (*leftovers_done)(ddp_group_t *g);
@@ -123,9 +123,9 @@ struct ddp_group_s {
     int rank_offset, world_size, nnodes, group_rank, restart_count;
     char **job_env;       /* multi-node: node 0's --env entries for this round */
     double attempt_began; /* the wall clock's seconds at the attempt's start */
-    /* When the first worker of the attempt finished while others ran (monotonic, and the
+    /* When the first worker of the attempt succeeded while others ran (monotonic, and the
      * wall clock's seconds for the report); < 0: none. */
-    double first_finished, first_finished_wall;
+    double first_succeeded, first_succeeded_wall;
 
     /* The stop of the attempt. */
     ddp_stop_reason_t stop_reason;
@@ -144,7 +144,7 @@ int ddp_group_signal_worker(const ddp_group_t *g, int i, int sig);
 /* `sig` to the group of every running worker. */
 void ddp_group_signal_running(const ddp_group_t *g, int sig);
 
-/* The global ranks of the workers that run (`running`), else that have finished, as "0-2,
+/* The global ranks of the workers that run (`running`), else that have succeeded, as "0-2,
  * 5", appended to `out`; returns how many. */
 int ddp_group_ranks_where(const ddp_group_t *g, bool running, ddp_buf_t *out);
 

@@ -219,12 +219,10 @@ static void print_report(ddp_hang_watch_t *h, const char *text, ddp_buf_t *verdi
         ddp_log_warn(g->log, "a node's hang rows were malformed: the report holds those before");
     ddp_hang_sort(rows, n);
     ddp_hang_table(rows, n, &table);
-    ddp_hang_verdict(rows, n, verdict);
-    /* No libddp ring to judge by: what found the hang here (--hang-timeout=auto's rank) says
-     * more than the rows. */
-    if (h->cause != DDP_HANG_ASKED &&
-        strncmp(ddp_buf_str(verdict), "no rank runs libddp", 19) == 0 &&
-        strstr(h->why, "--hang-timeout=auto") != NULL) {
+    /* Nothing for the rows to judge by: what found the hang here (--hang-timeout=auto's
+     * rank) says more than they do. */
+    if (ddp_hang_verdict(rows, n, verdict) == DDP_HANG_VERDICT_BLIND &&
+        h->cause == DDP_HANG_STALLED && g->cfg->hang_auto) {
         ddp_buf_clear(verdict);
         ddp_buf_puts(verdict, h->why);
     }
@@ -285,7 +283,7 @@ static void end_report(ddp_hang_watch_t *h, const char *verdict)
         g->ops->stop(g, SIGTERM, DDP_STOP_FAILURE);
     }
     if (g->nrunning == 0)
-        g->ops->group_finished(g);
+        g->ops->group_ended(g);
 }
 
 void ddp_hang_watch_rows(ddp_hang_watch_t *h, const char *rows)
@@ -432,7 +430,7 @@ static bool timed_out(const ddp_group_t *g, const ddp_failure_t *f)
     return ddp_hang_row_from_dir(dir, ddp_clock_wall(), &row) == 0 && row.timed_out;
 }
 
-bool ddp_hang_watch_failed(ddp_hang_watch_t *h, const ddp_failure_t *f)
+bool ddp_hang_watch_defer_failure(ddp_hang_watch_t *h, const ddp_failure_t *f)
 {
     /* A collective that timed out: where every rank stands comes first. */
     if (h->phase == HANG_IDLE && timed_out(h->g, f)) {

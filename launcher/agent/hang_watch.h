@@ -47,7 +47,7 @@ void ddp_hang_watch_begin(ddp_hang_watch_t *h, ddp_hang_cause_t cause, const cha
 /* A worker of the running attempt failed (`f`): a collective timed out begins a report.
  * True when a report is under way: the failure's stop then waits for its end (which
  * fails the round with failures[0]). */
-bool ddp_hang_watch_failed(ddp_hang_watch_t *h, const ddp_failure_t *f);
+bool ddp_hang_watch_defer_failure(ddp_hang_watch_t *h, const ddp_failure_t *f);
 /* The round failed on another node (`message`): true when a report is under way, and the
  * stop waits for its end. */
 bool ddp_hang_watch_defer_remote(ddp_hang_watch_t *h, const char *message);

@@ -139,9 +139,10 @@ static long long progress_file_value(ddp_policy_t *p)
     return value;
 }
 
-/* Whether the attempt that just failed made progress: --progress-file's value went up, or
- * (libddp workers) a collective completed. -1 when neither can tell. */
-static int attempt_progressed(ddp_policy_t *p)
+/* Measures whether the attempt that just failed made progress: 1 when --progress-file's
+ * value went up (kept as the last progress) or (libddp workers) a collective completed, 0
+ * when not, -1 when neither can tell. */
+static int measure_progress(ddp_policy_t *p)
 {
     const ddp_group_t *g = p->g;
     int measured = -1;
@@ -188,9 +189,10 @@ static char *start_failure(const ddp_group_t *g)
     return how;
 }
 
-/* Where nothing tells progress: whether this attempt failed at its start as the one before
- * did (then p->same_failures counts it). */
-static bool failed_the_same_way(ddp_policy_t *p)
+/* Where nothing tells progress: counts this attempt among those in a row that failed the
+ * same way at their start (p->same_failures, p->failed_as); whether it failed as the one
+ * before did. */
+static bool count_same_failures(ddp_policy_t *p)
 {
     char *how = start_failure(p->g);
     bool same = how != NULL && p->failed_as != NULL && strcmp(how, p->failed_as) == 0;
@@ -232,11 +234,11 @@ static void say_budget(ddp_policy_t *p)
 static const char *judge_progress(ddp_policy_t *p, char *message, size_t cap)
 {
     const ddp_launch_config_t *cfg = p->g->cfg;
-    int progressed = attempt_progressed(p);
+    int progressed = measure_progress(p);
     char why[DDP_LAST_LINE_MAX + 200];
     const char *reason = "same_failure_at_start";
     if (progressed < 0) {
-        if (!failed_the_same_way(p) || cfg->max_no_progress <= 0 ||
+        if (!count_same_failures(p) || cfg->max_no_progress <= 0 ||
             p->same_failures < cfg->max_no_progress)
             return NULL;
         p->no_progress = p->same_failures;
@@ -261,9 +263,9 @@ static const char *judge_progress(ddp_policy_t *p, char *message, size_t cap)
     return reason;
 }
 
-/* The job ends with status 6 (every node's, through the rendezvous) when it cannot
- * progress. True when it ends. */
-static bool no_progress(ddp_policy_t *p, ddp_policy_decision_t *d)
+/* Ends the job with status 6 (every node's, through the rendezvous) when it cannot
+ * progress, said with its event. True when it ends. */
+static bool end_without_progress(ddp_policy_t *p, ddp_policy_decision_t *d)
 {
     const ddp_group_t *g = p->g;
     const char *reason = judge_progress(p, d->why, sizeof d->why);
@@ -291,8 +293,9 @@ static void leave(ddp_policy_decision_t *d, const char *why)
     snprintf(d->why, sizeof d->why, "%s", why);
 }
 
-/* --straggler-action=exclude: a rank of this node was named a straggler. */
-static bool straggler_leaves(ddp_policy_t *p, bool named, ddp_policy_decision_t *d)
+/* --straggler-action=exclude: this node leaves when a rank of it was named a straggler
+ * (said, with its event), unless it serves the store. True when it leaves. */
+static bool leave_for_straggler(ddp_policy_t *p, bool named, ddp_policy_decision_t *d)
 {
     const ddp_group_t *g = p->g;
     if (!g->cfg->straggler_exclude || !(named || ddp_rdzv_straggler_named(g->rdzv)))
@@ -314,15 +317,16 @@ static bool straggler_leaves(ddp_policy_t *p, bool named, ddp_policy_decision_t 
     return true;
 }
 
-/* --exclude-after=K: a node whose own workers failed in K rounds in a row leaves the job (a
- * hot spare, or the elastic rules, take its place). True when it leaves. */
-static bool excluded(ddp_policy_t *p, bool straggler_named, ddp_policy_decision_t *d)
+/* --exclude-after=K: counts the rounds in a row this node's own workers failed in; at K it
+ * leaves the job (a hot spare, or the elastic rules, take its place). True when it
+ * leaves. */
+static bool leave_if_excluded(ddp_policy_t *p, bool straggler_named, ddp_policy_decision_t *d)
 {
     const ddp_group_t *g = p->g;
     const ddp_launch_config_t *cfg = g->cfg;
     if (g->rdzv == NULL)
         return false;
-    if (straggler_leaves(p, straggler_named, d))
+    if (leave_for_straggler(p, straggler_named, d))
         return true;
     p->failed_rounds = g->nfailures > 0 ? p->failed_rounds + 1 : 0;
     if (cfg->exclude_after <= 0 || p->failed_rounds < cfg->exclude_after)
@@ -345,7 +349,7 @@ static bool excluded(ddp_policy_t *p, bool straggler_named, ddp_policy_decision_
 
 bool ddp_policy_judge(ddp_policy_t *p, bool straggler_named, ddp_policy_decision_t *d)
 {
-    return no_progress(p, d) || excluded(p, straggler_named, d);
+    return end_without_progress(p, d) || leave_if_excluded(p, straggler_named, d);
 }
 
 int ddp_policy_failure_status(const ddp_group_t *g)

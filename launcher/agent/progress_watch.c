@@ -186,9 +186,10 @@ typedef struct {
     bool busy;
 } auto_look_t;
 
-/* Whether `quiet` seconds without progress are past a rank's `limit`; the ticks come at
- * least as often as the shortest limit judged. */
-static bool past_limit(ddp_progress_watch_t *p, double quiet, double limit)
+/* Checks `quiet` seconds without progress (a Ctrl-Z's stop aside) against a rank's
+ * `limit`, and keeps the shortest limit judged (the ticks come at least as often): whether
+ * it is past. */
+static bool check_limit(ddp_progress_watch_t *p, double quiet, double limit)
 {
     double resumed_at = ddp_pause_resumed_at(p->pause);
     double since_resumed = ddp_clock_mono() - resumed_at;
@@ -248,7 +249,7 @@ static void judge_steps(ddp_progress_watch_t *p, int i, const ddp_progress_ring_
         since = last > 0 ? (double)last / 1e9 : p->window_start;
     }
     bool waits = p->workers[i].waits_since_ns > 0;
-    if (!past_limit(p, now - since, limit)) {
+    if (!check_limit(p, now - since, limit)) {
         look->busy = look->busy || !waits;
         return;
     }
@@ -287,7 +288,7 @@ static void judge_collectives(ddp_progress_watch_t *p, int i, const ddp_flight_r
     double limit = warm ? auto_limit(p, l->gap_s) : AUTO_COLD_S;
     double since = v->moved_at > 0 ? v->moved_at : p->window_start;
     char basis[120], why[200];
-    if (!past_limit(p, now - since, limit)) {
+    if (!check_limit(p, now - since, limit)) {
         look->busy = true;
         return;
     }

@@ -1,6 +1,7 @@
 /* The launcher's configuration: everything the command line, PET_* variables and
  * Slurm's environment decide, the limits, and ddp-launch's exit statuses. A plain value:
- * cli.c fills it, and every other module reads it (never writes it). */
+ * the parser fills it (cli.c, flags.c, slurm.c) and main resolves it (resolve.c); from then
+ * on every module reads it, and none writes it. */
 #ifndef DDP_LAUNCHER_CONFIG_CONFIG_H
 #define DDP_LAUNCHER_CONFIG_CONFIG_H
 

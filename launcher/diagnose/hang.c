@@ -463,15 +463,16 @@ static void say_python_places(const ddp_hang_row_t *rows, size_t n, bool *want, 
     free(done);
 }
 
-void ddp_hang_verdict(const ddp_hang_row_t *rows, size_t n, ddp_buf_t *out)
+ddp_hang_verdict_t ddp_hang_verdict(const ddp_hang_row_t *rows, size_t n, ddp_buf_t *out)
 {
     bool *want = calloc(n ? n : 1, sizeof *want);
     uint64_t top = 0;
     const ddp_hang_row_t *in_top = NULL;
     size_t rings = 0;
     ddp_buf_t text = DDP_BUF_INIT;
+    ddp_hang_verdict_t kind;
     if (want == NULL)
-        return;
+        return DDP_HANG_VERDICT_NONE;
     for (size_t i = 0; i < n; i++) {
         rings += rows[i].ring;
         if (rows[i].ring && rows[i].current > top) {
@@ -480,11 +481,15 @@ void ddp_hang_verdict(const ddp_hang_row_t *rows, size_t n, ddp_buf_t *out)
         }
     }
     if (rings == 0) {
+        kind = DDP_HANG_VERDICT_PYTHON;
         say_python_places(rows, n, want, &text);
-        if (text.len == 0)
+        if (text.len == 0) {
+            kind = DDP_HANG_VERDICT_BLIND;
             ddp_buf_puts(&text, "no rank runs libddp's flight recorder: see each rank's state "
                                 "above (--hang-dump saves their stacks)");
+        }
     } else if (top == 0) {
+        kind = DDP_HANG_VERDICT_BETWEEN;
         for (size_t i = 0; i < n; i++)
             want[i] = rows[i].ring;
         say_ranks(rows, n, want, &text);
@@ -492,6 +497,7 @@ void ddp_hang_verdict(const ddp_hang_row_t *rows, size_t n, ddp_buf_t *out)
     } else {
         /* The latest collective anyone is in ("all_reduce #412"): who never entered it,
          * who waits in it, who is in an earlier one, further behind, or past it. */
+        kind = DDP_HANG_VERDICT_COLLECTIVE;
         char what[96];
         size_t words = strcspn(in_top->now, " ");
         words += strspn(in_top->now + words, " ");
@@ -526,4 +532,5 @@ void ddp_hang_verdict(const ddp_hang_row_t *rows, size_t n, ddp_buf_t *out)
     ddp_buf_append(out, text.data, text.len);
     ddp_buf_free(&text);
     free(want);
+    return kind;
 }

@@ -78,10 +78,19 @@ bool ddp_hang_catches(pid_t pid, int sig);
 int ddp_hang_rows_format(const ddp_hang_row_t *rows, size_t n, ddp_buf_t *out);
 int ddp_hang_rows_parse(const char *text, ddp_hang_row_t **rows, size_t *n);
 
+/* What a verdict could judge the ranks by. */
+typedef enum {
+    DDP_HANG_VERDICT_NONE,       /* none made (out of memory) */
+    DDP_HANG_VERDICT_BLIND,      /* no rank runs libddp's flight recorder, no Python stack */
+    DDP_HANG_VERDICT_PYTHON,     /* no ring: where the ranks' Python stacks are */
+    DDP_HANG_VERDICT_BETWEEN,    /* the ranks with a ring are between collectives */
+    DDP_HANG_VERDICT_COLLECTIVE, /* the latest collective: who never entered it, who waits */
+} ddp_hang_verdict_t;
+
 /* Sorts by rank; then the table (a header and a line a row, each ending "\n") and the
- * verdict (one line, no newline). */
+ * verdict (one line, no newline), whose kind is returned. */
 void ddp_hang_sort(ddp_hang_row_t *rows, size_t n);
 void ddp_hang_table(const ddp_hang_row_t *rows, size_t n, ddp_buf_t *out);
-void ddp_hang_verdict(const ddp_hang_row_t *rows, size_t n, ddp_buf_t *out);
+ddp_hang_verdict_t ddp_hang_verdict(const ddp_hang_row_t *rows, size_t n, ddp_buf_t *out);
 
 #endif

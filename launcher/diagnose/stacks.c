@@ -26,8 +26,8 @@ struct ddp_stacks_s {
     void (*done)(void *ctx);
     void *ctx;
     int n, running;
-    bool finished; /* done has run */
-    int closing;   /* handles still closing */
+    bool ended;  /* done has run */
+    int closing; /* handles still closing */
     tool_t *tools;
 };
 
@@ -41,11 +41,11 @@ static void on_closed(uv_handle_t *handle)
 }
 
 /* Every tool ended (or was killed): `done`, then the handles close. */
-static void finish(ddp_stacks_t *s)
+static void end_when_all_exited(ddp_stacks_t *s)
 {
-    if (s->finished || s->running > 0)
+    if (s->ended || s->running > 0)
         return;
-    s->finished = true;
+    s->ended = true;
     uv_timer_stop(&s->timer);
     s->done(s->ctx);
     s->closing = 1;
@@ -65,7 +65,7 @@ static void on_exit_cb(uv_process_t *process, int64_t status, int sig)
     (void)sig;
     tool_t *t = process->data;
     t->owner->running--;
-    finish(t->owner);
+    end_when_all_exited(t->owner);
 }
 
 static void on_timeout(uv_timer_t *timer)
@@ -75,7 +75,7 @@ static void on_timeout(uv_timer_t *timer)
         if (s->tools[i].started)
             (void)uv_process_kill(&s->tools[i].process, SIGKILL); /* exits come after */
     if (s->running == 0)
-        finish(s);
+        end_when_all_exited(s);
 }
 
 int ddp_stacks_start(uv_loop_t *loop, const pid_t *pids, char *const *paths, int n, double timeout,

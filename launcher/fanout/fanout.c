@@ -510,7 +510,8 @@ static void reap(supervisor_t *s, double now)
 }
 
 /* Closes every node's ssh stdin: ssh passes the end on, and a launcher started over ssh
- * ends as on a hangup when its stdin ends (agent.c), whatever its rendezvous is doing. */
+ * ends as on a hangup when its stdin ends (fanout/session.c), whatever its rendezvous is
+ * doing. */
 static void close_sessions(supervisor_t *s)
 {
     for (int i = 1; i < s->hosts->n; i++) {

@@ -3,7 +3,7 @@
  * Inside a Slurm allocation (sbatch's script, salloc's shell) but outside a step,
  * ddp-launch runs itself once per node of the allocation through srun, as mpirun does,
  * and the job's exit status is srun's. Each of those launchers is in a step and finds its
- * place from Slurm's variables (cli.c).
+ * place from Slurm's variables (config/slurm.c).
  *
  * Elsewhere, --hosts or --hostfile name the nodes: this launcher is node 0 (the first
  * host) and starts the others over ssh (BatchMode; DDP_LAUNCH_SSH is the ssh command),

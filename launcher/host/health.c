@@ -602,8 +602,8 @@ static int take_record(waiting_t *w, const ddp_health_spec_t *spec, double *dead
     }
 }
 
-/* Whether the checker has ended within `seconds` (reaped then). */
-static bool reaped_within(pid_t pid, double seconds)
+/* Reaps the checker where it ends within `seconds`; whether it did. */
+static bool reap_within(pid_t pid, double seconds)
 {
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     for (double deadline = ddp_clock_mono() + seconds;;) {
@@ -625,9 +625,9 @@ static bool reaped_within(pid_t pid, double seconds)
     return true;
 }
 
-/* The records the checker sent since the wait ended (the command may have begun
+/* Takes the records the checker sent since the wait ended (the command may have begun
  * meanwhile); true when its end of the socket is closed. */
-static bool caught_up(waiting_t *w)
+static bool catch_up(waiting_t *w)
 {
     char record[RECORD_MAX + 1];
     ssize_t n;
@@ -645,7 +645,7 @@ static bool caught_up(waiting_t *w)
 
 /* Tells a checker cut short in the command to end it and what it left: true once it has
  * (its end of the socket closed), within END_GRACE_S. */
-static bool ended_when_told(waiting_t *w)
+static bool tell_to_end(waiting_t *w)
 {
     char end = REC_END, drop[RECORD_MAX];
     struct pollfd pfd = {.fd = w->ctl, .events = POLLIN};
@@ -665,16 +665,16 @@ static bool ended_when_told(waiting_t *w)
  * does not end even then is left, not waited for. */
 static void end_checker(waiting_t *w, int guard_fd)
 {
-    bool closed = caught_up(w);
+    bool closed = catch_up(w);
     pid_t group = w->phase == REC_COMMAND ? (pid_t)atoi(w->what) : 0;
-    bool ends = w->verdict || closed || (group > 0 && ended_when_told(w));
+    bool ends = w->verdict || closed || (group > 0 && tell_to_end(w));
     close(w->ctl);
-    if (reaped_within(w->pid, ends ? REAP_S : 0))
+    if (reap_within(w->pid, ends ? REAP_S : 0))
         return;
     kill(w->pid, SIGKILL);
     if (group > 0)
         kill(-group, SIGKILL);
-    bool reaped = reaped_within(w->pid, REAP_S);
+    bool reaped = reap_within(w->pid, REAP_S);
     if (group > 0 && guard_fd >= 0 && reaped && kill(-group, 0) != 0) {
         int32_t forget = -(int32_t)group; /* (the checker's to do, had it ended itself) */
         (void)!write(guard_fd, &forget, sizeof forget);

@@ -73,7 +73,7 @@ static void tell_pause(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m)
  * wait, without heartbeats, for <round>/resume.K, which comes once every node that paused has
  * continued (pause_off). False where the others cannot be told (no round running, its
  * outcome out, a hang report under way): that node stops alone. */
-static bool pause_on(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *by)
+static bool turn_pause_on(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *by)
 {
     if (by->pausing)
         return true;
@@ -133,7 +133,7 @@ static ddp_rdzv_member_t *own_member(const ddp_rdzv_coord_t *c)
 int ddp_rdzv_coord_pause(ddp_rdzv_coord_t *c)
 {
     ddp_rdzv_member_t *own = own_member(c);
-    return own != NULL && pause_on(c, own) ? c->pauses : 0;
+    return own != NULL && turn_pause_on(c, own) ? c->pauses : 0;
 }
 
 /* The pause on, if one is: the launchers waiting for it go on (also when the round ends
@@ -182,7 +182,7 @@ static void on_pause_request(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ui
                       text);
         return;
     }
-    if (pause && !pause_on(c, m))
+    if (pause && !turn_pause_on(c, m))
         ddp_log_warn(c->log,
                      "node %d (%s) was stopped (Ctrl-Z there) while the job cannot pause (no "
                      "round running, or its end or a hang report on the way): it stops alone",
@@ -302,7 +302,7 @@ static void round_stop(ddp_rdzv_coord_t *c, bool failed, const char *message)
 
 /* The members' environment records, compared (envcheck.h): a difference is a warning in
  * `message` for every node, or with --env-check-strict the end of the job (false). */
-static bool environments_agree(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n,
+static bool check_environments(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n,
                                char *message, size_t cap)
 {
     const char **records = malloc((size_t)n * sizeof *records);
@@ -346,7 +346,7 @@ static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
         world_size += ranked[i]->join.nproc;
     double now = ddp_clock_mono();
     ddp_rdzv_verdict_t v = {.kind = DDP_RDZV_VERDICT_WORLD};
-    if (!environments_agree(c, ranked, n, v.message, sizeof v.message))
+    if (!check_environments(c, ranked, n, v.message, sizeof v.message))
         return;
     v.world = (ddp_rdzv_world_t){.round = c->round,
                                  .restarts = c->restarts,
@@ -928,9 +928,9 @@ void ddp_rdzv_coord_name_straggler(ddp_rdzv_coord_t *c, int node_rank, const cha
     (void)ddp_store_set(ddp_store_server_store(c->server), k, (const uint8_t *)why, strlen(why));
 }
 
-/* Finishing: the server closes once the others have gone or stopped answering (or at the
- * deadline). The scan is O(N) a tick, and only while finishing. */
-static bool finished(ddp_rdzv_coord_t *c, double now)
+/* Finishing: closes the server once the others have gone or stopped answering (or at the
+ * deadline); whether it did. The scan is O(N) a tick, and only while finishing. */
+static bool close_once_left(ddp_rdzv_coord_t *c, double now)
 {
     if (!c->finishing || (now < c->finish_deadline && someone_reading(c)))
         return false;
@@ -962,7 +962,7 @@ static void on_tick(uv_timer_t *timer)
 {
     ddp_rdzv_coord_t *c = timer->data;
     double now = ddp_clock_mono();
-    if (finished(c, now))
+    if (close_once_left(c, now))
         return;
     log_stats(c, now);
     ddp_buf_t why = DDP_BUF_INIT;
@@ -997,7 +997,7 @@ void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *c, double linger, int sig, ddp_buf_
                  c->own_id);
     c->finishing = true;
     c->finish_deadline = ddp_clock_mono() + linger;
-    (void)finished(c, ddp_clock_mono());
+    (void)close_once_left(c, ddp_clock_mono());
 }
 
 void ddp_rdzv_coord_leave_now(ddp_rdzv_coord_t *c)

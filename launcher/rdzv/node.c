@@ -208,9 +208,9 @@ static int await_post(ddp_rdzv_t *r)
     }
 }
 
-/* Whether a wait is to be said now: `*next` starts NOTE_FIRST s after the wait began,
- * and moves on NOTE_EVERY s each time it is due; never at or past the deadline. */
-static bool note_due(double *next, double now, double deadline)
+/* Claims a note's turn: true when a wait is to be said now, and `*next` (NOTE_FIRST s after
+ * the wait began) moves on NOTE_EVERY s; never at or past the deadline. */
+static bool claim_note(double *next, double now, double deadline)
 {
     if (now < *next || now >= deadline)
         return false;
@@ -226,8 +226,9 @@ static int read_key(ddp_rdzv_t *r, const char *key, ddp_buf_t *value)
     return ddp_store_client_multi_get(r->client, keys, 1, value);
 }
 
-/* The verdict in `text`, read from `key`; false (the job ended) when it is not one. */
-static bool verdict_from(ddp_rdzv_t *r, const char *key, ddp_buf_t *text, ddp_rdzv_verdict_t *v)
+/* Reads the verdict in `text` (from `key`) into *v; where it is not one, the job ends
+ * (FINISH) and false. */
+static bool read_verdict(ddp_rdzv_t *r, const char *key, ddp_buf_t *text, ddp_rdzv_verdict_t *v)
 {
     if (ddp_rdzv_verdict_parse(text->data, text->len, v))
         return true;
@@ -528,7 +529,7 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
         }
         double now = ddp_clock_mono();
         /* Waiting is normal while the hosting launcher starts; a long wait says why. */
-        if (!ddp_rdzv_quitting(r) && note_due(&next_note, now, deadline)) {
+        if (!ddp_rdzv_quitting(r) && claim_note(&next_note, now, deadline)) {
             ddp_log_info(r->log,
                          "still waiting for the rendezvous store at %s:%d after %.0f s (%s); "
                          "giving up in %.0f s (%s)",
@@ -757,11 +758,11 @@ static checked_t healthy_to_join(ddp_rdzv_t *r, const char *before)
     return CHECKED_UNHEALTHY;
 }
 
-/* A place in `world` that came after a wait, where hot spares are: a spare promoted into a
- * lost node's place, or a launcher whose place is in a later round than the one it joined
- * for. Its checks ran when it joined; a GPU may have broken since, so they run again before
- * it takes the place. True when it takes it. */
-static bool healthy_for_place(ddp_rdzv_t *r, const ddp_rdzv_world_t *world)
+/* Checks this node's health again for a place in `world` that came after a wait, where
+ * hot spares are: a spare promoted into a lost node's place, or a launcher whose place is in
+ * a later round than the one it joined for. Its checks ran when it joined; a GPU may have
+ * broken since. True when it takes the place. */
+static bool check_health_for_place(ddp_rdzv_t *r, const ddp_rdzv_world_t *world)
 {
     char before[96];
     if (r->cfg->hot_spares <= 0 || world->round <= r->round + 1)
@@ -847,7 +848,7 @@ static int read_answer(ddp_rdzv_t *r, const char *key, ddp_rdzv_verdict_t *v, pa
     else if (sscanf(ddp_buf_str(&text), "pause %d %n", &round, &at) == 1 && at > 0 && round >= 0 &&
              pause_from(r, ddp_buf_str(&text) + at, round, pause))
         answer = ANSWER_PAUSE;
-    else if (verdict_from(r, key, &text, v))
+    else if (read_verdict(r, key, &text, v))
         answer = ANSWER_VERDICT;
     ddp_buf_free(&text);
     return answer;
@@ -900,7 +901,7 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
             }
             if (v.kind != DDP_RDZV_VERDICT_WORLD)
                 return finish(r, &v, true);
-            if (!healthy_for_place(r, &v.world) || !await_stopped(r))
+            if (!check_health_for_place(r, &v.world) || !await_stopped(r))
                 return NODE_END;
             if (v.message[0] != '\0') /* the nodes' environments differ */
                 ddp_log_warn(r->log, "%s", v.message);
@@ -923,7 +924,7 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
                              cfg->master_addr, cfg->master_port, wait + GRACE);
             return NODE_END;
         }
-        if (note_due(&next_note, now, deadline))
+        if (claim_note(&next_note, now, deadline))
             note_status(r, key);
     }
 }
@@ -972,7 +973,7 @@ static node_phase_t node_run(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, ddp_r
             ddp_rdzv_news_key(news, sizeof news, r->cfg->run_id, world->round, r->pauses);
             continue;
         }
-        bool ok = verdict_from(r, from, &text, v);
+        bool ok = read_verdict(r, from, &text, v);
         ddp_buf_free(&text);
         if (!ok)
             return NODE_END;

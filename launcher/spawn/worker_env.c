@@ -161,7 +161,7 @@ static void add_signals_to_handle(env_builder_t *eb, const ddp_launch_config_t *
     add_var(eb, DDP_ENV_TORCHELASTIC_SIGNALS_TO_HANDLE, "%s", names);
 }
 
-/* --env (names cli.c let through): node 0's entries win over this node's; a bare NAME
+/* --env (names config/flags.c let through): node 0's entries win over this node's; a bare NAME
  * (unset on this node of a multi-node job) only takes node 0's. What the launcher made
  * itself (PYTHONPATH with `path_set`, CUDA_VISIBLE_DEVICES with `devices`) stays. */
 static void add_job_env(env_builder_t *eb, const ddp_launch_config_t *cfg,

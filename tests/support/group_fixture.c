@@ -40,7 +40,7 @@ static void op_fail_round(ddp_group_t *g, size_t first)
     g->stop_reason = DDP_STOP_FAILURE;
 }
 
-static void op_group_finished(ddp_group_t *g)
+static void op_group_ended(ddp_group_t *g)
 {
     fixture_of(g)->finished++;
 }
@@ -53,7 +53,7 @@ static void op_leftovers_done(ddp_group_t *g)
 static const ddp_agent_ops_t recording_ops = {
     .stop = op_stop,
     .fail_round = op_fail_round,
-    .group_finished = op_group_finished,
+    .group_ended = op_group_ended,
     .leftovers_done = op_leftovers_done,
 };
 
@@ -99,7 +99,7 @@ void gf_init(group_fixture_t *f, int nworkers)
         assert_int_equal(mkdir(dir, 0700), 0);
     }
     g->state = DDP_AGENT_RUNNING;
-    g->first_finished = g->first_finished_wall = -1;
+    g->first_succeeded = g->first_succeeded_wall = -1;
     g->attempt_began = ddp_clock_wall();
 }
 

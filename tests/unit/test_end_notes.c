@@ -100,7 +100,7 @@ static void test_left_early_once(void **state)
     ddp_end_notes_attempt(n);
     ddp_end_notes_left_early(n); /* nothing finished yet */
     f.g.workers[1].succeeded = true;
-    f.g.first_finished = ddp_clock_mono() - 2;
+    f.g.first_succeeded = ddp_clock_mono() - 2;
     ddp_end_notes_left_early(n);
     ddp_end_notes_left_early(n);
     char *log = gf_log(&f);

@@ -29,11 +29,12 @@ static ddp_hang_row_t ring_row(int rank, uint64_t completed, uint64_t current, c
     return r;
 }
 
-static char *verdict_of(ddp_hang_row_t *rows, size_t n)
+/* The verdict on rows[n], checked to be of kind `kind`. */
+static char *verdict_of(ddp_hang_row_t *rows, size_t n, ddp_hang_verdict_t kind)
 {
     ddp_buf_t out = DDP_BUF_INIT;
     ddp_hang_sort(rows, n);
-    ddp_hang_verdict(rows, n, &out);
+    assert_int_equal(ddp_hang_verdict(rows, n, &out), kind);
     return (char *)ddp_buf_str(&out); /* the buffer's storage: freed by the caller */
 }
 
@@ -42,7 +43,7 @@ static void test_verdict_names_the_rank_that_never_entered(void **state)
     const char *in5 = "all_reduce #5 of 10 float32 (sum)";
     ddp_hang_row_t rows[] = {ring_row(3, 4, 5, in5), ring_row(1, 4, 0, ""), ring_row(0, 4, 5, in5),
                              ring_row(2, 4, 5, in5)};
-    char *v = verdict_of(rows, 4);
+    char *v = verdict_of(rows, 4, DDP_HANG_VERDICT_COLLECTIVE);
     assert_string_equal(v, "rank 1 never entered all_reduce #5; ranks 0, 2-3 wait in it");
     free(v);
     assert_int_equal(rows[0].rank, 0); /* sorted */
@@ -57,12 +58,12 @@ static void test_verdict_other_cases(void **state)
                              ring_row(1, 6, 0, ""),
                              ring_row(2, 7, 8, "barrier #8"),
                              {.rank = 3, .peer = -1}};
-    char *v = verdict_of(rows, 4);
+    char *v = verdict_of(rows, 4, DDP_HANG_VERDICT_COLLECTIVE);
     assert_string_equal(v, "rank 0 waits in broadcast #9; rank 1 is behind, between collectives "
                            "after #6; rank 2 is in barrier #8; rank 3 without a flight recorder");
     free(v);
     ddp_hang_row_t idle[] = {ring_row(0, 3, 0, ""), ring_row(1, 3, 0, "")};
-    v = verdict_of(idle, 2);
+    v = verdict_of(idle, 2, DDP_HANG_VERDICT_BETWEEN);
     assert_string_equal(v, "ranks 0-1 between collectives, in none");
     free(v);
     /* Without rings: ranks grouped by where Python is. */
@@ -70,11 +71,11 @@ static void test_verdict_other_cases(void **state)
     snprintf(py[0].note, sizeof py[0].note, "sleeping; Python in all_reduce (c10d.py:15)");
     snprintf(py[1].note, sizeof py[1].note, "sleeping; Python in wait (train.py:3)");
     snprintf(py[2].note, sizeof py[2].note, "sleeping; Python in all_reduce (c10d.py:15)");
-    v = verdict_of(py, 3);
+    v = verdict_of(py, 3, DDP_HANG_VERDICT_PYTHON);
     assert_string_equal(v, "ranks 0, 2 in all_reduce (c10d.py:15); rank 1 in wait (train.py:3)");
     free(v);
     ddp_hang_row_t none[1] = {{.rank = 0}};
-    v = verdict_of(none, 1);
+    v = verdict_of(none, 1, DDP_HANG_VERDICT_BLIND);
     assert_non_null(strstr(v, "no rank runs libddp's flight recorder"));
     free(v);
 }

@@ -101,7 +101,7 @@ static void test_failure_waits_for_the_report(void **state)
     assert_int_equal(
         ddp_failure_init(fl, 0, 0, h.f.g.workers[0].pid, W_EXITCODE(1, 0), ddp_clock_wall(), NULL),
         0);
-    assert_true(ddp_hang_watch_failed(h.hang, fl));
+    assert_true(ddp_hang_watch_defer_failure(h.hang, fl));
     assert_int_equal(h.f.fail_rounds, 0);
     assert_true(gf_run_until(&h.f, stopped, 10));
     assert_int_equal(h.f.fail_rounds, 1);
