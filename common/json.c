@@ -305,6 +305,18 @@ const ddp_json_t *ddp_json_get(const ddp_json_t *value, const char *key)
     return found;
 }
 
+const ddp_json_t *ddp_json_first(const ddp_json_t *value)
+{
+    if (value == NULL || (value->type != DDP_JSON_ARRAY && value->type != DDP_JSON_OBJECT))
+        return NULL;
+    return value->child;
+}
+
+const ddp_json_t *ddp_json_next(const ddp_json_t *value)
+{
+    return value != NULL ? value->next : NULL;
+}
+
 const char *ddp_json_string(const ddp_json_t *value, size_t *len)
 {
     if (value == NULL || value->type != DDP_JSON_STRING)

@@ -35,6 +35,11 @@ ddp_json_type_t ddp_json_type(const ddp_json_t *value);
  * not an object, or has no such member. */
 const ddp_json_t *ddp_json_get(const ddp_json_t *value, const char *key);
 
+/* The first element of an array or member of an object, and the one after `value` in its
+ * array or object; NULL at the end, or when `value` is NULL or no container. */
+const ddp_json_t *ddp_json_first(const ddp_json_t *value);
+const ddp_json_t *ddp_json_next(const ddp_json_t *value);
+
 /* The text of a string (NUL-terminated; may hold NULs, see *len), or NULL when not a
  * string. */
 const char *ddp_json_string(const ddp_json_t *value, size_t *len);

@@ -131,6 +131,30 @@ static void test_escape_round_trip(void **state)
     ddp_buf_free(&out);
 }
 
+/* Arrays and objects are walked in order; a scalar or NULL has no children. */
+static void test_children_in_order(void **state)
+{
+    const char *text = "{\"events\": [{\"n\": 1}, {\"n\": 2}, {\"n\": 3}], \"x\": 7}";
+    ddp_json_t *root = NULL;
+    assert_int_equal(ddp_json_parse(text, strlen(text), &root), 0);
+    double n = 0, want = 1;
+    int count = 0;
+    for (const ddp_json_t *e = ddp_json_first(ddp_json_get(root, "events")); e != NULL;
+         e = ddp_json_next(e), want++, count++) {
+        assert_true(ddp_json_number(ddp_json_get(e, "n"), &n));
+        assert_true(n == want);
+    }
+    assert_int_equal(count, 3);
+    const ddp_json_t *first = ddp_json_first(root);
+    assert_non_null(first);
+    assert_non_null(ddp_json_next(first));
+    assert_null(ddp_json_next(ddp_json_next(first)));
+    assert_null(ddp_json_first(ddp_json_get(root, "x")));
+    assert_null(ddp_json_first(NULL));
+    assert_null(ddp_json_next(NULL));
+    ddp_json_free(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -140,6 +164,7 @@ int main(void)
         cmocka_unit_test(test_malformed_input_is_an_error),
         cmocka_unit_test(test_depth_is_bounded),
         cmocka_unit_test(test_escape_round_trip),
+        cmocka_unit_test(test_children_in_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
