@@ -727,3 +727,114 @@ void th_torch_prepare(th_torch_t *t, const char *flavour)
     snprintf(t->exec_var, sizeof t->exec_var, "PYTHON_EXEC=%s", t->python);
     t->env[0] = t->exec_var;
 }
+
+/* etcd clusters (th_etcd_up). Members are told apart by their client port. */
+
+#define ETCD      "/usr/bin/etcd"
+#define ETCDCTL   "/usr/bin/etcdctl"
+#define ETCD_UP_S 30.0
+
+/* etcdctl's answer for `endpoints` (`args` after them), into out[cap]: its exit status. */
+static int etcdctl(const char *endpoints, const char *args, char *out, size_t cap)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd,
+             "ETCDCTL_API=3 %s --dial-timeout=1s --command-timeout=2s --endpoints=%s %s 2>&1",
+             ETCDCTL, endpoints, args);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t len = fread(out, 1, cap - 1, f);
+    out[len] = '\0';
+    return pclose(f);
+}
+
+void th_etcd_up(th_etcd_t *c, int n)
+{
+    assert_true(n >= 1 && n <= TH_ETCD_MAX);
+    if (access(ETCD, X_OK) != 0 || access(ETCDCTL, X_OK) != 0) {
+        printf("skipped: no etcd here (%s, %s: Debian's etcd-server and etcd-client)\n", ETCD,
+               ETCDCTL);
+        skip();
+    }
+    memset(c, 0, sizeof *c);
+    c->n = n;
+    snprintf(c->dir, sizeof c->dir, "%s/etcd", required_env("TMPDIR"));
+    assert_int_equal(mkdir(c->dir, 0700), 0);
+    char cluster[TH_ETCD_MAX * 48] = "";
+    for (int i = 0; i < n; i++) {
+        c->client_port[i] = th_free_port();
+        c->peer_port[i] = th_free_port();
+        size_t len = strlen(cluster), elen = strlen(c->endpoints);
+        snprintf(cluster + len, sizeof cluster - len, "%sm%d=http://127.0.0.1:%d", i ? "," : "", i,
+                 c->peer_port[i]);
+        snprintf(c->endpoints + elen, sizeof c->endpoints - elen, "%s127.0.0.1:%d", i ? "," : "",
+                 c->client_port[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        char name[16], data[600], client[64], peer[64], initial[TH_ETCD_MAX * 48 + 32];
+        snprintf(name, sizeof name, "m%d", i);
+        snprintf(data, sizeof data, "%s/m%d", c->dir, i);
+        snprintf(client, sizeof client, "http://127.0.0.1:%d", c->client_port[i]);
+        snprintf(peer, sizeof peer, "http://127.0.0.1:%d", c->peer_port[i]);
+        snprintf(initial, sizeof initial, "%s", cluster);
+        const char *argv[] = {ETCD,    "--name",
+                              name,    "--data-dir",
+                              data,    "--listen-client-urls",
+                              client,  "--advertise-client-urls",
+                              client,  "--listen-peer-urls",
+                              peer,    "--initial-advertise-peer-urls",
+                              peer,    "--initial-cluster",
+                              initial, "--initial-cluster-state",
+                              "new",   "--initial-cluster-token",
+                              c->dir,  "--log-level",
+                              "error", NULL};
+        th_start(&c->member[i], argv, NULL);
+        c->running[i] = true;
+    }
+    char out[4096];
+    for (double deadline = th_now() + ETCD_UP_S;;) {
+        if (etcdctl(c->endpoints, "endpoint health", out, sizeof out) == 0)
+            return;
+        if (th_now() > deadline)
+            fail_msg("etcd (%d member(s) at %s) not healthy within %g s: %s", n, c->endpoints,
+                     ETCD_UP_S, out);
+        nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
+    }
+}
+
+void th_etcd_kill(th_etcd_t *c, int i, int sig)
+{
+    assert_true(i >= 0 && i < c->n && c->running[i]);
+    assert_int_equal(kill(c->member[i].pid, sig), 0);
+    if (sig == SIGKILL || sig == SIGTERM) {
+        assert_true(th_wait_exit(&c->member[i], 30));
+        th_cleanup(&c->member[i]);
+        c->running[i] = false;
+    }
+}
+
+int th_etcd_leader(th_etcd_t *c, double timeout)
+{
+    char out[4096], endpoint[32];
+    for (double deadline = th_now() + timeout;;) {
+        for (int i = 0; i < c->n; i++) {
+            if (!c->running[i])
+                continue;
+            snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", c->client_port[i]);
+            /* "ENDPOINT, ID, VERSION, DB SIZE, IS LEADER, ..." */
+            if (etcdctl(endpoint, "endpoint status -w simple", out, sizeof out) == 0 &&
+                strstr(out, ", true, ") != NULL)
+                return i;
+        }
+        if (th_now() > deadline)
+            return -1;
+        nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
+    }
+}
+
+void th_etcd_down(th_etcd_t *c)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->running[i])
+            th_etcd_kill(c, i, SIGTERM);
+}

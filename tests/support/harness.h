@@ -117,6 +117,25 @@ typedef struct {
 void th_cluster_up(th_cluster_t *c, const char *kind, int nodes);
 void th_cluster_down(th_cluster_t *c);
 
+/* A cluster of `n` (1..TH_ETCD_MAX) real etcd members (Debian's etcd-server) on loopback
+ * ports, their data under the test's TMPDIR, each member a process the test ends (teardown
+ * kills what is left). `endpoints` is "127.0.0.1:P0,127.0.0.1:P1,...". th_etcd_up returns
+ * once every member answers (the test skips where etcd is not installed); th_etcd_kill
+ * signals member i (SIGKILL waits for its end); th_etcd_leader is the index of the member
+ * that leads now (-1: none within `timeout` s); th_etcd_down ends every member. */
+#define TH_ETCD_MAX 5
+typedef struct {
+    int n;
+    th_proc_t member[TH_ETCD_MAX];
+    bool running[TH_ETCD_MAX];
+    int client_port[TH_ETCD_MAX], peer_port[TH_ETCD_MAX];
+    char endpoints[TH_ETCD_MAX * 24], dir[512];
+} th_etcd_t;
+void th_etcd_up(th_etcd_t *c, int n);
+void th_etcd_kill(th_etcd_t *c, int i, int sig);
+int th_etcd_leader(th_etcd_t *c, double timeout);
+void th_etcd_down(th_etcd_t *c);
+
 /* A TCP port of 127.0.0.1 that was free a moment ago. */
 int th_free_port(void);
 
