@@ -1,0 +1,847 @@
+/* etcd's v3 gateway over libcurl's multi-socket interface (see etcd.h). Runs on the loop's
+ * thread only. The loop's handles: one uv_poll_t a socket libcurl opens (its CURL_POLL_*
+ * wishes), one timer for libcurl's own deadlines. */
+#include "etcd_client.h"
+
+#include "base64.h"
+#include "ddp_config.h"
+#include "dl.h"
+#include "error.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if DDP_HAVE_LIBCURL
+#include <curl/curl.h>
+
+/* libcurl's functions, from dlopen. */
+typedef struct {
+    void *lib;
+    CURLcode (*global_init)(long);
+    CURLM *(*multi_init)(void);
+    CURLMcode (*multi_setopt)(CURLM *, CURLMoption, ...);
+    CURLMcode (*multi_socket_action)(CURLM *, curl_socket_t, int, int *);
+    CURLMsg *(*multi_info_read)(CURLM *, int *);
+    CURLMcode (*multi_add_handle)(CURLM *, CURL *);
+    CURLMcode (*multi_remove_handle)(CURLM *, CURL *);
+    CURLMcode (*multi_assign)(CURLM *, curl_socket_t, void *);
+    CURLMcode (*multi_cleanup)(CURLM *);
+    CURL *(*easy_init)(void);
+    CURLcode (*easy_setopt)(CURL *, CURLoption, ...);
+    CURLcode (*easy_getinfo)(CURL *, CURLINFO, ...);
+    void (*easy_cleanup)(CURL *);
+    const char *(*easy_strerror)(CURLcode);
+    struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
+    void (*slist_free_all)(struct curl_slist *);
+} curl_api_t;
+
+struct ddp_etcd_call_s {
+    ddp_etcd_t *e;
+    CURL *easy;
+    char *path, *body;
+    bool stream;
+    ddp_etcd_cb_t cb;
+    void *ctx;
+    size_t first;   /* the endpoint it was first sent to */
+    size_t tried;   /* endpoints tried */
+    ddp_buf_t in;   /* the reply so far (a stream: its unfinished message) */
+    bool too_big;   /* a message over DDP_ETCD_MAX_REPLY */
+    bool delivered; /* a stream: a message came (then an end is not the endpoint's fault) */
+    bool cancelled; /* during a dispatch: freed at its end (the graveyard) */
+    bool pending;   /* posted during a dispatch: started at its end */
+    char error[CURL_ERROR_SIZE];
+    ddp_etcd_call_t *prev, *next;
+};
+
+/* A socket libcurl watches: its poll handle, freed once closed. */
+typedef struct sock_s {
+    uv_poll_t poll;
+    ddp_etcd_t *e;
+    curl_socket_t fd;
+    struct sock_s *prev, *next; /* the client's, until its handle closes */
+} sock_t;
+
+struct ddp_etcd_s {
+    uv_loop_t *loop;
+    const ddp_log_t *log;
+    curl_api_t api;
+    CURLM *multi;
+    uv_timer_t timer;
+    struct curl_slist *headers;
+    char **endpoints;
+    size_t nendpoints, current;
+    char *all_endpoints;
+    bool https;
+    char *cacert, *cert, *key;
+    long timeout_ms;
+    ddp_etcd_call_t *calls; /* in flight */
+    /* Inside on_poll or on_timer (libcurl's callbacks may be on the stack): a call cancelled
+     * meanwhile waits in `graveyard`, one posted in `pending`, and the client's own free,
+     * until the dispatch ends (libcurl allows no handle to be added or removed from its
+     * callbacks). */
+    bool dispatching, freeing;
+    ddp_etcd_call_t *graveyard, *pending;
+    sock_t *socks;
+};
+
+static int load_curl(curl_api_t *api, ddp_buf_t *why)
+{
+    api->lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (api->lib == NULL) {
+        ddp_buf_printf(why, "--rdzv-backend=etcd needs libcurl (libcurl.so.4): %s", dlerror());
+        return DDP_EUSAGE;
+    }
+    bool ok = true;
+#define SYM(field, name) ok = ddp_dl_symbol(api->lib, name, &api->field, sizeof api->field) && ok
+    SYM(global_init, "curl_global_init");
+    SYM(multi_init, "curl_multi_init");
+    SYM(multi_setopt, "curl_multi_setopt");
+    SYM(multi_socket_action, "curl_multi_socket_action");
+    SYM(multi_info_read, "curl_multi_info_read");
+    SYM(multi_add_handle, "curl_multi_add_handle");
+    SYM(multi_remove_handle, "curl_multi_remove_handle");
+    SYM(multi_assign, "curl_multi_assign");
+    SYM(multi_cleanup, "curl_multi_cleanup");
+    SYM(easy_init, "curl_easy_init");
+    SYM(easy_setopt, "curl_easy_setopt");
+    SYM(easy_getinfo, "curl_easy_getinfo");
+    SYM(easy_cleanup, "curl_easy_cleanup");
+    SYM(easy_strerror, "curl_easy_strerror");
+    SYM(slist_append, "curl_slist_append");
+    SYM(slist_free_all, "curl_slist_free_all");
+#undef SYM
+    if (!ok || api->global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        ddp_buf_printf(why, "--rdzv-backend=etcd: the libcurl here (libcurl.so.4) lacks the "
+                            "multi-socket interface, or would not start");
+        dlclose(api->lib);
+        api->lib = NULL;
+        return DDP_EUSAGE;
+    }
+    return 0;
+}
+
+/* Completed transfers. */
+
+static void call_unlink(ddp_etcd_call_t *call)
+{
+    ddp_etcd_t *e = call->e;
+    if (call->prev != NULL)
+        call->prev->next = call->next;
+    else
+        e->calls = call->next;
+    if (call->next != NULL)
+        call->next->prev = call->prev;
+    call->prev = call->next = NULL;
+}
+
+static void call_free(ddp_etcd_call_t *call)
+{
+    ddp_etcd_t *e = call->e;
+    if (call->easy != NULL) {
+        e->api.multi_remove_handle(e->multi, call->easy);
+        e->api.easy_cleanup(call->easy);
+    }
+    free(call->path);
+    free(call->body);
+    ddp_buf_free(&call->in);
+    free(call);
+}
+
+/* A reply's JSON checked: an object, and not an error of the gateway's ({"error": ...,
+ * "code": N}); a stream's message is {"result": {...}} or such an error. */
+static int check_reply(const char *text, size_t len, ddp_json_t **out, ddp_buf_t *why)
+{
+    ddp_json_t *root = NULL;
+    int err = ddp_json_parse(text, len, &root);
+    if (err != 0 || ddp_json_type(root) != DDP_JSON_OBJECT) {
+        ddp_buf_printf(why, "not a reply of etcd's v3 gateway: '%.80s'", text);
+        ddp_json_free(root);
+        return DDP_EPROTO;
+    }
+    /* {"error": "...", "code": N, "message": "..."}, or in a stream {"error": {"message": ...}} */
+    const ddp_json_t *error = ddp_json_get(root, "error");
+    if (error != NULL) {
+        const char *text_of = ddp_json_string(ddp_json_get(root, "message"), NULL);
+        if (text_of == NULL)
+            text_of = ddp_json_string(ddp_json_get(error, "message"), NULL);
+        if (text_of == NULL)
+            text_of = ddp_json_string(error, NULL);
+        ddp_buf_printf(why, "etcd: %s", text_of != NULL ? text_of : "an error without a message");
+        ddp_json_free(root);
+        return DDP_EPROTO;
+    }
+    *out = root;
+    return 0;
+}
+
+/* The message text[len] (a whole reply, or one line of a stream) to `cb`. */
+static void deliver(ddp_etcd_call_t *call, ddp_etcd_cb_t cb, void *ctx, const char *text,
+                    size_t len)
+{
+    ddp_buf_t why = DDP_BUF_INIT;
+    ddp_json_t *root = NULL;
+    int err = check_reply(text, len, &root, &why);
+    const ddp_json_t *reply = root;
+    if (err == 0 && call->stream && ddp_json_get(root, "result") != NULL)
+        reply = ddp_json_get(root, "result");
+    call->delivered = call->delivered || err == 0;
+    cb(ctx, err, err == 0 ? reply : NULL, ddp_buf_str(&why));
+    ddp_json_free(root);
+    ddp_buf_free(&why);
+}
+
+static size_t on_data(char *data, size_t size, size_t n, void *userdata)
+{
+    ddp_etcd_call_t *call = userdata;
+    size_t len = size * n;
+    if (call->cancelled)
+        return 0; /* libcurl ends the transfer: finished() frees it */
+    if (call->in.len + len > DDP_ETCD_MAX_REPLY) {
+        call->too_big = true;
+        return 0;
+    }
+    if (ddp_buf_append(&call->in, data, len) != 0)
+        return 0;
+    /* A stream's messages end with a newline: each whole one now. The callback may cancel
+     * the call (then nothing more is read). */
+    char *nl;
+    while (call->stream && !call->cancelled &&
+           (nl = memchr(call->in.data, '\n', call->in.len)) != NULL) {
+        size_t line = (size_t)(nl - call->in.data);
+        if (line > 0)
+            deliver(call, call->cb, call->ctx, call->in.data, line);
+        memmove(call->in.data, nl + 1, call->in.len - line - 1);
+        call->in.len -= line + 1;
+        call->in.data[call->in.len] = '\0';
+    }
+    return call->cancelled ? 0 : len;
+}
+
+static int start_on(ddp_etcd_call_t *call, size_t endpoint);
+
+/* Whether a failure is the endpoint's (another may answer): it could not be reached or
+ * did not answer in time, before any reply came. */
+static bool endpoint_failed(const ddp_etcd_call_t *call, CURLcode code)
+{
+    if (call->delivered)
+        return false;
+    switch (code) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_SSL_CONNECT_ERROR:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Sends the call again, to the next endpoint, where its own failed: true when it went. */
+static bool retry_elsewhere(ddp_etcd_call_t *call, CURLcode code)
+{
+    ddp_etcd_t *e = call->e;
+    if (!endpoint_failed(call, code) || call->tried >= e->nendpoints)
+        return false;
+    size_t next = (call->first + call->tried) % e->nendpoints;
+    ddp_log_debug(e->log, "etcd %s: %s: trying %s", e->endpoints[e->current],
+                  call->error[0] ? call->error : e->api.easy_strerror(code), e->endpoints[next]);
+    e->current = next;
+    e->api.multi_remove_handle(e->multi, call->easy);
+    e->api.easy_cleanup(call->easy);
+    call->easy = NULL;
+    ddp_buf_clear(&call->in);
+    return start_on(call, next) == 0;
+}
+
+/* Why a call ended without a reply, into `why`: its error code. */
+static int failure(ddp_etcd_call_t *call, CURLcode code, long status, ddp_buf_t *why)
+{
+    ddp_etcd_t *e = call->e;
+    const char *where = call->tried > 1 ? e->all_endpoints : e->endpoints[e->current];
+    if (call->too_big) {
+        ddp_buf_printf(why, "etcd at %s: a reply over %u bytes", where, DDP_ETCD_MAX_REPLY);
+        return DDP_ETOOBIG;
+    }
+    if (code == CURLE_OK && status == 200) {
+        ddp_buf_printf(why, "etcd at %s ended the stream", where);
+        return DDP_ECLOSED;
+    }
+    if (code == CURLE_OK) { /* the gateway's error is JSON too: its message */
+        ddp_json_t *root = NULL;
+        ddp_buf_t said = DDP_BUF_INIT;
+        const char *body = call->in.data ? call->in.data : "";
+        int err = check_reply(body, call->in.len, &root, &said);
+        if (err == 0 || (err == DDP_EPROTO && ddp_json_parse(body, call->in.len, &root) != 0)) {
+            ddp_buf_clear(&said); /* not etcd's JSON at all */
+            ddp_buf_printf(&said,
+                           "HTTP status %ld: not etcd's v3 gateway (etcd 3.4 or later answers "
+                           "POST %s)",
+                           status, call->path);
+        }
+        ddp_buf_printf(why, "etcd at %s: %s", where, ddp_buf_str(&said));
+        ddp_json_free(root);
+        ddp_buf_free(&said);
+        return status == 404 || status == 405 || status == 501 ? DDP_EUSAGE : DDP_EPROTO;
+    }
+    ddp_buf_printf(why, "etcd at %s: %s", where,
+                   call->error[0] ? call->error : e->api.easy_strerror(code));
+    return code == CURLE_OPERATION_TIMEDOUT ? DDP_ETIMEOUT : DDP_ECLOSED;
+}
+
+/* Runs after libcurl's calls have returned (check_done): handles may be removed here. */
+static void finished(ddp_etcd_call_t *call, CURLcode code)
+{
+    ddp_etcd_t *e = call->e;
+    long status = 0;
+    if (call->cancelled)
+        return; /* in the graveyard */
+    e->api.easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (retry_elsewhere(call, code))
+        return;
+    ddp_etcd_cb_t cb = call->cb;
+    void *ctx = call->ctx;
+    call_unlink(call);
+    call->cancelled = true; /* a cancel from its own callback is a no-op */
+    if (code == CURLE_OK && status == 200 && !call->stream) {
+        deliver(call, cb, ctx, call->in.data != NULL ? call->in.data : "", call->in.len);
+    } else {
+        ddp_buf_t why = DDP_BUF_INIT;
+        int err = failure(call, code, status, &why);
+        cb(ctx, err, NULL, ddp_buf_str(&why));
+        ddp_buf_free(&why);
+    }
+    call_free(call);
+}
+
+static void really_free(ddp_etcd_t *e);
+
+/* The end of a dispatch: what waited for it. */
+static void dispatch_end(ddp_etcd_t *e)
+{
+    e->dispatching = false;
+    while (e->graveyard != NULL) {
+        ddp_etcd_call_t *call = e->graveyard;
+        e->graveyard = call->next;
+        call_free(call);
+    }
+    while (e->pending != NULL && !e->freeing) {
+        ddp_etcd_call_t *call = e->pending;
+        e->pending = call->next;
+        call->next = NULL;
+        call->pending = false;
+        if (start_on(call, call->first) == 0) {
+            call->next = e->calls;
+            if (e->calls != NULL)
+                e->calls->prev = call;
+            e->calls = call;
+        } else {
+            ddp_etcd_cb_t cb = call->cb;
+            void *ctx = call->ctx;
+            call_free(call);
+            cb(ctx, -ENOMEM, NULL, "etcd: out of memory");
+        }
+    }
+    if (e->freeing)
+        really_free(e);
+}
+
+static void check_done(ddp_etcd_t *e)
+{
+    CURLMsg *msg;
+    int left;
+    while ((msg = e->api.multi_info_read(e->multi, &left)) != NULL) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        ddp_etcd_call_t *call = NULL;
+        e->api.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&call);
+        CURLcode code = msg->data.result;
+        if (call != NULL)
+            finished(call, code);
+    }
+}
+
+/* libcurl's sockets and timer on the loop. */
+
+static void on_poll(uv_poll_t *handle, int status, int events)
+{
+    sock_t *s = handle->data;
+    ddp_etcd_t *e = s->e;
+    int flags = 0, running;
+    if (status < 0)
+        flags = CURL_CSELECT_ERR;
+    if (events & UV_READABLE)
+        flags |= CURL_CSELECT_IN;
+    if (events & UV_WRITABLE)
+        flags |= CURL_CSELECT_OUT;
+    e->dispatching = true;
+    e->api.multi_socket_action(e->multi, s->fd, flags, &running);
+    check_done(e);
+    dispatch_end(e);
+}
+
+static void free_sock(uv_handle_t *handle)
+{
+    free(handle->data);
+}
+
+static void close_sock(sock_t *s)
+{
+    ddp_etcd_t *e = s->e;
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        e->socks = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    uv_poll_stop(&s->poll);
+    uv_close((uv_handle_t *)&s->poll, free_sock);
+}
+
+static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
+{
+    (void)easy;
+    ddp_etcd_t *e = userp;
+    sock_t *s = socketp;
+    if (what == CURL_POLL_REMOVE) {
+        if (s != NULL) {
+            close_sock(s);
+            e->api.multi_assign(e->multi, fd, NULL);
+        }
+        return 0;
+    }
+    if (s == NULL) {
+        s = calloc(1, sizeof *s);
+        if (s == NULL || uv_poll_init_socket(e->loop, &s->poll, fd) != 0) {
+            free(s);
+            return -1;
+        }
+        s->e = e;
+        s->fd = fd;
+        s->poll.data = s;
+        s->next = e->socks;
+        if (e->socks != NULL)
+            e->socks->prev = s;
+        e->socks = s;
+        e->api.multi_assign(e->multi, fd, s);
+    }
+    int events = 0;
+    if (what == CURL_POLL_IN || what == CURL_POLL_INOUT)
+        events |= UV_READABLE;
+    if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT)
+        events |= UV_WRITABLE;
+    uv_poll_start(&s->poll, events, on_poll);
+    return 0;
+}
+
+static void on_timer(uv_timer_t *timer)
+{
+    ddp_etcd_t *e = timer->data;
+    int running;
+    e->dispatching = true;
+    e->api.multi_socket_action(e->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_done(e);
+    dispatch_end(e);
+}
+
+static int on_curl_timer(CURLM *multi, long ms, void *userp)
+{
+    (void)multi;
+    ddp_etcd_t *e = userp;
+    if (ms < 0)
+        uv_timer_stop(&e->timer);
+    else
+        uv_timer_start(&e->timer, on_timer, (uint64_t)ms, 0);
+    return 0;
+}
+
+/* Requests. */
+
+static int start_on(ddp_etcd_call_t *call, size_t endpoint)
+{
+    ddp_etcd_t *e = call->e;
+    const curl_api_t *api = &e->api;
+    char url[600];
+    snprintf(url, sizeof url, "%s://%s%s", e->https ? "https" : "http", e->endpoints[endpoint],
+             call->path);
+    CURL *easy = api->easy_init();
+    if (easy == NULL)
+        return -ENOMEM;
+    call->easy = easy;
+    call->tried++;
+    call->error[0] = '\0';
+    api->easy_setopt(easy, CURLOPT_URL, url);
+    api->easy_setopt(easy, CURLOPT_PRIVATE, (char *)call);
+    api->easy_setopt(easy, CURLOPT_POSTFIELDS, call->body);
+    api->easy_setopt(easy, CURLOPT_HTTPHEADER, e->headers);
+    api->easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_data);
+    api->easy_setopt(easy, CURLOPT_WRITEDATA, call);
+    api->easy_setopt(easy, CURLOPT_ERRORBUFFER, call->error);
+    api->easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    api->easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, e->timeout_ms);
+    api->easy_setopt(easy, CURLOPT_PROTOCOLS_STR, e->https ? "https" : "http");
+    if (!call->stream)
+        api->easy_setopt(easy, CURLOPT_TIMEOUT_MS, e->timeout_ms);
+    if (e->cacert != NULL)
+        api->easy_setopt(easy, CURLOPT_CAINFO, e->cacert);
+    if (e->cert != NULL)
+        api->easy_setopt(easy, CURLOPT_SSLCERT, e->cert);
+    if (e->key != NULL)
+        api->easy_setopt(easy, CURLOPT_SSLKEY, e->key);
+    if (api->multi_add_handle(e->multi, easy) != CURLM_OK) {
+        api->easy_cleanup(easy);
+        call->easy = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+int ddp_etcd_post(ddp_etcd_t *e, const char *path, const char *body, bool stream, ddp_etcd_cb_t cb,
+                  void *ctx, ddp_etcd_call_t **out)
+{
+    ddp_etcd_call_t *call = calloc(1, sizeof *call);
+    if (call == NULL)
+        return -ENOMEM;
+    call->e = e;
+    call->path = strdup(path);
+    call->body = strdup(body);
+    call->stream = stream;
+    call->cb = cb;
+    call->ctx = ctx;
+    call->first = e->current;
+    if (call->path == NULL || call->body == NULL) {
+        call_free(call);
+        return -ENOMEM;
+    }
+    if (e->dispatching) { /* started at the dispatch's end */
+        call->pending = true;
+        call->next = e->pending;
+        e->pending = call;
+        if (out != NULL)
+            *out = call;
+        return 0;
+    }
+    if (start_on(call, e->current) != 0) {
+        call_free(call);
+        return -ENOMEM;
+    }
+    call->next = e->calls;
+    if (e->calls != NULL)
+        e->calls->prev = call;
+    e->calls = call;
+    if (out != NULL)
+        *out = call;
+    return 0;
+}
+
+void ddp_etcd_cancel(ddp_etcd_call_t *call)
+{
+    if (call == NULL || call->cancelled)
+        return;
+    ddp_etcd_t *e = call->e;
+    if (call->pending) { /* no transfer yet: out of the pending list, and gone */
+        ddp_etcd_call_t **at = &e->pending;
+        while (*at != call)
+            at = &(*at)->next;
+        *at = call->next;
+        call_free(call);
+        return;
+    }
+    call_unlink(call);
+    call->cancelled = true;
+    if (!e->dispatching) {
+        call_free(call);
+        return;
+    }
+    call->next = e->graveyard;
+    e->graveyard = call;
+}
+
+const char *ddp_etcd_endpoint(const ddp_etcd_t *e)
+{
+    return e->endpoints[e->current];
+}
+
+const char *ddp_etcd_endpoints(const ddp_etcd_t *e)
+{
+    return e->all_endpoints;
+}
+
+/* Setup and teardown. */
+
+static void free_client(ddp_etcd_t *e)
+{
+    for (size_t i = 0; i < e->nendpoints; i++)
+        free(e->endpoints[i]);
+    free(e->endpoints);
+    free(e->all_endpoints);
+    free(e->cacert);
+    free(e->cert);
+    free(e->key);
+    if (e->headers != NULL)
+        e->api.slist_free_all(e->headers);
+    if (e->api.lib != NULL)
+        dlclose(e->api.lib);
+    free(e);
+}
+
+static void on_timer_closed(uv_handle_t *handle)
+{
+    free_client(handle->data);
+}
+
+static char *copy_or_null(const char *text, bool *ok)
+{
+    char *copy = text != NULL ? strdup(text) : NULL;
+    *ok = *ok && (text == NULL || copy != NULL);
+    return copy;
+}
+
+int ddp_etcd_new(uv_loop_t *loop, const ddp_etcd_opts_t *opts, const ddp_log_t *log,
+                 ddp_etcd_t **out, ddp_buf_t *why)
+{
+    if (opts->nendpoints == 0) {
+        ddp_buf_puts(why, "--rdzv-backend=etcd: no endpoint (--rdzv-endpoint=HOST:PORT,...)");
+        return DDP_EUSAGE;
+    }
+    ddp_etcd_t *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return -ENOMEM;
+    e->loop = loop;
+    e->log = log;
+    e->https = opts->https;
+    e->timeout_ms = (long)(opts->timeout * 1000);
+    bool ok = true;
+    e->cacert = copy_or_null(opts->cacert, &ok);
+    e->cert = copy_or_null(opts->cert, &ok);
+    e->key = copy_or_null(opts->key, &ok);
+    e->endpoints = calloc(opts->nendpoints, sizeof *e->endpoints);
+    ddp_buf_t all = DDP_BUF_INIT;
+    for (size_t i = 0; ok && e->endpoints != NULL && i < opts->nendpoints; i++) {
+        e->endpoints[i] = copy_or_null(opts->endpoints[i], &ok);
+        e->nendpoints += e->endpoints[i] != NULL;
+        ok = ddp_buf_printf(&all, "%s%s", i ? "," : "", opts->endpoints[i]) == 0 && ok;
+    }
+    e->all_endpoints = ddp_buf_steal(&all);
+    if (!ok || e->endpoints == NULL || e->all_endpoints == NULL) {
+        free_client(e);
+        return -ENOMEM;
+    }
+    int err = load_curl(&e->api, why);
+    if (err != 0) {
+        free_client(e);
+        return err;
+    }
+    e->headers = e->api.slist_append(NULL, "Content-Type: application/json");
+    e->multi = e->api.multi_init();
+    if (e->headers == NULL || e->multi == NULL) {
+        if (e->multi != NULL)
+            e->api.multi_cleanup(e->multi);
+        free_client(e);
+        return -ENOMEM;
+    }
+    e->api.multi_setopt(e->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    e->api.multi_setopt(e->multi, CURLMOPT_SOCKETDATA, e);
+    e->api.multi_setopt(e->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+    e->api.multi_setopt(e->multi, CURLMOPT_TIMERDATA, e);
+    uv_timer_init(loop, &e->timer);
+    e->timer.data = e;
+    *out = e;
+    return 0;
+}
+
+void ddp_etcd_free(ddp_etcd_t *e)
+{
+    if (e == NULL)
+        return;
+    if (e->dispatching) {
+        e->freeing = true;
+        return;
+    }
+    really_free(e);
+}
+
+static void really_free(ddp_etcd_t *e)
+{
+    while (e->pending != NULL) {
+        ddp_etcd_call_t *call = e->pending;
+        e->pending = call->next;
+        call_free(call);
+    }
+    while (e->calls != NULL)
+        ddp_etcd_cancel(e->calls);
+    e->api.multi_cleanup(e->multi);
+    e->multi = NULL;
+    while (e->socks != NULL) /* those the cleanup did not say it removed */
+        close_sock(e->socks);
+    uv_timer_stop(&e->timer);
+    uv_close((uv_handle_t *)&e->timer, on_timer_closed);
+}
+
+#else /* built without libcurl's headers */
+
+int ddp_etcd_new(uv_loop_t *loop, const ddp_etcd_opts_t *opts, const ddp_log_t *log,
+                 ddp_etcd_t **out, ddp_buf_t *why)
+{
+    (void)loop, (void)opts, (void)log, (void)out;
+    ddp_buf_puts(why, "--rdzv-backend=etcd: this ddp-launch was built without libcurl's headers "
+                      "(libcurl4-openssl-dev)");
+    return DDP_EUSAGE;
+}
+
+int ddp_etcd_post(ddp_etcd_t *e, const char *path, const char *body, bool stream, ddp_etcd_cb_t cb,
+                  void *ctx, ddp_etcd_call_t **out)
+{
+    (void)e, (void)path, (void)body, (void)stream, (void)cb, (void)ctx, (void)out;
+    return -ENOSYS;
+}
+
+void ddp_etcd_cancel(ddp_etcd_call_t *call)
+{
+    (void)call;
+}
+
+const char *ddp_etcd_endpoint(const ddp_etcd_t *e)
+{
+    (void)e;
+    return "";
+}
+
+const char *ddp_etcd_endpoints(const ddp_etcd_t *e)
+{
+    (void)e;
+    return "";
+}
+
+void ddp_etcd_free(ddp_etcd_t *e)
+{
+    (void)e;
+}
+
+#endif
+
+/* Bodies and replies. */
+
+static int append_b64_field(ddp_buf_t *out, const char *name, const void *data, size_t len)
+{
+    int err = ddp_buf_printf(out, "\"%s\": \"", name);
+    if (err == 0)
+        err = ddp_base64_encode(out, data, len);
+    return err != 0 ? err : ddp_buf_puts(out, "\"");
+}
+
+/* The key after every key beginning with `key`: the last byte below 0xff incremented,
+ * what follows dropped (etcd's prefix range end); "\0" for every key at all. */
+static size_t prefix_end(const char *key, char *end, size_t cap)
+{
+    size_t len = strlen(key);
+    if (len >= cap)
+        len = cap - 1;
+    memcpy(end, key, len);
+    while (len > 0 && (unsigned char)end[len - 1] == 0xff)
+        len--;
+    if (len == 0) {
+        end[0] = '\0';
+        return 1;
+    }
+    end[len - 1] = (char)((unsigned char)end[len - 1] + 1);
+    return len;
+}
+
+static int append_range(ddp_buf_t *out, const char *key, bool prefix)
+{
+    int err = append_b64_field(out, "key", key, strlen(key));
+    if (err == 0 && prefix) {
+        char end[1024];
+        size_t n = prefix_end(key, end, sizeof end);
+        err = ddp_buf_puts(out, ", ");
+        if (err == 0)
+            err = append_b64_field(out, "range_end", end, n);
+    }
+    return err;
+}
+
+int ddp_etcd_body_put(ddp_buf_t *out, const char *key, const void *value, size_t len, int64_t lease)
+{
+    int err = ddp_buf_puts(out, "{");
+    if (err == 0)
+        err = append_b64_field(out, "key", key, strlen(key));
+    if (err == 0)
+        err = ddp_buf_puts(out, ", ");
+    if (err == 0)
+        err = append_b64_field(out, "value", value, len);
+    if (err == 0 && lease != 0)
+        err = ddp_buf_printf(out, ", \"lease\": \"%lld\"", (long long)lease);
+    return err != 0 ? err : ddp_buf_puts(out, "}");
+}
+
+int ddp_etcd_body_range(ddp_buf_t *out, const char *key, bool prefix)
+{
+    int err = ddp_buf_puts(out, "{");
+    if (err == 0)
+        err = append_range(out, key, prefix);
+    return err != 0 ? err : ddp_buf_puts(out, "}");
+}
+
+int ddp_etcd_body_watch(ddp_buf_t *out, const char *key, bool prefix, int64_t from)
+{
+    int err = ddp_buf_puts(out, "{\"create_request\": {");
+    if (err == 0)
+        err = append_range(out, key, prefix);
+    if (err == 0 && from > 0)
+        err = ddp_buf_printf(out, ", \"start_revision\": \"%lld\"", (long long)from);
+    return err != 0 ? err : ddp_buf_puts(out, "}}");
+}
+
+int ddp_etcd_body_create(ddp_buf_t *out, const char *key, const void *value, size_t len,
+                         int64_t lease)
+{
+    int err = ddp_buf_puts(out, "{\"compare\": [{\"target\": \"CREATE\", ");
+    if (err == 0)
+        err = append_b64_field(out, "key", key, strlen(key));
+    if (err == 0)
+        err = ddp_buf_puts(out, ", \"create_revision\": \"0\"}], \"success\": [{\"request_put\": ");
+    if (err == 0)
+        err = ddp_etcd_body_put(out, key, value, len, lease);
+    if (err == 0)
+        err = ddp_buf_puts(out, "}], \"failure\": [{\"request_range\": ");
+    if (err == 0)
+        err = ddp_etcd_body_range(out, key, false);
+    return err != 0 ? err : ddp_buf_puts(out, "}]}");
+}
+
+bool ddp_etcd_int(const ddp_json_t *object, const char *field, int64_t *out)
+{
+    const ddp_json_t *v = ddp_json_get(object, field);
+    size_t len;
+    const char *text = ddp_json_string(v, &len);
+    double d;
+    if (text != NULL) {
+        char *end;
+        errno = 0;
+        long long n = strtoll(text, &end, 10);
+        if (errno != 0 || end == text || *end != '\0')
+            return false;
+        *out = n;
+        return true;
+    }
+    if (ddp_json_number(v, &d) && d >= -9.0e15 && d <= 9.0e15 && d == (double)(int64_t)d) {
+        *out = (int64_t)d;
+        return true;
+    }
+    return false;
+}
+
+int ddp_etcd_bytes(const ddp_json_t *kv, const char *field, ddp_buf_t *out)
+{
+    size_t len = 0;
+    const char *text = ddp_json_string(ddp_json_get(kv, field), &len);
+    ddp_buf_clear(out);
+    if (ddp_json_get(kv, field) != NULL && text == NULL)
+        return DDP_EPARSE;
+    return ddp_base64_decode(out, text != NULL ? text : "", len);
+}

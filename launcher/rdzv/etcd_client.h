@@ -1,0 +1,90 @@
+/* A client of etcd's v3 API through its HTTP/JSON gateway, on a libuv loop: libcurl's
+ * multi-socket interface drives every request from the loop's own poll and timer handles.
+ *
+ * libcurl is loaded at run time (dlopen "libcurl.so.4"): ddp-launch needs it only with
+ * --rdzv-backend=etcd, and the installed binary depends on nothing but glibc. Everything
+ * runs on the loop's thread; nothing blocks. Requests go to one endpoint at a time; one
+ * that cannot be reached (refused, no route, a TLS failure, no answer within the request's
+ * time) is left for the next, and the request is sent there, until every endpoint has been
+ * tried once for it. A reply is checked in value: what is not the JSON etcd writes is an
+ * error, never trusted; a message over DDP_ETCD_MAX_REPLY bytes ends its request. */
+#ifndef DDP_LAUNCHER_ETCD_CLIENT_H
+#define DDP_LAUNCHER_ETCD_CLIENT_H
+
+#include "buf.h"
+#include "json.h"
+#include "log.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#define DDP_ETCD_MAX_REPLY (8u << 20) /* bytes of one reply, or one message of a stream */
+
+typedef struct ddp_etcd_s ddp_etcd_t;
+typedef struct ddp_etcd_call_s ddp_etcd_call_t;
+
+typedef struct {
+    const char *const *endpoints; /* "HOST:PORT", IPv6 as "[ADDR]:PORT" */
+    size_t nendpoints;
+    bool https;                      /* protocol=https */
+    const char *cacert, *cert, *key; /* TLS files, or NULL */
+    double timeout;                  /* s a request may take at one endpoint */
+} ddp_etcd_opts_t;
+
+/* A reply (err 0: `reply` is the JSON object etcd answered, valid during the call), or
+ * the request's end (err < 0: `why` says what failed, naming the endpoints tried). A
+ * stream's callback runs once a message, then once with its end (err < 0; DDP_ECLOSED when
+ * the server ended it). */
+typedef void (*ddp_etcd_cb_t)(void *ctx, int err, const ddp_json_t *reply, const char *why);
+
+/* Loads libcurl and sets up a client on `loop` (the options are copied). 0; DDP_EUSAGE
+ * with `why` (no libcurl here, no endpoint); -ENOMEM. */
+int ddp_etcd_new(uv_loop_t *loop, const ddp_etcd_opts_t *opts, const ddp_log_t *log,
+                 ddp_etcd_t **out, ddp_buf_t *why);
+
+/* POSTs `body` (JSON, copied) to `path` ("/v3/kv/range", ...). A stream (`stream`: a watch,
+ * or a keep-alive of many messages) has no deadline and calls back per message. The call
+ * may be cancelled with ddp_etcd_cancel until its callback has said its end; *out may be
+ * NULL. 0 or -ENOMEM (no callback then). */
+int ddp_etcd_post(ddp_etcd_t *e, const char *path, const char *body, bool stream, ddp_etcd_cb_t cb,
+                  void *ctx, ddp_etcd_call_t **out);
+
+/* Ends a call in flight without its callback. */
+void ddp_etcd_cancel(ddp_etcd_call_t *call);
+
+/* The endpoint requests go to now ("HOST:PORT"), and all of them as one text. */
+const char *ddp_etcd_endpoint(const ddp_etcd_t *e);
+const char *ddp_etcd_endpoints(const ddp_etcd_t *e);
+
+/* Ends every call without its callback and frees the client once its handles have closed
+ * on the loop. */
+void ddp_etcd_free(ddp_etcd_t *e);
+
+/* Bodies and replies. Keys and values travel in base64; numbers as decimal strings. */
+
+/* {"key": K, "value": V[, "lease": L]} for /v3/kv/put. 0 or -ENOMEM. */
+int ddp_etcd_body_put(ddp_buf_t *out, const char *key, const void *value, size_t len,
+                      int64_t lease);
+
+/* {"key": K[, "range_end": END]} for /v3/kv/range and /v3/kv/deleterange; `prefix`: every
+ * key beginning with K. */
+int ddp_etcd_body_range(ddp_buf_t *out, const char *key, bool prefix);
+
+/* A watch of K (a prefix when `prefix`) from revision `from` (0: now). */
+int ddp_etcd_body_watch(ddp_buf_t *out, const char *key, bool prefix, int64_t from);
+
+/* A transaction that puts K=V (under `lease`, 0: none) when K does not exist, else reads
+ * it. */
+int ddp_etcd_body_create(ddp_buf_t *out, const char *key, const void *value, size_t len,
+                         int64_t lease);
+
+/* A decimal string or number field of a reply (etcd writes int64s as strings): false
+ * when absent or not an integer. */
+bool ddp_etcd_int(const ddp_json_t *object, const char *field, int64_t *out);
+
+/* The base64 field `field` (key, value) of a key-value, decoded into `out` (cleared
+ * first). 0, DDP_EPARSE, -ENOMEM; a missing field is empty. */
+int ddp_etcd_bytes(const ddp_json_t *kv, const char *field, ddp_buf_t *out);
+
+#endif

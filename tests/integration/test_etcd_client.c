@@ -1,0 +1,292 @@
+/* Integration tests of the launcher's etcd client (launcher/etcd_client.h) against real etcd
+ * members on loopback (tests/support/harness.h th_etcd_up): keys, leases, transactions and
+ * watches through the v3 gateway; a request that moves on from a member that is gone; every
+ * endpoint gone, and a server that is not etcd, each a bounded, named error. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include "error.h"
+#include "rdzv/etcd_client.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One request's answer, taken by the callback. */
+typedef struct {
+    bool done;
+    int err;
+    char why[600];
+    int64_t revision, count, id;
+    bool succeeded;
+    char value[256];
+} answer_t;
+
+static void on_answer(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    answer_t *a = ctx;
+    a->done = true;
+    a->err = err;
+    snprintf(a->why, sizeof a->why, "%s", why != NULL ? why : "");
+    if (err != 0)
+        return;
+    (void)ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &a->revision);
+    (void)ddp_etcd_int(reply, "count", &a->count);
+    (void)ddp_etcd_int(reply, "ID", &a->id);
+    const ddp_json_t *ok = ddp_json_get(reply, "succeeded");
+    a->succeeded = ok != NULL && ddp_json_type(ok) == DDP_JSON_BOOL;
+    /* A range's first value, or a failed transaction's read. */
+    const ddp_json_t *kvs = ddp_json_get(reply, "kvs");
+    for (const ddp_json_t *r = ddp_json_first(ddp_json_get(reply, "responses"));
+         kvs == NULL && r != NULL; r = ddp_json_next(r))
+        kvs = ddp_json_get(ddp_json_get(r, "response_range"), "kvs");
+    ddp_buf_t value = DDP_BUF_INIT;
+    if (ddp_etcd_bytes(ddp_json_first(kvs), "value", &value) == 0)
+        snprintf(a->value, sizeof a->value, "%s", ddp_buf_str(&value));
+    ddp_buf_free(&value);
+}
+
+/* A watch's events as "PUT key=value" / "DELETE key" lines. */
+typedef struct {
+    char lines[2048];
+    int events, ends;
+    int end_err;
+} watch_t;
+
+static void on_watch(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    watch_t *w = ctx;
+    (void)why;
+    if (err != 0) {
+        w->ends++;
+        w->end_err = err;
+        return;
+    }
+    for (const ddp_json_t *e = ddp_json_first(ddp_json_get(reply, "events")); e != NULL;
+         e = ddp_json_next(e)) {
+        const char *type = ddp_json_string(ddp_json_get(e, "type"), NULL);
+        ddp_buf_t key = DDP_BUF_INIT, value = DDP_BUF_INIT;
+        const ddp_json_t *kv = ddp_json_get(e, "kv");
+        assert_int_equal(ddp_etcd_bytes(kv, "key", &key), 0);
+        assert_int_equal(ddp_etcd_bytes(kv, "value", &value), 0);
+        size_t len = strlen(w->lines);
+        snprintf(w->lines + len, sizeof w->lines - len, "%s %s=%s\n", type != NULL ? type : "PUT",
+                 ddp_buf_str(&key), ddp_buf_str(&value));
+        w->events++;
+        ddp_buf_free(&key);
+        ddp_buf_free(&value);
+    }
+}
+
+typedef struct {
+    uv_loop_t loop;
+    ddp_log_t log;
+    ddp_etcd_t *etcd;
+} client_t;
+
+static void client_up(client_t *c, const char *endpoints, double timeout)
+{
+    static char copy[400];
+    const char *list[8];
+    size_t n = 0;
+    snprintf(copy, sizeof copy, "%s", endpoints);
+    for (char *save = NULL, *p = strtok_r(copy, ",", &save); p != NULL && n < 8;
+         p = strtok_r(NULL, ",", &save))
+        list[n++] = p;
+    assert_int_equal(uv_loop_init(&c->loop), 0);
+    ddp_log_init(&c->log, "test", DDP_LOG_DEBUG);
+    ddp_etcd_opts_t opts = {.endpoints = list, .nendpoints = n, .timeout = timeout};
+    ddp_buf_t why = DDP_BUF_INIT;
+    int err = ddp_etcd_new(&c->loop, &opts, &c->log, &c->etcd, &why);
+    if (err != 0)
+        fail_msg("ddp_etcd_new: %s", ddp_buf_str(&why));
+    ddp_buf_free(&why);
+}
+
+static void client_down(client_t *c)
+{
+    ddp_etcd_free(c->etcd);
+    uv_run(&c->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&c->loop), 0);
+}
+
+static void on_deadline(uv_timer_t *timer)
+{
+    *(bool *)timer->data = true;
+}
+
+/* Runs the loop until `done` is true or `timeout` s pass: false then. */
+static bool run_until(client_t *c, const bool *done, double timeout)
+{
+    uv_timer_t deadline;
+    bool expired = false;
+    uv_timer_init(&c->loop, &deadline);
+    deadline.data = &expired;
+    uv_timer_start(&deadline, on_deadline, (uint64_t)(timeout * 1000), 0);
+    while (!*done && !expired)
+        uv_run(&c->loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&deadline, NULL);
+    uv_run(&c->loop, UV_RUN_NOWAIT);
+    return *done;
+}
+
+/* POSTs body to path and waits for the answer. */
+static answer_t call(client_t *c, const char *path, const char *body, double timeout)
+{
+    answer_t a = {0};
+    assert_int_equal(ddp_etcd_post(c->etcd, path, body, false, on_answer, &a, NULL), 0);
+    if (!run_until(c, &a.done, timeout))
+        fail_msg("no answer to %s within %g s", path, timeout);
+    return a;
+}
+
+static answer_t put(client_t *c, const char *key, const char *value, int64_t lease)
+{
+    ddp_buf_t body = DDP_BUF_INIT;
+    assert_int_equal(ddp_etcd_body_put(&body, key, value, strlen(value), lease), 0);
+    answer_t a = call(c, "/v3/kv/put", ddp_buf_str(&body), 10);
+    ddp_buf_free(&body);
+    return a;
+}
+
+/* Keys, a lease and its end, a create-if-absent transaction and a watch of a prefix. */
+static void test_keys_leases_transactions_watches(void **state)
+{
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    client_t c;
+    client_up(&c, etcd.endpoints, 2);
+    answer_t grant = call(&c, "/v3/lease/grant", "{\"TTL\": 60}", 10);
+    assert_int_equal(grant.err, 0);
+    assert_true(grant.id != 0);
+    watch_t w = {0};
+    ddp_buf_t body = DDP_BUF_INIT;
+    assert_int_equal(ddp_etcd_body_watch(&body, "job/", true, 0), 0);
+    ddp_etcd_call_t *watch = NULL;
+    assert_int_equal(
+        ddp_etcd_post(c.etcd, "/v3/watch", ddp_buf_str(&body), true, on_watch, &w, &watch), 0);
+    ddp_buf_clear(&body);
+    assert_int_equal(put(&c, "job/a", "1", grant.id).err, 0);
+    assert_int_equal(put(&c, "other", "x", 0).err, 0);
+    /* The first create puts, the second reads what the first put. */
+    assert_int_equal(ddp_etcd_body_create(&body, "job/leader", "me", 2, grant.id), 0);
+    answer_t first = call(&c, "/v3/kv/txn", ddp_buf_str(&body), 10);
+    ddp_buf_clear(&body);
+    assert_int_equal(ddp_etcd_body_create(&body, "job/leader", "you", 3, 0), 0);
+    answer_t second = call(&c, "/v3/kv/txn", ddp_buf_str(&body), 10);
+    ddp_buf_clear(&body);
+    assert_int_equal(first.err, 0);
+    assert_true(first.succeeded);
+    assert_int_equal(second.err, 0);
+    assert_false(second.succeeded);
+    assert_string_equal(second.value, "me");
+    assert_int_equal(ddp_etcd_body_range(&body, "job/", true), 0);
+    answer_t range = call(&c, "/v3/kv/range", ddp_buf_str(&body), 10);
+    ddp_buf_clear(&body);
+    assert_int_equal(range.count, 2);
+    /* The lease's end takes its keys: the watch sees them go. */
+    char revoke[64];
+    snprintf(revoke, sizeof revoke, "{\"ID\": \"%lld\"}", (long long)grant.id);
+    assert_int_equal(call(&c, "/v3/lease/revoke", revoke, 10).err, 0);
+    bool seen = false;
+    for (double deadline = th_now() + 10; !seen && th_now() < deadline;) {
+        bool never = false;
+        run_until(&c, &never, 0.05);
+        seen = strstr(w.lines, "DELETE job/leader=") != NULL && strstr(w.lines, "DELETE job/a=");
+    }
+    if (!seen)
+        fail_msg("the watch saw:\n%s", w.lines);
+    assert_non_null(strstr(w.lines, "PUT job/a=1\n"));
+    assert_null(strstr(w.lines, "other"));
+    assert_int_equal(w.ends, 0);
+    ddp_etcd_cancel(watch);
+    ddp_buf_free(&body);
+    client_down(&c);
+    th_etcd_down(&etcd);
+}
+
+/* The member a client speaks to is SIGKILLed: its next request goes to another member. */
+static void test_moves_to_a_live_member(void **state)
+{
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 3);
+    client_t c;
+    client_up(&c, etcd.endpoints, 2);
+    assert_int_equal(put(&c, "k", "before", 0).err, 0);
+    th_etcd_kill(&etcd, 0, SIGKILL);
+    double began = th_now();
+    answer_t a = put(&c, "k", "after", 0);
+    if (a.err != 0)
+        fail_msg("the put failed: %s", a.why);
+    assert_true(th_now() - began < 5);
+    char gone[32];
+    snprintf(gone, sizeof gone, "127.0.0.1:%d", etcd.client_port[0]);
+    assert_string_not_equal(ddp_etcd_endpoint(c.etcd), gone);
+    client_down(&c);
+    th_etcd_down(&etcd);
+}
+
+/* No endpoint answers: the error names every endpoint, within the requests' bound. */
+static void test_no_member_answers(void **state)
+{
+    char endpoints[64];
+    snprintf(endpoints, sizeof endpoints, "127.0.0.1:%d,127.0.0.1:%d", th_free_port(),
+             th_free_port());
+    client_t c;
+    client_up(&c, endpoints, 1);
+    double began = th_now();
+    answer_t a = put(&c, "k", "v", 0);
+    assert_int_equal(a.err, DDP_ECLOSED);
+    if (strstr(a.why, endpoints) == NULL)
+        fail_msg("'%s' does not name %s", a.why, endpoints);
+    assert_true(th_now() - began < 5);
+    client_down(&c);
+}
+
+/* A web server that is not etcd: a clear error, not a reply taken for etcd's. */
+static void test_not_etcd(void **state)
+{
+    int port = th_free_port();
+    char portarg[16], endpoint[32];
+    snprintf(portarg, sizeof portarg, "%d", port);
+    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
+    const char *argv[] = {"/usr/bin/python3", "-c",
+                          "import http.server, sys\n"
+                          "s = http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])),"
+                          " http.server.SimpleHTTPRequestHandler)\n"
+                          "print('serving', flush=True)\n"
+                          "s.serve_forever()\n",
+                          portarg, NULL};
+    th_proc_t server;
+    th_start(&server, argv, NULL);
+    TH_ASSERT(&server, th_wait_output(&server, 1, "serving", 1, 20));
+    client_t c;
+    client_up(&c, endpoint, 2);
+    answer_t a = put(&c, "k", "v", 0);
+    assert_int_equal(a.err, DDP_EUSAGE);
+    if (strstr(a.why, "not etcd's v3 gateway") == NULL)
+        fail_msg("'%s'", a.why);
+    client_down(&c);
+    kill(server.pid, SIGTERM);
+    th_wait_exit(&server, 10);
+    th_cleanup(&server);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
+    const struct CMUnitTest tests[] = {
+        TH_TEST(test_keys_leases_transactions_watches),
+        TH_TEST(test_moves_to_a_live_member),
+        TH_TEST(test_no_member_answers),
+        TH_TEST(test_not_etcd),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
