@@ -1,7 +1,7 @@
 /* etcd's v3 gateway over libcurl's multi-socket interface (see etcd.h). Runs on the loop's
  * thread only. The loop's handles: one uv_poll_t a socket libcurl opens (its CURL_POLL_*
  * wishes), one timer for libcurl's own deadlines. */
-#include "etcd_client.h"
+#include "rdzv/etcd_client.h"
 
 #include "base64.h"
 #include "ddp_config.h"
@@ -566,6 +566,11 @@ const char *ddp_etcd_endpoint(const ddp_etcd_t *e)
     return e->endpoints[e->current];
 }
 
+uv_loop_t *ddp_etcd_loop(const ddp_etcd_t *e)
+{
+    return e->loop;
+}
+
 const char *ddp_etcd_endpoints(const ddp_etcd_t *e)
 {
     return e->all_endpoints;
@@ -709,6 +714,12 @@ const char *ddp_etcd_endpoint(const ddp_etcd_t *e)
 {
     (void)e;
     return "";
+}
+
+uv_loop_t *ddp_etcd_loop(const ddp_etcd_t *e)
+{
+    (void)e;
+    return NULL;
 }
 
 const char *ddp_etcd_endpoints(const ddp_etcd_t *e)

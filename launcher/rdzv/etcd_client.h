@@ -53,6 +53,9 @@ int ddp_etcd_post(ddp_etcd_t *e, const char *path, const char *body, bool stream
 /* Ends a call in flight without its callback. */
 void ddp_etcd_cancel(ddp_etcd_call_t *call);
 
+/* The loop the client runs on. */
+uv_loop_t *ddp_etcd_loop(const ddp_etcd_t *e);
+
 /* The endpoint requests go to now ("HOST:PORT"), and all of them as one text. */
 const char *ddp_etcd_endpoint(const ddp_etcd_t *e);
 const char *ddp_etcd_endpoints(const ddp_etcd_t *e);

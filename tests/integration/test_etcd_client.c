@@ -1,7 +1,9 @@
-/* Integration tests of the launcher's etcd client (launcher/etcd_client.h) against real etcd
- * members on loopback (tests/support/harness.h th_etcd_up): keys, leases, transactions and
- * watches through the v3 gateway; a request that moves on from a member that is gone; every
- * endpoint gone, and a server that is not etcd, each a bounded, named error. */
+/* Integration tests of the launcher's etcd client (launcher/etcd_client.h) and of a
+ * launcher's session in etcd (etcd_session.h) against real etcd members on loopback
+ * (tests/support/harness.h th_etcd_up): keys, leases, transactions and watches through the
+ * v3 gateway; a request that moves on from a member that is gone; every endpoint gone, and a
+ * server that is not etcd, each a bounded, named error; one coordinator elected among
+ * launchers, replaced when deposed or when its lease runs out, members seen to go. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -12,6 +14,7 @@
 
 #include "error.h"
 #include "rdzv/etcd_client.h"
+#include "rdzv/etcd_session.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -278,6 +281,236 @@ static void test_not_etcd(void **state)
     th_cleanup(&server);
 }
 
+/* Sessions: what each launcher's callbacks said. */
+
+typedef struct {
+    ddp_etcd_session_t *s;
+    char id[16];
+    bool told;      /* the coordinator callback came */
+    bool own;       /* this one holds the coordinator's key */
+    char coord[64]; /* the record it was told ("" none) */
+    bool lost;
+    char why[800];
+    char gone[256]; /* members seen to go, "id " each */
+} launcher_t;
+
+static void on_lost(void *ctx, const char *why)
+{
+    launcher_t *l = ctx;
+    l->lost = true;
+    snprintf(l->why, sizeof l->why, "%s", why);
+}
+
+static void on_coordinator(void *ctx, const char *record, bool own)
+{
+    launcher_t *l = ctx;
+    l->told = true;
+    l->own = own;
+    snprintf(l->coord, sizeof l->coord, "%s", record != NULL ? record : "");
+}
+
+static void on_member(void *ctx, const char *id, bool there)
+{
+    launcher_t *l = ctx;
+    size_t len = strlen(l->gone);
+    if (!there)
+        snprintf(l->gone + len, sizeof l->gone - len, "%s ", id);
+}
+
+static const ddp_etcd_session_cbs_t callbacks = {on_lost, on_coordinator, on_member};
+
+#define NLAUNCHERS 3
+
+static void sessions_up(client_t *c, launcher_t *l, double ttl)
+{
+    for (int i = 0; i < NLAUNCHERS; i++) {
+        memset(&l[i], 0, sizeof l[i]);
+        snprintf(l[i].id, sizeof l[i].id, "L%d", i);
+        assert_int_equal(ddp_etcd_session_start(c->etcd, "test/job/", l[i].id, ttl, "rec",
+                                                &callbacks, &l[i], &l[i].s),
+                         0);
+    }
+}
+
+/* Runs the loop until `cond(l)` holds or `timeout` s pass. */
+static bool run_while(client_t *c, launcher_t *l, bool (*cond)(launcher_t *), double timeout)
+{
+    for (double deadline = th_now() + timeout; th_now() < deadline;) {
+        if (cond(l))
+            return true;
+        bool never = false;
+        run_until(c, &never, 0.02);
+    }
+    return cond(l);
+}
+
+static bool all_told(launcher_t *l)
+{
+    for (int i = 0; i < NLAUNCHERS; i++)
+        if (!l[i].told && !l[i].lost)
+            return false;
+    return true;
+}
+
+/* One launcher, alive, holds the key and every other live one was told its record. */
+static int one_coordinator(launcher_t *l)
+{
+    int own = -1;
+    for (int i = 0; i < NLAUNCHERS; i++) {
+        if (l[i].lost || l[i].s == NULL)
+            continue;
+        if (l[i].own && own >= 0)
+            fail_msg("both L%d and L%d hold the coordinator's key", own, i);
+        if (l[i].own)
+            own = i;
+    }
+    for (int i = 0; own >= 0 && i < NLAUNCHERS; i++)
+        if (!l[i].lost && l[i].s != NULL && strcmp(l[i].coord, l[own].coord) != 0)
+            return -1;
+    return own;
+}
+
+static bool elected(launcher_t *l)
+{
+    return one_coordinator(l) >= 0;
+}
+
+static bool none_told(launcher_t *l)
+{
+    for (int i = 0; i < NLAUNCHERS; i++)
+        if (!l[i].lost && l[i].s != NULL && l[i].coord[0] != '\0')
+            return false;
+    return true;
+}
+
+static void elect_all(launcher_t *l)
+{
+    for (int i = 0; i < NLAUNCHERS; i++) {
+        char record[32];
+        snprintf(record, sizeof record, "addr-of-%s", l[i].id);
+        if (!l[i].lost && l[i].s != NULL)
+            ddp_etcd_session_elect(l[i].s, record);
+    }
+}
+
+static void sessions_down(client_t *c, launcher_t *l)
+{
+    for (int i = 0; i < NLAUNCHERS; i++)
+        if (l[i].s != NULL)
+            ddp_etcd_session_close(l[i].s, false, NULL, NULL);
+    client_down(c);
+}
+
+/* Three launchers elect one coordinator; deposed (another found its port closed), every
+ * other hears at once that none is, it hears its lease is gone, and the others elect one of
+ * theirs. */
+static void test_one_coordinator_then_another(void **state)
+{
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    client_t c;
+    launcher_t l[NLAUNCHERS];
+    client_up(&c, etcd.endpoints, 2);
+    sessions_up(&c, l, 3);
+    assert_true(run_while(&c, l, all_told, 10));
+    assert_true(none_told(l));
+    elect_all(l);
+    assert_true(run_while(&c, l, elected, 10));
+    int first = one_coordinator(l);
+    int other = (first + 1) % NLAUNCHERS;
+    double deposed = th_now();
+    ddp_etcd_session_depose(l[other].s);
+    assert_true(run_while(&c, l, none_told, 10));
+    assert_true(th_now() - deposed < 1);
+    /* The deposed one learns it at its next keep-alive (a third of its lease). */
+    bool lost_first = false;
+    for (double deadline = th_now() + 5; !lost_first && th_now() < deadline;) {
+        bool never = false;
+        run_until(&c, &never, 0.02);
+        lost_first = l[first].lost;
+    }
+    if (!lost_first)
+        fail_msg("the deposed coordinator L%d was not told its lease is gone", first);
+    assert_non_null(strstr(l[first].why, "ended this launcher's lease"));
+    ddp_etcd_session_close(l[first].s, true, NULL, NULL);
+    l[first].s = NULL;
+    elect_all(l);
+    assert_true(run_while(&c, l, elected, 10));
+    assert_int_not_equal(one_coordinator(l), first);
+    sessions_down(&c, l);
+    th_etcd_down(&etcd);
+}
+
+static bool member_gone(launcher_t *l)
+{
+    int own = one_coordinator(l);
+    return own >= 0 && l[own].gone[0] != '\0';
+}
+
+/* A launcher that stops keeping its lease alive (SIGKILLed) is gone once the lease runs
+ * out: the coordinator's watch of the members says so, and if it was the coordinator, the
+ * others hear that none is. */
+static void test_lease_runs_out(void **state)
+{
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    client_t c;
+    launcher_t l[NLAUNCHERS];
+    client_up(&c, etcd.endpoints, 2);
+    sessions_up(&c, l, 2);
+    assert_true(run_while(&c, l, all_told, 10));
+    elect_all(l);
+    assert_true(run_while(&c, l, elected, 10));
+    int own = one_coordinator(l), other = (own + 1) % NLAUNCHERS;
+    ddp_etcd_session_watch_members(l[own].s);
+    double killed = th_now();
+    ddp_etcd_session_close(l[other].s, true, NULL, NULL);
+    l[other].s = NULL;
+    assert_true(run_while(&c, l, member_gone, 10));
+    char want[32];
+    snprintf(want, sizeof want, "L%d ", other);
+    assert_string_equal(l[own].gone, want);
+    printf("a member's lease of 2 s ran out, seen %.1f s later\n", th_now() - killed);
+    assert_true(th_now() - killed < 5);
+    /* The coordinator itself. */
+    killed = th_now();
+    ddp_etcd_session_close(l[own].s, true, NULL, NULL);
+    l[own].s = NULL;
+    assert_true(run_while(&c, l, none_told, 10));
+    printf("the coordinator's lease of 2 s ran out, seen %.1f s later\n", th_now() - killed);
+    sessions_down(&c, l);
+    th_etcd_down(&etcd);
+}
+
+static bool all_lost(launcher_t *l)
+{
+    for (int i = 0; i < NLAUNCHERS; i++)
+        if (!l[i].lost)
+            return false;
+    return true;
+}
+
+/* Every etcd member gone: each launcher's session ends within its lease time (and the
+ * request timeout), saying which endpoints could not be reached. */
+static void test_etcd_gone(void **state)
+{
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    client_t c;
+    launcher_t l[NLAUNCHERS];
+    client_up(&c, etcd.endpoints, 1);
+    sessions_up(&c, l, 2);
+    assert_true(run_while(&c, l, all_told, 10));
+    double killed = th_now();
+    th_etcd_kill(&etcd, 0, SIGKILL);
+    assert_true(run_while(&c, l, all_lost, 10));
+    assert_true(th_now() - killed < 2 + 1 + 1);
+    for (int i = 0; i < NLAUNCHERS; i++)
+        if (strstr(l[i].why, etcd.endpoints) == NULL)
+            fail_msg("'%s' does not name %s", l[i].why, etcd.endpoints);
+    sessions_down(&c, l);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -287,6 +520,9 @@ int main(int argc, char **argv)
         TH_TEST(test_moves_to_a_live_member),
         TH_TEST(test_no_member_answers),
         TH_TEST(test_not_etcd),
+        TH_TEST(test_one_coordinator_then_another),
+        TH_TEST(test_lease_runs_out),
+        TH_TEST(test_etcd_gone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

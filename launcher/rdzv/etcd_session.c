@@ -1,0 +1,540 @@
+/* A launcher's session in etcd (see etcd_session.h). Every request is one call of the
+ * client; the session holds each it may have in flight, one of a kind, and cancels them all
+ * when it closes (no callback comes after a cancel). */
+#include "rdzv/etcd_session.h"
+
+#include "error.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The session's calls, one of each in flight at most. */
+enum {
+    CALL_GRANT,
+    CALL_PUT,
+    CALL_RANGE,
+    CALL_WATCH,
+    CALL_ELECT,
+    CALL_KEEPALIVE,
+    CALL_DEPOSE,
+    CALL_MEMBERS,
+    CALL_MEMBERS_WATCH,
+    NCALLS
+};
+
+typedef enum { SESSION_STARTING, SESSION_RUNNING, SESSION_LOST } session_phase_t;
+
+struct ddp_etcd_session_s {
+    ddp_etcd_t *etcd;
+    uv_loop_t *loop;
+    char *prefix, *id, *record, *elect_record;
+    double ttl;
+    ddp_etcd_session_cbs_t cbs;
+    void *ctx;
+    session_phase_t phase;
+    int64_t lease;
+    uv_timer_t keepalive;
+    double last_alive; /* monotonic s of the last keep-alive etcd answered */
+    ddp_etcd_call_t *calls[NCALLS];
+    /* The coordinator's key as last seen: its record, lease and revision. */
+    char *coord;
+    int64_t coord_lease, coord_rev;
+    bool coord_known;
+    int64_t members_rev;
+    bool watch_members; /* the coordinator's: the member keys are watched */
+    /* A watch that ended (the member it spoke to gone) is set up again after `backoff` s
+     * (doubling up to 1 s while etcd cannot be reached: the keep-alives judge how long). */
+    uv_timer_t retry;
+    double backoff;
+};
+
+static double now_s(const ddp_etcd_session_t *s)
+{
+    return (double)uv_now(s->loop) / 1000.0;
+}
+
+static void key_of(const ddp_etcd_session_t *s, const char *what, char *key, size_t cap)
+{
+    snprintf(key, cap, "%s%s", s->prefix, what);
+}
+
+static void lose(ddp_etcd_session_t *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The session is over: the lost callback, once. */
+static void lose(ddp_etcd_session_t *s, const char *fmt, ...)
+{
+    char why[800];
+    va_list ap;
+    if (s->phase == SESSION_LOST)
+        return;
+    s->phase = SESSION_LOST;
+    uv_timer_stop(&s->keepalive);
+    uv_timer_stop(&s->retry);
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    for (int i = 0; i < NCALLS; i++) {
+        ddp_etcd_cancel(s->calls[i]);
+        s->calls[i] = NULL;
+    }
+    s->cbs.lost(s->ctx, why);
+}
+
+static int post(ddp_etcd_session_t *s, int which, const char *path, const char *body, bool stream,
+                ddp_etcd_cb_t cb)
+{
+    int err = ddp_etcd_post(s->etcd, path, body, stream, cb, s, &s->calls[which]);
+    if (err != 0)
+        lose(s, "etcd: unable to send %s: %s", path, ddp_strerror(err));
+    return err;
+}
+
+/* The coordinator's key. */
+
+/* What the watch or a read says the coordinator's key now is (kv NULL: deleted). */
+static void coord_seen(ddp_etcd_session_t *s, const ddp_json_t *kv, int64_t revision)
+{
+    ddp_buf_t value = DDP_BUF_INIT;
+    int64_t lease = 0;
+    if (revision != 0 && revision < s->coord_rev)
+        return; /* older than what was seen */
+    if (kv != NULL && ddp_etcd_bytes(kv, "value", &value) != 0) {
+        ddp_buf_free(&value);
+        lose(s, "etcd: the coordinator's key at %scoord holds no base64 value", s->prefix);
+        return;
+    }
+    if (kv != NULL)
+        (void)ddp_etcd_int(kv, "lease", &lease);
+    char *record = kv != NULL ? ddp_buf_steal(&value) : NULL;
+    bool same = s->coord_known && ((record == NULL && s->coord == NULL) ||
+                                   (record != NULL && s->coord != NULL &&
+                                    strcmp(record, s->coord) == 0 && lease == s->coord_lease));
+    free(s->coord);
+    s->coord = record;
+    s->coord_lease = lease;
+    s->coord_rev = revision;
+    s->coord_known = true;
+    ddp_buf_free(&value);
+    if (!same && s->phase == SESSION_RUNNING)
+        s->cbs.coordinator(s->ctx, s->coord, s->coord != NULL && lease == s->lease);
+}
+
+static void resync_later(ddp_etcd_session_t *s);
+
+static void on_coord_watch(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_session_t *s = ctx;
+    (void)why;
+    if (err != 0 || ddp_json_get(reply, "canceled") != NULL) {
+        /* The member it spoke to went (or etcd ended the watch): read the key again, then
+         * watch it from there. */
+        if (err == 0)
+            ddp_etcd_cancel(s->calls[CALL_WATCH]);
+        s->calls[CALL_WATCH] = NULL;
+        resync_later(s);
+        return;
+    }
+    s->backoff = 0;
+    for (const ddp_json_t *e = ddp_json_first(ddp_json_get(reply, "events")); e != NULL;
+         e = ddp_json_next(e)) {
+        const char *type = ddp_json_string(ddp_json_get(e, "type"), NULL);
+        const ddp_json_t *kv = ddp_json_get(e, "kv");
+        int64_t rev = 0;
+        (void)ddp_etcd_int(kv, "mod_revision", &rev);
+        coord_seen(s, type != NULL && strcmp(type, "DELETE") == 0 ? NULL : kv, rev);
+    }
+}
+
+static void watch_coord(ddp_etcd_session_t *s, int64_t from)
+{
+    char key[600];
+    ddp_buf_t body = DDP_BUF_INIT;
+    key_of(s, "coord", key, sizeof key);
+    if (ddp_etcd_body_watch(&body, key, false, from) == 0)
+        (void)post(s, CALL_WATCH, "/v3/watch", ddp_buf_str(&body), true, on_coord_watch);
+    ddp_buf_free(&body);
+}
+
+static void on_coord_range(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_session_t *s = ctx;
+    s->calls[CALL_RANGE] = NULL;
+    int64_t revision = 0;
+    if (err != 0 || !ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision)) {
+        if (s->phase == SESSION_STARTING)
+            lose(s, "etcd: unable to read the coordinator's key: %s", err ? why : "no revision");
+        else
+            resync_later(s); /* the keep-alives judge whether etcd is gone */
+        return;
+    }
+    bool first = s->phase == SESSION_STARTING;
+    s->phase = SESSION_RUNNING;
+    const ddp_json_t *kv = ddp_json_first(ddp_json_get(reply, "kvs"));
+    int64_t rev = 0;
+    (void)ddp_etcd_int(kv, "mod_revision", &rev);
+    s->coord_rev = 0;
+    if (first)
+        s->coord_known = false;
+    coord_seen(s, kv, rev);
+    if (s->phase == SESSION_RUNNING)
+        watch_coord(s, revision + 1); /* what changes after the read */
+}
+
+/* The coordinator's key read, then watched from that revision on. */
+static void resync_coord(ddp_etcd_session_t *s)
+{
+    char key[600];
+    ddp_buf_t body = DDP_BUF_INIT;
+    key_of(s, "coord", key, sizeof key);
+    if (ddp_etcd_body_range(&body, key, false) == 0)
+        (void)post(s, CALL_RANGE, "/v3/kv/range", ddp_buf_str(&body), false, on_coord_range);
+    ddp_buf_free(&body);
+}
+
+static void resync_members(ddp_etcd_session_t *s);
+
+static void on_retry(uv_timer_t *timer)
+{
+    ddp_etcd_session_t *s = timer->data;
+    if (s->phase != SESSION_RUNNING)
+        return;
+    if (s->calls[CALL_WATCH] == NULL && s->calls[CALL_RANGE] == NULL)
+        resync_coord(s);
+    if (s->watch_members && s->calls[CALL_MEMBERS_WATCH] == NULL && s->calls[CALL_MEMBERS] == NULL)
+        resync_members(s);
+}
+
+static void resync_later(ddp_etcd_session_t *s)
+{
+    s->backoff = s->backoff <= 0 ? 0.05 : s->backoff * 2 > 1 ? 1 : s->backoff * 2;
+    if (!uv_is_active((uv_handle_t *)&s->retry))
+        uv_timer_start(&s->retry, on_retry, (uint64_t)(s->backoff * 1000), 0);
+}
+
+/* Keep-alives. */
+
+static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_session_t *s = ctx;
+    s->calls[CALL_KEEPALIVE] = NULL;
+    int64_t ttl = 0;
+    if (err == 0 && ddp_etcd_int(ddp_json_get(reply, "result"), "TTL", &ttl) && ttl > 0) {
+        s->last_alive = now_s(s);
+        return;
+    }
+    if (err == 0) { /* etcd answered: the lease is gone */
+        lose(s,
+             "etcd ended this launcher's lease (%lld): it was judged gone (its keep-alives "
+             "late by over %g s, or revoked by a launcher that found it dead)",
+             (long long)s->lease, s->ttl);
+        return;
+    }
+    if (now_s(s) - s->last_alive > s->ttl)
+        lose(s, "etcd at %s could not be reached for %g s, this launcher's lease time: %s",
+             ddp_etcd_endpoints(s->etcd), s->ttl, why);
+}
+
+static void on_keepalive_timer(uv_timer_t *timer)
+{
+    ddp_etcd_session_t *s = timer->data;
+    char body[64];
+    if (s->calls[CALL_KEEPALIVE] != NULL) { /* the last one has not come back */
+        if (now_s(s) - s->last_alive > s->ttl)
+            lose(s, "etcd at %s did not answer a keep-alive for %g s, this launcher's lease time",
+                 ddp_etcd_endpoints(s->etcd), s->ttl);
+        return;
+    }
+    snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->lease);
+    (void)post(s, CALL_KEEPALIVE, "/v3/lease/keepalive", body, false, on_keepalive);
+}
+
+/* The start: the lease, the member key, the coordinator's key read and watched. */
+
+static void on_member_put(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_session_t *s = ctx;
+    (void)reply;
+    s->calls[CALL_PUT] = NULL;
+    if (err != 0) {
+        lose(s, "etcd: unable to write this launcher's key: %s", why);
+        return;
+    }
+    resync_coord(s);
+}
+
+static void on_grant(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_session_t *s = ctx;
+    s->calls[CALL_GRANT] = NULL;
+    if (err != 0 || !ddp_etcd_int(reply, "ID", &s->lease) || s->lease == 0) {
+        lose(s, "etcd at %s: unable to take a lease: %s", ddp_etcd_endpoints(s->etcd),
+             err ? why : "its answer has no lease");
+        return;
+    }
+    s->last_alive = now_s(s);
+    uint64_t every = (uint64_t)(s->ttl * 1000 / 3);
+    uv_timer_start(&s->keepalive, on_keepalive_timer, every, every);
+    char key[600];
+    ddp_buf_t body = DDP_BUF_INIT;
+    snprintf(key, sizeof key, "%snode/%s", s->prefix, s->id);
+    if (ddp_etcd_body_put(&body, key, s->record, strlen(s->record), s->lease) == 0)
+        (void)post(s, CALL_PUT, "/v3/kv/put", ddp_buf_str(&body), false, on_member_put);
+    ddp_buf_free(&body);
+}
+
+static char *dup_or(const char *text, bool *ok)
+{
+    char *copy = strdup(text);
+    *ok = *ok && copy != NULL;
+    return copy;
+}
+
+int ddp_etcd_session_start(ddp_etcd_t *etcd, const char *prefix, const char *id, double ttl,
+                           const char *record, const ddp_etcd_session_cbs_t *cbs, void *ctx,
+                           ddp_etcd_session_t **out)
+{
+    ddp_etcd_session_t *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return -ENOMEM;
+    bool ok = true;
+    s->etcd = etcd;
+    s->loop = ddp_etcd_loop(etcd);
+    s->prefix = dup_or(prefix, &ok);
+    s->id = dup_or(id, &ok);
+    s->record = dup_or(record, &ok);
+    s->ttl = ttl;
+    s->cbs = *cbs;
+    s->ctx = ctx;
+    if (!ok) {
+        free(s->prefix);
+        free(s->id);
+        free(s->record);
+        free(s);
+        return -ENOMEM;
+    }
+    uv_timer_init(s->loop, &s->keepalive);
+    uv_timer_init(s->loop, &s->retry);
+    s->keepalive.data = s->retry.data = s;
+    char body[64];
+    snprintf(body, sizeof body, "{\"TTL\": %lld}", (long long)(ttl + 0.999));
+    *out = s;
+    (void)post(s, CALL_GRANT, "/v3/lease/grant", body, false, on_grant);
+    return 0;
+}
+
+/* Election. */
+
+static void on_elect(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_session_t *s = ctx;
+    s->calls[CALL_ELECT] = NULL;
+    if (err != 0) {
+        lose(s, "etcd: unable to take the coordinator's key: %s", why);
+        return;
+    }
+    /* Won or lost, the watch says what the key holds now; a reply read here comes first. */
+    int64_t revision = 0;
+    (void)ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision);
+    const ddp_json_t *ok = ddp_json_get(reply, "succeeded");
+    bool won = ok != NULL && ddp_json_type(ok) == DDP_JSON_BOOL;
+    if (won) { /* what the put wrote, before the watch says it */
+        free(s->coord);
+        s->coord = strdup(s->elect_record);
+        s->coord_lease = s->lease;
+        s->coord_rev = revision;
+        s->coord_known = true;
+        s->cbs.coordinator(s->ctx, s->coord, true);
+        return;
+    }
+    for (const ddp_json_t *r = ddp_json_first(ddp_json_get(reply, "responses")); r != NULL;
+         r = ddp_json_next(r)) {
+        const ddp_json_t *kv =
+            ddp_json_first(ddp_json_get(ddp_json_get(r, "response_range"), "kvs"));
+        int64_t rev = 0;
+        (void)ddp_etcd_int(kv, "mod_revision", &rev);
+        if (kv != NULL)
+            coord_seen(s, kv, rev);
+    }
+}
+
+void ddp_etcd_session_elect(ddp_etcd_session_t *s, const char *record)
+{
+    char key[600];
+    if (s->phase != SESSION_RUNNING || s->calls[CALL_ELECT] != NULL)
+        return;
+    free(s->elect_record);
+    s->elect_record = strdup(record);
+    ddp_buf_t body = DDP_BUF_INIT;
+    key_of(s, "coord", key, sizeof key);
+    if (s->elect_record != NULL &&
+        ddp_etcd_body_create(&body, key, record, strlen(record), s->lease) == 0)
+        (void)post(s, CALL_ELECT, "/v3/kv/txn", ddp_buf_str(&body), false, on_elect);
+    ddp_buf_free(&body);
+}
+
+static void on_depose(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_session_t *s = ctx;
+    (void)reply;
+    s->calls[CALL_DEPOSE] = NULL;
+    if (err != 0 && strstr(why, "lease not found") == NULL)
+        lose(s, "etcd: unable to end the lost coordinator's lease: %s", why);
+}
+
+void ddp_etcd_session_depose(ddp_etcd_session_t *s)
+{
+    char body[64];
+    if (s->phase != SESSION_RUNNING || s->coord_lease == 0 || s->coord_lease == s->lease ||
+        s->calls[CALL_DEPOSE] != NULL)
+        return;
+    snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->coord_lease);
+    (void)post(s, CALL_DEPOSE, "/v3/lease/revoke", body, false, on_depose);
+}
+
+/* Members, for the coordinator. */
+
+static void member_event(ddp_etcd_session_t *s, const ddp_json_t *kv, bool there)
+{
+    ddp_buf_t key = DDP_BUF_INIT;
+    size_t skip = strlen(s->prefix) + strlen("node/");
+    if (ddp_etcd_bytes(kv, "key", &key) == 0 && key.len > skip && key.len < skip + 200)
+        s->cbs.member(s->ctx, key.data + skip, there);
+    ddp_buf_free(&key);
+}
+
+static void watch_members(ddp_etcd_session_t *s, int64_t from);
+
+static void on_members_watch(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_session_t *s = ctx;
+    (void)why;
+    if (err != 0 || ddp_json_get(reply, "canceled") != NULL) {
+        if (err == 0)
+            ddp_etcd_cancel(s->calls[CALL_MEMBERS_WATCH]);
+        s->calls[CALL_MEMBERS_WATCH] = NULL;
+        resync_later(s);
+        return;
+    }
+    s->backoff = 0;
+    for (const ddp_json_t *e = ddp_json_first(ddp_json_get(reply, "events")); e != NULL;
+         e = ddp_json_next(e)) {
+        const char *type = ddp_json_string(ddp_json_get(e, "type"), NULL);
+        const ddp_json_t *kv = ddp_json_get(e, "kv");
+        int64_t rev = 0;
+        if (ddp_etcd_int(kv, "mod_revision", &rev) && rev > s->members_rev)
+            s->members_rev = rev;
+        member_event(s, kv, type == NULL || strcmp(type, "DELETE") != 0);
+        if (s->phase != SESSION_RUNNING)
+            return;
+    }
+}
+
+static void watch_members(ddp_etcd_session_t *s, int64_t from)
+{
+    char key[600];
+    ddp_buf_t body = DDP_BUF_INIT;
+    key_of(s, "node/", key, sizeof key);
+    if (ddp_etcd_body_watch(&body, key, true, from) == 0)
+        (void)post(s, CALL_MEMBERS_WATCH, "/v3/watch", ddp_buf_str(&body), true, on_members_watch);
+    ddp_buf_free(&body);
+}
+
+static void on_members(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_session_t *s = ctx;
+    s->calls[CALL_MEMBERS] = NULL;
+    int64_t revision = 0;
+    if (err != 0 || !ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision)) {
+        (void)why;
+        resync_later(s); /* the keep-alives judge whether etcd is gone */
+        return;
+    }
+    s->members_rev = revision;
+    for (const ddp_json_t *kv = ddp_json_first(ddp_json_get(reply, "kvs"));
+         kv != NULL && s->phase == SESSION_RUNNING; kv = ddp_json_next(kv))
+        member_event(s, kv, true);
+    if (s->phase == SESSION_RUNNING)
+        watch_members(s, revision + 1);
+}
+
+static void resync_members(ddp_etcd_session_t *s)
+{
+    char key[600];
+    ddp_buf_t body = DDP_BUF_INIT;
+    key_of(s, "node/", key, sizeof key);
+    if (ddp_etcd_body_range(&body, key, true) == 0)
+        (void)post(s, CALL_MEMBERS, "/v3/kv/range", ddp_buf_str(&body), false, on_members);
+    ddp_buf_free(&body);
+}
+
+void ddp_etcd_session_watch_members(ddp_etcd_session_t *s)
+{
+    if (s->phase != SESSION_RUNNING || s->watch_members)
+        return;
+    s->watch_members = true;
+    resync_members(s);
+}
+
+int64_t ddp_etcd_session_lease(const ddp_etcd_session_t *s)
+{
+    return s->lease;
+}
+
+/* The end. */
+
+typedef struct {
+    void (*done)(void *ctx);
+    void *ctx;
+} closing_t;
+
+static void on_revoked(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    closing_t *c = ctx;
+    (void)err, (void)reply, (void)why;
+    if (c->done != NULL)
+        c->done(c->ctx);
+    free(c);
+}
+
+static void free_session(uv_handle_t *handle)
+{
+    ddp_etcd_session_t *s = handle->data;
+    if (!uv_is_closing((uv_handle_t *)&s->retry)) { /* the keep-alive timer's: then this one */
+        uv_close((uv_handle_t *)&s->retry, free_session);
+        return;
+    }
+    free(s->prefix);
+    free(s->id);
+    free(s->record);
+    free(s->elect_record);
+    free(s->coord);
+    free(s);
+}
+
+void ddp_etcd_session_close(ddp_etcd_session_t *s, bool keep, void (*done)(void *ctx), void *ctx)
+{
+    char body[64];
+    closing_t *c = NULL;
+    for (int i = 0; i < NCALLS; i++) {
+        ddp_etcd_cancel(s->calls[i]);
+        s->calls[i] = NULL;
+    }
+    s->phase = SESSION_LOST;
+    uv_timer_stop(&s->keepalive);
+    uv_timer_stop(&s->retry);
+    if (!keep && s->lease != 0 && (c = malloc(sizeof *c)) != NULL) {
+        c->done = done;
+        c->ctx = ctx;
+        snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->lease);
+        if (ddp_etcd_post(s->etcd, "/v3/lease/revoke", body, false, on_revoked, c, NULL) != 0) {
+            free(c);
+            c = NULL;
+        }
+    }
+    uv_close((uv_handle_t *)&s->keepalive, free_session);
+    if (c == NULL && done != NULL)
+        done(ctx);
+}

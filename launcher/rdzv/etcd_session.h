@@ -1,0 +1,61 @@
+/* One launcher's session in etcd, for --rdzv-backend=etcd (on the agent's loop): its lease,
+ * kept alive; its member key under it (<prefix>node/<id>); the coordinator's key
+ * (<prefix>coord), watched, and taken by election; for the coordinator, the member keys
+ * watched; the round's record, written with compare-and-swap.
+ *
+ * A launcher that dies loses its lease: etcd deletes its keys when the lease ends (its TTL
+ * after the last keep-alive, or at once when another launcher revokes it, having found the
+ * launcher's port closed), and every watcher hears of it at once. Nothing polls: one
+ * keep-alive request a launcher every TTL/3 is the steady load. Runs on the loop's thread;
+ * the callbacks too. */
+#ifndef DDP_LAUNCHER_ETCD_SESSION_H
+#define DDP_LAUNCHER_ETCD_SESSION_H
+
+#include "rdzv/etcd_client.h"
+
+#include <stdint.h>
+
+typedef struct ddp_etcd_session_s ddp_etcd_session_t;
+
+typedef struct {
+    /* This launcher's lease is gone (expired, revoked), or etcd could not be reached for
+     * longer than its TTL: `why` says which. The session does nothing more. */
+    void (*lost)(void *ctx, const char *why);
+    /* The coordinator's record now, NULL while no launcher holds the key (an election is
+     * due); `own` when this launcher holds it (it won an election). Called once the
+     * session knows (after its start), then at each change. */
+    void (*coordinator)(void *ctx, const char *record, bool own);
+    /* (After ddp_etcd_session_watch_members) a member's key appeared (`there`) or went
+     * away: its id. */
+    void (*member)(void *ctx, const char *id, bool there);
+} ddp_etcd_session_cbs_t;
+
+/* Starts the session of launcher `id` under `prefix` (copied): its lease of `ttl` s, its
+ * member key holding `record`, the coordinator's key watched. 0 or -ENOMEM; what fails in
+ * etcd later (it cannot be reached, it refuses the lease) is the lost callback. */
+int ddp_etcd_session_start(ddp_etcd_t *etcd, const char *prefix, const char *id, double ttl,
+                           const char *record, const ddp_etcd_session_cbs_t *cbs, void *ctx,
+                           ddp_etcd_session_t **out);
+
+/* Asks to be the coordinator, holding its key (under this launcher's lease) with `record`
+ * (copied): the answer is the coordinator callback (`own`, or the winner's record). */
+void ddp_etcd_session_elect(ddp_etcd_session_t *s, const char *record);
+
+/* The coordinator's launcher is known to be gone (its port refused a connection): its lease
+ * is revoked, so its keys go now rather than at its TTL. */
+void ddp_etcd_session_depose(ddp_etcd_session_t *s);
+
+/* For the coordinator: the member keys are watched (the member callback, for those there
+ * now too). */
+void ddp_etcd_session_watch_members(ddp_etcd_session_t *s);
+
+/* This launcher's lease, for logs and tests. */
+int64_t ddp_etcd_session_lease(const ddp_etcd_session_t *s);
+
+/* Ends the session: the callbacks stop at once; its lease is revoked (its keys go with it),
+ * and `done` called once etcd has answered (or failed to), unless `keep` (a test's stand-in
+ * for a launcher SIGKILLed: the lease then runs out on its own; `done` is called at once).
+ * The session is freed before `done` runs; `done` may be NULL. */
+void ddp_etcd_session_close(ddp_etcd_session_t *s, bool keep, void (*done)(void *ctx), void *ctx);
+
+#endif
