@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if DDP_HAVE_LIBCURL
 #include <curl/curl.h>
@@ -612,6 +613,15 @@ int ddp_etcd_new(uv_loop_t *loop, const ddp_etcd_opts_t *opts, const ddp_log_t *
     if (opts->nendpoints == 0) {
         ddp_buf_puts(why, "--rdzv-backend=etcd: no endpoint (--rdzv-endpoint=HOST:PORT,...)");
         return DDP_EUSAGE;
+    }
+    /* A TLS file that cannot be read is said as such, not as a handshake's failure. */
+    const char *const files[][2] = {
+        {"cacert", opts->cacert}, {"cert", opts->cert}, {"key", opts->key}};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        if (files[i][1] != NULL && access(files[i][1], R_OK) != 0) {
+            ddp_buf_printf(why, "--rdzv-conf %s=%s: %s", files[i][0], files[i][1], strerror(errno));
+            return DDP_EUSAGE;
+        }
     }
     ddp_etcd_t *e = calloc(1, sizeof *e);
     if (e == NULL)

@@ -734,13 +734,18 @@ void th_torch_prepare(th_torch_t *t, const char *flavour)
 #define ETCDCTL   "/usr/bin/etcdctl"
 #define ETCD_UP_S 30.0
 
-/* etcdctl's answer for `endpoints` (`args` after them), into out[cap]: its exit status. */
-static int etcdctl(const char *endpoints, const char *args, char *out, size_t cap)
+/* etcdctl's answer for `endpoints` of cluster `c` (`args` after them), into out[cap]: its
+ * exit status. */
+static int etcdctl(const th_etcd_t *c, const char *endpoints, const char *args, char *out,
+                   size_t cap)
 {
-    char cmd[700];
+    char cmd[2400], tls[1600] = "";
+    if (c->certs[0] != '\0')
+        snprintf(tls, sizeof tls, "--cacert=%s/ca.pem --cert=%s/client.pem --key=%s/client-key.pem",
+                 c->certs, c->certs, c->certs);
     snprintf(cmd, sizeof cmd,
-             "ETCDCTL_API=3 %s --dial-timeout=1s --command-timeout=2s --endpoints=%s %s 2>&1",
-             ETCDCTL, endpoints, args);
+             "ETCDCTL_API=3 %s --dial-timeout=1s --command-timeout=2s %s --endpoints=%s %s 2>&1",
+             ETCDCTL, tls, endpoints, args);
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     size_t len = fread(out, 1, cap - 1, f);
@@ -748,7 +753,19 @@ static int etcdctl(const char *endpoints, const char *args, char *out, size_t ca
     return pclose(f);
 }
 
+static void etcd_up(th_etcd_t *c, int n, bool tls);
+
 void th_etcd_up(th_etcd_t *c, int n)
+{
+    etcd_up(c, n, false);
+}
+
+void th_etcd_up_tls(th_etcd_t *c, int n)
+{
+    etcd_up(c, n, true);
+}
+
+static void etcd_up(th_etcd_t *c, int n, bool tls)
 {
     assert_true(n >= 1 && n <= TH_ETCD_MAX);
     if (access(ETCD, X_OK) != 0 || access(ETCDCTL, X_OK) != 0) {
@@ -760,6 +777,14 @@ void th_etcd_up(th_etcd_t *c, int n)
     c->n = n;
     snprintf(c->dir, sizeof c->dir, "%s/etcd", required_env("TMPDIR"));
     assert_int_equal(mkdir(c->dir, 0700), 0);
+    if (tls) {
+        char script[600];
+        snprintf(c->certs, sizeof c->certs, "%s/certs", c->dir);
+        snprintf(script, sizeof script, "%s/tests/support/make-certs", th_source_dir());
+        const char *argv[] = {script, c->certs, NULL};
+        if (!th_succeeds(argv, 60))
+            fail_msg("tests/support/make-certs could not make certificates (openssl)");
+    }
     char cluster[TH_ETCD_MAX * 48] = "";
     for (int i = 0; i < n; i++) {
         c->client_port[i] = th_free_port();
@@ -774,26 +799,47 @@ void th_etcd_up(th_etcd_t *c, int n)
         char name[16], data[600], client[64], peer[64], initial[TH_ETCD_MAX * 48 + 32];
         snprintf(name, sizeof name, "m%d", i);
         snprintf(data, sizeof data, "%s/m%d", c->dir, i);
-        snprintf(client, sizeof client, "http://127.0.0.1:%d", c->client_port[i]);
+        snprintf(client, sizeof client, "%s://127.0.0.1:%d", tls ? "https" : "http",
+                 c->client_port[i]);
         snprintf(peer, sizeof peer, "http://127.0.0.1:%d", c->peer_port[i]);
         snprintf(initial, sizeof initial, "%s", cluster);
-        const char *argv[] = {ETCD,    "--name",
-                              name,    "--data-dir",
-                              data,    "--listen-client-urls",
-                              client,  "--advertise-client-urls",
-                              client,  "--listen-peer-urls",
-                              peer,    "--initial-advertise-peer-urls",
-                              peer,    "--initial-cluster",
-                              initial, "--initial-cluster-state",
-                              "new",   "--initial-cluster-token",
-                              c->dir,  "--log-level",
-                              "error", NULL};
+        /* Its log in its data directory: a pipe nobody reads could fill and stop it. */
+        char log[640], cert[600], key[600], ca[600];
+        snprintf(log, sizeof log, "%s/m%d.log", c->dir, i);
+        const char *argv[40] = {ETCD,    "--name",
+                                name,    "--data-dir",
+                                data,    "--listen-client-urls",
+                                client,  "--advertise-client-urls",
+                                client,  "--listen-peer-urls",
+                                peer,    "--initial-advertise-peer-urls",
+                                peer,    "--initial-cluster",
+                                initial, "--initial-cluster-state",
+                                "new",   "--initial-cluster-token",
+                                c->dir,  "--logger",
+                                "zap",   "--log-outputs",
+                                log,     "--log-level",
+                                "error"};
+        size_t k = 0;
+        while (argv[k] != NULL)
+            k++;
+        if (tls) {
+            snprintf(cert, sizeof cert, "%s/server.pem", c->certs);
+            snprintf(key, sizeof key, "%s/server-key.pem", c->certs);
+            snprintf(ca, sizeof ca, "%s/ca.pem", c->certs);
+            argv[k++] = "--cert-file";
+            argv[k++] = cert;
+            argv[k++] = "--key-file";
+            argv[k++] = key;
+            argv[k++] = "--trusted-ca-file";
+            argv[k++] = ca;
+            argv[k++] = "--client-cert-auth";
+        }
         th_start(&c->member[i], argv, NULL);
         c->running[i] = true;
     }
     char out[4096];
     for (double deadline = th_now() + ETCD_UP_S;;) {
-        if (etcdctl(c->endpoints, "endpoint health", out, sizeof out) == 0)
+        if (etcdctl(c, c->endpoints, "endpoint health", out, sizeof out) == 0)
             return;
         if (th_now() > deadline)
             fail_msg("etcd (%d member(s) at %s) not healthy within %g s: %s", n, c->endpoints,
@@ -822,7 +868,7 @@ int th_etcd_leader(th_etcd_t *c, double timeout)
                 continue;
             snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", c->client_port[i]);
             /* "ENDPOINT, ID, VERSION, DB SIZE, IS LEADER, ..." */
-            if (etcdctl(endpoint, "endpoint status -w simple", out, sizeof out) == 0 &&
+            if (etcdctl(c, endpoint, "endpoint status -w simple", out, sizeof out) == 0 &&
                 strstr(out, ", true, ") != NULL)
                 return i;
         }

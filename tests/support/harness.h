@@ -129,9 +129,13 @@ typedef struct {
     th_proc_t member[TH_ETCD_MAX];
     bool running[TH_ETCD_MAX];
     int client_port[TH_ETCD_MAX], peer_port[TH_ETCD_MAX];
-    char endpoints[TH_ETCD_MAX * 24], dir[512];
+    char endpoints[TH_ETCD_MAX * 24], dir[480];
+    char certs[512]; /* th_etcd_up_tls: where tests/support/make-certs made them; else "" */
 } th_etcd_t;
 void th_etcd_up(th_etcd_t *c, int n);
+/* As th_etcd_up, its clients served over https only, with client certificates the test's
+ * CA signed (c->certs: ca.pem, client.pem, client-key.pem; other-ca.pem signed nothing). */
+void th_etcd_up_tls(th_etcd_t *c, int n);
 void th_etcd_kill(th_etcd_t *c, int i, int sig);
 int th_etcd_leader(th_etcd_t *c, double timeout);
 void th_etcd_down(th_etcd_t *c);
