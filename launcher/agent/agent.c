@@ -402,6 +402,7 @@ static void clear_failures(ddp_agent_t *a)
 static int group_start(ddp_agent_t *a);
 static int start_workers(ddp_agent_t *a);
 
+static void group_ended_measured(ddp_agent_t *a);
 static void group_ended_after_leftovers(ddp_agent_t *a);
 
 /* Every worker of the attempt has ended: clean up the groups and decide what next. */
@@ -414,6 +415,14 @@ static void group_ended(ddp_agent_t *a)
     ddp_hang_watch_stop(a->hang);
     ddp_progress_watch_stop(a->progress);
     ddp_store_waits_stop(a->waits);
+    if (ddp_policy_measure(a->policy))
+        return; /* ops->progress_read goes on */
+    group_ended_measured(a);
+}
+
+/* The group's end once --progress-file was read: what its workers left. */
+static void group_ended_measured(ddp_agent_t *a)
+{
     if (ddp_leftovers_end(a->leftovers))
         return; /* ops->leftovers_done goes on */
     group_ended_after_leftovers(a);
@@ -854,6 +863,12 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
         char message[96];
         snprintf(message, sizeof message, "its launcher received %s", name);
         ddp_rdzv_post_abort(a->g.rdzv, sig, message);
+    }
+    if (ddp_policy_cut_short(a->policy)) { /* every worker has ended: the job too */
+        ddp_log_warn(a->g.log, "received %s: ending now (the workers have ended)", name);
+        a->g.stop_reason = DDP_STOP_SIGNAL;
+        a->g.stop_signal = sig;
+        return;
     }
     if (ddp_leftovers_cut_short(a->leftovers)) { /* every worker has ended: what they left
                                                   * goes at once */
@@ -1451,11 +1466,17 @@ static void op_leftovers_done(ddp_group_t *g)
     group_ended_after_leftovers(agent_of(g));
 }
 
+static void op_progress_read(ddp_group_t *g)
+{
+    group_ended_measured(agent_of(g));
+}
+
 static const ddp_agent_ops_t agent_ops = {
     .stop = op_stop,
     .fail_round = op_fail_round,
     .group_ended = op_group_ended,
     .leftovers_done = op_leftovers_done,
+    .progress_read = op_progress_read,
 };
 
 /* The parts of the agent (the policy aside, made first), on the loop, wired to what each
@@ -1529,6 +1550,7 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
         return DDP_EXIT_LAUNCH_FAILED;
     }
     a->loop_ready = true;
+    ddp_policy_begin(a->policy); /* the progress the job starts from */
     const char *under = cfg->log_dir != NULL ? cfg->log_dir : ddp_logs_temp_dir(log);
     if ((err = ddp_logs_make_run_dir(cfg->log_dir, cfg->run_id, announce_log_dir, &a->guard,
                                      &a->base_dir, &a->base_created, &a->g.run_dir)) != 0) {

@@ -80,6 +80,8 @@ typedef struct {
     /* The leftovers' grace, or the wait for the GPUs' memory, is over: the group's end
      * goes on. */
     void (*leftovers_done)(ddp_group_t *g);
+    /* The read of --progress-file at the group's end is over: the group's end goes on. */
+    void (*progress_read)(ddp_group_t *g);
 } ddp_agent_ops_t;
 
 struct ddp_group_s {

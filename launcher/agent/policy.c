@@ -6,6 +6,7 @@
 
 #include "diagnose/hang.h"
 #include "error.h"
+#include "host/proc.h"
 #include "io.h"
 #include "rdzv/rdzv.h"
 
@@ -13,13 +14,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define PROGRESS_FILE_MAX 4096 /* bytes: an integer and some room */
 #define SHOWN_MAX         40   /* bytes of what it holds, in the line that says so */
 
+#define PROGRESS_READ_S 3.0 /* s: a read of --progress-file that takes longer is given up */
+
 /* --progress-file's value where it cannot be read as an integer. */
 #define PROGRESS_UNREADABLE (-2)
+
+/* A read of --progress-file, off the loop (libuv's pool, the file read by a child of its
+ * own: a file system that does not answer holds neither the loop nor a pool thread). */
+typedef struct {
+    uv_work_t work;
+    ddp_policy_t *p; /* NULL once the policy is freed: the read's end frees it alone */
+    char *path;
+    int cancel_fd; /* an eventfd: written to give the read up */
+    int err;       /* ddp_proc_read_file_bounded's */
+    char *text;
+    size_t len;
+    bool given_up; /* the cancel_fd was written */
+} progress_read_t;
 
 struct ddp_policy_s {
     ddp_group_t *g;
@@ -28,6 +46,10 @@ struct ddp_policy_s {
     int no_progress;              /* failed attempts in a row without progress */
     long long last_progress;      /* --progress-file's value after the last attempt; -1: none yet */
     bool progress_file_said;      /* that --progress-file cannot be read as an integer */
+    progress_read_t *reading;     /* the read under way, or NULL */
+    bool baseline_read;           /* the first read, the progress the job starts from, ended */
+    bool measure_wanted;          /* the group's end waits for a read (ops->progress_read) */
+    long long measured;           /* the last read's value (as progress_file_value's) */
     bool no_progress_budget_said; /* at the first restart: --max-no-progress-restarts */
     /* Where nothing tells progress: attempts in a row that failed the same way at their
      * start (within START_FAILURE_S), and how (their root cause's status and text). */
@@ -35,17 +57,14 @@ struct ddp_policy_s {
     char *failed_as;
 };
 
-static long long progress_file_value(ddp_policy_t *p);
-
 int ddp_policy_new(ddp_group_t *g, ddp_policy_t **out)
 {
     ddp_policy_t *p = calloc(1, sizeof *p);
     if (p == NULL)
         return -ENOMEM;
     p->g = g;
-    p->last_progress = g->cfg->progress_file != NULL ? progress_file_value(p) : -1;
-    if (p->last_progress == PROGRESS_UNREADABLE)
-        p->last_progress = -1;
+    p->last_progress = -1;
+    p->measured = PROGRESS_UNREADABLE;
     *out = p;
     return 0;
 }
@@ -54,6 +73,12 @@ void ddp_policy_free(ddp_policy_t *p)
 {
     if (p == NULL)
         return;
+    if (p->reading != NULL) { /* its end, on the loop or never, frees it */
+        uint64_t one = 1;
+        p->reading->p = NULL;
+        while (write(p->reading->cancel_fd, &one, sizeof one) < 0 && errno == EINTR)
+            ;
+    }
     free(p->failed_as);
     free(p);
 }
@@ -103,6 +128,10 @@ static void say_unreadable(ddp_policy_t *p, int err, const char *text, size_t le
         ddp_buf_printf(&what, "it is %s", file_kind(path));
     } else if (err == DDP_ETOOBIG) {
         ddp_buf_printf(&what, "it holds more than %d bytes", PROGRESS_FILE_MAX);
+    } else if (err == 1) {
+        ddp_buf_printf(&what,
+                       "it did not answer within %.0f s (a file system that does not answer?)",
+                       PROGRESS_READ_S);
     } else {
         ddp_buf_puts(&what, ddp_strerror(err));
     }
@@ -114,16 +143,16 @@ static void say_unreadable(ddp_policy_t *p, int err, const char *text, size_t le
     ddp_buf_free(&what);
 }
 
-/* --progress-file's integer; -1 where there is none (no such file); PROGRESS_UNREADABLE
- * where it cannot be read as one (said once a job: what it holds, what is expected). */
-static long long progress_file_value(ddp_policy_t *p)
+/* --progress-file's integer from a read's end (ddp_proc_read_file_bounded's `err`, and the
+ * `text` read); -1 where there is none (no such file); PROGRESS_UNREADABLE where it cannot
+ * be read as one (said once a job: what it holds, what is expected). */
+static long long progress_value_of(ddp_policy_t *p, int err, const char *text, size_t len)
 {
-    char *text = NULL;
-    size_t len = 0;
     long long value = PROGRESS_UNREADABLE;
-    int err = ddp_read_file(p->g->cfg->progress_file, PROGRESS_FILE_MAX, &text, &len);
     if (err == -ENOENT)
         return -1;
+    if (err == -ECANCELED)
+        return PROGRESS_UNREADABLE; /* given up for a signal: the job ends */
     if (err == 0) {
         char *end;
         errno = 0;
@@ -135,8 +164,113 @@ static long long progress_file_value(ddp_policy_t *p)
     }
     if (value == PROGRESS_UNREADABLE)
         say_unreadable(p, err, text, len);
-    free(text);
     return value;
+}
+
+static int start_read(ddp_policy_t *p);
+
+static void read_on_pool(uv_work_t *work)
+{
+    progress_read_t *r = work->data;
+    r->err = ddp_proc_read_file_bounded(r->path, PROGRESS_FILE_MAX, PROGRESS_READ_S, r->cancel_fd,
+                                        &r->text, &r->len);
+}
+
+/* The group's end goes on with the value measured. */
+static void measured(ddp_policy_t *p, long long value)
+{
+    p->measured = value;
+    p->measure_wanted = false;
+    p->g->ops->progress_read(p->g);
+}
+
+static void read_ended(uv_work_t *work, int status)
+{
+    progress_read_t *r = work->data;
+    ddp_policy_t *p = r->p;
+    if (status == UV_ECANCELED)
+        r->err = -ECANCELED;
+    if (p != NULL) {
+        p->reading = NULL;
+        long long value = progress_value_of(p, r->err, r->text, r->len);
+        if (!p->baseline_read) { /* the progress the job starts from (a resumed job's) */
+            p->baseline_read = true;
+            p->last_progress = value == PROGRESS_UNREADABLE ? -1 : value;
+            if (p->measure_wanted && (r->err == -ECANCELED || start_read(p) != 0))
+                measured(p, PROGRESS_UNREADABLE);
+        } else if (p->measure_wanted) {
+            measured(p, value);
+        }
+    }
+    close(r->cancel_fd);
+    free(r->text);
+    free(r->path);
+    free(r);
+}
+
+/* Starts a read of --progress-file (p->reading). 0 or -errno. */
+static int start_read(ddp_policy_t *p)
+{
+    progress_read_t *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return -ENOMEM;
+    r->p = p;
+    r->work.data = r;
+    r->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    r->path = strdup(p->g->cfg->progress_file);
+    int err = r->cancel_fd < 0 ? -errno : r->path == NULL ? -ENOMEM : 0;
+    if (err == 0)
+        err = uv_queue_work(p->g->loop, &r->work, read_on_pool, read_ended);
+    if (err != 0) {
+        if (r->cancel_fd >= 0)
+            close(r->cancel_fd);
+        free(r->path);
+        free(r);
+        return err;
+    }
+    p->reading = r;
+    return 0;
+}
+
+void ddp_policy_begin(ddp_policy_t *p)
+{
+    if (p->g->cfg->progress_file == NULL || p->baseline_read || p->reading != NULL)
+        return;
+    if (start_read(p) != 0)
+        p->baseline_read = true; /* none: every attempt's value is progress */
+}
+
+bool ddp_policy_measure(ddp_policy_t *p)
+{
+    if (p->measure_wanted) /* the group's end again (a SIGCHLD, the read's own): one read */
+        return true;
+    ddp_policy_decision_t next;
+    ddp_policy_next(p, &next);
+    if (p->g->cfg->progress_file == NULL || !next.after_failure) /* nothing judged */
+        return false;
+    p->measure_wanted = true;
+    if (p->reading != NULL) /* the first read's end starts this one */
+        return true;
+    if (start_read(p) != 0) {
+        p->measure_wanted = false;
+        p->measured = PROGRESS_UNREADABLE;
+        return false;
+    }
+    return true;
+}
+
+bool ddp_policy_cut_short(ddp_policy_t *p)
+{
+    if (!p->measure_wanted || p->reading == NULL)
+        return false;
+    if (p->reading->given_up)
+        return true;
+    p->reading->given_up = true;
+    uint64_t one = 1;
+    while (write(p->reading->cancel_fd, &one, sizeof one) < 0 && errno == EINTR)
+        ;
+    uv_cancel((uv_req_t *)&p->reading->work); /* not begun: read_ended at once */
+    return true;
 }
 
 /* Measures whether the attempt that just failed made progress: 1 when --progress-file's
@@ -147,7 +281,7 @@ static int measure_progress(ddp_policy_t *p)
     const ddp_group_t *g = p->g;
     int measured = -1;
     if (g->cfg->progress_file != NULL) {
-        long long v = progress_file_value(p);
+        long long v = p->measured;    /* ddp_policy_measure's, at the group's end */
         if (v != PROGRESS_UNREADABLE) /* one that cannot be read tells nothing */
             measured = v > p->last_progress;
         if (measured > 0) {

@@ -32,10 +32,22 @@ typedef struct {
     char why[DDP_LAST_LINE_MAX + 400];
 } ddp_policy_decision_t;
 
-/* The part of group `g` (which must outlive it); --progress-file's value now is the
- * progress the job starts from (a resumed job's checkpoint). 0 or -ENOMEM. */
+/* The part of group `g` (which must outlive it). 0 or -ENOMEM. */
 int ddp_policy_new(ddp_group_t *g, ddp_policy_t **out);
 void ddp_policy_free(ddp_policy_t *p);
+
+/* Once the loop runs, before the first attempt: --progress-file's value now is the
+ * progress the job starts from (a resumed job's checkpoint), read off the loop. */
+void ddp_policy_begin(ddp_policy_t *p);
+/* At the group's end, where a failed attempt is to be judged (ddp_policy_judge): true
+ * when --progress-file is read first (off the loop, at most a few
+ * seconds: a file system that does not answer is said, and the attempt not judged by
+ * it); ops->progress_read then goes on, once however often this is called before. False:
+ * nothing to read, go on at once. */
+bool ddp_policy_measure(ddp_policy_t *p);
+/* A signal while the group's end waits for that read: true when it is given up
+ * (ops->progress_read comes at once); false when none is under way. */
+bool ddp_policy_cut_short(ddp_policy_t *p);
 
 /* What comes after the group's end, by its stop: pure. */
 void ddp_policy_next(const ddp_policy_t *p, ddp_policy_decision_t *d);

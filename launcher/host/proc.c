@@ -3,6 +3,7 @@
  * end with a bound. */
 #include "host/proc.h"
 
+#include "buf.h"
 #include "io.h"
 
 #include <dirent.h>
@@ -11,12 +12,16 @@
 #include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -239,6 +244,99 @@ int ddp_proc_run_bounded(char *const argv[], bool with_stdout, double timeout, c
         return 1;
     }
     return 0;
+}
+
+/* The child of ddp_proc_read_file_bounded: ddp_read_file's return as an int, then what it
+ * read, into `fd`; never returns. */
+static void read_file_child(const char *path, size_t limit, int fd)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int32_t err = ddp_read_file(path, limit, &text, &len);
+    struct iovec iov[2] = {{&err, sizeof err}, {text, err == 0 ? len : 0}};
+    _exit(ddp_writev_all(fd, iov, 2) == 0 ? 0 : 1);
+}
+
+/* Waits for `fd` or `cancel_fd` (-1: none) until `deadline`: 1 when `fd` is readable, 0
+ * past the deadline, -ECANCELED. */
+static int wait_readable(int fd, int cancel_fd, double deadline)
+{
+    for (;;) {
+        double left = deadline - ddp_clock_mono();
+        if (left <= 0)
+            return 0;
+        struct pollfd fds[2] = {{.fd = fd, .events = POLLIN}, {.fd = cancel_fd, .events = POLLIN}};
+        int n = poll(fds, cancel_fd >= 0 ? 2 : 1, (int)(left * 1000) + 1);
+        if (n < 0 && errno != EINTR)
+            return 0;
+        if (n > 0 && cancel_fd >= 0 && fds[1].revents != 0)
+            return -ECANCELED;
+        if (n > 0 && fds[0].revents != 0)
+            return 1;
+    }
+}
+
+int ddp_proc_read_file_bounded(const char *path, size_t limit, double timeout, int cancel_fd,
+                               char **out, size_t *len)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return -errno;
+    sigset_t all, saved;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &saved);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        read_file_child(path, limit, fds[1]);
+    }
+    int err = pid < 0 ? -errno : 0;
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    close(fds[1]);
+    ddp_buf_t got = DDP_BUF_INIT;
+    double deadline = ddp_clock_mono() + timeout;
+    int rc = 0;
+    while (err == 0 && (rc = wait_readable(fds[0], cancel_fd, deadline)) == 1) {
+        char chunk[4096];
+        ssize_t r = read(fds[0], chunk, sizeof chunk);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0 || got.len + (size_t)r > limit + sizeof(int32_t))
+            break;
+        err = ddp_buf_append(&got, chunk, (size_t)r);
+    }
+    close(fds[0]);
+    if (pid > 0) {
+        if (rc != 1)
+            kill(pid, SIGKILL); /* a read held by the file system ends with it */
+        /* Reaped within the bound; a child the kernel holds longer is left to the
+         * subreaper. */
+        for (double until = ddp_clock_mono() + 1.0; waitpid(pid, NULL, WNOHANG) == 0;) {
+            if (ddp_clock_mono() >= until)
+                break;
+            nanosleep(&(struct timespec){.tv_nsec = 5 * 1000 * 1000}, NULL);
+        }
+    }
+    if (err == 0 && rc != 1)
+        err = rc == 0 ? 1 : rc;
+    int32_t said = -EIO;
+    if (err == 0 && got.len >= sizeof said)
+        memcpy(&said, got.data, sizeof said);
+    if (err == 0 && (err = said) == 0) {
+        size_t n = got.len - sizeof said;
+        char *text = malloc(n + 1);
+        if (text == NULL) {
+            err = -ENOMEM;
+        } else {
+            memcpy(text, got.data + sizeof said, n);
+            text[n] = '\0';
+            *out = text;
+            *len = n;
+        }
+    }
+    ddp_buf_free(&got);
+    return err;
 }
 
 void ddp_proc_last_line(const char *text, size_t len, char *out, size_t cap)

@@ -18,6 +18,14 @@
 int ddp_proc_run_bounded(char *const argv[], bool with_stdout, double timeout, char *tail,
                          size_t cap, size_t *kept, int *status);
 
+/* ddp_read_file(path, limit, ...) in a child process, waited for at most `timeout` s or
+ * until `cancel_fd` (an eventfd, or -1) is readable: a file on a file system that does not
+ * answer (a dead NFS server) holds the child, never the caller, who gets 1 (late; the
+ * child is SIGKILLed) or -ECANCELED. Else ddp_read_file's return, with *out and *len as
+ * it gives them. Blocking; for a thread of libuv's pool, never the loop. */
+int ddp_proc_read_file_bounded(const char *path, size_t limit, double timeout, int cancel_fd,
+                               char **out, size_t *len);
+
 /* The last non-empty line of text[0, len) (such a tail: why it failed), into out[cap]. */
 void ddp_proc_last_line(const char *text, size_t len, char *out, size_t cap);
 

@@ -469,6 +469,71 @@ static void test_unreadable_progress_file_is_said(void **state)
     free(dir);
 }
 
+/* ddp-launch with --progress-file=FILE in a FUSE mount that never answers (a dead NFS
+ * server; tests/helpers/hung_mount.c), workers that fail at once, one restart; false (the
+ * test skips) where no such mount can be made. */
+static bool start_progress_on_hung_mount(th_proc_t *p, const char *hung)
+{
+    char flag[800];
+    snprintf(flag, sizeof flag, "--progress-file=%s/iteration", hung);
+    const char *argv[] = {getenv("DDP_TEST_HUNG_MOUNT"),
+                          hung,
+                          th_launcher(),
+                          flag,
+                          "--max-restarts=1",
+                          "--max-no-progress-restarts=1",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "echo attempt $TORCHELASTIC_RESTART_COUNT; exit 3",
+                          NULL};
+    th_start(p, argv, NULL);
+    if (th_wait_exit(p, 0.3) && th_status(p) == 77) {
+        printf("skipped: %s", ddp_buf_str(&p->err));
+        th_cleanup(p);
+        return false;
+    }
+    return true;
+}
+
+/* A --progress-file on a file system that never answers holds neither the job nor a
+ * signal: it was read on the loop, where ddp-launch sat in the kernel before its first
+ * worker, deaf to SIGTERM. Now the workers start at once; a read that takes longer than
+ * 3 s is said once and the attempt is not judged by it; the restart comes; and a SIGTERM
+ * while the group's end waits for the read ends ddp-launch at once. */
+static void test_progress_file_on_a_hung_mount(void **state)
+{
+    char *dir = th_tmpdir(), hung[700];
+    snprintf(hung, sizeof hung, "%s/hung", dir);
+    assert_int_equal(mkdir(hung, 0700), 0);
+    th_proc_t p;
+    if (!start_progress_on_hung_mount(&p, hung))
+        goto out;
+    TH_ASSERT(&p, th_wait_output(&p, 1, "attempt 0", 1, 10));
+    double failed = th_now();
+    TH_ASSERT(&p, !th_wait_exit(&p, 0.5)); /* the group's end waits for the read */
+    kill(p.pid, SIGTERM);
+    TH_ASSERT(&p, th_wait_exit(&p, 10));
+    TH_ASSERT(&p, th_now() - failed < 2.5);
+    TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "attempt 1") == NULL);
+    th_cleanup(&p);
+
+    if (!start_progress_on_hung_mount(&p, hung))
+        goto out;
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1); /* restarts ran out: not judged "no progress" */
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "attempt 1") != NULL);
+    TH_ASSERT(&p, th_count(err, "unable to read --progress-file") == 1);
+    TH_ASSERT(&p, strstr(err, "it did not answer within 3 s") != NULL);
+    TH_ASSERT(&p, strstr(err, "in a row failed without progress") == NULL);
+    th_cleanup(&p);
+out:
+    th_rmtree(dir);
+    free(dir);
+}
+
 /* Where nothing tells progress (no --progress-file, no libddp): attempts that fail the
  * same way at their start (a SyntaxError, a missing file) are not restarted again and
  * again: status 6 after --max-no-progress-restarts of them, the failure named. Failures
@@ -619,6 +684,7 @@ int main(int argc, char **argv)
         TH_TEST(test_gpu_memory_reclaimed_before_restart),
         TH_TEST(test_no_progress_stops_restarts),
         TH_TEST(test_unreadable_progress_file_is_said),
+        TH_TEST(test_progress_file_on_a_hung_mount),
         TH_TEST(test_same_failure_at_start_stops_restarts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -50,11 +50,17 @@ static void op_leftovers_done(ddp_group_t *g)
     fixture_of(g)->leftovers_done++;
 }
 
+static void op_progress_read(ddp_group_t *g)
+{
+    fixture_of(g)->progress_read++;
+}
+
 static const ddp_agent_ops_t recording_ops = {
     .stop = op_stop,
     .fail_round = op_fail_round,
     .group_ended = op_group_ended,
     .leftovers_done = op_leftovers_done,
+    .progress_read = op_progress_read,
 };
 
 void gf_init(group_fixture_t *f, int nworkers)

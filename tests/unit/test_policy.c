@@ -124,6 +124,21 @@ static void test_next_by_stop(void **state)
     assert_false(d.after_failure);
 }
 
+static int reads_wanted;
+
+static bool reads_done(const group_fixture_t *f)
+{
+    return f->progress_read >= reads_wanted;
+}
+
+/* The group's end reads --progress-file off the loop: waits for the read to come back. */
+static void measure(group_fixture_t *f, ddp_policy_t *p)
+{
+    reads_wanted = f->progress_read + 1;
+    assert_true(ddp_policy_measure(p));
+    assert_true(gf_run_until(f, reads_done, 10));
+}
+
 /* --progress-file that does not advance: the K-th failed attempt in a row ends the job
  * with status 6, said; one that advances starts the count again. */
 static void test_progress_file_not_advancing(void **state)
@@ -139,18 +154,23 @@ static void test_progress_file_not_advancing(void **state)
     f->cfg.max_restarts = 10;
     f->cfg.max_no_progress = 2;
     ddp_policy_t *p = policy(t);
+    ddp_policy_begin(p); /* 100: where the job starts */
     ddp_policy_decision_t d;
     f->g.stop_reason = DDP_STOP_FAILURE;
     add_failure(f, 0, 1, NULL, 30);
+    measure(f, p);
     ddp_policy_next(p, &d);
     assert_false(ddp_policy_judge(p, false, &d)); /* 1 of 2 */
     file = fopen(path, "w");
     fputs("200\n", file);
     fclose(file);
+    measure(f, p);
     ddp_policy_next(p, &d);
     assert_false(ddp_policy_judge(p, false, &d)); /* advanced: 0 of 2 */
+    measure(f, p);
     ddp_policy_next(p, &d);
     assert_false(ddp_policy_judge(p, false, &d)); /* 1 of 2 */
+    measure(f, p);
     ddp_policy_next(p, &d);
     assert_true(ddp_policy_judge(p, false, &d));
     assert_int_equal(d.kind, DDP_POLICY_END);
