@@ -710,8 +710,8 @@ static void mode_memory(void)
     printf("memory ok, world %d\n", world);
 }
 
-/* attempt 0: steps saved in memory each step, rank 1 SIGKILLs itself after step 3's save;
- * attempt 1 resumes from step 3 on every rank. */
+/* attempt 0: steps saved in memory each step, rank 1 SIGKILLs itself once every rank has
+ * saved step 3; attempt 1 resumes from step 3 on every rank. */
 static void mode_memresume(int steps)
 {
     mem_state_t m;
@@ -726,9 +726,14 @@ static void mode_memresume(int steps)
         int64_t x = step;
         CALL("all_reduce", ddp_all_reduce(ddp, &x, 1, DDP_INT64, DDP_SUM));
         mem_save(step + 1);
-        if (ddp_restart_count(ddp) == 0 && rank == 1 && step + 1 == 3) {
-            fprintf(stderr, "rank 1: killed after step 3\n");
-            raise(SIGKILL);
+        if (ddp_restart_count(ddp) == 0 && step + 1 == 3) {
+            /* Every rank has saved step 3 before rank 1 dies (rank 0, stopped before its
+             * save, would make step 2 the newest every rank holds). */
+            CALL("barrier", ddp_barrier(ddp));
+            if (rank == 1) {
+                fprintf(stderr, "rank 1: killed after step 3\n");
+                raise(SIGKILL);
+            }
         }
     }
     printf("rank %d finished %d steps on attempt %d\n", rank, steps, ddp_restart_count(ddp));
