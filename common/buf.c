@@ -2,6 +2,7 @@
 #include "buf.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,5 +117,32 @@ void ddp_buf_runs(ddp_buf_t *out, const bool *skip, int n, int most, int base)
             ddp_buf_printf(out, "-%d", base + last);
         runs++;
         i = last;
+    }
+}
+
+static int compare_ints(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+void ddp_buf_runs_of(ddp_buf_t *out, int *values, size_t n, int most)
+{
+    qsort(values, n, sizeof *values, compare_ints);
+    int runs = 0;
+    for (size_t i = 0; i < n;) {
+        size_t last = i;
+        while (last + 1 < n && (values[last + 1] == values[last] ||
+                                (values[last] < INT_MAX && values[last + 1] == values[last] + 1)))
+            last++;
+        if (runs == most) {
+            ddp_buf_puts(out, ", ...");
+            return;
+        }
+        ddp_buf_printf(out, "%s%d", runs ? ", " : "", values[i]);
+        if (values[last] > values[i])
+            ddp_buf_printf(out, "-%d", values[last]);
+        runs++;
+        i = last + 1;
     }
 }

@@ -44,5 +44,8 @@ char *ddp_buf_steal(ddp_buf_t *buf);
 /* Appends base + i for each i in [0, n) with skip[i] false, as runs ("1-3, 5, 9"), at most
  * `most` of them named (then ", ..."): the ranks, nodes or places a message lists. */
 void ddp_buf_runs(ddp_buf_t *out, const bool *skip, int n, int most, int base);
+/* As ddp_buf_runs, of the distinct values[0, n) in any order (sorted in place): its cost
+ * follows n, not the largest value (a rank another node or a worker said). */
+void ddp_buf_runs_of(ddp_buf_t *out, int *values, size_t n, int most);
 
 #endif

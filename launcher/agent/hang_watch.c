@@ -358,6 +358,7 @@ static void collected(ddp_hang_watch_t *h)
         char dir[PATH_MAX];
         bool waits = false;
         ddp_group_worker_dir(g, w, dir, sizeof dir);
+        rows[i].rank = w->rank;
         if (ddp_hang_row_from_dir(dir, now, &rows[i]) == 0) {
             waits = rows[i].current != 0 && !rows[i].failed;
         } else {

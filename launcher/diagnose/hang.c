@@ -135,7 +135,7 @@ static void pick_ring(const ddp_flight_ring_t *ring, void *ctx)
     ddp_hang_row_t *row = p->row;
     int rank = row->rank;
     memset(row, 0, sizeof *row);
-    row->rank = ring->rank >= 0 ? ring->rank : rank;
+    row->rank = rank; /* the launcher's, whatever the ring says */
     row->ring = true;
     row->peer = -1;
     row->completed = ring->completed;
@@ -419,26 +419,18 @@ void ddp_hang_table(const ddp_hang_row_t *rows, size_t n, ddp_buf_t *out)
  * many there are (none: nothing appended). */
 static size_t say_ranks(const ddp_hang_row_t *rows, size_t n, const bool *want, ddp_buf_t *out)
 {
-    int top = 0;
+    int *ranks = malloc((n > 0 ? n : 1) * sizeof *ranks);
     size_t count = 0;
-    for (size_t i = 0; i < n; i++)
-        if (want[i] && rows[i].rank + 1 > top)
-            top = rows[i].rank + 1;
-    bool *absent = malloc((size_t)(top > 0 ? top : 1) * sizeof *absent);
-    if (absent == NULL)
+    if (ranks == NULL)
         return 0;
-    for (int r = 0; r < top; r++)
-        absent[r] = true;
     for (size_t i = 0; i < n; i++)
-        if (want[i]) {
-            absent[rows[i].rank] = false;
-            count++;
-        }
+        if (want[i])
+            ranks[count++] = rows[i].rank;
     if (count > 0) {
         ddp_buf_printf(out, "%srank%s ", out->len > 0 ? "; " : "", count > 1 ? "s" : "");
-        ddp_buf_runs(out, absent, top, 16, 0);
+        ddp_buf_runs_of(out, ranks, count, 16);
     }
-    free(absent);
+    free(ranks);
     return count;
 }
 

@@ -44,7 +44,9 @@ typedef struct {
 } ddp_hang_row_t;
 
 /* The row of the ring in worker directory `dir` (the ring of a collective in progress or
- * failed, else the first), as of wall time `now`. 0, or -ENOENT when `dir` holds none. */
+ * failed, else the first), as of wall time `now`, for the rank row->rank says (the
+ * launcher's: the rank a ring claims is the worker's to write, and not believed). 0, or
+ * -ENOENT when `dir` holds none. */
 int ddp_hang_row_from_dir(const char *dir, double now, ddp_hang_row_t *row);
 
 /* Progress of the worker in `dir`: the sum of its rings' `completed` (*found false and 0

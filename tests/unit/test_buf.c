@@ -58,12 +58,29 @@ static void test_runs(void **state)
     ddp_buf_free(&out);
 }
 
+/* The same runs from values in any order, repeats and huge values included. */
+static void test_runs_of(void **state)
+{
+    int values[] = {9, 3, 1, 5, 2, 3, 2147483647, 2147483646};
+    ddp_buf_t out = DDP_BUF_INIT;
+    ddp_buf_runs_of(&out, values, 8, 20);
+    assert_string_equal(ddp_buf_str(&out), "1-3, 5, 9, 2147483646-2147483647");
+    ddp_buf_clear(&out);
+    ddp_buf_runs_of(&out, values, 8, 2);
+    assert_string_equal(ddp_buf_str(&out), "1-3, 5, ...");
+    ddp_buf_clear(&out);
+    ddp_buf_runs_of(&out, values, 0, 2);
+    assert_string_equal(ddp_buf_str(&out), "");
+    ddp_buf_free(&out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_append_grow_and_terminate),
         cmocka_unit_test(test_steal),
         cmocka_unit_test(test_runs),
+        cmocka_unit_test(test_runs_of),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
