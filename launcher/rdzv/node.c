@@ -739,7 +739,15 @@ static checked_t healthy_to_join(ddp_rdzv_t *r, const char *before)
     /* With hot spares only this launcher leaves (a spare takes its place); otherwise the abort
      * record ends the job on every node, naming this one. */
     bool alone = ddp_config_dynamic(cfg) && cfg->hot_spares > 0;
-    if (!alone) {
+    bool spare = strncmp(before, "taking its place", 16) == 0; /* a spare promoted */
+    if (alone) { /* the store's host says why it leaves (leave/<id>, as any leaving) */
+        char key[512], value[DDP_RDZV_MSG_MAX];
+        int n = snprintf(value, sizeof value, "it failed its health check before %s: %s", before,
+                         ddp_buf_str(&why));
+        ddp_rdzv_key(key, sizeof key, cfg->run_id, "leave/%s", r->id);
+        (void)ddp_store_client_set(r->client, key, value,
+                                   n > 0 && (size_t)n < sizeof value ? (size_t)n : strlen(value));
+    } else {
         char key[512], value[DDP_RDZV_MSG_MAX], node[32] = "the node";
         if (!ddp_config_dynamic(cfg))
             snprintf(node, sizeof node, "node %d", cfg->node_rank);
@@ -751,9 +759,11 @@ static checked_t healthy_to_join(ddp_rdzv_t *r, const char *before)
     }
     ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
                      "this node failed its health check: %s; %s", ddp_buf_str(&why),
-                     alone ? "it leaves the job, and a hot spare takes its place"
-                           : "it does not join, and the job ends (no worker of the round "
-                             "started)");
+                     !alone  ? "it does not join, and the job ends (no worker of the round "
+                               "started)"
+                     : spare ? "it leaves the job, and another hot spare or the elastic rules "
+                               "take the place it was given"
+                             : "it leaves the job, and a hot spare takes its place");
     ddp_buf_free(&why);
     return CHECKED_UNHEALTHY;
 }

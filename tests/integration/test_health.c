@@ -361,7 +361,7 @@ out:
 
 /* A hot spare is checked again before it takes a place: its check passed when it joined,
  * fails once a lost node's place comes, and it leaves instead of starting its workers (it
- * was promoted unchecked). */
+ * was promoted unchecked), the store's host saying why (it left without a word). */
 static void test_spare_checked_before_its_place(void **state)
 {
     char *dir = th_tmpdir(), flags[600], check[800], broken[700];
@@ -407,6 +407,11 @@ static void test_spare_checked_before_its_place(void **state)
     TH_ASSERT(spare, th_status(spare) == 5);
     TH_ASSERT(spare, strstr(err(spare), "this node failed its health check") != NULL);
     TH_ASSERT(spare, strstr(out(spare), "RANK=") == NULL);
+    /* The store's host says why it left (it said only that a launcher was lost). */
+    TH_ASSERT(&node[0], th_wait_output(&node[0], 2,
+                                       "leaves the job: it failed its health check "
+                                       "before taking its place in round",
+                                       1, 30));
     kill(node[0].pid, SIGTERM);
     for (int i = 0; i < 3; i++) {
         TH_ASSERT(&node[i], th_wait_exit(&node[i], 30));
