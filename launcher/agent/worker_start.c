@@ -245,7 +245,8 @@ static void warm_restarts(ddp_worker_start_t *s)
                      cfg->script);
     else if (!ddp_zygote_script(s->zygote_script, sizeof s->zygote_script))
         ddp_log_warn(g->log, "--warm-restarts: ddp_launch/_zygote.py is not installed beside "
-                             "this ddp-launch; restarts start cold");
+                             "this ddp-launch (Debian: apt install python3-ddp-launch; pip: the "
+                             "ddp-launch wheel has it); restarts start cold");
     else if (!g->subreaper)
         ddp_log_warn(g->log, "--warm-restarts: this launcher could not become a child "
                              "subreaper; restarts start cold");

@@ -784,7 +784,8 @@ static void test_warm_restart_zygote_silent(void **state)
 }
 
 /* What a zygote cannot serve starts cold, saying why: a preload module that is not there
- * (the restart still happens); workers that are not Python (said at the start). --dry-run
+ * (the restart still happens); workers that are not Python, a launcher without its Python
+ * package (said at the start, naming the package). --dry-run
  * says what restarts will be; --preload without --warm-restarts is a usage error. */
 static void test_warm_restart_cold_cases(void **state)
 {
@@ -806,6 +807,25 @@ static void test_warm_restart_cold_cases(void **state)
     TH_ASSERT(&p,
               strstr(ddp_buf_str(&p.err), "--warm-restarts: the workers are not Python") != NULL);
     th_cleanup(&p);
+
+    /* A launcher without its Python package beside it (a binary copied elsewhere) says
+     * where the zygote comes from. */
+    char *alone_dir = th_tmpdir(), copy[800], cmd[2000];
+    snprintf(copy, sizeof copy, "%s/ddp-launch", alone_dir);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", th_launcher(), copy);
+    TH_ASSERT(&p, system(cmd) == 0);
+    char ok[820];
+    snprintf(ok, sizeof ok, "%s/ok.py", alone_dir);
+    snprintf(cmd, sizeof cmd, "echo 'print(\"ok\")' > '%s'", ok);
+    TH_ASSERT(&p, system(cmd) == 0);
+    const char *copied[] = {copy, "--warm-restarts", "--max-restarts=1", ok, NULL};
+    th_run(&p, copied, python_env(NULL), 60);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "is not installed beside this ddp-launch (Debian: "
+                                              "apt install python3-ddp-launch") != NULL);
+    th_cleanup(&p);
+    th_rmtree(alone_dir);
+    free(alone_dir);
 
     const char *dry[] = {th_launcher(), "--warm-restarts",       "--preload=json",
                          "--dry-run",   script("warm_plain.py"), "show",
