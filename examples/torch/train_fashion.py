@@ -5,7 +5,8 @@ an MLP, SGD with momentum and a cosine learning rate per step, on Debian's
 dataset-fashion-mnist. The DDP steps: init_process_group from the environment the
 launcher sets, DistributedSampler with set_epoch, the model wrapped in
 DistributedDataParallel, a rank-0 checkpoint after each epoch (resumed from when the
-job restarts), and the loss all-reduced for the log line. Runs unchanged under torchrun
+job restarts), the loss all-reduced for the log line, and an end that lets the process
+group go while the program still runs (step 6). Runs unchanged under torchrun
 and ddp-launch:
 
     ddp-launch --nproc-per-node=2 examples/torch/train_fashion.py --epochs 1
@@ -22,6 +23,12 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
+# Before init_process_group, on purpose: the functions of torch.distributed.nn take
+# group.WORLD as a default argument, evaluated when the module is first imported. Imported
+# after init (torch 2.6's DDP imports it, through torch._dynamo, when the model is
+# wrapped) they would hold the default group for good, and destroy_process_group() at the
+# end could not end it (step 6).
+import torch.distributed.nn  # noqa: F401
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -236,6 +243,15 @@ def main():
     dist.all_reduce(correct)
     if rank == 0:
         print(f"test accuracy {100.0 * correct[0].item() / correct[1].item():.2f}%", flush=True)
+    # Step 6: the end, in this order. The DDP wrapper holds the process group, so it goes
+    # first; destroy_process_group() then really ends the group: gloo's worker threads are
+    # joined here, while the last collective's tensor (correct) is still held by this
+    # frame. A group left to outlive main() keeps a thread that may let go of that tensor
+    # only after Python has begun to shut down (late, on a loaded machine); freeing it
+    # then takes the GIL, which Python 3.13 answers by ending the thread (pthread_exit),
+    # and the unwinding through torch's noexcept destructor aborts the worker: "terminate
+    # called without an active exception" (torch 2.6, gloo).
+    del model
     dist.destroy_process_group()
 
 
