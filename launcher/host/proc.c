@@ -182,32 +182,62 @@ static pid_t spawn_bounded(char *const argv[], bool with_stdout, int fds[2])
     return pid < 0 ? -err : pid;
 }
 
-/* Reads `fd` until its end or `deadline`, keeping the last bytes in tail[*kept]; false when
- * the deadline came first. */
-static bool read_tail(int fd, double deadline, char *tail, size_t cap, size_t *kept)
+/* Keeps `chunk` (n bytes) as the last bytes of tail[cap] (*kept). */
+static void keep_tail(const char *chunk, size_t n, char *tail, size_t cap, size_t *kept)
 {
+    if (n > cap) {
+        chunk += n - cap;
+        n = cap;
+    }
+    if (*kept + n > cap) {
+        size_t drop = *kept + n - cap;
+        memmove(tail, tail + drop, *kept - drop);
+        *kept -= drop;
+    }
+    memcpy(tail + *kept, chunk, n);
+    *kept += n;
+}
+
+#define EXIT_LOOK_MS 20 /* how often a run whose output stays open looks for its exit */
+
+/* Reads `fd` into tail[cap] (*kept, its last bytes) until child `pid` has exited (*status)
+ * and what it wrote before is read, or until `deadline`: false when the deadline came
+ * first. The end is the exit, not the pipe's: a job the command left in a session of its
+ * own may hold the pipe open long after. */
+static bool read_until_exit(int fd, pid_t pid, int *status, double deadline, char *tail, size_t cap,
+                            size_t *kept)
+{
+    bool exited = false, open = true;
     for (;;) {
         double left = deadline - ddp_clock_mono();
+        if (left <= 0)
+            return exited; /* (a job it left that writes on holds no one past it) */
+        int wait_ms = exited ? 0 : (int)(left * 1000) + 1;
+        if (!exited && wait_ms > EXIT_LOOK_MS)
+            wait_ms = EXIT_LOOK_MS;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int ready = left > 0 ? poll(&pfd, 1, (int)(left * 1000) + 1) : 0;
-        if (ready <= 0) { /* the deadline, or a signal (EINTR): look again */
-            if (ddp_clock_mono() >= deadline)
-                return false;
+        int ready = open ? poll(&pfd, 1, wait_ms) : 0;
+        if (ready > 0) {
+            char chunk[1024];
+            ssize_t r = read(fd, chunk, sizeof chunk);
+            if (r > 0)
+                keep_tail(chunk, (size_t)r, tail, cap, kept);
+            else if (r == 0 || errno != EINTR)
+                open = false;
             continue;
         }
-        char chunk[1024];
-        ssize_t r = read(fd, chunk, sizeof chunk);
-        if (r < 0 && errno == EINTR)
+        if (exited)
+            return true; /* exited, and nothing more to read now */
+        if (ready < 0 && errno == EINTR)
             continue;
-        if (r <= 0)
-            return true;
-        if (*kept + (size_t)r > cap) { /* a chunk is smaller than the tail */
-            size_t drop = *kept + (size_t)r - cap;
-            memmove(tail, tail + drop, *kept - drop);
-            *kept -= drop;
+        if (!open) { /* nothing more to read: only its exit */
+            struct timespec tick = {0, EXIT_LOOK_MS * 1000 * 1000};
+            nanosleep(&tick, NULL);
         }
-        memcpy(tail + *kept, chunk, (size_t)r);
-        *kept += (size_t)r;
+        pid_t r;
+        while ((r = waitpid(pid, status, WNOHANG)) < 0 && errno == EINTR)
+            ;
+        exited = r == pid;
     }
 }
 
@@ -226,17 +256,8 @@ int ddp_proc_run_bounded(char *const argv[], bool with_stdout, double timeout, c
      * setpgid must still find the group to kill (else the wait below is the command's). */
     setpgid(pid, pid);
     double deadline = ddp_clock_mono() + timeout;
-    bool timed_out = !read_tail(fds[0], deadline, tail, cap, kept);
+    bool timed_out = !read_until_exit(fds[0], pid, status, deadline, tail, cap, kept);
     close(fds[0]);
-    /* Its output closed: it has ended or is about to; what is left of the time bounds it. */
-    while (!timed_out && waitpid(pid, status, WNOHANG) == 0) {
-        if (ddp_clock_mono() >= deadline) {
-            timed_out = true;
-            break;
-        }
-        struct timespec tick = {0, 10 * 1000 * 1000};
-        nanosleep(&tick, NULL);
-    }
     if (timed_out) {
         kill(-pid, SIGKILL);
         while (waitpid(pid, status, 0) < 0 && errno == EINTR)

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 
 /* A limit that runs out before the child has made its process group (0 s): the group is
@@ -48,11 +49,37 @@ static void test_status_and_tail(void **state)
     assert_string_equal(line, "two");
 }
 
+/* A command that exits while a job it started in a session of its own still holds its
+ * stderr: its end is its exit, not the pipe's (the run waited for the pipe, and ran into
+ * its limit with the command long gone). */
+static void test_end_is_the_exit(void **state)
+{
+    (void)state;
+    char *argv[] = {"/bin/sh", "-c", "setsid sleep 5 & echo $! >&2; echo done >&2; exit 4", NULL};
+    char tail[64];
+    size_t kept = 0;
+    int status = 0;
+    double started = ddp_clock_mono();
+    int rc = ddp_proc_run_bounded(argv, false, 3, tail, sizeof tail - 1, &kept, &status);
+    double took = ddp_clock_mono() - started;
+    tail[kept] = '\0';
+    pid_t job = (pid_t)atoi(tail);
+    if (job > 0)
+        kill(job, SIGKILL);
+    if (rc != 0 || took > 2)
+        fail_msg("rc %d after %.2f s, expected 0 at the command's exit", rc, took);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 4);
+    char line[64];
+    ddp_proc_last_line(tail, kept, line, sizeof line);
+    assert_string_equal(line, "done");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_limit_shorter_than_the_start),
         cmocka_unit_test(test_status_and_tail),
+        cmocka_unit_test(test_end_is_the_exit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
