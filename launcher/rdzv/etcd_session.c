@@ -492,10 +492,11 @@ typedef struct {
 
 static void on_revoked(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
-    closing_t *c = ctx;
+    closing_t *c = ctx; /* NULL: nobody waits for it */
     (void)err, (void)reply, (void)why;
-    if (c->done != NULL)
-        c->done(c->ctx);
+    if (c == NULL)
+        return;
+    c->done(c->ctx);
     free(c);
 }
 
@@ -525,9 +526,13 @@ void ddp_etcd_session_close(ddp_etcd_session_t *s, bool keep, void (*done)(void 
     s->phase = SESSION_LOST;
     uv_timer_stop(&s->keepalive);
     uv_timer_stop(&s->retry);
-    if (!keep && s->lease != 0 && (c = malloc(sizeof *c)) != NULL) {
-        c->done = done;
-        c->ctx = ctx;
+    /* The revoke is left to run; a closing context only for whoever waits for it (a client
+     * freed first drops the call unanswered, and nothing is left behind). */
+    if (!keep && s->lease != 0 && (done == NULL || (c = malloc(sizeof *c)) != NULL)) {
+        if (c != NULL) {
+            c->done = done;
+            c->ctx = ctx;
+        }
         snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->lease);
         if (ddp_etcd_post(s->etcd, "/v3/lease/revoke", body, false, on_revoked, c, NULL) != 0) {
             free(c);
