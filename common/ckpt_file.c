@@ -4,7 +4,9 @@
 #include "error.h"
 #include "io.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -137,4 +139,52 @@ int ddp_ckpt_room(const char *dir, const char *cgroup_root, const char *proc_cgr
     }
     free(text);
     return 0;
+}
+
+/* One pass over the entries of the directory open at `fd`: each removed (an empty directory
+ * too). 0 or the first -errno. */
+static int remove_entries(int fd)
+{
+    int dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
+    if (d == NULL) {
+        int err = -errno;
+        if (dup >= 0)
+            close(dup);
+        return err;
+    }
+    int err = 0;
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        int r = unlinkat(fd, e->d_name, 0);
+        if (r != 0 && errno == EISDIR)
+            r = unlinkat(fd, e->d_name, AT_REMOVEDIR);
+        if (r != 0 && errno != ENOENT && err == 0)
+            err = -errno;
+    }
+    closedir(d);
+    return err;
+}
+
+int ddp_ckpt_remove_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int err = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        err = remove_entries(fd);
+        if (rmdir(dir) == 0) {
+            err = 0;
+            break;
+        }
+        if (err == 0)
+            err = -errno;
+        if (err != -ENOTEMPTY)
+            break;
+    }
+    close(fd);
+    return err;
 }

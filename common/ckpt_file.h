@@ -35,4 +35,11 @@ typedef struct {
 int ddp_ckpt_room(const char *dir, const char *cgroup_root, const char *proc_cgroup,
                   ddp_ckpt_room_t *out);
 
+/* Removes the checkpoint directory `dir` and what is in it, following no link: a link in it
+ * is removed, not followed; a directory in it is removed only where empty. What appears
+ * while it runs (a save finishing as its writer dies) is looked for again, twice. 0, -ENOENT
+ * when there is no `dir`, or the first other -errno. Blocking: for a launcher's thread, its
+ * end, or the orphan guard. */
+int ddp_ckpt_remove_dir(const char *dir);
+
 #endif

@@ -29,6 +29,7 @@
  * it. */
 #include "agent/agent.h"
 
+#include "agent/checkpoints.h"
 #include "agent/end_notes.h"
 #include "agent/group.h"
 #include "agent/hang_watch.h"
@@ -92,6 +93,7 @@ typedef struct ddp_agent_s {
     ddp_worker_start_t *start;
     ddp_leftovers_t *leftovers;
     ddp_policy_t *policy;
+    ddp_checkpoints_t *checkpoints;
 
     uv_loop_t loop;
     uv_signal_t sigchld;
@@ -1564,10 +1566,12 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     if (!ddp_worker_module_dir(cfg, environ, a->g.module_dir, sizeof a->g.module_dir))
         a->g.module_dir[0] = '\0';
     a->g.subreaper = ddp_leftovers_become_subreaper(log);
-    if ((err = new_parts(a)) != 0) {
+    if ((err = ddp_checkpoints_new(cfg, log, &a->guard, &a->checkpoints)) != 0 ||
+        (err = new_parts(a)) != 0) {
         ddp_log_error(log, "out of memory");
         return DDP_EXIT_LAUNCH_FAILED;
     }
+    a->g.checkpoint_dir = ddp_checkpoints_dir(a->checkpoints);
     if (cfg->hang_dump && (asprintf(&a->g.python_dir, "%s/python", a->g.run_dir) < 0 ||
                            (err = ddp_stacks_write_sitecustomize(a->g.python_dir)) != 0)) {
         ddp_log_warn(log, "--hang-dump: unable to write %s/sitecustomize.py: %s; no Python stacks",
@@ -1653,6 +1657,9 @@ static int agent_free(ddp_agent_t *a, int exit_code)
             ddp_end_notes_report(a->notes, elsewhere);
         uv_loop_close(&a->loop);
     }
+    /* Every worker has ended (what they left too): the checkpoints' directory goes while
+     * the guard still would remove it. */
+    ddp_checkpoints_free(a->checkpoints);
     ddp_guard_stop(&a->guard);
     if (a->base_created) /* of a job that succeeded, the rings are nothing to keep */
         ddp_logs_remove_if_empty(a->base_dir, exit_code == DDP_EXIT_OK);

@@ -105,12 +105,13 @@ struct ddp_group_s {
     /* The program and the directories. */
     char *program; /* the executable, found in PATH */
     char *run_dir, *attempt_dir;
-    char *python_dir;          /* --hang-dump: the sitecustomize's directory, or NULL */
-    char module_dir[PATH_MAX]; /* the ddp_launch package's folder, or "" */
-    int torch_version;         /* the workers' torch (worker_spec.h), 0: unknown */
-    int dump_signal;           /* what a worker dumps its state on (DDP_DUMP_SIGNAL) */
-    rlim_t nofile;             /* the soft fd limit to give back to workers; 0 if unchanged */
-    bool console_merged;       /* our stdout and stderr are one file: a worker's share a pipe */
+    char *python_dir;           /* --hang-dump: the sitecustomize's directory, or NULL */
+    char module_dir[PATH_MAX];  /* the ddp_launch package's folder, or "" */
+    const char *checkpoint_dir; /* the workers' DDP_CHECKPOINT_DIR (agent/checkpoints.h); NULL */
+    int torch_version;          /* the workers' torch (worker_spec.h), 0: unknown */
+    int dump_signal;            /* what a worker dumps its state on (DDP_DUMP_SIGNAL) */
+    rlim_t nofile;              /* the soft fd limit to give back to workers; 0 if unchanged */
+    bool console_merged;        /* our stdout and stderr are one file: a worker's share a pipe */
 
     /* The workers of this node, and the failures of the current attempt: before the
      * stop, or not ours. */

@@ -2,11 +2,13 @@
  *
  * The protocol is a stream of native int32 records: +pgid watch (written by the group's
  * first process, spawn.c), -pgid forget, 0 goodbye, 1 "are you there" (never a worker's
- * group), and DIR_RECORD, a length and that many bytes: the log directory to remove if
- * it is empty. Each record is one write of at most PIPE_BUF bytes, so it is atomic on
- * the pipe, whoever writes it. */
+ * group), DIR_RECORD, a length and that many bytes: the log directory to remove if it is
+ * empty, and CKPT_RECORD, the same: the checkpoint directory to remove with what it
+ * holds. Each record is one write of at most PIPE_BUF bytes, so it is atomic on the pipe,
+ * whoever writes it. */
 #include "spawn/guard.h"
 
+#include "ckpt_file.h"
 #include "io.h"
 #include "output/logs.h"
 #include "host/proc.h"
@@ -45,8 +47,9 @@ static void close_others(int keep)
 
 /* Never a -pgid: pids stay below 2^22. Its path is shorter than DIR_MAX, so that the
  * whole record fits one atomic write. */
-#define DIR_RECORD INT32_MIN
-#define DIR_MAX    (PIPE_BUF - 2 * sizeof(int32_t))
+#define DIR_RECORD  INT32_MIN
+#define CKPT_RECORD (INT32_MIN + 1)
+#define DIR_MAX     (PIPE_BUF - 2 * sizeof(int32_t))
 
 static bool read_exact(int fd, void *out, size_t len)
 {
@@ -62,11 +65,12 @@ static bool read_exact(int fd, void *out, size_t len)
     return true;
 }
 
-/* A DIR_RECORD's path, into dir (PIPE_BUF bytes). */
+/* A DIR_RECORD's or CKPT_RECORD's path, into dir (PIPE_BUF bytes); an empty one (a
+ * CKPT_RECORD's only) forgets the last. */
 static bool read_dir(int fd, char *dir)
 {
     int32_t len;
-    if (!read_exact(fd, &len, sizeof len) || len <= 0 || (size_t)len >= DIR_MAX ||
+    if (!read_exact(fd, &len, sizeof len) || len < 0 || (size_t)len >= DIR_MAX ||
         !read_exact(fd, dir, (size_t)len))
         return false;
     dir[len] = '\0';
@@ -79,7 +83,7 @@ int ddp_guard_main(int fd)
                                   SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU, SIGALRM};
     pid_t *groups = NULL;
     size_t n = 0, cap = 0;
-    static char dir[PIPE_BUF];
+    static char dir[PIPE_BUF], ckpt[PIPE_BUF];
     sigset_t none;
     for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
         signal(ignored[i], SIG_IGN);
@@ -100,8 +104,8 @@ int ddp_guard_main(int fd)
             goodbye = true;
             break;
         }
-        if (rec == DIR_RECORD) {
-            if (!read_dir(fd, dir))
+        if (rec == DIR_RECORD || rec == CKPT_RECORD) {
+            if (!read_dir(fd, rec == DIR_RECORD ? dir : ckpt))
                 break;
             continue;
         }
@@ -130,6 +134,9 @@ int ddp_guard_main(int fd)
         kill(-groups[i], SIGKILL);
     if (!goodbye && dir[0] != '\0')
         ddp_logs_remove_if_empty(dir, false);
+    /* After the SIGKILLs: a worker being killed may still finish a file there. */
+    if (!goodbye && ckpt[0] != '\0')
+        (void)ddp_ckpt_remove_dir(ckpt);
     free(groups);
     return 0;
 }
@@ -194,16 +201,27 @@ int ddp_guard_check(ddp_guard_t *guard)
     return send_record(guard, 1);
 }
 
-int ddp_guard_log_dir(ddp_guard_t *guard, const char *dir)
+/* A directory's record (DIR_RECORD, CKPT_RECORD). */
+static int send_dir(ddp_guard_t *guard, int32_t kind, const char *dir)
 {
     size_t len = strlen(dir);
     char rec[PIPE_BUF];
-    int32_t head[2] = {DIR_RECORD, (int32_t)len};
-    if (len == 0 || len >= DIR_MAX)
+    int32_t head[2] = {kind, (int32_t)len};
+    if ((len == 0 && kind == DIR_RECORD) || len >= DIR_MAX)
         return -ENAMETOOLONG;
     memcpy(rec, head, sizeof head);
     memcpy(rec + sizeof head, dir, len);
     return send_bytes(guard, rec, sizeof head + len);
+}
+
+int ddp_guard_log_dir(ddp_guard_t *guard, const char *dir)
+{
+    return send_dir(guard, DIR_RECORD, dir);
+}
+
+int ddp_guard_checkpoint_dir(ddp_guard_t *guard, const char *dir)
+{
+    return send_dir(guard, CKPT_RECORD, dir);
 }
 
 int ddp_guard_forget(ddp_guard_t *guard, pid_t pgid)

@@ -5,8 +5,9 @@
  * children. The guard is forked before the loop starts, in its own session, ignoring
  * the usual termination signals; it reads the process groups to watch from a pipe
  * and, when the pipe reaches EOF without a clean goodbye (the launcher is gone),
- * SIGKILLs every group it still watches and removes the default log directory if
- * nothing was written into it. The launcher side runs on the loop thread. */
+ * SIGKILLs every group it still watches, removes the default log directory if
+ * nothing was written into it, and the in-memory checkpoints' directory with its
+ * files. The launcher side runs on the loop thread. */
 #ifndef DDP_LAUNCHER_SPAWN_GUARD_H
 #define DDP_LAUNCHER_SPAWN_GUARD_H
 
@@ -45,6 +46,11 @@ int ddp_guard_forget(ddp_guard_t *guard, pid_t pgid);
 /* The default log directory, told before it is made: when the launcher dies, the guard
  * removes it if it holds no file. 0, or -errno. */
 int ddp_guard_log_dir(ddp_guard_t *guard, const char *dir);
+
+/* The in-memory checkpoints' directory this launcher makes (agent/checkpoints.h), told
+ * before it is made: when the launcher dies, the guard removes it and its files once the
+ * workers are SIGKILLed. "" forgets it (it could not be made). 0, or -errno. */
+int ddp_guard_checkpoint_dir(ddp_guard_t *guard, const char *dir);
 
 /* Says goodbye (the guard exits without killing) and reaps it. */
 void ddp_guard_stop(ddp_guard_t *guard);

@@ -221,6 +221,8 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
         add_var(&eb, DDP_ENV_DDP_DUMP_SIGNAL, "%d", info->dump_signal);
     if (info->progress_ring != NULL)
         add_var(&eb, DDP_ENV_DDP_PROGRESS_RING, "%s", info->progress_ring);
+    if (info->checkpoint_dir != NULL)
+        add_var(&eb, DDP_ENV_DDP_CHECKPOINT_DIR, "%s", info->checkpoint_dir);
     if (cfg->local_addr != NULL)
         add_var(&eb, DDP_ENV_DDP_LOCAL_ADDR, "%s", cfg->local_addr);
     bool path_set = info->python_dir != NULL || info->module_dir != NULL;

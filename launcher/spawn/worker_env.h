@@ -21,9 +21,10 @@ typedef struct ddp_worker_info_s {
     int dump_signal;        /* DDP_DUMP_SIGNAL: what a worker dumps its state on; 0: unset */
     const char *python_dir; /* --hang-dump: put first on PYTHONPATH (its sitecustomize); or NULL */
     const char *module_dir; /* the ddp_launch package's folder: put last on PYTHONPATH; or NULL */
-    const char *progress_ring; /* DDP_PROGRESS_RING (progress.h); or NULL */
-    int torch_version;         /* the workers' torch (DDP_TORCH_VERSION), 0: unknown */
-    const char *timer_file;    /* TORCHELASTIC_TIMER_FILE: the watchdog's FIFO; or NULL */
+    const char *progress_ring;  /* DDP_PROGRESS_RING (progress.h); or NULL */
+    int torch_version;          /* the workers' torch (DDP_TORCH_VERSION), 0: unknown */
+    const char *timer_file;     /* TORCHELASTIC_TIMER_FILE: the watchdog's FIFO; or NULL */
+    const char *checkpoint_dir; /* DDP_CHECKPOINT_DIR: in-memory checkpoints'; or NULL */
 } ddp_worker_info_t;
 
 /* The folder holding the ddp_launch Python package (ddp_launch.step(), the zygote) that

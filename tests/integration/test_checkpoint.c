@@ -1,15 +1,19 @@
-/* Integration tests of in-memory checkpoints without the launcher's side, for one torch
- * flavour given as argv[1] ("1.13", "2.6" or "python", as tests/integration/test_torch.c):
- * the test plays the launcher, making DDP_CHECKPOINT_DIR itself (on /dev/shm; for 2.6 in
- * the test's TMPDIR, which the trixie root sees), writing the slots' checksums, turning a
- * slot into a torch.save file, and removing the directory.
- * torch.save's format as common/torchzip.c writes it (ZIP64 too), read by torch.load;
- * ddp_launch.checkpoint (tests/python/checkpoint_worker.py): round trips of a model's and
- * an optimizer's state, bit for bit, and its refusals; a slot read by torch.load once in
- * torch.save's format; with 1.13 only (what does not depend on torch's version): a plain
- * state without torch, two ranks agreeing on the step to load, a save SIGKILLed midway (the
- * previous step loads), a slot whose data no longer matches the checksum the test wrote, and forged
- * headers. */
+/* Integration tests of in-memory checkpoints, for one torch flavour given as argv[1] ("1.13",
+ * "2.6" or "python", as tests/integration/test_torch.c).
+ * The worker's side, the test playing the launcher (making DDP_CHECKPOINT_DIR itself, on
+ * /dev/shm; for 2.6 in the test's TMPDIR; writing the slots' checksums, turning a slot into
+ * a torch.save file): torch.save's format as common/torchzip.c writes it (ZIP64 too), read
+ * by torch.load; ddp_launch.checkpoint (tests/python/checkpoint_worker.py): round trips of
+ * a model's and an optimizer's state, bit for bit, and its refusals; a slot read by
+ * torch.load once in torch.save's format; with 1.13 only (what does not depend on torch's
+ * version): a plain state without torch, two ranks agreeing on the step to load (in the
+ * user's own directory, which the launcher leaves alone), a save SIGKILLed midway (the
+ * previous step loads), a slot whose data no longer matches the checksum the test wrote,
+ * and forged headers.
+ * The launcher's side (tests/python/checkpoint_train.py, a DDP job saving every step): a
+ * worker SIGKILLed at step 37 resumes there, the run's losses those of an uninterrupted one
+ * bit for bit, nothing left in /dev/shm or TMPDIR; ddp-launch SIGKILLed: the orphan guard
+ * removes the directory. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -24,6 +28,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,6 +219,11 @@ static void listing(ddp_buf_t *out)
     free(names);
 }
 
+static int by_string(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 /* Round trips of a model's and an optimizer's state as rank 1 of 2 (its slots rank1.0 and
  * rank1.1, no other file), the refusals (tests/python/checkpoint_worker.py api), and the
  * newest slot in torch.save's format, which torch.load reads as the state saved. */
@@ -246,7 +257,8 @@ static void test_round_trips_and_refusals(void **state)
 
 /* Under ddp-launch with torch.distributed up (gloo), without DDP_CHECKPOINT_STEP: rank 0
  * has saved a step more than rank 1 (its save of it died, say); both load the newest step
- * both have, and rank 0's newer one is retired. */
+ * both have, and rank 0's newer one is retired. The DDP_CHECKPOINT_DIR the test set is
+ * used, and left where it is. */
 static void test_ranks_agree_on_a_step(void **state)
 {
     make_ckpt_dir();
@@ -258,6 +270,10 @@ static void test_ranks_agree_on_a_step(void **state)
     TH_ASSERT(&p, th_status(&p) == 0);
     TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "agree ok") == 2);
     th_cleanup(&p);
+    ddp_buf_t names = DDP_BUF_INIT; /* the user's directory: used, and not removed */
+    listing(&names);
+    assert_string_equal(ddp_buf_str(&names), "rank0.0 rank0.1 rank1.0 rank1.1");
+    ddp_buf_free(&names);
 }
 
 /* Without torch: the state pickled whole, loaded back; in torch.save's format, torch.load
@@ -333,6 +349,194 @@ static void test_corrupt_slot_refused(void **state)
     th_cleanup(&p);
 }
 
+/* The launcher's side. */
+
+/* The "WORD R S HEX" lines of `text` ("loss", "ref") as "R S HEX" lines, sorted, each once,
+ * into `out`; fails where a rank's step has two different losses. */
+static void losses(const char *text, const char *word, ddp_buf_t *out)
+{
+    char **lines = NULL, needle[16];
+    size_t n = 0;
+    snprintf(needle, sizeof needle, "%s ", word);
+    for (const char *p = strstr(text, needle); p != NULL; p = strstr(p + 1, needle)) {
+        int rank, step;
+        char hex[64];
+        if ((p != text && p[-1] != '\n' && p[-1] != ' ' && p[-1] != ']') ||
+            sscanf(p + strlen(needle), "%d %d %63s", &rank, &step, hex) != 3)
+            continue;
+        lines = realloc(lines, (n + 1) * sizeof *lines);
+        assert_non_null(lines);
+        assert_true(asprintf(&lines[n++], "%d %04d %s", rank, step, hex) > 0);
+    }
+    qsort(lines, n, sizeof *lines, by_string);
+    for (size_t i = 0; i < n; i++) {
+        bool again = i > 0 && strcmp(lines[i], lines[i - 1]) == 0;
+        if (i > 0 && !again && strncmp(lines[i], lines[i - 1], 7) == 0)
+            fail_msg("two losses of one step: %s, %s", lines[i - 1], lines[i]);
+        if (!again)
+            ddp_buf_printf(out, "%s\n", lines[i]);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(lines[i]);
+    free(lines);
+}
+
+/* What rank `rank` said after `word` ("pid", "dir") in `text`, into buf[cap]. */
+static const char *said(const char *text, const char *word, int rank, char *buf, size_t cap)
+{
+    char needle[64];
+    snprintf(needle, sizeof needle, "%s %d ", word, rank);
+    const char *p = strstr(text, needle);
+    assert_non_null(p);
+    p += strlen(needle);
+    size_t len = strcspn(p, "\r\n");
+    assert_true(len > 0 && len < cap);
+    memcpy(buf, p, len);
+    buf[len] = '\0';
+    return buf;
+}
+
+/* The entries of /dev/shm whose names begin with `prefix`. */
+static int shm_entries(const char *prefix)
+{
+    DIR *d = opendir("/dev/shm");
+    assert_non_null(d);
+    int n = 0;
+    for (const struct dirent *e; (e = readdir(d)) != NULL;)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* The entries of directory `dir` (not . and ..), their names appended to `names` (may be
+ * NULL). Not counted: what torch 2.x itself leaves where a worker is killed, a directory
+ * holding the template of torch.distributed.nn's remote module (removed at its exit). */
+static int entries(const char *dir, ddp_buf_t *names)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    for (const struct dirent *e; (e = readdir(d)) != NULL;) {
+        char torch_own[1400];
+        snprintf(torch_own, sizeof torch_own, "%s/%s/_remote_module_non_scriptable.py", dir,
+                 e->d_name);
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+            access(torch_own, F_OK) == 0)
+            continue;
+        n++;
+        if (names != NULL)
+            ddp_buf_printf(names, " %s", e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+/* ddp-launch --nproc-per-node=2 --max-restarts=1 --warm-restarts with run id `id` on
+ * tests/python/checkpoint_train.py STEPS MODE STEP; no DDP_CHECKPOINT_DIR of the test's. */
+static void start_training(th_proc_t *p, const char *id, const char *steps, const char *mode,
+                           const char *at)
+{
+    char rdzv_id[128];
+    snprintf(rdzv_id, sizeof rdzv_id, "--rdzv-id=%s", id);
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          rdzv_id,
+                          "--max-restarts=1",
+                          "--warm-restarts",
+                          th_script("checkpoint_train.py"),
+                          steps,
+                          mode,
+                          at,
+                          NULL};
+    const char *extra[] = {"DDP_CHECKPOINT_DIR", NULL};
+    th_start(p, argv, python_env(extra));
+}
+
+/* The job's checkpoint directory, from what rank 0 said: on /dev/shm, made by the
+ * launcher for run `id`. */
+static void launcher_dir(const th_proc_t *p, const char *id, char *dir, size_t cap)
+{
+    char prefix[256];
+    said(ddp_buf_str(&p->out), "dir", 0, dir, cap);
+    snprintf(prefix, sizeof prefix, "/dev/shm/ddp-ckpt-%s-", id);
+    TH_ASSERT(p, strncmp(dir, prefix, strlen(prefix)) == 0);
+}
+
+/* A DDP job (gloo) saving every step in the directory the launcher made: rank 1 SIGKILLs
+ * itself once step 37 is saved; both ranks of the restarted attempt (forked from the
+ * zygote, or cold) load step 37, and the losses of the whole run equal bit for bit those of
+ * a reference model that trains on the same batches from step 1 in every attempt (an
+ * uninterrupted run's). Nothing is left in /dev/shm or TMPDIR. */
+static void test_launcher_keeps_checkpoints(void **state)
+{
+    char id[64], dir[1100], prefix[128];
+    ddp_buf_t resumed = DDP_BUF_INIT, reference = DDP_BUF_INIT;
+    const char *tmp = getenv("TMPDIR");
+    ddp_buf_t left = DDP_BUF_INIT;
+    int before = entries(tmp, NULL);
+    snprintf(id, sizeof id, "ckpttest-%d", (int)getpid());
+    snprintf(prefix, sizeof prefix, "ddp-ckpt-%s-", id);
+    th_proc_t p;
+    start_training(&p, id, "40", "kill", "37");
+    TH_ASSERT(&p, th_wait_exit(&p, 300) && th_status(&p) == 0);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, strstr(out, "loaded 0 37") != NULL && strstr(out, "loaded 1 37") != NULL);
+    TH_ASSERT(&p, th_count(out, "done ") == 2);
+    launcher_dir(&p, id, dir, sizeof dir);
+    losses(out, "loss", &resumed);
+    losses(out, "ref", &reference);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&reference), "\n") == 80);
+    if (strcmp(ddp_buf_str(&resumed), ddp_buf_str(&reference)) != 0) {
+        th_dump(&p);
+        fail_msg("the losses differ:\n%s\nfrom the reference's:\n%s", ddp_buf_str(&resumed),
+                 ddp_buf_str(&reference));
+    }
+    TH_ASSERT(&p, access(dir, F_OK) != 0 && errno == ENOENT);
+    TH_ASSERT(&p, shm_entries(prefix) == 0);
+    if (entries(tmp, &left) != before)
+        fail_msg("left in TMPDIR:%s", ddp_buf_str(&left));
+    ddp_buf_free(&left);
+    th_cleanup(&p);
+    ddp_buf_free(&resumed);
+    ddp_buf_free(&reference);
+}
+
+/* ddp-launch SIGKILLed while its workers (without torch) hold a checkpoint: the orphan
+ * guard SIGKILLs them and removes the checkpoint directory with the slots in it. */
+static void test_launcher_killed(void **state)
+{
+    char rdzv_id[64], dir[1100], prefix[128];
+    snprintf(rdzv_id, sizeof rdzv_id, "--rdzv-id=ckptkill-%d", (int)getpid());
+    snprintf(prefix, sizeof prefix, "/dev/shm/ddp-ckpt-ckptkill-%d-", (int)getpid());
+    const char *argv[] = {th_launcher(), "--nproc-per-node=2",
+                          rdzv_id,       th_script("checkpoint_worker.py"),
+                          "hold",        NULL};
+    const char *extra[] = {"DDP_CHECKPOINT_DIR", NULL};
+    th_proc_t p;
+    th_start(&p, argv, python_env(extra));
+    TH_ASSERT(&p, th_wait_output(&p, 1, "held ", 2, 120));
+    pid_t workers[2];
+    for (int r = 0; r < 2; r++) {
+        char needle[16];
+        int pid = 0;
+        snprintf(needle, sizeof needle, "held %d ", r);
+        const char *line = strstr(ddp_buf_str(&p.out), needle);
+        TH_ASSERT(&p, line != NULL && sscanf(line + strlen(needle), "%d %1023s", &pid, dir) == 2);
+        workers[r] = (pid_t)pid;
+    }
+    TH_ASSERT(&p, strncmp(dir, prefix, strlen(prefix)) == 0 && entries(dir, NULL) == 2);
+    assert_int_equal(kill(p.pid, SIGKILL), 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    for (int r = 0; r < 2; r++)
+        TH_ASSERT(&p, th_wait_gone(workers[r], 60));
+    /* The guard removes it after its SIGKILLs: looked at until a deadline. */
+    double deadline = th_now() + 60;
+    while (access(dir, F_OK) == 0 && th_now() < deadline)
+        (void)poll(NULL, 0, 20);
+    TH_ASSERT(&p, access(dir, F_OK) != 0 && errno == ENOENT);
+    th_cleanup(&p);
+}
+
 int main(int argc, char **argv)
 {
     const char *flavour = argc > 1 ? argv[1] : "1.13";
@@ -340,12 +544,14 @@ int main(int argc, char **argv)
         cmocka_set_test_filter(argv[2]);
     th_torch_prepare(&torch, flavour);
     ckpt_on_shm = strcmp(flavour, "2.6") != 0; /* the trixie root sees the host's /tmp only */
+    /* The first three with every flavour; what does not depend on torch's version with 1.13
+     * (or "python") only. */
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_zip_loaded_by_torch), TH_TEST(test_round_trips_and_refusals),
-        TH_TEST(test_plain_state),         TH_TEST(test_ranks_agree_on_a_step),
-        TH_TEST(test_crash_during_save),   TH_TEST(test_corrupt_slot_refused),
+        TH_TEST(test_zip_loaded_by_torch),        TH_TEST(test_round_trips_and_refusals),
+        TH_TEST(test_launcher_keeps_checkpoints), TH_TEST(test_plain_state),
+        TH_TEST(test_ranks_agree_on_a_step),      TH_TEST(test_crash_during_save),
+        TH_TEST(test_corrupt_slot_refused),       TH_TEST(test_launcher_killed),
     };
-    /* What does not depend on torch's version runs with 1.13 (or "python") only. */
-    size_t n = strcmp(flavour, "2.6") == 0 ? 2 : sizeof tests / sizeof tests[0];
+    size_t n = strcmp(flavour, "2.6") == 0 ? 3 : sizeof tests / sizeof tests[0];
     return _cmocka_run_group_tests(flavour, tests, n, NULL, NULL);
 }
