@@ -22,12 +22,8 @@ int ddp_ckpt_slot_path(char *path, size_t cap, const char *dir, int rank, int sl
     return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
-int ddp_ckpt_read_header(const char *path, ddp_ckpt_header_t *header, uint64_t *file_size,
-                         ddp_buf_t *why)
+int ddp_ckpt_pread_header(int fd, ddp_ckpt_header_t *header, uint64_t *file_size, ddp_buf_t *why)
 {
-    int fd = ddp_open_worker_file(path);
-    if (fd < 0)
-        return fd;
     ddp_ckpt_header_t h;
     struct stat st;
     int err = 0;
@@ -40,11 +36,21 @@ int ddp_ckpt_read_header(const char *path, ddp_ckpt_header_t *header, uint64_t *
                   : DDP_EPARSE;
     else
         err = ddp_ckpt_header_check(&h, (uint64_t)st.st_size, why);
-    close(fd);
     if (err == 0) {
         *header = h;
         *file_size = (uint64_t)st.st_size;
     }
+    return err;
+}
+
+int ddp_ckpt_read_header(const char *path, ddp_ckpt_header_t *header, uint64_t *file_size,
+                         ddp_buf_t *why)
+{
+    int fd = ddp_open_worker_file(path);
+    if (fd < 0)
+        return fd;
+    int err = ddp_ckpt_pread_header(fd, header, file_size, why);
+    close(fd);
     return err;
 }
 

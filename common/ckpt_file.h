@@ -21,6 +21,10 @@ int ddp_ckpt_slot_path(char *path, size_t cap, const char *dir, int rank, int sl
 int ddp_ckpt_read_header(const char *path, ddp_ckpt_header_t *header, uint64_t *file_size,
                          ddp_buf_t *why);
 
+/* As ddp_ckpt_read_header, of the slot file open at `fd` (the caller's, which it opened
+ * following no link): 0 with *header and *file_size, DDP_EPARSE with `why`, or -errno. */
+int ddp_ckpt_pread_header(int fd, ddp_ckpt_header_t *header, uint64_t *file_size, ddp_buf_t *why);
+
 typedef struct {
     uint64_t bytes;  /* what a save may add to the files in the directory */
     char limit[512]; /* what sets it, for a refusal's message */

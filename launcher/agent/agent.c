@@ -8,6 +8,8 @@
  *   (start)   one node                                     RUNNING (attempt 0), or
  *                                                          CHECKING where health checks apply
  *   (start)   several nodes                                WAITING
+ *   CHECKING  the checkpoints read (after a failure: the   CHECKING (the health checks), or
+ *             step every rank holds)                       RUNNING
  *   CHECKING  the checks passed                            RUNNING (the attempt's workers)
  *   CHECKING  a check failed, or a signal (the checks are  DONE (no worker started)
  *             ended at once)
@@ -18,7 +20,8 @@
  *   RUNNING   every worker succeeded                       DONE, or WAITING (several nodes)
  *   STOPPING  the grace timer fires                        STOPPING (SIGKILL to the groups)
  *   STOPPING  the last worker ended: a restart left (one   RUNNING (attempt N+1), or
- *             node)                                        CHECKING
+ *             node)                                        CHECKING (its in-memory
+ *                                                          checkpoints, its health checks)
  *   STOPPING  the last worker ended, several nodes, after  WAITING (the rendezvous decides)
  *             a failure here or elsewhere
  *   STOPPING  the last worker ended otherwise              DONE
@@ -248,6 +251,7 @@ static void finish(ddp_agent_t *a)
     if (a->health != NULL) /* its processes end now; the loop runs until its thread returns */
         ddp_health_cancel(a->health);
     a->health = NULL;
+    ddp_checkpoints_cancel(a->checkpoints); /* a scan under way: its thread returns at once */
     ddp_rdzv_close(a->g.rdzv);
     if (a->g.coord != NULL) {
         /* The other nodes read how the job ended from our store: it stays until they
@@ -851,9 +855,11 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
         signal_while_lingering(a, sig);
         return;
     }
-    if (a->g.state == DDP_AGENT_CHECKING) { /* one node: nothing runs but the checks */
-        ddp_log_warn(a->g.log, "received %s during the health check: ending; no worker started",
-                     name);
+    if (a->g.state == DDP_AGENT_CHECKING) { /* one node: nothing runs but the checks or
+                                             * the checkpoints' scan */
+        ddp_log_warn(a->g.log, "received %s %s: ending; no worker started", name,
+                     a->health != NULL ? "during the health check"
+                                       : "while reading the in-memory checkpoints");
         a->exit_code = DDP_EXIT_SIGNAL_BASE + sig;
         a->g.stop_reason = DDP_STOP_SIGNAL;
         a->g.stop_signal = sig;
@@ -1008,11 +1014,38 @@ static void checks_done(void *ctx, int rc, const char *why)
     finish(a);
 }
 
-/* Starts attempt a->g.attempt: its health checks first where they apply to a one-node job
- * (off the loop: CHECKING until they end), else its workers at once. On failure the
- * started workers are stopped (or the agent finished when none started) and the error is
- * returned. */
+static int checks_then_workers(ddp_agent_t *a);
+
+/* The checkpoints' scan is over: the step the workers resume from, then the attempt. */
+static void checkpoints_read(void *ctx)
+{
+    ddp_agent_t *a = ctx;
+    if (a->g.state != DDP_AGENT_CHECKING)
+        return; /* a signal ended the job meanwhile */
+    a->g.checkpoint_step = ddp_checkpoints_step(a->checkpoints);
+    (void)checks_then_workers(a);
+}
+
+/* Starts attempt a->g.attempt. After a failure of a one-node job (its ranks all here), the
+ * in-memory checkpoints are read first, for the step every rank holds (off the loop:
+ * CHECKING until it is known); a multi-node job's ranks agree on theirs (common/ckpt.h).
+ * On failure the started workers are stopped (or the agent finished when none started)
+ * and the error is returned. */
 static int group_start(ddp_agent_t *a)
+{
+    a->g.checkpoint_step = -1;
+    if (a->g.attempt > 0 && a->g.rdzv == NULL &&
+        ddp_checkpoints_scan(a->checkpoints, &a->loop, a->g.rank_offset, a->g.nworkers,
+                             a->g.world_size, checkpoints_read, a)) {
+        a->g.state = DDP_AGENT_CHECKING;
+        return 0;
+    }
+    return checks_then_workers(a);
+}
+
+/* The attempt's health checks first where they apply to a one-node job (off the loop:
+ * CHECKING until they end), else its workers at once; as group_start. */
+static int checks_then_workers(ddp_agent_t *a)
 {
     ddp_health_spec_t checks;
     ddp_config_health_spec(a->g.cfg, &checks);
@@ -1572,6 +1605,7 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
         return DDP_EXIT_LAUNCH_FAILED;
     }
     a->g.checkpoint_dir = ddp_checkpoints_dir(a->checkpoints);
+    a->g.checkpoint_step = -1;
     if (cfg->hang_dump && (asprintf(&a->g.python_dir, "%s/python", a->g.run_dir) < 0 ||
                            (err = ddp_stacks_write_sitecustomize(a->g.python_dir)) != 0)) {
         ddp_log_warn(log, "--hang-dump: unable to write %s/sitecustomize.py: %s; no Python stacks",

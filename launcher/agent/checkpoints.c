@@ -1,7 +1,9 @@
-/* In-memory checkpoints, the agent's part (see agent/checkpoints.h): the directory's life.
- * Runs on the agent's loop thread; what it does to the file system here (one mkdtemp at
- * the job's start, the removal at its end, when no worker runs) is the launcher's own
- * tmpfs, not a worker's file. */
+/* In-memory checkpoints, the agent's part (see agent/checkpoints.h): the directory's life,
+ * and the scan of the slots before a restart. The directory's making (at the job's start)
+ * and removal (at its end, when no worker runs) run on the agent's loop thread: the
+ * launcher's own tmpfs. The slots are the workers' files: read on a thread of the loop's
+ * pool only (scan_slots), with pread, never a mapping, bounded by the files' own sizes and
+ * cut short by a cancel; what it found is said on the loop. */
 #include "agent/checkpoints.h"
 
 #include "ckpt_file.h"
@@ -10,7 +12,9 @@
 #include "io.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,10 +26,31 @@
 #define SHM_DIR "/dev/shm"
 /* The run id's characters kept in the directory's name. */
 #define NAME_ID_MAX 48
+/* What a checksum's verification reads at once. */
+#define CHUNK_BYTES (1u << 20)
+
+/* One slot as the scan found it. */
+typedef struct {
+    bool usable;   /* complete, checked, its data its checksum where one was written */
+    int64_t step;  /* a usable slot's */
+    char why[400]; /* why it is not usable, where that is to be said; "" */
+} slot_seen_t;
+
+typedef struct {
+    uv_work_t work;
+    ddp_checkpoints_t *c;
+    int first_rank, nranks, world_size;
+    slot_seen_t *seen; /* 2 a rank: rank first_rank + i's slot s at 2 * i + s */
+    void (*done)(void *ctx);
+    void *ctx;
+} scan_t;
 
 struct ddp_checkpoints_s {
     const ddp_log_t *log;
     char dir[PATH_MAX]; /* the directory this launcher made; "" none */
+    scan_t *scan;       /* a scan under way, or NULL */
+    atomic_bool cancel; /* it stops at its next look */
+    int64_t step;       /* what the last scan found, -1: none */
 };
 
 extern char **environ;
@@ -81,6 +106,7 @@ int ddp_checkpoints_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, dd
     if (c == NULL)
         return -ENOMEM;
     c->log = log;
+    c->step = -1;
     const char *name = ddp_env_name(DDP_ENV_DDP_CHECKPOINT_DIR), *own;
     if ((own = ddp_env_lookup(cfg->env_set, name)) != NULL ||
         (own = ddp_env_lookup(environ, name)) != NULL)
@@ -94,6 +120,194 @@ int ddp_checkpoints_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, dd
 const char *ddp_checkpoints_dir(const ddp_checkpoints_t *c)
 {
     return c != NULL && c->dir[0] != '\0' ? c->dir : NULL;
+}
+
+/* Whether the data of the slot open at `fd` is what its checksum says (header `h`, checked:
+ * used_bytes within the file), read CHUNK_BYTES at a time. 0, DDP_EPARSE with `why`,
+ * -ECANCELED, or -errno. */
+static int verify(int fd, const ddp_ckpt_header_t *h, const atomic_bool *cancel, ddp_buf_t *why)
+{
+    ddp_ckpt_sum_t *sum = malloc(sizeof *sum);
+    uint8_t *chunk = malloc(CHUNK_BYTES);
+    int err = sum == NULL || chunk == NULL ? -ENOMEM : 0;
+    if (err == 0)
+        ddp_ckpt_sum_init(sum, ddp_ckpt_header_seed(h));
+    for (uint64_t at = DDP_CKPT_HEADER_BYTES; err == 0 && at < h->used_bytes;) {
+        size_t want = h->used_bytes - at < CHUNK_BYTES ? (size_t)(h->used_bytes - at) : CHUNK_BYTES;
+        ssize_t n = atomic_load(cancel) ? 0 : pread(fd, chunk, want, (off_t)at);
+        if (atomic_load(cancel))
+            err = -ECANCELED;
+        else if (n < 0 && errno != EINTR)
+            err = -errno;
+        else if (n == 0)
+            err = (ddp_buf_printf(why, "it ends at %" PRIu64 " bytes, before its %" PRIu64, at,
+                                  h->used_bytes),
+                   DDP_EPARSE);
+        if (n > 0) {
+            ddp_ckpt_sum_update(sum, chunk, (size_t)n);
+            at += (uint64_t)n;
+        }
+    }
+    if (err == 0 && ddp_ckpt_sum_final(sum) != h->checksum)
+        err = (ddp_buf_printf(why,
+                              "its data does not match its checksum (step %" PRId64
+                              ", generation %" PRIu64 ")",
+                              h->step, h->generation),
+               DDP_EPARSE);
+    free(sum);
+    free(chunk);
+    return err;
+}
+
+/* The slot file at `path` of rank `rank`, as common/ckpt.h says a reader that shares it
+ * with its writer reads it: the header, checked; a complete slot of this rank and world
+ * size; its data against its checksum where one of its generation was written; the
+ * header again, dropped where its generation or state changed. A slot not complete, not
+ * there, or rewritten meanwhile is no checkpoint (not said); one that fails a check is,
+ * in out->why. */
+static void read_slot(const char *path, int rank, int world_size, const atomic_bool *cancel,
+                      slot_seen_t *out)
+{
+    ddp_buf_t why = DDP_BUF_INIT;
+    ddp_ckpt_header_t h, again;
+    uint64_t size, size_again;
+    int fd = ddp_open_worker_file(path), err = fd < 0 ? fd : 0;
+    *out = (slot_seen_t){.step = -1};
+    if (err == 0)
+        err = ddp_ckpt_pread_header(fd, &h, &size, &why);
+    if (err == 0 && h.state != DDP_CKPT_COMPLETE)
+        goto out;
+    if (err == 0 && (h.rank != (uint32_t)rank || h.world_size != (uint32_t)world_size))
+        err = (ddp_buf_printf(&why, "it is rank %u's of a world of %u", h.rank, h.world_size),
+               DDP_EPARSE);
+    if (err == 0 && h.checksum_generation == h.generation)
+        err = verify(fd, &h, cancel, &why);
+    if (err == 0 && (ddp_ckpt_pread_header(fd, &again, &size_again, NULL) != 0 ||
+                     again.generation != h.generation || again.state != DDP_CKPT_COMPLETE))
+        goto out;
+    if (err == 0) {
+        out->usable = true;
+        out->step = h.step;
+    } else if (err != -ENOENT && err != -ECANCELED) {
+        snprintf(out->why, sizeof out->why, "%s",
+                 why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    ddp_buf_free(&why);
+}
+
+/* The pool's thread: every rank's two slots. */
+static void scan_slots(uv_work_t *work)
+{
+    scan_t *s = work->data;
+    char path[PATH_MAX + 32];
+    for (int i = 0; i < s->nranks; i++)
+        for (int slot = 0; slot < 2; slot++) {
+            slot_seen_t *seen = &s->seen[2 * i + slot];
+            if (ddp_ckpt_slot_path(path, sizeof path, s->c->dir, s->first_rank + i, slot) == 0)
+                read_slot(path, s->first_rank + i, s->world_size, &s->c->cancel, seen);
+            else
+                *seen = (slot_seen_t){.step = -1};
+        }
+}
+
+/* Whether rank i holds step `step` usable. */
+static bool holds(const scan_t *s, int i, int64_t step)
+{
+    const slot_seen_t *slot = &s->seen[2 * i];
+    return (slot[0].usable && slot[0].step == step) || (slot[1].usable && slot[1].step == step);
+}
+
+/* The newest step every rank holds usable, -1: none. */
+static int64_t common_step(const scan_t *s)
+{
+    int64_t best = -1;
+    for (int k = 0; k < 2 && s->nranks > 0; k++) {
+        const slot_seen_t *candidate = &s->seen[k]; /* the first rank's */
+        bool everyone = candidate->usable && candidate->step > best;
+        for (int i = 1; i < s->nranks && everyone; i++)
+            everyone = holds(s, i, candidate->step);
+        if (everyone)
+            best = candidate->step;
+    }
+    return best;
+}
+
+/* Back on the loop: what was found said, the step kept, and the agent called. */
+static void scan_done(uv_work_t *work, int status)
+{
+    scan_t *s = work->data;
+    ddp_checkpoints_t *c = s->c;
+    bool cancelled = status != 0 || atomic_load(&c->cancel);
+    for (int i = 0; i < s->nranks && !cancelled; i++)
+        for (int slot = 0; slot < 2; slot++)
+            if (s->seen[2 * i + slot].why[0] != '\0')
+                ddp_log_warn(c->log,
+                             "in-memory checkpoints: rank %d's slot %d (%s/" DDP_CKPT_SLOT_FILE
+                             ") is not counted: %s",
+                             s->first_rank + i, slot, c->dir, s->first_rank + i, slot,
+                             s->seen[2 * i + slot].why);
+    c->step = cancelled ? -1 : common_step(s);
+    if (c->step >= 0)
+        ddp_log_info(c->log,
+                     "in-memory checkpoints: the workers resume from step %" PRId64
+                     ", the newest every rank holds complete (DDP_CHECKPOINT_STEP)",
+                     c->step);
+    else if (!cancelled)
+        ddp_log_info(c->log, "in-memory checkpoints: no step every rank holds complete");
+    c->scan = NULL;
+    free(s->seen);
+    void (*done)(void *) = s->done;
+    void *ctx = s->ctx;
+    free(s);
+    done(ctx);
+}
+
+bool ddp_checkpoints_scan(ddp_checkpoints_t *c, uv_loop_t *loop, int first_rank, int nranks,
+                          int world_size, void (*done)(void *ctx), void *ctx)
+{
+    c->step = -1;
+    if (c->dir[0] == '\0' || c->scan != NULL || nranks <= 0)
+        return false;
+    scan_t *s = calloc(1, sizeof *s);
+    slot_seen_t *seen = calloc(2 * (size_t)nranks, sizeof *seen);
+    int err = s == NULL || seen == NULL ? UV_ENOMEM : 0;
+    if (err == 0) {
+        *s = (scan_t){.c = c,
+                      .first_rank = first_rank,
+                      .nranks = nranks,
+                      .world_size = world_size,
+                      .seen = seen,
+                      .done = done,
+                      .ctx = ctx};
+        s->work.data = s;
+        atomic_store(&c->cancel, false);
+        err = uv_queue_work(loop, &s->work, scan_slots, scan_done);
+    }
+    if (err != 0) {
+        ddp_log_warn(c->log,
+                     "in-memory checkpoints: unable to read the slots: %s; the ranks "
+                     "agree on a step where they can",
+                     uv_strerror(err));
+        free(s);
+        free(seen);
+        return false;
+    }
+    c->scan = s;
+    return true;
+}
+
+void ddp_checkpoints_cancel(ddp_checkpoints_t *c)
+{
+    if (c != NULL)
+        atomic_store(&c->cancel, true);
+}
+
+int64_t ddp_checkpoints_step(const ddp_checkpoints_t *c)
+{
+    return c != NULL ? c->step : -1;
 }
 
 void ddp_checkpoints_free(ddp_checkpoints_t *c)

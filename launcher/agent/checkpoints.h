@@ -3,13 +3,20 @@
  * in every worker's DDP_CHECKPOINT_DIR, cold or forked from the zygote, kept across
  * restarts, and removed at the job's end with what it holds (by the orphan guard where
  * the launcher is SIGKILLed). A DDP_CHECKPOINT_DIR the user set is theirs: used, never
- * removed. Runs on the agent's loop thread. */
+ * removed. After a failure, before a one-node job's next attempt, every rank's slots are
+ * read on a thread (pread and ckpt.h's sequence lock, a checksum verified where one was
+ * written) for the step every rank holds complete: the workers' DDP_CHECKPOINT_STEP. The
+ * rest runs on the agent's loop thread. */
 #ifndef DDP_LAUNCHER_AGENT_CHECKPOINTS_H
 #define DDP_LAUNCHER_AGENT_CHECKPOINTS_H
 
 #include "config/config.h"
 #include "log.h"
 #include "spawn/guard.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
 
 typedef struct ddp_checkpoints_s ddp_checkpoints_t;
 
@@ -23,6 +30,20 @@ int ddp_checkpoints_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, dd
 /* The directory for the workers' DDP_CHECKPOINT_DIR, or NULL where the launcher names none
  * (the user's own is in their environment already, or there is none). */
 const char *ddp_checkpoints_dir(const ddp_checkpoints_t *c);
+
+/* Reads the slots of ranks first_rank .. first_rank + nranks - 1 of a job of `world_size`
+ * (every rank of a one-node job) on a thread of `loop`'s pool, and calls done(ctx) on the
+ * loop once the step every rank holds complete is known (ddp_checkpoints_step). A slot
+ * that fails its checks is said in one line (rank, slot, why) and not counted. False where
+ * there is no directory or the thread cannot start (said): `done` is not called. */
+bool ddp_checkpoints_scan(ddp_checkpoints_t *c, uv_loop_t *loop, int first_rank, int nranks,
+                          int world_size, void (*done)(void *ctx), void *ctx);
+/* A scan under way stops at its next look (the job ends): `done` still comes, with no
+ * step. */
+void ddp_checkpoints_cancel(ddp_checkpoints_t *c);
+/* The step the last scan found every rank holds complete; -1: none (DDP_CHECKPOINT_STEP
+ * unset: the ranks agree where they can, common/ckpt.h). */
+int64_t ddp_checkpoints_step(const ddp_checkpoints_t *c);
 
 /* Removes the directory this launcher made and what it holds (said where it cannot),
  * once no worker runs; then frees. */

@@ -36,7 +36,8 @@ typedef enum {
     DDP_AGENT_RUNNING,
     DDP_AGENT_STOPPING,
     DDP_AGENT_WAITING,
-    DDP_AGENT_CHECKING, /* one node: its health checks before an attempt (health.h) */
+    DDP_AGENT_CHECKING, /* one node: its health checks (health.h), or after a failure its
+                         * in-memory checkpoints' scan (checkpoints.h), before an attempt */
     DDP_AGENT_DONE
 } ddp_agent_state_t;
 
@@ -108,6 +109,7 @@ struct ddp_group_s {
     char *python_dir;           /* --hang-dump: the sitecustomize's directory, or NULL */
     char module_dir[PATH_MAX];  /* the ddp_launch package's folder, or "" */
     const char *checkpoint_dir; /* the workers' DDP_CHECKPOINT_DIR (agent/checkpoints.h); NULL */
+    int64_t checkpoint_step;    /* the attempt's DDP_CHECKPOINT_STEP; -1: unset */
     int torch_version;          /* the workers' torch (worker_spec.h), 0: unknown */
     int dump_signal;            /* what a worker dumps its state on (DDP_DUMP_SIGNAL) */
     rlim_t nofile;              /* the soft fd limit to give back to workers; 0 if unchanged */

@@ -221,6 +221,7 @@ int ddp_worker_start_env(const ddp_group_t *g, const ddp_worker_t *w, const char
         .torch_version = g->torch_version,
         .timer_file = g->file_timer != NULL ? ddp_file_timer_path(g->file_timer) : NULL,
         .checkpoint_dir = g->checkpoint_dir,
+        .checkpoint_step = g->checkpoint_step,
     };
     int err = ddp_worker_env_added(cfg, &info, environ, added);
     if (err == 0 && (err = ddp_worker_env_merge(environ, *added, envp)) != 0) {

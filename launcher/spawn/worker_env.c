@@ -223,6 +223,8 @@ int ddp_worker_env_added(const ddp_launch_config_t *cfg, const ddp_worker_info_t
         add_var(&eb, DDP_ENV_DDP_PROGRESS_RING, "%s", info->progress_ring);
     if (info->checkpoint_dir != NULL)
         add_var(&eb, DDP_ENV_DDP_CHECKPOINT_DIR, "%s", info->checkpoint_dir);
+    if (info->checkpoint_dir != NULL && info->checkpoint_step >= 0)
+        add_var(&eb, DDP_ENV_DDP_CHECKPOINT_STEP, "%lld", (long long)info->checkpoint_step);
     if (cfg->local_addr != NULL)
         add_var(&eb, DDP_ENV_DDP_LOCAL_ADDR, "%s", cfg->local_addr);
     bool path_set = info->python_dir != NULL || info->module_dir != NULL;
@@ -271,6 +273,7 @@ bool ddp_worker_env_own(const char *entry, bool devices)
         DDP_ENV_TORCHELASTIC_ERROR_FILE,
         DDP_ENV_DDP_DUMP_SIGNAL,
         DDP_ENV_DDP_PROGRESS_RING,
+        DDP_ENV_DDP_CHECKPOINT_STEP,
     };
     size_t len = name_len(entry);
     if (devices && is_var(entry, ddp_env_name(DDP_ENV_CUDA_VISIBLE_DEVICES)))

@@ -25,6 +25,7 @@ typedef struct ddp_worker_info_s {
     int torch_version;          /* the workers' torch (DDP_TORCH_VERSION), 0: unknown */
     const char *timer_file;     /* TORCHELASTIC_TIMER_FILE: the watchdog's FIFO; or NULL */
     const char *checkpoint_dir; /* DDP_CHECKPOINT_DIR: in-memory checkpoints'; or NULL */
+    int64_t checkpoint_step;    /* DDP_CHECKPOINT_STEP where >= 0 */
 } ddp_worker_info_t;
 
 /* The folder holding the ddp_launch Python package (ddp_launch.step(), the zygote) that

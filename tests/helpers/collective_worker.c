@@ -42,6 +42,13 @@
  *                          of another world size; without DDP_CHECKPOINT_DIR nothing
  *   memresume STEPS        resume with in-memory checkpoints: attempt 0's rank 1 SIGKILLs
  *                          itself after step 3's save; attempt 1 loads step 3
+ *   memcommon S            2 ranks, the launcher's DDP_CHECKPOINT_STEP: each attempt prints
+ *                          "memcommon RANK ATTEMPT loaded STEP (DDP_CHECKPOINT_STEP=V) pid
+ *                          PID dir DIR" (-1: none loaded). Attempt 0: steps 1 .. S-1 saved,
+ *                          rank 0 saves S, rank 1 is SIGKILLed (a thread of its own) while
+ *                          its save of S is being written. Attempt 1: steps S and S+1
+ *                          saved, "memcommon RANK paused", and a wait (the test corrupts a
+ *                          slot and SIGKILLs rank 1). Attempt 2: the load only
  *   groups                 a second context (group "second") beside the first: their
  *                          all_reduces interleave and each gets its own answer
  *   skip VICTIM SEQ [S]    20 all_reduces of 1000 float32, each printed when done; rank
@@ -66,6 +73,7 @@
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -739,6 +747,90 @@ static void mode_memresume(int steps)
     printf("rank %d finished %d steps on attempt %d\n", rank, steps, ddp_restart_count(ddp));
 }
 
+/* Where a slot's header says its state, and the value of WRITING (common/ckpt.h). */
+#define SLOT_STATE_AT 12
+#define SLOT_WRITING  1
+
+/* A thread of mode_memcommon's: SIGKILLs the process once the slot file at `arg` is being
+ * written. */
+static void *kill_when_writing(void *arg)
+{
+    const char *path = arg;
+    for (;;) {
+        uint32_t state = 0;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && pread(fd, &state, 4, SLOT_STATE_AT) == 4 && state == SLOT_WRITING)
+            raise(SIGKILL);
+        if (fd >= 0)
+            close(fd);
+    }
+    return NULL;
+}
+
+/* Rank 1's save of step `step` (64 MiB more than the others: it takes a while), SIGKILLed
+ * by a thread once the slot it takes, the one of step - 2, is being written. */
+static void save_killed(int64_t step)
+{
+    static char path[2][4200];
+    mem_state_t m;
+    ddp_checkpoint_buffer_t b[3];
+    size_t n = mem_buffers(&m, b), ballast = 64u << 20;
+    int target = -1;
+    for (int slot = 0; slot < 2; slot++) {
+        int64_t held = -1;
+        snprintf(path[slot], sizeof path[slot], "%s/rank%d.%d", getenv("DDP_CHECKPOINT_DIR"), rank,
+                 slot);
+        int fd = open(path[slot], O_RDONLY | O_CLOEXEC);
+        if (fd >= 0 && pread(fd, &held, 8, 24) == 8 && held == step - 2) /* its step */
+            target = slot;
+        if (fd >= 0)
+            close(fd);
+    }
+    pthread_t thread;
+    mem_fill(&m, step);
+    b[n++] = (ddp_checkpoint_buffer_t){"ballast", calloc(ballast, 1), ballast};
+    if (target < 0 || b[2].data == NULL ||
+        pthread_create(&thread, NULL, kill_when_writing, path[target]) != 0) {
+        fprintf(stderr, "rank %d: no slot of step %" PRId64 ", or no thread\n", rank, step - 2);
+        exit(3);
+    }
+    CALL("checkpoint_save", ddp_checkpoint_save(ddp, step, b, n));
+    fprintf(stderr, "rank %d: step %" PRId64 " was saved before the kill\n", rank, step);
+    exit(3);
+}
+
+static void mode_memcommon(int s)
+{
+    mem_state_t m;
+    ddp_checkpoint_buffer_t b[2];
+    int64_t step = -1, x = 0;
+    int attempt = ddp_restart_count(ddp);
+    const char *asked = getenv("DDP_CHECKPOINT_STEP"), *dir = getenv("DDP_CHECKPOINT_DIR");
+    int err = ddp_checkpoint_load(ddp, &step, b, mem_buffers(&m, b));
+    if (err != 0 && err != -ENOENT)
+        fail_collective("checkpoint_load", err);
+    printf("memcommon %d %d loaded %" PRId64 " (DDP_CHECKPOINT_STEP=%s) pid %d dir %s\n", rank,
+           attempt, err == 0 ? step : -1, asked ? asked : "-", (int)getpid(), dir ? dir : "-");
+    fflush(stdout);
+    if (attempt == 0) {
+        for (int64_t i = 1; i < s; i++)
+            mem_save(i);
+        if (rank == 0)
+            mem_save(s);
+        CALL("all_reduce", ddp_all_reduce(ddp, &x, 1, DDP_INT64, DDP_SUM)); /* rank 0 saved */
+        if (rank == 1)
+            save_killed(s);
+        pause(); /* the launcher's stop ends it */
+    } else if (attempt == 1) {
+        mem_save(s);
+        mem_save(s + 1);
+        CALL("all_reduce", ddp_all_reduce(ddp, &x, 1, DDP_INT64, DDP_SUM));
+        printf("memcommon %d paused\n", rank);
+        fflush(stdout);
+        pause();
+    }
+}
+
 static void mode_groups(void)
 {
     ddp_t *second;
@@ -1262,6 +1354,8 @@ int main(int argc, char **argv)
         mode_memory();
     else if (strcmp(mode, "memresume") == 0 && argc > 2)
         mode_memresume(atoi(argv[2]));
+    else if (strcmp(mode, "memcommon") == 0 && argc > 2)
+        mode_memcommon(atoi(argv[2]));
     else if (strcmp(mode, "nccl-id") == 0)
         mode_nccl_id();
     else if (strcmp(mode, "mismatch") == 0 && argc > 2)

@@ -431,27 +431,6 @@ static int entries(const char *dir, ddp_buf_t *names)
     return n;
 }
 
-/* ddp-launch --nproc-per-node=2 --max-restarts=1 --warm-restarts with run id `id` on
- * tests/python/checkpoint_train.py STEPS MODE STEP; no DDP_CHECKPOINT_DIR of the test's. */
-static void start_training(th_proc_t *p, const char *id, const char *steps, const char *mode,
-                           const char *at)
-{
-    char rdzv_id[128];
-    snprintf(rdzv_id, sizeof rdzv_id, "--rdzv-id=%s", id);
-    const char *argv[] = {th_launcher(),
-                          "--nproc-per-node=2",
-                          rdzv_id,
-                          "--max-restarts=1",
-                          "--warm-restarts",
-                          th_script("checkpoint_train.py"),
-                          steps,
-                          mode,
-                          at,
-                          NULL};
-    const char *extra[] = {"DDP_CHECKPOINT_DIR", NULL};
-    th_start(p, argv, python_env(extra));
-}
-
 /* The job's checkpoint directory, from what rank 0 said: on /dev/shm, made by the
  * launcher for run `id`. */
 static void launcher_dir(const th_proc_t *p, const char *id, char *dir, size_t cap)
@@ -462,25 +441,37 @@ static void launcher_dir(const th_proc_t *p, const char *id, char *dir, size_t c
     TH_ASSERT(p, strncmp(dir, prefix, strlen(prefix)) == 0);
 }
 
-/* A DDP job (gloo) saving every step in the directory the launcher made: rank 1 SIGKILLs
- * itself once step 37 is saved; both ranks of the restarted attempt (forked from the
- * zygote, or cold) load step 37, and the losses of the whole run equal bit for bit those of
- * a reference model that trains on the same batches from step 1 in every attempt (an
+/* A DDP job (gloo, tests/python/checkpoint_train.py) saving every step in the directory the
+ * launcher made: rank 1 SIGKILLs itself once step 37 is saved; both ranks of the restarted
+ * attempt (forked from the zygote, or cold) load step 37, the launcher's
+ * DDP_CHECKPOINT_STEP, and the losses of the whole run equal bit for bit those of a
+ * reference model that trains on the same batches from step 1 in every attempt (an
  * uninterrupted run's). Nothing is left in /dev/shm or TMPDIR. */
 static void test_launcher_keeps_checkpoints(void **state)
 {
-    char id[64], dir[1100], prefix[128];
-    ddp_buf_t resumed = DDP_BUF_INIT, reference = DDP_BUF_INIT;
+    char id[64], dir[1100], prefix[128], rdzv_id[128];
+    ddp_buf_t resumed = DDP_BUF_INIT, reference = DDP_BUF_INIT, left = DDP_BUF_INIT;
     const char *tmp = getenv("TMPDIR");
-    ddp_buf_t left = DDP_BUF_INIT;
     int before = entries(tmp, NULL);
     snprintf(id, sizeof id, "ckpttest-%d", (int)getpid());
     snprintf(prefix, sizeof prefix, "ddp-ckpt-%s-", id);
+    snprintf(rdzv_id, sizeof rdzv_id, "--rdzv-id=%s", id);
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          rdzv_id,
+                          "--max-restarts=1",
+                          "--warm-restarts",
+                          th_script("checkpoint_train.py"),
+                          "40",
+                          "0:kill:37",
+                          NULL};
+    const char *extra[] = {"DDP_CHECKPOINT_DIR", NULL};
     th_proc_t p;
-    start_training(&p, id, "40", "kill", "37");
+    th_start(&p, argv, python_env(extra));
     TH_ASSERT(&p, th_wait_exit(&p, 300) && th_status(&p) == 0);
     const char *out = ddp_buf_str(&p.out);
-    TH_ASSERT(&p, strstr(out, "loaded 0 37") != NULL && strstr(out, "loaded 1 37") != NULL);
+    TH_ASSERT(&p, strstr(out, "loaded 0 37 (DDP_CHECKPOINT_STEP=37)") != NULL &&
+                      strstr(out, "loaded 1 37 (DDP_CHECKPOINT_STEP=37)") != NULL);
     TH_ASSERT(&p, th_count(out, "done ") == 2);
     launcher_dir(&p, id, dir, sizeof dir);
     losses(out, "loss", &resumed);
@@ -495,10 +486,96 @@ static void test_launcher_keeps_checkpoints(void **state)
     TH_ASSERT(&p, shm_entries(prefix) == 0);
     if (entries(tmp, &left) != before)
         fail_msg("left in TMPDIR:%s", ddp_buf_str(&left));
-    ddp_buf_free(&left);
     th_cleanup(&p);
+    ddp_buf_free(&left);
     ddp_buf_free(&resumed);
     ddp_buf_free(&reference);
+}
+
+/* What "memcommon RANK ATTEMPT loaded " of the collectives helper was followed by, into
+ * buf[cap] up to " pid". */
+static const char *memcommon_loaded(const th_proc_t *p, int rank, int attempt, char *buf,
+                                    size_t cap)
+{
+    char needle[64];
+    snprintf(needle, sizeof needle, "memcommon %d %d loaded ", rank, attempt);
+    const char *at = strstr(ddp_buf_str(&p->out), needle), *end;
+    TH_ASSERT(p, at != NULL && (end = strstr(at, " pid ")) != NULL);
+    at += strlen(needle);
+    snprintf(buf, cap, "%.*s", (int)(end - at), at);
+    return buf;
+}
+
+/* Rank 1 paused with steps 5 and 6 saved: every slot checksummed (as the launcher does), a
+ * byte of the data of rank 1's step 6 changed, and rank 1 SIGKILLed. */
+static void corrupt_and_kill(th_proc_t *p)
+{
+    char *file, path[1200], needle[] = "memcommon 1 1 loaded ";
+    const char *line = strstr(ddp_buf_str(&p->out), needle), *pid;
+    TH_ASSERT(p, line != NULL && (pid = strstr(line, " pid ")) != NULL);
+    int slot6 = -1;
+    for (int rank = 0; rank < 2; rank++)
+        for (int slot = 0; slot < 2; slot++) {
+            seal(rank, slot);
+            ddp_ckpt_t c = read_slot(rank, slot, &file);
+            if (rank == 1 && c.header->step == 6)
+                slot6 = slot;
+            free(file);
+        }
+    TH_ASSERT(p, slot6 >= 0);
+    ddp_ckpt_t c = read_slot(1, slot6, &file);
+    uint64_t at = c.records[0].offset;
+    uint8_t byte = (uint8_t)(c.base[at] ^ 0x40);
+    free(file);
+    assert_int_equal(ddp_ckpt_slot_path(path, sizeof path, ckpt_dir, 1, slot6), 0);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, &byte, 1, (off_t)at), 1);
+    close(fd);
+    assert_int_equal(kill((pid_t)atoi(pid + strlen(" pid ")), SIGKILL), 0);
+}
+
+/* The step every rank resumes from, the launcher's (libddp workers, the collectives
+ * helper's memcommon 5): rank 1 SIGKILLed in the middle of its save of step 5 (rank 0's is
+ * complete) -> every rank loads step 4; then, with steps 5 and 6 saved and checksummed,
+ * a byte of rank 1's step 6 changed before the restart -> said (rank, slot, why), not
+ * counted, and every rank loads step 5. */
+static void test_launcher_common_step(void **state)
+{
+    char rdzv_id[64], prefix[128], loaded[128];
+    snprintf(rdzv_id, sizeof rdzv_id, "--rdzv-id=ckptstep-%d", (int)getpid());
+    snprintf(prefix, sizeof prefix, "/dev/shm/ddp-ckpt-ckptstep-%d-", (int)getpid());
+    const char *argv[] = {
+        th_launcher(), "--nproc-per-node=2",           rdzv_id,     "--max-restarts=2",
+        "--no-python", getenv("DDP_TEST_COLLECTIVES"), "memcommon", "5",
+        NULL};
+    const char *env[] = {"DDP_CHECKPOINT_DIR", NULL};
+    th_proc_t p;
+    th_start(&p, argv, env);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "memcommon 1 paused", 1, 120) &&
+                      th_wait_output(&p, 1, "memcommon 0 paused", 1, 120));
+    const char *dir = strstr(ddp_buf_str(&p.out), " dir ");
+    TH_ASSERT(&p, dir != NULL && sscanf(dir, " dir %1023s", ckpt_dir) == 1);
+    TH_ASSERT(&p, strncmp(ckpt_dir, prefix, strlen(prefix)) == 0);
+    corrupt_and_kill(&p);
+    TH_ASSERT(&p, th_wait_exit(&p, 120) && th_status(&p) == 0);
+    for (int rank = 0; rank < 2; rank++) {
+        assert_string_equal(memcommon_loaded(&p, rank, 0, loaded, sizeof loaded),
+                            "-1 (DDP_CHECKPOINT_STEP=-)");
+        assert_string_equal(memcommon_loaded(&p, rank, 1, loaded, sizeof loaded),
+                            "4 (DDP_CHECKPOINT_STEP=4)");
+        assert_string_equal(memcommon_loaded(&p, rank, 2, loaded, sizeof loaded),
+                            "5 (DDP_CHECKPOINT_STEP=5)");
+    }
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, strstr(err, "rank 1's slot ") != NULL &&
+                      strstr(err, "is not counted: its data does not match its checksum (step "
+                                  "6, generation ") != NULL);
+    TH_ASSERT(&p, strstr(err, "the workers resume from step 4, the newest every rank") != NULL &&
+                      strstr(err, "the workers resume from step 5, the newest every rank") != NULL);
+    TH_ASSERT(&p, th_count(err, "is not counted") == 1);
+    TH_ASSERT(&p, access(ckpt_dir, F_OK) != 0 && errno == ENOENT);
+    th_cleanup(&p);
 }
 
 /* ddp-launch SIGKILLed while its workers (without torch) hold a checkpoint: the orphan
@@ -551,6 +628,7 @@ int main(int argc, char **argv)
         TH_TEST(test_launcher_keeps_checkpoints), TH_TEST(test_plain_state),
         TH_TEST(test_ranks_agree_on_a_step),      TH_TEST(test_crash_during_save),
         TH_TEST(test_corrupt_slot_refused),       TH_TEST(test_launcher_killed),
+        TH_TEST(test_launcher_common_step),
     };
     size_t n = strcmp(flavour, "2.6") == 0 ? 3 : sizeof tests / sizeof tests[0];
     return _cmocka_run_group_tests(flavour, tests, n, NULL, NULL);
