@@ -43,6 +43,58 @@ int ddp_ckpt_pread_header(int fd, ddp_ckpt_header_t *header, uint64_t *file_size
     return err;
 }
 
+/* What a sum reads at once. */
+#define SUM_CHUNK (1u << 20)
+
+int ddp_ckpt_sum_file(int fd, const ddp_ckpt_header_t *h, const atomic_bool *cancel, uint64_t *sum,
+                      ddp_buf_t *why)
+{
+    ddp_ckpt_sum_t *state = malloc(sizeof *state);
+    uint8_t *chunk = malloc(SUM_CHUNK);
+    int err = state == NULL || chunk == NULL ? -ENOMEM : 0;
+    if (err == 0)
+        ddp_ckpt_sum_init(state, ddp_ckpt_header_seed(h));
+    for (uint64_t at = DDP_CKPT_HEADER_BYTES; err == 0 && at < h->used_bytes;) {
+        size_t want = h->used_bytes - at < SUM_CHUNK ? (size_t)(h->used_bytes - at) : SUM_CHUNK;
+        ssize_t n = 0;
+        if (cancel != NULL && atomic_load(cancel))
+            err = -ECANCELED;
+        else if ((n = pread(fd, chunk, want, (off_t)at)) < 0 && errno != EINTR)
+            err = -errno;
+        else if (n == 0)
+            err = why != NULL
+                      ? (ddp_buf_printf(why, "it ends at %" PRIu64 " bytes, before its %" PRIu64,
+                                        at, h->used_bytes),
+                         DDP_EPARSE)
+                      : DDP_EPARSE;
+        if (n > 0) {
+            ddp_ckpt_sum_update(state, chunk, (size_t)n);
+            at += (uint64_t)n;
+        }
+    }
+    if (err == 0)
+        *sum = ddp_ckpt_sum_final(state);
+    free(state);
+    free(chunk);
+    return err;
+}
+
+/* Slack for a file's last page and what a file system keeps beside the data. */
+#define SIZE_SLACK (64u << 10)
+
+int ddp_ckpt_size_check(const ddp_ckpt_header_t *h, const struct stat *st, ddp_buf_t *why)
+{
+    uint64_t held = (uint64_t)st->st_blocks * 512;
+    if (h->state == DDP_CKPT_EMPTY || h->used_bytes <= held + SIZE_SLACK)
+        return 0;
+    if (why != NULL)
+        ddp_buf_printf(why,
+                       "it says %" PRIu64 " bytes, but the file holds %" PRIu64
+                       " (a sparse file: refused)",
+                       h->used_bytes, held);
+    return DDP_EPARSE;
+}
+
 int ddp_ckpt_read_header(const char *path, ddp_ckpt_header_t *header, uint64_t *file_size,
                          ddp_buf_t *why)
 {

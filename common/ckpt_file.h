@@ -8,8 +8,10 @@
 #include "buf.h"
 #include "ckpt.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 /* "DIR/rank<R>.<slot>" into path[cap]: 0, or -ENAMETOOLONG. */
 int ddp_ckpt_slot_path(char *path, size_t cap, const char *dir, int rank, int slot);
@@ -24,6 +26,19 @@ int ddp_ckpt_read_header(const char *path, ddp_ckpt_header_t *header, uint64_t *
 /* As ddp_ckpt_read_header, of the slot file open at `fd` (the caller's, which it opened
  * following no link): 0 with *header and *file_size, DDP_EPARSE with `why`, or -errno. */
 int ddp_ckpt_pread_header(int fd, ddp_ckpt_header_t *header, uint64_t *file_size, ddp_buf_t *why);
+
+/* The checksum of the slot open at `fd` (header `h`, which ddp_ckpt_header_check took for
+ * the file's size), as ddp_ckpt_slot_sum computes it of a copy: its used bytes read with
+ * pread a MiB at a time, each chunk looked at by no one else. 0 with *sum; -ECANCELED once
+ * *cancel is set (looked at between chunks; may be NULL); DDP_EPARSE with `why` where the
+ * file ends early (cut meanwhile); -ENOMEM; or -errno. Blocking: for a thread. */
+int ddp_ckpt_sum_file(int fd, const ddp_ckpt_header_t *h, const atomic_bool *cancel, uint64_t *sum,
+                      ddp_buf_t *why);
+
+/* Whether a slot's size is believable: the used_bytes of its header `h` are not more than
+ * the file `st` holds in memory (a sparse file that says a terabyte would cost a terabyte's
+ * read to check). 0, or DDP_EPARSE with `why`. */
+int ddp_ckpt_size_check(const ddp_ckpt_header_t *h, const struct stat *st, ddp_buf_t *why);
 
 typedef struct {
     uint64_t bytes;  /* what a save may add to the files in the directory */

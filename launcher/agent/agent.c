@@ -1693,6 +1693,8 @@ static int agent_free(ddp_agent_t *a, int exit_code)
     }
     /* Every worker has ended (what they left too): the checkpoints' directory goes while
      * the guard still would remove it. */
+    uint64_t checkpoint_bytes = ddp_checkpoints_held(a->checkpoints);
+    bool checkpoints = a->g.checkpoint_dir != NULL;
     ddp_checkpoints_free(a->checkpoints);
     ddp_guard_stop(&a->guard);
     if (a->base_created) /* of a job that succeeded, the rings are nothing to keep */
@@ -1700,6 +1702,8 @@ static int agent_free(ddp_agent_t *a, int exit_code)
     clear_failures(a);
     ddp_buf_t fields = DDP_BUF_INIT;
     ddp_events_int(&fields, "exit_code", exit_code);
+    if (checkpoints)
+        ddp_events_int(&fields, "checkpoint_bytes", (long long)checkpoint_bytes);
     ddp_events_emit(&a->g.events, "job_ended", &fields);
     ddp_buf_free(&fields);
     ddp_events_close(&a->g.events);

@@ -6,6 +6,7 @@
  * cut short by a cancel; what it found is said on the loop. */
 #include "agent/checkpoints.h"
 
+#include "agent/checkpoint_sums.h"
 #include "ckpt_file.h"
 #include "env.h"
 #include "error.h"
@@ -26,8 +27,6 @@
 #define SHM_DIR "/dev/shm"
 /* The run id's characters kept in the directory's name. */
 #define NAME_ID_MAX 48
-/* What a checksum's verification reads at once. */
-#define CHUNK_BYTES (1u << 20)
 
 /* One slot as the scan found it. */
 typedef struct {
@@ -47,10 +46,11 @@ typedef struct {
 
 struct ddp_checkpoints_s {
     const ddp_log_t *log;
-    char dir[PATH_MAX]; /* the directory this launcher made; "" none */
-    scan_t *scan;       /* a scan under way, or NULL */
-    atomic_bool cancel; /* it stops at its next look */
-    int64_t step;       /* what the last scan found, -1: none */
+    char dir[PATH_MAX];          /* the directory this launcher made; "" none */
+    scan_t *scan;                /* a scan under way, or NULL */
+    ddp_checkpoint_sums_t *sums; /* the checksums' thread, where the directory is ours */
+    atomic_bool cancel;          /* it stops at its next look */
+    int64_t step;                /* what the last scan found, -1: none */
 };
 
 extern char **environ;
@@ -113,6 +113,8 @@ int ddp_checkpoints_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, dd
         ddp_log_debug(log, "in-memory checkpoints go to %s (DDP_CHECKPOINT_DIR, yours)", own);
     else
         make_dir(c, cfg, guard);
+    if (c->dir[0] != '\0' && ddp_checkpoint_sums_start(c->dir, log, &c->sums) != 0)
+        c->sums = NULL; /* said: the slots are loaded without a checksum */
     *out = c;
     return 0;
 }
@@ -122,40 +124,18 @@ const char *ddp_checkpoints_dir(const ddp_checkpoints_t *c)
     return c != NULL && c->dir[0] != '\0' ? c->dir : NULL;
 }
 
-/* Whether the data of the slot open at `fd` is what its checksum says (header `h`, checked:
- * used_bytes within the file), read CHUNK_BYTES at a time. 0, DDP_EPARSE with `why`,
- * -ECANCELED, or -errno. */
+/* Whether the data of the slot open at `fd` is what its checksum says (header `h`,
+ * checked). 0, DDP_EPARSE with `why`, -ECANCELED, or -errno. */
 static int verify(int fd, const ddp_ckpt_header_t *h, const atomic_bool *cancel, ddp_buf_t *why)
 {
-    ddp_ckpt_sum_t *sum = malloc(sizeof *sum);
-    uint8_t *chunk = malloc(CHUNK_BYTES);
-    int err = sum == NULL || chunk == NULL ? -ENOMEM : 0;
-    if (err == 0)
-        ddp_ckpt_sum_init(sum, ddp_ckpt_header_seed(h));
-    for (uint64_t at = DDP_CKPT_HEADER_BYTES; err == 0 && at < h->used_bytes;) {
-        size_t want = h->used_bytes - at < CHUNK_BYTES ? (size_t)(h->used_bytes - at) : CHUNK_BYTES;
-        ssize_t n = atomic_load(cancel) ? 0 : pread(fd, chunk, want, (off_t)at);
-        if (atomic_load(cancel))
-            err = -ECANCELED;
-        else if (n < 0 && errno != EINTR)
-            err = -errno;
-        else if (n == 0)
-            err = (ddp_buf_printf(why, "it ends at %" PRIu64 " bytes, before its %" PRIu64, at,
-                                  h->used_bytes),
-                   DDP_EPARSE);
-        if (n > 0) {
-            ddp_ckpt_sum_update(sum, chunk, (size_t)n);
-            at += (uint64_t)n;
-        }
-    }
-    if (err == 0 && ddp_ckpt_sum_final(sum) != h->checksum)
+    uint64_t sum;
+    int err = ddp_ckpt_sum_file(fd, h, cancel, &sum, why);
+    if (err == 0 && sum != h->checksum)
         err = (ddp_buf_printf(why,
                               "its data does not match its checksum (step %" PRId64
                               ", generation %" PRIu64 ")",
                               h->step, h->generation),
                DDP_EPARSE);
-    free(sum);
-    free(chunk);
     return err;
 }
 
@@ -177,6 +157,11 @@ static void read_slot(const char *path, int rank, int world_size, const atomic_b
         err = ddp_ckpt_pread_header(fd, &h, &size, &why);
     if (err == 0 && h.state != DDP_CKPT_COMPLETE)
         goto out;
+    struct stat st;
+    if (err == 0 && fstat(fd, &st) != 0)
+        err = -errno;
+    if (err == 0)
+        err = ddp_ckpt_size_check(&h, &st, &why);
     if (err == 0 && (h.rank != (uint32_t)rank || h.world_size != (uint32_t)world_size))
         err = (ddp_buf_printf(&why, "it is rank %u's of a world of %u", h.rank, h.world_size),
                DDP_EPARSE);
@@ -250,13 +235,18 @@ static void scan_done(uv_work_t *work, int status)
                              s->first_rank + i, slot, c->dir, s->first_rank + i, slot,
                              s->seen[2 * i + slot].why);
     c->step = cancelled ? -1 : common_step(s);
+    uint64_t held = ddp_checkpoint_sums_held(c->sums, NULL);
     if (c->step >= 0)
         ddp_log_info(c->log,
                      "in-memory checkpoints: the workers resume from step %" PRId64
-                     ", the newest every rank holds complete (DDP_CHECKPOINT_STEP)",
-                     c->step);
+                     ", the newest every rank holds complete (DDP_CHECKPOINT_STEP); the launcher "
+                     "holds %" PRIu64 " bytes of checkpoints",
+                     c->step, held);
     else if (!cancelled)
-        ddp_log_info(c->log, "in-memory checkpoints: no step every rank holds complete");
+        ddp_log_info(c->log,
+                     "in-memory checkpoints: no step every rank holds complete; the launcher holds "
+                     "%" PRIu64 " bytes of checkpoints",
+                     held);
     c->scan = NULL;
     free(s->seen);
     void (*done)(void *) = s->done;
@@ -305,6 +295,13 @@ void ddp_checkpoints_cancel(ddp_checkpoints_t *c)
         atomic_store(&c->cancel, true);
 }
 
+uint64_t ddp_checkpoints_held(const ddp_checkpoints_t *c)
+{
+    uint64_t peak;
+    (void)ddp_checkpoint_sums_held(c != NULL ? c->sums : NULL, &peak);
+    return peak;
+}
+
 int64_t ddp_checkpoints_step(const ddp_checkpoints_t *c)
 {
     return c != NULL ? c->step : -1;
@@ -314,6 +311,12 @@ void ddp_checkpoints_free(ddp_checkpoints_t *c)
 {
     if (c == NULL)
         return;
+    uint64_t peak;
+    (void)ddp_checkpoint_sums_held(c->sums, &peak);
+    ddp_checkpoint_sums_stop(c->sums);
+    if (c->dir[0] != '\0')
+        ddp_log_info(c->log, "in-memory checkpoints: the launcher held %" PRIu64 " bytes at most",
+                     peak);
     int err = c->dir[0] != '\0' ? ddp_ckpt_remove_dir(c->dir) : 0;
     if (err != 0 && err != -ENOENT)
         ddp_log_warn(c->log, "unable to remove the checkpoint directory %s: %s", c->dir,

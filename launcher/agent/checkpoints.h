@@ -5,8 +5,9 @@
  * the launcher is SIGKILLed). A DDP_CHECKPOINT_DIR the user set is theirs: used, never
  * removed. After a failure, before a one-node job's next attempt, every rank's slots are
  * read on a thread (pread and ckpt.h's sequence lock, a checksum verified where one was
- * written) for the step every rank holds complete: the workers' DDP_CHECKPOINT_STEP. The
- * rest runs on the agent's loop thread. */
+ * written) for the step every rank holds complete: the workers' DDP_CHECKPOINT_STEP. In
+ * the launcher's own directory, the slots are checksummed as they complete, on a thread
+ * (agent/checkpoint_sums.h). The rest runs on the agent's loop thread. */
 #ifndef DDP_LAUNCHER_AGENT_CHECKPOINTS_H
 #define DDP_LAUNCHER_AGENT_CHECKPOINTS_H
 
@@ -44,6 +45,10 @@ void ddp_checkpoints_cancel(ddp_checkpoints_t *c);
 /* The step the last scan found every rank holds complete; -1: none (DDP_CHECKPOINT_STEP
  * unset: the ranks agree where they can, common/ckpt.h). */
 int64_t ddp_checkpoints_step(const ddp_checkpoints_t *c);
+
+/* The most bytes the directory's files held (the checksums' thread's looks); 0 where the
+ * directory is not the launcher's. */
+uint64_t ddp_checkpoints_held(const ddp_checkpoints_t *c);
 
 /* Removes the directory this launcher made and what it holds (said where it cannot),
  * once no worker runs; then frees. */

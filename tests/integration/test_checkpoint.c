@@ -506,8 +506,29 @@ static const char *memcommon_loaded(const th_proc_t *p, int rank, int attempt, c
     return buf;
 }
 
-/* Rank 1 paused with steps 5 and 6 saved: every slot checksummed (as the launcher does), a
- * byte of the data of rank 1's step 6 changed, and rank 1 SIGKILLed. */
+/* Waits (a deadline) until the launcher's thread has checksummed slot `slot` of `rank`,
+ * complete: the sum it wrote is the slot's. */
+static void wait_summed(int rank, int slot)
+{
+    double deadline = th_now() + 60;
+    for (;;) {
+        char *file;
+        ddp_ckpt_t c = read_slot(rank, slot, &file);
+        bool summed = c.header->checksum_generation == c.header->generation;
+        uint64_t sum = ddp_ckpt_slot_sum(&c), written = c.header->checksum;
+        free(file);
+        if (summed) {
+            assert_true(written == sum);
+            return;
+        }
+        if (th_now() > deadline)
+            fail_msg("the launcher did not checksum rank %d's slot %d", rank, slot);
+        (void)poll(NULL, 0, 20);
+    }
+}
+
+/* Rank 1 paused with steps 5 and 6 saved: every slot checksummed by the launcher in the
+ * background, a byte of the data of rank 1's step 6 changed, and rank 1 SIGKILLed. */
 static void corrupt_and_kill(th_proc_t *p)
 {
     char *file, path[1200], needle[] = "memcommon 1 1 loaded ";
@@ -516,7 +537,7 @@ static void corrupt_and_kill(th_proc_t *p)
     int slot6 = -1;
     for (int rank = 0; rank < 2; rank++)
         for (int slot = 0; slot < 2; slot++) {
-            seal(rank, slot);
+            wait_summed(rank, slot);
             ddp_ckpt_t c = read_slot(rank, slot, &file);
             if (rank == 1 && c.header->step == 6)
                 slot6 = slot;
@@ -537,9 +558,10 @@ static void corrupt_and_kill(th_proc_t *p)
 
 /* The step every rank resumes from, the launcher's (libddp workers, the collectives
  * helper's memcommon 5): rank 1 SIGKILLed in the middle of its save of step 5 (rank 0's is
- * complete) -> every rank loads step 4; then, with steps 5 and 6 saved and checksummed,
- * a byte of rank 1's step 6 changed before the restart -> said (rank, slot, why), not
- * counted, and every rank loads step 5. */
+ * complete) -> every rank loads step 4; then, with steps 5 and 6 saved and checksummed by
+ * the launcher in the background, a byte of rank 1's step 6 changed before the restart ->
+ * said (rank, slot, why), not counted, and every rank loads step 5. The bytes the launcher
+ * held are said. */
 static void test_launcher_common_step(void **state)
 {
     char rdzv_id[64], prefix[128], loaded[128];
@@ -574,7 +596,72 @@ static void test_launcher_common_step(void **state)
     TH_ASSERT(&p, strstr(err, "the workers resume from step 4, the newest every rank") != NULL &&
                       strstr(err, "the workers resume from step 5, the newest every rank") != NULL);
     TH_ASSERT(&p, th_count(err, "is not counted") == 1);
+    const char *held = strstr(err, "in-memory checkpoints: the launcher held ");
+    TH_ASSERT(&p, held != NULL && strtoull(held + strlen("in-memory checkpoints: the launcher "
+                                                         "held "),
+                                           NULL, 10) > 0);
     TH_ASSERT(&p, access(ckpt_dir, F_OK) != 0 && errno == ENOENT);
+    th_cleanup(&p);
+}
+
+/* Slot files the workers could leave to trouble the launcher, next to their real slots
+ * (tests/python/checkpoint_worker.py hold, step 1 each): rank 1's slot 1 a symbolic link to
+ * a file of the test's, rank 0's slot 1 a complete header of step 2 that says a terabyte in
+ * a sparse file. The launcher's checksums say each once and leave them; after rank 1 is SIGKILLed,
+ * the restart's reading of the slots says each, counts neither, and both ranks load step 1;
+ * at the end the link is removed, not what it points to. */
+static void test_launcher_refuses_odd_slots(void **state)
+{
+    char rdzv_id[64], target[1100], path[1200], pid[32];
+    snprintf(rdzv_id, sizeof rdzv_id, "--rdzv-id=ckptodd-%d", (int)getpid());
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          rdzv_id,
+                          "--max-restarts=1",
+                          th_script("checkpoint_worker.py"),
+                          "hold",
+                          NULL};
+    const char *extra[] = {"DDP_CHECKPOINT_DIR", NULL};
+    th_proc_t p;
+    th_start(&p, argv, python_env(extra));
+    TH_ASSERT(&p, th_wait_output(&p, 1, "held ", 2, 120));
+    const char *line = strstr(ddp_buf_str(&p.out), "held 1 ");
+    TH_ASSERT(&p, line != NULL && sscanf(line, "held 1 %31s %1023s", pid, ckpt_dir) == 2);
+    snprintf(target, sizeof target, "%s/target", getenv("TMPDIR"));
+    assert_true(th_touch(target));
+    assert_int_equal(ddp_ckpt_slot_path(path, sizeof path, ckpt_dir, 1, 1), 0);
+    assert_int_equal(symlink(target, path), 0);
+    ddp_ckpt_header_t h;
+    uint64_t size;
+    assert_int_equal(ddp_ckpt_slot_path(path, sizeof path, ckpt_dir, 0, 0), 0);
+    assert_int_equal(ddp_ckpt_read_header(path, &h, &size, NULL), 0);
+    h.step = 2; /* newer than the real one: what a load would take, were it not refused */
+    h.generation++;
+    h.used_bytes = 1ull << 40;
+    h.table_offset = h.used_bytes - 64ull * h.records;
+    h.checksum_generation = 0;
+    assert_int_equal(ddp_ckpt_slot_path(path, sizeof path, ckpt_dir, 0, 1), 0);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, &h, sizeof h, 0), (ssize_t)sizeof h);
+    assert_int_equal(ftruncate(fd, (off_t)h.used_bytes), 0);
+    close(fd);
+    TH_ASSERT(&p,
+              th_wait_output(&p, 2, "rank1.1 is not checksummed: it is a symbolic link", 1, 60));
+    TH_ASSERT(&p, th_wait_output(&p, 2, "rank0.1 is not checksummed: it says 1099511627776 bytes",
+                                 1, 60));
+    assert_int_equal(kill((pid_t)atoi(pid), SIGKILL), 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 120) && th_status(&p) == 0);
+    const char *out = ddp_buf_str(&p.out), *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, strstr(out, "loaded 0 1 (DDP_CHECKPOINT_STEP=1)") != NULL &&
+                      strstr(out, "loaded 1 1 (DDP_CHECKPOINT_STEP=1)") != NULL);
+    TH_ASSERT(&p, th_count(err, "is not checksummed") == 2);
+    TH_ASSERT(&p,
+              strstr(err, "rank 1's slot 1 (") != NULL && strstr(err, "rank 0's slot 1 (") != NULL);
+    TH_ASSERT(&p, strstr(err, "is not counted: it says 1099511627776 bytes, but the file holds ") !=
+                      NULL);
+    TH_ASSERT(&p, th_count(err, "is not counted") == 2);
+    TH_ASSERT(&p, access(ckpt_dir, F_OK) != 0 && errno == ENOENT && access(target, F_OK) == 0);
     th_cleanup(&p);
 }
 
@@ -628,7 +715,7 @@ int main(int argc, char **argv)
         TH_TEST(test_launcher_keeps_checkpoints), TH_TEST(test_plain_state),
         TH_TEST(test_ranks_agree_on_a_step),      TH_TEST(test_crash_during_save),
         TH_TEST(test_corrupt_slot_refused),       TH_TEST(test_launcher_killed),
-        TH_TEST(test_launcher_common_step),
+        TH_TEST(test_launcher_common_step),       TH_TEST(test_launcher_refuses_odd_slots),
     };
     size_t n = strcmp(flavour, "2.6") == 0 ? 3 : sizeof tests / sizeof tests[0];
     return _cmocka_run_group_tests(flavour, tests, n, NULL, NULL);

@@ -628,7 +628,7 @@ static void test_event_log_of_a_restart(void **state)
         {"worker_started", "attempt=1", ""},
         {"worker_exited", "attempt=1", "exit_code=0", ""},
         {"worker_exited", "attempt=1", "exit_code=0", ""},
-        {"job_ended", "exit_code=0", ""},
+        {"job_ended", "exit_code=0", "checkpoint_bytes=0", ""},
     };
     char *text = read_all(path), *save = NULL, value[256];
     size_t n = 0;

@@ -18,8 +18,9 @@ corrupt: both slots checksummed by the test (C): step 2 loads; a byte of its dat
   on stderr); step 1's header forged, refused when asked for, else none loads (said).
 agree: under ddp-launch, 2 ranks with torch.distributed (gloo) up: rank 0 saves steps 1, 2
   and 3, rank 1 steps 1 and 2; every rank's load gives step 2, and rank 0's step 3 is retired.
-hold: without torch, under ddp-launch: saves a plain state, prints "held RANK PID DIR", and
-  waits for its end (the test SIGKILLs the launcher).
+hold: without torch, under ddp-launch: saves a plain state as step 1, prints "held RANK PID
+  DIR", and waits for its end (the test SIGKILLs the launcher, or this rank); in a later
+  attempt, loads step 1 and prints "loaded RANK STEP (DDP_CHECKPOINT_STEP=V)".
 load-pt FILE STEP: torch.load of FILE (a slot the test wrote in torch.save's format)
   equals make_state(STEP) ("plain": the plain state).
 """
@@ -221,6 +222,11 @@ if mode == "plain":
     check(header(0).kind == 2, f"a plain state's kind: {header(0).kind}")
     check(ck.load() == (8, PLAIN), "the plain state loaded")
     check("torch" not in sys.modules, "a load imported torch")
+elif mode == "hold" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+    got = ck.load()
+    asked = os.environ.get("DDP_CHECKPOINT_STEP", "-")
+    print(f"loaded {rank} {got and got[0]} (DDP_CHECKPOINT_STEP={asked})", flush=True)
+    check(got == (1, PLAIN), "the plain state loaded")
 elif mode == "hold":
     check(ck.save(1, PLAIN), "the save")
     print(f"held {rank} {os.getpid()} {directory}", flush=True)

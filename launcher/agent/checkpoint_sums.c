@@ -1,0 +1,239 @@
+/* In-memory checkpoints' checksums, in the background (see agent/checkpoint_sums.h). The
+ * thread's look: every rank<R>.<s> file of the directory, opened following no link, its
+ * header read with pread (a worker may cut its file at any time: never a mapping), a
+ * complete slot without a checksum of its generation summed a MiB at a time, the header
+ * read again (ckpt.h's sequence lock) and the sum written, then its generation, through a
+ * descriptor of the same file. What is wrong with a file is said once for that file. */
+#include "agent/checkpoint_sums.h"
+
+#include "buf.h"
+#include "ckpt.h"
+#include "ckpt_file.h"
+#include "error.h"
+#include "io.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How often the directory is looked at; the thread's nice value (below the workers'). */
+#define LOOK_MS 100
+#define NICE    10
+/* The files whose trouble is remembered (said once each); more are said each look. */
+#define SAID_MAX 256
+
+/* A file whose trouble was said: said again only once it is another file. */
+typedef struct {
+    char name[64];
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+} said_t;
+
+struct ddp_checkpoint_sums_s {
+    char dir[PATH_MAX];
+    const ddp_log_t *log;
+    pthread_t thread;
+    pthread_mutex_t lock; /* stop and the wake-up */
+    pthread_cond_t wake;
+    bool stop;
+    atomic_bool cancel;
+    _Atomic uint64_t held, peak;
+    said_t said[SAID_MAX];
+    int nsaid;
+};
+
+/* Whether trouble was said of this file (this name, inode and size) already; remembers it
+ * where not. */
+static bool said_before(ddp_checkpoint_sums_t *s, const char *name, const struct stat *st)
+{
+    for (int i = 0; i < s->nsaid; i++)
+        if (strcmp(s->said[i].name, name) == 0) {
+            bool same = s->said[i].dev == st->st_dev && s->said[i].ino == st->st_ino &&
+                        s->said[i].size == st->st_size;
+            s->said[i] = (said_t){.dev = st->st_dev, .ino = st->st_ino, .size = st->st_size};
+            snprintf(s->said[i].name, sizeof s->said[i].name, "%s", name);
+            return same;
+        }
+    if (s->nsaid < SAID_MAX) {
+        s->said[s->nsaid] = (said_t){.dev = st->st_dev, .ino = st->st_ino, .size = st->st_size};
+        snprintf(s->said[s->nsaid++].name, sizeof s->said[0].name, "%s", name);
+    }
+    return false;
+}
+
+static void say(ddp_checkpoint_sums_t *s, const char *name, const struct stat *st, const char *why)
+{
+    if (!said_before(s, name, st))
+        ddp_log_warn(s->log, "in-memory checkpoints: %s/%s is not checksummed: %s", s->dir, name,
+                     why);
+}
+
+/* Writes `sum` and then `generation` into the slot at `path`, through a descriptor of the
+ * same file as `st` (the name may have been given to another meanwhile). */
+static void write_sum(const char *path, const struct stat *st, uint64_t sum, uint64_t generation)
+{
+    struct stat now;
+    int fd = open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    if (fstat(fd, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino &&
+        pwrite(fd, &sum, 8, offsetof(ddp_ckpt_header_t, checksum)) == 8)
+        (void)pwrite(fd, &generation, 8, offsetof(ddp_ckpt_header_t, checksum_generation));
+    close(fd);
+}
+
+/* One slot file, `name` in the directory: summed where it is complete and not yet. */
+static void sum_slot(ddp_checkpoint_sums_t *s, const char *name, const struct stat *st)
+{
+    char path[PATH_MAX + 64];
+    ddp_buf_t why = DDP_BUF_INIT;
+    ddp_ckpt_header_t h, again;
+    uint64_t size, sum;
+    snprintf(path, sizeof path, "%s/%s", s->dir, name);
+    if (S_ISLNK(st->st_mode) || !S_ISREG(st->st_mode)) {
+        say(s, name, st,
+            S_ISLNK(st->st_mode) ? "it is a symbolic link" : "it is not a regular file");
+        return;
+    }
+    int fd = ddp_open_worker_file(path);
+    if (fd < 0)
+        return; /* gone, or replaced meanwhile: the next look */
+    if (ddp_ckpt_pread_header(fd, &h, &size, NULL) != 0 || h.state != DDP_CKPT_COMPLETE ||
+        h.checksum_generation == h.generation)
+        goto out; /* being written, or done */
+    if (ddp_ckpt_size_check(&h, st, &why) != 0) {
+        say(s, name, st, ddp_buf_str(&why));
+        goto out;
+    }
+    if (ddp_ckpt_sum_file(fd, &h, &s->cancel, &sum, NULL) == 0 &&
+        ddp_ckpt_pread_header(fd, &again, &size, NULL) == 0 && again.generation == h.generation &&
+        again.state == DDP_CKPT_COMPLETE && again.checksum_generation != h.generation)
+        write_sum(path, st, sum, h.generation);
+out:
+    close(fd);
+    ddp_buf_free(&why);
+}
+
+/* Whether `name` is a slot's: rank<R>.<0 or 1>. */
+static bool slot_name(const char *name)
+{
+    int rank, slot, end = 0;
+    return sscanf(name, "rank%d.%d%n", &rank, &slot, &end) == 2 && name[end] == '\0' && rank >= 0 &&
+           (slot == 0 || slot == 1);
+}
+
+/* One look at the directory: the bytes held, and the slots summed. */
+static void look(ddp_checkpoint_sums_t *s)
+{
+    int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (d == NULL) {
+        if (dfd >= 0)
+            close(dfd);
+        return;
+    }
+    uint64_t held = 0;
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL && !atomic_load(&s->cancel)) {
+        struct stat st;
+        if (e->d_name[0] == '.' || fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (S_ISREG(st.st_mode))
+            held += (uint64_t)st.st_blocks * 512;
+        if (slot_name(e->d_name))
+            sum_slot(s, e->d_name, &st);
+    }
+    closedir(d);
+    atomic_store(&s->held, held);
+    if (held > atomic_load(&s->peak))
+        atomic_store(&s->peak, held);
+}
+
+static void *sums_main(void *arg)
+{
+    ddp_checkpoint_sums_t *s = arg;
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), NICE); /* this thread only */
+    pthread_mutex_lock(&s->lock);
+    while (!s->stop) {
+        pthread_mutex_unlock(&s->lock);
+        look(s);
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += LOOK_MS * 1000000L;
+        until.tv_sec += until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        pthread_mutex_lock(&s->lock);
+        while (!s->stop && pthread_cond_timedwait(&s->wake, &s->lock, &until) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+int ddp_checkpoint_sums_start(const char *dir, const ddp_log_t *log, ddp_checkpoint_sums_t **out)
+{
+    ddp_checkpoint_sums_t *s = calloc(1, sizeof *s);
+    pthread_condattr_t attr;
+    int err = s == NULL ? ENOMEM : 0;
+    if (err == 0) {
+        snprintf(s->dir, sizeof s->dir, "%s", dir);
+        s->log = log;
+        pthread_mutex_init(&s->lock, NULL);
+        pthread_condattr_init(&attr);
+        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+        pthread_cond_init(&s->wake, &attr);
+        pthread_condattr_destroy(&attr);
+        err = pthread_create(&s->thread, NULL, sums_main, s);
+    }
+    if (err != 0) {
+        ddp_log_warn(log,
+                     "in-memory checkpoints: unable to start the checksums' thread: %s; "
+                     "slots are loaded unchecked",
+                     strerror(err));
+        if (s != NULL) {
+            pthread_cond_destroy(&s->wake);
+            pthread_mutex_destroy(&s->lock);
+        }
+        free(s);
+        return -err;
+    }
+    *out = s;
+    return 0;
+}
+
+uint64_t ddp_checkpoint_sums_held(const ddp_checkpoint_sums_t *s, uint64_t *peak)
+{
+    if (peak != NULL)
+        *peak = s != NULL ? atomic_load(&s->peak) : 0;
+    return s != NULL ? atomic_load(&s->held) : 0;
+}
+
+void ddp_checkpoint_sums_stop(ddp_checkpoint_sums_t *s)
+{
+    if (s == NULL)
+        return;
+    atomic_store(&s->cancel, true);
+    pthread_mutex_lock(&s->lock);
+    s->stop = true;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    pthread_cond_destroy(&s->wake);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}

@@ -1,0 +1,27 @@
+/* In-memory checkpoints' checksums, written in the background (agent/checkpoint_sums.c): a
+ * thread of its own looks at the slots in the launcher's checkpoint directory every
+ * LOOK_MS, checksums each one that is complete and not summed yet, and writes the sum,
+ * then the generation it covers (common/ckpt.h's contract), so that a torn or corrupted
+ * slot is never loaded. It counts the bytes the directory's files hold. A slot file that
+ * is a link, not a regular file, or that says more bytes than it holds is said once and
+ * left alone. The thread reads with pread, one slot at a time at a low priority, and ends
+ * with the part; the functions here run on the agent's loop thread. */
+#ifndef DDP_LAUNCHER_AGENT_CHECKPOINT_SUMS_H
+#define DDP_LAUNCHER_AGENT_CHECKPOINT_SUMS_H
+
+#include "log.h"
+
+#include <stdint.h>
+
+typedef struct ddp_checkpoint_sums_s ddp_checkpoint_sums_t;
+
+/* Starts the thread over the slots in `dir` (copied). 0 and *out, or -errno (said). */
+int ddp_checkpoint_sums_start(const char *dir, const ddp_log_t *log, ddp_checkpoint_sums_t **out);
+
+/* The bytes the directory's files hold (their pages), at the last look, and at most. */
+uint64_t ddp_checkpoint_sums_held(const ddp_checkpoint_sums_t *s, uint64_t *peak);
+
+/* Ends the thread (a sum under way stops at its next MiB) and frees. NULL: nothing. */
+void ddp_checkpoint_sums_stop(ddp_checkpoint_sums_t *s);
+
+#endif
