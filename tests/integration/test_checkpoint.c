@@ -12,8 +12,10 @@
  * and forged headers.
  * The launcher's side (tests/python/checkpoint_train.py, a DDP job saving every step): a
  * worker SIGKILLed at step 37 resumes there, the run's losses those of an uninterrupted one
- * bit for bit, nothing left in /dev/shm or TMPDIR; ddp-launch SIGKILLed: the orphan guard
- * removes the directory. */
+ * bit for bit, nothing left in /dev/shm or TMPDIR; ddp-launch SIGTERMed or SIGINTed: the
+ * directory gone at its exit; SIGKILLed: the orphan guard removes it. libddp workers (the
+ * collectives helper): the step every rank resumes from after a crash during a save and
+ * after a corrupted slot; slot files that are a link or a sparse lie, refused. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -665,9 +667,10 @@ static void test_launcher_refuses_odd_slots(void **state)
     th_cleanup(&p);
 }
 
-/* ddp-launch SIGKILLed while its workers (without torch) hold a checkpoint: the orphan
- * guard SIGKILLs them and removes the checkpoint directory with the slots in it. */
-static void test_launcher_killed(void **state)
+/* ddp-launch signalled with `sig` while its workers (without torch) hold a checkpoint:
+ * the directory is gone once it has exited (SIGTERM, SIGINT: its own end), or once the
+ * orphan guard has SIGKILLed the workers and removed it (SIGKILL: a bounded wait). */
+static void launcher_signalled(int sig)
 {
     char rdzv_id[64], dir[1100], prefix[128];
     snprintf(rdzv_id, sizeof rdzv_id, "--rdzv-id=ckptkill-%d", (int)getpid());
@@ -689,8 +692,10 @@ static void test_launcher_killed(void **state)
         workers[r] = (pid_t)pid;
     }
     TH_ASSERT(&p, strncmp(dir, prefix, strlen(prefix)) == 0 && entries(dir, NULL) == 2);
-    assert_int_equal(kill(p.pid, SIGKILL), 0);
-    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    assert_int_equal(kill(p.pid, sig), 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 60) && th_status(&p) == 128 + sig);
+    if (sig != SIGKILL)
+        TH_ASSERT(&p, access(dir, F_OK) != 0 && errno == ENOENT);
     for (int r = 0; r < 2; r++)
         TH_ASSERT(&p, th_wait_gone(workers[r], 60));
     /* The guard removes it after its SIGKILLs: looked at until a deadline. */
@@ -699,6 +704,17 @@ static void test_launcher_killed(void **state)
         (void)poll(NULL, 0, 20);
     TH_ASSERT(&p, access(dir, F_OK) != 0 && errno == ENOENT);
     th_cleanup(&p);
+}
+
+static void test_launcher_killed(void **state)
+{
+    launcher_signalled(SIGKILL);
+}
+
+static void test_launcher_terminated(void **state)
+{
+    launcher_signalled(SIGTERM);
+    launcher_signalled(SIGINT);
 }
 
 int main(int argc, char **argv)
@@ -716,6 +732,7 @@ int main(int argc, char **argv)
         TH_TEST(test_ranks_agree_on_a_step),      TH_TEST(test_crash_during_save),
         TH_TEST(test_corrupt_slot_refused),       TH_TEST(test_launcher_killed),
         TH_TEST(test_launcher_common_step),       TH_TEST(test_launcher_refuses_odd_slots),
+        TH_TEST(test_launcher_terminated),
     };
     size_t n = strcmp(flavour, "2.6") == 0 ? 3 : sizeof tests / sizeof tests[0];
     return _cmocka_run_group_tests(flavour, tests, n, NULL, NULL);
