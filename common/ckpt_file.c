@@ -79,6 +79,72 @@ int ddp_ckpt_sum_file(int fd, const ddp_ckpt_header_t *h, const atomic_bool *can
     return err;
 }
 
+/* errno as -errno, with "unable to WHAT PATH: reason" in `why`. */
+static int failed(ddp_buf_t *why, const char *what, const char *path)
+{
+    int err = -errno;
+    ddp_buf_printf(why, "unable to %s %s: %s", what, path, strerror(-err));
+    return err;
+}
+
+/* The copy's bytes, SUM_CHUNK at a time; 0, -ECANCELED or -errno (what failed in `why`). */
+static int copy_bytes(int from, int to, uint64_t bytes, const char *tmp, const atomic_bool *cancel,
+                      ddp_buf_t *why)
+{
+    uint8_t *chunk = malloc(SUM_CHUNK);
+    int err = chunk == NULL ? -ENOMEM : 0;
+    for (uint64_t at = 0; err == 0 && at < bytes;) {
+        size_t want = bytes - at < SUM_CHUNK ? (size_t)(bytes - at) : SUM_CHUNK;
+        ssize_t n = 0;
+        if (cancel != NULL && atomic_load(cancel))
+            err = -ECANCELED;
+        else if ((n = pread(from, chunk, want, (off_t)at)) < 0 && errno != EINTR)
+            err = failed(why, "read", "the slot");
+        else if (n == 0)
+            err = (ddp_buf_printf(why, "it ends at %" PRIu64 " bytes", at), -EAGAIN);
+        else if (n > 0 && ddp_write_all(to, chunk, (size_t)n) != 0)
+            err = failed(why, "write", tmp);
+        if (n > 0)
+            at += (uint64_t)n;
+    }
+    free(chunk);
+    return err;
+}
+
+int ddp_ckpt_copy(int fd, const ddp_ckpt_header_t *h, const char *dir, const char *name,
+                  const atomic_bool *cancel, ddp_buf_t *why)
+{
+    char tmp[PATH_MAX], final[PATH_MAX];
+    ddp_ckpt_header_t again;
+    uint64_t size;
+    if (snprintf(tmp, sizeof tmp, "%s/.%s.%d.tmp", dir, name, (int)getpid()) >= (int)sizeof tmp ||
+        snprintf(final, sizeof final, "%s/%s", dir, name) >= (int)sizeof final)
+        return (ddp_buf_printf(why, "its path is too long"), -ENAMETOOLONG);
+    int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600), err = 0;
+    if (out < 0)
+        return failed(why, "create", tmp);
+    err = copy_bytes(fd, out, h->used_bytes, tmp, cancel, why);
+    if (err == 0 && fsync(out) != 0)
+        err = failed(why, "sync", tmp);
+    if (close(out) != 0 && err == 0)
+        err = failed(why, "write", tmp);
+    if (err == 0 && (ddp_ckpt_pread_header(fd, &again, &size, NULL) != 0 ||
+                     again.generation != h->generation || again.state != h->state))
+        err = (ddp_buf_printf(why, "it was written again meanwhile"), -EAGAIN);
+    if (err == 0 && rename(tmp, final) != 0)
+        err = failed(why, "rename", tmp);
+    if (err != 0) {
+        unlink(tmp);
+        return err;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+}
+
 /* Slack for a file's last page and what a file system keeps beside the data. */
 #define SIZE_SLACK (64u << 10)
 

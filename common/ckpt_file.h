@@ -40,6 +40,14 @@ int ddp_ckpt_sum_file(int fd, const ddp_ckpt_header_t *h, const atomic_bool *can
  * read to check). 0, or DDP_EPARSE with `why`. */
 int ddp_ckpt_size_check(const ddp_ckpt_header_t *h, const struct stat *st, ddp_buf_t *why);
 
+/* Copies the used bytes of the slot open at `fd` (header `h`, checked) to DIR/NAME: written
+ * as DIR/.NAME.<pid>.tmp (following no link), synced, the source's header read again
+ * (ckpt.h's sequence lock: -EAGAIN, nothing left, where its generation or state changed),
+ * then renamed to NAME and the directory synced. 0, -ECANCELED (*cancel set; may be NULL),
+ * or -errno with `why`. Blocking: for a thread, or before the loop runs. */
+int ddp_ckpt_copy(int fd, const ddp_ckpt_header_t *h, const char *dir, const char *name,
+                  const atomic_bool *cancel, ddp_buf_t *why);
+
 typedef struct {
     uint64_t bytes;  /* what a save may add to the files in the directory */
     char limit[512]; /* what sets it, for a refusal's message */

@@ -1034,7 +1034,7 @@ static void checkpoints_read(void *ctx)
 static int group_start(ddp_agent_t *a)
 {
     a->g.checkpoint_step = -1;
-    if (a->g.attempt > 0 && a->g.rdzv == NULL &&
+    if ((a->g.attempt > 0 || ddp_checkpoints_restored(a->checkpoints)) && a->g.rdzv == NULL &&
         ddp_checkpoints_scan(a->checkpoints, &a->loop, a->g.rank_offset, a->g.nworkers,
                              a->g.world_size, checkpoints_read, a)) {
         a->g.state = DDP_AGENT_CHECKING;
@@ -1695,7 +1695,7 @@ static int agent_free(ddp_agent_t *a, int exit_code)
      * the guard still would remove it. */
     uint64_t checkpoint_bytes = ddp_checkpoints_held(a->checkpoints);
     bool checkpoints = a->g.checkpoint_dir != NULL;
-    ddp_checkpoints_free(a->checkpoints);
+    ddp_checkpoints_free(a->checkpoints, exit_code != DDP_EXIT_OK);
     ddp_guard_stop(&a->guard);
     if (a->base_created) /* of a job that succeeded, the rings are nothing to keep */
         ddp_logs_remove_if_empty(a->base_dir, exit_code == DDP_EXIT_OK);

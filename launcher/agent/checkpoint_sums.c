@@ -44,8 +44,20 @@ typedef struct {
     off_t size;
 } said_t;
 
+/* A rank's newest complete, checksummed slot at a look; or what was persisted of it. */
+typedef struct {
+    int rank;
+    uint64_t generation;
+    char name[64];
+} newest_t;
+
 struct ddp_checkpoint_sums_s {
     char dir[PATH_MAX];
+    char persist_dir[PATH_MAX]; /* --checkpoint-dir, or "" */
+    int every;                  /* --checkpoint-persist-every */
+    bool persist_all;           /* the last look: every rank's newest is persisted */
+    newest_t *newest, *persisted;
+    size_t nnewest, npersisted;
     const ddp_log_t *log;
     pthread_t thread;
     pthread_mutex_t lock; /* stop and the wake-up */
@@ -84,22 +96,27 @@ static void say(ddp_checkpoint_sums_t *s, const char *name, const struct stat *s
 }
 
 /* Writes `sum` and then `generation` into the slot at `path`, through a descriptor of the
- * same file as `st` (the name may have been given to another meanwhile). */
-static void write_sum(const char *path, const struct stat *st, uint64_t sum, uint64_t generation)
+ * same file as `st` (the name may have been given to another meanwhile); whether it did. */
+static bool write_sum(const char *path, const struct stat *st, uint64_t sum, uint64_t generation)
 {
     struct stat now;
+    bool written = false;
     int fd = open(path, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
-        return;
+        return false;
     if (fstat(fd, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino &&
         pwrite(fd, &sum, 8, offsetof(ddp_ckpt_header_t, checksum)) == 8)
-        (void)pwrite(fd, &generation, 8, offsetof(ddp_ckpt_header_t, checksum_generation));
+        written = pwrite(fd, &generation, 8, offsetof(ddp_ckpt_header_t, checksum_generation)) == 8;
     close(fd);
+    return written;
 }
 
-/* One slot file, `name` in the directory: summed where it is complete and not yet. */
-static void sum_slot(ddp_checkpoint_sums_t *s, const char *name, const struct stat *st)
+/* One slot file, `name` in the directory: summed where it is complete and not yet. True
+ * when it is complete and summed now, its header in *out. */
+static bool sum_slot(ddp_checkpoint_sums_t *s, const char *name, const struct stat *st,
+                     ddp_ckpt_header_t *out)
 {
+    bool summed = false;
     char path[PATH_MAX + 64];
     ddp_buf_t why = DDP_BUF_INIT;
     ddp_ckpt_header_t h, again;
@@ -108,32 +125,86 @@ static void sum_slot(ddp_checkpoint_sums_t *s, const char *name, const struct st
     if (S_ISLNK(st->st_mode) || !S_ISREG(st->st_mode)) {
         say(s, name, st,
             S_ISLNK(st->st_mode) ? "it is a symbolic link" : "it is not a regular file");
-        return;
+        return false;
     }
     int fd = ddp_open_worker_file(path);
     if (fd < 0)
-        return; /* gone, or replaced meanwhile: the next look */
-    if (ddp_ckpt_pread_header(fd, &h, &size, NULL) != 0 || h.state != DDP_CKPT_COMPLETE ||
-        h.checksum_generation == h.generation)
-        goto out; /* being written, or done */
+        return false; /* gone, or replaced meanwhile: the next look */
+    if (ddp_ckpt_pread_header(fd, &h, &size, NULL) != 0 || h.state != DDP_CKPT_COMPLETE)
+        goto out; /* being written */
     if (ddp_ckpt_size_check(&h, st, &why) != 0) {
         say(s, name, st, ddp_buf_str(&why));
         goto out;
     }
-    if (ddp_ckpt_sum_file(fd, &h, &s->cancel, &sum, NULL) == 0 &&
-        ddp_ckpt_pread_header(fd, &again, &size, NULL) == 0 && again.generation == h.generation &&
-        again.state == DDP_CKPT_COMPLETE && again.checksum_generation != h.generation)
-        write_sum(path, st, sum, h.generation);
+    if (h.checksum_generation == h.generation)
+        summed = true;
+    else if (ddp_ckpt_sum_file(fd, &h, &s->cancel, &sum, NULL) == 0 &&
+             ddp_ckpt_pread_header(fd, &again, &size, NULL) == 0 &&
+             again.generation == h.generation && again.state == DDP_CKPT_COMPLETE &&
+             again.checksum_generation != h.generation)
+        summed = write_sum(path, st, sum, h.generation);
 out:
     close(fd);
     ddp_buf_free(&why);
+    if (summed)
+        *out = h;
+    return summed;
 }
 
-/* Whether `name` is a slot's: rank<R>.<0 or 1>. */
-static bool slot_name(const char *name)
+/* Rank `rank`'s entry in `list` (of *n), added (generation 0) where it is not there; NULL
+ * without memory. */
+static newest_t *entry_of(newest_t **list, size_t *n, int rank)
 {
-    int rank, slot, end = 0;
-    return sscanf(name, "rank%d.%d%n", &rank, &slot, &end) == 2 && name[end] == '\0' && rank >= 0 &&
+    for (size_t i = 0; i < *n; i++)
+        if ((*list)[i].rank == rank)
+            return &(*list)[i];
+    newest_t *grown = realloc(*list, (*n + 1) * sizeof *grown);
+    if (grown == NULL)
+        return NULL;
+    *list = grown;
+    grown[*n] = (newest_t){.rank = rank};
+    return &grown[(*n)++];
+}
+
+/* --checkpoint-dir: rank `n`'s newest slot copied to <dir>/rank<R>.ckpt where it is due (the
+ * --checkpoint-persist-every-th save since the last copy, or the last look's). */
+static void persist(ddp_checkpoint_sums_t *s, const newest_t *n)
+{
+    newest_t *done = entry_of(&s->persisted, &s->npersisted, n->rank);
+    if (done == NULL || n->generation <= done->generation ||
+        !(s->persist_all ||
+          (s->every > 0 && n->generation >= done->generation + (uint64_t)s->every)))
+        return;
+    char path[PATH_MAX + 64], name[64];
+    ddp_buf_t why = DDP_BUF_INIT;
+    ddp_ckpt_header_t h = {0};
+    uint64_t size;
+    snprintf(path, sizeof path, "%s/%s", s->dir, n->name);
+    snprintf(name, sizeof name, "rank%d.ckpt", n->rank);
+    int fd = ddp_open_worker_file(path), err = fd < 0 ? fd : 0;
+    if (err == 0 && (ddp_ckpt_pread_header(fd, &h, &size, NULL) != 0 ||
+                     h.generation != n->generation || h.state != DDP_CKPT_COMPLETE))
+        err = -EAGAIN; /* taken by a save meanwhile: the next look */
+    if (err == 0)
+        err = ddp_ckpt_copy(fd, &h, s->persist_dir, name, &s->cancel, &why);
+    if (fd >= 0)
+        close(fd);
+    if (err != -EAGAIN) /* a failure is said once for this generation */
+        done->generation = n->generation;
+    if (err == 0)
+        ddp_log_info(s->log, "in-memory checkpoints: rank %d's step %" PRId64 " copied to %s/%s",
+                     n->rank, h.step, s->persist_dir, name);
+    else if (err != -EAGAIN && err != -ECANCELED)
+        ddp_log_warn(s->log, "in-memory checkpoints: rank %d's checkpoint not copied to %s: %s",
+                     n->rank, s->persist_dir, why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
+    ddp_buf_free(&why);
+}
+
+/* Whether `name` is a slot's: rank<R>.<0 or 1> (*rank set). */
+static bool slot_name(const char *name, int *rank)
+{
+    int slot, end = 0;
+    return sscanf(name, "rank%d.%d%n", rank, &slot, &end) == 2 && name[end] == '\0' && *rank >= 0 &&
            (slot == 0 || slot == 1);
 }
 
@@ -149,16 +220,26 @@ static void look(ddp_checkpoint_sums_t *s)
     }
     uint64_t held = 0;
     const struct dirent *e;
+    s->nnewest = 0;
     while ((e = readdir(d)) != NULL && !atomic_load(&s->cancel)) {
         struct stat st;
+        ddp_ckpt_header_t h;
+        newest_t *n;
+        int rank;
         if (e->d_name[0] == '.' || fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
         if (S_ISREG(st.st_mode))
             held += (uint64_t)st.st_blocks * 512;
-        if (slot_name(e->d_name))
-            sum_slot(s, e->d_name, &st);
+        if (slot_name(e->d_name, &rank) && sum_slot(s, e->d_name, &st, &h) &&
+            s->persist_dir[0] != '\0' && h.rank == (uint32_t)rank &&
+            (n = entry_of(&s->newest, &s->nnewest, rank)) != NULL && h.generation > n->generation) {
+            n->generation = h.generation;
+            snprintf(n->name, sizeof n->name, "%.63s", e->d_name);
+        }
     }
     closedir(d);
+    for (size_t i = 0; i < s->nnewest && !atomic_load(&s->cancel); i++)
+        persist(s, &s->newest[i]);
     atomic_store(&s->held, held);
     if (held > atomic_load(&s->peak))
         atomic_store(&s->peak, held);
@@ -181,17 +262,23 @@ static void *sums_main(void *arg)
         while (!s->stop && pthread_cond_timedwait(&s->wake, &s->lock, &until) == 0)
             ;
     }
+    bool last = s->persist_all;
     pthread_mutex_unlock(&s->lock);
+    if (last) /* the job failed or was stopped: every rank's newest to disk */
+        look(s);
     return NULL;
 }
 
-int ddp_checkpoint_sums_start(const char *dir, const ddp_log_t *log, ddp_checkpoint_sums_t **out)
+int ddp_checkpoint_sums_start(const char *dir, const char *persist_dir, int every,
+                              const ddp_log_t *log, ddp_checkpoint_sums_t **out)
 {
     ddp_checkpoint_sums_t *s = calloc(1, sizeof *s);
     pthread_condattr_t attr;
     int err = s == NULL ? ENOMEM : 0;
     if (err == 0) {
         snprintf(s->dir, sizeof s->dir, "%s", dir);
+        snprintf(s->persist_dir, sizeof s->persist_dir, "%s", persist_dir ? persist_dir : "");
+        s->every = every;
         s->log = log;
         pthread_mutex_init(&s->lock, NULL);
         pthread_condattr_init(&attr);
@@ -223,17 +310,22 @@ uint64_t ddp_checkpoint_sums_held(const ddp_checkpoint_sums_t *s, uint64_t *peak
     return s != NULL ? atomic_load(&s->held) : 0;
 }
 
-void ddp_checkpoint_sums_stop(ddp_checkpoint_sums_t *s)
+void ddp_checkpoint_sums_stop(ddp_checkpoint_sums_t *s, bool persist)
 {
     if (s == NULL)
         return;
-    atomic_store(&s->cancel, true);
+    persist = persist && s->persist_dir[0] != '\0';
+    if (!persist)
+        atomic_store(&s->cancel, true);
     pthread_mutex_lock(&s->lock);
     s->stop = true;
+    s->persist_all = persist;
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->lock);
     pthread_join(s->thread, NULL);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->lock);
+    free(s->newest);
+    free(s->persisted);
     free(s);
 }

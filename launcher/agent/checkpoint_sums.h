@@ -2,7 +2,9 @@
  * thread of its own looks at the slots in the launcher's checkpoint directory every
  * LOOK_MS, checksums each one that is complete and not summed yet, and writes the sum,
  * then the generation it covers (common/ckpt.h's contract), so that a torn or corrupted
- * slot is never loaded. It counts the bytes the directory's files hold. A slot file that
+ * slot is never loaded. It counts the bytes the directory's files hold, and with
+ * --checkpoint-dir copies each rank's newest slot to disk (every --checkpoint-persist-every
+ * saves, and at the end of a job that failed or was stopped). A slot file that
  * is a link, not a regular file, or that says more bytes than it holds is said once and
  * left alone. The thread reads with pread, one slot at a time at a low priority, and ends
  * with the part; the functions here run on the agent's loop thread. */
@@ -11,17 +13,23 @@
 
 #include "log.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct ddp_checkpoint_sums_s ddp_checkpoint_sums_t;
 
-/* Starts the thread over the slots in `dir` (copied). 0 and *out, or -errno (said). */
-int ddp_checkpoint_sums_start(const char *dir, const ddp_log_t *log, ddp_checkpoint_sums_t **out);
+/* Starts the thread over the slots in `dir` (copied). With `persist_dir` (--checkpoint-dir;
+ * NULL: none) a rank's newest checksummed slot is copied there as rank<R>.ckpt every
+ * `every` saves (0: never but at the end). 0 and *out, or -errno (said). */
+int ddp_checkpoint_sums_start(const char *dir, const char *persist_dir, int every,
+                              const ddp_log_t *log, ddp_checkpoint_sums_t **out);
 
 /* The bytes the directory's files hold (their pages), at the last look, and at most. */
 uint64_t ddp_checkpoint_sums_held(const ddp_checkpoint_sums_t *s, uint64_t *peak);
 
-/* Ends the thread (a sum under way stops at its next MiB) and frees. NULL: nothing. */
-void ddp_checkpoint_sums_stop(ddp_checkpoint_sums_t *s);
+/* Ends the thread (a sum under way stops at its next MiB) and frees. With `persist` (the job
+ * failed or was stopped) and a persist_dir, a last look first copies every rank's newest
+ * checkpoint there. NULL: nothing. */
+void ddp_checkpoint_sums_stop(ddp_checkpoint_sums_t *s, bool persist);
 
 #endif

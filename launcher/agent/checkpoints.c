@@ -49,6 +49,7 @@ struct ddp_checkpoints_s {
     char dir[PATH_MAX];          /* the directory this launcher made; "" none */
     scan_t *scan;                /* a scan under way, or NULL */
     ddp_checkpoint_sums_t *sums; /* the checksums' thread, where the directory is ours */
+    bool restored;               /* --checkpoint-dir's copies were put in place */
     atomic_bool cancel;          /* it stops at its next look */
     int64_t step;                /* what the last scan found, -1: none */
 };
@@ -99,6 +100,80 @@ static void make_dir(ddp_checkpoints_t *c, const ddp_launch_config_t *cfg, ddp_g
     ddp_log_debug(c->log, "in-memory checkpoints go to %s", c->dir);
 }
 
+static int verify(int fd, const ddp_ckpt_header_t *h, const atomic_bool *cancel, ddp_buf_t *why);
+
+/* Whether the copy open at `fd` (header `h`) may be rank `rank`'s checkpoint in a world of
+ * `world`: complete, of that rank and world size, not sparse, its checksum written and
+ * matched. 0, or an error with `why`. */
+static int copy_ok(int fd, const ddp_ckpt_header_t *h, int rank, int world, ddp_buf_t *why)
+{
+    struct stat st;
+    int err = fstat(fd, &st) != 0 ? -errno : 0;
+    if (err == 0 && h->state != DDP_CKPT_COMPLETE)
+        err = (ddp_buf_printf(why, "it is not complete"), DDP_EPARSE);
+    if (err == 0 && (h->rank != (uint32_t)rank || h->world_size != (uint32_t)world))
+        err = (ddp_buf_printf(why, "it is rank %u's of a world of %u, not rank %d's of %d", h->rank,
+                              h->world_size, rank, world),
+               DDP_EPARSE);
+    if (err == 0)
+        err = ddp_ckpt_size_check(h, &st, why);
+    if (err == 0 && h->checksum_generation != h->generation)
+        err = (ddp_buf_printf(why, "it has no checksum"), DDP_EPARSE);
+    if (err == 0)
+        err = verify(fd, h, NULL, why);
+    return err;
+}
+
+/* Whether --checkpoint-dir names a directory (said where not: nothing is copied there). */
+static bool persist_dir_ok(const ddp_launch_config_t *cfg, const ddp_log_t *log)
+{
+    struct stat st;
+    int err = stat(cfg->checkpoint_dir, &st) == 0 ? 0 : -errno;
+    if (err == 0 && S_ISDIR(st.st_mode))
+        return true;
+    ddp_log_warn(log, "--checkpoint-dir %s: %s; no checkpoint is copied there", cfg->checkpoint_dir,
+                 err != 0 ? ddp_strerror(err) : "it is not a directory");
+    return false;
+}
+
+/* --checkpoint-dir on a new one-node job: each local rank's copy there (rank<R>.ckpt),
+ * checked (copy_ok), put in place as its slot 0 (written under another name and renamed,
+ * as common/ckpt.h says), said. Before the loop runs: a signal still ends the launcher. */
+static void restore(ddp_checkpoints_t *c, const ddp_launch_config_t *cfg)
+{
+    if (cfg->nnodes_max > 1) {
+        ddp_log_warn(c->log, "--checkpoint-dir: a multi-node job does not start from the copies "
+                             "there yet (they are written)");
+        return;
+    }
+    for (int rank = 0; rank < cfg->nproc_per_node; rank++) {
+        char path[PATH_MAX], name[32];
+        ddp_buf_t why = DDP_BUF_INIT;
+        ddp_ckpt_header_t h = {0};
+        uint64_t size;
+        snprintf(path, sizeof path, "%s/rank%d.ckpt", cfg->checkpoint_dir, rank);
+        snprintf(name, sizeof name, DDP_CKPT_SLOT_FILE, rank, 0);
+        int fd = ddp_open_worker_file(path), err = fd < 0 ? fd : 0;
+        if (err == 0)
+            err = ddp_ckpt_pread_header(fd, &h, &size, &why);
+        if (err == 0)
+            err = copy_ok(fd, &h, rank, cfg->nproc_per_node, &why);
+        if (err == 0)
+            err = ddp_ckpt_copy(fd, &h, c->dir, name, NULL, &why);
+        if (fd >= 0)
+            close(fd);
+        if (err == 0)
+            ddp_log_info(c->log,
+                         "in-memory checkpoints: rank %d starts from its step %" PRId64 " (%s)",
+                         rank, h.step, path);
+        else if (err != -ENOENT)
+            ddp_log_warn(c->log, "in-memory checkpoints: %s is not used: %s", path,
+                         why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
+        c->restored = c->restored || err == 0;
+        ddp_buf_free(&why);
+    }
+}
+
 int ddp_checkpoints_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_guard_t *guard,
                         ddp_checkpoints_t **out)
 {
@@ -113,8 +188,16 @@ int ddp_checkpoints_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, dd
         ddp_log_debug(log, "in-memory checkpoints go to %s (DDP_CHECKPOINT_DIR, yours)", own);
     else
         make_dir(c, cfg, guard);
-    if (c->dir[0] != '\0' && ddp_checkpoint_sums_start(c->dir, log, &c->sums) != 0)
+    const char *persist =
+        c->dir[0] != '\0' && cfg->checkpoint_dir != NULL && persist_dir_ok(cfg, log)
+            ? cfg->checkpoint_dir
+            : NULL;
+    if (c->dir[0] != '\0' &&
+        ddp_checkpoint_sums_start(c->dir, persist, cfg->checkpoint_persist_every, log, &c->sums) !=
+            0)
         c->sums = NULL; /* said: the slots are loaded without a checksum */
+    if (persist != NULL)
+        restore(c, cfg);
     *out = c;
     return 0;
 }
@@ -242,7 +325,7 @@ static void scan_done(uv_work_t *work, int status)
                      ", the newest every rank holds complete (DDP_CHECKPOINT_STEP); the launcher "
                      "holds %" PRIu64 " bytes of checkpoints",
                      c->step, held);
-    else if (!cancelled)
+    else if (!cancelled && held > 0) /* (a job that saves none hears nothing of it) */
         ddp_log_info(c->log,
                      "in-memory checkpoints: no step every rank holds complete; the launcher holds "
                      "%" PRIu64 " bytes of checkpoints",
@@ -307,14 +390,19 @@ int64_t ddp_checkpoints_step(const ddp_checkpoints_t *c)
     return c != NULL ? c->step : -1;
 }
 
-void ddp_checkpoints_free(ddp_checkpoints_t *c)
+bool ddp_checkpoints_restored(const ddp_checkpoints_t *c)
+{
+    return c != NULL && c->restored;
+}
+
+void ddp_checkpoints_free(ddp_checkpoints_t *c, bool persist)
 {
     if (c == NULL)
         return;
     uint64_t peak;
     (void)ddp_checkpoint_sums_held(c->sums, &peak);
-    ddp_checkpoint_sums_stop(c->sums);
-    if (c->dir[0] != '\0')
+    ddp_checkpoint_sums_stop(c->sums, persist);
+    if (c->dir[0] != '\0' && peak > 0)
         ddp_log_info(c->log, "in-memory checkpoints: the launcher held %" PRIu64 " bytes at most",
                      peak);
     int err = c->dir[0] != '\0' ? ddp_ckpt_remove_dir(c->dir) : 0;

@@ -7,7 +7,9 @@
  * read on a thread (pread and ckpt.h's sequence lock, a checksum verified where one was
  * written) for the step every rank holds complete: the workers' DDP_CHECKPOINT_STEP. In
  * the launcher's own directory, the slots are checksummed as they complete, on a thread
- * (agent/checkpoint_sums.h). The rest runs on the agent's loop thread. */
+ * (agent/checkpoint_sums.h), and with --checkpoint-dir copied to disk; a new one-node job
+ * starts from the copies there (put in place before the loop runs). The rest runs on the agent's
+ * loop thread. */
 #ifndef DDP_LAUNCHER_AGENT_CHECKPOINTS_H
 #define DDP_LAUNCHER_AGENT_CHECKPOINTS_H
 
@@ -50,8 +52,13 @@ int64_t ddp_checkpoints_step(const ddp_checkpoints_t *c);
  * directory is not the launcher's. */
 uint64_t ddp_checkpoints_held(const ddp_checkpoints_t *c);
 
+/* Whether --checkpoint-dir's copies were put in place for the first attempt (whose start
+ * then reads the slots as a restart's does). */
+bool ddp_checkpoints_restored(const ddp_checkpoints_t *c);
+
 /* Removes the directory this launcher made and what it holds (said where it cannot),
- * once no worker runs; then frees. */
-void ddp_checkpoints_free(ddp_checkpoints_t *c);
+ * once no worker runs; then frees. With `persist` (the job failed or was stopped) and
+ * --checkpoint-dir, every rank's newest checkpoint is copied there first. */
+void ddp_checkpoints_free(ddp_checkpoints_t *c, bool persist);
 
 #endif

@@ -879,6 +879,13 @@ const ddp_flag_t ddp_flags[] = {
      "(no new interpreter)"},
     {CODE("preload", apply_preload, true), false, DDP_FLAG_GROUP_SUPERVISION, "MODULE,...",
      "--warm-restarts: what the zygote imports (default torch)"},
+    {TEXT("checkpoint-dir", checkpoint_dir, 0), false, DDP_FLAG_GROUP_SUPERVISION, "PATH",
+     "in-memory checkpoints are copied to PATH when the job\nfails or is stopped; a new job "
+     "starts from them"},
+    {INT("checkpoint-persist-every", checkpoint_persist_every, 0, 1000000000), false,
+     DDP_FLAG_GROUP_SUPERVISION, "N",
+     "--checkpoint-dir: also each rank's every N-th save\n(default 0: only at a failure or "
+     "stop)"},
     {TEXT("health-check", health_command, 0), false, DDP_FLAG_GROUP_SUPERVISION, "CMD",
      "before each round, this node runs CMD (/bin/sh -c): not\nexit 0 = unhealthy, the job "
      "ends naming the node (5)"},
@@ -1107,6 +1114,11 @@ static bool no_restarts(const ddp_launch_config_t *cfg)
 
 /* One node, and no more to come: --hosts, --hostfile and a Slurm allocation started from
  * outside a step set the nodes only after the flags. */
+static bool no_checkpoint_dir(const ddp_launch_config_t *cfg)
+{
+    return cfg->checkpoint_dir == NULL;
+}
+
 static bool one_node(const ddp_launch_config_t *cfg)
 {
     return cfg->nnodes_max == 1 && cfg->hosts == NULL && cfg->hostfile == NULL &&
@@ -1139,6 +1151,7 @@ static const no_effect_t no_effects[] = {
     {"warm-restarts", one_node_no_restarts,
      "with --max-restarts=0 on one node (nothing is restarted)"},
     {"exclude-after", one_node, "on one node (there is no job for it to leave)"},
+    {"checkpoint-persist-every", no_checkpoint_dir, "without --checkpoint-dir"},
     {"straggler-action", one_node_exclude, "on one node (there is no job for it to leave)"},
     {"node-rank", assigned_ranks,
      "with --rdzv-backend=c10d: the rendezvous assigns each node its rank"},

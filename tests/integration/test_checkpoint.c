@@ -717,6 +717,63 @@ static void test_launcher_terminated(void **state)
     launcher_signalled(SIGINT);
 }
 
+/* ddp-launch --checkpoint-dir=`disk` [`flag`] on checkpoint_worker.py persist DISK N THEN,
+ * started; no DDP_CHECKPOINT_DIR of the test's. */
+static void start_persisting(th_proc_t *p, const char *disk, const char *flag, const char *n,
+                             const char *then)
+{
+    char dir_flag[1200];
+    snprintf(dir_flag, sizeof dir_flag, "--checkpoint-dir=%s", disk);
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          dir_flag,
+                          flag,
+                          th_script("checkpoint_worker.py"),
+                          "persist",
+                          disk,
+                          n,
+                          then,
+                          NULL};
+    const char *extra[] = {"DDP_CHECKPOINT_DIR", NULL};
+    th_start(p, argv, python_env(extra));
+}
+
+/* --checkpoint-dir: a job copies each rank's every second save to disk (the workers wait
+ * for the copy of step 4) and ends; a new job starts from those copies (step 4, the
+ * launcher's DDP_CHECKPOINT_STEP), saves steps 5 and 6 and is stopped (SIGTERM): its
+ * newest (6) is copied at the stop; a third job starts from step 6. */
+static void test_checkpoint_dir(void **state)
+{
+    char disk[1100];
+    snprintf(disk, sizeof disk, "%s/disk", getenv("TMPDIR"));
+    assert_int_equal(mkdir(disk, 0700), 0);
+    th_proc_t p;
+    start_persisting(&p, disk, "--checkpoint-persist-every=2", "4", "wait");
+    TH_ASSERT(&p, th_wait_exit(&p, 120) && th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "(DDP_CHECKPOINT_STEP=-)") == 2);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "in-memory checkpoints: rank 1's step 4 copied to ") != NULL);
+    th_cleanup(&p);
+    start_persisting(&p, disk, "--checkpoint-persist-every=0", "2", "stay");
+    TH_ASSERT(&p, th_wait_output(&p, 1, "held ", 2, 120));
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, strstr(out, "loaded 0 4 (DDP_CHECKPOINT_STEP=4)") != NULL &&
+                      strstr(out, "loaded 1 4 (DDP_CHECKPOINT_STEP=4)") != NULL);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "in-memory checkpoints: rank 0 starts from its step 4") != NULL);
+    assert_int_equal(kill(p.pid, SIGTERM), 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 120) && th_status(&p) == 128 + SIGTERM);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
+                         "in-memory checkpoints: rank 0's step 6 copied to ") != NULL);
+    th_cleanup(&p);
+    start_persisting(&p, disk, "--checkpoint-persist-every=0", "0", "exit");
+    TH_ASSERT(&p, th_wait_exit(&p, 120) && th_status(&p) == 0);
+    out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, strstr(out, "loaded 0 6 (DDP_CHECKPOINT_STEP=6)") != NULL &&
+                      strstr(out, "loaded 1 6 (DDP_CHECKPOINT_STEP=6)") != NULL);
+    th_cleanup(&p);
+}
+
 int main(int argc, char **argv)
 {
     const char *flavour = argc > 1 ? argv[1] : "1.13";
@@ -732,7 +789,7 @@ int main(int argc, char **argv)
         TH_TEST(test_ranks_agree_on_a_step),      TH_TEST(test_crash_during_save),
         TH_TEST(test_corrupt_slot_refused),       TH_TEST(test_launcher_killed),
         TH_TEST(test_launcher_common_step),       TH_TEST(test_launcher_refuses_odd_slots),
-        TH_TEST(test_launcher_terminated),
+        TH_TEST(test_launcher_terminated),        TH_TEST(test_checkpoint_dir),
     };
     size_t n = strcmp(flavour, "2.6") == 0 ? 3 : sizeof tests / sizeof tests[0];
     return _cmocka_run_group_tests(flavour, tests, n, NULL, NULL);

@@ -21,6 +21,10 @@ agree: under ddp-launch, 2 ranks with torch.distributed (gloo) up: rank 0 saves 
 hold: without torch, under ddp-launch: saves a plain state as step 1, prints "held RANK PID
   DIR", and waits for its end (the test SIGKILLs the launcher, or this rank); in a later
   attempt, loads step 1 and prints "loaded RANK STEP (DDP_CHECKPOINT_STEP=V)".
+persist DISK N THEN: under ddp-launch --checkpoint-dir=DISK: loads (prints "loaded RANK STEP
+  (DDP_CHECKPOINT_STEP=V)", -1: none), saves the N steps after it ({"rank", "step"} each),
+  and with THEN "wait" waits (a deadline) until DISK/rank<R>.ckpt holds the last of them;
+  prints "held RANK PID DIR"; THEN "stay": then waits for its end.
 load-pt FILE STEP: torch.load of FILE (a slot the test wrote in torch.save's format)
   equals make_state(STEP) ("plain": the plain state).
 """
@@ -28,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import ddp_launch
 
@@ -231,6 +236,24 @@ elif mode == "hold":
     check(ck.save(1, PLAIN), "the save")
     print(f"held {rank} {os.getpid()} {directory}", flush=True)
     signal.pause()
+elif mode == "persist":
+    disk, count, then = args[0], int(args[1]), args[2]
+    got = ck.load()
+    asked = os.environ.get("DDP_CHECKPOINT_STEP", "-")
+    print(f"loaded {rank} {got[0] if got else -1} (DDP_CHECKPOINT_STEP={asked})", flush=True)
+    start = got[0] if got else 0
+    check(got is None or got[1] == {"rank": rank, "step": start}, "the state loaded")
+    for step in range(start + 1, start + count + 1):
+        check(ck.save(step, {"rank": rank, "step": step}), f"save {step}")
+    copy = os.path.join(disk, f"rank{rank}.ckpt")
+    deadline = time.monotonic() + 60
+    while then == "wait" and (ck._read_header(copy)[0] is None
+                              or ck._read_header(copy)[0].step != start + count):
+        check(time.monotonic() < deadline, f"no copy of step {start + count} in {disk}")
+        time.sleep(0.02)
+    print(f"held {rank} {os.getpid()} {directory}", flush=True)
+    if then == "stay":
+        signal.pause()
 elif mode == "load-pt":
     import torch
 
