@@ -11,6 +11,9 @@
 #include "ckpt_file.h"
 #include "error.h"
 #include "io.h"
+#ifdef DDP_HAVE_TORCHZIP
+#include "torchzip.h"
+#endif
 
 #include <dirent.h>
 #include <errno.h>
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -166,6 +170,47 @@ static newest_t *entry_of(newest_t **list, size_t *n, int rank)
     return &grown[(*n)++];
 }
 
+#ifdef DDP_HAVE_TORCHZIP
+/* Writes the copy at `copy` (this launcher's own file, mapped whole and read only) in
+ * torch.save's format as <dir>/rank<R>.pt, under another name first, synced and renamed,
+ * for resume code that calls torch.load. 0, or an error with `why`. */
+static int write_pt(const char *dir, int rank, const char *copy, ddp_buf_t *why)
+{
+    char tmp[PATH_MAX + 64], final[PATH_MAX + 64];
+    struct stat st;
+    ddp_ckpt_t c;
+    void *map = MAP_FAILED;
+    int out = -1, err = 0;
+    snprintf(final, sizeof final, "%s/rank%d.pt", dir, rank);
+    snprintf(tmp, sizeof tmp, "%s/.rank%d.pt.%d.tmp", dir, rank, (int)getpid());
+    errno = 0;
+    int in = open(copy, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (in < 0 || fstat(in, &st) != 0 || st.st_size < DDP_CKPT_HEADER_BYTES ||
+        (map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, in, 0)) == MAP_FAILED)
+        err = -errno != 0 ? -errno : -EINVAL;
+    if (err == 0)
+        err = ddp_ckpt_parse(map, (size_t)st.st_size, &c, why);
+    if (err == 0 &&
+        (out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+        err = -errno;
+    if (err == 0)
+        err = ddp_torchzip_write_slot(out, &c, NULL, why);
+    if (err == 0 && fsync(out) != 0)
+        err = -errno;
+    if (out >= 0 && close(out) != 0 && err == 0)
+        err = -errno;
+    if (err == 0 && rename(tmp, final) != 0)
+        err = -errno;
+    if (err != 0 && out >= 0)
+        unlink(tmp);
+    if (map != MAP_FAILED)
+        munmap(map, (size_t)st.st_size);
+    if (in >= 0)
+        close(in);
+    return err;
+}
+#endif
+
 /* --checkpoint-dir: rank `n`'s newest slot copied to <dir>/rank<R>.ckpt where it is due (the
  * --checkpoint-persist-every-th save since the last copy, or the last look's). */
 static void persist(ddp_checkpoint_sums_t *s, const newest_t *n)
@@ -191,6 +236,22 @@ static void persist(ddp_checkpoint_sums_t *s, const newest_t *n)
         close(fd);
     if (err != -EAGAIN) /* a failure is said once for this generation */
         done->generation = n->generation;
+#ifdef DDP_HAVE_TORCHZIP
+    char copy[PATH_MAX + 64];
+    ddp_buf_t pt_why = DDP_BUF_INIT;
+    snprintf(copy, sizeof copy, "%s/%s", s->persist_dir, name);
+    bool want_pt = err == 0 && h.kind != DDP_CKPT_BUFFERS; /* (libddp's: the .ckpt) */
+    int pt = want_pt ? write_pt(s->persist_dir, n->rank, copy, &pt_why) : 0;
+    if (want_pt && pt == 0)
+        snprintf(name, sizeof name, "rank%d.ckpt and .pt", n->rank);
+    else if (want_pt)
+        ddp_log_warn(s->log,
+                     "in-memory checkpoints: rank %d's step %" PRId64
+                     " not written in torch.save's format to %s: %s",
+                     n->rank, h.step, s->persist_dir,
+                     pt_why.len > 0 ? ddp_buf_str(&pt_why) : ddp_strerror(pt));
+    ddp_buf_free(&pt_why);
+#endif
     if (err == 0)
         ddp_log_info(s->log, "in-memory checkpoints: rank %d's step %" PRId64 " copied to %s/%s",
                      n->rank, h.step, s->persist_dir, name);

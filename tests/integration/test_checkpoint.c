@@ -739,7 +739,8 @@ static void start_persisting(th_proc_t *p, const char *disk, const char *flag, c
 }
 
 /* --checkpoint-dir: a job copies each rank's every second save to disk (the workers wait
- * for the copy of step 4) and ends; a new job starts from those copies (step 4, the
+ * for the copy of step 4) and ends; torch.load reads the copy in torch.save's format; a new
+ * job starts from those copies (step 4, the
  * launcher's DDP_CHECKPOINT_STEP), saves steps 5 and 6 and is stopped (SIGTERM): its
  * newest (6) is copied at the stop; a third job starts from step 6. */
 static void test_checkpoint_dir(void **state)
@@ -753,6 +754,12 @@ static void test_checkpoint_dir(void **state)
     TH_ASSERT(&p, th_count(ddp_buf_str(&p.out), "(DDP_CHECKPOINT_STEP=-)") == 2);
     TH_ASSERT(&p, strstr(ddp_buf_str(&p.err),
                          "in-memory checkpoints: rank 1's step 4 copied to ") != NULL);
+    th_cleanup(&p);
+    char pt[1200];
+    snprintf(pt, sizeof pt, "%s/rank1.pt", disk);
+    const char *load[] = {"load-pt", pt, "1:4", NULL};
+    run_python(&p, "checkpoint_worker.py", load, NULL, 120);
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "load-pt ok") != NULL);
     th_cleanup(&p);
     start_persisting(&p, disk, "--checkpoint-persist-every=0", "2", "stay");
     TH_ASSERT(&p, th_wait_output(&p, 1, "held ", 2, 120));

@@ -26,7 +26,7 @@ persist DISK N THEN: under ddp-launch --checkpoint-dir=DISK: loads (prints "load
   and with THEN "wait" waits (a deadline) until DISK/rank<R>.ckpt holds the last of them;
   prints "held RANK PID DIR"; THEN "stay": then waits for its end.
 load-pt FILE STEP: torch.load of FILE (a slot the test wrote in torch.save's format)
-  equals make_state(STEP) ("plain": the plain state).
+  equals make_state(STEP) ("plain": the plain state; "RANK:STEP": persist's state).
 """
 import os
 import signal
@@ -259,7 +259,10 @@ elif mode == "load-pt":
 
     from checkpoint_state import make_state, same
 
-    want = PLAIN if args[1] == "plain" else make_state(int(args[1]))
+    if ":" in args[1]:  # RANK:STEP, persist's state
+        want = dict(zip(("rank", "step"), map(int, args[1].split(":"))))
+    else:
+        want = PLAIN if args[1] == "plain" else make_state(int(args[1]))
     differs = same(want, torch.load(args[0]))
     check(differs is None, f"{args[0]}: {differs}")
 else:
