@@ -610,8 +610,9 @@ static void test_launcher_common_step(void **state)
  * (tests/python/checkpoint_worker.py hold, step 1 each): rank 1's slot 1 a symbolic link to
  * a file of the test's, rank 0's slot 1 a complete header of step 2 that says a terabyte in
  * a sparse file. The launcher's checksums say each once and leave them; after rank 1 is SIGKILLed,
- * the restart's reading of the slots says each, counts neither, and both ranks load step 1;
- * at the end the link is removed, not what it points to. */
+ * the restart's reading of the slots says each, counts neither, and both ranks, forked from
+ * the zygote (--warm-restarts), load step 1 (DDP_CHECKPOINT_STEP); at the end the link is
+ * removed, not what it points to. */
 static void test_launcher_refuses_odd_slots(void **state)
 {
     char rdzv_id[64], target[1100], path[1200], pid[32];
@@ -620,6 +621,8 @@ static void test_launcher_refuses_odd_slots(void **state)
                           "--nproc-per-node=2",
                           rdzv_id,
                           "--max-restarts=1",
+                          "--warm-restarts",
+                          "--preload=os",
                           th_script("checkpoint_worker.py"),
                           "hold",
                           NULL};
@@ -652,9 +655,11 @@ static void test_launcher_refuses_odd_slots(void **state)
               th_wait_output(&p, 2, "rank1.1 is not checksummed: it is a symbolic link", 1, 60));
     TH_ASSERT(&p, th_wait_output(&p, 2, "rank0.1 is not checksummed: it says 1099511627776 bytes",
                                  1, 60));
+    TH_ASSERT(&p, th_wait_output(&p, 2, "has imported os", 1, 60)); /* the zygote serves */
     assert_int_equal(kill((pid_t)atoi(pid), SIGKILL), 0);
     TH_ASSERT(&p, th_wait_exit(&p, 120) && th_status(&p) == 0);
     const char *out = ddp_buf_str(&p.out), *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, strstr(err, "2 of 2 workers of attempt 1 forked from the zygote") != NULL);
     TH_ASSERT(&p, strstr(out, "loaded 0 1 (DDP_CHECKPOINT_STEP=1)") != NULL &&
                       strstr(out, "loaded 1 1 (DDP_CHECKPOINT_STEP=1)") != NULL);
     TH_ASSERT(&p, th_count(err, "is not checksummed") == 2);
