@@ -1,7 +1,9 @@
 /* Unit tests: in-memory checkpoints' format (common/ckpt.h): the checksum (pinned values,
  * which ddp_launch.checkpoint's Python sum must give too, any split of the data, every bit
  * seen), the reader's bounds on forged headers and tables, the choice of a slot, record
- * names; and common/ckpt_file.h: headers read following no link, the room a save has. */
+ * names; and common/ckpt_file.h: headers read following no link, the room a save has, a
+ * slot's sum read from its file, its size believed, a copy, a directory removed following
+ * no link. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -12,8 +14,12 @@
 #include "ckpt_file.h"
 #include "ddp_errors.h"
 
+#include "io.h"
+
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -399,6 +405,85 @@ static void test_read_header(void **state)
     free(s.data);
 }
 
+/* A slot's file: its sum as ddp_ckpt_slot_sum of a copy; a sparse file that says more than
+ * it holds refused, a whole one taken; a copy to another name, whole, its temporary file
+ * gone; a copy whose source was taken by a save meanwhile (its generation changed) left. */
+static void test_sum_size_copy(void **state)
+{
+    char path[128], copy[160];
+    const uint64_t sizes[] = {5000, 3 << 20};
+    slot_t s = build(sizes, 2);
+    sealed(&s);
+    ddp_ckpt_t c;
+    assert_int_equal(ddp_ckpt_parse(s.data, s.size, &c, NULL), 0);
+    snprintf(path, sizeof path, "%s/rank2.0", dir);
+    put(path, s.data, s.size);
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    uint64_t sum = 0;
+    atomic_bool cancel = false;
+    assert_int_equal(ddp_ckpt_sum_file(fd, s.h, &cancel, &sum, NULL), 0);
+    assert_true(sum == ddp_ckpt_slot_sum(&c) && sum == s.h->checksum);
+    cancel = true;
+    assert_int_equal(ddp_ckpt_sum_file(fd, s.h, &cancel, &sum, NULL), -ECANCELED);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    assert_int_equal(ddp_ckpt_size_check(s.h, &st, NULL), 0);
+    ddp_ckpt_header_t lie = *s.h;
+    lie.used_bytes = 1ull << 40;
+    ddp_buf_t why = DDP_BUF_INIT;
+    assert_int_equal(ddp_ckpt_size_check(&lie, &st, &why), DDP_EPARSE);
+    assert_non_null(strstr(ddp_buf_str(&why), "a sparse file"));
+    ddp_buf_free(&why);
+    assert_int_equal(ddp_ckpt_copy(fd, s.h, dir, "rank2.ckpt", NULL, &why), 0);
+    snprintf(copy, sizeof copy, "%s/rank2.ckpt", dir);
+    char *back;
+    size_t len;
+    assert_int_equal(ddp_read_file(copy, 1 << 24, &back, &len), 0);
+    assert_int_equal(len, s.size);
+    assert_memory_equal(back, s.data, s.size);
+    free(back);
+    lie = *s.h;
+    lie.generation++; /* what the copy was asked for is no longer there */
+    assert_int_equal(ddp_ckpt_copy(fd, &lie, dir, "other.ckpt", NULL, &why), -EAGAIN);
+    assert_non_null(strstr(ddp_buf_str(&why), "written again meanwhile"));
+    snprintf(copy, sizeof copy, "%s/other.ckpt", dir);
+    assert_int_equal(access(copy, F_OK), -1);
+    DIR *d = opendir(dir);
+    for (const struct dirent *e; (e = readdir(d)) != NULL;)
+        assert_null(strstr(e->d_name, ".tmp")); /* no temporary file left */
+    closedir(d);
+    ddp_buf_free(&why);
+    close(fd);
+    free(s.data);
+}
+
+/* A checkpoint directory removed with its files, a link in it removed and not what it
+ * points to, an empty directory in it removed; a directory that is a link refused. */
+static void test_remove_dir(void **state)
+{
+    char ckpt[128], path[192], target[128];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
+    snprintf(target, sizeof target, "%s/target", dir);
+    assert_int_equal(mkdir(ckpt, 0700), 0);
+    put(target, "keep", 4);
+    snprintf(path, sizeof path, "%s/rank0.0", ckpt);
+    put(path, "slot", 4);
+    snprintf(path, sizeof path, "%s/rank0.1", ckpt);
+    assert_int_equal(symlink(target, path), 0);
+    snprintf(path, sizeof path, "%s/empty", ckpt);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/link", dir);
+    assert_int_equal(symlink(ckpt, path), 0);
+    int err = ddp_ckpt_remove_dir(path); /* (O_DIRECTORY | O_NOFOLLOW on a link) */
+    assert_true(err == -ELOOP || err == -ENOTDIR);
+    assert_int_equal(access(ckpt, F_OK), 0);
+    assert_int_equal(ddp_ckpt_remove_dir(ckpt), 0);
+    assert_int_equal(access(ckpt, F_OK), -1);
+    assert_int_equal(access(target, F_OK), 0);
+    assert_int_equal(ddp_ckpt_remove_dir(ckpt), -ENOENT);
+}
+
 static void mkdirs(const char *path)
 {
     char cmd[512];
@@ -475,6 +560,8 @@ int main(void)
         cmocka_unit_test(test_names),
         cmocka_unit_test_setup_teardown(test_read_header, setup, teardown),
         cmocka_unit_test_setup_teardown(test_room, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sum_size_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remove_dir, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
