@@ -786,6 +786,43 @@ static void test_checkpoint_dir(void **state)
     th_cleanup(&p);
 }
 
+/* /dev/shm read-only (a tmpfs mounted so in a mount namespace of the job's own): one
+ * warning, and the job runs without DDP_CHECKPOINT_DIR. Skipped where the test cannot make
+ * the namespace (not root). */
+static void test_no_shm(void **state)
+{
+    const char *argv[] = {"/usr/bin/unshare",
+                          "--mount",
+                          "--propagation",
+                          "private",
+                          "/bin/sh",
+                          "-c",
+                          "mount -t tmpfs -o ro tmpfs /dev/shm || exit 77; exec \"$@\"",
+                          "sh",
+                          th_launcher(),
+                          "--nproc-per-node=1",
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "echo \"dir=${DDP_CHECKPOINT_DIR-unset}\"",
+                          NULL};
+    const char *env[] = {"DDP_CHECKPOINT_DIR", NULL};
+    th_proc_t p;
+    th_run(&p, argv, env, 60);
+    if (th_status(&p) == 77 ||
+        (th_status(&p) != 0 && strstr(ddp_buf_str(&p.err), "unshare") != NULL)) {
+        printf("skipped: no mount namespace here\n");
+        th_cleanup(&p);
+        return;
+    }
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "dir=unset") != NULL);
+    TH_ASSERT(&p, th_count(ddp_buf_str(&p.err), "in-memory checkpoints: unable to create a "
+                                                "directory in /dev/shm: ") == 1);
+    TH_ASSERT(&p,
+              strstr(ddp_buf_str(&p.err), "; the workers' checkpoint saves do nothing") != NULL);
+    th_cleanup(&p);
+}
+
 int main(int argc, char **argv)
 {
     const char *flavour = argc > 1 ? argv[1] : "1.13";
@@ -796,12 +833,19 @@ int main(int argc, char **argv)
     /* The first three with every flavour; what does not depend on torch's version with 1.13
      * (or "python") only. */
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_zip_loaded_by_torch),        TH_TEST(test_round_trips_and_refusals),
-        TH_TEST(test_launcher_keeps_checkpoints), TH_TEST(test_plain_state),
-        TH_TEST(test_ranks_agree_on_a_step),      TH_TEST(test_crash_during_save),
-        TH_TEST(test_corrupt_slot_refused),       TH_TEST(test_launcher_killed),
-        TH_TEST(test_launcher_common_step),       TH_TEST(test_launcher_refuses_odd_slots),
-        TH_TEST(test_launcher_terminated),        TH_TEST(test_checkpoint_dir),
+        TH_TEST(test_zip_loaded_by_torch),
+        TH_TEST(test_round_trips_and_refusals),
+        TH_TEST(test_launcher_keeps_checkpoints),
+        TH_TEST(test_plain_state),
+        TH_TEST(test_ranks_agree_on_a_step),
+        TH_TEST(test_crash_during_save),
+        TH_TEST(test_corrupt_slot_refused),
+        TH_TEST(test_launcher_killed),
+        TH_TEST(test_launcher_common_step),
+        TH_TEST(test_launcher_refuses_odd_slots),
+        TH_TEST(test_launcher_terminated),
+        TH_TEST(test_checkpoint_dir),
+        TH_TEST(test_no_shm),
     };
     size_t n = strcmp(flavour, "2.6") == 0 ? 3 : sizeof tests / sizeof tests[0];
     return _cmocka_run_group_tests(flavour, tests, n, NULL, NULL);
