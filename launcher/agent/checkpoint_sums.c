@@ -34,9 +34,12 @@
 #include <time.h>
 #include <unistd.h>
 
-/* How often the directory is looked at; the thread's nice value (below the workers'). */
-#define LOOK_MS 100
-#define NICE    10
+/* How often the directory is looked at; the thread's nice value (below the workers'); its
+ * rest after a look, at least REST_SHARE times the look's time (sums and copies): at most a
+ * quarter of a CPU, whatever the workers save. */
+#define LOOK_MS    100
+#define NICE       10
+#define REST_SHARE 3.0
 /* The files whose trouble is remembered (said once each); more are said each look. */
 #define SAID_MAX 256
 
@@ -313,12 +316,11 @@ static void *sums_main(void *arg)
     pthread_mutex_lock(&s->lock);
     while (!s->stop) {
         pthread_mutex_unlock(&s->lock);
+        double began = ddp_clock_mono();
         look(s);
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += LOOK_MS * 1000000L;
-        until.tv_sec += until.tv_nsec / 1000000000L;
-        until.tv_nsec %= 1000000000L;
+        double now = ddp_clock_mono(), rest = REST_SHARE * (now - began);
+        struct timespec until =
+            ddp_clock_timespec(now + (rest > LOOK_MS / 1e3 ? rest : LOOK_MS / 1e3));
         pthread_mutex_lock(&s->lock);
         while (!s->stop && pthread_cond_timedwait(&s->wake, &s->lock, &until) == 0)
             ;

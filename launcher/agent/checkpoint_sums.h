@@ -6,8 +6,9 @@
  * --checkpoint-dir copies each rank's newest slot to disk (every --checkpoint-persist-every
  * saves, and at the end of a job that failed or was stopped). A slot file that
  * is a link, not a regular file, or that says more bytes than it holds is said once and
- * left alone. The thread reads with pread, one slot at a time at a low priority, and ends
- * with the part; the functions here run on the agent's loop thread. */
+ * left alone. The thread reads with pread, one slot at a time at a low priority, resting
+ * three times as long as it worked (at most a quarter of a CPU), and ends with the part; the
+ * functions here run on the agent's loop thread. */
 #ifndef DDP_LAUNCHER_AGENT_CHECKPOINT_SUMS_H
 #define DDP_LAUNCHER_AGENT_CHECKPOINT_SUMS_H
 
