@@ -191,7 +191,8 @@ def crash(mib):
 
 
 def corrupt(same, make_state):
-    """The test wrote both slots' checksums (C's sum): Python's must agree."""
+    """The test wrote both slots' checksums (C's sum): Python's must agree. Then both
+    slots of one step, the newer damaged: DDP_CHECKPOINT_STEP loads the other."""
     got = ck.load()
     check(got[0] == 2 and same(make_state(2), got[1]) is None, "step 2 with its checksum")
     s2 = [s for s in (0, 1) if header(s).step == 2][0]
@@ -219,6 +220,21 @@ def corrupt(same, make_state):
     check(ck.load() is None, "a slot with its table out of the file loaded")
     os.close(fd1)
     os.close(fd)
+    # Both slots of the step asked for (step 3 saved twice), the newer one damaged: the
+    # other one loads (the damaged one raised, the other untried).
+    ck.save(3, make_state(3))
+    ck.save(3, make_state(3))
+    newer = max((0, 1), key=lambda s: header(s).generation)
+    slot = ck._Slot(os.path.join(directory, f"rank{rank}.{newer}"))
+    offset, size = slot.record("data.pkl")
+    slot.map.close()
+    fd = os.open(os.path.join(directory, f"rank{rank}.{newer}"), os.O_RDWR)
+    os.pwrite(fd, b"\xff" * size, offset)  # no pickle: found only at the load
+    os.close(fd)
+    os.environ["DDP_CHECKPOINT_STEP"] = "3"
+    got = ck.load()
+    del os.environ["DDP_CHECKPOINT_STEP"]
+    check(got[0] == 3 and same(make_state(3), got[1]) is None, "step 3 from its other slot")
 
 
 if mode == "plain":

@@ -686,9 +686,10 @@ def load():
         try:
             return _load_slot(place, s)
         except _BadSlot as err:
-            if asked >= 0 or i + 1 == len(order):
+            if i + 1 == len(order):
                 raise
-            print(f"ddp_launch.checkpoint: {err}; loading the one before", file=sys.stderr)
+            print(f"ddp_launch.checkpoint: {err}; loading the "
+                  f"{'other slot of that step' if asked >= 0 else 'one before'}", file=sys.stderr)
     return None
 
 
