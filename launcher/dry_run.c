@@ -42,6 +42,8 @@ static const char *store_host(const ddp_launch_config_t *cfg)
         return "hosted by node 0";
     case DDP_STORE_HOST_ELSEWHERE:
         return "hosted by another launcher (is_host=0)";
+    case DDP_STORE_HOST_ELECTED:
+        return "hosted by the launcher etcd elects (this address is this launcher's own)";
     case DDP_STORE_HOST_IF_FREE:
         break;
     }
@@ -118,7 +120,7 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
             "the rendezvous decides%s\n",
             cfg->master_addr, cfg->master_port, store_host(cfg), cfg->node_rank,
             cfg->nproc_per_node,
-            cfg->rdzv_backend == DDP_RDZV_C10D
+            cfg->rdzv_backend != DDP_RDZV_STATIC
                 ? " (node ranks come in the order nodes join, WORLD_SIZE with the nodes "
                   "that do)"
                 : "");

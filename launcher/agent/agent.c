@@ -55,6 +55,7 @@
 #include "output/logs.h"
 #include "output/output.h"
 #include "rdzv/coord.h"
+#include "rdzv/etcd_place.h"
 #include "rdzv/rdzv.h"
 #include "rdzv/record.h"
 #include "spawn/guard.h"
@@ -129,6 +130,10 @@ typedef struct ddp_agent_s {
     int exit_code;
     bool loop_ready;  /* the loop was initialised: agent_free closes it */
     bool parts_ready; /* made on the loop (new_parts): closed by finish() or agent_free */
+    /* --rdzv-backend=etcd: where the job's store is, and the configuration the agent runs
+     * with: the caller's, its store's address that of the launcher etcd elects. */
+    ddp_etcd_place_t *place;
+    ddp_launch_config_t placed_cfg;
 } ddp_agent_t;
 
 static ddp_agent_t *agent_of(ddp_group_t *g)
@@ -253,6 +258,8 @@ static void finish(ddp_agent_t *a)
     a->health = NULL;
     ddp_checkpoints_cancel(a->checkpoints); /* a scan under way: its thread returns at once */
     ddp_rdzv_close(a->g.rdzv);
+    ddp_etcd_place_close(a->place);
+    a->place = NULL;
     if (a->g.coord != NULL) {
         /* The other nodes read how the job ended from our store: it stays until they
          * have left, up to close_timeout, whatever the outcome (a node slow to read a
@@ -1541,6 +1548,10 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     }
     *out = a;
     a->g.cfg = cfg;
+    if (cfg->rdzv_backend == DDP_RDZV_ETCD) { /* (a copy: its pointers stay the caller's) */
+        a->placed_cfg = *cfg;
+        a->g.cfg = &a->placed_cfg;
+    }
     a->g.log = log;
     a->g.loop = &a->loop;
     a->g.ops = &agent_ops;
@@ -1649,6 +1660,52 @@ static void start_rendezvous(ddp_agent_t *a)
     }
 }
 
+/* etcd has elected a launcher: where it is not this one, our store gives way to its. */
+static void on_placed(void *ctx, bool own, const char *host, int port)
+{
+    ddp_agent_t *a = ctx;
+    if (own) {
+        a->placed_cfg.master_port = a->g.store_port;
+    } else {
+        ddp_store_server_close(a->g.store);
+        a->g.store = NULL;
+        snprintf(a->placed_cfg.master_addr, sizeof a->placed_cfg.master_addr, "%s", host);
+        a->placed_cfg.master_port = port;
+    }
+    start_rendezvous(a);
+}
+
+static void on_place_failed(void *ctx, const char *why)
+{
+    ddp_agent_t *a = ctx;
+    ddp_log_error(a->g.log, "rendezvous: %s", why);
+    if (a->g.rdzv != NULL) { /* the job runs: every node ends with it */
+        ddp_rdzv_post_end(a->g.rdzv, DDP_EXIT_RDZV_FAILED, why);
+        return;
+    }
+    a->exit_code = DDP_EXIT_RDZV_FAILED;
+    finish(a);
+}
+
+/* --rdzv-backend=etcd: the rendezvous starts once etcd has said where the store is. */
+static void start_etcd_place(ddp_agent_t *a)
+{
+    static const ddp_etcd_place_cbs_t cbs = {on_placed, on_place_failed};
+    char id[DDP_RDZV_ID_MAX];
+    ddp_buf_t why = DDP_BUF_INIT;
+    ddp_rdzv_launcher_id(id, a->g.host);
+    a->g.state = DDP_AGENT_WAITING;
+    int err = ddp_etcd_place_start(&a->loop, a->g.cfg, a->g.log, id, a->g.cfg->master_addr,
+                                   a->g.store_port, &cbs, a, &a->place, &why);
+    if (err != 0) {
+        ddp_log_error(a->g.log, "rendezvous: unable to use etcd at %s: %s", a->g.cfg->etcd.given,
+                      err == -ENOMEM ? "out of memory" : ddp_buf_str(&why));
+        a->exit_code = DDP_EXIT_RDZV_FAILED;
+        finish(a);
+    }
+    ddp_buf_free(&why);
+}
+
 /* The loop's handles, the store, then the rendezvous or the first attempt. A failure
  * finishes the agent: the loop then only closes what was opened. */
 static void agent_start(ddp_agent_t *a)
@@ -1663,6 +1720,8 @@ static void agent_start(ddp_agent_t *a)
                                     &a->g.store_port) != 0) {
         a->exit_code = DDP_EXIT_STORE_FAILED;
         finish(a);
+    } else if (a->g.cfg->rdzv_backend == DDP_RDZV_ETCD) {
+        start_etcd_place(a);
     } else if (a->g.cfg->nnodes_max > 1) {
         start_rendezvous(a);
     } else {

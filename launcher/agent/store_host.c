@@ -83,6 +83,7 @@ int ddp_store_host_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
     *out = NULL;
     switch (ddp_config_store_host(cfg)) {
     case DDP_STORE_HOST_SELF:
+    case DDP_STORE_HOST_ELECTED: /* etcd: closed again where another launcher is elected */
         return start_store(loop, cfg, log, nworkers, false, out, port);
     case DDP_STORE_HOST_IF_FREE:
         return start_store(loop, cfg, log, nworkers, true, out, port);

@@ -2,6 +2,7 @@
 #include "config/config.h"
 
 #include "env.h"
+#include "strv.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -40,6 +41,12 @@ void ddp_config_defaults(ddp_launch_config_t *cfg)
 void ddp_config_free(ddp_launch_config_t *cfg)
 {
     free(cfg->run_id);
+    free(cfg->etcd.given);
+    ddp_strv_free(cfg->etcd.endpoints);
+    free(cfg->etcd.cacert);
+    free(cfg->etcd.cert);
+    free(cfg->etcd.key);
+    cfg->etcd = (ddp_etcd_conf_t){0};
     free(cfg->script_path);
     cfg->script_path = NULL;
     free(cfg->python_found);
@@ -100,12 +107,16 @@ bool ddp_config_rank_shown(const ddp_launch_config_t *cfg, int local_rank)
 
 bool ddp_config_dynamic(const ddp_launch_config_t *cfg)
 {
-    return cfg->nnodes_max > 1 &&
-           (cfg->rdzv_backend == DDP_RDZV_C10D || cfg->nnodes_min != cfg->nnodes_max);
+    /* etcd: one node too forms its rounds through the coordinator etcd elects. */
+    return cfg->rdzv_backend == DDP_RDZV_ETCD ||
+           (cfg->nnodes_max > 1 &&
+            (cfg->rdzv_backend == DDP_RDZV_C10D || cfg->nnodes_min != cfg->nnodes_max));
 }
 
 ddp_store_host_t ddp_config_store_host(const ddp_launch_config_t *cfg)
 {
+    if (cfg->rdzv_backend == DDP_RDZV_ETCD)
+        return DDP_STORE_HOST_ELECTED;
     if (!ddp_config_dynamic(cfg))
         return cfg->node_rank == 0 ? DDP_STORE_HOST_SELF : DDP_STORE_HOST_NODE0;
     if (cfg->rdzv_conf.is_host == 1)

@@ -38,7 +38,7 @@ typedef enum {
     DDP_NPROC_AUTO,
     DDP_NPROC_XPU
 } ddp_nproc_kind_t;
-typedef enum { DDP_RDZV_STATIC, DDP_RDZV_C10D } ddp_rdzv_backend_t;
+typedef enum { DDP_RDZV_STATIC, DDP_RDZV_C10D, DDP_RDZV_ETCD } ddp_rdzv_backend_t;
 
 /* What the worker is told its local rank through, besides LOCAL_RANK. */
 typedef enum {
@@ -75,6 +75,16 @@ typedef struct ddp_rdzv_conf_s {
     int keep_alive_max_attempt; /* heartbeats missed before a node is lost, default 3 */
 } ddp_rdzv_conf_t;
 
+/* --rdzv-backend=etcd: the cluster that decides where the job's store lives, and how to
+ * speak to it (--rdzv-endpoint, --rdzv-conf protocol, cacert, cert, key; strings owned). */
+typedef struct ddp_etcd_conf_s {
+    char *given;      /* --rdzv-endpoint as given: "HOST[:PORT],HOST[:PORT],..." */
+    char **endpoints; /* each as "HOST:PORT" (default port 2379; IPv6 as [ADDR]:PORT) */
+    size_t nendpoints;
+    bool https, protocol_given;
+    char *cacert, *cert, *key; /* TLS files, or NULL */
+} ddp_etcd_conf_t;
+
 typedef struct ddp_launch_config_s {
     /* Nodes and workers. */
     int nnodes_min, nnodes_max;
@@ -107,6 +117,7 @@ typedef struct ddp_launch_config_s {
     int rdzv_endpoint_port;
     char *run_id; /* owned */
     ddp_rdzv_conf_t rdzv_conf;
+    ddp_etcd_conf_t etcd;
     bool standalone;
     const char *local_addr; /* NULL: this host's name */
     ddp_codec_limits_t store_limits;
@@ -191,10 +202,11 @@ bool ddp_config_dynamic(const ddp_launch_config_t *cfg);
 
 /* Who serves the job's store, as far as one launcher can tell before it starts. */
 typedef enum {
-    DDP_STORE_HOST_SELF,     /* this launcher: one node, or node 0 (failing to listen is fatal) */
-    DDP_STORE_HOST_IF_FREE,  /* c10d: whichever launcher can bind the endpoint */
-    DDP_STORE_HOST_NODE0,    /* static: node 0's launcher, not this one */
-    DDP_STORE_HOST_ELSEWHERE /* c10d with is_host=false: another launcher */
+    DDP_STORE_HOST_SELF,      /* this launcher: one node, or node 0 (failing to listen is fatal) */
+    DDP_STORE_HOST_IF_FREE,   /* c10d: whichever launcher can bind the endpoint */
+    DDP_STORE_HOST_NODE0,     /* static: node 0's launcher, not this one */
+    DDP_STORE_HOST_ELSEWHERE, /* c10d with is_host=false: another launcher */
+    DDP_STORE_HOST_ELECTED    /* etcd: each launcher listens, and the elected one serves */
 } ddp_store_host_t;
 
 ddp_store_host_t ddp_config_store_host(const ddp_launch_config_t *cfg);

@@ -8,6 +8,7 @@
 #include "host/health.h"
 #include "host/signals.h"
 #include "parse.h"
+#include "strv.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 int ddp_flag_usage(ddp_buf_t *err, const char *origin, const char *fmt, ...)
 {
@@ -162,33 +164,40 @@ static int apply_rdzv_backend(ddp_launch_config_t *cfg, const char *value, const
                               const ddp_log_t *log, ddp_buf_t *err)
 {
     (void)log;
-    if (strcmp(value, "static") == 0) {
+    if (strcmp(value, "static") == 0)
         cfg->rdzv_backend = DDP_RDZV_STATIC;
-    } else if (strcmp(value, "c10d") == 0) {
+    else if (strcmp(value, "c10d") == 0)
         cfg->rdzv_backend = DDP_RDZV_C10D;
-    } else if (strncmp(value, "etcd", 4) == 0) {
-        return ddp_flag_usage(err, origin,
-                              "the %s rendezvous backend is not supported by ddp-launch: use c10d "
-                              "(dynamic) or static",
-                              value);
-    } else {
-        return bad_value(err, origin, value, "static or c10d");
-    }
+    else if (strcmp(value, "etcd") == 0 || strcmp(value, "etcd-v2") == 0) /* torchrun's names */
+        cfg->rdzv_backend = DDP_RDZV_ETCD;
+    else
+        return bad_value(err, origin, value, "static, c10d or etcd");
     return 0;
 }
 
+/* HOST[:PORT]: c10d's store; etcd's members, HOST[:PORT],HOST[:PORT],... (the backend may
+ * come later: the list is read by ddp_flags_check). */
 static int apply_rdzv_endpoint(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                const ddp_log_t *log, ddp_buf_t *err)
 {
     (void)log;
+    free(cfg->etcd.given);
+    cfg->etcd.given = NULL;
     if (*value == '\0') {
         cfg->rdzv_endpoint_set = false;
+        return 0;
+    }
+    if ((cfg->etcd.given = strdup(value)) == NULL)
+        return -ENOMEM;
+    cfg->rdzv_endpoint_set = true;
+    if (strchr(value, ',') != NULL) { /* etcd's list, checked with the backend */
+        cfg->rdzv_endpoint_host[0] = '\0';
+        cfg->rdzv_endpoint_port = -1;
         return 0;
     }
     if (ddp_parse_host_port(value, -1, cfg->rdzv_endpoint_host, sizeof cfg->rdzv_endpoint_host,
                             &cfg->rdzv_endpoint_port) != 0)
         return bad_value(err, origin, value, "HOST, HOST:PORT or [IPV6]:PORT");
-    cfg->rdzv_endpoint_set = true;
     return 0;
 }
 
@@ -205,6 +214,32 @@ static int apply_rdzv_id(ddp_launch_config_t *cfg, const char *value, const char
         return -ENOMEM;
     free(cfg->run_id);
     cfg->run_id = copy;
+    return 0;
+}
+
+/* etcd's keys of --rdzv-conf (torchrun's): protocol=http|https, cacert, cert, key. */
+static int apply_etcd_key(ddp_launch_config_t *cfg, const char *key, const char *text,
+                          const char *origin, bool *known, ddp_buf_t *err)
+{
+    char **slot = strcmp(key, "cacert") == 0 ? &cfg->etcd.cacert
+                  : strcmp(key, "cert") == 0 ? &cfg->etcd.cert
+                  : strcmp(key, "key") == 0  ? &cfg->etcd.key
+                                             : NULL;
+    if (strcmp(key, "protocol") == 0) {
+        *known = true;
+        if (strcasecmp(text, "http") != 0 && strcasecmp(text, "https") != 0)
+            return ddp_flag_usage(err, origin, "invalid protocol '%s': expected http or https",
+                                  text);
+        cfg->etcd.https = strcasecmp(text, "https") == 0;
+        cfg->etcd.protocol_given = true;
+    } else if (slot != NULL) {
+        *known = true;
+        if (*text == '\0')
+            return ddp_flag_usage(err, origin, "%s: expected the path of a PEM file", key);
+        free(*slot);
+        if ((*slot = strdup(text)) == NULL)
+            return -ENOMEM;
+    }
     return 0;
 }
 
@@ -269,6 +304,8 @@ static int apply_rdzv_conf(ddp_launch_config_t *cfg, const char *value, const ch
             }
             cfg->rdzv_conf.is_host = is_host;
         }
+        if ((rc = apply_etcd_key(cfg, key, text, origin, &known, err)) != 0)
+            goto out;
         if (strcmp(key, "store_type") == 0) {
             known = true;
             if (strcasecmp(text, "file") == 0) {
@@ -772,15 +809,18 @@ const ddp_flag_t ddp_flags[] = {
      "the store's port (default 29500; 0 = a free port)"},
     {TEXT("local-addr", local_addr, 0), false, DDP_FLAG_GROUP_RDZV, "HOST",
      "this node's address as other nodes see it (libddp's\nring listens there)"},
-    {CODE("rdzv-backend", apply_rdzv_backend, true), false, DDP_FLAG_GROUP_RDZV, "static|c10d",
+    {CODE("rdzv-backend", apply_rdzv_backend, true), false, DDP_FLAG_GROUP_RDZV, "static|c10d|etcd",
      "rendezvous backend (default static)"},
-    {CODE("rdzv-endpoint", apply_rdzv_endpoint, true), false, DDP_FLAG_GROUP_RDZV, "HOST[:PORT]",
-     "c10d: where the store listens (default port 29400)"},
+    {CODE("rdzv-endpoint", apply_rdzv_endpoint, true), false, DDP_FLAG_GROUP_RDZV,
+     "HOST[:PORT][,...]",
+     "c10d: where the store listens (default port 29400);\netcd: the cluster's members "
+     "(default port 2379)"},
     {CODE("rdzv-id", apply_rdzv_id, true), false, DDP_FLAG_GROUP_RDZV, "ID",
      "job id, exported as TORCHELASTIC_RUN_ID (default none)"},
     {CODE("rdzv-conf", apply_rdzv_conf, true), false, DDP_FLAG_GROUP_RDZV, "K=V,...",
      "join_timeout, last_call_timeout, close_timeout,\nread_timeout, timeout, "
-     "keep_alive_interval,\nkeep_alive_max_attempt, is_host"},
+     "keep_alive_interval,\nkeep_alive_max_attempt, is_host; etcd: protocol,\ncacert, cert, "
+     "key"},
     {SWITCH("standalone", 0, standalone, true), false, DDP_FLAG_GROUP_RDZV, "",
      "one node, a free port and a random run id"},
     {INT("max-restarts", max_restarts, 0, 1000000), false, DDP_FLAG_GROUP_SUPERVISION, "N",
@@ -942,8 +982,99 @@ int ddp_flag_index(const char *name)
     return -1;
 }
 
+/* One endpoint of etcd's list (default port 2379) appended as "HOST:PORT". */
+static int add_etcd_endpoint(ddp_etcd_conf_t *etcd, const char *text, ddp_buf_t *err)
+{
+    char host[DDP_HOST_MAX], **grown;
+    int port = 2379;
+    if (ddp_parse_host_port(text, 2379, host, sizeof host, &port) != 0 || port == 0)
+        return ddp_flag_usage(err, "--rdzv-endpoint",
+                              "invalid etcd endpoint '%s': expected HOST, HOST:PORT or "
+                              "[IPV6]:PORT, a list of them with commas",
+                              text);
+    grown = realloc(etcd->endpoints, (etcd->nendpoints + 2) * sizeof *grown);
+    if (grown == NULL)
+        return -ENOMEM;
+    etcd->endpoints = grown;
+    if (asprintf(&grown[etcd->nendpoints], strchr(host, ':') != NULL ? "[%s]:%d" : "%s:%d", host,
+                 port) < 0)
+        return -ENOMEM;
+    grown[++etcd->nendpoints] = NULL;
+    return 0;
+}
+
+/* A TLS file of --rdzv-conf that cannot be read is said now, before the job starts. */
+static int check_etcd_file(const char *key, const char *path, ddp_buf_t *err)
+{
+    if (path == NULL || access(path, R_OK) == 0)
+        return 0;
+    return ddp_flag_usage(err, "--rdzv-conf", "%s=%s: unable to read it: %s", key, path,
+                          strerror(errno));
+}
+
+/* --rdzv-backend=etcd: its endpoints (every member of the cluster) and its TLS files. */
+static int check_etcd(ddp_launch_config_t *cfg, ddp_buf_t *err)
+{
+    ddp_etcd_conf_t *etcd = &cfg->etcd;
+    int rc = 0;
+    if (etcd->given == NULL)
+        return ddp_flag_usage(err, "--rdzv-backend",
+                              "etcd needs --rdzv-endpoint HOST[:PORT][,HOST[:PORT]...]: the "
+                              "members of the etcd cluster");
+    char *copy = strdup(etcd->given), *save = NULL;
+    if (copy == NULL)
+        return -ENOMEM;
+    ddp_strv_free(etcd->endpoints);
+    etcd->endpoints = NULL;
+    etcd->nendpoints = 0;
+    for (char *one = strtok_r(copy, ",", &save); one != NULL && rc == 0;
+         one = strtok_r(NULL, ",", &save))
+        rc = add_etcd_endpoint(etcd, one, err);
+    free(copy);
+    if (rc == 0 && etcd->nendpoints == 0)
+        rc = add_etcd_endpoint(etcd, "", err);
+    if (rc != 0)
+        return rc;
+    bool tls_files = etcd->cacert != NULL || etcd->cert != NULL || etcd->key != NULL;
+    if (tls_files && !etcd->https)
+        return ddp_flag_usage(err, "--rdzv-conf",
+                              "cacert, cert and key are for etcd over TLS: add protocol=https");
+    if ((etcd->cert != NULL) != (etcd->key != NULL))
+        return ddp_flag_usage(
+            err, "--rdzv-conf", "%s without %s: a client certificate needs both cert and key",
+            etcd->cert != NULL ? "cert" : "key", etcd->cert != NULL ? "key" : "cert");
+    if ((rc = check_etcd_file("cacert", etcd->cacert, err)) != 0 ||
+        (rc = check_etcd_file("cert", etcd->cert, err)) != 0 ||
+        (rc = check_etcd_file("key", etcd->key, err)) != 0)
+        return rc;
+    /* The first endpoint stands for the cluster where one address is shown. */
+    (void)ddp_parse_host_port(etcd->endpoints[0], 2379, cfg->rdzv_endpoint_host,
+                              sizeof cfg->rdzv_endpoint_host, &cfg->rdzv_endpoint_port);
+    return 0;
+}
+
+/* The keys of --rdzv-conf and the forms of --rdzv-endpoint that only etcd takes. */
+static int check_not_etcd(const ddp_launch_config_t *cfg, ddp_buf_t *err)
+{
+    const ddp_etcd_conf_t *etcd = &cfg->etcd;
+    if (etcd->protocol_given || etcd->cacert != NULL || etcd->cert != NULL || etcd->key != NULL)
+        return ddp_flag_usage(err, "--rdzv-conf",
+                              "protocol, cacert, cert and key are etcd's: add "
+                              "--rdzv-backend=etcd");
+    if (cfg->rdzv_endpoint_set && cfg->rdzv_endpoint_host[0] == '\0')
+        return ddp_flag_usage(err, "--rdzv-endpoint",
+                              "%s: a list of endpoints is etcd's (--rdzv-backend=etcd); c10d's "
+                              "store has one, HOST[:PORT]",
+                              etcd->given);
+    return 0;
+}
+
 int ddp_flags_check(ddp_launch_config_t *cfg, const ddp_flag_raw_t *raw, ddp_buf_t *err)
 {
+    int rc = cfg->rdzv_backend == DDP_RDZV_ETCD && !cfg->standalone ? check_etcd(cfg, err)
+                                                                    : check_not_etcd(cfg, err);
+    if (rc != 0)
+        return rc;
     if (cfg->rdzv_backend == DDP_RDZV_C10D && !cfg->rdzv_endpoint_set && !cfg->standalone)
         return ddp_flag_usage(err, "--rdzv-backend",
                               "c10d needs --rdzv-endpoint HOST[:PORT] (or use --standalone)");
@@ -957,7 +1088,9 @@ int ddp_flags_check(ddp_launch_config_t *cfg, const ddp_flag_raw_t *raw, ddp_buf
                                   "and --hostfile both name the job's nodes: give one");
         if (cfg->standalone || cfg->rdzv_backend != DDP_RDZV_STATIC)
             return ddp_flag_usage(err, which, "starts a static job of its hosts (not with %s)",
-                                  cfg->standalone ? "--standalone" : "--rdzv-backend=c10d");
+                                  cfg->standalone                      ? "--standalone"
+                                  : cfg->rdzv_backend == DDP_RDZV_ETCD ? "--rdzv-backend=etcd"
+                                                                       : "--rdzv-backend=c10d");
         if (cfg->nnodes_max != 1 || cfg->node_rank != 0)
             return ddp_flag_usage(err, which, "gives the nodes and their ranks: leave out %s",
                                   cfg->nnodes_max != 1 ? "--nnodes" : "--node-rank");
@@ -974,7 +1107,7 @@ int ddp_flags_check(ddp_launch_config_t *cfg, const ddp_flag_raw_t *raw, ddp_buf
             "%d:%d: a range of nodes needs elastic rendezvous: add "
             "--rdzv-backend=c10d --rdzv-endpoint=HOST[:PORT] (static needs a fixed N)",
             cfg->nnodes_min, cfg->nnodes_max);
-    if (cfg->hot_spares > 0 && (cfg->rdzv_backend != DDP_RDZV_C10D || cfg->standalone))
+    if (cfg->hot_spares > 0 && (cfg->rdzv_backend == DDP_RDZV_STATIC || cfg->standalone))
         return ddp_flag_usage(err, "--hot-spares",
                               "%d: spares wait at an elastic rendezvous: add --rdzv-backend=c10d "
                               "--rdzv-endpoint=HOST[:PORT] and --nnodes",
@@ -986,12 +1119,14 @@ int ddp_flags_check(ddp_launch_config_t *cfg, const ddp_flag_raw_t *raw, ddp_buf
     if (cfg->nnodes_max > 1 && cfg->standalone)
         return ddp_flag_usage(err, "--standalone",
                               "is one node; it cannot run a job of --nnodes=%d", cfg->nnodes_max);
-    if (cfg->nnodes_max > 1 && cfg->master_port == 0)
+    /* (etcd: each launcher's store takes a free port, and the elected one says which.) */
+    if (cfg->nnodes_max > 1 && cfg->master_port == 0 && cfg->rdzv_backend != DDP_RDZV_ETCD)
         return ddp_flag_usage(
             err, "--master-port",
             "0 (a free port) serves one node only: the other nodes of a multi-node "
             "job must know node 0's port; give the same fixed port on every node");
-    if (cfg->nnodes_max > 1 && cfg->rdzv_endpoint_set && cfg->rdzv_endpoint_port == 0)
+    if (cfg->nnodes_max > 1 && cfg->rdzv_endpoint_set && cfg->rdzv_endpoint_port == 0 &&
+        cfg->rdzv_backend != DDP_RDZV_ETCD)
         return ddp_flag_usage(
             err, "--rdzv-endpoint",
             "port 0 (a free port) serves one node only: every launcher of a job of "
@@ -1137,7 +1272,8 @@ static bool one_node_exclude(const ddp_launch_config_t *cfg)
 
 static bool assigned_ranks(const ddp_launch_config_t *cfg)
 {
-    return cfg->rdzv_backend == DDP_RDZV_C10D && cfg->nnodes_max > 1;
+    return (cfg->rdzv_backend == DDP_RDZV_C10D && cfg->nnodes_max > 1) ||
+           cfg->rdzv_backend == DDP_RDZV_ETCD;
 }
 
 static const no_effect_t no_effects[] = {
@@ -1154,7 +1290,7 @@ static const no_effect_t no_effects[] = {
     {"checkpoint-persist-every", no_checkpoint_dir, "without --checkpoint-dir"},
     {"straggler-action", one_node_exclude, "on one node (there is no job for it to leave)"},
     {"node-rank", assigned_ranks,
-     "with --rdzv-backend=c10d: the rendezvous assigns each node its rank"},
+     "with --rdzv-backend=c10d or etcd: the rendezvous assigns each node its rank"},
 };
 
 /* Each flag given where it does nothing; a node rank Slurm gave (SLURM_NODEID) is no flag

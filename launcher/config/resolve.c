@@ -361,6 +361,16 @@ int ddp_resolve_config(ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_buf_t
         strcpy(cfg->master_addr, cfg->rdzv_endpoint_host);
         cfg->master_port = cfg->rdzv_endpoint_port;
         cfg->master_port_given = true;
+    } else if (cfg->rdzv_backend == DDP_RDZV_ETCD) {
+        /* Every launcher serves a store of its own address (--local-addr, else its host
+         * name), on a free port unless --master-port says one; the one etcd elects keeps
+         * it, and the others and every worker learn its address from etcd. */
+        if (cfg->local_addr != NULL)
+            snprintf(cfg->master_addr, sizeof cfg->master_addr, "%s", cfg->local_addr);
+        else if (gethostname(cfg->master_addr, sizeof cfg->master_addr - 1) != 0)
+            strcpy(cfg->master_addr, "localhost");
+        if (!cfg->master_port_given)
+            cfg->master_port = 0;
     }
     warn_gloo_loopback(cfg, log);
     return 0;

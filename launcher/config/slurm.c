@@ -383,9 +383,11 @@ void ddp_slurm_after(ddp_launch_config_t *cfg, const ddp_flag_raw_t *raw, char *
     cfg->slurm_step = !slurm_outside_step(envp);
     /* The store's launcher is a task of this step: node 0, or the c10d endpoint's host
      * where that is a node of the step. */
-    cfg->store_in_step = cfg->slurm_step && (cfg->rdzv_backend == DDP_RDZV_STATIC ||
-                                             in_nodelist(envp, DDP_ENV_SLURM_STEP_NODELIST,
-                                                         cfg->rdzv_endpoint_host, false));
+    cfg->store_in_step =
+        cfg->slurm_step &&
+        (cfg->rdzv_backend == DDP_RDZV_STATIC ||
+         (cfg->rdzv_backend == DDP_RDZV_C10D &&
+          in_nodelist(envp, DDP_ENV_SLURM_STEP_NODELIST, cfg->rdzv_endpoint_host, false)));
     int port = ddp_slurm_port(job, step);
     if (cfg->nnodes_max > 1 && !raw[ddp_flag_index("rdzv-id")].set && port >= 0 &&
         asprintf(&cfg->run_id, "slurm-%s.%s", job, step != NULL && *step ? step : "0") < 0)

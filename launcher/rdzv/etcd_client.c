@@ -835,6 +835,19 @@ int ddp_etcd_body_create(ddp_buf_t *out, const char *key, const void *value, siz
     return err != 0 ? err : ddp_buf_puts(out, "}]}");
 }
 
+int ddp_etcd_body_clear_unless(ddp_buf_t *out, const char *prefix, const char *live)
+{
+    int err = ddp_buf_puts(out, "{\"compare\": [{\"target\": \"CREATE\", ");
+    if (err == 0)
+        err = append_range(out, live, true);
+    if (err == 0)
+        err = ddp_buf_puts(out, ", \"create_revision\": \"0\"}], \"success\": "
+                                "[{\"request_delete_range\": ");
+    if (err == 0)
+        err = ddp_etcd_body_range(out, prefix, true);
+    return err != 0 ? err : ddp_buf_puts(out, "}]}");
+}
+
 bool ddp_etcd_int(const ddp_json_t *object, const char *field, int64_t *out)
 {
     const ddp_json_t *v = ddp_json_get(object, field);

@@ -82,6 +82,10 @@ int ddp_etcd_body_watch(ddp_buf_t *out, const char *key, bool prefix, int64_t fr
 int ddp_etcd_body_create(ddp_buf_t *out, const char *key, const void *value, size_t len,
                          int64_t lease);
 
+/* A transaction that deletes every key under `prefix` where no key under `live` (a
+ * prefix within it) exists: a finished job's leftovers go, a running job's stay. */
+int ddp_etcd_body_clear_unless(ddp_buf_t *out, const char *prefix, const char *live);
+
 /* A decimal string or number field of a reply (etcd writes int64s as strings): false
  * when absent or not an integer. */
 bool ddp_etcd_int(const ddp_json_t *object, const char *field, int64_t *out);

@@ -278,19 +278,10 @@ static void test_no_member_answers(void **state)
 static void test_not_etcd(void **state)
 {
     int port = th_free_port();
-    char portarg[16], endpoint[32];
-    snprintf(portarg, sizeof portarg, "%d", port);
+    char endpoint[32];
     snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", port);
-    const char *argv[] = {"/usr/bin/python3", "-c",
-                          "import http.server, sys\n"
-                          "s = http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])),"
-                          " http.server.SimpleHTTPRequestHandler)\n"
-                          "print('serving', flush=True)\n"
-                          "s.serve_forever()\n",
-                          portarg, NULL};
     th_proc_t server;
-    th_start(&server, argv, NULL);
-    TH_ASSERT(&server, th_wait_output(&server, 1, "serving", 1, 20));
+    th_web_server(&server, port);
     client_t c;
     client_up(&c, endpoint, 2);
     answer_t a = put(&c, "k", "v", 0);

@@ -611,6 +611,21 @@ double th_relative_difference(const char *a_path, const char *b_path)
     return sqrt(diff / norm);
 }
 
+void th_web_server(th_proc_t *p, int port)
+{
+    char portarg[16];
+    snprintf(portarg, sizeof portarg, "%d", port);
+    const char *argv[] = {"/usr/bin/python3", "-c",
+                          "import http.server, sys\n"
+                          "s = http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])),"
+                          " http.server.SimpleHTTPRequestHandler)\n"
+                          "print('serving', flush=True)\n"
+                          "s.serve_forever()\n",
+                          portarg, NULL};
+    th_start(p, argv, NULL);
+    TH_ASSERT(p, th_wait_output(p, 1, "serving", 1, 20));
+}
+
 int th_free_port(void)
 {
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};

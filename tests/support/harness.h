@@ -140,6 +140,10 @@ void th_etcd_kill(th_etcd_t *c, int i, int sig);
 int th_etcd_leader(th_etcd_t *c, double timeout);
 void th_etcd_down(th_etcd_t *c);
 
+/* A web server that is not etcd (Python's http.server) on 127.0.0.1:`port`, serving once
+ * this returns; the test ends it (th_cleanup). */
+void th_web_server(th_proc_t *p, int port);
+
 /* A TCP port of 127.0.0.1 that was free a moment ago. */
 int th_free_port(void);
 

@@ -313,10 +313,21 @@ static const bad_case_t bad_cases[] = {
     {"--node-rank=1 t.py", NULL, "--node-rank: 1 must be less than --nnodes (1)"},
     {"--master-port=65536 t.py", NULL, "--master-port: invalid value '65536'"},
     {"--master-port=http t.py", NULL, "--master-port"},
-    {"--rdzv-backend=etcd t.py", NULL, "etcd rendezvous backend is not supported"},
+    {"--rdzv-backend=etcd t.py", NULL, "etcd needs --rdzv-endpoint HOST[:PORT][,HOST[:PORT]...]"},
+    {"--rdzv-backend=etcd --rdzv-endpoint=a,b:x t.py", NULL, "invalid etcd endpoint 'b:x'"},
+    {"--rdzv-backend=etcd --rdzv-endpoint=a --rdzv-conf=protocol=gopher t.py", NULL,
+     "--rdzv-conf: invalid protocol 'gopher'"},
+    {"--rdzv-backend=etcd --rdzv-endpoint=a --rdzv-conf=key=/etc/hostname t.py", NULL,
+     "cacert, cert and key are for etcd over TLS: add protocol=https"},
+    {"--rdzv-backend=etcd --rdzv-endpoint=a --rdzv-conf=protocol=https,key=/etc/hostname t.py",
+     NULL, "key without cert"},
+    {"--rdzv-backend=etcd --rdzv-endpoint=a --rdzv-conf=protocol=https,cacert=/nowhere t.py", NULL,
+     "--rdzv-conf: cacert=/nowhere: unable to read it"},
+    {"--rdzv-conf=protocol=https t.py", NULL, "protocol, cacert, cert and key are etcd's"},
+    {"--rdzv-backend=c10d --rdzv-endpoint=a,b t.py", NULL, "a list of endpoints is etcd's"},
     {"--rdzv-backend=c10d t.py", NULL, "c10d needs --rdzv-endpoint HOST[:PORT]"},
     {"t.py", "PET_RDZV_BACKEND=c10d", "c10d needs --rdzv-endpoint"},
-    {"--rdzv-backend=zookeeper t.py", NULL, "expected static or c10d"},
+    {"--rdzv-backend=zookeeper t.py", NULL, "expected static, c10d or etcd"},
     {"--rdzv-endpoint=[::1 t.py", NULL, "--rdzv-endpoint"},
     {"--rdzv-endpoint=h:99999 t.py", NULL, "--rdzv-endpoint"},
     {"--rdzv-conf=join_timeout=soon t.py", NULL, "--rdzv-conf: invalid join_timeout 'soon'"},
@@ -462,6 +473,30 @@ static void test_command_line_beats_pet(void **state)
     /* An empty PET_ variable is as good as unset. */
     static const good_case_t role = {"role", "default", "default"};
     expect_field("t.py", "PET_ROLE=", &role);
+}
+
+/* etcd's endpoints, each with its default port, torchrun's name for the backend too; its
+ * store's port left free (every launcher's own), its node ranks assigned. */
+static void test_etcd_flags(void **state)
+{
+    (void)state;
+    parse_t p;
+    parse(&p,
+          "--nnodes=2:3 --rdzv-backend=etcd-v2 --rdzv-endpoint=e1,e2:5,[::1] "
+          "--rdzv-conf=protocol=https,cacert=/etc/hostname t.py",
+          NULL);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.rdzv_backend, DDP_RDZV_ETCD);
+    assert_int_equal(p.cfg.etcd.nendpoints, 3);
+    assert_string_equal(p.cfg.etcd.endpoints[0], "e1:2379");
+    assert_string_equal(p.cfg.etcd.endpoints[1], "e2:5");
+    assert_string_equal(p.cfg.etcd.endpoints[2], "[::1]:2379");
+    assert_null(p.cfg.etcd.endpoints[3]);
+    assert_true(p.cfg.etcd.https);
+    assert_string_equal(p.cfg.etcd.cacert, "/etc/hostname");
+    assert_true(ddp_config_dynamic(&p.cfg));
+    assert_int_equal(ddp_config_store_host(&p.cfg), DDP_STORE_HOST_ELECTED);
+    done(&p);
 }
 
 /* An elastic job: a range of nodes with c10d. */
@@ -1040,6 +1075,7 @@ int main(void)
         cmocka_unit_test(test_hosts_flags),
         cmocka_unit_test(test_env_flags),
         cmocka_unit_test(test_elastic_nodes),
+        cmocka_unit_test(test_etcd_flags),
         cmocka_unit_test(test_script_and_its_arguments_untouched),
         cmocka_unit_test(test_help_and_version_act_at_once),
         cmocka_unit_test(test_flags_without_effect_are_said),

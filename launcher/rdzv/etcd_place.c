@@ -1,0 +1,229 @@
+/* Where the job's store lives with --rdzv-backend=etcd (see etcd_place.h).
+ *
+ * Phases:
+ *   CLEARING --no member key under the prefix: it is deleted (a finished job's), else kept-->
+ *   ELECTING --the session's first word on the coordinator's key: none (elect), ours or
+ *              another's--> PLACED (placed callback)
+ *   CLEARING, ELECTING, PLACED --etcd unreachable, not etcd, the lease lost--> FAILED
+ *   any --ddp_etcd_place_close--> CLOSING (the prefix deleted by the elected, the lease
+ *                                         revoked, the client freed) */
+#include "rdzv/etcd_place.h"
+
+#include "error.h"
+#include "rdzv/etcd_client.h"
+#include "rdzv/etcd_session.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { PLACE_CLEARING, PLACE_ELECTING, PLACE_PLACED, PLACE_FAILED, PLACE_CLOSING } phase_t;
+
+struct ddp_etcd_place_s {
+    const ddp_log_t *log;
+    ddp_etcd_t *etcd;
+    ddp_etcd_session_t *session;
+    ddp_etcd_call_t *clearing;
+    ddp_etcd_place_cbs_t cbs;
+    void *ctx;
+    phase_t phase;
+    bool own; /* this launcher's store is the job's */
+    double ttl;
+    char prefix[320]; /* ddp-launch/<run id>/ */
+    char id[128], record[400];
+};
+
+static void fail(ddp_etcd_place_t *p, const char *why)
+{
+    if (p->phase == PLACE_FAILED || p->phase == PLACE_CLOSING)
+        return;
+    p->phase = PLACE_FAILED;
+    p->cbs.failed(p->ctx, why);
+}
+
+static void on_lost(void *ctx, const char *why)
+{
+    fail(ctx, why);
+}
+
+/* "HOST:PORT ID" (IPv6 as [ADDR]:PORT): the host and port, or false. */
+static bool parse_record(const char *record, char *host, size_t cap, int *port)
+{
+    const char *colon = NULL;
+    size_t len = strcspn(record, " ");
+    for (size_t i = 0; i < len; i++)
+        if (record[i] == ':')
+            colon = record + i;
+    char *end;
+    long n = colon != NULL ? strtol(colon + 1, &end, 10) : -1;
+    size_t hlen = colon != NULL ? (size_t)(colon - record) : 0;
+    if (colon == NULL || end != record + len || n < 1 || n > 65535 || hlen == 0 || hlen >= cap)
+        return false;
+    if (record[0] == '[' && hlen > 2 && record[hlen - 1] == ']')
+        record++, hlen -= 2;
+    memcpy(host, record, hlen);
+    host[hlen] = '\0';
+    *port = (int)n;
+    return true;
+}
+
+static void on_coordinator(void *ctx, const char *record, bool own)
+{
+    ddp_etcd_place_t *p = ctx;
+    char host[256];
+    int port = 0;
+    if (p->phase == PLACE_PLACED) {
+        /* (Failover, a new coordinator taking over the job, is not there yet: the node
+         * thread sees the store's loss and ends as with c10d.) */
+        if (record == NULL || own != p->own)
+            ddp_log_warn(p->log, "etcd: the job's coordinator changed (now %s)",
+                         record != NULL ? record : "none");
+        return;
+    }
+    if (p->phase != PLACE_ELECTING)
+        return;
+    if (record == NULL) {
+        ddp_etcd_session_elect(p->session, p->record);
+        return;
+    }
+    if (!own && !parse_record(record, host, sizeof host, &port)) {
+        char why[1400];
+        snprintf(why, sizeof why,
+                 "etcd at %s: the coordinator's key %scoord holds '%.200s', not a launcher's "
+                 "HOST:PORT (another program's key under ddp-launch/?)",
+                 ddp_etcd_endpoints(p->etcd), p->prefix, record);
+        fail(p, why);
+        return;
+    }
+    p->phase = PLACE_PLACED;
+    p->own = own;
+    ddp_log_info(p->log, "etcd: %s",
+                 own ? "elected: this launcher serves the job's store"
+                     : "the job's store is the elected launcher's");
+    p->cbs.placed(p->ctx, own, own ? NULL : host, port);
+}
+
+static void on_cleared(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_place_t *p = ctx;
+    p->clearing = NULL;
+    int64_t revision = 0;
+    if (err != 0 || !ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision)) {
+        char text[1000];
+        if (err != 0) /* (the client's words name the endpoints) */
+            snprintf(text, sizeof text, "unable to use etcd: %s", why);
+        else
+            snprintf(text, sizeof text,
+                     "unable to use etcd at %s: its answer has no revision: not etcd's v3 gateway",
+                     ddp_etcd_endpoints(p->etcd));
+        fail(p, text);
+        return;
+    }
+    const ddp_json_t *ok = ddp_json_get(reply, "succeeded");
+    if (ok != NULL && ddp_json_type(ok) == DDP_JSON_BOOL)
+        ddp_log_debug(p->log, "etcd: %s held no live launcher: cleared", p->prefix);
+    p->phase = PLACE_ELECTING;
+    ddp_etcd_session_cbs_t cbs = {on_lost, on_coordinator, NULL}; /* no member watch */
+    if (ddp_etcd_session_start(p->etcd, p->prefix, p->id, p->ttl, p->record, &cbs, p,
+                               &p->session) != 0)
+        fail(p, "out of memory");
+}
+
+static int clear_stale(ddp_etcd_place_t *p)
+{
+    char live[400];
+    ddp_buf_t body = DDP_BUF_INIT;
+    snprintf(live, sizeof live, "%snode/", p->prefix);
+    int err = ddp_etcd_body_clear_unless(&body, p->prefix, live);
+    if (err == 0)
+        err = ddp_etcd_post(p->etcd, "/v3/kv/txn", ddp_buf_str(&body), false, on_cleared, p,
+                            &p->clearing);
+    ddp_buf_free(&body);
+    return err;
+}
+
+int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_log_t *log,
+                         const char *id, const char *host, int port,
+                         const ddp_etcd_place_cbs_t *cbs, void *ctx, ddp_etcd_place_t **out,
+                         ddp_buf_t *why)
+{
+    ddp_etcd_place_t *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return -ENOMEM;
+    p->log = log;
+    p->cbs = *cbs;
+    p->ctx = ctx;
+    /* The lease outlives keep_alive_max_attempt missed beats, and is kept alive every
+     * third of it: at least 6 s, so that a launcher sends at most a request every 2 s. */
+    double limit = cfg->rdzv_conf.keep_alive_interval * cfg->rdzv_conf.keep_alive_max_attempt;
+    p->ttl = limit > 6 ? limit : 6;
+    snprintf(p->prefix, sizeof p->prefix, "ddp-launch/%s/", cfg->run_id);
+    snprintf(p->id, sizeof p->id, "%s", id);
+    snprintf(p->record, sizeof p->record, strchr(host, ':') != NULL ? "[%s]:%d %s" : "%s:%d %s",
+             host, port, id);
+    ddp_etcd_opts_t opts = {
+        .endpoints = (const char *const *)cfg->etcd.endpoints,
+        .nendpoints = cfg->etcd.nendpoints,
+        .https = cfg->etcd.https,
+        .cacert = cfg->etcd.cacert,
+        .cert = cfg->etcd.cert,
+        .key = cfg->etcd.key,
+        .timeout = p->ttl / 3,
+    };
+    int err = ddp_etcd_new(loop, &opts, log, &p->etcd, why);
+    if (err == 0 && (err = clear_stale(p)) != 0)
+        ddp_etcd_free(p->etcd);
+    if (err != 0) {
+        free(p);
+        return err;
+    }
+    *out = p;
+    return 0;
+}
+
+/* The end. */
+
+static void on_session_closed(void *ctx)
+{
+    ddp_etcd_place_t *p = ctx;
+    ddp_etcd_free(p->etcd);
+    free(p);
+}
+
+static void end_session(ddp_etcd_place_t *p)
+{
+    if (p->session != NULL)
+        ddp_etcd_session_close(p->session, false, on_session_closed, p);
+    else
+        on_session_closed(p);
+}
+
+static void on_deleted(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_place_t *p = ctx;
+    (void)reply;
+    if (err != 0)
+        ddp_log_warn(p->log, "etcd: unable to delete the job's keys under %s: %s", p->prefix, why);
+    end_session(p);
+}
+
+void ddp_etcd_place_close(ddp_etcd_place_t *p)
+{
+    if (p == NULL)
+        return;
+    bool own = p->phase == PLACE_PLACED && p->own;
+    p->phase = PLACE_CLOSING;
+    ddp_etcd_cancel(p->clearing);
+    p->clearing = NULL;
+    ddp_buf_t body = DDP_BUF_INIT;
+    /* The elected launcher ends the job's keys: a new job with this run id starts clean. */
+    if (own && ddp_etcd_body_range(&body, p->prefix, true) == 0 &&
+        ddp_etcd_post(p->etcd, "/v3/kv/deleterange", ddp_buf_str(&body), false, on_deleted, p,
+                      NULL) == 0) {
+        ddp_buf_free(&body);
+        return;
+    }
+    ddp_buf_free(&body);
+    end_session(p);
+}

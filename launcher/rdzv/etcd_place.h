@@ -1,0 +1,44 @@
+/* Where the job's store and coordinator live with --rdzv-backend=etcd: the launcher etcd
+ * elects. Every launcher serves a store of its own before it asks (ddp_store_host_start);
+ * this part opens the launcher's etcd session under ddp-launch/<run id>/, clears what a
+ * finished job with the same run id left there, takes part in the election with its store's
+ * "HOST:PORT", and says once where the job's store is: its own (it serves the job, as c10d's
+ * endpoint host does), or the elected launcher's (it joins there, as a c10d node does). Every
+ * round rule stays with the coordinator and the node thread (rdzv/coord.h, rdzv/rdzv.h).
+ *
+ * Runs on the agent's loop; nothing blocks. etcd that cannot be reached on any endpoint,
+ * that is not etcd's v3 gateway, a refused TLS handshake, or this launcher's lease lost:
+ * the failed callback, with a message that names the endpoints. */
+#ifndef DDP_LAUNCHER_RDZV_ETCD_PLACE_H
+#define DDP_LAUNCHER_RDZV_ETCD_PLACE_H
+
+#include "config/config.h"
+#include "log.h"
+
+#include <stdbool.h>
+#include <uv.h>
+
+typedef struct ddp_etcd_place_s ddp_etcd_place_t;
+
+typedef struct {
+    /* Once: the job's store is this launcher's own (`own`), or the elected launcher's at
+     * host:port. */
+    void (*placed)(void *ctx, bool own, const char *host, int port);
+    /* etcd failed this launcher (before placed, or its lease lost after): `why`. Once; the
+     * part does nothing more but close. */
+    void (*failed)(void *ctx, const char *why);
+} ddp_etcd_place_cbs_t;
+
+/* Starts launcher `id`'s part (cfg->etcd, cfg->run_id), its own store at host:port. 0;
+ * DDP_EUSAGE with `why` (no libcurl here); -ENOMEM. */
+int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_log_t *log,
+                         const char *id, const char *host, int port,
+                         const ddp_etcd_place_cbs_t *cbs, void *ctx, ddp_etcd_place_t **out,
+                         ddp_buf_t *why);
+
+/* The job is over here: the callbacks stop; the elected launcher deletes the job's keys,
+ * every launcher revokes its lease (its keys go with it), each bounded by the client's
+ * request time, and the part is freed once its handles have closed. */
+void ddp_etcd_place_close(ddp_etcd_place_t *p);
+
+#endif

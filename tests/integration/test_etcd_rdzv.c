@@ -1,0 +1,265 @@
+/* Integration tests of --rdzv-backend=etcd: real ddp-launch processes against real etcd
+ * members on loopback (tests/support/harness.h th_etcd_up; skipped where Debian's etcd-server
+ * is not installed). The flags checked before anything starts (status 2); no etcd at the
+ * endpoints, a server that is not etcd, a refused TLS handshake (status 5, no worker
+ * started); launchers forming a c10d-ruled job at the store of the launcher etcd elects; two
+ * run ids on one etcd never meeting; a finished job's keys not confusing the next. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ARGS 24
+
+/* A launcher's argv: ddp-launch --rdzv-backend=etcd, the flags (space-separated, in
+ * `flags`, which is cut up), then the worker program th_worker() "env" (every worker
+ * prints its environment). */
+static void launcher_argv(const char **argv, char *flags)
+{
+    int n = 0;
+    argv[n++] = th_launcher();
+    argv[n++] = "--rdzv-backend=etcd";
+    argv[n++] = "--local-addr=127.0.0.1";
+    for (char *save = NULL, *f = strtok_r(flags, " ", &save); f != NULL && n < MAX_ARGS - 3;
+         f = strtok_r(NULL, " ", &save))
+        argv[n++] = f;
+    argv[n++] = th_worker();
+    argv[n++] = "env";
+    argv[n] = NULL;
+}
+
+static void start_launcher(th_proc_t *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void start_launcher(th_proc_t *p, const char *fmt, ...)
+{
+    char flags[2048];
+    const char *argv[MAX_ARGS];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(flags, sizeof flags, fmt, ap);
+    va_end(ap);
+    launcher_argv(argv, flags);
+    th_start(p, argv, NULL);
+}
+
+static const char *out(const th_proc_t *p)
+{
+    return ddp_buf_str(&p->out);
+}
+
+static const char *err(const th_proc_t *p)
+{
+    return ddp_buf_str(&p->err);
+}
+
+/* A launcher that ends by itself within `timeout` with `status`, its stderr saying `says`,
+ * no worker started. */
+static void ends_before_workers(th_proc_t *p, double timeout, int status, const char *says)
+{
+    TH_ASSERT(p, th_wait_exit(p, timeout));
+    TH_ASSERT(p, th_status(p) == status);
+    TH_ASSERT(p, strstr(err(p), says) != NULL);
+    TH_ASSERT(p, strstr(out(p), "RANK=") == NULL);
+    th_cleanup(p);
+}
+
+/* The flags etcd's rendezvous takes, each wrong one said before anything starts (status 2);
+ * no etcd is needed for these. */
+static void test_flags_checked(void **state)
+{
+    static const struct {
+        const char *flags, *says;
+    } cases[] = {
+        {"--nnodes=2", "etcd needs --rdzv-endpoint"},
+        {"--rdzv-endpoint=127.0.0.1:x", "invalid value '127.0.0.1:x'"},
+        {"--rdzv-endpoint=127.0.0.1,,:5", "invalid etcd endpoint ':5'"},
+        {"--rdzv-endpoint=127.0.0.1 --rdzv-conf=protocol=ftp", "invalid protocol 'ftp'"},
+        {"--rdzv-endpoint=127.0.0.1 --rdzv-conf=cacert=/etc/hostname",
+         "cacert, cert and key are for etcd over TLS: add protocol=https"},
+        {"--rdzv-endpoint=127.0.0.1 --rdzv-conf=protocol=https,cert=/etc/hostname",
+         "cert without key"},
+        {"--rdzv-endpoint=127.0.0.1 --rdzv-conf=protocol=https,cacert=/nowhere/ca.pem",
+         "cacert=/nowhere/ca.pem: unable to read it: No such file or directory"},
+        {"--rdzv-endpoint=127.0.0.1 --hosts=a,b", "--hosts: starts a static job of its hosts"},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        th_proc_t p;
+        start_launcher(&p, "%s", cases[i].flags);
+        ends_before_workers(&p, 30, 2, cases[i].says);
+    }
+    /* etcd's keys and lists are refused to the other backends, named. */
+    const char *c10d[] = {th_launcher(), "--rdzv-backend=c10d",
+                          "--nnodes=2",  "--rdzv-endpoint=127.0.0.1:1,127.0.0.1:2",
+                          th_worker(),   "env",
+                          NULL};
+    th_proc_t p;
+    th_start(&p, c10d, NULL);
+    ends_before_workers(&p, 30, 2, "a list of endpoints is etcd's");
+    const char *tls[] = {th_launcher(), "--rdzv-conf=protocol=https", th_worker(), "env", NULL};
+    th_start(&p, tls, NULL);
+    ends_before_workers(&p, 30, 2, "protocol, cacert, cert and key are etcd's");
+}
+
+/* No etcd at any endpoint, or a web server that is not etcd: status 5 at once, the message
+ * naming the endpoints, no worker started. */
+static void test_no_etcd_there(void **state)
+{
+    (void)state;
+    int a = th_free_port(), b = th_free_port();
+    th_proc_t p;
+    char says[128];
+    start_launcher(&p, "--nnodes=2 --rdzv-endpoint=127.0.0.1:%d,127.0.0.1:%d", a, b);
+    snprintf(says, sizeof says, "127.0.0.1:%d", b);
+    ends_before_workers(&p, 30, 5, says);
+
+    th_proc_t server;
+    th_web_server(&server, a);
+    start_launcher(&p, "--nnodes=2 --rdzv-endpoint=127.0.0.1:%d", a);
+    ends_before_workers(&p, 30, 5, "not etcd's v3 gateway");
+    kill(server.pid, SIGTERM);
+    th_wait_exit(&server, 10);
+    th_cleanup(&server);
+}
+
+/* etcd over https with client certificates: the job runs with the right CA and
+ * certificate; with another CA the handshake is refused, said, status 5. */
+static void test_tls(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up_tls(&etcd, 1);
+    const char *d = etcd.certs;
+    th_proc_t p;
+    start_launcher(&p,
+                   "--rdzv-id=tls --rdzv-endpoint=%s --rdzv-conf=protocol=https,cacert=%s/"
+                   "other-ca.pem,cert=%s/client.pem,key=%s/client-key.pem",
+                   etcd.endpoints, d, d, d);
+    ends_before_workers(&p, 30, 5, "unable to use etcd");
+    start_launcher(&p,
+                   "--rdzv-id=tls --rdzv-endpoint=%s --rdzv-conf=protocol=https,cacert=%s/"
+                   "ca.pem,cert=%s/client.pem,key=%s/client-key.pem",
+                   etcd.endpoints, d, d, d);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out(&p), "\nRANK=0\n") != NULL);
+    th_cleanup(&p);
+    th_etcd_down(&etcd);
+}
+
+/* The value of NAME=... in a worker's output ("" when absent). */
+static const char *value_of(const th_proc_t *p, const char *name, char *buf, size_t cap)
+{
+    char needle[64];
+    snprintf(needle, sizeof needle, "\n%s=", name);
+    const char *at = strstr(out(p), needle);
+    buf[0] = '\0';
+    if (at != NULL)
+        snprintf(buf, cap, "%.*s", (int)strcspn(at + strlen(needle), "\n"), at + strlen(needle));
+    return buf;
+}
+
+/* Three launchers of --nnodes=2:3 against a 3-member etcd: one is elected and serves the
+ * store; every worker is in one job of 3 nodes, node ranks 0, 1 and 2 once each, and every
+ * worker's MASTER_ADDR:MASTER_PORT is that one store. The job's keys are gone after it. */
+static void test_three_launchers_form_one_job(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 3);
+    th_proc_t node[3];
+    for (int i = 0; i < 3; i++)
+        start_launcher(&node[i],
+                       "--nnodes=2:3 --rdzv-id=form --rdzv-endpoint=%s "
+                       "--rdzv-conf=last_call_timeout=30",
+                       etcd.endpoints);
+    int ranks[3] = {0, 0, 0}, elected = 0;
+    char port0[16], port[16], buf[16];
+    for (int i = 0; i < 3; i++) {
+        th_proc_t *p = &node[i];
+        TH_ASSERT(p, th_wait_exit(p, 30));
+        TH_ASSERT(p, th_status(p) == 0);
+        TH_ASSERT(p, strstr(out(p), "GROUP_WORLD_SIZE=3\n") != NULL);
+        TH_ASSERT(p, strstr(out(p), "\nMASTER_ADDR=127.0.0.1\n") != NULL);
+        int g = atoi(value_of(p, "GROUP_RANK", buf, sizeof buf));
+        TH_ASSERT(p, g >= 0 && g < 3);
+        ranks[g]++;
+        elected += strstr(err(p), "etcd: elected: this launcher serves the job's store") != NULL;
+        value_of(p, "MASTER_PORT", i == 0 ? port0 : port, sizeof port);
+        TH_ASSERT(p, i == 0 || strcmp(port, port0) == 0);
+    }
+    assert_int_equal(ranks[0] * ranks[1] * ranks[2], 1);
+    assert_int_equal(elected, 1);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=%s get --prefix "
+             "ddp-launch/form/ | wc -c | grep -qx 0",
+             etcd.endpoints);
+    const char *sh[] = {"/bin/sh", "-c", cmd, NULL};
+    assert_true(th_succeeds(sh, 20));
+    for (int i = 0; i < 3; i++)
+        th_cleanup(&node[i]);
+    th_etcd_down(&etcd);
+}
+
+/* Two jobs of 2 nodes with different run ids on one etcd: each forms alone (a world of 2);
+ * then a new job with a run id whose keys a dead job left (a coordinator's record with no
+ * live launcher) forms as if they were not there. */
+static void test_run_ids_apart_leftovers_cleared(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    th_proc_t node[4];
+    for (int i = 0; i < 4; i++)
+        start_launcher(&node[i], "--nnodes=2 --rdzv-id=job%d --rdzv-endpoint=%s", i % 2,
+                       etcd.endpoints);
+    for (int i = 0; i < 4; i++) {
+        TH_ASSERT(&node[i], th_wait_exit(&node[i], 30));
+        TH_ASSERT(&node[i], th_status(&node[i]) == 0);
+        TH_ASSERT(&node[i], strstr(out(&node[i]), "\nWORLD_SIZE=2\n") != NULL);
+        TH_ASSERT(&node[i], th_count(out(&node[i]), "TORCHELASTIC_RUN_ID=job") == 1);
+        char id[16];
+        snprintf(id, sizeof id, "RUN_ID=job%d\n", i % 2);
+        TH_ASSERT(&node[i], strstr(out(&node[i]), id) != NULL);
+        th_cleanup(&node[i]);
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "export ETCDCTL_API=3; /usr/bin/etcdctl --endpoints=%s put ddp-launch/old/coord "
+             "'127.0.0.1:1 gone' && /usr/bin/etcdctl --endpoints=%s put "
+             "ddp-launch/old/state 'round 7'",
+             etcd.endpoints, etcd.endpoints);
+    const char *sh[] = {"/bin/sh", "-c", cmd, NULL};
+    assert_true(th_succeeds(sh, 20));
+    for (int i = 0; i < 2; i++)
+        start_launcher(&node[i], "--nnodes=2 --rdzv-id=old --rdzv-endpoint=%s", etcd.endpoints);
+    for (int i = 0; i < 2; i++) {
+        TH_ASSERT(&node[i], th_wait_exit(&node[i], 30));
+        TH_ASSERT(&node[i], th_status(&node[i]) == 0);
+        TH_ASSERT(&node[i], strstr(out(&node[i]), "\nWORLD_SIZE=2\n") != NULL);
+        TH_ASSERT(&node[i], strstr(out(&node[i]), "\nMASTER_PORT=1\n") == NULL);
+        th_cleanup(&node[i]);
+    }
+    th_etcd_down(&etcd);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        TH_TEST(test_flags_checked),
+        TH_TEST(test_no_etcd_there),
+        TH_TEST(test_tls),
+        TH_TEST(test_three_launchers_form_one_job),
+        TH_TEST(test_run_ids_apart_leftovers_cleared),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
