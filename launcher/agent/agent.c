@@ -134,6 +134,13 @@ typedef struct ddp_agent_s {
      * with: the caller's, its store's address that of the launcher etcd elects. */
     ddp_etcd_place_t *place;
     ddp_launch_config_t placed_cfg;
+    ddp_store_server_t *idle_store; /* our own store, kept listening while another serves */
+    char own_addr[DDP_HOST_MAX];    /* where it listens */
+    /* The job's store was lost: this node's workers stop, and a new rendezvous thread
+     * joins the next elected launcher's store once both are done (rejoin_if_ready). */
+    bool relocating, relocated;
+    ddp_rdzv_t **retired; /* the threads of the stores lost, freed at the end */
+    size_t nretired;
 } ddp_agent_t;
 
 static ddp_agent_t *agent_of(ddp_group_t *g)
@@ -260,6 +267,8 @@ static void finish(ddp_agent_t *a)
     ddp_rdzv_close(a->g.rdzv);
     ddp_etcd_place_close(a->place);
     a->place = NULL;
+    ddp_store_server_close(a->idle_store);
+    a->idle_store = NULL;
     if (a->g.coord != NULL) {
         /* The other nodes read how the job ended from our store: it stays until they
          * have left, up to close_timeout, whatever the outcome (a node slow to read a
@@ -476,6 +485,45 @@ static void merge_remote_failures(ddp_agent_t *a)
     }
 }
 
+static void start_rendezvous(ddp_agent_t *a);
+
+/* etcd: once this node's workers have stopped after the job's store was lost, and etcd has
+ * placed the job again, a new rendezvous thread joins it there (the lost one's is kept
+ * until the end: its thread has ended, and the loop may still post to it meanwhile). */
+static void rejoin_if_ready(ddp_agent_t *a)
+{
+    if (!a->relocating || !a->relocated || a->g.state != DDP_AGENT_WAITING)
+        return;
+    ddp_rdzv_t **grown = realloc(a->retired, (a->nretired + 1) * sizeof *grown);
+    if (grown == NULL) {
+        ddp_log_error(a->g.log, "out of memory");
+        a->exit_code = DDP_EXIT_RDZV_FAILED;
+        finish(a);
+        return;
+    }
+    a->retired = grown;
+    ddp_rdzv_close(a->g.rdzv);
+    a->retired[a->nretired++] = a->g.rdzv;
+    a->g.rdzv = NULL;
+    a->relocating = a->relocated = false;
+    start_rendezvous(a);
+}
+
+/* etcd: the thread lost the job's store mid-job: the workers stop as for a re-form, and
+ * etcd is asked for the next store. */
+static void store_lost(ddp_agent_t *a, const char *message)
+{
+    ddp_log_warn(a->g.log, "%s: the job goes on at the store of the launcher etcd elects next",
+                 message);
+    a->relocating = true;
+    a->relocated = false;
+    ddp_etcd_place_lost(a->place);
+    if (a->g.state == DDP_AGENT_RUNNING && a->g.nrunning > 0)
+        begin_stop(a, SIGTERM, DDP_STOP_REMOTE);
+    else
+        rejoin_if_ready(a);
+}
+
 /* What the policy decided (agent/policy.h), done. */
 static void act_on(ddp_agent_t *a, const ddp_policy_decision_t *d)
 {
@@ -487,6 +535,7 @@ static void act_on(ddp_agent_t *a, const ddp_policy_decision_t *d)
         ddp_rdzv_post(
             a->g.rdzv,
             a->g.stop_reason == DDP_STOP_NONE ? DDP_RDZV_EV_SUCCEEDED : DDP_RDZV_EV_STOPPED, NULL);
+        rejoin_if_ready(a);
         return;
     case DDP_POLICY_RESTART: {
         a->g.attempt++;
@@ -1255,6 +1304,9 @@ static void on_rdzv_command(void *ctx)
         case DDP_RDZV_CMD_STOP:
             remote_stop(a, exit_code, message);
             break;
+        case DDP_RDZV_CMD_STORE_LOST:
+            store_lost(a, message);
+            break;
         case DDP_RDZV_CMD_FINISH:
             ddp_hang_watch_cancel(a->hang);
             if (ddp_rdzv_unhealthy(a->g.rdzv))
@@ -1640,7 +1692,7 @@ static void start_rendezvous(ddp_agent_t *a)
     int err = 0;
     ddp_rdzv_launcher_id(id, a->g.host);
     a->g.state = DDP_AGENT_WAITING;
-    if (a->g.store != NULL)
+    if (a->g.store != NULL && a->g.coord == NULL) /* (etcd: started at placement) */
         err = ddp_rdzv_coord_start(&a->loop, a->g.store, cfg, a->g.log, id, &a->g.coord);
     if (err == 0)
         err = ddp_rdzv_start(&a->loop, cfg, a->g.log, id, a->guard.fd, on_rdzv_command, a,
@@ -1660,19 +1712,43 @@ static void start_rendezvous(ddp_agent_t *a)
     }
 }
 
-/* etcd has elected a launcher: where it is not this one, our store gives way to its. */
+static void on_place_failed(void *ctx, const char *why);
+
+/* etcd has elected a launcher: where it is not this one, our store stands aside (still
+ * listening, for the next election), and the job's is the elected one's. */
 static void on_placed(void *ctx, bool own, const char *host, int port)
 {
     ddp_agent_t *a = ctx;
     if (own) {
+        if (a->g.store == NULL) {
+            a->g.store = a->idle_store;
+            a->idle_store = NULL;
+        }
+        snprintf(a->placed_cfg.master_addr, sizeof a->placed_cfg.master_addr, "%s", a->own_addr);
         a->placed_cfg.master_port = a->g.store_port;
     } else {
-        ddp_store_server_close(a->g.store);
-        a->g.store = NULL;
+        if (a->g.store != NULL) {
+            a->idle_store = a->g.store;
+            a->g.store = NULL;
+        }
         snprintf(a->placed_cfg.master_addr, sizeof a->placed_cfg.master_addr, "%s", host);
         a->placed_cfg.master_port = port;
     }
-    start_rendezvous(a);
+    if (!a->relocating) {
+        start_rendezvous(a);
+        return;
+    }
+    /* Elected after a loss: the coordinator at once (the others may come before this
+     * node's workers have stopped); this node's own thread joins it after them. */
+    char id[DDP_RDZV_ID_MAX];
+    ddp_rdzv_launcher_id(id, a->g.host);
+    if (own &&
+        ddp_rdzv_coord_start(&a->loop, a->g.store, a->g.cfg, a->g.log, id, &a->g.coord) != 0) {
+        on_place_failed(a, "unable to start the rendezvous coordinator: out of memory");
+        return;
+    }
+    a->relocated = true;
+    rejoin_if_ready(a);
 }
 
 static void on_place_failed(void *ctx, const char *why)
@@ -1695,6 +1771,7 @@ static void start_etcd_place(ddp_agent_t *a)
     ddp_buf_t why = DDP_BUF_INIT;
     ddp_rdzv_launcher_id(id, a->g.host);
     a->g.state = DDP_AGENT_WAITING;
+    snprintf(a->own_addr, sizeof a->own_addr, "%s", a->g.cfg->master_addr);
     int err = ddp_etcd_place_start(&a->loop, a->g.cfg, a->g.log, id, a->g.cfg->master_addr,
                                    a->g.store_port, &cbs, a, &a->place, &why);
     if (err != 0) {
@@ -1740,6 +1817,9 @@ static int agent_free(ddp_agent_t *a, int exit_code)
         bool elsewhere =
             a->g.rdzv != NULL && !a->served_store && ddp_rdzv_failures_published(a->g.rdzv);
         ddp_rdzv_free(a->g.rdzv);
+        for (size_t i = 0; i < a->nretired; i++)
+            ddp_rdzv_free(a->retired[i]);
+        free(a->retired);
         ddp_strv_free(a->g.job_env);
         exit_code = a->exit_code;
         ddp_output_stop(&a->output); /* every worker line is out before the report */

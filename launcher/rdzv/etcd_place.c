@@ -4,6 +4,9 @@
  *   CLEARING --no member key under the prefix: it is deleted (a finished job's), else kept-->
  *   ELECTING --the session's first word on the coordinator's key: none (elect), ours or
  *              another's--> PLACED (placed callback)
+ *   PLACED --ddp_etcd_place_lost: the key still names the lost store: its launcher's lease
+ *            revoked (its keys go); none: elect--> ELECTING (placed again, the new one);
+ *            the key names another store already--> PLACED (placed again)
  *   CLEARING, ELECTING, PLACED --etcd unreachable, not etcd, the lease lost--> FAILED
  *   any --ddp_etcd_place_close--> CLOSING (the prefix deleted by the elected, the lease
  *                                         revoked, the client freed) */
@@ -28,7 +31,9 @@ struct ddp_etcd_place_s {
     ddp_etcd_place_cbs_t cbs;
     void *ctx;
     phase_t phase;
-    bool own; /* this launcher's store is the job's */
+    bool own;     /* this launcher's store is the job's */
+    char *placed; /* the coordinator's record the job is at (malloc'd) */
+    char *latest; /* the record the key holds as last seen, NULL: none (malloc'd) */
     double ttl;
     char prefix[320]; /* ddp-launch/<run id>/ */
     char id[128], record[400];
@@ -73,14 +78,11 @@ static void on_coordinator(void *ctx, const char *record, bool own)
     ddp_etcd_place_t *p = ctx;
     char host[256];
     int port = 0;
-    if (p->phase == PLACE_PLACED) {
-        /* (Failover, a new coordinator taking over the job, is not there yet: the node
-         * thread sees the store's loss and ends as with c10d.) */
-        if (record == NULL || own != p->own)
-            ddp_log_warn(p->log, "etcd: the job's coordinator changed (now %s)",
-                         record != NULL ? record : "none");
-        return;
-    }
+    free(p->latest);
+    p->latest = record != NULL ? strdup(record) : NULL;
+    /* Placed, the job stays where it is until the node thread says its store is lost
+     * (ddp_etcd_place_lost): a key that changes meanwhile (the job's end deletes it) is
+     * no news for this launcher yet. */
     if (p->phase != PLACE_ELECTING)
         return;
     if (record == NULL) {
@@ -98,6 +100,8 @@ static void on_coordinator(void *ctx, const char *record, bool own)
     }
     p->phase = PLACE_PLACED;
     p->own = own;
+    free(p->placed);
+    p->placed = strdup(record);
     ddp_log_info(p->log, "etcd: %s",
                  own ? "elected: this launcher serves the job's store"
                      : "the job's store is the elected launcher's");
@@ -182,11 +186,30 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
     return 0;
 }
 
+void ddp_etcd_place_lost(ddp_etcd_place_t *p)
+{
+    if (p->phase != PLACE_PLACED)
+        return;
+    p->phase = PLACE_ELECTING;
+    bool same = p->latest != NULL && p->placed != NULL && strcmp(p->latest, p->placed) == 0;
+    ddp_log_warn(p->log, "etcd: the job's store at %.*s is lost: %s", (int)strcspn(p->placed, " "),
+                 p->placed,
+                 same                ? "ending its launcher's lease, then electing another"
+                 : p->latest == NULL ? "electing another launcher"
+                                     : "another launcher is elected already");
+    if (same) /* its keys go now rather than at its lease's end; the watch says so */
+        ddp_etcd_session_depose(p->session);
+    else
+        on_coordinator(p, p->latest, false);
+}
+
 /* The end. */
 
 static void on_session_closed(void *ctx)
 {
     ddp_etcd_place_t *p = ctx;
+    free(p->placed);
+    free(p->latest);
     ddp_etcd_free(p->etcd);
     free(p);
 }

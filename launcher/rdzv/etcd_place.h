@@ -21,8 +21,8 @@
 typedef struct ddp_etcd_place_s ddp_etcd_place_t;
 
 typedef struct {
-    /* Once: the job's store is this launcher's own (`own`), or the elected launcher's at
-     * host:port. */
+    /* The job's store is this launcher's own (`own`), or the elected launcher's at
+     * host:port: once at the start, and once after each ddp_etcd_place_lost. */
     void (*placed)(void *ctx, bool own, const char *host, int port);
     /* etcd failed this launcher (before placed, or its lease lost after): `why`. Once; the
      * part does nothing more but close. */
@@ -35,6 +35,12 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
                          const char *id, const char *host, int port,
                          const ddp_etcd_place_cbs_t *cbs, void *ctx, ddp_etcd_place_t **out,
                          ddp_buf_t *why);
+
+/* The node thread lost the job's store mid-job (its launcher's node is gone, say): the
+ * elected launcher's lease is revoked where the key still names it (every launcher sees
+ * the key go at once), the launchers elect another, and placed says where the job goes on
+ * (this launcher's own store, which it kept listening, or the new one's). */
+void ddp_etcd_place_lost(ddp_etcd_place_t *p);
 
 /* The job is over here: the callbacks stop; the elected launcher deletes the job's keys,
  * every launcher revokes its lease (its keys go with it), each bounded by the client's

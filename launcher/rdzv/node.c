@@ -127,13 +127,15 @@ int ddp_rdzv_take_pause_request(ddp_rdzv_t *r)
 }
 
 /* The store failed us mid-job: this node ends (status 5), saying what failed on the
- * connection that failed (the waiter's, when await_keys said so). */
+ * connection that failed (the waiter's, when await_keys said so); with etcd, the loop is
+ * told, and a new thread joins the store of the launcher elected next. */
 static node_phase_t store_lost(ddp_rdzv_t *r)
 {
     const ddp_store_client_t *c = r->waiter_failed ? r->waiter : r->client;
-    ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
-                     "lost the rendezvous store at %s:%d: %s", r->cfg->master_addr,
-                     r->cfg->master_port, ddp_store_client_error(c));
+    bool etcd = r->cfg->rdzv_backend == DDP_RDZV_ETCD; /* the job moves to another store */
+    ddp_rdzv_command(r, etcd ? DDP_RDZV_CMD_STORE_LOST : DDP_RDZV_CMD_FINISH, NULL,
+                     DDP_EXIT_RDZV_FAILED, "lost the rendezvous store at %s:%d: %s",
+                     r->cfg->master_addr, r->cfg->master_port, ddp_store_client_error(c));
     return NODE_END;
 }
 

@@ -58,6 +58,9 @@ typedef enum {
      * continue them. The exit code is 1 when that node is this one. */
     DDP_RDZV_CMD_PAUSE,
     DDP_RDZV_CMD_CONTINUE,
+    /* --rdzv-backend=etcd: the store failed us mid-job (message: how); the thread has ended,
+     * and the job goes on at the store of the launcher etcd elects next. */
+    DDP_RDZV_CMD_STORE_LOST,
 } ddp_rdzv_cmd_t;
 
 typedef struct {

@@ -20,9 +20,9 @@
 #define MAX_ARGS 24
 
 /* A launcher's argv: ddp-launch --rdzv-backend=etcd, the flags (space-separated, in
- * `flags`, which is cut up), then the worker program th_worker() "env" (every worker
- * prints its environment). */
-static void launcher_argv(const char **argv, char *flags)
+ * `flags`, which is cut up), then the worker program: `worker`, or th_worker() "env" (every
+ * worker prints its environment). */
+static void launcher_argv(const char **argv, char *flags, const char *const *worker)
 {
     int n = 0;
     argv[n++] = th_launcher();
@@ -31,14 +31,18 @@ static void launcher_argv(const char **argv, char *flags)
     for (char *save = NULL, *f = strtok_r(flags, " ", &save); f != NULL && n < MAX_ARGS - 3;
          f = strtok_r(NULL, " ", &save))
         argv[n++] = f;
-    argv[n++] = th_worker();
-    argv[n++] = "env";
+    for (int i = 0; worker != NULL && worker[i] != NULL && n < MAX_ARGS - 1; i++)
+        argv[n++] = worker[i];
+    if (worker == NULL) {
+        argv[n++] = th_worker();
+        argv[n++] = "env";
+    }
     argv[n] = NULL;
 }
 
-static void start_launcher(th_proc_t *p, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void start_launcher(th_proc_t *p, const char *fmt, ...)
+static void start_worker(th_proc_t *p, const char *const *worker, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void start_worker(th_proc_t *p, const char *const *worker, const char *fmt, ...)
 {
     char flags[2048];
     const char *argv[MAX_ARGS];
@@ -46,9 +50,11 @@ static void start_launcher(th_proc_t *p, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(flags, sizeof flags, fmt, ap);
     va_end(ap);
-    launcher_argv(argv, flags);
+    launcher_argv(argv, flags, worker);
     th_start(p, argv, NULL);
 }
+
+#define start_launcher(p, ...) start_worker(p, NULL, __VA_ARGS__)
 
 static const char *out(const th_proc_t *p)
 {
@@ -252,14 +258,99 @@ static void test_run_ids_apart_leftovers_cleared(void **state)
     th_etcd_down(&etcd);
 }
 
-int main(void)
+/* Until a launcher's worker says "ready" (1) or the launcher that it waits as a hot spare
+ * (2), at most `timeout` s (0). */
+static int wait_running_or_spare(th_proc_t *p, double timeout)
 {
+    for (double deadline = th_now() + timeout; th_now() < deadline;) {
+        if (th_wait_output(p, 1, "ready", 1, 0.1))
+            return 1;
+        if (th_wait_output(p, 2, "waits as a hot spare", 1, 0.1))
+            return 2;
+    }
+    return 0;
+}
+
+/* The elected launcher SIGKILLed mid-job (its guard takes its worker), with a hot spare
+ * waiting: the survivor and the spare see the store go, etcd elects one of them, its store
+ * takes the job, and both run the next round to the end as the job's 2 nodes; every
+ * worker of it is started within seconds of the kill. */
+static void test_elected_launcher_lost_spare_takes_over(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 3);
+    char *dir = th_tmpdir(), marker[600], script[1400];
+    snprintf(marker, sizeof marker, "%s/go", dir);
+    snprintf(script, sizeof script,
+             "if [ -e '%s' ]; then echo \"DONE GROUP_RANK=$GROUP_RANK "
+             "GROUP_WORLD_SIZE=$GROUP_WORLD_SIZE STORE=$MASTER_PORT\"; exit 0; fi; "
+             "echo ready; exec sleep 600",
+             marker);
+    const char *worker[] = {"/bin/sh", "-c", script, NULL};
+    th_proc_t node[3];
+    for (int i = 0; i < 3; i++)
+        start_worker(&node[i], worker,
+                     "--nnodes=2:2 --hot-spares=1 --rdzv-id=lose --rdzv-endpoint=%s "
+                     "--rdzv-conf=last_call_timeout=1",
+                     etcd.endpoints);
+    int elected = -1, spare = -1;
+    for (int i = 0; i < 3; i++) {
+        th_proc_t *p = &node[i];
+        TH_ASSERT(p, th_wait_output(p, 2, "etcd: ", 1, 30));
+        if (strstr(err(p), "etcd: elected") != NULL)
+            elected = i;
+    }
+    assert_true(elected >= 0);
+    for (int i = 0; i < 3; i++) {
+        th_proc_t *p = &node[i];
+        int said = wait_running_or_spare(p, 30);
+        TH_ASSERT(p, said != 0);
+        if (said == 2)
+            spare = i;
+    }
+    TH_ASSERT(&node[elected], spare >= 0 && spare != elected);
+    TH_ASSERT(&node[elected], th_touch(marker));
+    double killed = th_now();
+    assert_int_equal(kill(node[elected].pid, SIGKILL), 0);
+    int ranks[2] = {0, 0};
+    for (int i = 0; i < 3; i++) {
+        th_proc_t *p = &node[i];
+        if (i == elected)
+            continue;
+        TH_ASSERT(p, th_wait_exit(p, 30));
+        TH_ASSERT(p, th_status(p) == 0);
+        TH_ASSERT(p, strstr(err(p), "the job goes on at the store of the launcher etcd elects "
+                                    "next") != NULL);
+        const char *done = strstr(out(p), "DONE GROUP_RANK=");
+        TH_ASSERT(p, done != NULL && strstr(done, "GROUP_WORLD_SIZE=2") != NULL);
+        int g = atoi(done + strlen("DONE GROUP_RANK="));
+        TH_ASSERT(p, g == 0 || g == 1);
+        ranks[g]++;
+    }
+    double took = th_now() - killed;
+    assert_int_equal(ranks[0] * ranks[1], 1);
+    printf("the job at full size again and done %.2f s after the kill\n", took);
+    assert_true(took < 10);
+    th_wait_exit(&node[elected], 10);
+    for (int i = 0; i < 3; i++)
+        th_cleanup(&node[i]);
+    th_etcd_down(&etcd);
+    th_rmtree(dir);
+    free(dir);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
         TH_TEST(test_flags_checked),
         TH_TEST(test_no_etcd_there),
         TH_TEST(test_tls),
         TH_TEST(test_three_launchers_form_one_job),
         TH_TEST(test_run_ids_apart_leftovers_cleared),
+        TH_TEST(test_elected_launcher_lost_spare_takes_over),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
