@@ -1268,6 +1268,21 @@ static void remote_stop(ddp_agent_t *a, int exit_code, const char *message)
     begin_stop(a, SIGTERM, DDP_STOP_REMOTE);
 }
 
+/* The job ends here with `exit_code`: now, or once the workers have stopped. */
+static void end_job(ddp_agent_t *a, int exit_code)
+{
+    if (a->g.nrunning > 0) {
+        a->g.abort_exit_code = exit_code;
+        if (a->g.state == DDP_AGENT_RUNNING)
+            begin_stop(a, peer_signal(a, exit_code), DDP_STOP_ABORTED);
+        else
+            a->g.stop_reason = DDP_STOP_ABORTED;
+    } else {
+        a->exit_code = exit_code;
+        finish(a);
+    }
+}
+
 static void on_rdzv_command(void *ctx)
 {
     ddp_agent_t *a = ctx;
@@ -1317,16 +1332,7 @@ static void on_rdzv_command(void *ctx)
                 ddp_log_error(a->g.log, "%s", message);
             if (exit_code == DDP_EXIT_WORKER_FAILED)
                 ddp_end_notes_left_early(a->notes);
-            if (a->g.nrunning > 0) {
-                a->g.abort_exit_code = exit_code;
-                if (a->g.state == DDP_AGENT_RUNNING)
-                    begin_stop(a, peer_signal(a, exit_code), DDP_STOP_ABORTED);
-                else
-                    a->g.stop_reason = DDP_STOP_ABORTED;
-            } else {
-                a->exit_code = exit_code;
-                finish(a);
-            }
+            end_job(a, exit_code);
             break;
         }
     }
@@ -1755,12 +1761,9 @@ static void on_place_failed(void *ctx, const char *why)
 {
     ddp_agent_t *a = ctx;
     ddp_log_error(a->g.log, "rendezvous: %s", why);
-    if (a->g.rdzv != NULL) { /* the job runs: every node ends with it */
+    if (a->g.rdzv != NULL) /* the job runs: the others are told, where the store can */
         ddp_rdzv_post_end(a->g.rdzv, DDP_EXIT_RDZV_FAILED, why);
-        return;
-    }
-    a->exit_code = DDP_EXIT_RDZV_FAILED;
-    finish(a);
+    end_job(a, DDP_EXIT_RDZV_FAILED);
 }
 
 /* --rdzv-backend=etcd: the rendezvous starts once etcd has said where the store is. */

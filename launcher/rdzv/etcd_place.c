@@ -158,10 +158,10 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
     p->log = log;
     p->cbs = *cbs;
     p->ctx = ctx;
-    /* The lease outlives keep_alive_max_attempt missed beats, and is kept alive every
-     * third of it: at least 6 s, so that a launcher sends at most a request every 2 s. */
-    double limit = cfg->rdzv_conf.keep_alive_interval * cfg->rdzv_conf.keep_alive_max_attempt;
-    p->ttl = limit > 6 ? limit : 6;
+    /* The lease is twice the keep-alive limit (6 s by default), kept alive every third of
+     * it: a launcher sends etcd a request every 2 s; at least etcd's least lease, 2 s. */
+    double limit = 2 * cfg->rdzv_conf.keep_alive_interval * cfg->rdzv_conf.keep_alive_max_attempt;
+    p->ttl = limit > 2 ? limit : 2;
     snprintf(p->prefix, sizeof p->prefix, "ddp-launch/%s/", cfg->run_id);
     snprintf(p->id, sizeof p->id, "%s", id);
     snprintf(p->record, sizeof p->record, strchr(host, ':') != NULL ? "[%s]:%d %s" : "%s:%d %s",

@@ -502,6 +502,27 @@ static void not_our_job(ddp_rdzv_t *r)
     ddp_buf_free(&theirs);
 }
 
+/* s the elected launcher's coordinator may take to start (it runs on a loop that has
+ * answered etcd): seconds at most. */
+#define ETCD_COORDINATOR_WAIT 10.0
+
+/* etcd: the elected launcher's store listens before its coordinator starts (it starts once
+ * that launcher has heard it won, which another may hear first): its key `keys[0]` awaited
+ * a moment, in slices of 0.2 s between which the loop's end or abort is looked at (the
+ * loop's posts stay for later). 0, DDP_ETIMEOUT, 1 (this launcher ends), or the store's
+ * error. */
+static int await_coordinator(ddp_rdzv_t *r, const char *const *keys)
+{
+    double deadline = ddp_clock_mono() + ETCD_COORDINATOR_WAIT;
+    int err = DDP_ETIMEOUT;
+    while (err == DDP_ETIMEOUT && ddp_clock_mono() < deadline) {
+        if (ddp_rdzv_ending(r))
+            return 1;
+        err = ddp_store_client_wait(r->client, keys, 1, 0.2);
+    }
+    return err;
+}
+
 static node_phase_t node_connect(ddp_rdzv_t *r)
 {
     const ddp_launch_config_t *cfg = r->cfg;
@@ -573,6 +594,12 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
     ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "coordinator");
     if (ddp_store_client_check(r->client, keys, 1, &there) != 0)
         return store_lost(r);
+    if (!there && r->cfg->rdzv_backend == DDP_RDZV_ETCD) {
+        int err = await_coordinator(r, keys);
+        if (err == 1 || (err != 0 && err != DDP_ETIMEOUT))
+            return err == 1 ? NODE_END : store_lost(r);
+        there = err == 0;
+    }
     if (!there) {
         not_our_job(r);
         return NODE_END;

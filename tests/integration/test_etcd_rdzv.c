@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_ARGS 24
 
@@ -204,13 +205,9 @@ static void test_three_launchers_form_one_job(void **state)
     }
     assert_int_equal(ranks[0] * ranks[1] * ranks[2], 1);
     assert_int_equal(elected, 1);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "ETCDCTL_API=3 /usr/bin/etcdctl --endpoints=%s get --prefix "
-             "ddp-launch/form/ | wc -c | grep -qx 0",
-             etcd.endpoints);
-    const char *sh[] = {"/bin/sh", "-c", cmd, NULL};
-    assert_true(th_succeeds(sh, 20));
+    char keys[4096];
+    assert_int_equal(th_etcdctl(&etcd, "get --prefix ddp-launch/form/", keys, sizeof keys), 0);
+    assert_string_equal(keys, "");
     for (int i = 0; i < 3; i++)
         th_cleanup(&node[i]);
     th_etcd_down(&etcd);
@@ -238,14 +235,10 @@ static void test_run_ids_apart_leftovers_cleared(void **state)
         TH_ASSERT(&node[i], strstr(out(&node[i]), id) != NULL);
         th_cleanup(&node[i]);
     }
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd,
-             "export ETCDCTL_API=3; /usr/bin/etcdctl --endpoints=%s put ddp-launch/old/coord "
-             "'127.0.0.1:1 gone' && /usr/bin/etcdctl --endpoints=%s put "
-             "ddp-launch/old/state 'round 7'",
-             etcd.endpoints, etcd.endpoints);
-    const char *sh[] = {"/bin/sh", "-c", cmd, NULL};
-    assert_true(th_succeeds(sh, 20));
+    char said[4096];
+    assert_int_equal(
+        th_etcdctl(&etcd, "put ddp-launch/old/coord '127.0.0.1:1 gone'", said, sizeof said), 0);
+    assert_int_equal(th_etcdctl(&etcd, "put ddp-launch/old/state 'round 7'", said, sizeof said), 0);
     for (int i = 0; i < 2; i++)
         start_launcher(&node[i], "--nnodes=2 --rdzv-id=old --rdzv-endpoint=%s", etcd.endpoints);
     for (int i = 0; i < 2; i++) {
@@ -340,6 +333,117 @@ static void test_elected_launcher_lost_spare_takes_over(void **state)
     free(dir);
 }
 
+/* A 3-member etcd and two launchers of --nnodes=2 under run id `id` (more flags in `conf`)
+ * on it, their workers running until `marker` (in the directory returned, which the caller
+ * removes) exists; they look every 0.1 s. */
+static char *two_waiting(th_etcd_t *etcd, th_proc_t *node, const char *id, const char *conf,
+                         char *marker, size_t cap)
+{
+    char script[1400], *dir = th_tmpdir();
+    th_etcd_up(etcd, 3);
+    snprintf(marker, cap, "%s/go", dir);
+    snprintf(script, sizeof script,
+             "echo ready; while [ ! -e '%s' ]; do sleep 0.1; done; echo DONE", marker);
+    const char *worker[] = {"/bin/sh", "-c", script, NULL};
+    for (int i = 0; i < 2; i++)
+        start_worker(&node[i], worker, "--nnodes=2 --rdzv-id=%s --rdzv-endpoint=%s %s", id,
+                     etcd->endpoints, conf);
+    for (int i = 0; i < 2; i++)
+        TH_ASSERT(&node[i], th_wait_output(&node[i], 1, "ready", 1, 30));
+    return dir;
+}
+
+static void two_done(th_etcd_t *etcd, th_proc_t *node, char *dir)
+{
+    for (int i = 0; i < 2; i++)
+        th_cleanup(&node[i]);
+    th_etcd_down(etcd);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* Whether every lease etcd holds is kept alive after `since`: each seen with its remaining
+ * time back near its TTL once more than a third of it has passed, within `timeout` s. */
+static bool leases_renewed_after(const th_etcd_t *etcd, double since, double timeout)
+{
+    char list[4096], one[512], args[128], renewed[8][40];
+    int nrenewed = 0, leases = 0;
+    for (double deadline = th_now() + timeout; th_now() < deadline;) {
+        nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
+        if (th_now() - since < 2.5 || th_etcdctl(etcd, "lease list", list, sizeof list) != 0)
+            continue;
+        leases = 0;
+        for (char *save = NULL, *id = strtok_r(list, "\n", &save); id != NULL;
+             id = strtok_r(NULL, "\n", &save)) {
+            bool seen = strncmp(id, "found", 5) == 0 || strlen(id) >= sizeof renewed[0];
+            for (int k = 0; k < nrenewed && !seen; k++)
+                seen = strcmp(renewed[k], id) == 0;
+            leases += strncmp(id, "found", 5) != 0;
+            if (seen || nrenewed == 8)
+                continue;
+            snprintf(args, sizeof args, "lease timetolive %s", id);
+            const char *left =
+                th_etcdctl(etcd, args, one, sizeof one) == 0 ? strstr(one, "remaining(") : NULL;
+            if (left != NULL && atoi(left + strlen("remaining(")) >= 5)
+                snprintf(renewed[nrenewed++], sizeof renewed[0], "%s", id);
+        }
+        if (leases >= 2 && nrenewed >= leases)
+            return true;
+    }
+    return false;
+}
+
+/* The etcd leader SIGKILLed mid-job: the launchers' keep-alives go to the other members
+ * (their leases renewed after the kill), and the job runs to its end, nothing said. */
+static void test_etcd_leader_lost_job_goes_on(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_proc_t node[2];
+    char marker[600], *dir = two_waiting(&etcd, node, "leader", "", marker, sizeof marker);
+    int leader = th_etcd_leader(&etcd, 10);
+    assert_true(leader >= 0);
+    double killed = th_now();
+    th_etcd_kill(&etcd, leader, SIGKILL);
+    assert_true(leases_renewed_after(&etcd, killed, 15));
+    TH_ASSERT(&node[0], th_touch(marker));
+    for (int i = 0; i < 2; i++) {
+        TH_ASSERT(&node[i], th_wait_exit(&node[i], 30));
+        TH_ASSERT(&node[i], th_status(&node[i]) == 0);
+        TH_ASSERT(&node[i], strstr(out(&node[i]), "DONE") != NULL);
+        TH_ASSERT(&node[i], strstr(err(&node[i]), "warning") == NULL);
+    }
+    two_done(&etcd, node, dir);
+}
+
+/* Two of three etcd members SIGKILLed mid-job (no quorum): every launcher ends with status
+ * 5, saying etcd could not be reached and naming its endpoints, within the lease's time and
+ * its requests', its workers stopped; no hang. */
+static void test_etcd_quorum_lost_ends_the_job(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_proc_t node[2];
+    /* A lease of 2 s (2 x 0.5 s x 2 beats), for a short test. */
+    char marker[600], *dir = two_waiting(&etcd, node, "quorum",
+                                         "--rdzv-conf=keep_alive_interval=0.5,"
+                                         "keep_alive_max_attempt=2",
+                                         marker, sizeof marker);
+    double killed = th_now();
+    th_etcd_kill(&etcd, 0, SIGKILL);
+    th_etcd_kill(&etcd, 1, SIGKILL);
+    for (int i = 0; i < 2; i++) {
+        TH_ASSERT(&node[i], th_wait_exit(&node[i], 30));
+        TH_ASSERT(&node[i], th_status(&node[i]) == 5);
+        TH_ASSERT(&node[i], strstr(err(&node[i]), etcd.endpoints) != NULL);
+        TH_ASSERT(&node[i], strstr(out(&node[i]), "DONE") == NULL);
+    }
+    double took = th_now() - killed;
+    printf("quorum lost: every launcher ended %.1f s after\n", took);
+    assert_true(took < 10);
+    two_done(&etcd, node, dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -351,6 +455,8 @@ int main(int argc, char **argv)
         TH_TEST(test_three_launchers_form_one_job),
         TH_TEST(test_run_ids_apart_leftovers_cleared),
         TH_TEST(test_elected_launcher_lost_spare_takes_over),
+        TH_TEST(test_etcd_leader_lost_job_goes_on),
+        TH_TEST(test_etcd_quorum_lost_ends_the_job),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -768,6 +768,11 @@ static int etcdctl(const th_etcd_t *c, const char *endpoints, const char *args, 
     return pclose(f);
 }
 
+int th_etcdctl(const th_etcd_t *c, const char *args, char *out, size_t cap)
+{
+    return etcdctl(c, c->endpoints, args, out, cap);
+}
+
 static void etcd_up(th_etcd_t *c, int n, bool tls);
 
 void th_etcd_up(th_etcd_t *c, int n)

@@ -139,6 +139,9 @@ void th_etcd_up_tls(th_etcd_t *c, int n);
 void th_etcd_kill(th_etcd_t *c, int i, int sig);
 int th_etcd_leader(th_etcd_t *c, double timeout);
 void th_etcd_down(th_etcd_t *c);
+/* etcdctl `args` against every endpoint of the cluster (its TLS files where it has them):
+ * its output (stdout and stderr) into out[cap], and its wait status. */
+int th_etcdctl(const th_etcd_t *c, const char *args, char *out, size_t cap);
 
 /* A web server that is not etcd (Python's http.server) on 127.0.0.1:`port`, serving once
  * this returns; the test ends it (th_cleanup). */
