@@ -127,15 +127,19 @@ int ddp_rdzv_take_pause_request(ddp_rdzv_t *r)
 }
 
 /* The store failed us mid-job: this node ends (status 5), saying what failed on the
- * connection that failed (the waiter's, when await_keys said so); with etcd, the loop is
- * told, and a new thread joins the store of the launcher elected next. */
+ * connection that failed (the waiter's, when await_keys said so), and that etcd's
+ * rendezvous would have gone on; with etcd, the loop is told, and a new thread joins the
+ * store of the launcher elected next. */
 static node_phase_t store_lost(ddp_rdzv_t *r)
 {
     const ddp_store_client_t *c = r->waiter_failed ? r->waiter : r->client;
     bool etcd = r->cfg->rdzv_backend == DDP_RDZV_ETCD; /* the job moves to another store */
     ddp_rdzv_command(r, etcd ? DDP_RDZV_CMD_STORE_LOST : DDP_RDZV_CMD_FINISH, NULL,
-                     DDP_EXIT_RDZV_FAILED, "lost the rendezvous store at %s:%d: %s",
-                     r->cfg->master_addr, r->cfg->master_port, ddp_store_client_error(c));
+                     DDP_EXIT_RDZV_FAILED, "lost the rendezvous store at %s:%d: %s%s",
+                     r->cfg->master_addr, r->cfg->master_port, ddp_store_client_error(c),
+                     etcd ? ""
+                          : "; the job ends with the launcher that served it (its node lost?): "
+                            "--rdzv-backend=etcd survives the loss of any node");
     return NODE_END;
 }
 

@@ -773,7 +773,8 @@ static void test_node_loss_in_a_slurm_step_ends_the_job(void **state)
 }
 
 /* Node 0's launcher SIGKILLed: its store goes with it, and node 1 ends at once (status
- * 5), its workers stopped, saying the store is lost. */
+ * 5), its workers stopped, saying the store is lost and that etcd's rendezvous survives
+ * it. */
 static void test_store_host_lost(void **state)
 {
     job_t job;
@@ -786,6 +787,7 @@ static void test_store_host_lost(void **state)
     TH_ASSERT(n1, th_now() - killed < 10);
     TH_ASSERT(n1, th_status(n1) == 5);
     TH_ASSERT(n1, strstr(err(n1), "lost the rendezvous store") != NULL);
+    TH_ASSERT(n1, strstr(err(n1), "--rdzv-backend=etcd survives the loss of any node") != NULL);
     job_wait(&job, 10);
     job_cleanup(&job);
 }
