@@ -1720,19 +1720,51 @@ static void start_rendezvous(ddp_agent_t *a)
 
 static void on_place_failed(void *ctx, const char *why);
 
-/* etcd has elected a launcher: where it is not this one, our store stands aside (still
- * listening, for the next election), and the job's is the elected one's. */
-static void on_placed(void *ctx, bool own, const char *host, int port)
+static void on_round_formed(void *ctx, const char *record)
 {
     ddp_agent_t *a = ctx;
-    if (own) {
-        if (a->g.store == NULL) {
-            a->g.store = a->idle_store;
-            a->idle_store = NULL;
-        }
-        snprintf(a->placed_cfg.master_addr, sizeof a->placed_cfg.master_addr, "%s", a->own_addr);
-        a->placed_cfg.master_port = a->g.store_port;
-    } else {
+    ddp_etcd_place_record(a->place, record);
+}
+
+/* Elected: the coordinator at once (after a loss, the others may come before this node's
+ * workers have stopped), resuming the job's last round where etcd has one; each round's
+ * record goes to etcd. 0, or the failure said. */
+static int coordinate(ddp_agent_t *a, const char *last_round)
+{
+    char id[DDP_RDZV_ID_MAX];
+    ddp_rdzv_launcher_id(id, a->g.host);
+    if (a->g.store == NULL) {
+        a->g.store = a->idle_store;
+        a->idle_store = NULL;
+    }
+    snprintf(a->placed_cfg.master_addr, sizeof a->placed_cfg.master_addr, "%s", a->own_addr);
+    a->placed_cfg.master_port = a->g.store_port;
+    int err = ddp_rdzv_coord_start(&a->loop, a->g.store, a->g.cfg, a->g.log, id, &a->g.coord);
+    if (err == 0 && last_round != NULL &&
+        (err = ddp_rdzv_coord_resume_from(a->g.coord, last_round)) != 0)
+        ddp_log_warn(a->g.log,
+                     "etcd: the job's round record '%.200s' is not ddp-launch's: the "
+                     "job starts over from round 0",
+                     last_round);
+    if (err == -ENOMEM || (err != 0 && a->g.coord == NULL)) {
+        char why[200];
+        snprintf(why, sizeof why, "unable to start the rendezvous coordinator: %s",
+                 ddp_strerror(err));
+        on_place_failed(a, why);
+        return err;
+    }
+    ddp_rdzv_coord_on_formed(a->g.coord, on_round_formed, a);
+    return 0;
+}
+
+/* etcd has elected a launcher: where it is not this one, our store stands aside (still
+ * listening, for the next election), and the job's is the elected one's. */
+static void on_placed(void *ctx, bool own, const char *host, int port, const char *last_round)
+{
+    ddp_agent_t *a = ctx;
+    if (own && coordinate(a, last_round) != 0)
+        return;
+    if (!own) {
         if (a->g.store != NULL) {
             a->idle_store = a->g.store;
             a->g.store = NULL;
@@ -1744,16 +1776,7 @@ static void on_placed(void *ctx, bool own, const char *host, int port)
         start_rendezvous(a);
         return;
     }
-    /* Elected after a loss: the coordinator at once (the others may come before this
-     * node's workers have stopped); this node's own thread joins it after them. */
-    char id[DDP_RDZV_ID_MAX];
-    ddp_rdzv_launcher_id(id, a->g.host);
-    if (own &&
-        ddp_rdzv_coord_start(&a->loop, a->g.store, a->g.cfg, a->g.log, id, &a->g.coord) != 0) {
-        on_place_failed(a, "unable to start the rendezvous coordinator: out of memory");
-        return;
-    }
-    a->relocated = true;
+    a->relocated = true; /* this node's own thread joins once its workers have stopped */
     rejoin_if_ready(a);
 }
 

@@ -107,6 +107,11 @@ struct ddp_rdzv_coord_s {
     void (*closed)(void *ctx); /* finishing: called once the server is closed */
     void *closed_ctx;
     double last_tick, next_status, next_stats, started;
+    /* etcd: called as each round forms, with its record (ddp_rdzv_round_record_format),
+     * which etcd keeps for a coordinator that takes the job over; NULL: none. */
+    void (*formed)(void *ctx, const char *record);
+    void *formed_ctx;
+    char *last_ranks; /* resumed: the last round's launcher ids by node rank (malloc'd) */
 };
 
 struct ddp_rdzv_backend_ops_s {

@@ -330,6 +330,22 @@ static bool check_environments(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, 
 static void status_running(ddp_rdzv_coord_t *c, int n);
 
 /* The forming round closes with ranked[0..n): each learns its share, at its assign key. */
+static const char *running_id(void *ctx, int i)
+{
+    const ddp_rdzv_coord_t *c = ctx;
+    return c->running[i]->id;
+}
+
+/* The round's record, for etcd (ddp_rdzv_coord_on_formed). */
+static void tell_formed(ddp_rdzv_coord_t *c, int n)
+{
+    ddp_buf_t record = DDP_BUF_INIT;
+    if (c->formed != NULL &&
+        ddp_rdzv_round_record_format(&record, c->round, c->restarts, running_id, c, n) == 0)
+        c->formed(c->formed_ctx, ddp_buf_str(&record));
+    ddp_buf_free(&record);
+}
+
 static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
 {
     if (c->round > 0) {
@@ -374,6 +390,7 @@ static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
     status_running(c, n);
     ddp_log_debug(c->log, "rendezvous: round %d formed: %d node(s), %d workers", c->round, n,
                   world_size);
+    tell_formed(c, n);
 }
 
 static void on_tick(uv_timer_t *timer);
@@ -630,6 +647,21 @@ static void on_report(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m, const ddp_rdzv_
     }
 }
 
+/* Resumed: launcher `id`'s node rank in the last round of the coordinator it takes over
+ * from (it keeps its place, as with c10d across rounds), else -1. */
+static int last_rank(const ddp_rdzv_coord_t *c, const char *id)
+{
+    size_t len = strlen(id);
+    int rank = 0;
+    for (const char *p = c->last_ranks; p != NULL && *p != '\0'; rank++) {
+        size_t word = strcspn(p, " ");
+        if (word == len && memcmp(p, id, len) == 0)
+            return rank;
+        p += word + (p[word] == ' ');
+    }
+    return -1;
+}
+
 static ddp_rdzv_member_t *member_new(ddp_rdzv_coord_t *c, const uint8_t *id, size_t len)
 {
     if (len == 0 || len >= DDP_RDZV_ID_MAX || memchr(id, '/', len) != NULL)
@@ -652,7 +684,7 @@ static ddp_rdzv_member_t *member_new(ddp_rdzv_coord_t *c, const uint8_t *id, siz
     memcpy(m->id, id, len);
     m->connected = true;
     m->own = strcmp(m->id, c->own_id) == 0;
-    m->node_rank = -1;
+    m->node_rank = last_rank(c, m->id);
     m->dup_since = -1;
     c->members[c->nmembers++] = m;
     c->nconnected += !m->own;
@@ -1017,6 +1049,7 @@ static void on_timer_closed(uv_handle_t *handle)
     free(c->running);
     free(c->holders);
     free(c->place_nproc);
+    free(c->last_ranks);
     free(c);
 }
 
@@ -1067,6 +1100,31 @@ int ddp_rdzv_coord_start(uv_loop_t *loop, ddp_store_server_t *server,
     uv_timer_start(&c->timer, on_tick, TICK_MS, TICK_MS);
     *out = c;
     return 0;
+}
+
+int ddp_rdzv_coord_resume_from(ddp_rdzv_coord_t *c, const char *record)
+{
+    int round, restarts;
+    const char *ranks;
+    if (c->nmembers > 1 || c->round > 0 ||
+        ddp_rdzv_round_record_parse(record, &round, &restarts, &ranks) != 0)
+        return DDP_EPARSE;
+    if ((c->last_ranks = strdup(ranks)) == NULL)
+        return -ENOMEM;
+    c->round = round + 1;
+    c->restarts = restarts;
+    for (size_t i = 0; i < c->nmembers; i++) /* (our own, joined already) */
+        c->members[i]->node_rank = last_rank(c, c->members[i]->id);
+    ddp_log_info(c->log, "rendezvous: taking the job over after round %d (%d restart(s) spent)",
+                 round, restarts);
+    return 0;
+}
+
+void ddp_rdzv_coord_on_formed(ddp_rdzv_coord_t *c, void (*formed)(void *ctx, const char *record),
+                              void *ctx)
+{
+    c->formed = formed;
+    c->formed_ctx = ctx;
 }
 
 void ddp_rdzv_coord_close(ddp_rdzv_coord_t *c)

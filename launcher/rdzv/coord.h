@@ -72,6 +72,16 @@ void ddp_rdzv_coord_finish(ddp_rdzv_coord_t *coord, double linger, int sig, ddp_
 /* While finishing: close the server at the next tick, whoever is still reading. */
 void ddp_rdzv_coord_leave_now(ddp_rdzv_coord_t *coord);
 
+/* etcd: the coordinator takes over a job whose last round `record` describes
+ * (ddp_rdzv_round_record_format): its rounds go on from the next, with its restarts spent,
+ * and each launcher of it keeps its node rank when it joins (a hot spare takes a lost one's).
+ * Before any launcher but our own has joined. 0, DDP_EPARSE, -ENOMEM. */
+int ddp_rdzv_coord_resume_from(ddp_rdzv_coord_t *coord, const char *record);
+
+/* etcd: `formed(ctx, record)` as each round forms, with its record (copy it). */
+void ddp_rdzv_coord_on_formed(ddp_rdzv_coord_t *coord,
+                              void (*formed)(void *ctx, const char *record), void *ctx);
+
 /* Stops watching and closes the timer at once (the server stays open); freed once the
  * loop has closed it. NULL is harmless. */
 void ddp_rdzv_coord_close(ddp_rdzv_coord_t *coord);

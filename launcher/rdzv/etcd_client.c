@@ -835,6 +835,21 @@ int ddp_etcd_body_create(ddp_buf_t *out, const char *key, const void *value, siz
     return err != 0 ? err : ddp_buf_puts(out, "}]}");
 }
 
+int ddp_etcd_body_put_if(ddp_buf_t *out, const char *key, const void *value, size_t len,
+                         int64_t mod_revision)
+{
+    int err = ddp_buf_puts(out, "{\"compare\": [{\"target\": \"MOD\", ");
+    if (err == 0)
+        err = append_b64_field(out, "key", key, strlen(key));
+    if (err == 0)
+        err =
+            ddp_buf_printf(out, ", \"mod_revision\": \"%lld\"}], \"success\": [{\"request_put\": ",
+                           (long long)mod_revision);
+    if (err == 0)
+        err = ddp_etcd_body_put(out, key, value, len, 0);
+    return err != 0 ? err : ddp_buf_puts(out, "}]}");
+}
+
 int ddp_etcd_body_clear_unless(ddp_buf_t *out, const char *prefix, const char *live)
 {
     int err = ddp_buf_puts(out, "{\"compare\": [{\"target\": \"CREATE\", ");

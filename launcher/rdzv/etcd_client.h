@@ -82,6 +82,11 @@ int ddp_etcd_body_watch(ddp_buf_t *out, const char *key, bool prefix, int64_t fr
 int ddp_etcd_body_create(ddp_buf_t *out, const char *key, const void *value, size_t len,
                          int64_t lease);
 
+/* A transaction that puts K=V (no lease) where K was last modified at `mod_revision` (0:
+ * where K does not exist): a compare-and-swap. */
+int ddp_etcd_body_put_if(ddp_buf_t *out, const char *key, const void *value, size_t len,
+                         int64_t mod_revision);
+
 /* A transaction that deletes every key under `prefix` where no key under `live` (a
  * prefix within it) exists: a finished job's leftovers go, a running job's stay. */
 int ddp_etcd_body_clear_unless(ddp_buf_t *out, const char *prefix, const char *live);

@@ -2,8 +2,9 @@
  *
  * Phases:
  *   CLEARING --no member key under the prefix: it is deleted (a finished job's), else kept-->
- *   ELECTING --the session's first word on the coordinator's key: none (elect), ours or
- *              another's--> PLACED (placed callback)
+ *   ELECTING --the session's first word on the coordinator's key: none (elect), another's-->
+ *              PLACED (placed callback); ours--> READING
+ *   READING --the job's round record read (none, or the last round's)--> PLACED
  *   PLACED --ddp_etcd_place_lost: the key still names the lost store: its launcher's lease
  *            revoked (its keys go); none: elect--> ELECTING (placed again, the new one);
  *            the key names another store already--> PLACED (placed again)
@@ -21,7 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { PLACE_CLEARING, PLACE_ELECTING, PLACE_PLACED, PLACE_FAILED, PLACE_CLOSING } phase_t;
+typedef enum {
+    PLACE_CLEARING,
+    PLACE_ELECTING,
+    PLACE_READING,
+    PLACE_PLACED,
+    PLACE_FAILED,
+    PLACE_CLOSING
+} phase_t;
 
 struct ddp_etcd_place_s {
     const ddp_log_t *log;
@@ -34,6 +42,9 @@ struct ddp_etcd_place_s {
     bool own;     /* this launcher's store is the job's */
     char *placed; /* the coordinator's record the job is at (malloc'd) */
     char *latest; /* the record the key holds as last seen, NULL: none (malloc'd) */
+    ddp_etcd_call_t *reading, *writing; /* the round record's */
+    int64_t state_rev;                  /* its revision as this coordinator knows it */
+    char *pending;                      /* a record to write once the last write is in */
     double ttl;
     char prefix[320]; /* ddp-launch/<run id>/ */
     char id[128], record[400];
@@ -46,6 +57,8 @@ static void fail(ddp_etcd_place_t *p, const char *why)
     p->phase = PLACE_FAILED;
     p->cbs.failed(p->ctx, why);
 }
+
+static void read_state(ddp_etcd_place_t *p);
 
 static void on_lost(void *ctx, const char *why)
 {
@@ -73,6 +86,96 @@ static bool parse_record(const char *record, char *host, size_t cap, int *port)
     return true;
 }
 
+static void key_of(const ddp_etcd_place_t *p, const char *what, char *key, size_t cap)
+{
+    snprintf(key, cap, "%s%s", p->prefix, what);
+}
+
+static void on_state(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_place_t *p = ctx;
+    p->reading = NULL;
+    ddp_buf_t value = DDP_BUF_INIT;
+    const ddp_json_t *kv = ddp_json_first(ddp_json_get(reply, "kvs"));
+    if (err != 0 || (kv != NULL && ddp_etcd_bytes(kv, "value", &value) != 0)) {
+        char text[1000];
+        snprintf(text, sizeof text, "unable to read the job's round record: %s",
+                 err != 0 ? why : "not base64");
+        ddp_buf_free(&value);
+        fail(p, text);
+        return;
+    }
+    p->state_rev = 0;
+    if (kv != NULL)
+        (void)ddp_etcd_int(kv, "mod_revision", &p->state_rev);
+    p->phase = PLACE_PLACED;
+    p->own = true;
+    ddp_log_info(p->log, "etcd: elected: this launcher serves the job's store");
+    p->cbs.placed(p->ctx, true, NULL, 0, kv != NULL ? ddp_buf_str(&value) : NULL);
+    ddp_buf_free(&value);
+}
+
+static void read_state(ddp_etcd_place_t *p)
+{
+    char key[400];
+    ddp_buf_t body = DDP_BUF_INIT;
+    key_of(p, "state", key, sizeof key);
+    if (ddp_etcd_body_range(&body, key, false) != 0 ||
+        ddp_etcd_post(p->etcd, "/v3/kv/range", ddp_buf_str(&body), false, on_state, p,
+                      &p->reading) != 0)
+        fail(p, "out of memory");
+    ddp_buf_free(&body);
+}
+
+static void write_state(ddp_etcd_place_t *p);
+
+static void on_state_written(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_place_t *p = ctx;
+    p->writing = NULL;
+    const ddp_json_t *ok = ddp_json_get(reply, "succeeded");
+    if (err != 0) {
+        ddp_log_warn(p->log, "etcd: unable to write the job's round record: %s", why);
+    } else if (ok == NULL || ddp_json_type(ok) != DDP_JSON_BOOL) {
+        /* Written since: another coordinator has taken the job over (this one was deposed
+         * while it ran); its record stands. */
+        ddp_log_warn(p->log, "etcd: the job's round record was written by another launcher: "
+                             "this one no longer coordinates the job in etcd's eyes");
+        free(p->pending);
+        p->pending = NULL;
+        return;
+    } else {
+        (void)ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &p->state_rev);
+    }
+    if (p->pending != NULL)
+        write_state(p);
+}
+
+static void write_state(ddp_etcd_place_t *p)
+{
+    char key[400];
+    ddp_buf_t body = DDP_BUF_INIT;
+    char *record = p->pending;
+    p->pending = NULL;
+    key_of(p, "state", key, sizeof key);
+    if (ddp_etcd_body_put_if(&body, key, record, strlen(record), p->state_rev) != 0 ||
+        ddp_etcd_post(p->etcd, "/v3/kv/txn", ddp_buf_str(&body), false, on_state_written, p,
+                      &p->writing) != 0)
+        ddp_log_warn(p->log, "etcd: unable to write the job's round record: out of memory");
+    ddp_buf_free(&body);
+    free(record);
+}
+
+void ddp_etcd_place_record(ddp_etcd_place_t *p, const char *record)
+{
+    if (p == NULL || p->phase != PLACE_PLACED || !p->own)
+        return;
+    free(p->pending); /* (the newest round's is the one to keep) */
+    p->pending = strdup(record);
+    if (p->writing == NULL && p->pending != NULL)
+        write_state(p);
+}
+
 static void on_coordinator(void *ctx, const char *record, bool own)
 {
     ddp_etcd_place_t *p = ctx;
@@ -98,14 +201,17 @@ static void on_coordinator(void *ctx, const char *record, bool own)
         fail(p, why);
         return;
     }
-    p->phase = PLACE_PLACED;
-    p->own = own;
     free(p->placed);
     p->placed = strdup(record);
-    ddp_log_info(p->log, "etcd: %s",
-                 own ? "elected: this launcher serves the job's store"
-                     : "the job's store is the elected launcher's");
-    p->cbs.placed(p->ctx, own, own ? NULL : host, port);
+    if (own) { /* the job's last round first, to resume from */
+        p->phase = PLACE_READING;
+        read_state(p);
+        return;
+    }
+    p->phase = PLACE_PLACED;
+    p->own = false;
+    ddp_log_info(p->log, "etcd: the job's store is the elected launcher's");
+    p->cbs.placed(p->ctx, false, host, port, NULL);
 }
 
 static void on_cleared(void *ctx, int err, const ddp_json_t *reply, const char *why)
@@ -210,6 +316,7 @@ static void on_session_closed(void *ctx)
     ddp_etcd_place_t *p = ctx;
     free(p->placed);
     free(p->latest);
+    free(p->pending);
     ddp_etcd_free(p->etcd);
     free(p);
 }
@@ -238,7 +345,9 @@ void ddp_etcd_place_close(ddp_etcd_place_t *p)
     bool own = p->phase == PLACE_PLACED && p->own;
     p->phase = PLACE_CLOSING;
     ddp_etcd_cancel(p->clearing);
-    p->clearing = NULL;
+    ddp_etcd_cancel(p->reading);
+    ddp_etcd_cancel(p->writing);
+    p->clearing = p->reading = p->writing = NULL;
     ddp_buf_t body = DDP_BUF_INIT;
     /* The elected launcher ends the job's keys: a new job with this run id starts clean. */
     if (own && ddp_etcd_body_range(&body, p->prefix, true) == 0 &&

@@ -22,8 +22,10 @@ typedef struct ddp_etcd_place_s ddp_etcd_place_t;
 
 typedef struct {
     /* The job's store is this launcher's own (`own`), or the elected launcher's at
-     * host:port: once at the start, and once after each ddp_etcd_place_lost. */
-    void (*placed)(void *ctx, bool own, const char *host, int port);
+     * host:port: once at the start, and once after each ddp_etcd_place_lost. `own`: the
+     * job's last round's record in etcd (ddp_rdzv_coord_resume_from), NULL where the job
+     * has none yet. */
+    void (*placed)(void *ctx, bool own, const char *host, int port, const char *last_round);
     /* etcd failed this launcher (before placed, or its lease lost after): `why`. Once; the
      * part does nothing more but close. */
     void (*failed)(void *ctx, const char *why);
@@ -41,6 +43,11 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
  * the key go at once), the launchers elect another, and placed says where the job goes on
  * (this launcher's own store, which it kept listening, or the new one's). */
 void ddp_etcd_place_lost(ddp_etcd_place_t *p);
+
+/* The elected launcher's coordinator formed a round: its record (copied) is kept in etcd,
+ * written only where nobody else has written it since this launcher read or wrote it (a
+ * coordinator taken over from stands down: said). */
+void ddp_etcd_place_record(ddp_etcd_place_t *p, const char *record);
 
 /* The job is over here: the callbacks stop; the elected launcher deletes the job's keys,
  * every launcher revokes its lease (its keys go with it), each bounded by the client's

@@ -1,6 +1,7 @@
 /* The rendezvous records' texts (see rdzv/record.h). Pure: no store, no loop. */
 #include "rdzv/record.h"
 
+#include "error.h"
 #include "store/store.h"
 
 #include <stdarg.h>
@@ -183,4 +184,23 @@ bool ddp_rdzv_report_parse(const void *text, size_t len, ddp_rdzv_report_t *out)
     snprintf(r.message, sizeof r.message, "%s", *rest == ' ' ? rest + 1 : rest);
     *out = r;
     return true;
+}
+
+int ddp_rdzv_round_record_format(ddp_buf_t *out, int round, int restarts,
+                                 ddp_rdzv_member_id_fn id_of, void *ctx, int n)
+{
+    int err = ddp_buf_printf(out, "round %d restarts %d ranks", round, restarts);
+    for (int i = 0; i < n && err == 0; i++)
+        err = ddp_buf_printf(out, " %s", id_of(ctx, i));
+    return err;
+}
+
+int ddp_rdzv_round_record_parse(const char *text, int *round, int *restarts, const char **ranks)
+{
+    int used = 0;
+    if (sscanf(text, "round %d restarts %d ranks%n", round, restarts, &used) != 2 || used == 0 ||
+        *round < 0 || *restarts < 0 || (text[used] != '\0' && text[used] != ' '))
+        return DDP_EPARSE;
+    *ranks = text + used + (text[used] == ' ');
+    return 0;
 }

@@ -142,4 +142,15 @@ typedef struct {
 int ddp_rdzv_report_format(const ddp_rdzv_report_t *report, ddp_buf_t *out);
 bool ddp_rdzv_report_parse(const void *text, size_t len, ddp_rdzv_report_t *out);
 
+/* The id of the launcher of node rank i, for ddp_rdzv_round_record_format. */
+typedef const char *(*ddp_rdzv_member_id_fn)(void *ctx, int i);
+
+/* etcd's record of the job's last round, which a coordinator that takes the job over
+ * resumes from: "round R restarts K ranks ID0 ID1 ..." (the launchers by node rank). */
+int ddp_rdzv_round_record_format(ddp_buf_t *out, int round, int restarts,
+                                 ddp_rdzv_member_id_fn id_of, void *ctx, int n);
+/* 0 with *round, *restarts and *ranks (within `text`: the ids, space-separated), or
+ * DDP_EPARSE. */
+int ddp_rdzv_round_record_parse(const char *text, int *round, int *restarts, const char **ranks);
+
 #endif

@@ -266,8 +266,9 @@ static int wait_running_or_spare(th_proc_t *p, double timeout)
 
 /* The elected launcher SIGKILLed mid-job (its guard takes its worker), with a hot spare
  * waiting: the survivor and the spare see the store go, etcd elects one of them, its store
- * takes the job, and both run the next round to the end as the job's 2 nodes; every
- * worker of it is started within seconds of the kill. */
+ * takes the job over from the round record in etcd, and both run round 1 to the end as the
+ * job's 2 nodes, the survivor keeping its node rank and the spare taking the lost node's;
+ * every worker of it is started within seconds of the kill. */
 static void test_elected_launcher_lost_spare_takes_over(void **state)
 {
     (void)state;
@@ -281,20 +282,17 @@ static void test_elected_launcher_lost_spare_takes_over(void **state)
              "echo ready; exec sleep 600",
              marker);
     const char *worker[] = {"/bin/sh", "-c", script, NULL};
+    /* The first launcher is elected, and in the first round (it joins first). */
     th_proc_t node[3];
-    for (int i = 0; i < 3; i++)
+    int elected = 0, spare = -1;
+    for (int i = 0; i < 3; i++) {
         start_worker(&node[i], worker,
                      "--nnodes=2:2 --hot-spares=1 --rdzv-id=lose --rdzv-endpoint=%s "
                      "--rdzv-conf=last_call_timeout=1",
                      etcd.endpoints);
-    int elected = -1, spare = -1;
-    for (int i = 0; i < 3; i++) {
-        th_proc_t *p = &node[i];
-        TH_ASSERT(p, th_wait_output(p, 2, "etcd: ", 1, 30));
-        if (strstr(err(p), "etcd: elected") != NULL)
-            elected = i;
+        TH_ASSERT(&node[i], th_wait_output(&node[i], 2, "joining the elastic job", 1, 30));
     }
-    assert_true(elected >= 0);
+    TH_ASSERT(&node[0], strstr(err(&node[0]), "etcd: elected") != NULL);
     for (int i = 0; i < 3; i++) {
         th_proc_t *p = &node[i];
         int said = wait_running_or_spare(p, 30);
@@ -302,11 +300,17 @@ static void test_elected_launcher_lost_spare_takes_over(void **state)
         if (said == 2)
             spare = i;
     }
-    TH_ASSERT(&node[elected], spare >= 0 && spare != elected);
+    TH_ASSERT(&node[elected], spare > 0);
+    int old_rank[3] = {-1, -1, -1};
+    for (int i = 0; i < 3; i++) {
+        const char *at = strstr(err(&node[i]), "this is node ");
+        TH_ASSERT(&node[i], i == spare || at != NULL);
+        old_rank[i] = at != NULL ? atoi(at + strlen("this is node ")) : -1;
+    }
     TH_ASSERT(&node[elected], th_touch(marker));
     double killed = th_now();
     assert_int_equal(kill(node[elected].pid, SIGKILL), 0);
-    int ranks[2] = {0, 0};
+    int ranks[2] = {0, 0}, took_over = 0;
     for (int i = 0; i < 3; i++) {
         th_proc_t *p = &node[i];
         if (i == elected)
@@ -320,9 +324,14 @@ static void test_elected_launcher_lost_spare_takes_over(void **state)
         int g = atoi(done + strlen("DONE GROUP_RANK="));
         TH_ASSERT(p, g == 0 || g == 1);
         ranks[g]++;
+        /* Ranks kept: the survivor its own, the spare the lost node's; round 1 of the job. */
+        TH_ASSERT(p, g == (i == spare ? old_rank[elected] : old_rank[i]));
+        TH_ASSERT(p, strstr(err(p), "round 1: 2 node(s)") != NULL);
+        took_over += strstr(err(p), "taking the job over after round 0") != NULL;
     }
     double took = th_now() - killed;
     assert_int_equal(ranks[0] * ranks[1], 1);
+    assert_int_equal(took_over, 1);
     printf("the job at full size again and done %.2f s after the kill\n", took);
     assert_true(took < 10);
     th_wait_exit(&node[elected], 10);

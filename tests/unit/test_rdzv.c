@@ -353,6 +353,33 @@ static void test_records_refuse_garbage(void **state)
 
 /* Static rendezvous. */
 
+static const char *ids_of(void *ctx, int i)
+{
+    return ((const char *const *)ctx)[i];
+}
+
+/* etcd's round record: what it formats it reads back; what is not one is refused. */
+static void test_round_record(void **state)
+{
+    (void)state;
+    const char *ids[] = {"host-1", "host-2"};
+    ddp_buf_t text = DDP_BUF_INIT;
+    assert_int_equal(ddp_rdzv_round_record_format(&text, 3, 1, ids_of, ids, 2), 0);
+    assert_string_equal(ddp_buf_str(&text), "round 3 restarts 1 ranks host-1 host-2");
+    int round = -1, restarts = -1;
+    const char *ranks = NULL;
+    assert_int_equal(ddp_rdzv_round_record_parse(ddp_buf_str(&text), &round, &restarts, &ranks), 0);
+    assert_int_equal(round, 3);
+    assert_int_equal(restarts, 1);
+    assert_string_equal(ranks, "host-1 host-2");
+    static const char *const bad[] = {"", "round x restarts 0 ranks", "round 1 restarts -1 ranks",
+                                      "round 1 restarts 0 ranksX", "round 1 restarts 0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(ddp_rdzv_round_record_parse(bad[i], &round, &restarts, &ranks),
+                         DDP_EPARSE);
+    ddp_buf_free(&text);
+}
+
 /* Nodes join in any order; ranks follow node order, each gets its own share. */
 static void test_static_forms_in_node_order(void **state)
 {
@@ -1136,6 +1163,7 @@ int main(int argc, char **argv)
     if (argc > 1)
         cmocka_set_test_filter(argv[1]);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_record),
         cmocka_unit_test(test_records_parse_what_they_format),
         cmocka_unit_test(test_records_refuse_garbage),
         cmocka_unit_test(test_static_forms_in_node_order),
