@@ -265,13 +265,13 @@ static int wait_running_or_spare(th_proc_t *p, double timeout)
 }
 
 /* The elected launcher SIGKILLed mid-job (its guard takes its worker), with a hot spare
- * waiting: the survivor and the spare see the store go, etcd elects one of them, its store
- * takes the job over from the round record in etcd, and both run round 1 to the end as the
- * job's 2 nodes, the survivor keeping its node rank and the spare taking the lost node's;
- * every worker of it is started within seconds of the kill. */
-static void test_elected_launcher_lost_spare_takes_over(void **state)
+ * waiting (`with_spare`, --nnodes=2:2; else --nnodes=2:3, three running): the others see the
+ * store go, etcd elects one of them, its store takes the job over from the round record in
+ * etcd, and the two run round 1 to the end as the job's 2 nodes (with the spare, the
+ * survivor keeps its node rank and the spare takes the lost node's), within seconds of the
+ * kill. */
+static void elected_launcher_lost(bool with_spare)
 {
-    (void)state;
     th_etcd_t etcd;
     th_etcd_up(&etcd, 3);
     char *dir = th_tmpdir(), marker[600], script[1400];
@@ -287,9 +287,8 @@ static void test_elected_launcher_lost_spare_takes_over(void **state)
     int elected = 0, spare = -1;
     for (int i = 0; i < 3; i++) {
         start_worker(&node[i], worker,
-                     "--nnodes=2:2 --hot-spares=1 --rdzv-id=lose --rdzv-endpoint=%s "
-                     "--rdzv-conf=last_call_timeout=1",
-                     etcd.endpoints);
+                     "%s --rdzv-id=lose --rdzv-endpoint=%s --rdzv-conf=last_call_timeout=1",
+                     with_spare ? "--nnodes=2:2 --hot-spares=1" : "--nnodes=2:3", etcd.endpoints);
         TH_ASSERT(&node[i], th_wait_output(&node[i], 2, "joining the elastic job", 1, 30));
     }
     TH_ASSERT(&node[0], strstr(err(&node[0]), "etcd: elected") != NULL);
@@ -300,7 +299,7 @@ static void test_elected_launcher_lost_spare_takes_over(void **state)
         if (said == 2)
             spare = i;
     }
-    TH_ASSERT(&node[elected], spare > 0);
+    TH_ASSERT(&node[elected], with_spare ? spare > 0 : spare < 0);
     int old_rank[3] = {-1, -1, -1};
     for (int i = 0; i < 3; i++) {
         const char *at = strstr(err(&node[i]), "this is node ");
@@ -325,14 +324,14 @@ static void test_elected_launcher_lost_spare_takes_over(void **state)
         TH_ASSERT(p, g == 0 || g == 1);
         ranks[g]++;
         /* Ranks kept: the survivor its own, the spare the lost node's; round 1 of the job. */
-        TH_ASSERT(p, g == (i == spare ? old_rank[elected] : old_rank[i]));
+        TH_ASSERT(p, !with_spare || g == (i == spare ? old_rank[elected] : old_rank[i]));
         TH_ASSERT(p, strstr(err(p), "round 1: 2 node(s)") != NULL);
         took_over += strstr(err(p), "taking the job over after round 0") != NULL;
     }
     double took = th_now() - killed;
     assert_int_equal(ranks[0] * ranks[1], 1);
     assert_int_equal(took_over, 1);
-    printf("the job at full size again and done %.2f s after the kill\n", took);
+    printf("%s: round 1 done %.2f s after the kill\n", with_spare ? "spare" : "shrunk", took);
     assert_true(took < 10);
     th_wait_exit(&node[elected], 10);
     for (int i = 0; i < 3; i++)
@@ -340,6 +339,20 @@ static void test_elected_launcher_lost_spare_takes_over(void **state)
     th_etcd_down(&etcd);
     th_rmtree(dir);
     free(dir);
+}
+
+static void test_elected_launcher_lost_spare_takes_over(void **state)
+{
+    (void)state;
+    elected_launcher_lost(true);
+}
+
+/* The same without a spare, --nnodes=2:3: the job shrinks to the 2 survivors, round 1,
+ * and completes. */
+static void test_elected_launcher_lost_job_shrinks(void **state)
+{
+    (void)state;
+    elected_launcher_lost(false);
 }
 
 /* A 3-member etcd and two launchers of --nnodes=2 under run id `id` (more flags in `conf`)
@@ -464,6 +477,7 @@ int main(int argc, char **argv)
         TH_TEST(test_three_launchers_form_one_job),
         TH_TEST(test_run_ids_apart_leftovers_cleared),
         TH_TEST(test_elected_launcher_lost_spare_takes_over),
+        TH_TEST(test_elected_launcher_lost_job_shrinks),
         TH_TEST(test_etcd_leader_lost_job_goes_on),
         TH_TEST(test_etcd_quorum_lost_ends_the_job),
     };
