@@ -41,9 +41,10 @@ static void launcher_argv(const char **argv, char *flags, const char *const *wor
     argv[n] = NULL;
 }
 
-static void start_worker(th_proc_t *p, const char *const *worker, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void start_worker(th_proc_t *p, const char *const *worker, const char *fmt, ...)
+static void start_worker(th_proc_t *p, const char *const *worker, const char *const *env,
+                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void start_worker(th_proc_t *p, const char *const *worker, const char *const *env,
+                         const char *fmt, ...)
 {
     char flags[2048];
     const char *argv[MAX_ARGS];
@@ -52,10 +53,10 @@ static void start_worker(th_proc_t *p, const char *const *worker, const char *fm
     vsnprintf(flags, sizeof flags, fmt, ap);
     va_end(ap);
     launcher_argv(argv, flags, worker);
-    th_start(p, argv, NULL);
+    th_start(p, argv, env);
 }
 
-#define start_launcher(p, ...) start_worker(p, NULL, __VA_ARGS__)
+#define start_launcher(p, ...) start_worker(p, NULL, NULL, __VA_ARGS__)
 
 static const char *out(const th_proc_t *p)
 {
@@ -251,6 +252,71 @@ static void test_run_ids_apart_leftovers_cleared(void **state)
     th_etcd_down(&etcd);
 }
 
+/* Two launchers of one job (1 and 2 workers) on a 1-member etcd running `program` (with
+ * `env`); every launcher ends with status 0. */
+static void two_nodes_run(const char *const *program, const char *const *env, th_proc_t *node)
+{
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    for (int i = 0; i < 2; i++)
+        start_worker(&node[i], program, env,
+                     "--nnodes=2 --nproc-per-node=%d --rdzv-id=real "
+                     "--rdzv-endpoint=%s",
+                     i + 1, etcd.endpoints);
+    for (int i = 0; i < 2; i++) {
+        TH_ASSERT(&node[i], th_wait_exit(&node[i], 120));
+        TH_ASSERT(&node[i], th_status(&node[i]) == 0);
+    }
+    th_etcd_down(&etcd);
+}
+
+/* libddp's workers (ddp-hello) across two launchers placed by etcd: every rank of 3 is
+ * there, each at its node. */
+static void test_libddp_job(void **state)
+{
+    (void)state;
+    const char *program[] = {getenv("DDP_TEST_HELLO"), NULL};
+    th_proc_t node[2];
+    two_nodes_run(program, NULL, node);
+    char both[8192];
+    snprintf(both, sizeof both, "%s%s", out(&node[0]), out(&node[1]));
+    for (int r = 0; r < 3; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "hello from rank %d of 3", r);
+        TH_ASSERT(&node[0], strstr(both, want) != NULL);
+    }
+    th_cleanup(&node[0]);
+    th_cleanup(&node[1]);
+}
+
+/* PyTorch (Debian's 1.13) with gloo across two launchers placed by etcd: env:// init at
+ * the elected launcher's store, an all_reduce, a barrier. */
+static void test_torch_gloo_job(void **state)
+{
+    (void)state;
+    const char *python = getenv("DDP_TEST_PYTHON");
+    char script[1024], probe[1200], python_exec[1100];
+    snprintf(probe, sizeof probe, "%s -c 'import torch' 2>/dev/null", python ? python : "");
+    if (python == NULL || *python == '\0' || system(probe) != 0) {
+        printf("no python with torch (apt-get install python3-torch): skipped\n");
+        skip();
+    }
+    snprintf(script, sizeof script, "%s/tests/python/gloo_allreduce.py", th_source_dir());
+    snprintf(python_exec, sizeof python_exec, "PYTHON_EXEC=%s", python);
+    const char *program[] = {script, NULL}, *env[] = {python_exec, "GLOO_SOCKET_IFNAME=lo", NULL};
+    th_proc_t node[2];
+    two_nodes_run(program, env, node);
+    char both[16384];
+    snprintf(both, sizeof both, "%s%s", out(&node[0]), out(&node[1]));
+    for (int r = 0; r < 3; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "rank %d of 3 sum 6", r);
+        TH_ASSERT(&node[0], strstr(both, want) != NULL);
+    }
+    th_cleanup(&node[0]);
+    th_cleanup(&node[1]);
+}
+
 /* Until a launcher's worker says "ready" (1) or the launcher that it waits as a hot spare
  * (2), at most `timeout` s (0). */
 static int wait_running_or_spare(th_proc_t *p, double timeout)
@@ -286,7 +352,7 @@ static void elected_launcher_lost(bool with_spare)
     th_proc_t node[3];
     int elected = 0, spare = -1;
     for (int i = 0; i < 3; i++) {
-        start_worker(&node[i], worker,
+        start_worker(&node[i], worker, NULL,
                      "%s --rdzv-id=lose --rdzv-endpoint=%s --rdzv-conf=last_call_timeout=1",
                      with_spare ? "--nnodes=2:2 --hot-spares=1" : "--nnodes=2:3", etcd.endpoints);
         TH_ASSERT(&node[i], th_wait_output(&node[i], 2, "joining the elastic job", 1, 30));
@@ -368,7 +434,7 @@ static char *two_waiting(th_etcd_t *etcd, th_proc_t *node, const char *id, const
              "echo ready; while [ ! -e '%s' ]; do sleep 0.1; done; echo DONE", marker);
     const char *worker[] = {"/bin/sh", "-c", script, NULL};
     for (int i = 0; i < 2; i++)
-        start_worker(&node[i], worker, "--nnodes=2 --rdzv-id=%s --rdzv-endpoint=%s %s", id,
+        start_worker(&node[i], worker, NULL, "--nnodes=2 --rdzv-id=%s --rdzv-endpoint=%s %s", id,
                      etcd->endpoints, conf);
     for (int i = 0; i < 2; i++)
         TH_ASSERT(&node[i], th_wait_output(&node[i], 1, "ready", 1, 30));
@@ -475,6 +541,8 @@ int main(int argc, char **argv)
         TH_TEST(test_no_etcd_there),
         TH_TEST(test_tls),
         TH_TEST(test_three_launchers_form_one_job),
+        TH_TEST(test_libddp_job),
+        TH_TEST(test_torch_gloo_job),
         TH_TEST(test_run_ids_apart_leftovers_cleared),
         TH_TEST(test_elected_launcher_lost_spare_takes_over),
         TH_TEST(test_elected_launcher_lost_job_shrinks),
