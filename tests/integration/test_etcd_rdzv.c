@@ -270,6 +270,19 @@ static void two_nodes_run(const char *const *program, const char *const *env, th
     th_etcd_down(&etcd);
 }
 
+/* Every rank R of 3 said "<before>R<after>" on one of the two nodes; both freed. */
+static void every_rank_said(th_proc_t *node, const char *before, const char *after)
+{
+    char both[16384], want[128];
+    snprintf(both, sizeof both, "%s%s", out(&node[0]), out(&node[1]));
+    for (int r = 0; r < 3; r++) {
+        snprintf(want, sizeof want, "%s%d%s", before, r, after);
+        TH_ASSERT(&node[0], strstr(both, want) != NULL);
+    }
+    th_cleanup(&node[0]);
+    th_cleanup(&node[1]);
+}
+
 /* libddp's workers (ddp-hello) across two launchers placed by etcd: every rank of 3 is
  * there, each at its node. */
 static void test_libddp_job(void **state)
@@ -278,15 +291,7 @@ static void test_libddp_job(void **state)
     const char *program[] = {getenv("DDP_TEST_HELLO"), NULL};
     th_proc_t node[2];
     two_nodes_run(program, NULL, node);
-    char both[8192];
-    snprintf(both, sizeof both, "%s%s", out(&node[0]), out(&node[1]));
-    for (int r = 0; r < 3; r++) {
-        char want[64];
-        snprintf(want, sizeof want, "hello from rank %d of 3", r);
-        TH_ASSERT(&node[0], strstr(both, want) != NULL);
-    }
-    th_cleanup(&node[0]);
-    th_cleanup(&node[1]);
+    every_rank_said(node, "hello from rank ", " of 3");
 }
 
 /* PyTorch (Debian's 1.13) with gloo across two launchers placed by etcd: env:// init at
@@ -294,10 +299,9 @@ static void test_libddp_job(void **state)
 static void test_torch_gloo_job(void **state)
 {
     (void)state;
-    const char *python = getenv("DDP_TEST_PYTHON");
-    char script[1024], probe[1200], python_exec[1100];
-    snprintf(probe, sizeof probe, "%s -c 'import torch' 2>/dev/null", python ? python : "");
-    if (python == NULL || *python == '\0' || system(probe) != 0) {
+    const char *python = th_torch_python();
+    char script[1024], python_exec[1100];
+    if (python == NULL) {
         printf("no python with torch (apt-get install python3-torch): skipped\n");
         skip();
     }
@@ -306,15 +310,7 @@ static void test_torch_gloo_job(void **state)
     const char *program[] = {script, NULL}, *env[] = {python_exec, "GLOO_SOCKET_IFNAME=lo", NULL};
     th_proc_t node[2];
     two_nodes_run(program, env, node);
-    char both[16384];
-    snprintf(both, sizeof both, "%s%s", out(&node[0]), out(&node[1]));
-    for (int r = 0; r < 3; r++) {
-        char want[64];
-        snprintf(want, sizeof want, "rank %d of 3 sum 6", r);
-        TH_ASSERT(&node[0], strstr(both, want) != NULL);
-    }
-    th_cleanup(&node[0]);
-    th_cleanup(&node[1]);
+    every_rank_said(node, "rank ", " of 3 sum 6");
 }
 
 /* Until a launcher's worker says "ready" (1) or the launcher that it waits as a hot spare

@@ -1672,10 +1672,9 @@ static void test_libddp_across_nodes(void **state)
 /* PyTorch (Debian's 1.13) with gloo across 2 nodes of 1 and 2 ranks. */
 static void test_torch_gloo_across_nodes(void **state)
 {
-    const char *python = getenv("DDP_TEST_PYTHON");
-    char script[1024], probe[1200], python_exec[1100];
-    snprintf(probe, sizeof probe, "%s -c 'import torch' 2>/dev/null", python ? python : "");
-    if (python == NULL || *python == '\0' || system(probe) != 0) {
+    const char *python = th_torch_python();
+    char script[1024], python_exec[1100];
+    if (python == NULL) {
         printf("no python with torch (apt-get install python3-torch): skipped\n");
         skip();
     }

@@ -611,6 +611,14 @@ double th_relative_difference(const char *a_path, const char *b_path)
     return sqrt(diff / norm);
 }
 
+const char *th_torch_python(void)
+{
+    const char *python = getenv("DDP_TEST_PYTHON");
+    char probe[1200];
+    snprintf(probe, sizeof probe, "%s -c 'import torch' 2>/dev/null", python ? python : "");
+    return python != NULL && *python != '\0' && system(probe) == 0 ? python : NULL;
+}
+
 void th_web_server(th_proc_t *p, int port)
 {
     char portarg[16];

@@ -78,6 +78,10 @@ double th_cpu_seconds(pid_t pid);
 /* Lines in the files PREFIX.0 ... PREFIX.(N-1); a missing file holds none. */
 int th_lines_in(const char *prefix, int n);
 
+/* The python of the tests (DDP_TEST_PYTHON) where it imports torch, else NULL (the caller
+ * skips, saying so). */
+const char *th_torch_python(void);
+
 /* The paths of the binaries under test, from the environment set by meson. */
 const char *th_launcher(void);
 const char *th_worker(void);
