@@ -5,6 +5,9 @@
  *   ELECTING --the session's first word on the coordinator's key: none (elect), another's-->
  *              PLACED (placed callback); ours--> READING
  *   READING --the job's round record read (none, or the last round's)--> PLACED
+ *   (ELECTING, another's) PROBING --its store accepts a connection (or cannot be probed:
+ *              a name, no answer in time)--> PLACED; refuses it (a dead job's record, its
+ *              lease still running)--> its lease revoked --> ELECTING
  *   PLACED --ddp_etcd_place_lost: the key still names the lost store: its launcher's lease
  *            revoked (its keys go); none: elect--> ELECTING (placed again, the new one);
  *            the key names another store already--> PLACED (placed again)
@@ -26,6 +29,7 @@ typedef enum {
     PLACE_CLEARING,
     PLACE_ELECTING,
     PLACE_READING,
+    PLACE_PROBING,
     PLACE_PLACED,
     PLACE_FAILED,
     PLACE_CLOSING
@@ -45,6 +49,7 @@ struct ddp_etcd_place_s {
     ddp_etcd_call_t *reading, *writing; /* the round record's */
     int64_t state_rev;                  /* its revision as this coordinator knows it */
     char *pending;                      /* a record to write once the last write is in */
+    struct probe_s *probe;              /* PROBING: the connection to the elected store */
     double ttl;
     char prefix[320]; /* ddp-launch/<run id>/ */
     char id[128], record[400];
@@ -59,6 +64,8 @@ static void fail(ddp_etcd_place_t *p, const char *why)
 }
 
 static void read_state(ddp_etcd_place_t *p);
+static int probe(ddp_etcd_place_t *p, const char *host, int port);
+static void placed_elsewhere(ddp_etcd_place_t *p, const char *host, int port);
 
 static void on_lost(void *ctx, const char *why)
 {
@@ -176,6 +183,94 @@ void ddp_etcd_place_record(ddp_etcd_place_t *p, const char *record)
         write_state(p);
 }
 
+static void placed_elsewhere(ddp_etcd_place_t *p, const char *host, int port)
+{
+    p->phase = PLACE_PLACED;
+    p->own = false;
+    ddp_log_info(p->log, "etcd: the job's store is the elected launcher's");
+    p->cbs.placed(p->ctx, false, host, port, NULL);
+}
+
+/* A connection to the elected launcher's store, before the job goes there: a record that
+ * outlived its launcher (SIGKILLed, its lease not run out yet) is refused at once. */
+typedef struct probe_s {
+    ddp_etcd_place_t *p; /* NULL once the place has closed */
+    uv_tcp_t tcp;
+    uv_connect_t connect;
+    uv_timer_t timer;
+    char host[256];
+    int port, open;
+} probe_t;
+
+static void probe_closed(uv_handle_t *handle)
+{
+    probe_t *pr = handle->data;
+    if (--pr->open == 0)
+        free(pr);
+}
+
+static void probe_end(probe_t *pr, int status)
+{
+    ddp_etcd_place_t *p = pr->p;
+    if (!uv_is_closing((uv_handle_t *)&pr->timer)) {
+        uv_close((uv_handle_t *)&pr->timer, probe_closed);
+        uv_close((uv_handle_t *)&pr->tcp, probe_closed);
+    }
+    if (p == NULL || p->phase != PLACE_PROBING)
+        return;
+    p->probe = NULL;
+    pr->p = NULL;
+    if (status != UV_ECONNREFUSED) { /* there, or not to be judged from here */
+        placed_elsewhere(p, pr->host, pr->port);
+        return;
+    }
+    ddp_log_warn(p->log,
+                 "etcd: the elected launcher's store at %s:%d refuses connections (its launcher "
+                 "is gone): ending its lease, then electing another",
+                 pr->host, pr->port);
+    p->phase = PLACE_ELECTING;
+    ddp_etcd_session_depose(p->session);
+}
+
+static void on_probe_connect(uv_connect_t *req, int status)
+{
+    probe_end(req->data, status);
+}
+
+static void on_probe_timer(uv_timer_t *timer)
+{
+    probe_end(timer->data, UV_ETIMEDOUT);
+}
+
+/* 0: the probe runs (PROBING); else none can (a host name: the node thread's connection
+ * judges). */
+static int probe(ddp_etcd_place_t *p, const char *host, int port)
+{
+    struct sockaddr_storage addr;
+    uv_loop_t *loop = ddp_etcd_loop(p->etcd);
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&addr) != 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr) != 0)
+        return -EINVAL;
+    probe_t *pr = calloc(1, sizeof *pr);
+    if (pr == NULL)
+        return -ENOMEM;
+    pr->p = p;
+    snprintf(pr->host, sizeof pr->host, "%s", host);
+    pr->port = port;
+    uv_tcp_init(loop, &pr->tcp);
+    uv_timer_init(loop, &pr->timer);
+    pr->open = 2;
+    pr->tcp.data = pr->timer.data = pr->connect.data = pr;
+    p->probe = pr;
+    p->phase = PLACE_PROBING;
+    uv_timer_start(&pr->timer, on_probe_timer, (uint64_t)(p->ttl / 3 * 1000), 0);
+    int err =
+        uv_tcp_connect(&pr->connect, &pr->tcp, (const struct sockaddr *)&addr, on_probe_connect);
+    if (err != 0)
+        probe_end(pr, err);
+    return 0;
+}
+
 static void on_coordinator(void *ctx, const char *record, bool own)
 {
     ddp_etcd_place_t *p = ctx;
@@ -208,10 +303,8 @@ static void on_coordinator(void *ctx, const char *record, bool own)
         read_state(p);
         return;
     }
-    p->phase = PLACE_PLACED;
-    p->own = false;
-    ddp_log_info(p->log, "etcd: the job's store is the elected launcher's");
-    p->cbs.placed(p->ctx, false, host, port, NULL);
+    if (probe(p, host, port) != 0)
+        placed_elsewhere(p, host, port);
 }
 
 static void on_cleared(void *ctx, int err, const ddp_json_t *reply, const char *why)
@@ -343,6 +436,9 @@ void ddp_etcd_place_close(ddp_etcd_place_t *p)
     if (p == NULL)
         return;
     bool own = p->phase == PLACE_PLACED && p->own;
+    if (p->probe != NULL) /* (it frees itself once its handles have closed) */
+        p->probe->p = NULL;
+    p->probe = NULL;
     p->phase = PLACE_CLOSING;
     ddp_etcd_cancel(p->clearing);
     ddp_etcd_cancel(p->reading);

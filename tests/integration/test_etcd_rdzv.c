@@ -528,6 +528,40 @@ static void test_etcd_quorum_lost_ends_the_job(void **state)
     two_done(&etcd, node, dir);
 }
 
+/* A job SIGKILLed whole leaves its keys under a lease that runs 30 s more: a new job with
+ * its run id finds the coordinator's record naming a store that refuses connections, ends
+ * that lease and elects one of its own launchers; it runs at once, not after the lease. */
+static void test_dead_jobs_live_record_deposed(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    char said[4096], lease[64] = "", args[256];
+    assert_int_equal(th_etcdctl(&etcd, "lease grant 30", said, sizeof said), 0);
+    assert_int_equal(sscanf(said, "lease %63s granted", lease), 1);
+    snprintf(args, sizeof args, "put --lease=%s ddp-launch/dead/coord '127.0.0.1:%d gone'", lease,
+             th_free_port());
+    assert_int_equal(th_etcdctl(&etcd, args, said, sizeof said), 0);
+    snprintf(args, sizeof args, "put --lease=%s ddp-launch/dead/node/gone x", lease);
+    assert_int_equal(th_etcdctl(&etcd, args, said, sizeof said), 0);
+    double started = th_now();
+    th_proc_t node[2];
+    for (int i = 0; i < 2; i++)
+        start_launcher(&node[i], "--nnodes=2 --rdzv-id=dead --rdzv-endpoint=%s", etcd.endpoints);
+    int deposed = 0;
+    for (int i = 0; i < 2; i++) {
+        TH_ASSERT(&node[i], th_wait_exit(&node[i], 30));
+        TH_ASSERT(&node[i], th_status(&node[i]) == 0);
+        TH_ASSERT(&node[i], strstr(out(&node[i]), "\nWORLD_SIZE=2\n") != NULL);
+        deposed += strstr(err(&node[i]), "refuses connections (its launcher is gone)") != NULL;
+    }
+    assert_true(deposed >= 1);
+    assert_true(th_now() - started < 20);
+    for (int i = 0; i < 2; i++)
+        th_cleanup(&node[i]);
+    th_etcd_down(&etcd);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -540,6 +574,7 @@ int main(int argc, char **argv)
         TH_TEST(test_libddp_job),
         TH_TEST(test_torch_gloo_job),
         TH_TEST(test_run_ids_apart_leftovers_cleared),
+        TH_TEST(test_dead_jobs_live_record_deposed),
         TH_TEST(test_elected_launcher_lost_spare_takes_over),
         TH_TEST(test_elected_launcher_lost_job_shrinks),
         TH_TEST(test_etcd_leader_lost_job_goes_on),
