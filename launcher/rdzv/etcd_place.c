@@ -10,7 +10,7 @@
  *              lease still running)--> its lease revoked --> ELECTING
  *   PLACED --ddp_etcd_place_lost: the key still names the lost store: its launcher's lease
  *            revoked (its keys go); none: elect--> ELECTING (placed again, the new one);
- *            the key names another store already--> PLACED (placed again)
+ *            the key names another store already--> PROBING it
  *   CLEARING, ELECTING, PLACED --etcd unreachable, not etcd, the lease lost--> FAILED
  *   any --ddp_etcd_place_close--> CLOSING (the prefix deleted by the elected, the lease
  *                                         revoked, the client freed) */
@@ -64,6 +64,7 @@ static void fail(ddp_etcd_place_t *p, const char *why)
 }
 
 static void read_state(ddp_etcd_place_t *p);
+static void on_coordinator(void *ctx, const char *record, bool own);
 static int probe(ddp_etcd_place_t *p, const char *host, int port);
 static void placed_elsewhere(ddp_etcd_place_t *p, const char *host, int port);
 
@@ -229,7 +230,13 @@ static void probe_end(probe_t *pr, int status)
                  "is gone): ending its lease, then electing another",
                  pr->host, pr->port);
     p->phase = PLACE_ELECTING;
-    ddp_etcd_session_depose(p->session);
+    char probed[300];
+    snprintf(probed, sizeof probed, strchr(pr->host, ':') != NULL ? "[%s]:%d " : "%s:%d ", pr->host,
+             pr->port);
+    if (p->latest != NULL && strncmp(p->latest, probed, strlen(probed)) == 0)
+        ddp_etcd_session_depose(p->session); /* the watch then says the key is gone */
+    else /* it went, or another was elected, while the probe ran */
+        on_coordinator(p, p->latest, false);
 }
 
 static void on_probe_connect(uv_connect_t *req, int status)
@@ -276,8 +283,15 @@ static void on_coordinator(void *ctx, const char *record, bool own)
     ddp_etcd_place_t *p = ctx;
     char host[256];
     int port = 0;
+    char *copy = record != NULL ? strdup(record) : NULL; /* (record may be p->latest) */
+    bool lost = record != NULL && copy == NULL;
     free(p->latest);
-    p->latest = record != NULL ? strdup(record) : NULL;
+    p->latest = copy;
+    record = copy;
+    if (lost) {
+        fail(p, "out of memory");
+        return;
+    }
     /* Placed, the job stays where it is until the node thread says its store is lost
      * (ddp_etcd_place_lost): a key that changes meanwhile (the job's end deletes it) is
      * no news for this launcher yet. */
