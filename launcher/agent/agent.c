@@ -38,6 +38,7 @@
 #include "agent/hang_watch.h"
 #include "agent/leftovers.h"
 #include "agent/pause.h"
+#include "agent/placement.h"
 #include "agent/policy.h"
 #include "agent/progress_watch.h"
 #include "agent/store_host.h"
@@ -55,7 +56,6 @@
 #include "output/logs.h"
 #include "output/output.h"
 #include "rdzv/coord.h"
-#include "rdzv/etcd_place.h"
 #include "rdzv/rdzv.h"
 #include "rdzv/record.h"
 #include "spawn/guard.h"
@@ -130,17 +130,9 @@ typedef struct ddp_agent_s {
     int exit_code;
     bool loop_ready;  /* the loop was initialised: agent_free closes it */
     bool parts_ready; /* made on the loop (new_parts): closed by finish() or agent_free */
-    /* --rdzv-backend=etcd: where the job's store is, and the configuration the agent runs
-     * with: the caller's, its store's address that of the launcher etcd elects. */
-    ddp_etcd_place_t *place;
-    ddp_launch_config_t placed_cfg;
-    ddp_store_server_t *idle_store; /* our own store, kept listening while another serves */
-    char own_addr[DDP_HOST_MAX];    /* where it listens */
-    /* The job's store was lost: this node's workers stop, and a new rendezvous thread
-     * joins the next elected launcher's store once both are done (rejoin_if_ready). */
-    bool relocating, relocated;
-    ddp_rdzv_t **retired; /* the threads of the stores lost, freed at the end */
-    size_t nretired;
+    /* Where the job's store is (--rdzv-backend=etcd), and the configuration the agent runs
+     * with (g.cfg): agent/placement.h. */
+    ddp_placement_t *placement;
 } ddp_agent_t;
 
 static ddp_agent_t *agent_of(ddp_group_t *g)
@@ -265,10 +257,7 @@ static void finish(ddp_agent_t *a)
     a->health = NULL;
     ddp_checkpoints_cancel(a->checkpoints); /* a scan under way: its thread returns at once */
     ddp_rdzv_close(a->g.rdzv);
-    ddp_etcd_place_close(a->place);
-    a->place = NULL;
-    ddp_store_server_close(a->idle_store);
-    a->idle_store = NULL;
+    ddp_placement_close(a->placement);
     if (a->g.coord != NULL) {
         /* The other nodes read how the job ended from our store: it stays until they
          * have left, up to close_timeout, whatever the outcome (a node slow to read a
@@ -487,43 +476,6 @@ static void merge_remote_failures(ddp_agent_t *a)
 
 static void start_rendezvous(ddp_agent_t *a);
 
-/* etcd: once this node's workers have stopped after the job's store was lost, and etcd has
- * placed the job again, a new rendezvous thread joins it there (the lost one's is kept
- * until the end: its thread has ended, and the loop may still post to it meanwhile). */
-static void rejoin_if_ready(ddp_agent_t *a)
-{
-    if (!a->relocating || !a->relocated || a->g.state != DDP_AGENT_WAITING)
-        return;
-    ddp_rdzv_t **grown = realloc(a->retired, (a->nretired + 1) * sizeof *grown);
-    if (grown == NULL) {
-        ddp_log_error(a->g.log, "out of memory");
-        a->exit_code = DDP_EXIT_RDZV_FAILED;
-        finish(a);
-        return;
-    }
-    a->retired = grown;
-    ddp_rdzv_close(a->g.rdzv);
-    a->retired[a->nretired++] = a->g.rdzv;
-    a->g.rdzv = NULL;
-    a->relocating = a->relocated = false;
-    start_rendezvous(a);
-}
-
-/* etcd: the thread lost the job's store mid-job: the workers stop as for a re-form, and
- * etcd is asked for the next store. */
-static void store_lost(ddp_agent_t *a, const char *message)
-{
-    ddp_log_warn(a->g.log, "%s: the job goes on at the store of the launcher etcd elects next",
-                 message);
-    a->relocating = true;
-    a->relocated = false;
-    ddp_etcd_place_lost(a->place);
-    if (a->g.state == DDP_AGENT_RUNNING && a->g.nrunning > 0)
-        begin_stop(a, SIGTERM, DDP_STOP_REMOTE);
-    else
-        rejoin_if_ready(a);
-}
-
 /* What the policy decided (agent/policy.h), done. */
 static void act_on(ddp_agent_t *a, const ddp_policy_decision_t *d)
 {
@@ -535,7 +487,7 @@ static void act_on(ddp_agent_t *a, const ddp_policy_decision_t *d)
         ddp_rdzv_post(
             a->g.rdzv,
             a->g.stop_reason == DDP_STOP_NONE ? DDP_RDZV_EV_SUCCEEDED : DDP_RDZV_EV_STOPPED, NULL);
-        rejoin_if_ready(a);
+        ddp_placement_rejoin(a->placement);
         return;
     case DDP_POLICY_RESTART: {
         a->g.attempt++;
@@ -928,14 +880,9 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
         snprintf(message, sizeof message, "its launcher received %s", name);
         ddp_rdzv_post_abort(a->g.rdzv, sig, message);
     }
-    if (ddp_policy_cut_short(a->policy)) { /* every worker has ended: the job too */
-        ddp_log_warn(a->g.log, "received %s: ending now (the workers have ended)", name);
-        a->g.stop_reason = DDP_STOP_SIGNAL;
-        a->g.stop_signal = sig;
-        return;
-    }
-    if (ddp_leftovers_cut_short(a->leftovers)) { /* every worker has ended: what they left
-                                                  * goes at once */
+    /* Every worker has ended, and the group's end waits: for --progress-file's read (given
+     * up), or for what they left (which goes at once). The job ends with it. */
+    if (ddp_policy_cut_short(a->policy) || ddp_leftovers_cut_short(a->leftovers)) {
         ddp_log_warn(a->g.log, "received %s: ending now (the workers have ended)", name);
         a->g.stop_reason = DDP_STOP_SIGNAL;
         a->g.stop_signal = sig;
@@ -1320,7 +1267,7 @@ static void on_rdzv_command(void *ctx)
             remote_stop(a, exit_code, message);
             break;
         case DDP_RDZV_CMD_STORE_LOST:
-            store_lost(a, message);
+            ddp_placement_store_lost(a->placement, message);
             break;
         case DDP_RDZV_CMD_FINISH:
             ddp_hang_watch_cancel(a->hang);
@@ -1571,12 +1518,24 @@ static void op_progress_read(ddp_group_t *g)
     group_ended_measured(agent_of(g));
 }
 
+static void op_start_rendezvous(ddp_group_t *g)
+{
+    start_rendezvous(agent_of(g));
+}
+
+static void op_end_job(ddp_group_t *g, int exit_code)
+{
+    end_job(agent_of(g), exit_code);
+}
+
 static const ddp_agent_ops_t agent_ops = {
     .stop = op_stop,
     .fail_round = op_fail_round,
     .group_ended = op_group_ended,
     .leftovers_done = op_leftovers_done,
     .progress_read = op_progress_read,
+    .start_rendezvous = op_start_rendezvous,
+    .end_job = op_end_job,
 };
 
 /* The parts of the agent (the policy aside, made first), on the loop, wired to what each
@@ -1596,6 +1555,40 @@ static int new_parts(ddp_agent_t *a)
     return ddp_leftovers_new(g, a->start, &a->leftovers);
 }
 
+/* The job's log directory (said where it is), what the workers find there (--hang-dump's
+ * sitecustomize), and what they are told (the module's folder, the dump signal). 0, or
+ * the exit status when the directory cannot be made (said). */
+static int make_run_dir(ddp_agent_t *a)
+{
+    const ddp_launch_config_t *cfg = a->g.cfg;
+    const ddp_log_t *log = a->g.log;
+    const char *under = cfg->log_dir != NULL ? cfg->log_dir : ddp_logs_temp_dir(log);
+    int err = ddp_logs_make_run_dir(cfg->log_dir, cfg->run_id, announce_log_dir, &a->guard,
+                                    &a->base_dir, &a->base_created, &a->g.run_dir);
+    if (err != 0) {
+        ddp_log_error(log, "unable to create the log directory under %s: %s", under,
+                      ddp_strerror(err));
+        return DDP_EXIT_LAUNCH_FAILED;
+    }
+    /* The signal a worker dumps its state on: a real-time one, which programs seldom use
+     * (and which is sent only to a worker that catches it). */
+    a->g.dump_signal = SIGRTMIN + 6;
+    if (!ddp_worker_module_dir(cfg, environ, a->g.module_dir, sizeof a->g.module_dir))
+        a->g.module_dir[0] = '\0';
+    if (cfg->hang_dump && (asprintf(&a->g.python_dir, "%s/python", a->g.run_dir) < 0 ||
+                           (err = ddp_stacks_write_sitecustomize(a->g.python_dir)) != 0)) {
+        ddp_log_warn(log, "--hang-dump: unable to write %s/sitecustomize.py: %s; no Python stacks",
+                     a->g.python_dir ? a->g.python_dir : a->g.run_dir, ddp_strerror(err));
+        free(a->g.python_dir);
+        a->g.python_dir = NULL;
+    }
+    if (any_file_output(cfg))
+        ddp_log_info(log, "worker logs go to %s", a->g.run_dir);
+    else
+        ddp_log_debug(log, "log directory: %s", a->g.run_dir);
+    return 0;
+}
+
 static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_agent_t **out)
 {
     ddp_agent_t *a = calloc(1, sizeof *a);
@@ -1605,11 +1598,6 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
         return DDP_EXIT_LAUNCH_FAILED;
     }
     *out = a;
-    a->g.cfg = cfg;
-    if (cfg->rdzv_backend == DDP_RDZV_ETCD) { /* (a copy: its pointers stay the caller's) */
-        a->placed_cfg = *cfg;
-        a->g.cfg = &a->placed_cfg;
-    }
     a->g.log = log;
     a->g.loop = &a->loop;
     a->g.ops = &agent_ops;
@@ -1617,7 +1605,12 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     a->g.output = &a->output;
     a->g.events.fd = -1;
     a->g.nworkers = cfg->nproc_per_node;
-    /* The progress the job starts from (a resumed job's checkpoint), first. */
+    /* Where the store is, which says the configuration; the policy, first. */
+    if (ddp_placement_new(&a->g, cfg, &a->placement) != 0) {
+        ddp_log_error(log, "out of memory");
+        return DDP_EXIT_LAUNCH_FAILED;
+    }
+    a->g.cfg = ddp_placement_cfg(a->placement);
     if (ddp_policy_new(&a->g, &a->policy) != 0) {
         ddp_log_error(log, "out of memory");
         return DDP_EXIT_LAUNCH_FAILED;
@@ -1655,18 +1648,8 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     }
     a->loop_ready = true;
     ddp_policy_begin(a->policy); /* the progress the job starts from */
-    const char *under = cfg->log_dir != NULL ? cfg->log_dir : ddp_logs_temp_dir(log);
-    if ((err = ddp_logs_make_run_dir(cfg->log_dir, cfg->run_id, announce_log_dir, &a->guard,
-                                     &a->base_dir, &a->base_created, &a->g.run_dir)) != 0) {
-        ddp_log_error(log, "unable to create the log directory under %s: %s", under,
-                      ddp_strerror(err));
-        return DDP_EXIT_LAUNCH_FAILED;
-    }
-    /* The signal a worker dumps its state on: a real-time one, which programs seldom use
-     * (and which is sent only to a worker that catches it). */
-    a->g.dump_signal = SIGRTMIN + 6;
-    if (!ddp_worker_module_dir(cfg, environ, a->g.module_dir, sizeof a->g.module_dir))
-        a->g.module_dir[0] = '\0';
+    if ((err = make_run_dir(a)) != 0)
+        return err;
     a->g.subreaper = ddp_leftovers_become_subreaper(log);
     if ((err = ddp_checkpoints_new(cfg, log, &a->guard, &a->checkpoints)) != 0 ||
         (err = new_parts(a)) != 0) {
@@ -1675,17 +1658,6 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
     }
     a->g.checkpoint_dir = ddp_checkpoints_dir(a->checkpoints);
     a->g.checkpoint_step = -1;
-    if (cfg->hang_dump && (asprintf(&a->g.python_dir, "%s/python", a->g.run_dir) < 0 ||
-                           (err = ddp_stacks_write_sitecustomize(a->g.python_dir)) != 0)) {
-        ddp_log_warn(log, "--hang-dump: unable to write %s/sitecustomize.py: %s; no Python stacks",
-                     a->g.python_dir ? a->g.python_dir : a->g.run_dir, ddp_strerror(err));
-        free(a->g.python_dir);
-        a->g.python_dir = NULL;
-    }
-    if (any_file_output(cfg))
-        ddp_log_info(log, "worker logs go to %s", a->g.run_dir);
-    else
-        ddp_log_debug(log, "log directory: %s", a->g.run_dir);
     return create_file_timer(a);
 }
 
@@ -1718,97 +1690,6 @@ static void start_rendezvous(ddp_agent_t *a)
     }
 }
 
-static void on_place_failed(void *ctx, const char *why);
-
-static void on_round_formed(void *ctx, const char *record)
-{
-    ddp_agent_t *a = ctx;
-    ddp_etcd_place_record(a->place, record);
-}
-
-/* Elected: the coordinator at once (after a loss, the others may come before this node's
- * workers have stopped), resuming the job's last round where etcd has one; each round's
- * record goes to etcd. 0, or the failure said. */
-static int coordinate(ddp_agent_t *a, const char *last_round)
-{
-    char id[DDP_RDZV_ID_MAX];
-    ddp_rdzv_launcher_id(id, a->g.host);
-    if (a->g.store == NULL) {
-        a->g.store = a->idle_store;
-        a->idle_store = NULL;
-    }
-    snprintf(a->placed_cfg.master_addr, sizeof a->placed_cfg.master_addr, "%s", a->own_addr);
-    a->placed_cfg.master_port = a->g.store_port;
-    int err = ddp_rdzv_coord_start(&a->loop, a->g.store, a->g.cfg, a->g.log, id, &a->g.coord);
-    if (err == 0 && last_round != NULL &&
-        (err = ddp_rdzv_coord_resume_from(a->g.coord, last_round)) != 0)
-        ddp_log_warn(a->g.log,
-                     "etcd: the job's round record '%.200s' is not ddp-launch's: the "
-                     "job starts over from round 0",
-                     last_round);
-    if (err == -ENOMEM || (err != 0 && a->g.coord == NULL)) {
-        char why[200];
-        snprintf(why, sizeof why, "unable to start the rendezvous coordinator: %s",
-                 ddp_strerror(err));
-        on_place_failed(a, why);
-        return err;
-    }
-    ddp_rdzv_coord_on_formed(a->g.coord, on_round_formed, a);
-    return 0;
-}
-
-/* etcd has elected a launcher: where it is not this one, our store stands aside (still
- * listening, for the next election), and the job's is the elected one's. */
-static void on_placed(void *ctx, bool own, const char *host, int port, const char *last_round)
-{
-    ddp_agent_t *a = ctx;
-    if (own && coordinate(a, last_round) != 0)
-        return;
-    if (!own) {
-        if (a->g.store != NULL) {
-            a->idle_store = a->g.store;
-            a->g.store = NULL;
-        }
-        snprintf(a->placed_cfg.master_addr, sizeof a->placed_cfg.master_addr, "%s", host);
-        a->placed_cfg.master_port = port;
-    }
-    if (!a->relocating) {
-        start_rendezvous(a);
-        return;
-    }
-    a->relocated = true; /* this node's own thread joins once its workers have stopped */
-    rejoin_if_ready(a);
-}
-
-static void on_place_failed(void *ctx, const char *why)
-{
-    ddp_agent_t *a = ctx;
-    ddp_log_error(a->g.log, "rendezvous: %s", why);
-    if (a->g.rdzv != NULL) /* the job runs: the others are told, where the store can */
-        ddp_rdzv_post_end(a->g.rdzv, DDP_EXIT_RDZV_FAILED, why);
-    end_job(a, DDP_EXIT_RDZV_FAILED);
-}
-
-/* --rdzv-backend=etcd: the rendezvous starts once etcd has said where the store is. */
-static void start_etcd_place(ddp_agent_t *a)
-{
-    static const ddp_etcd_place_cbs_t cbs = {on_placed, on_place_failed};
-    char id[DDP_RDZV_ID_MAX];
-    ddp_buf_t why = DDP_BUF_INIT;
-    ddp_rdzv_launcher_id(id, a->g.host);
-    a->g.state = DDP_AGENT_WAITING;
-    snprintf(a->own_addr, sizeof a->own_addr, "%s", a->g.cfg->master_addr);
-    int err = ddp_etcd_place_start(&a->loop, a->g.cfg, a->g.log, id, a->g.cfg->master_addr,
-                                   a->g.store_port, &cbs, a, &a->place, &why);
-    if (err != 0) {
-        ddp_log_error(a->g.log, "rendezvous: unable to use etcd at %s: %s", a->g.cfg->etcd.given,
-                      err == -ENOMEM ? "out of memory" : ddp_buf_str(&why));
-        a->exit_code = DDP_EXIT_RDZV_FAILED;
-        finish(a);
-    }
-    ddp_buf_free(&why);
-}
-
 /* The loop's handles, the store, then the rendezvous or the first attempt. A failure
  * finishes the agent: the loop then only closes what was opened. */
 static void agent_start(ddp_agent_t *a)
@@ -1824,7 +1705,8 @@ static void agent_start(ddp_agent_t *a)
         a->exit_code = DDP_EXIT_STORE_FAILED;
         finish(a);
     } else if (a->g.cfg->rdzv_backend == DDP_RDZV_ETCD) {
-        start_etcd_place(a);
+        a->g.state = DDP_AGENT_WAITING; /* the rendezvous starts once etcd has placed it */
+        ddp_placement_start(a->placement);
     } else if (a->g.cfg->nnodes_max > 1) {
         start_rendezvous(a);
     } else {
@@ -1843,9 +1725,6 @@ static int agent_free(ddp_agent_t *a, int exit_code)
         bool elsewhere =
             a->g.rdzv != NULL && !a->served_store && ddp_rdzv_failures_published(a->g.rdzv);
         ddp_rdzv_free(a->g.rdzv);
-        for (size_t i = 0; i < a->nretired; i++)
-            ddp_rdzv_free(a->retired[i]);
-        free(a->retired);
         ddp_strv_free(a->g.job_env);
         exit_code = a->exit_code;
         ddp_output_stop(&a->output); /* every worker line is out before the report */
@@ -1893,6 +1772,7 @@ static int agent_free(ddp_agent_t *a, int exit_code)
     ddp_worker_start_free(a->start);
     ddp_leftovers_free(a->leftovers);
     ddp_policy_free(a->policy);
+    ddp_placement_free(a->placement);
     free(a);
     return exit_code;
 }

@@ -83,6 +83,11 @@ typedef struct {
     void (*leftovers_done)(ddp_group_t *g);
     /* The read of --progress-file at the group's end is over: the group's end goes on. */
     void (*progress_read)(ddp_group_t *g);
+    /* A multi-node job's rendezvous thread starts (the coordinator first where this
+     * launcher serves the store and has none yet); a failure ends the job. */
+    void (*start_rendezvous)(ddp_group_t *g);
+    /* The job ends with `exit_code`: now, or once the workers have stopped. */
+    void (*end_job)(ddp_group_t *g, int exit_code);
 } ddp_agent_ops_t;
 
 struct ddp_group_s {

@@ -55,17 +55,30 @@ static void op_progress_read(ddp_group_t *g)
     fixture_of(g)->progress_read++;
 }
 
+static void op_start_rendezvous(ddp_group_t *g)
+{
+    fixture_of(g)->rendezvous_started++;
+}
+
+static void op_end_job(ddp_group_t *g, int exit_code)
+{
+    fixture_of(g)->ended = exit_code;
+}
+
 static const ddp_agent_ops_t recording_ops = {
     .stop = op_stop,
     .fail_round = op_fail_round,
     .group_ended = op_group_ended,
     .leftovers_done = op_leftovers_done,
     .progress_read = op_progress_read,
+    .start_rendezvous = op_start_rendezvous,
+    .end_job = op_end_job,
 };
 
 void gf_init(group_fixture_t *f, int nworkers)
 {
     memset(f, 0, sizeof *f);
+    f->ended = -1;
     ddp_config_defaults(&f->cfg);
     f->cfg.nproc_per_node = nworkers;
     snprintf(f->dir, sizeof f->dir, "/tmp/ddp-parts-XXXXXX");

@@ -21,7 +21,8 @@ typedef struct {
     char log_path[128]; /* where the log goes */
     int stderr_fd;      /* the test's own stderr while gf_capture_stderr holds it; -1 */
     /* What the parts asked of the agent. */
-    int stops, fail_rounds, finished, leftovers_done, progress_read;
+    int stops, fail_rounds, finished, leftovers_done, progress_read, rendezvous_started;
+    int ended; /* ops->end_job's status; -1 until asked */
     int stop_signal;
     ddp_stop_reason_t stop_reason;
     size_t first_failure;
