@@ -8,7 +8,8 @@ later) join it and all-reduce. On later attempts:
   state  prints a STATE line: one JSON object of what the process is (environment,
          argv, sys.path, __main__, cwd, session, parent-death signal, signal dispositions
          and mask, limits, affinity, its descriptors, stdio buffering), with its run's
-         log directory written <RUN> and the store's port <PORT>; then a RANDOM line
+         log directory written <RUN>, the store's port <PORT> and the launcher's
+         checkpoint directory <CHECKPOINTS>; then a RANDOM line
          (each rank's own draws: Python's random, numpy's global generator and a
          default_rng(), torch's initial seed and a draw of its default generator).
   hold   prints HOLD with its pid and sleeps: a job to kill the launcher of;
@@ -152,6 +153,10 @@ def main():
         run = os.path.dirname(os.path.dirname(os.path.dirname(
             os.environ["TORCHELASTIC_ERROR_FILE"])))
         text = json.dumps(found, sort_keys=True).replace(run, "<RUN>")
+        # The launcher's checkpoint directory, a name of its own each job.
+        checkpoints = os.environ.get("DDP_CHECKPOINT_DIR")
+        if checkpoints:
+            text = text.replace(checkpoints, "<CHECKPOINTS>")
         print("STATE " + text.replace(f'"{port}"', '"<PORT>"'), flush=True)
         import numpy
         print(f"RANDOM rank {rank} {random.random()} {numpy.random.randint(1 << 30)} "
