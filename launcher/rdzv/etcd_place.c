@@ -405,8 +405,9 @@ void ddp_etcd_place_lost(ddp_etcd_place_t *p)
         return;
     p->phase = PLACE_ELECTING;
     bool same = p->latest != NULL && p->placed != NULL && strcmp(p->latest, p->placed) == 0;
-    ddp_log_warn(p->log, "etcd: the job's store at %.*s is lost: %s", (int)strcspn(p->placed, " "),
-                 p->placed,
+    const char *placed = p->placed != NULL ? p->placed : "?";
+    ddp_log_warn(p->log, "etcd: the job's store at %.*s is lost: %s", (int)strcspn(placed, " "),
+                 placed,
                  same                ? "ending its launcher's lease, then electing another"
                  : p->latest == NULL ? "electing another launcher"
                                      : "another launcher is elected already");
