@@ -217,6 +217,29 @@ int ddp_read_file(const char *path, size_t limit, char **out, size_t *len)
     return fd < 0 ? fd : read_all(fd, limit, out, len);
 }
 
+int ddp_read_file_to(const char *path, char *buf, size_t limit, size_t *len)
+{
+    int fd = open_regular(path, false), err = fd < 0 ? fd : 0;
+    size_t used = 0;
+    while (err == 0) {
+        ssize_t r = read(fd, buf + used, limit + 1 - used);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            err = r < 0 ? -errno : 0;
+            break;
+        }
+        used += (size_t)r;
+        if (used > limit)
+            err = DDP_ETOOBIG;
+    }
+    if (fd >= 0)
+        close(fd);
+    buf[used > limit ? limit : used] = '\0';
+    *len = used > limit ? limit : used;
+    return err;
+}
+
 int ddp_read_worker_file(const char *path, size_t limit, char **out, size_t *len)
 {
     int fd = open_regular(path, true);

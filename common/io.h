@@ -23,6 +23,10 @@ int ddp_writev_all(int fd, struct iovec *iov, int n);
  * regular file (a FIFO, a device, a directory): DDP_ENOTFILE. Returns 0, -errno,
  * DDP_ENOTFILE, or DDP_ETOOBIG when the file holds more than `limit` bytes. */
 int ddp_read_file(const char *path, size_t limit, char **out, size_t *len);
+/* As ddp_read_file, into buf[limit + 1] of the caller's (NUL-terminated, *len bytes),
+ * allocating nothing: for a child forked by a threaded process, whose allocator may be
+ * left locked by another thread (a sanitizer's is). */
+int ddp_read_file_to(const char *path, char *buf, size_t limit, size_t *len);
 
 /* As ddp_read_file, for a file a worker controls (in its directory): neither the file nor
  * the directory it is in may be a symbolic link (-ELOOP or -ENOTDIR), which a worker could

@@ -267,14 +267,14 @@ int ddp_proc_run_bounded(char *const argv[], bool with_stdout, double timeout, c
     return 0;
 }
 
-/* The child of ddp_proc_read_file_bounded: ddp_read_file's return as an int, then what it
- * read, into `fd`; never returns. */
-static void read_file_child(const char *path, size_t limit, int fd)
+/* The child of ddp_proc_read_file_bounded: the read's return as an int, then what it
+ * read, into `fd`; never returns. It allocates nothing (buf[limit + 1] is the parent's):
+ * forked from a thread, another may have held the allocator's lock. */
+static void read_file_child(const char *path, char *buf, size_t limit, int fd)
 {
-    char *text = NULL;
     size_t len = 0;
-    int32_t err = ddp_read_file(path, limit, &text, &len);
-    struct iovec iov[2] = {{&err, sizeof err}, {text, err == 0 ? len : 0}};
+    int32_t err = ddp_read_file_to(path, buf, limit, &len);
+    struct iovec iov[2] = {{&err, sizeof err}, {buf, err == 0 ? len : 0}};
     _exit(ddp_writev_all(fd, iov, 2) == 0 ? 0 : 1);
 }
 
@@ -301,8 +301,14 @@ int ddp_proc_read_file_bounded(const char *path, size_t limit, double timeout, i
                                char **out, size_t *len)
 {
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0)
-        return -errno;
+    char *scratch = malloc(limit + 1); /* the child's, before the fork */
+    if (scratch == NULL)
+        return -ENOMEM;
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        int failed = -errno;
+        free(scratch);
+        return failed;
+    }
     sigset_t all, saved;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &saved);
@@ -310,10 +316,11 @@ int ddp_proc_read_file_bounded(const char *path, size_t limit, double timeout, i
     if (pid == 0) {
         close(fds[0]);
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        read_file_child(path, limit, fds[1]);
+        read_file_child(path, scratch, limit, fds[1]);
     }
     int err = pid < 0 ? -errno : 0;
     pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    free(scratch);
     close(fds[1]);
     ddp_buf_t got = DDP_BUF_INIT;
     double deadline = ddp_clock_mono() + timeout;

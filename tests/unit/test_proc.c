@@ -6,11 +6,16 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "error.h"
 #include "io.h"
 #include "host/proc.h"
 
 #include <errno.h>
 #include <signal.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <string.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -74,12 +79,43 @@ static void test_end_is_the_exit(void **state)
     assert_string_equal(line, "done");
 }
 
+/* A file read by a child within a bound: what it holds, no such file, too big, not a
+ * regular file (never waited on). */
+static void test_read_file_bounded(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/ddp-proc-XXXXXX", path[64], fifo[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/f", dir);
+    snprintf(fifo, sizeof fifo, "%s/p", dir);
+    FILE *f = fopen(path, "w");
+    fputs("1234\n", f);
+    fclose(f);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(ddp_proc_read_file_bounded(path, 64, 5, -1, &text, &len), 0);
+    assert_int_equal(len, 5);
+    assert_string_equal(text, "1234\n");
+    free(text);
+    text = NULL;
+    assert_int_equal(ddp_proc_read_file_bounded(path, 3, 5, -1, &text, &len), DDP_ETOOBIG);
+    assert_null(text);
+    assert_int_equal(ddp_proc_read_file_bounded(fifo, 64, 5, -1, &text, &len), DDP_ENOTFILE);
+    unlink(path);
+    assert_int_equal(ddp_proc_read_file_bounded(path, 64, 5, -1, &text, &len), -ENOENT);
+    assert_null(text);
+    unlink(fifo);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_limit_shorter_than_the_start),
         cmocka_unit_test(test_status_and_tail),
         cmocka_unit_test(test_end_is_the_exit),
+        cmocka_unit_test(test_read_file_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
