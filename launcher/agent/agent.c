@@ -1757,6 +1757,9 @@ static int agent_free(ddp_agent_t *a, int exit_code)
     for (int i = 0; a->g.workers != NULL && i < a->g.nworkers; i++) {
         free(a->g.workers[i].stopped_error);
         free(a->g.workers[i].timer_expired);
+        /* (a job ended before its group's end was seen: etcd's quorum lost, say) */
+        free(a->g.workers[i].prefix);
+        free(a->g.workers[i].error_file);
     }
     free(a->g.workers);
     free(a->g.program);
