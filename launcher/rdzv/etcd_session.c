@@ -124,20 +124,28 @@ static void coord_seen(ddp_etcd_session_t *s, const ddp_json_t *kv, int64_t revi
 
 static void resync_later(ddp_etcd_session_t *s);
 
+/* A message of the watch s->calls[call]: true where the watch has ended (the member it
+ * spoke to went, or etcd ended it), after asking for what it watched to be read again,
+ * then watched from there; false for a live watch's message (the backoff starts over). */
+static bool watch_ended(ddp_etcd_session_t *s, int call, int err, const ddp_json_t *reply)
+{
+    if (err == 0 && ddp_json_get(reply, "canceled") == NULL) {
+        s->backoff = 0;
+        return false;
+    }
+    if (err == 0)
+        ddp_etcd_cancel(s->calls[call]);
+    s->calls[call] = NULL;
+    resync_later(s);
+    return true;
+}
+
 static void on_coord_watch(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_session_t *s = ctx;
     (void)why;
-    if (err != 0 || ddp_json_get(reply, "canceled") != NULL) {
-        /* The member it spoke to went (or etcd ended the watch): read the key again, then
-         * watch it from there. */
-        if (err == 0)
-            ddp_etcd_cancel(s->calls[CALL_WATCH]);
-        s->calls[CALL_WATCH] = NULL;
-        resync_later(s);
+    if (watch_ended(s, CALL_WATCH, err, reply))
         return;
-    }
-    s->backoff = 0;
     for (const ddp_json_t *e = ddp_json_first(ddp_json_get(reply, "events")); e != NULL;
          e = ddp_json_next(e)) {
         const char *type = ddp_json_string(ddp_json_get(e, "type"), NULL);
@@ -411,14 +419,8 @@ static void on_members_watch(void *ctx, int err, const ddp_json_t *reply, const 
 {
     ddp_etcd_session_t *s = ctx;
     (void)why;
-    if (err != 0 || ddp_json_get(reply, "canceled") != NULL) {
-        if (err == 0)
-            ddp_etcd_cancel(s->calls[CALL_MEMBERS_WATCH]);
-        s->calls[CALL_MEMBERS_WATCH] = NULL;
-        resync_later(s);
+    if (watch_ended(s, CALL_MEMBERS_WATCH, err, reply))
         return;
-    }
-    s->backoff = 0;
     for (const ddp_json_t *e = ddp_json_first(ddp_json_get(reply, "events")); e != NULL;
          e = ddp_json_next(e)) {
         const char *type = ddp_json_string(ddp_json_get(e, "type"), NULL);
