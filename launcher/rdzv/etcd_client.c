@@ -642,6 +642,9 @@ int ddp_etcd_new(uv_loop_t *loop, const ddp_etcd_opts_t *opts, const ddp_log_t *
         ok = ddp_buf_printf(&all, "%s%s", i ? "," : "", opts->endpoints[i]) == 0 && ok;
     }
     e->all_endpoints = ddp_buf_steal(&all);
+    /* Launchers begin at endpoints of their own (by pid): a thousand joining at once load
+     * every member's gateway, not the first one's alone. */
+    e->current = e->nendpoints > 0 ? (size_t)getpid() % e->nendpoints : 0;
     if (!ok || e->endpoints == NULL || e->all_endpoints == NULL) {
         free_client(e);
         return -ENOMEM;
@@ -850,17 +853,117 @@ int ddp_etcd_body_put_if(ddp_buf_t *out, const char *key, const void *value, siz
     return err != 0 ? err : ddp_buf_puts(out, "}]}");
 }
 
-int ddp_etcd_body_clear_unless(ddp_buf_t *out, const char *prefix, const char *live)
+/* {"compare": [{"target": "CREATE", K[, range_end], "create_revision": "0"}]: none of the
+ * keys exists. */
+static int append_absent(ddp_buf_t *out, const char *key, bool prefix)
 {
-    int err = ddp_buf_puts(out, "{\"compare\": [{\"target\": \"CREATE\", ");
+    int err = ddp_buf_puts(out, "{\"target\": \"CREATE\", ");
     if (err == 0)
-        err = append_range(out, live, true);
+        err = append_range(out, key, prefix);
+    return err != 0 ? err : ddp_buf_puts(out, ", \"create_revision\": \"0\"}");
+}
+
+/* ", {request_put: K=V under lease}" */
+static int append_put_op(ddp_buf_t *out, const char *key, const char *value, int64_t lease)
+{
+    int err = ddp_buf_puts(out, ", {\"request_put\": ");
     if (err == 0)
-        err = ddp_buf_puts(out, ", \"create_revision\": \"0\"}], \"success\": "
-                                "[{\"request_delete_range\": ");
+        err = ddp_etcd_body_put(out, key, value, strlen(value), lease);
+    return err != 0 ? err : ddp_buf_puts(out, "}");
+}
+
+/* The join's election: the coordinator's key taken where absent, else read (a nested
+ * transaction); without `record`, only read. */
+static int append_elect_op(ddp_buf_t *out, const ddp_etcd_join_t *j)
+{
+    int err;
+    if (j->record == NULL) {
+        err = ddp_buf_puts(out, ", {\"request_range\": ");
+        if (err == 0)
+            err = ddp_etcd_body_range(out, j->coord_key, false);
+        return err != 0 ? err : ddp_buf_puts(out, "}");
+    }
+    err = ddp_buf_puts(out, ", {\"request_txn\": {\"compare\": [");
     if (err == 0)
-        err = ddp_etcd_body_range(out, prefix, true);
-    return err != 0 ? err : ddp_buf_puts(out, "}]}");
+        err = append_absent(out, j->coord_key, false);
+    if (err == 0)
+        err = ddp_buf_puts(out, "], \"success\": [{\"request_put\": ");
+    if (err == 0)
+        err = ddp_etcd_body_put(out, j->coord_key, j->record, strlen(j->record), j->lease);
+    if (err == 0)
+        err = ddp_buf_puts(out, "}], \"failure\": [{\"request_range\": ");
+    if (err == 0)
+        err = ddp_etcd_body_range(out, j->coord_key, false);
+    return err != 0 ? err : ddp_buf_puts(out, "}]}}");
+}
+
+int ddp_etcd_body_join(ddp_buf_t *out, const ddp_etcd_join_t *j)
+{
+    char members[1024], after[1024];
+    snprintf(members, sizeof members, "%snode/", j->prefix);
+    snprintf(after, sizeof after, "%snode0", j->prefix); /* ('/' + 1: past node/) */
+    /* The first branch needs the outer compare to hold; the second its failure. */
+    int err = ddp_buf_puts(out, "{\"compare\": [");
+    if (err == 0 && j->clear)
+        err = append_absent(out, members, true);
+    if (err == 0 && !j->clear && j->keep) {
+        err = ddp_buf_puts(out, "{\"target\": \"VALUE\", ");
+        if (err == 0)
+            err = append_b64_field(out, "key", j->coord_key, strlen(j->coord_key));
+        if (err == 0)
+            err = ddp_buf_puts(out, ", ");
+        if (err == 0)
+            err = append_b64_field(out, "value", j->record, strlen(j->record));
+        if (err == 0)
+            err = ddp_buf_puts(out, "}");
+    }
+    if (err == 0)
+        err = ddp_buf_puts(out, "], \"success\": [{\"request_put\": ");
+    if (err == 0)
+        err = ddp_etcd_body_put(out, j->member_key, j->member, strlen(j->member), j->lease);
+    if (err == 0)
+        err = ddp_buf_puts(out, "}");
+    if (err == 0 && j->clear) { /* the prefix, but its member keys (none: the compare) */
+        char start[1024];
+        size_t n = prefix_end(j->prefix, start, sizeof start);
+        err = ddp_buf_puts(out, ", {\"request_delete_range\": {");
+        if (err == 0)
+            err = append_b64_field(out, "key", j->prefix, strlen(j->prefix));
+        if (err == 0)
+            err = ddp_buf_puts(out, ", ");
+        if (err == 0)
+            err = append_b64_field(out, "range_end", members, strlen(members));
+        if (err == 0)
+            err = ddp_buf_puts(out, "}}, {\"request_delete_range\": {");
+        if (err == 0)
+            err = append_b64_field(out, "key", after, strlen(after));
+        if (err == 0)
+            err = ddp_buf_puts(out, ", ");
+        if (err == 0)
+            err = append_b64_field(out, "range_end", start, n);
+        if (err == 0)
+            err = ddp_buf_puts(out, "}}");
+    } else if (err == 0 && j->keep && j->record != NULL) {
+        err = append_put_op(out, j->coord_key, j->record, j->lease);
+    } else if (err == 0) {
+        err = append_elect_op(out, j);
+    }
+    if (err == 0)
+        err = ddp_buf_puts(out, "], \"failure\": [{\"request_put\": ");
+    if (err == 0)
+        err = ddp_etcd_body_put(out, j->member_key, j->member, strlen(j->member), j->lease);
+    if (err == 0)
+        err = ddp_buf_puts(out, "}");
+    if (err == 0)
+        err = append_elect_op(out, j);
+    return err != 0 ? err : ddp_buf_puts(out, "]}");
+}
+
+bool ddp_etcd_succeeded(const ddp_json_t *txn)
+{
+    /* (the gateway leaves out a false) */
+    const ddp_json_t *ok = ddp_json_get(txn, "succeeded");
+    return ok != NULL && ddp_json_type(ok) == DDP_JSON_BOOL;
 }
 
 bool ddp_etcd_int(const ddp_json_t *object, const char *field, int64_t *out)

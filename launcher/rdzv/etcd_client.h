@@ -3,7 +3,8 @@
  *
  * libcurl is loaded at run time (dlopen "libcurl.so.4"): ddp-launch needs it only with
  * --rdzv-backend=etcd, and the installed binary depends on nothing but glibc. Everything
- * runs on the loop's thread; nothing blocks. Requests go to one endpoint at a time; one
+ * runs on the loop's thread; nothing blocks. Requests go to one endpoint at a time (the first
+ * one a launcher uses is chosen by its pid, spreading many launchers over the members); one
  * that cannot be reached (refused, no route, a TLS failure, no answer within the request's
  * time) is left for the next, and the request is sent there, until every endpoint has been
  * tried once for it. A reply is checked in value: what is not the JSON etcd writes is an
@@ -87,9 +88,24 @@ int ddp_etcd_body_create(ddp_buf_t *out, const char *key, const void *value, siz
 int ddp_etcd_body_put_if(ddp_buf_t *out, const char *key, const void *value, size_t len,
                          int64_t mod_revision);
 
-/* A transaction that deletes every key under `prefix` where no key under `live` (a
- * prefix within it) exists: a finished job's leftovers go, a running job's stay. */
-int ddp_etcd_body_clear_unless(ddp_buf_t *out, const char *prefix, const char *live);
+/* A launcher's join of a job under `prefix` in one transaction: its member key
+ * `member_key`=`member` under `lease`, and the coordinator's key `coord_key` taken with
+ * `record` where absent (NULL: only read). `clear`: where no key under <prefix>node/
+ * exists (a finished job's leftovers, no live launcher), the rest of the prefix is deleted
+ * instead of electing (succeeded, the key then absent). `keep`: where the coordinator's key
+ * holds `record` (this launcher's, under a lease it lost), it is put again under `lease`
+ * (succeeded). Otherwise the reply's responses hold the election's: a response_txn
+ * (succeeded: taken; else its response_range) or a response_range. */
+typedef struct {
+    const char *prefix, *member_key, *member, *coord_key, *record;
+    int64_t lease;
+    bool clear, keep;
+} ddp_etcd_join_t;
+
+int ddp_etcd_body_join(ddp_buf_t *out, const ddp_etcd_join_t *j);
+
+/* Whether a transaction's reply says its compare held. */
+bool ddp_etcd_succeeded(const ddp_json_t *txn);
 
 /* A decimal string or number field of a reply (etcd writes int64s as strings): false
  * when absent or not an integer. */

@@ -1,8 +1,9 @@
 /* Where the job's store lives with --rdzv-backend=etcd (see etcd_place.h).
  *
  * Phases:
- *   CLEARING --no member key under the prefix: it is deleted (a finished job's), else kept-->
- *   ELECTING --the session's first word on the coordinator's key: none (elect), another's-->
+ *   ELECTING --the session's join (its member key put, the coordinator's key taken where
+ *              absent, one transaction; a prefix with no member key under it, a finished
+ *              job's, deleted first) says: none (elect), another's-->
  *              PLACED (placed callback); ours--> READING
  *   READING --the job's round record read (none, or the last round's)--> PLACED
  *   (ELECTING, another's) PROBING --its store accepts a connection (or cannot be probed:
@@ -11,7 +12,7 @@
  *   PLACED --ddp_etcd_place_lost: the key still names the lost store: its launcher's lease
  *            revoked (its keys go); none: elect--> ELECTING (placed again, the new one);
  *            the key names another store already--> PROBING it
- *   CLEARING, ELECTING, PLACED --etcd unreachable, not etcd, the lease lost--> FAILED
+ *   ELECTING, PLACED --etcd unreachable, not etcd, the lease lost--> FAILED
  *   any --ddp_etcd_place_close--> CLOSING (the prefix deleted by the elected, the lease
  *                                         revoked, the client freed) */
 #include "rdzv/etcd_place.h"
@@ -26,7 +27,6 @@
 #include <string.h>
 
 typedef enum {
-    PLACE_CLEARING,
     PLACE_ELECTING,
     PLACE_READING,
     PLACE_PROBING,
@@ -39,7 +39,6 @@ struct ddp_etcd_place_s {
     const ddp_log_t *log;
     ddp_etcd_t *etcd;
     ddp_etcd_session_t *session;
-    ddp_etcd_call_t *clearing;
     ddp_etcd_place_cbs_t cbs;
     void *ctx;
     phase_t phase;
@@ -141,10 +140,9 @@ static void on_state_written(void *ctx, int err, const ddp_json_t *reply, const 
 {
     ddp_etcd_place_t *p = ctx;
     p->writing = NULL;
-    const ddp_json_t *ok = ddp_json_get(reply, "succeeded");
     if (err != 0) {
         ddp_log_warn(p->log, "etcd: unable to write the job's round record: %s", why);
-    } else if (ok == NULL || ddp_json_type(ok) != DDP_JSON_BOOL) {
+    } else if (!ddp_etcd_succeeded(reply)) {
         /* Written since: another coordinator has taken the job over (this one was deposed
          * while it ran); its record stands. */
         ddp_log_warn(p->log, "etcd: the job's round record was written by another launcher: "
@@ -321,45 +319,6 @@ static void on_coordinator(void *ctx, const char *record, bool own)
         placed_elsewhere(p, host, port);
 }
 
-static void on_cleared(void *ctx, int err, const ddp_json_t *reply, const char *why)
-{
-    ddp_etcd_place_t *p = ctx;
-    p->clearing = NULL;
-    int64_t revision = 0;
-    if (err != 0 || !ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision)) {
-        char text[1000];
-        if (err != 0) /* (the client's words name the endpoints) */
-            snprintf(text, sizeof text, "unable to use etcd: %s", why);
-        else
-            snprintf(text, sizeof text,
-                     "unable to use etcd at %s: its answer has no revision: not etcd's v3 gateway",
-                     ddp_etcd_endpoints(p->etcd));
-        fail(p, text);
-        return;
-    }
-    const ddp_json_t *ok = ddp_json_get(reply, "succeeded");
-    if (ok != NULL && ddp_json_type(ok) == DDP_JSON_BOOL)
-        ddp_log_debug(p->log, "etcd: %s held no live launcher: cleared", p->prefix);
-    p->phase = PLACE_ELECTING;
-    ddp_etcd_session_cbs_t cbs = {on_lost, on_coordinator, NULL}; /* no member watch */
-    if (ddp_etcd_session_start(p->etcd, p->prefix, p->id, p->ttl, p->record, &cbs, p,
-                               &p->session) != 0)
-        fail(p, "out of memory");
-}
-
-static int clear_stale(ddp_etcd_place_t *p)
-{
-    char live[400];
-    ddp_buf_t body = DDP_BUF_INIT;
-    snprintf(live, sizeof live, "%snode/", p->prefix);
-    int err = ddp_etcd_body_clear_unless(&body, p->prefix, live);
-    if (err == 0)
-        err = ddp_etcd_post(p->etcd, "/v3/kv/txn", ddp_buf_str(&body), false, on_cleared, p,
-                            &p->clearing);
-    ddp_buf_free(&body);
-    return err;
-}
-
 int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_log_t *log,
                          const char *id, const char *host, int port,
                          const ddp_etcd_place_cbs_t *cbs, void *ctx, ddp_etcd_place_t **out,
@@ -389,12 +348,20 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
         .timeout = p->ttl / 3,
     };
     int err = ddp_etcd_new(loop, &opts, log, &p->etcd, why);
-    if (err == 0 && (err = clear_stale(p)) != 0)
-        ddp_etcd_free(p->etcd);
     if (err != 0) {
         free(p);
         return err;
     }
+    p->phase = PLACE_ELECTING;
+    ddp_etcd_session_cbs_t session_cbs = {on_lost, on_coordinator, NULL}; /* no member watch */
+    err = ddp_etcd_session_start(p->etcd, p->prefix, p->id, p->ttl, p->record, &session_cbs, p,
+                                 &p->session);
+    if (err != 0) {
+        ddp_etcd_free(p->etcd);
+        free(p);
+        return err;
+    }
+    ddp_etcd_session_elect(p->session, p->record); /* at the join, where none is */
     *out = p;
     return 0;
 }
@@ -455,10 +422,9 @@ void ddp_etcd_place_close(ddp_etcd_place_t *p)
         p->probe->p = NULL;
     p->probe = NULL;
     p->phase = PLACE_CLOSING;
-    ddp_etcd_cancel(p->clearing);
     ddp_etcd_cancel(p->reading);
     ddp_etcd_cancel(p->writing);
-    p->clearing = p->reading = p->writing = NULL;
+    p->reading = p->writing = NULL;
     ddp_buf_t body = DDP_BUF_INIT;
     /* The elected launcher ends the job's keys: a new job with this run id starts clean. */
     if (own && ddp_etcd_body_range(&body, p->prefix, true) == 0 &&

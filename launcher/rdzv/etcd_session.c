@@ -14,7 +14,7 @@
 /* The session's calls, one of each in flight at most. */
 enum {
     CALL_GRANT,
-    CALL_PUT,
+    CALL_JOIN,
     CALL_RANGE,
     CALL_WATCH,
     CALL_ELECT,
@@ -31,6 +31,8 @@ struct ddp_etcd_session_s {
     ddp_etcd_t *etcd;
     uv_loop_t *loop;
     char *prefix, *id, *record, *elect_record;
+    char member_key[600], coord_key[600];
+    bool joined; /* once: a prefix is cleared at the first join only */
     double ttl;
     ddp_etcd_session_cbs_t cbs;
     void *ctx;
@@ -169,23 +171,17 @@ static void watch_coord(ddp_etcd_session_t *s, int64_t from)
 static void on_coord_range(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_session_t *s = ctx;
+    (void)why;
     s->calls[CALL_RANGE] = NULL;
     int64_t revision = 0;
     if (err != 0 || !ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision)) {
-        if (s->phase == SESSION_STARTING)
-            lose(s, "etcd: unable to read the coordinator's key: %s", err ? why : "no revision");
-        else
-            resync_later(s); /* the keep-alives judge whether etcd is gone */
+        resync_later(s); /* the keep-alives judge whether etcd is gone */
         return;
     }
-    bool first = s->phase == SESSION_STARTING;
-    s->phase = SESSION_RUNNING;
     const ddp_json_t *kv = ddp_json_first(ddp_json_get(reply, "kvs"));
     int64_t rev = 0;
     (void)ddp_etcd_int(kv, "mod_revision", &rev);
     s->coord_rev = 0;
-    if (first)
-        s->coord_known = false;
     coord_seen(s, kv, rev);
     if (s->phase == SESSION_RUNNING)
         watch_coord(s, revision + 1); /* what changes after the read */
@@ -259,18 +255,71 @@ static void on_keepalive_timer(uv_timer_t *timer)
     (void)post(s, CALL_KEEPALIVE, "/v3/lease/keepalive", body, false, on_keepalive);
 }
 
-/* The start: the lease, the member key, the coordinator's key read and watched. */
+/* The join: the lease, then one transaction for the member key and the coordinator's key
+ * (cleared first where no launcher has a key under the prefix; taken where absent, when
+ * an election was asked for before the join), then the watch from there. */
 
-static void on_member_put(void *ctx, int err, const ddp_json_t *reply, const char *why)
+static void join_of(const ddp_etcd_session_t *s, ddp_etcd_join_t *j)
+{
+    *j = (ddp_etcd_join_t){.prefix = s->prefix,
+                           .member_key = s->member_key,
+                           .member = s->record,
+                           .coord_key = s->coord_key,
+                           .record = s->elect_record,
+                           .lease = s->lease,
+                           .clear = !s->joined};
+}
+
+static void join_reply(ddp_etcd_session_t *s, const ddp_etcd_join_t *j, const ddp_json_t *reply,
+                       int64_t revision)
+{
+    const ddp_json_t *elect = NULL, *kv = NULL;
+    bool held = ddp_etcd_succeeded(reply) && (j->clear || j->keep); /* cleared, or kept */
+    for (const ddp_json_t *r = ddp_json_first(ddp_json_get(reply, "responses")); r != NULL && !held;
+         r = ddp_json_next(r)) {
+        const ddp_json_t *txn = ddp_json_get(r, "response_txn");
+        if (txn != NULL && ddp_etcd_succeeded(txn)) {
+            elect = txn;
+            break;
+        }
+        const ddp_json_t *range = ddp_json_get(
+            txn != NULL ? ddp_json_first(ddp_json_get(txn, "responses")) : r, "response_range");
+        if (range != NULL)
+            kv = ddp_json_first(ddp_json_get(range, "kvs"));
+    }
+    s->phase = SESSION_RUNNING;
+    s->joined = true;
+    s->coord_rev = 0;
+    s->coord_known = false;
+    if ((held && j->keep) || elect != NULL) { /* what the put wrote */
+        free(s->coord);
+        s->coord = strdup(s->elect_record);
+        s->coord_lease = s->lease;
+        s->coord_rev = revision;
+        s->coord_known = true;
+        s->cbs.coordinator(s->ctx, s->coord, true);
+    } else {
+        int64_t rev = 0;
+        (void)ddp_etcd_int(kv, "mod_revision", &rev);
+        coord_seen(s, kv, rev);
+    }
+    if (s->phase == SESSION_RUNNING)
+        watch_coord(s, revision + 1); /* what changes after the join */
+}
+
+static void on_join(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_session_t *s = ctx;
-    (void)reply;
-    s->calls[CALL_PUT] = NULL;
-    if (err != 0) {
-        lose(s, "etcd: unable to write this launcher's key: %s", why);
+    s->calls[CALL_JOIN] = NULL;
+    int64_t revision = 0;
+    if (err != 0 || !ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision)) {
+        lose(s, "unable to use etcd: unable to join under %s: %s", s->prefix,
+             err ? why : "its answer has no revision: not etcd's v3 gateway");
         return;
     }
-    resync_coord(s);
+    ddp_etcd_join_t j;
+    join_of(s, &j);
+    join_reply(s, &j, reply, revision);
 }
 
 static void on_grant(void *ctx, int err, const ddp_json_t *reply, const char *why)
@@ -278,18 +327,20 @@ static void on_grant(void *ctx, int err, const ddp_json_t *reply, const char *wh
     ddp_etcd_session_t *s = ctx;
     s->calls[CALL_GRANT] = NULL;
     if (err != 0 || !ddp_etcd_int(reply, "ID", &s->lease) || s->lease == 0) {
-        lose(s, "etcd at %s: unable to take a lease: %s", ddp_etcd_endpoints(s->etcd),
-             err ? why : "its answer has no lease");
+        lose(s, "unable to use etcd at %s: unable to take a lease: %s", ddp_etcd_endpoints(s->etcd),
+             err ? why : "its answer has no lease: not etcd's v3 gateway");
         return;
     }
     s->last_alive = now_s(s);
     uint64_t every = (uint64_t)(s->ttl * 1000 / 3);
     uv_timer_start(&s->keepalive, on_keepalive_timer, every, every);
-    char key[600];
+    ddp_etcd_join_t j;
     ddp_buf_t body = DDP_BUF_INIT;
-    snprintf(key, sizeof key, "%snode/%s", s->prefix, s->id);
-    if (ddp_etcd_body_put(&body, key, s->record, strlen(s->record), s->lease) == 0)
-        (void)post(s, CALL_PUT, "/v3/kv/put", ddp_buf_str(&body), false, on_member_put);
+    join_of(s, &j);
+    if (ddp_etcd_body_join(&body, &j) == 0)
+        (void)post(s, CALL_JOIN, "/v3/kv/txn", ddp_buf_str(&body), false, on_join);
+    else
+        lose(s, "out of memory");
     ddp_buf_free(&body);
 }
 
@@ -323,6 +374,8 @@ int ddp_etcd_session_start(ddp_etcd_t *etcd, const char *prefix, const char *id,
         free(s);
         return -ENOMEM;
     }
+    snprintf(s->member_key, sizeof s->member_key, "%snode/%s", prefix, id);
+    key_of(s, "coord", s->coord_key, sizeof s->coord_key);
     uv_timer_init(s->loop, &s->keepalive);
     uv_timer_init(s->loop, &s->retry);
     s->keepalive.data = s->retry.data = s;
@@ -346,8 +399,7 @@ static void on_elect(void *ctx, int err, const ddp_json_t *reply, const char *wh
     /* Won or lost, the watch says what the key holds now; a reply read here comes first. */
     int64_t revision = 0;
     (void)ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision);
-    const ddp_json_t *ok = ddp_json_get(reply, "succeeded");
-    bool won = ok != NULL && ddp_json_type(ok) == DDP_JSON_BOOL;
+    bool won = ddp_etcd_succeeded(reply);
     if (won) { /* what the put wrote, before the watch says it */
         free(s->coord);
         s->coord = strdup(s->elect_record);
@@ -370,15 +422,14 @@ static void on_elect(void *ctx, int err, const ddp_json_t *reply, const char *wh
 
 void ddp_etcd_session_elect(ddp_etcd_session_t *s, const char *record)
 {
-    char key[600];
-    if (s->phase != SESSION_RUNNING || s->calls[CALL_ELECT] != NULL)
+    if (s->phase == SESSION_LOST || s->calls[CALL_ELECT] != NULL)
         return;
     free(s->elect_record);
     s->elect_record = strdup(record);
+    if (s->phase == SESSION_STARTING || s->elect_record == NULL)
+        return; /* the join takes the key where absent */
     ddp_buf_t body = DDP_BUF_INIT;
-    key_of(s, "coord", key, sizeof key);
-    if (s->elect_record != NULL &&
-        ddp_etcd_body_create(&body, key, record, strlen(record), s->lease) == 0)
+    if (ddp_etcd_body_create(&body, s->coord_key, record, strlen(record), s->lease) == 0)
         (void)post(s, CALL_ELECT, "/v3/kv/txn", ddp_buf_str(&body), false, on_elect);
     ddp_buf_free(&body);
 }

@@ -3,6 +3,11 @@
  * (<prefix>coord), watched, and taken by election; for the coordinator, the member keys
  * watched; the round's record, written with compare-and-swap.
  *
+ * The join is two requests: the lease's grant, then one transaction that puts the member
+ * key, reads the coordinator's key and, where an election was asked for before it, takes
+ * the key where absent; a prefix with no member key under it (a finished job's leftovers)
+ * is deleted by it first.
+ *
  * A launcher that dies loses its lease: etcd deletes its keys when the lease ends (its TTL
  * after the last keep-alive, or at once when another launcher revokes it, having found the
  * launcher's port closed), and every watcher hears of it at once. Nothing polls: one
@@ -38,7 +43,8 @@ int ddp_etcd_session_start(ddp_etcd_t *etcd, const char *prefix, const char *id,
                            ddp_etcd_session_t **out);
 
 /* Asks to be the coordinator, holding its key (under this launcher's lease) with `record`
- * (copied): the answer is the coordinator callback (`own`, or the winner's record). */
+ * (copied): the answer is the coordinator callback (`own`, or the winner's record). Asked
+ * before the session has joined, the join's own transaction takes the key where absent. */
 void ddp_etcd_session_elect(ddp_etcd_session_t *s, const char *record);
 
 /* The coordinator's launcher is known to be gone (its port refused a connection): its lease
