@@ -89,6 +89,13 @@ static void on_place_failed(void *ctx, const char *why)
     g->ops->end_job(g, DDP_EXIT_RDZV_FAILED);
 }
 
+/* No worker of this launcher runs a round: the job forms (or re-forms) here. */
+static bool on_forming(void *ctx)
+{
+    const ddp_placement_t *p = ctx;
+    return p->g->state == DDP_AGENT_WAITING || p->g->state == DDP_AGENT_CHECKING;
+}
+
 static void on_round_formed(void *ctx, const char *record)
 {
     ddp_placement_t *p = ctx;
@@ -153,7 +160,7 @@ static void on_placed(void *ctx, bool own, const char *host, int port, const cha
 
 void ddp_placement_start(ddp_placement_t *p)
 {
-    static const ddp_etcd_place_cbs_t cbs = {on_placed, on_place_failed};
+    static const ddp_etcd_place_cbs_t cbs = {on_placed, on_place_failed, on_forming};
     ddp_group_t *g = p->g;
     char id[DDP_RDZV_ID_MAX];
     ddp_buf_t why = DDP_BUF_INIT;

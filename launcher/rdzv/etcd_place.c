@@ -22,9 +22,11 @@
 #include "rdzv/etcd_session.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef enum {
     PLACE_ELECTING,
@@ -49,8 +51,10 @@ struct ddp_etcd_place_s {
     int64_t state_rev;                  /* its revision as this coordinator knows it */
     char *pending;                      /* a record to write once the last write is in */
     struct probe_s *probe;              /* PROBING: the connection to the elected store */
-    double ttl;
-    char prefix[320]; /* ddp-launch/<run id>/ */
+    double ttl, join_timeout;
+    bool rejoining;      /* the lease was lost while the job formed: taken again */
+    double rejoin_since; /* loop s of the first loss since the last join */
+    char prefix[320];    /* ddp-launch/<run id>/ */
     char id[128], record[400];
 };
 
@@ -67,9 +71,46 @@ static void on_coordinator(void *ctx, const char *record, bool own);
 static int probe(ddp_etcd_place_t *p, const char *host, int port);
 static void placed_elsewhere(ddp_etcd_place_t *p, const char *host, int port);
 
+/* A random fraction in [0, 1) of this launcher's own: rejoins spread over time. */
+static double jitter(void)
+{
+    uint64_t x = uv_hrtime() ^ ((uint64_t)getpid() * 0x9e3779b97f4a7c15ull);
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 32;
+    return (double)(x % 1000000) / 1e6;
+}
+
+/* The session is lost: while the job forms, a lost lease is taken again (after a random
+ * part of a keep-alive period, so that launchers that lost theirs together do not come
+ * back together), until join_timeout has passed since the first loss. */
 static void on_lost(void *ctx, const char *why)
 {
-    fail(ctx, why);
+    ddp_etcd_place_t *p = ctx;
+    double now = (double)uv_now(ddp_etcd_loop(p->etcd)) / 1000.0;
+    if (p->phase == PLACE_FAILED || p->phase == PLACE_CLOSING || !p->cbs.forming(p->ctx)) {
+        fail(p, why);
+        return;
+    }
+    if (!p->rejoining)
+        p->rejoin_since = now;
+    double delay = p->ttl / 3 * (0.25 + 0.75 * jitter());
+    if (now + delay - p->rejoin_since > p->join_timeout) {
+        char text[1400];
+        snprintf(text, sizeof text,
+                 "etcd at %s: this launcher's lease could not be taken again within %g s "
+                 "(--rdzv-conf join_timeout): %s",
+                 ddp_etcd_endpoints(p->etcd), p->join_timeout, why);
+        fail(p, text);
+        return;
+    }
+    if (!ddp_etcd_session_rejoin(p->session, delay, p->phase == PLACE_ELECTING)) {
+        fail(p, why);
+        return;
+    }
+    p->rejoining = true;
+    ddp_log_warn(p->log, "etcd: %s: the job forms: taking a new lease and joining again in %.2f s",
+                 why, delay);
 }
 
 /* "HOST:PORT ID" (IPv6 as [ADDR]:PORT): the host and port, or false. */
@@ -290,6 +331,15 @@ static void on_coordinator(void *ctx, const char *record, bool own)
         fail(p, "out of memory");
         return;
     }
+    if (p->rejoining) { /* the session's join again: its word on the coordinator's key */
+        p->rejoining = false;
+        ddp_log_info(p->log, "etcd: joined again, under a new lease");
+        if (p->phase == PLACE_PLACED && p->own && !own) {
+            fail(p, "etcd: another launcher was elected while this one's lease was lost: the "
+                    "job goes on at its store");
+            return;
+        }
+    }
     /* Placed, the job stays where it is until the node thread says its store is lost
      * (ddp_etcd_place_lost): a key that changes meanwhile (the job's end deletes it) is
      * no news for this launcher yet. */
@@ -334,6 +384,7 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
      * it: a launcher sends etcd a request every 2 s; at least etcd's least lease, 2 s. */
     double limit = 2 * cfg->rdzv_conf.keep_alive_interval * cfg->rdzv_conf.keep_alive_max_attempt;
     p->ttl = limit > 2 ? limit : 2;
+    p->join_timeout = cfg->rdzv_conf.join_timeout;
     snprintf(p->prefix, sizeof p->prefix, "ddp-launch/%s/", cfg->run_id);
     snprintf(p->id, sizeof p->id, "%s", id);
     snprintf(p->record, sizeof p->record, strchr(host, ':') != NULL ? "[%s]:%d %s" : "%s:%d %s",

@@ -7,8 +7,9 @@
  * round rule stays with the coordinator and the node thread (rdzv/coord.h, rdzv/rdzv.h).
  *
  * Runs on the agent's loop; nothing blocks. etcd that cannot be reached on any endpoint,
- * that is not etcd's v3 gateway, a refused TLS handshake, or this launcher's lease lost:
- * the failed callback, with a message that names the endpoints. */
+ * that is not etcd's v3 gateway, a refused TLS handshake, or this launcher's lease lost
+ * (while the job forms: not taken again within join_timeout): the failed callback, with a
+ * message that names the endpoints. */
 #ifndef DDP_LAUNCHER_RDZV_ETCD_PLACE_H
 #define DDP_LAUNCHER_RDZV_ETCD_PLACE_H
 
@@ -29,6 +30,11 @@ typedef struct {
     /* etcd failed this launcher (before placed, or its lease lost after): `why`. Once; the
      * part does nothing more but close. */
     void (*failed)(void *ctx, const char *why);
+    /* Whether the job forms here (no worker of this launcher runs a round: before the
+     * first, between rounds, waiting at the coordinator): a lease lost then (a join burst
+     * that left etcd's answers late) is taken again and the launcher joins again, bounded
+     * by join_timeout; lost while workers run, it was judged gone: failed. */
+    bool (*forming)(void *ctx);
 } ddp_etcd_place_cbs_t;
 
 /* Starts launcher `id`'s part (cfg->etcd, cfg->run_id), its own store at host:port. 0;

@@ -32,7 +32,11 @@ struct ddp_etcd_session_s {
     uv_loop_t *loop;
     char *prefix, *id, *record, *elect_record;
     char member_key[600], coord_key[600];
-    bool joined; /* once: a prefix is cleared at the first join only */
+    bool joined;     /* once: a prefix is cleared at the first join only */
+    bool lease_lost; /* (LOST) the loss was the lease's: it may be taken again */
+    int64_t held;    /* at a rejoin: the lost lease, where it held the coordinator's key */
+    bool owner;      /* it took the coordinator's key, and has not seen another take it since (a
+                      * delete is not another's: its lease's loss deletes it too) */
     double ttl;
     ddp_etcd_session_cbs_t cbs;
     void *ctx;
@@ -85,6 +89,22 @@ static void lose(ddp_etcd_session_t *s, const char *fmt, ...)
     s->cbs.lost(s->ctx, why);
 }
 
+static void lose_lease(ddp_etcd_session_t *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* As lose, for a loss of the lease (unanswered keep-alives, etcd ending it, a rejoin that
+ * could not take a new one): once joined, ddp_etcd_session_rejoin may take another. */
+static void lose_lease(ddp_etcd_session_t *s, const char *fmt, ...)
+{
+    char why[800];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    s->lease_lost = s->joined;
+    lose(s, "%s", why);
+}
+
 static int post(ddp_etcd_session_t *s, int which, const char *path, const char *body, bool stream,
                 ddp_etcd_cb_t cb)
 {
@@ -119,6 +139,8 @@ static void coord_seen(ddp_etcd_session_t *s, const ddp_json_t *kv, int64_t revi
     s->coord_lease = lease;
     s->coord_rev = revision;
     s->coord_known = true;
+    if (record != NULL && lease != s->lease)
+        s->owner = false;
     ddp_buf_free(&value);
     if (!same && s->phase == SESSION_RUNNING)
         s->cbs.coordinator(s->ctx, s->coord, s->coord != NULL && lease == s->lease);
@@ -230,15 +252,15 @@ static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char
         return;
     }
     if (err == 0) { /* etcd answered: the lease is gone */
-        lose(s,
-             "etcd ended this launcher's lease (%lld): it was judged gone (its keep-alives "
-             "late by over %g s, or revoked by a launcher that found it dead)",
-             (long long)s->lease, s->ttl);
+        lose_lease(s,
+                   "etcd ended this launcher's lease (%lld): it was judged gone (its keep-alives "
+                   "late by over %g s, or revoked by a launcher that found it dead)",
+                   (long long)s->lease, s->ttl);
         return;
     }
     if (now_s(s) - s->last_alive > s->ttl)
-        lose(s, "etcd at %s could not be reached for %g s, this launcher's lease time: %s",
-             ddp_etcd_endpoints(s->etcd), s->ttl, why);
+        lose_lease(s, "etcd at %s could not be reached for %g s, this launcher's lease time: %s",
+                   ddp_etcd_endpoints(s->etcd), s->ttl, why);
 }
 
 static void on_keepalive_timer(uv_timer_t *timer)
@@ -247,8 +269,9 @@ static void on_keepalive_timer(uv_timer_t *timer)
     char body[64];
     if (s->calls[CALL_KEEPALIVE] != NULL) { /* the last one has not come back */
         if (now_s(s) - s->last_alive > s->ttl)
-            lose(s, "etcd at %s did not answer a keep-alive for %g s, this launcher's lease time",
-                 ddp_etcd_endpoints(s->etcd), s->ttl);
+            lose_lease(
+                s, "etcd at %s did not answer a keep-alive for %g s, this launcher's lease time",
+                ddp_etcd_endpoints(s->etcd), s->ttl);
         return;
     }
     snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->lease);
@@ -267,7 +290,8 @@ static void join_of(const ddp_etcd_session_t *s, ddp_etcd_join_t *j)
                            .coord_key = s->coord_key,
                            .record = s->elect_record,
                            .lease = s->lease,
-                           .clear = !s->joined};
+                           .clear = !s->joined,
+                           .keep = s->held != 0 && s->elect_record != NULL};
 }
 
 static void join_reply(ddp_etcd_session_t *s, const ddp_etcd_join_t *j, const ddp_json_t *reply,
@@ -289,12 +313,14 @@ static void join_reply(ddp_etcd_session_t *s, const ddp_etcd_join_t *j, const dd
     }
     s->phase = SESSION_RUNNING;
     s->joined = true;
+    s->held = 0;
     s->coord_rev = 0;
     s->coord_known = false;
     if ((held && j->keep) || elect != NULL) { /* what the put wrote */
         free(s->coord);
         s->coord = strdup(s->elect_record);
         s->coord_lease = s->lease;
+        s->owner = true;
         s->coord_rev = revision;
         s->coord_known = true;
         s->cbs.coordinator(s->ctx, s->coord, true);
@@ -313,8 +339,8 @@ static void on_join(void *ctx, int err, const ddp_json_t *reply, const char *why
     s->calls[CALL_JOIN] = NULL;
     int64_t revision = 0;
     if (err != 0 || !ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision)) {
-        lose(s, "unable to use etcd: unable to join under %s: %s", s->prefix,
-             err ? why : "its answer has no revision: not etcd's v3 gateway");
+        lose_lease(s, "unable to use etcd: unable to join under %s: %s", s->prefix,
+                   err ? why : "its answer has no revision: not etcd's v3 gateway");
         return;
     }
     ddp_etcd_join_t j;
@@ -327,8 +353,9 @@ static void on_grant(void *ctx, int err, const ddp_json_t *reply, const char *wh
     ddp_etcd_session_t *s = ctx;
     s->calls[CALL_GRANT] = NULL;
     if (err != 0 || !ddp_etcd_int(reply, "ID", &s->lease) || s->lease == 0) {
-        lose(s, "unable to use etcd at %s: unable to take a lease: %s", ddp_etcd_endpoints(s->etcd),
-             err ? why : "its answer has no lease: not etcd's v3 gateway");
+        lose_lease(s, "unable to use etcd at %s: unable to take a lease: %s",
+                   ddp_etcd_endpoints(s->etcd),
+                   err ? why : "its answer has no lease: not etcd's v3 gateway");
         return;
     }
     s->last_alive = now_s(s);
@@ -386,6 +413,35 @@ int ddp_etcd_session_start(ddp_etcd_t *etcd, const char *prefix, const char *id,
     return 0;
 }
 
+/* A rejoin: after the delay, a new lease and the join again. */
+
+static void on_rejoin_timer(uv_timer_t *timer)
+{
+    ddp_etcd_session_t *s = timer->data;
+    char body[64];
+    snprintf(body, sizeof body, "{\"TTL\": %lld}", (long long)(s->ttl + 0.999));
+    (void)post(s, CALL_GRANT, "/v3/lease/grant", body, false, on_grant);
+}
+
+bool ddp_etcd_session_rejoin(ddp_etcd_session_t *s, double delay, bool elect)
+{
+    if (s->phase != SESSION_LOST || !s->lease_lost)
+        return false;
+    /* The coordinator's key is kept where it still holds this launcher's record; taken
+     * where absent only by a launcher that still elects. */
+    s->held = s->owner ? s->lease : 0;
+    if (s->held == 0 && !elect) {
+        free(s->elect_record);
+        s->elect_record = NULL;
+    }
+    s->phase = SESSION_STARTING;
+    s->lease_lost = false;
+    s->lease = 0;
+    s->backoff = 0;
+    uv_timer_start(&s->retry, on_rejoin_timer, (uint64_t)(delay * 1000), 0);
+    return true;
+}
+
 /* Election. */
 
 static void on_elect(void *ctx, int err, const ddp_json_t *reply, const char *why)
@@ -404,6 +460,7 @@ static void on_elect(void *ctx, int err, const ddp_json_t *reply, const char *wh
         free(s->coord);
         s->coord = strdup(s->elect_record);
         s->coord_lease = s->lease;
+        s->owner = true;
         s->coord_rev = revision;
         s->coord_known = true;
         s->cbs.coordinator(s->ctx, s->coord, true);

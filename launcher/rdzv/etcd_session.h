@@ -42,6 +42,17 @@ int ddp_etcd_session_start(ddp_etcd_t *etcd, const char *prefix, const char *id,
                            const char *record, const ddp_etcd_session_cbs_t *cbs, void *ctx,
                            ddp_etcd_session_t **out);
 
+/* After the lost callback, where the loss was the lease's (its keep-alives unanswered for
+ * its TTL, etcd ending it, or a rejoin's own requests failing) and the session had joined:
+ * after `delay` s, a new lease and the join again: its member key put again; where this
+ * launcher held the coordinator's key, put again under the new lease if it still holds
+ * this launcher's record, else taken where absent; otherwise taken where absent only with
+ * `elect` (this launcher still elects: one placed at another's store must not take the key
+ * its coordinator lost for a moment), else read. The callbacks go on as after the start:
+ * the coordinator callback says the outcome; lost, a new loss. False (nothing done) for
+ * any other loss. */
+bool ddp_etcd_session_rejoin(ddp_etcd_session_t *s, double delay, bool elect);
+
 /* Asks to be the coordinator, holding its key (under this launcher's lease) with `record`
  * (copied): the answer is the coordinator callback (`own`, or the winner's record). Asked
  * before the session has joined, the join's own transaction takes the key where absent. */

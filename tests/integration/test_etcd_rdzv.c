@@ -532,6 +532,63 @@ static void test_etcd_quorum_lost_ends_the_job(void **state)
     two_done(&etcd, node, dir);
 }
 
+/* Every lease etcd holds revoked (etcdctl), as etcd does with a lease whose keep-alives
+ * went unanswered for its time: the number revoked. */
+static int revoke_every_lease(const th_etcd_t *etcd)
+{
+    char list[4096], said[512], args[128];
+    int revoked = 0;
+    if (th_etcdctl(etcd, "lease list", list, sizeof list) != 0)
+        return 0;
+    for (char *save = NULL, *id = strtok_r(list, "\n", &save); id != NULL;
+         id = strtok_r(NULL, "\n", &save)) {
+        if (strncmp(id, "found", 5) == 0 || strlen(id) > 40)
+            continue;
+        snprintf(args, sizeof args, "lease revoke %s", id);
+        revoked += th_etcdctl(etcd, args, said, sizeof said) == 0;
+    }
+    return revoked;
+}
+
+/* Two launchers of --nnodes=3 wait for a third; etcd ends both leases (the elected
+ * launcher's too): each takes a new lease and joins again, the elected one keeping its
+ * store, and once the third comes the job of 3 forms and completes at that store. */
+static void test_lease_lost_while_forming_rejoins(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    th_proc_t node[3];
+    /* A lease of 2 s (2 x 0.5 s x 2 beats): the loss is seen within a second or two. */
+#define REJOIN_FLAGS                                  \
+    "--nnodes=3 --rdzv-id=rejoin --rdzv-endpoint=%s " \
+    "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=2"
+    for (int i = 0; i < 2; i++)
+        start_launcher(&node[i], REJOIN_FLAGS, etcd.endpoints);
+    for (int i = 0; i < 2; i++)
+        TH_ASSERT(&node[i], th_wait_output(&node[i], 2, "the job's store", 1, 30));
+    double revoked = th_now();
+    assert_int_equal(revoke_every_lease(&etcd), 2);
+    for (int i = 0; i < 2; i++)
+        TH_ASSERT(&node[i], th_wait_output(&node[i], 2, "joined again, under a new lease", 1, 15));
+    printf("leases revoked: both launchers joined again %.1f s after\n", th_now() - revoked);
+    for (int i = 0; i < 2; i++)
+        TH_ASSERT(&node[i], strstr(err(&node[i]), "taking a new lease and joining again") != NULL);
+    start_launcher(&node[2], REJOIN_FLAGS, etcd.endpoints);
+    char port0[16], port[16];
+    for (int i = 0; i < 3; i++) {
+        th_proc_t *p = &node[i];
+        TH_ASSERT(p, th_wait_exit(p, 30));
+        TH_ASSERT(p, th_status(p) == 0);
+        TH_ASSERT(p, strstr(out(p), "GROUP_WORLD_SIZE=3\n") != NULL);
+        value_of(p, "MASTER_PORT", i == 0 ? port0 : port, sizeof port);
+        TH_ASSERT(p, i == 0 || strcmp(port, port0) == 0);
+    }
+    for (int i = 0; i < 3; i++)
+        th_cleanup(&node[i]);
+    th_etcd_down(&etcd);
+}
+
 /* A job SIGKILLed whole leaves its keys under a lease that runs 30 s more: a new job with
  * its run id finds the coordinator's record naming a store that refuses connections, ends
  * that lease and elects one of its own launchers; it runs at once, not after the lease. */
@@ -583,6 +640,7 @@ int main(int argc, char **argv)
         TH_TEST(test_elected_launcher_lost_job_shrinks),
         TH_TEST(test_etcd_leader_lost_job_goes_on),
         TH_TEST(test_etcd_quorum_lost_ends_the_job),
+        TH_TEST(test_lease_lost_while_forming_rejoins),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
