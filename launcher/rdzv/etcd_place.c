@@ -9,10 +9,16 @@
  *   (ELECTING, another's) PROBING --its store accepts a connection (or cannot be probed:
  *              a name, no answer in time)--> PLACED; refuses it (a dead job's record, its
  *              lease still running)--> its lease revoked --> ELECTING
- *   PLACED --ddp_etcd_place_lost: the key still names the lost store: its launcher's lease
- *            revoked (its keys go); none: elect--> ELECTING (placed again, the new one);
- *            the key names another store already--> PROBING it
- *   ELECTING, PLACED --etcd unreachable, not etcd, the lease lost--> FAILED
+ *   PLACED --ddp_etcd_place_lost: the key read afresh (it is watched only while a depose
+ *            waits for it to go: a placed launcher needs no news of it): it still names
+ *            the lost store: its launcher's lease revoked (its keys go); none: elect-->
+ *            ELECTING (placed again, the new one); it names another store already-->
+ *            PROBING it
+ *   any but FAILED, CLOSING --the lease lost while the job forms (forming callback)--> the
+ *              same phase, under a new lease (the session's rejoin; its word on the key
+ *              comes again: the elected launcher that finds another's there--> FAILED)
+ *   ELECTING, PLACED --etcd unreachable, not etcd, the lease lost while workers run or
+ *              not taken again within join_timeout--> FAILED
  *   any --ddp_etcd_place_close--> CLOSING (the prefix deleted by the elected, the lease
  *                                         revoked, the client freed) */
 #include "rdzv/etcd_place.h"
@@ -52,6 +58,7 @@ struct ddp_etcd_place_s {
     char *pending;                      /* a record to write once the last write is in */
     struct probe_s *probe;              /* PROBING: the connection to the elected store */
     double ttl, join_timeout;
+    bool relocating;     /* (ELECTING) the job's store was lost: the key's next word decides */
     bool rejoining;      /* the lease was lost while the job formed: taken again */
     double rejoin_since; /* loop s of the first loss since the last join */
     char prefix[320];    /* ddp-launch/<run id>/ */
@@ -158,6 +165,7 @@ static void on_state(void *ctx, int err, const ddp_json_t *reply, const char *wh
         (void)ddp_etcd_int(kv, "mod_revision", &p->state_rev);
     p->phase = PLACE_PLACED;
     p->own = true;
+    ddp_etcd_session_watch(p->session, false, false);
     ddp_log_info(p->log, "etcd: elected: this launcher serves the job's store");
     p->cbs.placed(p->ctx, true, NULL, 0, kv != NULL ? ddp_buf_str(&value) : NULL);
     ddp_buf_free(&value);
@@ -226,6 +234,7 @@ void ddp_etcd_place_record(ddp_etcd_place_t *p, const char *record)
 static void placed_elsewhere(ddp_etcd_place_t *p, const char *host, int port)
 {
     p->phase = PLACE_PLACED;
+    ddp_etcd_session_watch(p->session, false, false);
     p->own = false;
     ddp_log_info(p->log, "etcd: the job's store is the elected launcher's");
     p->cbs.placed(p->ctx, false, host, port, NULL);
@@ -272,10 +281,12 @@ static void probe_end(probe_t *pr, int status)
     char probed[300];
     snprintf(probed, sizeof probed, strchr(pr->host, ':') != NULL ? "[%s]:%d " : "%s:%d ", pr->host,
              pr->port);
-    if (p->latest != NULL && strncmp(p->latest, probed, strlen(probed)) == 0)
-        ddp_etcd_session_depose(p->session); /* the watch then says the key is gone */
-    else /* it went, or another was elected, while the probe ran */
-        on_coordinator(p, p->latest, false);
+    if (p->latest == NULL || strncmp(p->latest, probed, strlen(probed)) != 0) {
+        on_coordinator(p, p->latest, false); /* it went, or another was elected, meanwhile */
+        return;
+    }
+    ddp_etcd_session_watch(p->session, true, false); /* then says the key is gone */
+    ddp_etcd_session_depose(p->session);
 }
 
 static void on_probe_connect(uv_connect_t *req, int status)
@@ -317,6 +328,24 @@ static int probe(ddp_etcd_place_t *p, const char *host, int port)
     return 0;
 }
 
+/* (ELECTING, after ddp_etcd_place_lost) what the key holds now: still the lost store's
+ * launcher, whose lease is then revoked (its keys go now rather than at its lease's end;
+ * the watch says so); none; or another's. True where that is handled here. */
+static bool relocate(ddp_etcd_place_t *p, const char *record)
+{
+    p->relocating = false;
+    bool same = record != NULL && p->placed != NULL && strcmp(record, p->placed) == 0;
+    const char *placed = p->placed != NULL ? p->placed : "?";
+    ddp_log_warn(p->log, "etcd: the job's store at %.*s is lost: %s", (int)strcspn(placed, " "),
+                 placed,
+                 same             ? "ending its launcher's lease, then electing another"
+                 : record == NULL ? "electing another launcher"
+                                  : "another launcher is elected already");
+    if (same)
+        ddp_etcd_session_depose(p->session);
+    return same;
+}
+
 static void on_coordinator(void *ctx, const char *record, bool own)
 {
     ddp_etcd_place_t *p = ctx;
@@ -343,7 +372,7 @@ static void on_coordinator(void *ctx, const char *record, bool own)
     /* Placed, the job stays where it is until the node thread says its store is lost
      * (ddp_etcd_place_lost): a key that changes meanwhile (the job's end deletes it) is
      * no news for this launcher yet. */
-    if (p->phase != PLACE_ELECTING)
+    if (p->phase != PLACE_ELECTING || (p->relocating && relocate(p, record)))
         return;
     if (record == NULL) {
         ddp_etcd_session_elect(p->session, p->record);
@@ -412,7 +441,8 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
         free(p);
         return err;
     }
-    ddp_etcd_session_elect(p->session, p->record); /* at the join, where none is */
+    ddp_etcd_session_elect(p->session, p->record);    /* at the join, where none is */
+    ddp_etcd_session_watch(p->session, false, false); /* until a depose waits for the key */
     *out = p;
     return 0;
 }
@@ -422,17 +452,10 @@ void ddp_etcd_place_lost(ddp_etcd_place_t *p)
     if (p->phase != PLACE_PLACED)
         return;
     p->phase = PLACE_ELECTING;
-    bool same = p->latest != NULL && p->placed != NULL && strcmp(p->latest, p->placed) == 0;
-    const char *placed = p->placed != NULL ? p->placed : "?";
-    ddp_log_warn(p->log, "etcd: the job's store at %.*s is lost: %s", (int)strcspn(placed, " "),
-                 placed,
-                 same                ? "ending its launcher's lease, then electing another"
-                 : p->latest == NULL ? "electing another launcher"
-                                     : "another launcher is elected already");
-    if (same) /* its keys go now rather than at its lease's end; the watch says so */
-        ddp_etcd_session_depose(p->session);
-    else
-        on_coordinator(p, p->latest, false);
+    p->relocating = true;
+    /* The key read afresh (nothing watched it while the job was placed), then watched: its
+     * word goes to on_coordinator. */
+    ddp_etcd_session_watch(p->session, true, true);
 }
 
 /* The end. */

@@ -35,6 +35,7 @@ struct ddp_etcd_session_s {
     bool joined;     /* once: a prefix is cleared at the first join only */
     bool lease_lost; /* (LOST) the loss was the lease's: it may be taken again */
     int64_t held;    /* at a rejoin: the lost lease, where it held the coordinator's key */
+    bool unwatched;  /* the coordinator's key is not watched (ddp_etcd_session_watch) */
     bool owner;      /* it took the coordinator's key, and has not seen another take it since (a
                       * delete is not another's: its lease's loss deletes it too) */
     double ttl;
@@ -205,7 +206,7 @@ static void on_coord_range(void *ctx, int err, const ddp_json_t *reply, const ch
     (void)ddp_etcd_int(kv, "mod_revision", &rev);
     s->coord_rev = 0;
     coord_seen(s, kv, rev);
-    if (s->phase == SESSION_RUNNING)
+    if (s->phase == SESSION_RUNNING && !s->unwatched)
         watch_coord(s, revision + 1); /* what changes after the read */
 }
 
@@ -227,7 +228,7 @@ static void on_retry(uv_timer_t *timer)
     ddp_etcd_session_t *s = timer->data;
     if (s->phase != SESSION_RUNNING)
         return;
-    if (s->calls[CALL_WATCH] == NULL && s->calls[CALL_RANGE] == NULL)
+    if (!s->unwatched && s->calls[CALL_WATCH] == NULL && s->calls[CALL_RANGE] == NULL)
         resync_coord(s);
     if (s->watch_members && s->calls[CALL_MEMBERS_WATCH] == NULL && s->calls[CALL_MEMBERS] == NULL)
         resync_members(s);
@@ -329,7 +330,7 @@ static void join_reply(ddp_etcd_session_t *s, const ddp_etcd_join_t *j, const dd
         (void)ddp_etcd_int(kv, "mod_revision", &rev);
         coord_seen(s, kv, rev);
     }
-    if (s->phase == SESSION_RUNNING)
+    if (s->phase == SESSION_RUNNING && !s->unwatched)
         watch_coord(s, revision + 1); /* what changes after the join */
 }
 
@@ -411,6 +412,23 @@ int ddp_etcd_session_start(ddp_etcd_t *etcd, const char *prefix, const char *id,
     *out = s;
     (void)post(s, CALL_GRANT, "/v3/lease/grant", body, false, on_grant);
     return 0;
+}
+
+void ddp_etcd_session_watch(ddp_etcd_session_t *s, bool on, bool report)
+{
+    bool was = !s->unwatched;
+    s->unwatched = !on;
+    if (s->phase != SESSION_RUNNING || (on && was && !report))
+        return;
+    ddp_etcd_cancel(s->calls[CALL_WATCH]);
+    ddp_etcd_cancel(s->calls[CALL_RANGE]);
+    s->calls[CALL_WATCH] = s->calls[CALL_RANGE] = NULL;
+    if (!on)
+        return;
+    if (report)
+        s->coord_known = false; /* the read's word is said, changed or not */
+    s->backoff = 0;
+    resync_coord(s);
 }
 
 /* A rejoin: after the delay, a new lease and the join again. */

@@ -53,6 +53,14 @@ int ddp_etcd_session_start(ddp_etcd_t *etcd, const char *prefix, const char *id,
  * any other loss. */
 bool ddp_etcd_session_rejoin(ddp_etcd_session_t *s, double delay, bool elect);
 
+/* Whether the coordinator's key is watched (by default it is, from the join on). Off: the
+ * watch ends (a launcher placed at a store needs no news of the key until it loses the
+ * store: a thousand watches fewer on etcd). On: the key is read, then watched from there;
+ * `report`: the coordinator callback says what the read found even where it is what the
+ * session knew (else only a change is said). Called before the join, it says whether the
+ * join starts the watch. */
+void ddp_etcd_session_watch(ddp_etcd_session_t *s, bool on, bool report);
+
 /* Asks to be the coordinator, holding its key (under this launcher's lease) with `record`
  * (copied): the answer is the coordinator callback (`own`, or the winner's record). Asked
  * before the session has joined, the join's own transaction takes the key where absent. */
