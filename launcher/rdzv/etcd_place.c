@@ -78,6 +78,15 @@ static void on_coordinator(void *ctx, const char *record, bool own);
 static int probe(ddp_etcd_place_t *p, const char *host, int port);
 static void placed_elsewhere(ddp_etcd_place_t *p, const char *host, int port);
 
+/* While the job forms, the lease is kept alive at a third of the pace (see the session's
+ * relaxed callback): a thousand launchers joining at once load etcd with their keep-alives
+ * as much as with their joins. */
+static bool on_relaxed(void *ctx)
+{
+    const ddp_etcd_place_t *p = ctx;
+    return p->cbs.forming(p->ctx);
+}
+
 /* A random fraction in [0, 1) of this launcher's own: rejoins spread over time. */
 static double jitter(void)
 {
@@ -409,8 +418,10 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
     p->log = log;
     p->cbs = *cbs;
     p->ctx = ctx;
-    /* The lease is twice the keep-alive limit (6 s by default), kept alive every third of
-     * it: a launcher sends etcd a request every 2 s; at least etcd's least lease, 2 s. */
+    /* The keep-alive limit is twice the rendezvous' (6 s by default, at least etcd's least
+     * lease, 2 s), kept alive every third of it once workers run: a launcher sends etcd a
+     * request every 2 s. The lease itself is three times that, kept alive every 6 s while
+     * the job forms (on_relaxed). */
     double limit = 2 * cfg->rdzv_conf.keep_alive_interval * cfg->rdzv_conf.keep_alive_max_attempt;
     p->ttl = limit > 2 ? limit : 2;
     p->join_timeout = cfg->rdzv_conf.join_timeout;
@@ -433,7 +444,8 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
         return err;
     }
     p->phase = PLACE_ELECTING;
-    ddp_etcd_session_cbs_t session_cbs = {on_lost, on_coordinator, NULL}; /* no member watch */
+    ddp_etcd_session_cbs_t session_cbs = {on_lost, on_coordinator, NULL, /* no member watch */
+                                          on_relaxed};
     err = ddp_etcd_session_start(p->etcd, p->prefix, p->id, p->ttl, p->record, &session_cbs, p,
                                  &p->session);
     if (err != 0) {

@@ -38,7 +38,7 @@ struct ddp_etcd_session_s {
     bool unwatched;  /* the coordinator's key is not watched (ddp_etcd_session_watch) */
     bool owner;      /* it took the coordinator's key, and has not seen another take it since (a
                       * delete is not another's: its lease's loss deletes it too) */
-    double ttl;
+    double ttl, lease_ttl; /* the keep-alive limit, and the lease's own time (see relaxed) */
     ddp_etcd_session_cbs_t cbs;
     void *ctx;
     session_phase_t phase;
@@ -90,19 +90,19 @@ static void lose(ddp_etcd_session_t *s, const char *fmt, ...)
     s->cbs.lost(s->ctx, why);
 }
 
-static void lose_lease(ddp_etcd_session_t *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+static void lose_lease(ddp_etcd_session_t *s, bool again, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-/* As lose, for a loss of the lease (unanswered keep-alives, etcd ending it, a rejoin that
- * could not take a new one): once joined, ddp_etcd_session_rejoin may take another. */
-static void lose_lease(ddp_etcd_session_t *s, const char *fmt, ...)
+/* As lose, for a loss of the lease (unanswered keep-alives, etcd ending it, a join that
+ * could not take a new one): `again`, ddp_etcd_session_rejoin may take another. */
+static void lose_lease(ddp_etcd_session_t *s, bool again, const char *fmt, ...)
 {
     char why[800];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    s->lease_lost = s->joined;
+    s->lease_lost = again;
     lose(s, "%s", why);
 }
 
@@ -243,6 +243,18 @@ static void resync_later(ddp_etcd_session_t *s)
 
 /* Keep-alives. */
 
+/* Whether the keep-alives are relaxed now (see ddp_etcd_session_cbs_t). */
+static bool relaxed(const ddp_etcd_session_t *s)
+{
+    return s->cbs.relaxed != NULL && s->cbs.relaxed(s->ctx);
+}
+
+/* How long etcd may leave the keep-alives unanswered now. */
+static double limit(const ddp_etcd_session_t *s)
+{
+    return relaxed(s) ? s->lease_ttl : s->ttl;
+}
+
 static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_session_t *s = ctx;
@@ -253,15 +265,15 @@ static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char
         return;
     }
     if (err == 0) { /* etcd answered: the lease is gone */
-        lose_lease(s,
+        lose_lease(s, true,
                    "etcd ended this launcher's lease (%lld): it was judged gone (its keep-alives "
                    "late by over %g s, or revoked by a launcher that found it dead)",
-                   (long long)s->lease, s->ttl);
+                   (long long)s->lease, s->lease_ttl);
         return;
     }
-    if (now_s(s) - s->last_alive > s->ttl)
-        lose_lease(s, "etcd at %s could not be reached for %g s, this launcher's lease time: %s",
-                   ddp_etcd_endpoints(s->etcd), s->ttl, why);
+    if (now_s(s) - s->last_alive > limit(s))
+        lose_lease(s, true, "etcd at %s could not be reached for %g s: %s",
+                   ddp_etcd_endpoints(s->etcd), limit(s), why);
 }
 
 static void on_keepalive_timer(uv_timer_t *timer)
@@ -269,12 +281,14 @@ static void on_keepalive_timer(uv_timer_t *timer)
     ddp_etcd_session_t *s = timer->data;
     char body[64];
     if (s->calls[CALL_KEEPALIVE] != NULL) { /* the last one has not come back */
-        if (now_s(s) - s->last_alive > s->ttl)
-            lose_lease(
-                s, "etcd at %s did not answer a keep-alive for %g s, this launcher's lease time",
-                ddp_etcd_endpoints(s->etcd), s->ttl);
+        if (now_s(s) - s->last_alive > limit(s))
+            lose_lease(s, true, "etcd at %s did not answer a keep-alive for %g s",
+                       ddp_etcd_endpoints(s->etcd), limit(s));
         return;
     }
+    /* Relaxed, a keep-alive every third of the lease's own time (every third tick). */
+    if (relaxed(s) && now_s(s) - s->last_alive < s->lease_ttl / 3 - s->ttl / 6)
+        return;
     snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->lease);
     (void)post(s, CALL_KEEPALIVE, "/v3/lease/keepalive", body, false, on_keepalive);
 }
@@ -340,7 +354,8 @@ static void on_join(void *ctx, int err, const ddp_json_t *reply, const char *why
     s->calls[CALL_JOIN] = NULL;
     int64_t revision = 0;
     if (err != 0 || !ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision)) {
-        lose_lease(s, "unable to use etcd: unable to join under %s: %s", s->prefix,
+        lose_lease(s, s->joined || err == DDP_ETIMEOUT,
+                   "unable to use etcd: unable to join under %s: %s", s->prefix,
                    err ? why : "its answer has no revision: not etcd's v3 gateway");
         return;
     }
@@ -354,7 +369,8 @@ static void on_grant(void *ctx, int err, const ddp_json_t *reply, const char *wh
     ddp_etcd_session_t *s = ctx;
     s->calls[CALL_GRANT] = NULL;
     if (err != 0 || !ddp_etcd_int(reply, "ID", &s->lease) || s->lease == 0) {
-        lose_lease(s, "unable to use etcd at %s: unable to take a lease: %s",
+        lose_lease(s, s->joined || err == DDP_ETIMEOUT,
+                   "unable to use etcd at %s: unable to take a lease: %s",
                    ddp_etcd_endpoints(s->etcd),
                    err ? why : "its answer has no lease: not etcd's v3 gateway");
         return;
@@ -393,6 +409,7 @@ int ddp_etcd_session_start(ddp_etcd_t *etcd, const char *prefix, const char *id,
     s->id = dup_or(id, &ok);
     s->record = dup_or(record, &ok);
     s->ttl = ttl;
+    s->lease_ttl = cbs->relaxed != NULL ? 3 * ttl : ttl;
     s->cbs = *cbs;
     s->ctx = ctx;
     if (!ok) {
@@ -408,7 +425,7 @@ int ddp_etcd_session_start(ddp_etcd_t *etcd, const char *prefix, const char *id,
     uv_timer_init(s->loop, &s->retry);
     s->keepalive.data = s->retry.data = s;
     char body[64];
-    snprintf(body, sizeof body, "{\"TTL\": %lld}", (long long)(ttl + 0.999));
+    snprintf(body, sizeof body, "{\"TTL\": %lld}", (long long)(s->lease_ttl + 0.999));
     *out = s;
     (void)post(s, CALL_GRANT, "/v3/lease/grant", body, false, on_grant);
     return 0;
@@ -437,7 +454,7 @@ static void on_rejoin_timer(uv_timer_t *timer)
 {
     ddp_etcd_session_t *s = timer->data;
     char body[64];
-    snprintf(body, sizeof body, "{\"TTL\": %lld}", (long long)(s->ttl + 0.999));
+    snprintf(body, sizeof body, "{\"TTL\": %lld}", (long long)(s->lease_ttl + 0.999));
     (void)post(s, CALL_GRANT, "/v3/lease/grant", body, false, on_grant);
 }
 

@@ -11,8 +11,8 @@
  * A launcher that dies loses its lease: etcd deletes its keys when the lease ends (its TTL
  * after the last keep-alive, or at once when another launcher revokes it, having found the
  * launcher's port closed), and every watcher hears of it at once. Nothing polls: one
- * keep-alive request a launcher every TTL/3 is the steady load. Runs on the loop's thread;
- * the callbacks too. */
+ * keep-alive request a launcher every TTL/3 is the steady load (every TTL while relaxed). Runs on
+ * the loop's thread; the callbacks too. */
 #ifndef DDP_LAUNCHER_ETCD_SESSION_H
 #define DDP_LAUNCHER_ETCD_SESSION_H
 
@@ -33,6 +33,13 @@ typedef struct {
     /* (After ddp_etcd_session_watch_members) a member's key appeared (`there`) or went
      * away: its id. */
     void (*member)(void *ctx, const char *id, bool there);
+    /* (May be NULL) whether the keep-alives may be relaxed now (the job forms: no worker
+     * runs, and a burst of launchers joining may leave etcd's answers late). With it, the
+     * lease is granted for three times the session's ttl; while it holds, a keep-alive
+     * goes every ttl and etcd may leave them unanswered for the lease's whole time before
+     * the lost callback; otherwise (and without it) every third of ttl, unanswered for at
+     * most ttl. */
+    bool (*relaxed)(void *ctx);
 } ddp_etcd_session_cbs_t;
 
 /* Starts the session of launcher `id` under `prefix` (copied): its lease of `ttl` s, its

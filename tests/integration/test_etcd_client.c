@@ -382,7 +382,7 @@ static void on_member(void *ctx, const char *id, bool there)
         snprintf(l->gone + len, sizeof l->gone - len, "%s ", id);
 }
 
-static const ddp_etcd_session_cbs_t callbacks = {on_lost, on_coordinator, on_member};
+static const ddp_etcd_session_cbs_t callbacks = {on_lost, on_coordinator, on_member, NULL};
 
 #define NLAUNCHERS 3
 
