@@ -45,6 +45,7 @@ struct ddp_etcd_session_s {
     int64_t lease;
     uv_timer_t keepalive;
     double last_alive; /* monotonic s of the last keep-alive etcd answered */
+    double relaxed_at; /* monotonic s when the keep-alives were last seen relaxed */
     ddp_etcd_call_t *calls[NCALLS];
     /* The coordinator's key as last seen: its record, lease and revision. */
     char *coord;
@@ -255,6 +256,19 @@ static double limit(const ddp_etcd_session_t *s)
     return relaxed(s) ? s->lease_ttl : s->ttl;
 }
 
+/* Whether etcd has left the keep-alives unanswered past the limit. Relaxed ones go every
+ * ttl: once no longer relaxed (the job has formed), the stricter limit counts from then
+ * on, not from an answer that may be older than it. */
+static bool overdue(ddp_etcd_session_t *s)
+{
+    double since = s->last_alive;
+    if (relaxed(s))
+        s->relaxed_at = now_s(s);
+    else if (s->relaxed_at > since)
+        since = s->relaxed_at;
+    return now_s(s) - since > limit(s);
+}
+
 static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_session_t *s = ctx;
@@ -271,7 +285,7 @@ static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char
                    (long long)s->lease, s->lease_ttl);
         return;
     }
-    if (now_s(s) - s->last_alive > limit(s))
+    if (overdue(s))
         lose_lease(s, true, "etcd at %s could not be reached for %g s: %s",
                    ddp_etcd_endpoints(s->etcd), limit(s), why);
 }
@@ -281,7 +295,7 @@ static void on_keepalive_timer(uv_timer_t *timer)
     ddp_etcd_session_t *s = timer->data;
     char body[64];
     if (s->calls[CALL_KEEPALIVE] != NULL) { /* the last one has not come back */
-        if (now_s(s) - s->last_alive > limit(s))
+        if (overdue(s))
             lose_lease(s, true, "etcd at %s did not answer a keep-alive for %g s",
                        ddp_etcd_endpoints(s->etcd), limit(s));
         return;
