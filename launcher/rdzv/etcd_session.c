@@ -368,6 +368,10 @@ static void on_join(void *ctx, int err, const ddp_json_t *reply, const char *why
     s->calls[CALL_JOIN] = NULL;
     int64_t revision = 0;
     if (err != 0 || !ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision)) {
+        /* A join unanswered in time may have taken the coordinator's key all the same:
+         * the next join keeps it where it holds this launcher's record. */
+        if (s->elect_record != NULL)
+            s->owner = true;
         lose_lease(s, s->joined || err == DDP_ETIMEOUT,
                    "unable to use etcd: unable to join under %s: %s", s->prefix,
                    err ? why : "its answer has no revision: not etcd's v3 gateway");
