@@ -501,8 +501,9 @@ static void on_elect(void *ctx, int err, const ddp_json_t *reply, const char *wh
 {
     ddp_etcd_session_t *s = ctx;
     s->calls[CALL_ELECT] = NULL;
-    if (err != 0) {
-        lose(s, "etcd: unable to take the coordinator's key: %s", why);
+    if (err != 0) { /* unanswered in time, it may have won all the same (see on_join) */
+        s->owner = true;
+        lose_lease(s, err == DDP_ETIMEOUT, "etcd: unable to take the coordinator's key: %s", why);
         return;
     }
     /* Won or lost, the watch says what the key holds now; a reply read here comes first. */

@@ -50,7 +50,8 @@ int ddp_etcd_session_start(ddp_etcd_t *etcd, const char *prefix, const char *id,
                            ddp_etcd_session_t **out);
 
 /* After the lost callback, where the loss was the lease's (its keep-alives unanswered for
- * its TTL, etcd ending it, or a rejoin's own requests failing) and the session had joined:
+ * its TTL, etcd ending it, a rejoin's own requests failing; or a join or an election that
+ * etcd left unanswered in time, whose outcome is unknown):
  * after `delay` s, a new lease and the join again: its member key put again; where this
  * launcher held the coordinator's key, put again under the new lease if it still holds
  * this launcher's record, else taken where absent; otherwise taken where absent only with
