@@ -8,12 +8,16 @@
  *   (start)   one node                                     RUNNING (attempt 0), or
  *                                                          CHECKING where health checks apply
  *   (start)   several nodes                                WAITING
- *   CHECKING  the checkpoints read (after a failure: the   CHECKING (the health checks), or
- *             step every rank holds)                       RUNNING
+ *   CHECKING  the checkpoints read (after a failure: the   CHECKING (the health checks; with
+ *             step every rank holds)                       several nodes, the step agreed
+ *                                                          across them), or RUNNING
+ *   CHECKING  several nodes: the step agreed, or not       RUNNING (round R's workers)
+ *   CHECKING  several nodes: rendezvous STOP               WAITING (the step's reading ended)
  *   CHECKING  the checks passed                            RUNNING (the attempt's workers)
  *   CHECKING  a check failed, or a signal (the checks are  DONE (no worker started)
  *             ended at once)
- *   WAITING   rendezvous START (round R's world)           RUNNING (attempt R)
+ *   WAITING   rendezvous START (round R's world)           RUNNING (attempt R), or CHECKING
+ *                                                          (R > 0: the checkpoints' step)
  *   WAITING   rendezvous FINISH, or a forwarded signal     DONE
  *   RUNNING   a worker failed, a signal, STOP, FINISH      STOPPING (signal the groups, arm
  *                                                          the grace timer)
@@ -32,6 +36,7 @@
  * it. */
 #include "agent/agent.h"
 
+#include "agent/checkpoint_common.h"
 #include "agent/checkpoints.h"
 #include "agent/end_notes.h"
 #include "agent/group.h"
@@ -98,6 +103,8 @@ typedef struct ddp_agent_s {
     ddp_leftovers_t *leftovers;
     ddp_policy_t *policy;
     ddp_checkpoints_t *checkpoints;
+    ddp_checkpoint_common_t *common; /* CHECKING, several nodes: the step being agreed */
+    int scanned_for;                 /* the attempt (round) the last checkpoints' scan began for */
 
     uv_loop_t loop;
     uv_signal_t sigchld;
@@ -256,6 +263,8 @@ static void finish(ddp_agent_t *a)
         ddp_health_cancel(a->health);
     a->health = NULL;
     ddp_checkpoints_cancel(a->checkpoints); /* a scan under way: its thread returns at once */
+    ddp_checkpoint_common_cancel(a->common);
+    a->common = NULL;
     ddp_rdzv_close(a->g.rdzv);
     ddp_placement_close(a->placement);
     if (a->g.coord != NULL) {
@@ -863,11 +872,16 @@ static void stop_for_signal(ddp_agent_t *a, int sig, int send)
         signal_while_lingering(a, sig);
         return;
     }
-    if (a->g.state == DDP_AGENT_CHECKING) { /* one node: nothing runs but the checks or
-                                             * the checkpoints' scan */
+    if (a->g.state == DDP_AGENT_CHECKING) { /* nothing runs but the checks or the
+                                             * checkpoints' scan and agreement */
         ddp_log_warn(a->g.log, "received %s %s: ending; no worker started", name,
                      a->health != NULL ? "during the health check"
                                        : "while reading the in-memory checkpoints");
+        if (a->g.rdzv != NULL) {
+            char message[96];
+            snprintf(message, sizeof message, "its launcher received %s", name);
+            ddp_rdzv_post_abort(a->g.rdzv, sig, message);
+        }
         a->exit_code = DDP_EXIT_SIGNAL_BASE + sig;
         a->g.stop_reason = DDP_STOP_SIGNAL;
         a->g.stop_signal = sig;
@@ -1019,30 +1033,74 @@ static void checks_done(void *ctx, int rc, const char *why)
 
 static int checks_then_workers(ddp_agent_t *a);
 
-/* The checkpoints' scan is over: the step the workers resume from, then the attempt. */
+/* The nodes have agreed on the step (agent/checkpoint_common.h): the round's workers. */
+static void step_agreed(void *ctx, ddp_checkpoint_common_t *x, int64_t step)
+{
+    ddp_agent_t *a = ctx;
+    if (x != a->common || a->g.state != DDP_AGENT_CHECKING)
+        return; /* the round stopped, or the job ended, meanwhile */
+    a->common = NULL;
+    a->g.checkpoint_step = step;
+    (void)start_workers(a);
+}
+
+/* A multi-node round after the first: this node's ranks' steps (the last scan's) published
+ * and every node's read, for the step every rank of the round holds (CHECKING until it is
+ * known); where that cannot begin (said), the workers at once. As group_start. */
+static int agree_step(ddp_agent_t *a)
+{
+    ddp_ckpt_rank_steps_t *ranks = calloc((size_t)a->g.nworkers, sizeof *ranks);
+    for (int i = 0; ranks != NULL && i < a->g.nworkers; i++)
+        ranks[i].n = ddp_checkpoints_rank_steps(a->checkpoints, i, ranks[i].step);
+    ddp_checkpoint_common_round_t round = {.round = a->g.attempt,
+                                           .node_rank = a->g.group_rank,
+                                           .nnodes = a->g.nnodes,
+                                           .world_size = a->g.world_size,
+                                           .first_rank = a->g.rank_offset,
+                                           .nranks = a->g.nworkers,
+                                           .timeout = a->g.cfg->rdzv_conf.read_timeout};
+    int err = ranks == NULL ? -ENOMEM
+                            : ddp_checkpoint_common_start(&a->loop, a->g.cfg, a->g.log, &round,
+                                                          ranks, step_agreed, a, &a->common);
+    free(ranks);
+    if (err != 0)
+        return start_workers(a);
+    a->g.state = DDP_AGENT_CHECKING;
+    return 0;
+}
+
+/* The checkpoints' scan is over: the step the workers resume from (agreed with the other
+ * nodes first, where there are some), then the attempt. */
 static void checkpoints_read(void *ctx)
 {
     ddp_agent_t *a = ctx;
-    if (a->g.state != DDP_AGENT_CHECKING)
-        return; /* a signal ended the job meanwhile */
+    if (a->g.state != DDP_AGENT_CHECKING || a->scanned_for != a->g.attempt)
+        return; /* a signal ended the job, or the round stopped, meanwhile */
+    if (a->g.rdzv != NULL) {
+        (void)agree_step(a);
+        return;
+    }
     a->g.checkpoint_step = ddp_checkpoints_step(a->checkpoints);
     (void)checks_then_workers(a);
 }
 
-/* Starts attempt a->g.attempt. After a failure of a one-node job (its ranks all here), the
+/* Starts attempt a->g.attempt. After a failure (or a multi-node round after the first) the
  * in-memory checkpoints are read first, for the step every rank holds (off the loop:
- * CHECKING until it is known); a multi-node job's ranks agree on theirs (common/ckpt.h).
- * On failure the started workers are stopped (or the agent finished when none started)
- * and the error is returned. */
+ * CHECKING until it is known): this node's ranks' slots, then, with several nodes, the
+ * step agreed with the others. On failure the started workers are stopped (or the agent
+ * finished when none started) and the error is returned. */
 static int group_start(ddp_agent_t *a)
 {
     a->g.checkpoint_step = -1;
-    if ((a->g.attempt > 0 || ddp_checkpoints_restored(a->checkpoints)) && a->g.rdzv == NULL &&
-        ddp_checkpoints_scan(a->checkpoints, &a->loop, a->g.rank_offset, a->g.nworkers,
-                             a->g.world_size, checkpoints_read, a)) {
+    bool after = a->g.attempt > 0 || ddp_checkpoints_restored(a->checkpoints);
+    a->scanned_for = a->g.attempt;
+    if (after && ddp_checkpoints_scan(a->checkpoints, &a->loop, a->g.rank_offset, a->g.nworkers,
+                                      a->g.world_size, checkpoints_read, a)) {
         a->g.state = DDP_AGENT_CHECKING;
         return 0;
     }
+    if (after && a->g.rdzv != NULL) /* (no slots read here: none held) */
+        return agree_step(a);
     return checks_then_workers(a);
 }
 
@@ -1199,6 +1257,15 @@ static int peer_signal(const ddp_agent_t *a, int exit_code)
  * not 0), or the nodes changed. While a hang report is being made, after it. */
 static void remote_stop(ddp_agent_t *a, int exit_code, const char *message)
 {
+    if (a->g.state == DDP_AGENT_CHECKING) { /* no worker started yet: the step not agreed */
+        ddp_log_info(a->g.log, "the round stopped before its workers started (%s)", message);
+        ddp_checkpoints_cancel(a->checkpoints);
+        ddp_checkpoint_common_cancel(a->common);
+        a->common = NULL;
+        a->g.state = DDP_AGENT_WAITING;
+        ddp_rdzv_post(a->g.rdzv, DDP_RDZV_EV_STOPPED, NULL);
+        return;
+    }
     if (a->g.state == DDP_AGENT_RUNNING && ddp_hang_watch_defer_remote(a->hang, message))
         return; /* after the report */
     if (a->g.state != DDP_AGENT_RUNNING || a->g.nrunning == 0)

@@ -52,6 +52,8 @@ struct ddp_checkpoints_s {
     bool restored;               /* --checkpoint-dir's copies were put in place */
     atomic_bool cancel;          /* it stops at its next look */
     int64_t step;                /* what the last scan found, -1: none */
+    int64_t (*found)[2];         /* ... each rank's usable steps (-1: none), nfound ranks */
+    int nfound;
 };
 
 extern char **environ;
@@ -303,6 +305,18 @@ static int64_t common_step(const scan_t *s)
     return best;
 }
 
+/* Each rank's usable steps kept for ddp_checkpoints_rank_steps (none where cancelled, or out
+ * of memory). */
+static void keep_found(ddp_checkpoints_t *c, const scan_t *s, bool cancelled)
+{
+    free(c->found);
+    c->found = cancelled ? NULL : calloc((size_t)s->nranks, sizeof *c->found);
+    c->nfound = c->found != NULL ? s->nranks : 0;
+    for (int i = 0; i < c->nfound; i++)
+        for (int slot = 0; slot < 2; slot++)
+            c->found[i][slot] = s->seen[2 * i + slot].usable ? s->seen[2 * i + slot].step : -1;
+}
+
 /* Back on the loop: what was found said, the step kept, and the agent called. */
 static void scan_done(uv_work_t *work, int status)
 {
@@ -318,8 +332,13 @@ static void scan_done(uv_work_t *work, int status)
                              s->first_rank + i, slot, c->dir, s->first_rank + i, slot,
                              s->seen[2 * i + slot].why);
     c->step = cancelled ? -1 : common_step(s);
+    keep_found(c, s, cancelled);
     uint64_t held = ddp_checkpoint_sums_held(c->sums, NULL);
-    if (c->step >= 0)
+    if (s->nranks < s->world_size) /* several nodes: the step is agreed across them */
+        ddp_log_debug(c->log,
+                      "in-memory checkpoints: the newest step this node's ranks hold: %" PRId64,
+                      c->step);
+    else if (c->step >= 0)
         ddp_log_info(c->log,
                      "in-memory checkpoints: the workers resume from step %" PRId64
                      ", the newest every rank holds complete (DDP_CHECKPOINT_STEP); the launcher "
@@ -342,6 +361,7 @@ bool ddp_checkpoints_scan(ddp_checkpoints_t *c, uv_loop_t *loop, int first_rank,
                           int world_size, void (*done)(void *ctx), void *ctx)
 {
     c->step = -1;
+    c->nfound = 0;
     if (c->dir[0] == '\0' || c->scan != NULL || nranks <= 0)
         return false;
     scan_t *s = calloc(1, sizeof *s);
@@ -385,6 +405,15 @@ uint64_t ddp_checkpoints_held(const ddp_checkpoints_t *c)
     return peak;
 }
 
+int ddp_checkpoints_rank_steps(const ddp_checkpoints_t *c, int i, int64_t steps[2])
+{
+    int n = 0;
+    for (int slot = 0; c != NULL && i >= 0 && i < c->nfound && slot < 2; slot++)
+        if (c->found[i][slot] >= 0)
+            steps[n++] = c->found[i][slot];
+    return n;
+}
+
 int64_t ddp_checkpoints_step(const ddp_checkpoints_t *c)
 {
     return c != NULL ? c->step : -1;
@@ -409,5 +438,6 @@ void ddp_checkpoints_free(ddp_checkpoints_t *c, bool persist)
     if (err != 0 && err != -ENOENT)
         ddp_log_warn(c->log, "unable to remove the checkpoint directory %s: %s", c->dir,
                      ddp_strerror(err));
+    free(c->found);
     free(c);
 }

@@ -35,10 +35,11 @@ int ddp_checkpoints_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, dd
 const char *ddp_checkpoints_dir(const ddp_checkpoints_t *c);
 
 /* Reads the slots of ranks first_rank .. first_rank + nranks - 1 of a job of `world_size`
- * (every rank of a one-node job) on a thread of `loop`'s pool, and calls done(ctx) on the
- * loop once the step every rank holds complete is known (ddp_checkpoints_step). A slot
- * that fails its checks is said in one line (rank, slot, why) and not counted. False where
- * there is no directory or the thread cannot start (said): `done` is not called. */
+ * (every rank of a one-node job; a multi-node round's on this node) on a thread of `loop`'s pool,
+ * and calls done(ctx) on the loop once the step every rank holds complete is known
+ * (ddp_checkpoints_step). A slot that fails its checks is said in one line (rank, slot, why) and
+ * not counted. False where there is no directory or the thread cannot start (said): `done` is not
+ * called. */
 bool ddp_checkpoints_scan(ddp_checkpoints_t *c, uv_loop_t *loop, int first_rank, int nranks,
                           int world_size, void (*done)(void *ctx), void *ctx);
 /* A scan under way stops at its next look (the job ends): `done` still comes, with no
@@ -47,6 +48,11 @@ void ddp_checkpoints_cancel(ddp_checkpoints_t *c);
 /* The step the last scan found every rank holds complete; -1: none (DDP_CHECKPOINT_STEP
  * unset: the ranks agree where they can, common/ckpt.h). */
 int64_t ddp_checkpoints_step(const ddp_checkpoints_t *c);
+
+/* The steps local rank i (of the last scan's ranks) holds usable, into steps[0 ..]: their
+ * number, 0 to 2 (none where the last scan was cancelled or did not run). For the step
+ * agreed across nodes (agent/checkpoint_common.h). */
+int ddp_checkpoints_rank_steps(const ddp_checkpoints_t *c, int i, int64_t steps[2]);
 
 /* The most bytes the directory's files held (the checksums' thread's looks); 0 where the
  * directory is not the launcher's. */

@@ -36,8 +36,10 @@ typedef enum {
     DDP_AGENT_RUNNING,
     DDP_AGENT_STOPPING,
     DDP_AGENT_WAITING,
-    DDP_AGENT_CHECKING, /* one node: its health checks (health.h), or after a failure its
-                         * in-memory checkpoints' scan (checkpoints.h), before an attempt */
+    DDP_AGENT_CHECKING, /* one node: its health checks (health.h); after a failure (several
+                         * nodes: a round after the first) its in-memory checkpoints' scan
+                         * and, with several nodes, the step agreed across them
+                         * (checkpoints.h, checkpoint_common.h), before an attempt */
     DDP_AGENT_DONE
 } ddp_agent_state_t;
 

@@ -49,6 +49,10 @@
  *                          its save of S is being written. Attempt 1: steps S and S+1
  *                          saved, "memcommon RANK paused", and a wait (the test corrupts a
  *                          slot and SIGKILLs rank 1). Attempt 2: the load only
+ *   memnodes S             the step agreed across nodes: each attempt prints "memnodes RANK
+ *                          ATTEMPT loaded STEP (DDP_CHECKPOINT_STEP=V)" (-1: none loaded).
+ *                          Attempt 0: steps 1 .. S-1 saved, S too by the first half of the
+ *                          ranks, then the last rank SIGKILLed. Later attempts: the load only
  *   groups                 a second context (group "second") beside the first: their
  *                          all_reduces interleave and each gets its own answer
  *   skip VICTIM SEQ [S]    20 all_reduces of 1000 float32, each printed when done; rank
@@ -831,6 +835,33 @@ static void mode_memcommon(int s)
     }
 }
 
+static void mode_memnodes(int s)
+{
+    mem_state_t m;
+    ddp_checkpoint_buffer_t b[2];
+    int64_t step = -1, x = 0;
+    int attempt = ddp_restart_count(ddp);
+    const char *asked = getenv("DDP_CHECKPOINT_STEP");
+    int err = ddp_checkpoint_load(ddp, &step, b, mem_buffers(&m, b));
+    if (err != 0 && err != -ENOENT)
+        fail_collective("checkpoint_load", err);
+    printf("memnodes %d %d loaded %" PRId64 " (DDP_CHECKPOINT_STEP=%s)\n", rank, attempt,
+           err == 0 ? step : -1, asked ? asked : "-");
+    fflush(stdout);
+    if (attempt > 0)
+        return;
+    for (int64_t i = 1; i < s; i++)
+        mem_save(i);
+    if (rank < world / 2)
+        mem_save(s);
+    CALL("all_reduce", ddp_all_reduce(ddp, &x, 1, DDP_INT64, DDP_SUM)); /* every save done */
+    if (rank == world - 1) {
+        fprintf(stderr, "rank %d: killed after step %d\n", rank, s);
+        raise(SIGKILL);
+    }
+    pause(); /* the launcher's stop ends it */
+}
+
 static void mode_groups(void)
 {
     ddp_t *second;
@@ -1356,6 +1387,8 @@ int main(int argc, char **argv)
         mode_memresume(atoi(argv[2]));
     else if (strcmp(mode, "memcommon") == 0 && argc > 2)
         mode_memcommon(atoi(argv[2]));
+    else if (strcmp(mode, "memnodes") == 0 && argc > 2)
+        mode_memnodes(atoi(argv[2]));
     else if (strcmp(mode, "nccl-id") == 0)
         mode_nccl_id();
     else if (strcmp(mode, "mismatch") == 0 && argc > 2)

@@ -12,6 +12,7 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1669,6 +1670,51 @@ static void test_libddp_across_nodes(void **state)
     job_cleanup(&job);
 }
 
+/* The launchers' in-memory checkpoint directories of `job` still in /dev/shm. */
+static int checkpoint_dirs_left(const job_t *job)
+{
+    char prefix[128];
+    int n = 0;
+    snprintf(prefix, sizeof prefix, "ddp-ckpt-%s-", job->run_id);
+    DIR *d = opendir("/dev/shm");
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+/* In-memory checkpoints across nodes (libddp workers, the collectives helper's memnodes 5):
+ * node 0's ranks save steps 1 to 5, node 1's 1 to 4, then node 1's last rank is SIGKILLed ->
+ * each node publishes the steps its ranks hold, and every rank of round 1 loads step 4, the
+ * newest every rank of both nodes holds, named in DDP_CHECKPOINT_STEP (node 0 alone would
+ * have named 5). Nothing is left in /dev/shm. */
+static void test_checkpoint_step_agreed_across_nodes(void **state)
+{
+    const char *memnodes[] = {getenv("DDP_TEST_COLLECTIVES"), "memnodes", "5", NULL};
+    const char *env[] = {"DDP_CHECKPOINT_DIR", NULL};
+    char loaded[96];
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node_env(&job, 2, 0, 2, "--max-restarts=1", memnodes, env);
+    th_proc_t *n1 = start_node_env(&job, 2, 1, 2, "--max-restarts=1", memnodes, env);
+    job_wait(&job, 120);
+    TH_ASSERT(n0, th_status(n0) == 0);
+    TH_ASSERT(n1, th_status(n1) == 0);
+    TH_ASSERT(n1, strstr(err(n1), "rank 3: killed after step 5") != NULL);
+    for (int rank = 0; rank < 4; rank++) {
+        th_proc_t *p = rank < 2 ? n0 : n1;
+        snprintf(loaded, sizeof loaded, "memnodes %d 1 loaded 4 (DDP_CHECKPOINT_STEP=4)\n", rank);
+        TH_ASSERT(p, strstr(out(p), loaded) != NULL);
+    }
+    for (int i = 0; i < 2; i++)
+        TH_ASSERT(&job.node[i], strstr(err(&job.node[i]),
+                                       "the workers resume from step 4, the newest every rank of "
+                                       "the round's 2 nodes holds") != NULL);
+    assert_int_equal(checkpoint_dirs_left(&job), 0);
+    job_cleanup(&job);
+}
+
 /* PyTorch (Debian's 1.13) with gloo across 2 nodes of 1 and 2 ranks. */
 static void test_torch_gloo_across_nodes(void **state)
 {
@@ -1981,6 +2027,7 @@ int main(int argc, char **argv)
         TH_TEST(test_environment_difference_warned),
         TH_TEST(test_environment_difference_strict),
         TH_TEST(test_libddp_across_nodes),
+        TH_TEST(test_checkpoint_step_agreed_across_nodes),
         TH_TEST(test_torch_gloo_across_nodes),
     };
     return cmocka_run_group_tests(tests, net_setup, net_teardown);

@@ -1,0 +1,331 @@
+/* In-memory checkpoints across nodes (see agent/checkpoint_common.h): the records, pure,
+ * and their exchange through the round's store. The exchange runs on a thread of the loop's
+ * pool with a blocking store client of its own: a connection bounded by CONNECT_S, one SET,
+ * one WAIT for every node's key (bounded by the round's timeout, ended at once by a cancel
+ * through an eventfd), one MULTI_GET. What it found is said on the loop. */
+#include "agent/checkpoint_common.h"
+
+#include "ckpt.h"
+#include "error.h"
+#include "rdzv/record.h"
+#include "store_client.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* s: the exchange's connection to the store, which this node's rendezvous has just used:
+ * short, as a cancel does not end it. */
+#define CONNECT_S 5.0
+/* The record's first word (its version). */
+#define RECORD_TAG "ckpt1"
+/* The nodes named where some did not publish. */
+#define MISSING_SAID 8
+
+struct ddp_checkpoint_common_s {
+    uv_work_t work;
+    const ddp_log_t *log;
+    char host[256];
+    int port;
+    ddp_checkpoint_common_round_t round;
+    char **keys;      /* every node's key, by node rank */
+    ddp_buf_t record; /* this node's */
+    int wake_fd;      /* eventfd: written by a cancel */
+    atomic_bool cancelled;
+    ddp_ckpt_rank_steps_t *held; /* world_size entries */
+    bool any;                    /* some rank holds a step */
+    int64_t step;                /* the result; -1: none */
+    ddp_buf_t why;               /* why there is none, where that is to be said */
+    void (*done)(void *ctx, ddp_checkpoint_common_t *x, int64_t step);
+    void *ctx;
+};
+
+int ddp_checkpoint_common_format(int first_rank, int nranks, const ddp_ckpt_rank_steps_t *ranks,
+                                 ddp_buf_t *out)
+{
+    int err = ddp_buf_printf(out, RECORD_TAG " %d %d", first_rank, nranks);
+    for (int i = 0; i < nranks && err == 0; i++) {
+        int n = ranks[i].n < 0 ? 0 : ranks[i].n;
+        err = ddp_buf_printf(out, " %d", n);
+        for (int k = 0; k < n && err == 0; k++)
+            err = ddp_buf_printf(out, " %" PRId64, ranks[i].step[k]);
+    }
+    return err;
+}
+
+/* A number of the record at *p (before end): " " then 1 to 19 decimal digits, at most max.
+ * Moves *p past it. */
+static bool take_number(const char **p, const char *end, int64_t max, int64_t *out)
+{
+    const char *at = *p;
+    if (at >= end || *at != ' ')
+        return false;
+    at++;
+    int64_t value = 0;
+    int digits = 0;
+    for (; at < end && *at >= '0' && *at <= '9' && digits < 19; at++, digits++)
+        value = value * 10 + (*at - '0');
+    if (digits == 0 || (at < end && *at >= '0' && *at <= '9') || value > max)
+        return false;
+    *p = at;
+    *out = value;
+    return true;
+}
+
+int ddp_checkpoint_common_parse(const char *text, size_t len, int world_size,
+                                ddp_ckpt_rank_steps_t *held, ddp_buf_t *why)
+{
+    const char *p = text, *end = text + len;
+    size_t tag = strlen(RECORD_TAG);
+    int64_t first, n, count, step;
+    if (len < tag || memcmp(text, RECORD_TAG, tag) != 0)
+        return ddp_buf_printf(why, "it does not start with '" RECORD_TAG "'"), DDP_EPARSE;
+    p += tag;
+    if (!take_number(&p, end, world_size, &first) || !take_number(&p, end, world_size, &n) ||
+        first + n > world_size)
+        return ddp_buf_printf(why, "its ranks are not a range of a world of %d", world_size),
+               DDP_EPARSE;
+    ddp_ckpt_rank_steps_t *mine = calloc((size_t)n + 1, sizeof *mine);
+    if (mine == NULL)
+        return ddp_buf_printf(why, "out of memory"), -ENOMEM;
+    int err = 0;
+    for (int64_t i = 0; i < n && err == 0; i++) {
+        if (held[first + i].n >= 0)
+            err = (ddp_buf_printf(why, "rank %" PRId64 " is said by another node", first + i),
+                   DDP_EPARSE);
+        else if (!take_number(&p, end, DDP_CKPT_COMMON_STEPS, &count))
+            err = (ddp_buf_printf(why, "rank %" PRId64 "'s count of steps is not one (0 to %d)",
+                                  first + i, DDP_CKPT_COMMON_STEPS),
+                   DDP_EPARSE);
+        mine[i].n = (int)count;
+        for (int64_t k = 0; k < count && err == 0; k++)
+            if (!take_number(&p, end, DDP_CKPT_MAX_STEP, &step))
+                err = (ddp_buf_printf(why, "rank %" PRId64 "'s steps are not numbers (0 to %lld)",
+                                      first + i, (long long)DDP_CKPT_MAX_STEP),
+                       DDP_EPARSE);
+            else
+                mine[i].step[k] = step;
+    }
+    if (err == 0 && p != end)
+        err = (ddp_buf_printf(why, "it goes on after its last rank"), DDP_EPARSE);
+    for (int64_t i = 0; i < n && err == 0; i++)
+        held[first + i] = mine[i];
+    free(mine);
+    return err;
+}
+
+/* Whether rank i holds `step`. */
+static bool holds(const ddp_ckpt_rank_steps_t *r, int64_t step)
+{
+    for (int k = 0; k < r->n; k++)
+        if (r->step[k] == step)
+            return true;
+    return false;
+}
+
+int64_t ddp_checkpoint_common_step(const ddp_ckpt_rank_steps_t *held, int world_size)
+{
+    int64_t best = -1;
+    for (int i = 0; i < world_size; i++)
+        if (held[i].n < 0)
+            return -1;
+    for (int k = 0; world_size > 0 && k < held[0].n; k++) {
+        int64_t candidate = held[0].step[k];
+        bool everyone = candidate > best;
+        for (int i = 1; i < world_size && everyone; i++)
+            everyone = holds(&held[i], candidate);
+        if (everyone)
+            best = candidate;
+    }
+    return best;
+}
+
+/* The nodes whose key is not there (values as MULTI_GET gives them), into `why`. */
+static void say_missing(ddp_checkpoint_common_t *x, const ddp_buf_t *values)
+{
+    int missing = 0;
+    ddp_buf_printf(&x->why, "node(s)");
+    for (int i = 0; i < x->round.nnodes; i++)
+        if (values[i].len == 0 && missing++ < MISSING_SAID)
+            ddp_buf_printf(&x->why, " %d", i);
+    ddp_buf_printf(&x->why, "%s published no record within %.0f s",
+                   missing > MISSING_SAID ? " ..." : "", x->round.timeout);
+}
+
+/* Every node's record read and parsed into x->held, then the step. */
+static void read_records(ddp_checkpoint_common_t *x, ddp_store_client_t *client, bool timed_out)
+{
+    size_t n = (size_t)x->round.nnodes;
+    ddp_buf_t *values = calloc(n, sizeof *values);
+    int err = values == NULL ? -ENOMEM : 0;
+    if (err == 0)
+        err = ddp_store_client_multi_get(client, (const char *const *)x->keys, n, values);
+    if (err != 0)
+        ddp_buf_printf(&x->why, "unable to read the nodes' records: %s",
+                       err == -ENOMEM ? ddp_strerror(err) : ddp_store_client_error(client));
+    else if (timed_out)
+        say_missing(x, values);
+    for (size_t i = 0; i < n && err == 0 && !timed_out; i++) {
+        ddp_buf_t why = DDP_BUF_INIT;
+        if (ddp_checkpoint_common_parse(values[i].data != NULL ? values[i].data : "", values[i].len,
+                                        x->round.world_size, x->held, &why) != 0) {
+            ddp_buf_printf(&x->why, "node %zu's record is not one: %s", i, ddp_buf_str(&why));
+            err = DDP_EPARSE;
+        }
+        ddp_buf_free(&why);
+    }
+    for (int i = 0; i < x->round.world_size && err == 0 && !timed_out; i++)
+        x->any = x->any || x->held[i].n > 0;
+    if (err == 0 && !timed_out)
+        x->step = ddp_checkpoint_common_step(x->held, x->round.world_size);
+    for (size_t i = 0; values != NULL && i < n; i++)
+        ddp_buf_free(&values[i]);
+    free(values);
+}
+
+/* The pool's thread. */
+static void exchange(uv_work_t *work)
+{
+    ddp_checkpoint_common_t *x = work->data;
+    ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
+    ddp_store_client_t *client = NULL;
+    ddp_buf_t why = DDP_BUF_INIT;
+    options.connect_timeout = CONNECT_S;
+    options.timeout = x->round.timeout;
+    int err = atomic_load(&x->cancelled) ? -ECANCELED : 0;
+    if (err == 0 &&
+        (err = ddp_store_client_connect(x->host, x->port, &options, &client, &why)) != 0)
+        ddp_buf_printf(&x->why, "unable to reach the store at %s:%d: %s", x->host, x->port,
+                       why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
+    if (err == 0 && (err = ddp_store_client_set(client, x->keys[x->round.node_rank], x->record.data,
+                                                x->record.len)) != 0)
+        ddp_buf_printf(&x->why, "%s", ddp_store_client_error(client));
+    if (err == 0) {
+        err = ddp_store_client_wait_or_wake(client, (const char *const *)x->keys,
+                                            (size_t)x->round.nnodes, x->round.timeout, x->wake_fd);
+        if (err == 0 || err == DDP_ETIMEOUT)
+            read_records(x, client, err == DDP_ETIMEOUT);
+        else if (err < 0)
+            ddp_buf_printf(&x->why, "%s", ddp_store_client_error(client));
+    }
+    if (atomic_load(&x->cancelled)) { /* nothing to say */
+        ddp_buf_clear(&x->why);
+        x->step = -1;
+    }
+    if (client != NULL)
+        ddp_store_client_close(client);
+    ddp_buf_free(&why);
+}
+
+static void common_free(ddp_checkpoint_common_t *x)
+{
+    for (int i = 0; x->keys != NULL && i < x->round.nnodes; i++)
+        free(x->keys[i]);
+    free(x->keys);
+    if (x->wake_fd >= 0)
+        close(x->wake_fd);
+    ddp_buf_free(&x->record);
+    ddp_buf_free(&x->why);
+    free(x->held);
+    free(x);
+}
+
+/* Back on the loop: said, and the agent called. */
+static void exchanged(uv_work_t *work, int status)
+{
+    ddp_checkpoint_common_t *x = work->data;
+    int64_t step = status == 0 && !atomic_load(&x->cancelled) ? x->step : -1;
+    if (x->why.len > 0)
+        ddp_log_warn(x->log,
+                     "in-memory checkpoints: no step agreed across the nodes (%s): "
+                     "DDP_CHECKPOINT_STEP is left unset, the ranks agree where they can",
+                     ddp_buf_str(&x->why));
+    else if (step >= 0)
+        ddp_log_info(x->log,
+                     "in-memory checkpoints: the workers resume from step %" PRId64
+                     ", the newest every rank of the round's %d nodes holds (DDP_CHECKPOINT_STEP)",
+                     step, x->round.nnodes);
+    else if (x->any)
+        ddp_log_info(x->log,
+                     "in-memory checkpoints: no step every rank of the round's %d nodes "
+                     "holds",
+                     x->round.nnodes);
+    x->done(x->ctx, x, step);
+    common_free(x);
+}
+
+/* The keys and this node's record, into x. 0 or -ENOMEM. */
+static int prepare(ddp_checkpoint_common_t *x, const ddp_launch_config_t *cfg,
+                   const ddp_ckpt_rank_steps_t *ranks)
+{
+    char key[512];
+    const ddp_checkpoint_common_round_t *r = &x->round;
+    x->keys = calloc((size_t)r->nnodes, sizeof *x->keys);
+    x->held = calloc((size_t)r->world_size, sizeof *x->held);
+    if (x->keys == NULL || x->held == NULL)
+        return -ENOMEM;
+    for (int i = 0; i < r->world_size; i++)
+        x->held[i].n = -1;
+    for (int i = 0; i < r->nnodes; i++) {
+        ddp_rdzv_key(key, sizeof key, cfg->run_id, "%d/ckpt/%d", r->round, i);
+        if ((x->keys[i] = strdup(key)) == NULL)
+            return -ENOMEM;
+    }
+    return ddp_checkpoint_common_format(r->first_rank, r->nranks, ranks, &x->record);
+}
+
+int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
+                                const ddp_log_t *log, const ddp_checkpoint_common_round_t *round,
+                                const ddp_ckpt_rank_steps_t *ranks,
+                                void (*done)(void *ctx, ddp_checkpoint_common_t *x, int64_t step),
+                                void *ctx, ddp_checkpoint_common_t **out)
+{
+    ddp_checkpoint_common_t *x = calloc(1, sizeof *x);
+    if (x == NULL)
+        return -ENOMEM;
+    *x = (ddp_checkpoint_common_t){.log = log,
+                                   .port = cfg->master_port,
+                                   .round = *round,
+                                   .record = DDP_BUF_INIT,
+                                   .why = DDP_BUF_INIT,
+                                   .step = -1,
+                                   .done = done,
+                                   .ctx = ctx};
+    snprintf(x->host, sizeof x->host, "%s", cfg->master_addr);
+    x->work.data = x;
+    x->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    int err = x->wake_fd < 0 ? -errno : 0;
+    if (err == 0 && (round->nnodes <= 0 || round->node_rank >= round->nnodes ||
+                     round->first_rank + round->nranks > round->world_size))
+        err = -EINVAL; /* our own bug */
+    if (err == 0)
+        err = prepare(x, cfg, ranks);
+    if (err == 0)
+        err = uv_queue_work(loop, &x->work, exchange, exchanged);
+    if (err != 0) {
+        ddp_log_warn(log,
+                     "in-memory checkpoints: unable to agree on a step with the other nodes: %s; "
+                     "DDP_CHECKPOINT_STEP is left unset",
+                     ddp_strerror(err));
+        common_free(x);
+        return err;
+    }
+    *out = x;
+    return 0;
+}
+
+void ddp_checkpoint_common_cancel(ddp_checkpoint_common_t *x)
+{
+    if (x == NULL)
+        return;
+    atomic_store(&x->cancelled, true);
+    uint64_t one = 1;
+    if (write(x->wake_fd, &one, sizeof one) < 0) {
+        /* (full: already woken) */
+    }
+}

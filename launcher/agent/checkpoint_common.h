@@ -1,0 +1,68 @@
+/* In-memory checkpoints across nodes (agent/checkpoint_common.c): the step every rank of a
+ * multi-node round holds, agreed through the round's store before its workers start. Each
+ * node publishes the complete steps its ranks hold (its scan, agent/checkpoints.h) at
+ * <round>/ckpt/<node rank>, waits (bounded) for every node's record, reads them all in one
+ * request and takes the newest step every rank of the round holds: the workers'
+ * DDP_CHECKPOINT_STEP. The store's work runs on a thread of the loop's pool, on a
+ * connection of its own (one SET, one WAIT, one MULTI_GET a node and restart); a peer's
+ * record is untrusted text, parsed strictly. The rest runs on the agent's loop. */
+#ifndef DDP_LAUNCHER_AGENT_CHECKPOINT_COMMON_H
+#define DDP_LAUNCHER_AGENT_CHECKPOINT_COMMON_H
+
+#include "buf.h"
+#include "config/config.h"
+#include "log.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#define DDP_CKPT_COMMON_STEPS 4 /* the steps a record may list for one rank */
+
+/* The complete steps one rank holds (n of them, in any order); n = -1: no record said. */
+typedef struct {
+    int n;
+    int64_t step[DDP_CKPT_COMMON_STEPS];
+} ddp_ckpt_rank_steps_t;
+
+/* A node's record: "ckpt1 FIRST N" then, for each of its N ranks from FIRST on, " K" and
+ * its K steps. 0, or -ENOMEM. */
+int ddp_checkpoint_common_format(int first_rank, int nranks, const ddp_ckpt_rank_steps_t *ranks,
+                                 ddp_buf_t *out);
+
+/* Parses a node's record (len bytes at text, no NUL needed) into held[first .. first+N-1]
+ * of a round of `world_size` ranks, refusing any field out of range, a rank outside the
+ * world or already said by another record, anything after the last field. 0, or
+ * DDP_EPARSE with `why` (held untouched). */
+int ddp_checkpoint_common_parse(const char *text, size_t len, int world_size,
+                                ddp_ckpt_rank_steps_t *held, ddp_buf_t *why);
+
+/* The newest step that every one of the `world_size` ranks holds; -1 where there is none,
+ * or a rank no record said (n < 0). */
+int64_t ddp_checkpoint_common_step(const ddp_ckpt_rank_steps_t *held, int world_size);
+
+typedef struct ddp_checkpoint_common_s ddp_checkpoint_common_t;
+
+/* Where and what a node agrees on. */
+typedef struct {
+    int round, node_rank, nnodes, world_size, first_rank, nranks;
+    double timeout; /* s: the wait for every node's record */
+} ddp_checkpoint_common_round_t;
+
+/* Publishes this node's record (its ranks' steps, `ranks`: nranks entries, copied) in the
+ * round's store at cfg's master address and reads every node's, on a thread of `loop`'s
+ * pool; then done(ctx, x, step) on the loop, with the newest step every rank holds or -1
+ * (why said in one line: a node that did not publish within the timeout, a record that is
+ * not one, the store not reached). 0 and *out (the caller's until `done`), or an error
+ * (said): `done` is not called. */
+int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
+                                const ddp_log_t *log, const ddp_checkpoint_common_round_t *round,
+                                const ddp_ckpt_rank_steps_t *ranks,
+                                void (*done)(void *ctx, ddp_checkpoint_common_t *x, int64_t step),
+                                void *ctx, ddp_checkpoint_common_t **out);
+
+/* Ends the wait under way at once (the job ends, or the round stopped): `done` still comes,
+ * with -1 and nothing said. */
+void ddp_checkpoint_common_cancel(ddp_checkpoint_common_t *x);
+
+#endif

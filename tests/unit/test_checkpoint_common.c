@@ -1,0 +1,114 @@
+/* agent/checkpoint_common.c's records, pure: a node's record formatted and parsed back; what
+ * a peer could write instead (each refused, the ranks it would have said left alone); the
+ * newest step every rank holds. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "agent/checkpoint_common.h"
+#include "error.h"
+
+#include <string.h>
+
+#define WORLD 6
+
+static void unsaid(ddp_ckpt_rank_steps_t *held, int n)
+{
+    for (int i = 0; i < n; i++)
+        held[i] = (ddp_ckpt_rank_steps_t){.n = -1};
+}
+
+static int parse(const char *text, ddp_ckpt_rank_steps_t *held)
+{
+    ddp_buf_t why = DDP_BUF_INIT;
+    int err = ddp_checkpoint_common_parse(text, strlen(text), WORLD, held, &why);
+    assert_true((err == 0) == (why.len == 0));
+    ddp_buf_free(&why);
+    return err;
+}
+
+/* Two nodes' records, formatted and parsed into one world: the step every rank holds. */
+static void test_round_trip_and_step(void **state)
+{
+    (void)state;
+    ddp_ckpt_rank_steps_t mine[3] = {{2, {7, 8}}, {2, {8, 7}}, {1, {7}}};
+    ddp_ckpt_rank_steps_t theirs[3] = {{2, {6, 7}}, {2, {7, 8}}, {0, {0}}};
+    ddp_ckpt_rank_steps_t held[WORLD];
+    ddp_buf_t text = DDP_BUF_INIT;
+    unsaid(held, WORLD);
+    assert_int_equal(ddp_checkpoint_common_format(0, 3, mine, &text), 0);
+    assert_string_equal(ddp_buf_str(&text), "ckpt1 0 3 2 7 8 2 8 7 1 7");
+    assert_int_equal(parse(ddp_buf_str(&text), held), 0);
+    assert_int_equal(ddp_checkpoint_common_step(held, WORLD), -1); /* ranks 3-5 unsaid */
+    ddp_buf_clear(&text);
+    assert_int_equal(ddp_checkpoint_common_format(3, 3, theirs, &text), 0);
+    assert_int_equal(parse(ddp_buf_str(&text), held), 0);
+    assert_int_equal(held[4].n, 2);
+    assert_int_equal(held[4].step[1], 8);
+    assert_int_equal(ddp_checkpoint_common_step(held, WORLD), -1); /* rank 5 holds none */
+    held[5] = (ddp_ckpt_rank_steps_t){1, {7}};
+    assert_int_equal(ddp_checkpoint_common_step(held, WORLD), 7);
+    held[2] = (ddp_ckpt_rank_steps_t){2, {8, 7}};
+    held[3] = (ddp_ckpt_rank_steps_t){2, {8, 7}};
+    held[5] = (ddp_ckpt_rank_steps_t){2, {7, 8}};
+    assert_int_equal(ddp_checkpoint_common_step(held, WORLD), 8);
+    ddp_buf_free(&text);
+}
+
+/* What a peer could write instead of a record: each refused, nothing it says kept. */
+static void test_bad_records_refused(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "",
+        "ckpt2 0 1 0",
+        "ckpt1",
+        "ckpt1 0",
+        "ckpt1 0 1",
+        "ckpt1 0 1 1",
+        "ckpt1 0 1 1 x",
+        "ckpt1 0 1 5 1 2 3 4 5",            /* more steps than a rank may list */
+        "ckpt1 0 1 1 -3",                   /* steps are not negative */
+        "ckpt1 0 1 1 4611686018427387905",  /* beyond DDP_CKPT_MAX_STEP */
+        "ckpt1 0 1 1 99999999999999999999", /* 20 digits */
+        "ckpt1 5 2 0 0",                    /* ranks beyond the world */
+        "ckpt1 9 0",
+        "ckpt1 0 7",
+        "ckpt1 0 1 0 ",
+        "ckpt1 0 1 0 0",
+        "ckpt1 0 1 1 3\n",
+        "ckpt1  0 1 0",
+        "ckpt1 +0 1 0",
+        "ckpt1 0 2 1 3",
+    };
+    ddp_ckpt_rank_steps_t held[WORLD];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        unsaid(held, WORLD);
+        if (parse(bad[i], held) != DDP_EPARSE)
+            fail_msg("'%s' was taken", bad[i]);
+        for (int r = 0; r < WORLD; r++)
+            assert_int_equal(held[r].n, -1);
+    }
+    /* A rank said twice (by two nodes' records): the second refused. */
+    unsaid(held, WORLD);
+    assert_int_equal(parse("ckpt1 0 2 1 3 0", held), 0);
+    assert_int_equal(parse("ckpt1 1 1 1 4", held), DDP_EPARSE);
+    assert_int_equal(held[1].n, 0);
+    /* Not NUL-terminated: only len bytes are read. */
+    unsaid(held, WORLD);
+    ddp_buf_t why = DDP_BUF_INIT;
+    assert_int_equal(ddp_checkpoint_common_parse("ckpt1 0 1 1 3999", 13, WORLD, held, &why), 0);
+    assert_int_equal(held[0].step[0], 3);
+    ddp_buf_free(&why);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip_and_step),
+        cmocka_unit_test(test_bad_records_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
