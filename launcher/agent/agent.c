@@ -1034,6 +1034,27 @@ static void checks_done(void *ctx, int rc, const char *why)
 static int checks_then_workers(ddp_agent_t *a);
 
 /* The nodes have agreed on the step (agent/checkpoint_common.h): the round's workers. */
+/* The round's next --checkpoint-replicas nodes (in node order, after this one) that take
+ * replicas, told to the checkpoints' sender; capped at the nodes less one (said). */
+static void replicate_to(ddp_agent_t *a, const ddp_checkpoint_common_t *x)
+{
+    ddp_replica_peer_t peers[64];
+    int want = a->g.cfg->checkpoint_replicas < 0 ? 1 : a->g.cfg->checkpoint_replicas, n = 0;
+    if (want > a->g.nnodes - 1)
+        ddp_log_info(a->g.log,
+                     "--checkpoint-replicas=%d: round %d has %d other node(s); each node's "
+                     "checkpoints go to %d",
+                     want, a->g.attempt, a->g.nnodes - 1, a->g.nnodes - 1);
+    want = want < a->g.nnodes - 1 ? want : a->g.nnodes - 1;
+    for (int k = 1; k <= want && n < 64; k++) {
+        const ddp_replica_peer_t *p =
+            ddp_checkpoint_common_peer(x, (a->g.group_rank + k) % a->g.nnodes);
+        if (p->port > 0)
+            peers[n++] = *p;
+    }
+    ddp_checkpoints_replicate(a->checkpoints, a->g.rank_offset, a->g.nworkers, peers, n);
+}
+
 static void step_agreed(void *ctx, ddp_checkpoint_common_t *x, int64_t step)
 {
     ddp_agent_t *a = ctx;
@@ -1041,6 +1062,7 @@ static void step_agreed(void *ctx, ddp_checkpoint_common_t *x, int64_t step)
         return; /* the round stopped, or the job ended, meanwhile */
     a->common = NULL;
     a->g.checkpoint_step = step;
+    replicate_to(a, x);
     (void)start_workers(a);
 }
 
@@ -1058,7 +1080,9 @@ static int agree_step(ddp_agent_t *a)
                                            .world_size = a->g.world_size,
                                            .first_rank = a->g.rank_offset,
                                            .nranks = a->g.nworkers,
-                                           .timeout = a->g.cfg->rdzv_conf.read_timeout};
+                                           .timeout = a->g.cfg->rdzv_conf.read_timeout,
+                                           .replica_port =
+                                               ddp_checkpoints_replica_port(a->checkpoints)};
     int err = ranks == NULL ? -ENOMEM
                             : ddp_checkpoint_common_start(&a->loop, a->g.cfg, a->g.log, &round,
                                                           ranks, step_agreed, a, &a->common);
@@ -1099,7 +1123,8 @@ static int group_start(ddp_agent_t *a)
         a->g.state = DDP_AGENT_CHECKING;
         return 0;
     }
-    if (after && a->g.rdzv != NULL) /* (no slots read here: none held) */
+    /* (no slots read here: none held; with replicas, round 0 too: the nodes' ports) */
+    if (a->g.rdzv != NULL && (after || ddp_checkpoints_replica_port(a->checkpoints) > 0))
         return agree_step(a);
     return checks_then_workers(a);
 }

@@ -37,18 +37,22 @@ struct ddp_checkpoint_common_s {
     ddp_buf_t record; /* this node's */
     int wake_fd;      /* eventfd: written by a cancel */
     atomic_bool cancelled;
-    ddp_ckpt_rank_steps_t *held; /* world_size entries */
-    bool any;                    /* some rank holds a step */
-    int64_t step;                /* the result; -1: none */
-    ddp_buf_t why;               /* why there is none, where that is to be said */
+    ddp_ckpt_rank_steps_t *ranks; /* this node's, nranks entries */
+    ddp_replica_peer_t *peers;    /* every node's replica port, by node rank */
+    ddp_ckpt_rank_steps_t *held;  /* world_size entries */
+    bool any;                     /* some rank holds a step */
+    int64_t step;                 /* the result; -1: none */
+    ddp_buf_t why;                /* why there is none, where that is to be said */
     void (*done)(void *ctx, ddp_checkpoint_common_t *x, int64_t step);
     void *ctx;
 };
 
-int ddp_checkpoint_common_format(int first_rank, int nranks, const ddp_ckpt_rank_steps_t *ranks,
-                                 ddp_buf_t *out)
+int ddp_checkpoint_common_format(const ddp_replica_peer_t *self, int first_rank, int nranks,
+                                 const ddp_ckpt_rank_steps_t *ranks, ddp_buf_t *out)
 {
-    int err = ddp_buf_printf(out, RECORD_TAG " %d %d", first_rank, nranks);
+    bool none = self->port <= 0 || self->host[0] == '\0';
+    int err = ddp_buf_printf(out, RECORD_TAG " %s %d %d %d", none ? "-" : self->host,
+                             none ? 0 : self->port, first_rank, nranks);
     for (int i = 0; i < nranks && err == 0; i++) {
         int n = ranks[i].n < 0 ? 0 : ranks[i].n;
         err = ddp_buf_printf(out, " %d", n);
@@ -77,15 +81,41 @@ static bool take_number(const char **p, const char *end, int64_t max, int64_t *o
     return true;
 }
 
+/* The host of the record at *p: " " then 1 to 63 of [0-9A-Za-z.:%-] ("-": none). */
+static bool take_host(const char **p, const char *end, char host[64])
+{
+    const char *at = *p;
+    size_t n = 0;
+    if (at >= end || *at++ != ' ')
+        return false;
+    for (; at < end && n < 63 &&
+           (strchr(".:%-", *at) != NULL || (*at >= '0' && *at <= '9') ||
+            (*at >= 'a' && *at <= 'z') || (*at >= 'A' && *at <= 'Z'));
+         at++)
+        host[n++] = *at;
+    host[n] = '\0';
+    if (n == 0 || (at < end && *at != ' '))
+        return false;
+    *p = at;
+    return true;
+}
+
 int ddp_checkpoint_common_parse(const char *text, size_t len, int world_size,
-                                ddp_ckpt_rank_steps_t *held, ddp_buf_t *why)
+                                ddp_ckpt_rank_steps_t *held, ddp_replica_peer_t *peer,
+                                ddp_buf_t *why)
 {
     const char *p = text, *end = text + len;
     size_t tag = strlen(RECORD_TAG);
-    int64_t first, n, count, step;
+    int64_t first, n, count, step, port;
+    ddp_replica_peer_t said;
     if (len < tag || memcmp(text, RECORD_TAG, tag) != 0)
         return ddp_buf_printf(why, "it does not start with '" RECORD_TAG "'"), DDP_EPARSE;
     p += tag;
+    if (!take_host(&p, end, said.host) || !take_number(&p, end, 65535, &port))
+        return ddp_buf_printf(why, "its replica address is not one"), DDP_EPARSE;
+    said.port = strcmp(said.host, "-") == 0 ? 0 : (int)port;
+    if (said.port == 0)
+        said.host[0] = '\0';
     if (!take_number(&p, end, world_size, &first) || !take_number(&p, end, world_size, &n) ||
         first + n > world_size)
         return ddp_buf_printf(why, "its ranks are not a range of a world of %d", world_size),
@@ -115,6 +145,8 @@ int ddp_checkpoint_common_parse(const char *text, size_t len, int world_size,
         err = (ddp_buf_printf(why, "it goes on after its last rank"), DDP_EPARSE);
     for (int64_t i = 0; i < n && err == 0; i++)
         held[first + i] = mine[i];
+    if (err == 0)
+        *peer = said;
     free(mine);
     return err;
 }
@@ -173,7 +205,7 @@ static void read_records(ddp_checkpoint_common_t *x, ddp_store_client_t *client,
     for (size_t i = 0; i < n && err == 0 && !timed_out; i++) {
         ddp_buf_t why = DDP_BUF_INIT;
         if (ddp_checkpoint_common_parse(values[i].data != NULL ? values[i].data : "", values[i].len,
-                                        x->round.world_size, x->held, &why) != 0) {
+                                        x->round.world_size, x->held, &x->peers[i], &why) != 0) {
             ddp_buf_printf(&x->why, "node %zu's record is not one: %s", i, ddp_buf_str(&why));
             err = DDP_EPARSE;
         }
@@ -202,6 +234,13 @@ static void exchange(uv_work_t *work)
         (err = ddp_store_client_connect(x->host, x->port, &options, &client, &why)) != 0)
         ddp_buf_printf(&x->why, "unable to reach the store at %s:%d: %s", x->host, x->port,
                        why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
+    ddp_replica_peer_t self = {.port = x->round.replica_port};
+    if (err == 0 && self.port > 0 &&
+        ddp_store_client_local_address(client, self.host, sizeof self.host) != 0)
+        self.port = 0; /* (no address: no replicas to here) */
+    if (err == 0)
+        err = ddp_checkpoint_common_format(&self, x->round.first_rank, x->round.nranks, x->ranks,
+                                           &x->record);
     if (err == 0 && (err = ddp_store_client_set(client, x->keys[x->round.node_rank], x->record.data,
                                                 x->record.len)) != 0)
         ddp_buf_printf(&x->why, "%s", ddp_store_client_error(client));
@@ -231,6 +270,8 @@ static void common_free(ddp_checkpoint_common_t *x)
         close(x->wake_fd);
     ddp_buf_free(&x->record);
     ddp_buf_free(&x->why);
+    free(x->ranks);
+    free(x->peers);
     free(x->held);
     free(x);
 }
@@ -267,8 +308,11 @@ static int prepare(ddp_checkpoint_common_t *x, const ddp_launch_config_t *cfg,
     const ddp_checkpoint_common_round_t *r = &x->round;
     x->keys = calloc((size_t)r->nnodes, sizeof *x->keys);
     x->held = calloc((size_t)r->world_size, sizeof *x->held);
-    if (x->keys == NULL || x->held == NULL)
+    x->peers = calloc((size_t)r->nnodes, sizeof *x->peers);
+    x->ranks = calloc((size_t)r->nranks + 1, sizeof *x->ranks);
+    if (x->keys == NULL || x->held == NULL || x->peers == NULL || x->ranks == NULL)
         return -ENOMEM;
+    memcpy(x->ranks, ranks, (size_t)r->nranks * sizeof *ranks);
     for (int i = 0; i < r->world_size; i++)
         x->held[i].n = -1;
     for (int i = 0; i < r->nnodes; i++) {
@@ -276,7 +320,7 @@ static int prepare(ddp_checkpoint_common_t *x, const ddp_launch_config_t *cfg,
         if ((x->keys[i] = strdup(key)) == NULL)
             return -ENOMEM;
     }
-    return ddp_checkpoint_common_format(r->first_rank, r->nranks, ranks, &x->record);
+    return 0;
 }
 
 int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
@@ -317,6 +361,12 @@ int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
     }
     *out = x;
     return 0;
+}
+
+const ddp_replica_peer_t *ddp_checkpoint_common_peer(const ddp_checkpoint_common_t *x, int i)
+{
+    static const ddp_replica_peer_t none = {.port = 0};
+    return i >= 0 && i < x->round.nnodes ? &x->peers[i] : &none;
 }
 
 void ddp_checkpoint_common_cancel(ddp_checkpoint_common_t *x)

@@ -9,6 +9,7 @@
 #ifndef DDP_LAUNCHER_AGENT_CHECKPOINT_COMMON_H
 #define DDP_LAUNCHER_AGENT_CHECKPOINT_COMMON_H
 
+#include "agent/checkpoint_replicas.h"
 #include "buf.h"
 #include "config/config.h"
 #include "log.h"
@@ -25,17 +26,19 @@ typedef struct {
     int64_t step[DDP_CKPT_COMMON_STEPS];
 } ddp_ckpt_rank_steps_t;
 
-/* A node's record: "ckpt1 FIRST N" then, for each of its N ranks from FIRST on, " K" and
- * its K steps. 0, or -ENOMEM. */
-int ddp_checkpoint_common_format(int first_rank, int nranks, const ddp_ckpt_rank_steps_t *ranks,
-                                 ddp_buf_t *out);
+/* A node's record: "ckpt1 HOST PORT FIRST N" (HOST PORT: where it takes replicas, "- 0"
+ * none) then, for each of its N ranks from FIRST on, " K" and its K steps. 0, or -ENOMEM. */
+int ddp_checkpoint_common_format(const ddp_replica_peer_t *self, int first_rank, int nranks,
+                                 const ddp_ckpt_rank_steps_t *ranks, ddp_buf_t *out);
 
-/* Parses a node's record (len bytes at text, no NUL needed) into held[first .. first+N-1]
- * of a round of `world_size` ranks, refusing any field out of range, a rank outside the
- * world or already said by another record, anything after the last field. 0, or
- * DDP_EPARSE with `why` (held untouched). */
+/* Parses a node's record (len bytes at text, no NUL needed) into *peer and held[first ..
+ * first+N-1] of a round of `world_size` ranks, refusing any field out of range (a host of
+ * other than [0-9A-Za-z.:%-], a port over 65535), a rank outside the world or already said
+ * by another record, anything after the last field. 0, or DDP_EPARSE with `why` (held and
+ * *peer untouched). */
 int ddp_checkpoint_common_parse(const char *text, size_t len, int world_size,
-                                ddp_ckpt_rank_steps_t *held, ddp_buf_t *why);
+                                ddp_ckpt_rank_steps_t *held, ddp_replica_peer_t *peer,
+                                ddp_buf_t *why);
 
 /* The newest step that every one of the `world_size` ranks holds; -1 where there is none,
  * or a rank no record said (n < 0). */
@@ -46,7 +49,8 @@ typedef struct ddp_checkpoint_common_s ddp_checkpoint_common_t;
 /* Where and what a node agrees on. */
 typedef struct {
     int round, node_rank, nnodes, world_size, first_rank, nranks;
-    double timeout; /* s: the wait for every node's record */
+    double timeout;   /* s: the wait for every node's record */
+    int replica_port; /* where this node takes replicas (its address: the store's view); 0 */
 } ddp_checkpoint_common_round_t;
 
 /* Publishes this node's record (its ranks' steps, `ranks`: nranks entries, copied) in the
@@ -60,6 +64,9 @@ int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
                                 const ddp_ckpt_rank_steps_t *ranks,
                                 void (*done)(void *ctx, ddp_checkpoint_common_t *x, int64_t step),
                                 void *ctx, ddp_checkpoint_common_t **out);
+
+/* In `done`: where node i takes replicas (its record's; port 0: none, or no record). */
+const ddp_replica_peer_t *ddp_checkpoint_common_peer(const ddp_checkpoint_common_t *x, int i);
 
 /* Ends the wait under way at once (the job ends, or the round stopped): `done` still comes,
  * with -1 and nothing said. */

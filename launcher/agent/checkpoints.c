@@ -6,6 +6,7 @@
  * cut short by a cancel; what it found is said on the loop. */
 #include "agent/checkpoints.h"
 
+#include "agent/checkpoint_replicas.h"
 #include "agent/checkpoint_sums.h"
 #include "ckpt_file.h"
 #include "env.h"
@@ -46,13 +47,14 @@ typedef struct {
 
 struct ddp_checkpoints_s {
     const ddp_log_t *log;
-    char dir[PATH_MAX];          /* the directory this launcher made; "" none */
-    scan_t *scan;                /* a scan under way, or NULL */
-    ddp_checkpoint_sums_t *sums; /* the checksums' thread, where the directory is ours */
-    bool restored;               /* --checkpoint-dir's copies were put in place */
-    atomic_bool cancel;          /* it stops at its next look */
-    int64_t step;                /* what the last scan found, -1: none */
-    int64_t (*found)[2];         /* ... each rank's usable steps (-1: none), nfound ranks */
+    char dir[PATH_MAX];                  /* the directory this launcher made; "" none */
+    scan_t *scan;                        /* a scan under way, or NULL */
+    ddp_checkpoint_sums_t *sums;         /* the checksums' thread, where the directory is ours */
+    ddp_checkpoint_replicas_t *replicas; /* several nodes: replicas taken and sent */
+    bool restored;                       /* --checkpoint-dir's copies were put in place */
+    atomic_bool cancel;                  /* it stops at its next look */
+    int64_t step;                        /* what the last scan found, -1: none */
+    int64_t (*found)[2];                 /* ... each rank's usable steps (-1: none), nfound ranks */
     int nfound;
 };
 
@@ -200,6 +202,9 @@ int ddp_checkpoints_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, dd
         c->sums = NULL; /* said: the slots are loaded without a checksum */
     if (persist != NULL)
         restore(c, cfg);
+    if (c->dir[0] != '\0' && cfg->nnodes_max > 1 && cfg->checkpoint_replicas != 0 &&
+        ddp_checkpoint_replicas_start(c->dir, cfg->checkpoint_replica_rate, log, &c->replicas) != 0)
+        c->replicas = NULL; /* said */
     *out = c;
     return 0;
 }
@@ -414,6 +419,17 @@ int ddp_checkpoints_rank_steps(const ddp_checkpoints_t *c, int i, int64_t steps[
     return n;
 }
 
+int ddp_checkpoints_replica_port(const ddp_checkpoints_t *c)
+{
+    return ddp_checkpoint_replicas_port(c != NULL ? c->replicas : NULL);
+}
+
+void ddp_checkpoints_replicate(ddp_checkpoints_t *c, int first_rank, int nranks,
+                               const ddp_replica_peer_t *peers, int n)
+{
+    ddp_checkpoint_replicas_round(c != NULL ? c->replicas : NULL, first_rank, nranks, peers, n);
+}
+
 int64_t ddp_checkpoints_step(const ddp_checkpoints_t *c)
 {
     return c != NULL ? c->step : -1;
@@ -428,9 +444,15 @@ void ddp_checkpoints_free(ddp_checkpoints_t *c, bool persist)
 {
     if (c == NULL)
         return;
-    uint64_t peak;
+    uint64_t peak, received = ddp_checkpoint_replicas_received(c->replicas);
+    ddp_checkpoint_replicas_stop(c->replicas);
     (void)ddp_checkpoint_sums_held(c->sums, &peak);
     ddp_checkpoint_sums_stop(c->sums, persist);
+    if (received > 0)
+        ddp_log_info(c->log,
+                     "in-memory checkpoints: %" PRIu64 " bytes of other nodes' replicas "
+                     "were received and kept",
+                     received);
     if (c->dir[0] != '\0' && peak > 0)
         ddp_log_info(c->log, "in-memory checkpoints: the launcher held %" PRIu64 " bytes at most",
                      peak);

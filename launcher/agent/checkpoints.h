@@ -13,6 +13,7 @@
 #ifndef DDP_LAUNCHER_AGENT_CHECKPOINTS_H
 #define DDP_LAUNCHER_AGENT_CHECKPOINTS_H
 
+#include "agent/checkpoint_replicas.h"
 #include "config/config.h"
 #include "log.h"
 #include "spawn/guard.h"
@@ -53,6 +54,14 @@ int64_t ddp_checkpoints_step(const ddp_checkpoints_t *c);
  * number, 0 to 2 (none where the last scan was cancelled or did not run). For the step
  * agreed across nodes (agent/checkpoint_common.h). */
 int ddp_checkpoints_rank_steps(const ddp_checkpoints_t *c, int i, int64_t steps[2]);
+
+/* Several nodes (and --checkpoint-replicas not 0, the directory the launcher's): the port
+ * it takes other nodes' replicas on (agent/checkpoint_replicas.h); 0: none. */
+int ddp_checkpoints_replica_port(const ddp_checkpoints_t *c);
+
+/* A round began: this node's ranks' slots go to `peers` (n; copied) from now on. */
+void ddp_checkpoints_replicate(ddp_checkpoints_t *c, int first_rank, int nranks,
+                               const ddp_replica_peer_t *peers, int n);
 
 /* The most bytes the directory's files held (the checksums' thread's looks); 0 where the
  * directory is not the launcher's. */

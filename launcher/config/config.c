@@ -27,6 +27,8 @@ void ddp_config_defaults(ddp_launch_config_t *cfg)
     cfg->straggler_report = 300;
     cfg->store_wait_notice = 60;
     cfg->straggler_threshold = 1.2;
+    cfg->checkpoint_replicas = -1;
+    cfg->checkpoint_replica_rate = 1ull << 30;
     cfg->signals[0] = SIGTERM;
     cfg->signals[1] = SIGINT;
     cfg->signals[2] = SIGHUP;

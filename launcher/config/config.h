@@ -140,12 +140,15 @@ typedef struct ddp_launch_config_s {
     double hang_floor;       /* --hang-timeout-floor: auto's least (default 10 s) */
     bool hang_dump;          /* --hang-dump: the report also saves every worker's stacks */
     double straggler_report; /* --straggler-report: s between reports (default 300; 0: off) */
-    double straggler_threshold;   /* --straggler-threshold: x the median rank's work (1.2) */
-    bool straggler_exclude;       /* --straggler-action=exclude: its node leaves at a restart */
-    bool warm_restarts;           /* --warm-restarts: restarts fork from a zygote (zygote.h) */
-    const char *checkpoint_dir;   /* --checkpoint-dir: in-memory checkpoints' copies; NULL */
-    int checkpoint_persist_every; /* --checkpoint-persist-every: a rank's every N-th save; 0 */
-    const char *preload;          /* --preload: what the zygote imports (NULL: torch) */
+    double straggler_threshold;       /* --straggler-threshold: x the median rank's work (1.2) */
+    bool straggler_exclude;           /* --straggler-action=exclude: its node leaves at a restart */
+    bool warm_restarts;               /* --warm-restarts: restarts fork from a zygote (zygote.h) */
+    const char *checkpoint_dir;       /* --checkpoint-dir: in-memory checkpoints' copies; NULL */
+    int checkpoint_persist_every;     /* --checkpoint-persist-every: a rank's every N-th save; 0 */
+    int checkpoint_replicas;          /* --checkpoint-replicas: nodes each node's slots go to; -1:
+                                       * the default (1 with several nodes) */
+    uint64_t checkpoint_replica_rate; /* --checkpoint-replica-rate: bytes/s a node sends */
+    const char *preload;              /* --preload: what the zygote imports (NULL: torch) */
 
     /* Health checks before each round (health.h). */
     const char *health_command; /* --health-check: a site's command, exit 0 = healthy */

@@ -926,6 +926,13 @@ const ddp_flag_t ddp_flags[] = {
      DDP_FLAG_GROUP_SUPERVISION, "N",
      "--checkpoint-dir: also each rank's every N-th save\n(default 0: only at a failure or "
      "stop)"},
+    {INT("checkpoint-replicas", checkpoint_replicas, 0, 1000000), false, DDP_FLAG_GROUP_SUPERVISION,
+     "N",
+     "in-memory checkpoints are copied to the next N nodes\n(default 1 with several nodes; 0: "
+     "none)"},
+    {"checkpoint-replica-rate", 0, DDP_FLAG_SIZE, FIELD(checkpoint_replica_rate), 0, 0, NULL, NULL,
+     true, false, DDP_FLAG_GROUP_SUPERVISION, "BYTES",
+     "bytes a second a node sends its replicas at (K, M, G;\ndefault 1G)"},
     {TEXT("health-check", health_command, 0), false, DDP_FLAG_GROUP_SUPERVISION, "CMD",
      "before each round, this node runs CMD (/bin/sh -c): not\nexit 0 = unhealthy, the job "
      "ends naming the node (5)"},

@@ -53,6 +53,8 @@
  *                          ATTEMPT loaded STEP (DDP_CHECKPOINT_STEP=V)" (-1: none loaded).
  *                          Attempt 0: steps 1 .. S-1 saved, S too by the first half of the
  *                          ranks, then the last rank SIGKILLed. Later attempts: the load only
+ *   memhold S              steps 1 .. S saved, "memhold RANK saved S dir DIR", and a wait
+ *                          (the launcher's stop ends it)
  *   groups                 a second context (group "second") beside the first: their
  *                          all_reduces interleave and each gets its own answer
  *   skip VICTIM SEQ [S]    20 all_reduces of 1000 float32, each printed when done; rank
@@ -862,6 +864,15 @@ static void mode_memnodes(int s)
     pause(); /* the launcher's stop ends it */
 }
 
+static void mode_memhold(int s)
+{
+    for (int64_t i = 1; i <= s; i++)
+        mem_save(i);
+    printf("memhold %d saved %d dir %s\n", rank, s, getenv("DDP_CHECKPOINT_DIR"));
+    fflush(stdout);
+    pause(); /* the launcher's stop ends it */
+}
+
 static void mode_groups(void)
 {
     ddp_t *second;
@@ -1389,6 +1400,8 @@ int main(int argc, char **argv)
         mode_memcommon(atoi(argv[2]));
     else if (strcmp(mode, "memnodes") == 0 && argc > 2)
         mode_memnodes(atoi(argv[2]));
+    else if (strcmp(mode, "memhold") == 0 && argc > 2)
+        mode_memhold(atoi(argv[2]));
     else if (strcmp(mode, "nccl-id") == 0)
         mode_nccl_id();
     else if (strcmp(mode, "mismatch") == 0 && argc > 2)

@@ -10,9 +10,11 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "io.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1715,6 +1717,69 @@ static void test_checkpoint_step_agreed_across_nodes(void **state)
     job_cleanup(&job);
 }
 
+/* Waits (a deadline) until `holder`'s DIR/replica<R>.<s> holds the used bytes of `source`'s
+ * DIR/rank<R>.<s> of step 3 (the slot file may be longer) for one of the slots s; the dirs
+ * as the workers printed them. */
+static void wait_replica(th_proc_t *p, const char source[1024], const char holder[1024], int rank)
+{
+    double deadline = th_now() + 60;
+    for (;;) {
+        for (int slot = 0; slot < 2; slot++) {
+            char a[1100], b[1100], *x = NULL, *y = NULL;
+            size_t xn = 0, yn = 0;
+            snprintf(a, sizeof a, "%.1000s/rank%d.%d", source, rank, slot);
+            snprintf(b, sizeof b, "%.1000s/replica%d.%d", holder, rank, slot);
+            bool same = ddp_read_file(a, 1 << 26, &x, &xn) == 0 &&
+                        ddp_read_file(b, 1 << 26, &y, &yn) == 0 && yn <= xn && yn > 128 &&
+                        memcmp(x, y, yn) == 0 && memcmp(x + 24, "\3\0\0\0\0\0\0\0", 8) == 0;
+            free(x);
+            free(y);
+            if (same)
+                return;
+        }
+        TH_ASSERT(p, th_now() < deadline);
+        poll(NULL, 0, 20); /* (the files are looked at again) */
+    }
+}
+
+/* The directory rank `rank` printed ("memhold RANK saved 3 dir DIR"), into dir. */
+static void memhold_dir(th_proc_t *p, int rank, char *dir, size_t cap)
+{
+    char needle[64];
+    snprintf(needle, sizeof needle, "memhold %d saved 3 dir ", rank);
+    TH_ASSERT(p, th_wait_output(p, 1, needle, 1, 60));
+    const char *at = strstr(out(p), needle) + strlen(needle);
+    size_t n = strcspn(at, "\n");
+    TH_ASSERT(p, n > 0 && n < cap);
+    snprintf(dir, cap, "%.*s", (int)n, at);
+}
+
+/* Replicas (--checkpoint-replicas's default, 1): 2 nodes x 2 ranks save steps 1 to 3 (libddp,
+ * the collectives helper's memhold) -> each rank's slot of step 3 is on the other node too,
+ * byte for byte, as replica<R>.<s> in its launcher's directory; the launchers stopped, each
+ * says the bytes it received, and nothing is left in /dev/shm. */
+static void test_checkpoints_replicated_to_the_next_node(void **state)
+{
+    const char *memhold[] = {getenv("DDP_TEST_COLLECTIVES"), "memhold", "3", NULL};
+    const char *env[] = {"DDP_CHECKPOINT_DIR", NULL};
+    char dirs[4][1024];
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node_env(&job, 2, 0, 2, NULL, memhold, env);
+    th_proc_t *n1 = start_node_env(&job, 2, 1, 2, NULL, memhold, env);
+    for (int rank = 0; rank < 4; rank++)
+        memhold_dir(rank < 2 ? n0 : n1, rank, dirs[rank], sizeof dirs[rank]);
+    for (int rank = 0; rank < 4; rank++)
+        wait_replica(rank < 2 ? n0 : n1, dirs[rank], dirs[rank < 2 ? 2 : 0], rank);
+    kill(n0->pid, SIGTERM);
+    job_wait(&job, 60);
+    for (int i = 0; i < 2; i++)
+        TH_ASSERT(&job.node[i], strstr(err(&job.node[i]), "bytes of other nodes' replicas were "
+                                                          "received and kept") != NULL);
+    assert_int_equal(checkpoint_dirs_left(&job), 0);
+    job_cleanup(&job);
+}
+
 /* PyTorch (Debian's 1.13) with gloo across 2 nodes of 1 and 2 ranks. */
 static void test_torch_gloo_across_nodes(void **state)
 {
@@ -2028,6 +2093,7 @@ int main(int argc, char **argv)
         TH_TEST(test_environment_difference_strict),
         TH_TEST(test_libddp_across_nodes),
         TH_TEST(test_checkpoint_step_agreed_across_nodes),
+        TH_TEST(test_checkpoints_replicated_to_the_next_node),
         TH_TEST(test_torch_gloo_across_nodes),
     };
     return cmocka_run_group_tests(tests, net_setup, net_teardown);

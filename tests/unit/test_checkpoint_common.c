@@ -20,10 +20,13 @@ static void unsaid(ddp_ckpt_rank_steps_t *held, int n)
         held[i] = (ddp_ckpt_rank_steps_t){.n = -1};
 }
 
+static ddp_replica_peer_t peer;
+
 static int parse(const char *text, ddp_ckpt_rank_steps_t *held)
 {
     ddp_buf_t why = DDP_BUF_INIT;
-    int err = ddp_checkpoint_common_parse(text, strlen(text), WORLD, held, &why);
+    peer = (ddp_replica_peer_t){"untouched", 1};
+    int err = ddp_checkpoint_common_parse(text, strlen(text), WORLD, held, &peer, &why);
     assert_true((err == 0) == (why.len == 0));
     ddp_buf_free(&why);
     return err;
@@ -38,13 +41,19 @@ static void test_round_trip_and_step(void **state)
     ddp_ckpt_rank_steps_t held[WORLD];
     ddp_buf_t text = DDP_BUF_INIT;
     unsaid(held, WORLD);
-    assert_int_equal(ddp_checkpoint_common_format(0, 3, mine, &text), 0);
-    assert_string_equal(ddp_buf_str(&text), "ckpt1 0 3 2 7 8 2 8 7 1 7");
+    ddp_replica_peer_t self = {"10.1.2.3", 40000}, none = {"", 0};
+    assert_int_equal(ddp_checkpoint_common_format(&self, 0, 3, mine, &text), 0);
+    assert_string_equal(ddp_buf_str(&text), "ckpt1 10.1.2.3 40000 0 3 2 7 8 2 8 7 1 7");
     assert_int_equal(parse(ddp_buf_str(&text), held), 0);
+    assert_string_equal(peer.host, "10.1.2.3");
+    assert_int_equal(peer.port, 40000);
     assert_int_equal(ddp_checkpoint_common_step(held, WORLD), -1); /* ranks 3-5 unsaid */
     ddp_buf_clear(&text);
-    assert_int_equal(ddp_checkpoint_common_format(3, 3, theirs, &text), 0);
+    assert_int_equal(ddp_checkpoint_common_format(&none, 3, 3, theirs, &text), 0);
+    assert_string_equal(ddp_buf_str(&text), "ckpt1 - 0 3 3 2 6 7 2 7 8 0");
     assert_int_equal(parse(ddp_buf_str(&text), held), 0);
+    assert_string_equal(peer.host, "");
+    assert_int_equal(peer.port, 0);
     assert_int_equal(held[4].n, 2);
     assert_int_equal(held[4].step[1], 8);
     assert_int_equal(ddp_checkpoint_common_step(held, WORLD), -1); /* rank 5 holds none */
@@ -63,25 +72,31 @@ static void test_bad_records_refused(void **state)
     (void)state;
     static const char *const bad[] = {
         "",
-        "ckpt2 0 1 0",
+        "ckpt2 - 0 0 1 0",
+        "ckpt1 - 0",
+        "ckpt1 - 0 0",
+        "ckpt1 - 0 0 1",
+        "ckpt1 - 0 0 1 1",
+        "ckpt1 - 0 0 1 1 x",
+        "ckpt1 - 0 0 1 5 1 2 3 4 5",            /* more steps than a rank may list */
+        "ckpt1 - 0 0 1 1 -3",                   /* steps are not negative */
+        "ckpt1 - 0 0 1 1 4611686018427387905",  /* beyond DDP_CKPT_MAX_STEP */
+        "ckpt1 - 0 0 1 1 99999999999999999999", /* 20 digits */
+        "ckpt1 - 0 5 2 0 0",                    /* ranks beyond the world */
+        "ckpt1 - 0 9 0",
+        "ckpt1 - 0 0 7",
+        "ckpt1 - 0 0 1 0 ",
+        "ckpt1 - 0 0 1 0 0",
+        "ckpt1 - 0 0 1 1 3\n",
+        "ckpt1 - 0  0 1 0",
+        "ckpt1 - 0 +0 1 0",
+        "ckpt1 - 0 0 2 1 3",
         "ckpt1",
-        "ckpt1 0",
-        "ckpt1 0 1",
-        "ckpt1 0 1 1",
-        "ckpt1 0 1 1 x",
-        "ckpt1 0 1 5 1 2 3 4 5",            /* more steps than a rank may list */
-        "ckpt1 0 1 1 -3",                   /* steps are not negative */
-        "ckpt1 0 1 1 4611686018427387905",  /* beyond DDP_CKPT_MAX_STEP */
-        "ckpt1 0 1 1 99999999999999999999", /* 20 digits */
-        "ckpt1 5 2 0 0",                    /* ranks beyond the world */
-        "ckpt1 9 0",
-        "ckpt1 0 7",
-        "ckpt1 0 1 0 ",
-        "ckpt1 0 1 0 0",
-        "ckpt1 0 1 1 3\n",
-        "ckpt1  0 1 0",
-        "ckpt1 +0 1 0",
-        "ckpt1 0 2 1 3",
+        "ckpt1 10.0.0.1",
+        "ckpt1 10.0.0.1 65536 0 1 0", /* a port beyond 65535 */
+        "ckpt1 10.0.0.1/8 1 0 1 0",   /* a host of other characters */
+        "ckpt1 a;b 1 0 1 0",
+        "ckpt1 0123456789012345678901234567890123456789012345678901234567890123 1 0 1 0",
     };
     ddp_ckpt_rank_steps_t held[WORLD];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -90,16 +105,20 @@ static void test_bad_records_refused(void **state)
             fail_msg("'%s' was taken", bad[i]);
         for (int r = 0; r < WORLD; r++)
             assert_int_equal(held[r].n, -1);
+        assert_string_equal(peer.host, "untouched");
     }
     /* A rank said twice (by two nodes' records): the second refused. */
     unsaid(held, WORLD);
-    assert_int_equal(parse("ckpt1 0 2 1 3 0", held), 0);
-    assert_int_equal(parse("ckpt1 1 1 1 4", held), DDP_EPARSE);
+    assert_int_equal(parse("ckpt1 ::1 5 0 2 1 3 0", held), 0);
+    assert_string_equal(peer.host, "::1");
+    assert_int_equal(parse("ckpt1 - 0 1 1 1 4", held), DDP_EPARSE);
+    assert_string_equal(peer.host, "untouched");
     assert_int_equal(held[1].n, 0);
     /* Not NUL-terminated: only len bytes are read. */
     unsaid(held, WORLD);
     ddp_buf_t why = DDP_BUF_INIT;
-    assert_int_equal(ddp_checkpoint_common_parse("ckpt1 0 1 1 3999", 13, WORLD, held, &why), 0);
+    assert_int_equal(
+        ddp_checkpoint_common_parse("ckpt1 - 0 0 1 1 3999", 17, WORLD, held, &peer, &why), 0);
     assert_int_equal(held[0].step[0], 3);
     ddp_buf_free(&why);
 }

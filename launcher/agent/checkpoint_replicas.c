@@ -1,0 +1,572 @@
+/* In-memory checkpoints' replicas on other nodes (see agent/checkpoint_replicas.h). Two
+ * threads of their own, with blocking I/O bounded by poll: the receiver accepts one
+ * connection at a time, checks the request line and the size (the directory's room) before
+ * it writes anything, writes the bytes under a dot name, and keeps them only once the slot's
+ * header, checksum and generation agree; the sender looks at this node's ranks' slots every
+ * LOOK_MS and sends each rank's newest checksummed one to every peer of the round, a MiB at
+ * a time, resting to keep to the rate. A peer that dies or stalls costs a transfer (said
+ * once a round for a sender's peer), never a thread. */
+#include "agent/checkpoint_replicas.h"
+
+#include "ckpt.h"
+#include "ckpt_file.h"
+#include "error.h"
+#include "io.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOOK_MS     100   /* the sender's look at the slots */
+#define IO_MS       10000 /* a read or write that makes no progress this long ends the transfer */
+#define CONNECT_MS  3000  /* a peer's connection */
+#define RETRY_MS    1000  /* after a failed transfer, the sender's rest */
+#define CHUNK       (1u << 20)
+#define REQUEST_MAX 96 /* the request line, its '\n' included */
+#define TAG         "DDPREPL1"
+#define MAX_PEERS   64 /* --checkpoint-replicas is capped at the nodes less one; and this */
+
+struct ddp_checkpoint_replicas_s {
+    const ddp_log_t *log;
+    char dir[PATH_MAX];
+    uint64_t rate;
+    int listen_fd, port;
+    int stop_fd; /* eventfd: readable once the threads are to end */
+    pthread_t receiver, sender;
+    bool receiver_started, sender_started;
+    _Atomic uint64_t received; /* bytes kept */
+
+    pthread_mutex_t mutex; /* the round, from the loop to the sender */
+    int first_rank, nranks, npeers;
+    ddp_replica_peer_t peers[MAX_PEERS];
+    unsigned round_seq; /* moved on by each round */
+};
+
+/* Waits for `events` on fd, or the stop: 1 ready, -ECANCELED (stop), DDP_ETIMEOUT, -errno. */
+static int wait_io(const ddp_checkpoint_replicas_t *r, int fd, short events, int timeout_ms)
+{
+    struct pollfd p[2] = {{.fd = r->stop_fd, .events = POLLIN}, {.fd = fd, .events = events}};
+    for (;;) {
+        int n = poll(p, fd >= 0 ? 2 : 1, timeout_ms);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (p[0].revents != 0)
+            return -ECANCELED;
+        return n == 0 ? DDP_ETIMEOUT : 1;
+    }
+}
+
+static int send_all(const ddp_checkpoint_replicas_t *r, int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        int err = wait_io(r, fd, POLLOUT, IO_MS);
+        if (err < 0)
+            return err;
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n < 0)
+            return -errno;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int recv_all(const ddp_checkpoint_replicas_t *r, int fd, void *data, size_t len)
+{
+    char *p = data;
+    while (len > 0) {
+        int err = wait_io(r, fd, POLLIN, IO_MS);
+        if (err < 0)
+            return err;
+        ssize_t n = recv(fd, p, len, 0);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return DDP_ECLOSED;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Receiving. */
+
+/* A decimal number of 1 to 19 digits, all of `text`, at most max. */
+static bool number(const char *text, int64_t max, int64_t *out)
+{
+    int64_t value = 0;
+    size_t n = strlen(text);
+    if (n == 0 || n > 19)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] < '0' || text[i] > '9')
+            return false;
+        value = value * 10 + (text[i] - '0');
+    }
+    if (value > max)
+        return false;
+    *out = value;
+    return true;
+}
+
+/* "DDPREPL1 PUT RANK SLOT BYTES" (the line, its '\n' cut): exactly that, each in range. */
+static bool parse_put(char *line, int *rank, int *slot, uint64_t *bytes)
+{
+    char *save, *word[6] = {0};
+    int n = 0;
+    for (char *w = strtok_r(line, " ", &save); w != NULL && n < 6; w = strtok_r(NULL, " ", &save))
+        word[n++] = w;
+    int64_t r, s, b;
+    if (n != 5 || strcmp(word[0], TAG) != 0 || strcmp(word[1], "PUT") != 0 ||
+        !number(word[2], DDP_CKPT_MAX_WORLD - 1, &r) || !number(word[3], 1, &s) ||
+        !number(word[4], INT64_MAX, &b))
+        return false;
+    *rank = (int)r;
+    *slot = (int)s;
+    *bytes = (uint64_t)b;
+    return true;
+}
+
+/* The request line, a byte at a time (it is short), into line[REQUEST_MAX]. */
+static int read_line(const ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t *why)
+{
+    for (size_t n = 0; n < REQUEST_MAX - 1; n++) {
+        int err = recv_all(r, fd, &line[n], 1);
+        if (err != 0)
+            return err;
+        if (line[n] == '\n') {
+            line[n] = '\0';
+            return 0;
+        }
+        if (line[n] == '\0')
+            break;
+    }
+    ddp_buf_printf(why, "its request is not one");
+    return DDP_EPARSE;
+}
+
+/* The received file open at fd (`bytes` of rank `rank`'s, generation `trailer` at its end):
+ * a header ddp_ckpt_header_check takes, complete, of that rank and size, its checksum of its
+ * generation and matched. 0, or an error with `why`. */
+static int check_received(int fd, int rank, uint64_t bytes, uint64_t trailer, ddp_buf_t *why)
+{
+    ddp_ckpt_header_t h;
+    uint64_t size, sum;
+    int err = ddp_ckpt_pread_header(fd, &h, &size, why);
+    if (err == 0 && (h.state != DDP_CKPT_COMPLETE || h.rank != (uint32_t)rank ||
+                     h.used_bytes != bytes || size != bytes))
+        err = (ddp_buf_printf(
+                   why, "its header is not that of a complete slot of rank %d, %" PRIu64 " bytes",
+                   rank, bytes),
+               DDP_EPARSE);
+    if (err == 0 && (trailer != h.generation || h.checksum_generation != h.generation))
+        err = (ddp_buf_printf(why, "the slot changed while it was sent, or has no checksum"),
+               DDP_EPARSE);
+    if (err == 0)
+        err = ddp_ckpt_sum_file(fd, &h, NULL, &sum, why);
+    if (err == 0 && sum != h.checksum)
+        err =
+            (ddp_buf_printf(why, "its data does not match its checksum (step %" PRId64 ")", h.step),
+             DDP_EPARSE);
+    return err;
+}
+
+/* The bytes of a PUT into the file open at `out`, then its trailer. */
+static int receive_bytes(const ddp_checkpoint_replicas_t *r, int fd, int out, uint64_t bytes,
+                         uint64_t *trailer, ddp_buf_t *why)
+{
+    char *buf = malloc(CHUNK);
+    int err = buf == NULL ? -ENOMEM : 0;
+    for (uint64_t done = 0; err == 0 && done < bytes;) {
+        size_t n = bytes - done < CHUNK ? (size_t)(bytes - done) : CHUNK;
+        err = recv_all(r, fd, buf, n);
+        if (err == 0 && pwrite(out, buf, n, (off_t)done) != (ssize_t)n)
+            err = (ddp_buf_printf(why, "unable to write it: %s", strerror(errno)), -EIO);
+        done += n;
+    }
+    if (err == 0)
+        err = recv_all(r, fd, trailer, sizeof *trailer);
+    free(buf);
+    return err;
+}
+
+/* One connection's PUT: checked, received under a dot name, verified, renamed into place.
+ * 0, or an error with `why`. */
+static int receive_put(ddp_checkpoint_replicas_t *r, int fd, int *rank, ddp_buf_t *why)
+{
+    char line[REQUEST_MAX], tmp[PATH_MAX + 64], name[PATH_MAX + 64];
+    int slot;
+    uint64_t bytes, trailer = 0;
+    ddp_ckpt_room_t room;
+    int err = read_line(r, fd, line, why), out = -1;
+    if (err == 0 && !parse_put(line, rank, &slot, &bytes))
+        err = (ddp_buf_printf(why, "its request is not one"), DDP_EPARSE);
+    if (err == 0 &&
+        (err = ddp_ckpt_room(r->dir, "/sys/fs/cgroup", "/proc/self/cgroup", &room)) == 0 &&
+        (bytes < DDP_CKPT_HEADER_BYTES || bytes > room.bytes))
+        err = (ddp_buf_printf(why,
+                              "%" PRIu64 " bytes: not a slot, or more than there is room for "
+                              "(%" PRIu64 ")",
+                              bytes, room.bytes),
+               DDP_ETOOBIG);
+    if (err == 0) {
+        snprintf(tmp, sizeof tmp, "%s/.replica%d.%d.incoming", r->dir, *rank, slot);
+        snprintf(name, sizeof name, "%s/" DDP_REPLICA_FILE, r->dir, *rank, slot);
+        out = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (out < 0)
+            err = (ddp_buf_printf(why, "unable to create %s: %s", tmp, strerror(errno)), -errno);
+    }
+    if (err == 0)
+        err = receive_bytes(r, fd, out, bytes, &trailer, why);
+    if (err == 0)
+        err = check_received(out, *rank, bytes, trailer, why);
+    if (err == 0 && rename(tmp, name) != 0)
+        err = (ddp_buf_printf(why, "unable to rename it: %s", strerror(errno)), -errno);
+    if (out >= 0)
+        close(out);
+    if (out >= 0 && err != 0)
+        unlink(tmp);
+    if (err == 0)
+        atomic_fetch_add(&r->received, bytes);
+    return err;
+}
+
+static void *receive_run(void *arg)
+{
+    ddp_checkpoint_replicas_t *r = arg;
+    for (;;) {
+        int err = wait_io(r, r->listen_fd, POLLIN, -1);
+        if (err == -ECANCELED)
+            break;
+        struct sockaddr_storage addr;
+        socklen_t len = sizeof addr;
+        char host[64] = "?";
+        int fd =
+            accept4(r->listen_fd, (struct sockaddr *)&addr, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            continue;
+        (void)getnameinfo((struct sockaddr *)&addr, len, host, sizeof host, NULL, 0,
+                          NI_NUMERICHOST);
+        ddp_buf_t why = DDP_BUF_INIT;
+        int rank = -1;
+        err = receive_put(r, fd, &rank, &why);
+        if (err == 0) /* (said before the answer: the sender may look) */
+            ddp_log_debug(r->log, "in-memory checkpoints: rank %d's slot from %s kept as a replica",
+                          rank, host);
+        else if (err != -ECANCELED)
+            ddp_log_warn(r->log, "in-memory checkpoints: a replica from %s is dropped: %s", host,
+                         why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
+        char answer = err == 0 ? 'k' : 'n';
+        if (err != -ECANCELED)
+            (void)send_all(r, fd, &answer, 1);
+        ddp_buf_free(&why);
+        close(fd);
+    }
+    return NULL;
+}
+
+/* Sending. */
+
+/* A connection to `peer` within CONNECT_MS: the socket, or an error. */
+static int connect_peer(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_t *peer)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV},
+                    *ai;
+    char port[16];
+    snprintf(port, sizeof port, "%d", peer->port);
+    if (getaddrinfo(peer->host, port, &hints, &ai) != 0)
+        return -EINVAL;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), err = 0;
+    if (fd < 0)
+        err = -errno;
+    else if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS)
+        err = -errno;
+    else if ((err = wait_io(r, fd, POLLOUT, CONNECT_MS)) == 1) {
+        socklen_t len = sizeof err;
+        err = getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 ? -errno : -err;
+    }
+    freeaddrinfo(ai);
+    if (err != 0 && fd >= 0)
+        close(fd);
+    return err != 0 ? err : fd;
+}
+
+/* A rest on the stop: false when it came. */
+static bool rest(const ddp_checkpoint_replicas_t *r, double seconds)
+{
+    return wait_io(r, -1, 0, (int)(seconds * 1000) + 1) != -ECANCELED;
+}
+
+/* The used bytes of the slot open at `in` (header h) over `fd`, keeping to the rate. */
+static int send_bytes(const ddp_checkpoint_replicas_t *r, int fd, int in,
+                      const ddp_ckpt_header_t *h)
+{
+    char *buf = malloc(CHUNK);
+    int err = buf == NULL ? -ENOMEM : 0;
+    double began = ddp_clock_mono();
+    for (uint64_t done = 0; err == 0 && done < h->used_bytes;) {
+        size_t n = h->used_bytes - done < CHUNK ? (size_t)(h->used_bytes - done) : CHUNK;
+        ssize_t got = pread(in, buf, n, (off_t)done);
+        if (got != (ssize_t)n)
+            err = got < 0 ? -errno : DDP_ECLOSED; /* cut meanwhile */
+        if (err == 0)
+            err = send_all(r, fd, buf, n);
+        done += n;
+        double due = r->rate > 0 ? began + (double)done / (double)r->rate : 0;
+        if (err == 0 && due > ddp_clock_mono() && !rest(r, due - ddp_clock_mono()))
+            err = -ECANCELED;
+    }
+    free(buf);
+    return err;
+}
+
+/* Rank `rank`'s slot `slot` (open at `in`, header h) sent to `peer`: 0 once it said it kept
+ * it, else an error. */
+static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_t *peer, int in,
+                     int rank, int slot, const ddp_ckpt_header_t *h)
+{
+    char line[REQUEST_MAX], answer = 0;
+    ddp_ckpt_header_t again;
+    uint64_t size, trailer = 0;
+    int fd = connect_peer(r, peer), err = fd < 0 ? fd : 0;
+    int len =
+        snprintf(line, sizeof line, TAG " PUT %d %d %" PRIu64 "\n", rank, slot, h->used_bytes);
+    if (err == 0)
+        err = send_all(r, fd, line, (size_t)len);
+    if (err == 0)
+        err = send_bytes(r, fd, in, h);
+    if (err == 0 && ddp_ckpt_pread_header(in, &again, &size, NULL) == 0 &&
+        again.generation == h->generation && again.state == DDP_CKPT_COMPLETE)
+        trailer = h->generation; /* (else 0: the receiver drops it) */
+    if (err == 0)
+        err = send_all(r, fd, &trailer, sizeof trailer);
+    if (err == 0)
+        err = recv_all(r, fd, &answer, 1);
+    if (err == 0 && answer != 'k')
+        err = DDP_EPARSE;
+    if (fd >= 0)
+        close(fd);
+    return err;
+}
+
+/* Rank `rank`'s newest complete, checksummed slot: its number, open at *in, with *h; or -1. */
+static int newest_slot(const char *dir, int rank, int *in, ddp_ckpt_header_t *h)
+{
+    int best = -1;
+    for (int slot = 0; slot < 2; slot++) {
+        char path[PATH_MAX + 32];
+        ddp_ckpt_header_t seen;
+        uint64_t size;
+        if (ddp_ckpt_slot_path(path, sizeof path, dir, rank, slot) != 0)
+            continue;
+        int fd = ddp_open_worker_file(path);
+        if (fd < 0)
+            continue;
+        if (ddp_ckpt_pread_header(fd, &seen, &size, NULL) == 0 && seen.state == DDP_CKPT_COMPLETE &&
+            seen.checksum_generation == seen.generation && seen.used_bytes <= size &&
+            (best < 0 || seen.generation > h->generation)) {
+            if (best >= 0)
+                close(*in);
+            best = slot;
+            *in = fd;
+            *h = seen;
+        } else {
+            close(fd);
+        }
+    }
+    return best;
+}
+
+/* One look: each rank's newest slot, where it is newer than what went, to every peer. False
+ * once a transfer failed (said once a round for each peer). */
+static bool send_look(ddp_checkpoint_replicas_t *r, int first, int nranks,
+                      const ddp_replica_peer_t *peers, int npeers, uint64_t *sent, bool *said)
+{
+    bool ok = true;
+    for (int i = 0; i < nranks && ok; i++) {
+        ddp_ckpt_header_t h = {0};
+        int in = -1, slot = newest_slot(r->dir, first + i, &in, &h);
+        if (slot < 0 || h.generation <= sent[i]) {
+            if (in >= 0)
+                close(in);
+            continue;
+        }
+        for (int p = 0; p < npeers && ok; p++) {
+            int err = send_slot(r, &peers[p], in, first + i, slot, &h);
+            if (err != 0 && err != -ECANCELED && !said[p])
+                ddp_log_warn(r->log,
+                             "in-memory checkpoints: unable to send rank %d's step %" PRId64
+                             " to %s:%d: %s; tried again",
+                             first + i, h.step, peers[p].host, peers[p].port, ddp_strerror(err));
+            said[p] = said[p] || err != 0;
+            ok = err == 0;
+        }
+        if (ok)
+            sent[i] = h.generation;
+        close(in);
+    }
+    return ok;
+}
+
+static void *send_run(void *arg)
+{
+    ddp_checkpoint_replicas_t *r = arg;
+    unsigned seq = 0;
+    int first = 0, nranks = 0, npeers = 0;
+    uint64_t *sent = NULL;
+    bool said[MAX_PEERS] = {0};
+    ddp_replica_peer_t peers[MAX_PEERS];
+    for (double pause = LOOK_MS / 1000.0; rest(r, pause);) {
+        pthread_mutex_lock(&r->mutex);
+        bool new_round = r->round_seq != seq;
+        if (new_round) {
+            seq = r->round_seq;
+            first = r->first_rank;
+            nranks = r->nranks;
+            npeers = r->npeers;
+            memcpy(peers, r->peers, sizeof peers);
+        }
+        pthread_mutex_unlock(&r->mutex);
+        if (new_round) {
+            free(sent);
+            sent = calloc((size_t)nranks + 1, sizeof *sent);
+            memset(said, 0, sizeof said);
+        }
+        bool ok =
+            sent == NULL || npeers == 0 || send_look(r, first, nranks, peers, npeers, sent, said);
+        pause = (ok ? LOOK_MS : RETRY_MS) / 1000.0;
+    }
+    free(sent);
+    return NULL;
+}
+
+/* Setup. */
+
+/* A listening socket on every address, port 0: IPv6 with IPv4 mapped where it can. */
+static int listen_any(int *port)
+{
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), off = 0;
+    if (fd >= 0 && (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off) != 0 ||
+                    bind(fd, (struct sockaddr *)&a6, sizeof a6) != 0)) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0 && (fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) >= 0 &&
+        bind(fd, (struct sockaddr *)&a4, sizeof a4) != 0) {
+        close(fd);
+        return -errno;
+    }
+    struct sockaddr_storage bound;
+    socklen_t len = sizeof bound;
+    if (fd < 0 || listen(fd, 16) != 0 || getsockname(fd, (struct sockaddr *)&bound, &len) != 0) {
+        int err = -errno;
+        if (fd >= 0)
+            close(fd);
+        return err;
+    }
+    *port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                              : ((struct sockaddr_in *)&bound)->sin_port);
+    return fd;
+}
+
+int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_t *log,
+                                  ddp_checkpoint_replicas_t **out)
+{
+    ddp_checkpoint_replicas_t *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return -ENOMEM;
+    r->log = log;
+    r->rate = rate;
+    r->stop_fd = -1;
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    pthread_mutex_init(&r->mutex, NULL);
+    int err = r->listen_fd = listen_any(&r->port);
+    if (err >= 0)
+        err = (r->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ? -errno : 0;
+    if (err == 0)
+        err = -pthread_create(&r->receiver, NULL, receive_run, r);
+    r->receiver_started = err == 0;
+    if (err == 0)
+        err = -pthread_create(&r->sender, NULL, send_run, r);
+    r->sender_started = err == 0;
+    if (err != 0) {
+        ddp_log_warn(log,
+                     "in-memory checkpoints: unable to listen for replicas or start their "
+                     "threads: %s; no replica is kept or sent",
+                     ddp_strerror(err));
+        ddp_checkpoint_replicas_stop(r);
+        return err;
+    }
+    ddp_log_debug(log, "in-memory checkpoints: replicas are taken on port %d", r->port);
+    *out = r;
+    return 0;
+}
+
+int ddp_checkpoint_replicas_port(const ddp_checkpoint_replicas_t *r)
+{
+    return r != NULL ? r->port : 0;
+}
+
+void ddp_checkpoint_replicas_round(ddp_checkpoint_replicas_t *r, int first_rank, int nranks,
+                                   const ddp_replica_peer_t *peers, int n)
+{
+    if (r == NULL)
+        return;
+    pthread_mutex_lock(&r->mutex);
+    r->first_rank = first_rank;
+    r->nranks = nranks;
+    r->npeers = n < MAX_PEERS ? n : MAX_PEERS;
+    memcpy(r->peers, peers, (size_t)r->npeers * sizeof *peers);
+    r->round_seq++;
+    pthread_mutex_unlock(&r->mutex);
+}
+
+uint64_t ddp_checkpoint_replicas_received(const ddp_checkpoint_replicas_t *r)
+{
+    return r != NULL ? atomic_load(&r->received) : 0;
+}
+
+void ddp_checkpoint_replicas_stop(ddp_checkpoint_replicas_t *r)
+{
+    if (r == NULL)
+        return;
+    uint64_t one = 1;
+    if (r->stop_fd >= 0 && write(r->stop_fd, &one, sizeof one) < 0) {
+        /* (it cannot fail: a counter far from its limit) */
+    }
+    if (r->receiver_started)
+        pthread_join(r->receiver, NULL);
+    if (r->sender_started)
+        pthread_join(r->sender, NULL);
+    if (r->listen_fd >= 0)
+        close(r->listen_fd);
+    if (r->stop_fd >= 0)
+        close(r->stop_fd);
+    pthread_mutex_destroy(&r->mutex);
+    free(r);
+}

@@ -1,0 +1,53 @@
+/* In-memory checkpoints' replicas on other nodes (agent/checkpoint_replicas.c): each
+ * launcher of a multi-node job listens on a TCP port of its own (its address published with
+ * its record of the round, agent/checkpoint_common.h) and keeps what other nodes send it as
+ * replica<R>.<s> in its checkpoint directory, verified against the slot's checksum before it
+ * is renamed into place (a torn or wrong transfer is dropped and said). A sender thread
+ * sends each of this node's ranks' newest complete, checksummed slot to the round's next N
+ * nodes, at a bounded rate. Both threads are blocking-socket threads that poll a stop
+ * eventfd with every wait (a stop acts at once) and bound every read and write in time; the
+ * functions here run on the agent's loop and only take a mutex. The wire: "DDPREPL1 PUT
+ * RANK SLOT BYTES\n", BYTES of the slot file, its generation again as 8 bytes (0: it
+ * changed while sent), then one byte back: 'k' kept, 'n' not. */
+#ifndef DDP_LAUNCHER_AGENT_CHECKPOINT_REPLICAS_H
+#define DDP_LAUNCHER_AGENT_CHECKPOINT_REPLICAS_H
+
+#include "log.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define DDP_REPLICA_FILE "replica%d.%d" /* printf: the rank, the sender's slot */
+
+/* A launcher's replica port, as its record says it. */
+typedef struct {
+    char host[64]; /* numeric; "" none */
+    int port;      /* 0: none */
+} ddp_replica_peer_t;
+
+typedef struct ddp_checkpoint_replicas_s ddp_checkpoint_replicas_t;
+
+/* Listens on a port of every address (IPv6 and IPv4 where it can, else IPv4) and starts
+ * both threads over `dir` (copied): received replicas are kept there; this node's ranks'
+ * slots are read there and sent at most `rate` bytes a second (0: no limit). 0 and *out,
+ * or -errno (said). */
+int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_t *log,
+                                  ddp_checkpoint_replicas_t **out);
+
+/* The port it listens on. */
+int ddp_checkpoint_replicas_port(const ddp_checkpoint_replicas_t *r);
+
+/* A round began: this node's ranks are first_rank .. first_rank + nranks - 1, and their
+ * slots go to `peers` (n of them, copied; n = 0: to none). Slots already sent go again to
+ * the new peers. */
+void ddp_checkpoint_replicas_round(ddp_checkpoint_replicas_t *r, int first_rank, int nranks,
+                                   const ddp_replica_peer_t *peers, int n);
+
+/* The bytes of replicas received and kept so far (for the job's end). */
+uint64_t ddp_checkpoint_replicas_received(const ddp_checkpoint_replicas_t *r);
+
+/* Ends both threads (a transfer under way stops at its next wait) and frees. NULL:
+ * nothing. */
+void ddp_checkpoint_replicas_stop(ddp_checkpoint_replicas_t *r);
+
+#endif

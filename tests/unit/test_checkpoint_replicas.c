@@ -1,0 +1,259 @@
+/* agent/checkpoint_replicas.c over loopback: two launchers' replica parts on directories of
+ * the test's; a slot of rank 2 in A's goes to B at the rate asked, byte for byte, and again
+ * once A holds a newer one; what a peer could send B instead (no request, an absurd size, a
+ * slot whose data no longer matches its checksum, a sender gone mid-transfer): each refused
+ * and said, nothing kept or left behind, and B takes the next good one. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "agent/checkpoint_replicas.h"
+#include "ckpt.h"
+#include "io.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RECORD_BYTES (3u << 20) /* a slot of several of the sender's chunks */
+#define RATE         (8u << 20)
+
+static char dir_a[PATH_MAX], dir_b[PATH_MAX];
+
+static void make_dir(char *dir)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, PATH_MAX, "%s/ddp-replicas-XXXXXX", tmp != NULL ? tmp : "/tmp");
+    assert_non_null(mkdtemp(dir));
+}
+
+static void remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    char path[PATH_MAX + 300];
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    if (d != NULL)
+        closedir(d);
+    rmdir(dir);
+}
+
+/* A complete, checksummed slot of rank 2 (world 4) at `generation`, its one record of
+ * RECORD_BYTES filled with `fill`: its bytes (malloc'd) and their number. */
+static uint8_t *slot_bytes(uint64_t generation, int fill, size_t *size)
+{
+    uint64_t table = ddp_ckpt_align(DDP_CKPT_HEADER_BYTES + RECORD_BYTES), used = table + 64;
+    uint8_t *data = aligned_alloc(64, used);
+    assert_non_null(data);
+    memset(data, 0, used);
+    ddp_ckpt_header_t *h = (ddp_ckpt_header_t *)data;
+    *h = (ddp_ckpt_header_t){.version = DDP_CKPT_VERSION,
+                             .state = DDP_CKPT_COMPLETE,
+                             .generation = generation,
+                             .step = (int64_t)generation * 10,
+                             .world_size = 4,
+                             .rank = 2,
+                             .kind = DDP_CKPT_BUFFERS,
+                             .records = 1,
+                             .table_offset = table,
+                             .used_bytes = used};
+    memcpy(h->magic, DDP_CKPT_MAGIC, 8);
+    ddp_ckpt_record_t *r = (ddp_ckpt_record_t *)(data + table);
+    snprintf(r->name, sizeof r->name, "weights");
+    r->offset = DDP_CKPT_HEADER_BYTES;
+    r->size = RECORD_BYTES;
+    memset(data + DDP_CKPT_HEADER_BYTES, fill, RECORD_BYTES);
+    ddp_ckpt_t c;
+    assert_int_equal(ddp_ckpt_parse(data, used, &c, NULL), 0);
+    h->checksum = ddp_ckpt_slot_sum(&c);
+    h->checksum_generation = generation;
+    *size = used;
+    return data;
+}
+
+static void put(const char *dir, const char *name, const void *data, size_t len)
+{
+    char path[PATH_MAX + 64], tmp[PATH_MAX + 80];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, data, len), (ssize_t)len);
+    close(fd);
+    assert_int_equal(rename(tmp, path), 0);
+}
+
+/* The file DIR/NAME's bytes, or NULL where there is none. */
+static char *file_bytes(const char *dir, const char *name, size_t *len)
+{
+    char path[PATH_MAX + 64], *data = NULL;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return ddp_read_file(path, 64u << 20, &data, len) == 0 ? data : NULL;
+}
+
+/* Waits (a deadline of 30 s) until DIR/NAME holds `want`; the seconds it took. */
+static double wait_for_copy(const char *dir, const char *name, const uint8_t *want, size_t len)
+{
+    double began = ddp_clock_mono();
+    for (;;) {
+        size_t got_len = 0;
+        char *got = file_bytes(dir, name, &got_len);
+        bool same = got != NULL && got_len == len && memcmp(got, want, len) == 0;
+        free(got);
+        if (same)
+            return ddp_clock_mono() - began;
+        if (ddp_clock_mono() - began > 30)
+            fail_msg("%s/%s never held the slot", dir, name);
+        poll(NULL, 0, 10);
+    }
+}
+
+/* A connection to B's port on loopback. */
+static int connect_b(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+/* Sends `len` bytes of a request, then what B answers: 'k', 'n', or 0 where it closed. */
+static char ask(int port, const void *data, size_t len, bool half)
+{
+    int fd = connect_b(port);
+    char answer = 0;
+    assert_int_equal(send(fd, data, half ? len / 2 : len, MSG_NOSIGNAL),
+                     (ssize_t)(half ? len / 2 : len));
+    if (half) {
+        close(fd); /* gone mid-transfer */
+        return 0;
+    }
+    struct timeval tv = {.tv_sec = 30};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (recv(fd, &answer, 1, 0) != 1)
+        answer = 0;
+    close(fd);
+    return answer;
+}
+
+/* A PUT request of rank 2's slot 0 carrying `slot` (len bytes) and `trailer`. */
+static uint8_t *put_request(const uint8_t *slot, size_t len, uint64_t trailer, size_t *out)
+{
+    char line[96];
+    int n = snprintf(line, sizeof line, "DDPREPL1 PUT 2 0 %zu\n", len);
+    uint8_t *req = malloc((size_t)n + len + 8);
+    assert_non_null(req);
+    memcpy(req, line, (size_t)n);
+    memcpy(req + n, slot, len);
+    memcpy(req + n + len, &trailer, 8);
+    *out = (size_t)n + len + 8;
+    return req;
+}
+
+/* Whether the log says `text`. */
+static bool logged(int log_fd, const char *text)
+{
+    char buf[16384];
+    ssize_t n = pread(log_fd, buf, sizeof buf - 1, 0);
+    buf[n > 0 ? n : 0] = '\0';
+    return strstr(buf, text) != NULL;
+}
+
+/* Only the kept replica in B's directory: no dot file left. */
+static void nothing_else(const char *dir)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (e->d_name[0] == '.' && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            fail_msg("%s left in %s", e->d_name, dir);
+    closedir(d);
+}
+
+static void test_replicas_over_loopback(void **state)
+{
+    (void)state;
+    make_dir(dir_a);
+    make_dir(dir_b);
+    char log_path[PATH_MAX + 64];
+    snprintf(log_path, sizeof log_path, "%s/../replicas-log-%d", dir_b, (int)getpid());
+    int log_fd = open(log_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(log_fd >= 0);
+    unlink(log_path);
+    ddp_log_t log = {.name = "test", .level = DDP_LOG_DEBUG, .fd = log_fd};
+    ddp_checkpoint_replicas_t *a, *b;
+    assert_int_equal(ddp_checkpoint_replicas_start(dir_a, RATE, &log, &a), 0);
+    assert_int_equal(ddp_checkpoint_replicas_start(dir_b, 0, &log, &b), 0);
+    int port = ddp_checkpoint_replicas_port(b);
+    assert_true(port > 0);
+
+    /* A's rank 2 at generation 1 in its slot 0: B gets it, no faster than the rate. */
+    size_t len;
+    uint8_t *one = slot_bytes(1, 0x11, &len);
+    put(dir_a, "rank2.0", one, len);
+    ddp_replica_peer_t peer = {"127.0.0.1", port};
+    ddp_checkpoint_replicas_round(a, 2, 1, &peer, 1);
+    double took = wait_for_copy(dir_b, "replica2.0", one, len);
+    assert_true(took >= 0.8 * (double)len / RATE);
+
+    /* What a peer could send instead: each refused, said, nothing kept or left. */
+    size_t req_len;
+    assert_int_equal(ask(port, "junk\n", 5, false), 'n');
+    const char *absurd = "DDPREPL1 PUT 2 0 999999999999999999\n";
+    assert_int_equal(ask(port, absurd, strlen(absurd), false), 'n');
+    assert_true(logged(log_fd, "more than there is room for"));
+    uint8_t *two = slot_bytes(2, 0x22, &len);
+    two[DDP_CKPT_HEADER_BYTES + 5] ^= 1; /* after its checksum */
+    uint8_t *req = put_request(two, len, 2, &req_len);
+    assert_int_equal(ask(port, req, req_len, false), 'n');
+    assert_true(logged(log_fd, "its data does not match its checksum"));
+    free(req);
+    two[DDP_CKPT_HEADER_BYTES + 5] ^= 1;
+    req = put_request(two, len, 0, &req_len); /* the sender saw it change */
+    assert_int_equal(ask(port, req, req_len, false), 'n');
+    assert_true(logged(log_fd, "the slot changed while it was sent"));
+    (void)ask(port, req, req_len, true);
+    free(req);
+    size_t held_len;
+    char *held = file_bytes(dir_b, "replica2.0", &held_len);
+    assert_true(held != NULL && held_len == len && memcmp(held, one, len) == 0);
+    free(held);
+
+    /* A newer slot of A's (its slot 1) goes too. */
+    put(dir_a, "rank2.1", two, len);
+    (void)wait_for_copy(dir_b, "replica2.1", two, len);
+    nothing_else(dir_b);
+    assert_true(ddp_checkpoint_replicas_received(b) == 2 * (uint64_t)len);
+
+    ddp_checkpoint_replicas_stop(a);
+    ddp_checkpoint_replicas_stop(b);
+    free(one);
+    free(two);
+    close(log_fd);
+    remove_dir(dir_a);
+    remove_dir(dir_b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_replicas_over_loopback),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
