@@ -1082,10 +1082,14 @@ static int agree_step(ddp_agent_t *a)
                                            .nranks = a->g.nworkers,
                                            .timeout = a->g.cfg->rdzv_conf.read_timeout,
                                            .replica_port =
-                                               ddp_checkpoints_replica_port(a->checkpoints)};
-    int err = ranks == NULL ? -ENOMEM
-                            : ddp_checkpoint_common_start(&a->loop, a->g.cfg, a->g.log, &round,
-                                                          ranks, step_agreed, a, &a->common);
+                                               ddp_checkpoints_replica_port(a->checkpoints),
+                                           .dir = ddp_checkpoints_dir(a->checkpoints)};
+    const ddp_replica_step_t *reps;
+    size_t nreps = ddp_checkpoints_replica_steps(a->checkpoints, &reps);
+    int err = ranks == NULL
+                  ? -ENOMEM
+                  : ddp_checkpoint_common_start(&a->loop, a->g.cfg, a->g.log, &round, ranks, reps,
+                                                nreps, step_agreed, a, &a->common);
     free(ranks);
     if (err != 0)
         return start_workers(a);

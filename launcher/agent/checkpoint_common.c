@@ -6,12 +6,14 @@
 #include "agent/checkpoint_common.h"
 
 #include "ckpt.h"
+#include "io.h"
 #include "error.h"
 #include "rdzv/record.h"
 #include "store_client.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,15 +42,22 @@ struct ddp_checkpoint_common_s {
     ddp_ckpt_rank_steps_t *ranks; /* this node's, nranks entries */
     ddp_replica_peer_t *peers;    /* every node's replica port, by node rank */
     ddp_ckpt_rank_steps_t *held;  /* world_size entries */
-    bool any;                     /* some rank holds a step */
-    int64_t step;                 /* the result; -1: none */
-    ddp_buf_t why;                /* why there is none, where that is to be said */
+    ddp_replica_step_t *reps;     /* the replicas this node holds, nreps */
+    size_t nreps;
+    ddp_replica_step_t *all_reps; /* every node's, nall_reps (node: whose) */
+    size_t nall_reps;
+    char dir[PATH_MAX]; /* where a replica is fetched to; "" none */
+    ddp_buf_t fetched;  /* the fetches done, a line each, said on the loop */
+    bool any;           /* some rank holds a step */
+    int64_t step;       /* the result; -1: none */
+    ddp_buf_t why;      /* why there is none, where that is to be said */
     void (*done)(void *ctx, ddp_checkpoint_common_t *x, int64_t step);
     void *ctx;
 };
 
 int ddp_checkpoint_common_format(const ddp_replica_peer_t *self, int first_rank, int nranks,
-                                 const ddp_ckpt_rank_steps_t *ranks, ddp_buf_t *out)
+                                 const ddp_ckpt_rank_steps_t *ranks, const ddp_replica_step_t *reps,
+                                 size_t nreps, ddp_buf_t *out)
 {
     bool none = self->port <= 0 || self->host[0] == '\0';
     int err = ddp_buf_printf(out, RECORD_TAG " %s %d %d %d", none ? "-" : self->host,
@@ -59,6 +68,10 @@ int ddp_checkpoint_common_format(const ddp_replica_peer_t *self, int first_rank,
         for (int k = 0; k < n && err == 0; k++)
             err = ddp_buf_printf(out, " %" PRId64, ranks[i].step[k]);
     }
+    if (err == 0)
+        err = ddp_buf_printf(out, " %zu", nreps);
+    for (size_t i = 0; i < nreps && err == 0; i++)
+        err = ddp_buf_printf(out, " %d %" PRId64, reps[i].rank, reps[i].step);
     return err;
 }
 
@@ -100,13 +113,58 @@ static bool take_host(const char **p, const char *end, char host[64])
     return true;
 }
 
+/* The N ranks' steps of a record at *p into mine[0 .. n-1]: each " K" and K steps. */
+static int take_ranks(const char **p, const char *end, int64_t first, int64_t n,
+                      const ddp_ckpt_rank_steps_t *held, ddp_ckpt_rank_steps_t *mine,
+                      ddp_buf_t *why)
+{
+    int64_t count, step;
+    for (int64_t i = 0; i < n; i++) {
+        if (held[first + i].n >= 0)
+            return ddp_buf_printf(why, "rank %" PRId64 " is said by another node", first + i),
+                   DDP_EPARSE;
+        if (!take_number(p, end, DDP_CKPT_COMMON_STEPS, &count))
+            return ddp_buf_printf(why, "rank %" PRId64 "'s count of steps is not one (0 to %d)",
+                                  first + i, DDP_CKPT_COMMON_STEPS),
+                   DDP_EPARSE;
+        mine[i].n = (int)count;
+        for (int64_t k = 0; k < count; k++) {
+            if (!take_number(p, end, DDP_CKPT_MAX_STEP, &step))
+                return ddp_buf_printf(why, "rank %" PRId64 "'s steps are not numbers (0 to %lld)",
+                                      first + i, (long long)DDP_CKPT_MAX_STEP),
+                       DDP_EPARSE;
+            mine[i].step[k] = step;
+        }
+    }
+    return 0;
+}
+
+/* The replicas of a record at *p: " M" (at most 2 a rank of the world), then M pairs " RANK
+ * STEP", into reps[0 .. M-1] (reps: room for 2 * world_size). */
+static int take_replicas(const char **p, const char *end, int world_size, ddp_replica_step_t *reps,
+                         size_t *nreps, ddp_buf_t *why)
+{
+    int64_t m, rank, step;
+    if (!take_number(p, end, 2 * (int64_t)world_size, &m))
+        return ddp_buf_printf(why, "its count of replicas is not one"), DDP_EPARSE;
+    for (int64_t i = 0; i < m; i++) {
+        if (!take_number(p, end, world_size - 1, &rank) ||
+            !take_number(p, end, DDP_CKPT_MAX_STEP, &step))
+            return ddp_buf_printf(why, "its replica %" PRId64 " is not a rank and a step", i),
+                   DDP_EPARSE;
+        reps[i] = (ddp_replica_step_t){.node = -1, .rank = (int)rank, .step = step};
+    }
+    *nreps = (size_t)m;
+    return 0;
+}
+
 int ddp_checkpoint_common_parse(const char *text, size_t len, int world_size,
                                 ddp_ckpt_rank_steps_t *held, ddp_replica_peer_t *peer,
-                                ddp_buf_t *why)
+                                ddp_replica_step_t *reps, size_t *nreps, ddp_buf_t *why)
 {
     const char *p = text, *end = text + len;
-    size_t tag = strlen(RECORD_TAG);
-    int64_t first, n, count, step, port;
+    size_t tag = strlen(RECORD_TAG), m = 0;
+    int64_t first, n, port;
     ddp_replica_peer_t said;
     if (len < tag || memcmp(text, RECORD_TAG, tag) != 0)
         return ddp_buf_printf(why, "it does not start with '" RECORD_TAG "'"), DDP_EPARSE;
@@ -123,30 +181,17 @@ int ddp_checkpoint_common_parse(const char *text, size_t len, int world_size,
     ddp_ckpt_rank_steps_t *mine = calloc((size_t)n + 1, sizeof *mine);
     if (mine == NULL)
         return ddp_buf_printf(why, "out of memory"), -ENOMEM;
-    int err = 0;
-    for (int64_t i = 0; i < n && err == 0; i++) {
-        if (held[first + i].n >= 0)
-            err = (ddp_buf_printf(why, "rank %" PRId64 " is said by another node", first + i),
-                   DDP_EPARSE);
-        else if (!take_number(&p, end, DDP_CKPT_COMMON_STEPS, &count))
-            err = (ddp_buf_printf(why, "rank %" PRId64 "'s count of steps is not one (0 to %d)",
-                                  first + i, DDP_CKPT_COMMON_STEPS),
-                   DDP_EPARSE);
-        mine[i].n = (int)count;
-        for (int64_t k = 0; k < count && err == 0; k++)
-            if (!take_number(&p, end, DDP_CKPT_MAX_STEP, &step))
-                err = (ddp_buf_printf(why, "rank %" PRId64 "'s steps are not numbers (0 to %lld)",
-                                      first + i, (long long)DDP_CKPT_MAX_STEP),
-                       DDP_EPARSE);
-            else
-                mine[i].step[k] = step;
-    }
+    int err = take_ranks(&p, end, first, n, held, mine, why);
+    if (err == 0)
+        err = take_replicas(&p, end, world_size, reps, &m, why);
     if (err == 0 && p != end)
-        err = (ddp_buf_printf(why, "it goes on after its last rank"), DDP_EPARSE);
+        err = (ddp_buf_printf(why, "it goes on after its last field"), DDP_EPARSE);
     for (int64_t i = 0; i < n && err == 0; i++)
         held[first + i] = mine[i];
-    if (err == 0)
+    if (err == 0) {
         *peer = said;
+        *nreps = m;
+    }
     free(mine);
     return err;
 }
@@ -160,20 +205,39 @@ static bool holds(const ddp_ckpt_rank_steps_t *r, int64_t step)
     return false;
 }
 
-int64_t ddp_checkpoint_common_step(const ddp_ckpt_rank_steps_t *held, int world_size)
+/* Each rank's steps held as replicas (at most DDP_CKPT_COMMON_STEPS a rank, the first
+ * said), into by_rank[world_size]. */
+static void replicas_by_rank(const ddp_replica_step_t *reps, size_t nreps,
+                             ddp_ckpt_rank_steps_t *by_rank)
+{
+    for (size_t i = 0; i < nreps; i++) {
+        ddp_ckpt_rank_steps_t *r = &by_rank[reps[i].rank];
+        if (!holds(r, reps[i].step) && r->n < DDP_CKPT_COMMON_STEPS)
+            r->step[r->n++] = reps[i].step;
+    }
+}
+
+int64_t ddp_checkpoint_common_step(const ddp_ckpt_rank_steps_t *held, int world_size,
+                                   const ddp_replica_step_t *reps, size_t nreps)
 {
     int64_t best = -1;
     for (int i = 0; i < world_size; i++)
         if (held[i].n < 0)
             return -1;
-    for (int k = 0; world_size > 0 && k < held[0].n; k++) {
-        int64_t candidate = held[0].step[k];
+    ddp_ckpt_rank_steps_t *copies = calloc((size_t)world_size + 1, sizeof *copies);
+    if (copies == NULL)
+        return -1;
+    replicas_by_rank(reps, nreps, copies);
+    /* The candidates: rank 0's steps, its own and its replicas'. */
+    for (int k = 0; world_size > 0 && k < held[0].n + copies[0].n; k++) {
+        int64_t candidate = k < held[0].n ? held[0].step[k] : copies[0].step[k - held[0].n];
         bool everyone = candidate > best;
         for (int i = 1; i < world_size && everyone; i++)
-            everyone = holds(&held[i], candidate);
+            everyone = holds(&held[i], candidate) || holds(&copies[i], candidate);
         if (everyone)
             best = candidate;
     }
+    free(copies);
     return best;
 }
 
@@ -189,6 +253,30 @@ static void say_missing(ddp_checkpoint_common_t *x, const ddp_buf_t *values)
                    missing > MISSING_SAID ? " ..." : "", x->round.timeout);
 }
 
+/* Node i's record parsed into x->held, x->peers[i] and, its replicas, x->all_reps. */
+static int take_record(ddp_checkpoint_common_t *x, int i, const ddp_buf_t *value)
+{
+    ddp_buf_t why = DDP_BUF_INIT;
+    size_t m = 0, cap = 2 * (size_t)x->round.world_size;
+    ddp_replica_step_t *grown =
+        realloc(x->all_reps, (x->nall_reps + cap + 1) * sizeof *x->all_reps);
+    int err = grown == NULL ? -ENOMEM : 0;
+    if (grown != NULL)
+        x->all_reps = grown;
+    if (err == 0)
+        err = ddp_checkpoint_common_parse(value->data != NULL ? value->data : "", value->len,
+                                          x->round.world_size, x->held, &x->peers[i],
+                                          x->all_reps + x->nall_reps, &m, &why);
+    if (err != 0)
+        ddp_buf_printf(&x->why, "node %d's record is not one: %s", i,
+                       why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
+    for (size_t k = 0; k < m; k++)
+        x->all_reps[x->nall_reps + k].node = i;
+    x->nall_reps += m;
+    ddp_buf_free(&why);
+    return err;
+}
+
 /* Every node's record read and parsed into x->held, then the step. */
 static void read_records(ddp_checkpoint_common_t *x, ddp_store_client_t *client, bool timed_out)
 {
@@ -202,22 +290,57 @@ static void read_records(ddp_checkpoint_common_t *x, ddp_store_client_t *client,
                        err == -ENOMEM ? ddp_strerror(err) : ddp_store_client_error(client));
     else if (timed_out)
         say_missing(x, values);
-    for (size_t i = 0; i < n && err == 0 && !timed_out; i++) {
-        ddp_buf_t why = DDP_BUF_INIT;
-        if (ddp_checkpoint_common_parse(values[i].data != NULL ? values[i].data : "", values[i].len,
-                                        x->round.world_size, x->held, &x->peers[i], &why) != 0) {
-            ddp_buf_printf(&x->why, "node %zu's record is not one: %s", i, ddp_buf_str(&why));
-            err = DDP_EPARSE;
-        }
-        ddp_buf_free(&why);
-    }
+    for (size_t i = 0; i < n && err == 0 && !timed_out; i++)
+        err = take_record(x, (int)i, &values[i]);
     for (int i = 0; i < x->round.world_size && err == 0 && !timed_out; i++)
         x->any = x->any || x->held[i].n > 0;
     if (err == 0 && !timed_out)
-        x->step = ddp_checkpoint_common_step(x->held, x->round.world_size);
+        x->step =
+            ddp_checkpoint_common_step(x->held, x->round.world_size, x->all_reps, x->nall_reps);
     for (size_t i = 0; values != NULL && i < n; i++)
         ddp_buf_free(&values[i]);
     free(values);
+}
+
+/* Each rank of this node that does not hold x->step itself: fetched from a node holding its
+ * replica of that step (the first in node order); where one cannot be, said, and the step
+ * left unset here. */
+static void fetch_missing(ddp_checkpoint_common_t *x)
+{
+    for (int i = 0; i < x->round.nranks && x->step >= 0; i++) {
+        int rank = x->round.first_rank + i;
+        if (holds(&x->ranks[i], x->step))
+            continue;
+        const ddp_replica_step_t *from = NULL;
+        for (size_t k = 0; k < x->nall_reps && from == NULL; k++)
+            if (x->all_reps[k].rank == rank && x->all_reps[k].step == x->step &&
+                x->peers[x->all_reps[k].node].port > 0)
+                from = &x->all_reps[k];
+        ddp_buf_t why = DDP_BUF_INIT;
+        uint64_t bytes = 0;
+        double began = ddp_clock_mono();
+        int err = from == NULL || x->dir[0] == '\0' ? -ENOENT : 0;
+        if (err == 0)
+            err = ddp_checkpoint_replicas_fetch(&x->peers[from->node], x->dir, rank, x->step,
+                                                x->round.world_size, x->wake_fd, &bytes, &why);
+        if (err == 0)
+            ddp_buf_printf(&x->fetched,
+                           "rank %d's step %" PRId64 " fetched from node %d's replica (%" PRIu64
+                           " bytes in %.2f s)\n",
+                           rank, x->step, from->node, bytes, ddp_clock_mono() - began);
+        else if (from == NULL || x->dir[0] == '\0')
+            ddp_buf_printf(&x->why,
+                           "rank %d's step %" PRId64 " is held by no node that takes requests",
+                           rank, x->step);
+        else
+            ddp_buf_printf(
+                &x->why, "unable to fetch rank %d's step %" PRId64 " from node %d (%s:%d): %s",
+                rank, x->step, from->node, x->peers[from->node].host, x->peers[from->node].port,
+                why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
+        if (err != 0)
+            x->step = -1;
+        ddp_buf_free(&why);
+    }
 }
 
 /* The pool's thread. */
@@ -240,7 +363,7 @@ static void exchange(uv_work_t *work)
         self.port = 0; /* (no address: no replicas to here) */
     if (err == 0)
         err = ddp_checkpoint_common_format(&self, x->round.first_rank, x->round.nranks, x->ranks,
-                                           &x->record);
+                                           x->reps, x->nreps, &x->record);
     if (err == 0 && (err = ddp_store_client_set(client, x->keys[x->round.node_rank], x->record.data,
                                                 x->record.len)) != 0)
         ddp_buf_printf(&x->why, "%s", ddp_store_client_error(client));
@@ -252,6 +375,8 @@ static void exchange(uv_work_t *work)
         else if (err < 0)
             ddp_buf_printf(&x->why, "%s", ddp_store_client_error(client));
     }
+    if (err == 0 && x->step >= 0 && x->why.len == 0)
+        fetch_missing(x);
     if (atomic_load(&x->cancelled)) { /* nothing to say */
         ddp_buf_clear(&x->why);
         x->step = -1;
@@ -270,7 +395,10 @@ static void common_free(ddp_checkpoint_common_t *x)
         close(x->wake_fd);
     ddp_buf_free(&x->record);
     ddp_buf_free(&x->why);
+    ddp_buf_free(&x->fetched);
     free(x->ranks);
+    free(x->reps);
+    free(x->all_reps);
     free(x->peers);
     free(x->held);
     free(x);
@@ -281,6 +409,11 @@ static void exchanged(uv_work_t *work, int status)
 {
     ddp_checkpoint_common_t *x = work->data;
     int64_t step = status == 0 && !atomic_load(&x->cancelled) ? x->step : -1;
+    for (const char *line = ddp_buf_str(&x->fetched); *line != '\0';) {
+        size_t len = strcspn(line, "\n");
+        ddp_log_info(x->log, "in-memory checkpoints: %.*s", (int)len, line);
+        line += len + (line[len] == '\n');
+    }
     if (x->why.len > 0)
         ddp_log_warn(x->log,
                      "in-memory checkpoints: no step agreed across the nodes (%s): "
@@ -302,7 +435,7 @@ static void exchanged(uv_work_t *work, int status)
 
 /* The keys and this node's record, into x. 0 or -ENOMEM. */
 static int prepare(ddp_checkpoint_common_t *x, const ddp_launch_config_t *cfg,
-                   const ddp_ckpt_rank_steps_t *ranks)
+                   const ddp_ckpt_rank_steps_t *ranks, const ddp_replica_step_t *reps, size_t nreps)
 {
     char key[512];
     const ddp_checkpoint_common_round_t *r = &x->round;
@@ -313,6 +446,12 @@ static int prepare(ddp_checkpoint_common_t *x, const ddp_launch_config_t *cfg,
     if (x->keys == NULL || x->held == NULL || x->peers == NULL || x->ranks == NULL)
         return -ENOMEM;
     memcpy(x->ranks, ranks, (size_t)r->nranks * sizeof *ranks);
+    x->reps = calloc(nreps + 1, sizeof *x->reps);
+    if (x->reps == NULL)
+        return -ENOMEM;
+    memcpy(x->reps, reps, nreps * sizeof *reps);
+    x->nreps = nreps;
+    snprintf(x->dir, sizeof x->dir, "%s", r->dir != NULL ? r->dir : "");
     for (int i = 0; i < r->world_size; i++)
         x->held[i].n = -1;
     for (int i = 0; i < r->nnodes; i++) {
@@ -325,7 +464,8 @@ static int prepare(ddp_checkpoint_common_t *x, const ddp_launch_config_t *cfg,
 
 int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
                                 const ddp_log_t *log, const ddp_checkpoint_common_round_t *round,
-                                const ddp_ckpt_rank_steps_t *ranks,
+                                const ddp_ckpt_rank_steps_t *ranks, const ddp_replica_step_t *reps,
+                                size_t nreps,
                                 void (*done)(void *ctx, ddp_checkpoint_common_t *x, int64_t step),
                                 void *ctx, ddp_checkpoint_common_t **out)
 {
@@ -337,6 +477,7 @@ int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
                                    .round = *round,
                                    .record = DDP_BUF_INIT,
                                    .why = DDP_BUF_INIT,
+                                   .fetched = DDP_BUF_INIT,
                                    .step = -1,
                                    .done = done,
                                    .ctx = ctx};
@@ -348,7 +489,7 @@ int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
                      round->first_rank + round->nranks > round->world_size))
         err = -EINVAL; /* our own bug */
     if (err == 0)
-        err = prepare(x, cfg, ranks);
+        err = prepare(x, cfg, ranks, reps, nreps);
     if (err == 0)
         err = uv_queue_work(loop, &x->work, exchange, exchanged);
     if (err != 0) {

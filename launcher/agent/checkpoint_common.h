@@ -27,22 +27,27 @@ typedef struct {
 } ddp_ckpt_rank_steps_t;
 
 /* A node's record: "ckpt1 HOST PORT FIRST N" (HOST PORT: where it takes replicas, "- 0"
- * none) then, for each of its N ranks from FIRST on, " K" and its K steps. 0, or -ENOMEM. */
+ * none), for each of its N ranks from FIRST on " K" and its K steps, then " M" and the M
+ * replicas of other ranks it holds, each " RANK STEP". 0, or -ENOMEM. */
 int ddp_checkpoint_common_format(const ddp_replica_peer_t *self, int first_rank, int nranks,
-                                 const ddp_ckpt_rank_steps_t *ranks, ddp_buf_t *out);
+                                 const ddp_ckpt_rank_steps_t *ranks, const ddp_replica_step_t *reps,
+                                 size_t nreps, ddp_buf_t *out);
 
-/* Parses a node's record (len bytes at text, no NUL needed) into *peer and held[first ..
- * first+N-1] of a round of `world_size` ranks, refusing any field out of range (a host of
- * other than [0-9A-Za-z.:%-], a port over 65535), a rank outside the world or already said
- * by another record, anything after the last field. 0, or DDP_EPARSE with `why` (held and
- * *peer untouched). */
+/* Parses a node's record (len bytes at text, no NUL needed) into *peer, held[first ..
+ * first+N-1] of a round of `world_size` ranks and its replicas into reps[0 .. *nreps-1]
+ * (room for 2 * world_size; node -1), refusing any field out of range (a host of other
+ * than [0-9A-Za-z.:%-], a port over 65535, more than 2 replicas a rank of the world), a rank
+ * outside the world or already said by another record, anything after the last field. 0,
+ * or DDP_EPARSE with `why` (held, *peer and *nreps untouched). */
 int ddp_checkpoint_common_parse(const char *text, size_t len, int world_size,
                                 ddp_ckpt_rank_steps_t *held, ddp_replica_peer_t *peer,
-                                ddp_buf_t *why);
+                                ddp_replica_step_t *reps, size_t *nreps, ddp_buf_t *why);
 
-/* The newest step that every one of the `world_size` ranks holds; -1 where there is none,
- * or a rank no record said (n < 0). */
-int64_t ddp_checkpoint_common_step(const ddp_ckpt_rank_steps_t *held, int world_size);
+/* The newest step that every one of the `world_size` ranks holds, itself (held) or as a
+ * replica on some node (reps, n of them; may be 0); -1 where there is none, or a rank no
+ * record said (n < 0). */
+int64_t ddp_checkpoint_common_step(const ddp_ckpt_rank_steps_t *held, int world_size,
+                                   const ddp_replica_step_t *reps, size_t nreps);
 
 typedef struct ddp_checkpoint_common_s ddp_checkpoint_common_t;
 
@@ -51,17 +56,22 @@ typedef struct {
     int round, node_rank, nnodes, world_size, first_rank, nranks;
     double timeout;   /* s: the wait for every node's record */
     int replica_port; /* where this node takes replicas (its address: the store's view); 0 */
+    const char *dir;  /* the launcher's checkpoint directory, where a rank's checkpoint held
+                       * as a replica elsewhere is fetched to; NULL: none (copied) */
 } ddp_checkpoint_common_round_t;
 
-/* Publishes this node's record (its ranks' steps, `ranks`: nranks entries, copied) in the
- * round's store at cfg's master address and reads every node's, on a thread of `loop`'s
- * pool; then done(ctx, x, step) on the loop, with the newest step every rank holds or -1
- * (why said in one line: a node that did not publish within the timeout, a record that is
- * not one, the store not reached). 0 and *out (the caller's until `done`), or an error
- * (said): `done` is not called. */
+/* Publishes this node's record (its ranks' steps, `ranks`: nranks entries, and the replicas
+ * of other ranks it holds, `reps`: nreps; copied) in the round's store at cfg's master
+ * address and reads every node's, on a thread of `loop`'s pool; where a rank of this node
+ * lacks the step every rank holds, fetches it from a node holding its replica into the
+ * directory (agent/checkpoint_replicas.h). Then done(ctx, x, step) on the loop, with that
+ * step or -1 (why said in one line: a node that did not publish within the timeout, a
+ * record that is not one, the store not reached, a replica that could not be fetched).
+ * 0 and *out (the caller's until `done`), or an error (said): `done` is not called. */
 int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
                                 const ddp_log_t *log, const ddp_checkpoint_common_round_t *round,
-                                const ddp_ckpt_rank_steps_t *ranks,
+                                const ddp_ckpt_rank_steps_t *ranks, const ddp_replica_step_t *reps,
+                                size_t nreps,
                                 void (*done)(void *ctx, ddp_checkpoint_common_t *x, int64_t step),
                                 void *ctx, ddp_checkpoint_common_t **out);
 

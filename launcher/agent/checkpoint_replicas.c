@@ -58,26 +58,26 @@ struct ddp_checkpoint_replicas_s {
 };
 
 /* Waits for `events` on fd, or the stop: 1 ready, -ECANCELED (stop), DDP_ETIMEOUT, -errno. */
-static int wait_io(const ddp_checkpoint_replicas_t *r, int fd, short events, int timeout_ms)
+static int wait_io(int stop, int fd, short events, int timeout_ms)
 {
-    struct pollfd p[2] = {{.fd = r->stop_fd, .events = POLLIN}, {.fd = fd, .events = events}};
+    struct pollfd p[2] = {{.fd = stop, .events = POLLIN}, {.fd = fd, .events = events}};
     for (;;) {
-        int n = poll(p, fd >= 0 ? 2 : 1, timeout_ms);
+        int n = poll(p + (stop < 0), (fd >= 0 ? 2 : 1) - (stop < 0), timeout_ms);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             return -errno;
-        if (p[0].revents != 0)
+        if (stop >= 0 && p[0].revents != 0)
             return -ECANCELED;
         return n == 0 ? DDP_ETIMEOUT : 1;
     }
 }
 
-static int send_all(const ddp_checkpoint_replicas_t *r, int fd, const void *data, size_t len)
+static int send_all(int stop, int fd, const void *data, size_t len)
 {
     const char *p = data;
     while (len > 0) {
-        int err = wait_io(r, fd, POLLOUT, IO_MS);
+        int err = wait_io(stop, fd, POLLOUT, IO_MS);
         if (err < 0)
             return err;
         ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
@@ -91,11 +91,11 @@ static int send_all(const ddp_checkpoint_replicas_t *r, int fd, const void *data
     return 0;
 }
 
-static int recv_all(const ddp_checkpoint_replicas_t *r, int fd, void *data, size_t len)
+static int recv_all(int stop, int fd, void *data, size_t len)
 {
     char *p = data;
     while (len > 0) {
-        int err = wait_io(r, fd, POLLIN, IO_MS);
+        int err = wait_io(stop, fd, POLLIN, IO_MS);
         if (err < 0)
             return err;
         ssize_t n = recv(fd, p, len, 0);
@@ -150,10 +150,10 @@ static bool parse_put(char *line, int *rank, int *slot, uint64_t *bytes)
 }
 
 /* The request line, a byte at a time (it is short), into line[REQUEST_MAX]. */
-static int read_line(const ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t *why)
+static int read_line(int stop, int fd, char *line, ddp_buf_t *why)
 {
     for (size_t n = 0; n < REQUEST_MAX - 1; n++) {
-        int err = recv_all(r, fd, &line[n], 1);
+        int err = recv_all(stop, fd, &line[n], 1);
         if (err != 0)
             return err;
         if (line[n] == '\n') {
@@ -194,70 +194,165 @@ static int check_received(int fd, int rank, uint64_t bytes, uint64_t trailer, dd
 }
 
 /* The bytes of a PUT into the file open at `out`, then its trailer. */
-static int receive_bytes(const ddp_checkpoint_replicas_t *r, int fd, int out, uint64_t bytes,
-                         uint64_t *trailer, ddp_buf_t *why)
+static int receive_bytes(int stop, int fd, int out, uint64_t bytes, uint64_t *trailer,
+                         ddp_buf_t *why)
 {
     char *buf = malloc(CHUNK);
     int err = buf == NULL ? -ENOMEM : 0;
     for (uint64_t done = 0; err == 0 && done < bytes;) {
         size_t n = bytes - done < CHUNK ? (size_t)(bytes - done) : CHUNK;
-        err = recv_all(r, fd, buf, n);
+        err = recv_all(stop, fd, buf, n);
         if (err == 0 && pwrite(out, buf, n, (off_t)done) != (ssize_t)n)
             err = (ddp_buf_printf(why, "unable to write it: %s", strerror(errno)), -EIO);
         done += n;
     }
     if (err == 0)
-        err = recv_all(r, fd, trailer, sizeof *trailer);
+        err = recv_all(stop, fd, trailer, sizeof *trailer);
     free(buf);
     return err;
 }
 
-/* One connection's PUT: checked, received under a dot name, verified, renamed into place.
- * 0, or an error with `why`. */
-static int receive_put(ddp_checkpoint_replicas_t *r, int fd, int *rank, ddp_buf_t *why)
+/* `bytes` of rank `rank`'s slot from `fd` into DIR/NAME: the size checked against the
+ * directory's room first, written as DIR/.NAME.incoming, checked (check_received) and
+ * renamed. 0, or an error with `why` (nothing left). */
+static int receive_into(int stop, int fd, const char *dir, const char *name, int rank,
+                        uint64_t bytes, ddp_buf_t *why)
 {
-    char line[REQUEST_MAX], tmp[PATH_MAX + 64], name[PATH_MAX + 64];
-    int slot;
-    uint64_t bytes, trailer = 0;
+    char tmp[PATH_MAX + 96], path[PATH_MAX + 96];
+    uint64_t trailer = 0;
     ddp_ckpt_room_t room;
-    int err = read_line(r, fd, line, why), out = -1;
-    if (err == 0 && !parse_put(line, rank, &slot, &bytes))
-        err = (ddp_buf_printf(why, "its request is not one"), DDP_EPARSE);
-    if (err == 0 &&
-        (err = ddp_ckpt_room(r->dir, "/sys/fs/cgroup", "/proc/self/cgroup", &room)) == 0 &&
-        (bytes < DDP_CKPT_HEADER_BYTES || bytes > room.bytes))
+    int out = -1, err = ddp_ckpt_room(dir, "/sys/fs/cgroup", "/proc/self/cgroup", &room);
+    if (err == 0 && (bytes < DDP_CKPT_HEADER_BYTES || bytes > room.bytes))
         err = (ddp_buf_printf(why,
                               "%" PRIu64 " bytes: not a slot, or more than there is room for "
                               "(%" PRIu64 ")",
                               bytes, room.bytes),
                DDP_ETOOBIG);
     if (err == 0) {
-        snprintf(tmp, sizeof tmp, "%s/.replica%d.%d.incoming", r->dir, *rank, slot);
-        snprintf(name, sizeof name, "%s/" DDP_REPLICA_FILE, r->dir, *rank, slot);
+        snprintf(tmp, sizeof tmp, "%s/.%s.incoming", dir, name);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
         out = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (out < 0)
             err = (ddp_buf_printf(why, "unable to create %s: %s", tmp, strerror(errno)), -errno);
     }
     if (err == 0)
-        err = receive_bytes(r, fd, out, bytes, &trailer, why);
+        err = receive_bytes(stop, fd, out, bytes, &trailer, why);
     if (err == 0)
-        err = check_received(out, *rank, bytes, trailer, why);
-    if (err == 0 && rename(tmp, name) != 0)
+        err = check_received(out, rank, bytes, trailer, why);
+    if (err == 0 && rename(tmp, path) != 0)
         err = (ddp_buf_printf(why, "unable to rename it: %s", strerror(errno)), -errno);
     if (out >= 0)
         close(out);
     if (out >= 0 && err != 0)
         unlink(tmp);
+    return err;
+}
+
+/* A PUT (its request `line`): received as replica<R>.<s>. 0, or an error with `why`. */
+static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *rank, ddp_buf_t *why)
+{
+    char name[64];
+    int slot;
+    uint64_t bytes;
+    if (!parse_put(line, rank, &slot, &bytes))
+        return ddp_buf_printf(why, "its request is not one"), DDP_EPARSE;
+    snprintf(name, sizeof name, DDP_REPLICA_FILE, *rank, slot);
+    int err = receive_into(r->stop_fd, fd, r->dir, name, *rank, bytes, why);
     if (err == 0)
         atomic_fetch_add(&r->received, bytes);
     return err;
+}
+
+static int send_bytes(int stop, uint64_t rate, int fd, int in, const ddp_ckpt_header_t *h);
+
+/* "DDPREPL1 GET RANK STEP": exactly that, each in range. */
+static bool parse_get(char *line, int *rank, int64_t *step)
+{
+    char *save, *word[5] = {0};
+    int n = 0;
+    for (char *w = strtok_r(line, " ", &save); w != NULL && n < 5; w = strtok_r(NULL, " ", &save))
+        word[n++] = w;
+    int64_t r;
+    if (n != 4 || strcmp(word[0], TAG) != 0 || strcmp(word[1], "GET") != 0 ||
+        !number(word[2], DDP_CKPT_MAX_WORLD - 1, &r) || !number(word[3], DDP_CKPT_MAX_STEP, step))
+        return false;
+    *rank = (int)r;
+    return true;
+}
+
+/* A GET (its request `line`): the replica of that rank and step, complete and checksummed,
+ * sent at full speed ("DDPREPL1 BYTES\n", the bytes, the generation again); "DDPREPL1 0\n"
+ * where there is none. 0, or an error with `why`. */
+static int serve_get(ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t *why)
+{
+    char path[PATH_MAX + 64], head[REQUEST_MAX];
+    int rank, in = -1;
+    int64_t step;
+    ddp_ckpt_header_t h = {0}, again;
+    uint64_t size, trailer = 0;
+    if (!parse_get(line, &rank, &step))
+        return ddp_buf_printf(why, "its request is not one"), DDP_EPARSE;
+    for (int slot = 0; slot < 2 && in < 0; slot++) {
+        snprintf(path, sizeof path, "%s/" DDP_REPLICA_FILE, r->dir, rank, slot);
+        in = ddp_open_worker_file(path);
+        if (in >= 0 && !(ddp_ckpt_pread_header(in, &h, &size, NULL) == 0 && h.step == step &&
+                         h.state == DDP_CKPT_COMPLETE && h.checksum_generation == h.generation &&
+                         h.used_bytes <= size)) {
+            close(in);
+            in = -1;
+        }
+    }
+    int len = snprintf(head, sizeof head, TAG " %" PRIu64 "\n", in >= 0 ? h.used_bytes : 0);
+    int err = send_all(r->stop_fd, fd, head, (size_t)len);
+    if (err == 0 && in >= 0)
+        err = send_bytes(r->stop_fd, 0, fd, in, &h);
+    if (err == 0 && in >= 0 && ddp_ckpt_pread_header(in, &again, &size, NULL) == 0 &&
+        again.generation == h.generation)
+        trailer = h.generation;
+    if (err == 0 && in >= 0)
+        err = send_all(r->stop_fd, fd, &trailer, sizeof trailer);
+    if (in >= 0)
+        close(in);
+    if (err != 0)
+        ddp_buf_printf(why, "unable to send rank %d's step %" PRId64 ": %s", rank, step,
+                       ddp_strerror(err));
+    return err;
+}
+
+/* One connection: its request read, then a PUT taken (answered 'k' or 'n') or a GET served;
+ * said. */
+static void serve(ddp_checkpoint_replicas_t *r, int fd, const char *host)
+{
+    char line[REQUEST_MAX];
+    ddp_buf_t why = DDP_BUF_INIT;
+    int rank = -1, err = read_line(r->stop_fd, fd, line, &why);
+    bool get = err == 0 && strncmp(line, TAG " GET ", strlen(TAG " GET ")) == 0;
+    if (get) {
+        if ((err = serve_get(r, fd, line, &why)) != 0 && err != -ECANCELED)
+            ddp_log_warn(r->log, "in-memory checkpoints: a replica asked for by %s: %s", host,
+                         ddp_buf_str(&why));
+        ddp_buf_free(&why);
+        return;
+    }
+    if (err == 0)
+        err = receive_put(r, fd, line, &rank, &why);
+    if (err == 0) /* (said before the answer: the sender may look) */
+        ddp_log_debug(r->log, "in-memory checkpoints: rank %d's slot from %s kept as a replica",
+                      rank, host);
+    else if (err != -ECANCELED)
+        ddp_log_warn(r->log, "in-memory checkpoints: a replica from %s is dropped: %s", host,
+                     why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
+    char answer = err == 0 ? 'k' : 'n';
+    if (err != -ECANCELED)
+        (void)send_all(r->stop_fd, fd, &answer, 1);
+    ddp_buf_free(&why);
 }
 
 static void *receive_run(void *arg)
 {
     ddp_checkpoint_replicas_t *r = arg;
     for (;;) {
-        int err = wait_io(r, r->listen_fd, POLLIN, -1);
+        int err = wait_io(r->stop_fd, r->listen_fd, POLLIN, -1);
         if (err == -ECANCELED)
             break;
         struct sockaddr_storage addr;
@@ -269,19 +364,7 @@ static void *receive_run(void *arg)
             continue;
         (void)getnameinfo((struct sockaddr *)&addr, len, host, sizeof host, NULL, 0,
                           NI_NUMERICHOST);
-        ddp_buf_t why = DDP_BUF_INIT;
-        int rank = -1;
-        err = receive_put(r, fd, &rank, &why);
-        if (err == 0) /* (said before the answer: the sender may look) */
-            ddp_log_debug(r->log, "in-memory checkpoints: rank %d's slot from %s kept as a replica",
-                          rank, host);
-        else if (err != -ECANCELED)
-            ddp_log_warn(r->log, "in-memory checkpoints: a replica from %s is dropped: %s", host,
-                         why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
-        char answer = err == 0 ? 'k' : 'n';
-        if (err != -ECANCELED)
-            (void)send_all(r, fd, &answer, 1);
-        ddp_buf_free(&why);
+        serve(r, fd, host);
         close(fd);
     }
     return NULL;
@@ -290,7 +373,7 @@ static void *receive_run(void *arg)
 /* Sending. */
 
 /* A connection to `peer` within CONNECT_MS: the socket, or an error. */
-static int connect_peer(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_t *peer)
+static int connect_peer(int stop, const ddp_replica_peer_t *peer)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV},
@@ -304,7 +387,7 @@ static int connect_peer(const ddp_checkpoint_replicas_t *r, const ddp_replica_pe
         err = -errno;
     else if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS)
         err = -errno;
-    else if ((err = wait_io(r, fd, POLLOUT, CONNECT_MS)) == 1) {
+    else if ((err = wait_io(stop, fd, POLLOUT, CONNECT_MS)) == 1) {
         socklen_t len = sizeof err;
         err = getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 ? -errno : -err;
     }
@@ -317,12 +400,12 @@ static int connect_peer(const ddp_checkpoint_replicas_t *r, const ddp_replica_pe
 /* A rest on the stop: false when it came. */
 static bool rest(const ddp_checkpoint_replicas_t *r, double seconds)
 {
-    return wait_io(r, -1, 0, (int)(seconds * 1000) + 1) != -ECANCELED;
+    return wait_io(r->stop_fd, -1, 0, (int)(seconds * 1000) + 1) != -ECANCELED;
 }
 
-/* The used bytes of the slot open at `in` (header h) over `fd`, keeping to the rate. */
-static int send_bytes(const ddp_checkpoint_replicas_t *r, int fd, int in,
-                      const ddp_ckpt_header_t *h)
+/* The used bytes of the slot open at `in` (header h) over `fd`, at most `rate` bytes a second
+ * (0: no limit). */
+static int send_bytes(int stop, uint64_t rate, int fd, int in, const ddp_ckpt_header_t *h)
 {
     char *buf = malloc(CHUNK);
     int err = buf == NULL ? -ENOMEM : 0;
@@ -333,10 +416,11 @@ static int send_bytes(const ddp_checkpoint_replicas_t *r, int fd, int in,
         if (got != (ssize_t)n)
             err = got < 0 ? -errno : DDP_ECLOSED; /* cut meanwhile */
         if (err == 0)
-            err = send_all(r, fd, buf, n);
+            err = send_all(stop, fd, buf, n);
         done += n;
-        double due = r->rate > 0 ? began + (double)done / (double)r->rate : 0;
-        if (err == 0 && due > ddp_clock_mono() && !rest(r, due - ddp_clock_mono()))
+        double due = rate > 0 ? began + (double)done / (double)rate : 0;
+        if (err == 0 && due > ddp_clock_mono() &&
+            wait_io(stop, -1, 0, (int)((due - ddp_clock_mono()) * 1000) + 1) == -ECANCELED)
             err = -ECANCELED;
     }
     free(buf);
@@ -351,20 +435,20 @@ static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_
     char line[REQUEST_MAX], answer = 0;
     ddp_ckpt_header_t again;
     uint64_t size, trailer = 0;
-    int fd = connect_peer(r, peer), err = fd < 0 ? fd : 0;
+    int fd = connect_peer(r->stop_fd, peer), err = fd < 0 ? fd : 0;
     int len =
         snprintf(line, sizeof line, TAG " PUT %d %d %" PRIu64 "\n", rank, slot, h->used_bytes);
     if (err == 0)
-        err = send_all(r, fd, line, (size_t)len);
+        err = send_all(r->stop_fd, fd, line, (size_t)len);
     if (err == 0)
-        err = send_bytes(r, fd, in, h);
+        err = send_bytes(r->stop_fd, r->rate, fd, in, h);
     if (err == 0 && ddp_ckpt_pread_header(in, &again, &size, NULL) == 0 &&
         again.generation == h->generation && again.state == DDP_CKPT_COMPLETE)
         trailer = h->generation; /* (else 0: the receiver drops it) */
     if (err == 0)
-        err = send_all(r, fd, &trailer, sizeof trailer);
+        err = send_all(r->stop_fd, fd, &trailer, sizeof trailer);
     if (err == 0)
-        err = recv_all(r, fd, &answer, 1);
+        err = recv_all(r->stop_fd, fd, &answer, 1);
     if (err == 0 && answer != 'k')
         err = DDP_EPARSE;
     if (fd >= 0)
@@ -525,6 +609,59 @@ int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_
     ddp_log_debug(log, "in-memory checkpoints: replicas are taken on port %d", r->port);
     *out = r;
     return 0;
+}
+
+/* The answer line of a GET: "DDPREPL1 BYTES". */
+static bool parse_answer(char *line, uint64_t *bytes)
+{
+    char *save, *word[3] = {0};
+    int n = 0;
+    for (char *w = strtok_r(line, " ", &save); w != NULL && n < 3; w = strtok_r(NULL, " ", &save))
+        word[n++] = w;
+    int64_t b;
+    if (n != 2 || strcmp(word[0], TAG) != 0 || !number(word[1], INT64_MAX, &b))
+        return false;
+    *bytes = (uint64_t)b;
+    return true;
+}
+
+int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *dir, int rank,
+                                  int64_t step, int world_size, int stop_fd, uint64_t *bytes,
+                                  ddp_buf_t *why)
+{
+    char line[REQUEST_MAX], name[64], path[PATH_MAX + 64];
+    uint64_t size = 0;
+    int fd = connect_peer(stop_fd, peer), err = fd < 0 ? fd : 0;
+    int len = snprintf(line, sizeof line, TAG " GET %d %" PRId64 "\n", rank, step);
+    if (err == 0)
+        err = send_all(stop_fd, fd, line, (size_t)len);
+    if (err == 0)
+        err = read_line(stop_fd, fd, line, why);
+    if (err == 0 && !parse_answer(line, &size))
+        err = (ddp_buf_printf(why, "its answer is not one"), DDP_EPARSE);
+    if (err == 0 && size == 0)
+        err = (ddp_buf_printf(why, "it holds none"), -ENOENT);
+    snprintf(name, sizeof name, DDP_CKPT_SLOT_FILE, rank, 0);
+    if (err == 0)
+        err = receive_into(stop_fd, fd, dir, name, rank, size, why);
+    ddp_ckpt_header_t h;
+    uint64_t file_size;
+    if (err == 0 && ddp_ckpt_slot_path(path, sizeof path, dir, rank, 0) == 0 &&
+        (ddp_ckpt_read_header(path, &h, &file_size, why) != 0 || h.step != step ||
+         h.world_size != (uint32_t)world_size)) {
+        err = DDP_EPARSE;
+        ddp_buf_printf(why, "it is not step %" PRId64 " of a world of %d", step, world_size);
+        unlink(path);
+    }
+    if (err == 0 && ddp_ckpt_slot_path(path, sizeof path, dir, rank, 1) == 0)
+        (void)unlink(path); /* (older: the load must find the fetched step alone) */
+    if (err != 0 && why->len == 0)
+        ddp_buf_printf(why, "%s", ddp_strerror(err));
+    if (fd >= 0)
+        close(fd);
+    if (err == 0)
+        *bytes = size;
+    return err;
 }
 
 int ddp_checkpoint_replicas_port(const ddp_checkpoint_replicas_t *r)

@@ -8,10 +8,12 @@
  * eventfd with every wait (a stop acts at once) and bound every read and write in time; the
  * functions here run on the agent's loop and only take a mutex. The wire: "DDPREPL1 PUT
  * RANK SLOT BYTES\n", BYTES of the slot file, its generation again as 8 bytes (0: it
- * changed while sent), then one byte back: 'k' kept, 'n' not. */
+ * changed while sent), then one byte back: 'k' kept, 'n' not; or "DDPREPL1 GET RANK STEP\n",
+ * answered "DDPREPL1 BYTES\n" (0: none held), the bytes and the generation again. */
 #ifndef DDP_LAUNCHER_AGENT_CHECKPOINT_REPLICAS_H
 #define DDP_LAUNCHER_AGENT_CHECKPOINT_REPLICAS_H
 
+#include "buf.h"
 #include "log.h"
 
 #include <stdbool.h>
@@ -24,6 +26,13 @@ typedef struct {
     char host[64]; /* numeric; "" none */
     int port;      /* 0: none */
 } ddp_replica_peer_t;
+
+/* A replica a node holds: rank `rank`'s checkpoint of `step` (node: which node, where that
+ * is said). */
+typedef struct {
+    int node, rank;
+    int64_t step;
+} ddp_replica_step_t;
 
 typedef struct ddp_checkpoint_replicas_s ddp_checkpoint_replicas_t;
 
@@ -45,6 +54,15 @@ void ddp_checkpoint_replicas_round(ddp_checkpoint_replicas_t *r, int first_rank,
 
 /* The bytes of replicas received and kept so far (for the job's end). */
 uint64_t ddp_checkpoint_replicas_received(const ddp_checkpoint_replicas_t *r);
+
+/* Fetches rank `rank`'s replica of `step` (a world of `world_size`) from `peer` into
+ * DIR/rank<R>.0 (received under a dot name, checked as a received replica is, renamed;
+ * a rank<R>.1 there, older, removed): for the node that now runs that rank, before its
+ * workers start. Blocking, each wait bounded and ended by `stop_fd` becoming readable (-1:
+ * none). 0 with *bytes, or an error with `why`. */
+int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *dir, int rank,
+                                  int64_t step, int world_size, int stop_fd, uint64_t *bytes,
+                                  ddp_buf_t *why);
 
 /* Ends both threads (a transfer under way stops at its next wait) and frees. NULL:
  * nothing. */

@@ -13,6 +13,7 @@
 #include "error.h"
 #include "io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -40,7 +41,9 @@ typedef struct {
     uv_work_t work;
     ddp_checkpoints_t *c;
     int first_rank, nranks, world_size;
-    slot_seen_t *seen; /* 2 a rank: rank first_rank + i's slot s at 2 * i + s */
+    slot_seen_t *seen;        /* 2 a rank: rank first_rank + i's slot s at 2 * i + s */
+    ddp_replica_step_t *reps; /* the usable replicas of other nodes' slots here */
+    size_t nreps;
     void (*done)(void *ctx);
     void *ctx;
 } scan_t;
@@ -56,6 +59,8 @@ struct ddp_checkpoints_s {
     int64_t step;                        /* what the last scan found, -1: none */
     int64_t (*found)[2];                 /* ... each rank's usable steps (-1: none), nfound ranks */
     int nfound;
+    ddp_replica_step_t *reps; /* ... the usable replicas here, nreps */
+    size_t nreps;
 };
 
 extern char **environ;
@@ -273,7 +278,33 @@ out:
     ddp_buf_free(&why);
 }
 
-/* The pool's thread: every rank's two slots. */
+/* The pool's thread: the replicas in the directory (replica<R>.<s>, agent/
+ * checkpoint_replicas.h) read as slots are, the usable ones kept, at most 2 a rank. */
+static void scan_replicas(scan_t *s)
+{
+    DIR *d = opendir(s->c->dir);
+    char path[PATH_MAX + 300];
+    size_t cap = 2 * (size_t)s->world_size;
+    s->reps = d != NULL ? calloc(cap + 1, sizeof *s->reps) : NULL;
+    for (struct dirent *e; s->reps != NULL && s->nreps < cap && (e = readdir(d)) != NULL;) {
+        int rank, slot, end = 0;
+        if (sscanf(e->d_name, "replica%d.%d%n", &rank, &slot, &end) != 2 ||
+            e->d_name[end] != '\0' || rank < 0 || rank >= s->world_size || slot < 0 || slot > 1)
+            continue;
+        slot_seen_t seen;
+        snprintf(path, sizeof path, "%s/%s", s->c->dir, e->d_name);
+        read_slot(path, rank, s->world_size, &s->c->cancel, &seen);
+        if (seen.usable)
+            s->reps[s->nreps++] = (ddp_replica_step_t){.node = -1, .rank = rank, .step = seen.step};
+        else if (seen.why[0] != '\0')
+            ddp_log_debug(s->c->log, "in-memory checkpoints: the replica %s is not counted: %s",
+                          path, seen.why);
+    }
+    if (d != NULL)
+        closedir(d);
+}
+
+/* The pool's thread: every rank's two slots, and the replicas. */
 static void scan_slots(uv_work_t *work)
 {
     scan_t *s = work->data;
@@ -286,6 +317,8 @@ static void scan_slots(uv_work_t *work)
             else
                 *seen = (slot_seen_t){.step = -1};
         }
+    if (s->nranks < s->world_size) /* several nodes */
+        scan_replicas(s);
 }
 
 /* Whether rank i holds step `step` usable. */
@@ -312,7 +345,7 @@ static int64_t common_step(const scan_t *s)
 
 /* Each rank's usable steps kept for ddp_checkpoints_rank_steps (none where cancelled, or out
  * of memory). */
-static void keep_found(ddp_checkpoints_t *c, const scan_t *s, bool cancelled)
+static void keep_found(ddp_checkpoints_t *c, scan_t *s, bool cancelled)
 {
     free(c->found);
     c->found = cancelled ? NULL : calloc((size_t)s->nranks, sizeof *c->found);
@@ -320,6 +353,12 @@ static void keep_found(ddp_checkpoints_t *c, const scan_t *s, bool cancelled)
     for (int i = 0; i < c->nfound; i++)
         for (int slot = 0; slot < 2; slot++)
             c->found[i][slot] = s->seen[2 * i + slot].usable ? s->seen[2 * i + slot].step : -1;
+    free(c->reps);
+    c->reps = cancelled ? NULL : s->reps;
+    c->nreps = c->reps != NULL ? s->nreps : 0;
+    if (cancelled)
+        free(s->reps);
+    s->reps = NULL;
 }
 
 /* Back on the loop: what was found said, the step kept, and the agent called. */
@@ -356,6 +395,7 @@ static void scan_done(uv_work_t *work, int status)
                      held);
     c->scan = NULL;
     free(s->seen);
+    free(s->reps);
     void (*done)(void *) = s->done;
     void *ctx = s->ctx;
     free(s);
@@ -367,6 +407,7 @@ bool ddp_checkpoints_scan(ddp_checkpoints_t *c, uv_loop_t *loop, int first_rank,
 {
     c->step = -1;
     c->nfound = 0;
+    c->nreps = 0;
     if (c->dir[0] == '\0' || c->scan != NULL || nranks <= 0)
         return false;
     scan_t *s = calloc(1, sizeof *s);
@@ -419,6 +460,12 @@ int ddp_checkpoints_rank_steps(const ddp_checkpoints_t *c, int i, int64_t steps[
     return n;
 }
 
+size_t ddp_checkpoints_replica_steps(const ddp_checkpoints_t *c, const ddp_replica_step_t **out)
+{
+    *out = c != NULL ? c->reps : NULL;
+    return c != NULL ? c->nreps : 0;
+}
+
 int ddp_checkpoints_replica_port(const ddp_checkpoints_t *c)
 {
     return ddp_checkpoint_replicas_port(c != NULL ? c->replicas : NULL);
@@ -461,5 +508,6 @@ void ddp_checkpoints_free(ddp_checkpoints_t *c, bool persist)
         ddp_log_warn(c->log, "unable to remove the checkpoint directory %s: %s", c->dir,
                      ddp_strerror(err));
     free(c->found);
+    free(c->reps);
     free(c);
 }

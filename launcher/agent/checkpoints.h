@@ -55,6 +55,10 @@ int64_t ddp_checkpoints_step(const ddp_checkpoints_t *c);
  * agreed across nodes (agent/checkpoint_common.h). */
 int ddp_checkpoints_rank_steps(const ddp_checkpoints_t *c, int i, int64_t steps[2]);
 
+/* The replicas of other nodes' ranks the last scan found usable here (each read and
+ * checked as a slot is), into *out (the part's, until the next scan): their number. */
+size_t ddp_checkpoints_replica_steps(const ddp_checkpoints_t *c, const ddp_replica_step_t **out);
+
 /* Several nodes (and --checkpoint-replicas not 0, the directory the launcher's): the port
  * it takes other nodes' replicas on (agent/checkpoint_replicas.h); 0: none. */
 int ddp_checkpoints_replica_port(const ddp_checkpoints_t *c);

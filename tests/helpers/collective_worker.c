@@ -55,6 +55,10 @@
  *                          ranks, then the last rank SIGKILLed. Later attempts: the load only
  *   memhold S              steps 1 .. S saved, "memhold RANK saved S dir DIR", and a wait
  *                          (the launcher's stop ends it)
+ *   memspare S             a lost node's ranks resumed from their replicas: where a load
+ *                          finds a checkpoint, "memspare RANK loaded STEP
+ *                          (DDP_CHECKPOINT_STEP=V)" and the end; else steps 1 .. S saved,
+ *                          "memspare RANK saved S dir DIR", and a wait
  *   groups                 a second context (group "second") beside the first: their
  *                          all_reduces interleave and each gets its own answer
  *   skip VICTIM SEQ [S]    20 all_reduces of 1000 float32, each printed when done; rank
@@ -873,6 +877,28 @@ static void mode_memhold(int s)
     pause(); /* the launcher's stop ends it */
 }
 
+static void mode_memspare(int s)
+{
+    mem_state_t m;
+    ddp_checkpoint_buffer_t b[2];
+    int64_t step = -1, x = 0;
+    const char *asked = getenv("DDP_CHECKPOINT_STEP");
+    int err = ddp_checkpoint_load(ddp, &step, b, mem_buffers(&m, b));
+    if (err != 0 && err != -ENOENT)
+        fail_collective("checkpoint_load", err);
+    if (err == 0) {
+        printf("memspare %d loaded %" PRId64 " (DDP_CHECKPOINT_STEP=%s)\n", rank, step,
+               asked ? asked : "-");
+        return;
+    }
+    for (int64_t i = 1; i <= s; i++)
+        mem_save(i);
+    CALL("all_reduce", ddp_all_reduce(ddp, &x, 1, DDP_INT64, DDP_SUM)); /* every save done */
+    printf("memspare %d saved %d dir %s\n", rank, s, getenv("DDP_CHECKPOINT_DIR"));
+    fflush(stdout);
+    pause(); /* the launcher's stop ends it */
+}
+
 static void mode_groups(void)
 {
     ddp_t *second;
@@ -1402,6 +1428,8 @@ int main(int argc, char **argv)
         mode_memnodes(atoi(argv[2]));
     else if (strcmp(mode, "memhold") == 0 && argc > 2)
         mode_memhold(atoi(argv[2]));
+    else if (strcmp(mode, "memspare") == 0 && argc > 2)
+        mode_memspare(atoi(argv[2]));
     else if (strcmp(mode, "nccl-id") == 0)
         mode_nccl_id();
     else if (strcmp(mode, "mismatch") == 0 && argc > 2)

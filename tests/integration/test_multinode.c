@@ -1742,11 +1742,11 @@ static void wait_replica(th_proc_t *p, const char source[1024], const char holde
     }
 }
 
-/* The directory rank `rank` printed ("memhold RANK saved 3 dir DIR"), into dir. */
-static void memhold_dir(th_proc_t *p, int rank, char *dir, size_t cap)
+/* The directory rank `rank` printed ("MODE RANK saved 3 dir DIR"), into dir. */
+static void saved_dir(th_proc_t *p, const char *mode, int rank, char *dir, size_t cap)
 {
     char needle[64];
-    snprintf(needle, sizeof needle, "memhold %d saved 3 dir ", rank);
+    snprintf(needle, sizeof needle, "%s %d saved 3 dir ", mode, rank);
     TH_ASSERT(p, th_wait_output(p, 1, needle, 1, 60));
     const char *at = strstr(out(p), needle) + strlen(needle);
     size_t n = strcspn(at, "\n");
@@ -1768,7 +1768,7 @@ static void test_checkpoints_replicated_to_the_next_node(void **state)
     th_proc_t *n0 = start_node_env(&job, 2, 0, 2, NULL, memhold, env);
     th_proc_t *n1 = start_node_env(&job, 2, 1, 2, NULL, memhold, env);
     for (int rank = 0; rank < 4; rank++)
-        memhold_dir(rank < 2 ? n0 : n1, rank, dirs[rank], sizeof dirs[rank]);
+        saved_dir(rank < 2 ? n0 : n1, "memhold", rank, dirs[rank], sizeof dirs[rank]);
     for (int rank = 0; rank < 4; rank++)
         wait_replica(rank < 2 ? n0 : n1, dirs[rank], dirs[rank < 2 ? 2 : 0], rank);
     kill(n0->pid, SIGTERM);
@@ -1776,6 +1776,54 @@ static void test_checkpoints_replicated_to_the_next_node(void **state)
     for (int i = 0; i < 2; i++)
         TH_ASSERT(&job.node[i], strstr(err(&job.node[i]), "bytes of other nodes' replicas were "
                                                           "received and kept") != NULL);
+    assert_int_equal(checkpoint_dirs_left(&job), 0);
+    job_cleanup(&job);
+}
+
+/* A node lost, a hot spare in its place (c10d, 2 nodes of 1 rank and a spare; libddp, the
+ * collectives helper's memspare 3): once the lost node's rank's step 3 is on the other node
+ * as a replica, that node's launcher is SIGKILLed (its orphan guard ends its worker and
+ * removes its directory: the replica is the only copy left) -> the spare fetches the
+ * rank's step 3 from the survivor before its worker starts, the common step counts it,
+ * and both ranks load step 3 (DDP_CHECKPOINT_STEP=3). Nothing is left in /dev/shm. */
+static void test_spare_resumes_from_the_replica(void **state)
+{
+    const char *memspare[] = {getenv("DDP_TEST_COLLECTIVES"), "memspare", "3", NULL};
+    const char *env[] = {"DDP_CHECKPOINT_DIR", NULL};
+    const char *spare_env[] = {"DDP_CHECKPOINT_DIR", "DDP_LAUNCH_LOG_LEVEL=debug", NULL};
+    char flags[512], elastic[256], dirs[2][1024], want[96];
+    job_t job;
+    job_init(&job);
+    elastic_flags(&job, "2:2", 1, 60, elastic, sizeof elastic);
+    snprintf(flags, sizeof flags, "%s --hot-spares=1", elastic);
+    th_proc_t *a = start_node_env(&job, 0, 0, 1, flags, memspare, env);
+    th_proc_t *b = start_node_env(&job, 0, 1, 1, flags, memspare, env);
+    TH_ASSERT(a, th_wait_output(a, 1, " saved 3 dir ", 1, 60));
+    TH_ASSERT(b, th_wait_output(b, 1, " saved 3 dir ", 1, 60));
+    th_proc_t *spare = start_node_env(&job, 0, 0, 1, flags, memspare, spare_env);
+    TH_ASSERT(spare, th_wait_output(spare, 2, "waiting for a place in a round", 1, 30));
+    th_proc_t *lost = strstr(err(a), "hosting its store") == NULL ? a : b;
+    th_proc_t *kept = lost == a ? b : a;
+    const char *at = strstr(err(lost), "this is node ");
+    TH_ASSERT(lost, at != NULL);
+    int lost_rank = atoi(at + strlen("this is node ")), kept_rank = 1 - lost_rank;
+    saved_dir(lost, "memspare", lost_rank, dirs[0], sizeof dirs[0]);
+    saved_dir(kept, "memspare", kept_rank, dirs[1], sizeof dirs[1]);
+    wait_replica(lost, dirs[0], dirs[1], lost_rank);
+    assert_int_equal(kill(lost->pid, SIGKILL), 0);
+    TH_ASSERT(kept, th_wait_exit(kept, 60) && th_status(kept) == 0);
+    TH_ASSERT(spare, th_wait_exit(spare, 60) && th_status(spare) == 0);
+    snprintf(want, sizeof want, "memspare %d loaded 3 (DDP_CHECKPOINT_STEP=3)\n", kept_rank);
+    TH_ASSERT(kept, strstr(out(kept), want) != NULL);
+    snprintf(want, sizeof want, "memspare %d loaded 3 (DDP_CHECKPOINT_STEP=3)\n", lost_rank);
+    TH_ASSERT(spare, strstr(out(spare), want) != NULL);
+    snprintf(want, sizeof want, "rank %d's step 3 fetched from node %d's replica", lost_rank,
+             kept_rank);
+    TH_ASSERT(spare, strstr(err(spare), want) != NULL);
+    th_wait_exit(lost, 10);
+    double deadline = th_now() + 10; /* (the lost node's guard removes its directory) */
+    while (checkpoint_dirs_left(&job) > 0 && th_now() < deadline)
+        poll(NULL, 0, 20);
     assert_int_equal(checkpoint_dirs_left(&job), 0);
     job_cleanup(&job);
 }
@@ -2094,6 +2142,7 @@ int main(int argc, char **argv)
         TH_TEST(test_libddp_across_nodes),
         TH_TEST(test_checkpoint_step_agreed_across_nodes),
         TH_TEST(test_checkpoints_replicated_to_the_next_node),
+        TH_TEST(test_spare_resumes_from_the_replica),
         TH_TEST(test_torch_gloo_across_nodes),
     };
     return cmocka_run_group_tests(tests, net_setup, net_teardown);
