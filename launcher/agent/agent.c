@@ -1604,14 +1604,20 @@ static void op_group_ended(ddp_group_t *g)
     group_ended(agent_of(g));
 }
 
+/* The two waits of a group's end (what the workers left, --progress-file's read) may see
+ * the job end meanwhile: another node's FINISH (end_job) finishes the agent at once, as
+ * no worker runs; the end's rest is then not for this agent to do (a second finish would
+ * close its handles twice). */
 static void op_leftovers_done(ddp_group_t *g)
 {
-    group_ended_after_leftovers(agent_of(g));
+    if (agent_of(g)->g.state != DDP_AGENT_DONE)
+        group_ended_after_leftovers(agent_of(g));
 }
 
 static void op_progress_read(ddp_group_t *g)
 {
-    group_ended_measured(agent_of(g));
+    if (agent_of(g)->g.state != DDP_AGENT_DONE)
+        group_ended_measured(agent_of(g));
 }
 
 static void op_start_rendezvous(ddp_group_t *g)
