@@ -36,7 +36,7 @@
 #define IO_MS       10000 /* a read or write that makes no progress this long ends the transfer */
 #define CONNECT_MS  3000  /* a peer's connection */
 #define RETRY_MS    1000  /* after a failed transfer, the sender's rest */
-#define CHUNK       (1u << 20)
+#define CHUNK       (4u << 20)
 #define REQUEST_MAX 96 /* the request line, its '\n' included */
 #define TAG         "DDPREPL1"
 #define MAX_PEERS   64 /* --checkpoint-replicas is capped at the nodes less one; and this */
@@ -167,13 +167,14 @@ static int read_line(int stop, int fd, char *line, ddp_buf_t *why)
     return DDP_EPARSE;
 }
 
-/* The received file open at fd (`bytes` of rank `rank`'s, generation `trailer` at its end):
- * a header ddp_ckpt_header_check takes, complete, of that rank and size, its checksum of its
- * generation and matched. 0, or an error with `why`. */
-static int check_received(int fd, int rank, uint64_t bytes, uint64_t trailer, ddp_buf_t *why)
+/* The received file open at fd (`bytes` of rank `rank`'s, generation `trailer` at its end,
+ * `sum` its checksum as received): a header ddp_ckpt_header_check takes, complete, of that
+ * rank and size, a checksum of its generation that `sum` matches. 0, or an error with `why`. */
+static int check_received(int fd, int rank, uint64_t bytes, uint64_t trailer, uint64_t sum,
+                          ddp_buf_t *why)
 {
     ddp_ckpt_header_t h;
-    uint64_t size, sum;
+    uint64_t size;
     int err = ddp_ckpt_pread_header(fd, &h, &size, why);
     if (err == 0 && (h.state != DDP_CKPT_COMPLETE || h.rank != (uint32_t)rank ||
                      h.used_bytes != bytes || size != bytes))
@@ -184,8 +185,6 @@ static int check_received(int fd, int rank, uint64_t bytes, uint64_t trailer, dd
     if (err == 0 && (trailer != h.generation || h.checksum_generation != h.generation))
         err = (ddp_buf_printf(why, "the slot changed while it was sent, or has no checksum"),
                DDP_EPARSE);
-    if (err == 0)
-        err = ddp_ckpt_sum_file(fd, &h, NULL, &sum, why);
     if (err == 0 && sum != h.checksum)
         err =
             (ddp_buf_printf(why, "its data does not match its checksum (step %" PRId64 ")", h.step),
@@ -195,19 +194,31 @@ static int check_received(int fd, int rank, uint64_t bytes, uint64_t trailer, dd
 
 /* The bytes of a PUT into the file open at `out`, then its trailer. */
 static int receive_bytes(int stop, int fd, int out, uint64_t bytes, uint64_t *trailer,
-                         ddp_buf_t *why)
+                         uint64_t *sum, ddp_buf_t *why)
 {
     char *buf = malloc(CHUNK);
-    int err = buf == NULL ? -ENOMEM : 0;
-    for (uint64_t done = 0; err == 0 && done < bytes;) {
-        size_t n = bytes - done < CHUNK ? (size_t)(bytes - done) : CHUNK;
+    ddp_ckpt_sum_t *state = malloc(sizeof *state);
+    int err = buf == NULL || state == NULL ? -ENOMEM : 0;
+    for (uint64_t done = 0; err == 0 && done < bytes;) { /* (bytes: a header's at least) */
+        size_t n = bytes - done < CHUNK ? (size_t)(bytes - done) : CHUNK, skip = 0;
         err = recv_all(stop, fd, buf, n);
         if (err == 0 && pwrite(out, buf, n, (off_t)done) != (ssize_t)n)
             err = (ddp_buf_printf(why, "unable to write it: %s", strerror(errno)), -EIO);
+        if (err == 0 && done == 0) { /* the checksum as the bytes come (ckpt.h's seed) */
+            ddp_ckpt_header_t h;
+            memcpy(&h, buf, sizeof h);
+            ddp_ckpt_sum_init(state, ddp_ckpt_header_seed(&h));
+            skip = DDP_CKPT_HEADER_BYTES;
+        }
+        if (err == 0)
+            ddp_ckpt_sum_update(state, buf + skip, n - skip);
         done += n;
     }
     if (err == 0)
         err = recv_all(stop, fd, trailer, sizeof *trailer);
+    if (err == 0)
+        *sum = ddp_ckpt_sum_final(state);
+    free(state);
     free(buf);
     return err;
 }
@@ -219,7 +230,7 @@ static int receive_into(int stop, int fd, const char *dir, const char *name, int
                         uint64_t bytes, ddp_buf_t *why)
 {
     char tmp[PATH_MAX + 96], path[PATH_MAX + 96];
-    uint64_t trailer = 0;
+    uint64_t trailer = 0, sum = 0;
     ddp_ckpt_room_t room;
     int out = -1, err = ddp_ckpt_room(dir, "/sys/fs/cgroup", "/proc/self/cgroup", &room);
     if (err == 0 && (bytes < DDP_CKPT_HEADER_BYTES || bytes > room.bytes))
@@ -236,9 +247,9 @@ static int receive_into(int stop, int fd, const char *dir, const char *name, int
             err = (ddp_buf_printf(why, "unable to create %s: %s", tmp, strerror(errno)), -errno);
     }
     if (err == 0)
-        err = receive_bytes(stop, fd, out, bytes, &trailer, why);
+        err = receive_bytes(stop, fd, out, bytes, &trailer, &sum, why);
     if (err == 0)
-        err = check_received(out, rank, bytes, trailer, why);
+        err = check_received(out, rank, bytes, trailer, sum, why);
     if (err == 0 && rename(tmp, path) != 0)
         err = (ddp_buf_printf(why, "unable to rename it: %s", strerror(errno)), -errno);
     if (out >= 0)
@@ -499,7 +510,14 @@ static bool send_look(ddp_checkpoint_replicas_t *r, int first, int nranks,
             continue;
         }
         for (int p = 0; p < npeers && ok; p++) {
+            double began = ddp_clock_mono();
             int err = send_slot(r, &peers[p], in, first + i, slot, &h);
+            if (err == 0) /* (bench/checkpoint reads the time) */
+                ddp_log_debug(r->log,
+                              "in-memory checkpoints: rank %d's step %" PRId64
+                              " sent to %s:%d as a replica (%" PRIu64 " bytes in %.4f s)",
+                              first + i, h.step, peers[p].host, peers[p].port, h.used_bytes,
+                              ddp_clock_mono() - began);
             if (err != 0 && err != -ECANCELED && !said[p])
                 ddp_log_warn(r->log,
                              "in-memory checkpoints: unable to send rank %d's step %" PRId64
