@@ -1052,7 +1052,8 @@ static void replicate_to(ddp_agent_t *a, const ddp_checkpoint_common_t *x)
         if (p->port > 0)
             peers[n++] = *p;
     }
-    ddp_checkpoints_replicate(a->checkpoints, a->g.rank_offset, a->g.nworkers, peers, n);
+    ddp_checkpoints_replicate(a->checkpoints, a->g.rank_offset, a->g.nworkers, a->g.world_size,
+                              peers, n);
 }
 
 static void step_agreed(void *ctx, ddp_checkpoint_common_t *x, int64_t step)
@@ -1127,8 +1128,9 @@ static int group_start(ddp_agent_t *a)
         a->g.state = DDP_AGENT_CHECKING;
         return 0;
     }
-    /* (no slots read here: none held; with replicas, round 0 too: the nodes' ports) */
-    if (a->g.rdzv != NULL && (after || ddp_checkpoints_replica_port(a->checkpoints) > 0))
+    /* (No slots read here: none held. Round 0 too where --checkpoint-replicas is not 0, for
+     * the nodes' ports: a flag, the same on every node, so that all of them publish.) */
+    if (a->g.rdzv != NULL && (after || a->g.cfg->checkpoint_replicas != 0))
         return agree_step(a);
     return checks_then_workers(a);
 }

@@ -50,6 +50,7 @@ struct ddp_checkpoint_replicas_s {
     pthread_t receiver, sender;
     bool receiver_started, sender_started;
     _Atomic uint64_t received; /* bytes kept */
+    atomic_int world_size;     /* the round's: a replica of a rank beyond it is refused; 0 */
 
     pthread_mutex_t mutex; /* the round, from the loop to the sender */
     int first_rank, nranks, npeers;
@@ -265,8 +266,12 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
     char name[64];
     int slot;
     uint64_t bytes;
+    int world = atomic_load(&r->world_size);
     if (!parse_put(line, rank, &slot, &bytes))
         return ddp_buf_printf(why, "its request is not one"), DDP_EPARSE;
+    if (world > 0 && *rank >= world)
+        return ddp_buf_printf(why, "rank %d is not of this job's world of %d", *rank, world),
+               DDP_EPARSE;
     snprintf(name, sizeof name, DDP_REPLICA_FILE, *rank, slot);
     int err = receive_into(r->stop_fd, fd, r->dir, name, *rank, bytes, why);
     if (err == 0)
@@ -688,15 +693,17 @@ int ddp_checkpoint_replicas_port(const ddp_checkpoint_replicas_t *r)
 }
 
 void ddp_checkpoint_replicas_round(ddp_checkpoint_replicas_t *r, int first_rank, int nranks,
-                                   const ddp_replica_peer_t *peers, int n)
+                                   int world_size, const ddp_replica_peer_t *peers, int n)
 {
     if (r == NULL)
         return;
+    atomic_store(&r->world_size, world_size);
     pthread_mutex_lock(&r->mutex);
     r->first_rank = first_rank;
     r->nranks = nranks;
     r->npeers = n < MAX_PEERS ? n : MAX_PEERS;
-    memcpy(r->peers, peers, (size_t)r->npeers * sizeof *peers);
+    if (r->npeers > 0)
+        memcpy(r->peers, peers, (size_t)r->npeers * sizeof *peers);
     r->round_seq++;
     pthread_mutex_unlock(&r->mutex);
 }

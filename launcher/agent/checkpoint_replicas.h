@@ -46,11 +46,12 @@ int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_
 /* The port it listens on. */
 int ddp_checkpoint_replicas_port(const ddp_checkpoint_replicas_t *r);
 
-/* A round began: this node's ranks are first_rank .. first_rank + nranks - 1, and their
- * slots go to `peers` (n of them, copied; n = 0: to none). Slots already sent go again to
- * the new peers. */
+/* A round of `world_size` ranks began: this node's ranks are first_rank .. first_rank +
+ * nranks - 1, and their slots go to `peers` (n of them, copied; n = 0: to none); a replica
+ * of a rank beyond the world is refused from now on. Slots already sent go again to the
+ * new peers. */
 void ddp_checkpoint_replicas_round(ddp_checkpoint_replicas_t *r, int first_rank, int nranks,
-                                   const ddp_replica_peer_t *peers, int n);
+                                   int world_size, const ddp_replica_peer_t *peers, int n);
 
 /* The bytes of replicas received and kept so far (for the job's end). */
 uint64_t ddp_checkpoint_replicas_received(const ddp_checkpoint_replicas_t *r);

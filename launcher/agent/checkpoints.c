@@ -471,10 +471,11 @@ int ddp_checkpoints_replica_port(const ddp_checkpoints_t *c)
     return ddp_checkpoint_replicas_port(c != NULL ? c->replicas : NULL);
 }
 
-void ddp_checkpoints_replicate(ddp_checkpoints_t *c, int first_rank, int nranks,
+void ddp_checkpoints_replicate(ddp_checkpoints_t *c, int first_rank, int nranks, int world_size,
                                const ddp_replica_peer_t *peers, int n)
 {
-    ddp_checkpoint_replicas_round(c != NULL ? c->replicas : NULL, first_rank, nranks, peers, n);
+    ddp_checkpoint_replicas_round(c != NULL ? c->replicas : NULL, first_rank, nranks, world_size,
+                                  peers, n);
 }
 
 int64_t ddp_checkpoints_step(const ddp_checkpoints_t *c)

@@ -64,7 +64,7 @@ size_t ddp_checkpoints_replica_steps(const ddp_checkpoints_t *c, const ddp_repli
 int ddp_checkpoints_replica_port(const ddp_checkpoints_t *c);
 
 /* A round began: this node's ranks' slots go to `peers` (n; copied) from now on. */
-void ddp_checkpoints_replicate(ddp_checkpoints_t *c, int first_rank, int nranks,
+void ddp_checkpoints_replicate(ddp_checkpoints_t *c, int first_rank, int nranks, int world_size,
                                const ddp_replica_peer_t *peers, int n);
 
 /* The most bytes the directory's files held (the checksums' thread's looks); 0 where the

@@ -208,13 +208,17 @@ static void test_replicas_over_loopback(void **state)
     uint8_t *one = slot_bytes(1, 0x11, &len);
     put(dir_a, "rank2.0", one, len);
     ddp_replica_peer_t peer = {"127.0.0.1", port};
-    ddp_checkpoint_replicas_round(a, 2, 1, &peer, 1);
+    ddp_checkpoint_replicas_round(a, 2, 1, 4, &peer, 1);
+    ddp_checkpoint_replicas_round(b, 0, 2, 4, NULL, 0);
     double took = wait_for_copy(dir_b, "replica2.0", one, len);
     assert_true(took >= 0.8 * (double)len / RATE);
 
     /* What a peer could send instead: each refused, said, nothing kept or left. */
     size_t req_len;
     assert_int_equal(ask(port, "junk\n", 5, false), 'n');
+    const char *beyond = "DDPREPL1 PUT 4 0 4096\n"; /* a world of 4 */
+    assert_int_equal(ask(port, beyond, strlen(beyond), false), 'n');
+    assert_true(logged(log_fd, "rank 4 is not of this job's world of 4"));
     const char *absurd = "DDPREPL1 PUT 2 0 999999999999999999\n";
     assert_int_equal(ask(port, absurd, strlen(absurd), false), 'n');
     assert_true(logged(log_fd, "more than there is room for"));
