@@ -2,10 +2,13 @@
  * multi-node round holds, agreed through the round's store before its workers start. Each
  * node publishes the complete steps its ranks hold (its scan, agent/checkpoints.h) at
  * <round>/ckpt/<node rank>, waits (bounded) for every node's record, reads them all in one
- * request and takes the newest step every rank of the round holds: the workers'
- * DDP_CHECKPOINT_STEP. The store's work runs on a thread of the loop's pool, on a
- * connection of its own (one SET, one WAIT, one MULTI_GET a node and restart); a peer's
- * record is untrusted text, parsed strictly. The rest runs on the agent's loop. */
+ * request and takes the newest step every rank of the round holds, itself or as a replica
+ * on some node: the workers' DDP_CHECKPOINT_STEP. A record also says where its node takes
+ * replicas (agent/checkpoint_replicas.h) and which it holds; a rank of this node that lacks
+ * the step is fetched from a replica's holder before the workers start. The store's work
+ * and the fetches run on a thread of the loop's pool, the store's on a connection of its
+ * own (one SET, one WAIT, one MULTI_GET a node and round); a peer's record is untrusted
+ * text, parsed strictly. The rest runs on the agent's loop. */
 #ifndef DDP_LAUNCHER_AGENT_CHECKPOINT_COMMON_H
 #define DDP_LAUNCHER_AGENT_CHECKPOINT_COMMON_H
 
