@@ -1780,12 +1780,27 @@ static void test_checkpoints_replicated_to_the_next_node(void **state)
     job_cleanup(&job);
 }
 
+/* SIGKILLs `pid` and its children (the orphan guard, the workers) at once: a node lost
+ * whole. */
+static void kill_node(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    for (int child; fscanf(f, "%d", &child) == 1;)
+        kill(child, SIGKILL);
+    fclose(f);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+}
+
 /* A node lost, a hot spare in its place (c10d, 2 nodes of 1 rank and a spare; libddp, the
  * collectives helper's memspare 3): once the lost node's rank's step 3 is on the other node
- * as a replica, that node's launcher is SIGKILLed (its orphan guard ends its worker and
- * removes its directory: the replica is the only copy left) -> the spare fetches the
+ * as a replica, that node is SIGKILLed whole (launcher, orphan guard, worker: its own
+ * directory stays, as a lost machine's memory would be gone) -> the spare fetches the
  * rank's step 3 from the survivor before its worker starts, the common step counts it,
- * and both ranks load step 3 (DDP_CHECKPOINT_STEP=3). Nothing is left in /dev/shm. */
+ * and both ranks load step 3 (DDP_CHECKPOINT_STEP=3). Nothing of the others is left in
+ * /dev/shm. */
 static void test_spare_resumes_from_the_replica(void **state)
 {
     const char *memspare[] = {getenv("DDP_TEST_COLLECTIVES"), "memspare", "3", NULL};
@@ -1810,7 +1825,11 @@ static void test_spare_resumes_from_the_replica(void **state)
     saved_dir(lost, "memspare", lost_rank, dirs[0], sizeof dirs[0]);
     saved_dir(kept, "memspare", kept_rank, dirs[1], sizeof dirs[1]);
     wait_replica(lost, dirs[0], dirs[1], lost_rank);
-    assert_int_equal(kill(lost->pid, SIGKILL), 0);
+    kill_node(lost->pid);
+    TH_ASSERT(lost, th_wait_exit(lost, 10));
+    bool left = access(dirs[0], F_OK) == 0; /* (its guard went with it) */
+    th_rmtree(dirs[0]); /* the lost node's memory: nobody was left to remove it */
+    TH_ASSERT(lost, left);
     TH_ASSERT(kept, th_wait_exit(kept, 60) && th_status(kept) == 0);
     TH_ASSERT(spare, th_wait_exit(spare, 60) && th_status(spare) == 0);
     snprintf(want, sizeof want, "memspare %d loaded 3 (DDP_CHECKPOINT_STEP=3)\n", kept_rank);
@@ -1820,10 +1839,6 @@ static void test_spare_resumes_from_the_replica(void **state)
     snprintf(want, sizeof want, "rank %d's step 3 fetched from node %d's replica", lost_rank,
              kept_rank);
     TH_ASSERT(spare, strstr(err(spare), want) != NULL);
-    th_wait_exit(lost, 10);
-    double deadline = th_now() + 10; /* (the lost node's guard removes its directory) */
-    while (checkpoint_dirs_left(&job) > 0 && th_now() < deadline)
-        poll(NULL, 0, 20);
     assert_int_equal(checkpoint_dirs_left(&job), 0);
     job_cleanup(&job);
 }
