@@ -9,12 +9,31 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
+
+/* The run id's characters kept in a directory's name. */
+#define NAME_ID_MAX 48
+
+void ddp_ckpt_shm_dir_name(char *out, size_t cap, const char *run_id, const char *pid,
+                           const char *unique)
+{
+    char id[NAME_ID_MAX + 1];
+    size_t n = 0;
+    for (; run_id != NULL && run_id[n] != '\0' && n < NAME_ID_MAX; n++) {
+        char c = run_id[n];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        id[n] = ok ? c : '_';
+    }
+    id[n] = '\0';
+    snprintf(out, cap, "/dev/shm/ddp-ckpt-%s-%s-%s", id, pid, unique);
+}
 
 int ddp_ckpt_slot_path(char *path, size_t cap, const char *dir, int rank, int slot)
 {
@@ -159,6 +178,39 @@ int ddp_ckpt_size_check(const ddp_ckpt_header_t *h, const struct stat *st, ddp_b
                        " (a sparse file: refused)",
                        h->used_bytes, held);
     return DDP_EPARSE;
+}
+
+int ddp_ckpt_verify_file(int fd, const ddp_ckpt_header_t *h, const atomic_bool *cancel,
+                         ddp_buf_t *why)
+{
+    uint64_t sum;
+    int err = ddp_ckpt_sum_file(fd, h, cancel, &sum, why);
+    if (err == 0 && sum != h->checksum)
+        err = (ddp_buf_printf(why,
+                              "its data does not match its checksum (step %" PRId64
+                              ", generation %" PRIu64 ")",
+                              h->step, h->generation),
+               DDP_EPARSE);
+    return err;
+}
+
+int ddp_ckpt_copy_check(int fd, const ddp_ckpt_header_t *h, int rank, int world, ddp_buf_t *why)
+{
+    struct stat st;
+    int err = fstat(fd, &st) != 0 ? -errno : 0;
+    if (err == 0 && h->state != DDP_CKPT_COMPLETE)
+        err = (ddp_buf_printf(why, "it is not complete"), DDP_EPARSE);
+    if (err == 0 && (h->rank != (uint32_t)rank || h->world_size != (uint32_t)world))
+        err = (ddp_buf_printf(why, "it is rank %u's of a world of %u, not rank %d's of %d", h->rank,
+                              h->world_size, rank, world),
+               DDP_EPARSE);
+    if (err == 0)
+        err = ddp_ckpt_size_check(h, &st, why);
+    if (err == 0 && h->checksum_generation != h->generation)
+        err = (ddp_buf_printf(why, "it has no checksum"), DDP_EPARSE);
+    if (err == 0)
+        err = ddp_ckpt_verify_file(fd, h, NULL, why);
+    return err;
 }
 
 int ddp_ckpt_read_header(const char *path, ddp_ckpt_header_t *header, uint64_t *file_size,

@@ -13,6 +13,13 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+/* The directory a launcher makes for its workers' checkpoints, into out[cap]:
+ * /dev/shm/ddp-ckpt-<run id>-<pid>-<unique>, the run id's characters outside [A-Za-z0-9._-]
+ * written '_' and at most 48 of them kept; `pid` and `unique` as given (--dry-run's
+ * "<pid>"). */
+void ddp_ckpt_shm_dir_name(char *out, size_t cap, const char *run_id, const char *pid,
+                           const char *unique);
+
 /* "DIR/rank<R>.<slot>" into path[cap]: 0, or -ENAMETOOLONG. */
 int ddp_ckpt_slot_path(char *path, size_t cap, const char *dir, int rank, int slot);
 
@@ -34,6 +41,17 @@ int ddp_ckpt_pread_header(int fd, ddp_ckpt_header_t *header, uint64_t *file_size
  * file ends early (cut meanwhile); -ENOMEM; or -errno. Blocking: for a thread. */
 int ddp_ckpt_sum_file(int fd, const ddp_ckpt_header_t *h, const atomic_bool *cancel, uint64_t *sum,
                       ddp_buf_t *why);
+
+/* Whether the data of the slot open at `fd` (header `h`, checked) is what its checksum
+ * says. 0, DDP_EPARSE with `why`, -ECANCELED (*cancel set; may be NULL), or -errno.
+ * Blocking. */
+int ddp_ckpt_verify_file(int fd, const ddp_ckpt_header_t *h, const atomic_bool *cancel,
+                         ddp_buf_t *why);
+
+/* Whether the copy open at `fd` (header `h`, a --checkpoint-dir copy) may be rank `rank`'s
+ * checkpoint in a world of `world`: complete, of that rank and world size, not sparse, its
+ * checksum written and matched. 0, or an error with `why`. Blocking. */
+int ddp_ckpt_copy_check(int fd, const ddp_ckpt_header_t *h, int rank, int world, ddp_buf_t *why);
 
 /* Whether a slot's size is believable: the used_bytes of its header `h` are not more than
  * the file `st` holds in memory (a sparse file that says a terabyte would cost a terabyte's

@@ -2,7 +2,9 @@
 #include "dry_run.h"
 
 #include "buf.h"
+#include "ckpt_file.h"
 #include "env.h"
+#include "error.h"
 #include "fanout/fanout.h"
 #include "io.h"
 #include "output/logs.h"
@@ -11,10 +13,13 @@
 #include "spawn/worker_env.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char *sink_name(ddp_sink_t sink)
 {
@@ -99,6 +104,79 @@ static int warm_restarts_line(const ddp_launch_config_t *cfg, ddp_buf_t *out)
                           cfg->preload != NULL ? cfg->preload : "torch");
 }
 
+/* --checkpoint-dir's copy of each rank (what a one-node job's start puts in place: the
+ * same checks), said a line each; the step every rank's copy is of, -1 where they differ or
+ * one is not there or not used. Reads; makes and writes nothing. */
+static int64_t persisted_step(const ddp_launch_config_t *cfg, ddp_buf_t *out)
+{
+    int64_t step = -1;
+    for (int rank = 0; rank < cfg->nproc_per_node; rank++) {
+        char path[PATH_MAX];
+        ddp_buf_t why = DDP_BUF_INIT;
+        ddp_ckpt_header_t h = {0};
+        uint64_t size;
+        snprintf(path, sizeof path, "%s/rank%d.ckpt", cfg->checkpoint_dir, rank);
+        int fd = ddp_open_worker_file(path), err = fd < 0 ? fd : 0;
+        if (err == 0)
+            err = ddp_ckpt_pread_header(fd, &h, &size, &why);
+        if (err == 0)
+            err = ddp_ckpt_copy_check(fd, &h, rank, cfg->nproc_per_node, &why);
+        if (fd >= 0)
+            close(fd);
+        if (err == 0)
+            ddp_buf_printf(out,
+                           "--checkpoint-dir: rank %d would start from its step %" PRId64 " (%s)\n",
+                           rank, h.step, path);
+        else if (err == -ENOENT)
+            ddp_buf_printf(out, "--checkpoint-dir: rank %d has no copy there (%s)\n", rank, path);
+        else
+            ddp_buf_printf(out, "--checkpoint-dir: %s would not be used: %s\n", path,
+                           why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
+        ddp_buf_free(&why);
+        step = err != 0 || (rank > 0 && h.step != step) ? -1 : h.step;
+        if (step < 0)
+            break;
+    }
+    return step;
+}
+
+/* In-memory checkpoints: the workers' DDP_CHECKPOINT_DIR (the user's, or the /dev/shm
+ * directory the launcher would make, into dir[cap]; "" where the user's) and the
+ * DDP_CHECKPOINT_STEP --checkpoint-dir's copies would give (*step, -1: none), said. */
+static int checkpoints_plan(const ddp_launch_config_t *cfg, char *const *envp, char *dir,
+                            size_t cap, int64_t *step, ddp_buf_t *out)
+{
+    const char *name = ddp_env_name(DDP_ENV_DDP_CHECKPOINT_DIR), *own;
+    struct stat st;
+    *step = -1;
+    dir[0] = '\0';
+    if ((own = ddp_env_lookup(cfg->env_set, name)) != NULL ||
+        (own = ddp_env_lookup(envp, name)) != NULL)
+        return ddp_buf_printf(out,
+                              "in-memory checkpoints: DDP_CHECKPOINT_DIR=%s, yours (used as it is, "
+                              "never removed, nothing copied from it)\n",
+                              own);
+    ddp_ckpt_shm_dir_name(dir, cap, cfg->run_id, "<pid>", "<random>");
+    int err = ddp_buf_printf(out,
+                             "in-memory checkpoints: in %s, made at the start (0700), removed at "
+                             "the job's end\n",
+                             dir);
+    if (err != 0 || cfg->checkpoint_dir == NULL)
+        return err;
+    int missing = stat(cfg->checkpoint_dir, &st) == 0 ? 0 : -errno;
+    if (missing != 0 || !S_ISDIR(st.st_mode))
+        return ddp_buf_printf(out, "--checkpoint-dir %s: %s; no checkpoint would be copied there\n",
+                              cfg->checkpoint_dir,
+                              missing != 0 ? ddp_strerror(missing) : "it is not a directory");
+    if (cfg->nnodes_max > 1)
+        return ddp_buf_printf(out,
+                              "--checkpoint-dir: copies are written to %s; a multi-node job "
+                              "does not start from them yet\n",
+                              cfg->checkpoint_dir);
+    *step = persisted_step(cfg, out);
+    return 0;
+}
+
 int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
 {
     ddp_buf_t out = DDP_BUF_INIT;
@@ -131,6 +209,11 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
                              torch_at);
     if (err == 0 && cfg->warm_restarts)
         err = warm_restarts_line(cfg, &out);
+    char checkpoint_dir[PATH_MAX];
+    int64_t checkpoint_step = -1;
+    if (err == 0)
+        err = checkpoints_plan(cfg, envp, checkpoint_dir, sizeof checkpoint_dir, &checkpoint_step,
+                               &out);
     char module_dir[PATH_MAX];
     bool have_module = ddp_worker_module_dir(cfg, envp, module_dir, sizeof module_dir);
     for (int lr = 0; lr < cfg->nproc_per_node && err == 0; lr++) {
@@ -162,6 +245,8 @@ int ddp_dry_run_print(const ddp_launch_config_t *cfg, char *const *envp, int fd)
             .torch_version = torch,
             .module_dir = have_module ? module_dir : NULL,
             .progress_ring = ring,
+            .checkpoint_dir = checkpoint_dir[0] != '\0' ? checkpoint_dir : NULL,
+            .checkpoint_step = checkpoint_step,
         };
         if ((err = ddp_worker_argv(cfg, lr, &argv)) == 0 &&
             (err = ddp_worker_env_added(cfg, &info, envp, &added)) == 0) {

@@ -1,7 +1,8 @@
 /* --dry-run: print what each worker would run, start nothing.
  *
  * Shares the argv and environment builders with the agent, so what it prints is what
- * the agent would execute. Main thread; touches no file or process. */
+ * the agent would execute. Main thread; starts no process and makes or writes no file (it
+ * reads --checkpoint-dir's copies, as a one-node job's start would). */
 #ifndef DDP_LAUNCHER_DRY_RUN_H
 #define DDP_LAUNCHER_DRY_RUN_H
 

@@ -27,8 +27,6 @@
 
 /* Where the directory is made: a tmpfs on every Linux the launcher runs on. */
 #define SHM_DIR "/dev/shm"
-/* The run id's characters kept in the directory's name. */
-#define NAME_ID_MAX 48
 
 /* One slot as the scan found it. */
 typedef struct {
@@ -65,31 +63,18 @@ struct ddp_checkpoints_s {
 
 extern char **environ;
 
-/* The run id as a file name's part: [A-Za-z0-9._-], others '_', at most NAME_ID_MAX. */
-static void name_part(const char *run_id, char *out)
-{
-    size_t n = 0;
-    for (; run_id != NULL && run_id[n] != '\0' && n < NAME_ID_MAX; n++) {
-        char c = run_id[n];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '.' || c == '_' || c == '-';
-        out[n] = ok ? c : '_';
-    }
-    out[n] = '\0';
-}
-
 /* /dev/shm/ddp-ckpt-<run id>-<pid>-<random>, mode 0700: the guard is told of it before it
  * is made (a launcher SIGKILLed in between leaves nothing), and told to forget it where it
  * could not be made (the name is another's: it is not the guard's to remove). Said where it
  * cannot be made. */
 static void make_dir(ddp_checkpoints_t *c, const ddp_launch_config_t *cfg, ddp_guard_t *guard)
 {
-    char id[NAME_ID_MAX + 1], uuid[37], path[sizeof c->dir];
-    name_part(cfg->run_id, id);
+    char uuid[37], pid[16], unique[16], path[sizeof c->dir];
     int err = ddp_random_uuid(uuid);
     if (err == 0) {
-        snprintf(path, sizeof path, SHM_DIR "/ddp-ckpt-%s-%d-%.8s%.4s", id, (int)getpid(), uuid,
-                 uuid + 9);
+        snprintf(pid, sizeof pid, "%d", (int)getpid());
+        snprintf(unique, sizeof unique, "%.8s%.4s", uuid, uuid + 9);
+        ddp_ckpt_shm_dir_name(path, sizeof path, cfg->run_id, pid, unique);
         if (guard->fd >= 0 && ddp_guard_checkpoint_dir(guard, path) != 0)
             ddp_log_debug(c->log, "the orphan guard was not told of %s", path);
         if (mkdir(path, 0700) != 0) {
@@ -109,30 +94,6 @@ static void make_dir(ddp_checkpoints_t *c, const ddp_launch_config_t *cfg, ddp_g
     ddp_log_debug(c->log, "in-memory checkpoints go to %s", c->dir);
 }
 
-static int verify(int fd, const ddp_ckpt_header_t *h, const atomic_bool *cancel, ddp_buf_t *why);
-
-/* Whether the copy open at `fd` (header `h`) may be rank `rank`'s checkpoint in a world of
- * `world`: complete, of that rank and world size, not sparse, its checksum written and
- * matched. 0, or an error with `why`. */
-static int copy_ok(int fd, const ddp_ckpt_header_t *h, int rank, int world, ddp_buf_t *why)
-{
-    struct stat st;
-    int err = fstat(fd, &st) != 0 ? -errno : 0;
-    if (err == 0 && h->state != DDP_CKPT_COMPLETE)
-        err = (ddp_buf_printf(why, "it is not complete"), DDP_EPARSE);
-    if (err == 0 && (h->rank != (uint32_t)rank || h->world_size != (uint32_t)world))
-        err = (ddp_buf_printf(why, "it is rank %u's of a world of %u, not rank %d's of %d", h->rank,
-                              h->world_size, rank, world),
-               DDP_EPARSE);
-    if (err == 0)
-        err = ddp_ckpt_size_check(h, &st, why);
-    if (err == 0 && h->checksum_generation != h->generation)
-        err = (ddp_buf_printf(why, "it has no checksum"), DDP_EPARSE);
-    if (err == 0)
-        err = verify(fd, h, NULL, why);
-    return err;
-}
-
 /* Whether --checkpoint-dir names a directory (said where not: nothing is copied there). */
 static bool persist_dir_ok(const ddp_launch_config_t *cfg, const ddp_log_t *log)
 {
@@ -146,8 +107,8 @@ static bool persist_dir_ok(const ddp_launch_config_t *cfg, const ddp_log_t *log)
 }
 
 /* --checkpoint-dir on a new one-node job: each local rank's copy there (rank<R>.ckpt),
- * checked (copy_ok), put in place as its slot 0 (written under another name and renamed,
- * as common/ckpt.h says), said. Before the loop runs: a signal still ends the launcher. */
+ * checked (ddp_ckpt_copy_check), put in place as its slot 0 (written under another name and
+ * renamed, as common/ckpt.h says), said. Before the loop runs: a signal still ends the launcher. */
 static void restore(ddp_checkpoints_t *c, const ddp_launch_config_t *cfg)
 {
     if (cfg->nnodes_max > 1) {
@@ -166,7 +127,7 @@ static void restore(ddp_checkpoints_t *c, const ddp_launch_config_t *cfg)
         if (err == 0)
             err = ddp_ckpt_pread_header(fd, &h, &size, &why);
         if (err == 0)
-            err = copy_ok(fd, &h, rank, cfg->nproc_per_node, &why);
+            err = ddp_ckpt_copy_check(fd, &h, rank, cfg->nproc_per_node, &why);
         if (err == 0)
             err = ddp_ckpt_copy(fd, &h, c->dir, name, NULL, &why);
         if (fd >= 0)
@@ -219,21 +180,6 @@ const char *ddp_checkpoints_dir(const ddp_checkpoints_t *c)
     return c != NULL && c->dir[0] != '\0' ? c->dir : NULL;
 }
 
-/* Whether the data of the slot open at `fd` is what its checksum says (header `h`,
- * checked). 0, DDP_EPARSE with `why`, -ECANCELED, or -errno. */
-static int verify(int fd, const ddp_ckpt_header_t *h, const atomic_bool *cancel, ddp_buf_t *why)
-{
-    uint64_t sum;
-    int err = ddp_ckpt_sum_file(fd, h, cancel, &sum, why);
-    if (err == 0 && sum != h->checksum)
-        err = (ddp_buf_printf(why,
-                              "its data does not match its checksum (step %" PRId64
-                              ", generation %" PRIu64 ")",
-                              h->step, h->generation),
-               DDP_EPARSE);
-    return err;
-}
-
 /* The slot file at `path` of rank `rank`, as common/ckpt.h says a reader that shares it
  * with its writer reads it: the header, checked; a complete slot of this rank and world
  * size; its data against its checksum where one of its generation was written; the
@@ -261,7 +207,7 @@ static void read_slot(const char *path, int rank, int world_size, const atomic_b
         err = (ddp_buf_printf(&why, "it is rank %u's of a world of %u", h.rank, h.world_size),
                DDP_EPARSE);
     if (err == 0 && h.checksum_generation == h.generation)
-        err = verify(fd, &h, cancel, &why);
+        err = ddp_ckpt_verify_file(fd, &h, cancel, &why);
     if (err == 0 && (ddp_ckpt_pread_header(fd, &again, &size_again, NULL) != 0 ||
                      again.generation != h.generation || again.state != DDP_CKPT_COMPLETE))
         goto out;

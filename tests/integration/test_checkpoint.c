@@ -743,6 +743,54 @@ static void start_persisting(th_proc_t *p, const char *disk, const char *flag, c
     th_start(p, argv, python_env(extra));
 }
 
+/* ddp-launch --dry-run --checkpoint-dir=`disk` of two workers for run `id`, with `extra_env`
+ * (may be NULL): it exits 0 having made nothing in /dev/shm. */
+static void dry_run(th_proc_t *p, const char *disk, const char *id, const char *const *extra_env)
+{
+    char dir_flag[1200], rdzv_id[128], prefix[160];
+    snprintf(dir_flag, sizeof dir_flag, "--checkpoint-dir=%s", disk);
+    snprintf(rdzv_id, sizeof rdzv_id, "--rdzv-id=%s", id);
+    snprintf(prefix, sizeof prefix, "ddp-ckpt-%s-", id);
+    const char *argv[] = {th_launcher(), "--dry-run", "--nproc-per-node=2",
+                          dir_flag,      rdzv_id,     th_script("checkpoint_worker.py"),
+                          NULL};
+    const char *extra[4] = {"DDP_CHECKPOINT_DIR", NULL};
+    for (int i = 0; extra_env != NULL && extra_env[i] != NULL && i < 3; i++)
+        extra[i] = extra_env[i];
+    th_run(p, argv, python_env(extra), 60);
+    TH_ASSERT(p, th_status(p) == 0);
+    TH_ASSERT(p, shm_entries(prefix) == 0);
+}
+
+/* --dry-run shows each worker's DDP_CHECKPOINT_DIR (the launcher's /dev/shm directory's
+ * pattern, made by nobody; or the user's own) and, from --checkpoint-dir's copies `disk`
+ * holds of step `step` (-1: none), the DDP_CHECKPOINT_STEP a job would start from. */
+static void dry_run_shows(const char *disk, int step)
+{
+    char id[64], var[256], step_var[64];
+    th_proc_t p;
+    snprintf(id, sizeof id, "ckptdry-%d", (int)getpid());
+    snprintf(var, sizeof var, "'DDP_CHECKPOINT_DIR=/dev/shm/ddp-ckpt-%s-<pid>-<random>'", id);
+    snprintf(step_var, sizeof step_var, "DDP_CHECKPOINT_STEP=%d\n", step);
+    dry_run(&p, disk, id, NULL);
+    const char *out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, th_count(out, var) == 2);
+    if (step < 0)
+        TH_ASSERT(&p, th_count(out, "DDP_CHECKPOINT_STEP=") == 0 &&
+                          th_count(out, "has no copy there") == 1);
+    else
+        TH_ASSERT(&p,
+                  th_count(out, step_var) == 2 && th_count(out, "would start from its step") == 2);
+    th_cleanup(&p);
+    const char *own[] = {"DDP_CHECKPOINT_DIR=/nonexistent/own", NULL};
+    dry_run(&p, disk, id, own);
+    out = ddp_buf_str(&p.out);
+    TH_ASSERT(&p, strstr(out, "DDP_CHECKPOINT_DIR=/nonexistent/own, yours") != NULL &&
+                      strstr(out, "DDP_CHECKPOINT_STEP=") == NULL &&
+                      strstr(out, "/dev/shm/ddp-ckpt-") == NULL);
+    th_cleanup(&p);
+}
+
 /* --checkpoint-dir: a job copies each rank's every second save to disk (the workers wait
  * for the copy of step 4) and ends; torch.load reads the copy in torch.save's format; a new
  * job starts from those copies (step 4, the
@@ -753,6 +801,7 @@ static void test_checkpoint_dir(void **state)
     char disk[1100];
     snprintf(disk, sizeof disk, "%s/disk", getenv("TMPDIR"));
     assert_int_equal(mkdir(disk, 0700), 0);
+    dry_run_shows(disk, -1);
     th_proc_t p;
     start_persisting(&p, disk, "--checkpoint-persist-every=2", "4", "wait");
     TH_ASSERT(&p, th_wait_exit(&p, 120) && th_status(&p) == 0);
@@ -766,6 +815,7 @@ static void test_checkpoint_dir(void **state)
     run_python(&p, "checkpoint_worker.py", load, NULL, 120);
     TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "load-pt ok") != NULL);
     th_cleanup(&p);
+    dry_run_shows(disk, 4);
     start_persisting(&p, disk, "--checkpoint-persist-every=0", "2", "stay");
     TH_ASSERT(&p, th_wait_output(&p, 1, "held ", 2, 120));
     const char *out = ddp_buf_str(&p.out);
