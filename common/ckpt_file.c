@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,6 +212,46 @@ int ddp_ckpt_copy_check(int fd, const ddp_ckpt_header_t *h, int rank, int world,
     if (err == 0)
         err = ddp_ckpt_verify_file(fd, h, NULL, why);
     return err;
+}
+
+/* Whether `name` is a copier's temporary, .rank<R>.ckpt.<pid>.tmp or .rank<R>.pt.<pid>.tmp,
+ * exactly (*pid set). */
+static bool stale_name(const char *name, pid_t *pid)
+{
+    char kind[8];
+    int rank, id, end = 0;
+    if (sscanf(name, ".rank%d.%7[a-z].%d.tmp%n", &rank, kind, &id, &end) != 3 ||
+        name[end] != '\0' || rank < 0 || id <= 0 ||
+        (strcmp(kind, "ckpt") != 0 && strcmp(kind, "pt") != 0))
+        return false;
+    *pid = (pid_t)id;
+    return true;
+}
+
+int ddp_ckpt_remove_stale(const char *dir, ddp_buf_t *removed)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (d == NULL) {
+        int err = -errno;
+        if (dfd >= 0)
+            close(dfd);
+        return err;
+    }
+    int n = 0;
+    for (const struct dirent *e; (e = readdir(d)) != NULL;) {
+        struct stat st;
+        pid_t pid;
+        if (!stale_name(e->d_name, &pid) || pid == getpid() ||
+            fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+            st.st_uid != geteuid() || kill(pid, 0) == 0 || errno != ESRCH ||
+            unlinkat(dfd, e->d_name, 0) != 0)
+            continue;
+        ddp_buf_printf(removed, "%s%s", n > 0 ? " " : "", e->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
 }
 
 int ddp_ckpt_read_header(const char *path, ddp_ckpt_header_t *header, uint64_t *file_size,

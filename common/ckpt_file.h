@@ -80,6 +80,14 @@ typedef struct {
 int ddp_ckpt_room(const char *dir, const char *cgroup_root, const char *proc_cgroup,
                   ddp_ckpt_room_t *out);
 
+/* Removes from `dir` the temporaries of ddp_ckpt_copy and of the torch.save copies
+ * (.rank<R>.ckpt.<pid>.tmp, .rank<R>.pt.<pid>.tmp) that a copier SIGKILLed midway left: a
+ * regular file of this user whose name is exactly that and whose pid is no process here
+ * (ESRCH), following no link; anything else is left as it is. The names removed are
+ * appended to `removed` (space-separated). The number removed, or -errno where `dir` cannot
+ * be read. Blocking: before the loop runs. */
+int ddp_ckpt_remove_stale(const char *dir, ddp_buf_t *removed);
+
 /* Removes the checkpoint directory `dir` and what is in it, following no link: a link in it
  * is removed, not followed; a directory in it is removed only where empty. What appears
  * while it runs (a save finishing as its writer dies) is looked for again, twice. 0, -ENOENT

@@ -106,9 +106,12 @@ static bool persist_dir_ok(const ddp_launch_config_t *cfg, const ddp_log_t *log)
     return false;
 }
 
-/* --checkpoint-dir on a new one-node job: each local rank's copy there (rank<R>.ckpt),
- * checked (ddp_ckpt_copy_check), put in place as its slot 0 (written under another name and
- * renamed, as common/ckpt.h says), said. Before the loop runs: a signal still ends the launcher. */
+/* --checkpoint-dir on a new one-node job: the temporaries of copiers that died midway
+ * removed (ddp_ckpt_remove_stale; a multi-node job's directory may be shared with live
+ * copiers of other hosts, whose pids mean nothing here); each local rank's copy there
+ * (rank<R>.ckpt), checked (ddp_ckpt_copy_check), put in place as its slot 0 (written under
+ * another name and renamed, as common/ckpt.h says), said. Before the loop runs: a signal
+ * still ends the launcher. */
 static void restore(ddp_checkpoints_t *c, const ddp_launch_config_t *cfg)
 {
     if (cfg->nnodes_max > 1) {
@@ -116,6 +119,11 @@ static void restore(ddp_checkpoints_t *c, const ddp_launch_config_t *cfg)
                              "there yet (they are written)");
         return;
     }
+    ddp_buf_t removed = DDP_BUF_INIT;
+    if (ddp_ckpt_remove_stale(cfg->checkpoint_dir, &removed) > 0)
+        ddp_log_info(c->log, "--checkpoint-dir: removed what copies cut short left: %s",
+                     ddp_buf_str(&removed));
+    ddp_buf_free(&removed);
     for (int rank = 0; rank < cfg->nproc_per_node; rank++) {
         char path[PATH_MAX], name[32];
         ddp_buf_t why = DDP_BUF_INIT;

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static th_torch_t torch;
@@ -793,7 +794,8 @@ static void dry_run_shows(const char *disk, int step)
 
 /* --checkpoint-dir: a job copies each rank's every second save to disk (the workers wait
  * for the copy of step 4) and ends; torch.load reads the copy in torch.save's format; a new
- * job starts from those copies (step 4, the
+ * job removes the temporary a dead copier left (and not a user's file of a near name) and
+ * starts from those copies (step 4, the
  * launcher's DDP_CHECKPOINT_STEP), saves steps 5 and 6 and is stopped (SIGTERM): its
  * newest (6) is copied at the stop; a third job starts from step 6. */
 static void test_checkpoint_dir(void **state)
@@ -816,8 +818,23 @@ static void test_checkpoint_dir(void **state)
     TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "load-pt ok") != NULL);
     th_cleanup(&p);
     dry_run_shows(disk, 4);
+    char stale[1200], user[1200];
+    pid_t dead = fork(); /* a pid no process has: a copier SIGKILLed midway's */
+    assert_true(dead >= 0);
+    if (dead == 0)
+        _exit(0);
+    assert_int_equal(waitpid(dead, NULL, 0), dead);
+    snprintf(stale, sizeof stale, "%s/.rank1.ckpt.%d.tmp", disk, (int)dead);
+    snprintf(user, sizeof user, "%s/.rank1.ckpt.tmp", disk);
+    for (int i = 0; i < 2; i++) {
+        int fd = open(i == 0 ? stale : user, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        assert_true(fd >= 0 && write(fd, "torn", 4) == 4);
+        close(fd);
+    }
     start_persisting(&p, disk, "--checkpoint-persist-every=0", "2", "stay");
     TH_ASSERT(&p, th_wait_output(&p, 1, "held ", 2, 120));
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.err), "removed what copies cut short left: .rank1.ckpt.") &&
+                      access(stale, F_OK) != 0 && access(user, F_OK) == 0);
     const char *out = ddp_buf_str(&p.out);
     TH_ASSERT(&p, strstr(out, "loaded 0 4 (DDP_CHECKPOINT_STEP=4)") != NULL &&
                       strstr(out, "loaded 1 4 (DDP_CHECKPOINT_STEP=4)") != NULL);

@@ -3,7 +3,7 @@
  * seen), the reader's bounds on forged headers and tables, the choice of a slot, record
  * names; and common/ckpt_file.h: headers read following no link, the room a save has, a
  * slot's sum read from its file, its size believed, a copy, a directory removed following
- * no link. */
+ * no link, a dead copier's temporaries removed and nothing else. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* The bytes of the pinned vectors: byte i is (i * 131 + 7) & 0xff. */
@@ -484,6 +485,61 @@ static void test_remove_dir(void **state)
     assert_int_equal(ddp_ckpt_remove_dir(ckpt), -ENOENT);
 }
 
+/* A pid that no process has: a child's, reaped. */
+static pid_t dead_pid(void)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    return pid;
+}
+
+/* A copier's temporaries whose pid is dead are removed (.ckpt's and .pt's); a live one's,
+ * this process's, a user's files whose names are near it, a link and a directory of that
+ * name are kept. */
+static void test_remove_stale(void **state)
+{
+    char path[256], name[128];
+    ddp_buf_t removed = DDP_BUF_INIT;
+    pid_t dead = dead_pid();
+    const char *kept[] = {".rank0.ckpt.tmp",
+                          "notes.rank0.ckpt.1.tmp",
+                          ".rank0.ckpt.1.tmp.bak",
+                          ".rank0.zip.1.tmp",
+                          "rank0.ckpt",
+                          NULL};
+    for (int i = 0; kept[i] != NULL; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, kept[i]);
+        put(path, "user", 4);
+    }
+    snprintf(path, sizeof path, "%s/.rank0.ckpt.%d.tmp", dir, (int)getppid()); /* live */
+    put(path, "live", 4);
+    snprintf(path, sizeof path, "%s/.rank1.ckpt.%d.tmp", dir, (int)getpid());
+    put(path, "mine", 4);
+    snprintf(path, sizeof path, "%s/.rank2.ckpt.%d.tmp", dir, (int)dead);
+    assert_int_equal(symlink("/nonexistent", path), 0);
+    snprintf(path, sizeof path, "%s/.rank3.pt.%d.tmp", dir, (int)dead);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/.rank0.ckpt.%d.tmp", dir, (int)dead);
+    put(path, "dead", 4);
+    snprintf(path, sizeof path, "%s/.rank12.pt.%d.tmp", dir, (int)dead);
+    put(path, "dead", 4);
+    assert_int_equal(ddp_ckpt_remove_stale(dir, &removed), 2);
+    snprintf(name, sizeof name, ".rank0.ckpt.%d.tmp", (int)dead);
+    assert_non_null(strstr(ddp_buf_str(&removed), name));
+    assert_int_equal(access(path, F_OK), -1);
+    for (int i = 0; kept[i] != NULL; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, kept[i]);
+        assert_int_equal(access(path, F_OK), 0);
+    }
+    assert_int_equal(ddp_ckpt_remove_stale(dir, &removed), 0);
+    snprintf(path, sizeof path, "%s/nothing", dir);
+    assert_int_equal(ddp_ckpt_remove_stale(path, &removed), -ENOENT);
+    ddp_buf_free(&removed);
+}
+
 static void mkdirs(const char *path)
 {
     char cmd[512];
@@ -562,6 +618,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_room, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sum_size_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_dir, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_remove_stale, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
