@@ -62,7 +62,7 @@ struct ddp_hang_watch_s {
     hang_phase_t phase;
     ddp_hang_cause_t cause;
     unsigned awaited; /* COLLECTING: AWAIT_* */
-    double limit;     /* the timeout that found the current hang (s) */
+    double quiet;     /* how long no progress was seen when the current hang was found (s) */
     char why[240];    /* what found it */
     /* The stop it ends in ("the job hung ...": "" before): the failure of the ranks it
      * names, for the report. */
@@ -129,7 +129,7 @@ static void on_hang_stacks_done(void *ctx);
 static void on_hang_wait(uv_timer_t *timer);
 
 void ddp_hang_watch_begin(ddp_hang_watch_t *h, ddp_hang_cause_t cause, const char *why,
-                          double limit, const bool *named)
+                          double quiet, const bool *named)
 {
     ddp_group_t *g = h->g;
     if (h->phase != HANG_IDLE)
@@ -138,7 +138,7 @@ void ddp_hang_watch_begin(ddp_hang_watch_t *h, ddp_hang_cause_t cause, const cha
     h->cause = cause;
     h->awaited = AWAIT_PAUSE;
     if (cause == DDP_HANG_STALLED)
-        h->limit = limit;
+        h->quiet = quiet;
     snprintf(h->why, sizeof h->why, "%s", why);
     for (int i = 0; i < g->nworkers; i++)
         h->workers[i].named = named != NULL && named[i];
@@ -262,7 +262,7 @@ static void end_report(ddp_hang_watch_t *h, const char *verdict)
         snprintf(h->message, sizeof h->message,
                  "the job hung (no progress for %.3g s): %s (the hang report: "
                  "%s/hang_report.txt)",
-                 h->limit, verdict, g->attempt_dir);
+                 h->quiet, verdict, g->attempt_dir);
     else if (h->cause == DDP_HANG_STALLED)
         snprintf(h->message, sizeof h->message,
                  "the job hung: %s (the hang report is printed by the node that found it "
@@ -275,7 +275,7 @@ static void end_report(ddp_hang_watch_t *h, const char *verdict)
         g->ops->stop(g, SIGTERM, DDP_STOP_REMOTE);
     } else if (h->cause == DDP_HANG_STALLED && (verdict != NULL || g->rdzv == NULL)) {
         char message[DDP_RDZV_MSG_MAX];
-        snprintf(message, sizeof message, "the job hung (no progress for %.3g s): %s", h->limit,
+        snprintf(message, sizeof message, "the job hung (no progress for %.3g s): %s", h->quiet,
                  verdict != NULL ? verdict : "see the report");
         ddp_log_error(g->log, "%s; stopping it as a failure", message);
         if (g->rdzv != NULL)
@@ -503,7 +503,7 @@ static void on_hang_timer(uv_timer_t *timer)
     if (idle >= g->cfg->hang_timeout) {
         char why[160];
         snprintf(why, sizeof why, "no rank has made progress for %.0f s (--hang-timeout)", idle);
-        ddp_hang_watch_begin(h, DDP_HANG_STALLED, why, g->cfg->hang_timeout, NULL);
+        ddp_hang_watch_begin(h, DDP_HANG_STALLED, why, idle, NULL);
     }
 }
 

@@ -181,7 +181,7 @@ static void learn_steps(ddp_learnt_t *l, const ddp_progress_ring_t *ring)
  * collective waits for such a one: it is not judged by its own limit then). */
 typedef struct {
     int culprit, waiter; /* local ranks; -1: none */
-    double limit[2];     /* theirs */
+    double quiet[2];     /* how long they made no progress (s) */
     char why[2][200];
     bool busy;
 } auto_look_t;
@@ -200,14 +200,15 @@ static bool check_limit(ddp_progress_watch_t *p, double quiet, double limit)
     return quiet > limit;
 }
 
-/* Local rank `i`, past `limit` (`why` says how), into the look: the hang's, or waiting. */
-static void judged(auto_look_t *look, int i, bool waits, double limit, const char *why)
+/* Local rank `i`, past its limit after `quiet` s without progress (`why` says how), into
+ * the look: the hang's, or waiting. */
+static void judged(auto_look_t *look, int i, bool waits, double quiet, const char *why)
 {
     int k = waits ? 1 : 0, *who = waits ? &look->waiter : &look->culprit;
     if (*who >= 0)
         return;
     *who = i;
-    look->limit[k] = limit;
+    look->quiet[k] = quiet;
     snprintf(look->why[k], sizeof look->why[k], "%s", why);
 }
 
@@ -263,7 +264,7 @@ static void judge_steps(ddp_progress_watch_t *p, int i, const ddp_progress_ring_
         snprintf(why, sizeof why, "rank %d has made no step for %.1f s (--hang-timeout=auto: %s)",
                  w->rank, now - since, basis);
     }
-    judged(look, i, waits, limit, why);
+    judged(look, i, waits, now - since, why);
 }
 
 /* A libddp rank (flight ring, local rank i): its collectives' progress, judged by the
@@ -297,7 +298,7 @@ static void judge_collectives(ddp_progress_watch_t *p, int i, const ddp_flight_r
     snprintf(why, sizeof why,
              "rank %d has finished no collective for %.1f s (--hang-timeout=auto: %s)", w->rank,
              now - since, basis);
-    judged(look, i, false, limit, why);
+    judged(look, i, false, now - since, why);
 }
 
 /* The look's verdict, where there is one, begins the hang report: the rank past its limit
@@ -329,7 +330,7 @@ static void auto_verdict(ddp_progress_watch_t *p, const auto_look_t *look)
     }
     char why[240];
     snprintf(why, sizeof why, "%s", ddp_buf_str(&text));
-    ddp_hang_watch_begin(p->hang, DDP_HANG_STALLED, why, look->limit[own ? 0 : 1],
+    ddp_hang_watch_begin(p->hang, DDP_HANG_STALLED, why, look->quiet[own ? 0 : 1],
                          other != NULL ? named : NULL);
     ddp_buf_free(&text);
     free(other);
