@@ -146,3 +146,47 @@ void ddp_buf_runs_of(ddp_buf_t *out, int *values, size_t n, int most)
         i = last + 1;
     }
 }
+
+/* The length of the well-formed UTF-8 sequence at s[0, len) of a code point U+00A0 or above
+ * (no C1 control, no surrogate, no overlong form, at most U+10FFFF); 0 where there is none. */
+static size_t utf8_printable(const unsigned char *s, size_t len)
+{
+    size_t n = s[0] >= 0xc2 && s[0] <= 0xdf   ? 2
+               : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+               : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+                                              : 0;
+    if (n == 0 || n > len)
+        return 0;
+    unsigned long cp = s[0] & (0x7f >> n);
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    static const unsigned long least[] = {0, 0, 0xa0, 0x800, 0x10000};
+    bool ok = cp >= least[n] && cp <= 0x10ffff && (cp < 0xd800 || cp > 0xdfff);
+    return ok ? n : 0;
+}
+
+int ddp_buf_printable(ddp_buf_t *out, const char *text, size_t len, bool lines)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    int err = 0;
+    for (size_t i = 0; i < len && err == 0;) {
+        size_t run = 0, n;
+        while (i + run < len && ((s[i + run] >= 0x20 && s[i + run] < 0x7f) || s[i + run] == '\t' ||
+                                 (lines && s[i + run] == '\n')))
+            run++;
+        if (run > 0) {
+            err = ddp_buf_append(out, s + i, run);
+            i += run;
+        } else if ((n = utf8_printable(s + i, len - i)) > 0) {
+            err = ddp_buf_append(out, s + i, n);
+            i += n;
+        } else {
+            err = ddp_buf_printf(out, "\\x%02x", s[i]);
+            i++;
+        }
+    }
+    return err;
+}

@@ -41,6 +41,12 @@ void ddp_buf_free(ddp_buf_t *buf);
  * unless out of memory. */
 char *ddp_buf_steal(ddp_buf_t *buf);
 
+/* Appends text[0, len) as a terminal may show it, whoever wrote it (a worker, a file, a
+ * peer): printable ASCII, tabs, newlines where `lines`, and well-formed UTF-8 of U+00A0 and
+ * above as they are; every other byte (a control character, an escape sequence's ESC, a C1
+ * control, a byte of no character) as \xNN. 0 or -ENOMEM. */
+int ddp_buf_printable(ddp_buf_t *out, const char *text, size_t len, bool lines);
+
 /* Appends base + i for each i in [0, n) with skip[i] false, as runs ("1-3, 5, 9"), at most
  * `most` of them named (then ", ..."): the ranks, nodes or places a message lists. */
 void ddp_buf_runs(ddp_buf_t *out, const bool *skip, int n, int most, int base);

@@ -26,6 +26,7 @@
 typedef struct {
     pid_t pid;
     char *scope;
+    char *shown;    /* the scope as a message shows it (ddp_buf_printable: the worker's text) */
     double expires; /* wall clock, s */
     int sig;        /* <= 0: none */
 } entry_t;
@@ -94,6 +95,7 @@ const char *ddp_file_timer_path(const ddp_file_timer_t *t)
 static void remove_entry(ddp_file_timer_t *t, size_t i)
 {
     free(t->entries[i].scope);
+    free(t->entries[i].shown);
     t->entries[i] = t->entries[--t->n];
 }
 
@@ -128,8 +130,11 @@ static void malformed(ddp_file_timer_t *t, const char *why, const char *line, si
 {
     if (++t->malformed > MALFORMED_SAID)
         return;
-    ddp_log_warn(t->log, "watchdog timer: ignoring a request that %s: %.*s%s", why,
-                 (int)(len > 200 ? 200 : len), line, len > 200 ? "..." : "");
+    ddp_buf_t shown = DDP_BUF_INIT;
+    (void)ddp_buf_printable(&shown, line, len > 200 ? 200 : len, false);
+    ddp_log_warn(t->log, "watchdog timer: ignoring a request that %s: %s%s", why,
+                 ddp_buf_str(&shown), len > 200 ? "..." : "");
+    ddp_buf_free(&shown);
     if (t->malformed == MALFORMED_SAID)
         ddp_log_warn(t->log, "watchdog timer: further malformed requests are not said");
 }
@@ -189,9 +194,14 @@ static void request(ddp_file_timer_t *t, const char *line, size_t len)
                 t->entries = grown;
                 t->cap = cap;
             }
-            char *copy = strdup(scope);
-            if (copy != NULL)
-                t->entries[t->n++] = (entry_t){(pid_t)pid, copy, expires, sig};
+            ddp_buf_t text = DDP_BUF_INIT;
+            char *copy = strdup(scope), *shown = NULL;
+            if (ddp_buf_printable(&text, scope, scope_len, false) == 0)
+                shown = ddp_buf_steal(&text);
+            if (copy != NULL && shown != NULL)
+                t->entries[t->n++] = (entry_t){(pid_t)pid, copy, shown, expires, sig};
+            else
+                free(copy), free(shown);
         }
         rearm(t);
     }
@@ -257,7 +267,7 @@ static void on_timer(uv_timer_t *handle)
             ddp_log_info(t->log,
                          "watchdog timer '%s' of pid %d expired; it names no signal: "
                          "nothing is done",
-                         t->entries[i].scope, (int)pid);
+                         t->entries[i].shown, (int)pid);
             remove_entry(t, i);
             continue;
         }
@@ -269,17 +279,17 @@ static void on_timer(uv_timer_t *handle)
             ddp_log_warn(t->log,
                          "watchdog timer '%s' of pid %d expired, but pid %d is no process of "
                          "this node's workers: not sending it %s",
-                         e->scope, (int)pid, (int)pid, name);
+                         e->shown, (int)pid, (int)pid, name);
         } else if (kill(pid, e->sig) == 0) {
             ddp_log_warn(t->log,
                          "watchdog timer '%s' of local rank %d (pid %d) expired: sending it %s",
-                         e->scope, rank, (int)pid, name);
-            t->fired(t->ctx, pid, rank, e->scope, e->sig);
+                         e->shown, rank, (int)pid, name);
+            t->fired(t->ctx, pid, rank, e->shown, e->sig);
         } else if (errno != ESRCH) {
             ddp_log_warn(t->log,
                          "watchdog timer '%s' of local rank %d (pid %d) expired: "
                          "unable to send it %s: %s",
-                         e->scope, rank, (int)pid, name, strerror(errno));
+                         e->shown, rank, (int)pid, name, strerror(errno));
         }
         for (size_t k = t->n; k-- > 0;) /* its timers go with it (torchrun's) */
             if (t->entries[k].pid == pid)

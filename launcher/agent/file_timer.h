@@ -27,7 +27,8 @@ typedef struct ddp_file_timer_s ddp_file_timer_t;
 /* The local rank of the worker whose process group holds `pid`, or -1. */
 typedef int (*ddp_file_timer_owner_fn)(void *ctx, pid_t pid);
 
-/* A timer expired: `sig` was sent to `pid` of `local_rank` (its scope `scope`). */
+/* A timer expired: `sig` was sent to `pid` of `local_rank` (its scope `scope`, as a message
+ * shows it: ddp_buf_printable). */
 typedef void (*ddp_file_timer_fired_fn)(void *ctx, pid_t pid, int local_rank, const char *scope,
                                         int sig);
 

@@ -84,15 +84,12 @@ void ddp_policy_free(ddp_policy_t *p)
 }
 
 /* What `text` (len bytes) begins with, for a line: its first SHOWN_MAX bytes less trailing
- * blanks, printable ASCII as it is and any other byte as \xNN. */
+ * blanks, as a terminal may show them (ddp_buf_printable). */
 static void show_text(const char *text, size_t len, ddp_buf_t *out)
 {
     while (len > 0 && strchr(" \t\r\n", text[len - 1]) != NULL)
         len--;
-    for (size_t i = 0; i < len && i < SHOWN_MAX; i++) {
-        unsigned char c = (unsigned char)text[i];
-        ddp_buf_printf(out, c >= 0x20 && c < 0x7f ? "%c" : "\\x%02x", c);
-    }
+    (void)ddp_buf_printable(out, text, len < SHOWN_MAX ? len : SHOWN_MAX, false);
     if (len > SHOWN_MAX)
         ddp_buf_puts(out, "...");
 }

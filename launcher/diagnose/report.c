@@ -44,6 +44,16 @@ static double refine_timestamp(double ts, const char *path)
     return ts + (double)st.st_mtim.tv_nsec / 1e9;
 }
 
+/* A new copy of text[0, len) (a worker's, or a peer's), as a terminal may show it: no
+ * escape sequence or control character of its own (ddp_buf_printable); NULL: no memory. */
+static char *shown_copy(const char *text, size_t len, bool lines)
+{
+    ddp_buf_t shown = DDP_BUF_INIT;
+    char *copy = ddp_buf_printable(&shown, text, len, lines) == 0 ? ddp_buf_steal(&shown) : NULL;
+    ddp_buf_free(&shown);
+    return copy;
+}
+
 static int read_error_file(ddp_failure_t *f, const char *path)
 {
     char *text = NULL;
@@ -90,7 +100,7 @@ static int read_error_file(ddp_failure_t *f, const char *path)
     if (found == NULL)
         found =
             root == NULL ? "<the error file is not valid JSON>" : "<the error file has no message>";
-    f->message = strdup(found);
+    f->message = shown_copy(found, strlen(found), true);
     ddp_json_free(root);
     return f->message ? 0 : -ENOMEM;
 nomem:
@@ -175,13 +185,14 @@ int ddp_failure_from_json(const char *line, size_t len, ddp_failure_t *f)
         return DDP_EPARSE;
     }
     f->pid = (pid_t)pid;
-    f->host = strdup(host);
-    f->error_file = file != NULL ? strdup(file) : NULL;
-    f->message = message != NULL ? strdup(message) : NULL;
+    f->host = shown_copy(host, strlen(host), false);
+    f->error_file = file != NULL ? shown_copy(file, strlen(file), false) : NULL;
+    f->message = message != NULL ? shown_copy(message, strlen(message), true) : NULL;
     size_t last_len = last != NULL ? strcspn(last, "\r\n") : 0; /* one line, never trusted */
-    f->last_line = last != NULL
-                       ? strndup(last, last_len < DDP_LAST_LINE_MAX ? last_len : DDP_LAST_LINE_MAX)
-                       : NULL;
+    f->last_line =
+        last != NULL
+            ? shown_copy(last, last_len < DDP_LAST_LINE_MAX ? last_len : DDP_LAST_LINE_MAX, false)
+            : NULL;
     ddp_json_free(root);
     if (f->host == NULL || (file != NULL && f->error_file == NULL) ||
         (message != NULL && f->message == NULL) || (last != NULL && f->last_line == NULL)) {

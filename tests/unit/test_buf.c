@@ -74,6 +74,42 @@ static void test_runs_of(void **state)
     ddp_buf_free(&out);
 }
 
+/* Text of others shown on a terminal: escape sequences, controls, C1 controls, bytes of no
+ * character and UTF-8 that is not well formed as \xNN; tabs, newlines (where asked),
+ * ASCII and well-formed UTF-8 kept. */
+static void test_printable(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *lines, *one_line;
+    } cases[] = {
+        {"plain words", "plain words", "plain words"},
+        {"a\x1b[31mb\tc\r\nd", "a\\x1b[31mb\tc\\x0d\nd", "a\\x1b[31mb\tc\\x0d\\x0ad"},
+        {"\x1b]0;owned\x07\x7f", "\\x1b]0;owned\\x07\\x7f", "\\x1b]0;owned\\x07\\x7f"},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+         "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+        {"\xc2\x9b"
+         "2J",
+         "\\xc2\\x9b2J", "\\xc2\\x9b2J"},                              /* C1 CSI */
+        {"\xc0\xaf\xff\xed\xa0\x80", "\\xc0\\xaf\\xff\\xed\\xa0\\x80", /* overlong, surrogate */
+         "\\xc0\\xaf\\xff\\xed\\xa0\\x80"},
+        {"cut \xe2\x82", "cut \\xe2\\x82", "cut \\xe2\\x82"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ddp_buf_t b = DDP_BUF_INIT;
+        assert_int_equal(ddp_buf_printable(&b, cases[i].in, strlen(cases[i].in), true), 0);
+        assert_string_equal(ddp_buf_str(&b), cases[i].lines);
+        ddp_buf_clear(&b);
+        assert_int_equal(ddp_buf_printable(&b, cases[i].in, strlen(cases[i].in), false), 0);
+        assert_string_equal(ddp_buf_str(&b), cases[i].one_line);
+        ddp_buf_free(&b);
+    }
+    ddp_buf_t b = DDP_BUF_INIT;
+    assert_int_equal(ddp_buf_printable(&b, "a\0b", 3, false), 0); /* a NUL is a byte too */
+    assert_string_equal(ddp_buf_str(&b), "a\\x00b");
+    ddp_buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -81,6 +117,7 @@ int main(void)
         cmocka_unit_test(test_steal),
         cmocka_unit_test(test_runs),
         cmocka_unit_test(test_runs_of),
+        cmocka_unit_test(test_printable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

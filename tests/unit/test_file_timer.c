@@ -260,6 +260,27 @@ static void test_odd_requests_are_harmless(void **state)
     free(log);
 }
 
+/* A request's text is the worker's: its escape sequences are shown as \xNN, in the
+ * malformed request's line and in the scope (the log's and the report's). */
+static void test_escapes_are_shown_escaped(void **state)
+{
+    fixture_t f = {.child = start_child()};
+    char set[256];
+    request(set, sizeof set, f.child, "a\\u001b[2Jb", ddp_clock_wall() + 0.1, SIGTERM);
+    const char *requests[] = {"\x1b]0;owned\x07 not json", set, NULL};
+    char *log = run(&f, requests, 0.6);
+    int status = 0;
+    assert_false(end_child(f.child, &status));
+    assert_int_equal(f.fired, 1);
+    assert_string_equal(f.scope, "a\\x1b[2Jb");
+    assert_non_null(
+        strstr(log, "ignoring a request that is not JSON: \\x1b]0;owned\\x07 not json"));
+    assert_non_null(strstr(log, "watchdog timer 'a\\x1b[2Jb' of local rank 3"));
+    assert_null(strchr(log, '\x1b'));
+    assert_null(strchr(log, '\x07'));
+    free(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_postponed_timer_fires_later),
         cmocka_unit_test(test_foreign_pid_is_never_signalled),
         cmocka_unit_test(test_odd_requests_are_harmless),
+        cmocka_unit_test(test_escapes_are_shown_escaped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

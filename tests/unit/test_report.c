@@ -81,8 +81,15 @@ static void test_error_file_forms(void **state)
     assert_string_equal(f.message, "<the error file has no message>");
     ddp_failure_free(&f);
 
-    const char *files[] = {nested, no_stack, flat, garbage, wrong};
-    for (size_t i = 0; i < 5; i++) {
+    /* The worker's text is shown on a terminal: its escape sequences are not its to send. */
+    char *escapes = write_temp("{\"message\": \"boom\\u001b]0;owned\\u0007\\n  \\u001b[2Jx\", "
+                               "\"timestamp\": 1700000003}");
+    assert_int_equal(ddp_failure_init(&f, 1, 1, 9, W_EXITCODE(1, 0), 1800000000, escapes), 0);
+    assert_string_equal(f.message, "boom\\x1b]0;owned\\x07\n  \\x1b[2Jx");
+    ddp_failure_free(&f);
+
+    const char *files[] = {nested, no_stack, flat, garbage, wrong, escapes};
+    for (size_t i = 0; i < 6; i++) {
         unlink(files[i]);
         free((char *)files[i]);
     }
@@ -284,7 +291,7 @@ static void test_failure_json_round_trip(void **state)
     assert_true(back.timestamp == f.timestamp);
     assert_string_equal(back.host, "gpu07");
     assert_string_equal(back.error_file, f.error_file);
-    assert_string_equal(back.message, f.message);
+    assert_string_equal(back.message, "line \"one\"\nline two\t\\x01"); /* (a control: shown) */
     ddp_buf_t report = DDP_BUF_INIT;
     assert_int_equal(ddp_report_format(&report, "t.py", "here", &back, 1, true), 0);
     assert_non_null(strstr(ddp_buf_str(&report), "host      : gpu07\n"));
@@ -310,6 +317,17 @@ static void test_failure_json_round_trip(void **state)
                       "\"one\\ntwo\"}";
     assert_int_equal(ddp_failure_from_json(two, strlen(two), &back), 0);
     assert_string_equal(back.last_line, "one");
+    ddp_failure_free(&back);
+    /* Nor are another node's (its host, error file, message and last line). */
+    const char *raw = "{\"rank\": 1, \"local_rank\": 0, \"pid\": 1, \"exitcode\": 1, "
+                      "\"timestamp\": 1, \"peer_rank\": -1, \"host\": \"h\\u001b[1m\", "
+                      "\"error_file\": \"/e\\u009b\", \"message\": \"m\\u001b\\nn\", "
+                      "\"last_line\": \"l\\u0007\"}";
+    assert_int_equal(ddp_failure_from_json(raw, strlen(raw), &back), 0);
+    assert_string_equal(back.host, "h\\x1b[1m");
+    assert_string_equal(back.error_file, "/e\\xc2\\x9b");
+    assert_string_equal(back.message, "m\\x1b\nn");
+    assert_string_equal(back.last_line, "l\\x07");
     ddp_failure_free(&back);
     ddp_failure_free(&f);
     ddp_buf_free(&line);
