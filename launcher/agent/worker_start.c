@@ -327,23 +327,50 @@ void ddp_worker_start_reap(ddp_worker_start_t *s)
         watch_zygote(s); /* (another may have started) */
 }
 
+/* A zygote started as this launcher joined (it may wait as a hot spare) has the
+ * environment its workers would have had then, without node 0's --env values, which it
+ * learns with its first round: where the workers' environment now differs (`envp`, local
+ * rank 0's), every restart would start cold; it is ended, and true: another is to start. */
+static bool zygote_outdated(ddp_worker_start_t *s, char *const *envp)
+{
+    char why[300];
+    if (s->warm != WARM_STARTED || s->zygote.given_up || s->g->job_env == NULL ||
+        ddp_zygote_env_matches(&s->zygote, envp, why, sizeof why))
+        return false;
+    ddp_log_info(s->g->log,
+                 "warm restarts: the zygote started before this node had the job's environment "
+                 "(for a worker now, %s): starting another",
+                 why);
+    uv_timer_stop(&s->zygote_timer);
+    ddp_zygote_stop(&s->zygote);
+    memset(&s->zygote, 0, sizeof s->zygote);
+    s->zygote.fd = s->zygote.out_fd = -1;
+    s->warm = WARM_ON;
+    return true;
+}
+
 /* --warm-restarts: the zygote, with local rank 0's environment less each worker's own,
  * once the first attempt's workers run, or before as a launcher that may wait as a hot
- * spare joins (then without node 0's --env values, which it learns with its first round);
- * nothing waits for it. One still importing is looked at again for the workers just
- * started. */
+ * spare joins (then started again once its first round has given it node 0's --env
+ * values: zygote_outdated); nothing waits for it. One still importing is looked at again
+ * for the workers just started. */
 void ddp_worker_start_zygote(ddp_worker_start_t *s)
 {
     const ddp_group_t *g = s->g;
     const ddp_launch_config_t *cfg = g->cfg;
     char **added = NULL, **envp = NULL, **shared = NULL;
-    if (s->warm == WARM_STARTED && !s->zygote.ready)
-        watch_zygote(s);
-    if (s->warm != WARM_ON)
+    if (s->warm == WARM_OFF)
         return;
+    int err = ddp_worker_start_env(g, &g->workers[0], "", &added, &envp);
+    if (err == 0 && !zygote_outdated(s, envp) && s->warm == WARM_STARTED && !s->zygote.ready)
+        watch_zygote(s);
+    if (s->warm != WARM_ON) {
+        free(envp);
+        ddp_strv_free(added);
+        return;
+    }
     s->warm = WARM_STARTED;
     char **argv = NULL;
-    int err = ddp_worker_start_env(g, &g->workers[0], "", &added, &envp);
     size_t n = 0, room = 64; /* a worker's command line, and room for longer local ranks */
     if (err == 0 && (err = ddp_worker_argv(cfg, 0, &argv)) == 0)
         for (size_t i = 0; argv[i] != NULL; i++)

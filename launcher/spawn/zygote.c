@@ -361,6 +361,11 @@ static bool same_environment(const ddp_zygote_t *z, char *const *envp, char *why
     return true;
 }
 
+bool ddp_zygote_env_matches(const ddp_zygote_t *z, char *const *envp, char *why, size_t cap)
+{
+    return z->envp != NULL && same_environment(z, envp, why, cap);
+}
+
 /* Appends one field to a message: a NUL before every field but the first. */
 __attribute__((format(printf, 2, 3))) static int field(ddp_buf_t *msg, const char *fmt, ...)
 {

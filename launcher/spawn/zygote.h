@@ -87,6 +87,11 @@ void ddp_zygote_hold(ddp_zygote_t *z, bool hold);
 int ddp_zygote_spawn(ddp_zygote_t *z, const ddp_spawn_t *spec, bool python_stacks, pid_t *pid,
                      char *why, size_t cap);
 
+/* Whether a worker of the environment `envp` would be forked from the zygote as far as
+ * the environment goes: less each worker's own variables, it is the zygote's. Else
+ * why[cap] names a variable that differs. False where no zygote was started. */
+bool ddp_zygote_env_matches(const ddp_zygote_t *z, char *const *envp, char *why, size_t cap);
+
 /* Ends the zygote (SIGKILL: it holds nothing of the job) and frees what it holds. */
 void ddp_zygote_stop(ddp_zygote_t *z);
 

@@ -1874,6 +1874,20 @@ static void test_torch_gloo_across_nodes(void **state)
     job_cleanup(&job);
 }
 
+/* A two-node job of warm_plain.py show: the trigger `file` made, rank 1 fails; the job
+ * ends well, and round 1's worker of each node was forked from its zygote. */
+static void fail_and_fork(job_t *job, const char *file)
+{
+    TH_ASSERT(&job->node[1], th_touch(file));
+    job_wait(job, 120);
+    for (int i = 0; i < 2; i++) {
+        th_proc_t *p = &job->node[i];
+        TH_ASSERT(p, th_status(p) == 0);
+        TH_ASSERT(p, strstr(err(p), "1 of 1 workers of attempt 1 forked from the zygote") != NULL);
+        TH_ASSERT(p, strstr(err(p), "of attempt 1 starts cold") == NULL);
+    }
+}
+
 /* --warm-restarts on both nodes: after rank 1 (node 1) fails, round 1's workers of both
  * nodes are forked from their node's zygote (each with its node's environment). */
 static void test_warm_restart_across_nodes(void **state)
@@ -1895,15 +1909,48 @@ static void test_warm_restart_across_nodes(void **state)
     th_proc_t *n1 = start_node_env(&job, 2, 1, 1, flags, program, env);
     TH_ASSERT(n0, th_wait_output(n0, 2, "has imported json", 1, 60));
     TH_ASSERT(n1, th_wait_output(n1, 2, "has imported json", 1, 60));
-    TH_ASSERT(n1, th_touch(file));
-    job_wait(&job, 120);
-    for (int i = 0; i < 2; i++) {
-        th_proc_t *p = &job.node[i];
-        TH_ASSERT(p, th_status(p) == 0);
-        TH_ASSERT(p, strstr(err(p), "1 of 1 workers of attempt 1 forked from the zygote") != NULL);
-    }
+    fail_and_fork(&job, file);
     TH_ASSERT(n0, strstr(out(n0), "SHOW rank 0 ") != NULL);
     TH_ASSERT(n1, strstr(out(n1), "SHOW rank 1 ") != NULL);
+    job_cleanup(&job);
+}
+
+/* --warm-restarts with --hot-spares: each launcher starts its zygote as it joins, before it
+ * has node 0's --env values (here node 1 gives none); once its first round gives them, a
+ * zygote whose environment is not the workers' is started again with theirs, and round
+ * 1's workers of both nodes are forked from their zygotes (node 1's went cold: "its
+ * WARM_JOB differs from the zygote's"). */
+static void test_zygote_at_join_gets_the_job_env(void **state)
+{
+    const char *python = getenv("DDP_TEST_PYTHON");
+    if (python == NULL || *python == '\0' || access(python, X_OK) != 0)
+        skip();
+    char script[1024], python_exec[1100], trigger[1100], elastic[256], flags[2][512];
+    snprintf(script, sizeof script, "%s/tests/python/warm_plain.py", th_source_dir());
+    snprintf(python_exec, sizeof python_exec, "PYTHON_EXEC=%s", python);
+    const char *file = th_trigger_var(trigger, sizeof trigger);
+    const char *program[] = {script, "show", NULL}, *env[] = {python_exec, trigger, NULL};
+    job_t job;
+    job_init(&job);
+    elastic_flags(&job, "2:2", 1, 60, elastic, sizeof elastic);
+    for (int i = 0; i < 2; i++)
+        snprintf(flags[i], sizeof flags[i],
+                 "%s --hot-spares=1 --max-restarts=1 --warm-restarts --preload=json "
+                 "--shutdown-timeout=5%s",
+                 elastic, i == 0 ? " --env=WARM_JOB=node0" : "");
+    th_proc_t *n0 = start_node_env(&job, 0, 0, 1, flags[0], program, env);
+    TH_ASSERT(n0, th_wait_output(n0, 2, "hosting its store", 1, 30));
+    th_proc_t *n1 = start_node_env(&job, 0, 0, 1, flags[1], program, env);
+    TH_ASSERT(n1, th_wait_output(n1, 2, "its WARM_JOB differs from the zygote's): starting another",
+                                 1, 60));
+    /* The second zygote's import: what the first said of its own came before. */
+    char *before = strndup(err(n1), (size_t)(strstr(err(n1), "starting another") - err(n1)));
+    int first = th_count(before, "has imported json");
+    free(before);
+    TH_ASSERT(n1, th_wait_output(n1, 2, "has imported json", first + 1, 60));
+    TH_ASSERT(n0, th_wait_output(n0, 2, "has imported json", 1, 60));
+    fail_and_fork(&job, file);
+    TH_ASSERT(n0, strstr(err(n0), "starting another") == NULL);
     job_cleanup(&job);
 }
 
@@ -2105,6 +2152,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         TH_TEST(test_nodes_form_one_job),
         TH_TEST(test_warm_restart_across_nodes),
+        TH_TEST(test_zygote_at_join_gets_the_job_env),
         TH_TEST(test_hang_report_across_nodes),
         TH_TEST(test_straggler_on_another_node),
         TH_TEST(test_straggler_node_excluded_at_restart),
