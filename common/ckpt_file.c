@@ -228,7 +228,7 @@ static bool stale_name(const char *name, pid_t *pid)
     return true;
 }
 
-int ddp_ckpt_remove_stale(const char *dir, ddp_buf_t *removed)
+int ddp_ckpt_remove_stale(const char *dir, pid_t owner, ddp_buf_t *removed)
 {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
@@ -243,11 +243,12 @@ int ddp_ckpt_remove_stale(const char *dir, ddp_buf_t *removed)
         struct stat st;
         pid_t pid;
         if (!stale_name(e->d_name, &pid) || pid == getpid() ||
+            (owner > 0 ? pid != owner : kill(pid, 0) == 0 || errno != ESRCH) ||
             fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-            st.st_uid != geteuid() || kill(pid, 0) == 0 || errno != ESRCH ||
-            unlinkat(dfd, e->d_name, 0) != 0)
+            st.st_uid != geteuid() || unlinkat(dfd, e->d_name, 0) != 0)
             continue;
-        ddp_buf_printf(removed, "%s%s", n > 0 ? " " : "", e->d_name);
+        if (removed != NULL)
+            ddp_buf_printf(removed, "%s%s", n > 0 ? " " : "", e->d_name);
         n++;
     }
     closedir(d);

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 
 /* The directory a launcher makes for its workers' checkpoints, into out[cap]:
  * /dev/shm/ddp-ckpt-<run id>-<pid>-<unique>, the run id's characters outside [A-Za-z0-9._-]
@@ -82,11 +83,12 @@ int ddp_ckpt_room(const char *dir, const char *cgroup_root, const char *proc_cgr
 
 /* Removes from `dir` the temporaries of ddp_ckpt_copy and of the torch.save copies
  * (.rank<R>.ckpt.<pid>.tmp, .rank<R>.pt.<pid>.tmp) that a copier SIGKILLed midway left: a
- * regular file of this user whose name is exactly that and whose pid is no process here
- * (ESRCH), following no link; anything else is left as it is. The names removed are
- * appended to `removed` (space-separated). The number removed, or -errno where `dir` cannot
- * be read. Blocking: before the loop runs. */
-int ddp_ckpt_remove_stale(const char *dir, ddp_buf_t *removed);
+ * regular file of this user whose name is exactly that, following no link, and whose pid
+ * is `owner` (a launcher known dead: its orphan guard's) or, with `owner` 0, no process here
+ * (ESRCH); anything else is left as it is. The names removed are appended to `removed`
+ * (space-separated; may be NULL). The number removed, or -errno where `dir` cannot be read.
+ * Blocking: before the loop runs, or the orphan guard. */
+int ddp_ckpt_remove_stale(const char *dir, pid_t owner, ddp_buf_t *removed);
 
 /* Removes the checkpoint directory `dir` and what is in it, following no link: a link in it
  * is removed, not followed; a directory in it is removed only where empty. What appears

@@ -120,7 +120,7 @@ static void restore(ddp_checkpoints_t *c, const ddp_launch_config_t *cfg)
         return;
     }
     ddp_buf_t removed = DDP_BUF_INIT;
-    if (ddp_ckpt_remove_stale(cfg->checkpoint_dir, &removed) > 0)
+    if (ddp_ckpt_remove_stale(cfg->checkpoint_dir, 0, &removed) > 0)
         ddp_log_info(c->log, "--checkpoint-dir: removed what copies cut short left: %s",
                      ddp_buf_str(&removed));
     ddp_buf_free(&removed);
@@ -174,6 +174,8 @@ int ddp_checkpoints_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, dd
         ddp_checkpoint_sums_start(c->dir, persist, cfg->checkpoint_persist_every, log, &c->sums) !=
             0)
         c->sums = NULL; /* said: the slots are loaded without a checksum */
+    if (persist != NULL && guard->fd >= 0 && ddp_guard_persist_dir(guard, persist) != 0)
+        ddp_log_debug(log, "the orphan guard was not told of %s", persist);
     if (persist != NULL)
         restore(c, cfg);
     if (c->dir[0] != '\0' && cfg->nnodes_max > 1 && cfg->checkpoint_replicas != 0 &&

@@ -3,9 +3,9 @@
  * The protocol is a stream of native int32 records: +pgid watch (written by the group's
  * first process, spawn.c), -pgid forget, 0 goodbye, 1 "are you there" (never a worker's
  * group), DIR_RECORD, a length and that many bytes: the log directory to remove if it is
- * empty, and CKPT_RECORD, the same: the checkpoint directory to remove with what it
- * holds. Each record is one write of at most PIPE_BUF bytes, so it is atomic on the pipe,
- * whoever writes it. */
+ * empty, CKPT_RECORD, the same: the checkpoint directory to remove with what it holds,
+ * and PERSIST_RECORD: --checkpoint-dir, where the launcher's own temporaries are removed. Each
+ * record is one write of at most PIPE_BUF bytes, so it is atomic on the pipe, whoever writes it. */
 #include "spawn/guard.h"
 
 #include "ckpt_file.h"
@@ -47,9 +47,10 @@ static void close_others(int keep)
 
 /* Never a -pgid: pids stay below 2^22. Its path is shorter than DIR_MAX, so that the
  * whole record fits one atomic write. */
-#define DIR_RECORD  INT32_MIN
-#define CKPT_RECORD (INT32_MIN + 1)
-#define DIR_MAX     (PIPE_BUF - 2 * sizeof(int32_t))
+#define DIR_RECORD     INT32_MIN
+#define CKPT_RECORD    (INT32_MIN + 1)
+#define PERSIST_RECORD (INT32_MIN + 2)
+#define DIR_MAX        (PIPE_BUF - 2 * sizeof(int32_t))
 
 static bool read_exact(int fd, void *out, size_t len)
 {
@@ -65,8 +66,8 @@ static bool read_exact(int fd, void *out, size_t len)
     return true;
 }
 
-/* A DIR_RECORD's or CKPT_RECORD's path, into dir (PIPE_BUF bytes); an empty one (a
- * CKPT_RECORD's only) forgets the last. */
+/* A DIR_RECORD's, CKPT_RECORD's or PERSIST_RECORD's path, into dir (PIPE_BUF bytes); an
+ * empty one (not a DIR_RECORD's) forgets the last. */
 static bool read_dir(int fd, char *dir)
 {
     int32_t len;
@@ -83,7 +84,8 @@ int ddp_guard_main(int fd)
                                   SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU, SIGALRM};
     pid_t *groups = NULL;
     size_t n = 0, cap = 0;
-    static char dir[PIPE_BUF], ckpt[PIPE_BUF];
+    static char dir[PIPE_BUF], ckpt[PIPE_BUF], persist[PIPE_BUF];
+    pid_t launcher = getppid(); /* whose temporaries in --checkpoint-dir are removed */
     sigset_t none;
     for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
         signal(ignored[i], SIG_IGN);
@@ -104,8 +106,8 @@ int ddp_guard_main(int fd)
             goodbye = true;
             break;
         }
-        if (rec == DIR_RECORD || rec == CKPT_RECORD) {
-            if (!read_dir(fd, rec == DIR_RECORD ? dir : ckpt))
+        if (rec == DIR_RECORD || rec == CKPT_RECORD || rec == PERSIST_RECORD) {
+            if (!read_dir(fd, rec == DIR_RECORD ? dir : rec == CKPT_RECORD ? ckpt : persist))
                 break;
             continue;
         }
@@ -137,6 +139,8 @@ int ddp_guard_main(int fd)
     /* After the SIGKILLs: a worker being killed may still finish a file there. */
     if (!goodbye && ckpt[0] != '\0')
         (void)ddp_ckpt_remove_dir(ckpt);
+    if (!goodbye && persist[0] != '\0' && launcher > 1)
+        (void)ddp_ckpt_remove_stale(persist, launcher, NULL);
     free(groups);
     return 0;
 }
@@ -201,7 +205,7 @@ int ddp_guard_check(ddp_guard_t *guard)
     return send_record(guard, 1);
 }
 
-/* A directory's record (DIR_RECORD, CKPT_RECORD). */
+/* A directory's record (DIR_RECORD, CKPT_RECORD, PERSIST_RECORD). */
 static int send_dir(ddp_guard_t *guard, int32_t kind, const char *dir)
 {
     size_t len = strlen(dir);
@@ -222,6 +226,11 @@ int ddp_guard_log_dir(ddp_guard_t *guard, const char *dir)
 int ddp_guard_checkpoint_dir(ddp_guard_t *guard, const char *dir)
 {
     return send_dir(guard, CKPT_RECORD, dir);
+}
+
+int ddp_guard_persist_dir(ddp_guard_t *guard, const char *dir)
+{
+    return send_dir(guard, PERSIST_RECORD, dir);
 }
 
 int ddp_guard_forget(ddp_guard_t *guard, pid_t pgid)

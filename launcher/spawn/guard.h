@@ -52,6 +52,11 @@ int ddp_guard_log_dir(ddp_guard_t *guard, const char *dir);
  * workers are SIGKILLed. "" forgets it (it could not be made). 0, or -errno. */
 int ddp_guard_checkpoint_dir(ddp_guard_t *guard, const char *dir);
 
+/* --checkpoint-dir: when the launcher dies, the guard removes from it what a copy cut
+ * short left, the launcher's own temporaries (ddp_ckpt_remove_stale with its pid), once the
+ * workers are SIGKILLed. 0, or -errno. */
+int ddp_guard_persist_dir(ddp_guard_t *guard, const char *dir);
+
 /* Says goodbye (the guard exits without killing) and reaps it. */
 void ddp_guard_stop(ddp_guard_t *guard);
 

@@ -675,15 +675,23 @@ static void test_launcher_refuses_odd_slots(void **state)
 
 /* ddp-launch signalled with `sig` while its workers (without torch) hold a checkpoint:
  * the directory is gone once it has exited (SIGTERM, SIGINT: its own end), or once the
- * orphan guard has SIGKILLed the workers and removed it (SIGKILL: a bounded wait). */
-static void launcher_signalled(int sig)
+ * orphan guard has SIGKILLed the workers and removed it (SIGKILL: a bounded wait). With
+ * `disk`, --checkpoint-dir: the temporaries of the launcher's copies cut short (planted,
+ * named after its pid) go with it too where it is SIGKILLed (the guard's), a user's file
+ * named as another live process's stays. */
+static void launcher_signalled(int sig, const char *disk)
 {
-    char rdzv_id[64], dir[1100], prefix[128];
+    char rdzv_id[64], dir[1100], prefix[128], dir_flag[1200], mine[1200], user[1200];
     snprintf(rdzv_id, sizeof rdzv_id, "--rdzv-id=ckptkill-%d", (int)getpid());
     snprintf(prefix, sizeof prefix, "/dev/shm/ddp-ckpt-ckptkill-%d-", (int)getpid());
-    const char *argv[] = {th_launcher(), "--nproc-per-node=2",
-                          rdzv_id,       th_script("checkpoint_worker.py"),
-                          "hold",        NULL};
+    snprintf(dir_flag, sizeof dir_flag, "--checkpoint-dir=%s", disk != NULL ? disk : "");
+    const char *argv[] = {th_launcher(),
+                          "--nproc-per-node=2",
+                          rdzv_id,
+                          disk != NULL ? dir_flag : th_script("checkpoint_worker.py"),
+                          disk != NULL ? th_script("checkpoint_worker.py") : "hold",
+                          disk != NULL ? "hold" : NULL,
+                          NULL};
     const char *extra[] = {"DDP_CHECKPOINT_DIR", NULL};
     th_proc_t p;
     th_start(&p, argv, python_env(extra));
@@ -698,29 +706,50 @@ static void launcher_signalled(int sig)
         workers[r] = (pid_t)pid;
     }
     TH_ASSERT(&p, strncmp(dir, prefix, strlen(prefix)) == 0 && entries(dir, NULL) == 2);
+    for (int i = 0; disk != NULL && i < 2; i++) {
+        snprintf(mine, sizeof mine, "%s/.rank%d.%s.%d.tmp", disk, i, i == 0 ? "ckpt" : "pt",
+                 (int)p.pid);
+        int fd = open(mine, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
+        close(fd);
+    }
+    snprintf(user, sizeof user, "%s/.rank0.ckpt.%d.tmp", disk != NULL ? disk : "", (int)getpid());
+    int fd = disk != NULL ? open(user, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600) : -1;
+    if (fd >= 0)
+        close(fd);
     assert_int_equal(kill(p.pid, sig), 0);
     TH_ASSERT(&p, th_wait_exit(&p, 60) && th_status(&p) == 128 + sig);
     if (sig != SIGKILL)
         TH_ASSERT(&p, access(dir, F_OK) != 0 && errno == ENOENT);
     for (int r = 0; r < 2; r++)
         TH_ASSERT(&p, th_wait_gone(workers[r], 60));
-    /* The guard removes it after its SIGKILLs: looked at until a deadline. */
+    /* The guard removes them after its SIGKILLs: looked at until a deadline. */
     double deadline = th_now() + 60;
-    while (access(dir, F_OK) == 0 && th_now() < deadline)
+    while ((access(dir, F_OK) == 0 || (disk != NULL && access(mine, F_OK) == 0)) &&
+           th_now() < deadline)
         (void)poll(NULL, 0, 20);
     TH_ASSERT(&p, access(dir, F_OK) != 0 && errno == ENOENT);
+    if (disk != NULL) {
+        snprintf(mine, sizeof mine, "%s/.rank0.ckpt.%d.tmp", disk, (int)p.pid);
+        TH_ASSERT(&p, access(mine, F_OK) != 0 && access(user, F_OK) == 0);
+        snprintf(mine, sizeof mine, "%s/.rank1.pt.%d.tmp", disk, (int)p.pid);
+        TH_ASSERT(&p, access(mine, F_OK) != 0);
+    }
     th_cleanup(&p);
 }
 
 static void test_launcher_killed(void **state)
 {
-    launcher_signalled(SIGKILL);
+    char disk[1100];
+    snprintf(disk, sizeof disk, "%s/disk", getenv("TMPDIR"));
+    assert_int_equal(mkdir(disk, 0700), 0);
+    launcher_signalled(SIGKILL, disk);
 }
 
 static void test_launcher_terminated(void **state)
 {
-    launcher_signalled(SIGTERM);
-    launcher_signalled(SIGINT);
+    launcher_signalled(SIGTERM, NULL);
+    launcher_signalled(SIGINT, NULL);
 }
 
 /* ddp-launch --checkpoint-dir=`disk` [`flag`] on checkpoint_worker.py persist DISK N THEN,

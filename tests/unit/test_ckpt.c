@@ -498,7 +498,7 @@ static pid_t dead_pid(void)
 
 /* A copier's temporaries whose pid is dead are removed (.ckpt's and .pt's); a live one's,
  * this process's, a user's files whose names are near it, a link and a directory of that
- * name are kept. */
+ * name are kept. With an owner (the orphan guard's launcher), only its own are removed. */
 static void test_remove_stale(void **state)
 {
     char path[256], name[128];
@@ -526,7 +526,11 @@ static void test_remove_stale(void **state)
     put(path, "dead", 4);
     snprintf(path, sizeof path, "%s/.rank12.pt.%d.tmp", dir, (int)dead);
     put(path, "dead", 4);
-    assert_int_equal(ddp_ckpt_remove_stale(dir, &removed), 2);
+    assert_int_equal(ddp_ckpt_remove_stale(dir, getppid(), NULL), 1); /* the live one, named */
+    snprintf(path, sizeof path, "%s/.rank0.ckpt.%d.tmp", dir, (int)getppid());
+    assert_int_equal(access(path, F_OK), -1);
+    snprintf(path, sizeof path, "%s/.rank12.pt.%d.tmp", dir, (int)dead);
+    assert_int_equal(ddp_ckpt_remove_stale(dir, 0, &removed), 2);
     snprintf(name, sizeof name, ".rank0.ckpt.%d.tmp", (int)dead);
     assert_non_null(strstr(ddp_buf_str(&removed), name));
     assert_int_equal(access(path, F_OK), -1);
@@ -534,9 +538,9 @@ static void test_remove_stale(void **state)
         snprintf(path, sizeof path, "%s/%s", dir, kept[i]);
         assert_int_equal(access(path, F_OK), 0);
     }
-    assert_int_equal(ddp_ckpt_remove_stale(dir, &removed), 0);
+    assert_int_equal(ddp_ckpt_remove_stale(dir, 0, &removed), 0);
     snprintf(path, sizeof path, "%s/nothing", dir);
-    assert_int_equal(ddp_ckpt_remove_stale(path, &removed), -ENOENT);
+    assert_int_equal(ddp_ckpt_remove_stale(path, 0, &removed), -ENOENT);
     ddp_buf_free(&removed);
 }
 
