@@ -623,6 +623,137 @@ static void test_dead_jobs_live_record_deposed(void **state)
     th_etcd_down(&etcd);
 }
 
+/* The elected launcher `a` (started first, waited for) and launcher `b` of one job on
+ * `etcd`, each running its own worker program, with the same flags (`flags`; `b_flags`
+ * more for b), b waited for until it joins or ends. */
+static void elected_and_other(th_etcd_t *etcd, th_proc_t *a, const char *const *a_worker,
+                              th_proc_t *b, const char *const *b_worker, const char *id,
+                              const char *flags, const char *b_flags)
+{
+    start_worker(a, a_worker, NULL, "--rdzv-id=%s --rdzv-endpoint=%s %s", id, etcd->endpoints,
+                 flags);
+    TH_ASSERT(a, th_wait_output(a, 2, "joining the elastic job", 1, 30));
+    TH_ASSERT(a, strstr(err(a), "etcd: elected") != NULL);
+    start_worker(b, b_worker, NULL, "--rdzv-id=%s --rdzv-endpoint=%s %s %s", id, etcd->endpoints,
+                 flags, b_flags);
+    for (double deadline = th_now() + 30; th_now() < deadline;)
+        if (th_wait_output(b, 2, "joining the elastic job", 1, 0.1) || th_wait_exit(b, 0.1))
+            break;
+}
+
+/* The node rank a launcher said it has in its last round ("this is node N"), -1: none. */
+static int node_rank_of(const th_proc_t *p)
+{
+    const char *at = NULL;
+    for (const char *s = err(p); (s = strstr(s, "this is node ")) != NULL; s++)
+        at = s;
+    return at != NULL ? atoi(at + strlen("this is node ")) : -1;
+}
+
+/* The restart budget: a worker failing on the launcher etcd did not elect restarts the
+ * whole job (round 1 on both: TORCHELASTIC_RESTART_COUNT=1), and after --max-restarts=1
+ * the job ends on both with the worker's status; the elected launcher prints the job's
+ * failure report naming the failed rank and its node, the other says where it is. */
+static void test_restart_budget(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 3);
+    const char *waits[] = {th_worker(), "wait-until", "9", NULL};
+    const char *fails[] = {"/bin/sh", "-c", "echo \"attempt $TORCHELASTIC_RESTART_COUNT\"; exit 7",
+                           NULL};
+    th_proc_t a, b;
+    elected_and_other(&etcd, &a, waits, &b, fails, "budget", "--nnodes=2 --max-restarts=1", "");
+    for (th_proc_t *p = &a; p != NULL; p = p == &a ? &b : NULL) {
+        TH_ASSERT(p, th_wait_exit(p, 60));
+        TH_ASSERT(p, th_status(p) == 1);
+    }
+    TH_ASSERT(&b, strstr(out(&b), "attempt 0") != NULL && strstr(out(&b), "attempt 1") != NULL);
+    TH_ASSERT(&a, strstr(err(&a), "no restart left") != NULL);
+    int node = node_rank_of(&b);
+    char rank[64], named[64];
+    snprintf(rank, sizeof rank, "rank      : %d (local_rank: 0)", node);
+    snprintf(named, sizeof named, "node %d (", node);
+    const char *root = strstr(err(&a), "Root Cause");
+    TH_ASSERT(&a,
+              root != NULL && strstr(root, "exitcode  : 7") != NULL && strstr(root, rank) != NULL);
+    TH_ASSERT(&a, strstr(err(&a), named) != NULL);
+    TH_ASSERT(&b, strstr(err(&b), "Root Cause") == NULL);
+    TH_ASSERT(&b, strstr(err(&b), "are in the job's failure report, printed by the launcher "
+                                  "serving the store at ") != NULL);
+    th_cleanup(&a);
+    th_cleanup(&b);
+    th_etcd_down(&etcd);
+}
+
+/* --exclude-after=1 under etcd, --nnodes=2:3: the launcher whose worker fails (not the
+ * elected one) leaves the job, saying why, and the two others go on at the smaller size
+ * and complete. (Once the round after the failure still counted the leaving launcher and
+ * was re-formed without it: the coordinator is c10d's.) */
+static void test_exclude_after(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 3);
+    char *dir = th_tmpdir(), good_script[1200], bad_script[1200];
+    snprintf(good_script, sizeof good_script,
+             "if [ -e '%s/failed' ]; then echo \"DONE $GROUP_WORLD_SIZE\"; exit 0; fi; "
+             "echo ready; exec sleep 600",
+             dir);
+    snprintf(bad_script, sizeof bad_script, ": > '%s/failed'; exit 3", dir);
+    const char *good[] = {"/bin/sh", "-c", good_script, NULL};
+    const char *bad[] = {"/bin/sh", "-c", bad_script, NULL};
+    const char *flags = "--nnodes=2:3 --max-restarts=2 --exclude-after=1 "
+                        "--rdzv-conf=last_call_timeout=1";
+    th_proc_t a, b, c;
+    elected_and_other(&etcd, &a, good, &b, bad, "exclude", flags, "");
+    start_worker(&c, good, NULL, "--rdzv-id=exclude --rdzv-endpoint=%s %s", etcd.endpoints, flags);
+    th_proc_t *all[] = {&a, &b, &c};
+    for (int i = 0; i < 3; i++)
+        TH_ASSERT(all[i], th_wait_exit(all[i], 60));
+    TH_ASSERT(&b, th_status(&b) == 5);
+    TH_ASSERT(&b, strstr(err(&b), "failed in 1 round(s) in a row (--exclude-after=1): it leaves "
+                                  "the job") != NULL);
+    TH_ASSERT(&a, strstr(err(&a), "leaves the job: its workers failed in 1 round(s) in a row "
+                                  "(--exclude-after=1)") != NULL);
+    for (int i = 0; i < 3; i += 2) {
+        TH_ASSERT(all[i], th_status(all[i]) == 0);
+        TH_ASSERT(all[i], strstr(out(all[i]), "DONE 2\n") != NULL);
+        th_cleanup(all[i]);
+    }
+    th_cleanup(&b);
+    th_etcd_down(&etcd);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* --health-check failing on one launcher under etcd, --nnodes=2:2 with a hot spare: it
+ * does not join (status 5, saying why), and the job forms and completes at the two
+ * healthy ones. */
+static void test_health_check(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 3);
+    const char *works[] = {"/bin/sh", "-c", "echo \"DONE $GROUP_WORLD_SIZE\"", NULL};
+    const char *flags = "--nnodes=2:2 --hot-spares=1";
+    th_proc_t a, b, c;
+    elected_and_other(&etcd, &a, works, &b, works, "health", flags, "--health-check=false");
+    TH_ASSERT(&b, th_wait_exit(&b, 30)); /* (before the job can form and end without it) */
+    TH_ASSERT(&b, th_status(&b) == 5);
+    TH_ASSERT(&b, strstr(err(&b), "this node failed its health check: ") != NULL &&
+                      strstr(err(&b), "it leaves the job") != NULL);
+    start_worker(&c, works, NULL, "--rdzv-id=health --rdzv-endpoint=%s %s", etcd.endpoints, flags);
+    for (th_proc_t *p = &a; p != NULL; p = p == &a ? &c : NULL) {
+        TH_ASSERT(p, th_wait_exit(p, 60));
+        TH_ASSERT(p, th_status(p) == 0);
+        TH_ASSERT(p, strstr(out(p), "DONE 2\n") != NULL);
+        th_cleanup(p);
+    }
+    th_cleanup(&b);
+    th_etcd_down(&etcd);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -641,6 +772,9 @@ int main(int argc, char **argv)
         TH_TEST(test_etcd_leader_lost_job_goes_on),
         TH_TEST(test_etcd_quorum_lost_ends_the_job),
         TH_TEST(test_lease_lost_while_forming_rejoins),
+        TH_TEST(test_restart_budget),
+        TH_TEST(test_exclude_after),
+        TH_TEST(test_health_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
