@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_ARGS 24
 
@@ -754,6 +755,78 @@ static void test_health_check(void **state)
     th_etcd_down(&etcd);
 }
 
+/* Ctrl-Z under etcd on the elected launcher (`on_elected`) or the other of two, stopped 4 s
+ * (past read_timeout and --hang-timeout, within the lease's 6 s): every node's workers stop
+ * with it and the job goes on when it continues; nobody is judged lost, no store moves.
+ * The workers tick into files of their own. */
+static void ctrl_z_pauses_the_job(bool on_elected)
+{
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 3);
+    char *dir = th_tmpdir(), ticks[700], prefix[700];
+    snprintf(ticks, sizeof ticks, "TICKS=%s/ticks", dir);
+    snprintf(prefix, sizeof prefix, "%s/ticks", dir);
+    const char *env[] = {ticks, NULL};
+    const char *script[] = {"/bin/sh", "-c",
+                            "i=0; while [ $i -lt 40 ]; do echo \"tick $RANK $i\"; "
+                            "echo $i >> \"$TICKS.$RANK\"; i=$((i + 1)); sleep 0.05; done",
+                            NULL};
+    th_proc_t node[2];
+    for (int i = 0; i < 2; i++) {
+        start_worker(&node[i], script, env,
+                     "--nnodes=2 --rdzv-id=pause --rdzv-endpoint=%s "
+                     "--rdzv-conf=read_timeout=2 --hang-timeout=2",
+                     etcd.endpoints);
+        TH_ASSERT(&node[i], th_wait_output(&node[i], 2, "joining the elastic job", 1, 30));
+    }
+    TH_ASSERT(&node[0], strstr(err(&node[0]), "etcd: elected") != NULL);
+    th_proc_t *stop = on_elected ? &node[0] : &node[1], *other = on_elected ? &node[1] : &node[0];
+    for (int i = 0; i < 300 && th_lines_in(prefix, 2) < 8; i++)
+        usleep(20 * 1000);
+    TH_ASSERT(stop, th_lines_in(prefix, 2) >= 8);
+    TH_ASSERT(stop, kill(stop->pid, SIGTSTP) == 0);
+    TH_ASSERT(other, th_wait_output(other, 2,
+                                    "was stopped (Ctrl-Z there): this node's 1 worker(s) "
+                                    "stop with it until it continues",
+                                    1, 10));
+    usleep(800 * 1000); /* the stopped node stops 0.3 s after telling */
+    int before = th_lines_in(prefix, 2);
+    TH_ASSERT(other, !th_wait_exit(other, 4));
+    int after = th_lines_in(prefix, 2);
+    printf("ticks while stopped: %d, then %d\n", before, after);
+    TH_ASSERT(stop, th_proc_state(stop->pid) == 'T');
+    TH_ASSERT(stop, after == before && before < 80);
+    TH_ASSERT(stop, kill(stop->pid, SIGCONT) == 0);
+    for (int i = 0; i < 2; i++) {
+        TH_ASSERT(&node[i], th_wait_exit(&node[i], 60));
+        TH_ASSERT(&node[i], th_status(&node[i]) == 0);
+        TH_ASSERT(&node[i], strstr(err(&node[i]), "hang") == NULL);
+        TH_ASSERT(&node[i], strstr(err(&node[i]), "etcd elects next") == NULL);
+        TH_ASSERT(&node[i], strstr(err(&node[i]), "round 1") == NULL);
+    }
+    TH_ASSERT(stop, strstr(err(stop), "continued: the 1 stopped worker(s) here and the other "
+                                      "nodes' continue") != NULL);
+    TH_ASSERT(other, strstr(err(other), " continued: so do this node's workers") != NULL);
+    TH_ASSERT(stop, th_lines_in(prefix, 2) == 80);
+    for (int i = 0; i < 2; i++)
+        th_cleanup(&node[i]);
+    th_etcd_down(&etcd);
+    th_rmtree(dir);
+    free(dir);
+}
+
+static void test_ctrl_z_on_another_node(void **state)
+{
+    (void)state;
+    ctrl_z_pauses_the_job(false);
+}
+
+static void test_ctrl_z_on_the_elected_node(void **state)
+{
+    (void)state;
+    ctrl_z_pauses_the_job(true);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -775,6 +848,8 @@ int main(int argc, char **argv)
         TH_TEST(test_restart_budget),
         TH_TEST(test_exclude_after),
         TH_TEST(test_health_check),
+        TH_TEST(test_ctrl_z_on_another_node),
+        TH_TEST(test_ctrl_z_on_the_elected_node),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
