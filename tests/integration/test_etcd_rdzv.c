@@ -827,6 +827,49 @@ static void test_ctrl_z_on_the_elected_node(void **state)
     ctrl_z_pauses_the_job(true);
 }
 
+/* --warm-restarts under etcd: after rank 1 fails (a Python worker exiting 3), round 1's
+ * workers of both launchers are forked from their own zygote, as under c10d. */
+static void test_warm_restart(void **state)
+{
+    (void)state;
+    const char *python = getenv("DDP_TEST_PYTHON");
+    if (python == NULL || *python == '\0' || access(python, X_OK) != 0) {
+        printf("no python3: skipped\n");
+        skip();
+    }
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 3);
+    char script[1024], python_exec[1100], trigger[1100];
+    snprintf(script, sizeof script, "%s/tests/python/warm_plain.py", th_source_dir());
+    snprintf(python_exec, sizeof python_exec, "PYTHON_EXEC=%s", python);
+    const char *file = th_trigger_var(trigger, sizeof trigger);
+    const char *program[] = {script, "show", NULL}, *env[] = {python_exec, trigger, NULL};
+    th_proc_t node[2];
+    for (int i = 0; i < 2; i++)
+        start_worker(&node[i], program, env,
+                     "--nnodes=2 --rdzv-id=warm --rdzv-endpoint=%s --max-restarts=1 "
+                     "--warm-restarts --preload=json --shutdown-timeout=5",
+                     etcd.endpoints);
+    for (int i = 0; i < 2; i++)
+        TH_ASSERT(&node[i], th_wait_output(&node[i], 2, "has imported json", 1, 60));
+    TH_ASSERT(&node[0], th_touch(file));
+    int shown = 0;
+    for (int i = 0; i < 2; i++) {
+        th_proc_t *p = &node[i];
+        TH_ASSERT(p, th_wait_exit(p, 120));
+        TH_ASSERT(p, th_status(p) == 0);
+        TH_ASSERT(p, strstr(err(p), "1 of 1 workers of attempt 1 forked from the zygote") != NULL);
+        shown += strstr(out(p), "SHOW rank 0 ") != NULL   ? 1
+                 : strstr(out(p), "SHOW rank 1 ") != NULL ? 2
+                                                          : 0;
+    }
+    assert_int_equal(shown, 3);
+    for (int i = 0; i < 2; i++)
+        th_cleanup(&node[i]);
+    th_etcd_down(&etcd);
+    unlink(file);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -850,6 +893,7 @@ int main(int argc, char **argv)
         TH_TEST(test_health_check),
         TH_TEST(test_ctrl_z_on_another_node),
         TH_TEST(test_ctrl_z_on_the_elected_node),
+        TH_TEST(test_warm_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
