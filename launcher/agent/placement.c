@@ -65,11 +65,29 @@ void ddp_placement_rejoin(ddp_placement_t *p)
     g->ops->start_rendezvous(g);
 }
 
+/* The event log's line on where the job's store is: store_placed (`own`: this launcher
+ * serves it; after_loss: a lost store's successor) or store_lost (`why`). */
+static void store_event(ddp_placement_t *p, const char *name, bool own, const char *why)
+{
+    ddp_buf_t fields = DDP_BUF_INIT;
+    char store[DDP_HOST_MAX + 16];
+    snprintf(store, sizeof store, "%s:%d", p->placed.master_addr, p->placed.master_port);
+    ddp_events_str(&fields, "store", store);
+    if (why == NULL)
+        ddp_buf_printf(&fields, ", \"elected\": %s, \"after_loss\": %s", own ? "true" : "false",
+                       p->relocating ? "true" : "false");
+    else
+        ddp_events_str(&fields, "reason", why);
+    ddp_events_emit(&p->g->events, name, &fields);
+    ddp_buf_free(&fields);
+}
+
 void ddp_placement_store_lost(ddp_placement_t *p, const char *message)
 {
     ddp_group_t *g = p->g;
     ddp_log_warn(g->log, "%s: the job goes on at the store of the launcher etcd elects next",
                  message);
+    store_event(p, "store_lost", false, message);
     p->relocating = true;
     p->relocated = false;
     ddp_etcd_place_lost(p->place);
@@ -150,6 +168,7 @@ static void on_placed(void *ctx, bool own, const char *host, int port, const cha
         snprintf(p->placed.master_addr, sizeof p->placed.master_addr, "%s", host);
         p->placed.master_port = port;
     }
+    store_event(p, "store_placed", own, NULL);
     if (!p->relocating) {
         g->ops->start_rendezvous(g);
         return;

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "io.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -332,7 +333,7 @@ static int wait_running_or_spare(th_proc_t *p, double timeout)
  * store go, etcd elects one of them, its store takes the job over from the round record in
  * etcd, and the two run round 1 to the end as the job's 2 nodes (with the spare, the
  * survivor keeps its node rank and the spare takes the lost node's), within seconds of the
- * kill. */
+ * kill. The event log has the store's loss and its successor. */
 static void elected_launcher_lost(bool with_spare)
 {
     th_etcd_t etcd;
@@ -350,8 +351,10 @@ static void elected_launcher_lost(bool with_spare)
     int elected = 0, spare = -1;
     for (int i = 0; i < 3; i++) {
         start_worker(&node[i], worker, NULL,
-                     "%s --rdzv-id=lose --rdzv-endpoint=%s --rdzv-conf=last_call_timeout=1",
-                     with_spare ? "--nnodes=2:2 --hot-spares=1" : "--nnodes=2:3", etcd.endpoints);
+                     "%s --rdzv-id=lose --rdzv-endpoint=%s --rdzv-conf=last_call_timeout=1 "
+                     "--event-log-handler=file:%s/events.jsonl",
+                     with_spare ? "--nnodes=2:2 --hot-spares=1" : "--nnodes=2:3", etcd.endpoints,
+                     dir);
         TH_ASSERT(&node[i], th_wait_output(&node[i], 2, "joining the elastic job", 1, 30));
     }
     TH_ASSERT(&node[0], strstr(err(&node[0]), "etcd: elected") != NULL);
@@ -397,6 +400,18 @@ static void elected_launcher_lost(bool with_spare)
     printf("%s: round 1 done %.2f s after the kill\n", with_spare ? "spare" : "shrunk", took);
     assert_true(took < 10);
     th_wait_exit(&node[elected], 10);
+    /* The event log (one file, every launcher's lines): the first store placed, its loss
+     * seen by both others, the next one placed after it, round 1 formed on both. */
+    char events[700], *text = NULL;
+    size_t len = 0;
+    snprintf(events, sizeof events, "%s/events.jsonl", dir);
+    assert_int_equal(ddp_read_file(events, 1 << 20, &text, &len), 0);
+    assert_int_equal(th_count(text, "\"event\": \"store_lost\""), 2);
+    assert_int_equal(th_count(text, "\"elected\": true, \"after_loss\": false"), 1);
+    assert_int_equal(th_count(text, "\"elected\": true, \"after_loss\": true"), 1);
+    assert_int_equal(th_count(text, "\"event\": \"round_formed\""), with_spare ? 4 : 5);
+    assert_int_equal(th_count(text, "\"round\": 1, \"nnodes\": 2"), 2);
+    free(text);
     for (int i = 0; i < 3; i++)
         th_cleanup(&node[i]);
     th_etcd_down(&etcd);
