@@ -279,7 +279,13 @@ int ddp_cli_parse(ddp_launch_config_t *cfg, int argc, char **argv, char *const *
     cfg->script = argv[script_index];
     cfg->script_args = argv + script_index + 1;
     cfg->nscript_args = argc - script_index - 1;
-    if (cfg->run_id == NULL && (cfg->run_id = strdup("none")) == NULL) {
+    /* --hosts with etcd: every node the same run id, and without --rdzv-id one of this
+     * job's own (two such jobs on one etcd must not meet). */
+    char uuid[37] = "none";
+    if (cfg->run_id == NULL && cfg->rdzv_backend == DDP_RDZV_ETCD && !cfg->standalone &&
+        (cfg->hosts != NULL || cfg->hostfile != NULL) && (rc = ddp_random_uuid(uuid)) != 0)
+        goto fail;
+    if (cfg->run_id == NULL && (cfg->run_id = strdup(uuid)) == NULL) {
         rc = -ENOMEM;
         goto fail;
     }

@@ -1093,12 +1093,18 @@ int ddp_flags_check(ddp_launch_config_t *cfg, const ddp_flag_raw_t *raw, ddp_buf
         if (cfg->hosts != NULL && cfg->hostfile != NULL)
             return ddp_flag_usage(err, "--hosts",
                                   "and --hostfile both name the job's nodes: give one");
-        if (cfg->standalone || cfg->rdzv_backend != DDP_RDZV_STATIC)
-            return ddp_flag_usage(err, which, "starts a static job of its hosts (not with %s)",
-                                  cfg->standalone                      ? "--standalone"
-                                  : cfg->rdzv_backend == DDP_RDZV_ETCD ? "--rdzv-backend=etcd"
-                                                                       : "--rdzv-backend=c10d");
-        if (cfg->nnodes_max != 1 || cfg->node_rank != 0)
+        bool etcd = cfg->rdzv_backend == DDP_RDZV_ETCD && !cfg->standalone;
+        if (cfg->standalone || cfg->rdzv_backend == DDP_RDZV_C10D)
+            return ddp_flag_usage(err, which,
+                                  "starts a static job of its hosts, or an etcd one (not with "
+                                  "%s: its store's host is the endpoint's, not a host of the "
+                                  "list)",
+                                  cfg->standalone ? "--standalone" : "--rdzv-backend=c10d");
+        if (etcd && cfg->node_rank != 0)
+            return ddp_flag_usage(err, which,
+                                  "with --rdzv-backend=etcd, node ranks go in joining order: "
+                                  "leave out --node-rank");
+        if (!etcd && (cfg->nnodes_max != 1 || cfg->node_rank != 0))
             return ddp_flag_usage(err, which, "gives the nodes and their ranks: leave out %s",
                                   cfg->nnodes_max != 1 ? "--nnodes" : "--node-rank");
     }

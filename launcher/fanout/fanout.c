@@ -352,7 +352,13 @@ int ddp_fanout_hosts(ddp_launch_config_t *cfg, ddp_fanout_hosts_t *out, ddp_buf_
                        sizeof cfg->master_addr - 1);
         rc = DDP_EPARSE;
     }
-    if (rc == 0 && out->n > 1 && cfg->master_port == 0) {
+    bool etcd = cfg->rdzv_backend == DDP_RDZV_ETCD;
+    if (rc == 0 && etcd && cfg->nnodes_max > out->n) {
+        ddp_buf_printf(&why, "names %d host(s), fewer than --nnodes=%d:%d", out->n, cfg->nnodes_min,
+                       cfg->nnodes_max);
+        rc = DDP_EPARSE;
+    }
+    if (rc == 0 && !etcd && out->n > 1 && cfg->master_port == 0) {
         ddp_buf_puts(&why, "--master-port 0 (a free port) serves one node only: give a fixed port");
         rc = DDP_EPARSE;
     }
@@ -363,10 +369,11 @@ int ddp_fanout_hosts(ddp_launch_config_t *cfg, ddp_fanout_hosts_t *out, ddp_buf_
         return DDP_EUSAGE;
     }
     ddp_buf_free(&why);
-    cfg->nnodes_min = cfg->nnodes_max = out->n;
+    if (!etcd || cfg->nnodes_max == 1) /* (etcd: as given, within the hosts' count) */
+        cfg->nnodes_min = cfg->nnodes_max = out->n;
     cfg->node_rank = 0;
     const char *at = strrchr(out->names[0], '@'); /* the store's address: no ssh user */
-    if (strcmp(cfg->master_addr, "127.0.0.1") == 0)
+    if (!etcd && strcmp(cfg->master_addr, "127.0.0.1") == 0)
         snprintf(cfg->master_addr, sizeof cfg->master_addr, "%s",
                  at != NULL ? at + 1 : out->names[0]);
     if (!cfg->nproc_per_node_given && out->slots[0] > 0) {
@@ -401,9 +408,15 @@ static void node_command(ddp_buf_t *cmd, const ddp_launch_config_t *cfg,
     }
     ddp_buf_puts(cmd, " ");
     ddp_shell_word(cmd, self);
-    ddp_buf_printf(cmd, " --nnodes=%d --node-rank=%d --master-addr=", hosts->n, i);
-    ddp_shell_word(cmd, cfg->master_addr);
-    ddp_buf_printf(cmd, " --master-port=%d", cfg->master_port);
+    if (cfg->rdzv_backend == DDP_RDZV_ETCD) {
+        /* None is special: the same job, etcd, run id and flags on every node. */
+        ddp_buf_printf(cmd, " --nnodes=%d:%d --rdzv-id=", cfg->nnodes_min, cfg->nnodes_max);
+        ddp_shell_word(cmd, cfg->run_id);
+    } else {
+        ddp_buf_printf(cmd, " --nnodes=%d --node-rank=%d --master-addr=", hosts->n, i);
+        ddp_shell_word(cmd, cfg->master_addr);
+        ddp_buf_printf(cmd, " --master-port=%d", cfg->master_port);
+    }
     if (!cfg->nproc_per_node_given && hosts->slots[i] > 0)
         ddp_buf_printf(cmd, " --nproc-per-node=%d", hosts->slots[i]);
     own_args(cmd, cfg, argc, argv, (int)(cfg->script_args - argv) - 1);
@@ -466,6 +479,9 @@ typedef struct {
     int code0, first_remote_code, left;
     double failed_at, node0_ended_at;
     bool node0_done, ended_node0, closed_sessions, sent_term, sent_kill;
+    /* etcd: node 0 is a node like the others, whose loss the job survives; a node that
+     * ended 0 saw the job complete. */
+    bool etcd, remote_ok;
 } supervisor_t;
 
 static int status_code(int status)
@@ -492,6 +508,7 @@ static void reap(supervisor_t *s, double now)
             s->left--;
             if (code != 0 && s->first_remote_code == 0)
                 s->first_remote_code = code;
+            s->remote_ok = s->remote_ok || code == 0;
             if (code != 0 && !s->node0_done) {
                 ddp_log_error(
                     s->log, "node %d (%s): its ssh ended with status %d while the job runs%s", i,
@@ -529,10 +546,11 @@ static void deadlines(supervisor_t *s, double now)
         kill(s->node0, SIGTERM);
         s->ended_node0 = true;
     }
-    if (!s->node0_done || s->left == 0)
+    if (!s->node0_done || s->left == 0 || (s->etcd && s->code0 != 0))
         return;
     /* Node 0 failed (at start, say, before its store could tell anyone): the others'
-     * launchers would wait out the rendezvous timeout for it; they end after a grace. */
+     * launchers would wait out the rendezvous timeout for it; they end after a grace.
+     * (etcd: the job goes on without it, on the others, which end by themselves.) */
     double linger = s->code0 != 0 ? SSH_GRACE : SSH_LINGER, since = now - s->node0_ended_at;
     if (since < linger)
         return;
@@ -632,7 +650,11 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
     for (size_t k = 0; k < sizeof forwarded / sizeof forwarded[0]; k++)
         sigaddset(&mask, forwarded[k]);
     sigprocmask(SIG_BLOCK, &mask, &old);
-    supervisor_t s = {.hosts = hosts, .log = log, .failed_at = -1, .left = 0};
+    supervisor_t s = {.hosts = hosts,
+                      .log = log,
+                      .failed_at = -1,
+                      .left = 0,
+                      .etcd = cfg->rdzv_backend == DDP_RDZV_ETCD};
     s.pids = calloc((size_t)hosts->n, sizeof *s.pids);
     s.session = calloc((size_t)hosts->n, sizeof *s.session);
     pid_t supervisor = getpid();
@@ -664,6 +686,11 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
         int sig = sigtimedwait(&mask, NULL, &tick);
         if (sig > 0 && sig != SIGCHLD && !s.node0_done)
             kill(s.node0, sig); /* node 0 ends the job on every node */
+        else if (sig > 0 && sig != SIGCHLD && s.etcd && !s.closed_sessions) {
+            /* etcd, node 0 gone: the others end as on a hangup */
+            close_sessions(&s);
+            s.closed_sessions = true;
+        }
         double now = ddp_clock_mono();
         reap(&s, now);
         deadlines(&s, now);
@@ -674,5 +701,7 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
     free(s.session);
     if (s.ended_node0)
         return DDP_EXIT_RDZV_FAILED;
+    if (s.etcd && s.remote_ok) /* the job completed there, node 0 lost or left */
+        return DDP_EXIT_OK;
     return s.code0 != 0 ? s.code0 : s.first_remote_code;
 }

@@ -98,7 +98,10 @@ static void test_flags_checked(void **state)
          "cert without key"},
         {"--rdzv-endpoint=127.0.0.1 --rdzv-conf=protocol=https,cacert=/nowhere/ca.pem",
          "cacert=/nowhere/ca.pem: unable to read it: No such file or directory"},
-        {"--rdzv-endpoint=127.0.0.1 --hosts=a,b", "--hosts: starts a static job of its hosts"},
+        {"--rdzv-endpoint=127.0.0.1 --hosts=a,b --node-rank=1",
+         "--hosts: with --rdzv-backend=etcd, node ranks go in joining order"},
+        {"--rdzv-endpoint=127.0.0.1 --hosts=a,b --nnodes=2:3",
+         "--hosts: names 2 host(s), fewer than --nnodes=2:3"},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -885,6 +888,147 @@ static void test_warm_restart(void **state)
     unlink(file);
 }
 
+/* DDP_LAUNCH_SSH=... for a stand-in for ssh that runs the command here, written in `dir`. */
+static void local_ssh(const char *dir, char *var, size_t cap)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/ssh.sh", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("# ssh's stand-in: -o BatchMode=yes HOST COMMAND, run here\nshift 3\n"
+          "exec /bin/sh -c \"$1\"\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+    snprintf(var, cap, "DDP_LAUNCH_SSH=/bin/sh %s", path);
+}
+
+/* --hosts with etcd: one command starts a launcher on every host (a local stand-in for
+ * ssh), each with the same etcd endpoints and run id (one the command made: none was
+ * given) and no place given: etcd elects one, node ranks go in joining order, and the job
+ * of 3 runs to its end. --dry-run shows it. */
+static void test_hosts_start_every_node(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    char *dir = th_tmpdir(), ssh_var[800];
+    local_ssh(dir, ssh_var, sizeof ssh_var);
+    const char *env[] = {ssh_var, NULL};
+    th_proc_t p;
+    start_worker(&p, NULL, env, "--hosts=h0,h1,h2 --rdzv-endpoint=%s --dry-run", etcd.endpoints);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    const char *node2 = strstr(out(&p), "node 2 (h2): /bin/sh ");
+    TH_ASSERT(&p, node2 != NULL && strstr(node2, " --nnodes=3:3 --rdzv-id=") != NULL &&
+                      strstr(out(&p), "--node-rank") == NULL &&
+                      strstr(out(&p), "--master-addr") == NULL);
+    th_cleanup(&p);
+    start_worker(&p, NULL, env, "--hosts=h0,h1,h2 --rdzv-endpoint=%s", etcd.endpoints);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    for (int r = 0; r < 3; r++) {
+        char rank[32];
+        snprintf(rank, sizeof rank, "\nGROUP_RANK=%d\n", r);
+        TH_ASSERT(&p, th_count(out(&p), rank) == 1);
+    }
+    TH_ASSERT(&p, th_count(out(&p), "\nGROUP_WORLD_SIZE=3\n") == 3);
+    char id[128], all_id[160];
+    value_of(&p, "TORCHELASTIC_RUN_ID", id, sizeof id);
+    TH_ASSERT(&p, strlen(id) == 36); /* a uuid */
+    snprintf(all_id, sizeof all_id, "TORCHELASTIC_RUN_ID=%s\n", id);
+    TH_ASSERT(&p, th_count(out(&p), all_id) == 3);
+    TH_ASSERT(&p, th_count(err(&p), "etcd: elected") == 1);
+    th_cleanup(&p);
+    th_etcd_down(&etcd);
+    th_rmtree(dir);
+    free(dir);
+}
+
+/* The process group of process `pid` (0: none). */
+static int group_of(const char *pid)
+{
+    char path[128], stat[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f != NULL ? fread(stat, 1, sizeof stat - 1, f) : 0;
+    if (f != NULL)
+        fclose(f);
+    stat[n] = '\0';
+    const char *after = strrchr(stat, ')');
+    int group = 0;
+    return after != NULL && sscanf(after, ") %*c %*d %d", &group) == 1 ? group : 0;
+}
+
+/* The launcher that one command (--hosts) runs here: the child of `command` in its
+ * process group (the ssh sessions have groups of their own); 0: none. */
+static pid_t launcher_here(pid_t command)
+{
+    char path[128], children[512], self[32];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)command, (int)command);
+    snprintf(self, sizeof self, "%d", (int)command);
+    FILE *f = fopen(path, "r");
+    size_t n = f != NULL ? fread(children, 1, sizeof children - 1, f) : 0;
+    if (f != NULL)
+        fclose(f);
+    children[n] = '\0';
+    int group = group_of(self);
+    for (char *save = NULL, *w = strtok_r(children, " \n", &save); w != NULL;
+         w = strtok_r(NULL, " \n", &save))
+        if (group != 0 && group_of(w) == group)
+            return (pid_t)atoi(w);
+    return 0;
+}
+
+/* --hosts with etcd, --nnodes=2:3: the launcher the command runs here SIGKILLed mid-job
+ * is one more node lost: the two others finish the job as round 1 (etcd elects another
+ * store where it was that launcher's), and the command's status is the job's, 0. A
+ * SIGTERM to the command ends the job on every node. */
+static void test_hosts_first_node_lost(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    char *dir = th_tmpdir(), ssh_var[800], script[1400], marker[700];
+    local_ssh(dir, ssh_var, sizeof ssh_var);
+    snprintf(marker, sizeof marker, "%s/go", dir);
+    snprintf(script, sizeof script,
+             "if [ -e '%s' ]; then echo \"DONE $GROUP_WORLD_SIZE\"; exit 0; fi; "
+             "echo \"ready $GROUP_WORLD_SIZE\"; exec sleep 600",
+             marker);
+    const char *worker[] = {"/bin/sh", "-c", script, NULL}, *env[] = {ssh_var, NULL};
+    th_proc_t p;
+    start_worker(&p, worker, env,
+                 "--hosts=h0,h1,h2 --nnodes=2:3 --rdzv-endpoint=%s "
+                 "--rdzv-conf=last_call_timeout=2",
+                 etcd.endpoints);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready 3\n", 3, 30));
+    pid_t here = launcher_here(p.pid);
+    TH_ASSERT(&p, here > 0);
+    TH_ASSERT(&p, th_touch(marker));
+    assert_int_equal(kill(here, SIGKILL), 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 60));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(out(&p), "DONE 2\n") == 2);
+    TH_ASSERT(&p, strstr(err(&p), "round 1: 2 node(s)") != NULL);
+    th_cleanup(&p);
+
+    /* SIGTERM to the command: its launcher here ends the job on every node. */
+    unlink(marker);
+    start_worker(&p, worker, env, "--hosts=h0,h1,h2 --rdzv-id=term --rdzv-endpoint=%s",
+                 etcd.endpoints);
+    TH_ASSERT(&p, th_wait_output(&p, 1, "ready 3\n", 3, 30));
+    double sent = th_now();
+    assert_int_equal(kill(p.pid, SIGTERM), 0);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    printf("SIGTERM: every node ended %.2f s after\n", th_now() - sent);
+    TH_ASSERT(&p, th_status(&p) == 128 + SIGTERM);
+    TH_ASSERT(&p, th_now() - sent < 10);
+    th_cleanup(&p);
+    th_etcd_down(&etcd);
+    th_rmtree(dir);
+    free(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -909,6 +1053,8 @@ int main(int argc, char **argv)
         TH_TEST(test_ctrl_z_on_another_node),
         TH_TEST(test_ctrl_z_on_the_elected_node),
         TH_TEST(test_warm_restart),
+        TH_TEST(test_hosts_start_every_node),
+        TH_TEST(test_hosts_first_node_lost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
