@@ -365,8 +365,10 @@ void ddp_slurm_after(ddp_launch_config_t *cfg, const ddp_flag_raw_t *raw, char *
         cfg->slurm_fanout = 1;
         return;
     }
+    /* (etcd: an elastic MIN:MAX whose MAX is the allocation's, too.) */
     bool fixed = !raw[ddp_flag_index("nnodes")].set ||
-                 (cfg->nnodes_min == cfg->nnodes_max && cfg->nnodes_max == allocated);
+                 ((cfg->nnodes_min == cfg->nnodes_max || cfg->rdzv_backend == DDP_RDZV_ETCD) &&
+                  cfg->nnodes_max == allocated);
     if (slurm_outside_step(envp) && !raw[ddp_flag_index("node-rank")].set && allocated > 1 &&
         fixed) {
         cfg->slurm_fanout = allocated; /* --nnodes, where given, says the same */

@@ -84,9 +84,16 @@ typedef struct {
 static int node_line(void *ctx, const char *host)
 {
     node_line_t *n = ctx;
-    ddp_buf_printf(n->out, "  on %s: %s --nnodes=%d --node-rank=%d --master-addr=%s", host, n->self,
-                   n->nodes, n->index, n->first);
-    if (n->port > 0) /* srun picks the step id: the port follows from it on every node */
+    if (n->cfg->rdzv_backend == DDP_RDZV_ETCD) /* the same on every node: etcd places them */
+        ddp_buf_printf(n->out, "  on %s: %s --nnodes=%d:%d%s", host, n->self,
+                       n->cfg->nnodes_max > 1 ? n->cfg->nnodes_min : n->nodes, n->nodes,
+                       n->cfg->run_id == NULL || strcmp(n->cfg->run_id, "none") == 0
+                           ? " --rdzv-id=slurm-<job>.<step>"
+                           : "");
+    else
+        ddp_buf_printf(n->out, "  on %s: %s --nnodes=%d --node-rank=%d --master-addr=%s", host,
+                       n->self, n->nodes, n->index, n->first);
+    if (n->port > 0 && n->cfg->rdzv_backend != DDP_RDZV_ETCD) /* the step id gives the port */
         ddp_buf_printf(n->out, " --master-port=<%d + (job + %d x step) mod %d>",
                        DDP_SLURM_PORT_BASE, DDP_SLURM_STEP_STRIDE, DDP_SLURM_PORT_SPAN);
     own_args(n->out, n->cfg, n->argc, n->argv, n->script);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -902,6 +903,21 @@ static void local_ssh(const char *dir, char *var, size_t cap)
     snprintf(var, cap, "DDP_LAUNCH_SSH=/bin/sh %s", path);
 }
 
+/* One command's launchers (every worker printing its environment) ended 0 as one job of 3
+ * nodes, each node rank once. */
+static void one_job_of_three(th_proc_t *p)
+{
+    TH_ASSERT(p, th_wait_exit(p, 60));
+    TH_ASSERT(p, th_status(p) == 0);
+    for (int r = 0; r < 3; r++) {
+        char rank[32];
+        snprintf(rank, sizeof rank, "\nGROUP_RANK=%d\n", r);
+        TH_ASSERT(p, th_count(out(p), rank) == 1);
+    }
+    TH_ASSERT(p, th_count(out(p), "\nGROUP_WORLD_SIZE=3\n") == 3);
+    TH_ASSERT(p, th_count(err(p), "etcd: elected") == 1);
+}
+
 /* --hosts with etcd: one command starts a launcher on every host (a local stand-in for
  * ssh), each with the same etcd endpoints and run id (one the command made: none was
  * given) and no place given: etcd elects one, node ranks go in joining order, and the job
@@ -924,20 +940,12 @@ static void test_hosts_start_every_node(void **state)
                       strstr(out(&p), "--master-addr") == NULL);
     th_cleanup(&p);
     start_worker(&p, NULL, env, "--hosts=h0,h1,h2 --rdzv-endpoint=%s", etcd.endpoints);
-    TH_ASSERT(&p, th_wait_exit(&p, 60));
-    TH_ASSERT(&p, th_status(&p) == 0);
-    for (int r = 0; r < 3; r++) {
-        char rank[32];
-        snprintf(rank, sizeof rank, "\nGROUP_RANK=%d\n", r);
-        TH_ASSERT(&p, th_count(out(&p), rank) == 1);
-    }
-    TH_ASSERT(&p, th_count(out(&p), "\nGROUP_WORLD_SIZE=3\n") == 3);
+    one_job_of_three(&p);
     char id[128], all_id[160];
     value_of(&p, "TORCHELASTIC_RUN_ID", id, sizeof id);
     TH_ASSERT(&p, strlen(id) == 36); /* a uuid */
     snprintf(all_id, sizeof all_id, "TORCHELASTIC_RUN_ID=%s\n", id);
     TH_ASSERT(&p, th_count(out(&p), all_id) == 3);
-    TH_ASSERT(&p, th_count(err(&p), "etcd: elected") == 1);
     th_cleanup(&p);
     th_etcd_down(&etcd);
     th_rmtree(dir);
@@ -1029,6 +1037,50 @@ static void test_hosts_first_node_lost(void **state)
     free(dir);
 }
 
+/* Slurm's one command with etcd: in an allocation of 3 nodes outside a step, ddp-launch
+ * runs itself on every node through srun (here a stand-in that runs the step's 3 tasks on
+ * this machine, each with a task's Slurm variables); each takes the step's run id
+ * (slurm-JOB.STEP) and etcd places them: one job of 3, node ranks once each. --dry-run
+ * shows every node's same command. */
+static void test_slurm_one_command(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    char *dir = th_tmpdir(), srun[700], path[800];
+    snprintf(srun, sizeof srun, "%s/srun", dir);
+    FILE *f = fopen(srun, "w");
+    assert_non_null(f);
+    fputs("#!/bin/sh\n# srun's stand-in: --nodes=N --ntasks=N --ntasks-per-node=1 --label "
+          "PROGRAM ARGS, the N tasks here\nn=${1#--nodes=}; shift 4; pids=; i=0\n"
+          "while [ $i -lt $n ]; do\n"
+          "  SLURM_STEP_ID=0 SLURM_NODEID=$i SLURM_PROCID=$i SLURM_LOCALID=0 SLURM_NNODES=$n "
+          "SLURM_STEP_NUM_NODES=$n SLURM_NTASKS=$n SLURM_STEP_TASKS_PER_NODE=\"1(x$n)\" "
+          "SLURM_STEP_NODELIST=\"$SLURM_JOB_NODELIST\" \"$@\" &\n"
+          "  pids=\"$pids $!\"; i=$((i + 1))\ndone\n"
+          "rc=0; for p in $pids; do wait $p || rc=$?; done; exit $rc\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(srun, 0755), 0);
+    snprintf(path, sizeof path, "PATH=%s:/usr/bin:/bin", dir);
+    const char *env[] = {path, "SLURM_JOB_ID=77", "SLURM_JOB_NUM_NODES=3",
+                         "SLURM_JOB_NODELIST=n[1-3]", NULL};
+    th_proc_t p;
+    start_worker(&p, NULL, env, "--rdzv-endpoint=%s --dry-run", etcd.endpoints);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, th_count(out(&p), " --nnodes=3:3 --rdzv-id=slurm-<job>.<step> ") == 3 &&
+                      strstr(out(&p), "--node-rank") == NULL);
+    th_cleanup(&p);
+    start_worker(&p, NULL, env, "--rdzv-endpoint=%s", etcd.endpoints);
+    one_job_of_three(&p);
+    TH_ASSERT(&p, th_count(out(&p), "TORCHELASTIC_RUN_ID=slurm-77.0\n") == 3);
+    th_cleanup(&p);
+    th_etcd_down(&etcd);
+    th_rmtree(dir);
+    free(dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -1055,6 +1107,7 @@ int main(int argc, char **argv)
         TH_TEST(test_warm_restart),
         TH_TEST(test_hosts_start_every_node),
         TH_TEST(test_hosts_first_node_lost),
+        TH_TEST(test_slurm_one_command),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
