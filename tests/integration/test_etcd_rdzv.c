@@ -338,23 +338,46 @@ static int wait_running_or_spare(th_proc_t *p, double timeout)
  * etcd, and the two run round 1 to the end as the job's 2 nodes (with the spare, the
  * survivor keeps its node rank and the spare takes the lost node's), within seconds of the
  * kill. The event log has the store's loss and its successor. */
-static void elected_launcher_lost(bool with_spare)
+static void elected_launcher_lost(bool with_spare, bool torch)
 {
+    const char *python = th_torch_python();
+    if (torch && python == NULL) {
+        printf("no python with torch (apt-get install python3-torch): skipped\n");
+        skip();
+    }
     th_etcd_t etcd;
     th_etcd_up(&etcd, 3);
     char *dir = th_tmpdir(), marker[600], script[1400];
     snprintf(marker, sizeof marker, "%s/go", dir);
-    snprintf(script, sizeof script,
-             "if [ -e '%s' ]; then echo \"DONE GROUP_RANK=$GROUP_RANK "
-             "GROUP_WORLD_SIZE=$GROUP_WORLD_SIZE STORE=$MASTER_PORT\"; exit 0; fi; "
-             "echo ready; exec sleep 600",
-             marker);
-    const char *worker[] = {"/bin/sh", "-c", script, NULL};
+    if (!torch)
+        snprintf(script, sizeof script,
+                 "if [ -e '%s' ]; then echo \"DONE GROUP_RANK=$GROUP_RANK "
+                 "GROUP_WORLD_SIZE=$GROUP_WORLD_SIZE STORE=$MASTER_PORT\"; exit 0; fi; "
+                 "echo ready; exec sleep 600",
+                 marker);
+    else /* (an all_reduce on each round's gloo group: round 0 waits after it) */
+        snprintf(
+            script, sizeof script,
+            "import os, time, torch, torch.distributed as dist\n"
+            "dist.init_process_group('gloo', init_method='env://')\n"
+            "v = torch.tensor([float(dist.get_rank() + 1)])\n"
+            "dist.all_reduce(v)\n"
+            "e = os.environ\n"
+            "if os.path.exists('%s'):\n"
+            "    print('DONE GROUP_RANK=%%s GROUP_WORLD_SIZE=%%s STORE=%%s RANK=%%d SUM=%%d' %% "
+            "(e['GROUP_RANK'], e['GROUP_WORLD_SIZE'], e['MASTER_PORT'], dist.get_rank(), "
+            "v.item()), flush=True)\n"
+            "else:\n"
+            "    print('ready', flush=True)\n"
+            "    time.sleep(600)\n",
+            marker);
+    const char *shell[] = {"/bin/sh", "-c", script, NULL}, *py[] = {python, "-c", script, NULL};
+    const char *const *worker = torch ? py : shell, *env[] = {"GLOO_SOCKET_IFNAME=lo", NULL};
     /* The first launcher is elected, and in the first round (it joins first). */
     th_proc_t node[3];
     int elected = 0, spare = -1;
     for (int i = 0; i < 3; i++) {
-        start_worker(&node[i], worker, NULL,
+        start_worker(&node[i], worker, env,
                      "%s --rdzv-id=lose --rdzv-endpoint=%s --rdzv-conf=last_call_timeout=1 "
                      "--event-log-handler=file:%s/events.jsonl",
                      with_spare ? "--nnodes=2:2 --hot-spares=1" : "--nnodes=2:3", etcd.endpoints,
@@ -396,12 +419,17 @@ static void elected_launcher_lost(bool with_spare)
         /* Ranks kept: the survivor its own, the spare the lost node's; round 1 of the job. */
         TH_ASSERT(p, !with_spare || g == (i == spare ? old_rank[elected] : old_rank[i]));
         TH_ASSERT(p, strstr(err(p), "round 1: 2 node(s)") != NULL);
+        /* PyTorch: the rank is the node's (one worker each), round 1's all_reduce 1 + 2. */
+        char rank[32];
+        snprintf(rank, sizeof rank, " RANK=%d SUM=3", g);
+        TH_ASSERT(p, !torch || strstr(done, rank) != NULL);
         took_over += strstr(err(p), "taking the job over after round 0") != NULL;
     }
     double took = th_now() - killed;
     assert_int_equal(ranks[0] * ranks[1], 1);
     assert_int_equal(took_over, 1);
-    printf("%s: round 1 done %.2f s after the kill\n", with_spare ? "spare" : "shrunk", took);
+    printf("%s%s: round 1 done %.2f s after the kill\n", torch ? "PyTorch, " : "",
+           with_spare ? "spare" : "shrunk", took);
     assert_true(took < 10);
     th_wait_exit(&node[elected], 10);
     /* The event log (one file, every launcher's lines): the first store placed, its loss
@@ -426,7 +454,7 @@ static void elected_launcher_lost(bool with_spare)
 static void test_elected_launcher_lost_spare_takes_over(void **state)
 {
     (void)state;
-    elected_launcher_lost(true);
+    elected_launcher_lost(true, false);
 }
 
 /* The same without a spare, --nnodes=2:3: the job shrinks to the 2 survivors, round 1,
@@ -434,7 +462,15 @@ static void test_elected_launcher_lost_spare_takes_over(void **state)
 static void test_elected_launcher_lost_job_shrinks(void **state)
 {
     (void)state;
-    elected_launcher_lost(false);
+    elected_launcher_lost(false, false);
+}
+
+/* The same with PyTorch (gloo) workers and a hot spare: each round's workers meet in its
+ * store (env://) and all_reduce; round 1's, at the new store, with the ranks kept. */
+static void test_elected_launcher_lost_torch_spare(void **state)
+{
+    (void)state;
+    elected_launcher_lost(true, true);
 }
 
 /* A 3-member etcd and two launchers of --nnodes=2 under run id `id` (more flags in `conf`)
@@ -1096,6 +1132,7 @@ int main(int argc, char **argv)
         TH_TEST(test_dead_jobs_live_record_deposed),
         TH_TEST(test_elected_launcher_lost_spare_takes_over),
         TH_TEST(test_elected_launcher_lost_job_shrinks),
+        TH_TEST(test_elected_launcher_lost_torch_spare),
         TH_TEST(test_etcd_leader_lost_job_goes_on),
         TH_TEST(test_etcd_quorum_lost_ends_the_job),
         TH_TEST(test_lease_lost_while_forming_rejoins),
