@@ -487,9 +487,28 @@ typedef struct {
     double failed_at, node0_ended_at;
     bool node0_done, ended_node0, closed_sessions, sent_term, sent_kill;
     /* etcd: node 0 is a node like the others, whose loss the job survives; a node that
-     * ended 0 saw the job complete. */
+     * ended 0 saw the job complete. The job is ended only when fewer than `min_nodes`
+     * can still run (`failed`: the other nodes whose ssh could not start or ended). */
     bool etcd, remote_ok;
+    int failed, min_nodes;
 } supervisor_t;
+
+/* Node i's ssh could not start or ended with a failure while the job runs: the job ends
+ * (node 0 gets SIGTERM after SSH_GRACE), but with etcd only where too few nodes are left
+ * for it to go on. */
+static void remote_failed(supervisor_t *s, int i, double now)
+{
+    s->failed++;
+    if (s->etcd && s->hosts->n - s->failed >= s->min_nodes) {
+        ddp_log_warn(s->log,
+                     "node %d (%s) is out of the job, which goes on at the other %d node(s) "
+                     "(--rdzv-backend=etcd; it needs %d)",
+                     i, s->hosts->names[i], s->hosts->n - s->failed, s->min_nodes);
+        return;
+    }
+    if (s->failed_at < 0)
+        s->failed_at = now;
+}
 
 static int status_code(int status)
 {
@@ -526,8 +545,7 @@ static void reap(supervisor_t *s, double now)
                                     "on a shared file system)"
                     : code == 126 ? " (its shell could not execute ddp-launch there)"
                                   : "");
-                if (s->failed_at < 0)
-                    s->failed_at = now;
+                remote_failed(s, i, now);
             }
         }
     }
@@ -661,7 +679,8 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
                       .log = log,
                       .failed_at = -1,
                       .left = 0,
-                      .etcd = cfg->rdzv_backend == DDP_RDZV_ETCD};
+                      .etcd = cfg->rdzv_backend == DDP_RDZV_ETCD,
+                      .min_nodes = cfg->nnodes_min};
     s.pids = calloc((size_t)hosts->n, sizeof *s.pids);
     s.session = calloc((size_t)hosts->n, sizeof *s.session);
     pid_t supervisor = getpid();
@@ -685,8 +704,8 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
         s.pids[i] = start_ssh(cfg, hosts, i, self, cwd, argc, argv, &old, log, &s.session[i]);
         if (s.pids[i] > 0)
             s.left++;
-        else if (s.failed_at < 0)
-            s.failed_at = ddp_clock_mono() - SSH_GRACE; /* node 0 ends at once */
+        else /* node 0 ends at once (where it ends) */
+            remote_failed(&s, i, ddp_clock_mono() - SSH_GRACE);
     }
     while (!s.node0_done || s.left > 0) {
         struct timespec tick = {0, 200 * 1000 * 1000};

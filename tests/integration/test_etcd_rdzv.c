@@ -1003,9 +1003,10 @@ static int group_of(const char *pid)
     return after != NULL && sscanf(after, ") %*c %*d %d", &group) == 1 ? group : 0;
 }
 
-/* The launcher that one command (--hosts) runs here: the child of `command` in its
- * process group (the ssh sessions have groups of their own); 0: none. */
-static pid_t launcher_here(pid_t command)
+/* The launcher that one command (--hosts) runs here (`here`): the child of `command` in
+ * its process group; else one that it runs over ssh: a child in a group of its own (the
+ * local stand-in for ssh execs the launcher); 0: none. */
+static pid_t launcher_of(pid_t command, bool here)
 {
     char path[128], children[512], self[32];
     snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)command, (int)command);
@@ -1018,15 +1019,36 @@ static pid_t launcher_here(pid_t command)
     int group = group_of(self);
     for (char *save = NULL, *w = strtok_r(children, " \n", &save); w != NULL;
          w = strtok_r(NULL, " \n", &save))
-        if (group != 0 && group_of(w) == group)
+        if (group != 0 && (group_of(w) == group) == here)
             return (pid_t)atoi(w);
     return 0;
 }
 
+/* One command (--hosts, 3 hosts, --nnodes=2:3, run id `id`) running `worker`; once each
+ * host's worker is ready, `marker` made and the launcher here (`here`) or another host's
+ * SIGKILLed: the command ends 0 (in `p`), the two others' workers done. */
+static void one_launcher_lost(th_proc_t *p, const th_etcd_t *etcd, const char *const *worker,
+                              const char *const *env, const char *marker, const char *id, bool here)
+{
+    unlink(marker);
+    start_worker(p, worker, env,
+                 "--hosts=h0,h1,h2 --nnodes=2:3 --rdzv-id=%s --rdzv-endpoint=%s "
+                 "--rdzv-conf=last_call_timeout=2",
+                 id, etcd->endpoints);
+    TH_ASSERT(p, th_wait_output(p, 1, "ready 3\n", 3, 30));
+    pid_t launcher = launcher_of(p->pid, here);
+    TH_ASSERT(p, launcher > 0);
+    TH_ASSERT(p, th_touch(marker));
+    assert_int_equal(kill(launcher, SIGKILL), 0);
+    TH_ASSERT(p, th_wait_exit(p, 60));
+    TH_ASSERT(p, th_status(p) == 0);
+    TH_ASSERT(p, th_count(out(p), "DONE 2\n") == 2);
+}
+
 /* --hosts with etcd, --nnodes=2:3: the launcher the command runs here SIGKILLed mid-job
  * is one more node lost: the two others finish the job as round 1 (etcd elects another
- * store where it was that launcher's), and the command's status is the job's, 0. A
- * SIGTERM to the command ends the job on every node. */
+ * store where it was that launcher's), and the command's status is the job's, 0; the same
+ * for another host's launcher. A SIGTERM to the command ends the job on every node. */
 static void test_hosts_first_node_lost(void **state)
 {
     (void)state;
@@ -1041,19 +1063,13 @@ static void test_hosts_first_node_lost(void **state)
              marker);
     const char *worker[] = {"/bin/sh", "-c", script, NULL}, *env[] = {ssh_var, NULL};
     th_proc_t p;
-    start_worker(&p, worker, env,
-                 "--hosts=h0,h1,h2 --nnodes=2:3 --rdzv-endpoint=%s "
-                 "--rdzv-conf=last_call_timeout=2",
-                 etcd.endpoints);
-    TH_ASSERT(&p, th_wait_output(&p, 1, "ready 3\n", 3, 30));
-    pid_t here = launcher_here(p.pid);
-    TH_ASSERT(&p, here > 0);
-    TH_ASSERT(&p, th_touch(marker));
-    assert_int_equal(kill(here, SIGKILL), 0);
-    TH_ASSERT(&p, th_wait_exit(&p, 60));
-    TH_ASSERT(&p, th_status(&p) == 0);
-    TH_ASSERT(&p, th_count(out(&p), "DONE 2\n") == 2);
+    one_launcher_lost(&p, &etcd, worker, env, marker, "here", true);
     TH_ASSERT(&p, strstr(err(&p), "round 1: 2 node(s)") != NULL);
+    th_cleanup(&p);
+    /* Another host's launcher SIGKILLed: the same, the command says so and goes on. */
+    one_launcher_lost(&p, &etcd, worker, env, marker, "there", false);
+    TH_ASSERT(&p,
+              strstr(err(&p), "is out of the job, which goes on at the other 2 node(s)") != NULL);
     th_cleanup(&p);
 
     /* SIGTERM to the command: its launcher here ends the job on every node. */
