@@ -80,21 +80,34 @@ static bool remote_nodes_empty(void)
     }
 }
 
+/* `ddp-launch ARGS...` on node 0 (3 nodes of ddp-hello, 2 ranks each) ended 0, every rank
+ * of 6 saying hello (on node r / 2 where `ranks_by_host`: node ranks in host order);
+ * its output in *out and *err. */
+static void every_rank_said_hello(th_proc_t *p, const char *const *args, bool ranks_by_host,
+                                  const char **out, const char **err)
+{
+    start_on_node0(p, args);
+    TH_ASSERT(p, th_wait_exit(p, 120));
+    *out = ddp_buf_str(&p->out);
+    *err = ddp_buf_str(&p->err);
+    TH_ASSERT(p, th_status(p) == 0);
+    for (int r = 0; r < 6; r++) {
+        char line[96];
+        int n = snprintf(line, sizeof line, "hello from rank %d of 6 (local rank %d of 2 on n", r,
+                         r % 2);
+        if (ranks_by_host)
+            snprintf(line + n, sizeof line - (size_t)n, "%d,", r / 2);
+        TH_ASSERT(p, strstr(*out, line) != NULL);
+    }
+}
+
 static void test_hosts_start_every_node(void **state)
 {
     const char *args[] = {"--hosts=n[0-2]", "--nproc-per-node=2", "--no-python",
                           getenv("DDP_TEST_HELLO"), NULL};
     th_proc_t p;
-    start_on_node0(&p, args);
-    TH_ASSERT(&p, th_wait_exit(&p, 120));
-    const char *out = ddp_buf_str(&p.out), *err = ddp_buf_str(&p.err);
-    TH_ASSERT(&p, th_status(&p) == 0);
-    for (int r = 0; r < 6; r++) {
-        char line[96];
-        snprintf(line, sizeof line, "hello from rank %d of 6 (local rank %d of 2 on n%d,", r, r % 2,
-                 r / 2);
-        TH_ASSERT(&p, strstr(out, line) != NULL);
-    }
+    const char *out, *err;
+    every_rank_said_hello(&p, args, true, &out, &err);
     TH_ASSERT(&p, strstr(err, "node 1 (n1): started over ssh") != NULL);
     TH_ASSERT(&p, strstr(err, "node 2 (n2): started over ssh") != NULL);
     th_cleanup(&p);
@@ -450,8 +463,45 @@ static void test_sigkill_of_the_command_ends_every_node(void **state)
     assert_int_equal(left, 0);
 }
 
-int main(void)
+/* --hosts with --rdzv-backend=etcd (one etcd member on the cluster's bridge, which every
+ * node reaches): every node runs the same command over real ssh, none given a place;
+ * etcd elects the store's launcher, and the libddp job of 6 ranks runs, 2 on each node. */
+static void test_hosts_with_etcd(void **state)
 {
+    char path[600], net[32] = "";
+    snprintf(path, sizeof path, "%s/net", cluster.dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(net, sizeof net, f));
+    fclose(f);
+    net[strcspn(net, "\n")] = '\0';
+    char host[48], endpoint[160];
+    snprintf(host, sizeof host, "%s.254", net);
+    th_etcd_t etcd;
+    th_etcd_up_at(&etcd, 1, host);
+    snprintf(endpoint, sizeof endpoint, "--rdzv-endpoint=%s", etcd.endpoints);
+    const char *args[] = {
+        "--hosts=n[0-2]", "--rdzv-backend=etcd",    endpoint, "--nproc-per-node=2",
+        "--no-python",    getenv("DDP_TEST_HELLO"), NULL};
+    th_proc_t p;
+    const char *out, *err;
+    every_rank_said_hello(&p, args, false, &out, &err);
+    for (int i = 0; i < NODES; i++) {
+        char on[32];
+        snprintf(on, sizeof on, " of 2 on n%d,", i);
+        TH_ASSERT(&p, th_count(out, on) == 2);
+    }
+    TH_ASSERT(&p, th_count(err, "etcd: elected") == 1);
+    TH_ASSERT(&p, strstr(err, "node 2 (n2): started over ssh") != NULL);
+    th_cleanup(&p);
+    th_etcd_down(&etcd);
+    assert_true(remote_nodes_empty());
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     char check[600];
     snprintf(check, sizeof check, "'%s/tests/support/cluster' check ssh", th_source_dir());
     if (system(check) != 0)
@@ -469,6 +519,7 @@ int main(void)
         TH_TEST(test_sigkill_of_the_command_ends_every_node),
         TH_TEST(test_own_name_on_loopback),
         TH_TEST(test_gloo_warned_of_a_loopback_name),
+        TH_TEST(test_hosts_with_etcd),
     };
     return cmocka_run_group_tests(tests, cluster_up, cluster_down);
 }

@@ -781,19 +781,24 @@ int th_etcdctl(const th_etcd_t *c, const char *args, char *out, size_t cap)
     return etcdctl(c, c->endpoints, args, out, cap);
 }
 
-static void etcd_up(th_etcd_t *c, int n, bool tls);
+static void etcd_up(th_etcd_t *c, int n, bool tls, const char *host);
 
 void th_etcd_up(th_etcd_t *c, int n)
 {
-    etcd_up(c, n, false);
+    etcd_up(c, n, false, "127.0.0.1");
 }
 
 void th_etcd_up_tls(th_etcd_t *c, int n)
 {
-    etcd_up(c, n, true);
+    etcd_up(c, n, true, "127.0.0.1");
 }
 
-static void etcd_up(th_etcd_t *c, int n, bool tls)
+void th_etcd_up_at(th_etcd_t *c, int n, const char *host)
+{
+    etcd_up(c, n, false, host);
+}
+
+static void etcd_up(th_etcd_t *c, int n, bool tls, const char *host)
 {
     assert_true(n >= 1 && n <= TH_ETCD_MAX);
     if (access(ETCD, X_OK) != 0 || access(ETCDCTL, X_OK) != 0) {
@@ -803,6 +808,7 @@ static void etcd_up(th_etcd_t *c, int n, bool tls)
     }
     memset(c, 0, sizeof *c);
     c->n = n;
+    snprintf(c->host, sizeof c->host, "%s", host);
     /* On a tmpfs where there is one: etcd syncs its log at every write, and on a disk that
      * other tests load, an election took more than 10 s. Removed at the test's end. */
     char *shm = access("/dev/shm", W_OK) == 0 ? th_shm_tmpdir() : NULL;
@@ -824,14 +830,14 @@ static void etcd_up(th_etcd_t *c, int n, bool tls)
         size_t len = strlen(cluster), elen = strlen(c->endpoints);
         snprintf(cluster + len, sizeof cluster - len, "%sm%d=http://127.0.0.1:%d", i ? "," : "", i,
                  c->peer_port[i]);
-        snprintf(c->endpoints + elen, sizeof c->endpoints - elen, "%s127.0.0.1:%d", i ? "," : "",
+        snprintf(c->endpoints + elen, sizeof c->endpoints - elen, "%s%s:%d", i ? "," : "", c->host,
                  c->client_port[i]);
     }
     for (int i = 0; i < n; i++) {
         char name[16], data[600], client[64], peer[64], initial[TH_ETCD_MAX * 48 + 32];
         snprintf(name, sizeof name, "m%d", i);
         snprintf(data, sizeof data, "%s/m%d", c->dir, i);
-        snprintf(client, sizeof client, "%s://127.0.0.1:%d", tls ? "https" : "http",
+        snprintf(client, sizeof client, "%s://%s:%d", tls ? "https" : "http", c->host,
                  c->client_port[i]);
         snprintf(peer, sizeof peer, "http://127.0.0.1:%d", c->peer_port[i]);
         snprintf(initial, sizeof initial, "%s", cluster);
@@ -893,12 +899,12 @@ void th_etcd_kill(th_etcd_t *c, int i, int sig)
 
 int th_etcd_leader(th_etcd_t *c, double timeout)
 {
-    char out[4096], endpoint[32];
+    char out[4096], endpoint[64];
     for (double deadline = th_now() + timeout;;) {
         for (int i = 0; i < c->n; i++) {
             if (!c->running[i])
                 continue;
-            snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", c->client_port[i]);
+            snprintf(endpoint, sizeof endpoint, "%s:%d", c->host, c->client_port[i]);
             /* "ENDPOINT, ID, VERSION, DB SIZE, IS LEADER, ..." */
             if (etcdctl(c, endpoint, "endpoint status -w simple", out, sizeof out) == 0 &&
                 strstr(out, ", true, ") != NULL)

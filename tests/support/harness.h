@@ -135,8 +135,12 @@ typedef struct {
     int client_port[TH_ETCD_MAX], peer_port[TH_ETCD_MAX];
     char endpoints[TH_ETCD_MAX * 24], dir[480];
     char certs[512]; /* th_etcd_up_tls: where tests/support/make-certs made them; else "" */
+    char host[48];   /* where clients reach it: 127.0.0.1, or th_etcd_up_at's */
 } th_etcd_t;
 void th_etcd_up(th_etcd_t *c, int n);
+/* As th_etcd_up, its clients served at `host` (an address of this machine that other
+ * network namespaces reach: a test cluster's bridge). */
+void th_etcd_up_at(th_etcd_t *c, int n, const char *host);
 /* As th_etcd_up, its clients served over https only, with client certificates the test's
  * CA signed (c->certs: ca.pem, client.pem, client-key.pem; other-ca.pem signed nothing). */
 void th_etcd_up_tls(th_etcd_t *c, int n);
