@@ -481,8 +481,32 @@ static void test_scancel_stops_every_node(void **state)
     free(dir);
 }
 
-int main(void)
+/* The one command with --rdzv-backend=etcd (one etcd member on the cluster's bridge):
+ * srun runs the same command on every node, each launcher takes the step's run id, etcd
+ * elects the store's launcher, and the job of 6 ranks runs, 2 on each node. */
+static void test_one_command_with_etcd(void **state)
 {
+    char host[48], body[2000];
+    th_cluster_bridge_addr(&cluster, host, sizeof host);
+    th_etcd_t etcd;
+    th_etcd_up_at(&etcd, 1, host);
+    snprintf(body, sizeof body,
+             "'%s' --rdzv-backend=etcd --rdzv-endpoint=%s --nproc-per-node=2 --no-python "
+             "'%s'\necho \"exit=$?\"\n",
+             th_launcher(), etcd.endpoints, getenv("DDP_TEST_HELLO"));
+    char *out = sbatch(body);
+    const char *hosts[] = {"n0", "n1", "n2", NULL};
+    if (strstr(out, "exit=0\n") == NULL || th_count(out, "etcd: elected") != 1)
+        fail_msg("the job failed, or not one launcher was elected:\n%s", out);
+    assert_hellos(out, 6, hosts);
+    free(out);
+    th_etcd_down(&etcd);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
     char why[600];
     snprintf(why, sizeof why, "'%s/tests/support/cluster' check slurm", th_source_dir());
     if (system(why) != 0)
@@ -491,6 +515,7 @@ int main(void)
         TH_TEST(test_srun_forms_the_job),
         TH_TEST(test_two_tasks_a_node_refused),
         TH_TEST(test_one_command_in_an_allocation),
+        TH_TEST(test_one_command_with_etcd),
         TH_TEST(test_node0_failing_at_start_ends_the_job),
         TH_TEST(test_missing_program_said_before_srun),
         TH_TEST(test_c10d_store_host_failing_ends_the_job),

@@ -468,15 +468,8 @@ static void test_sigkill_of_the_command_ends_every_node(void **state)
  * etcd elects the store's launcher, and the libddp job of 6 ranks runs, 2 on each node. */
 static void test_hosts_with_etcd(void **state)
 {
-    char path[600], net[32] = "";
-    snprintf(path, sizeof path, "%s/net", cluster.dir);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    assert_non_null(fgets(net, sizeof net, f));
-    fclose(f);
-    net[strcspn(net, "\n")] = '\0';
     char host[48], endpoint[160];
-    snprintf(host, sizeof host, "%s.254", net);
+    th_cluster_bridge_addr(&cluster, host, sizeof host);
     th_etcd_t etcd;
     th_etcd_up_at(&etcd, 1, host);
     snprintf(endpoint, sizeof endpoint, "--rdzv-endpoint=%s", etcd.endpoints);

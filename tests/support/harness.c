@@ -685,6 +685,18 @@ void th_cluster_up(th_cluster_t *c, const char *kind, int nodes)
     cluster_line(out, "DDP_CLUSTER_TAG=", false, c->tag, sizeof c->tag);
 }
 
+void th_cluster_bridge_addr(const th_cluster_t *c, char *addr, size_t cap)
+{
+    char path[600], net[32] = "";
+    snprintf(path, sizeof path, "%s/net", c->dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(net, sizeof net, f));
+    fclose(f);
+    net[strcspn(net, "\n")] = '\0';
+    snprintf(addr, cap, "%s.254", net);
+}
+
 void th_cluster_down(th_cluster_t *c)
 {
     char out[4096], args[700];

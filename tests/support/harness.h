@@ -120,6 +120,9 @@ typedef struct {
 } th_cluster_t;
 void th_cluster_up(th_cluster_t *c, const char *kind, int nodes);
 void th_cluster_down(th_cluster_t *c);
+/* The address of this machine on the cluster's bridge, which every node reaches (its
+ * controller's: 10.T.U.254), into addr[cap]. */
+void th_cluster_bridge_addr(const th_cluster_t *c, char *addr, size_t cap);
 
 /* A cluster of `n` (1..TH_ETCD_MAX) real etcd members (Debian's etcd-server) on loopback
  * ports, their data under the test's TMPDIR, each member a process the test ends (teardown
