@@ -129,8 +129,9 @@ typedef struct ddp_agent_s {
     ddp_output_t output;
     char *base_dir;
     bool base_created;
-    ddp_buf_t remote_failures;   /* serving the store: the other nodes' failures (report.h) */
-    bool served_store;           /* this launcher's coordinator finished the job's rendezvous */
+    ddp_buf_t remote_failures; /* serving the store: the other nodes' failures (report.h) */
+    bool served_store;         /* this launcher's coordinator finished the job's rendezvous */
+    bool store_leaves; /* etcd: the elected launcher leaves a job that goes on (its store) */
     ddp_rdzv_coord_t *lingering; /* finished: the coordinator the others still read from */
     bool linger_ignored;         /* lingering: the job's own signal came once more, ignored */
     ddp_health_run_t *health;    /* CHECKING: the checks that run */
@@ -266,7 +267,13 @@ static void finish(ddp_agent_t *a)
     ddp_checkpoint_common_cancel(a->common);
     a->common = NULL;
     ddp_rdzv_close(a->g.rdzv);
-    ddp_placement_close(a->placement);
+    ddp_placement_close(a->placement, a->store_leaves);
+    if (a->store_leaves) {
+        /* Its store closes now with no word of an end: the other launchers take it as lost
+         * and go on at the store of the launcher etcd elects next. */
+        ddp_rdzv_coord_close(a->g.coord);
+        a->g.coord = NULL;
+    }
     if (a->g.coord != NULL) {
         /* The other nodes read how the job ended from our store: it stays until they
          * have left, up to close_timeout, whatever the outcome (a node slow to read a
@@ -519,9 +526,12 @@ static void act_on(ddp_agent_t *a, const ddp_policy_decision_t *d)
     }
     case DDP_POLICY_LEAVE:
         /* The store's host is told why (it says so), and this node prints its own failure
-         * report. (Where it is the store's host, the job ends with it.) */
+         * report. (Where it is the store's host, the job ends with it; but with etcd it
+         * goes on at the store of the next launcher etcd elects.) */
         if (a->g.coord == NULL)
             ddp_rdzv_post_leave(a->g.rdzv, d->why);
+        else
+            a->store_leaves = a->g.cfg->rdzv_backend == DDP_RDZV_ETCD;
         break;
     case DDP_POLICY_END:
         if (d->why[0] != '\0' && a->g.rdzv != NULL) /* every node's end, through the rendezvous */

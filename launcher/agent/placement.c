@@ -195,11 +195,11 @@ void ddp_placement_start(ddp_placement_t *p)
     ddp_buf_free(&why);
 }
 
-void ddp_placement_close(ddp_placement_t *p)
+void ddp_placement_close(ddp_placement_t *p, bool leaving)
 {
     if (p == NULL)
         return;
-    ddp_etcd_place_close(p->place);
+    ddp_etcd_place_close(p->place, leaving);
     p->place = NULL;
     ddp_store_server_close(p->idle_store);
     p->idle_store = NULL;

@@ -31,8 +31,9 @@ void ddp_placement_store_lost(ddp_placement_t *p, const char *message);
  * new one starts (ops->start_rendezvous). Otherwise nothing. */
 void ddp_placement_rejoin(ddp_placement_t *p);
 
-/* The job is over: etcd's side closed, this launcher's idle store too. */
-void ddp_placement_close(ddp_placement_t *p);
+/* The job is over here: etcd's side closed (`leaving`: the job goes on without this
+ * launcher, its keys kept), this launcher's idle store too. */
+void ddp_placement_close(ddp_placement_t *p, bool leaving);
 /* After the loop: the retired rendezvous threads, and the part. */
 void ddp_placement_free(ddp_placement_t *p);
 

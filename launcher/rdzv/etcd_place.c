@@ -20,6 +20,12 @@
  *   ELECTING, PLACED --etcd unreachable, not etcd, the lease lost while workers run or
  *              not taken again within join_timeout--> FAILED
  *   any --ddp_etcd_place_close--> CLOSING (the prefix deleted by the elected, the lease
+ *   PLACED --ddp_etcd_place_lost: the key still names the lost store: its launcher's lease
+ *            revoked (its keys go); none: elect--> ELECTING (placed again, the new one);
+ *            the key names another store already--> PROBING it
+ *   CLEARING, ELECTING, PLACED --etcd unreachable, not etcd, the lease lost--> FAILED
+ *   any --ddp_etcd_place_close--> CLOSING (the prefix deleted by the elected but where it
+ *                                         leaves a job that goes on, the lease
  *                                         revoked, the client freed) */
 #include "rdzv/etcd_place.h"
 
@@ -499,11 +505,11 @@ static void on_deleted(void *ctx, int err, const ddp_json_t *reply, const char *
     end_session(p);
 }
 
-void ddp_etcd_place_close(ddp_etcd_place_t *p)
+void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving)
 {
     if (p == NULL)
         return;
-    bool own = p->phase == PLACE_PLACED && p->own;
+    bool own = p->phase == PLACE_PLACED && p->own && !leaving;
     if (p->probe != NULL) /* (it frees itself once its handles have closed) */
         p->probe->p = NULL;
     p->probe = NULL;

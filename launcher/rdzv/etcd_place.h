@@ -55,9 +55,11 @@ void ddp_etcd_place_lost(ddp_etcd_place_t *p);
  * coordinator taken over from stands down: said). */
 void ddp_etcd_place_record(ddp_etcd_place_t *p, const char *record);
 
-/* The job is over here: the callbacks stop; the elected launcher deletes the job's keys,
- * every launcher revokes its lease (its keys go with it), each bounded by the client's
- * request time, and the part is freed once its handles have closed. */
-void ddp_etcd_place_close(ddp_etcd_place_t *p);
+/* The job is over here: the callbacks stop; the elected launcher deletes the job's keys
+ * (unless `leaving`: this launcher leaves a job that goes on, whose round record the next
+ * elected one takes over), every launcher revokes its lease (its keys go with it), each
+ * bounded by the client's request time, and the part is freed once its handles have
+ * closed. */
+void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving);
 
 #endif

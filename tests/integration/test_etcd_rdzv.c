@@ -742,13 +742,13 @@ static void test_restart_budget(void **state)
     th_etcd_down(&etcd);
 }
 
-/* --exclude-after=1 under etcd, --nnodes=2:3: the launcher whose worker fails (not the
- * elected one) leaves the job, saying why, and the two others go on at the smaller size
- * and complete. (Once the round after the failure still counted the leaving launcher and
- * was re-formed without it: the coordinator is c10d's.) */
-static void test_exclude_after(void **state)
+/* --exclude-after=1 under etcd, --nnodes=2:3: the launcher whose worker fails (the elected
+ * one where `elected`) leaves the job, saying why, and the two others go on at the smaller
+ * size and complete; where it served the store, they go on at the next one etcd elects
+ * (with c10d the job ends with its store's host). (Once the round after the failure still
+ * counted the leaving launcher and was re-formed without it: the coordinator is c10d's.) */
+static void exclude_after(bool elected)
 {
-    (void)state;
     th_etcd_t etcd;
     th_etcd_up(&etcd, 3);
     char *dir = th_tmpdir(), good_script[1200], bad_script[1200];
@@ -762,25 +762,42 @@ static void test_exclude_after(void **state)
     const char *flags = "--nnodes=2:3 --max-restarts=2 --exclude-after=1 "
                         "--rdzv-conf=last_call_timeout=1";
     th_proc_t a, b, c;
-    elected_and_other(&etcd, &a, good, &b, bad, "exclude", flags, "");
+    elected_and_other(&etcd, &a, elected ? bad : good, &b, elected ? good : bad, "exclude", flags,
+                      "");
     start_worker(&c, good, NULL, "--rdzv-id=exclude --rdzv-endpoint=%s %s", etcd.endpoints, flags);
-    th_proc_t *all[] = {&a, &b, &c};
+    th_proc_t *all[] = {&a, &b, &c}, *leaver = elected ? &a : &b;
     for (int i = 0; i < 3; i++)
         TH_ASSERT(all[i], th_wait_exit(all[i], 60));
-    TH_ASSERT(&b, th_status(&b) == 5);
-    TH_ASSERT(&b, strstr(err(&b), "failed in 1 round(s) in a row (--exclude-after=1): it leaves "
-                                  "the job") != NULL);
-    TH_ASSERT(&a, strstr(err(&a), "leaves the job: its workers failed in 1 round(s) in a row "
-                                  "(--exclude-after=1)") != NULL);
-    for (int i = 0; i < 3; i += 2) {
+    TH_ASSERT(leaver, th_status(leaver) == 5);
+    TH_ASSERT(leaver, strstr(err(leaver), "failed in 1 round(s) in a row (--exclude-after=1): it "
+                                          "leaves the job") != NULL);
+    TH_ASSERT(&a, elected || strstr(err(&a), "leaves the job: its workers failed in 1 round(s) "
+                                             "in a row (--exclude-after=1)") != NULL);
+    for (int i = 0; i < 3; i++) {
+        if (all[i] == leaver)
+            continue;
         TH_ASSERT(all[i], th_status(all[i]) == 0);
         TH_ASSERT(all[i], strstr(out(all[i]), "DONE 2\n") != NULL);
-        th_cleanup(all[i]);
+        TH_ASSERT(all[i], !elected || strstr(err(all[i]), "the job goes on at the store of the "
+                                                          "launcher etcd elects next") != NULL);
     }
-    th_cleanup(&b);
+    for (int i = 0; i < 3; i++)
+        th_cleanup(all[i]);
     th_etcd_down(&etcd);
     th_rmtree(dir);
     free(dir);
+}
+
+static void test_exclude_after(void **state)
+{
+    (void)state;
+    exclude_after(false);
+}
+
+static void test_exclude_after_on_the_elected_node(void **state)
+{
+    (void)state;
+    exclude_after(true);
 }
 
 /* --health-check failing on one launcher under etcd, --nnodes=2:2 with a hot spare: it
@@ -1154,6 +1171,7 @@ int main(int argc, char **argv)
         TH_TEST(test_lease_lost_while_forming_rejoins),
         TH_TEST(test_restart_budget),
         TH_TEST(test_exclude_after),
+        TH_TEST(test_exclude_after_on_the_elected_node),
         TH_TEST(test_health_check),
         TH_TEST(test_ctrl_z_on_another_node),
         TH_TEST(test_ctrl_z_on_the_elected_node),
