@@ -9,7 +9,9 @@
  * host) and starts the others over ssh (BatchMode; DDP_LAUNCH_SSH is the ssh command),
  * each in this working directory with this launcher's PYTHON_EXEC, DDP_LAUNCH_LOG_LEVEL
  * and OMP_NUM_THREADS. A small supervisor process waits for all of them; node 0 runs in
- * a child of its own. */
+ * a child of its own. With --rdzv-backend=etcd every host runs the same command with no
+ * place given (etcd places them), and node 0 is a node like the others: the job goes on
+ * without it, or without another, while --nnodes' MIN are left. */
 #ifndef DDP_LAUNCHER_FANOUT_FANOUT_H
 #define DDP_LAUNCHER_FANOUT_FANOUT_H
 
@@ -35,8 +37,9 @@ typedef struct {
 int ddp_fanout_parse_hostfile(const char *text, ddp_fanout_hosts_t *out, ddp_buf_t *why);
 
 /* The hosts of cfg->hosts or cfg->hostfile into `out` (freed with ddp_fanout_hosts_free),
- * and the job they make: --nnodes their count, node rank 0, --master-addr the first host
- * unless given, --nproc-per-node its slots unless given. 0 or DDP_EUSAGE with why. */
+ * and the job they make: --nnodes their count (etcd: unless given, at most that), node
+ * rank 0, --master-addr the first host unless given (not with etcd), --nproc-per-node its
+ * slots unless given. 0 or DDP_EUSAGE with why. */
 int ddp_fanout_hosts(ddp_launch_config_t *cfg, ddp_fanout_hosts_t *out, ddp_buf_t *err);
 void ddp_fanout_hosts_free(ddp_fanout_hosts_t *hosts);
 
