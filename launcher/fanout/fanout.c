@@ -727,7 +727,7 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
     free(s.session);
     if (s.ended_node0)
         return DDP_EXIT_RDZV_FAILED;
-    if (s.etcd && s.remote_ok) /* the job completed there, node 0 lost or left */
+    if (s.etcd && (s.code0 == 0 || s.remote_ok)) /* the job completed (another node lost) */
         return DDP_EXIT_OK;
     return s.code0 != 0 ? s.code0 : s.first_remote_code;
 }
