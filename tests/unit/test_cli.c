@@ -622,8 +622,9 @@ static void test_slurm_allocation(void **state)
     done(&p);
 }
 
-/* --hosts and --hostfile name the nodes: one of them, a static job, no node flags; and
- * no srun fan-out inside a Slurm allocation when they are given. */
+/* --hosts and --hostfile name the nodes: one of them, a static job (no node flags) or an
+ * etcd one (no --node-rank); and no srun fan-out inside a Slurm allocation when they are
+ * given. */
 static void test_hosts_flags(void **state)
 {
     static const struct {
@@ -634,7 +635,10 @@ static void test_hosts_flags(void **state)
          "--hosts: gives the nodes and their ranks: leave out --nnodes"},
         {"--hostfile=f --node-rank=1 --nnodes=1 t.py", "leave out --node-rank"},
         {"--hosts=a,b --standalone t.py", "not with --standalone"},
-        {"--hosts=a,b --rdzv-backend=c10d --rdzv-endpoint=a t.py", "not with --rdzv-backend=c10d"},
+        {"--hosts=a,b --rdzv-backend=c10d --rdzv-endpoint=a t.py",
+         "not with --rdzv-backend=c10d: its store's host is the endpoint's"},
+        {"--hosts=a,b --rdzv-backend=etcd --rdzv-endpoint=e --node-rank=1 t.py",
+         "with --rdzv-backend=etcd, node ranks go in joining order: leave out --node-rank"},
     };
     parse_t p;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -649,6 +653,17 @@ static void test_hosts_flags(void **state)
     assert_string_equal(p.cfg.hosts, "a,b");
     assert_int_equal(p.cfg.slurm_fanout, 0);
     assert_true(p.cfg.nproc_per_node_given);
+    done(&p);
+    /* etcd: --nnodes as given, and a run id of the job's own (a UUID) where none is. */
+    parse(&p, "--hosts=a,b,c --rdzv-backend=etcd --rdzv-endpoint=e --nnodes=2:3 t.py", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_int_equal(p.cfg.nnodes_min, 2);
+    assert_int_equal(p.cfg.nnodes_max, 3);
+    assert_int_equal(strlen(p.cfg.run_id), 36);
+    done(&p);
+    parse(&p, "--hosts=a,b --rdzv-backend=etcd --rdzv-endpoint=e --rdzv-id=j t.py", NULL);
+    assert_int_equal(p.rc, 0);
+    assert_string_equal(p.cfg.run_id, "j");
     done(&p);
 }
 
