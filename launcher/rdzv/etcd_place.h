@@ -37,6 +37,10 @@ typedef struct {
     bool (*forming)(void *ctx);
 } ddp_etcd_place_cbs_t;
 
+/* A launcher's lease in seconds: twice the keep-alive limit (6 s by default), at least
+ * etcd's least lease, 2 s. A launcher stopped longer (Ctrl-Z) loses it. */
+double ddp_etcd_place_lease_s(const ddp_launch_config_t *cfg);
+
 /* Starts launcher `id`'s part (cfg->etcd, cfg->run_id), its own store at host:port. 0;
  * DDP_EUSAGE with `why` (no libcurl here); -ENOMEM. */
 int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_log_t *log,

@@ -878,6 +878,7 @@ static void ctrl_z_pauses_the_job(bool on_elected)
     }
     TH_ASSERT(stop, strstr(err(stop), "continued: the 1 stopped worker(s) here and the other "
                                       "nodes' continue") != NULL);
+    TH_ASSERT(stop, strstr(err(stop), "continue within 6 s, this launcher's etcd lease") != NULL);
     TH_ASSERT(other, strstr(err(other), " continued: so do this node's workers") != NULL);
     TH_ASSERT(stop, th_lines_in(prefix, 2) == 80);
     for (int i = 0; i < 2; i++)
