@@ -129,9 +129,9 @@ typedef struct ddp_agent_s {
     ddp_output_t output;
     char *base_dir;
     bool base_created;
-    ddp_buf_t remote_failures; /* serving the store: the other nodes' failures (report.h) */
-    bool served_store;         /* this launcher's coordinator finished the job's rendezvous */
-    bool store_leaves; /* etcd: the elected launcher leaves a job that goes on (its store) */
+    ddp_buf_t remote_failures;   /* serving the store: the other nodes' failures (report.h) */
+    bool served_store;           /* this launcher's coordinator finished the job's rendezvous */
+    bool store_leaves;           /* etcd: serving the store, it leaves a job that goes on */
     ddp_rdzv_coord_t *lingering; /* finished: the coordinator the others still read from */
     bool linger_ignored;         /* lingering: the job's own signal came once more, ignored */
     ddp_health_run_t *health;    /* CHECKING: the checks that run */

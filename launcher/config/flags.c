@@ -1097,9 +1097,10 @@ int ddp_flags_check(ddp_launch_config_t *cfg, const ddp_flag_raw_t *raw, ddp_buf
         if (cfg->standalone || cfg->rdzv_backend == DDP_RDZV_C10D)
             return ddp_flag_usage(err, which,
                                   "starts a static job of its hosts, or an etcd one (not with "
-                                  "%s: its store's host is the endpoint's, not a host of the "
-                                  "list)",
-                                  cfg->standalone ? "--standalone" : "--rdzv-backend=c10d");
+                                  "%s)",
+                                  cfg->standalone ? "--standalone, one node"
+                                                  : "--rdzv-backend=c10d: its store's host is "
+                                                    "the endpoint's, not a host of the list");
         if (etcd && cfg->node_rank != 0)
             return ddp_flag_usage(err, which,
                                   "with --rdzv-backend=etcd, node ranks go in joining order: "

@@ -704,7 +704,7 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
         s.pids[i] = start_ssh(cfg, hosts, i, self, cwd, argc, argv, &old, log, &s.session[i]);
         if (s.pids[i] > 0)
             s.left++;
-        else /* node 0 ends at once (where it ends) */
+        else /* (where the job ends for it, at once) */
             remote_failed(&s, i, ddp_clock_mono() - SSH_GRACE);
     }
     while (!s.node0_done || s.left > 0) {
