@@ -19,11 +19,6 @@
  *              comes again: the elected launcher that finds another's there--> FAILED)
  *   ELECTING, PLACED --etcd unreachable, not etcd, the lease lost while workers run or
  *              not taken again within join_timeout--> FAILED
- *   any --ddp_etcd_place_close--> CLOSING (the prefix deleted by the elected, the lease
- *   PLACED --ddp_etcd_place_lost: the key still names the lost store: its launcher's lease
- *            revoked (its keys go); none: elect--> ELECTING (placed again, the new one);
- *            the key names another store already--> PROBING it
- *   CLEARING, ELECTING, PLACED --etcd unreachable, not etcd, the lease lost--> FAILED
  *   any --ddp_etcd_place_close--> CLOSING (the prefix deleted by the elected but where it
  *                                         leaves a job that goes on, the lease
  *                                         revoked, the client freed) */
@@ -413,45 +408,6 @@ static void on_coordinator(void *ctx, const char *record, bool own)
         placed_elsewhere(p, host, port);
 }
 
-static void on_cleared(void *ctx, int err, const ddp_json_t *reply, const char *why)
-{
-    ddp_etcd_place_t *p = ctx;
-    p->clearing = NULL;
-    int64_t revision = 0;
-    if (err != 0 || !ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision)) {
-        char text[1000];
-        if (err != 0) /* (the client's words name the endpoints) */
-            snprintf(text, sizeof text, "unable to use etcd: %s", why);
-        else
-            snprintf(text, sizeof text,
-                     "unable to use etcd at %s: its answer has no revision: not etcd's v3 gateway",
-                     ddp_etcd_endpoints(p->etcd));
-        fail(p, text);
-        return;
-    }
-    const ddp_json_t *ok = ddp_json_get(reply, "succeeded");
-    if (ok != NULL && ddp_json_type(ok) == DDP_JSON_BOOL)
-        ddp_log_debug(p->log, "etcd: %s held no live launcher: cleared", p->prefix);
-    p->phase = PLACE_ELECTING;
-    ddp_etcd_session_cbs_t cbs = {on_lost, on_coordinator, NULL}; /* no member watch */
-    if (ddp_etcd_session_start(p->etcd, p->prefix, p->id, p->ttl, p->record, &cbs, p,
-                               &p->session) != 0)
-        fail(p, "out of memory");
-}
-
-static int clear_stale(ddp_etcd_place_t *p)
-{
-    char live[400];
-    ddp_buf_t body = DDP_BUF_INIT;
-    snprintf(live, sizeof live, "%snode/", p->prefix);
-    int err = ddp_etcd_body_clear_unless(&body, p->prefix, live);
-    if (err == 0)
-        err = ddp_etcd_post(p->etcd, "/v3/kv/txn", ddp_buf_str(&body), false, on_cleared, p,
-                            &p->clearing);
-    ddp_buf_free(&body);
-    return err;
-}
-
 double ddp_etcd_place_lease_s(const ddp_launch_config_t *cfg)
 {
     double limit = 2 * cfg->rdzv_conf.keep_alive_interval * cfg->rdzv_conf.keep_alive_max_attempt;
@@ -473,11 +429,9 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
      * lease, 2 s), kept alive every third of it once workers run: a launcher sends etcd a
      * request every 2 s. The lease itself is three times that, kept alive every 6 s while
      * the job forms (on_relaxed). */
-    double limit = 2 * cfg->rdzv_conf.keep_alive_interval * cfg->rdzv_conf.keep_alive_max_attempt;
-    p->ttl = limit > 2 ? limit : 2;
-    p->join_timeout = cfg->rdzv_conf.join_timeout;
     /* The lease is kept alive every third of its time: a request every 2 s by default. */
     p->ttl = ddp_etcd_place_lease_s(cfg);
+    p->join_timeout = cfg->rdzv_conf.join_timeout;
     snprintf(p->prefix, sizeof p->prefix, "ddp-launch/%s/", cfg->run_id);
     snprintf(p->id, sizeof p->id, "%s", id);
     snprintf(p->record, sizeof p->record, strchr(host, ':') != NULL ? "[%s]:%d %s" : "%s:%d %s",
