@@ -2,7 +2,9 @@
  * and their exchange through the round's store. The exchange runs on a thread of the loop's
  * pool with a blocking store client of its own: a connection bounded by CONNECT_S, one SET,
  * one WAIT for every node's key (bounded by the round's timeout, ended at once by a cancel
- * through an eventfd), one MULTI_GET. What it found is said on the loop. */
+ * through an eventfd), one MULTI_GET; after the fetches, the outcome's SET and, on a node
+ * with a step, its WAIT, MULTI_GET and the verdict's COMPARE_SET. What it found is said on
+ * the loop. */
 #include "agent/checkpoint_common.h"
 
 #include "ckpt.h"
@@ -28,6 +30,8 @@
 #define RECORD_TAG "ckpt1"
 /* The nodes named where some did not publish. */
 #define MISSING_SAID 8
+/* The most of a node's reason it has no step that its outcome carries. */
+#define OUTCOME_WHY_MAX 400
 
 struct ddp_checkpoint_common_s {
     uv_work_t work;
@@ -36,6 +40,8 @@ struct ddp_checkpoint_common_s {
     int port;
     ddp_checkpoint_common_round_t round;
     char **keys;      /* every node's key, by node rank */
+    char **outcomes;  /* every node's outcome's key (its step, or why none), by node rank */
+    char *verdict;    /* the round's verdict's key: the first proposal of a node with a step */
     ddp_buf_t record; /* this node's */
     int wake_fd;      /* eventfd: written by a cancel */
     atomic_bool cancelled;
@@ -343,6 +349,100 @@ static void fetch_missing(ddp_checkpoint_common_t *x)
     }
 }
 
+/* Up to OUTCOME_WHY_MAX bytes of a peer's text (len at text), each byte outside printable
+ * ASCII as '?', onto out. */
+static void put_text(ddp_buf_t *out, const char *text, size_t len)
+{
+    for (size_t i = 0; i < len && i < OUTCOME_WHY_MAX; i++)
+        ddp_buf_printf(out, "%c", text[i] >= ' ' && text[i] <= '~' ? text[i] : '?');
+}
+
+/* An outcome or the verdict (`value`, untrusted; `whose`: "node N's outcome", "the round's
+ * verdict"): whether it is "step S" with this node's S; where not, why, onto `why`: the
+ * reason it gives ("none WHY"), or what it is. */
+static bool agrees(const ddp_checkpoint_common_t *x, const char *whose, const ddp_buf_t *value,
+                   ddp_buf_t *why)
+{
+    char want[48];
+    size_t len = (size_t)snprintf(want, sizeof want, "step %" PRId64, x->step);
+    const char *text = value->data != NULL ? value->data : "";
+    if (value->len == len && memcmp(text, want, len) == 0)
+        return true;
+    if (value->len > 5 && memcmp(text, "none ", 5) == 0) {
+        put_text(why, text + 5, value->len - 5);
+    } else {
+        ddp_buf_printf(why, "%s is not %s: '", whose, want);
+        put_text(why, text, value->len);
+        ddp_buf_printf(why, "'");
+    }
+    return false;
+}
+
+/* What this node proposes as the round's verdict, into `proposal`: "step S" where every
+ * node's outcome (waited for, bounded) is this node's step, else "none" and why. */
+static void propose(ddp_checkpoint_common_t *x, ddp_store_client_t *client, ddp_buf_t *proposal)
+{
+    size_t n = (size_t)x->round.nnodes;
+    char whose[64];
+    ddp_buf_t why = DDP_BUF_INIT, *values = calloc(n, sizeof *values);
+    int err = values == NULL
+                  ? -ENOMEM
+                  : ddp_store_client_wait_or_wake(client, (const char *const *)x->outcomes, n,
+                                                  x->round.timeout, x->wake_fd);
+    if (err == 0 || err == DDP_ETIMEOUT) {
+        bool timed_out = err == DDP_ETIMEOUT;
+        err = ddp_store_client_multi_get(client, (const char *const *)x->outcomes, n, values);
+        for (size_t i = 0; i < n && err == 0 && why.len == 0; i++)
+            if (values[i].len == 0 && timed_out)
+                ddp_buf_printf(&why, "node %zu said no outcome within %.0f s", i, x->round.timeout);
+            else if (snprintf(whose, sizeof whose, "node %zu's outcome", i) > 0)
+                (void)agrees(x, whose, &values[i], &why); /* ("none": its words name it) */
+    }
+    if (err != 0 && why.len == 0)
+        ddp_buf_printf(&why, "unable to read the nodes' outcomes: %s",
+                       err == -ENOMEM ? ddp_strerror(err) : ddp_store_client_error(client));
+    if (why.len > 0)
+        ddp_buf_printf(proposal, "none %s", ddp_buf_str(&why));
+    else
+        ddp_buf_printf(proposal, "step %" PRId64, x->step);
+    for (size_t i = 0; values != NULL && i < n; i++)
+        ddp_buf_free(&values[i]);
+    free(values);
+    ddp_buf_free(&why);
+}
+
+/* After the fetches: this node's outcome ("step S", or "none" and why it has no step)
+ * published at <round>/ckpt-done/<node rank>. A node with a step then waits for every
+ * node's and proposes the round's verdict at <round>/ckpt-verdict: the first proposal
+ * stays (COMPARE_SET), and every node with a step takes it, so that a node whose fetch
+ * failed, or whose wait ran out, leaves every node's step unset, not its own only. */
+static void agree_outcome(ddp_checkpoint_common_t *x, ddp_store_client_t *client)
+{
+    ddp_buf_t mine = DDP_BUF_INIT, verdict = DDP_BUF_INIT;
+    if (x->why.len > 0) {
+        ddp_buf_printf(&mine, "none node %d: ", x->round.node_rank);
+        put_text(&mine, x->why.data, x->why.len);
+    } else {
+        ddp_buf_printf(&mine, "step %" PRId64, x->step);
+    }
+    int err = ddp_store_client_set(client, x->outcomes[x->round.node_rank], mine.data, mine.len);
+    if (err == 0 && x->step >= 0 && x->why.len == 0) {
+        ddp_buf_clear(&mine);
+        propose(x, client, &mine);
+        err =
+            ddp_store_client_compare_set(client, x->verdict, "", 0, mine.data, mine.len, &verdict);
+        if (err == 0 && !agrees(x, "the round's verdict", &verdict, &x->why))
+            x->step = -1;
+    }
+    if (err != 0 && x->why.len == 0) {
+        ddp_buf_printf(&x->why, "unable to agree on the nodes' outcomes: %s",
+                       ddp_store_client_error(client));
+        x->step = -1;
+    }
+    ddp_buf_free(&mine);
+    ddp_buf_free(&verdict);
+}
+
 /* The pool's thread. */
 static void exchange(uv_work_t *work)
 {
@@ -377,6 +477,8 @@ static void exchange(uv_work_t *work)
     }
     if (err == 0 && x->step >= 0 && x->why.len == 0)
         fetch_missing(x);
+    if ((err == 0 || err == DDP_ETIMEOUT) && !atomic_load(&x->cancelled))
+        agree_outcome(x, client);
     if (atomic_load(&x->cancelled)) { /* nothing to say */
         ddp_buf_clear(&x->why);
         x->step = -1;
@@ -390,7 +492,11 @@ static void common_free(ddp_checkpoint_common_t *x)
 {
     for (int i = 0; x->keys != NULL && i < x->round.nnodes; i++)
         free(x->keys[i]);
+    for (int i = 0; x->outcomes != NULL && i < x->round.nnodes; i++)
+        free(x->outcomes[i]);
     free(x->keys);
+    free(x->outcomes);
+    free(x->verdict);
     if (x->wake_fd >= 0)
         close(x->wake_fd);
     ddp_buf_free(&x->record);
@@ -440,10 +546,12 @@ static int prepare(ddp_checkpoint_common_t *x, const ddp_launch_config_t *cfg,
     char key[512];
     const ddp_checkpoint_common_round_t *r = &x->round;
     x->keys = calloc((size_t)r->nnodes, sizeof *x->keys);
+    x->outcomes = calloc((size_t)r->nnodes, sizeof *x->outcomes);
     x->held = calloc((size_t)r->world_size, sizeof *x->held);
     x->peers = calloc((size_t)r->nnodes, sizeof *x->peers);
     x->ranks = calloc((size_t)r->nranks + 1, sizeof *x->ranks);
-    if (x->keys == NULL || x->held == NULL || x->peers == NULL || x->ranks == NULL)
+    if (x->keys == NULL || x->outcomes == NULL || x->held == NULL || x->peers == NULL ||
+        x->ranks == NULL)
         return -ENOMEM;
     memcpy(x->ranks, ranks, (size_t)r->nranks * sizeof *ranks);
     x->reps = calloc(nreps + 1, sizeof *x->reps);
@@ -458,8 +566,12 @@ static int prepare(ddp_checkpoint_common_t *x, const ddp_launch_config_t *cfg,
         ddp_rdzv_key(key, sizeof key, cfg->run_id, "%d/ckpt/%d", r->round, i);
         if ((x->keys[i] = strdup(key)) == NULL)
             return -ENOMEM;
+        ddp_rdzv_key(key, sizeof key, cfg->run_id, "%d/ckpt-done/%d", r->round, i);
+        if ((x->outcomes[i] = strdup(key)) == NULL)
+            return -ENOMEM;
     }
-    return 0;
+    ddp_rdzv_key(key, sizeof key, cfg->run_id, "%d/ckpt-verdict", r->round);
+    return (x->verdict = strdup(key)) == NULL ? -ENOMEM : 0;
 }
 
 int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,

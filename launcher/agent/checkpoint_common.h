@@ -5,10 +5,13 @@
  * request and takes the newest step every rank of the round holds, itself or as a replica
  * on some node: the workers' DDP_CHECKPOINT_STEP. A record also says where its node takes
  * replicas (agent/checkpoint_replicas.h) and which it holds; a rank of this node that lacks
- * the step is fetched from a replica's holder before the workers start. The store's work
- * and the fetches run on a thread of the loop's pool, the store's on a connection of its
- * own (one SET, one WAIT, one MULTI_GET a node and round); a peer's record is untrusted
- * text, parsed strictly. The rest runs on the agent's loop. */
+ * the step is fetched from a replica's holder before the workers start. Then each node
+ * publishes its outcome (<round>/ckpt-done/<node rank>) and those with a step take the
+ * round's verdict (<round>/ckpt-verdict, the first proposal kept): a fetch that failed
+ * anywhere leaves every node's step unset. The store's work and the fetches run on a
+ * thread of the loop's pool, the store's on a connection of its own (two SETs, two WAITs,
+ * two MULTI_GETs and a COMPARE_SET a node and round at most); a peer's record or outcome
+ * is untrusted text, parsed strictly. The rest runs on the agent's loop. */
 #ifndef DDP_LAUNCHER_AGENT_CHECKPOINT_COMMON_H
 #define DDP_LAUNCHER_AGENT_CHECKPOINT_COMMON_H
 
@@ -69,7 +72,8 @@ typedef struct {
  * lacks the step every rank holds, fetches it from a node holding its replica into the
  * directory (agent/checkpoint_replicas.h). Then done(ctx, x, step) on the loop, with that
  * step or -1 (why said in one line: a node that did not publish within the timeout, a
- * record that is not one, the store not reached, a replica that could not be fetched).
+ * record that is not one, the store not reached, a replica that could not be fetched here
+ * or on another node, named).
  * 0 and *out (the caller's until `done`), or an error (said): `done` is not called. */
 int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
                                 const ddp_log_t *log, const ddp_checkpoint_common_round_t *round,

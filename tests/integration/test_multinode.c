@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1794,51 +1795,131 @@ static void kill_node(pid_t pid)
     assert_int_equal(kill(pid, SIGKILL), 0);
 }
 
-/* A node lost, a hot spare in its place (c10d, 2 nodes of 1 rank and a spare; libddp, the
- * collectives helper's memspare 3): once the lost node's rank's step 3 is on the other node
- * as a replica, that node is SIGKILLed whole (launcher, orphan guard, worker: its own
- * directory stays, as a lost machine's memory would be gone) -> the spare fetches the
+/* A 2-node job of 1 rank each and a hot spare (c10d; libddp, the collectives helper's
+ * memspare 3), both ranks' step 3 saved and the one of the node to be lost replicated to the
+ * other: its parts (dirs[0]: the lost node's directory, dirs[1]: the kept one's). */
+typedef struct {
+    th_proc_t *lost, *kept, *spare;
+    int lost_rank, kept_rank;
+    char dirs[2][1024];
+} spare_job_t;
+
+static void spare_job_start(job_t *job, spare_job_t *s)
+{
+    const char *memspare[] = {getenv("DDP_TEST_COLLECTIVES"), "memspare", "3", NULL};
+    const char *env[] = {"DDP_CHECKPOINT_DIR", NULL};
+    const char *spare_env[] = {"DDP_CHECKPOINT_DIR", "DDP_LAUNCH_LOG_LEVEL=debug", NULL};
+    char flags[512], elastic[256];
+    elastic_flags(job, "2:2", 1, 60, elastic, sizeof elastic);
+    snprintf(flags, sizeof flags, "%s --hot-spares=1", elastic);
+    th_proc_t *a = start_node_env(job, 0, 0, 1, flags, memspare, env);
+    th_proc_t *b = start_node_env(job, 0, 1, 1, flags, memspare, env);
+    TH_ASSERT(a, th_wait_output(a, 1, " saved 3 dir ", 1, 60));
+    TH_ASSERT(b, th_wait_output(b, 1, " saved 3 dir ", 1, 60));
+    s->spare = start_node_env(job, 0, 0, 1, flags, memspare, spare_env);
+    TH_ASSERT(s->spare, th_wait_output(s->spare, 2, "waiting for a place in a round", 1, 30));
+    s->lost = strstr(err(a), "hosting its store") == NULL ? a : b;
+    s->kept = s->lost == a ? b : a;
+    const char *at = strstr(err(s->lost), "this is node ");
+    TH_ASSERT(s->lost, at != NULL);
+    s->lost_rank = atoi(at + strlen("this is node "));
+    s->kept_rank = 1 - s->lost_rank;
+    saved_dir(s->lost, "memspare", s->lost_rank, s->dirs[0], sizeof s->dirs[0]);
+    saved_dir(s->kept, "memspare", s->kept_rank, s->dirs[1], sizeof s->dirs[1]);
+    wait_replica(s->lost, s->dirs[0], s->dirs[1], s->lost_rank);
+}
+
+/* The lost node SIGKILLed whole (launcher, orphan guard, worker: its own directory stays, as
+ * a lost machine's memory would be gone, and is removed here). */
+static void spare_job_lose(spare_job_t *s)
+{
+    kill_node(s->lost->pid);
+    TH_ASSERT(s->lost, th_wait_exit(s->lost, 10));
+    bool left = access(s->dirs[0], F_OK) == 0; /* (its guard went with it) */
+    th_rmtree(s->dirs[0]); /* the lost node's memory: nobody was left to remove it */
+    TH_ASSERT(s->lost, left);
+}
+
+/* A node lost, a hot spare in its place (spare_job_t): once the lost node's rank's step 3
+ * is on the other node as a replica, that node is SIGKILLed whole -> the spare fetches the
  * rank's step 3 from the survivor before its worker starts, the common step counts it,
  * and both ranks load step 3 (DDP_CHECKPOINT_STEP=3). Nothing of the others is left in
  * /dev/shm. */
 static void test_spare_resumes_from_the_replica(void **state)
 {
-    const char *memspare[] = {getenv("DDP_TEST_COLLECTIVES"), "memspare", "3", NULL};
-    const char *env[] = {"DDP_CHECKPOINT_DIR", NULL};
-    const char *spare_env[] = {"DDP_CHECKPOINT_DIR", "DDP_LAUNCH_LOG_LEVEL=debug", NULL};
-    char flags[512], elastic[256], dirs[2][1024], want[96];
+    char want[96];
+    spare_job_t s;
     job_t job;
     job_init(&job);
-    elastic_flags(&job, "2:2", 1, 60, elastic, sizeof elastic);
-    snprintf(flags, sizeof flags, "%s --hot-spares=1", elastic);
-    th_proc_t *a = start_node_env(&job, 0, 0, 1, flags, memspare, env);
-    th_proc_t *b = start_node_env(&job, 0, 1, 1, flags, memspare, env);
-    TH_ASSERT(a, th_wait_output(a, 1, " saved 3 dir ", 1, 60));
-    TH_ASSERT(b, th_wait_output(b, 1, " saved 3 dir ", 1, 60));
-    th_proc_t *spare = start_node_env(&job, 0, 0, 1, flags, memspare, spare_env);
-    TH_ASSERT(spare, th_wait_output(spare, 2, "waiting for a place in a round", 1, 30));
-    th_proc_t *lost = strstr(err(a), "hosting its store") == NULL ? a : b;
-    th_proc_t *kept = lost == a ? b : a;
-    const char *at = strstr(err(lost), "this is node ");
-    TH_ASSERT(lost, at != NULL);
-    int lost_rank = atoi(at + strlen("this is node ")), kept_rank = 1 - lost_rank;
-    saved_dir(lost, "memspare", lost_rank, dirs[0], sizeof dirs[0]);
-    saved_dir(kept, "memspare", kept_rank, dirs[1], sizeof dirs[1]);
-    wait_replica(lost, dirs[0], dirs[1], lost_rank);
-    kill_node(lost->pid);
-    TH_ASSERT(lost, th_wait_exit(lost, 10));
-    bool left = access(dirs[0], F_OK) == 0; /* (its guard went with it) */
-    th_rmtree(dirs[0]); /* the lost node's memory: nobody was left to remove it */
-    TH_ASSERT(lost, left);
-    TH_ASSERT(kept, th_wait_exit(kept, 60) && th_status(kept) == 0);
-    TH_ASSERT(spare, th_wait_exit(spare, 60) && th_status(spare) == 0);
-    snprintf(want, sizeof want, "memspare %d loaded 3 (DDP_CHECKPOINT_STEP=3)\n", kept_rank);
-    TH_ASSERT(kept, strstr(out(kept), want) != NULL);
-    snprintf(want, sizeof want, "memspare %d loaded 3 (DDP_CHECKPOINT_STEP=3)\n", lost_rank);
-    TH_ASSERT(spare, strstr(out(spare), want) != NULL);
-    snprintf(want, sizeof want, "rank %d's step 3 fetched from node %d's replica", lost_rank,
-             kept_rank);
-    TH_ASSERT(spare, strstr(err(spare), want) != NULL);
+    spare_job_start(&job, &s);
+    spare_job_lose(&s);
+    TH_ASSERT(s.kept, th_wait_exit(s.kept, 60) && th_status(s.kept) == 0);
+    TH_ASSERT(s.spare, th_wait_exit(s.spare, 60) && th_status(s.spare) == 0);
+    snprintf(want, sizeof want, "memspare %d loaded 3 (DDP_CHECKPOINT_STEP=3)\n", s.kept_rank);
+    TH_ASSERT(s.kept, strstr(out(s.kept), want) != NULL);
+    snprintf(want, sizeof want, "memspare %d loaded 3 (DDP_CHECKPOINT_STEP=3)\n", s.lost_rank);
+    TH_ASSERT(s.spare, strstr(out(s.spare), want) != NULL);
+    snprintf(want, sizeof want, "rank %d's step 3 fetched from node %d's replica", s.lost_rank,
+             s.kept_rank);
+    TH_ASSERT(s.spare, strstr(err(s.spare), want) != NULL);
+    assert_int_equal(checkpoint_dirs_left(&job), 0);
+    job_cleanup(&job);
+}
+
+/* The spare's launcher directory (the one of `job` in /dev/shm that is neither of s's),
+ * into dir. */
+static void spare_dir(const job_t *job, const spare_job_t *s, char *dir, size_t cap)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "ddp-ckpt-%s-", job->run_id);
+    dir[0] = '\0';
+    DIR *d = opendir("/dev/shm");
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
+        snprintf(dir, cap, "/dev/shm/%s", e->d_name);
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 && strcmp(dir, s->dirs[0]) != 0 &&
+            strcmp(dir, s->dirs[1]) != 0)
+            break;
+        dir[0] = '\0';
+    }
+    if (d != NULL)
+        closedir(d);
+    TH_ASSERT(s->spare, dir[0] != '\0');
+}
+
+/* The spare's fetch of the lost rank's step 3 fails (the file it receives into is a
+ * directory there) while the survivor holds its own rank's step 3 -> both nodes leave
+ * DDP_CHECKPOINT_STEP unset, each saying why in one line (the survivor naming the spare's
+ * node), and neither rank loads step 3: they agree on none and start over. */
+static void test_failed_fetch_leaves_every_step_unset(void **state)
+{
+    char want[160], dir[1024], blocker[1200];
+    spare_job_t s;
+    job_t job;
+    job_init(&job);
+    spare_job_start(&job, &s);
+    spare_dir(&job, &s, dir, sizeof dir);
+    snprintf(blocker, sizeof blocker, "%s/.rank%d.0.incoming", dir, s.lost_rank);
+    TH_ASSERT(s.spare, mkdir(blocker, 0700) == 0);
+    spare_job_lose(&s);
+    snprintf(want, sizeof want, "memspare %d saved 3 dir ", s.kept_rank);
+    TH_ASSERT(s.kept, th_wait_output(s.kept, 1, want, 2, 60));
+    snprintf(want, sizeof want, "memspare %d saved 3 dir ", s.lost_rank);
+    TH_ASSERT(s.spare, th_wait_output(s.spare, 1, want, 1, 60));
+    TH_ASSERT(s.kept, strstr(out(s.kept), " loaded ") == NULL);
+    TH_ASSERT(s.spare, strstr(out(s.spare), " loaded ") == NULL);
+    snprintf(want, sizeof want,
+             "no step agreed across the nodes (node %d: unable to fetch rank %d's step 3 from "
+             "node %d",
+             s.lost_rank, s.lost_rank, s.kept_rank);
+    TH_ASSERT(s.kept, strstr(err(s.kept), want) != NULL);
+    snprintf(want, sizeof want,
+             "no step agreed across the nodes (unable to fetch rank %d's step 3 from node %d",
+             s.lost_rank, s.kept_rank);
+    TH_ASSERT(s.spare, strstr(err(s.spare), want) != NULL);
+    kill(s.kept->pid, SIGTERM);
+    kill(s.spare->pid, SIGTERM);
+    TH_ASSERT(s.kept, th_wait_exit(s.kept, 60));
+    TH_ASSERT(s.spare, th_wait_exit(s.spare, 60));
     assert_int_equal(checkpoint_dirs_left(&job), 0);
     job_cleanup(&job);
 }
@@ -2206,6 +2287,7 @@ int main(int argc, char **argv)
         TH_TEST(test_checkpoint_step_agreed_across_nodes),
         TH_TEST(test_checkpoints_replicated_to_the_next_node),
         TH_TEST(test_spare_resumes_from_the_replica),
+        TH_TEST(test_failed_fetch_leaves_every_step_unset),
         TH_TEST(test_torch_gloo_across_nodes),
     };
     return cmocka_run_group_tests(tests, net_setup, net_teardown);
