@@ -9,11 +9,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "ckpt.h"
 #include "harness.h"
 #include "io.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -1924,6 +1926,87 @@ static void test_failed_fetch_leaves_every_step_unset(void **state)
     job_cleanup(&job);
 }
 
+/* Flips the first data byte of rank `rank`'s slot of step 3 in `dir` (the slot's header
+ * says its step at offset 24); the slot's number. */
+static int corrupt_step_3(th_proc_t *p, const char *dir, int rank)
+{
+    char path[1100];
+    for (int slot = 0; slot < 2; slot++) {
+        int64_t step = -1;
+        unsigned char byte;
+        snprintf(path, sizeof path, "%.1000s/rank%d.%d", dir, rank, slot);
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        bool ok = fd >= 0 && pread(fd, &step, sizeof step, 24) == sizeof step && step == 3 &&
+                  pread(fd, &byte, 1, DDP_CKPT_HEADER_BYTES) == 1;
+        byte ^= 0xff;
+        ok = ok && pwrite(fd, &byte, 1, DDP_CKPT_HEADER_BYTES) == 1;
+        if (fd >= 0)
+            close(fd);
+        if (ok)
+            return slot;
+    }
+    TH_ASSERT(p, !"no slot of step 3");
+    return -1;
+}
+
+/* SIGKILLs the worker (the child running `mode`) of the launcher `p`. */
+static void kill_worker(th_proc_t *p, const char *mode)
+{
+    char path[64], cmdline[4096];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)p->pid, (int)p->pid);
+    FILE *f = fopen(path, "r");
+    TH_ASSERT(p, f != NULL);
+    int killed = 0;
+    for (int child; fscanf(f, "%d", &child) == 1;) {
+        snprintf(path, sizeof path, "/proc/%d/cmdline", child);
+        FILE *c = fopen(path, "r");
+        size_t n = c != NULL ? fread(cmdline, 1, sizeof cmdline - 1, c) : 0;
+        if (c != NULL)
+            fclose(c);
+        for (size_t i = 0; i < n; i++)
+            cmdline[i] = cmdline[i] == '\0' ? ' ' : cmdline[i];
+        cmdline[n] = '\0';
+        if (strstr(cmdline, mode) != NULL)
+            killed += kill(child, SIGKILL) == 0;
+    }
+    fclose(f);
+    TH_ASSERT(p, killed == 1);
+}
+
+/* A corrupted slot in a multi-node job with replicas (2 nodes x 1 rank, the collectives
+ * helper's memspare 3, --max-restarts=1): rank 1's slot of step 3 has a byte flipped once
+ * its replica is on node 0, then its worker is SIGKILLed -> node 1's launcher says the slot
+ * fails its checksum, fetches rank 1's step 3 from node 0's replica, and both ranks load
+ * step 3. Nothing is left in /dev/shm. */
+static void test_corrupted_slot_replaced_by_the_replica(void **state)
+{
+    const char *memspare[] = {getenv("DDP_TEST_COLLECTIVES"), "memspare", "3", NULL};
+    const char *env[] = {"DDP_CHECKPOINT_DIR", NULL};
+    char dirs[2][1024], want[1200];
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node_env(&job, 2, 0, 1, "--max-restarts=1", memspare, env);
+    th_proc_t *n1 = start_node_env(&job, 2, 1, 1, "--max-restarts=1", memspare, env);
+    saved_dir(n0, "memspare", 0, dirs[0], sizeof dirs[0]);
+    saved_dir(n1, "memspare", 1, dirs[1], sizeof dirs[1]);
+    wait_replica(n1, dirs[1], dirs[0], 1);
+    int slot = corrupt_step_3(n1, dirs[1], 1);
+    kill_worker(n1, "memspare");
+    job_wait(&job, 60);
+    TH_ASSERT(n0, th_status(n0) == 0);
+    TH_ASSERT(n1, th_status(n1) == 0);
+    snprintf(want, sizeof want,
+             "rank 1's slot %d (%s/rank1.%d) is not counted: its data does "
+             "not match its checksum (step 3",
+             slot, dirs[1], slot);
+    TH_ASSERT(n1, strstr(err(n1), want) != NULL);
+    TH_ASSERT(n1, strstr(err(n1), "rank 1's step 3 fetched from node 0's replica") != NULL);
+    TH_ASSERT(n0, strstr(out(n0), "memspare 0 loaded 3 (DDP_CHECKPOINT_STEP=3)\n") != NULL);
+    TH_ASSERT(n1, strstr(out(n1), "memspare 1 loaded 3 (DDP_CHECKPOINT_STEP=3)\n") != NULL);
+    assert_int_equal(checkpoint_dirs_left(&job), 0);
+    job_cleanup(&job);
+}
+
 /* PyTorch (Debian's 1.13) with gloo across 2 nodes of 1 and 2 ranks. */
 static void test_torch_gloo_across_nodes(void **state)
 {
@@ -2288,6 +2371,7 @@ int main(int argc, char **argv)
         TH_TEST(test_checkpoints_replicated_to_the_next_node),
         TH_TEST(test_spare_resumes_from_the_replica),
         TH_TEST(test_failed_fetch_leaves_every_step_unset),
+        TH_TEST(test_corrupted_slot_replaced_by_the_replica),
         TH_TEST(test_torch_gloo_across_nodes),
     };
     return cmocka_run_group_tests(tests, net_setup, net_teardown);
