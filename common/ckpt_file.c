@@ -195,7 +195,8 @@ int ddp_ckpt_verify_file(int fd, const ddp_ckpt_header_t *h, const atomic_bool *
     return err;
 }
 
-int ddp_ckpt_copy_check(int fd, const ddp_ckpt_header_t *h, int rank, int world, ddp_buf_t *why)
+int ddp_ckpt_copy_check(int fd, const ddp_ckpt_header_t *h, int rank, int world,
+                        const atomic_bool *cancel, ddp_buf_t *why)
 {
     struct stat st;
     int err = fstat(fd, &st) != 0 ? -errno : 0;
@@ -210,7 +211,7 @@ int ddp_ckpt_copy_check(int fd, const ddp_ckpt_header_t *h, int rank, int world,
     if (err == 0 && h->checksum_generation != h->generation)
         err = (ddp_buf_printf(why, "it has no checksum"), DDP_EPARSE);
     if (err == 0)
-        err = ddp_ckpt_verify_file(fd, h, NULL, why);
+        err = ddp_ckpt_verify_file(fd, h, cancel, why);
     return err;
 }
 

@@ -51,8 +51,10 @@ int ddp_ckpt_verify_file(int fd, const ddp_ckpt_header_t *h, const atomic_bool *
 
 /* Whether the copy open at `fd` (header `h`, a --checkpoint-dir copy) may be rank `rank`'s
  * checkpoint in a world of `world`: complete, of that rank and world size, not sparse, its
- * checksum written and matched. 0, or an error with `why`. Blocking. */
-int ddp_ckpt_copy_check(int fd, const ddp_ckpt_header_t *h, int rank, int world, ddp_buf_t *why);
+ * checksum written and matched. 0, or an error with `why` (-ECANCELED: *cancel set; may be
+ * NULL). Blocking. */
+int ddp_ckpt_copy_check(int fd, const ddp_ckpt_header_t *h, int rank, int world,
+                        const atomic_bool *cancel, ddp_buf_t *why);
 
 /* Whether a slot's size is believable: the used_bytes of its header `h` are not more than
  * the file `st` holds in memory (a sparse file that says a terabyte would cost a terabyte's

@@ -120,7 +120,7 @@ static int64_t persisted_step(const ddp_launch_config_t *cfg, ddp_buf_t *out)
         if (err == 0)
             err = ddp_ckpt_pread_header(fd, &h, &size, &why);
         if (err == 0)
-            err = ddp_ckpt_copy_check(fd, &h, rank, cfg->nproc_per_node, &why);
+            err = ddp_ckpt_copy_check(fd, &h, rank, cfg->nproc_per_node, NULL, &why);
         if (fd >= 0)
             close(fd);
         if (err == 0)

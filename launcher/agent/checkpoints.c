@@ -39,6 +39,7 @@ typedef struct {
     uv_work_t work;
     ddp_checkpoints_t *c;
     int first_rank, nranks, world_size;
+    const char *restore_from; /* --checkpoint-dir, where its copies are put in place first */
     slot_seen_t *seen;        /* 2 a rank: rank first_rank + i's slot s at 2 * i + s */
     ddp_replica_step_t *reps; /* the usable replicas of other nodes' slots here */
     size_t nreps;
@@ -53,6 +54,9 @@ struct ddp_checkpoints_s {
     ddp_checkpoint_sums_t *sums;         /* the checksums' thread, where the directory is ours */
     ddp_checkpoint_replicas_t *replicas; /* several nodes: replicas taken and sent */
     bool restored;                       /* --checkpoint-dir's copies were put in place */
+    const char *restore_from;            /* several nodes: --checkpoint-dir (cfg's), whose
+                                          * copies of this node's ranks the first scan puts
+                                          * in place; NULL once one did */
     atomic_bool cancel;                  /* it stops at its next look */
     int64_t step;                        /* what the last scan found, -1: none */
     int64_t (*found)[2];                 /* ... each rank's usable steps (-1: none), nfound ranks */
@@ -106,50 +110,42 @@ static bool persist_dir_ok(const ddp_launch_config_t *cfg, const ddp_log_t *log)
     return false;
 }
 
-/* --checkpoint-dir on a new one-node job: the temporaries of copiers that died midway
- * removed (ddp_ckpt_remove_stale; a multi-node job's directory may be shared with live
- * copiers of other hosts, whose pids mean nothing here); each local rank's copy there
- * (rank<R>.ckpt), checked (ddp_ckpt_copy_check), put in place as its slot 0 (written under
- * another name and renamed, as common/ckpt.h says), said. Before the loop runs: a signal
- * still ends the launcher. */
-static void restore(ddp_checkpoints_t *c, const ddp_launch_config_t *cfg)
+/* --checkpoint-dir (`from`) on a new job: the copy there (rank<R>.ckpt) of each rank from
+ * first_rank to first_rank + nranks - 1 of a world of `world`, checked (ddp_ckpt_copy_check),
+ * put in place as its slot 0 (written under another name and renamed, as common/ckpt.h says),
+ * said. Blocking: before the loop runs (one node), or on the scan's thread (several: the
+ * ranks are known once the round is), where `cancel` ends it. Whether any was. */
+static bool restore(ddp_checkpoints_t *c, const char *from, int first_rank, int nranks, int world,
+                    const atomic_bool *cancel)
 {
-    if (cfg->nnodes_max > 1) {
-        ddp_log_warn(c->log, "--checkpoint-dir: a multi-node job does not start from the copies "
-                             "there yet (they are written)");
-        return;
-    }
-    ddp_buf_t removed = DDP_BUF_INIT;
-    if (ddp_ckpt_remove_stale(cfg->checkpoint_dir, 0, &removed) > 0)
-        ddp_log_info(c->log, "--checkpoint-dir: removed what copies cut short left: %s",
-                     ddp_buf_str(&removed));
-    ddp_buf_free(&removed);
-    for (int rank = 0; rank < cfg->nproc_per_node; rank++) {
+    bool any = false;
+    for (int rank = first_rank; rank < first_rank + nranks; rank++) {
         char path[PATH_MAX], name[32];
         ddp_buf_t why = DDP_BUF_INIT;
         ddp_ckpt_header_t h = {0};
         uint64_t size;
-        snprintf(path, sizeof path, "%s/rank%d.ckpt", cfg->checkpoint_dir, rank);
+        snprintf(path, sizeof path, "%s/rank%d.ckpt", from, rank);
         snprintf(name, sizeof name, DDP_CKPT_SLOT_FILE, rank, 0);
         int fd = ddp_open_worker_file(path), err = fd < 0 ? fd : 0;
         if (err == 0)
             err = ddp_ckpt_pread_header(fd, &h, &size, &why);
         if (err == 0)
-            err = ddp_ckpt_copy_check(fd, &h, rank, cfg->nproc_per_node, &why);
+            err = ddp_ckpt_copy_check(fd, &h, rank, world, cancel, &why);
         if (err == 0)
-            err = ddp_ckpt_copy(fd, &h, c->dir, name, NULL, &why);
+            err = ddp_ckpt_copy(fd, &h, c->dir, name, cancel, &why);
         if (fd >= 0)
             close(fd);
         if (err == 0)
             ddp_log_info(c->log,
                          "in-memory checkpoints: rank %d starts from its step %" PRId64 " (%s)",
                          rank, h.step, path);
-        else if (err != -ENOENT)
+        else if (err != -ENOENT && err != -ECANCELED)
             ddp_log_warn(c->log, "in-memory checkpoints: %s is not used: %s", path,
                          why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
-        c->restored = c->restored || err == 0;
+        any = any || err == 0;
         ddp_buf_free(&why);
     }
+    return any;
 }
 
 int ddp_checkpoints_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_guard_t *guard,
@@ -176,8 +172,19 @@ int ddp_checkpoints_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, dd
         c->sums = NULL; /* said: the slots are loaded without a checksum */
     if (persist != NULL && guard->fd >= 0 && ddp_guard_persist_dir(guard, persist) != 0)
         ddp_log_debug(log, "the orphan guard was not told of %s", persist);
-    if (persist != NULL)
-        restore(c, cfg);
+    if (persist != NULL && cfg->nnodes_max > 1) {
+        c->restore_from = persist;
+    } else if (persist != NULL) {
+        /* One node: the temporaries of copiers that died midway removed first (a multi-node
+         * job's directory may be shared with live copiers of other hosts, whose pids mean
+         * nothing here). */
+        ddp_buf_t removed = DDP_BUF_INIT;
+        if (ddp_ckpt_remove_stale(persist, 0, &removed) > 0)
+            ddp_log_info(log, "--checkpoint-dir: removed what copies cut short left: %s",
+                         ddp_buf_str(&removed));
+        ddp_buf_free(&removed);
+        c->restored = restore(c, persist, 0, cfg->nproc_per_node, cfg->nproc_per_node, NULL);
+    }
     if (c->dir[0] != '\0' && cfg->nnodes_max > 1 && cfg->checkpoint_replicas != 0 &&
         ddp_checkpoint_replicas_start(c->dir, cfg->checkpoint_replica_rate, log, &c->replicas) != 0)
         c->replicas = NULL; /* said */
@@ -265,6 +272,9 @@ static void scan_slots(uv_work_t *work)
 {
     scan_t *s = work->data;
     char path[PATH_MAX + 32];
+    if (s->restore_from != NULL)
+        (void)restore(s->c, s->restore_from, s->first_rank, s->nranks, s->world_size,
+                      &s->c->cancel);
     for (int i = 0; i < s->nranks; i++)
         for (int slot = 0; slot < 2; slot++) {
             slot_seen_t *seen = &s->seen[2 * i + slot];
@@ -323,6 +333,8 @@ static void scan_done(uv_work_t *work, int status)
     scan_t *s = work->data;
     ddp_checkpoints_t *c = s->c;
     bool cancelled = status != 0 || atomic_load(&c->cancel);
+    if (!cancelled)
+        c->restore_from = NULL; /* (put in place: once; a cancelled one is done again) */
     for (int i = 0; i < s->nranks && !cancelled; i++)
         for (int slot = 0; slot < 2; slot++)
             if (s->seen[2 * i + slot].why[0] != '\0')
@@ -374,6 +386,7 @@ bool ddp_checkpoints_scan(ddp_checkpoints_t *c, uv_loop_t *loop, int first_rank,
                       .first_rank = first_rank,
                       .nranks = nranks,
                       .world_size = world_size,
+                      .restore_from = c->restore_from,
                       .seen = seen,
                       .done = done,
                       .ctx = ctx};
@@ -441,7 +454,7 @@ int64_t ddp_checkpoints_step(const ddp_checkpoints_t *c)
 
 bool ddp_checkpoints_restored(const ddp_checkpoints_t *c)
 {
-    return c != NULL && c->restored;
+    return c != NULL && (c->restored || c->restore_from != NULL);
 }
 
 void ddp_checkpoints_free(ddp_checkpoints_t *c, bool persist)

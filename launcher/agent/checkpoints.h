@@ -7,9 +7,9 @@
  * read on a thread (pread and ckpt.h's sequence lock, a checksum verified where one was
  * written) for the step every rank holds complete: the workers' DDP_CHECKPOINT_STEP. In
  * the launcher's own directory, the slots are checksummed as they complete, on a thread
- * (agent/checkpoint_sums.h), and with --checkpoint-dir copied to disk; a new one-node job
- * starts from the copies there (put in place before the loop runs). The rest runs on the agent's
- * loop thread. */
+ * (agent/checkpoint_sums.h), and with --checkpoint-dir copied to disk; a new job starts from
+ * the copies there (one node: put in place before the loop runs; several: its ranks', on the
+ * first scan's thread). The rest runs on the agent's loop thread. */
 #ifndef DDP_LAUNCHER_AGENT_CHECKPOINTS_H
 #define DDP_LAUNCHER_AGENT_CHECKPOINTS_H
 
@@ -39,8 +39,9 @@ const char *ddp_checkpoints_dir(const ddp_checkpoints_t *c);
  * (every rank of a one-node job; a multi-node round's on this node) on a thread of `loop`'s pool,
  * and calls done(ctx) on the loop once the step every rank holds complete is known
  * (ddp_checkpoints_step). A slot that fails its checks is said in one line (rank, slot, why) and
- * not counted. False where there is no directory or the thread cannot start (said): `done` is not
- * called. */
+ * not counted. Several nodes and --checkpoint-dir: the first scan puts those ranks' copies
+ * there in place first. False where there is no directory or the thread cannot start (said): `done`
+ * is not called. */
 bool ddp_checkpoints_scan(ddp_checkpoints_t *c, uv_loop_t *loop, int first_rank, int nranks,
                           int world_size, void (*done)(void *ctx), void *ctx);
 /* A scan under way stops at its next look (the job ends): `done` still comes, with no
@@ -71,8 +72,8 @@ void ddp_checkpoints_replicate(ddp_checkpoints_t *c, int first_rank, int nranks,
  * directory is not the launcher's. */
 uint64_t ddp_checkpoints_held(const ddp_checkpoints_t *c);
 
-/* Whether --checkpoint-dir's copies were put in place for the first attempt (whose start
- * then reads the slots as a restart's does). */
+/* Whether --checkpoint-dir's copies were put in place for the first attempt, or are to be
+ * by the next scan (several nodes): its start then reads the slots as a restart's does. */
 bool ddp_checkpoints_restored(const ddp_checkpoints_t *c);
 
 /* Removes the directory this launcher made and what it holds (said where it cannot),

@@ -2007,6 +2007,49 @@ static void test_corrupted_slot_replaced_by_the_replica(void **state)
     job_cleanup(&job);
 }
 
+/* --checkpoint-dir across nodes (2 nodes x 1 rank, one directory for both, as a shared
+ * file system is; the collectives helper's memspare 3): the job is stopped (SIGTERM) once
+ * both ranks saved step 3 -> each node copies its rank's step 3 there; a fresh 2-node job
+ * puts each node's rank's copy in place, agrees on step 3 across the nodes, and both ranks
+ * load it (DDP_CHECKPOINT_STEP=3). Nothing is left in /dev/shm. */
+static void test_checkpoint_dir_resumes_across_nodes(void **state)
+{
+    const char *memspare[] = {getenv("DDP_TEST_COLLECTIVES"), "memspare", "3", NULL};
+    const char *env[] = {"DDP_CHECKPOINT_DIR", NULL};
+    char *disk = th_shm_tmpdir(), flags[1200], want[1200];
+    snprintf(flags, sizeof flags, "--checkpoint-dir=%s", disk);
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node_env(&job, 2, 0, 1, flags, memspare, env);
+    th_proc_t *n1 = start_node_env(&job, 2, 1, 1, flags, memspare, env);
+    TH_ASSERT(n0, th_wait_output(n0, 1, "memspare 0 saved 3 dir ", 1, 60));
+    TH_ASSERT(n1, th_wait_output(n1, 1, "memspare 1 saved 3 dir ", 1, 60));
+    kill(n0->pid, SIGTERM);
+    kill(n1->pid, SIGTERM);
+    job_wait(&job, 60);
+    assert_int_equal(checkpoint_dirs_left(&job), 0);
+    job_cleanup(&job);
+    job_init(&job);
+    n0 = start_node_env(&job, 2, 0, 1, flags, memspare, env);
+    n1 = start_node_env(&job, 2, 1, 1, flags, memspare, env);
+    job_wait(&job, 60);
+    for (int rank = 0; rank < 2; rank++) {
+        th_proc_t *p = &job.node[rank];
+        TH_ASSERT(p, th_status(p) == 0);
+        snprintf(want, sizeof want, "rank %d starts from its step 3 (%s/rank%d.ckpt)", rank, disk,
+                 rank);
+        TH_ASSERT(p, strstr(err(p), want) != NULL);
+        TH_ASSERT(p, strstr(err(p), "the workers resume from step 3, the newest every rank of "
+                                    "the round's 2 nodes holds") != NULL);
+        snprintf(want, sizeof want, "memspare %d loaded 3 (DDP_CHECKPOINT_STEP=3)\n", rank);
+        TH_ASSERT(p, strstr(out(p), want) != NULL);
+    }
+    assert_int_equal(checkpoint_dirs_left(&job), 0);
+    job_cleanup(&job);
+    th_rmtree(disk);
+    free(disk);
+}
+
 /* PyTorch (Debian's 1.13) with gloo across 2 nodes of 1 and 2 ranks. */
 static void test_torch_gloo_across_nodes(void **state)
 {
@@ -2372,6 +2415,7 @@ int main(int argc, char **argv)
         TH_TEST(test_spare_resumes_from_the_replica),
         TH_TEST(test_failed_fetch_leaves_every_step_unset),
         TH_TEST(test_corrupted_slot_replaced_by_the_replica),
+        TH_TEST(test_checkpoint_dir_resumes_across_nodes),
         TH_TEST(test_torch_gloo_across_nodes),
     };
     return cmocka_run_group_tests(tests, net_setup, net_teardown);
