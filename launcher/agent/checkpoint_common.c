@@ -429,6 +429,8 @@ static void agree_outcome(ddp_checkpoint_common_t *x, ddp_store_client_t *client
     if (err == 0 && x->step >= 0 && x->why.len == 0) {
         ddp_buf_clear(&mine);
         propose(x, client, &mine);
+        if (atomic_load(&x->cancelled)) /* (the round stopped: no proposal of its) */
+            goto out;
         err =
             ddp_store_client_compare_set(client, x->verdict, "", 0, mine.data, mine.len, &verdict);
         if (err == 0 && !agrees(x, "the round's verdict", &verdict, &x->why))
@@ -439,6 +441,7 @@ static void agree_outcome(ddp_checkpoint_common_t *x, ddp_store_client_t *client
                        ddp_store_client_error(client));
         x->step = -1;
     }
+out:
     ddp_buf_free(&mine);
     ddp_buf_free(&verdict);
 }
