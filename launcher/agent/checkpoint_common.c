@@ -81,8 +81,8 @@ int ddp_checkpoint_common_format(const ddp_replica_peer_t *self, int first_rank,
     return err;
 }
 
-/* A number of the record at *p (before end): " " then 1 to 19 decimal digits, at most max.
- * Moves *p past it. */
+/* A number of the record at *p (before end): " " then 1 to 19 decimal digits, at most max
+ * (>= 0; refused before it could overflow). Moves *p past it. */
 static bool take_number(const char **p, const char *end, int64_t max, int64_t *out)
 {
     const char *at = *p;
@@ -91,8 +91,12 @@ static bool take_number(const char **p, const char *end, int64_t max, int64_t *o
     at++;
     int64_t value = 0;
     int digits = 0;
-    for (; at < end && *at >= '0' && *at <= '9' && digits < 19; at++, digits++)
-        value = value * 10 + (*at - '0');
+    for (; at < end && *at >= '0' && *at <= '9' && digits < 19; at++, digits++) {
+        int digit = *at - '0';
+        if (value > (max - digit) / 10)
+            return false;
+        value = value * 10 + digit;
+    }
     if (digits == 0 || (at < end && *at >= '0' && *at <= '9') || value > max)
         return false;
     *p = at;

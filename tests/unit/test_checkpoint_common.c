@@ -106,7 +106,12 @@ static void test_bad_records_refused(void **state)
         "ckpt1",
         "ckpt1 10.0.0.1",
         "ckpt1 10.0.0.1 65536 0 1 0", /* a port beyond 65535 */
-        "ckpt1 10.0.0.1/8 1 0 1 0",   /* a host of other characters */
+        /* 19 digits, beyond int64_t: refused, never wrapped into range */
+        "ckpt1 10.0.0.1 9999999999999999999 0 1 0",
+        "ckpt1 - 0 0 1 1 9999999999999999999",
+        "ckpt1 - 0 0 1 0 1 0 9999999999999999999",
+        "ckpt1 - 0 9999999999999999999 1 0",
+        "ckpt1 10.0.0.1/8 1 0 1 0", /* a host of other characters */
         "ckpt1 a;b 1 0 1 0",
         "ckpt1 0123456789012345678901234567890123456789012345678901234567890123 1 0 1 0 0",
         "ckpt1 - 0 0 1 0 1 6 3", /* a replica of a rank beyond the world */
