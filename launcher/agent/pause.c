@@ -12,7 +12,6 @@
 
 #include "io.h"
 #include "host/proc.h"
-#include "rdzv/etcd_place.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -160,12 +159,6 @@ static void stop_here(ddp_pause_t *p)
                      host  ? " here and every other node's (the job's store is here)"
                      : all ? " here and every other node's"
                            : "");
-    if (g->cfg->rdzv_backend == DDP_RDZV_ETCD) /* its keep-alives stop with it */
-        ddp_log_warn(g->log,
-                     "continue within %g s, this launcher's etcd lease: stopped longer, it "
-                     "finds the lease ended and the job ends (--rdzv-conf "
-                     "keep_alive_max_attempt=N lengthens it)",
-                     ddp_etcd_place_lease_s(g->cfg));
     raise(SIGSTOP); /* here until continued */
     bool held = resume_job(p);
     if (!held)

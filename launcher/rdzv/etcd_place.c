@@ -14,11 +14,12 @@
  *            the lost store: its launcher's lease revoked (its keys go); none: elect-->
  *            ELECTING (placed again, the new one); it names another store already-->
  *            PROBING it
- *   any but FAILED, CLOSING --the lease lost while the job forms (forming callback)--> the
- *              same phase, under a new lease (the session's rejoin; its word on the key
- *              comes again: the elected launcher that finds another's there--> FAILED)
- *   ELECTING, PLACED --etcd unreachable, not etcd, the lease lost while workers run or
- *              not taken again within join_timeout--> FAILED
+ *   any but FAILED, CLOSING --the lease lost while the job forms (forming callback), or
+ *              ended while this launcher was stopped (Ctrl-Z)--> the same phase, under a
+ *              new lease (the session's rejoin; its word on the key comes again: the
+ *              elected launcher that finds another's there--> FAILED)
+ *   ELECTING, PLACED --etcd unreachable, not etcd, the lease lost while workers run (but
+ *              for a stop) or not taken again within join_timeout--> FAILED
  *   any --ddp_etcd_place_close--> CLOSING (the prefix deleted by the elected but where it
  *                                         leaves a job that goes on, the lease
  *                                         revoked, the client freed) */
@@ -98,14 +99,16 @@ static double jitter(void)
     return (double)(x % 1000000) / 1e6;
 }
 
-/* The session is lost: while the job forms, a lost lease is taken again (after a random
- * part of a keep-alive period, so that launchers that lost theirs together do not come
- * back together), until join_timeout has passed since the first loss. */
+/* The session is lost: while the job forms, or after this launcher was stopped (Ctrl-Z:
+ * the job's pause, no node judged lost meanwhile), a lost lease is taken again (after a
+ * random part of a keep-alive period, so that launchers that lost theirs together do not
+ * come back together), until join_timeout has passed since the first loss. */
 static void on_lost(void *ctx, const char *why)
 {
     ddp_etcd_place_t *p = ctx;
     double now = (double)uv_now(ddp_etcd_loop(p->etcd)) / 1000.0;
-    if (p->phase == PLACE_FAILED || p->phase == PLACE_CLOSING || !p->cbs.forming(p->ctx)) {
+    bool stopped = ddp_etcd_session_stopped(p->session), forming = p->cbs.forming(p->ctx);
+    if (p->phase == PLACE_FAILED || p->phase == PLACE_CLOSING || (!forming && !stopped)) {
         fail(p, why);
         return;
     }
@@ -126,8 +129,8 @@ static void on_lost(void *ctx, const char *why)
         return;
     }
     p->rejoining = true;
-    ddp_log_warn(p->log, "etcd: %s: the job forms: taking a new lease and joining again in %.2f s",
-                 why, delay);
+    ddp_log_warn(p->log, "etcd: %s: %s: taking a new lease and joining again in %.2f s", why,
+                 forming ? "the job forms" : "the job goes on", delay);
 }
 
 /* "HOST:PORT ID" (IPv6 as [ADDR]:PORT): the host and port, or false. */
@@ -408,7 +411,9 @@ static void on_coordinator(void *ctx, const char *record, bool own)
         placed_elsewhere(p, host, port);
 }
 
-double ddp_etcd_place_lease_s(const ddp_launch_config_t *cfg)
+/* A launcher's keep-alive limit in seconds: twice the rendezvous' (6 s by default), at
+ * least etcd's least lease, 2 s. */
+static double lease_s(const ddp_launch_config_t *cfg)
 {
     double limit = 2 * cfg->rdzv_conf.keep_alive_interval * cfg->rdzv_conf.keep_alive_max_attempt;
     return limit > 2 ? limit : 2;
@@ -430,7 +435,7 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
      * request every 2 s. The lease itself is three times that, kept alive every 6 s while
      * the job forms (on_relaxed). */
     /* The lease is kept alive every third of its time: a request every 2 s by default. */
-    p->ttl = ddp_etcd_place_lease_s(cfg);
+    p->ttl = lease_s(cfg);
     p->join_timeout = cfg->rdzv_conf.join_timeout;
     snprintf(p->prefix, sizeof p->prefix, "ddp-launch/%s/", cfg->run_id);
     snprintf(p->id, sizeof p->id, "%s", id);

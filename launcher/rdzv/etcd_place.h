@@ -33,13 +33,10 @@ typedef struct {
     /* Whether the job forms here (no worker of this launcher runs a round: before the
      * first, between rounds, waiting at the coordinator): a lease lost then (a join burst
      * that left etcd's answers late) is taken again and the launcher joins again, bounded
-     * by join_timeout; lost while workers run, it was judged gone: failed. */
+     * by join_timeout; lost while workers run, it was judged gone: failed (unless it
+     * ended while this launcher was stopped: taken again too). */
     bool (*forming)(void *ctx);
 } ddp_etcd_place_cbs_t;
-
-/* A launcher's lease in seconds: twice the keep-alive limit (6 s by default), at least
- * etcd's least lease, 2 s. A launcher stopped longer (Ctrl-Z) loses it. */
-double ddp_etcd_place_lease_s(const ddp_launch_config_t *cfg);
 
 /* Starts launcher `id`'s part (cfg->etcd, cfg->run_id), its own store at host:port. 0;
  * DDP_EUSAGE with `why` (no libcurl here); -ENOMEM. */

@@ -45,6 +45,8 @@ struct ddp_etcd_session_s {
     int64_t lease;
     uv_timer_t keepalive;
     double last_alive; /* monotonic s of the last keep-alive etcd answered */
+    double ticked_at;  /* monotonic s of the keep-alive timer's last tick */
+    bool stopped;      /* the loop stood still (SIGSTOP, Ctrl-Z) since etcd last answered */
     double relaxed_at; /* monotonic s when the keep-alives were last seen relaxed */
     ddp_etcd_call_t *calls[NCALLS];
     /* The coordinator's key as last seen: its record, lease and revision. */
@@ -269,6 +271,35 @@ static bool overdue(ddp_etcd_session_t *s)
     return now_s(s) - since > limit(s);
 }
 
+static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char *why);
+
+static void send_keepalive(ddp_etcd_session_t *s)
+{
+    char body[64];
+    snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->lease);
+    (void)post(s, CALL_KEEPALIVE, "/v3/lease/keepalive", body, false, on_keepalive);
+}
+
+/* Whether the loop itself stood still for longer than etcd may leave the keep-alives
+ * unanswered (the keep-alive timer ticks every third of ttl): this launcher was stopped
+ * (SIGSTOP, Ctrl-Z) and sent nothing meanwhile. Then etcd's silence says nothing: the
+ * time counts from now, and a keep-alive goes at once (the one in flight, if any, may
+ * have timed out while the launcher stood still). Its answer says whether the lease
+ * outlived the stop. */
+static bool stood_still(ddp_etcd_session_t *s)
+{
+    uv_update_time(s->loop);
+    double now = now_s(s);
+    if (now - s->ticked_at <= limit(s))
+        return false;
+    s->ticked_at = s->last_alive = now;
+    s->stopped = true;
+    ddp_etcd_cancel(s->calls[CALL_KEEPALIVE]);
+    s->calls[CALL_KEEPALIVE] = NULL;
+    send_keepalive(s);
+    return true;
+}
+
 static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_session_t *s = ctx;
@@ -276,6 +307,15 @@ static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char
     int64_t ttl = 0;
     if (err == 0 && ddp_etcd_int(ddp_json_get(reply, "result"), "TTL", &ttl) && ttl > 0) {
         s->last_alive = now_s(s);
+        s->stopped = false;
+        return;
+    }
+    if (err == 0 && (s->stopped || stood_still(s))) { /* (a stop's loss: taken again) */
+        s->stopped = true;
+        lose_lease(s, true,
+                   "etcd ended this launcher's lease (%lld) while the launcher was stopped "
+                   "(its %g s ran out without a keep-alive, or it was revoked)",
+                   (long long)s->lease, s->lease_ttl);
         return;
     }
     if (err == 0) { /* etcd answered: the lease is gone */
@@ -285,7 +325,7 @@ static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char
                    (long long)s->lease, s->lease_ttl);
         return;
     }
-    if (overdue(s))
+    if (!stood_still(s) && overdue(s))
         lose_lease(s, true, "etcd at %s could not be reached for %g s: %s",
                    ddp_etcd_endpoints(s->etcd), limit(s), why);
 }
@@ -293,7 +333,9 @@ static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char
 static void on_keepalive_timer(uv_timer_t *timer)
 {
     ddp_etcd_session_t *s = timer->data;
-    char body[64];
+    if (stood_still(s))
+        return;
+    s->ticked_at = now_s(s);
     if (s->calls[CALL_KEEPALIVE] != NULL) { /* the last one has not come back */
         if (overdue(s))
             lose_lease(s, true, "etcd at %s did not answer a keep-alive for %g s",
@@ -303,8 +345,7 @@ static void on_keepalive_timer(uv_timer_t *timer)
     /* Relaxed, a keep-alive every third of the lease's own time (every third tick). */
     if (relaxed(s) && now_s(s) - s->last_alive < s->lease_ttl / 3 - s->ttl / 6)
         return;
-    snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->lease);
-    (void)post(s, CALL_KEEPALIVE, "/v3/lease/keepalive", body, false, on_keepalive);
+    send_keepalive(s);
 }
 
 /* The join: the lease, then one transaction for the member key and the coordinator's key
@@ -393,7 +434,7 @@ static void on_grant(void *ctx, int err, const ddp_json_t *reply, const char *wh
                    err ? why : "its answer has no lease: not etcd's v3 gateway");
         return;
     }
-    s->last_alive = now_s(s);
+    s->last_alive = s->ticked_at = now_s(s);
     uint64_t every = (uint64_t)(s->ttl * 1000 / 3);
     uv_timer_start(&s->keepalive, on_keepalive_timer, every, every);
     ddp_etcd_join_t j;
@@ -489,6 +530,7 @@ bool ddp_etcd_session_rejoin(ddp_etcd_session_t *s, double delay, bool elect)
     }
     s->phase = SESSION_STARTING;
     s->lease_lost = false;
+    s->stopped = false;
     s->lease = 0;
     s->backoff = 0;
     uv_timer_start(&s->retry, on_rejoin_timer, (uint64_t)(delay * 1000), 0);
@@ -640,6 +682,11 @@ void ddp_etcd_session_watch_members(ddp_etcd_session_t *s)
         return;
     s->watch_members = true;
     resync_members(s);
+}
+
+bool ddp_etcd_session_stopped(const ddp_etcd_session_t *s)
+{
+    return s->stopped;
 }
 
 int64_t ddp_etcd_session_lease(const ddp_etcd_session_t *s)

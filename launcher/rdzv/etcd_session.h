@@ -82,6 +82,15 @@ void ddp_etcd_session_depose(ddp_etcd_session_t *s);
  * now too). */
 void ddp_etcd_session_watch_members(ddp_etcd_session_t *s);
 
+/* After the lost callback: whether the loss was the lease's end while this launcher was
+ * stopped (SIGSTOP, Ctrl-Z), not etcd's judging it gone: etcd said so to the first
+ * keep-alive after it continued. The session sees a stop as its loop standing still for
+ * longer than etcd may leave the keep-alives unanswered (its timer ticks every third of
+ * that); etcd's silence meanwhile is not held against etcd: the time counts from the
+ * continue, and a keep-alive goes at once. Such a loss may be taken again
+ * (ddp_etcd_session_rejoin) while workers run. */
+bool ddp_etcd_session_stopped(const ddp_etcd_session_t *s);
+
 /* This launcher's lease, for logs and tests. */
 int64_t ddp_etcd_session_lease(const ddp_etcd_session_t *s);
 

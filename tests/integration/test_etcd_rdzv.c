@@ -588,11 +588,12 @@ static void test_etcd_quorum_lost_ends_the_job(void **state)
     two_done(&etcd, node, dir);
 }
 
-/* Every lease etcd holds revoked (etcdctl), as etcd does with a lease whose keep-alives
- * went unanswered for its time: the number revoked. */
-static int revoke_every_lease(const th_etcd_t *etcd)
+/* The leases etcd holds revoked (etcdctl), as etcd does with a lease whose keep-alives
+ * went unanswered for its time: every one (`key` NULL), or those whose keys include `key`
+ * (`with`) or do not: the number revoked. */
+static int revoke_leases(const th_etcd_t *etcd, const char *key, bool with)
 {
-    char list[4096], said[512], args[128];
+    char list[4096], said[1024], args[128];
     int revoked = 0;
     if (th_etcdctl(etcd, "lease list", list, sizeof list) != 0)
         return 0;
@@ -600,10 +601,19 @@ static int revoke_every_lease(const th_etcd_t *etcd)
          id = strtok_r(NULL, "\n", &save)) {
         if (strncmp(id, "found", 5) == 0 || strlen(id) > 40)
             continue;
+        snprintf(args, sizeof args, "lease timetolive --keys %s", id);
+        if (key != NULL &&
+            (th_etcdctl(etcd, args, said, sizeof said) != 0 || (strstr(said, key) != NULL) != with))
+            continue;
         snprintf(args, sizeof args, "lease revoke %s", id);
         revoked += th_etcdctl(etcd, args, said, sizeof said) == 0;
     }
     return revoked;
+}
+
+static int revoke_every_lease(const th_etcd_t *etcd)
+{
+    return revoke_leases(etcd, NULL, false);
 }
 
 /* Two launchers of --nnodes=3 wait for a third; etcd ends both leases (the elected
@@ -828,9 +838,12 @@ static void test_health_check(void **state)
 }
 
 /* Ctrl-Z under etcd on the elected launcher (`on_elected`) or the other of two, stopped 4 s
- * (past read_timeout and --hang-timeout, within the lease's 6 s): every node's workers stop
- * with it and the job goes on when it continues; nobody is judged lost, no store moves.
- * The workers tick into files of their own. */
+ * (past read_timeout, --hang-timeout and the keep-alive limit of 2 s): every node's workers
+ * stop with it and the job goes on when it continues; nobody is judged lost, no store
+ * moves. Meanwhile etcd ends the stopped launcher's lease (revoked, as at its end, 6 s
+ * here: sooner than waiting it out): continued, it takes a new lease and puts its keys
+ * again, the coordinator's too where it is the elected one. The workers tick into files
+ * of their own. */
 static void ctrl_z_pauses_the_job(bool on_elected)
 {
     th_etcd_t etcd;
@@ -840,14 +853,15 @@ static void ctrl_z_pauses_the_job(bool on_elected)
     snprintf(prefix, sizeof prefix, "%s/ticks", dir);
     const char *env[] = {ticks, NULL};
     const char *script[] = {"/bin/sh", "-c",
-                            "i=0; while [ $i -lt 40 ]; do echo \"tick $RANK $i\"; "
+                            "i=0; while [ $i -lt 60 ]; do echo \"tick $RANK $i\"; "
                             "echo $i >> \"$TICKS.$RANK\"; i=$((i + 1)); sleep 0.05; done",
                             NULL};
     th_proc_t node[2];
     for (int i = 0; i < 2; i++) {
         start_worker(&node[i], script, env,
-                     "--nnodes=2 --rdzv-id=pause --rdzv-endpoint=%s "
-                     "--rdzv-conf=read_timeout=2 --hang-timeout=2",
+                     "--nnodes=2 --rdzv-id=pause --rdzv-endpoint=%s --hang-timeout=2 "
+                     "--rdzv-conf=read_timeout=2,keep_alive_interval=0.5,"
+                     "keep_alive_max_attempt=2",
                      etcd.endpoints);
         TH_ASSERT(&node[i], th_wait_output(&node[i], 2, "joining the elastic job", 1, 30));
     }
@@ -863,11 +877,12 @@ static void ctrl_z_pauses_the_job(bool on_elected)
                                     1, 10));
     usleep(800 * 1000); /* the stopped node stops 0.3 s after telling */
     int before = th_lines_in(prefix, 2);
+    TH_ASSERT(stop, revoke_leases(&etcd, "ddp-launch/pause/coord", on_elected) == 1);
     TH_ASSERT(other, !th_wait_exit(other, 4));
     int after = th_lines_in(prefix, 2);
     printf("ticks while stopped: %d, then %d\n", before, after);
     TH_ASSERT(stop, th_proc_state(stop->pid) == 'T');
-    TH_ASSERT(stop, after == before && before < 80);
+    TH_ASSERT(stop, after == before && before < 120);
     TH_ASSERT(stop, kill(stop->pid, SIGCONT) == 0);
     for (int i = 0; i < 2; i++) {
         TH_ASSERT(&node[i], th_wait_exit(&node[i], 60));
@@ -878,9 +893,13 @@ static void ctrl_z_pauses_the_job(bool on_elected)
     }
     TH_ASSERT(stop, strstr(err(stop), "continued: the 1 stopped worker(s) here and the other "
                                       "nodes' continue") != NULL);
-    TH_ASSERT(stop, strstr(err(stop), "continue within 6 s, this launcher's etcd lease") != NULL);
+    TH_ASSERT(stop, strstr(err(stop), "lease (") != NULL &&
+                        strstr(err(stop), ") while the launcher was stopped") != NULL);
+    TH_ASSERT(stop, strstr(err(stop), "the job goes on: taking a new lease") != NULL);
+    TH_ASSERT(stop, strstr(err(stop), "joined again, under a new lease") != NULL);
+    TH_ASSERT(other, strstr(err(other), "lease") == NULL);
     TH_ASSERT(other, strstr(err(other), " continued: so do this node's workers") != NULL);
-    TH_ASSERT(stop, th_lines_in(prefix, 2) == 80);
+    TH_ASSERT(stop, th_lines_in(prefix, 2) == 120);
     for (int i = 0; i < 2; i++)
         th_cleanup(&node[i]);
     th_etcd_down(&etcd);
