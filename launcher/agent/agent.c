@@ -1095,6 +1095,8 @@ static int agree_step(ddp_agent_t *a)
                                            .replica_port =
                                                ddp_checkpoints_replica_port(a->checkpoints),
                                            .dir = ddp_checkpoints_dir(a->checkpoints)};
+    snprintf(round.replica_key, sizeof round.replica_key, "%s",
+             ddp_checkpoints_replica_key(a->checkpoints));
     const ddp_replica_step_t *reps;
     size_t nreps = ddp_checkpoints_replica_steps(a->checkpoints, &reps);
     int err = ranks == NULL

@@ -65,9 +65,10 @@ int ddp_checkpoint_common_format(const ddp_replica_peer_t *self, int first_rank,
                                  const ddp_ckpt_rank_steps_t *ranks, const ddp_replica_step_t *reps,
                                  size_t nreps, ddp_buf_t *out)
 {
-    bool none = self->port <= 0 || self->host[0] == '\0';
-    int err = ddp_buf_printf(out, RECORD_TAG " %s %d %d %d", none ? "-" : self->host,
-                             none ? 0 : self->port, first_rank, nranks);
+    bool none =
+        self->port <= 0 || self->host[0] == '\0' || strlen(self->key) != DDP_REPLICA_KEY_CHARS;
+    int err = ddp_buf_printf(out, RECORD_TAG " %s %d %s %d %d", none ? "-" : self->host,
+                             none ? 0 : self->port, none ? "-" : self->key, first_rank, nranks);
     for (int i = 0; i < nranks && err == 0; i++) {
         int n = ranks[i].n < 0 ? 0 : ranks[i].n;
         err = ddp_buf_printf(out, " %d", n);
@@ -118,6 +119,30 @@ static bool take_host(const char **p, const char *end, char host[64])
         host[n++] = *at;
     host[n] = '\0';
     if (n == 0 || (at < end && *at != ' '))
+        return false;
+    *p = at;
+    return true;
+}
+
+/* A replica port's key at *p: " " then "-" (none: key[0] = 0) or DDP_REPLICA_KEY_CHARS of
+ * [0-9a-f]. Moves *p past it. */
+static bool take_key(const char **p, const char *end, char key[DDP_REPLICA_KEY_CHARS + 1])
+{
+    const char *at = *p;
+    size_t n = 0;
+    if (at >= end || *at++ != ' ')
+        return false;
+    if (at < end && *at == '-' && (at + 1 == end || at[1] == ' ')) {
+        key[0] = '\0';
+        *p = at + 1;
+        return true;
+    }
+    for (; at < end && n < DDP_REPLICA_KEY_CHARS &&
+           ((*at >= '0' && *at <= '9') || (*at >= 'a' && *at <= 'f'));
+         at++)
+        key[n++] = *at;
+    key[n] = '\0';
+    if (n != DDP_REPLICA_KEY_CHARS || (at < end && *at != ' '))
         return false;
     *p = at;
     return true;
@@ -179,11 +204,12 @@ int ddp_checkpoint_common_parse(const char *text, size_t len, int world_size,
     if (len < tag || memcmp(text, RECORD_TAG, tag) != 0)
         return ddp_buf_printf(why, "it does not start with '" RECORD_TAG "'"), DDP_EPARSE;
     p += tag;
-    if (!take_host(&p, end, said.host) || !take_number(&p, end, 65535, &port))
+    if (!take_host(&p, end, said.host) || !take_number(&p, end, 65535, &port) ||
+        !take_key(&p, end, said.key))
         return ddp_buf_printf(why, "its replica address is not one"), DDP_EPARSE;
-    said.port = strcmp(said.host, "-") == 0 ? 0 : (int)port;
+    said.port = strcmp(said.host, "-") == 0 || said.key[0] == '\0' ? 0 : (int)port;
     if (said.port == 0)
-        said.host[0] = '\0';
+        said.host[0] = said.key[0] = '\0';
     if (!take_number(&p, end, world_size, &first) || !take_number(&p, end, world_size, &n) ||
         first + n > world_size)
         return ddp_buf_printf(why, "its ranks are not a range of a world of %d", world_size),
@@ -465,6 +491,7 @@ static void exchange(uv_work_t *work)
         ddp_buf_printf(&x->why, "unable to reach the store at %s:%d: %s", x->host, x->port,
                        why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
     ddp_replica_peer_t self = {.port = x->round.replica_port};
+    snprintf(self.key, sizeof self.key, "%s", x->round.replica_key);
     if (err == 0 && self.port > 0 &&
         ddp_store_client_local_address(client, self.host, sizeof self.host) != 0)
         self.port = 0; /* (no address: no replicas to here) */

@@ -32,9 +32,10 @@ typedef struct {
     int64_t step[DDP_CKPT_COMMON_STEPS];
 } ddp_ckpt_rank_steps_t;
 
-/* A node's record: "ckpt1 HOST PORT FIRST N" (HOST PORT: where it takes replicas, "- 0"
- * none), for each of its N ranks from FIRST on " K" and its K steps, then " M" and the M
- * replicas of other ranks it holds, each " RANK STEP". 0, or -ENOMEM. */
+/* A node's record: "ckpt1 HOST PORT KEY FIRST N" (HOST PORT: where it takes replicas, KEY
+ * its secret, agent/checkpoint_replicas.h; "- 0 -" none), for each of its N ranks from FIRST on "
+ * K" and its K steps, then " M" and the M replicas of other ranks it holds, each " RANK STEP". 0,
+ * or -ENOMEM. */
 int ddp_checkpoint_common_format(const ddp_replica_peer_t *self, int first_rank, int nranks,
                                  const ddp_ckpt_rank_steps_t *ranks, const ddp_replica_step_t *reps,
                                  size_t nreps, ddp_buf_t *out);
@@ -62,8 +63,9 @@ typedef struct {
     int round, node_rank, nnodes, world_size, first_rank, nranks;
     double timeout;   /* s: the wait for every node's record */
     int replica_port; /* where this node takes replicas (its address: the store's view); 0 */
-    const char *dir;  /* the launcher's checkpoint directory, where a rank's checkpoint held
-                       * as a replica elsewhere is fetched to; NULL: none (copied) */
+    char replica_key[DDP_REPLICA_KEY_CHARS + 1]; /* what a request there carries */
+    const char *dir; /* the launcher's checkpoint directory, where a rank's checkpoint held
+                      * as a replica elsewhere is fetched to; NULL: none (copied) */
 } ddp_checkpoint_common_round_t;
 
 /* Publishes this node's record (its ranks' steps, `ranks`: nranks entries, and the replicas

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -37,7 +38,7 @@
 #define CONNECT_MS  3000  /* a peer's connection */
 #define RETRY_MS    1000  /* after a failed transfer, the sender's rest */
 #define CHUNK       (4u << 20)
-#define REQUEST_MAX 96 /* the request line, its '\n' included */
+#define REQUEST_MAX 128 /* the request line, its '\n' included */
 #define TAG         "DDPREPL1"
 #define MAX_PEERS   64 /* --checkpoint-replicas is capped at the nodes less one; and this */
 
@@ -46,11 +47,13 @@ struct ddp_checkpoint_replicas_s {
     char dir[PATH_MAX];
     uint64_t rate;
     int listen_fd, port;
-    int stop_fd; /* eventfd: readable once the threads are to end */
+    char key[DDP_REPLICA_KEY_CHARS + 1]; /* every request's secret */
+    int stop_fd;                         /* eventfd: readable once the threads are to end */
     pthread_t receiver, sender;
     bool receiver_started, sender_started;
     _Atomic uint64_t received; /* bytes kept */
-    atomic_int world_size;     /* the round's: a replica of a rank beyond it is refused; 0 */
+    atomic_int world_size;     /* the round's: a replica of a rank beyond it is refused; 0
+                                * before the first round: every replica is */
 
     pthread_mutex_t mutex; /* the round, from the loop to the sender */
     int first_rank, nranks, npeers;
@@ -122,8 +125,8 @@ static bool number(const char *text, int64_t max, int64_t *out)
     if (n == 0 || n > 19)
         return false;
     for (size_t i = 0; i < n; i++) {
-        if (text[i] < '0' || text[i] > '9')
-            return false;
+        if (text[i] < '0' || text[i] > '9' || value > (INT64_MAX - (text[i] - '0')) / 10)
+            return false; /* (not a digit, or beyond INT64_MAX: refused before it wraps) */
         value = value * 10 + (text[i] - '0');
     }
     if (value > max)
@@ -132,17 +135,39 @@ static bool number(const char *text, int64_t max, int64_t *out)
     return true;
 }
 
-/* "DDPREPL1 PUT RANK SLOT BYTES" (the line, its '\n' cut): exactly that, each in range. */
-static bool parse_put(char *line, int *rank, int *slot, uint64_t *bytes)
+/* Whether `given` is `key`, in a time that does not tell how much of it is. */
+static bool key_matches(const char *given, const char *key)
 {
-    char *save, *word[6] = {0};
+    if (strlen(given) != DDP_REPLICA_KEY_CHARS)
+        return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < DDP_REPLICA_KEY_CHARS; i++)
+        diff |= (unsigned char)(given[i] ^ key[i]);
+    return diff == 0;
+}
+
+/* The request `line` ("DDPREPL1 VERB KEY ...", its '\n' cut) split in place into at most
+ * `max` words: their number, or -1 where it is not of `verb` or its key is not `key`. */
+static int request_words(char *line, const char *verb, const char *key, char **word, int max)
+{
+    char *save;
     int n = 0;
-    for (char *w = strtok_r(line, " ", &save); w != NULL && n < 6; w = strtok_r(NULL, " ", &save))
+    for (char *w = strtok_r(line, " ", &save); w != NULL && n < max; w = strtok_r(NULL, " ", &save))
         word[n++] = w;
+    if (n < 3 || strcmp(word[0], TAG) != 0 || strcmp(word[1], verb) != 0 ||
+        !key_matches(word[2], key))
+        return -1;
+    return n;
+}
+
+/* "DDPREPL1 PUT KEY RANK SLOT BYTES" (the line, its '\n' cut): exactly that, each in range. */
+static bool parse_put(char *line, const char *key, int *rank, int *slot, uint64_t *bytes)
+{
+    char *word[7] = {0};
     int64_t r, s, b;
-    if (n != 5 || strcmp(word[0], TAG) != 0 || strcmp(word[1], "PUT") != 0 ||
-        !number(word[2], DDP_CKPT_MAX_WORLD - 1, &r) || !number(word[3], 1, &s) ||
-        !number(word[4], INT64_MAX, &b))
+    if (request_words(line, "PUT", key, word, 7) != 6 ||
+        !number(word[3], DDP_CKPT_MAX_WORLD - 1, &r) || !number(word[4], 1, &s) ||
+        !number(word[5], INT64_MAX, &b))
         return false;
     *rank = (int)r;
     *slot = (int)s;
@@ -267,9 +292,11 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
     int slot;
     uint64_t bytes;
     int world = atomic_load(&r->world_size);
-    if (!parse_put(line, rank, &slot, &bytes))
-        return ddp_buf_printf(why, "its request is not one"), DDP_EPARSE;
-    if (world > 0 && *rank >= world)
+    if (!parse_put(line, r->key, rank, &slot, &bytes))
+        return ddp_buf_printf(why, "its request is not one of this job's"), DDP_EPARSE;
+    if (world == 0)
+        return ddp_buf_printf(why, "no round has begun yet"), DDP_EPARSE;
+    if (*rank >= world)
         return ddp_buf_printf(why, "rank %d is not of this job's world of %d", *rank, world),
                DDP_EPARSE;
     snprintf(name, sizeof name, DDP_REPLICA_FILE, *rank, slot);
@@ -281,16 +308,13 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
 
 static int send_bytes(int stop, uint64_t rate, int fd, int in, const ddp_ckpt_header_t *h);
 
-/* "DDPREPL1 GET RANK STEP": exactly that, each in range. */
-static bool parse_get(char *line, int *rank, int64_t *step)
+/* "DDPREPL1 GET KEY RANK STEP": exactly that, each in range. */
+static bool parse_get(char *line, const char *key, int *rank, int64_t *step)
 {
-    char *save, *word[5] = {0};
-    int n = 0;
-    for (char *w = strtok_r(line, " ", &save); w != NULL && n < 5; w = strtok_r(NULL, " ", &save))
-        word[n++] = w;
+    char *word[6] = {0};
     int64_t r;
-    if (n != 4 || strcmp(word[0], TAG) != 0 || strcmp(word[1], "GET") != 0 ||
-        !number(word[2], DDP_CKPT_MAX_WORLD - 1, &r) || !number(word[3], DDP_CKPT_MAX_STEP, step))
+    if (request_words(line, "GET", key, word, 6) != 5 ||
+        !number(word[3], DDP_CKPT_MAX_WORLD - 1, &r) || !number(word[4], DDP_CKPT_MAX_STEP, step))
         return false;
     *rank = (int)r;
     return true;
@@ -306,8 +330,8 @@ static int serve_get(ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t
     int64_t step;
     ddp_ckpt_header_t h = {0}, again;
     uint64_t size, trailer = 0;
-    if (!parse_get(line, &rank, &step))
-        return ddp_buf_printf(why, "its request is not one"), DDP_EPARSE;
+    if (!parse_get(line, r->key, &rank, &step))
+        return ddp_buf_printf(why, "it is not a request of this job's"), DDP_EPARSE;
     for (int slot = 0; slot < 2 && in < 0; slot++) {
         snprintf(path, sizeof path, "%s/" DDP_REPLICA_FILE, r->dir, rank, slot);
         in = ddp_open_worker_file(path);
@@ -452,8 +476,8 @@ static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_
     ddp_ckpt_header_t again;
     uint64_t size, trailer = 0;
     int fd = connect_peer(r->stop_fd, peer), err = fd < 0 ? fd : 0;
-    int len =
-        snprintf(line, sizeof line, TAG " PUT %d %d %" PRIu64 "\n", rank, slot, h->used_bytes);
+    int len = snprintf(line, sizeof line, TAG " PUT %s %d %d %" PRIu64 "\n", peer->key, rank, slot,
+                       h->used_bytes);
     if (err == 0)
         err = send_all(r->stop_fd, fd, line, (size_t)len);
     if (err == 0)
@@ -612,7 +636,14 @@ int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_
     r->stop_fd = -1;
     snprintf(r->dir, sizeof r->dir, "%s", dir);
     pthread_mutex_init(&r->mutex, NULL);
-    int err = r->listen_fd = listen_any(&r->port);
+    uint8_t secret[DDP_REPLICA_KEY_CHARS / 2];
+    int err = getrandom(secret, sizeof secret, 0) == (ssize_t)sizeof secret ? 0 : -errno;
+    for (size_t i = 0; err == 0 && i < sizeof secret; i++)
+        snprintf(&r->key[2 * i], 3, "%02x", secret[i]);
+    if (err == 0)
+        err = r->listen_fd = listen_any(&r->port);
+    else
+        r->listen_fd = -1;
     if (err >= 0)
         err = (r->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ? -errno : 0;
     if (err == 0)
@@ -655,7 +686,7 @@ int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *di
     char line[REQUEST_MAX], name[64], path[PATH_MAX + 64];
     uint64_t size = 0;
     int fd = connect_peer(stop_fd, peer), err = fd < 0 ? fd : 0;
-    int len = snprintf(line, sizeof line, TAG " GET %d %" PRId64 "\n", rank, step);
+    int len = snprintf(line, sizeof line, TAG " GET %s %d %" PRId64 "\n", peer->key, rank, step);
     if (err == 0)
         err = send_all(stop_fd, fd, line, (size_t)len);
     if (err == 0)
@@ -690,6 +721,11 @@ int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *di
 int ddp_checkpoint_replicas_port(const ddp_checkpoint_replicas_t *r)
 {
     return r != NULL ? r->port : 0;
+}
+
+const char *ddp_checkpoint_replicas_key(const ddp_checkpoint_replicas_t *r)
+{
+    return r != NULL ? r->key : "";
 }
 
 void ddp_checkpoint_replicas_round(ddp_checkpoint_replicas_t *r, int first_rank, int nranks,

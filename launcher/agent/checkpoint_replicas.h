@@ -7,9 +7,13 @@
  * nodes, at a bounded rate. Both threads are blocking-socket threads that poll a stop
  * eventfd with every wait (a stop acts at once) and bound every read and write in time; the
  * functions here run on the agent's loop and only take a mutex. The wire: "DDPREPL1 PUT
- * RANK SLOT BYTES\n", BYTES of the slot file, its generation again as 8 bytes (0: it
- * changed while sent), then one byte back: 'k' kept, 'n' not; or "DDPREPL1 GET RANK STEP\n",
- * answered "DDPREPL1 BYTES\n" (0: none held), the bytes and the generation again. */
+ * KEY RANK SLOT BYTES\n", BYTES of the slot file, its generation again as 8 bytes (0: it
+ * changed while sent), then one byte back: 'k' kept, 'n' not; or "DDPREPL1 GET KEY RANK
+ * STEP\n", answered "DDPREPL1 BYTES\n" (0: none held), the bytes and the generation again.
+ * KEY is the listener's secret, random, 128
+ * bits in hex, published with its address in the round's store: a request without it is
+ * refused before anything is read or written (compared in constant time), so that only who
+ * can read the job's store reaches the replicas (the bytes go in plain text). */
 #ifndef DDP_LAUNCHER_AGENT_CHECKPOINT_REPLICAS_H
 #define DDP_LAUNCHER_AGENT_CHECKPOINT_REPLICAS_H
 
@@ -19,12 +23,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DDP_REPLICA_FILE "replica%d.%d" /* printf: the rank, the sender's slot */
+#define DDP_REPLICA_FILE      "replica%d.%d" /* printf: the rank, the sender's slot */
+#define DDP_REPLICA_KEY_CHARS 32             /* a listener's secret: 128 bits in hex */
 
 /* A launcher's replica port, as its record says it. */
 typedef struct {
-    char host[64]; /* numeric; "" none */
-    int port;      /* 0: none */
+    char host[64];                       /* numeric; "" none */
+    int port;                            /* 0: none */
+    char key[DDP_REPLICA_KEY_CHARS + 1]; /* its secret, [0-9a-f]; "" none */
 } ddp_replica_peer_t;
 
 /* A replica a node holds: rank `rank`'s checkpoint of `step` (node: which node, where that
@@ -46,10 +52,14 @@ int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_
 /* The port it listens on. */
 int ddp_checkpoint_replicas_port(const ddp_checkpoint_replicas_t *r);
 
+/* Its secret, which every request to it carries (DDP_REPLICA_KEY_CHARS hex digits); "" for
+ * NULL. */
+const char *ddp_checkpoint_replicas_key(const ddp_checkpoint_replicas_t *r);
+
 /* A round of `world_size` ranks began: this node's ranks are first_rank .. first_rank +
  * nranks - 1, and their slots go to `peers` (n of them, copied; n = 0: to none); a replica
- * of a rank beyond the world is refused from now on. Slots already sent go again to the
- * new peers. */
+ * of a rank beyond the world is refused from now on (every replica is, before the first). Slots
+ * already sent go again to the new peers. */
 void ddp_checkpoint_replicas_round(ddp_checkpoint_replicas_t *r, int first_rank, int nranks,
                                    int world_size, const ddp_replica_peer_t *peers, int n);
 

@@ -440,6 +440,11 @@ int ddp_checkpoints_replica_port(const ddp_checkpoints_t *c)
     return ddp_checkpoint_replicas_port(c != NULL ? c->replicas : NULL);
 }
 
+const char *ddp_checkpoints_replica_key(const ddp_checkpoints_t *c)
+{
+    return ddp_checkpoint_replicas_key(c != NULL ? c->replicas : NULL);
+}
+
 void ddp_checkpoints_replicate(ddp_checkpoints_t *c, int first_rank, int nranks, int world_size,
                                const ddp_replica_peer_t *peers, int n)
 {

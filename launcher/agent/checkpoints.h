@@ -63,6 +63,8 @@ size_t ddp_checkpoints_replica_steps(const ddp_checkpoints_t *c, const ddp_repli
 /* Several nodes (and --checkpoint-replicas not 0, the directory the launcher's): the port
  * it takes other nodes' replicas on (agent/checkpoint_replicas.h); 0: none. */
 int ddp_checkpoints_replica_port(const ddp_checkpoints_t *c);
+/* Its secret (agent/checkpoint_replicas.h); "" none. */
+const char *ddp_checkpoints_replica_key(const ddp_checkpoints_t *c);
 
 /* A round began: this node's ranks' slots go to `peers` (n; copied) from now on. */
 void ddp_checkpoints_replicate(ddp_checkpoints_t *c, int first_rank, int nranks, int world_size,

@@ -1,8 +1,10 @@
 /* agent/checkpoint_replicas.c over loopback: two launchers' replica parts on directories of
  * the test's; a slot of rank 2 in A's goes to B at the rate asked, byte for byte, and again
- * once A holds a newer one; what a peer could send B instead (no request, an absurd size, a
- * slot whose data no longer matches its checksum, a sender gone mid-transfer): each refused
- * and said, nothing kept or left behind, and B takes the next good one. */
+ * once A holds a newer one; what a peer could send B instead (a replica before any round, a
+ * request without B's key or with another, no request, an absurd size, a slot whose data
+ * no longer matches its checksum, a sender gone mid-transfer): each refused and said,
+ * nothing kept or left behind, and B takes the next good one; a GET is answered only with
+ * B's key. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -53,10 +55,10 @@ static void remove_dir(const char *dir)
 }
 
 /* A complete, checksummed slot of rank 2 (world 4) at `generation`, its one record of
- * RECORD_BYTES filled with `fill`: its bytes (malloc'd) and their number. */
-static uint8_t *slot_bytes(uint64_t generation, int fill, size_t *size)
+ * `record` bytes filled with `fill`: its bytes (malloc'd) and their number. */
+static uint8_t *sized_slot(uint64_t generation, int fill, size_t record, size_t *size)
 {
-    uint64_t table = ddp_ckpt_align(DDP_CKPT_HEADER_BYTES + RECORD_BYTES), used = table + 64;
+    uint64_t table = ddp_ckpt_align(DDP_CKPT_HEADER_BYTES + record), used = table + 64;
     uint8_t *data = aligned_alloc(64, used);
     assert_non_null(data);
     memset(data, 0, used);
@@ -75,14 +77,20 @@ static uint8_t *slot_bytes(uint64_t generation, int fill, size_t *size)
     ddp_ckpt_record_t *r = (ddp_ckpt_record_t *)(data + table);
     snprintf(r->name, sizeof r->name, "weights");
     r->offset = DDP_CKPT_HEADER_BYTES;
-    r->size = RECORD_BYTES;
-    memset(data + DDP_CKPT_HEADER_BYTES, fill, RECORD_BYTES);
+    r->size = record;
+    memset(data + DDP_CKPT_HEADER_BYTES, fill, record);
     ddp_ckpt_t c;
     assert_int_equal(ddp_ckpt_parse(data, used, &c, NULL), 0);
     h->checksum = ddp_ckpt_slot_sum(&c);
     h->checksum_generation = generation;
     *size = used;
     return data;
+}
+
+/* One of RECORD_BYTES. */
+static uint8_t *slot_bytes(uint64_t generation, int fill, size_t *size)
+{
+    return sized_slot(generation, fill, RECORD_BYTES, size);
 }
 
 static void put(const char *dir, const char *name, const void *data, size_t len)
@@ -152,24 +160,34 @@ static char ask(int port, const void *data, size_t len, bool half)
     return answer;
 }
 
+static const char *key_b; /* B's key */
+
+/* A request of `line` (its '\n' included) carrying `slot` (len bytes) and `trailer`. */
+static uint8_t *request(const char *line, const uint8_t *slot, size_t len, uint64_t trailer,
+                        size_t *out)
+{
+    size_t n = strlen(line);
+    uint8_t *req = malloc(n + len + 8);
+    assert_non_null(req);
+    memcpy(req, line, n);
+    memcpy(req + n, slot, len);
+    memcpy(req + n + len, &trailer, 8);
+    *out = n + len + 8;
+    return req;
+}
+
 /* A PUT request of rank 2's slot 0 carrying `slot` (len bytes) and `trailer`. */
 static uint8_t *put_request(const uint8_t *slot, size_t len, uint64_t trailer, size_t *out)
 {
-    char line[96];
-    int n = snprintf(line, sizeof line, "DDPREPL1 PUT 2 0 %zu\n", len);
-    uint8_t *req = malloc((size_t)n + len + 8);
-    assert_non_null(req);
-    memcpy(req, line, (size_t)n);
-    memcpy(req + n, slot, len);
-    memcpy(req + n + len, &trailer, 8);
-    *out = (size_t)n + len + 8;
-    return req;
+    char line[128];
+    snprintf(line, sizeof line, "DDPREPL1 PUT %s 2 0 %zu\n", key_b, len);
+    return request(line, slot, len, trailer, out);
 }
 
 /* Whether the log says `text`. */
 static bool logged(int log_fd, const char *text)
 {
-    char buf[16384];
+    static char buf[1 << 20];
     ssize_t n = pread(log_fd, buf, sizeof buf - 1, 0);
     buf[n > 0 ? n : 0] = '\0';
     return strstr(buf, text) != NULL;
@@ -202,29 +220,68 @@ static void test_replicas_over_loopback(void **state)
     assert_int_equal(ddp_checkpoint_replicas_start(dir_b, 0, &log, &b), 0);
     int port = ddp_checkpoint_replicas_port(b);
     assert_true(port > 0);
+    key_b = ddp_checkpoint_replicas_key(b);
+    assert_int_equal(strlen(key_b), DDP_REPLICA_KEY_CHARS);
+    assert_string_not_equal(key_b, ddp_checkpoint_replicas_key(a)); /* random: each its own */
 
     /* A's rank 2 at generation 1 in its slot 0: B gets it, no faster than the rate. */
-    size_t len;
+    size_t len, req_len;
     uint8_t *one = slot_bytes(1, 0x11, &len);
+    size_t small_len; /* (refused at its line: all of it in the socket's buffers) */
+    uint8_t *small = sized_slot(2, 0x33, 4096, &small_len);
+    /* Before B's first round: refused (the world is not known yet). */
+    uint8_t *req = put_request(small, small_len, 2, &req_len);
+    assert_int_equal(ask(port, req, req_len, false), 'n');
+    assert_true(logged(log_fd, "no round has begun yet"));
+    free(req);
     put(dir_a, "rank2.0", one, len);
-    ddp_replica_peer_t peer = {"127.0.0.1", port};
+    ddp_replica_peer_t peer = {"127.0.0.1", port, ""};
+    snprintf(peer.key, sizeof peer.key, "%s", key_b);
     ddp_checkpoint_replicas_round(a, 2, 1, 4, &peer, 1);
     ddp_checkpoint_replicas_round(b, 0, 2, 4, NULL, 0);
     double took = wait_for_copy(dir_b, "replica2.0", one, len);
     assert_true(took >= 0.8 * (double)len / RATE);
 
     /* What a peer could send instead: each refused, said, nothing kept or left. */
-    size_t req_len;
-    assert_int_equal(ask(port, "junk\n", 5, false), 'n');
-    const char *beyond = "DDPREPL1 PUT 4 0 4096\n"; /* a world of 4 */
-    assert_int_equal(ask(port, beyond, strlen(beyond), false), 'n');
-    assert_true(logged(log_fd, "rank 4 is not of this job's world of 4"));
-    const char *absurd = "DDPREPL1 PUT 2 0 999999999999999999\n";
-    assert_int_equal(ask(port, absurd, strlen(absurd), false), 'n');
-    assert_true(logged(log_fd, "more than there is room for"));
+    char line[160];
     uint8_t *two = slot_bytes(2, 0x22, &len);
+    const char *keys[] = {NULL, "00000000000000000000000000000000", "0", ""}; /* "": a prefix */
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (keys[i] == NULL)
+            snprintf(line, sizeof line, "DDPREPL1 PUT 2 0 %zu\n", small_len);
+        else if (keys[i][0] == '\0')
+            snprintf(line, sizeof line, "DDPREPL1 PUT %.31s 2 0 %zu\n", key_b, small_len);
+        else
+            snprintf(line, sizeof line, "DDPREPL1 PUT %s 2 0 %zu\n", keys[i], small_len);
+        req = request(line, small, small_len, 2, &req_len);
+        assert_int_equal(ask(port, req, req_len, false), 'n');
+        free(req);
+    }
+    assert_true(logged(log_fd, "its request is not one of this job's"));
+    assert_null(file_bytes(dir_b, "replica2.1", &req_len)); /* nothing written */
+    assert_int_equal(ask(port, "junk\n", 5, false), 'n');
+    snprintf(line, sizeof line, "DDPREPL1 PUT %s 4 0 4096\n", key_b); /* a world of 4 */
+    assert_int_equal(ask(port, line, strlen(line), false), 'n');
+    assert_true(logged(log_fd, "rank 4 is not of this job's world of 4"));
+    snprintf(line, sizeof line, "DDPREPL1 PUT %s 2 0 999999999999999999\n", key_b);
+    assert_int_equal(ask(port, line, strlen(line), false), 'n');
+    assert_true(logged(log_fd, "more than there is room for"));
+    /* 19 digits that would wrap past INT64_MAX to rank 2 (2^63 + 2): refused. */
+    snprintf(line, sizeof line, "DDPREPL1 PUT %s 9223372036854775810 0 %zu\n", key_b, small_len);
+    req = request(line, small, small_len, 2, &req_len);
+    assert_int_equal(ask(port, req, req_len, false), 'n');
+    free(req);
+    free(small);
+    /* A GET: answered with B's key ("DDPREPL1 BYTES"), closed unanswered without it. */
+    snprintf(line, sizeof line, "DDPREPL1 GET %s 2 10\n", key_b);
+    assert_int_equal(ask(port, line, strlen(line), false), 'D');
+    const char *get_keyless = "DDPREPL1 GET 2 10\n";
+    assert_int_equal(ask(port, get_keyless, strlen(get_keyless), false), 0);
+    snprintf(line, sizeof line, "DDPREPL1 GET %s 2 10\n", ddp_checkpoint_replicas_key(a));
+    assert_int_equal(ask(port, line, strlen(line), false), 0);
+    assert_true(logged(log_fd, "it is not a request of this job's"));
     two[DDP_CKPT_HEADER_BYTES + 5] ^= 1; /* after its checksum */
-    uint8_t *req = put_request(two, len, 2, &req_len);
+    req = put_request(two, len, 2, &req_len);
     assert_int_equal(ask(port, req, req_len, false), 'n');
     assert_true(logged(log_fd, "its data does not match its checksum"));
     free(req);
