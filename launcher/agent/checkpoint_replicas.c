@@ -1,6 +1,7 @@
 /* In-memory checkpoints' replicas on other nodes (see agent/checkpoint_replicas.h). Two
- * threads of their own, with blocking I/O bounded by poll: the receiver accepts one
- * connection at a time, checks the request line and the size (the directory's room) before
+ * threads of their own, with blocking I/O bounded by poll: the receiver accepts connections
+ * and serves each on a thread of its own (capped; a request line and a transfer each
+ * bounded as a whole), checks the request line and the size (the directory's room) before
  * it writes anything, writes the bytes under a dot name, and keeps them only once the slot's
  * header, checksum and generation agree; the sender looks at this node's ranks' slots every
  * LOOK_MS and sends each rank's newest checksummed one to every peer of the round, a MiB at
@@ -33,14 +34,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LOOK_MS     100   /* the sender's look at the slots */
-#define IO_MS       10000 /* a read or write that makes no progress this long ends the transfer */
-#define CONNECT_MS  3000  /* a peer's connection */
-#define RETRY_MS    1000  /* after a failed transfer, the sender's rest */
-#define CHUNK       (4u << 20)
-#define REQUEST_MAX 128 /* the request line, its '\n' included */
-#define TAG         "DDPREPL1"
-#define MAX_PEERS   64 /* --checkpoint-replicas is capped at the nodes less one; and this */
+#define LOOK_MS        100   /* the sender's look at the slots */
+#define IO_MS          10000 /* a read or write that makes no progress this long ends the transfer */
+#define LINE_MS        3000  /* a request's line, or a GET's answer line, whole */
+#define FLOOR_RATE     (64u << 10) /* bytes/s: a transfer slower than this on the whole ends */
+#define MAX_CONNS      16          /* connections served at once; */
+#define MAX_PEER_CONNS 4           /* of them from one address */
+#define CONNECT_MS     3000        /* a peer's connection */
+#define RETRY_MS       1000        /* after a failed transfer, the sender's rest */
+#define CHUNK          (4u << 20)
+#define REQUEST_MAX    128 /* the request line, its '\n' included */
+#define TAG            "DDPREPL1"
+#define MAX_PEERS      64 /* --checkpoint-replicas is capped at the nodes less one; and this */
 
 struct ddp_checkpoint_replicas_s {
     const ddp_log_t *log;
@@ -77,11 +82,21 @@ static int wait_io(int stop, int fd, short events, int timeout_ms)
     }
 }
 
-static int send_all(int stop, int fd, const void *data, size_t len)
+/* The wait before an I/O (IO_MS, less where `deadline`, ddp_clock_mono's, is nearer; 0: none):
+ * its ms, or -1 once the deadline passed. */
+static int wait_ms(double deadline)
+{
+    if (deadline <= 0)
+        return IO_MS;
+    double left = (deadline - ddp_clock_mono()) * 1000;
+    return left <= 0 ? -1 : left < IO_MS ? (int)left + 1 : IO_MS;
+}
+
+static int send_all(int stop, double deadline, int fd, const void *data, size_t len)
 {
     const char *p = data;
     while (len > 0) {
-        int err = wait_io(stop, fd, POLLOUT, IO_MS);
+        int ms = wait_ms(deadline), err = ms < 0 ? DDP_ETIMEOUT : wait_io(stop, fd, POLLOUT, ms);
         if (err < 0)
             return err;
         ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
@@ -95,11 +110,11 @@ static int send_all(int stop, int fd, const void *data, size_t len)
     return 0;
 }
 
-static int recv_all(int stop, int fd, void *data, size_t len)
+static int recv_all(int stop, double deadline, int fd, void *data, size_t len)
 {
     char *p = data;
     while (len > 0) {
-        int err = wait_io(stop, fd, POLLIN, IO_MS);
+        int ms = wait_ms(deadline), err = ms < 0 ? DDP_ETIMEOUT : wait_io(stop, fd, POLLIN, ms);
         if (err < 0)
             return err;
         ssize_t n = recv(fd, p, len, 0);
@@ -175,11 +190,15 @@ static bool parse_put(char *line, const char *key, int *rank, int *slot, uint64_
     return true;
 }
 
-/* The request line, a byte at a time (it is short), into line[REQUEST_MAX]. */
+/* The request line, a byte at a time (it is short), into line[REQUEST_MAX], whole within
+ * LINE_MS. */
 static int read_line(int stop, int fd, char *line, ddp_buf_t *why)
 {
+    double deadline = ddp_clock_mono() + LINE_MS / 1000.0;
     for (size_t n = 0; n < REQUEST_MAX - 1; n++) {
-        int err = recv_all(stop, fd, &line[n], 1);
+        int err = recv_all(stop, deadline, fd, &line[n], 1);
+        if (err == DDP_ETIMEOUT)
+            ddp_buf_printf(why, "a whole line did not come within %d s", LINE_MS / 1000);
         if (err != 0)
             return err;
         if (line[n] == '\n') {
@@ -218,16 +237,18 @@ static int check_received(int fd, int rank, uint64_t bytes, uint64_t trailer, ui
     return err;
 }
 
-/* The bytes of a PUT into the file open at `out`, then its trailer. */
+/* The bytes of a PUT into the file open at `out`, then its trailer, within a deadline of
+ * FLOOR_RATE (IO_MS more). */
 static int receive_bytes(int stop, int fd, int out, uint64_t bytes, uint64_t *trailer,
                          uint64_t *sum, ddp_buf_t *why)
 {
+    double limit = (double)bytes / FLOOR_RATE + IO_MS / 1000.0, deadline = ddp_clock_mono() + limit;
     char *buf = malloc(CHUNK);
     ddp_ckpt_sum_t *state = malloc(sizeof *state);
     int err = buf == NULL || state == NULL ? -ENOMEM : 0;
     for (uint64_t done = 0; err == 0 && done < bytes;) { /* (bytes: a header's at least) */
         size_t n = bytes - done < CHUNK ? (size_t)(bytes - done) : CHUNK, skip = 0;
-        err = recv_all(stop, fd, buf, n);
+        err = recv_all(stop, deadline, fd, buf, n);
         if (err == 0 && pwrite(out, buf, n, (off_t)done) != (ssize_t)n)
             err = (ddp_buf_printf(why, "unable to write it: %s", strerror(errno)), -EIO);
         if (err == 0 && done == 0) { /* the checksum as the bytes come (ckpt.h's seed) */
@@ -241,7 +262,10 @@ static int receive_bytes(int stop, int fd, int out, uint64_t bytes, uint64_t *tr
         done += n;
     }
     if (err == 0)
-        err = recv_all(stop, fd, trailer, sizeof *trailer);
+        err = recv_all(stop, deadline, fd, trailer, sizeof *trailer);
+    if (err == DDP_ETIMEOUT)
+        ddp_buf_printf(why, "%" PRIu64 " bytes did not come within %.0f s (%u KiB/s)", bytes, limit,
+                       FLOOR_RATE >> 10);
     if (err == 0)
         *sum = ddp_ckpt_sum_final(state);
     free(state);
@@ -250,10 +274,11 @@ static int receive_bytes(int stop, int fd, int out, uint64_t bytes, uint64_t *tr
 }
 
 /* `bytes` of rank `rank`'s slot from `fd` into DIR/NAME: the size checked against the
- * directory's room first, written as DIR/.NAME.incoming, checked (check_received) and
+ * directory's room first, written as DIR/.NAME.incoming (DIR/.NAME.<n>.incoming where
+ * `unique`: n a count of its own), checked (check_received) and
  * renamed. 0, or an error with `why` (nothing left). */
 static int receive_into(int stop, int fd, const char *dir, const char *name, int rank,
-                        uint64_t bytes, ddp_buf_t *why)
+                        uint64_t bytes, bool unique, ddp_buf_t *why)
 {
     char tmp[PATH_MAX + 96], path[PATH_MAX + 96];
     uint64_t trailer = 0, sum = 0;
@@ -266,7 +291,11 @@ static int receive_into(int stop, int fd, const char *dir, const char *name, int
                               bytes, room.bytes),
                DDP_ETOOBIG);
     if (err == 0) {
-        snprintf(tmp, sizeof tmp, "%s/.%s.incoming", dir, name);
+        static atomic_uint seq; /* (the listener's transfers at once: a name each) */
+        if (unique)
+            snprintf(tmp, sizeof tmp, "%s/.%s.%u.incoming", dir, name, atomic_fetch_add(&seq, 1));
+        else
+            snprintf(tmp, sizeof tmp, "%s/.%s.incoming", dir, name);
         snprintf(path, sizeof path, "%s/%s", dir, name);
         out = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (out < 0)
@@ -300,13 +329,14 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
         return ddp_buf_printf(why, "rank %d is not of this job's world of %d", *rank, world),
                DDP_EPARSE;
     snprintf(name, sizeof name, DDP_REPLICA_FILE, *rank, slot);
-    int err = receive_into(r->stop_fd, fd, r->dir, name, *rank, bytes, why);
+    int err = receive_into(r->stop_fd, fd, r->dir, name, *rank, bytes, true, why);
     if (err == 0)
         atomic_fetch_add(&r->received, bytes);
     return err;
 }
 
-static int send_bytes(int stop, uint64_t rate, int fd, int in, const ddp_ckpt_header_t *h);
+static int send_bytes(int stop, double deadline, uint64_t rate, int fd, int in,
+                      const ddp_ckpt_header_t *h);
 
 /* "DDPREPL1 GET KEY RANK STEP": exactly that, each in range. */
 static bool parse_get(char *line, const char *key, int *rank, int64_t *step)
@@ -343,14 +373,15 @@ static int serve_get(ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t
         }
     }
     int len = snprintf(head, sizeof head, TAG " %" PRIu64 "\n", in >= 0 ? h.used_bytes : 0);
-    int err = send_all(r->stop_fd, fd, head, (size_t)len);
+    double deadline = ddp_clock_mono() + (double)h.used_bytes / FLOOR_RATE + IO_MS / 1000.0;
+    int err = send_all(r->stop_fd, deadline, fd, head, (size_t)len);
     if (err == 0 && in >= 0)
-        err = send_bytes(r->stop_fd, 0, fd, in, &h);
+        err = send_bytes(r->stop_fd, deadline, 0, fd, in, &h);
     if (err == 0 && in >= 0 && ddp_ckpt_pread_header(in, &again, &size, NULL) == 0 &&
         again.generation == h.generation)
         trailer = h.generation;
     if (err == 0 && in >= 0)
-        err = send_all(r->stop_fd, fd, &trailer, sizeof trailer);
+        err = send_all(r->stop_fd, deadline, fd, &trailer, sizeof trailer);
     if (in >= 0)
         close(in);
     if (err != 0)
@@ -384,13 +415,51 @@ static void serve(ddp_checkpoint_replicas_t *r, int fd, const char *host)
                      why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
     char answer = err == 0 ? 'k' : 'n';
     if (err != -ECANCELED)
-        (void)send_all(r->stop_fd, fd, &answer, 1);
+        (void)send_all(r->stop_fd, ddp_clock_mono() + LINE_MS / 1000.0, fd, &answer, 1);
     ddp_buf_free(&why);
 }
 
+/* A connection served on a thread of its own. */
+typedef struct {
+    ddp_checkpoint_replicas_t *r;
+    pthread_t thread;
+    bool used;
+    atomic_bool done; /* its thread may be joined */
+    int fd;
+    char host[64];
+} conn_t;
+
+static void *serve_run(void *arg)
+{
+    conn_t *c = arg;
+    serve(c->r, c->fd, c->host);
+    close(c->fd);
+    atomic_store(&c->done, true);
+    return NULL;
+}
+
+/* The connections' threads that ended joined (all of them, where `all`, once they end):
+ * how many are left from `host` (NULL: at all). */
+static int reap(conn_t *conns, bool all, const char *host)
+{
+    int left = 0;
+    for (int i = 0; i < MAX_CONNS; i++) {
+        if (conns[i].used && (all || atomic_load(&conns[i].done))) {
+            pthread_join(conns[i].thread, NULL);
+            conns[i].used = false;
+        }
+        left += conns[i].used && (host == NULL || strcmp(conns[i].host, host) == 0);
+    }
+    return left;
+}
+
+/* Accepts connections and serves each on a thread of its own: at most MAX_CONNS at once,
+ * MAX_PEER_CONNS of one address (one more is closed at once), so that a slow one holds up
+ * no other. */
 static void *receive_run(void *arg)
 {
     ddp_checkpoint_replicas_t *r = arg;
+    conn_t conns[MAX_CONNS] = {0};
     for (;;) {
         int err = wait_io(r->stop_fd, r->listen_fd, POLLIN, -1);
         if (err == -ECANCELED)
@@ -404,9 +473,25 @@ static void *receive_run(void *arg)
             continue;
         (void)getnameinfo((struct sockaddr *)&addr, len, host, sizeof host, NULL, 0,
                           NI_NUMERICHOST);
-        serve(r, fd, host);
-        close(fd);
+        int all = reap(conns, false, NULL), from = reap(conns, false, host), i = 0;
+        while (i < MAX_CONNS && conns[i].used)
+            i++;
+        if (all >= MAX_CONNS || from >= MAX_PEER_CONNS) {
+            ddp_log_debug(r->log,
+                          "in-memory checkpoints: a connection from %s is closed: %d are "
+                          "served, %d of them from there",
+                          host, all, from);
+            close(fd);
+            continue;
+        }
+        conns[i] = (conn_t){.r = r, .used = true, .fd = fd};
+        snprintf(conns[i].host, sizeof conns[i].host, "%s", host);
+        if (pthread_create(&conns[i].thread, NULL, serve_run, &conns[i]) != 0) {
+            conns[i].used = false;
+            close(fd);
+        }
     }
+    (void)reap(conns, true, NULL); /* (each ends at its next wait: the stop) */
     return NULL;
 }
 
@@ -444,8 +529,9 @@ static bool rest(const ddp_checkpoint_replicas_t *r, double seconds)
 }
 
 /* The used bytes of the slot open at `in` (header h) over `fd`, at most `rate` bytes a second
- * (0: no limit). */
-static int send_bytes(int stop, uint64_t rate, int fd, int in, const ddp_ckpt_header_t *h)
+ * (0: no limit), by `deadline` (0: none). */
+static int send_bytes(int stop, double deadline, uint64_t rate, int fd, int in,
+                      const ddp_ckpt_header_t *h)
 {
     char *buf = malloc(CHUNK);
     int err = buf == NULL ? -ENOMEM : 0;
@@ -456,7 +542,7 @@ static int send_bytes(int stop, uint64_t rate, int fd, int in, const ddp_ckpt_he
         if (got != (ssize_t)n)
             err = got < 0 ? -errno : DDP_ECLOSED; /* cut meanwhile */
         if (err == 0)
-            err = send_all(stop, fd, buf, n);
+            err = send_all(stop, deadline, fd, buf, n);
         done += n;
         double due = rate > 0 ? began + (double)done / (double)rate : 0;
         if (err == 0 && due > ddp_clock_mono() &&
@@ -479,16 +565,16 @@ static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_
     int len = snprintf(line, sizeof line, TAG " PUT %s %d %d %" PRIu64 "\n", peer->key, rank, slot,
                        h->used_bytes);
     if (err == 0)
-        err = send_all(r->stop_fd, fd, line, (size_t)len);
+        err = send_all(r->stop_fd, 0, fd, line, (size_t)len);
     if (err == 0)
-        err = send_bytes(r->stop_fd, r->rate, fd, in, h);
+        err = send_bytes(r->stop_fd, 0, r->rate, fd, in, h);
     if (err == 0 && ddp_ckpt_pread_header(in, &again, &size, NULL) == 0 &&
         again.generation == h->generation && again.state == DDP_CKPT_COMPLETE)
         trailer = h->generation; /* (else 0: the receiver drops it) */
     if (err == 0)
-        err = send_all(r->stop_fd, fd, &trailer, sizeof trailer);
+        err = send_all(r->stop_fd, 0, fd, &trailer, sizeof trailer);
     if (err == 0)
-        err = recv_all(r->stop_fd, fd, &answer, 1);
+        err = recv_all(r->stop_fd, 0, fd, &answer, 1);
     if (err == 0 && answer != 'k')
         err = DDP_EPARSE;
     if (fd >= 0)
@@ -688,7 +774,7 @@ int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *di
     int fd = connect_peer(stop_fd, peer), err = fd < 0 ? fd : 0;
     int len = snprintf(line, sizeof line, TAG " GET %s %d %" PRId64 "\n", peer->key, rank, step);
     if (err == 0)
-        err = send_all(stop_fd, fd, line, (size_t)len);
+        err = send_all(stop_fd, ddp_clock_mono() + LINE_MS / 1000.0, fd, line, (size_t)len);
     if (err == 0)
         err = read_line(stop_fd, fd, line, why);
     if (err == 0 && !parse_answer(line, &size))
@@ -697,7 +783,7 @@ int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *di
         err = (ddp_buf_printf(why, "it holds none"), -ENOENT);
     snprintf(name, sizeof name, DDP_CKPT_SLOT_FILE, rank, 0);
     if (err == 0)
-        err = receive_into(stop_fd, fd, dir, name, rank, size, why);
+        err = receive_into(stop_fd, fd, dir, name, rank, size, false, why);
     ddp_ckpt_header_t h;
     uint64_t file_size;
     if (err == 0 && ddp_ckpt_slot_path(path, sizeof path, dir, rank, 0) == 0 &&

@@ -4,8 +4,9 @@
  * replica<R>.<s> in its checkpoint directory, verified against the slot's checksum before it
  * is renamed into place (a torn or wrong transfer is dropped and said). A sender thread
  * sends each of this node's ranks' newest complete, checksummed slot to the round's next N
- * nodes, at a bounded rate. Both threads are blocking-socket threads that poll a stop
- * eventfd with every wait (a stop acts at once) and bound every read and write in time; the
+ * nodes, at a bounded rate. Both threads (and the receiver's, one a connection, capped) are
+ * blocking-socket threads that poll a stop eventfd with every wait (a stop acts at once) and
+ * bound every read and write in time, a request line and a transfer as a whole too; the
  * functions here run on the agent's loop and only take a mutex. The wire: "DDPREPL1 PUT
  * KEY RANK SLOT BYTES\n", BYTES of the slot file, its generation again as 8 bytes (0: it
  * changed while sent), then one byte back: 'k' kept, 'n' not; or "DDPREPL1 GET KEY RANK

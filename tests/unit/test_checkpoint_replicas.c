@@ -271,7 +271,6 @@ static void test_replicas_over_loopback(void **state)
     req = request(line, small, small_len, 2, &req_len);
     assert_int_equal(ask(port, req, req_len, false), 'n');
     free(req);
-    free(small);
     /* A GET: answered with B's key ("DDPREPL1 BYTES"), closed unanswered without it. */
     snprintf(line, sizeof line, "DDPREPL1 GET %s 2 10\n", key_b);
     assert_int_equal(ask(port, line, strlen(line), false), 'D');
@@ -301,6 +300,29 @@ static void test_replicas_over_loopback(void **state)
     (void)wait_for_copy(dir_b, "replica2.1", two, len);
     nothing_else(dir_b);
     assert_true(ddp_checkpoint_replicas_received(b) == 2 * (uint64_t)len);
+    /* A connection that stalls in its request line holds up no other: a PUT beside it is
+     * kept while it is still open, and it is dropped once its line's time ran out. */
+    int slow = connect_b(port);
+    assert_int_equal(send(slow, "DDPREPL1 PUT ", 13, MSG_NOSIGNAL), 13);
+    free(small);
+    small = sized_slot(3, 0x44, 4096, &small_len);
+    char small_line[128];
+    snprintf(small_line, sizeof small_line, "DDPREPL1 PUT %s 2 1 %zu\n", key_b, small_len);
+    req = request(small_line, small, small_len, 3, &req_len);
+    assert_int_equal(ask(port, req, req_len, false), 'k');
+    assert_false(logged(log_fd, "a whole line did not come within"));
+    free(req);
+    double began = ddp_clock_mono();
+    while (!logged(log_fd, "a whole line did not come within 3 s")) {
+        if (ddp_clock_mono() - began > 30)
+            fail_msg("the stalled connection was never dropped");
+        poll(NULL, 0, 20);
+    }
+    char gone;
+    assert_int_equal(recv(slow, &gone, 1, 0), 1); /* its 'n', then the end */
+    assert_int_equal(gone, 'n');
+    close(slow);
+    free(small);
 
     ddp_checkpoint_replicas_stop(a);
     ddp_checkpoint_replicas_stop(b);
