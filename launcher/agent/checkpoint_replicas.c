@@ -57,6 +57,7 @@ struct ddp_checkpoint_replicas_s {
     pthread_t receiver, sender;
     bool receiver_started, sender_started;
     _Atomic uint64_t received; /* bytes kept */
+    _Atomic uint64_t claimed;  /* bytes of the PUTs under way */
     atomic_int world_size;     /* the round's: a replica of a rank beyond it is refused; 0
                                 * before the first round: every replica is */
 
@@ -239,24 +240,49 @@ static int check_received(int fd, int rank, uint64_t bytes, uint64_t trailer, ui
 
 /* The bytes of a PUT into the file open at `out`, then its trailer, within a deadline of
  * FLOOR_RATE (IO_MS more). */
-static int receive_bytes(int stop, int fd, int out, uint64_t bytes, uint64_t *trailer,
-                         uint64_t *sum, ddp_buf_t *why)
+/* Whether the header `h` that came first is that of a complete, checksummed slot of rank
+ * `rank` (of a world of `world`: 0 any), `bytes` in all. 0, or DDP_EPARSE with `why`. */
+static int check_first(const ddp_ckpt_header_t *h, int rank, int world, uint64_t bytes,
+                       ddp_buf_t *why)
+{
+    ddp_buf_t detail = DDP_BUF_INIT;
+    int err = ddp_ckpt_header_check(h, bytes, &detail);
+    if (err == 0 && (h->state != DDP_CKPT_COMPLETE || h->rank != (uint32_t)rank ||
+                     (world > 0 && h->world_size != (uint32_t)world) || h->used_bytes != bytes ||
+                     h->checksum_generation != h->generation))
+        err = DDP_EPARSE;
+    if (err != 0)
+        ddp_buf_printf(why,
+                       "its header is not that of a complete, checksummed slot of rank %d of a "
+                       "world of %d, %" PRIu64 " bytes%s%s",
+                       rank, world, bytes, detail.len > 0 ? ": " : "",
+                       detail.len > 0 ? ddp_buf_str(&detail) : "");
+    ddp_buf_free(&detail);
+    return err;
+}
+
+static int receive_bytes(int stop, int fd, int out, int rank, int world, uint64_t bytes,
+                         uint64_t *trailer, uint64_t *sum, ddp_buf_t *why)
 {
     double limit = (double)bytes / FLOOR_RATE + IO_MS / 1000.0, deadline = ddp_clock_mono() + limit;
     char *buf = malloc(CHUNK);
     ddp_ckpt_sum_t *state = malloc(sizeof *state);
     int err = buf == NULL || state == NULL ? -ENOMEM : 0;
-    for (uint64_t done = 0; err == 0 && done < bytes;) { /* (bytes: a header's at least) */
-        size_t n = bytes - done < CHUNK ? (size_t)(bytes - done) : CHUNK, skip = 0;
+    for (uint64_t done = 0; err == 0 && done < bytes;) {          /* (bytes: a header's at least) */
+        size_t n = done == 0              ? DDP_CKPT_HEADER_BYTES /* (checked first, alone) */
+                   : bytes - done < CHUNK ? (size_t)(bytes - done)
+                                          : CHUNK,
+               skip = 0;
         err = recv_all(stop, deadline, fd, buf, n);
-        if (err == 0 && pwrite(out, buf, n, (off_t)done) != (ssize_t)n)
-            err = (ddp_buf_printf(why, "unable to write it: %s", strerror(errno)), -EIO);
         if (err == 0 && done == 0) { /* the checksum as the bytes come (ckpt.h's seed) */
             ddp_ckpt_header_t h;
             memcpy(&h, buf, sizeof h);
+            err = check_first(&h, rank, world, bytes, why);
             ddp_ckpt_sum_init(state, ddp_ckpt_header_seed(&h));
             skip = DDP_CKPT_HEADER_BYTES;
         }
+        if (err == 0 && pwrite(out, buf, n, (off_t)done) != (ssize_t)n)
+            err = (ddp_buf_printf(why, "unable to write it: %s", strerror(errno)), -EIO);
         if (err == 0)
             ddp_ckpt_sum_update(state, buf + skip, n - skip);
         done += n;
@@ -273,22 +299,33 @@ static int receive_bytes(int stop, int fd, int out, uint64_t bytes, uint64_t *tr
     return err;
 }
 
-/* `bytes` of rank `rank`'s slot from `fd` into DIR/NAME: the size checked against the
- * directory's room first, written as DIR/.NAME.incoming (DIR/.NAME.<n>.incoming where
- * `unique`: n a count of its own), checked (check_received) and
- * renamed. 0, or an error with `why` (nothing left). */
-static int receive_into(int stop, int fd, const char *dir, const char *name, int rank,
-                        uint64_t bytes, bool unique, ddp_buf_t *why)
+/* What a transfer into a directory is to be. */
+typedef struct {
+    int rank, world;  /* the slot's, as its header must say (world 0: any) */
+    uint64_t bytes;   /* its used bytes, as the request said */
+    uint64_t reserve; /* of the directory's room, kept for others */
+    bool unique;      /* a name of its own for the temporary */
+} expect_t;
+
+/* `e->bytes` of rank `e->rank`'s slot from `fd` into DIR/NAME: the size checked against the
+ * directory's room less e->reserve first, the header as soon as it came (check_first), written as
+ * DIR/.NAME.incoming (DIR/.NAME.<n>.incoming where `unique`: n a count of its own), checked
+ * (check_received) and renamed. 0, or an error with `why` (nothing left). */
+static int receive_into(int stop, int fd, const char *dir, const char *name, const expect_t *e,
+                        ddp_buf_t *why)
 {
     char tmp[PATH_MAX + 96], path[PATH_MAX + 96];
-    uint64_t trailer = 0, sum = 0;
+    uint64_t trailer = 0, sum = 0, bytes = e->bytes;
+    bool unique = e->unique;
     ddp_ckpt_room_t room;
     int out = -1, err = ddp_ckpt_room(dir, "/sys/fs/cgroup", "/proc/self/cgroup", &room);
-    if (err == 0 && (bytes < DDP_CKPT_HEADER_BYTES || bytes > room.bytes))
+    uint64_t left = room.bytes > e->reserve ? room.bytes - e->reserve : 0;
+    if (err == 0 && (bytes < DDP_CKPT_HEADER_BYTES || bytes > left))
         err = (ddp_buf_printf(why,
                               "%" PRIu64 " bytes: not a slot, or more than there is room for "
-                              "(%" PRIu64 ")",
-                              bytes, room.bytes),
+                              "(%" PRIu64 ", %" PRIu64 " of it kept for this node's own saves "
+                              "and the transfers under way)",
+                              bytes, room.bytes, room.bytes - left),
                DDP_ETOOBIG);
     if (err == 0) {
         static atomic_uint seq; /* (the listener's transfers at once: a name each) */
@@ -302,9 +339,9 @@ static int receive_into(int stop, int fd, const char *dir, const char *name, int
             err = (ddp_buf_printf(why, "unable to create %s: %s", tmp, strerror(errno)), -errno);
     }
     if (err == 0)
-        err = receive_bytes(stop, fd, out, bytes, &trailer, &sum, why);
+        err = receive_bytes(stop, fd, out, e->rank, e->world, bytes, &trailer, &sum, why);
     if (err == 0)
-        err = check_received(out, rank, bytes, trailer, sum, why);
+        err = check_received(out, e->rank, bytes, trailer, sum, why);
     if (err == 0 && rename(tmp, path) != 0)
         err = (ddp_buf_printf(why, "unable to rename it: %s", strerror(errno)), -errno);
     if (out >= 0)
@@ -313,6 +350,8 @@ static int receive_into(int stop, int fd, const char *dir, const char *name, int
         unlink(tmp);
     return err;
 }
+
+static int newest_slot(const char *dir, int rank, int *in, ddp_ckpt_header_t *h);
 
 /* A PUT (its request `line`): received as replica<R>.<s>. 0, or an error with `why`. */
 static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *rank, ddp_buf_t *why)
@@ -329,7 +368,24 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
         return ddp_buf_printf(why, "rank %d is not of this job's world of %d", *rank, world),
                DDP_EPARSE;
     snprintf(name, sizeof name, DDP_REPLICA_FILE, *rank, slot);
-    int err = receive_into(r->stop_fd, fd, r->dir, name, *rank, bytes, true, why);
+    /* Kept beside it: one more save of each of this node's ranks, and the transfers under
+     * way. */
+    pthread_mutex_lock(&r->mutex);
+    int first = r->first_rank, nranks = r->nranks;
+    pthread_mutex_unlock(&r->mutex);
+    uint64_t reserve = atomic_fetch_add(&r->claimed, bytes);
+    for (int i = 0; i < nranks; i++) {
+        ddp_ckpt_header_t h;
+        int in = -1;
+        if (newest_slot(r->dir, first + i, &in, &h) >= 0) {
+            reserve += h.used_bytes;
+            close(in);
+        }
+    }
+    expect_t e = {
+        .rank = *rank, .world = world, .bytes = bytes, .reserve = reserve, .unique = true};
+    int err = receive_into(r->stop_fd, fd, r->dir, name, &e, why);
+    atomic_fetch_sub(&r->claimed, bytes);
     if (err == 0)
         atomic_fetch_add(&r->received, bytes);
     return err;
@@ -619,7 +675,8 @@ static bool send_look(ddp_checkpoint_replicas_t *r, int first, int nranks,
     for (int i = 0; i < nranks && ok; i++) {
         ddp_ckpt_header_t h = {0};
         int in = -1, slot = newest_slot(r->dir, first + i, &in, &h);
-        if (slot < 0 || h.generation <= sent[i]) {
+        if (slot < 0 || h.generation <= sent[i] ||
+            h.world_size != (uint32_t)atomic_load(&r->world_size)) { /* (refused there) */
             if (in >= 0)
                 close(in);
             continue;
@@ -783,7 +840,8 @@ int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *di
         err = (ddp_buf_printf(why, "it holds none"), -ENOENT);
     snprintf(name, sizeof name, DDP_CKPT_SLOT_FILE, rank, 0);
     if (err == 0)
-        err = receive_into(stop_fd, fd, dir, name, rank, size, false, why);
+        err = receive_into(stop_fd, fd, dir, name,
+                           &(expect_t){.rank = rank, .world = world_size, .bytes = size}, why);
     ddp_ckpt_header_t h;
     uint64_t file_size;
     if (err == 0 && ddp_ckpt_slot_path(path, sizeof path, dir, rank, 0) == 0 &&

@@ -300,13 +300,22 @@ static void test_replicas_over_loopback(void **state)
     (void)wait_for_copy(dir_b, "replica2.1", two, len);
     nothing_else(dir_b);
     assert_true(ddp_checkpoint_replicas_received(b) == 2 * (uint64_t)len);
+    char small_line[128];
+    /* A header that is not the slot's the request said (all zeros): refused as soon as it
+     * came, the rest of the size it claimed never awaited. */
+    uint8_t zeros[DDP_CKPT_HEADER_BYTES] = {0};
+    snprintf(small_line, sizeof small_line, "DDPREPL1 PUT %s 2 1 %u\n", key_b, 3u << 20);
+    req = request(small_line, zeros, sizeof zeros, 0, &req_len);
+    assert_int_equal(ask(port, req, req_len - 8, false), 'n');
+    assert_true(logged(log_fd, "its header is not that of a complete, checksummed slot of rank 2"));
+    assert_false(logged(log_fd, "did not come within"));
+    free(req);
     /* A connection that stalls in its request line holds up no other: a PUT beside it is
      * kept while it is still open, and it is dropped once its line's time ran out. */
     int slow = connect_b(port);
     assert_int_equal(send(slow, "DDPREPL1 PUT ", 13, MSG_NOSIGNAL), 13);
     free(small);
     small = sized_slot(3, 0x44, 4096, &small_len);
-    char small_line[128];
     snprintf(small_line, sizeof small_line, "DDPREPL1 PUT %s 2 1 %zu\n", key_b, small_len);
     req = request(small_line, small, small_len, 3, &req_len);
     assert_int_equal(ask(port, req, req_len, false), 'k');
