@@ -4,13 +4,15 @@
  * bounded as a whole), checks the request line and the size (the directory's room) before
  * it writes anything, writes the bytes under a dot name, and keeps them only once the slot's
  * header, checksum and generation agree; the sender looks at this node's ranks' slots every
- * LOOK_MS and sends each rank's newest checksummed one to every peer of the round, a MiB at
- * a time, resting to keep to the rate. A peer that dies or stalls costs a transfer (said
- * once a round for a sender's peer), never a thread. */
+ * LOOK_MS and sends each rank's newest checksummed one to every peer of the round, in
+ * pieces of a quarter second at the rate (4 MiB at most), resting to keep to it. A peer
+ * that dies or stalls costs a transfer (said once a round for a sender's peer), never a
+ * thread. */
 #include "agent/checkpoint_replicas.h"
 
 #include "ckpt.h"
 #include "ckpt_file.h"
+#include "config/config.h"
 #include "error.h"
 #include "io.h"
 
@@ -34,14 +36,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LOOK_MS        100   /* the sender's look at the slots */
-#define IO_MS          10000 /* a read or write that makes no progress this long ends the transfer */
-#define LINE_MS        3000  /* a request's line, or a GET's answer line, whole */
-#define FLOOR_RATE     (64u << 10) /* bytes/s: a transfer slower than this on the whole ends */
-#define MAX_CONNS      16          /* connections served at once; */
-#define MAX_PEER_CONNS 4           /* of them from one address */
-#define CONNECT_MS     3000        /* a peer's connection */
-#define RETRY_MS       1000        /* after a failed transfer, the sender's rest */
+#define LOOK_MS 100   /* the sender's look at the slots */
+#define IO_MS   10000 /* a read or write that makes no progress this long ends the transfer */
+#define LINE_MS 3000  /* a request's line, or a GET's answer line, whole */
+#define FLOOR_RATE \
+    DDP_CHECKPOINT_REPLICA_MIN_RATE /* bytes/s: a slower transfer (on the whole) ends */
+#define MAX_CONNS      16           /* connections served at once; */
+#define MAX_PEER_CONNS 4            /* of them from one address */
+#define CONNECT_MS     3000         /* a peer's connection */
+#define RETRY_MS       1000         /* after a failed transfer, the sender's rest */
 #define CHUNK          (4u << 20)
 #define REQUEST_MAX    128 /* the request line, its '\n' included */
 #define TAG            "DDPREPL1"
@@ -592,17 +595,19 @@ static int send_bytes(int stop, double deadline, uint64_t rate, int fd, int in,
     char *buf = malloc(CHUNK);
     int err = buf == NULL ? -ENOMEM : 0;
     double began = ddp_clock_mono();
+    /* Pieces of a quarter second at the rate: no rest comes near the receiver's IO_MS. */
+    size_t piece = rate > 0 && rate / 4 < CHUNK ? (size_t)(rate / 4) + 1 : CHUNK;
     for (uint64_t done = 0; err == 0 && done < h->used_bytes;) {
-        size_t n = h->used_bytes - done < CHUNK ? (size_t)(h->used_bytes - done) : CHUNK;
+        size_t n = h->used_bytes - done < piece ? (size_t)(h->used_bytes - done) : piece;
         ssize_t got = pread(in, buf, n, (off_t)done);
         if (got != (ssize_t)n)
             err = got < 0 ? -errno : DDP_ECLOSED; /* cut meanwhile */
         if (err == 0)
             err = send_all(stop, deadline, fd, buf, n);
         done += n;
-        double due = rate > 0 ? began + (double)done / (double)rate : 0;
-        if (err == 0 && due > ddp_clock_mono() &&
-            wait_io(stop, -1, 0, (int)((due - ddp_clock_mono()) * 1000) + 1) == -ECANCELED)
+        double due = rate > 0 ? began + (double)done / (double)rate : 0, now = ddp_clock_mono();
+        int ms = due - now < IO_MS / 2000.0 ? (int)((due - now) * 1000) + 1 : IO_MS / 2;
+        if (err == 0 && due > now && wait_io(stop, -1, 0, ms) == -ECANCELED)
             err = -ECANCELED;
     }
     free(buf);

@@ -16,6 +16,9 @@
 #define DDP_MAX_LOCAL_WORKERS 4096
 #define DDP_MAX_SIGNALS       16
 #define DDP_HOST_MAX          256
+/* The least --checkpoint-replica-rate: a replica's receiver ends a transfer slower than
+ * this on the whole (agent/checkpoint_replicas.c). */
+#define DDP_CHECKPOINT_REPLICA_MIN_RATE (64u << 10)
 
 /* How ddp-launch exits (the table in ddp-launch(1)). */
 enum {
@@ -147,7 +150,8 @@ typedef struct ddp_launch_config_s {
     int checkpoint_persist_every;     /* --checkpoint-persist-every: a rank's every N-th save; 0 */
     int checkpoint_replicas;          /* --checkpoint-replicas: nodes each node's slots go to; -1:
                                        * the default (1 with several nodes) */
-    uint64_t checkpoint_replica_rate; /* --checkpoint-replica-rate: bytes/s a node sends */
+    uint64_t checkpoint_replica_rate; /* --checkpoint-replica-rate: bytes/s a node sends, at
+                                       * least DDP_CHECKPOINT_REPLICA_MIN_RATE */
     const char *preload;              /* --preload: what the zygote imports (NULL: torch) */
 
     /* Health checks before each round (health.h). */
