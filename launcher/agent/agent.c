@@ -1043,14 +1043,13 @@ static void checks_done(void *ctx, int rc, const char *why)
 
 static int checks_then_workers(ddp_agent_t *a);
 
-/* The nodes have agreed on the step (agent/checkpoint_common.h): the round's workers. */
 /* The round's next --checkpoint-replicas nodes (in node order, after this one) that take
  * replicas, told to the checkpoints' sender; capped at the nodes less one (said). */
 static void replicate_to(ddp_agent_t *a, const ddp_checkpoint_common_t *x)
 {
     ddp_replica_peer_t peers[64];
     int want = a->g.cfg->checkpoint_replicas < 0 ? 1 : a->g.cfg->checkpoint_replicas, n = 0;
-    if (want > a->g.nnodes - 1)
+    if (want > a->g.nnodes - 1 && a->g.cfg->checkpoint_replicas > 0) /* (asked, not the default) */
         ddp_log_info(a->g.log,
                      "--checkpoint-replicas=%d: round %d has %d other node(s); each node's "
                      "checkpoints go to %d",
@@ -1066,6 +1065,7 @@ static void replicate_to(ddp_agent_t *a, const ddp_checkpoint_common_t *x)
                               peers, n);
 }
 
+/* The nodes have agreed on the step (agent/checkpoint_common.h): the round's workers. */
 static void step_agreed(void *ctx, ddp_checkpoint_common_t *x, int64_t step)
 {
     ddp_agent_t *a = ctx;
@@ -1644,6 +1644,13 @@ static void op_end_job(ddp_group_t *g, int exit_code)
     end_job(agent_of(g), exit_code);
 }
 
+static void op_leave_job(ddp_group_t *g, int exit_code)
+{
+    ddp_agent_t *a = agent_of(g);
+    a->store_leaves = g->coord != NULL && g->cfg->rdzv_backend == DDP_RDZV_ETCD;
+    end_job(a, exit_code);
+}
+
 static const ddp_agent_ops_t agent_ops = {
     .stop = op_stop,
     .fail_round = op_fail_round,
@@ -1652,6 +1659,7 @@ static const ddp_agent_ops_t agent_ops = {
     .progress_read = op_progress_read,
     .start_rendezvous = op_start_rendezvous,
     .end_job = op_end_job,
+    .leave_job = op_leave_job,
 };
 
 /* The parts of the agent (the policy aside, made first), on the loop, wired to what each

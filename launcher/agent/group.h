@@ -90,6 +90,10 @@ typedef struct {
     void (*start_rendezvous)(ddp_group_t *g);
     /* The job ends with `exit_code`: now, or once the workers have stopped. */
     void (*end_job)(ddp_group_t *g, int exit_code);
+    /* This launcher leaves a job that goes on elsewhere (etcd elected another while it was
+     * stopped), ending with `exit_code`: where it serves the store, the store closes with
+     * no word of an end (the others take it as lost and go on at the elected one's). */
+    void (*leave_job)(ddp_group_t *g, int exit_code);
 } ddp_agent_ops_t;
 
 struct ddp_group_s {

@@ -107,6 +107,13 @@ static void on_place_failed(void *ctx, const char *why)
     g->ops->end_job(g, DDP_EXIT_RDZV_FAILED);
 }
 
+static void on_place_deposed(void *ctx, const char *why)
+{
+    ddp_placement_t *p = ctx;
+    ddp_log_error(p->g->log, "rendezvous: %s", why);
+    p->g->ops->leave_job(p->g, DDP_EXIT_RDZV_FAILED);
+}
+
 /* No worker of this launcher runs a round: the job forms (or re-forms) here. */
 static bool on_forming(void *ctx)
 {
@@ -179,7 +186,8 @@ static void on_placed(void *ctx, bool own, const char *host, int port, const cha
 
 void ddp_placement_start(ddp_placement_t *p)
 {
-    static const ddp_etcd_place_cbs_t cbs = {on_placed, on_place_failed, on_forming};
+    static const ddp_etcd_place_cbs_t cbs = {on_placed, on_place_failed, on_place_deposed,
+                                             on_forming};
     ddp_group_t *g = p->g;
     char id[DDP_RDZV_ID_MAX];
     ddp_buf_t why = DDP_BUF_INIT;

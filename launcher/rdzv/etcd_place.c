@@ -62,10 +62,16 @@ struct ddp_etcd_place_s {
     double ttl, join_timeout;
     bool relocating;     /* (ELECTING) the job's store was lost: the key's next word decides */
     bool rejoining;      /* the lease was lost while the job formed: taken again */
+    bool answered;       /* etcd answered a join of this launcher's once */
+    int unanswered;      /* first joins etcd left unanswered */
     double rejoin_since; /* loop s of the first loss since the last join */
     char prefix[320];    /* ddp-launch/<run id>/ */
     char id[128], record[400];
 };
+
+/* First joins etcd may leave unanswered before this launcher ends (a join burst's late
+ * answers are taken again; an endpoint that never answers is said after these). */
+#define FIRST_TRIES 3
 
 static void fail(ddp_etcd_place_t *p, const char *why)
 {
@@ -112,6 +118,15 @@ static void on_lost(void *ctx, const char *why)
         fail(p, why);
         return;
     }
+    if (!p->answered && ++p->unanswered >= FIRST_TRIES) {
+        /* Never answered: no etcd there (a port that takes connections and says nothing),
+         * not a join burst's late answer: said now, not after join_timeout. */
+        char text[1400];
+        snprintf(text, sizeof text, "etcd at %s did not answer this launcher's first %d joins: %s",
+                 ddp_etcd_endpoints(p->etcd), FIRST_TRIES, why);
+        fail(p, text);
+        return;
+    }
     if (!p->rejoining)
         p->rejoin_since = now;
     double delay = p->ttl / 3 * (0.25 + 0.75 * jitter());
@@ -129,8 +144,12 @@ static void on_lost(void *ctx, const char *why)
         return;
     }
     p->rejoining = true;
-    ddp_log_warn(p->log, "etcd: %s: %s: taking a new lease and joining again in %.2f s", why,
-                 forming ? "the job forms" : "the job goes on", delay);
+    if (!p->answered)
+        ddp_log_warn(p->log, "etcd: %s: trying again in %.2f s (%d of %d)", why, delay,
+                     p->unanswered + 1, FIRST_TRIES);
+    else
+        ddp_log_warn(p->log, "etcd: %s: %s: taking a new lease and joining again in %.2f s", why,
+                     forming ? "the job forms" : "the job goes on", delay);
 }
 
 /* "HOST:PORT ID" (IPv6 as [ADDR]:PORT): the host and port, or false. */
@@ -373,12 +392,15 @@ static void on_coordinator(void *ctx, const char *record, bool own)
         fail(p, "out of memory");
         return;
     }
+    p->answered = true;
     if (p->rejoining) { /* the session's join again: its word on the coordinator's key */
         p->rejoining = false;
         ddp_log_info(p->log, "etcd: joined again, under a new lease");
         if (p->phase == PLACE_PLACED && p->own && !own) {
-            fail(p, "etcd: another launcher was elected while this one's lease was lost: the "
-                    "job goes on at its store");
+            p->phase = PLACE_FAILED;
+            p->cbs.deposed(p->ctx, "etcd: another launcher was elected while this one's lease "
+                                   "was lost: this launcher leaves, and the job goes on at the "
+                                   "elected one's store");
             return;
         }
     }

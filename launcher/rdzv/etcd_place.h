@@ -30,6 +30,11 @@ typedef struct {
     /* etcd failed this launcher (before placed, or its lease lost after): `why`. Once; the
      * part does nothing more but close. */
     void (*failed)(void *ctx, const char *why);
+    /* The elected launcher, stopped (Ctrl-Z) while the job formed, found another elected
+     * when it continued: `why`. It leaves; the job goes on at the other's store (its own
+     * closes with no word of an end, which the others take as a lost store). Once, instead
+     * of failed. */
+    void (*deposed)(void *ctx, const char *why);
     /* Whether the job forms here (no worker of this launcher runs a round: before the
      * first, between rounds, waiting at the coordinator): a lease lost then (a join burst
      * that left etcd's answers late) is taken again and the launcher joins again, bounded

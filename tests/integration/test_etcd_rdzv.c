@@ -17,6 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -142,6 +145,18 @@ static void test_no_etcd_there(void **state)
     kill(server.pid, SIGTERM);
     th_wait_exit(&server, 10);
     th_cleanup(&server);
+
+    /* A port that takes connections and never answers: said after the first joins' time
+     * (3 tries), not retried for join_timeout (600 s) as a join burst's late answer is. */
+    int silent = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof addr;
+    assert_int_equal(bind(silent, (struct sockaddr *)&addr, sizeof addr), 0);
+    assert_int_equal(listen(silent, 16), 0);
+    assert_int_equal(getsockname(silent, (struct sockaddr *)&addr, &len), 0);
+    start_launcher(&p, "--nnodes=2 --rdzv-endpoint=127.0.0.1:%d", ntohs(addr.sin_port));
+    ends_before_workers(&p, 30, 5, "did not answer this launcher's first 3 joins");
+    close(silent);
 }
 
 /* etcd over https with client certificates: the job runs with the right CA and
@@ -651,6 +666,48 @@ static void test_lease_lost_while_forming_rejoins(void **state)
         TH_ASSERT(p, i == 0 || strcmp(port, port0) == 0);
     }
     for (int i = 0; i < 3; i++)
+        th_cleanup(&node[i]);
+    th_etcd_down(&etcd);
+}
+
+/* The elected launcher stopped (SIGSTOP, as Ctrl-Z stops it) while the job forms, its lease
+ * ended meanwhile, and a launcher that came then elected itself: continued, the first one
+ * leaves (status 5, said) with no word of an end; the launcher waiting at its store goes on
+ * at the new one's, and the job of 3 forms there and completes. */
+static void test_stopped_elected_leaves_for_the_new_one(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    th_proc_t node[4]; /* a (elected, stopped), b, c (elected meanwhile), d */
+#define DEPOSED_FLAGS                                  \
+    "--nnodes=3 --rdzv-id=deposed --rdzv-endpoint=%s " \
+    "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=2"
+    start_launcher(&node[0], DEPOSED_FLAGS, etcd.endpoints);
+    TH_ASSERT(&node[0], th_wait_output(&node[0], 2, "etcd: elected", 1, 30));
+    start_launcher(&node[1], DEPOSED_FLAGS, etcd.endpoints);
+    TH_ASSERT(&node[1], th_wait_output(&node[1], 2, "the job's store is the elected", 1, 30));
+    assert_int_equal(kill(node[0].pid, SIGSTOP), 0);
+    assert_int_equal(revoke_leases(&etcd, "coord", true), 1);
+    start_launcher(&node[2], DEPOSED_FLAGS, etcd.endpoints);
+    TH_ASSERT(&node[2], th_wait_output(&node[2], 2, "etcd: elected", 1, 30));
+    assert_int_equal(kill(node[0].pid, SIGCONT), 0);
+    TH_ASSERT(&node[0], th_wait_exit(&node[0], 20));
+    TH_ASSERT(&node[0], th_status(&node[0]) == 5);
+    TH_ASSERT(&node[0], strstr(err(&node[0]), "this launcher leaves") != NULL);
+    start_launcher(&node[3], DEPOSED_FLAGS, etcd.endpoints);
+    char port[16], port_c[16];
+    for (int i = 1; i < 4; i++) {
+        th_proc_t *p = &node[i];
+        TH_ASSERT(p, th_wait_exit(p, 40));
+        TH_ASSERT(p, th_status(p) == 0);
+        TH_ASSERT(p, strstr(out(p), "GROUP_WORLD_SIZE=3\n") != NULL);
+    }
+    value_of(&node[2], "MASTER_PORT", port_c, sizeof port_c); /* the new elected's store */
+    for (int i = 1; i < 4; i++)
+        TH_ASSERT(&node[i],
+                  strcmp(value_of(&node[i], "MASTER_PORT", port, sizeof port), port_c) == 0);
+    for (int i = 0; i < 4; i++)
         th_cleanup(&node[i]);
     th_etcd_down(&etcd);
 }
@@ -1189,6 +1246,7 @@ int main(int argc, char **argv)
         TH_TEST(test_etcd_leader_lost_job_goes_on),
         TH_TEST(test_etcd_quorum_lost_ends_the_job),
         TH_TEST(test_lease_lost_while_forming_rejoins),
+        TH_TEST(test_stopped_elected_leaves_for_the_new_one),
         TH_TEST(test_restart_budget),
         TH_TEST(test_exclude_after),
         TH_TEST(test_exclude_after_on_the_elected_node),

@@ -65,6 +65,12 @@ static void op_end_job(ddp_group_t *g, int exit_code)
     fixture_of(g)->ended = exit_code;
 }
 
+static void op_leave_job(ddp_group_t *g, int exit_code)
+{
+    fixture_of(g)->ended = exit_code;
+    fixture_of(g)->left = true;
+}
+
 static const ddp_agent_ops_t recording_ops = {
     .stop = op_stop,
     .fail_round = op_fail_round,
@@ -73,6 +79,7 @@ static const ddp_agent_ops_t recording_ops = {
     .progress_read = op_progress_read,
     .start_rendezvous = op_start_rendezvous,
     .end_job = op_end_job,
+    .leave_job = op_leave_job,
 };
 
 void gf_init(group_fixture_t *f, int nworkers)

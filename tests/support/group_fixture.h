@@ -23,6 +23,7 @@ typedef struct {
     /* What the parts asked of the agent. */
     int stops, fail_rounds, finished, leftovers_done, progress_read, rendezvous_started;
     int ended; /* ops->end_job's status; -1 until asked */
+    bool left; /* ended by ops->leave_job (a job that goes on elsewhere) */
     int stop_signal;
     ddp_stop_reason_t stop_reason;
     size_t first_failure;
