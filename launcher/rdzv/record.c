@@ -2,8 +2,10 @@
 #include "rdzv/record.h"
 
 #include "error.h"
+#include "parse.h"
 #include "store/store.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -195,12 +197,36 @@ int ddp_rdzv_round_record_format(ddp_buf_t *out, int round, int restarts,
     return err;
 }
 
+/* "WORD N" at *p: the word, one space, 1 to 10 digits (no sign; at most INT_MAX), and *p
+ * moved past them; false where not. */
+static bool take_count(const char **p, const char *word, int *out)
+{
+    size_t len = strlen(word);
+    const char *at = *p;
+    if (strncmp(at, word, len) != 0 || at[len] != ' ')
+        return false;
+    at += len + 1;
+    char digits[11];
+    size_t n = strspn(at, "0123456789");
+    long value;
+    if (n == 0 || n >= sizeof digits)
+        return false;
+    memcpy(digits, at, n);
+    digits[n] = '\0';
+    if (ddp_parse_long(digits, 0, INT_MAX, &value) != 0)
+        return false;
+    *out = (int)value;
+    *p = at + n;
+    return true;
+}
+
 int ddp_rdzv_round_record_parse(const char *text, int *round, int *restarts, const char **ranks)
 {
-    int used = 0;
-    if (sscanf(text, "round %d restarts %d ranks%n", round, restarts, &used) != 2 || used == 0 ||
-        *round < 0 || *restarts < 0 || (text[used] != '\0' && text[used] != ' '))
+    const char *at = text;
+    if (!take_count(&at, "round", round) || *at++ != ' ' ||
+        !take_count(&at, "restarts", restarts) || strncmp(at, " ranks", 6) != 0 ||
+        (at[6] != '\0' && at[6] != ' '))
         return DDP_EPARSE;
-    *ranks = text + used + (text[used] == ' ');
+    *ranks = at + 6 + (at[6] == ' ');
     return 0;
 }
