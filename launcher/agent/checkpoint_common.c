@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,8 @@
 #define MISSING_SAID 8
 /* The most of a node's reason it has no step that its outcome carries. */
 #define OUTCOME_WHY_MAX 400
+/* ms: the rest before a fetch's holders are all tried once more. */
+#define FETCH_RETRY_MS 500
 
 struct ddp_checkpoint_common_s {
     uv_work_t work;
@@ -338,9 +341,20 @@ static void read_records(ddp_checkpoint_common_t *x, ddp_store_client_t *client,
     free(values);
 }
 
+/* A rest of `ms`, ended by `wake` becoming readable: false where it did. */
+static bool rest(int wake, int ms)
+{
+    struct pollfd p = {.fd = wake, .events = POLLIN};
+    int n;
+    while ((n = poll(&p, 1, ms)) < 0 && errno == EINTR) {
+    }
+    return n <= 0;
+}
+
 /* Each rank of this node that does not hold x->step itself: fetched from a node holding its
- * replica of that step (the first in node order); where one cannot be, said, and the step
- * left unset here. */
+ * replica of that step, each such node tried in node order, and all of them once more after
+ * FETCH_RETRY_MS where none gave it (one flooded or gone holder costs a try, never the
+ * step); where none can, said, and the step left unset here. */
 static void fetch_missing(ddp_checkpoint_common_t *x)
 {
     for (int i = 0; i < x->round.nranks && x->step >= 0; i++) {
@@ -348,17 +362,26 @@ static void fetch_missing(ddp_checkpoint_common_t *x)
         if (holds(&x->ranks[i], x->step))
             continue;
         const ddp_replica_step_t *from = NULL;
-        for (size_t k = 0; k < x->nall_reps && from == NULL; k++)
-            if (x->all_reps[k].rank == rank && x->all_reps[k].step == x->step &&
-                x->peers[x->all_reps[k].node].port > 0)
-                from = &x->all_reps[k];
+        bool any = false;
         ddp_buf_t why = DDP_BUF_INIT;
         uint64_t bytes = 0;
         double began = ddp_clock_mono();
-        int err = from == NULL || x->dir[0] == '\0' ? -ENOENT : 0;
-        if (err == 0)
-            err = ddp_checkpoint_replicas_fetch(&x->peers[from->node], x->dir, rank, x->step,
-                                                x->round.world_size, x->wake_fd, &bytes, &why);
+        int err = -ENOENT;
+        for (int attempt = 0; attempt < 2 && err != 0 && err != -ECANCELED && x->dir[0] != '\0';
+             attempt++) {
+            if (attempt > 0 && (!any || !rest(x->wake_fd, FETCH_RETRY_MS)))
+                break; /* (none to try again, or the wake: the job ends) */
+            for (size_t k = 0; k < x->nall_reps && err != 0 && err != -ECANCELED; k++) {
+                const ddp_replica_step_t *rep = &x->all_reps[k];
+                if (rep->rank != rank || rep->step != x->step || x->peers[rep->node].port <= 0)
+                    continue;
+                any = true;
+                from = rep;
+                ddp_buf_clear(&why);
+                err = ddp_checkpoint_replicas_fetch(&x->peers[rep->node], x->dir, rank, x->step,
+                                                    x->round.world_size, x->wake_fd, &bytes, &why);
+            }
+        }
         if (err == 0)
             ddp_buf_printf(&x->fetched,
                            "rank %d's step %" PRId64 " fetched from node %d's replica (%" PRIu64
@@ -369,10 +392,13 @@ static void fetch_missing(ddp_checkpoint_common_t *x)
                            "rank %d's step %" PRId64 " is held by no node that takes requests",
                            rank, x->step);
         else
-            ddp_buf_printf(
-                &x->why, "unable to fetch rank %d's step %" PRId64 " from node %d (%s:%d): %s",
-                rank, x->step, from->node, x->peers[from->node].host, x->peers[from->node].port,
-                why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
+            ddp_buf_printf(&x->why,
+                           "unable to fetch rank %d's step %" PRId64
+                           " from node %d (%s:%d), the last of those holding it, each tried "
+                           "twice: %s",
+                           rank, x->step, from->node, x->peers[from->node].host,
+                           x->peers[from->node].port,
+                           why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
         if (err != 0)
             x->step = -1;
         ddp_buf_free(&why);

@@ -41,14 +41,18 @@
 #define LINE_MS 3000  /* a request's line, or a GET's answer line, whole */
 #define FLOOR_RATE \
     DDP_CHECKPOINT_REPLICA_MIN_RATE /* bytes/s: a slower transfer (on the whole) ends */
-#define MAX_CONNS      16           /* connections served at once; */
-#define MAX_PEER_CONNS 4            /* of them from one address */
-#define CONNECT_MS     3000         /* a peer's connection */
-#define RETRY_MS       1000         /* after a failed transfer, the sender's rest */
-#define CHUNK          (4u << 20)
-#define REQUEST_MAX    128 /* the request line, its '\n' included */
-#define TAG            "DDPREPL1"
-#define MAX_PEERS      64 /* --checkpoint-replicas is capped at the nodes less one; and this */
+#define MAX_CONNS       16          /* connections past the key check served at once; */
+#define MAX_PEER_CONNS  4           /* of them from one address */
+#define PENDING_MAX     64          /* connections reading their request line at once */
+#define LINE_SAID       "3 s"       /* LINE_MS, as said */
+#define REFUSED_SAID    10          /* refused connections said one by one; then */
+#define REFUSED_EVERY_S 60          /* one line this often, with their count */
+#define CONNECT_MS      3000        /* a peer's connection */
+#define RETRY_MS        1000        /* after a failed transfer, the sender's rest */
+#define CHUNK           (4u << 20)
+#define REQUEST_MAX     128 /* the request line, its '\n' included */
+#define TAG             "DDPREPL1"
+#define MAX_PEERS       64 /* --checkpoint-replicas is capped at the nodes less one; and this */
 
 struct ddp_checkpoint_replicas_s {
     const ddp_log_t *log;
@@ -449,23 +453,20 @@ static int serve_get(ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t
     return err;
 }
 
-/* One connection: its request read, then a PUT taken (answered 'k' or 'n') or a GET served;
- * said. */
-static void serve(ddp_checkpoint_replicas_t *r, int fd, const char *host)
+/* One connection whose request `line` (its '\n' cut) carried the key: a PUT taken
+ * (answered 'k' or 'n') or a GET served; said. */
+static void serve(ddp_checkpoint_replicas_t *r, int fd, char *line, const char *host)
 {
-    char line[REQUEST_MAX];
     ddp_buf_t why = DDP_BUF_INIT;
-    int rank = -1, err = read_line(r->stop_fd, fd, line, &why);
-    bool get = err == 0 && strncmp(line, TAG " GET ", strlen(TAG " GET ")) == 0;
-    if (get) {
+    int rank = -1, err = 0;
+    if (strncmp(line, TAG " GET ", strlen(TAG " GET ")) == 0) {
         if ((err = serve_get(r, fd, line, &why)) != 0 && err != -ECANCELED)
             ddp_log_warn(r->log, "in-memory checkpoints: a replica asked for by %s: %s", host,
                          ddp_buf_str(&why));
         ddp_buf_free(&why);
         return;
     }
-    if (err == 0)
-        err = receive_put(r, fd, line, &rank, &why);
+    err = receive_put(r, fd, line, &rank, &why);
     if (err == 0) /* (said before the answer: the sender may look) */
         ddp_log_debug(r->log, "in-memory checkpoints: rank %d's slot from %s kept as a replica",
                       rank, host);
@@ -478,7 +479,7 @@ static void serve(ddp_checkpoint_replicas_t *r, int fd, const char *host)
     ddp_buf_free(&why);
 }
 
-/* A connection served on a thread of its own. */
+/* A connection that showed the key, served on a thread of its own. */
 typedef struct {
     ddp_checkpoint_replicas_t *r;
     pthread_t thread;
@@ -486,12 +487,13 @@ typedef struct {
     atomic_bool done; /* its thread may be joined */
     int fd;
     char host[64];
+    char line[REQUEST_MAX];
 } conn_t;
 
 static void *serve_run(void *arg)
 {
     conn_t *c = arg;
-    serve(c->r, c->fd, c->host);
+    serve(c->r, c->fd, c->line, c->host);
     close(c->fd);
     atomic_store(&c->done, true);
     return NULL;
@@ -512,44 +514,205 @@ static int reap(conn_t *conns, bool all, const char *host)
     return left;
 }
 
-/* Accepts connections and serves each on a thread of its own: at most MAX_CONNS at once,
- * MAX_PEER_CONNS of one address (one more is closed at once), so that a slow one holds up
- * no other. */
+/* A connection still reading its request line, in the accept thread. */
+typedef struct {
+    int fd; /* -1: a free place */
+    double deadline;
+    size_t len;
+    char line[REQUEST_MAX];
+    char host[64];
+} pending_t;
+
+/* The refusals' warnings: the first REFUSED_SAID, then one a minute with their count. */
+typedef struct {
+    int said;
+    uint64_t quiet; /* refused since the last line */
+    double next;    /* ddp_clock_mono's: the next line */
+} refusals_t;
+
+static void refused(const ddp_checkpoint_replicas_t *r, refusals_t *q, const char *host,
+                    const char *why)
+{
+    double now = ddp_clock_mono();
+    if (q->said < REFUSED_SAID) {
+        q->said++;
+        q->next = now + REFUSED_EVERY_S;
+        ddp_log_warn(r->log, "in-memory checkpoints: a connection from %s is refused: %s%s", host,
+                     why, q->said == REFUSED_SAID ? " (further refusals said once a minute)" : "");
+        return;
+    }
+    q->quiet++;
+    if (now < q->next)
+        return;
+    ddp_log_warn(r->log,
+                 "in-memory checkpoints: %" PRIu64 " more connections refused in the last "
+                 "%d s, the last from %s: %s",
+                 q->quiet, REFUSED_EVERY_S, host, why);
+    q->quiet = 0;
+    q->next = now + REFUSED_EVERY_S;
+}
+
+/* Whether the request `line` is "DDPREPL1 PUT|GET KEY ..." with the listener's key. */
+static bool keyed(const char *line, const char *key)
+{
+    char copy[REQUEST_MAX], *word[3] = {0}, *save;
+    int n = 0;
+    snprintf(copy, sizeof copy, "%s", line);
+    for (char *w = strtok_r(copy, " ", &save); w != NULL && n < 3; w = strtok_r(NULL, " ", &save))
+        word[n++] = w;
+    return n == 3 && strcmp(word[0], TAG) == 0 &&
+           (strcmp(word[1], "PUT") == 0 || strcmp(word[1], "GET") == 0) &&
+           key_matches(word[2], key);
+}
+
+/* What came on pending connection p, read without waiting: 1 its whole line (its '\n' cut),
+ * 0 not yet, or -1 with `why` (closed, or not a line). */
+static int read_pending(pending_t *p, const char **why)
+{
+    for (;;) {
+        ssize_t n = recv(p->fd, &p->line[p->len], 1, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (n <= 0)
+            return *why = NULL, -1; /* (gone: nothing to say) */
+        char c = p->line[p->len++];
+        if (c == '\n') {
+            p->line[p->len - 1] = '\0';
+            return 1;
+        }
+        if (c == '\0' || p->len >= REQUEST_MAX - 1)
+            return *why = "its request is not one", -1;
+    }
+}
+
+/* The pending connection p ended: refused where `why` (a PUT's answered 'n'; a GET's closed
+ * unanswered), else closed. */
+static void end_pending(const ddp_checkpoint_replicas_t *r, refusals_t *q, pending_t *p,
+                        const char *why)
+{
+    if (why != NULL) {
+        refused(r, q, p->host, why);
+        p->line[p->len < REQUEST_MAX ? p->len : REQUEST_MAX - 1] = '\0';
+        if (strncmp(p->line, TAG " GET ", strlen(TAG " GET ")) != 0)
+            (void)send(p->fd, "n", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    close(p->fd);
+    p->fd = -1;
+}
+
+/* A connection whose line carried the key onto a thread of its own: at most MAX_CONNS at
+ * once, MAX_PEER_CONNS of one address (one more is closed at once: its sender tries again). */
+static void hand_over(ddp_checkpoint_replicas_t *r, conn_t *conns, pending_t *p)
+{
+    int all = reap(conns, false, NULL), from = reap(conns, false, p->host), i = 0;
+    while (i < MAX_CONNS && conns[i].used)
+        i++;
+    if (all >= MAX_CONNS || from >= MAX_PEER_CONNS) {
+        ddp_log_debug(r->log,
+                      "in-memory checkpoints: a connection from %s is closed: %d are "
+                      "served, %d of them from there",
+                      p->host, all, from);
+        close(p->fd);
+        p->fd = -1;
+        return;
+    }
+    conns[i] = (conn_t){.r = r, .used = true, .fd = p->fd};
+    snprintf(conns[i].host, sizeof conns[i].host, "%s", p->host);
+    memcpy(conns[i].line, p->line, sizeof conns[i].line);
+    p->fd = -1;
+    if (pthread_create(&conns[i].thread, NULL, serve_run, &conns[i]) != 0) {
+        conns[i].used = false;
+        close(conns[i].fd);
+    }
+}
+
+/* Takes what is waiting on the listening socket (at most PENDING_MAX / 4, so that the lines
+ * of those taken are read between): each a place among the pending, the oldest's where all
+ * are taken (dropped: a flood of idle connections slows a key holder's, never stops it). */
+static void take_new(const ddp_checkpoint_replicas_t *r, pending_t *pending)
+{
+    for (int taken = 0; taken < PENDING_MAX / 4; taken++) {
+        struct sockaddr_storage addr;
+        socklen_t len = sizeof addr;
+        int fd =
+            accept4(r->listen_fd, (struct sockaddr *)&addr, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            return;
+        int at = 0;
+        for (int i = 0; i < PENDING_MAX; i++) {
+            if (pending[i].fd < 0) {
+                at = i;
+                break;
+            }
+            if (pending[i].deadline < pending[at].deadline)
+                at = i;
+        }
+        if (pending[at].fd >= 0)
+            close(pending[at].fd);
+        pending[at] = (pending_t){.fd = fd, .deadline = ddp_clock_mono() + LINE_MS / 1000.0};
+        snprintf(pending[at].host, sizeof pending[at].host, "?");
+        (void)getnameinfo((struct sockaddr *)&addr, len, pending[at].host, sizeof pending[at].host,
+                          NULL, 0, NI_NUMERICHOST);
+    }
+}
+
+/* Accepts connections and reads each one's request line here, without waiting on any (at
+ * most PENDING_MAX at once, each within LINE_MS); one whose line carries the key is served
+ * on a thread of its own (hand_over), so that a slow one holds up no other and connections
+ * that never show the key take no place of those that do. */
 static void *receive_run(void *arg)
 {
     ddp_checkpoint_replicas_t *r = arg;
     conn_t conns[MAX_CONNS] = {0};
+    pending_t pending[PENDING_MAX];
+    struct pollfd p[PENDING_MAX + 2];
+    int at[PENDING_MAX + 2];
+    refusals_t q = {0};
+    for (int i = 0; i < PENDING_MAX; i++)
+        pending[i].fd = -1;
     for (;;) {
-        int err = wait_io(r->stop_fd, r->listen_fd, POLLIN, -1);
-        if (err == -ECANCELED)
+        double now = ddp_clock_mono(), next = 0;
+        int n = 2;
+        p[0] = (struct pollfd){.fd = r->stop_fd, .events = POLLIN};
+        p[1] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
+        for (int i = 0; i < PENDING_MAX; i++) {
+            if (pending[i].fd < 0)
+                continue;
+            if (next == 0 || pending[i].deadline < next)
+                next = pending[i].deadline;
+            at[n] = i;
+            p[n++] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
+        }
+        int ms = next == 0 ? -1 : next <= now ? 0 : (int)((next - now) * 1000) + 1;
+        if (poll(p, (nfds_t)n, ms) < 0 && errno != EINTR)
             break;
-        struct sockaddr_storage addr;
-        socklen_t len = sizeof addr;
-        char host[64] = "?";
-        int fd =
-            accept4(r->listen_fd, (struct sockaddr *)&addr, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0)
-            continue;
-        (void)getnameinfo((struct sockaddr *)&addr, len, host, sizeof host, NULL, 0,
-                          NI_NUMERICHOST);
-        int all = reap(conns, false, NULL), from = reap(conns, false, host), i = 0;
-        while (i < MAX_CONNS && conns[i].used)
-            i++;
-        if (all >= MAX_CONNS || from >= MAX_PEER_CONNS) {
-            ddp_log_debug(r->log,
-                          "in-memory checkpoints: a connection from %s is closed: %d are "
-                          "served, %d of them from there",
-                          host, all, from);
-            close(fd);
-            continue;
+        if (p[0].revents != 0)
+            break;
+        now = ddp_clock_mono();
+        for (int k = 2; k < n; k++) {
+            pending_t *c = &pending[at[k]];
+            const char *why = NULL;
+            int got = p[k].revents != 0 ? read_pending(c, &why) : 0;
+            if (got == 0 && now >= c->deadline)
+                got = -1, why = "a whole line did not come within " LINE_SAID;
+            if (got < 0)
+                end_pending(r, &q, c, why);
+            else if (got > 0 && !keyed(c->line, r->key))
+                end_pending(r, &q, c,
+                            strncmp(c->line, TAG " GET ", strlen(TAG " GET ")) == 0
+                                ? "it is not a request of this job's"
+                                : "its request is not one of this job's");
+            else if (got > 0)
+                hand_over(r, conns, c);
         }
-        conns[i] = (conn_t){.r = r, .used = true, .fd = fd};
-        snprintf(conns[i].host, sizeof conns[i].host, "%s", host);
-        if (pthread_create(&conns[i].thread, NULL, serve_run, &conns[i]) != 0) {
-            conns[i].used = false;
-            close(fd);
-        }
+        if (p[1].revents != 0)
+            take_new(r, pending);
     }
+    for (int i = 0; i < PENDING_MAX; i++)
+        if (pending[i].fd >= 0)
+            close(pending[i].fd);
     (void)reap(conns, true, NULL); /* (each ends at its next wait: the stop) */
     return NULL;
 }
@@ -762,7 +925,8 @@ static int listen_any(int *port)
     }
     struct sockaddr_storage bound;
     socklen_t len = sizeof bound;
-    if (fd < 0 || listen(fd, 16) != 0 || getsockname(fd, (struct sockaddr *)&bound, &len) != 0) {
+    if (fd < 0 || listen(fd, 4 * PENDING_MAX) != 0 ||
+        getsockname(fd, (struct sockaddr *)&bound, &len) != 0) {
         int err = -errno;
         if (fd >= 0)
             close(fd);

@@ -184,13 +184,19 @@ static uint8_t *put_request(const uint8_t *slot, size_t len, uint64_t trailer, s
     return request(line, slot, len, trailer, out);
 }
 
-/* Whether the log says `text`. */
-static bool logged(int log_fd, const char *text)
+/* The log's text so far (a buffer of its own, good until the next call). */
+static const char *logged_text(int log_fd)
 {
     static char buf[1 << 20];
     ssize_t n = pread(log_fd, buf, sizeof buf - 1, 0);
     buf[n > 0 ? n : 0] = '\0';
-    return strstr(buf, text) != NULL;
+    return buf;
+}
+
+/* Whether the log says `text`. */
+static bool logged(int log_fd, const char *text)
+{
+    return strstr(logged_text(log_fd), text) != NULL;
 }
 
 /* Only the kept replica in B's directory: no dot file left. */
@@ -331,7 +337,38 @@ static void test_replicas_over_loopback(void **state)
     assert_int_equal(recv(slow, &gone, 1, 0), 1); /* its 'n', then the end */
     assert_int_equal(gone, 'n');
     close(slow);
+    /* Idle connections from this one address, more than the caps (16 at once, 4 of one
+     * address) and than the places for request lines, reopened as they are dropped: a PUT
+     * with the key is kept all the same, at once. */
+    int idle[80];
+    for (int i = 0; i < 80; i++)
+        idle[i] = connect_b(port);
+    snprintf(small_line, sizeof small_line, "DDPREPL1 PUT %s 2 1 %zu\n", key_b, small_len);
+    req = request(small_line, small, small_len, 3, &req_len);
+    began = ddp_clock_mono();
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 80; i++) { /* (the dropped ones reopened) */
+            char peek;
+            if (recv(idle[i], &peek, 1, MSG_DONTWAIT) == 0) {
+                close(idle[i]);
+                idle[i] = connect_b(port);
+            }
+        }
+        assert_int_equal(ask(port, req, req_len, false), 'k');
+    }
+    assert_true(ddp_clock_mono() - began < 2.5); /* (before an idle one's line ran out) */
+    free(req);
+    for (int i = 0; i < 80; i++)
+        close(idle[i]);
     free(small);
+    /* Refused connections are said 10 at most, then once a minute with their count. */
+    for (int i = 0; i < 40; i++)
+        assert_int_equal(ask(port, "junk\n", 5, false), 'n');
+    assert_true(logged(log_fd, "further refusals said once a minute"));
+    int said = 0;
+    for (const char *at = logged_text(log_fd); (at = strstr(at, "is refused: ")) != NULL; at++)
+        said++;
+    assert_int_equal(said, 10);
 
     ddp_checkpoint_replicas_stop(a);
     ddp_checkpoint_replicas_stop(b);
