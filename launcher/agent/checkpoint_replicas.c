@@ -6,8 +6,8 @@
  * header, checksum and generation agree; the sender looks at this node's ranks' slots every
  * LOOK_MS and sends each rank's newest checksummed one to every peer of the round, in
  * pieces of a quarter second at the rate (4 MiB at most), resting to keep to it. A peer
- * that dies or stalls costs a transfer (said once a round for a sender's peer), never a
- * thread. */
+ * that dies, stalls or refuses costs a transfer (said once a round for a sender's peer) and
+ * rests with a backoff while the others go on, never a thread. */
 #include "agent/checkpoint_replicas.h"
 
 #include "ckpt.h"
@@ -48,7 +48,8 @@
 #define REFUSED_SAID    10          /* refused connections said one by one; then */
 #define REFUSED_EVERY_S 60          /* one line this often, with their count */
 #define CONNECT_MS      3000        /* a peer's connection */
-#define RETRY_MS        1000        /* after a failed transfer, the sender's rest */
+#define RETRY_MS        1000        /* after a failed transfer, the peer's first rest; */
+#define RETRY_MAX_MS    16000       /* doubled after each failure in a row up to this */
 #define CHUNK           (4u << 20)
 #define REQUEST_MAX     128 /* the request line, its '\n' included */
 #define TAG             "DDPREPL1"
@@ -834,43 +835,61 @@ static int newest_slot(const char *dir, int rank, int *in, ddp_ckpt_header_t *h)
     return best;
 }
 
-/* One look: each rank's newest slot, where it is newer than what went, to every peer. False
- * once a transfer failed (said once a round for each peer). */
-static bool send_look(ddp_checkpoint_replicas_t *r, int first, int nranks,
-                      const ddp_replica_peer_t *peers, int npeers, uint64_t *sent, bool *said)
+/* A peer of the round, as the sender sees it. */
+typedef struct {
+    double next;    /* ddp_clock_mono's: not tried before (0: at once) */
+    double backoff; /* s: the next rest after a failure (0: none failed yet) */
+    bool said;      /* a failure said this round */
+} peer_state_t;
+
+/* One look: each rank's newest slot, where it is newer than what went there, to every peer
+ * not resting after a failure. A peer that fails or refuses is said (once a round) and
+ * rests, RETRY_MS at first and twice as long after each failure in a row (RETRY_MAX_MS at
+ * most), while the others go on: one bad peer holds up no other. sent[i * npeers + p]: the
+ * generation of rank first + i's slot that went to peer p. */
+static void send_look(ddp_checkpoint_replicas_t *r, int first, int nranks,
+                      const ddp_replica_peer_t *peers, int npeers, uint64_t *sent,
+                      peer_state_t *state)
 {
-    bool ok = true;
-    for (int i = 0; i < nranks && ok; i++) {
+    for (int i = 0; i < nranks; i++) {
         ddp_ckpt_header_t h = {0};
         int in = -1, slot = newest_slot(r->dir, first + i, &in, &h);
-        if (slot < 0 || h.generation <= sent[i] ||
-            h.world_size != (uint32_t)atomic_load(&r->world_size)) { /* (refused there) */
+        if (slot < 0 || h.world_size != (uint32_t)atomic_load(&r->world_size)) { /* (refused) */
             if (in >= 0)
                 close(in);
             continue;
         }
-        for (int p = 0; p < npeers && ok; p++) {
+        for (int p = 0; p < npeers; p++) {
             double began = ddp_clock_mono();
+            if (h.generation <= sent[i * npeers + p] || began < state[p].next)
+                continue;
             int err = send_slot(r, &peers[p], in, first + i, slot, &h);
-            if (err == 0) /* (bench/checkpoint reads the time) */
+            if (err == -ECANCELED)
+                break;
+            if (err == 0) { /* (bench/checkpoint reads the time) */
                 ddp_log_debug(r->log,
                               "in-memory checkpoints: rank %d's step %" PRId64
                               " sent to %s:%d as a replica (%" PRIu64 " bytes in %.4f s)",
                               first + i, h.step, peers[p].host, peers[p].port, h.used_bytes,
                               ddp_clock_mono() - began);
-            if (err != 0 && err != -ECANCELED && !said[p])
+                sent[i * npeers + p] = h.generation;
+                state[p].backoff = 0;
+                continue;
+            }
+            if (!state[p].said)
                 ddp_log_warn(r->log,
                              "in-memory checkpoints: unable to send rank %d's step %" PRId64
-                             " to %s:%d: %s; tried again",
+                             " to %s:%d: %s; tried again, the other peers meanwhile",
                              first + i, h.step, peers[p].host, peers[p].port, ddp_strerror(err));
-            said[p] = said[p] || err != 0;
-            ok = err == 0;
+            state[p].said = true;
+            state[p].backoff = state[p].backoff == 0 ? RETRY_MS / 1000.0
+                               : state[p].backoff * 2 < RETRY_MAX_MS / 1000.0
+                                   ? state[p].backoff * 2
+                                   : RETRY_MAX_MS / 1000.0;
+            state[p].next = ddp_clock_mono() + state[p].backoff;
         }
-        if (ok)
-            sent[i] = h.generation;
         close(in);
     }
-    return ok;
 }
 
 static void *send_run(void *arg)
@@ -879,9 +898,9 @@ static void *send_run(void *arg)
     unsigned seq = 0;
     int first = 0, nranks = 0, npeers = 0;
     uint64_t *sent = NULL;
-    bool said[MAX_PEERS] = {0};
+    peer_state_t state[MAX_PEERS];
     ddp_replica_peer_t peers[MAX_PEERS];
-    for (double pause = LOOK_MS / 1000.0; rest(r, pause);) {
+    while (rest(r, LOOK_MS / 1000.0)) {
         pthread_mutex_lock(&r->mutex);
         bool new_round = r->round_seq != seq;
         if (new_round) {
@@ -894,12 +913,11 @@ static void *send_run(void *arg)
         pthread_mutex_unlock(&r->mutex);
         if (new_round) {
             free(sent);
-            sent = calloc((size_t)nranks + 1, sizeof *sent);
-            memset(said, 0, sizeof said);
+            sent = calloc(((size_t)nranks + 1) * ((size_t)npeers + 1), sizeof *sent);
+            memset(state, 0, sizeof state);
         }
-        bool ok =
-            sent == NULL || npeers == 0 || send_look(r, first, nranks, peers, npeers, sent, said);
-        pause = (ok ? LOOK_MS : RETRY_MS) / 1000.0;
+        if (sent != NULL && npeers > 0)
+            send_look(r, first, nranks, peers, npeers, sent, state);
     }
     free(sent);
     return NULL;

@@ -379,10 +379,47 @@ static void test_replicas_over_loopback(void **state)
     remove_dir(dir_b);
 }
 
+/* A peer that refuses every replica (A holds a wrong key for it) comes first in A's round:
+ * B, after it, gets A's slot all the same, and the refusing peer is said once and tried
+ * again later. */
+static void test_one_peer_refusing_holds_up_no_other(void **state)
+{
+    (void)state;
+    make_dir(dir_a);
+    make_dir(dir_b);
+    char log_path[PATH_MAX + 64];
+    snprintf(log_path, sizeof log_path, "%s/../replicas-log2-%d", dir_b, (int)getpid());
+    int log_fd = open(log_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(log_fd >= 0);
+    unlink(log_path);
+    ddp_log_t log = {.name = "test", .level = DDP_LOG_DEBUG, .fd = log_fd};
+    ddp_checkpoint_replicas_t *a, *b;
+    assert_int_equal(ddp_checkpoint_replicas_start(dir_a, 0, &log, &a), 0);
+    assert_int_equal(ddp_checkpoint_replicas_start(dir_b, 0, &log, &b), 0);
+    size_t len;
+    uint8_t *one = sized_slot(1, 0x11, 4096, &len);
+    put(dir_a, "rank2.0", one, len);
+    ddp_replica_peer_t peers[2] = {{"127.0.0.1", ddp_checkpoint_replicas_port(b), ""},
+                                   {"127.0.0.1", ddp_checkpoint_replicas_port(b), ""}};
+    snprintf(peers[0].key, sizeof peers[0].key, "%s", ddp_checkpoint_replicas_key(a));
+    snprintf(peers[1].key, sizeof peers[1].key, "%s", ddp_checkpoint_replicas_key(b));
+    ddp_checkpoint_replicas_round(b, 0, 2, 4, NULL, 0);
+    ddp_checkpoint_replicas_round(a, 2, 1, 4, peers, 2);
+    assert_true(wait_for_copy(dir_b, "replica2.0", one, len) < 5);
+    assert_true(logged(log_fd, "tried again, the other peers meanwhile"));
+    ddp_checkpoint_replicas_stop(a);
+    ddp_checkpoint_replicas_stop(b);
+    free(one);
+    close(log_fd);
+    remove_dir(dir_a);
+    remove_dir(dir_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replicas_over_loopback),
+        cmocka_unit_test(test_one_peer_refusing_holds_up_no_other),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
