@@ -249,28 +249,30 @@ static int check_received(int fd, int rank, uint64_t bytes, uint64_t trailer, ui
 /* The bytes of a PUT into the file open at `out`, then its trailer, within a deadline of
  * FLOOR_RATE (IO_MS more). */
 /* Whether the header `h` that came first is that of a complete, checksummed slot of rank
- * `rank` (of a world of `world`: 0 any), `bytes` in all. 0, or DDP_EPARSE with `why`. */
-static int check_first(const ddp_ckpt_header_t *h, int rank, int world, uint64_t bytes,
-                       ddp_buf_t *why)
+ * `rank` (of a world of `world`: 0 any; of step `step`: -1 any), `bytes` in all. 0, or
+ * DDP_EPARSE with `why`. */
+static int check_first(const ddp_ckpt_header_t *h, int rank, int world, int64_t step,
+                       uint64_t bytes, ddp_buf_t *why)
 {
     ddp_buf_t detail = DDP_BUF_INIT;
     int err = ddp_ckpt_header_check(h, bytes, &detail);
-    if (err == 0 && (h->state != DDP_CKPT_COMPLETE || h->rank != (uint32_t)rank ||
-                     (world > 0 && h->world_size != (uint32_t)world) || h->used_bytes != bytes ||
-                     h->checksum_generation != h->generation))
+    if (err == 0 &&
+        (h->state != DDP_CKPT_COMPLETE || h->rank != (uint32_t)rank ||
+         (world > 0 && h->world_size != (uint32_t)world) || (step >= 0 && h->step != step) ||
+         h->used_bytes != bytes || h->checksum_generation != h->generation))
         err = DDP_EPARSE;
     if (err != 0)
         ddp_buf_printf(why,
                        "its header is not that of a complete, checksummed slot of rank %d of a "
-                       "world of %d, %" PRIu64 " bytes%s%s",
-                       rank, world, bytes, detail.len > 0 ? ": " : "",
-                       detail.len > 0 ? ddp_buf_str(&detail) : "");
+                       "world of %d%s, %" PRIu64 " bytes (step %" PRId64 ")%s%s",
+                       rank, world, step >= 0 ? ", of the step asked for" : "", bytes, h->step,
+                       detail.len > 0 ? ": " : "", detail.len > 0 ? ddp_buf_str(&detail) : "");
     ddp_buf_free(&detail);
     return err;
 }
 
-static int receive_bytes(int stop, int fd, int out, int rank, int world, uint64_t bytes,
-                         uint64_t *trailer, uint64_t *sum, ddp_buf_t *why)
+static int receive_bytes(int stop, int fd, int out, int rank, int world, int64_t step,
+                         uint64_t bytes, uint64_t *trailer, uint64_t *sum, ddp_buf_t *why)
 {
     double limit = (double)bytes / FLOOR_RATE + IO_MS / 1000.0, deadline = ddp_clock_mono() + limit;
     char *buf = malloc(CHUNK);
@@ -285,7 +287,7 @@ static int receive_bytes(int stop, int fd, int out, int rank, int world, uint64_
         if (err == 0 && done == 0) { /* the checksum as the bytes come (ckpt.h's seed) */
             ddp_ckpt_header_t h;
             memcpy(&h, buf, sizeof h);
-            err = check_first(&h, rank, world, bytes, why);
+            err = check_first(&h, rank, world, step, bytes, why);
             ddp_ckpt_sum_init(state, ddp_ckpt_header_seed(&h));
             skip = DDP_CKPT_HEADER_BYTES;
         }
@@ -310,6 +312,7 @@ static int receive_bytes(int stop, int fd, int out, int rank, int world, uint64_
 /* What a transfer into a directory is to be. */
 typedef struct {
     int rank, world;  /* the slot's, as its header must say (world 0: any) */
+    int64_t step;     /* the same (-1: any) */
     uint64_t bytes;   /* its used bytes, as the request said */
     uint64_t reserve; /* of the directory's room, kept for others */
     bool unique;      /* a name of its own for the temporary */
@@ -347,7 +350,7 @@ static int receive_into(int stop, int fd, const char *dir, const char *name, con
             err = (ddp_buf_printf(why, "unable to create %s: %s", tmp, strerror(errno)), -errno);
     }
     if (err == 0)
-        err = receive_bytes(stop, fd, out, e->rank, e->world, bytes, &trailer, &sum, why);
+        err = receive_bytes(stop, fd, out, e->rank, e->world, e->step, bytes, &trailer, &sum, why);
     if (err == 0)
         err = check_received(out, e->rank, bytes, trailer, sum, why);
     if (err == 0 && rename(tmp, path) != 0)
@@ -390,8 +393,12 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
             close(in);
         }
     }
-    expect_t e = {
-        .rank = *rank, .world = world, .bytes = bytes, .reserve = reserve, .unique = true};
+    expect_t e = {.rank = *rank,
+                  .world = world,
+                  .step = -1,
+                  .bytes = bytes,
+                  .reserve = reserve,
+                  .unique = true};
     int err = receive_into(r->stop_fd, fd, r->dir, name, &e, why);
     atomic_fetch_sub(&r->claimed, bytes);
     if (err == 0)
@@ -1026,18 +1033,10 @@ int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *di
     if (err == 0 && size == 0)
         err = (ddp_buf_printf(why, "it holds none"), -ENOENT);
     snprintf(name, sizeof name, DDP_CKPT_SLOT_FILE, rank, 0);
-    if (err == 0)
-        err = receive_into(stop_fd, fd, dir, name,
-                           &(expect_t){.rank = rank, .world = world_size, .bytes = size}, why);
-    ddp_ckpt_header_t h;
-    uint64_t file_size;
-    if (err == 0 && ddp_ckpt_slot_path(path, sizeof path, dir, rank, 0) == 0 &&
-        (ddp_ckpt_read_header(path, &h, &file_size, why) != 0 || h.step != step ||
-         h.world_size != (uint32_t)world_size)) {
-        err = DDP_EPARSE;
-        ddp_buf_printf(why, "it is not step %" PRId64 " of a world of %d", step, world_size);
-        unlink(path);
-    }
+    if (err == 0) /* (its step checked as its header comes: slot 0 replaced by that alone) */
+        err = receive_into(
+            stop_fd, fd, dir, name,
+            &(expect_t){.rank = rank, .world = world_size, .step = step, .bytes = size}, why);
     if (err == 0 && ddp_ckpt_slot_path(path, sizeof path, dir, rank, 1) == 0)
         (void)unlink(path); /* (older: the load must find the fetched step alone) */
     if (err != 0 && why->len == 0)

@@ -21,6 +21,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -415,11 +416,80 @@ static void test_one_peer_refusing_holds_up_no_other(void **state)
     remove_dir(dir_b);
 }
 
+/* A peer that answers a GET, on the listening socket `fd`, with `slot` (len bytes) whatever
+ * was asked: its thread. */
+typedef struct {
+    int fd;
+    const uint8_t *slot;
+    size_t len;
+    uint64_t generation;
+} liar_t;
+
+static void *liar_run(void *arg)
+{
+    liar_t *l = arg;
+    struct pollfd p = {.fd = l->fd, .events = POLLIN};
+    if (poll(&p, 1, 10000) != 1)
+        return NULL;
+    int c = accept(l->fd, NULL, NULL);
+    char ch = 0, head[64];
+    while (c >= 0 && recv(c, &ch, 1, 0) == 1 && ch != '\n') {
+    }
+    int n = snprintf(head, sizeof head, "DDPREPL1 %zu\n", l->len);
+    if (c >= 0 && send(c, head, (size_t)n, MSG_NOSIGNAL) == n &&
+        send(c, l->slot, l->len, MSG_NOSIGNAL) == (ssize_t)l->len)
+        (void)send(c, &l->generation, 8, MSG_NOSIGNAL);
+    if (c >= 0)
+        close(c);
+    return NULL;
+}
+
+/* A fetch of step 10 answered with step 20 (a whole, checksummed slot of that rank and
+ * world): refused as its header comes, and this node's own slot 0 is left as it was. */
+static void test_fetch_of_another_step_leaves_slot_0(void **state)
+{
+    (void)state;
+    make_dir(dir_a);
+    size_t own_len, other_len;
+    uint8_t *own = sized_slot(1, 0x11, 4096, &own_len);     /* step 10 */
+    uint8_t *other = sized_slot(2, 0x22, 4096, &other_len); /* step 20 */
+    put(dir_a, "rank2.0", own, own_len);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 4), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    liar_t l = {.fd = fd, .slot = other, .len = other_len, .generation = 2};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, liar_run, &l), 0);
+    ddp_replica_peer_t peer = {"127.0.0.1", ntohs(a.sin_port), "0123456789abcdef0123456789abcdef"};
+    ddp_buf_t why = DDP_BUF_INIT;
+    uint64_t bytes = 0;
+    int err = ddp_checkpoint_replicas_fetch(&peer, dir_a, 2, 10, 4, -1, &bytes, &why);
+    pthread_join(thread, NULL);
+    close(fd);
+    assert_int_not_equal(err, 0);
+    size_t held_len;
+    char *held = file_bytes(dir_a, "rank2.0", &held_len);
+    assert_true(held != NULL && held_len == own_len && memcmp(held, own, own_len) == 0);
+    assert_non_null(strstr(ddp_buf_str(&why), "of the step asked for"));
+    nothing_else(dir_a);
+    free(held);
+    ddp_buf_free(&why);
+    free(own);
+    free(other);
+    remove_dir(dir_a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replicas_over_loopback),
         cmocka_unit_test(test_one_peer_refusing_holds_up_no_other),
+        cmocka_unit_test(test_fetch_of_another_step_leaves_slot_0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
