@@ -379,8 +379,10 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
         return ddp_buf_printf(why, "rank %d is not of this job's world of %d", *rank, world),
                DDP_EPARSE;
     snprintf(name, sizeof name, DDP_REPLICA_FILE, *rank, slot);
-    /* Kept beside it: one more save of each of this node's ranks, and the transfers under
-     * way. */
+    /* Kept beside it: one more save of each of this node's ranks (of this replica's size
+     * for a rank that has saved none yet: data-parallel ranks hold states of about one
+     * size, so its first save has its room before peers' replicas take it), and the
+     * transfers under way. */
     pthread_mutex_lock(&r->mutex);
     int first = r->first_rank, nranks = r->nranks;
     pthread_mutex_unlock(&r->mutex);
@@ -391,6 +393,8 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
         if (newest_slot(r->dir, first + i, &in, &h) >= 0) {
             reserve += h.used_bytes;
             close(in);
+        } else {
+            reserve += bytes;
         }
     }
     expect_t e = {.rank = *rank,

@@ -13,11 +13,13 @@
 
 #include "agent/checkpoint_replicas.h"
 #include "ckpt.h"
+#include "ckpt_file.h"
 #include "io.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -484,12 +486,45 @@ static void test_fetch_of_another_step_leaves_slot_0(void **state)
     remove_dir(dir_a);
 }
 
+/* A replica of two thirds of B's room, while B's own rank has saved nothing yet: refused at
+ * its line, as that rank's first save (of about that size) is to have its room. */
+static void test_room_kept_for_a_first_save(void **state)
+{
+    (void)state;
+    make_dir(dir_b);
+    char log_path[PATH_MAX + 64];
+    snprintf(log_path, sizeof log_path, "%s/../replicas-log3-%d", dir_b, (int)getpid());
+    int log_fd = open(log_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(log_fd >= 0);
+    unlink(log_path);
+    ddp_log_t log = {.name = "test", .level = DDP_LOG_DEBUG, .fd = log_fd};
+    ddp_checkpoint_replicas_t *b;
+    assert_int_equal(ddp_checkpoint_replicas_start(dir_b, 0, &log, &b), 0);
+    ddp_checkpoint_replicas_round(b, 0, 1, 4, NULL, 0); /* its rank 0: no slot yet */
+    ddp_ckpt_room_t room;
+    assert_int_equal(ddp_ckpt_room(dir_b, "/sys/fs/cgroup", "/proc/self/cgroup", &room), 0);
+    char line[160];
+    uint8_t zeros[DDP_CKPT_HEADER_BYTES] = {0};
+    snprintf(line, sizeof line, "DDPREPL1 PUT %s 2 0 %" PRIu64 "\n", ddp_checkpoint_replicas_key(b),
+             room.bytes / 3 * 2);
+    key_b = ddp_checkpoint_replicas_key(b);
+    size_t req_len;
+    uint8_t *req = request(line, zeros, sizeof zeros, 0, &req_len);
+    assert_int_equal(ask(ddp_checkpoint_replicas_port(b), req, req_len - 8, false), 'n');
+    assert_true(logged(log_fd, "more than there is room for"));
+    free(req);
+    ddp_checkpoint_replicas_stop(b);
+    close(log_fd);
+    remove_dir(dir_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replicas_over_loopback),
         cmocka_unit_test(test_one_peer_refusing_holds_up_no_other),
         cmocka_unit_test(test_fetch_of_another_step_leaves_slot_0),
+        cmocka_unit_test(test_room_kept_for_a_first_save),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
