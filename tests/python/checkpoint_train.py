@@ -9,7 +9,7 @@ losses, in the same processes: no second job to start). Each rank prints "pid R 
 resumes from step S, "loss R S HEX" for each step the resumed model trains and "ref R S HEX"
 for the reference's (a loss's float.hex(): its bits), then "done R".
 What rank 1 does in attempt ATTEMPT (TORCHELASTIC_RESTART_COUNT), MODE:
-  kill: SIGKILLs itself once step STEP is saved.
+  kill: SIGKILLs itself once step STEP is saved by every rank (a barrier).
 """
 import os
 import signal
@@ -76,6 +76,10 @@ for step in range(1, steps + 1):
         continue
     print(f"loss {rank} {step} {train(ddp, optimizer, step)}", flush=True)
     ck.save(step, {"model": model.state_dict(), "optimizer": optimizer.state_dict()})
-    if acting and mode == "kill" and step == at:
-        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "kill" and step == at:
+        # Every rank has saved step STEP before rank 1 dies: else rank 0, stopped by the
+        # launcher in the middle of its own save of it (a loaded machine), holds STEP-1.
+        dist.barrier()
+        if acting:
+            os.kill(os.getpid(), signal.SIGKILL)
 print(f"done {rank}", flush=True)
