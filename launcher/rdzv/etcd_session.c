@@ -364,6 +364,19 @@ static void join_of(const ddp_etcd_session_t *s, ddp_etcd_join_t *j)
                            .keep = s->held != 0 && s->elect_record != NULL};
 }
 
+/* This launcher's put took the coordinator's key (its election record, under its lease, at
+ * `revision`): known at once, before any watch says it, and told. */
+static void hold_coordinator(ddp_etcd_session_t *s, int64_t revision)
+{
+    free(s->coord);
+    s->coord = strdup(s->elect_record);
+    s->coord_lease = s->lease;
+    s->owner = true;
+    s->coord_rev = revision;
+    s->coord_known = true;
+    s->cbs.coordinator(s->ctx, s->coord, true);
+}
+
 static void join_reply(ddp_etcd_session_t *s, const ddp_etcd_join_t *j, const ddp_json_t *reply,
                        int64_t revision)
 {
@@ -387,13 +400,7 @@ static void join_reply(ddp_etcd_session_t *s, const ddp_etcd_join_t *j, const dd
     s->coord_rev = 0;
     s->coord_known = false;
     if ((held && j->keep) || elect != NULL) { /* what the put wrote */
-        free(s->coord);
-        s->coord = strdup(s->elect_record);
-        s->coord_lease = s->lease;
-        s->owner = true;
-        s->coord_rev = revision;
-        s->coord_known = true;
-        s->cbs.coordinator(s->ctx, s->coord, true);
+        hold_coordinator(s, revision);
     } else {
         int64_t rev = 0;
         (void)ddp_etcd_int(kv, "mod_revision", &rev);
@@ -553,13 +560,7 @@ static void on_elect(void *ctx, int err, const ddp_json_t *reply, const char *wh
     (void)ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision);
     bool won = ddp_etcd_succeeded(reply);
     if (won) { /* what the put wrote, before the watch says it */
-        free(s->coord);
-        s->coord = strdup(s->elect_record);
-        s->coord_lease = s->lease;
-        s->owner = true;
-        s->coord_rev = revision;
-        s->coord_known = true;
-        s->cbs.coordinator(s->ctx, s->coord, true);
+        hold_coordinator(s, revision);
         return;
     }
     for (const ddp_json_t *r = ddp_json_first(ddp_json_get(reply, "responses")); r != NULL;
