@@ -794,6 +794,9 @@ int th_etcdctl(const th_etcd_t *c, const char *args, char *out, size_t cap)
 }
 
 static void etcd_up(th_etcd_t *c, int n, bool tls, const char *host);
+static void etcd_start_members(th_etcd_t *c, bool tls);
+static const char *etcd_wait_healthy(th_etcd_t *c);
+static void etcd_stop_members(th_etcd_t *c);
 
 void th_etcd_up(th_etcd_t *c, int n)
 {
@@ -835,7 +838,27 @@ static void etcd_up(th_etcd_t *c, int n, bool tls, const char *host)
         if (!th_succeeds(argv, 60))
             fail_msg("tests/support/make-certs could not make certificates (openssl)");
     }
+    /* A member whose port another test took meanwhile (th_free_port only says it was free)
+     * exits at once: the cluster is made again on other ports, three times at most. */
+    for (int attempt = 1;; attempt++) {
+        etcd_start_members(c, tls);
+        const char *why = etcd_wait_healthy(c);
+        if (why == NULL)
+            return;
+        etcd_stop_members(c);
+        if (attempt == 3)
+            fail_msg("etcd (%d member(s) at %s) not up after 3 tries: %s", n, c->endpoints, why);
+        printf("etcd (%d member(s) at %s) not up, again on other ports: %s\n", n, c->endpoints,
+               why);
+    }
+}
+
+/* Starts c->n members on ports free a moment ago, each with a fresh data directory. */
+static void etcd_start_members(th_etcd_t *c, bool tls)
+{
+    int n = c->n;
     char cluster[TH_ETCD_MAX * 48] = "";
+    c->endpoints[0] = '\0';
     for (int i = 0; i < n; i++) {
         c->client_port[i] = th_free_port();
         c->peer_port[i] = th_free_port();
@@ -887,14 +910,56 @@ static void etcd_up(th_etcd_t *c, int n, bool tls, const char *host)
         th_start(&c->member[i], argv, NULL);
         c->running[i] = true;
     }
+}
+
+/* NULL once every member answers healthy; else (a member ended, or ETCD_UP_S passed) why,
+ * with the ended member's log, in a static buffer. */
+static const char *etcd_wait_healthy(th_etcd_t *c)
+{
+    static char why[8192];
     char out[4096];
     for (double deadline = th_now() + ETCD_UP_S;;) {
         if (etcdctl(c, c->endpoints, "endpoint health", out, sizeof out) == 0)
-            return;
-        if (th_now() > deadline)
-            fail_msg("etcd (%d member(s) at %s) not healthy within %g s: %s", n, c->endpoints,
-                     ETCD_UP_S, out);
+            return NULL;
+        for (int i = 0; i < c->n; i++) {
+            if (!th_wait_exit(&c->member[i], 0.01))
+                continue;
+            char log[640], text[4096] = "";
+            snprintf(log, sizeof log, "%s/m%d.log", c->dir, i);
+            FILE *f = fopen(log, "r");
+            if (f != NULL) {
+                text[fread(text, 1, sizeof text - 1, f)] = '\0';
+                fclose(f);
+            }
+            snprintf(why, sizeof why,
+                     "member m%d (client port %d, peer port %d) ended, status %d: %s", i,
+                     c->client_port[i], c->peer_port[i], th_status(&c->member[i]), text);
+            return why;
+        }
+        if (th_now() > deadline) {
+            snprintf(why, sizeof why, "not healthy within %g s: %s", ETCD_UP_S, out);
+            return why;
+        }
         nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
+    }
+}
+
+/* Ends every member still running and removes their data and logs. */
+static void etcd_stop_members(th_etcd_t *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (!c->running[i])
+            continue;
+        if (!c->member[i].exited)
+            kill(c->member[i].pid, SIGKILL);
+        th_wait_exit(&c->member[i], 30);
+        th_cleanup(&c->member[i]);
+        c->running[i] = false;
+        char path[640];
+        snprintf(path, sizeof path, "%s/m%d", c->dir, i);
+        th_rmtree(path);
+        snprintf(path, sizeof path, "%s/m%d.log", c->dir, i);
+        unlink(path);
     }
 }
 
