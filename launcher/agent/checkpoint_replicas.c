@@ -41,15 +41,18 @@
 #define LINE_MS 3000  /* a request's line, or a GET's answer line, whole */
 #define FLOOR_RATE \
     DDP_CHECKPOINT_REPLICA_MIN_RATE /* bytes/s: a slower transfer (on the whole) ends */
-#define MAX_CONNS       16          /* connections past the key check served at once; */
-#define MAX_PEER_CONNS  4           /* of them from one address */
-#define PENDING_MAX     64          /* connections reading their request line at once */
-#define LINE_SAID       "3 s"       /* LINE_MS, as said */
-#define REFUSED_SAID    10          /* refused connections said one by one; then */
-#define REFUSED_EVERY_S 60          /* one line this often, with their count */
-#define CONNECT_MS      3000        /* a peer's connection */
-#define RETRY_MS        1000        /* after a failed transfer, the peer's first rest; */
-#define RETRY_MAX_MS    16000       /* doubled after each failure in a row up to this */
+#define RATE_HEADROOM   16          /* a PUT slower than the job's rate / this on the whole ends, */
+#define PUT_SLACK_MS    3000        /* this long more (a PUT's whole-transfer deadline) */
+#define SIZE_FACTOR     4     /* a replica larger than this times the largest slot held: refused */
+#define MAX_CONNS       16    /* connections past the key check served at once; */
+#define MAX_PEER_CONNS  4     /* of them from one address */
+#define PENDING_MAX     64    /* connections reading their request line at once */
+#define LINE_SAID       "3 s" /* LINE_MS, as said */
+#define REFUSED_SAID    10    /* refused connections said one by one; then */
+#define REFUSED_EVERY_S 60    /* one line this often, with their count */
+#define CONNECT_MS      3000  /* a peer's connection */
+#define RETRY_MS        1000  /* after a failed transfer, the peer's first rest; */
+#define RETRY_MAX_MS    16000 /* doubled after each failure in a row up to this */
 #define CHUNK           (4u << 20)
 #define REQUEST_MAX     128 /* the request line, its '\n' included */
 #define TAG             "DDPREPL1"
@@ -246,8 +249,18 @@ static int check_received(int fd, int rank, uint64_t bytes, uint64_t trailer, ui
     return err;
 }
 
-/* The bytes of a PUT into the file open at `out`, then its trailer, within a deadline of
- * FLOOR_RATE (IO_MS more). */
+/* What a transfer into a directory is to be. */
+typedef struct {
+    int rank, world;  /* the slot's, as its header must say (world 0: any) */
+    int64_t step;     /* the same (-1: any) */
+    uint64_t bytes;   /* its used bytes, as the request said */
+    uint64_t reserve; /* of the directory's room, kept for others */
+    uint64_t largest; /* a size it may not pass (0: the room alone bounds it) */
+    uint64_t floor;   /* bytes/s it comes at on the whole, at least (0: FLOOR_RATE) ... */
+    int slack_ms;     /* ... with this long more (0: IO_MS) */
+    bool unique;      /* a name of its own for the temporary */
+} expect_t;
+
 /* Whether the header `h` that came first is that of a complete, checksummed slot of rank
  * `rank` (of a world of `world`: 0 any; of step `step`: -1 any), `bytes` in all. 0, or
  * DDP_EPARSE with `why`. */
@@ -271,10 +284,14 @@ static int check_first(const ddp_ckpt_header_t *h, int rank, int world, int64_t 
     return err;
 }
 
-static int receive_bytes(int stop, int fd, int out, int rank, int world, int64_t step,
-                         uint64_t bytes, uint64_t *trailer, uint64_t *sum, ddp_buf_t *why)
+/* The bytes `e` says into the file open at `out`, then its trailer, within a deadline of
+ * e->floor bytes a second (e->slack_ms more): *trailer and the checksum of what came as *sum. */
+static int receive_bytes(int stop, int fd, int out, const expect_t *e, uint64_t *trailer,
+                         uint64_t *sum, ddp_buf_t *why)
 {
-    double limit = (double)bytes / FLOOR_RATE + IO_MS / 1000.0, deadline = ddp_clock_mono() + limit;
+    uint64_t bytes = e->bytes, floor = e->floor > 0 ? e->floor : FLOOR_RATE;
+    double limit = (double)bytes / (double)floor + (e->slack_ms > 0 ? e->slack_ms : IO_MS) / 1000.0,
+           deadline = ddp_clock_mono() + limit;
     char *buf = malloc(CHUNK);
     ddp_ckpt_sum_t *state = malloc(sizeof *state);
     int err = buf == NULL || state == NULL ? -ENOMEM : 0;
@@ -287,7 +304,7 @@ static int receive_bytes(int stop, int fd, int out, int rank, int world, int64_t
         if (err == 0 && done == 0) { /* the checksum as the bytes come (ckpt.h's seed) */
             ddp_ckpt_header_t h;
             memcpy(&h, buf, sizeof h);
-            err = check_first(&h, rank, world, step, bytes, why);
+            err = check_first(&h, e->rank, e->world, e->step, bytes, why);
             ddp_ckpt_sum_init(state, ddp_ckpt_header_seed(&h));
             skip = DDP_CKPT_HEADER_BYTES;
         }
@@ -300,23 +317,14 @@ static int receive_bytes(int stop, int fd, int out, int rank, int world, int64_t
     if (err == 0)
         err = recv_all(stop, deadline, fd, trailer, sizeof *trailer);
     if (err == DDP_ETIMEOUT)
-        ddp_buf_printf(why, "%" PRIu64 " bytes did not come within %.0f s (%u KiB/s)", bytes, limit,
-                       FLOOR_RATE >> 10);
+        ddp_buf_printf(why, "%" PRIu64 " bytes did not come within %.1f s (%" PRIu64 " KiB/s)",
+                       bytes, limit, floor >> 10);
     if (err == 0)
         *sum = ddp_ckpt_sum_final(state);
     free(state);
     free(buf);
     return err;
 }
-
-/* What a transfer into a directory is to be. */
-typedef struct {
-    int rank, world;  /* the slot's, as its header must say (world 0: any) */
-    int64_t step;     /* the same (-1: any) */
-    uint64_t bytes;   /* its used bytes, as the request said */
-    uint64_t reserve; /* of the directory's room, kept for others */
-    bool unique;      /* a name of its own for the temporary */
-} expect_t;
 
 /* `e->bytes` of rank `e->rank`'s slot from `fd` into DIR/NAME: the size checked against the
  * directory's room less e->reserve first, the header as soon as it came (check_first), written as
@@ -338,6 +346,12 @@ static int receive_into(int stop, int fd, const char *dir, const char *name, con
                               "and the transfers under way)",
                               bytes, room.bytes, room.bytes - left),
                DDP_ETOOBIG);
+    if (err == 0 && e->largest > 0 && bytes / SIZE_FACTOR > e->largest)
+        err = (ddp_buf_printf(why,
+                              "%" PRIu64 " bytes: more than %d times the largest slot this "
+                              "node holds (%" PRIu64 ")",
+                              bytes, SIZE_FACTOR, e->largest),
+               DDP_ETOOBIG);
     if (err == 0) {
         static atomic_uint seq; /* (the listener's transfers at once: a name each) */
         if (unique)
@@ -350,7 +364,7 @@ static int receive_into(int stop, int fd, const char *dir, const char *name, con
             err = (ddp_buf_printf(why, "unable to create %s: %s", tmp, strerror(errno)), -errno);
     }
     if (err == 0)
-        err = receive_bytes(stop, fd, out, e->rank, e->world, e->step, bytes, &trailer, &sum, why);
+        err = receive_bytes(stop, fd, out, e, &trailer, &sum, why);
     if (err == 0)
         err = check_received(out, e->rank, bytes, trailer, sum, why);
     if (err == 0 && rename(tmp, path) != 0)
@@ -363,6 +377,41 @@ static int receive_into(int stop, int fd, const char *dir, const char *name, con
 }
 
 static int newest_slot(const char *dir, int rank, int *in, ddp_ckpt_header_t *h);
+
+/* What this node holds, for a replica of rank `rank` (e->bytes): kept beside it (added to
+ * e->reserve), one more save of each of its own ranks first .. first + nranks - 1 (of this
+ * replica's size for a rank that has saved none yet: data-parallel ranks hold states of
+ * about one size, so its first save has its room before peers' replicas take it); and the
+ * largest slot of those ranks and of the replicas of `rank` it holds (e->largest, 0: none),
+ * which a replica may pass SIZE_FACTOR times at most (states of about one size, which may
+ * grow: an optimizer's state after the first step), so that a peer cannot claim all of the
+ * room for a trickle. */
+static void held_here(const char *dir, int first, int nranks, int rank, expect_t *e)
+{
+    for (int i = 0; i < nranks; i++) {
+        ddp_ckpt_header_t h;
+        int in = -1;
+        if (newest_slot(dir, first + i, &in, &h) >= 0) {
+            e->reserve += h.used_bytes;
+            e->largest = h.used_bytes > e->largest ? h.used_bytes : e->largest;
+            close(in);
+        } else {
+            e->reserve += e->bytes;
+        }
+    }
+    for (int slot = 0; slot < 2; slot++) {
+        char path[PATH_MAX + 64];
+        ddp_ckpt_header_t h;
+        uint64_t size;
+        snprintf(path, sizeof path, "%s/" DDP_REPLICA_FILE, dir, rank, slot);
+        int in = ddp_open_worker_file(path);
+        if (in >= 0 && ddp_ckpt_pread_header(in, &h, &size, NULL) == 0 && h.used_bytes <= size &&
+            h.used_bytes > e->largest)
+            e->largest = h.used_bytes;
+        if (in >= 0)
+            close(in);
+    }
+}
 
 /* A PUT (its request `line`): received as replica<R>.<s>. 0, or an error with `why`. */
 static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *rank, ddp_buf_t *why)
@@ -379,30 +428,18 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
         return ddp_buf_printf(why, "rank %d is not of this job's world of %d", *rank, world),
                DDP_EPARSE;
     snprintf(name, sizeof name, DDP_REPLICA_FILE, *rank, slot);
-    /* Kept beside it: one more save of each of this node's ranks (of this replica's size
-     * for a rank that has saved none yet: data-parallel ranks hold states of about one
-     * size, so its first save has its room before peers' replicas take it), and the
-     * transfers under way. */
     pthread_mutex_lock(&r->mutex);
     int first = r->first_rank, nranks = r->nranks;
     pthread_mutex_unlock(&r->mutex);
-    uint64_t reserve = atomic_fetch_add(&r->claimed, bytes);
-    for (int i = 0; i < nranks; i++) {
-        ddp_ckpt_header_t h;
-        int in = -1;
-        if (newest_slot(r->dir, first + i, &in, &h) >= 0) {
-            reserve += h.used_bytes;
-            close(in);
-        } else {
-            reserve += bytes;
-        }
-    }
     expect_t e = {.rank = *rank,
                   .world = world,
                   .step = -1,
                   .bytes = bytes,
-                  .reserve = reserve,
+                  .reserve = atomic_fetch_add(&r->claimed, bytes),
+                  .floor = r->rate / RATE_HEADROOM > FLOOR_RATE ? r->rate / RATE_HEADROOM : 0,
+                  .slack_ms = PUT_SLACK_MS,
                   .unique = true};
+    held_here(r->dir, first, nranks, *rank, &e);
     int err = receive_into(r->stop_fd, fd, r->dir, name, &e, why);
     atomic_fetch_sub(&r->claimed, bytes);
     if (err == 0)

@@ -46,8 +46,9 @@ typedef struct ddp_checkpoint_replicas_s ddp_checkpoint_replicas_t;
 /* Listens on a port of every address (IPv6 and IPv4 where it can, else IPv4) and starts
  * both threads over `dir` (copied): received replicas are kept there; this node's ranks'
  * slots are read there and sent at most `rate` bytes a second (0: no limit, which
- * --checkpoint-replica-rate does not give: its least is DDP_CHECKPOINT_REPLICA_MIN_RATE). 0 and
- * *out, or -errno (said). */
+ * --checkpoint-replica-rate does not give: its least is DDP_CHECKPOINT_REPLICA_MIN_RATE); a
+ * replica received must come at a sixteenth of it on the whole (the job's launchers share
+ * the rate), at DDP_CHECKPOINT_REPLICA_MIN_RATE at least. 0 and *out, or -errno (said). */
 int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_t *log,
                                   ddp_checkpoint_replicas_t **out);
 

@@ -213,16 +213,23 @@ static void nothing_else(const char *dir)
     closedir(d);
 }
 
-static void test_replicas_over_loopback(void **state)
+/* A log file beside B's directory, already unlinked: its fd. */
+static int open_log(void)
 {
-    (void)state;
-    make_dir(dir_a);
-    make_dir(dir_b);
     char log_path[PATH_MAX + 64];
     snprintf(log_path, sizeof log_path, "%s/../replicas-log-%d", dir_b, (int)getpid());
     int log_fd = open(log_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     assert_true(log_fd >= 0);
     unlink(log_path);
+    return log_fd;
+}
+
+static void test_replicas_over_loopback(void **state)
+{
+    (void)state;
+    make_dir(dir_a);
+    make_dir(dir_b);
+    int log_fd = open_log();
     ddp_log_t log = {.name = "test", .level = DDP_LOG_DEBUG, .fd = log_fd};
     ddp_checkpoint_replicas_t *a, *b;
     assert_int_equal(ddp_checkpoint_replicas_start(dir_a, RATE, &log, &a), 0);
@@ -390,11 +397,7 @@ static void test_one_peer_refusing_holds_up_no_other(void **state)
     (void)state;
     make_dir(dir_a);
     make_dir(dir_b);
-    char log_path[PATH_MAX + 64];
-    snprintf(log_path, sizeof log_path, "%s/../replicas-log2-%d", dir_b, (int)getpid());
-    int log_fd = open(log_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    assert_true(log_fd >= 0);
-    unlink(log_path);
+    int log_fd = open_log();
     ddp_log_t log = {.name = "test", .level = DDP_LOG_DEBUG, .fd = log_fd};
     ddp_checkpoint_replicas_t *a, *b;
     assert_int_equal(ddp_checkpoint_replicas_start(dir_a, 0, &log, &a), 0);
@@ -492,11 +495,7 @@ static void test_room_kept_for_a_first_save(void **state)
 {
     (void)state;
     make_dir(dir_b);
-    char log_path[PATH_MAX + 64];
-    snprintf(log_path, sizeof log_path, "%s/../replicas-log3-%d", dir_b, (int)getpid());
-    int log_fd = open(log_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    assert_true(log_fd >= 0);
-    unlink(log_path);
+    int log_fd = open_log();
     ddp_log_t log = {.name = "test", .level = DDP_LOG_DEBUG, .fd = log_fd};
     ddp_checkpoint_replicas_t *b;
     assert_int_equal(ddp_checkpoint_replicas_start(dir_b, 0, &log, &b), 0);
@@ -518,6 +517,75 @@ static void test_room_kept_for_a_first_save(void **state)
     remove_dir(dir_b);
 }
 
+/* `req` (len bytes) sent to B's port 32 KiB every 100 ms (320 KiB/s): what B answered ('k',
+ * 'n'; 0 where it closed unanswered) and, in *took, when. */
+static char trickle(int port, const uint8_t *req, size_t len, double *took)
+{
+    int fd = connect_b(port);
+    char answer = 0;
+    double began = ddp_clock_mono();
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    for (size_t at = 0; at < len;) {
+        size_t n = len - at < (32u << 10) ? len - at : (32u << 10);
+        if (send(fd, req + at, n, MSG_NOSIGNAL) != (ssize_t)n)
+            break; /* (closed: its answer is read below) */
+        at += n;
+        if (at < len && poll(&p, 1, 100) == 1)
+            break;
+    }
+    if (poll(&p, 1, 30000) == 1 && recv(fd, &answer, 1, 0) != 1)
+        answer = 0;
+    *took = ddp_clock_mono() - began;
+    close(fd);
+    return answer;
+}
+
+/* A keyed peer cannot hold B's room for long: a replica claimed larger than 4 times the
+ * largest slot B holds is refused at its line; one within that, trickled far below the
+ * job's rate (a sixteenth of it, 3 s more, is the floor), ends at that deadline, not at
+ * the 64 KiB/s floor's (a minute here). */
+static void test_claim_bounded_by_the_slots_held(void **state)
+{
+    (void)state;
+    make_dir(dir_b);
+    int log_fd = open_log();
+    ddp_log_t log = {.name = "test", .level = DDP_LOG_DEBUG, .fd = log_fd};
+    ddp_checkpoint_replicas_t *b;
+    assert_int_equal(ddp_checkpoint_replicas_start(dir_b, 256u << 20, &log, &b), 0);
+    key_b = ddp_checkpoint_replicas_key(b);
+    int port = ddp_checkpoint_replicas_port(b);
+    ddp_checkpoint_replicas_round(b, 0, 1, 4, NULL, 0);
+    size_t own_len, big_len, req_len;
+    uint8_t *own = sized_slot(1, 0x11, 4096, &own_len); /* B's rank 0's (its header says) */
+    ((ddp_ckpt_header_t *)own)->rank = 0;
+    put(dir_b, "rank0.0", own, own_len);
+    uint8_t *big = sized_slot(1, 0x22, 1u << 20, &big_len);
+    char line[160];
+    snprintf(line, sizeof line, "DDPREPL1 PUT %s 2 0 %zu\n", key_b, big_len);
+    uint8_t *req = request(line, big, DDP_CKPT_HEADER_BYTES, 0, &req_len);
+    assert_int_equal(ask(port, req, req_len - 8, false), 'n'); /* (its line and header) */
+    assert_true(logged(log_fd, "more than 4 times the largest slot this node holds"));
+    free(req);
+    free(own);
+    own = slot_bytes(1, 0x11, &own_len); /* B's rank 0 holds 3 MiB: a replica of 3 is taken */
+    ((ddp_ckpt_header_t *)own)->rank = 0;
+    put(dir_b, "rank0.0", own, own_len);
+    free(big);
+    big = slot_bytes(2, 0x22, &big_len);
+    req = put_request(big, big_len, 2, &req_len);
+    double took;
+    char answer = trickle(port, req, req_len, &took);
+    assert_true(logged(log_fd, "did not come within 3.2 s (16384 KiB/s)"));
+    assert_true(answer != 'k' && took < 6); /* (the trickle's whole: 10 s) */
+    free(req);
+    free(big);
+    free(own);
+    ddp_checkpoint_replicas_stop(b);
+    nothing_else(dir_b);
+    close(log_fd);
+    remove_dir(dir_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -525,6 +593,7 @@ int main(void)
         cmocka_unit_test(test_one_peer_refusing_holds_up_no_other),
         cmocka_unit_test(test_fetch_of_another_step_leaves_slot_0),
         cmocka_unit_test(test_room_kept_for_a_first_save),
+        cmocka_unit_test(test_claim_bounded_by_the_slots_held),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
