@@ -58,14 +58,15 @@
 #define DDP_CKPT_MAGIC          "DDPCKMEM" /* the header's first 8 bytes */
 #define DDP_CKPT_VERSION        1
 #define DDP_CKPT_HEADER_BYTES   128
-#define DDP_CKPT_ALIGN          64           /* records and the table start at multiples */
-#define DDP_CKPT_NAME_BYTES     48           /* a record's name, NUL-terminated */
-#define DDP_CKPT_MAX_RECORDS    (1u << 20)   /* a table of at most 64 MiB */
-#define DDP_CKPT_MAX_WORLD      (1 << 24)    /* world sizes a header may say */
-#define DDP_CKPT_MAX_STEP       (1ll << 62)  /* steps are 0 .. this */
-#define DDP_CKPT_MAX_GENERATION (1ull << 62) /* generations are 0 (none) .. this */
-#define DDP_CKPT_SLOT_FILE      "rank%d.%d"  /* printf: the rank, the slot (0 or 1) */
-#define DDP_CKPT_LANES          4096         /* the checksum's lanes (see ddp_ckpt_sum_t) */
+#define DDP_CKPT_ALIGN          64             /* records and the table start at multiples */
+#define DDP_CKPT_NAME_BYTES     48             /* a record's name, NUL-terminated */
+#define DDP_CKPT_MAX_RECORDS    (1u << 20)     /* a table of at most 64 MiB */
+#define DDP_CKPT_MAX_WORLD      (1 << 24)      /* world sizes a header may say */
+#define DDP_CKPT_MAX_STEP       (1ll << 62)    /* steps are 0 .. this */
+#define DDP_CKPT_MAX_GENERATION (1ull << 62)   /* generations are 0 (none) .. this */
+#define DDP_CKPT_SLOT_FILE      "rank%d.%d"    /* printf: the rank, the slot (0 or 1) */
+#define DDP_CKPT_REPLICA_FILE   "replica%d.%d" /* another node's rank's, its sender's slot */
+#define DDP_CKPT_LANES          4096           /* the checksum's lanes (see ddp_ckpt_sum_t) */
 
 typedef enum {
     DDP_CKPT_EMPTY = 0,    /* holds nothing (a new file, a refused save, a retired step) */

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The run id's characters kept in a directory's name. */
@@ -229,7 +230,8 @@ static bool stale_name(const char *name, pid_t *pid)
     return true;
 }
 
-int ddp_ckpt_remove_stale(const char *dir, pid_t owner, ddp_buf_t *removed)
+/* The directory `dir`, following no link, open for readdir at *out: 0, or -errno. */
+static int open_dir(const char *dir, DIR **out)
 {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
@@ -239,14 +241,24 @@ int ddp_ckpt_remove_stale(const char *dir, pid_t owner, ddp_buf_t *removed)
             close(dfd);
         return err;
     }
+    *out = d;
+    return 0;
+}
+
+int ddp_ckpt_remove_stale(const char *dir, pid_t owner, ddp_buf_t *removed)
+{
+    DIR *d;
+    int err = open_dir(dir, &d);
+    if (err != 0)
+        return err;
     int n = 0;
     for (const struct dirent *e; (e = readdir(d)) != NULL;) {
         struct stat st;
         pid_t pid;
         if (!stale_name(e->d_name, &pid) || pid == getpid() ||
             (owner > 0 ? pid != owner : kill(pid, 0) == 0 || errno != ESRCH) ||
-            fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-            st.st_uid != geteuid() || unlinkat(dfd, e->d_name, 0) != 0)
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+            st.st_uid != geteuid() || unlinkat(dirfd(d), e->d_name, 0) != 0)
             continue;
         if (removed != NULL)
             ddp_buf_printf(removed, "%s%s", n > 0 ? " " : "", e->d_name);
@@ -254,6 +266,103 @@ int ddp_ckpt_remove_stale(const char *dir, pid_t owner, ddp_buf_t *removed)
     }
     closedir(d);
     return n;
+}
+
+/* A replica the directory holds, as ddp_ckpt_drop_replicas sees it. */
+typedef struct {
+    char name[32];
+    int rank;
+    uint64_t generation, bytes;
+    struct timespec received;
+    bool newest; /* of its rank's */
+} held_replica_t;
+
+/* Whether `name` is exactly "replica<R>.<s>" (R digits, s 0 or 1): *rank. */
+static bool replica_name(const char *name, int *rank)
+{
+    const char *p = name + strlen("replica");
+    long r = 0;
+    if (strncmp(name, "replica", strlen("replica")) != 0 || *p < '0' || *p > '9')
+        return false;
+    for (; *p >= '0' && *p <= '9'; p++)
+        if ((r = r * 10 + (*p - '0')) > INT_MAX / 10)
+            return false;
+    *rank = (int)r;
+    return p[0] == '.' && (p[1] == '0' || p[1] == '1') && p[2] == '\0';
+}
+
+/* Those that are not the newest of their rank first, then the oldest received. */
+static int by_age(const void *a, const void *b)
+{
+    const held_replica_t *x = a, *y = b;
+    if (x->newest != y->newest)
+        return x->newest ? 1 : -1;
+    if (x->received.tv_sec != y->received.tv_sec)
+        return x->received.tv_sec < y->received.tv_sec ? -1 : 1;
+    return (x->received.tv_nsec > y->received.tv_nsec) -
+           (x->received.tv_nsec < y->received.tv_nsec);
+}
+
+/* The replicas in the directory open at `d`, into *out (malloc'd): their number. */
+static size_t held_replicas(DIR *d, held_replica_t **out)
+{
+    held_replica_t *held = NULL;
+    size_t n = 0, cap = 0;
+    for (const struct dirent *e; (e = readdir(d)) != NULL;) {
+        int rank, fd;
+        struct stat st;
+        ddp_ckpt_header_t h;
+        uint64_t size;
+        if (strlen(e->d_name) >= sizeof held->name || !replica_name(e->d_name, &rank) ||
+            (fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)) < 0)
+            continue;
+        bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+                  ddp_ckpt_pread_header(fd, &h, &size, NULL) == 0;
+        close(fd);
+        if (ok && n == cap) {
+            held_replica_t *more = realloc(held, (cap = cap * 2 + 16) * sizeof *held);
+            ok = more != NULL;
+            held = more != NULL ? more : held;
+        }
+        if (!ok)
+            continue;
+        held[n] = (held_replica_t){.rank = rank,
+                                   .generation = h.generation,
+                                   .bytes = (uint64_t)st.st_blocks * 512,
+                                   .received = st.st_mtim};
+        snprintf(held[n++].name, sizeof held->name, "%s", e->d_name);
+    }
+    for (size_t i = 0; i < n; i++) {
+        held[i].newest = true;
+        for (size_t j = 0; j < n; j++)
+            if (held[j].rank == held[i].rank && held[j].generation > held[i].generation)
+                held[i].newest = false;
+    }
+    *out = held;
+    return n;
+}
+
+int64_t ddp_ckpt_drop_replicas(const char *dir, uint64_t need, int *count)
+{
+    DIR *d;
+    int err = open_dir(dir, &d);
+    if (err != 0)
+        return err;
+    held_replica_t *held = NULL;
+    size_t n = held_replicas(d, &held);
+    uint64_t freed = 0;
+    int removed = 0;
+    if (n > 0)
+        qsort(held, n, sizeof *held, by_age);
+    for (size_t i = 0; i < n && freed < need; i++)
+        if (unlinkat(dirfd(d), held[i].name, 0) == 0) {
+            freed += held[i].bytes;
+            removed++;
+        }
+    free(held);
+    closedir(d);
+    *count = removed;
+    return (int64_t)freed;
 }
 
 int ddp_ckpt_read_header(const char *path, ddp_ckpt_header_t *header, uint64_t *file_size,

@@ -83,6 +83,14 @@ typedef struct {
 int ddp_ckpt_room(const char *dir, const char *cgroup_root, const char *proc_cgroup,
                   ddp_ckpt_room_t *out);
 
+/* Room in `dir` for a save of this node's own ranks, taken from the replicas of other nodes'
+ * ranks the launcher keeps there (DDP_CKPT_REPLICA_FILE, exactly that name: a regular file of
+ * this user with a slot's header, following no link): they are removed, the oldest received
+ * (by their time) first, those that are not the newest of their rank (by generation) before
+ * any that is, until the pages removed reach `need`. The bytes removed (0: none), their number
+ * in *count; or -errno where `dir` cannot be read. Blocking: a worker's save. */
+int64_t ddp_ckpt_drop_replicas(const char *dir, uint64_t need, int *count);
+
 /* Removes from `dir` the temporaries of ddp_ckpt_copy and of the torch.save copies
  * (.rank<R>.ckpt.<pid>.tmp, .rank<R>.pt.<pid>.tmp) that a copier SIGKILLed midway left: a
  * regular file of this user whose name is exactly that, following no link, and whose pid

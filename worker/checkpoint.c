@@ -129,6 +129,22 @@ static uint64_t layout(const ddp_checkpoint_buffer_t *buffers, size_t n, uint64_
     return *table_offset + n * sizeof(ddp_ckpt_record_t);
 }
 
+/* Short of `more` bytes for the save of `step`: the replicas of other nodes' ranks the
+ * launcher keeps in `dir` give them (this node's own ranks come first; the oldest go first,
+ * the newest of each rank last), said in one line. Whether any was removed. */
+static bool drop_replicas(ddp_t *ddp, const char *dir, uint64_t more, int64_t step)
+{
+    int count = 0;
+    int64_t freed = ddp_ckpt_drop_replicas(dir, more, &count);
+    if (count > 0)
+        ddp_log_warn(&ddp->log,
+                     "checkpoint_save: step %" PRId64 " needs %" PRIu64 " more bytes in %s: %d "
+                     "replicas of other nodes' ranks (%" PRId64 " bytes) removed for it, this "
+                     "node's own ranks' checkpoints come first",
+                     step, more, dir, count, freed);
+    return count > 0;
+}
+
 /* Slot `s` of the save mapped (kept from the last save where it can be), its file at least
  * `used` bytes long, where the directory has room for what the save adds to it (else
  * -ENOSPC, said: the previous checkpoint stays). */
@@ -161,8 +177,13 @@ static int map_for_save(ddp_t *ddp, const char *dir, const char *path, int s, ui
     uint64_t allocated = (uint64_t)st.st_blocks * 512,
              need = used > allocated ? used - allocated : 0;
     ddp_ckpt_room_t room;
-    if (need > 0 && ddp_ckpt_room(dir, "/sys/fs/cgroup", "/proc/self/cgroup", &room) == 0 &&
-        need > room.bytes)
+    bool short_of_room = need > 0 &&
+                         ddp_ckpt_room(dir, "/sys/fs/cgroup", "/proc/self/cgroup", &room) == 0 &&
+                         need > room.bytes;
+    if (short_of_room && drop_replicas(ddp, dir, need - room.bytes, step))
+        short_of_room = ddp_ckpt_room(dir, "/sys/fs/cgroup", "/proc/self/cgroup", &room) == 0 &&
+                        need > room.bytes;
+    if (short_of_room)
         return ddp_fail(ddp, -ENOSPC,
                         "checkpoint_save: step %" PRId64 " not saved: it needs %" PRIu64
                         " bytes in %s (%" PRIu64 " more than this slot holds), and %s leaves "

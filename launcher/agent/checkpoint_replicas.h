@@ -19,13 +19,14 @@
 #define DDP_LAUNCHER_AGENT_CHECKPOINT_REPLICAS_H
 
 #include "buf.h"
+#include "ckpt.h"
 #include "log.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#define DDP_REPLICA_FILE      "replica%d.%d" /* printf: the rank, the sender's slot */
-#define DDP_REPLICA_KEY_CHARS 32             /* a listener's secret: 128 bits in hex */
+#define DDP_REPLICA_FILE      DDP_CKPT_REPLICA_FILE /* printf: the rank, the sender's slot */
+#define DDP_REPLICA_KEY_CHARS 32                    /* a listener's secret: 128 bits in hex */
 
 /* A launcher's replica port, as its record says it. */
 typedef struct {

@@ -279,6 +279,24 @@ static void test_ranks_agree_on_a_step(void **state)
     ddp_buf_free(&names);
 }
 
+/* A save short of room that replicas of other nodes' ranks hold: the oldest that is not its
+ * rank's newest is removed, said once, and the save goes on (tests/python/checkpoint_worker.py
+ * replicas). */
+static void test_replicas_make_room(void **state)
+{
+    make_ckpt_dir();
+    const char *env[] = {ckpt_var, NULL};
+    const char *replicas[] = {"replicas", NULL};
+    th_proc_t p;
+    run_python(&p, "checkpoint_worker.py", replicas, env, 120);
+    TH_ASSERT(&p, th_status(&p) == 0 && strstr(ddp_buf_str(&p.out), "replicas ok") != NULL);
+    const char *err = ddp_buf_str(&p.err), *said = strstr(err, "1 replicas of other nodes' ranks");
+    TH_ASSERT(&p, said != NULL && strstr(said + strlen("1 replicas"),
+                                         "replicas of other nodes' ranks") == NULL);
+    TH_ASSERT(&p, strstr(err, "step 2 needs ") != NULL);
+    th_cleanup(&p);
+}
+
 /* Without torch: the state pickled whole, loaded back; in torch.save's format, torch.load
  * reads it. */
 static void test_plain_state(void **state)
@@ -933,6 +951,7 @@ int main(int argc, char **argv)
         TH_TEST(test_round_trips_and_refusals),
         TH_TEST(test_launcher_keeps_checkpoints),
         TH_TEST(test_plain_state),
+        TH_TEST(test_replicas_make_room),
         TH_TEST(test_ranks_agree_on_a_step),
         TH_TEST(test_crash_during_save),
         TH_TEST(test_corrupt_slot_refused),

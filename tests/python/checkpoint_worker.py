@@ -9,6 +9,10 @@ api: save/load round trips of checkpoint_state.make_state (slots rank<R>.0 and .
   saves too big for a memory cgroup (a tree of the test's: ARGS[0]) or the file system,
   refused with the previous checkpoint kept. Leaves step 5's checkpoint, make_state(5).
 plain: without torch, a plain state saved as a pickle and loaded; leaves step 8's.
+replicas: without torch, a save short of room (a file system of the test's making) that
+  replicas of other nodes' ranks in the directory hold: the one that is not its rank's
+  newest is removed (though received last), said once, and the save goes on; the others
+  stay.
 crash MB: steps 1 and 2, then step 3 with a tensor of MB MiB, during which a thread of the
   process SIGKILLs it as soon as step 3's slot is being written.
 after-crash MB: the load gives step 2, whole.
@@ -237,12 +241,53 @@ def corrupt(same, make_state):
     check(got[0] == 3 and same(make_state(3), got[1]) is None, "step 3 from its other slot")
 
 
+def replicas(blob):
+    """Step 1 saved, its slot copied as replicas (rank 3's older one received last); room
+    for half of a save more: step 2's save removes that one alone and goes on."""
+    check(ck.save(1, {"blob": blob}), "save 1")
+    with open(os.path.join(directory, f"rank{rank}.0"), "rb") as f:
+        data = bytearray(f.read())
+    for name, generation, when in (("replica3.0", 1, 300), ("replica3.1", 2, 100),
+                                   ("replica5.0", 4, 200)):
+        fields = list(ck._HEADER.unpack_from(data))
+        fields[ck._Header.__slots__.index("generation")] = generation
+        ck._HEADER.pack_into(data, 0, *fields)
+        path = os.path.join(directory, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        os.utime(path, (when, when))
+
+    def used():
+        return sum(os.stat(os.path.join(directory, n)).st_blocks * 512
+                   for n in os.listdir(directory))
+
+    budget = used() + len(blob) // 2
+    statvfs = os.statvfs
+
+    class Room:
+        f_frsize = 4096
+
+        @property
+        def f_bavail(self):
+            return max(budget - used(), 0) // 4096
+
+    ck._PROC_CGROUP = "/nonexistent"
+    os.statvfs = lambda path: Room()
+    check(ck.save(2, {"blob": blob}), "save 2, short of room the replicas hold")
+    os.statvfs = statvfs
+    left = sorted(n for n in os.listdir(directory) if n.startswith("replica"))
+    check(left == ["replica3.1", "replica5.0"], f"replicas left: {left}")
+    check(ck.load()[0] == 2, "step 2 loaded")
+
+
 if mode == "plain":
     check("torch" not in sys.modules, "torch was imported")
     check(ck.save(7, {"epoch": 7}) and ck.save(8, PLAIN), "plain saves")
     check(header(0).kind == 2, f"a plain state's kind: {header(0).kind}")
     check(ck.load() == (8, PLAIN), "the plain state loaded")
     check("torch" not in sys.modules, "a load imported torch")
+elif mode == "replicas":
+    replicas(os.urandom(1 << 20))
 elif mode == "hold" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
     got = ck.load()
     asked = os.environ.get("DDP_CHECKPOINT_STEP", "-")

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The bytes of the pinned vectors: byte i is (i * 131 + 7) & 0xff. */
@@ -606,6 +607,69 @@ static void test_room(void **state)
     assert_int_equal(ddp_ckpt_room("/nonexistent/dir", root, proc, &room), -ENOENT);
 }
 
+/* A replica of `s` at DIR/NAME, of `generation`, received at `when` (its mtime). */
+static void put_replica(slot_t *s, const char *name, uint64_t generation, time_t when)
+{
+    char path[128];
+    struct timespec times[2] = {{.tv_sec = when}, {.tv_sec = when}};
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    s->h->generation = generation;
+    put(path, s->data, s->size);
+    assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+}
+
+static bool there(const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return faccessat(AT_FDCWD, path, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+/* Room for a save from the replicas: the one that is not its rank's newest first (though
+ * received last), then the oldest received; only as many as the room asked for; nothing
+ * but replicas (a file with no header, a link, a directory, names near theirs, the node's
+ * own slot). */
+static void test_drop_replicas(void **state)
+{
+    const uint64_t sizes[] = {8192};
+    slot_t s = build(sizes, 1);
+    char path[128], other[128];
+    int count = -1;
+    put_replica(&s, "replica3.0", 1, 300); /* rank 3's older generation, received last */
+    put_replica(&s, "replica3.1", 2, 100); /* rank 3's newest, received first */
+    put_replica(&s, "replica5.0", 4, 200);
+    const char *kept[] = {"rank3.0",     "replica7.0.bak", "replica3.2",
+                          "replica+3.0", "replica3.",      "xreplica3.0"};
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        put_replica(&s, kept[i], 1, 50);
+    snprintf(path, sizeof path, "%s/replica6.0", dir);
+    put(path, "no header", 9);
+    snprintf(path, sizeof path, "%s/replica8.0", dir);
+    snprintf(other, sizeof other, "%s/rank3.0", dir);
+    assert_int_equal(symlink(other, path), 0);
+    snprintf(path, sizeof path, "%s/replica9.1", dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    int64_t one = ddp_ckpt_drop_replicas(dir, 1, &count);
+    assert_true(one >= (int64_t)s.size && count == 1);
+    assert_false(there("replica3.0"));
+    assert_true(there("replica3.1") && there("replica5.0"));
+    put_replica(&s, "replica3.0", 1, 300);
+    assert_int_equal(ddp_ckpt_drop_replicas(dir, (uint64_t)one + 1, &count), 2 * one);
+    assert_int_equal(count, 2);
+    assert_false(there("replica3.0") || there("replica3.1"));
+    assert_true(there("replica5.0"));
+    assert_int_equal(ddp_ckpt_drop_replicas(dir, UINT64_MAX, &count), one);
+    assert_int_equal(count, 1);
+    assert_int_equal(ddp_ckpt_drop_replicas(dir, UINT64_MAX, &count), 0);
+    assert_int_equal(count, 0);
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        assert_true(there(kept[i]));
+    assert_true(there("replica6.0") && there("replica8.0") && there("replica9.1"));
+    snprintf(path, sizeof path, "%s/nothing", dir);
+    assert_int_equal(ddp_ckpt_drop_replicas(path, 1, &count), -ENOENT);
+    free(s.data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -623,6 +687,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sum_size_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_stale, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drop_replicas, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -255,7 +255,9 @@ int ddp_sampler_indices(ddp_t *ddp, size_t dataset_size, const ddp_sampler_optio
  * newest complete checkpoint and marks it complete last: a crash in the middle of a save
  * leaves the previous one whole. It takes no collective and writes nothing to disk.
  * -ENOSPC (said) when the checkpoint does not fit (the directory's file system, the memory
- * cgroup's limit): the previous one stays, the context stays usable. Outside ddp-launch
+ * cgroup's limit), once the replicas of other nodes' ranks that ddp-launch keeps there were
+ * removed for it where they held the room (said): the previous one stays, the context stays
+ * usable. Outside ddp-launch
  * (no DDP_CHECKPOINT_DIR) it does nothing and returns 0.
  * ddp_checkpoint_load(): every rank calls it; it fills each buffer from the record of its
  * name (the sizes must be the saved ones) and *step with the step loaded: the step of

@@ -344,6 +344,57 @@ def _room(directory):
     return room, said
 
 
+def _replica_rank(name):
+    """The rank of a replica's name, exactly "replica<R>.<s>" (s 0 or 1), else None."""
+    rank, dot, slot = name[len("replica"):].partition(".")
+    if not name.startswith("replica") or not dot or slot not in ("0", "1") \
+            or not rank.isascii() or not rank.isdigit() or len(rank) > 9:
+        return None
+    return int(rank)
+
+
+def _drop_replicas(directory, need):
+    """(bytes, number) of the replicas of other nodes' ranks removed from `directory` for
+    `need` bytes of room: ckpt_file.c's ddp_ckpt_drop_replicas (the oldest received first,
+    those that are not the newest of their rank before any that is)."""
+    held = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0, 0
+    for name in names:
+        rank = _replica_rank(name)
+        if rank is None:
+            continue
+        try:
+            fd = _open_regular(os.path.join(directory, name), os.O_RDONLY)
+        except (OSError, CheckpointError):
+            continue
+        try:
+            st = os.fstat(fd)
+            raw = os.pread(fd, _HEADER.size, 0)
+        finally:
+            os.close(fd)
+        if st.st_uid != os.geteuid() or len(raw) < _HEADER.size:
+            continue
+        header = _Header(raw)
+        if header.problem(st.st_size) is None:
+            held.append([name, rank, header.generation, st.st_blocks * 512, st.st_mtime_ns])
+    for entry in held:
+        entry.append(all(o[1] != entry[1] or o[2] <= entry[2] for o in held))
+    held.sort(key=lambda entry: (entry[5], entry[4]))
+    freed = count = 0
+    for name, _, _, size, _, _ in held:
+        if freed >= need:
+            break
+        try:
+            os.unlink(os.path.join(directory, name))
+        except OSError:
+            continue
+        freed, count = freed + size, count + 1
+    return freed, count
+
+
 class _Writer:
     """One save into one slot: torch's zip_file for torch.serialization._save (its
     write_record), or the records given to it one by one. The slot is made WRITING at the
@@ -382,6 +433,8 @@ class _Writer:
         as they are written). One look at the room says how far it goes."""
         if end > self.allocated and end > self.room_to:
             room, said = _room(self.place.dir)
+            if end - self.allocated > room and self._drop_replicas(end - self.allocated - room):
+                room, said = _room(self.place.dir)
             if end - self.allocated > room:
                 raise _NoRoom(f"it needs {end} bytes in {self.place.dir} "
                               f"({end - self.allocated} more than this slot holds), and {said} "
@@ -392,6 +445,17 @@ class _Writer:
             size = _round_up(max(end, m.size + m.size // 2))
             os.ftruncate(m.fd, size)
             m.remap(size)
+
+    def _drop_replicas(self, more):
+        """Short of `more` bytes: the replicas of other nodes' ranks give them (this node's
+        own ranks come first), said in one line. Whether any was removed."""
+        freed, count = _drop_replicas(self.place.dir, more)
+        if count > 0:
+            print(f"ddp_launch.checkpoint: step {self.header[4]} needs {more} more bytes in "
+                  f"{self.place.dir}: {count} replicas of other nodes' ranks ({freed} bytes) "
+                  f"removed for it, this node's own ranks' checkpoints come first",
+                  file=sys.stderr)
+        return count > 0
 
     def write_record(self, name, data, size):
         """torch's PyTorchFileWriter.write_record: `data` is bytes, a str, the address of
