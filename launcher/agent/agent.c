@@ -1094,6 +1094,7 @@ static int agree_step(ddp_agent_t *a)
                                            .timeout = a->g.cfg->rdzv_conf.read_timeout,
                                            .replica_port =
                                                ddp_checkpoints_replica_port(a->checkpoints),
+                                           .replicas = ddp_checkpoints_replicas(a->checkpoints),
                                            .dir = ddp_checkpoints_dir(a->checkpoints)};
     snprintf(round.replica_key, sizeof round.replica_key, "%s",
              ddp_checkpoints_replica_key(a->checkpoints));

@@ -521,6 +521,8 @@ static void exchange(uv_work_t *work)
     if (err == 0 && self.port > 0 &&
         ddp_store_client_local_address(client, self.host, sizeof self.host) != 0)
         self.port = 0; /* (no address: no replicas to here) */
+    if (err == 0 && self.port > 0 && x->round.replicas != NULL)
+        self.port = ddp_checkpoint_replicas_listen_at(x->round.replicas, self.host);
     if (err == 0)
         err = ddp_checkpoint_common_format(&self, x->round.first_rank, x->round.nranks, x->ranks,
                                            x->reps, x->nreps, &x->record);

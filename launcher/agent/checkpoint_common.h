@@ -64,6 +64,8 @@ typedef struct {
     double timeout;   /* s: the wait for every node's record */
     int replica_port; /* where this node takes replicas (its address: the store's view); 0 */
     char replica_key[DDP_REPLICA_KEY_CHARS + 1]; /* what a request there carries */
+    ddp_checkpoint_replicas_t *replicas;         /* the listener, told that address (it may take
+                                                  * another port there); NULL: replica_port as it is */
     const char *dir; /* the launcher's checkpoint directory, where a rank's checkpoint held
                       * as a replica elsewhere is fetched to; NULL: none (copied) */
 } ddp_checkpoint_common_round_t;

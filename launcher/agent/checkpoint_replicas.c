@@ -62,9 +62,11 @@ struct ddp_checkpoint_replicas_s {
     const ddp_log_t *log;
     char dir[PATH_MAX];
     uint64_t rate;
-    int listen_fd, port;
+    int listen_fd;                       /* the receiver's (swapped for next_listen_fd there) */
+    atomic_int port;                     /* where it listens (or is to, next_listen_fd's) */
     char key[DDP_REPLICA_KEY_CHARS + 1]; /* every request's secret */
     int stop_fd;                         /* eventfd: readable once the threads are to end */
+    int wake_fd;                         /* eventfd: readable once next_listen_fd is set */
     pthread_t receiver, sender;
     bool receiver_started, sender_started;
     _Atomic uint64_t received; /* bytes kept */
@@ -75,7 +77,10 @@ struct ddp_checkpoint_replicas_s {
     pthread_mutex_t mutex; /* the round, from the loop to the sender */
     int first_rank, nranks, npeers;
     ddp_replica_peer_t peers[MAX_PEERS];
-    unsigned round_seq; /* moved on by each round */
+    unsigned round_seq;  /* moved on by each round */
+    int next_listen_fd;  /* a listener for the receiver to take in place of its own; -1 */
+    char bound[64];      /* the address listened at ("": every address) */
+    char unbindable[64]; /* the last address that could not be (said once) */
 };
 
 /* Waits for `events` on fd, or the stop: 1 ready, -ECANCELED (stop), DDP_ETIMEOUT, -errno. */
@@ -707,6 +712,23 @@ static void take_new(const ddp_checkpoint_replicas_t *r, pending_t *pending)
     }
 }
 
+/* The listener ddp_checkpoint_replicas_listen_at made, in place of the receiver's own (what
+ * the old one had not accepted is closed: its port was never published, or is no more). */
+static void take_listener(ddp_checkpoint_replicas_t *r)
+{
+    uint64_t count;
+    if (read(r->wake_fd, &count, sizeof count) < 0) {
+        /* (nothing to read: another wake took it) */
+    }
+    pthread_mutex_lock(&r->mutex);
+    if (r->next_listen_fd >= 0) {
+        close(r->listen_fd);
+        r->listen_fd = r->next_listen_fd;
+        r->next_listen_fd = -1;
+    }
+    pthread_mutex_unlock(&r->mutex);
+}
+
 /* Accepts connections and reads each one's request line here, without waiting on any (at
  * most PENDING_MAX at once, each within LINE_MS); one whose line carries the key is served
  * on a thread of its own (hand_over), so that a slow one holds up no other and connections
@@ -716,16 +738,17 @@ static void *receive_run(void *arg)
     ddp_checkpoint_replicas_t *r = arg;
     conn_t conns[MAX_CONNS] = {0};
     pending_t pending[PENDING_MAX];
-    struct pollfd p[PENDING_MAX + 2];
-    int at[PENDING_MAX + 2];
+    struct pollfd p[PENDING_MAX + 3];
+    int at[PENDING_MAX + 3];
     refusals_t q = {0};
     for (int i = 0; i < PENDING_MAX; i++)
         pending[i].fd = -1;
     for (;;) {
         double now = ddp_clock_mono(), next = 0;
-        int n = 2;
+        int n = 3;
         p[0] = (struct pollfd){.fd = r->stop_fd, .events = POLLIN};
         p[1] = (struct pollfd){.fd = r->listen_fd, .events = POLLIN};
+        p[2] = (struct pollfd){.fd = r->wake_fd, .events = POLLIN};
         for (int i = 0; i < PENDING_MAX; i++) {
             if (pending[i].fd < 0)
                 continue;
@@ -740,7 +763,7 @@ static void *receive_run(void *arg)
         if (p[0].revents != 0)
             break;
         now = ddp_clock_mono();
-        for (int k = 2; k < n; k++) {
+        for (int k = 3; k < n; k++) {
             pending_t *c = &pending[at[k]];
             const char *why = NULL;
             int got = p[k].revents != 0 ? read_pending(c, &why) : 0;
@@ -758,6 +781,8 @@ static void *receive_run(void *arg)
         }
         if (p[1].revents != 0)
             take_new(r, pending);
+        if (p[2].revents != 0)
+            take_listener(r);
     }
     for (int i = 0; i < PENDING_MAX; i++)
         if (pending[i].fd >= 0)
@@ -973,27 +998,22 @@ static void *send_run(void *arg)
 
 /* Setup. */
 
-/* A listening socket on every address, port 0: IPv6 with IPv4 mapped where it can. */
-static int listen_any(int *port)
+/* A listening socket at `addr` (its port 0: one the system picks; the IPv6 wildcard takes
+ * IPv4 too): the socket with *port, or -errno. */
+static int listen_on(const struct sockaddr *addr, socklen_t addr_len, int *port)
 {
-    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
-    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
-    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), off = 0;
-    if (fd >= 0 && (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off) != 0 ||
-                    bind(fd, (struct sockaddr *)&a6, sizeof a6) != 0)) {
-        close(fd);
-        fd = -1;
-    }
-    if (fd < 0 && (fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) >= 0 &&
-        bind(fd, (struct sockaddr *)&a4, sizeof a4) != 0) {
-        close(fd);
-        return -errno;
-    }
+    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), off = 0;
+    int err = fd < 0 ? -errno : 0;
     struct sockaddr_storage bound;
     socklen_t len = sizeof bound;
-    if (fd < 0 || listen(fd, 4 * PENDING_MAX) != 0 ||
-        getsockname(fd, (struct sockaddr *)&bound, &len) != 0) {
-        int err = -errno;
+    if (err == 0 && addr->sa_family == AF_INET6 &&
+        IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)addr)->sin6_addr) &&
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off) != 0)
+        err = -errno;
+    if (err == 0 && (bind(fd, addr, addr_len) != 0 || listen(fd, 4 * PENDING_MAX) != 0 ||
+                     getsockname(fd, (struct sockaddr *)&bound, &len) != 0))
+        err = -errno;
+    if (err != 0) {
         if (fd >= 0)
             close(fd);
         return err;
@@ -1001,6 +1021,67 @@ static int listen_any(int *port)
     *port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                               : ((struct sockaddr_in *)&bound)->sin_port);
     return fd;
+}
+
+/* A listening socket on every address, port 0: IPv6 with IPv4 mapped where it can. */
+static int listen_any(int *port)
+{
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    int fd = listen_on((struct sockaddr *)&a6, sizeof a6, port);
+    return fd >= 0 ? fd : listen_on((struct sockaddr *)&a4, sizeof a4, port);
+}
+
+/* A listening socket at the numeric address `host`, port 0: the socket with *port, or an
+ * error. */
+static int listen_host(const char *host, int *port)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE},
+                    *ai = NULL;
+    int fd = getaddrinfo(host, "0", &hints, &ai) != 0
+                 ? -EINVAL
+                 : listen_on(ai->ai_addr, ai->ai_addrlen, port);
+    if (ai != NULL)
+        freeaddrinfo(ai);
+    return fd;
+}
+
+int ddp_checkpoint_replicas_listen_at(ddp_checkpoint_replicas_t *r, const char *host)
+{
+    pthread_mutex_lock(&r->mutex);
+    bool known = strcmp(r->bound, host) == 0 || strcmp(r->unbindable, host) == 0;
+    pthread_mutex_unlock(&r->mutex);
+    if (known)
+        return atomic_load(&r->port);
+    int port = 0, fd = listen_host(host, &port), err = fd < 0 ? fd : 0;
+    if (err != 0)
+        ddp_log_warn(r->log,
+                     "in-memory checkpoints: unable to listen for replicas at %s alone: %s; they "
+                     "are taken on every address (the secret keeps others out)",
+                     host, ddp_strerror(err));
+    pthread_mutex_lock(&r->mutex);
+    if (err != 0) {
+        snprintf(r->unbindable, sizeof r->unbindable, "%s", host);
+        /* (bound to another address before: every address again) */
+        fd = r->bound[0] != '\0' ? listen_any(&port) : -1;
+    }
+    if (fd >= 0) {
+        if (r->next_listen_fd >= 0)
+            close(r->next_listen_fd);
+        r->next_listen_fd = fd;
+        snprintf(r->bound, sizeof r->bound, "%s", err == 0 ? host : "");
+        atomic_store(&r->port, port);
+    }
+    pthread_mutex_unlock(&r->mutex);
+    uint64_t one = 1;
+    if (fd >= 0 && write(r->wake_fd, &one, sizeof one) < 0) {
+        /* (it cannot fail: a counter far from its limit) */
+    }
+    if (fd >= 0 && err == 0)
+        ddp_log_debug(r->log, "in-memory checkpoints: replicas are taken at %s:%d alone", host,
+                      port);
+    return atomic_load(&r->port);
 }
 
 int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_t *log,
@@ -1011,19 +1092,23 @@ int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_
         return -ENOMEM;
     r->log = log;
     r->rate = rate;
-    r->stop_fd = -1;
+    r->stop_fd = r->wake_fd = r->next_listen_fd = -1;
     snprintf(r->dir, sizeof r->dir, "%s", dir);
     pthread_mutex_init(&r->mutex, NULL);
     uint8_t secret[DDP_REPLICA_KEY_CHARS / 2];
     int err = getrandom(secret, sizeof secret, 0) == (ssize_t)sizeof secret ? 0 : -errno;
     for (size_t i = 0; err == 0 && i < sizeof secret; i++)
         snprintf(&r->key[2 * i], 3, "%02x", secret[i]);
+    int port = 0;
     if (err == 0)
-        err = r->listen_fd = listen_any(&r->port);
+        err = r->listen_fd = listen_any(&port);
     else
         r->listen_fd = -1;
+    atomic_store(&r->port, port);
     if (err >= 0)
         err = (r->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ? -errno : 0;
+    if (err == 0)
+        err = (r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ? -errno : 0;
     if (err == 0)
         err = -pthread_create(&r->receiver, NULL, receive_run, r);
     r->receiver_started = err == 0;
@@ -1038,7 +1123,7 @@ int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_
         ddp_checkpoint_replicas_stop(r);
         return err;
     }
-    ddp_log_debug(log, "in-memory checkpoints: replicas are taken on port %d", r->port);
+    ddp_log_debug(log, "in-memory checkpoints: replicas are taken on port %d", port);
     *out = r;
     return 0;
 }
@@ -1091,7 +1176,7 @@ int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *di
 
 int ddp_checkpoint_replicas_port(const ddp_checkpoint_replicas_t *r)
 {
-    return r != NULL ? r->port : 0;
+    return r != NULL ? atomic_load(&r->port) : 0;
 }
 
 const char *ddp_checkpoint_replicas_key(const ddp_checkpoint_replicas_t *r)
@@ -1134,6 +1219,10 @@ void ddp_checkpoint_replicas_stop(ddp_checkpoint_replicas_t *r)
         pthread_join(r->sender, NULL);
     if (r->listen_fd >= 0)
         close(r->listen_fd);
+    if (r->next_listen_fd >= 0)
+        close(r->next_listen_fd);
+    if (r->wake_fd >= 0)
+        close(r->wake_fd);
     if (r->stop_fd >= 0)
         close(r->stop_fd);
     pthread_mutex_destroy(&r->mutex);

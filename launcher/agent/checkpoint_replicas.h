@@ -44,7 +44,8 @@ typedef struct {
 
 typedef struct ddp_checkpoint_replicas_s ddp_checkpoint_replicas_t;
 
-/* Listens on a port of every address (IPv6 and IPv4 where it can, else IPv4) and starts
+/* Listens on a port of every address (IPv6 and IPv4 where it can, else IPv4; until
+ * ddp_checkpoint_replicas_listen_at says the one to take) and starts
  * both threads over `dir` (copied): received replicas are kept there; this node's ranks'
  * slots are read there and sent at most `rate` bytes a second (0: no limit, which
  * --checkpoint-replica-rate does not give: its least is DDP_CHECKPOINT_REPLICA_MIN_RATE); a
@@ -55,6 +56,13 @@ int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_
 
 /* The port it listens on. */
 int ddp_checkpoint_replicas_port(const ddp_checkpoint_replicas_t *r);
+
+/* `host` (numeric) is this launcher's address, as its record of the round publishes it: from
+ * now on the listener takes connections at that address alone, on a port of its own (what
+ * the old listener had not accepted is dropped: call it before the port is published), or
+ * where it cannot be bound there (said once an address) on every address. The port to
+ * publish with `host`. Any thread (the round's exchange). */
+int ddp_checkpoint_replicas_listen_at(ddp_checkpoint_replicas_t *r, const char *host);
 
 /* Its secret, which every request to it carries (DDP_REPLICA_KEY_CHARS hex digits); "" for
  * NULL. */

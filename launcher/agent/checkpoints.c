@@ -440,6 +440,11 @@ int ddp_checkpoints_replica_port(const ddp_checkpoints_t *c)
     return ddp_checkpoint_replicas_port(c != NULL ? c->replicas : NULL);
 }
 
+ddp_checkpoint_replicas_t *ddp_checkpoints_replicas(const ddp_checkpoints_t *c)
+{
+    return c != NULL ? c->replicas : NULL;
+}
+
 const char *ddp_checkpoints_replica_key(const ddp_checkpoints_t *c)
 {
     return ddp_checkpoint_replicas_key(c != NULL ? c->replicas : NULL);

@@ -65,6 +65,8 @@ size_t ddp_checkpoints_replica_steps(const ddp_checkpoints_t *c, const ddp_repli
 int ddp_checkpoints_replica_port(const ddp_checkpoints_t *c);
 /* Its secret (agent/checkpoint_replicas.h); "" none. */
 const char *ddp_checkpoints_replica_key(const ddp_checkpoints_t *c);
+/* Its listener (agent/checkpoint_replicas.h), to be told the address published; NULL: none. */
+ddp_checkpoint_replicas_t *ddp_checkpoints_replicas(const ddp_checkpoints_t *c);
 
 /* A round began: this node's ranks' slots go to `peers` (n; copied) from now on. */
 void ddp_checkpoints_replicate(ddp_checkpoints_t *c, int first_rank, int nranks, int world_size,

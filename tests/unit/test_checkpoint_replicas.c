@@ -18,6 +18,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -222,6 +223,19 @@ static int open_log(void)
     assert_true(log_fd >= 0);
     unlink(log_path);
     return log_fd;
+}
+
+/* B alone, on a directory of its own, logging into open_log's, at `rate`, in a round where
+ * its rank is 0 of 4. */
+static ddp_checkpoint_replicas_t *start_b(uint64_t rate, ddp_log_t *log)
+{
+    make_dir(dir_b);
+    *log = (ddp_log_t){.name = "test", .level = DDP_LOG_DEBUG, .fd = open_log()};
+    ddp_checkpoint_replicas_t *b;
+    assert_int_equal(ddp_checkpoint_replicas_start(dir_b, rate, log, &b), 0);
+    key_b = ddp_checkpoint_replicas_key(b);
+    ddp_checkpoint_replicas_round(b, 0, 1, 4, NULL, 0);
+    return b;
 }
 
 static void test_replicas_over_loopback(void **state)
@@ -547,14 +561,9 @@ static char trickle(int port, const uint8_t *req, size_t len, double *took)
 static void test_claim_bounded_by_the_slots_held(void **state)
 {
     (void)state;
-    make_dir(dir_b);
-    int log_fd = open_log();
-    ddp_log_t log = {.name = "test", .level = DDP_LOG_DEBUG, .fd = log_fd};
-    ddp_checkpoint_replicas_t *b;
-    assert_int_equal(ddp_checkpoint_replicas_start(dir_b, 256u << 20, &log, &b), 0);
-    key_b = ddp_checkpoint_replicas_key(b);
-    int port = ddp_checkpoint_replicas_port(b);
-    ddp_checkpoint_replicas_round(b, 0, 1, 4, NULL, 0);
+    ddp_log_t log;
+    ddp_checkpoint_replicas_t *b = start_b(256u << 20, &log);
+    int log_fd = log.fd, port = ddp_checkpoint_replicas_port(b);
     size_t own_len, big_len, req_len;
     uint8_t *own = sized_slot(1, 0x11, 4096, &own_len); /* B's rank 0's (its header says) */
     ((ddp_ckpt_header_t *)own)->rank = 0;
@@ -586,6 +595,51 @@ static void test_claim_bounded_by_the_slots_held(void **state)
     remove_dir(dir_b);
 }
 
+/* Whether a connection to ADDR:port is refused (nothing listens there). */
+static bool refused_at(const char *addr, int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    assert_int_equal(inet_pton(AF_INET, addr, &a.sin_addr), 1);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    bool refused = connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && errno == ECONNREFUSED;
+    close(fd);
+    return refused;
+}
+
+/* The listener takes the address the record publishes alone: an address it cannot bind is
+ * said and every address kept; 127.0.0.1 taken on a port of its own, where a PUT is kept,
+ * while 127.0.0.2 (loopback too) is refused there and the first port is closed. */
+static void test_listener_at_the_published_address(void **state)
+{
+    (void)state;
+    ddp_log_t log;
+    ddp_checkpoint_replicas_t *b = start_b(0, &log);
+    int log_fd = log.fd, any = ddp_checkpoint_replicas_port(b);
+    assert_int_equal(ddp_checkpoint_replicas_listen_at(b, "192.0.2.1"), any); /* not here */
+    assert_true(logged(log_fd, "unable to listen for replicas at 192.0.2.1 alone"));
+    assert_false(refused_at("127.0.0.2", any));
+    int port = ddp_checkpoint_replicas_listen_at(b, "127.0.0.1");
+    assert_true(port > 0 && port != any && ddp_checkpoint_replicas_port(b) == port);
+    assert_int_equal(ddp_checkpoint_replicas_listen_at(b, "127.0.0.1"), port); /* (once) */
+    double began = ddp_clock_mono();
+    while (!refused_at("127.0.0.1", any)) { /* (the receiver takes the new one) */
+        if (ddp_clock_mono() - began > 10)
+            fail_msg("the listener on every address was never closed");
+        poll(NULL, 0, 10);
+    }
+    assert_true(refused_at("127.0.0.2", port));
+    size_t len, req_len;
+    uint8_t *slot = sized_slot(1, 0x11, 4096, &len);
+    uint8_t *req = put_request(slot, len, 1, &req_len);
+    assert_int_equal(ask(port, req, req_len, false), 'k');
+    free(req);
+    free(slot);
+    ddp_checkpoint_replicas_stop(b);
+    close(log_fd);
+    remove_dir(dir_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -594,6 +648,7 @@ int main(void)
         cmocka_unit_test(test_fetch_of_another_step_leaves_slot_0),
         cmocka_unit_test(test_room_kept_for_a_first_save),
         cmocka_unit_test(test_claim_bounded_by_the_slots_held),
+        cmocka_unit_test(test_listener_at_the_published_address),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
