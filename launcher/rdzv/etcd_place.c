@@ -6,9 +6,11 @@
  *              job's, deleted first) says: none (elect), another's-->
  *              PLACED (placed callback); ours--> READING
  *   READING --the job's round record read (none, or the last round's)--> PLACED
- *   (ELECTING, another's) PROBING --its store accepts a connection (or cannot be probed:
- *              a name, no answer in time)--> PLACED; refuses it (a dead job's record, its
- *              lease still running)--> its lease revoked --> ELECTING
+ *   (ELECTING, another's) PROBING --its store answers a handshake (or cannot be probed:
+ *              a name, no connection in time)--> PLACED; refuses the connection (a dead
+ *              job's record, its lease still running), or takes it and answers otherwise
+ *              or not within the keep-alive limit (another program's port)--> its lease
+ *              revoked --> ELECTING (under no lease: FAILED)
  *   PLACED --ddp_etcd_place_lost: the key read afresh (it is watched only while a depose
  *            waits for it to go: a placed launcher needs no news of it): it still names
  *            the lost store: its launcher's lease revoked (its keys go); none: elect-->
@@ -28,6 +30,7 @@
 #include "error.h"
 #include "rdzv/etcd_client.h"
 #include "rdzv/etcd_session.h"
+#include "store_codec.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -272,16 +275,33 @@ static void placed_elsewhere(ddp_etcd_place_t *p, const char *host, int port)
     p->cbs.placed(p->ctx, false, host, port, NULL);
 }
 
-/* A connection to the elected launcher's store, before the job goes there: a record that
- * outlived its launcher (SIGKILLed, its lease not run out yet) is refused at once. */
+/* A connection to the elected launcher's store, before the job goes there, and one
+ * handshake on it (generation 2's VALIDATE and a PING, which every ddp-launch store
+ * answers): a record that outlived its launcher (SIGKILLed, its lease not run out yet) is
+ * refused at once; one naming a port where another program listens (a dead job's port
+ * taken since) is answered wrongly, or not within the keep-alive limit, by which a live
+ * launcher's loop would have lost its lease too. */
 typedef struct probe_s {
     ddp_etcd_place_t *p; /* NULL once the place has closed */
     uv_tcp_t tcp;
     uv_connect_t connect;
+    uv_write_t write;
     uv_timer_t timer;
+    uint8_t request[16], reply[8];
+    size_t got; /* bytes of the reply read */
+    uint32_t nonce;
+    bool connected;
     char host[256];
     int port, open;
 } probe_t;
+
+/* A probe's end: how the store answered. */
+typedef enum {
+    PROBE_ANSWERED,    /* as a ddp-launch store */
+    PROBE_REFUSED,     /* nobody listens: its launcher is gone */
+    PROBE_UNJUDGED,    /* no connection in time, or none can be tried: the node thread judges */
+    PROBE_NOT_A_STORE, /* connected, and answered otherwise or not at all */
+} probe_result_t;
 
 static void probe_closed(uv_handle_t *handle)
 {
@@ -290,7 +310,30 @@ static void probe_closed(uv_handle_t *handle)
         free(pr);
 }
 
-static void probe_end(probe_t *pr, int status)
+/* The key still names the probed store (nothing changed meanwhile): its lease revoked,
+ * then the key's going is awaited; a key under no lease is no launcher's. */
+static void depose_probed(ddp_etcd_place_t *p, const probe_t *pr, const char *what)
+{
+    char probed[300];
+    p->phase = PLACE_ELECTING;
+    snprintf(probed, sizeof probed, strchr(pr->host, ':') != NULL ? "[%s]:%d " : "%s:%d ", pr->host,
+             pr->port);
+    if (p->latest == NULL || strncmp(p->latest, probed, strlen(probed)) != 0) {
+        on_coordinator(p, p->latest, false); /* it went, or another was elected, meanwhile */
+        return;
+    }
+    ddp_etcd_session_watch(p->session, true, false); /* then says the key is gone */
+    if (!ddp_etcd_session_depose(p->session)) {
+        char why[1400];
+        snprintf(why, sizeof why,
+                 "etcd at %s: the coordinator's key %scoord names %.*s, which %s, and is under "
+                 "no lease (no launcher put it): delete it",
+                 ddp_etcd_endpoints(p->etcd), p->prefix, (int)strlen(probed) - 1, probed, what);
+        fail(p, why);
+    }
+}
+
+static void probe_end(probe_t *pr, probe_result_t result, const char *what)
 {
     ddp_etcd_place_t *p = pr->p;
     if (!uv_is_closing((uv_handle_t *)&pr->timer)) {
@@ -301,38 +344,112 @@ static void probe_end(probe_t *pr, int status)
         return;
     p->probe = NULL;
     pr->p = NULL;
-    if (status != UV_ECONNREFUSED) { /* there, or not to be judged from here */
+    if (result == PROBE_ANSWERED || result == PROBE_UNJUDGED) {
         placed_elsewhere(p, pr->host, pr->port);
         return;
     }
-    ddp_log_warn(p->log,
-                 "etcd: the elected launcher's store at %s:%d refuses connections (its launcher "
-                 "is gone): ending its lease, then electing another",
-                 pr->host, pr->port);
-    p->phase = PLACE_ELECTING;
-    char probed[300];
-    snprintf(probed, sizeof probed, strchr(pr->host, ':') != NULL ? "[%s]:%d " : "%s:%d ", pr->host,
-             pr->port);
-    if (p->latest == NULL || strncmp(p->latest, probed, strlen(probed)) != 0) {
-        on_coordinator(p, p->latest, false); /* it went, or another was elected, meanwhile */
+    if (result == PROBE_REFUSED)
+        ddp_log_warn(p->log,
+                     "etcd: the elected launcher's store at %s:%d refuses connections (its "
+                     "launcher is gone): ending its lease, then electing another",
+                     pr->host, pr->port);
+    else
+        ddp_log_warn(p->log,
+                     "etcd: the coordinator's key %scoord names %s:%d, which %s: it did not "
+                     "answer as a ddp-launch store (another program's port?): ending its "
+                     "lease, then electing another",
+                     p->prefix, pr->host, pr->port, what);
+    depose_probed(p, pr, result == PROBE_REFUSED ? "refuses connections" : what);
+}
+
+static void on_probe_alloc(uv_handle_t *handle, size_t size, uv_buf_t *buf)
+{
+    probe_t *pr = handle->data;
+    (void)size;
+    *buf = uv_buf_init((char *)pr->reply + pr->got, (unsigned)(sizeof pr->reply - pr->got));
+}
+
+/* PING's answer is its nonce, 4 bytes; anything else is not a ddp-launch store's. */
+static void on_probe_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    probe_t *pr = stream->data;
+    char what[200];
+    (void)buf;
+    if (nread < 0) {
+        snprintf(what, sizeof what, "closed the connection at its handshake (%s)",
+                 uv_strerror((int)nread));
+        probe_end(pr, PROBE_NOT_A_STORE, what);
         return;
     }
-    ddp_etcd_session_watch(p->session, true, false); /* then says the key is gone */
-    ddp_etcd_session_depose(p->session);
+    pr->got += (size_t)nread;
+    if (pr->got < 4)
+        return;
+    bool ours = pr->got == 4 && memcmp(pr->reply, &pr->nonce, 4) == 0;
+    probe_end(pr, ours ? PROBE_ANSWERED : PROBE_NOT_A_STORE,
+              "answered its handshake with bytes a TCPStore does not send");
+}
+
+static void on_probe_timer(uv_timer_t *timer);
+
+static void on_probe_written(uv_write_t *req, int status)
+{
+    if (status != 0 && status != UV_ECANCELED)
+        probe_end(req->data, PROBE_NOT_A_STORE, "closed the connection at its handshake");
+}
+
+/* Connected: VALIDATE and PING sent, the answer due within the keep-alive limit. */
+static void probe_handshake(probe_t *pr)
+{
+    ddp_buf_t out = DDP_BUF_INIT;
+    pr->nonce = (uint32_t)(uv_hrtime() ^ ((uint64_t)getpid() << 16));
+    int err = ddp_codec_put_op(&out, DDP_CODEC_GEN2, DDP_CODEC_VALIDATE);
+    if (err == 0)
+        err = ddp_codec_put_u32(&out, DDP_CODEC_MAGIC);
+    if (err == 0)
+        err = ddp_codec_put_op(&out, DDP_CODEC_GEN2, DDP_CODEC_PING);
+    if (err == 0)
+        err = ddp_codec_put_u32(&out, pr->nonce);
+    if (err != 0 || out.len > sizeof pr->request) {
+        ddp_buf_free(&out);
+        probe_end(pr, PROBE_UNJUDGED, NULL);
+        return;
+    }
+    memcpy(pr->request, out.data, out.len);
+    uv_buf_t buf = uv_buf_init((char *)pr->request, (unsigned)out.len);
+    ddp_buf_free(&out);
+    pr->connected = true;
+    uv_timer_stop(&pr->timer);
+    uv_timer_start(&pr->timer, on_probe_timer, (uint64_t)(pr->p->ttl * 1000), 0);
+    pr->write.data = pr;
+    err = uv_write(&pr->write, (uv_stream_t *)&pr->tcp, &buf, 1, on_probe_written);
+    if (err == 0)
+        err = uv_read_start((uv_stream_t *)&pr->tcp, on_probe_alloc, on_probe_read);
+    if (err != 0)
+        probe_end(pr, PROBE_NOT_A_STORE, "closed the connection at its handshake");
 }
 
 static void on_probe_connect(uv_connect_t *req, int status)
 {
-    probe_end(req->data, status);
+    probe_t *pr = req->data;
+    if (status == 0 && pr->p != NULL)
+        probe_handshake(pr);
+    else
+        probe_end(pr, status == UV_ECONNREFUSED ? PROBE_REFUSED : PROBE_UNJUDGED, NULL);
 }
 
 static void on_probe_timer(uv_timer_t *timer)
 {
-    probe_end(timer->data, UV_ETIMEDOUT);
+    probe_t *pr = timer->data;
+    char what[200];
+    snprintf(what, sizeof what,
+             "took the connection and said nothing for %g s (the keep-alive limit)",
+             pr->p != NULL ? pr->p->ttl : 0.0);
+    probe_end(pr, pr->connected ? PROBE_NOT_A_STORE : PROBE_UNJUDGED, what);
 }
 
 /* 0: the probe runs (PROBING); else none can (a host name: the node thread's connection
- * judges). */
+ * judges). The connection is given a third of the keep-alive limit (a host that does not
+ * answer it is not judged from here), the handshake the whole limit. */
 static int probe(ddp_etcd_place_t *p, const char *host, int port)
 {
     struct sockaddr_storage addr;
@@ -356,7 +473,7 @@ static int probe(ddp_etcd_place_t *p, const char *host, int port)
     int err =
         uv_tcp_connect(&pr->connect, &pr->tcp, (const struct sockaddr *)&addr, on_probe_connect);
     if (err != 0)
-        probe_end(pr, err);
+        probe_end(pr, err == UV_ECONNREFUSED ? PROBE_REFUSED : PROBE_UNJUDGED, NULL);
     return 0;
 }
 
@@ -373,8 +490,9 @@ static bool relocate(ddp_etcd_place_t *p, const char *record)
                  same             ? "ending its launcher's lease, then electing another"
                  : record == NULL ? "electing another launcher"
                                   : "another launcher is elected already");
-    if (same)
-        ddp_etcd_session_depose(p->session);
+    if (same && !ddp_etcd_session_depose(p->session))
+        fail(p, "etcd: the coordinator's key names the lost store and is under no lease (no "
+                "launcher put it): delete it");
     return same;
 }
 
@@ -538,10 +656,13 @@ void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving)
     if (p == NULL)
         return;
     bool own = p->phase == PLACE_PLACED && p->own && !leaving;
-    if (p->probe != NULL) /* (it frees itself once its handles have closed) */
-        p->probe->p = NULL;
+    probe_t *pr = p->probe;
     p->probe = NULL;
     p->phase = PLACE_CLOSING;
+    if (pr != NULL) { /* (it frees itself once its handles have closed) */
+        pr->p = NULL;
+        probe_end(pr, PROBE_UNJUDGED, NULL);
+    }
     ddp_etcd_cancel(p->reading);
     ddp_etcd_cancel(p->writing);
     p->reading = p->writing = NULL;

@@ -597,14 +597,17 @@ static void on_depose(void *ctx, int err, const ddp_json_t *reply, const char *w
         lose(s, "etcd: unable to end the lost coordinator's lease: %s", why);
 }
 
-void ddp_etcd_session_depose(ddp_etcd_session_t *s)
+bool ddp_etcd_session_depose(ddp_etcd_session_t *s)
 {
     char body[64];
+    if (s->coord_known && s->coord != NULL && s->coord_lease == 0)
+        return false;
     if (s->phase != SESSION_RUNNING || s->coord_lease == 0 || s->coord_lease == s->lease ||
         s->calls[CALL_DEPOSE] != NULL)
-        return;
+        return true;
     snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->coord_lease);
     (void)post(s, CALL_DEPOSE, "/v3/lease/revoke", body, false, on_depose);
+    return true;
 }
 
 /* Members, for the coordinator. */

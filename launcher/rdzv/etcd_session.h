@@ -74,9 +74,10 @@ void ddp_etcd_session_watch(ddp_etcd_session_t *s, bool on, bool report);
  * before the session has joined, the join's own transaction takes the key where absent. */
 void ddp_etcd_session_elect(ddp_etcd_session_t *s, const char *record);
 
-/* The coordinator's launcher is known to be gone (its port refused a connection): its lease
- * is revoked, so its keys go now rather than at its TTL. */
-void ddp_etcd_session_depose(ddp_etcd_session_t *s);
+/* The coordinator's launcher is known to be gone (its port refused a connection, or did
+ * not answer as a store): its lease is revoked, so its keys go now rather than at its TTL.
+ * False where the key is under no lease (no launcher put it: it would never go). */
+bool ddp_etcd_session_depose(ddp_etcd_session_t *s);
 
 /* For the coordinator: the member keys are watched (the member callback, for those there
  * now too). */

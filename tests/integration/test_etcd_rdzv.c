@@ -19,6 +19,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -746,6 +747,81 @@ static void test_dead_jobs_live_record_deposed(void **state)
     th_etcd_down(&etcd);
 }
 
+/* The coordinator's key of job `id` put by hand under a lease, as a dead job's would be,
+ * naming 127.0.0.1:port. */
+static void squatted_key(th_etcd_t *etcd, const char *id, int port)
+{
+    char said[4096], lease[64] = "", args[256];
+    assert_int_equal(th_etcdctl(etcd, "lease grant 30", said, sizeof said), 0);
+    assert_int_equal(sscanf(said, "lease %63s granted", lease), 1);
+    snprintf(args, sizeof args, "put --lease=%s ddp-launch/%s/coord '127.0.0.1:%d gone'", lease, id,
+             port);
+    assert_int_equal(th_etcdctl(etcd, args, said, sizeof said), 0);
+    snprintf(args, sizeof args, "put --lease=%s ddp-launch/%s/node/gone x", lease, id);
+    assert_int_equal(th_etcdctl(etcd, args, said, sizeof said), 0);
+}
+
+/* A launcher that moved on from a key naming another program's port (`says` of it), elected
+ * itself and ran the job of one, within `bound` s of `started`. */
+static void moved_on(th_proc_t *p, double started, double bound, const char *says)
+{
+    TH_ASSERT(p, th_wait_exit(p, 30));
+    printf("moved on from the other program's port %.2f s after the start\n", th_now() - started);
+    TH_ASSERT(p, th_status(p) == 0);
+    TH_ASSERT(p, strstr(out(p), "\nWORLD_SIZE=1\n") != NULL);
+    TH_ASSERT(p, strstr(err(p), says) != NULL);
+    TH_ASSERT(p, strstr(err(p), "did not answer as a ddp-launch store") != NULL);
+    TH_ASSERT(p, th_now() - started < bound);
+    th_cleanup(p);
+}
+
+/* The coordinator's key names a port where another program listens (here the test's own
+ * socket): one that answers the handshake with bytes a TCPStore does not send, then one
+ * that takes the connection and says nothing. Each time the launcher says so, naming the
+ * address, ends that key's lease and elects itself: within the keep-alive limit (2 s here),
+ * not after the store's connect timeout. */
+static void test_coordinator_key_names_another_program(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof addr;
+    int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(listener >= 0);
+    assert_int_equal(bind(listener, (struct sockaddr *)&addr, sizeof addr), 0);
+    assert_int_equal(listen(listener, 8), 0);
+    assert_int_equal(getsockname(listener, (struct sockaddr *)&addr, &len), 0);
+    int port = ntohs(addr.sin_port);
+    char says[200];
+#define SQUAT_FLAGS                                                                   \
+    "--nnodes=1 --rdzv-id=%s --rdzv-endpoint=%s --rdzv-conf=keep_alive_interval=0.5," \
+    "keep_alive_max_attempt=2"
+    squatted_key(&etcd, "garbled", port);
+    double started = th_now();
+    th_proc_t p;
+    start_launcher(&p, SQUAT_FLAGS, "garbled", etcd.endpoints);
+    struct pollfd pfd = {.fd = listener, .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 20000), 1);
+    int conn = accept(listener, NULL, NULL);
+    assert_true(conn >= 0);
+    static const char garbage[] = "HTTP/1.0 400 Bad Request\r\n\r\n";
+    assert_int_equal(write(conn, garbage, sizeof garbage - 1), (ssize_t)(sizeof garbage - 1));
+    snprintf(says, sizeof says, "names 127.0.0.1:%d, which answered its handshake with bytes",
+             port);
+    moved_on(&p, started, 10, says);
+    close(conn);
+
+    squatted_key(&etcd, "silent", port);
+    started = th_now();
+    start_launcher(&p, SQUAT_FLAGS, "silent", etcd.endpoints);
+    snprintf(says, sizeof says, "names 127.0.0.1:%d, which took the connection and said nothing",
+             port);
+    moved_on(&p, started, 12, says);
+    close(listener);
+    th_etcd_down(&etcd);
+}
+
 /* The elected launcher `a` (started first, waited for) and launcher `b` of one job on
  * `etcd`, each running its own worker program, with the same flags (`flags`; `b_flags`
  * more for b), b waited for until it joins or ends. */
@@ -1240,6 +1316,7 @@ int main(int argc, char **argv)
         TH_TEST(test_torch_gloo_job),
         TH_TEST(test_run_ids_apart_leftovers_cleared),
         TH_TEST(test_dead_jobs_live_record_deposed),
+        TH_TEST(test_coordinator_key_names_another_program),
         TH_TEST(test_elected_launcher_lost_spare_takes_over),
         TH_TEST(test_elected_launcher_lost_job_shrinks),
         TH_TEST(test_elected_launcher_lost_torch_spare),
