@@ -425,13 +425,14 @@ static void leave(ddp_policy_decision_t *d, const char *why)
 }
 
 /* --straggler-action=exclude: this node leaves when a rank of it was named a straggler
- * (said, with its event), unless it serves the store. True when it leaves. */
+ * (said, with its event), unless it serves the store and its leaving would end the job (not
+ * with etcd: the job goes on at the next elected launcher's store). True when it leaves. */
 static bool leave_for_straggler(ddp_policy_t *p, bool named, ddp_policy_decision_t *d)
 {
     const ddp_group_t *g = p->g;
     if (!g->cfg->straggler_exclude || !(named || ddp_rdzv_straggler_named(g->rdzv)))
         return false;
-    if (g->coord != NULL) { /* its leaving would end the job */
+    if (g->coord != NULL && g->cfg->rdzv_backend != DDP_RDZV_ETCD) {
         ddp_log_warn(g->log, "a rank of this node was named a straggler, but this node serves "
                              "the job's store: it stays (--straggler-action=exclude)");
         return false;

@@ -414,12 +414,13 @@ static void local_rows(const ddp_progress_watch_t *p, ddp_buf_t *out)
 }
 
 /* --straggler-action=exclude: what becomes of the straggler's node (the node serving the
- * store stays: its leaving would end the job). */
+ * store stays where its leaving would end the job: but for etcd's, whose job goes on at the
+ * next elected launcher's store). */
 static const char *exclusion(const ddp_group_t *g, const ddp_straggler_row_t *r)
 {
     if (!g->cfg->straggler_exclude || g->rdzv == NULL)
         return "";
-    if (g->coord != NULL && r->node == g->group_rank)
+    if (g->coord != NULL && r->node == g->group_rank && g->cfg->rdzv_backend != DDP_RDZV_ETCD)
         return "; its node serves the job's store: it stays (--straggler-action=exclude)";
     return "; its node leaves the job at the next restart (--straggler-action)";
 }

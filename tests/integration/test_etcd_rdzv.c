@@ -943,6 +943,50 @@ static void test_exclude_after_on_the_elected_node(void **state)
     exclude_after(true);
 }
 
+/* --straggler-action=exclude under etcd, --nnodes=1:2: one launcher's rank is slow (the
+ * elected one's where `elected`) and named by the elected launcher's report; when rank 0
+ * fails (once), the slow one's launcher leaves the job at the restart (status 5, said) and
+ * the other goes on alone and succeeds: where the slow one served the store, at its own,
+ * etcd electing it (with c10d the store's host stays, as its leaving would end the job). */
+static void straggler_excluded(bool elected)
+{
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    const char *fast[] = {getenv("DDP_TEST_COLLECTIVES"), "slow", "100", "10", "-", "80", NULL};
+    const char *slow[] = {getenv("DDP_TEST_COLLECTIVES"), "slow", "100", "10", "0,1", "80", NULL};
+    const char *flags = "--nnodes=1:2 --max-restarts=1 --straggler-report=1 "
+                        "--straggler-action=exclude --rdzv-conf=last_call_timeout=1";
+    th_proc_t a, b;
+    double started = th_now();
+    elected_and_other(&etcd, &a, elected ? slow : fast, &b, elected ? fast : slow,
+                      elected ? "slow-elected" : "slow-other", flags, "");
+    th_proc_t *leaver = elected ? &a : &b, *stayer = elected ? &b : &a;
+    TH_ASSERT(leaver, th_wait_exit(leaver, 60));
+    TH_ASSERT(stayer, th_wait_exit(stayer, 60));
+    printf("straggler excluded (%s): %.2f s\n", elected ? "elected" : "other", th_now() - started);
+    TH_ASSERT(&a, strstr(err(&a), "straggler: rank ") != NULL);
+    TH_ASSERT(leaver, th_status(leaver) == 5);
+    TH_ASSERT(leaver, strstr(err(leaver), "was named a straggler (--straggler-action=exclude): it "
+                                          "leaves") != NULL);
+    TH_ASSERT(stayer, th_status(stayer) == 0);
+    TH_ASSERT(stayer, strstr(out(stayer), "slow: rank 0 of 1 finished 100 steps") != NULL);
+    th_cleanup(&a);
+    th_cleanup(&b);
+    th_etcd_down(&etcd);
+}
+
+static void test_straggler_excluded(void **state)
+{
+    (void)state;
+    straggler_excluded(false);
+}
+
+static void test_straggler_on_the_elected_node_excluded(void **state)
+{
+    (void)state;
+    straggler_excluded(true);
+}
+
 /* --health-check failing on one launcher under etcd, --nnodes=2:2 with a hot spare: it
  * does not join (status 5, saying why), and the job forms and completes at the two
  * healthy ones. */
@@ -1327,6 +1371,8 @@ int main(int argc, char **argv)
         TH_TEST(test_restart_budget),
         TH_TEST(test_exclude_after),
         TH_TEST(test_exclude_after_on_the_elected_node),
+        TH_TEST(test_straggler_excluded),
+        TH_TEST(test_straggler_on_the_elected_node_excluded),
         TH_TEST(test_health_check),
         TH_TEST(test_ctrl_z_on_another_node),
         TH_TEST(test_ctrl_z_on_the_elected_node),
