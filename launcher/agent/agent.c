@@ -267,13 +267,14 @@ static void finish(ddp_agent_t *a)
     ddp_checkpoint_common_cancel(a->common);
     a->common = NULL;
     ddp_rdzv_close(a->g.rdzv);
-    ddp_placement_close(a->placement, a->store_leaves);
     if (a->store_leaves) {
-        /* Its store closes now with no word of an end: the other launchers take it as lost
-         * and go on at the store of the launcher etcd elects next. */
+        /* Its store closes with no word of an end (once etcd has the round record, the
+         * placement closes it): the other launchers take it as lost and go on at the store
+         * of the launcher etcd elects next. */
         ddp_rdzv_coord_close(a->g.coord);
         a->g.coord = NULL;
     }
+    ddp_placement_close(a->placement, a->store_leaves);
     if (a->g.coord != NULL) {
         /* The other nodes read how the job ended from our store: it stays until they
          * have left, up to close_timeout, whatever the outcome (a node slow to read a
@@ -530,8 +531,8 @@ static void act_on(ddp_agent_t *a, const ddp_policy_decision_t *d)
          * goes on at the store of the next launcher etcd elects.) */
         if (a->g.coord == NULL)
             ddp_rdzv_post_leave(a->g.rdzv, d->why);
-        else
-            a->store_leaves = a->g.cfg->rdzv_backend == DDP_RDZV_ETCD;
+        else if ((a->store_leaves = a->g.cfg->rdzv_backend == DDP_RDZV_ETCD))
+            ddp_rdzv_coord_leaves(a->g.coord, d->why); /* the round's failure counted */
         break;
     case DDP_POLICY_END:
         if (d->why[0] != '\0' && a->g.rdzv != NULL) /* every node's end, through the rendezvous */

@@ -26,6 +26,7 @@ struct ddp_placement_s {
     bool relocating, relocated;
     ddp_rdzv_t **retired; /* the threads of the stores lost, freed at the end */
     size_t nretired;
+    ddp_store_server_t *left_store; /* the job's, left: closed once etcd's side is */
 };
 
 int ddp_placement_new(ddp_group_t *g, const ddp_launch_config_t *cfg, ddp_placement_t **out)
@@ -203,11 +204,22 @@ void ddp_placement_start(ddp_placement_t *p)
     ddp_buf_free(&why);
 }
 
+static void on_etcd_closed(void *ctx)
+{
+    ddp_placement_t *p = ctx;
+    ddp_store_server_close(p->left_store);
+    p->left_store = NULL;
+}
+
 void ddp_placement_close(ddp_placement_t *p, bool leaving)
 {
     if (p == NULL)
         return;
-    ddp_etcd_place_close(p->place, leaving);
+    if (leaving) {
+        p->left_store = p->g->store;
+        p->g->store = NULL;
+    }
+    ddp_etcd_place_close(p->place, leaving, on_etcd_closed, p);
     p->place = NULL;
     ddp_store_server_close(p->idle_store);
     p->idle_store = NULL;

@@ -32,7 +32,10 @@ void ddp_placement_store_lost(ddp_placement_t *p, const char *message);
 void ddp_placement_rejoin(ddp_placement_t *p);
 
 /* The job is over here: etcd's side closed (`leaving`: the job goes on without this
- * launcher, its keys kept), this launcher's idle store too. */
+ * launcher, its keys kept), this launcher's idle store too. Where this launcher leaves
+ * serving the job's store (g->store, taken), that store closes once etcd has its last
+ * round record and its lease is revoked: the others, finding it lost, go on at the next
+ * elected launcher's, which counts the restart that record has. */
 void ddp_placement_close(ddp_placement_t *p, bool leaving);
 /* After the loop: the retired rendezvous threads, and the part. */
 void ddp_placement_free(ddp_placement_t *p);

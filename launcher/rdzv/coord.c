@@ -264,6 +264,8 @@ static void job_done(ddp_rdzv_coord_t *c)
     job_over(c, DDP_EXIT_OK, "the job finished before this node could join it");
 }
 
+static void tell_record(ddp_rdzv_coord_t *c, int round, int restarts, int n);
+
 /* The running round stops (a failure, a lost or a new node); the next one forms. */
 static void round_stop_as(ddp_rdzv_coord_t *c, bool failed, int exit_code, const char *message)
 {
@@ -277,6 +279,11 @@ static void round_stop_as(ddp_rdzv_coord_t *c, bool failed, int exit_code, const
                                               : DDP_RDZV_VERDICT_STOP_REFORM};
     snprintf(stop.message, sizeof stop.message, "%s", message);
     publish_outcome(c, &stop);
+    /* A failed round is a restart spent from now on: etcd's record says so before the next
+     * round forms, so that a launcher taking the job over meanwhile (this one leaves, its
+     * node excluded) counts it as this coordinator would. */
+    if (failed)
+        tell_record(c, c->round, c->restarts + 1, c->nrunning);
     for (int i = 0; i < c->nrunning; i++) {
         ddp_rdzv_member_t *m = c->running[i];
         m->in_round = false;
@@ -336,12 +343,13 @@ static const char *running_id(void *ctx, int i)
     return c->running[i]->id;
 }
 
-/* The round's record, for etcd (ddp_rdzv_coord_on_formed). */
-static void tell_formed(ddp_rdzv_coord_t *c, int n)
+/* The round's record, for etcd (ddp_rdzv_coord_on_formed): `round` and the restarts spent
+ * with it, the running members' ids (the first n). */
+static void tell_record(ddp_rdzv_coord_t *c, int round, int restarts, int n)
 {
     ddp_buf_t record = DDP_BUF_INIT;
     if (c->formed != NULL &&
-        ddp_rdzv_round_record_format(&record, c->round, c->restarts, running_id, c, n) == 0)
+        ddp_rdzv_round_record_format(&record, round, restarts, running_id, c, n) == 0)
         c->formed(c->formed_ctx, ddp_buf_str(&record));
     ddp_buf_free(&record);
 }
@@ -390,7 +398,7 @@ static void form_round(ddp_rdzv_coord_t *c, ddp_rdzv_member_t **ranked, int n)
     status_running(c, n);
     ddp_log_debug(c->log, "rendezvous: round %d formed: %d node(s), %d workers", c->round, n,
                   world_size);
-    tell_formed(c, n);
+    tell_record(c, c->round, c->restarts, n);
 }
 
 static void on_tick(uv_timer_t *timer);
@@ -1118,6 +1126,18 @@ int ddp_rdzv_coord_resume_from(ddp_rdzv_coord_t *c, const char *record)
     ddp_log_info(c->log, "rendezvous: taking the job over after round %d (%d restart(s) spent)",
                  round, restarts);
     return 0;
+}
+
+void ddp_rdzv_coord_leaves(ddp_rdzv_coord_t *c, const char *why)
+{
+    if (c->phase != COORD_RUNNING || c->outcome_published)
+        return; /* stopped already: the failure was counted then */
+    char message[DDP_RDZV_MSG_MAX];
+    snprintf(message, sizeof message,
+             "the launcher serving the job's store (on %.255s) leaves the job: %.400s; the job "
+             "goes on at the store of the launcher etcd elects next",
+             c->host, why);
+    round_stop(c, true, message);
 }
 
 void ddp_rdzv_coord_on_formed(ddp_rdzv_coord_t *c, void (*formed)(void *ctx, const char *record),

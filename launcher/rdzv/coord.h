@@ -78,7 +78,16 @@ void ddp_rdzv_coord_leave_now(ddp_rdzv_coord_t *coord);
  * Before any launcher but our own has joined. 0, DDP_EPARSE, -ENOMEM. */
 int ddp_rdzv_coord_resume_from(ddp_rdzv_coord_t *coord, const char *record);
 
-/* etcd: `formed(ctx, record)` as each round forms, with its record (copy it). */
+/* etcd: this coordinator's launcher leaves the job (`why`: its node excluded after a
+ * failure), which goes on at the next elected launcher's store: a round still running is
+ * stopped as failed now (its own failure's report may not have come), every node told why,
+ * the restart counted in etcd's record as at any failure (the next coordinator resumes from
+ * it), or the job ends where no restart is left. */
+void ddp_rdzv_coord_leaves(ddp_rdzv_coord_t *coord, const char *why);
+
+/* etcd: `formed(ctx, record)` as each round forms, with its record (copy it), and as one
+ * fails with a restart left (its record, one more restart spent: where this coordinator's
+ * launcher leaves then, the next one counts that restart). */
 void ddp_rdzv_coord_on_formed(ddp_rdzv_coord_t *coord,
                               void (*formed)(void *ctx, const char *record), void *ctx);
 

@@ -60,8 +60,10 @@ struct ddp_etcd_place_s {
     char *latest; /* the record the key holds as last seen, NULL: none (malloc'd) */
     ddp_etcd_call_t *reading, *writing; /* the round record's */
     int64_t state_rev;                  /* its revision as this coordinator knows it */
-    char *pending;                      /* a record to write once the last write is in */
-    struct probe_s *probe;              /* PROBING: the connection to the elected store */
+    void (*closed)(void *ctx);          /* (CLOSING) told once the last request is done */
+    void *closed_ctx;
+    char *pending;         /* a record to write once the last write is in */
+    struct probe_s *probe; /* PROBING: the connection to the elected store */
     double ttl, join_timeout;
     bool relocating;     /* (ELECTING) the job's store was lost: the key's next word decides */
     bool rejoining;      /* the lease was lost while the job formed: taken again */
@@ -220,6 +222,8 @@ static void read_state(ddp_etcd_place_t *p)
 
 static void write_state(ddp_etcd_place_t *p);
 
+static void end_session(ddp_etcd_place_t *p);
+
 static void on_state_written(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_place_t *p = ctx;
@@ -233,12 +237,13 @@ static void on_state_written(void *ctx, int err, const ddp_json_t *reply, const 
                              "this one no longer coordinates the job in etcd's eyes");
         free(p->pending);
         p->pending = NULL;
-        return;
     } else {
         (void)ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &p->state_rev);
     }
     if (p->pending != NULL)
         write_state(p);
+    if (p->writing == NULL && p->phase == PLACE_CLOSING) /* the leaving one's last is in */
+        end_session(p);
 }
 
 static void write_state(ddp_etcd_place_t *p)
@@ -627,6 +632,8 @@ void ddp_etcd_place_lost(ddp_etcd_place_t *p)
 static void on_session_closed(void *ctx)
 {
     ddp_etcd_place_t *p = ctx;
+    if (p->closed != NULL)
+        p->closed(p->closed_ctx);
     free(p->placed);
     free(p->latest);
     free(p->pending);
@@ -651,11 +658,20 @@ static void on_deleted(void *ctx, int err, const ddp_json_t *reply, const char *
     end_session(p);
 }
 
-void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving)
+void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving, void (*closed)(void *ctx), void *ctx)
 {
-    if (p == NULL)
+    if (p == NULL) {
+        if (closed != NULL)
+            closed(ctx);
         return;
+    }
+    p->closed = closed;
+    p->closed_ctx = ctx;
     bool own = p->phase == PLACE_PLACED && p->own && !leaving;
+    /* The elected launcher leaving a job that goes on: its last round record (a failed
+     * round's restart counted) goes in before its lease, so that the next one counts it. */
+    bool flush =
+        p->phase == PLACE_PLACED && p->own && leaving && (p->writing != NULL || p->pending != NULL);
     probe_t *pr = p->probe;
     p->probe = NULL;
     p->phase = PLACE_CLOSING;
@@ -664,8 +680,13 @@ void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving)
         probe_end(pr, PROBE_UNJUDGED, NULL);
     }
     ddp_etcd_cancel(p->reading);
+    p->reading = NULL;
+    if (flush && p->writing == NULL)
+        write_state(p);
+    if (flush && p->writing != NULL)
+        return; /* on_state_written ends the session */
     ddp_etcd_cancel(p->writing);
-    p->reading = p->writing = NULL;
+    p->writing = NULL;
     ddp_buf_t body = DDP_BUF_INIT;
     /* The elected launcher ends the job's keys: a new job with this run id starts clean. */
     if (own && ddp_etcd_body_range(&body, p->prefix, true) == 0 &&

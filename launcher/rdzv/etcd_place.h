@@ -63,9 +63,10 @@ void ddp_etcd_place_record(ddp_etcd_place_t *p, const char *record);
 
 /* The job is over here: the callbacks stop; the elected launcher deletes the job's keys
  * (unless `leaving`: this launcher leaves a job that goes on, whose round record the next
- * elected one takes over), every launcher revokes its lease (its keys go with it), each
- * bounded by the client's request time, and the part is freed once its handles have
+ * elected one takes over: its last record is written first), every launcher revokes its
+ * lease (its keys go with it), each bounded by the client's request time, then
+ * `closed(ctx)` (may be NULL) is called and the part is freed once its handles have
  * closed. */
-void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving);
+void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving, void (*closed)(void *ctx), void *ctx);
 
 #endif

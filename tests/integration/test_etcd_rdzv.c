@@ -887,8 +887,9 @@ static void test_restart_budget(void **state)
 
 /* --exclude-after=1 under etcd, --nnodes=2:3: the launcher whose worker fails (the elected
  * one where `elected`) leaves the job, saying why, and the two others go on at the smaller
- * size and complete; where it served the store, they go on at the next one etcd elects
- * (with c10d the job ends with its store's host). (Once the round after the failure still
+ * size and complete, the failed round counted as a restart (TORCHELASTIC_RESTART_COUNT=1);
+ * where it served the store, they go on at the next one etcd elects (with c10d the job ends
+ * with its store's host), which counts it too. (Once the round after the failure still
  * counted the leaving launcher and was re-formed without it: the coordinator is c10d's.) */
 static void exclude_after(bool elected)
 {
@@ -896,7 +897,8 @@ static void exclude_after(bool elected)
     th_etcd_up(&etcd, 3);
     char *dir = th_tmpdir(), good_script[1200], bad_script[1200];
     snprintf(good_script, sizeof good_script,
-             "if [ -e '%s/failed' ]; then echo \"DONE $GROUP_WORLD_SIZE\"; exit 0; fi; "
+             "if [ -e '%s/failed' ]; then echo \"DONE $GROUP_WORLD_SIZE restart "
+             "$TORCHELASTIC_RESTART_COUNT\"; exit 0; fi; "
              "echo ready; exec sleep 600",
              dir);
     snprintf(bad_script, sizeof bad_script, ": > '%s/failed'; exit 3", dir);
@@ -909,6 +911,7 @@ static void exclude_after(bool elected)
                       "");
     start_worker(&c, good, NULL, "--rdzv-id=exclude --rdzv-endpoint=%s %s", etcd.endpoints, flags);
     th_proc_t *all[] = {&a, &b, &c}, *leaver = elected ? &a : &b;
+    int took_over = 0;
     for (int i = 0; i < 3; i++)
         TH_ASSERT(all[i], th_wait_exit(all[i], 60));
     TH_ASSERT(leaver, th_status(leaver) == 5);
@@ -920,10 +923,13 @@ static void exclude_after(bool elected)
         if (all[i] == leaver)
             continue;
         TH_ASSERT(all[i], th_status(all[i]) == 0);
-        TH_ASSERT(all[i], strstr(out(all[i]), "DONE 2\n") != NULL);
+        TH_ASSERT(all[i], strstr(out(all[i]), "DONE 2 restart 1\n") != NULL);
         TH_ASSERT(all[i], !elected || strstr(err(all[i]), "the job goes on at the store of the "
                                                           "launcher etcd elects next") != NULL);
+        took_over += strstr(err(all[i]), "taking the job over after round 0 (1 restart(s) "
+                                         "spent)") != NULL;
     }
+    assert_int_equal(took_over, elected ? 1 : 0);
     for (int i = 0; i < 3; i++)
         th_cleanup(all[i]);
     th_etcd_down(&etcd);
@@ -970,6 +976,9 @@ static void straggler_excluded(bool elected)
                                           "leaves") != NULL);
     TH_ASSERT(stayer, th_status(stayer) == 0);
     TH_ASSERT(stayer, strstr(out(stayer), "slow: rank 0 of 1 finished 100 steps") != NULL);
+    /* (The elected one's failed round counted: the round after is restart 1, where the
+     * rank that failed at restart 0 does not fail again.) */
+    TH_ASSERT(stayer, !elected || strstr(out(stayer), "fails after") == NULL);
     th_cleanup(&a);
     th_cleanup(&b);
     th_etcd_down(&etcd);
