@@ -527,6 +527,20 @@ static int await_coordinator(ddp_rdzv_t *r, const char *const *keys)
     return err;
 }
 
+/* etcd: the store etcd's coordinator key names (by a host name, which the loop's probe
+ * does not try) answered, but not as a store (another program's port), or not within
+ * join_timeout: the loop is told as of a lost store, and reads the key afresh, ends that
+ * launcher's lease where it still names it, and has another elected. */
+static node_phase_t elected_unanswered(ddp_rdzv_t *r, const char *why)
+{
+    ddp_rdzv_command(r, DDP_RDZV_CMD_STORE_LOST, NULL, DDP_EXIT_RDZV_FAILED,
+                     "the store at %s:%d that etcd's key ddp-launch/%s/coord names did not "
+                     "answer as a ddp-launch store within %g s (--rdzv-conf join_timeout): %s",
+                     r->cfg->master_addr, r->cfg->master_port, r->cfg->run_id,
+                     r->cfg->rdzv_conf.join_timeout, why);
+    return NODE_END;
+}
+
 static node_phase_t node_connect(ddp_rdzv_t *r)
 {
     const ddp_launch_config_t *cfg = r->cfg;
@@ -540,6 +554,10 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
                    cfg->rdzv_conf.timeout > SLURM_NODE0_S;
     if (in_step)
         deadline = started + SLURM_NODE0_S;
+    /* etcd: the elected launcher's store listened before its key was put. */
+    bool etcd = cfg->rdzv_backend == DDP_RDZV_ETCD;
+    if (etcd)
+        deadline = started + cfg->rdzv_conf.join_timeout;
     options.timeout = cfg->rdzv_conf.read_timeout; /* each store call's deadline */
     while (!ddp_rdzv_quitting(r)) {
         options.connect_timeout = connect_slice(deadline);
@@ -548,13 +566,18 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
                                            &why);
         if (err == 0)
             break;
+        double now = ddp_clock_mono();
+        if (etcd && (err == DDP_EPROTO || now >= deadline)) {
+            node_phase_t phase = elected_unanswered(r, ddp_buf_str(&why));
+            ddp_buf_free(&why);
+            return phase;
+        }
         if (err == DDP_EPROTO) { /* not a store, and waiting will not make it one */
             ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
                              "node 0's rendezvous store: %s", ddp_buf_str(&why));
             ddp_buf_free(&why);
             return NODE_END;
         }
-        double now = ddp_clock_mono();
         /* Waiting is normal while the hosting launcher starts; a long wait says why. */
         if (!ddp_rdzv_quitting(r) && claim_note(&next_note, now, deadline)) {
             ddp_log_info(r->log,
@@ -562,9 +585,10 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
                          "giving up in %.0f s (%s)",
                          cfg->master_addr, cfg->master_port, now - started, ddp_buf_str(&why),
                          deadline - now,
-                         !in_step  ? "--rdzv-conf timeout"
-                         : dynamic ? "the store's host is a node of this Slurm step"
-                                   : "node 0 is a task of this Slurm step");
+                         etcd       ? "--rdzv-conf join_timeout"
+                         : !in_step ? "--rdzv-conf timeout"
+                         : dynamic  ? "the store's host is a node of this Slurm step"
+                                    : "node 0 is a task of this Slurm step");
         }
         if (now >= deadline && in_step) {
             ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,

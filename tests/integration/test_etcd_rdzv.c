@@ -748,13 +748,13 @@ static void test_dead_jobs_live_record_deposed(void **state)
 }
 
 /* The coordinator's key of job `id` put by hand under a lease, as a dead job's would be,
- * naming 127.0.0.1:port. */
-static void squatted_key(th_etcd_t *etcd, const char *id, int port)
+ * naming host:port. */
+static void squatted_key(th_etcd_t *etcd, const char *id, const char *host, int port)
 {
     char said[4096], lease[64] = "", args[256];
     assert_int_equal(th_etcdctl(etcd, "lease grant 30", said, sizeof said), 0);
     assert_int_equal(sscanf(said, "lease %63s granted", lease), 1);
-    snprintf(args, sizeof args, "put --lease=%s ddp-launch/%s/coord '127.0.0.1:%d gone'", lease, id,
+    snprintf(args, sizeof args, "put --lease=%s ddp-launch/%s/coord '%s:%d gone'", lease, id, host,
              port);
     assert_int_equal(th_etcdctl(etcd, args, said, sizeof said), 0);
     snprintf(args, sizeof args, "put --lease=%s ddp-launch/%s/node/gone x", lease, id);
@@ -775,6 +775,20 @@ static void moved_on(th_proc_t *p, double started, double bound, const char *say
     th_cleanup(p);
 }
 
+/* The next connection to `listener` taken and answered with what a web server says; it is
+ * returned, to be closed once the launcher has read that (closed with its request unread,
+ * it would be reset first). */
+static int answer_garbage(int listener)
+{
+    struct pollfd pfd = {.fd = listener, .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 20000), 1);
+    int conn = accept(listener, NULL, NULL);
+    assert_true(conn >= 0);
+    static const char garbage[] = "HTTP/1.0 400 Bad Request\r\n\r\n";
+    assert_int_equal(write(conn, garbage, sizeof garbage - 1), (ssize_t)(sizeof garbage - 1));
+    return conn;
+}
+
 /* The coordinator's key names a port where another program listens (here the test's own
  * socket): one that answers the handshake with bytes a TCPStore does not send, then one
  * that takes the connection and says nothing. Each time the launcher says so, naming the
@@ -790,29 +804,34 @@ static void test_coordinator_key_names_another_program(void **state)
     int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(listener >= 0);
     assert_int_equal(bind(listener, (struct sockaddr *)&addr, sizeof addr), 0);
-    assert_int_equal(listen(listener, 8), 0);
+    assert_int_equal(listen(listener, 64), 0);
     assert_int_equal(getsockname(listener, (struct sockaddr *)&addr, &len), 0);
     int port = ntohs(addr.sin_port);
     char says[200];
 #define SQUAT_FLAGS                                                                   \
     "--nnodes=1 --rdzv-id=%s --rdzv-endpoint=%s --rdzv-conf=keep_alive_interval=0.5," \
     "keep_alive_max_attempt=2"
-    squatted_key(&etcd, "garbled", port);
+    squatted_key(&etcd, "garbled", "127.0.0.1", port);
     double started = th_now();
     th_proc_t p;
     start_launcher(&p, SQUAT_FLAGS, "garbled", etcd.endpoints);
-    struct pollfd pfd = {.fd = listener, .events = POLLIN};
-    assert_int_equal(poll(&pfd, 1, 20000), 1);
-    int conn = accept(listener, NULL, NULL);
-    assert_true(conn >= 0);
-    static const char garbage[] = "HTTP/1.0 400 Bad Request\r\n\r\n";
-    assert_int_equal(write(conn, garbage, sizeof garbage - 1), (ssize_t)(sizeof garbage - 1));
+    int conn = answer_garbage(listener);
     snprintf(says, sizeof says, "names 127.0.0.1:%d, which answered its handshake with bytes",
              port);
     moved_on(&p, started, 10, says);
     close(conn);
-
-    squatted_key(&etcd, "silent", port);
+    /* By a host name, the node thread's connection judges: the same. */
+    squatted_key(&etcd, "named", "localhost", port);
+    started = th_now();
+    start_launcher(&p, SQUAT_FLAGS, "named", etcd.endpoints);
+    conn = answer_garbage(listener);
+    snprintf(says, sizeof says,
+             "the store at localhost:%d that etcd's key ddp-launch/named/coord names did not "
+             "answer as a ddp-launch store",
+             port);
+    moved_on(&p, started, 10, says);
+    close(conn);
+    squatted_key(&etcd, "silent", "127.0.0.1", port);
     started = th_now();
     start_launcher(&p, SQUAT_FLAGS, "silent", etcd.endpoints);
     snprintf(says, sizeof says, "names 127.0.0.1:%d, which took the connection and said nothing",
