@@ -790,10 +790,11 @@ static int answer_garbage(int listener)
 }
 
 /* The coordinator's key names a port where another program listens (here the test's own
- * socket): one that answers the handshake with bytes a TCPStore does not send, then one
- * that takes the connection and says nothing. Each time the launcher says so, naming the
- * address, ends that key's lease and elects itself: within the keep-alive limit (2 s here),
- * not after the store's connect timeout. */
+ * socket): one that answers the handshake with bytes a TCPStore does not send (by address,
+ * then by a host name), then one that takes the connection and says nothing. Each time the
+ * launcher says so, naming the address, ends that key's lease and elects itself: within the
+ * keep-alive limit (2 s here), not after the store's connect timeout. A key under no lease
+ * (put by no launcher) ends the launcher, named. */
 static void test_coordinator_key_names_another_program(void **state)
 {
     (void)state;
@@ -830,6 +831,15 @@ static void test_coordinator_key_names_another_program(void **state)
              "answer as a ddp-launch store",
              port);
     moved_on(&p, started, 10, says);
+    close(conn);
+    /* A key under no lease is no launcher's: not deleted, said (status 5). */
+    char args[256], said[4096];
+    snprintf(args, sizeof args, "put ddp-launch/bare/coord '127.0.0.1:%d x'", port);
+    assert_int_equal(th_etcdctl(&etcd, args, said, sizeof said), 0);
+    assert_int_equal(th_etcdctl(&etcd, "put ddp-launch/bare/node/x x", said, sizeof said), 0);
+    start_launcher(&p, SQUAT_FLAGS, "bare", etcd.endpoints);
+    conn = answer_garbage(listener);
+    ends_before_workers(&p, 10, 5, "ddp-launch/bare/coord names 127.0.0.1");
     close(conn);
     squatted_key(&etcd, "silent", "127.0.0.1", port);
     started = th_now();
