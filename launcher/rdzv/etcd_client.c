@@ -1,12 +1,16 @@
-/* etcd's v3 gateway over libcurl's multi-socket interface (see etcd.h). Runs on the loop's
- * thread only. The loop's handles: one uv_poll_t a socket libcurl opens (its CURL_POLL_*
- * wishes), one timer for libcurl's own deadlines. */
+/* etcd's v3 gateway (see etcd_client.h) over one of two transports, chosen at ddp_etcd_new:
+ * plain http over libuv's TCP with http-parser (etcd_http.c), where it was built in; else,
+ * and always for https, libcurl's multi-socket interface (loaded then, never for http with
+ * http-parser: its loading and start cost a launcher more CPU than a whole c10d
+ * rendezvous). Runs on the loop's thread only. libcurl's handles on the loop: one uv_poll_t
+ * a socket it opens (its CURL_POLL_* wishes), one timer for its own deadlines. */
 #include "rdzv/etcd_client.h"
 
 #include "base64.h"
 #include "ddp_config.h"
 #include "dl.h"
 #include "error.h"
+#include "rdzv/etcd_http.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -14,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#if DDP_HAVE_LIBCURL || DDP_HAVE_HTTP_PARSER
 #if DDP_HAVE_LIBCURL
 #include <curl/curl.h>
 
@@ -37,25 +42,43 @@ typedef struct {
     struct curl_slist *(*slist_append)(struct curl_slist *, const char *);
     void (*slist_free_all)(struct curl_slist *);
 } curl_api_t;
+#endif
+
+/* How a transfer ended, whichever transport carried it (etcd_http's ends, and a failure
+ * that is not the endpoint's: libcurl's other errors). */
+typedef enum {
+    ENDED_REPLIED = DDP_HTTP_REPLIED,
+    ENDED_UNREACHED = DDP_HTTP_UNREACHED,
+    ENDED_TIMEDOUT = DDP_HTTP_TIMEDOUT,
+    ENDED_BROKEN = DDP_HTTP_BROKEN,
+    ENDED_STOPPED = DDP_HTTP_STOPPED,
+    ENDED_FAILED,
+} ended_t;
 
 struct ddp_etcd_call_s {
     ddp_etcd_t *e;
+#if DDP_HAVE_LIBCURL
     CURL *easy;
+#endif
+#if DDP_HAVE_HTTP_PARSER
+    ddp_http_req_t *req;
+#endif
     char *path, *body;
     bool stream;
     ddp_etcd_cb_t cb;
     void *ctx;
-    size_t first;   /* the endpoint it was first sent to */
-    size_t tried;   /* endpoints tried */
-    ddp_buf_t in;   /* the reply so far (a stream: its unfinished message) */
-    bool too_big;   /* a message over DDP_ETCD_MAX_REPLY */
-    bool delivered; /* a stream: a message came (then an end is not the endpoint's fault) */
-    bool cancelled; /* during a dispatch: freed at its end (the graveyard) */
-    bool pending;   /* posted during a dispatch: started at its end */
-    char error[CURL_ERROR_SIZE];
+    size_t first;    /* the endpoint it was first sent to */
+    size_t tried;    /* endpoints tried */
+    ddp_buf_t in;    /* the reply so far (a stream: its unfinished message) */
+    bool too_big;    /* a message over DDP_ETCD_MAX_REPLY */
+    bool delivered;  /* a stream: a message came (then an end is not the endpoint's fault) */
+    bool cancelled;  /* during a dispatch: freed at its end (the graveyard) */
+    bool pending;    /* posted during a dispatch: started at its end */
+    char error[256]; /* the transport's words on a failure (CURL_ERROR_SIZE) */
     ddp_etcd_call_t *prev, *next;
 };
 
+#if DDP_HAVE_LIBCURL
 /* A socket libcurl watches: its poll handle, freed once closed. */
 typedef struct sock_s {
     uv_poll_t poll;
@@ -63,14 +86,21 @@ typedef struct sock_s {
     curl_socket_t fd;
     struct sock_s *prev, *next; /* the client's, until its handle closes */
 } sock_t;
+#endif
 
 struct ddp_etcd_s {
     uv_loop_t *loop;
     const ddp_log_t *log;
+#if DDP_HAVE_HTTP_PARSER
+    ddp_http_t *http; /* plain http: the transport; NULL: libcurl's */
+#endif
+#if DDP_HAVE_LIBCURL
     curl_api_t api;
     CURLM *multi;
-    uv_timer_t timer;
     struct curl_slist *headers;
+    sock_t *socks;
+#endif
+    uv_timer_t timer; /* libcurl's; closed last, then the client freed */
     char **endpoints;
     size_t nendpoints, current;
     char *all_endpoints;
@@ -84,9 +114,9 @@ struct ddp_etcd_s {
      * callbacks). */
     bool dispatching, freeing;
     ddp_etcd_call_t *graveyard, *pending;
-    sock_t *socks;
 };
 
+#if DDP_HAVE_LIBCURL
 static int load_curl(curl_api_t *api, ddp_buf_t *why)
 {
     api->lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
@@ -122,6 +152,7 @@ static int load_curl(curl_api_t *api, ddp_buf_t *why)
     }
     return 0;
 }
+#endif
 
 /* Completed transfers. */
 
@@ -137,13 +168,28 @@ static void call_unlink(ddp_etcd_call_t *call)
     call->prev = call->next = NULL;
 }
 
-static void call_free(ddp_etcd_call_t *call)
+/* The call's transfer, if any, ended without its callbacks. */
+static void drop_transfer(ddp_etcd_call_t *call)
 {
+#if DDP_HAVE_HTTP_PARSER
+    ddp_http_cancel(call->req);
+    call->req = NULL;
+#endif
+#if DDP_HAVE_LIBCURL
     ddp_etcd_t *e = call->e;
     if (call->easy != NULL) {
         e->api.multi_remove_handle(e->multi, call->easy);
         e->api.easy_cleanup(call->easy);
+        call->easy = NULL;
     }
+#else
+    (void)call;
+#endif
+}
+
+static void call_free(ddp_etcd_call_t *call)
+{
+    drop_transfer(call);
     free(call->path);
     free(call->body);
     ddp_buf_free(&call->in);
@@ -193,22 +239,22 @@ static void deliver(ddp_etcd_call_t *call, ddp_etcd_cb_t cb, void *ctx, const ch
     ddp_buf_free(&why);
 }
 
-static size_t on_data(char *data, size_t size, size_t n, void *userdata)
+/* Bytes of a reply: false ends the transfer. `messages`: a stream's answer (its messages
+ * delivered as they come). */
+static bool take_data(ddp_etcd_call_t *call, bool messages, const char *data, size_t len)
 {
-    ddp_etcd_call_t *call = userdata;
-    size_t len = size * n;
     if (call->cancelled)
-        return 0; /* libcurl ends the transfer: finished() frees it */
+        return false; /* the transfer ends: finished() frees it */
     if (call->in.len + len > DDP_ETCD_MAX_REPLY) {
         call->too_big = true;
-        return 0;
+        return false;
     }
     if (ddp_buf_append(&call->in, data, len) != 0)
-        return 0;
+        return false;
     /* A stream's messages end with a newline: each whole one now. The callback may cancel
      * the call (then nothing more is read). */
     char *nl;
-    while (call->stream && !call->cancelled &&
+    while (messages && !call->cancelled &&
            (nl = memchr(call->in.data, '\n', call->in.len)) != NULL) {
         size_t line = (size_t)(nl - call->in.data);
         if (line > 0)
@@ -217,50 +263,45 @@ static size_t on_data(char *data, size_t size, size_t n, void *userdata)
         call->in.len -= line + 1;
         call->in.data[call->in.len] = '\0';
     }
-    return call->cancelled ? 0 : len;
+    return !call->cancelled;
 }
+
+#if DDP_HAVE_LIBCURL
+static size_t on_data(char *data, size_t size, size_t n, void *userdata)
+{
+    ddp_etcd_call_t *call = userdata;
+    size_t len = size * n;
+    return take_data(call, call->stream, data, len) ? len : 0;
+}
+#endif
 
 static int start_on(ddp_etcd_call_t *call, size_t endpoint);
 
-/* Whether a failure is the endpoint's (another may answer): it could not be reached or
- * did not answer in time, before any reply came. */
-static bool endpoint_failed(const ddp_etcd_call_t *call, CURLcode code)
+/* Whether a failure is the endpoint's (another may answer): it could not be reached, did
+ * not answer in time or answered what is not HTTP, before any reply came. */
+static bool endpoint_failed(const ddp_etcd_call_t *call, ended_t ended)
 {
-    if (call->delivered)
-        return false;
-    switch (code) {
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_CONNECT:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_SSL_CONNECT_ERROR:
-        return true;
-    default:
-        return false;
-    }
+    return !call->delivered &&
+           (ended == ENDED_UNREACHED || ended == ENDED_TIMEDOUT || ended == ENDED_BROKEN);
 }
 
 /* Sends the call again, to the next endpoint, where its own failed: true when it went. */
-static bool retry_elsewhere(ddp_etcd_call_t *call, CURLcode code)
+static bool retry_elsewhere(ddp_etcd_call_t *call, ended_t ended)
 {
     ddp_etcd_t *e = call->e;
-    if (!endpoint_failed(call, code) || call->tried >= e->nendpoints)
+    if (!endpoint_failed(call, ended) || call->tried >= e->nendpoints)
         return false;
     size_t next = (call->first + call->tried) % e->nendpoints;
-    ddp_log_debug(e->log, "etcd %s: %s: trying %s", e->endpoints[e->current],
-                  call->error[0] ? call->error : e->api.easy_strerror(code), e->endpoints[next]);
+    ddp_log_debug(e->log, "etcd %s: %s: trying %s", e->endpoints[e->current], call->error,
+                  e->endpoints[next]);
     e->current = next;
-    e->api.multi_remove_handle(e->multi, call->easy);
-    e->api.easy_cleanup(call->easy);
-    call->easy = NULL;
+    drop_transfer(call);
     ddp_buf_clear(&call->in);
     return start_on(call, next) == 0;
 }
 
 /* Why a call ended without a reply, into `why`: its error code. */
-static int failure(ddp_etcd_call_t *call, CURLcode code, long status, ddp_buf_t *why)
+static int failure(ddp_etcd_call_t *call, ended_t ended, long status, ddp_buf_t *why)
 {
     ddp_etcd_t *e = call->e;
     const char *where = call->tried > 1 ? e->all_endpoints : e->endpoints[e->current];
@@ -268,11 +309,11 @@ static int failure(ddp_etcd_call_t *call, CURLcode code, long status, ddp_buf_t 
         ddp_buf_printf(why, "etcd at %s: a reply over %u bytes", where, DDP_ETCD_MAX_REPLY);
         return DDP_ETOOBIG;
     }
-    if (code == CURLE_OK && status == 200) {
+    if (ended == ENDED_REPLIED && status == 200) {
         ddp_buf_printf(why, "etcd at %s ended the stream", where);
         return DDP_ECLOSED;
     }
-    if (code == CURLE_OK) { /* the gateway's error is JSON too: its message */
+    if (ended == ENDED_REPLIED) { /* the gateway's error is JSON too: its message */
         ddp_json_t *root = NULL;
         ddp_buf_t said = DDP_BUF_INIT;
         const char *body = call->in.data ? call->in.data : "";
@@ -289,30 +330,27 @@ static int failure(ddp_etcd_call_t *call, CURLcode code, long status, ddp_buf_t 
         ddp_buf_free(&said);
         return status == 404 || status == 405 || status == 501 ? DDP_EUSAGE : DDP_EPROTO;
     }
-    ddp_buf_printf(why, "etcd at %s: %s", where,
-                   call->error[0] ? call->error : e->api.easy_strerror(code));
-    return code == CURLE_OPERATION_TIMEDOUT ? DDP_ETIMEOUT : DDP_ECLOSED;
+    ddp_buf_printf(why, "etcd at %s: %s", where, call->error);
+    return ended == ENDED_TIMEDOUT ? DDP_ETIMEOUT : DDP_ECLOSED;
 }
 
-/* Runs after libcurl's calls have returned (check_done): handles may be removed here. */
-static void finished(ddp_etcd_call_t *call, CURLcode code)
+/* A transfer's end (its words in call->error). Runs where the transport allows the
+ * transfer to be removed. */
+static void finished(ddp_etcd_call_t *call, ended_t ended, long status)
 {
-    ddp_etcd_t *e = call->e;
-    long status = 0;
     if (call->cancelled)
         return; /* in the graveyard */
-    e->api.easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &status);
-    if (retry_elsewhere(call, code))
+    if (retry_elsewhere(call, ended))
         return;
     ddp_etcd_cb_t cb = call->cb;
     void *ctx = call->ctx;
     call_unlink(call);
     call->cancelled = true; /* a cancel from its own callback is a no-op */
-    if (code == CURLE_OK && status == 200 && !call->stream) {
+    if (ended == ENDED_REPLIED && status == 200 && !call->stream) {
         deliver(call, cb, ctx, call->in.data != NULL ? call->in.data : "", call->in.len);
     } else {
         ddp_buf_t why = DDP_BUF_INIT;
-        int err = failure(call, code, status, &why);
+        int err = failure(call, ended, status, &why);
         cb(ctx, err, NULL, ddp_buf_str(&why));
         ddp_buf_free(&why);
     }
@@ -351,6 +389,42 @@ static void dispatch_end(ddp_etcd_t *e)
         really_free(e);
 }
 
+#if DDP_HAVE_LIBCURL
+/* libcurl's result as a transport's end, its words in call->error. */
+static void finished_curl(ddp_etcd_call_t *call, CURLcode code)
+{
+    ddp_etcd_t *e = call->e;
+    long status = 0;
+    ended_t ended = ENDED_FAILED;
+    if (call->cancelled)
+        return; /* in the graveyard */
+    e->api.easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &status);
+    switch (code) {
+    case CURLE_OK:
+        ended = ENDED_REPLIED;
+        break;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_SSL_CONNECT_ERROR:
+        ended = ENDED_UNREACHED;
+        break;
+    case CURLE_OPERATION_TIMEDOUT:
+        ended = ENDED_TIMEDOUT;
+        break;
+    case CURLE_WRITE_ERROR:
+        ended = ENDED_STOPPED;
+        break;
+    default:
+        break;
+    }
+    if (call->error[0] == '\0')
+        snprintf(call->error, sizeof call->error, "%s", e->api.easy_strerror(code));
+    finished(call, ended, status);
+}
+
 static void check_done(ddp_etcd_t *e)
 {
     CURLMsg *msg;
@@ -362,7 +436,7 @@ static void check_done(ddp_etcd_t *e)
         e->api.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&call);
         CURLcode code = msg->data.result;
         if (call != NULL)
-            finished(call, code);
+            finished_curl(call, code);
     }
 }
 
@@ -460,9 +534,7 @@ static int on_curl_timer(CURLM *multi, long ms, void *userp)
     return 0;
 }
 
-/* Requests. */
-
-static int start_on(ddp_etcd_call_t *call, size_t endpoint)
+static int start_curl(ddp_etcd_call_t *call, size_t endpoint)
 {
     ddp_etcd_t *e = call->e;
     const curl_api_t *api = &e->api;
@@ -473,8 +545,6 @@ static int start_on(ddp_etcd_call_t *call, size_t endpoint)
     if (easy == NULL)
         return -ENOMEM;
     call->easy = easy;
-    call->tried++;
-    call->error[0] = '\0';
     api->easy_setopt(easy, CURLOPT_URL, url);
     api->easy_setopt(easy, CURLOPT_PRIVATE, (char *)call);
     api->easy_setopt(easy, CURLOPT_POSTFIELDS, call->body);
@@ -499,6 +569,54 @@ static int start_on(ddp_etcd_call_t *call, size_t endpoint)
         return -ENOMEM;
     }
     return 0;
+}
+#endif
+
+#if DDP_HAVE_HTTP_PARSER
+/* etcd_http's callbacks: a dispatch of their own (as libcurl's), so that a call cancelled,
+ * posted or the client freed from a reply's callback waits for its end. */
+static bool on_http_body(void *ctx, int status, const char *data, size_t len)
+{
+    ddp_etcd_call_t *call = ctx;
+    ddp_etcd_t *e = call->e;
+    e->dispatching = true;
+    bool go = take_data(call, call->stream && status == 200, data, len);
+    dispatch_end(e);
+    return go;
+}
+
+static void on_http_end(void *ctx, ddp_http_end_t end, int status, const char *why)
+{
+    ddp_etcd_call_t *call = ctx;
+    ddp_etcd_t *e = call->e;
+    call->req = NULL; /* the transport's request is gone */
+    snprintf(call->error, sizeof call->error, "%s", why);
+    e->dispatching = true;
+    finished(call, (ended_t)end, status);
+    dispatch_end(e);
+}
+
+static const ddp_http_cbs_t http_cbs = {.body = on_http_body, .end = on_http_end};
+#endif
+
+/* Requests. */
+
+static int start_on(ddp_etcd_call_t *call, size_t endpoint)
+{
+    call->tried++;
+    call->error[0] = '\0';
+#if DDP_HAVE_HTTP_PARSER
+    ddp_etcd_t *e = call->e;
+    if (e->http != NULL)
+        return ddp_http_post(e->http, e->endpoints[endpoint], call->path, call->body, call->stream,
+                             e->timeout_ms, &http_cbs, call, &call->req);
+#endif
+#if DDP_HAVE_LIBCURL
+    return start_curl(call, endpoint);
+#else
+    (void)endpoint;
+    return -ENOSYS;
+#endif
 }
 
 int ddp_etcd_post(ddp_etcd_t *e, const char *path, const char *body, bool stream, ddp_etcd_cb_t cb,
@@ -588,10 +706,12 @@ static void free_client(ddp_etcd_t *e)
     free(e->cacert);
     free(e->cert);
     free(e->key);
+#if DDP_HAVE_LIBCURL
     if (e->headers != NULL)
         e->api.slist_free_all(e->headers);
     if (e->api.lib != NULL)
         dlclose(e->api.lib);
+#endif
     free(e);
 }
 
@@ -606,6 +726,8 @@ static char *copy_or_null(const char *text, bool *ok)
     *ok = *ok && (text == NULL || copy != NULL);
     return copy;
 }
+
+static int start_transport(ddp_etcd_t *e, ddp_buf_t *why);
 
 int ddp_etcd_new(uv_loop_t *loop, const ddp_etcd_opts_t *opts, const ddp_log_t *log,
                  ddp_etcd_t **out, ddp_buf_t *why)
@@ -649,27 +771,55 @@ int ddp_etcd_new(uv_loop_t *loop, const ddp_etcd_opts_t *opts, const ddp_log_t *
         free_client(e);
         return -ENOMEM;
     }
-    int err = load_curl(&e->api, why);
+    int err = start_transport(e, why);
     if (err != 0) {
         free_client(e);
         return err;
     }
+    uv_timer_init(loop, &e->timer);
+    e->timer.data = e;
+    *out = e;
+    return 0;
+}
+
+#if DDP_HAVE_LIBCURL
+static int start_curl_multi(ddp_etcd_t *e, ddp_buf_t *why)
+{
+    int err = load_curl(&e->api, why);
+    if (err != 0)
+        return err;
     e->headers = e->api.slist_append(NULL, "Content-Type: application/json");
     e->multi = e->api.multi_init();
     if (e->headers == NULL || e->multi == NULL) {
         if (e->multi != NULL)
             e->api.multi_cleanup(e->multi);
-        free_client(e);
+        e->multi = NULL;
         return -ENOMEM;
     }
     e->api.multi_setopt(e->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
     e->api.multi_setopt(e->multi, CURLMOPT_SOCKETDATA, e);
     e->api.multi_setopt(e->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
     e->api.multi_setopt(e->multi, CURLMOPT_TIMERDATA, e);
-    uv_timer_init(loop, &e->timer);
-    e->timer.data = e;
-    *out = e;
     return 0;
+}
+#endif
+
+/* Plain http over etcd_http where it was built in; else, and for https, libcurl. */
+static int start_transport(ddp_etcd_t *e, ddp_buf_t *why)
+{
+#if DDP_HAVE_HTTP_PARSER
+    if (!e->https) {
+        e->http = ddp_http_new(e->loop, e->log);
+        return e->http != NULL ? 0 : -ENOMEM;
+    }
+#endif
+#if DDP_HAVE_LIBCURL
+    return start_curl_multi(e, why);
+#else
+    ddp_buf_puts(why, "--rdzv-backend=etcd with protocol=https: this ddp-launch was built "
+                      "without libcurl's headers (libcurl4-openssl-dev)");
+    return DDP_EUSAGE;
+#endif
 }
 
 void ddp_etcd_free(ddp_etcd_t *e)
@@ -692,22 +842,29 @@ static void really_free(ddp_etcd_t *e)
     }
     while (e->calls != NULL)
         ddp_etcd_cancel(e->calls);
-    e->api.multi_cleanup(e->multi);
+#if DDP_HAVE_HTTP_PARSER
+    ddp_http_free(e->http);
+    e->http = NULL;
+#endif
+#if DDP_HAVE_LIBCURL
+    if (e->multi != NULL)
+        e->api.multi_cleanup(e->multi);
     e->multi = NULL;
     while (e->socks != NULL) /* those the cleanup did not say it removed */
         close_sock(e->socks);
+#endif
     uv_timer_stop(&e->timer);
     uv_close((uv_handle_t *)&e->timer, on_timer_closed);
 }
 
-#else /* built without libcurl's headers */
+#else /* built without libcurl's headers or http-parser */
 
 int ddp_etcd_new(uv_loop_t *loop, const ddp_etcd_opts_t *opts, const ddp_log_t *log,
                  ddp_etcd_t **out, ddp_buf_t *why)
 {
     (void)loop, (void)opts, (void)log, (void)out;
     ddp_buf_puts(why, "--rdzv-backend=etcd: this ddp-launch was built without libcurl's headers "
-                      "(libcurl4-openssl-dev)");
+                      "(libcurl4-openssl-dev) and without http-parser (libhttp-parser-dev)");
     return DDP_EUSAGE;
 }
 

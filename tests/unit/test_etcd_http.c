@@ -1,0 +1,363 @@
+/* Unit tests of the etcd client's plain-http transport (rdzv/etcd_http.c under
+ * rdzv/etcd_client.c) against a fake server on a thread of this process, which answers
+ * what a test scripts: what is not a whole HTTP/1.1 response (headers cut short, garbage,
+ * a connection closed mid-body), a body over DDP_ETCD_MAX_REPLY, a chunked stream split at
+ * odd places, an HTTP 500, and a kept connection reused. No etcd; the client's loop runs in
+ * the test's thread. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "ddp_config.h"
+#include "error.h"
+#include "rdzv/etcd_client.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PIECES  8
+#define WAIT_MS 10000 /* the longest any step of the server or the client waits */
+
+/* What the server answers to one request: pieces written in turn (piece i > 0 once the
+ * client has taken after[i] messages, so that the client reads it apart from the ones
+ * before), then `big` bytes of 'x'. */
+typedef struct {
+    const char *pieces[PIECES];
+    int after[PIECES];
+    size_t big;
+} answer_script_t;
+
+typedef struct {
+    answer_script_t answers[4]; /* one a request, all on one connection */
+    int nanswers;
+    bool keep_open; /* after the answers, wait for the client's close */
+    int listen_fd, port;
+    atomic_int delivered; /* messages the client took */
+    int accepted, served; /* connections accepted, requests read */
+    pthread_t thread;
+} server_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static bool wait_readable(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, WAIT_MS) == 1;
+}
+
+/* One request's head and body read: false at the client's close or after WAIT_MS. */
+static bool read_request(int fd)
+{
+    char buf[8192];
+    size_t len = 0;
+    char *end = NULL;
+    while (end == NULL) {
+        if (len == sizeof buf - 1 || !wait_readable(fd))
+            return false;
+        ssize_t n = recv(fd, buf + len, sizeof buf - 1 - len, 0);
+        if (n <= 0)
+            return false;
+        len += (size_t)n;
+        buf[len] = '\0';
+        end = strstr(buf, "\r\n\r\n");
+    }
+    const char *cl = strcasestr(buf, "Content-Length:");
+    size_t body = cl != NULL ? strtoul(cl + 15, NULL, 10) : 0;
+    size_t have = len - (size_t)(end + 4 - buf);
+    while (have < body) {
+        if (!wait_readable(fd))
+            return false;
+        ssize_t n = recv(fd, buf, sizeof buf, 0);
+        if (n <= 0)
+            return false;
+        have += (size_t)n;
+    }
+    return true;
+}
+
+static void send_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+        if (n <= 0)
+            return; /* the client closed: it may, on a body over its bound */
+        data += n;
+        len -= (size_t)n;
+    }
+}
+
+static void answer(server_t *s, int fd, const answer_script_t *a)
+{
+    for (int i = 0; i < PIECES && a->pieces[i] != NULL; i++) {
+        double until = now_s() + WAIT_MS / 1000.0;
+        while (atomic_load(&s->delivered) < a->after[i] && now_s() < until)
+            sched_yield();
+        send_all(fd, a->pieces[i], strlen(a->pieces[i]));
+    }
+    if (a->big > 0) {
+        char *x = malloc(a->big);
+        assert_non_null(x);
+        memset(x, 'x', a->big);
+        send_all(fd, x, a->big);
+        free(x);
+    }
+}
+
+static void *serve(void *arg)
+{
+    server_t *s = arg;
+    if (!wait_readable(s->listen_fd))
+        return NULL;
+    int fd = accept(s->listen_fd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    s->accepted++;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    for (int i = 0; i < s->nanswers && read_request(fd); i++) {
+        s->served++;
+        answer(s, fd, &s->answers[i]);
+    }
+    if (s->keep_open) { /* until the client's close */
+        char buf[256];
+        while (wait_readable(fd) && recv(fd, buf, sizeof buf, 0) > 0)
+            ;
+    }
+    close(fd);
+    /* A second connection is refused: the test counts connections. */
+    struct pollfd p = {.fd = s->listen_fd, .events = POLLIN};
+    if (s->keep_open && poll(&p, 1, 0) == 1 && (fd = accept(s->listen_fd, NULL, NULL)) >= 0) {
+        s->accepted++;
+        close(fd);
+    }
+    return NULL;
+}
+
+static void server_start(server_t *s)
+{
+    s->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(s->listen_fd >= 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof addr;
+    assert_int_equal(bind(s->listen_fd, (struct sockaddr *)&addr, sizeof addr), 0);
+    assert_int_equal(listen(s->listen_fd, 4), 0);
+    assert_int_equal(getsockname(s->listen_fd, (struct sockaddr *)&addr, &alen), 0);
+    s->port = ntohs(addr.sin_port);
+    assert_int_equal(pthread_create(&s->thread, NULL, serve, s), 0);
+}
+
+static void server_end(server_t *s)
+{
+    pthread_join(s->thread, NULL);
+    close(s->listen_fd);
+}
+
+/* The client and what its callbacks took. */
+typedef struct {
+    uv_loop_t loop;
+    ddp_log_t log;
+    ddp_etcd_t *etcd;
+    server_t *server;
+    int ends, err;
+    char why[600];
+    char messages[1024]; /* each message's "n", in order */
+    int replies;
+} client_t;
+
+static void client_up(client_t *c, server_t *s)
+{
+    char endpoint[32];
+    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", s->port);
+    const char *list[] = {endpoint};
+    memset(c, 0, sizeof *c);
+    c->server = s;
+    assert_int_equal(uv_loop_init(&c->loop), 0);
+    ddp_log_init(&c->log, "test", DDP_LOG_WARN);
+    ddp_etcd_opts_t opts = {.endpoints = list, .nendpoints = 1, .timeout = WAIT_MS / 1000.0};
+    ddp_buf_t why = DDP_BUF_INIT;
+    if (ddp_etcd_new(&c->loop, &opts, &c->log, &c->etcd, &why) != 0)
+        fail_msg("ddp_etcd_new: %s", ddp_buf_str(&why));
+    ddp_buf_free(&why);
+}
+
+static void client_down(client_t *c)
+{
+    ddp_etcd_free(c->etcd);
+    uv_run(&c->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&c->loop), 0);
+}
+
+static void on_reply(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    client_t *c = ctx;
+    if (err != 0) {
+        c->ends++;
+        c->err = err;
+        snprintf(c->why, sizeof c->why, "%s", why);
+        return;
+    }
+    int64_t n = -1;
+    (void)ddp_etcd_int(reply, "n", &n);
+    size_t len = strlen(c->messages);
+    snprintf(c->messages + len, sizeof c->messages - len, "%s%lld", len ? "," : "", (long long)n);
+    c->replies++;
+    atomic_fetch_add(&c->server->delivered, 1);
+}
+
+/* Posts and runs the loop until `ends` ends (or replies of a plain request) come. */
+static void post_and_wait(client_t *c, bool stream, int ends)
+{
+    assert_int_equal(
+        ddp_etcd_post(c->etcd, "/v3/kv/range", "{\"key\": \"aw==\"}", stream, on_reply, c, NULL),
+        0);
+    double until = now_s() + 2 * WAIT_MS / 1000.0;
+    while (c->ends + (stream ? 0 : c->replies) < ends && now_s() < until)
+        uv_run(&c->loop, UV_RUN_ONCE);
+    if (c->ends + (stream ? 0 : c->replies) < ends)
+        fail_msg("no end within %d ms", 2 * WAIT_MS);
+}
+
+/* A failure the client says: `err`, `why` holding `words`. */
+static void expect_failure(const answer_script_t *a, int err, const char *words)
+{
+    server_t s = {.nanswers = 1};
+    s.answers[0] = *a;
+    server_start(&s);
+    client_t c;
+    client_up(&c, &s);
+    post_and_wait(&c, false, 1);
+    assert_int_equal(c.replies, 0);
+    if (c.err != err || strstr(c.why, words) == NULL)
+        fail_msg("%d '%s', not %d '%s'", c.err, c.why, err, words);
+    client_down(&c);
+    server_end(&s);
+}
+
+static void test_headers_cut_short(void **state)
+{
+    (void)state;
+    answer_script_t a = {.pieces = {"HTTP/1.1 200 OK\r\nContent-Le"}};
+    expect_failure(&a, DDP_ECLOSED, "in the middle of a response");
+}
+
+static void test_not_http(void **state)
+{
+    (void)state;
+    answer_script_t a = {.pieces = {"SSH-2.0-OpenSSH_9.2p1\r\n"}};
+    expect_failure(&a, DDP_ECLOSED, "not an HTTP/1.1 response");
+}
+
+static void test_closed_mid_body(void **state)
+{
+    (void)state;
+    answer_script_t a = {.pieces = {"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"n\": "}};
+    expect_failure(&a, DDP_ECLOSED, "in the middle of a response");
+}
+
+static void test_body_over_the_bound(void **state)
+{
+    (void)state;
+    char head[128];
+    snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nContent-Length: %u\r\n\r\n",
+             DDP_ETCD_MAX_REPLY + 1);
+    answer_script_t a = {.pieces = {head}, .big = DDP_ETCD_MAX_REPLY + 1};
+    expect_failure(&a, DDP_ETOOBIG, "a reply over");
+}
+
+static void test_http_500(void **state)
+{
+    (void)state;
+    /* The gateway's own error: its message said. */
+    answer_script_t a = {
+        .pieces = {"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                   "Content-Length: 89\r\n\r\n{\"error\": \"etcdserver: request timed out\", "
+                   "\"code\": 14, \"message\": \"etcdserver: too busy\"}"}};
+    expect_failure(&a, DDP_EPROTO, "etcd: etcdserver: too busy");
+    /* A 500 of something else: not etcd. */
+    answer_script_t b = {.pieces = {"HTTP/1.1 500 Oops\r\nContent-Length: 5\r\n\r\noops\n"}};
+    expect_failure(&b, DDP_EPROTO, "HTTP status 500: not etcd's v3 gateway");
+}
+
+/* A watch's messages in chunks, the pieces split inside a chunk's size line, inside its
+ * CRLF and inside a message; each piece sent once the client has taken the messages
+ * before it. The stream's last chunk is its end. */
+static void test_chunked_stream_split_at_odd_places(void **state)
+{
+    (void)state;
+    server_t s = {.nanswers = 1};
+    s.answers[0] = (answer_script_t){
+        .pieces = {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   "15\r\n{\"result\": {\"n\": 1}}\n\r\n1",    /* (the 2nd's size cut) */
+                   "b\r\n{\"result\": {\"n\": 2}}\n{\"resu\r", /* 2, half of 3, a CR */
+                   "\n7\r\nlt\": {\"\r\n",
+                   "d\r\nn\": 3}}\n{\"res\r\n10\r\nult\": {\"n\": 4}}\n\r\n0\r\n\r\n"},
+        .after = {0, 1, 2, 2}};
+    server_start(&s);
+    client_t c;
+    client_up(&c, &s);
+    post_and_wait(&c, true, 1);
+    assert_string_equal(c.messages, "1,2,3,4");
+    assert_int_equal(c.err, DDP_ECLOSED);
+    if (strstr(c.why, "ended the stream") == NULL)
+        fail_msg("'%s'", c.why);
+    client_down(&c);
+    server_end(&s);
+}
+
+/* Plain requests one after another go over one kept connection. */
+static void test_connection_kept(void **state)
+{
+    (void)state;
+    server_t s = {.nanswers = 3, .keep_open = true};
+    for (int i = 0; i < 3; i++)
+        s.answers[i] = (answer_script_t){
+            .pieces = {i == 1 ? "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                "6\r\n{\"n\": \r\n3\r\n12}\r\n0\r\n\r\n"
+                              : "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n{\"n\": 7}"}};
+    server_start(&s);
+    client_t c;
+    client_up(&c, &s);
+    for (int i = 1; i <= 3; i++)
+        post_and_wait(&c, false, i);
+    assert_string_equal(c.messages, "7,12,7");
+    assert_int_equal(c.ends, 0);
+    client_down(&c); /* its close ends the server's wait */
+    server_end(&s);
+    assert_int_equal(s.accepted, 1);
+    assert_int_equal(s.served, 3);
+}
+
+int main(void)
+{
+#if !DDP_HAVE_HTTP_PARSER
+    printf("skipped: built without http-parser (libhttp-parser-dev)\n");
+    return 77;
+#endif
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_headers_cut_short),
+        cmocka_unit_test(test_not_http),
+        cmocka_unit_test(test_closed_mid_body),
+        cmocka_unit_test(test_body_over_the_bound),
+        cmocka_unit_test(test_http_500),
+        cmocka_unit_test(test_chunked_stream_split_at_odd_places),
+        cmocka_unit_test(test_connection_kept),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
