@@ -43,6 +43,7 @@ typedef struct {
     answer_script_t answers[4]; /* one a request, all on one connection */
     int nanswers;
     bool keep_open; /* after the answers, wait for the client's close */
+    bool one_each;  /* a connection for each request, closed after its answer */
     int listen_fd, port;
     atomic_int delivered; /* messages the client took */
     int accepted, served; /* connections accepted, requests read */
@@ -120,20 +121,33 @@ static void answer(server_t *s, int fd, const answer_script_t *a)
     }
 }
 
-static void *serve(void *arg)
+static int accept_one(server_t *s)
 {
-    server_t *s = arg;
     if (!wait_readable(s->listen_fd))
-        return NULL;
+        return -1;
     int fd = accept(s->listen_fd, NULL, NULL);
     if (fd < 0)
-        return NULL;
+        return -1;
     s->accepted++;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static void *serve(void *arg)
+{
+    server_t *s = arg;
+    int fd = accept_one(s);
+    if (fd < 0)
+        return NULL;
     for (int i = 0; i < s->nanswers && read_request(fd); i++) {
         s->served++;
         answer(s, fd, &s->answers[i]);
+        if (s->one_each && i + 1 < s->nanswers) {
+            close(fd);
+            if ((fd = accept_one(s)) < 0)
+                return NULL;
+        }
     }
     if (s->keep_open) { /* until the client's close */
         char buf[256];
@@ -344,6 +358,38 @@ static void test_connection_kept(void **state)
     assert_int_equal(s.served, 3);
 }
 
+static void on_reply_then_post(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    client_t *c = ctx;
+    on_reply(c, err, reply, why);
+    if (c->replies == 1) /* at once: the kept connection's close not yet read */
+        assert_int_equal(ddp_etcd_post(c->etcd, "/v3/kv/range", "{}", false, on_reply, c, NULL), 0);
+}
+
+/* The server closes a kept connection after its answer: the next request, sent on it
+ * before the close is seen, goes again on a new connection, unharmed. */
+static void test_kept_connection_closed_by_the_server(void **state)
+{
+    (void)state;
+    server_t s = {.nanswers = 2, .one_each = true};
+    for (int i = 0; i < 2; i++)
+        s.answers[i] =
+            (answer_script_t){.pieces = {"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n{\"n\": 5}"}};
+    server_start(&s);
+    client_t c;
+    client_up(&c, &s);
+    assert_int_equal(
+        ddp_etcd_post(c.etcd, "/v3/kv/range", "{}", false, on_reply_then_post, &c, NULL), 0);
+    double until = now_s() + 2 * WAIT_MS / 1000.0;
+    while (c.replies + c.ends < 2 && now_s() < until)
+        uv_run(&c.loop, UV_RUN_ONCE);
+    assert_string_equal(c.messages, "5,5");
+    assert_int_equal(c.ends, 0);
+    client_down(&c);
+    server_end(&s);
+    assert_int_equal(s.accepted, 2);
+}
+
 int main(void)
 {
 #if !DDP_HAVE_HTTP_PARSER
@@ -358,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_http_500),
         cmocka_unit_test(test_chunked_stream_split_at_odd_places),
         cmocka_unit_test(test_connection_kept),
+        cmocka_unit_test(test_kept_connection_closed_by_the_server),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
