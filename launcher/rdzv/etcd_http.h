@@ -5,8 +5,10 @@
  * Runs on the loop's thread only; nothing blocks (a name is resolved on libuv's pool, a
  * numeric address at once). A plain request reuses a connection kept alive to its endpoint
  * (one request at a time on each; a few are kept idle); a stream has a connection of its
- * own. A request's callbacks may cancel it, post others and free the client. Built only with
- * http-parser (DDP_HAVE_HTTP_PARSER). */
+ * own. A request's callbacks may cancel it, post others and free the client. The process
+ * ignores SIGPIPE (the launcher does, agent.c): a write to a connection the server closed
+ * is an error of its request, not a signal. Built only with http-parser
+ * (DDP_HAVE_HTTP_PARSER). */
 #ifndef DDP_LAUNCHER_ETCD_HTTP_H
 #define DDP_LAUNCHER_ETCD_HTTP_H
 

@@ -19,6 +19,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -396,6 +397,7 @@ int main(void)
     printf("skipped: built without http-parser (libhttp-parser-dev)\n");
     return 77;
 #endif
+    signal(SIGPIPE, SIG_IGN); /* as the launcher does (etcd_http.h) */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_headers_cut_short),
         cmocka_unit_test(test_not_http),
