@@ -45,7 +45,9 @@
 #define PUT_SLACK_MS    3000        /* this long more (a PUT's whole-transfer deadline) */
 #define SIZE_FACTOR     4     /* a replica larger than this times the largest slot held: refused */
 #define MAX_CONNS       16    /* connections past the key check served at once; */
-#define MAX_PEER_CONNS  4     /* of them from one address */
+#define MAX_PEER_CONNS  4     /* of them PUTs from one address; */
+#define MAX_GETS        4     /* GETs (a spare's fetches) at once in all, */
+#define MAX_PEER_GETS   2     /* of them from one address */
 #define PENDING_MAX     64    /* connections reading their request line at once */
 #define LINE_SAID       "3 s" /* LINE_MS, as said */
 #define REFUSED_SAID    10    /* refused connections said one by one; then */
@@ -107,6 +109,14 @@ static int wait_ms(double deadline)
         return IO_MS;
     double left = (deadline - ddp_clock_mono()) * 1000;
     return left <= 0 ? -1 : left < IO_MS ? (int)left + 1 : IO_MS;
+}
+
+/* The seconds a transfer of `bytes` may take as a whole at the job's `rate` (a PUT's, a
+ * GET's): at a sixteenth of it (FLOOR_RATE at least), PUT_SLACK_MS more. */
+static double whole_limit(uint64_t rate, uint64_t bytes)
+{
+    uint64_t floor = rate / RATE_HEADROOM > FLOOR_RATE ? rate / RATE_HEADROOM : FLOOR_RATE;
+    return (double)bytes / (double)floor + PUT_SLACK_MS / 1000.0;
 }
 
 static int send_all(int stop, double deadline, int fd, const void *data, size_t len)
@@ -469,7 +479,8 @@ static bool parse_get(char *line, const char *key, int *rank, int64_t *step)
 
 /* A GET (its request `line`): the replica of that rank and step, complete and checksummed,
  * sent at full speed ("DDPREPL1 BYTES\n", the bytes, the generation again); "DDPREPL1 0\n"
- * where there is none. 0, or an error with `why`. */
+ * where there is none; within a PUT's whole deadline (whole_limit: a reader slower than a
+ * sixteenth of the job's rate is dropped). 0, or an error with `why`. */
 static int serve_get(ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t *why)
 {
     char path[PATH_MAX + 64], head[REQUEST_MAX];
@@ -490,7 +501,7 @@ static int serve_get(ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t
         }
     }
     int len = snprintf(head, sizeof head, TAG " %" PRIu64 "\n", in >= 0 ? h.used_bytes : 0);
-    double deadline = ddp_clock_mono() + (double)h.used_bytes / FLOOR_RATE + IO_MS / 1000.0;
+    double deadline = ddp_clock_mono() + whole_limit(r->rate, h.used_bytes);
     int err = send_all(r->stop_fd, deadline, fd, head, (size_t)len);
     if (err == 0 && in >= 0)
         err = send_bytes(r->stop_fd, deadline, 0, fd, in, &h);
@@ -538,6 +549,7 @@ typedef struct {
     ddp_checkpoint_replicas_t *r;
     pthread_t thread;
     bool used;
+    bool get;         /* a GET's (else a PUT's) */
     atomic_bool done; /* its thread may be joined */
     int fd;
     char host[64];
@@ -554,8 +566,8 @@ static void *serve_run(void *arg)
 }
 
 /* The connections' threads that ended joined (all of them, where `all`, once they end):
- * how many are left from `host` (NULL: at all). */
-static int reap(conn_t *conns, bool all, const char *host)
+ * how many are left from `host` (NULL: at all), GETs' where `gets`, PUTs' else. */
+static int reap(conn_t *conns, bool all, const char *host, bool gets)
 {
     int left = 0;
     for (int i = 0; i < MAX_CONNS; i++) {
@@ -563,7 +575,8 @@ static int reap(conn_t *conns, bool all, const char *host)
             pthread_join(conns[i].thread, NULL);
             conns[i].used = false;
         }
-        left += conns[i].used && (host == NULL || strcmp(conns[i].host, host) == 0);
+        left += conns[i].used && conns[i].get == gets &&
+                (host == NULL || strcmp(conns[i].host, host) == 0);
     }
     return left;
 }
@@ -657,22 +670,27 @@ static void end_pending(const ddp_checkpoint_replicas_t *r, refusals_t *q, pendi
 }
 
 /* A connection whose line carried the key onto a thread of its own: at most MAX_CONNS at
- * once, MAX_PEER_CONNS of one address (one more is closed at once: its sender tries again). */
+ * once, MAX_PEER_CONNS PUTs of one address; GETs apart, MAX_GETS in all and MAX_PEER_GETS
+ * of one address, so that slow GETs cannot take the places of PUTs (one more is closed at
+ * once: its sender tries again, a fetch asks another holder). */
 static void hand_over(ddp_checkpoint_replicas_t *r, conn_t *conns, pending_t *p)
 {
-    int all = reap(conns, false, NULL), from = reap(conns, false, p->host), i = 0;
+    bool get = strncmp(p->line, TAG " GET ", strlen(TAG " GET ")) == 0;
+    int all = reap(conns, false, NULL, false) + reap(conns, false, NULL, true),
+        kind = reap(conns, false, NULL, get), from = reap(conns, false, p->host, get), i = 0;
     while (i < MAX_CONNS && conns[i].used)
         i++;
-    if (all >= MAX_CONNS || from >= MAX_PEER_CONNS) {
+    if (all >= MAX_CONNS || from >= (get ? MAX_PEER_GETS : MAX_PEER_CONNS) ||
+        (get && kind >= MAX_GETS)) {
         ddp_log_debug(r->log,
                       "in-memory checkpoints: a connection from %s is closed: %d are "
-                      "served, %d of them from there",
-                      p->host, all, from);
+                      "served, %d %ss, %d of them from there",
+                      p->host, all, kind, get ? "GET" : "PUT", from);
         close(p->fd);
         p->fd = -1;
         return;
     }
-    conns[i] = (conn_t){.r = r, .used = true, .fd = p->fd};
+    conns[i] = (conn_t){.r = r, .used = true, .get = get, .fd = p->fd};
     snprintf(conns[i].host, sizeof conns[i].host, "%s", p->host);
     memcpy(conns[i].line, p->line, sizeof conns[i].line);
     p->fd = -1;
@@ -787,7 +805,7 @@ static void *receive_run(void *arg)
     for (int i = 0; i < PENDING_MAX; i++)
         if (pending[i].fd >= 0)
             close(pending[i].fd);
-    (void)reap(conns, true, NULL); /* (each ends at its next wait: the stop) */
+    (void)reap(conns, true, NULL, false); /* (each ends at its next wait: the stop) */
     return NULL;
 }
 

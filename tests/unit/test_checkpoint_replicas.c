@@ -640,6 +640,58 @@ static void test_listener_at_the_published_address(void **state)
     remove_dir(dir_b);
 }
 
+/* A GET of B's replica of rank 2's step 10, sent and never read: its connection. */
+static int unread_get(int port)
+{
+    char line[128];
+    int fd = connect_b(port), n = snprintf(line, sizeof line, "DDPREPL1 GET %s 2 10\n", key_b);
+    assert_int_equal(send(fd, line, (size_t)n, MSG_NOSIGNAL), n);
+    return fd;
+}
+
+/* The seconds until B ends the GET at fd (its bytes read, closed), within 30 s. */
+static double get_ended(int fd, double began)
+{
+    static char buf[1 << 20];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (poll(&p, 1, 30000) == 1 && recv(fd, buf, sizeof buf, 0) > 0) {
+    }
+    return ddp_clock_mono() - began;
+}
+
+/* A key holder's GETs that never read a large replica take no PUT's place and end at a
+ * PUT's deadline: 2 of one address are served, the third and fourth closed at once; a
+ * PUT from that address is kept meanwhile; the GETs end after a sixteenth of the job's
+ * rate, 3 s more (3.5 s here), not after the 64 KiB/s floor's (over 8 minutes). */
+static void test_slow_gets_hold_no_put_place(void **state)
+{
+    (void)state;
+    ddp_log_t log;
+    ddp_checkpoint_replicas_t *b = start_b(1u << 30, &log);
+    int log_fd = log.fd, port = ddp_checkpoint_replicas_port(b), gets[4];
+    size_t big_len, len, req_len;
+    uint8_t *big = sized_slot(1, 0x33, 32u << 20, &big_len); /* (more than sockets buffer) */
+    put(dir_b, "replica2.0", big, big_len);
+    double began = ddp_clock_mono();
+    for (int i = 0; i < 4; i++)
+        gets[i] = unread_get(port);
+    uint8_t *slot = sized_slot(2, 0x11, 4096, &len);
+    uint8_t *req = put_request(slot, len, 2, &req_len);
+    assert_int_equal(ask(port, req, req_len, false), 'k');
+    assert_true(logged(log_fd, "is closed: 2 are served, 2 GETs, 2 of them from there"));
+    for (int i = 0; i < 4; i++) {
+        double took = get_ended(gets[i], began);
+        assert_true(took < 10);
+        close(gets[i]);
+    }
+    free(req);
+    free(slot);
+    free(big);
+    ddp_checkpoint_replicas_stop(b);
+    close(log_fd);
+    remove_dir(dir_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -649,6 +701,7 @@ int main(void)
         cmocka_unit_test(test_room_kept_for_a_first_save),
         cmocka_unit_test(test_claim_bounded_by_the_slots_held),
         cmocka_unit_test(test_listener_at_the_published_address),
+        cmocka_unit_test(test_slow_gets_hold_no_put_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
