@@ -378,8 +378,9 @@ static void fetch_missing(ddp_checkpoint_common_t *x)
                 any = true;
                 from = rep;
                 ddp_buf_clear(&why);
-                err = ddp_checkpoint_replicas_fetch(&x->peers[rep->node], x->dir, rank, x->step,
-                                                    x->round.world_size, x->wake_fd, &bytes, &why);
+                err = ddp_checkpoint_replicas_fetch(
+                    &x->peers[rep->node], x->dir, rank, x->step, x->round.world_size,
+                    ddp_checkpoint_replicas_rate(x->round.replicas), x->wake_fd, &bytes, &why);
             }
         }
         if (err == 0)

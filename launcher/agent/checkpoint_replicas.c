@@ -73,6 +73,7 @@ struct ddp_checkpoint_replicas_s {
     bool receiver_started, sender_started;
     _Atomic uint64_t received; /* bytes kept */
     _Atomic uint64_t claimed;  /* bytes of the PUTs under way */
+    atomic_int puts;           /* PUTs under way */
     atomic_int world_size;     /* the round's: a replica of a rank beyond it is refused; 0
                                 * before the first round: every replica is */
 
@@ -111,11 +112,25 @@ static int wait_ms(double deadline)
     return left <= 0 ? -1 : left < IO_MS ? (int)left + 1 : IO_MS;
 }
 
-/* The seconds a transfer of `bytes` may take as a whole at the job's `rate` (a PUT's, a
- * GET's): at a sixteenth of it (FLOOR_RATE at least), PUT_SLACK_MS more. */
-static double whole_limit(uint64_t rate, uint64_t bytes)
+/* The rate both ends of a transfer keep to: the lower of this node's `own` and the
+ * `other`'s, as its request said (0: no limit, or not said). */
+static uint64_t both_rates(uint64_t own, uint64_t other)
 {
-    uint64_t floor = rate / RATE_HEADROOM > FLOOR_RATE ? rate / RATE_HEADROOM : FLOOR_RATE;
+    return own == 0 || (other != 0 && other < own) ? other : own;
+}
+
+/* The bytes a second a transfer at `rate` (both_rates) comes at on the whole at least, one
+ * of `n` under way at once over this node's link: a sixteenth of the rate shared by them,
+ * FLOOR_RATE at least. */
+static uint64_t rate_floor(uint64_t rate, int n)
+{
+    uint64_t floor = rate / RATE_HEADROOM / (uint64_t)(n > 1 ? n : 1);
+    return floor > FLOOR_RATE ? floor : FLOOR_RATE;
+}
+
+/* The seconds `bytes` may take as a whole at `floor` bytes a second: PUT_SLACK_MS more. */
+static double whole_limit(uint64_t floor, uint64_t bytes)
+{
     return (double)bytes / (double)floor + PUT_SLACK_MS / 1000.0;
 }
 
@@ -202,18 +217,23 @@ static int request_words(char *line, const char *verb, const char *key, char **w
     return n;
 }
 
-/* "DDPREPL1 PUT KEY RANK SLOT BYTES" (the line, its '\n' cut): exactly that, each in range. */
-static bool parse_put(char *line, const char *key, int *rank, int *slot, uint64_t *bytes)
+/* "DDPREPL1 PUT KEY RANK SLOT BYTES [RATE]" (the line, its '\n' cut; RATE the sender's
+ * --checkpoint-replica-rate, 0 where it has none or did not say it): exactly that, each in
+ * range. */
+static bool parse_put(char *line, const char *key, int *rank, int *slot, uint64_t *bytes,
+                      uint64_t *rate)
 {
-    char *word[7] = {0};
-    int64_t r, s, b;
-    if (request_words(line, "PUT", key, word, 7) != 6 ||
-        !number(word[3], DDP_CKPT_MAX_WORLD - 1, &r) || !number(word[4], 1, &s) ||
-        !number(word[5], INT64_MAX, &b))
+    char *word[8] = {0};
+    int64_t r, s, b, rt = 0;
+    int n = request_words(line, "PUT", key, word, 8);
+    if ((n != 6 && n != 7) || !number(word[3], DDP_CKPT_MAX_WORLD - 1, &r) ||
+        !number(word[4], 1, &s) || !number(word[5], INT64_MAX, &b) ||
+        (n == 7 && !number(word[6], INT64_MAX, &rt)))
         return false;
     *rank = (int)r;
     *slot = (int)s;
     *bytes = (uint64_t)b;
+    *rate = (uint64_t)rt;
     return true;
 }
 
@@ -433,9 +453,9 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
 {
     char name[64];
     int slot;
-    uint64_t bytes;
+    uint64_t bytes, rate;
     int world = atomic_load(&r->world_size);
-    if (!parse_put(line, r->key, rank, &slot, &bytes))
+    if (!parse_put(line, r->key, rank, &slot, &bytes, &rate))
         return ddp_buf_printf(why, "its request is not one of this job's"), DDP_EPARSE;
     if (world == 0)
         return ddp_buf_printf(why, "no round has begun yet"), DDP_EPARSE;
@@ -446,17 +466,19 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
     pthread_mutex_lock(&r->mutex);
     int first = r->first_rank, nranks = r->nranks;
     pthread_mutex_unlock(&r->mutex);
+    int puts = atomic_fetch_add(&r->puts, 1) + 1; /* (this one's share of the link) */
     expect_t e = {.rank = *rank,
                   .world = world,
                   .step = -1,
                   .bytes = bytes,
                   .reserve = atomic_fetch_add(&r->claimed, bytes),
-                  .floor = r->rate / RATE_HEADROOM > FLOOR_RATE ? r->rate / RATE_HEADROOM : 0,
+                  .floor = rate_floor(both_rates(r->rate, rate), puts),
                   .slack_ms = PUT_SLACK_MS,
                   .unique = true};
     held_here(r->dir, first, nranks, *rank, &e);
     int err = receive_into(r->stop_fd, fd, r->dir, name, &e, why);
     atomic_fetch_sub(&r->claimed, bytes);
+    atomic_fetch_sub(&r->puts, 1);
     if (err == 0)
         atomic_fetch_add(&r->received, bytes);
     return err;
@@ -465,15 +487,18 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
 static int send_bytes(int stop, double deadline, uint64_t rate, int fd, int in,
                       const ddp_ckpt_header_t *h);
 
-/* "DDPREPL1 GET KEY RANK STEP": exactly that, each in range. */
-static bool parse_get(char *line, const char *key, int *rank, int64_t *step)
+/* "DDPREPL1 GET KEY RANK STEP [RATE]" (RATE the asker's --checkpoint-replica-rate, as a
+ * PUT's): exactly that, each in range. */
+static bool parse_get(char *line, const char *key, int *rank, int64_t *step, uint64_t *rate)
 {
-    char *word[6] = {0};
-    int64_t r;
-    if (request_words(line, "GET", key, word, 6) != 5 ||
-        !number(word[3], DDP_CKPT_MAX_WORLD - 1, &r) || !number(word[4], DDP_CKPT_MAX_STEP, step))
+    char *word[7] = {0};
+    int64_t r, rt = 0;
+    int n = request_words(line, "GET", key, word, 7);
+    if ((n != 5 && n != 6) || !number(word[3], DDP_CKPT_MAX_WORLD - 1, &r) ||
+        !number(word[4], DDP_CKPT_MAX_STEP, step) || (n == 6 && !number(word[5], INT64_MAX, &rt)))
         return false;
     *rank = (int)r;
+    *rate = (uint64_t)rt;
     return true;
 }
 
@@ -487,8 +512,8 @@ static int serve_get(ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t
     int rank, in = -1;
     int64_t step;
     ddp_ckpt_header_t h = {0}, again;
-    uint64_t size, trailer = 0;
-    if (!parse_get(line, r->key, &rank, &step))
+    uint64_t size, trailer = 0, rate;
+    if (!parse_get(line, r->key, &rank, &step, &rate))
         return ddp_buf_printf(why, "it is not a request of this job's"), DDP_EPARSE;
     for (int slot = 0; slot < 2 && in < 0; slot++) {
         snprintf(path, sizeof path, "%s/" DDP_REPLICA_FILE, r->dir, rank, slot);
@@ -501,7 +526,8 @@ static int serve_get(ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t
         }
     }
     int len = snprintf(head, sizeof head, TAG " %" PRIu64 "\n", in >= 0 ? h.used_bytes : 0);
-    double deadline = ddp_clock_mono() + whole_limit(r->rate, h.used_bytes);
+    double deadline =
+        ddp_clock_mono() + whole_limit(rate_floor(both_rates(r->rate, rate), 1), h.used_bytes);
     int err = send_all(r->stop_fd, deadline, fd, head, (size_t)len);
     if (err == 0 && in >= 0)
         err = send_bytes(r->stop_fd, deadline, 0, fd, in, &h);
@@ -878,8 +904,8 @@ static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_
     ddp_ckpt_header_t again;
     uint64_t size, trailer = 0;
     int fd = connect_peer(r->stop_fd, peer), err = fd < 0 ? fd : 0;
-    int len = snprintf(line, sizeof line, TAG " PUT %s %d %d %" PRIu64 "\n", peer->key, rank, slot,
-                       h->used_bytes);
+    int len = snprintf(line, sizeof line, TAG " PUT %s %d %d %" PRIu64 " %" PRIu64 "\n", peer->key,
+                       rank, slot, h->used_bytes, r->rate);
     if (err == 0)
         err = send_all(r->stop_fd, 0, fd, line, (size_t)len);
     if (err == 0)
@@ -1161,13 +1187,14 @@ static bool parse_answer(char *line, uint64_t *bytes)
 }
 
 int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *dir, int rank,
-                                  int64_t step, int world_size, int stop_fd, uint64_t *bytes,
-                                  ddp_buf_t *why)
+                                  int64_t step, int world_size, uint64_t rate, int stop_fd,
+                                  uint64_t *bytes, ddp_buf_t *why)
 {
     char line[REQUEST_MAX], name[64], path[PATH_MAX + 64];
     uint64_t size = 0;
     int fd = connect_peer(stop_fd, peer), err = fd < 0 ? fd : 0;
-    int len = snprintf(line, sizeof line, TAG " GET %s %d %" PRId64 "\n", peer->key, rank, step);
+    int len = snprintf(line, sizeof line, TAG " GET %s %d %" PRId64 " %" PRIu64 "\n", peer->key,
+                       rank, step, rate);
     if (err == 0)
         err = send_all(stop_fd, ddp_clock_mono() + LINE_MS / 1000.0, fd, line, (size_t)len);
     if (err == 0)
@@ -1190,6 +1217,11 @@ int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *di
     if (err == 0)
         *bytes = size;
     return err;
+}
+
+uint64_t ddp_checkpoint_replicas_rate(const ddp_checkpoint_replicas_t *r)
+{
+    return r != NULL ? r->rate : 0;
 }
 
 int ddp_checkpoint_replicas_port(const ddp_checkpoint_replicas_t *r)

@@ -8,9 +8,12 @@
  * blocking-socket threads that poll a stop eventfd with every wait (a stop acts at once) and
  * bound every read and write in time, a request line and a transfer as a whole too; the
  * functions here run on the agent's loop and only take a mutex. The wire: "DDPREPL1 PUT
- * KEY RANK SLOT BYTES\n", BYTES of the slot file, its generation again as 8 bytes (0: it
+ * KEY RANK SLOT BYTES RATE\n", BYTES of the slot file, its generation again as 8 bytes (0: it
  * changed while sent), then one byte back: 'k' kept, 'n' not; or "DDPREPL1 GET KEY RANK
- * STEP\n", answered "DDPREPL1 BYTES\n" (0: none held), the bytes and the generation again.
+ * STEP RATE\n", answered "DDPREPL1 BYTES\n" (0: none held), the bytes and the generation
+ * again. RATE is the asker's --checkpoint-replica-rate (0: none; without it, as before: this
+ * node's own): a transfer must come at a sixteenth of the lower of both ends' rates on the
+ * whole, shared by the PUTs under way here, DDP_CHECKPOINT_REPLICA_MIN_RATE at least.
  * KEY is the listener's secret, random, 128
  * bits in hex, published with its address in the round's store: a request without it is
  * refused before anything is read or written (compared in constant time), so that only who
@@ -49,10 +52,14 @@ typedef struct ddp_checkpoint_replicas_s ddp_checkpoint_replicas_t;
  * both threads over `dir` (copied): received replicas are kept there; this node's ranks'
  * slots are read there and sent at most `rate` bytes a second (0: no limit, which
  * --checkpoint-replica-rate does not give: its least is DDP_CHECKPOINT_REPLICA_MIN_RATE); a
- * replica received must come at a sixteenth of it on the whole (the job's launchers share
- * the rate), at DDP_CHECKPOINT_REPLICA_MIN_RATE at least. 0 and *out, or -errno (said). */
+ * replica received must come at a sixteenth of the lower of it and its sender's on the
+ * whole, shared by the PUTs under way at once, at DDP_CHECKPOINT_REPLICA_MIN_RATE at least.
+ * 0 and *out, or -errno (said). */
 int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_t *log,
                                   ddp_checkpoint_replicas_t **out);
+
+/* The rate it was started with (0 for NULL). */
+uint64_t ddp_checkpoint_replicas_rate(const ddp_checkpoint_replicas_t *r);
 
 /* The port it listens on. */
 int ddp_checkpoint_replicas_port(const ddp_checkpoint_replicas_t *r);
@@ -78,14 +85,15 @@ void ddp_checkpoint_replicas_round(ddp_checkpoint_replicas_t *r, int first_rank,
 /* The bytes of replicas received and kept so far (for the job's end). */
 uint64_t ddp_checkpoint_replicas_received(const ddp_checkpoint_replicas_t *r);
 
-/* Fetches rank `rank`'s replica of `step` (a world of `world_size`) from `peer` into
+/* Fetches rank `rank`'s replica of `step` (a world of `world_size`; `rate`: this node's
+ * --checkpoint-replica-rate, said to the peer, 0 none) from `peer` into
  * DIR/rank<R>.0 (received under a dot name, checked as a received replica is, renamed;
  * a rank<R>.1 there, older, removed): for the node that now runs that rank, before its
  * workers start. Blocking, each wait bounded and ended by `stop_fd` becoming readable (-1:
  * none). 0 with *bytes, or an error with `why`. */
 int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *dir, int rank,
-                                  int64_t step, int world_size, int stop_fd, uint64_t *bytes,
-                                  ddp_buf_t *why);
+                                  int64_t step, int world_size, uint64_t rate, int stop_fd,
+                                  uint64_t *bytes, ddp_buf_t *why);
 
 /* Ends both threads (a transfer under way stops at its next wait) and frees. NULL:
  * nothing. */

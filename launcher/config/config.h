@@ -19,6 +19,8 @@
 /* The least --checkpoint-replica-rate: a replica's receiver ends a transfer slower than
  * this on the whole (agent/checkpoint_replicas.c). */
 #define DDP_CHECKPOINT_REPLICA_MIN_RATE (64u << 10)
+/* The most: a sixteenth of it (4 GiB/s) is more than most links carry already. */
+#define DDP_CHECKPOINT_REPLICA_MAX_RATE (UINT64_C(64) << 30)
 
 /* How ddp-launch exits (the table in ddp-launch(1)). */
 enum {

@@ -585,9 +585,9 @@ static int apply_health_paths(ddp_launch_config_t *cfg, const char *value, const
     return 0;
 }
 
-/* A size in bytes: digits with an optional K, M or G (powers of 1024). */
-static int parse_size_flag(const char *value, const char *origin, uint64_t min, uint64_t *out,
-                           ddp_buf_t *err)
+/* A size in bytes: digits with an optional K, M or G (powers of 1024), min to max (0: 1T). */
+static int parse_size_flag(const char *value, const char *origin, uint64_t min, uint64_t max,
+                           uint64_t *out, ddp_buf_t *err)
 {
     static const char expected[] = "a size in bytes like 8192, 64K or 8M";
     char digits[32];
@@ -620,6 +620,9 @@ static int parse_size_flag(const char *value, const char *origin, uint64_t min, 
     if ((uint64_t)n * scale < min)
         return ddp_flag_usage(err, origin, "invalid value '%s': less than the least, %" PRIu64 "K",
                               value, min >> 10);
+    if (max > 0 && (uint64_t)n * scale > max)
+        return ddp_flag_usage(err, origin, "invalid value '%s': more than the most, %" PRIu64 "G",
+                              value, max >> 30);
     *out = (uint64_t)n * scale;
     return 0;
 }
@@ -936,8 +939,9 @@ const ddp_flag_t ddp_flags[] = {
      "in-memory checkpoints are copied to the next N nodes\n(default 1 with several nodes; 0: "
      "none)"},
     {"checkpoint-replica-rate", 0, DDP_FLAG_SIZE, FIELD(checkpoint_replica_rate),
-     DDP_CHECKPOINT_REPLICA_MIN_RATE, 0, NULL, NULL, true, false, DDP_FLAG_GROUP_SUPERVISION,
-     "BYTES", "bytes a second a node sends its replicas at (K, M, G;\ndefault 1G)"},
+     DDP_CHECKPOINT_REPLICA_MIN_RATE, DDP_CHECKPOINT_REPLICA_MAX_RATE, NULL, NULL, true, false,
+     DDP_FLAG_GROUP_SUPERVISION, "BYTES",
+     "bytes a second a node sends its replicas at (K, M, G;\ndefault 1G)"},
     {TEXT("health-check", health_command, 0), false, DDP_FLAG_GROUP_SUPERVISION, "CMD",
      "before each round, this node runs CMD (/bin/sh -c): not\nexit 0 = unhealthy, the job "
      "ends naming the node (5)"},
@@ -1202,7 +1206,7 @@ int ddp_flag_apply(const ddp_flag_t *f, ddp_launch_config_t *cfg, const ddp_flag
     case DDP_FLAG_SECONDS:
         return parse_seconds_flag(value, origin, f->min, f->max, field, err);
     case DDP_FLAG_SIZE:
-        return parse_size_flag(value, origin, (uint64_t)f->min, field, err);
+        return parse_size_flag(value, origin, (uint64_t)f->min, (uint64_t)f->max, field, err);
     case DDP_FLAG_TEXT:
         return apply_text(f, value, origin, field, err);
     case DDP_FLAG_CHOICE:

@@ -41,7 +41,7 @@ typedef struct {
     ddp_flag_kind_t kind;
     size_t field;    /* offsetof(ddp_launch_config_t, ...), or DDP_FLAG_NO_FIELD */
     double min, max; /* DDP_FLAG_INT, DDP_FLAG_SECONDS: the range (a fraction for seconds);
-                      * DDP_FLAG_SIZE: min, the least (0: 1 byte);
+                      * DDP_FLAG_SIZE: min, the least (0: 1 byte), max the most (0: 1T);
                       * DDP_FLAG_TEXT: max, the most bytes */
     const char *const *choices; /* DDP_FLAG_CHOICE: NULL-terminated */
     ddp_flag_apply_fn apply;    /* DDP_FLAG_CODE */

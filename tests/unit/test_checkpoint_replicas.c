@@ -487,7 +487,7 @@ static void test_fetch_of_another_step_leaves_slot_0(void **state)
     ddp_replica_peer_t peer = {"127.0.0.1", ntohs(a.sin_port), "0123456789abcdef0123456789abcdef"};
     ddp_buf_t why = DDP_BUF_INIT;
     uint64_t bytes = 0;
-    int err = ddp_checkpoint_replicas_fetch(&peer, dir_a, 2, 10, 4, -1, &bytes, &why);
+    int err = ddp_checkpoint_replicas_fetch(&peer, dir_a, 2, 10, 4, 0, -1, &bytes, &why);
     pthread_join(thread, NULL);
     close(fd);
     assert_int_not_equal(err, 0);
@@ -692,6 +692,31 @@ static void test_slow_gets_hold_no_put_place(void **state)
     remove_dir(dir_b);
 }
 
+/* B at 1G a second takes a PUT from a sender that says it sends at 4M at a sixteenth of the
+ * sender's rate (256 KiB/s, 3 s more: 7 s for 1 MiB): 1 MiB trickled at 320 KiB/s is kept,
+ * where B's own rate's floor (64 MiB/s: 3 s) dropped it. */
+static void test_put_floor_at_the_senders_rate(void **state)
+{
+    (void)state;
+    ddp_log_t log;
+    ddp_checkpoint_replicas_t *b = start_b(1u << 30, &log);
+    int log_fd = log.fd, port = ddp_checkpoint_replicas_port(b);
+    size_t len, req_len;
+    uint8_t *slot = sized_slot(1, 0x44, 1u << 20, &len);
+    char line[160];
+    snprintf(line, sizeof line, "DDPREPL1 PUT %s 2 0 %zu %u\n", key_b, len, 4u << 20);
+    uint8_t *req = request(line, slot, len, 1, &req_len);
+    double took;
+    char answer = trickle(port, req, req_len, &took);
+    if (answer != 'k')
+        fail_msg("not kept after %.1f s: %s", took, logged_text(log_fd));
+    free(req);
+    free(slot);
+    ddp_checkpoint_replicas_stop(b);
+    close(log_fd);
+    remove_dir(dir_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -702,6 +727,7 @@ int main(void)
         cmocka_unit_test(test_claim_bounded_by_the_slots_held),
         cmocka_unit_test(test_listener_at_the_published_address),
         cmocka_unit_test(test_slow_gets_hold_no_put_place),
+        cmocka_unit_test(test_put_floor_at_the_senders_rate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

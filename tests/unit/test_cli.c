@@ -359,6 +359,8 @@ static const bad_case_t bad_cases[] = {
     {"--checkpoint-replica-rate=1 t.py", NULL,
      "--checkpoint-replica-rate: invalid value '1': less than the least, 64K"},
     {"--checkpoint-replica-rate=63K t.py", NULL, "less than the least, 64K"},
+    {"--checkpoint-replica-rate=1000G t.py", NULL,
+     "--checkpoint-replica-rate: invalid value '1000G': more than the most, 64G"},
     {"--numa-binding=far t.py", NULL, "--numa-binding: invalid value 'far'"},
     {"--signals-to-handle=SIGKILL t.py", NULL, "cannot handle 'SIGKILL'"},
     {"--signals-to-handle=SIGFOO t.py", NULL, "cannot handle 'SIGFOO'"},
