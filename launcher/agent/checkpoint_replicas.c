@@ -1204,10 +1204,19 @@ int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *di
     if (err == 0 && size == 0)
         err = (ddp_buf_printf(why, "it holds none"), -ENOENT);
     snprintf(name, sizeof name, DDP_CKPT_SLOT_FILE, rank, 0);
-    if (err == 0) /* (its step checked as its header comes: slot 0 replaced by that alone) */
-        err = receive_into(
-            stop_fd, fd, dir, name,
-            &(expect_t){.rank = rank, .world = world_size, .step = step, .bytes = size}, why);
+    /* Its step checked as its header comes (slot 0 replaced by that alone); the size against
+     * the room less as much again (the rank's next save, of about that size, is to have its
+     * room beside it); within a PUT's deadline at this node's rate, so that a holder that
+     * claims much and trickles holds the exchange thread seconds, not hours. */
+    expect_t e = {.rank = rank,
+                  .world = world_size,
+                  .step = step,
+                  .bytes = size,
+                  .reserve = size,
+                  .floor = rate_floor(rate, 1),
+                  .slack_ms = PUT_SLACK_MS};
+    if (err == 0)
+        err = receive_into(stop_fd, fd, dir, name, &e, why);
     if (err == 0 && ddp_ckpt_slot_path(path, sizeof path, dir, rank, 1) == 0)
         (void)unlink(path); /* (older: the load must find the fetched step alone) */
     if (err != 0 && why->len == 0)

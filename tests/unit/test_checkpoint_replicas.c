@@ -14,6 +14,7 @@
 #include "agent/checkpoint_replicas.h"
 #include "ckpt.h"
 #include "ckpt_file.h"
+#include "error.h"
 #include "io.h"
 
 #include <arpa/inet.h>
@@ -717,6 +718,65 @@ static void test_put_floor_at_the_senders_rate(void **state)
     remove_dir(dir_b);
 }
 
+/* A holder that answers a GET with `l->len` bytes said, the header of l->slot, and then
+ * nothing until the fetch gives up (30 s at most). */
+static void *stalling_holder_run(void *arg)
+{
+    liar_t *l = arg;
+    struct pollfd p = {.fd = l->fd, .events = POLLIN};
+    if (poll(&p, 1, 10000) != 1)
+        return NULL;
+    int c = accept(l->fd, NULL, NULL);
+    char ch = 0, head[64];
+    while (c >= 0 && recv(c, &ch, 1, 0) == 1 && ch != '\n') {
+    }
+    int n = snprintf(head, sizeof head, "DDPREPL1 %zu\n", l->len);
+    p.fd = c;
+    if (c >= 0 && send(c, head, (size_t)n, MSG_NOSIGNAL) == n &&
+        send(c, l->slot, DDP_CKPT_HEADER_BYTES, MSG_NOSIGNAL) == DDP_CKPT_HEADER_BYTES)
+        (void)poll(&p, 1, 30000); /* (until the fetch closes) */
+    if (c >= 0)
+        close(c);
+    return NULL;
+}
+
+/* A fetch from a holder that sends a good header of a 4 MiB slot and then stalls ends at a
+ * PUT's deadline at the fetcher's rate (256M: 16 MiB/s, 3 s more: 3.3 s), not at the 64
+ * KiB/s floor's (74 s); and nothing is left. */
+static void test_fetch_bounded_at_the_rate(void **state)
+{
+    (void)state;
+    make_dir(dir_a);
+    size_t len;
+    uint8_t *slot = sized_slot(1, 0x55, 4u << 20, &len); /* step 10 */
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 4), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    liar_t l = {.fd = fd, .slot = slot, .len = len, .generation = 1};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, stalling_holder_run, &l), 0);
+    ddp_replica_peer_t peer = {"127.0.0.1", ntohs(a.sin_port), "0123456789abcdef0123456789abcdef"};
+    ddp_buf_t why = DDP_BUF_INIT;
+    uint64_t bytes = 0;
+    double began = ddp_clock_mono();
+    int err = ddp_checkpoint_replicas_fetch(&peer, dir_a, 2, 10, 4, 256u << 20, -1, &bytes, &why);
+    double took = ddp_clock_mono() - began;
+    pthread_join(thread, NULL);
+    close(fd);
+    assert_int_equal(err, DDP_ETIMEOUT);
+    if (took > 8 || strstr(ddp_buf_str(&why), "(16384 KiB/s)") == NULL)
+        fail_msg("the fetch ended after %.1f s: %s", took, ddp_buf_str(&why));
+    nothing_else(dir_a);
+    ddp_buf_free(&why);
+    free(slot);
+    remove_dir(dir_a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -728,6 +788,7 @@ int main(void)
         cmocka_unit_test(test_listener_at_the_published_address),
         cmocka_unit_test(test_slow_gets_hold_no_put_place),
         cmocka_unit_test(test_put_floor_at_the_senders_rate),
+        cmocka_unit_test(test_fetch_bounded_at_the_rate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
