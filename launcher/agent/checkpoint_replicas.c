@@ -895,8 +895,10 @@ static int send_bytes(int stop, double deadline, uint64_t rate, int fd, int in,
     return err;
 }
 
-/* Rank `rank`'s slot `slot` (open at `in`, header h) sent to `peer`: 0 once it said it kept
- * it, else an error. */
+/* Rank `rank`'s slot `slot` (open at `in`, header h) sent to `peer`, within the deadline a
+ * receiver at this node's rate gives it (a sixteenth of the rate, PUT_SLACK_MS more: a peer
+ * slower than that costs the one sender thread that long, not the whole transfer at its
+ * pace): 0 once it said it kept it, else an error. */
 static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_t *peer, int in,
                      int rank, int slot, const ddp_ckpt_header_t *h)
 {
@@ -906,17 +908,18 @@ static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_
     int fd = connect_peer(r->stop_fd, peer), err = fd < 0 ? fd : 0;
     int len = snprintf(line, sizeof line, TAG " PUT %s %d %d %" PRIu64 " %" PRIu64 "\n", peer->key,
                        rank, slot, h->used_bytes, r->rate);
+    double deadline = ddp_clock_mono() + whole_limit(rate_floor(r->rate, 1), h->used_bytes);
     if (err == 0)
-        err = send_all(r->stop_fd, 0, fd, line, (size_t)len);
+        err = send_all(r->stop_fd, deadline, fd, line, (size_t)len);
     if (err == 0)
-        err = send_bytes(r->stop_fd, 0, r->rate, fd, in, h);
+        err = send_bytes(r->stop_fd, deadline, r->rate, fd, in, h);
     if (err == 0 && ddp_ckpt_pread_header(in, &again, &size, NULL) == 0 &&
         again.generation == h->generation && again.state == DDP_CKPT_COMPLETE)
         trailer = h->generation; /* (else 0: the receiver drops it) */
     if (err == 0)
-        err = send_all(r->stop_fd, 0, fd, &trailer, sizeof trailer);
-    if (err == 0)
-        err = recv_all(r->stop_fd, 0, fd, &answer, 1);
+        err = send_all(r->stop_fd, deadline, fd, &trailer, sizeof trailer);
+    if (err == 0) /* (its check after the bytes: a line's time more) */
+        err = recv_all(r->stop_fd, deadline + LINE_MS / 1000.0, fd, &answer, 1);
     if (err == 0 && answer != 'k')
         err = DDP_EPARSE;
     if (fd >= 0)

@@ -26,6 +26,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -777,6 +778,75 @@ static void test_fetch_bounded_at_the_rate(void **state)
     remove_dir(dir_a);
 }
 
+static atomic_bool slow_reader_done;
+
+/* A peer that reads what comes on the listening socket `fd` 64 KiB every 250 ms (256
+ * KiB/s) until its sender closes, or slow_reader_done (40 s at most): its thread. */
+static void *slow_reader_run(void *arg)
+{
+    int *fd = arg;
+    static char buf[64u << 10];
+    struct pollfd p = {.fd = *fd, .events = POLLIN};
+    if (poll(&p, 1, 10000) != 1)
+        return NULL;
+    int c = accept(*fd, NULL, NULL);
+    double began = ddp_clock_mono();
+    while (c >= 0 && !atomic_load(&slow_reader_done) && ddp_clock_mono() - began < 40 &&
+           recv(c, buf, sizeof buf, 0) > 0)
+        poll(NULL, 0, 250);
+    if (c >= 0)
+        close(c);
+    return NULL;
+}
+
+/* A peer reading A's PUT of 8 MiB at 256 KiB/s comes first in A's round (256M a second):
+ * A's one sender gives it up after a sixteenth of its rate, 3 s more (3.5 s), and B, after
+ * it, gets the replica then, not after the slow peer's 32 s. */
+static void test_slow_peer_holds_the_sender_bounded(void **state)
+{
+    (void)state;
+    make_dir(dir_a);
+    make_dir(dir_b);
+    int log_fd = open_log(), small = 64 << 10;
+    ddp_log_t log = {.name = "test", .level = DDP_LOG_DEBUG, .fd = log_fd};
+    ddp_checkpoint_replicas_t *a, *b;
+    assert_int_equal(ddp_checkpoint_replicas_start(dir_a, 256u << 20, &log, &a), 0);
+    assert_int_equal(ddp_checkpoint_replicas_start(dir_b, 0, &log, &b), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof sa;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 4), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &alen), 0);
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, slow_reader_run, &fd), 0);
+    size_t len;
+    uint8_t *one = sized_slot(1, 0x66, 8u << 20, &len);
+    put(dir_a, "rank2.0", one, len);
+    ddp_replica_peer_t peers[2] = {{"127.0.0.1", ntohs(sa.sin_port), ""},
+                                   {"127.0.0.1", ddp_checkpoint_replicas_port(b), ""}};
+    snprintf(peers[0].key, sizeof peers[0].key, "%s", ddp_checkpoint_replicas_key(b));
+    snprintf(peers[1].key, sizeof peers[1].key, "%s", ddp_checkpoint_replicas_key(b));
+    ddp_checkpoint_replicas_round(b, 0, 2, 4, NULL, 0);
+    ddp_checkpoint_replicas_round(a, 2, 1, 4, peers, 2);
+    double took = wait_for_copy(dir_b, "replica2.0", one, len);
+    if (took > 10)
+        fail_msg("B got it after %.1f s", took);
+    assert_true(logged(log_fd, "tried again, the other peers meanwhile"));
+    ddp_checkpoint_replicas_stop(a);
+    ddp_checkpoint_replicas_stop(b);
+    atomic_store(&slow_reader_done, true);
+    pthread_join(thread, NULL);
+    close(fd);
+    free(one);
+    close(log_fd);
+    remove_dir(dir_a);
+    remove_dir(dir_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -789,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_slow_gets_hold_no_put_place),
         cmocka_unit_test(test_put_floor_at_the_senders_rate),
         cmocka_unit_test(test_fetch_bounded_at_the_rate),
+        cmocka_unit_test(test_slow_peer_holds_the_sender_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
