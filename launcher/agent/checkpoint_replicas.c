@@ -383,8 +383,8 @@ static int receive_into(int stop, int fd, const char *dir, const char *name, con
                DDP_ETOOBIG);
     if (err == 0 && e->largest > 0 && bytes / SIZE_FACTOR > e->largest)
         err = (ddp_buf_printf(why,
-                              "%" PRIu64 " bytes: more than %d times the largest slot this "
-                              "node holds (%" PRIu64 ")",
+                              "%" PRIu64 " bytes: more than %d times the largest slot of this "
+                              "node's own ranks (%" PRIu64 ")",
                               bytes, SIZE_FACTOR, e->largest),
                DDP_ETOOBIG);
     if (err == 0) {
@@ -413,15 +413,15 @@ static int receive_into(int stop, int fd, const char *dir, const char *name, con
 
 static int newest_slot(const char *dir, int rank, int *in, ddp_ckpt_header_t *h);
 
-/* What this node holds, for a replica of rank `rank` (e->bytes): kept beside it (added to
- * e->reserve), one more save of each of its own ranks first .. first + nranks - 1 (of this
- * replica's size for a rank that has saved none yet: data-parallel ranks hold states of
- * about one size, so its first save has its room before peers' replicas take it); and the
- * largest slot of those ranks and of the replicas of `rank` it holds (e->largest, 0: none),
- * which a replica may pass SIZE_FACTOR times at most (states of about one size, which may
- * grow: an optimizer's state after the first step), so that a peer cannot claim all of the
- * room for a trickle. */
-static void held_here(const char *dir, int first, int nranks, int rank, expect_t *e)
+/* What this node holds, for a replica (e->bytes): kept beside it (added to e->reserve), one
+ * more save of each of its own ranks first .. first + nranks - 1 (of this replica's size for
+ * a rank that has saved none yet: data-parallel ranks hold states of about one size, so its
+ * first save has its room before peers' replicas take it); and the largest newest slot of
+ * those ranks (e->largest, 0: none saved yet, the room alone bounds it), which a replica may
+ * pass SIZE_FACTOR times at most (states of about one size, which may grow: an optimizer's
+ * state after the first step), so that a peer cannot claim all of the room for a trickle.
+ * Replicas held are not counted: what a peer put cannot raise the bound for its next. */
+static void held_here(const char *dir, int first, int nranks, expect_t *e)
 {
     for (int i = 0; i < nranks; i++) {
         ddp_ckpt_header_t h;
@@ -433,18 +433,6 @@ static void held_here(const char *dir, int first, int nranks, int rank, expect_t
         } else {
             e->reserve += e->bytes;
         }
-    }
-    for (int slot = 0; slot < 2; slot++) {
-        char path[PATH_MAX + 64];
-        ddp_ckpt_header_t h;
-        uint64_t size;
-        snprintf(path, sizeof path, "%s/" DDP_REPLICA_FILE, dir, rank, slot);
-        int in = ddp_open_worker_file(path);
-        if (in >= 0 && ddp_ckpt_pread_header(in, &h, &size, NULL) == 0 && h.used_bytes <= size &&
-            h.used_bytes > e->largest)
-            e->largest = h.used_bytes;
-        if (in >= 0)
-            close(in);
     }
 }
 
@@ -475,7 +463,7 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
                   .floor = rate_floor(both_rates(r->rate, rate), puts),
                   .slack_ms = PUT_SLACK_MS,
                   .unique = true};
-    held_here(r->dir, first, nranks, *rank, &e);
+    held_here(r->dir, first, nranks, &e);
     int err = receive_into(r->stop_fd, fd, r->dir, name, &e, why);
     atomic_fetch_sub(&r->claimed, bytes);
     atomic_fetch_sub(&r->puts, 1);

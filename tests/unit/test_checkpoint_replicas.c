@@ -575,7 +575,7 @@ static void test_claim_bounded_by_the_slots_held(void **state)
     snprintf(line, sizeof line, "DDPREPL1 PUT %s 2 0 %zu\n", key_b, big_len);
     uint8_t *req = request(line, big, DDP_CKPT_HEADER_BYTES, 0, &req_len);
     assert_int_equal(ask(port, req, req_len - 8, false), 'n'); /* (its line and header) */
-    assert_true(logged(log_fd, "more than 4 times the largest slot this node holds"));
+    assert_true(logged(log_fd, "more than 4 times the largest slot of this node's own ranks"));
     free(req);
     free(own);
     own = slot_bytes(1, 0x11, &own_len); /* B's rank 0 holds 3 MiB: a replica of 3 is taken */
@@ -847,6 +847,34 @@ static void test_slow_peer_holds_the_sender_bounded(void **state)
     remove_dir(dir_b);
 }
 
+/* The 4 times bound is of B's own ranks' slots alone: a replica of rank 2 of 64 KiB that B
+ * holds (a peer put it) does not let the next of 64 KiB in against B's slot of 4 KiB, so
+ * PUTs each 4 times the last cannot climb to the room. */
+static void test_size_bound_by_own_slots_alone(void **state)
+{
+    (void)state;
+    ddp_log_t log;
+    ddp_checkpoint_replicas_t *b = start_b(0, &log);
+    int log_fd = log.fd;
+    size_t own_len, held_len, req_len;
+    uint8_t *own = sized_slot(1, 0x11, 4096, &own_len);
+    ((ddp_ckpt_header_t *)own)->rank = 0;
+    put(dir_b, "rank0.0", own, own_len);
+    uint8_t *held = sized_slot(1, 0x22, 64u << 10, &held_len);
+    put(dir_b, "replica2.1", held, held_len);
+    uint8_t *next = sized_slot(2, 0x33, 64u << 10, &held_len);
+    uint8_t *req = put_request(next, held_len, 2, &req_len);
+    assert_int_equal(ask(ddp_checkpoint_replicas_port(b), req, req_len, false), 'n');
+    assert_true(logged(log_fd, "more than 4 times the largest slot of this node's own ranks"));
+    free(req);
+    free(next);
+    free(held);
+    free(own);
+    ddp_checkpoint_replicas_stop(b);
+    close(log_fd);
+    remove_dir(dir_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -860,6 +888,7 @@ int main(void)
         cmocka_unit_test(test_put_floor_at_the_senders_rate),
         cmocka_unit_test(test_fetch_bounded_at_the_rate),
         cmocka_unit_test(test_slow_peer_holds_the_sender_bounded),
+        cmocka_unit_test(test_size_bound_by_own_slots_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
