@@ -274,6 +274,8 @@ typedef struct {
     int rank;
     uint64_t generation, bytes;
     struct timespec received;
+    dev_t dev; /* the file listed */
+    ino_t ino;
     bool newest; /* of its rank's */
 } held_replica_t;
 
@@ -329,7 +331,9 @@ static size_t held_replicas(DIR *d, held_replica_t **out)
         held[n] = (held_replica_t){.rank = rank,
                                    .generation = h.generation,
                                    .bytes = (uint64_t)st.st_blocks * 512,
-                                   .received = st.st_mtim};
+                                   .received = st.st_mtim,
+                                   .dev = st.st_dev,
+                                   .ino = st.st_ino};
         snprintf(held[n++].name, sizeof held->name, "%s", e->d_name);
     }
     for (size_t i = 0; i < n; i++) {
@@ -340,6 +344,28 @@ static size_t held_replicas(DIR *d, held_replica_t **out)
     }
     *out = held;
     return n;
+}
+
+/* Removes the replica `r` listed in the directory open at `dfd`, where its name still is that
+ * file: moved aside to a name of this process's first (atomic: what the receiver renames
+ * onto the name meanwhile is never taken), removed where it is the file listed, else (a
+ * newer replica renamed in since the listing) linked back under its name, or removed where a
+ * newer one yet holds that name. Whether the file listed was removed. */
+static bool drop_listed(int dfd, const held_replica_t *r)
+{
+    char aside[64];
+    struct stat st;
+    snprintf(aside, sizeof aside, ".%s.%d.dropping", r->name, (int)getpid());
+    if (renameat(dfd, r->name, dfd, aside) != 0)
+        return false; /* (gone meanwhile) */
+    bool listed = fstatat(dfd, aside, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == r->dev &&
+                  st.st_ino == r->ino;
+    if (!listed && linkat(dfd, aside, dfd, r->name, 0) != 0 && errno != EEXIST) {
+        (void)renameat(dfd, aside, dfd, r->name); /* (no link here: back as it was) */
+        return false;
+    }
+    (void)unlinkat(dfd, aside, 0);
+    return listed;
 }
 
 int64_t ddp_ckpt_drop_replicas(const char *dir, uint64_t need, int *count)
@@ -355,7 +381,7 @@ int64_t ddp_ckpt_drop_replicas(const char *dir, uint64_t need, int *count)
     if (n > 0)
         qsort(held, n, sizeof *held, by_age);
     for (size_t i = 0; i < n && freed < need; i++)
-        if (unlinkat(dirfd(d), held[i].name, 0) == 0) {
+        if (drop_listed(dirfd(d), &held[i])) {
             freed += held[i].bytes;
             removed++;
         }

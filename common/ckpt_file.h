@@ -87,7 +87,10 @@ int ddp_ckpt_room(const char *dir, const char *cgroup_root, const char *proc_cgr
  * ranks the launcher keeps there (DDP_CKPT_REPLICA_FILE, exactly that name: a regular file of
  * this user with a slot's header, following no link): they are removed, the oldest received
  * (by their time) first, those that are not the newest of their rank (by generation) before
- * any that is, until the pages removed reach `need`. The bytes removed (0: none), their number
+ * any that is, until the pages removed reach `need`; each only where its name still holds the
+ * file listed (moved aside first, so a newer replica the launcher renames onto that name
+ * meanwhile is kept). A replica still arriving (.replica<R>.<s>.<n>.incoming) is not
+ * removed: its transfer ends within its deadline. The bytes removed (0: none), their number
  * in *count; or -errno where `dir` cannot be read. Blocking: a worker's save. */
 int64_t ddp_ckpt_drop_replicas(const char *dir, uint64_t need, int *count);
 

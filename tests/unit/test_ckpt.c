@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -618,6 +619,32 @@ static void put_replica(slot_t *s, const char *name, uint64_t generation, time_t
     assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
 }
 
+/* The launcher's rename of a newer replica (swap_from, a path) onto the name swap_name of
+ * the directory, done by this test's unlinkat or renameat just before they act on that name
+ * (once): the moment between ddp_ckpt_drop_replicas' listing and its removal. */
+static const char *swap_from, *swap_name;
+
+static void swap_in(int dfd, const char *name)
+{
+    const char *from = swap_from;
+    if (from != NULL && strcmp(name, swap_name) == 0) {
+        swap_from = NULL;
+        assert_int_equal(syscall(SYS_renameat2, AT_FDCWD, from, dfd, name, 0), 0);
+    }
+}
+
+int unlinkat(int dfd, const char *name, int flags)
+{
+    swap_in(dfd, name);
+    return (int)syscall(SYS_unlinkat, dfd, name, flags);
+}
+
+int renameat(int old_dfd, const char *old, int new_dfd, const char *new)
+{
+    swap_in(old_dfd, old);
+    return (int)syscall(SYS_renameat2, old_dfd, old, new_dfd, new, 0);
+}
+
 static bool there(const char *name)
 {
     char path[128];
@@ -670,6 +697,35 @@ static void test_drop_replicas(void **state)
     free(s.data);
 }
 
+/* A newer replica renamed onto a listed one's name before its removal is kept: only the
+ * file listed is removed (here it is already gone, replaced: nothing is counted). */
+static void test_drop_keeps_a_replica_renamed_in(void **state)
+{
+    const uint64_t sizes[] = {8192};
+    slot_t s = build(sizes, 1);
+    char newer[128], path[128];
+    int count = -1;
+    ddp_ckpt_header_t h;
+    uint64_t size;
+    put_replica(&s, "replica3.0", 1, 100);
+    put_replica(&s, ".replica3.0.7.incoming", 2, 200);
+    snprintf(newer, sizeof newer, "%s/.replica3.0.7.incoming", dir);
+    swap_from = newer;
+    swap_name = "replica3.0";
+    assert_int_equal(ddp_ckpt_drop_replicas(dir, 1, &count), 0);
+    assert_true(swap_from == NULL && count == 0);
+    snprintf(path, sizeof path, "%s/replica3.0", dir);
+    assert_int_equal(ddp_ckpt_read_header(path, &h, &size, NULL), 0);
+    assert_int_equal(h.generation, 2);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (strstr(e->d_name, ".dropping") != NULL)
+            fail_msg("%s left", e->d_name);
+    closedir(d);
+    free(s.data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -688,6 +744,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_remove_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_remove_stale, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drop_replicas, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drop_keeps_a_replica_renamed_in, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -379,20 +379,52 @@ def _drop_replicas(directory, need):
             continue
         header = _Header(raw)
         if header.problem(st.st_size) is None:
-            held.append([name, rank, header.generation, st.st_blocks * 512, st.st_mtime_ns])
+            held.append([name, rank, header.generation, st.st_blocks * 512, st.st_mtime_ns,
+                         (st.st_dev, st.st_ino)])
     for entry in held:
         entry.append(all(o[1] != entry[1] or o[2] <= entry[2] for o in held))
-    held.sort(key=lambda entry: (entry[5], entry[4]))
+    held.sort(key=lambda entry: (entry[6], entry[4]))
     freed = count = 0
-    for name, _, _, size, _, _ in held:
+    for name, _, _, size, _, listed, _ in held:
         if freed >= need:
             break
-        try:
-            os.unlink(os.path.join(directory, name))
-        except OSError:
-            continue
-        freed, count = freed + size, count + 1
+        if _drop_listed(directory, name, listed):
+            freed, count = freed + size, count + 1
     return freed, count
+
+
+def _drop_listed(directory, name, listed):
+    """Removes replica `name` of `directory` where that name still holds the file listed
+    ((st_dev, st_ino) `listed`): ckpt_file.c's drop_listed (moved aside first, so a newer
+    replica the launcher renames onto the name meanwhile is kept, linked back). Whether the
+    file listed was removed."""
+    path = os.path.join(directory, name)
+    aside = os.path.join(directory, ".%s.%d.dropping" % (name, os.getpid()))
+    try:
+        os.rename(path, aside)
+    except OSError:
+        return False  # (gone meanwhile)
+    try:
+        st = os.lstat(aside)
+        same = (st.st_dev, st.st_ino) == listed
+    except OSError:
+        same = False
+    if not same:
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass  # (a newer one yet holds the name: this one goes)
+        except OSError:
+            try:
+                os.replace(aside, path)  # (no link here: back as it was)
+            except OSError:
+                pass
+            return False
+    try:
+        os.unlink(aside)
+    except OSError:
+        pass
+    return same
 
 
 class _Writer:
