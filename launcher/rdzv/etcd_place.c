@@ -70,7 +70,7 @@ struct ddp_etcd_place_s {
     bool answered;       /* etcd answered a join of this launcher's once */
     int unanswered;      /* first joins etcd left unanswered */
     double rejoin_since; /* loop s of the first loss since the last join */
-    char prefix[320];    /* ddp-launch/<run id>/ */
+    char prefix[DDP_ETCD_PREFIX_MAX]; /* ddp-launch/<run id, escaped>/ */
     char id[128], record[400];
 };
 
@@ -210,7 +210,7 @@ static void on_state(void *ctx, int err, const ddp_json_t *reply, const char *wh
 
 static void read_state(ddp_etcd_place_t *p)
 {
-    char key[400];
+    char key[DDP_ETCD_PREFIX_MAX + 16];
     ddp_buf_t body = DDP_BUF_INIT;
     key_of(p, "state", key, sizeof key);
     if (ddp_etcd_body_range(&body, key, false) != 0 ||
@@ -248,7 +248,7 @@ static void on_state_written(void *ctx, int err, const ddp_json_t *reply, const 
 
 static void write_state(ddp_etcd_place_t *p)
 {
-    char key[400];
+    char key[DDP_ETCD_PREFIX_MAX + 16];
     ddp_buf_t body = DDP_BUF_INIT;
     char *record = p->pending;
     p->pending = NULL;
@@ -564,6 +564,24 @@ static double lease_s(const ddp_launch_config_t *cfg)
     return limit > 2 ? limit : 2;
 }
 
+void ddp_etcd_place_prefix(const char *run_id, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = (size_t)snprintf(out, cap, "ddp-launch/");
+    for (const unsigned char *c = (const unsigned char *)run_id; *c != '\0' && n + 4 < cap; c++) {
+        if ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+            *c == '.' || *c == '_' || *c == '-') {
+            out[n++] = (char)*c;
+            continue;
+        }
+        out[n++] = '%';
+        out[n++] = hex[*c >> 4];
+        out[n++] = hex[*c & 15];
+    }
+    out[n++] = '/';
+    out[n] = '\0';
+}
+
 int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_log_t *log,
                          const char *id, const char *host, int port,
                          const ddp_etcd_place_cbs_t *cbs, void *ctx, ddp_etcd_place_t **out,
@@ -582,7 +600,7 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
     /* The lease is kept alive every third of its time: a request every 2 s by default. */
     p->ttl = lease_s(cfg);
     p->join_timeout = cfg->rdzv_conf.join_timeout;
-    snprintf(p->prefix, sizeof p->prefix, "ddp-launch/%s/", cfg->run_id);
+    ddp_etcd_place_prefix(cfg->run_id, p->prefix, sizeof p->prefix);
     snprintf(p->id, sizeof p->id, "%s", id);
     snprintf(p->record, sizeof p->record, strchr(host, ':') != NULL ? "[%s]:%d %s" : "%s:%d %s",
              host, port, id);

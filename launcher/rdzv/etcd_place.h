@@ -43,6 +43,13 @@ typedef struct {
     bool (*forming)(void *ctx);
 } ddp_etcd_place_cbs_t;
 
+/* The job's keys' prefix, "ddp-launch/<run id>/", into out[cap] (DDP_ETCD_PREFIX_MAX
+ * holds every run id --rdzv-id takes): every byte of the run id but letters, digits, '.',
+ * '_' and '-' written %XX (hex), so that no run id's keys lie under another's ("a/x" is
+ * ddp-launch/a%2Fx/, never under ddp-launch/a/). */
+#define DDP_ETCD_PREFIX_MAX (sizeof "ddp-launch//" + 3 * 255)
+void ddp_etcd_place_prefix(const char *run_id, char *out, size_t cap);
+
 /* Starts launcher `id`'s part (cfg->etcd, cfg->run_id), its own store at host:port. 0;
  * DDP_EUSAGE with `why` (no libcurl here); -ENOMEM. */
 int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const ddp_log_t *log,

@@ -31,7 +31,7 @@ struct ddp_etcd_session_s {
     ddp_etcd_t *etcd;
     uv_loop_t *loop;
     char *prefix, *id, *record, *elect_record;
-    char member_key[600], coord_key[600];
+    char member_key[1024], coord_key[1024];
     bool joined;     /* once: a prefix is cleared at the first join only */
     bool lease_lost; /* (LOST) the loss was the lease's: it may be taken again */
     int64_t held;    /* at a rejoin: the lost lease, where it held the coordinator's key */
@@ -186,7 +186,7 @@ static void on_coord_watch(void *ctx, int err, const ddp_json_t *reply, const ch
 
 static void watch_coord(ddp_etcd_session_t *s, int64_t from)
 {
-    char key[600];
+    char key[1024];
     ddp_buf_t body = DDP_BUF_INIT;
     key_of(s, "coord", key, sizeof key);
     if (ddp_etcd_body_watch(&body, key, false, from) == 0)
@@ -216,7 +216,7 @@ static void on_coord_range(void *ctx, int err, const ddp_json_t *reply, const ch
 /* The coordinator's key read, then watched from that revision on. */
 static void resync_coord(ddp_etcd_session_t *s)
 {
-    char key[600];
+    char key[1024];
     ddp_buf_t body = DDP_BUF_INIT;
     key_of(s, "coord", key, sizeof key);
     if (ddp_etcd_body_range(&body, key, false) == 0)
@@ -644,7 +644,7 @@ static void on_members_watch(void *ctx, int err, const ddp_json_t *reply, const 
 
 static void watch_members(ddp_etcd_session_t *s, int64_t from)
 {
-    char key[600];
+    char key[1024];
     ddp_buf_t body = DDP_BUF_INIT;
     key_of(s, "node/", key, sizeof key);
     if (ddp_etcd_body_watch(&body, key, true, from) == 0)
@@ -672,7 +672,7 @@ static void on_members(void *ctx, int err, const ddp_json_t *reply, const char *
 
 static void resync_members(ddp_etcd_session_t *s)
 {
-    char key[600];
+    char key[1024];
     ddp_buf_t body = DDP_BUF_INIT;
     key_of(s, "node/", key, sizeof key);
     if (ddp_etcd_body_range(&body, key, true) == 0)

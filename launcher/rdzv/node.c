@@ -20,6 +20,7 @@
 #include "host/health.h"
 
 #include "rdzv/envcheck.h"
+#include "rdzv/etcd_place.h"
 #include "strv.h"
 #include "error.h"
 #include "hash.h"
@@ -533,10 +534,12 @@ static int await_coordinator(ddp_rdzv_t *r, const char *const *keys)
  * launcher's lease where it still names it, and has another elected. */
 static node_phase_t elected_unanswered(ddp_rdzv_t *r, const char *why)
 {
+    char prefix[DDP_ETCD_PREFIX_MAX];
+    ddp_etcd_place_prefix(r->cfg->run_id, prefix, sizeof prefix);
     ddp_rdzv_command(r, DDP_RDZV_CMD_STORE_LOST, NULL, DDP_EXIT_RDZV_FAILED,
-                     "the store at %s:%d that etcd's key ddp-launch/%s/coord names did not "
+                     "the store at %s:%d that etcd's key %scoord names did not "
                      "answer as a ddp-launch store within %g s (--rdzv-conf join_timeout): %s",
-                     r->cfg->master_addr, r->cfg->master_port, r->cfg->run_id,
+                     r->cfg->master_addr, r->cfg->master_port, prefix,
                      r->cfg->rdzv_conf.join_timeout, why);
     return NODE_END;
 }

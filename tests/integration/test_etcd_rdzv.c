@@ -238,7 +238,8 @@ static void test_three_launchers_form_one_job(void **state)
 
 /* Two jobs of 2 nodes with different run ids on one etcd: each forms alone (a world of 2);
  * then a new job with a run id whose keys a dead job left (a coordinator's record with no
- * live launcher) forms as if they were not there. */
+ * live launcher) forms as if they were not there; then job "a" ends and leaves job "a/x"'s
+ * keys. */
 static void test_run_ids_apart_leftovers_cleared(void **state)
 {
     (void)state;
@@ -269,6 +270,26 @@ static void test_run_ids_apart_leftovers_cleared(void **state)
         TH_ASSERT(&node[i], th_status(&node[i]) == 0);
         TH_ASSERT(&node[i], strstr(out(&node[i]), "\nWORLD_SIZE=2\n") != NULL);
         TH_ASSERT(&node[i], strstr(out(&node[i]), "\nMASTER_PORT=1\n") == NULL);
+        th_cleanup(&node[i]);
+    }
+    /* A run id holding '/' ("a/x", one launcher of two waiting) and its first part ("a"):
+     * job "a" ends and deletes its keys, never job "a/x"'s (a%2Fx in the keys), which its
+     * second launcher then forms. */
+    start_launcher(&node[0], "--nnodes=2 --rdzv-id=a/x --rdzv-endpoint=%s", etcd.endpoints);
+    TH_ASSERT(&node[0], th_wait_output(&node[0], 2, "etcd: elected", 1, 30));
+    start_launcher(&node[1], "--nnodes=1 --rdzv-id=a --rdzv-endpoint=%s", etcd.endpoints);
+    TH_ASSERT(&node[1], th_wait_exit(&node[1], 30));
+    TH_ASSERT(&node[1], th_status(&node[1]) == 0);
+    th_cleanup(&node[1]);
+    assert_int_equal(th_etcdctl(&etcd, "get --prefix ddp-launch/ --keys-only", said, sizeof said),
+                     0);
+    assert_non_null(strstr(said, "ddp-launch/a%2Fx/coord"));
+    start_launcher(&node[1], "--nnodes=2 --rdzv-id=a/x --rdzv-endpoint=%s", etcd.endpoints);
+    for (int i = 0; i < 2; i++) {
+        TH_ASSERT(&node[i], th_wait_exit(&node[i], 30));
+        TH_ASSERT(&node[i], th_status(&node[i]) == 0);
+        TH_ASSERT(&node[i], strstr(out(&node[i]), "\nWORLD_SIZE=2\n") != NULL);
+        TH_ASSERT(&node[i], strstr(out(&node[i]), "\nTORCHELASTIC_RUN_ID=a/x\n") != NULL);
         th_cleanup(&node[i]);
     }
     th_etcd_down(&etcd);
