@@ -6,9 +6,13 @@
 #include "store/store.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TEXT_MAX 2048 /* the longest record parsed; longer ones are refused */
@@ -23,9 +27,26 @@ void ddp_rdzv_own_host(const ddp_launch_config_t *cfg, char *host, size_t cap)
         host[cap - 1] = '\0';
 }
 
+/* This process's random part of its id, drawn once (getrandom; where it cannot answer at
+ * once, the clock and pid). */
+static uint64_t id_nonce;
+
+static void draw_id_nonce(void)
+{
+    if (getrandom(&id_nonce, sizeof id_nonce, GRND_NONBLOCK) == (ssize_t)sizeof id_nonce)
+        return;
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    id_nonce = ((uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec) ^
+               ((uint64_t)getpid() * 0x9e3779b97f4a7c15ull);
+}
+
 void ddp_rdzv_launcher_id(char id[DDP_RDZV_ID_MAX], const char *host)
 {
-    snprintf(id, DDP_RDZV_ID_MAX, "%.80s-%d", host, (int)getpid());
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, draw_id_nonce);
+    snprintf(id, DDP_RDZV_ID_MAX, "%.64s-%d-%016llx", host, (int)getpid(),
+             (unsigned long long)id_nonce);
 }
 
 void ddp_rdzv_key(char *key, size_t cap, const char *run_id, const char *fmt, ...)

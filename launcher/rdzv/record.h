@@ -84,7 +84,9 @@ typedef enum {
  * name, into host[cap]. */
 void ddp_rdzv_own_host(const ddp_launch_config_t *cfg, char *host, size_t cap);
 
-/* This launcher's id among all: "host-pid". */
+/* This launcher's id among all: "host-pid-nonce", the nonce 64 random bits drawn once per
+ * process (16 hex digits), so that two launchers with one host name and pid (containers
+ * with --network=host, each launcher PID 1) are two; the same in every call. */
 void ddp_rdzv_launcher_id(char id[DDP_RDZV_ID_MAX], const char *host);
 
 /* "ddp-launch/rdzv/<run id>/" then the formatted rest, into key[cap]. */

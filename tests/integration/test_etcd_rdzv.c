@@ -295,6 +295,54 @@ static void test_run_ids_apart_leftovers_cleared(void **state)
     th_etcd_down(&etcd);
 }
 
+/* Two launchers with one identity: each PID 1 of its own pid namespace, one --local-addr
+ * (two containers with --network=host): still two nodes of one job (a world of 2, node
+ * ranks 0 and 1), not one member key taken twice and a job that never forms. */
+static void test_same_host_and_pid(void **state)
+{
+    const char *probe[] = {"/usr/bin/unshare", "--pid",     "--fork",
+                           "--mount-proc",     "/bin/true", NULL};
+    (void)state;
+    if (!th_succeeds(probe, 30)) {
+        printf("cannot make a pid namespace (not root?): skipped\n");
+        return;
+    }
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    char endpoint[300];
+    snprintf(endpoint, sizeof endpoint, "--rdzv-endpoint=%s", etcd.endpoints);
+    const char *argv[] = {"/usr/bin/unshare",
+                          "--pid",
+                          "--fork",
+                          "--mount-proc",
+                          th_launcher(),
+                          "--rdzv-backend=etcd",
+                          "--nnodes=2",
+                          "--local-addr=127.0.0.1",
+                          "--rdzv-id=sameid",
+                          endpoint,
+                          th_worker(),
+                          "env",
+                          NULL};
+    th_proc_t node[2];
+    for (int i = 0; i < 2; i++)
+        th_start(&node[i], argv, NULL);
+    int ranks[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        char buf[16];
+        TH_ASSERT(&node[i], th_wait_exit(&node[i], 30));
+        TH_ASSERT(&node[i], th_status(&node[i]) == 0);
+        TH_ASSERT(&node[i], strstr(out(&node[i]), "\nWORLD_SIZE=2\n") != NULL);
+        int g = atoi(value_of(&node[i], "GROUP_RANK", buf, sizeof buf));
+        TH_ASSERT(&node[i], g == 0 || g == 1);
+        ranks[g]++;
+    }
+    assert_int_equal(ranks[0] * ranks[1], 1);
+    for (int i = 0; i < 2; i++)
+        th_cleanup(&node[i]);
+    th_etcd_down(&etcd);
+}
+
 /* Two launchers of one job (1 and 2 workers) on a 1-member etcd running `program` (with
  * `env`); every launcher ends with status 0. */
 static void two_nodes_run(const char *const *program, const char *const *env, th_proc_t *node)
@@ -1418,6 +1466,7 @@ int main(int argc, char **argv)
         TH_TEST(test_libddp_job),
         TH_TEST(test_torch_gloo_job),
         TH_TEST(test_run_ids_apart_leftovers_cleared),
+        TH_TEST(test_same_host_and_pid),
         TH_TEST(test_dead_jobs_live_record_deposed),
         TH_TEST(test_coordinator_key_names_another_program),
         TH_TEST(test_elected_launcher_lost_spare_takes_over),
