@@ -217,6 +217,21 @@ int ddp_read_file(const char *path, size_t limit, char **out, size_t *len)
     return fd < 0 ? fd : read_all(fd, limit, out, len);
 }
 
+const char *ddp_small_file_problem(const char *path, size_t limit)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int err = ddp_read_file(path, limit, &text, &len);
+    free(text);
+    if (err == DDP_ENOTFILE)
+        return "not a regular file (a FIFO, a device or a directory)";
+    if (err == DDP_ETOOBIG)
+        return "larger than the limit";
+    if (err != 0)
+        return strerror(-err);
+    return len == 0 ? "empty" : NULL;
+}
+
 int ddp_read_file_to(const char *path, char *buf, size_t limit, size_t *len)
 {
     int fd = open_regular(path, false), err = fd < 0 ? fd : 0;

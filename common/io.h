@@ -28,6 +28,12 @@ int ddp_read_file(const char *path, size_t limit, char **out, size_t *len);
  * left locked by another thread (a sanitizer's is). */
 int ddp_read_file_to(const char *path, char *buf, size_t limit, size_t *len);
 
+/* Why the file at `path` cannot be a small input file (a certificate, a key): NULL where
+ * it is a regular file of 1 to `limit` bytes that can be read; else in a few words ("not
+ * a regular file (a FIFO, a device or a directory)", "empty", "larger than the limit",
+ * strerror's). Never blocks on what is not a regular file (it is read as ddp_read_file). */
+const char *ddp_small_file_problem(const char *path, size_t limit);
+
 /* As ddp_read_file, for a file a worker controls (in its directory): neither the file nor
  * the directory it is in may be a symbolic link (-ELOOP or -ENOTDIR), which a worker could
  * point anywhere, into a hung file system too. */

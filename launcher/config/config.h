@@ -90,6 +90,9 @@ typedef struct ddp_etcd_conf_s {
     char *cacert, *cert, *key; /* TLS files, or NULL */
 } ddp_etcd_conf_t;
 
+/* The largest TLS file taken (a CA bundle is a few hundred KiB). */
+#define DDP_ETCD_FILE_MAX (4 << 20)
+
 typedef struct ddp_launch_config_s {
     /* Nodes and workers. */
     int nnodes_min, nnodes_max;

@@ -7,6 +7,7 @@
 #include "error.h"
 #include "host/health.h"
 #include "host/signals.h"
+#include "io.h"
 #include "parse.h"
 #include "strv.h"
 
@@ -1020,12 +1021,17 @@ static int add_etcd_endpoint(ddp_etcd_conf_t *etcd, const char *text, ddp_buf_t 
 }
 
 /* A TLS file of --rdzv-conf that cannot be read is said now, before the job starts. */
+/* A TLS file (cacert, cert, key): a readable regular file of at most DDP_ETCD_FILE_MAX
+ * bytes, checked without blocking (libcurl's open of a FIFO would block the loop, deaf to
+ * signals; a directory or a device would fail only at the handshake, as etcd's refusal). */
 static int check_etcd_file(const char *key, const char *path, ddp_buf_t *err)
 {
-    if (path == NULL || access(path, R_OK) == 0)
+    const char *problem = path != NULL ? ddp_small_file_problem(path, DDP_ETCD_FILE_MAX) : NULL;
+    if (problem == NULL)
         return 0;
-    return ddp_flag_usage(err, "--rdzv-conf", "%s=%s: unable to read it: %s", key, path,
-                          strerror(errno));
+    return ddp_flag_usage(err, "--rdzv-conf",
+                          "%s=%s: unable to read it: %s (a PEM file of at most %d MiB is needed)",
+                          key, path, problem, DDP_ETCD_FILE_MAX >> 20);
 }
 
 /* --rdzv-backend=etcd: its endpoints (every member of the cluster) and its TLS files. */

@@ -7,9 +7,11 @@
 #include "rdzv/etcd_client.h"
 
 #include "base64.h"
+#include "config/config.h"
 #include "ddp_config.h"
 #include "dl.h"
 #include "error.h"
+#include "io.h"
 #include "rdzv/etcd_http.h"
 
 #include <errno.h>
@@ -736,12 +738,15 @@ int ddp_etcd_new(uv_loop_t *loop, const ddp_etcd_opts_t *opts, const ddp_log_t *
         ddp_buf_puts(why, "--rdzv-backend=etcd: no endpoint (--rdzv-endpoint=HOST:PORT,...)");
         return DDP_EUSAGE;
     }
-    /* A TLS file that cannot be read is said as such, not as a handshake's failure. */
+    /* A TLS file that cannot be read is said as such, not as a handshake's failure; what
+     * is not a regular file (a FIFO would block libcurl's open) is never given to it. */
     const char *const files[][2] = {
         {"cacert", opts->cacert}, {"cert", opts->cert}, {"key", opts->key}};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        if (files[i][1] != NULL && access(files[i][1], R_OK) != 0) {
-            ddp_buf_printf(why, "--rdzv-conf %s=%s: %s", files[i][0], files[i][1], strerror(errno));
+        const char *problem =
+            files[i][1] != NULL ? ddp_small_file_problem(files[i][1], DDP_ETCD_FILE_MAX) : NULL;
+        if (problem != NULL) {
+            ddp_buf_printf(why, "--rdzv-conf %s=%s: %s", files[i][0], files[i][1], problem);
             return DDP_EUSAGE;
         }
     }

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* One request's answer, taken by the callback. */
 typedef struct {
@@ -340,6 +341,16 @@ static void test_tls(void **state)
     assert_int_equal(ddp_etcd_new(&loop, &opts, &log, &e, &why), DDP_EUSAGE);
     char said[700];
     snprintf(said, sizeof said, "--rdzv-conf cacert=%s: No such file or directory", missing);
+    assert_string_equal(ddp_buf_str(&why), said);
+    /* A FIFO is never handed to libcurl, whose open would block the loop. */
+    char fifo[600];
+    snprintf(fifo, sizeof fifo, "%s/fifo.pem", etcd.certs);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    opts.cacert = fifo;
+    ddp_buf_clear(&why);
+    assert_int_equal(ddp_etcd_new(&loop, &opts, &log, &e, &why), DDP_EUSAGE);
+    snprintf(said, sizeof said,
+             "--rdzv-conf cacert=%s: not a regular file (a FIFO, a device or a directory)", fifo);
     assert_string_equal(ddp_buf_str(&why), said);
     ddp_buf_free(&why);
     assert_int_equal(uv_loop_close(&loop), 0);

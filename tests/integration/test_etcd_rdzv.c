@@ -125,6 +125,27 @@ static void test_flags_checked(void **state)
     const char *tls[] = {th_launcher(), "--rdzv-conf=protocol=https", th_worker(), "env", NULL};
     th_start(&p, tls, NULL);
     ends_before_workers(&p, 30, 2, "protocol, cacert, cert and key are etcd's");
+    /* A TLS file that is not a regular file is refused before libcurl opens it (a FIFO
+     * would block the loop there, deaf to signals): a FIFO, a directory, a device; so is
+     * an empty one. */
+    char *dir = th_shm_tmpdir(), fifo[600], empty[600];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    snprintf(empty, sizeof empty, "%s/empty", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_true(th_touch(empty));
+    const char *files[][2] = {{fifo, "not a regular file"},
+                              {dir, "not a regular file"},
+                              {"/dev/zero", "not a regular file"},
+                              {empty, "empty"}};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char says[800];
+        snprintf(says, sizeof says, "cacert=%s: unable to read it: %s", files[i][0], files[i][1]);
+        start_launcher(&p, "--rdzv-endpoint=127.0.0.1 --rdzv-conf=protocol=https,cacert=%s",
+                       files[i][0]);
+        ends_before_workers(&p, 30, 2, says);
+    }
+    th_rmtree(dir);
+    free(dir);
 }
 
 /* No etcd at any endpoint, or a web server that is not etcd: status 5 at once, the message
