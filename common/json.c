@@ -334,6 +334,11 @@ bool ddp_json_number(const ddp_json_t *value, double *out)
     return true;
 }
 
+bool ddp_json_true(const ddp_json_t *value)
+{
+    return value != NULL && value->type == DDP_JSON_BOOL && value->boolean;
+}
+
 int ddp_json_append_string(ddp_buf_t *out, const char *text, size_t len)
 {
     static const char hex[] = "0123456789abcdef";

@@ -47,6 +47,9 @@ const char *ddp_json_string(const ddp_json_t *value, size_t *len);
 /* The value of a number; false when not a number. */
 bool ddp_json_number(const ddp_json_t *value, double *out);
 
+/* Whether `value` is the boolean true (false for false, NULL, or any other type). */
+bool ddp_json_true(const ddp_json_t *value);
+
 /* Appends `text` (len bytes) as a quoted JSON string literal. 0 or -ENOMEM. */
 int ddp_json_append_string(ddp_buf_t *out, const char *text, size_t len);
 

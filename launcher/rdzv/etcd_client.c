@@ -1123,9 +1123,8 @@ int ddp_etcd_body_join(ddp_buf_t *out, const ddp_etcd_join_t *j)
 
 bool ddp_etcd_succeeded(const ddp_json_t *txn)
 {
-    /* (the gateway leaves out a false) */
-    const ddp_json_t *ok = ddp_json_get(txn, "succeeded");
-    return ok != NULL && ddp_json_type(ok) == DDP_JSON_BOOL;
+    /* (the gateway leaves out a false; another may write it) */
+    return ddp_json_true(ddp_json_get(txn, "succeeded"));
 }
 
 bool ddp_etcd_int(const ddp_json_t *object, const char *field, int64_t *out)

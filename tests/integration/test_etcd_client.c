@@ -587,12 +587,35 @@ static void test_etcd_gone(void **state)
     sessions_down(&c, l);
 }
 
+/* A transaction's reply: succeeded only where "succeeded" is true (etcd's gateway leaves
+ * out a false; a false written, or another value, is no success). No etcd needed. */
+static void test_succeeded_read(void **state)
+{
+    static const struct {
+        const char *reply;
+        bool succeeded;
+    } cases[] = {{"{\"succeeded\": true}", true},
+                 {"{\"succeeded\": false}", false},
+                 {"{}", false},
+                 {"{\"succeeded\": \"true\"}", false},
+                 {"{\"succeeded\": null}", false}};
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ddp_json_t *txn = NULL;
+        assert_int_equal(ddp_json_parse(cases[i].reply, strlen(cases[i].reply), &txn), 0);
+        if (ddp_etcd_succeeded(txn) != cases[i].succeeded)
+            fail_msg("%s: read as %s", cases[i].reply, cases[i].succeeded ? "failed" : "succeeded");
+        ddp_json_free(txn);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
         cmocka_set_test_filter(argv[1]);
     signal(SIGPIPE, SIG_IGN); /* as the launcher does: the client's writes may meet a close */
     const struct CMUnitTest tests[] = {
+        TH_TEST(test_succeeded_read),
         TH_TEST(test_keys_leases_transactions_watches),
         TH_TEST(test_moves_to_a_live_member),
         TH_TEST(test_no_member_answers),

@@ -48,6 +48,13 @@ static void test_values(void **state)
     assert_true(v == 2);
     assert_false(ddp_json_number(NULL, &v));
     ddp_json_free(root);
+    root = parse_ok("[true, false, \"true\", 1, null]");
+    const ddp_json_t *e = ddp_json_first(root);
+    assert_true(ddp_json_true(e));
+    for (e = ddp_json_next(e); e != NULL; e = ddp_json_next(e))
+        assert_false(ddp_json_true(e));
+    assert_false(ddp_json_true(NULL));
+    ddp_json_free(root);
 }
 
 static void test_string_escapes(void **state)
