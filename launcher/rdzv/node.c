@@ -364,6 +364,15 @@ static void leave(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, const ddp_rdzv_e
     (void)ddp_store_client_set(r->client, key, ev->leave, strlen(ev->leave));
 }
 
+/* This node's rank: in `world`, else in the round it last started; before any, the flag's
+ * (--node-rank, static rendezvous), or -1 where rounds assign it (not yet). */
+static int own_rank(const ddp_rdzv_t *r, const ddp_rdzv_world_t *world)
+{
+    if (world != NULL)
+        return world->node_rank;
+    return r->node_rank >= 0 || ddp_config_dynamic(r->cfg) ? r->node_rank : r->cfg->node_rank;
+}
+
 /* The loop's posts: false when this launcher ends (its abort told to the job, or its
  * leave). `world`: the round that runs (its workers' end is reported), or NULL between
  * rounds. */
@@ -406,8 +415,14 @@ static bool take_posts(ddp_rdzv_t *r, const ddp_rdzv_world_t *world, bool *repor
     free(ev.hang_rows);
     if (ev.aborted) {
         char value[DDP_RDZV_MSG_MAX];
-        int n = snprintf(value, sizeof value, "%d node %d (%s): %s", ev.abort_signal,
-                         r->cfg->node_rank, r->host, ev.message);
+        int rank = own_rank(r, world), n;
+        if (rank >= 0)
+            n = snprintf(value, sizeof value, "%d node %d (%s): %s", ev.abort_signal, rank, r->host,
+                         ev.message);
+        else
+            n = snprintf(value, sizeof value, "%d the launcher on %s (no node rank yet): %s",
+                         ev.abort_signal, r->host, ev.message);
+        n = n > 0 && (size_t)n < sizeof value ? n : (int)strlen(value);
         ddp_rdzv_key(key, sizeof key, r->cfg->run_id, "abort");
         (void)ddp_store_client_set(r->client, key, value, (size_t)n);
         return false;
@@ -490,8 +505,12 @@ static void not_our_job(ddp_rdzv_t *r)
     if (ddp_store_client_check(r->client, keys, 1, &served) == 0 && served &&
         ddp_store_client_get(r->client, DDP_RDZV_SERVED_KEY, &theirs) == 0 && theirs.len < 200 &&
         memchr(theirs.data, '\0', theirs.len) == NULL) {
-        snprintf(note, sizeof note, "a launcher of job '%s' (node %d, %s)", cfg->run_id,
-                 cfg->node_rank, r->host);
+        int rank = own_rank(r, NULL);
+        if (rank >= 0)
+            snprintf(note, sizeof note, "a launcher of job '%s' (node %d, %s)", cfg->run_id, rank,
+                     r->host);
+        else
+            snprintf(note, sizeof note, "a launcher of job '%s' (on %s)", cfg->run_id, r->host);
         ddp_rdzv_key(key, sizeof key, ddp_buf_str(&theirs), "stranger/%s", r->id);
         (void)ddp_store_client_set(r->client, key, note, strlen(note));
         ddp_rdzv_command(r, DDP_RDZV_CMD_FINISH, NULL, DDP_EXIT_RDZV_FAILED,
@@ -979,6 +998,7 @@ static node_phase_t node_join(ddp_rdzv_t *r, ddp_rdzv_world_t *world,
                 return NODE_END;
             *world = v.world;
             r->round = v.world.round;
+            r->node_rank = v.world.node_rank;
             r->local_running = true;
             ddp_rdzv_command(r, DDP_RDZV_CMD_START, world, 0, NULL);
             return NODE_RUN;
@@ -1087,6 +1107,7 @@ void *ddp_rdzv_node_run(void *arg)
     const ddp_rdzv_verdict_t *stop = NULL; /* the outcome the next join is to act on */
     node_phase_t phase = NODE_CONNECT;
     r->round = -1;
+    r->node_rank = -1;
     while (phase != NODE_END) {
         switch (phase) {
         case NODE_CONNECT:

@@ -74,6 +74,7 @@ struct ddp_rdzv_s {
     char host[256];
     int seq;                    /* joins so far */
     int round;                  /* the round it last started (its failures' key), -1 none */
+    int node_rank;              /* its node rank in that round, -1 none */
     int pauses;                 /* the running round's pauses of the store's host so far */
     uint64_t last_note;         /* the hash of the status it said last (said once each) */
     double next_beat;           /* when the next heartbeat is due */

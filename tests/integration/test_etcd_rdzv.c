@@ -364,6 +364,38 @@ static void test_same_host_and_pid(void **state)
     th_etcd_down(&etcd);
 }
 
+/* A launcher given SIGTERM mid-job (the one not elected, which joined second) ends the job
+ * on the other, which names it by the node rank the round gave it (not --node-rank's
+ * default, 0: the elected one's). */
+static void test_signal_names_the_node(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    const char *worker[] = {"/bin/sh", "-c", "echo \"rank=$GROUP_RANK\"; exec sleep 60", NULL};
+    th_proc_t node[2];
+    start_worker(&node[0], worker, NULL, "--nnodes=2 --rdzv-id=named --rdzv-endpoint=%s",
+                 etcd.endpoints);
+    TH_ASSERT(&node[0], th_wait_output(&node[0], 2, "etcd: elected", 1, 30));
+    start_worker(&node[1], worker, NULL, "--nnodes=2 --rdzv-id=named --rdzv-endpoint=%s",
+                 etcd.endpoints);
+    for (int i = 0; i < 2; i++)
+        TH_ASSERT(&node[i], th_wait_output(&node[i], 1, "rank=", 1, 30));
+    char says[128];
+    snprintf(says, sizeof says, "the job was ended by node %d (127.0.0.1): ",
+             atoi(strstr(out(&node[1]), "rank=") + 5));
+    TH_ASSERT(&node[1], strstr(out(&node[1]), "rank=1\n") != NULL);
+    assert_int_equal(kill(node[1].pid, SIGTERM), 0);
+    for (int i = 0; i < 2; i++) {
+        TH_ASSERT(&node[i], th_wait_exit(&node[i], 30));
+        TH_ASSERT(&node[i], th_status(&node[i]) == 128 + SIGTERM);
+    }
+    TH_ASSERT(&node[0], strstr(err(&node[0]), says) != NULL);
+    for (int i = 0; i < 2; i++)
+        th_cleanup(&node[i]);
+    th_etcd_down(&etcd);
+}
+
 /* Two launchers of one job (1 and 2 workers) on a 1-member etcd running `program` (with
  * `env`); every launcher ends with status 0. */
 static void two_nodes_run(const char *const *program, const char *const *env, th_proc_t *node)
@@ -1488,6 +1520,7 @@ int main(int argc, char **argv)
         TH_TEST(test_torch_gloo_job),
         TH_TEST(test_run_ids_apart_leftovers_cleared),
         TH_TEST(test_same_host_and_pid),
+        TH_TEST(test_signal_names_the_node),
         TH_TEST(test_dead_jobs_live_record_deposed),
         TH_TEST(test_coordinator_key_names_another_program),
         TH_TEST(test_elected_launcher_lost_spare_takes_over),
