@@ -316,8 +316,10 @@ static void probe_closed(uv_handle_t *handle)
 }
 
 /* The key still names the probed store (nothing changed meanwhile): its lease revoked,
- * then the key's going is awaited; a key under no lease is no launcher's. */
-static void depose_probed(ddp_etcd_place_t *p, const probe_t *pr, const char *what)
+ * then the key's going is awaited; a key under no lease is no launcher's (said, not
+ * waited for: nothing would delete it). `refused`: nobody listens there, else `what` the
+ * port did. */
+static void depose_probed(ddp_etcd_place_t *p, const probe_t *pr, bool refused, const char *what)
 {
     char probed[300];
     p->phase = PLACE_ELECTING;
@@ -333,8 +335,20 @@ static void depose_probed(ddp_etcd_place_t *p, const probe_t *pr, const char *wh
         snprintf(why, sizeof why,
                  "etcd at %s: the coordinator's key %scoord names %.*s, which %s, and is under "
                  "no lease (no launcher put it): delete it",
-                 ddp_etcd_endpoints(p->etcd), p->prefix, (int)strlen(probed) - 1, probed, what);
+                 ddp_etcd_endpoints(p->etcd), p->prefix, (int)strlen(probed) - 1, probed,
+                 refused ? "refuses connections" : what);
         fail(p, why);
+    } else if (refused) {
+        ddp_log_warn(p->log,
+                     "etcd: the elected launcher's store at %s:%d refuses connections (its "
+                     "launcher is gone): ending its lease, then electing another",
+                     pr->host, pr->port);
+    } else {
+        ddp_log_warn(p->log,
+                     "etcd: the coordinator's key %scoord names %s:%d, which %s: it did not "
+                     "answer as a ddp-launch store (another program's port?): ending its "
+                     "lease, then electing another",
+                     p->prefix, pr->host, pr->port, what);
     }
 }
 
@@ -349,22 +363,10 @@ static void probe_end(probe_t *pr, probe_result_t result, const char *what)
         return;
     p->probe = NULL;
     pr->p = NULL;
-    if (result == PROBE_ANSWERED || result == PROBE_UNJUDGED) {
+    if (result == PROBE_ANSWERED || result == PROBE_UNJUDGED)
         placed_elsewhere(p, pr->host, pr->port);
-        return;
-    }
-    if (result == PROBE_REFUSED)
-        ddp_log_warn(p->log,
-                     "etcd: the elected launcher's store at %s:%d refuses connections (its "
-                     "launcher is gone): ending its lease, then electing another",
-                     pr->host, pr->port);
     else
-        ddp_log_warn(p->log,
-                     "etcd: the coordinator's key %scoord names %s:%d, which %s: it did not "
-                     "answer as a ddp-launch store (another program's port?): ending its "
-                     "lease, then electing another",
-                     p->prefix, pr->host, pr->port, what);
-    depose_probed(p, pr, result == PROBE_REFUSED ? "refuses connections" : what);
+        depose_probed(p, pr, result == PROBE_REFUSED, what);
 }
 
 static void on_probe_alloc(uv_handle_t *handle, size_t size, uv_buf_t *buf)
@@ -490,14 +492,16 @@ static bool relocate(ddp_etcd_place_t *p, const char *record)
     p->relocating = false;
     bool same = record != NULL && p->placed != NULL && strcmp(record, p->placed) == 0;
     const char *placed = p->placed != NULL ? p->placed : "?";
+    if (same && !ddp_etcd_session_depose(p->session)) {
+        fail(p, "etcd: the coordinator's key names the lost store and is under no lease (no "
+                "launcher put it): delete it");
+        return true;
+    }
     ddp_log_warn(p->log, "etcd: the job's store at %.*s is lost: %s", (int)strcspn(placed, " "),
                  placed,
                  same             ? "ending its launcher's lease, then electing another"
                  : record == NULL ? "electing another launcher"
                                   : "another launcher is elected already");
-    if (same && !ddp_etcd_session_depose(p->session))
-        fail(p, "etcd: the coordinator's key names the lost store and is under no lease (no "
-                "launcher put it): delete it");
     return same;
 }
 

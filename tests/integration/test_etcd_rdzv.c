@@ -911,6 +911,29 @@ static int answer_garbage(int listener)
     return conn;
 }
 
+/* The coordinator's key of job `id` put by hand under no lease, naming 127.0.0.1:port, and
+ * a member key (so that the join keeps the prefix). */
+static void bare_key(th_etcd_t *etcd, const char *id, int port)
+{
+    char said[4096], args[256];
+    snprintf(args, sizeof args, "put ddp-launch/%s/coord '127.0.0.1:%d x'", id, port);
+    assert_int_equal(th_etcdctl(etcd, args, said, sizeof said), 0);
+    snprintf(args, sizeof args, "put ddp-launch/%s/node/x x", id);
+    assert_int_equal(th_etcdctl(etcd, args, said, sizeof said), 0);
+}
+
+/* A launcher that found the coordinator's key under no lease: status 5 at once, `says`,
+ * and no word of ending a lease it cannot end. */
+static void ends_unleased(th_proc_t *p, const char *says)
+{
+    TH_ASSERT(p, th_wait_exit(p, 10));
+    TH_ASSERT(p, th_status(p) == 5);
+    TH_ASSERT(p, strstr(err(p), says) != NULL);
+    TH_ASSERT(p, strstr(err(p), "ending its lease") == NULL);
+    TH_ASSERT(p, strstr(out(p), "RANK=") == NULL);
+    th_cleanup(p);
+}
+
 /* The coordinator's key names a port where another program listens (here the test's own
  * socket): one that answers the handshake with bytes a TCPStore does not send (by address,
  * then by a host name), then one that takes the connection and says nothing. Each time the
@@ -954,15 +977,21 @@ static void test_coordinator_key_names_another_program(void **state)
              port);
     moved_on(&p, started, 10, says);
     close(conn);
-    /* A key under no lease is no launcher's: not deleted, said (status 5). */
-    char args[256], said[4096];
-    snprintf(args, sizeof args, "put ddp-launch/bare/coord '127.0.0.1:%d x'", port);
-    assert_int_equal(th_etcdctl(&etcd, args, said, sizeof said), 0);
-    assert_int_equal(th_etcdctl(&etcd, "put ddp-launch/bare/node/x x", said, sizeof said), 0);
+    /* A key under no lease is no launcher's: not deleted, said (status 5), no lease said to
+     * end; the same for one naming a port that refuses connections. */
+    bare_key(&etcd, "bare", port);
     start_launcher(&p, SQUAT_FLAGS, "bare", etcd.endpoints);
     conn = answer_garbage(listener);
-    ends_before_workers(&p, 10, 5, "ddp-launch/bare/coord names 127.0.0.1");
+    ends_unleased(&p, "ddp-launch/bare/coord names 127.0.0.1");
     close(conn);
+    int refused = th_free_port();
+    bare_key(&etcd, "refused", refused);
+    start_launcher(&p, SQUAT_FLAGS, "refused", etcd.endpoints);
+    snprintf(says, sizeof says,
+             "ddp-launch/refused/coord names 127.0.0.1:%d, which refuses connections, and is "
+             "under no lease",
+             refused);
+    ends_unleased(&p, says);
     squatted_key(&etcd, "silent", "127.0.0.1", port);
     started = th_now();
     start_launcher(&p, SQUAT_FLAGS, "silent", etcd.endpoints);
