@@ -315,17 +315,17 @@ static void probe_closed(uv_handle_t *handle)
         free(pr);
 }
 
-/* The key still names the probed store (nothing changed meanwhile): its lease revoked,
- * then the key's going is awaited; a key under no lease is no launcher's (said, not
- * waited for: nothing would delete it). `refused`: nobody listens there, else `what` the
- * port did. */
-static void depose_probed(ddp_etcd_place_t *p, const probe_t *pr, bool refused, const char *what)
+/* The key still names the store at host:port (nothing changed meanwhile): its lease
+ * revoked (`warning` said), then the key's going is awaited; a key under no lease is no
+ * launcher's (said, naming the address and `what` of it, not waited for: nothing would
+ * delete it). */
+static void depose_named(ddp_etcd_place_t *p, const char *host, int port, const char *what,
+                         const char *warning)
 {
-    char probed[300];
+    char named[300];
     p->phase = PLACE_ELECTING;
-    snprintf(probed, sizeof probed, strchr(pr->host, ':') != NULL ? "[%s]:%d " : "%s:%d ", pr->host,
-             pr->port);
-    if (p->latest == NULL || strncmp(p->latest, probed, strlen(probed)) != 0) {
+    snprintf(named, sizeof named, strchr(host, ':') != NULL ? "[%s]:%d " : "%s:%d ", host, port);
+    if (p->latest == NULL || strncmp(p->latest, named, strlen(named)) != 0) {
         on_coordinator(p, p->latest, false); /* it went, or another was elected, meanwhile */
         return;
     }
@@ -335,21 +335,11 @@ static void depose_probed(ddp_etcd_place_t *p, const probe_t *pr, bool refused, 
         snprintf(why, sizeof why,
                  "etcd at %s: the coordinator's key %scoord names %.*s, which %s, and is under "
                  "no lease (no launcher put it): delete it",
-                 ddp_etcd_endpoints(p->etcd), p->prefix, (int)strlen(probed) - 1, probed,
-                 refused ? "refuses connections" : what);
+                 ddp_etcd_endpoints(p->etcd), p->prefix, (int)strlen(named) - 1, named, what);
         fail(p, why);
-    } else if (refused) {
-        ddp_log_warn(p->log,
-                     "etcd: the elected launcher's store at %s:%d refuses connections (its "
-                     "launcher is gone): ending its lease, then electing another",
-                     pr->host, pr->port);
-    } else {
-        ddp_log_warn(p->log,
-                     "etcd: the coordinator's key %scoord names %s:%d, which %s: it did not "
-                     "answer as a ddp-launch store (another program's port?): ending its "
-                     "lease, then electing another",
-                     p->prefix, pr->host, pr->port, what);
+        return;
     }
+    ddp_log_warn(p->log, "etcd: %s", warning);
 }
 
 static void probe_end(probe_t *pr, probe_result_t result, const char *what)
@@ -363,10 +353,24 @@ static void probe_end(probe_t *pr, probe_result_t result, const char *what)
         return;
     p->probe = NULL;
     pr->p = NULL;
-    if (result == PROBE_ANSWERED || result == PROBE_UNJUDGED)
+    if (result == PROBE_ANSWERED || result == PROBE_UNJUDGED) {
         placed_elsewhere(p, pr->host, pr->port);
+        return;
+    }
+    char warning[2000];
+    if (result == PROBE_REFUSED)
+        snprintf(warning, sizeof warning,
+                 "the elected launcher's store at %s:%d refuses connections (its launcher is "
+                 "gone): ending its lease, then electing another",
+                 pr->host, pr->port);
     else
-        depose_probed(p, pr, result == PROBE_REFUSED, what);
+        snprintf(warning, sizeof warning,
+                 "the coordinator's key %scoord names %s:%d, which %s: it did not answer as a "
+                 "ddp-launch store (another program's port?): ending its lease, then electing "
+                 "another",
+                 p->prefix, pr->host, pr->port, what);
+    depose_named(p, pr->host, pr->port, result == PROBE_REFUSED ? "refuses connections" : what,
+                 warning);
 }
 
 static void on_probe_alloc(uv_handle_t *handle, size_t size, uv_buf_t *buf)
@@ -554,6 +558,20 @@ static void on_coordinator(void *ctx, const char *record, bool own)
     if (own) { /* the job's last round first, to resume from */
         p->phase = PLACE_READING;
         read_state(p);
+        return;
+    }
+    /* This launcher's own store's address under another launcher's id: that launcher has
+     * gone (this one listens there now: a restart with a fixed --master-port), its lease
+     * not run out yet. Probed, the store would answer as the job's. */
+    size_t addr_len = strcspn(p->record, " ") + 1;
+    if (!own && strncmp(record, p->record, addr_len) == 0 && strcmp(record, p->record) != 0) {
+        char warning[2000];
+        snprintf(warning, sizeof warning,
+                 "the coordinator's key %scoord names %.*s, this launcher's own store, under "
+                 "another launcher's id (a launcher gone since, this one listening at its "
+                 "port): ending its lease, then electing another",
+                 p->prefix, (int)addr_len - 1, record);
+        depose_named(p, host, port, "is this launcher's own store", warning);
         return;
     }
     if (probe(p, host, port) != 0)

@@ -939,7 +939,8 @@ static void ends_unleased(th_proc_t *p, const char *says)
  * then by a host name), then one that takes the connection and says nothing. Each time the
  * launcher says so, naming the address, ends that key's lease and elects itself: within the
  * keep-alive limit (2 s here), not after the store's connect timeout. A key under no lease
- * (put by no launcher) ends the launcher, named. */
+ * (put by no launcher) ends the launcher, named. One naming this launcher's own store's
+ * address (a restart at a fixed --master-port) is a dead launcher's: deposed at once. */
 static void test_coordinator_key_names_another_program(void **state)
 {
     (void)state;
@@ -999,6 +1000,21 @@ static void test_coordinator_key_names_another_program(void **state)
              port);
     moved_on(&p, started, 12, says);
     close(listener);
+    /* A restart with a fixed --master-port: the dead launcher's key names the port this
+     * launcher's store listens at now, under that launcher's id. Its lease is ended and this
+     * launcher elected, not a handshake with its own store taken for the job's. */
+    int own = th_free_port();
+    squatted_key(&etcd, "restart", "127.0.0.1", own);
+    started = th_now();
+    start_launcher(&p, SQUAT_FLAGS " --master-port=%d", "restart", etcd.endpoints, own);
+    TH_ASSERT(&p, th_wait_exit(&p, 20));
+    printf("restarted at its own port: %.2f s\n", th_now() - started);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out(&p), "\nWORLD_SIZE=1\n") != NULL);
+    TH_ASSERT(&p,
+              strstr(err(&p), "this launcher's own store, under another launcher's id") != NULL);
+    TH_ASSERT(&p, th_now() - started < 10);
+    th_cleanup(&p);
     th_etcd_down(&etcd);
 }
 
