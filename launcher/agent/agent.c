@@ -134,6 +134,8 @@ typedef struct ddp_agent_s {
     bool store_leaves;           /* etcd: serving the store, it leaves a job that goes on */
     ddp_rdzv_coord_t *lingering; /* finished: the coordinator the others still read from */
     bool linger_ignored;         /* lingering: the job's own signal came once more, ignored */
+    bool etcd_closing;           /* finished: etcd's side still ends the job's keys */
+    bool signals_closed;         /* finished: the signal handles closed */
     ddp_health_run_t *health;    /* CHECKING: the checks that run */
     int exit_code;
     bool loop_ready;  /* the loop was initialised: agent_free closes it */
@@ -222,6 +224,7 @@ static void close_signal_handle(uv_signal_t *h)
 
 static void close_signal_handles(ddp_agent_t *a)
 {
+    a->signals_closed = true;
     for (int i = 0; i < a->g.cfg->nsignals; i++)
         close_signal_handle(&a->forwarded[i]);
     for (int i = 0; i < a->nunforwarded; i++)
@@ -230,11 +233,26 @@ static void close_signal_handles(ddp_agent_t *a)
         close_signal_handle(&a->passed[i]);
 }
 
+/* Finished: the signal handles close once neither the store the others read from nor
+ * etcd's side is left (a signal meanwhile cuts either short). */
+static void end_signals(ddp_agent_t *a)
+{
+    if (a->lingering == NULL && a->g.coord == NULL && !a->etcd_closing && !a->signals_closed)
+        close_signal_handles(a);
+}
+
 static void on_store_closed(void *ctx)
 {
     ddp_agent_t *a = ctx;
     a->lingering = NULL;
-    close_signal_handles(a);
+    end_signals(a);
+}
+
+static void on_placement_closed(void *ctx)
+{
+    ddp_agent_t *a = ctx;
+    a->etcd_closing = false;
+    end_signals(a);
 }
 
 /* The parts' handles, with the loop's others. */
@@ -274,7 +292,8 @@ static void finish(ddp_agent_t *a)
         ddp_rdzv_coord_close(a->g.coord);
         a->g.coord = NULL;
     }
-    ddp_placement_close(a->placement, a->store_leaves);
+    a->etcd_closing = a->placement != NULL; /* (its word may come at once) */
+    ddp_placement_close(a->placement, a->store_leaves, on_placement_closed, a);
     if (a->g.coord != NULL) {
         /* The other nodes read how the job ended from our store: it stays until they
          * have left, up to close_timeout, whatever the outcome (a node slow to read a
@@ -292,8 +311,9 @@ static void finish(ddp_agent_t *a)
                               &a->remote_failures, on_store_closed, a);
     } else {
         /* The handlers first: a test (or Slurm) that sees the store's port closed may
-         * signal at once, and the first signal is then the one swallowed. */
-        close_signal_handles(a);
+         * signal at once, and the first signal is then the one swallowed. (Not while etcd's
+         * side still ends the job's keys: a signal cuts that short.) */
+        end_signals(a);
         ddp_store_server_close(a->g.store);
     }
     a->g.store = NULL;
@@ -853,9 +873,16 @@ static void on_sigchld(uv_signal_t *handle, int signum)
 static void signal_while_lingering(ddp_agent_t *a, int sig)
 {
     char name[32];
+    signame(sig, name, sizeof name);
+    if (a->etcd_closing) { /* the lease ends by itself; the status stays the job's */
+        ddp_log_info(a->g.log,
+                     "received %s after the job ended: leaving its keys in etcd to "
+                     "their lease's end",
+                     name);
+        ddp_placement_abandon(a->placement);
+    }
     if (a->lingering == NULL)
         return;
-    signame(sig, name, sizeof name);
     if (sig == a->exit_code - DDP_EXIT_SIGNAL_BASE && !a->linger_ignored) {
         a->linger_ignored = true;
         ddp_log_info(a->g.log,

@@ -27,6 +27,9 @@ struct ddp_placement_s {
     ddp_rdzv_t **retired; /* the threads of the stores lost, freed at the end */
     size_t nretired;
     ddp_store_server_t *left_store; /* the job's, left: closed once etcd's side is */
+    ddp_etcd_place_t *closing;      /* etcd's side, closing */
+    void (*closed)(void *ctx);      /* told once it has */
+    void *closed_ctx;
 };
 
 int ddp_placement_new(ddp_group_t *g, const ddp_launch_config_t *cfg, ddp_placement_t **out)
@@ -207,11 +210,14 @@ void ddp_placement_start(ddp_placement_t *p)
 static void on_etcd_closed(void *ctx)
 {
     ddp_placement_t *p = ctx;
+    p->closing = NULL;
     ddp_store_server_close(p->left_store);
     p->left_store = NULL;
+    if (p->closed != NULL)
+        p->closed(p->closed_ctx);
 }
 
-void ddp_placement_close(ddp_placement_t *p, bool leaving)
+void ddp_placement_close(ddp_placement_t *p, bool leaving, void (*closed)(void *ctx), void *ctx)
 {
     if (p == NULL)
         return;
@@ -219,10 +225,19 @@ void ddp_placement_close(ddp_placement_t *p, bool leaving)
         p->left_store = p->g->store;
         p->g->store = NULL;
     }
-    ddp_etcd_place_close(p->place, leaving, on_etcd_closed, p);
+    p->closed = closed;
+    p->closed_ctx = ctx;
+    p->closing = p->place;
     p->place = NULL;
     ddp_store_server_close(p->idle_store);
     p->idle_store = NULL;
+    ddp_etcd_place_close(p->closing, leaving, on_etcd_closed, p);
+}
+
+void ddp_placement_abandon(ddp_placement_t *p)
+{
+    if (p != NULL)
+        ddp_etcd_place_abandon(p->closing);
 }
 
 void ddp_placement_free(ddp_placement_t *p)

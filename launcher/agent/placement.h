@@ -35,8 +35,11 @@ void ddp_placement_rejoin(ddp_placement_t *p);
  * launcher, its keys kept), this launcher's idle store too. Where this launcher leaves
  * serving the job's store (g->store, taken), that store closes once etcd has its last
  * round record and its lease is revoked: the others, finding it lost, go on at the next
- * elected launcher's, which counts the restart that record has. */
-void ddp_placement_close(ddp_placement_t *p, bool leaving);
+ * elected launcher's, which counts the restart that record has. `closed(ctx)` once etcd's
+ * side has closed (within 2.5 s; not called where p is NULL). */
+void ddp_placement_close(ddp_placement_t *p, bool leaving, void (*closed)(void *ctx), void *ctx);
+/* During the close: etcd's side ends now, what it still asks etcd dropped (a signal). */
+void ddp_placement_abandon(ddp_placement_t *p);
 /* After the loop: the retired rendezvous threads, and the part. */
 void ddp_placement_free(ddp_placement_t *p);
 

@@ -58,9 +58,12 @@ struct ddp_etcd_place_s {
     bool own;     /* this launcher's store is the job's */
     char *placed; /* the coordinator's record the job is at (malloc'd) */
     char *latest; /* the record the key holds as last seen, NULL: none (malloc'd) */
-    ddp_etcd_call_t *reading, *writing; /* the round record's */
-    int64_t state_rev;                  /* its revision as this coordinator knows it */
-    void (*closed)(void *ctx);          /* (CLOSING) told once the last request is done */
+    ddp_etcd_call_t *reading, *writing;   /* the round record's */
+    ddp_etcd_call_t *deleting, *revoking; /* (CLOSING) the prefix's, the lease's */
+    uv_timer_t bound;                     /* (CLOSING) the end's deadline (CLOSE_BOUND) */
+    bool ended;                           /* (CLOSING) its handle closes, then it is freed */
+    int64_t state_rev;                    /* its revision as this coordinator knows it */
+    void (*closed)(void *ctx);            /* (CLOSING) told once the last request is done */
     void *closed_ctx;
     char *pending;         /* a record to write once the last write is in */
     struct probe_s *probe; /* PROBING: the connection to the elected store */
@@ -73,6 +76,12 @@ struct ddp_etcd_place_s {
     char prefix[DDP_ETCD_PREFIX_MAX]; /* ddp-launch/<run id, escaped>/ */
     char id[128], record[400];
 };
+
+/* The end's requests (the last round record where the elected launcher leaves, the
+ * prefix's delete, the lease's revoke) are given this many seconds in all, however many
+ * endpoints etcd leaves unanswered: the lease ends by itself after its time, and a new
+ * job clears a prefix no live launcher holds. */
+#define CLOSE_BOUND 2.5
 
 /* First joins etcd may leave unanswered before this launcher ends (a join burst's late
  * answers are taken again; an endpoint that never answers is said after these). */
@@ -669,33 +678,75 @@ void ddp_etcd_place_lost(ddp_etcd_place_t *p)
 
 /* The end. */
 
-static void on_session_closed(void *ctx)
+static void on_bound_closed(uv_handle_t *handle)
 {
-    ddp_etcd_place_t *p = ctx;
+    ddp_etcd_place_t *p = handle->data;
     if (p->closed != NULL)
         p->closed(p->closed_ctx);
     free(p->placed);
     free(p->latest);
     free(p->pending);
-    ddp_etcd_free(p->etcd);
+    ddp_etcd_free(p->etcd); /* (drops what is still in flight, unanswered) */
     free(p);
 }
 
+/* The end is over, done or cut short: the requests still in flight dropped. */
+static void ended(ddp_etcd_place_t *p)
+{
+    if (p->ended)
+        return;
+    p->ended = true;
+    ddp_etcd_cancel(p->writing);
+    ddp_etcd_cancel(p->deleting);
+    ddp_etcd_cancel(p->revoking);
+    p->writing = p->deleting = p->revoking = NULL;
+    if (p->session != NULL)
+        ddp_etcd_session_close(p->session, true, NULL, NULL);
+    p->session = NULL;
+    uv_close((uv_handle_t *)&p->bound, on_bound_closed);
+}
+
+static void on_revoked(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_place_t *p = ctx;
+    (void)err, (void)reply, (void)why; /* (not revoked: it ends after its time) */
+    p->revoking = NULL;
+    ended(p);
+}
+
+/* The session closed, its lease revoked (this launcher's keys go with it). */
 static void end_session(ddp_etcd_place_t *p)
 {
+    char body[64];
+    int64_t lease = p->session != NULL ? ddp_etcd_session_lease(p->session) : 0;
     if (p->session != NULL)
-        ddp_etcd_session_close(p->session, false, on_session_closed, p);
-    else
-        on_session_closed(p);
+        ddp_etcd_session_close(p->session, true, NULL, NULL);
+    p->session = NULL;
+    snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)lease);
+    if (lease == 0 ||
+        ddp_etcd_post(p->etcd, "/v3/lease/revoke", body, false, on_revoked, p, &p->revoking) != 0)
+        ended(p);
 }
 
 static void on_deleted(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_place_t *p = ctx;
     (void)reply;
+    p->deleting = NULL;
     if (err != 0)
         ddp_log_warn(p->log, "etcd: unable to delete the job's keys under %s: %s", p->prefix, why);
     end_session(p);
+}
+
+static void on_bound(uv_timer_t *timer)
+{
+    ddp_etcd_place_t *p = timer->data;
+    ddp_log_warn(p->log,
+                 "etcd at %s did not answer the job's end within %g s: %s left to %s lease's end",
+                 ddp_etcd_endpoints(p->etcd), CLOSE_BOUND,
+                 p->revoking != NULL ? "this launcher's keys" : "the job's keys",
+                 p->revoking != NULL ? "its" : "their");
+    ended(p);
 }
 
 void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving, void (*closed)(void *ctx), void *ctx)
@@ -715,6 +766,9 @@ void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving, void (*closed)(void
     probe_t *pr = p->probe;
     p->probe = NULL;
     p->phase = PLACE_CLOSING;
+    uv_timer_init(ddp_etcd_loop(p->etcd), &p->bound);
+    p->bound.data = p;
+    uv_timer_start(&p->bound, on_bound, (uint64_t)(CLOSE_BOUND * 1000), 0);
     if (pr != NULL) { /* (it frees itself once its handles have closed) */
         pr->p = NULL;
         probe_end(pr, PROBE_UNJUDGED, NULL);
@@ -727,14 +781,23 @@ void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving, void (*closed)(void
         return; /* on_state_written ends the session */
     ddp_etcd_cancel(p->writing);
     p->writing = NULL;
+    ddp_log_debug(p->log, "etcd: the job's end here: %s",
+                  own ? "deleting the job's keys, then revoking this launcher's lease"
+                      : "revoking this launcher's lease");
     ddp_buf_t body = DDP_BUF_INIT;
     /* The elected launcher ends the job's keys: a new job with this run id starts clean. */
     if (own && ddp_etcd_body_range(&body, p->prefix, true) == 0 &&
         ddp_etcd_post(p->etcd, "/v3/kv/deleterange", ddp_buf_str(&body), false, on_deleted, p,
-                      NULL) == 0) {
+                      &p->deleting) == 0) {
         ddp_buf_free(&body);
         return;
     }
     ddp_buf_free(&body);
     end_session(p);
+}
+
+void ddp_etcd_place_abandon(ddp_etcd_place_t *p)
+{
+    if (p != NULL && p->phase == PLACE_CLOSING)
+        ended(p);
 }

@@ -71,9 +71,12 @@ void ddp_etcd_place_record(ddp_etcd_place_t *p, const char *record);
 /* The job is over here: the callbacks stop; the elected launcher deletes the job's keys
  * (unless `leaving`: this launcher leaves a job that goes on, whose round record the next
  * elected one takes over: its last record is written first), every launcher revokes its
- * lease (its keys go with it), each bounded by the client's request time, then
- * `closed(ctx)` (may be NULL) is called and the part is freed once its handles have
- * closed. */
+ * lease (its keys go with it), all of it within 2.5 s however many endpoints etcd leaves
+ * unanswered (what is left then is dropped: the lease ends by itself), then `closed(ctx)`
+ * (may be NULL) is called and the part is freed once its handles have closed. */
 void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving, void (*closed)(void *ctx), void *ctx);
+/* A closing part (ddp_etcd_place_close, `closed` not called yet) ends now: its requests in
+ * flight dropped (a signal during the job's end acts at once). */
+void ddp_etcd_place_abandon(ddp_etcd_place_t *p);
 
 #endif

@@ -1018,6 +1018,50 @@ static void test_coordinator_key_names_another_program(void **state)
     th_etcd_down(&etcd);
 }
 
+/* etcd stopped (SIGSTOP) as the job ends: the launcher's end (the prefix's delete, then the
+ * lease's revoke) is bounded in all, not 2 s per endpoint per request (12 s with the one
+ * member given 3 times here); a SIGTERM during it ends the launcher at once, its status the
+ * job's. */
+static void test_end_bounded_with_etcd_stopped(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    char *dir = th_tmpdir(), trigger[600], script[800], endpoints[600];
+    snprintf(endpoints, sizeof endpoints, "%s,%s,%s", etcd.endpoints, etcd.endpoints,
+             etcd.endpoints);
+    const char *const env[] = {"DDP_LAUNCH_LOG_LEVEL=debug", NULL};
+    for (int term = 0; term < 2; term++) {
+        th_proc_t p;
+        snprintf(trigger, sizeof trigger, "%s/go%d", dir, term);
+        snprintf(script, sizeof script, "while [ ! -e %s ]; do sleep 0.02; done", trigger);
+        const char *const worker[] = {"/bin/sh", "-c", script, NULL};
+        start_worker(&p, worker, env, "--nnodes=1 --rdzv-id=end%d --rdzv-endpoint=%s", term,
+                     endpoints);
+        TH_ASSERT(&p, th_wait_output(&p, 2, "started worker rank 0", 1, 30));
+        th_etcd_kill(&etcd, 0, SIGSTOP);
+        double stopped = th_now();
+        TH_ASSERT(&p, th_touch(trigger));
+        if (term) { /* once the worker's end is seen: the job's end has begun */
+            TH_ASSERT(&p, th_wait_output(&p, 2, "etcd: the job's end here", 1, 10));
+            assert_int_equal(kill(p.pid, SIGTERM), 0);
+        }
+        TH_ASSERT(&p, th_wait_exit(&p, 30));
+        double took = th_now() - stopped;
+        printf("%s: the launcher ended %.2f s after etcd stopped\n",
+               term ? "SIGTERM during the end" : "the end bounded", took);
+        th_etcd_kill(&etcd, 0, SIGCONT);
+        TH_ASSERT(&p, th_status(&p) == 0);
+        TH_ASSERT(&p, strstr(err(&p), term ? "received SIGTERM after the job ended"
+                                           : "did not answer the job's end within 2.5 s") != NULL);
+        TH_ASSERT(&p, took < (term ? 2 : 5));
+        th_cleanup(&p);
+    }
+    th_rmtree(dir);
+    free(dir);
+    th_etcd_down(&etcd);
+}
+
 /* The elected launcher `a` (started first, waited for) and launcher `b` of one job on
  * `etcd`, each running its own worker program, with the same flags (`flags`; `b_flags`
  * more for b), b waited for until it joins or ends. */
@@ -1568,6 +1612,7 @@ int main(int argc, char **argv)
         TH_TEST(test_signal_names_the_node),
         TH_TEST(test_dead_jobs_live_record_deposed),
         TH_TEST(test_coordinator_key_names_another_program),
+        TH_TEST(test_end_bounded_with_etcd_stopped),
         TH_TEST(test_elected_launcher_lost_spare_takes_over),
         TH_TEST(test_elected_launcher_lost_job_shrinks),
         TH_TEST(test_elected_launcher_lost_torch_spare),

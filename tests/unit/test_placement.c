@@ -43,7 +43,7 @@ static void test_other_backends_untouched(void **state)
     ddp_placement_rejoin(p); /* no store was lost: nothing */
     assert_int_equal(f.rendezvous_started, 0);
     assert_int_equal(f.ended, -1);
-    ddp_placement_close(p, false);
+    ddp_placement_close(p, false, NULL, NULL);
     gf_free(&f);
     ddp_placement_free(p);
 }
@@ -87,7 +87,7 @@ static void test_no_etcd_ends_the_job(void **state)
     if (strstr(log, endpoint) == NULL)
         fail_msg("the endpoint is not named: %s", log);
     free(log);
-    ddp_placement_close(p, false);
+    ddp_placement_close(p, false, NULL, NULL);
     gf_free(&f);
     ddp_placement_free(p);
 }
