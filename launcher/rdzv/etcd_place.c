@@ -781,9 +781,8 @@ void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving, void (*closed)(void
         return; /* on_state_written ends the session */
     ddp_etcd_cancel(p->writing);
     p->writing = NULL;
-    ddp_log_debug(p->log, "etcd: the job's end here: %s",
-                  own ? "deleting the job's keys, then revoking this launcher's lease"
-                      : "revoking this launcher's lease");
+    ddp_log_debug(p->log, "etcd: the job's end here%s",
+                  own ? ": deleting the job's keys, then this launcher's lease" : "");
     ddp_buf_t body = DDP_BUF_INIT;
     /* The elected launcher ends the job's keys: a new job with this run id starts clean. */
     if (own && ddp_etcd_body_range(&body, p->prefix, true) == 0 &&

@@ -34,6 +34,7 @@ struct ddp_etcd_session_s {
     char member_key[1024], coord_key[1024];
     bool joined;     /* once: a prefix is cleared at the first join only */
     bool lease_lost; /* (LOST) the loss was the lease's: it may be taken again */
+    bool lease_gone; /* the lease was lost (gone, or etcd out of reach): none to revoke */
     int64_t held;    /* at a rejoin: the lost lease, where it held the coordinator's key */
     bool unwatched;  /* the coordinator's key is not watched (ddp_etcd_session_watch) */
     bool owner;      /* it took the coordinator's key, and has not seen another take it since (a
@@ -44,10 +45,11 @@ struct ddp_etcd_session_s {
     session_phase_t phase;
     int64_t lease;
     uv_timer_t keepalive;
-    double last_alive; /* monotonic s of the last keep-alive etcd answered */
-    double ticked_at;  /* monotonic s of the keep-alive timer's last tick */
-    bool stopped;      /* the loop stood still (SIGSTOP, Ctrl-Z) since etcd last answered */
-    double relaxed_at; /* monotonic s when the keep-alives were last seen relaxed */
+    uv_timer_t deadline; /* when etcd's silence reaches the limit (see overdue) */
+    double last_alive;   /* monotonic s of the last keep-alive etcd answered */
+    double ticked_at;    /* monotonic s of the keep-alive timer's last tick */
+    bool stopped;        /* the loop stood still (SIGSTOP, Ctrl-Z) since etcd last answered */
+    double relaxed_at;   /* monotonic s when the keep-alives were last seen relaxed */
     ddp_etcd_call_t *calls[NCALLS];
     /* The coordinator's key as last seen: its record, lease and revision. */
     char *coord;
@@ -82,6 +84,7 @@ static void lose(ddp_etcd_session_t *s, const char *fmt, ...)
         return;
     s->phase = SESSION_LOST;
     uv_timer_stop(&s->keepalive);
+    uv_timer_stop(&s->deadline);
     uv_timer_stop(&s->retry);
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
@@ -106,6 +109,7 @@ static void lose_lease(ddp_etcd_session_t *s, bool again, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     s->lease_lost = again;
+    s->lease_gone = true;
     lose(s, "%s", why);
 }
 
@@ -272,6 +276,31 @@ static bool overdue(ddp_etcd_session_t *s)
 }
 
 static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char *why);
+static bool stood_still(ddp_etcd_session_t *s);
+
+/* The lease is lost at the limit itself, not at the next keep-alive's timeout or tick
+ * after it: a timer for the moment overdue would say so, set again at every answer and
+ * tick (the limit changes when the keep-alives stop being relaxed). */
+static void on_deadline(uv_timer_t *timer)
+{
+    ddp_etcd_session_t *s = timer->data;
+    if (stood_still(s))
+        return;
+    if (overdue(s))
+        lose_lease(s, true, "etcd at %s did not answer a keep-alive for %g s",
+                   ddp_etcd_endpoints(s->etcd), limit(s));
+    else
+        uv_timer_start(&s->deadline, on_deadline, 1, 0); /* (a rounding short of it) */
+}
+
+static void arm_deadline(ddp_etcd_session_t *s)
+{
+    double since = s->last_alive;
+    if (!relaxed(s) && s->relaxed_at > since)
+        since = s->relaxed_at;
+    double left = since + limit(s) - now_s(s);
+    uv_timer_start(&s->deadline, on_deadline, left > 0 ? (uint64_t)(left * 1000) + 1 : 1, 0);
+}
 
 static void send_keepalive(ddp_etcd_session_t *s)
 {
@@ -294,6 +323,7 @@ static bool stood_still(ddp_etcd_session_t *s)
         return false;
     s->ticked_at = s->last_alive = now;
     s->stopped = true;
+    arm_deadline(s);
     ddp_etcd_cancel(s->calls[CALL_KEEPALIVE]);
     s->calls[CALL_KEEPALIVE] = NULL;
     send_keepalive(s);
@@ -308,6 +338,7 @@ static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char
     if (err == 0 && ddp_etcd_int(ddp_json_get(reply, "result"), "TTL", &ttl) && ttl > 0) {
         s->last_alive = now_s(s);
         s->stopped = false;
+        arm_deadline(s);
         return;
     }
     if (err == 0 && (s->stopped || stood_still(s))) { /* (a stop's loss: taken again) */
@@ -336,6 +367,8 @@ static void on_keepalive_timer(uv_timer_t *timer)
     if (stood_still(s))
         return;
     s->ticked_at = now_s(s);
+    if (!overdue(s)) /* (which sees whether they are relaxed still) */
+        arm_deadline(s);
     if (s->calls[CALL_KEEPALIVE] != NULL) { /* the last one has not come back */
         if (overdue(s))
             lose_lease(s, true, "etcd at %s did not answer a keep-alive for %g s",
@@ -442,8 +475,10 @@ static void on_grant(void *ctx, int err, const ddp_json_t *reply, const char *wh
         return;
     }
     s->last_alive = s->ticked_at = now_s(s);
+    s->lease_gone = false;
     uint64_t every = (uint64_t)(s->ttl * 1000 / 3);
     uv_timer_start(&s->keepalive, on_keepalive_timer, every, every);
+    arm_deadline(s);
     ddp_etcd_join_t j;
     ddp_buf_t body = DDP_BUF_INIT;
     join_of(s, &j);
@@ -488,8 +523,9 @@ int ddp_etcd_session_start(ddp_etcd_t *etcd, const char *prefix, const char *id,
     snprintf(s->member_key, sizeof s->member_key, "%snode/%s", prefix, id);
     key_of(s, "coord", s->coord_key, sizeof s->coord_key);
     uv_timer_init(s->loop, &s->keepalive);
+    uv_timer_init(s->loop, &s->deadline);
     uv_timer_init(s->loop, &s->retry);
-    s->keepalive.data = s->retry.data = s;
+    s->keepalive.data = s->deadline.data = s->retry.data = s;
     char body[64];
     snprintf(body, sizeof body, "{\"TTL\": %lld}", (long long)(s->lease_ttl + 0.999));
     *out = s;
@@ -695,7 +731,10 @@ bool ddp_etcd_session_stopped(const ddp_etcd_session_t *s)
 
 int64_t ddp_etcd_session_lease(const ddp_etcd_session_t *s)
 {
-    return s->lease;
+    /* A keep-alive goes every third of the limit and is answered at once: one unanswered
+     * for a second more says etcd is out of reach now. */
+    bool unanswered = now_s(s) - s->last_alive > limit(s) / 3 + 1;
+    return s->lease_gone || unanswered ? 0 : s->lease;
 }
 
 /* The end. */
@@ -718,7 +757,11 @@ static void on_revoked(void *ctx, int err, const ddp_json_t *reply, const char *
 static void free_session(uv_handle_t *handle)
 {
     ddp_etcd_session_t *s = handle->data;
-    if (!uv_is_closing((uv_handle_t *)&s->retry)) { /* the keep-alive timer's: then this one */
+    if (!uv_is_closing((uv_handle_t *)&s->deadline)) { /* the keep-alive timer's: then these */
+        uv_close((uv_handle_t *)&s->deadline, free_session);
+        return;
+    }
+    if (!uv_is_closing((uv_handle_t *)&s->retry)) {
         uv_close((uv_handle_t *)&s->retry, free_session);
         return;
     }
@@ -740,10 +783,12 @@ void ddp_etcd_session_close(ddp_etcd_session_t *s, bool keep, void (*done)(void 
     }
     s->phase = SESSION_LOST;
     uv_timer_stop(&s->keepalive);
+    uv_timer_stop(&s->deadline);
     uv_timer_stop(&s->retry);
     /* The revoke is left to run; a closing context only for whoever waits for it (a client
      * freed first drops the call unanswered, and nothing is left behind). */
-    if (!keep && s->lease != 0 && (done == NULL || (c = malloc(sizeof *c)) != NULL)) {
+    if (!keep && ddp_etcd_session_lease(s) != 0 &&
+        (done == NULL || (c = malloc(sizeof *c)) != NULL)) {
         if (c != NULL) {
             c->done = done;
             c->ctx = ctx;

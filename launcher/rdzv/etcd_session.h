@@ -92,7 +92,9 @@ void ddp_etcd_session_watch_members(ddp_etcd_session_t *s);
  * (ddp_etcd_session_rejoin) while workers run. */
 bool ddp_etcd_session_stopped(const ddp_etcd_session_t *s);
 
-/* This launcher's lease, for logs and tests. */
+/* This launcher's lease; 0 where it was lost (etcd ended it, or left its keep-alives
+ * unanswered past the limit), or where etcd leaves the last keep-alive unanswered for over
+ * a second (out of reach): a revoke would be moot, or unanswered too. */
 int64_t ddp_etcd_session_lease(const ddp_etcd_session_t *s);
 
 /* Ends the session: the callbacks stop at once; its lease is revoked (its keys go with it),

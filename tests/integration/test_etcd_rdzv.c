@@ -1021,7 +1021,10 @@ static void test_coordinator_key_names_another_program(void **state)
 /* etcd stopped (SIGSTOP) as the job ends: the launcher's end (the prefix's delete, then the
  * lease's revoke) is bounded in all, not 2 s per endpoint per request (12 s with the one
  * member given 3 times here); a SIGTERM during it ends the launcher at once, its status the
- * job's. */
+ * job's. Stopped while the worker runs: the launcher ends at the keep-alive limit it names
+ * (2 s after etcd's last answer here), not at the next keep-alive's timeout after it, and
+ * tries no revoke that etcd would leave unanswered too. */
+#define QUICK_LEASE "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=2"
 static void test_end_bounded_with_etcd_stopped(void **state)
 {
     (void)state;
@@ -1031,30 +1034,35 @@ static void test_end_bounded_with_etcd_stopped(void **state)
     snprintf(endpoints, sizeof endpoints, "%s,%s,%s", etcd.endpoints, etcd.endpoints,
              etcd.endpoints);
     const char *const env[] = {"DDP_LAUNCH_LOG_LEVEL=debug", NULL};
-    for (int term = 0; term < 2; term++) {
+    static const char *const cases[] = {"the end bounded", "SIGTERM during the end",
+                                        "stopped while the worker runs"};
+    for (int c = 0; c < 3; c++) {
         th_proc_t p;
-        snprintf(trigger, sizeof trigger, "%s/go%d", dir, term);
+        snprintf(trigger, sizeof trigger, "%s/go%d", dir, c);
         snprintf(script, sizeof script, "while [ ! -e %s ]; do sleep 0.02; done", trigger);
         const char *const worker[] = {"/bin/sh", "-c", script, NULL};
-        start_worker(&p, worker, env, "--nnodes=1 --rdzv-id=end%d --rdzv-endpoint=%s", term,
-                     endpoints);
+        /* (the last case with a keep-alive limit of 2 s, for a short test) */
+        start_worker(&p, worker, env, "--nnodes=1 --rdzv-id=end%d --rdzv-endpoint=%s %s", c,
+                     endpoints, c < 2 ? "" : QUICK_LEASE);
         TH_ASSERT(&p, th_wait_output(&p, 2, "started worker rank 0", 1, 30));
         th_etcd_kill(&etcd, 0, SIGSTOP);
         double stopped = th_now();
-        TH_ASSERT(&p, th_touch(trigger));
-        if (term) { /* once the worker's end is seen: the job's end has begun */
+        if (c < 2)
+            TH_ASSERT(&p, th_touch(trigger));
+        if (c == 1) { /* once the worker's end is seen: the job's end has begun */
             TH_ASSERT(&p, th_wait_output(&p, 2, "etcd: the job's end here", 1, 10));
             assert_int_equal(kill(p.pid, SIGTERM), 0);
         }
         TH_ASSERT(&p, th_wait_exit(&p, 30));
         double took = th_now() - stopped;
-        printf("%s: the launcher ended %.2f s after etcd stopped\n",
-               term ? "SIGTERM during the end" : "the end bounded", took);
+        printf("%s: the launcher ended %.2f s after etcd stopped\n", cases[c], took);
         th_etcd_kill(&etcd, 0, SIGCONT);
-        TH_ASSERT(&p, th_status(&p) == 0);
-        TH_ASSERT(&p, strstr(err(&p), term ? "received SIGTERM after the job ended"
-                                           : "did not answer the job's end within 2.5 s") != NULL);
-        TH_ASSERT(&p, took < (term ? 2 : 5));
+        static const char *const says[] = {"did not answer the job's end within 2.5 s",
+                                           "received SIGTERM after the job ended",
+                                           "did not answer a keep-alive for 2 s"};
+        TH_ASSERT(&p, th_status(&p) == (c < 2 ? 0 : 5));
+        TH_ASSERT(&p, strstr(err(&p), says[c]) != NULL);
+        TH_ASSERT(&p, took < (c == 0 ? 5 : c == 1 ? 2 : 3));
         th_cleanup(&p);
     }
     th_rmtree(dir);
