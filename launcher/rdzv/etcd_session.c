@@ -192,6 +192,8 @@ static void watch_coord(ddp_etcd_session_t *s, int64_t from)
 {
     char key[1024];
     ddp_buf_t body = DDP_BUF_INIT;
+    ddp_etcd_cancel(s->calls[CALL_WATCH]); /* (one watch at most: no other outlives it) */
+    s->calls[CALL_WATCH] = NULL;
     key_of(s, "coord", key, sizeof key);
     if (ddp_etcd_body_watch(&body, key, false, from) == 0)
         (void)post(s, CALL_WATCH, "/v3/watch", ddp_buf_str(&body), true, on_coord_watch);
@@ -439,7 +441,8 @@ static void join_reply(ddp_etcd_session_t *s, const ddp_etcd_join_t *j, const dd
         (void)ddp_etcd_int(kv, "mod_revision", &rev);
         coord_seen(s, kv, rev);
     }
-    if (s->phase == SESSION_RUNNING && !s->unwatched)
+    /* (Where the coordinator callback asked for a read meanwhile, the read's watch.) */
+    if (s->phase == SESSION_RUNNING && !s->unwatched && s->calls[CALL_RANGE] == NULL)
         watch_coord(s, revision + 1); /* what changes after the join */
 }
 
