@@ -279,22 +279,38 @@ static size_t on_data(char *data, size_t size, size_t n, void *userdata)
 
 static int start_on(ddp_etcd_call_t *call, size_t endpoint);
 
+/* Whether an HTTP status is the endpoint's failure, not the request's: a member or a proxy
+ * that cannot serve now (5xx: etcd's "no leader", "request timed out", a gateway's 502 or
+ * 504; 429: etcd's "too many requests"; 408), where another member may. 501 is a server
+ * that is not etcd's gateway at all; another 4xx is the request's own fault (etcd's
+ * "invalid argument"): the same at every member. */
+static bool endpoint_status(long status)
+{
+    return (status >= 500 && status <= 599 && status != 501) || status == 429 || status == 408;
+}
+
 /* Whether a failure is the endpoint's (another may answer): it could not be reached, did
- * not answer in time or answered what is not HTTP, before any reply came. */
-static bool endpoint_failed(const ddp_etcd_call_t *call, ended_t ended)
+ * not answer in time, answered what is not HTTP or an HTTP error of its own
+ * (endpoint_status), before any reply came. */
+static bool endpoint_failed(const ddp_etcd_call_t *call, ended_t ended, long status)
 {
     return !call->delivered &&
-           (ended == ENDED_UNREACHED || ended == ENDED_TIMEDOUT || ended == ENDED_BROKEN);
+           (ended == ENDED_UNREACHED || ended == ENDED_TIMEDOUT || ended == ENDED_BROKEN ||
+            (ended == ENDED_REPLIED && endpoint_status(status)));
 }
 
 /* Sends the call again, to the next endpoint, where its own failed: true when it went. */
-static bool retry_elsewhere(ddp_etcd_call_t *call, ended_t ended)
+static bool retry_elsewhere(ddp_etcd_call_t *call, ended_t ended, long status)
 {
     ddp_etcd_t *e = call->e;
-    if (!endpoint_failed(call, ended) || call->tried >= e->nendpoints)
+    if (!endpoint_failed(call, ended, status) || call->tried >= e->nendpoints)
         return false;
-    size_t next = (call->first + call->tried) % e->nendpoints;
-    ddp_log_debug(e->log, "etcd %s: %s: trying %s", e->endpoints[e->current], call->error,
+    size_t last = (call->first + call->tried - 1) % e->nendpoints;
+    size_t next = (last + 1) % e->nendpoints;
+    if (ended == ENDED_REPLIED) /* (the transport's words are none): the status and body */
+        snprintf(call->error, sizeof call->error, "HTTP status %ld: %.160s", status,
+                 call->in.data != NULL ? call->in.data : "");
+    ddp_log_debug(e->log, "etcd %s: %s: trying %s", e->endpoints[last], call->error,
                   e->endpoints[next]);
     e->current = next;
     drop_transfer(call);
@@ -306,7 +322,9 @@ static bool retry_elsewhere(ddp_etcd_call_t *call, ended_t ended)
 static int failure(ddp_etcd_call_t *call, ended_t ended, long status, ddp_buf_t *why)
 {
     ddp_etcd_t *e = call->e;
-    const char *where = call->tried > 1 ? e->all_endpoints : e->endpoints[e->current];
+    const char *where = call->tried > 1
+                            ? e->all_endpoints
+                            : e->endpoints[(call->first + call->tried - 1) % e->nendpoints];
     if (call->too_big) {
         ddp_buf_printf(why, "etcd at %s: a reply over %u bytes", where, DDP_ETCD_MAX_REPLY);
         return DDP_ETOOBIG;
@@ -342,7 +360,7 @@ static void finished(ddp_etcd_call_t *call, ended_t ended, long status)
 {
     if (call->cancelled)
         return; /* in the graveyard */
-    if (retry_elsewhere(call, ended))
+    if (retry_elsewhere(call, ended, status))
         return;
     ddp_etcd_cb_t cb = call->cb;
     void *ctx = call->ctx;
@@ -536,7 +554,7 @@ static int on_curl_timer(CURLM *multi, long ms, void *userp)
     return 0;
 }
 
-static int start_curl(ddp_etcd_call_t *call, size_t endpoint)
+static int start_curl(ddp_etcd_call_t *call, size_t endpoint, long timeout_ms)
 {
     ddp_etcd_t *e = call->e;
     const curl_api_t *api = &e->api;
@@ -555,10 +573,10 @@ static int start_curl(ddp_etcd_call_t *call, size_t endpoint)
     api->easy_setopt(easy, CURLOPT_WRITEDATA, call);
     api->easy_setopt(easy, CURLOPT_ERRORBUFFER, call->error);
     api->easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-    api->easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, e->timeout_ms);
+    api->easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
     api->easy_setopt(easy, CURLOPT_PROTOCOLS_STR, e->https ? "https" : "http");
     if (!call->stream)
-        api->easy_setopt(easy, CURLOPT_TIMEOUT_MS, e->timeout_ms);
+        api->easy_setopt(easy, CURLOPT_TIMEOUT_MS, timeout_ms);
     if (e->cacert != NULL)
         api->easy_setopt(easy, CURLOPT_CAINFO, e->cacert);
     if (e->cert != NULL)
@@ -605,18 +623,19 @@ static const ddp_http_cbs_t http_cbs = {.body = on_http_body, .end = on_http_end
 
 static int start_on(ddp_etcd_call_t *call, size_t endpoint)
 {
+    long timeout_ms = call->e->timeout_ms;
     call->tried++;
     call->error[0] = '\0';
 #if DDP_HAVE_HTTP_PARSER
     ddp_etcd_t *e = call->e;
     if (e->http != NULL)
         return ddp_http_post(e->http, e->endpoints[endpoint], call->path, call->body, call->stream,
-                             e->timeout_ms, &http_cbs, call, &call->req);
+                             timeout_ms, &http_cbs, call, &call->req);
 #endif
 #if DDP_HAVE_LIBCURL
-    return start_curl(call, endpoint);
+    return start_curl(call, endpoint, timeout_ms);
 #else
-    (void)endpoint;
+    (void)endpoint, (void)timeout_ms;
     return -ENOSYS;
 #endif
 }

@@ -6,8 +6,9 @@
  * runs on the loop's thread; nothing blocks. Requests go to one endpoint at a time (the first
  * one a launcher uses is chosen by its pid, spreading many launchers over the members); one
  * that cannot be reached (refused, no route, a TLS failure, no answer within the request's
- * time) is left for the next, and the request is sent there, until every endpoint has been
- * tried once for it. A reply is checked in value: what is not the JSON etcd writes is an
+ * time, an answer that is not HTTP or an HTTP error of its own: a 5xx but 501, 429, 408) is
+ * left for the next, and the request is sent there, until every endpoint has been tried
+ * once for it. A reply is checked in value: what is not the JSON etcd writes is an
  * error, never trusted; a message over DDP_ETCD_MAX_REPLY bytes ends its request. */
 #ifndef DDP_LAUNCHER_ETCD_CLIENT_H
 #define DDP_LAUNCHER_ETCD_CLIENT_H

@@ -196,20 +196,32 @@ typedef struct {
     int replies;
 } client_t;
 
-static void client_up(client_t *c, server_t *s)
+/* A client of the endpoints at ports[n] (`timeout` s a request), the one at ports[0] the
+ * first it uses (the client begins at its pid's), its replies counted at `s`. */
+static void client_up_at(client_t *c, server_t *s, const int *ports, size_t n, double timeout)
 {
-    char endpoint[32];
-    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", s->port);
-    const char *list[] = {endpoint};
+    char endpoints[8][32];
+    const char *list[8];
+    assert_true(n <= 8);
+    for (size_t i = 0; i < n; i++) {
+        size_t at = ((size_t)getpid() + i) % n;
+        snprintf(endpoints[at], sizeof endpoints[at], "127.0.0.1:%d", ports[i]);
+        list[at] = endpoints[at];
+    }
     memset(c, 0, sizeof *c);
     c->server = s;
     assert_int_equal(uv_loop_init(&c->loop), 0);
     ddp_log_init(&c->log, "test", DDP_LOG_WARN);
-    ddp_etcd_opts_t opts = {.endpoints = list, .nendpoints = 1, .timeout = WAIT_MS / 1000.0};
+    ddp_etcd_opts_t opts = {.endpoints = list, .nendpoints = n, .timeout = timeout};
     ddp_buf_t why = DDP_BUF_INIT;
     if (ddp_etcd_new(&c->loop, &opts, &c->log, &c->etcd, &why) != 0)
         fail_msg("ddp_etcd_new: %s", ddp_buf_str(&why));
     ddp_buf_free(&why);
+}
+
+static void client_up(client_t *c, server_t *s)
+{
+    client_up_at(c, s, &s->port, 1, WAIT_MS / 1000.0);
 }
 
 static void client_down(client_t *c)
@@ -391,6 +403,94 @@ static void test_kept_connection_closed_by_the_server(void **state)
     assert_int_equal(s.accepted, 2);
 }
 
+/* The server's wait for a connection ended by one of the test's own (counted). */
+static void server_release(server_t *s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)s->port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+    close(fd);
+    server_end(s);
+}
+
+#define NO_LEADER                                                                             \
+    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"                  \
+    "Content-Length: 77\r\n\r\n{\"error\":\"etcdserver: no leader\",\"code\":14,\"message\":" \
+    "\"etcdserver: no leader\"}"
+
+/* A member that answers 503 "no leader" (one cut off from the others, or a proxy in front
+ * of a dead one), then a healthy one: the request goes on to the healthy one, and the next
+ * request goes there first. */
+static void test_error_reply_fails_over(void **state)
+{
+    (void)state;
+    server_t bad = {.nanswers = 1}, good = {.nanswers = 2, .keep_open = true};
+    bad.answers[0] = (answer_script_t){.pieces = {NO_LEADER}};
+    for (int i = 0; i < 2; i++)
+        good.answers[i] =
+            (answer_script_t){.pieces = {"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n{\"n\": 9}"}};
+    server_start(&bad);
+    server_start(&good);
+    client_t c;
+    client_up_at(&c, &good, (int[]){bad.port, good.port}, 2, WAIT_MS / 1000.0);
+    post_and_wait(&c, false, 1);
+    post_and_wait(&c, false, 2);
+    assert_string_equal(c.messages, "9,9");
+    assert_int_equal(c.ends, 0);
+    client_down(&c);
+    server_end(&bad);
+    server_end(&good);
+    assert_int_equal(bad.served, 1);
+    assert_int_equal(good.served, 2);
+}
+
+/* etcd's "invalid argument" (HTTP 400) is the request's fault, the same at every member:
+ * said, not sent to the next endpoint; an error of every endpoint is said naming them. */
+static void test_request_error_not_retried(void **state)
+{
+    (void)state;
+    server_t bad = {.nanswers = 1}, other = {.nanswers = 1};
+    bad.answers[0] = (answer_script_t){
+        .pieces = {"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                   "Content-Length: 96\r\n\r\n{\"error\":\"etcdserver: key is not provided\","
+                   "\"code\":3,\"message\":\"etcdserver: key is not provided\"}"}};
+    other.answers[0] = (answer_script_t){.pieces = {NO_LEADER}};
+    server_start(&bad);
+    server_start(&other);
+    client_t c;
+    client_up_at(&c, &other, (int[]){bad.port, other.port}, 2, WAIT_MS / 1000.0);
+    post_and_wait(&c, false, 1);
+    assert_int_equal(c.err, DDP_EPROTO);
+    if (strstr(c.why, "etcdserver: key is not provided") == NULL)
+        fail_msg("'%s'", c.why);
+    client_down(&c);
+    server_end(&bad);
+    server_release(&other);
+    assert_int_equal(other.accepted, 1); /* the test's own */
+
+    /* Every member without a leader: the last one's words, every endpoint named. */
+    server_t first = {.nanswers = 1}, second = {.nanswers = 1};
+    first.answers[0] = second.answers[0] = (answer_script_t){.pieces = {NO_LEADER}};
+    server_start(&first);
+    server_start(&second);
+    client_up_at(&c, &second, (int[]){first.port, second.port}, 2, WAIT_MS / 1000.0);
+    post_and_wait(&c, false, 1);
+    assert_int_equal(c.err, DDP_EPROTO);
+    char both[80];
+    snprintf(both, sizeof both, "127.0.0.1:%d,127.0.0.1:%d", first.port, second.port);
+    char other_way[80];
+    snprintf(other_way, sizeof other_way, "127.0.0.1:%d,127.0.0.1:%d", second.port, first.port);
+    if (strstr(c.why, "etcd: etcdserver: no leader") == NULL ||
+        (strstr(c.why, both) == NULL && strstr(c.why, other_way) == NULL))
+        fail_msg("'%s'", c.why);
+    client_down(&c);
+    server_end(&first);
+    server_end(&second);
+    assert_int_equal(first.served + second.served, 2);
+}
+
 int main(void)
 {
 #if !DDP_HAVE_HTTP_PARSER
@@ -407,6 +507,8 @@ int main(void)
         cmocka_unit_test(test_chunked_stream_split_at_odd_places),
         cmocka_unit_test(test_connection_kept),
         cmocka_unit_test(test_kept_connection_closed_by_the_server),
+        cmocka_unit_test(test_error_reply_fails_over),
+        cmocka_unit_test(test_request_error_not_retried),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
