@@ -71,6 +71,7 @@ struct ddp_etcd_call_s {
     void *ctx;
     size_t first;    /* the endpoint it was first sent to */
     size_t tried;    /* endpoints tried */
+    uint64_t until;  /* the loop's ms by which it ends, at every endpoint together */
     ddp_buf_t in;    /* the reply so far (a stream: its unfinished message) */
     bool too_big;    /* a message over DDP_ETCD_MAX_REPLY */
     bool delivered;  /* a stream: a message came (then an end is not the endpoint's fault) */
@@ -106,6 +107,7 @@ struct ddp_etcd_s {
     char **endpoints;
     size_t nendpoints, current;
     char *all_endpoints;
+    bool answered; /* etcd answered a request (status 200) once */
     bool https;
     char *cacert, *cert, *key;
     long timeout_ms;
@@ -299,17 +301,24 @@ static bool endpoint_failed(const ddp_etcd_call_t *call, ended_t ended, long sta
             (ended == ENDED_REPLIED && endpoint_status(status)));
 }
 
-/* Sends the call again, to the next endpoint, where its own failed: true when it went. */
+/* Sends the call again, to the next endpoint, where its own failed and time is left:
+ * true when it went. Where it is not sent again, the client's next calls begin at the
+ * endpoint after the one that failed last. */
 static bool retry_elsewhere(ddp_etcd_call_t *call, ended_t ended, long status)
 {
     ddp_etcd_t *e = call->e;
-    if (!endpoint_failed(call, ended, status) || call->tried >= e->nendpoints)
+    if (!endpoint_failed(call, ended, status))
         return false;
     size_t last = (call->first + call->tried - 1) % e->nendpoints;
     size_t next = (last + 1) % e->nendpoints;
     if (ended == ENDED_REPLIED) /* (the transport's words are none): the status and body */
         snprintf(call->error, sizeof call->error, "HTTP status %ld: %.160s", status,
                  call->in.data != NULL ? call->in.data : "");
+    if (call->tried >= e->nendpoints || uv_now(e->loop) >= call->until) {
+        if (e->current == last)
+            e->current = next;
+        return false;
+    }
     ddp_log_debug(e->log, "etcd %s: %s: trying %s", e->endpoints[last], call->error,
                   e->endpoints[next]);
     e->current = next;
@@ -366,6 +375,7 @@ static void finished(ddp_etcd_call_t *call, ended_t ended, long status)
     void *ctx = call->ctx;
     call_unlink(call);
     call->cancelled = true; /* a cancel from its own callback is a no-op */
+    call->e->answered = call->e->answered || (ended == ENDED_REPLIED && status == 200);
     if (ended == ENDED_REPLIED && status == 200 && !call->stream) {
         deliver(call, cb, ctx, call->in.data != NULL ? call->in.data : "", call->in.len);
     } else {
@@ -621,9 +631,37 @@ static const ddp_http_cbs_t http_cbs = {.body = on_http_body, .end = on_http_end
 
 /* Requests. */
 
+/* The time of a call's try at its next endpoint. Until etcd has answered the client once
+ * (is there etcd at all?), what is left of a plain request's timeout, shared by the
+ * endpoints not yet tried (one that fails at once leaves its share to the rest),
+ * ATTEMPT_MIN_MS at least while that much is left: the request ends within its timeout
+ * however many endpoints there are, and those it had no time for are where the client's
+ * next request begins. Once etcd has answered, each endpoint has the whole timeout (a
+ * member that lost its leader answers after the new election, which a share would not wait
+ * for; the session's keep-alive limit bounds the whole then). A stream (whose timeout is
+ * its connection's alone) has the whole timeout at each endpoint too. */
+#define ATTEMPT_MIN_MS 100
+
+static long attempt_ms(ddp_etcd_call_t *call)
+{
+    ddp_etcd_t *e = call->e;
+    uint64_t now = uv_now(e->loop);
+    if (call->stream || e->answered) {
+        call->until = UINT64_MAX;
+        return e->timeout_ms;
+    }
+    if (call->tried == 0)
+        call->until = now + (uint64_t)e->timeout_ms;
+    long left = call->until > now ? (long)(call->until - now) : 1;
+    long share = left / (long)(e->nendpoints - call->tried);
+    if (share < ATTEMPT_MIN_MS)
+        share = left < ATTEMPT_MIN_MS ? left : ATTEMPT_MIN_MS;
+    return share > 0 ? share : 1;
+}
+
 static int start_on(ddp_etcd_call_t *call, size_t endpoint)
 {
-    long timeout_ms = call->e->timeout_ms;
+    long timeout_ms = attempt_ms(call);
     call->tried++;
     call->error[0] = '\0';
 #if DDP_HAVE_HTTP_PARSER

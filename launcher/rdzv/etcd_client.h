@@ -8,8 +8,11 @@
  * that cannot be reached (refused, no route, a TLS failure, no answer within the request's
  * time, an answer that is not HTTP or an HTTP error of its own: a 5xx but 501, 429, 408) is
  * left for the next, and the request is sent there, until every endpoint has been tried
- * once for it. A reply is checked in value: what is not the JSON etcd writes is an
- * error, never trusted; a message over DDP_ETCD_MAX_REPLY bytes ends its request. */
+ * once for it or its timeout has passed: until etcd has answered the client once, a plain
+ * request's timeout is shared by the endpoints it has yet to try, so that it ends within
+ * it however many there are. A reply is checked in value: what is not the JSON etcd
+ * writes is an error, never trusted; a message over DDP_ETCD_MAX_REPLY bytes ends its
+ * request. */
 #ifndef DDP_LAUNCHER_ETCD_CLIENT_H
 #define DDP_LAUNCHER_ETCD_CLIENT_H
 
@@ -31,7 +34,7 @@ typedef struct {
     size_t nendpoints;
     bool https;                      /* protocol=https */
     const char *cacert, *cert, *key; /* TLS files, or NULL */
-    double timeout;                  /* s a request may take at one endpoint */
+    double timeout; /* s a request may take (at every endpoint together until etcd answered) */
 } ddp_etcd_opts_t;
 
 /* A reply (err 0: `reply` is the JSON object etcd answered, valid during the call), or

@@ -168,17 +168,28 @@ static void test_no_etcd_there(void **state)
     th_wait_exit(&server, 10);
     th_cleanup(&server);
 
-    /* A port that takes connections and never answers: said after the first joins' time
-     * (3 tries), not retried for join_timeout (600 s) as a join burst's late answer is. */
-    int silent = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof addr;
-    assert_int_equal(bind(silent, (struct sockaddr *)&addr, sizeof addr), 0);
-    assert_int_equal(listen(silent, 16), 0);
-    assert_int_equal(getsockname(silent, (struct sockaddr *)&addr, &len), 0);
-    start_launcher(&p, "--nnodes=2 --rdzv-endpoint=127.0.0.1:%d", ntohs(addr.sin_port));
-    ends_before_workers(&p, 30, 5, "did not answer this launcher's first 3 joins");
-    close(silent);
+    /* Ports that take connections and never answer: said after the first joins' time (3
+     * tries of a request's 2 s in all, whatever the number of endpoints, and 2 waits of 2 s
+     * at most), not retried for join_timeout (600 s) as a join burst's late answer is. */
+    enum { SILENT = 5 };
+    int silent[SILENT];
+    char endpoints[SILENT * 24] = "";
+    for (int i = 0; i < SILENT; i++) {
+        silent[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in addr = {.sin_family = AF_INET,
+                                   .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof addr;
+        assert_int_equal(bind(silent[i], (struct sockaddr *)&addr, sizeof addr), 0);
+        assert_int_equal(listen(silent[i], 16), 0);
+        assert_int_equal(getsockname(silent[i], (struct sockaddr *)&addr, &len), 0);
+        size_t used = strlen(endpoints);
+        snprintf(endpoints + used, sizeof endpoints - used, "%s127.0.0.1:%d", i ? "," : "",
+                 ntohs(addr.sin_port));
+    }
+    start_launcher(&p, "--nnodes=2 --rdzv-endpoint=%s", endpoints);
+    ends_before_workers(&p, 16, 5, "did not answer this launcher's first 3 joins");
+    for (int i = 0; i < SILENT; i++)
+        close(silent[i]);
 }
 
 /* etcd over https with client certificates: the job runs with the right CA and

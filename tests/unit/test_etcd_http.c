@@ -491,6 +491,43 @@ static void test_request_error_not_retried(void **state)
     assert_int_equal(first.served + second.served, 2);
 }
 
+/* Endpoints that take connections and never answer: a request ends within its timeout
+ * in all, each endpoint tried for its share, not the whole timeout at each (5 s for 5). */
+static void test_silent_endpoints_within_the_timeout(void **state)
+{
+    (void)state;
+    enum { SILENT = 5 };
+    int fds[SILENT], ports[SILENT];
+    for (int i = 0; i < SILENT; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in addr = {.sin_family = AF_INET,
+                                   .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof addr;
+        assert_int_equal(bind(fds[i], (struct sockaddr *)&addr, sizeof addr), 0);
+        assert_int_equal(listen(fds[i], 4), 0); /* connections wait, never accepted */
+        assert_int_equal(getsockname(fds[i], (struct sockaddr *)&addr, &len), 0);
+        ports[i] = ntohs(addr.sin_port);
+    }
+    server_t none = {0};
+    client_t c;
+    client_up_at(&c, &none, ports, SILENT, 1.0);
+    double t0 = now_s();
+    post_and_wait(&c, false, 1);
+    double took = now_s() - t0;
+    assert_int_equal(c.err, DDP_ETIMEOUT);
+    if (took < 0.9 || took > 2.5)
+        fail_msg("ended after %.2f s, not the timeout's 1 s: '%s'", took, c.why);
+    for (int i = 0; i < SILENT; i++) { /* each one was tried, named */
+        char endpoint[32];
+        snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", ports[i]);
+        struct pollfd p = {.fd = fds[i], .events = POLLIN};
+        if (poll(&p, 1, 0) != 1 || strstr(c.why, endpoint) == NULL)
+            fail_msg("%s not tried or not named: '%s'", endpoint, c.why);
+        close(fds[i]);
+    }
+    client_down(&c);
+}
+
 int main(void)
 {
 #if !DDP_HAVE_HTTP_PARSER
@@ -509,6 +546,7 @@ int main(void)
         cmocka_unit_test(test_kept_connection_closed_by_the_server),
         cmocka_unit_test(test_error_reply_fails_over),
         cmocka_unit_test(test_request_error_not_retried),
+        cmocka_unit_test(test_silent_endpoints_within_the_timeout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
