@@ -9,11 +9,10 @@
  *   (ELECTING, another's) PROBING --its store answers a handshake (or cannot be probed:
  *              a name, no connection in time)--> PLACED; refuses the connection (a dead
  *              job's record, its lease still running), or takes it and answers otherwise
- *              or not within the keep-alive limit (another program's port)--> its lease
- *              revoked --> ELECTING (under no lease: FAILED)
- *   PLACED --ddp_etcd_place_lost: the key read afresh (it is watched only while a depose
- *            waits for it to go: a placed launcher needs no news of it): it still names
- *            the lost store: its launcher's lease revoked (its keys go); none: elect-->
+ *              or not within a lease's time while the job forms (another program's port)--> its
+ * lease revoked --> ELECTING (under no lease: FAILED) PLACED --ddp_etcd_place_lost: the key read
+ * afresh (it is watched only while a depose waits for it to go: a placed launcher needs no news of
+ * it): it still names the lost store: its launcher's lease revoked (its keys go); none: elect-->
  *            ELECTING (placed again, the new one); it names another store already-->
  *            PROBING it
  *   any but FAILED, CLOSING --the lease lost while the job forms (forming callback), or
@@ -293,8 +292,8 @@ static void placed_elsewhere(ddp_etcd_place_t *p, const char *host, int port)
  * handshake on it (generation 2's VALIDATE and a PING, which every ddp-launch store
  * answers): a record that outlived its launcher (SIGKILLed, its lease not run out yet) is
  * refused at once; one naming a port where another program listens (a dead job's port
- * taken since) is answered wrongly, or not within the keep-alive limit, by which a live
- * launcher's loop would have lost its lease too. */
+ * taken since) is answered wrongly, or not within a lease's time while the job forms
+ * (probe_silence_s), by which a live launcher's loop would have lost its lease too. */
 typedef struct probe_s {
     ddp_etcd_place_t *p; /* NULL once the place has closed */
     uv_tcp_t tcp;
@@ -417,7 +416,16 @@ static void on_probe_written(uv_write_t *req, int status)
         probe_end(req->data, PROBE_NOT_A_STORE, "closed the connection at its handshake");
 }
 
-/* Connected: VALIDATE and PING sent, the answer due within the keep-alive limit. */
+/* How long a store that took the probe's connection may stay silent: the lease's time while
+ * the job forms (three times the keep-alive limit), not the limit itself: under a burst of
+ * joins the elected launcher's loop is as busy as etcd, and a live store wrongly judged
+ * silent would be deposed. */
+static double probe_silence_s(const ddp_etcd_place_t *p)
+{
+    return 3 * p->ttl;
+}
+
+/* Connected: VALIDATE and PING sent, the answer due within PROBE_SILENCE_S. */
 static void probe_handshake(probe_t *pr)
 {
     ddp_buf_t out = DDP_BUF_INIT;
@@ -439,7 +447,7 @@ static void probe_handshake(probe_t *pr)
     ddp_buf_free(&out);
     pr->connected = true;
     uv_timer_stop(&pr->timer);
-    uv_timer_start(&pr->timer, on_probe_timer, (uint64_t)(pr->p->ttl * 1000), 0);
+    uv_timer_start(&pr->timer, on_probe_timer, (uint64_t)(probe_silence_s(pr->p) * 1000), 0);
     pr->write.data = pr;
     err = uv_write(&pr->write, (uv_stream_t *)&pr->tcp, &buf, 1, on_probe_written);
     if (err == 0)
@@ -462,8 +470,9 @@ static void on_probe_timer(uv_timer_t *timer)
     probe_t *pr = timer->data;
     char what[200];
     snprintf(what, sizeof what,
-             "took the connection and said nothing for %g s (the keep-alive limit)",
-             pr->p != NULL ? pr->p->ttl : 0.0);
+             "took the connection and said nothing for %g s (a lease's time while the job "
+             "forms)",
+             pr->p != NULL ? probe_silence_s(pr->p) : 0.0);
     probe_end(pr, pr->connected ? PROBE_NOT_A_STORE : PROBE_UNJUDGED, what);
 }
 

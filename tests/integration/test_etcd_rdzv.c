@@ -948,8 +948,9 @@ static void ends_unleased(th_proc_t *p, const char *says)
 /* The coordinator's key names a port where another program listens (here the test's own
  * socket): one that answers the handshake with bytes a TCPStore does not send (by address,
  * then by a host name), then one that takes the connection and says nothing. Each time the
- * launcher says so, naming the address, ends that key's lease and elects itself: within the
- * keep-alive limit (2 s here), not after the store's connect timeout. A key under no lease
+ * launcher says so, naming the address, ends that key's lease and elects itself: the
+ * silent one within a lease's time while the job forms (6 s here, 3 times the keep-alive
+ * limit), not after the store's connect timeout. A key under no lease
  * (put by no launcher) ends the launcher, named. One naming this launcher's own store's
  * address (a restart at a fixed --master-port) is a dead launcher's: deposed at once. */
 static void test_coordinator_key_names_another_program(void **state)
@@ -1009,7 +1010,7 @@ static void test_coordinator_key_names_another_program(void **state)
     start_launcher(&p, SQUAT_FLAGS, "silent", etcd.endpoints);
     snprintf(says, sizeof says, "names 127.0.0.1:%d, which took the connection and said nothing",
              port);
-    moved_on(&p, started, 12, says);
+    moved_on(&p, started, 20, says);
     close(listener);
     /* A restart with a fixed --master-port: the dead launcher's key names the port this
      * launcher's store listens at now, under that launcher's id. Its lease is ended and this
