@@ -320,6 +320,10 @@ static int on_body(http_parser *parser, const char *at, size_t len)
 static int on_message_complete(http_parser *parser)
 {
     conn_t *c = parser->data;
+    if (parser->status_code >= 100 && parser->status_code < 200 && parser->status_code != 101) {
+        c->status = 0; /* an interim answer (100 Continue, 103): the final one follows */
+        return 0;
+    }
     c->complete = true;
     http_parser_pause(parser, 1); /* one response a request: what follows is not read */
     return 0;

@@ -1,6 +1,7 @@
 /* Plain HTTP/1.1 POSTs on a libuv loop, the etcd client's transport where TLS is not asked:
  * libuv's TCP carries them, http-parser (libhttp-parser-dev) reads every response (status,
- * headers, a body by Content-Length, chunked or to the close); the requests are written here.
+ * headers, a body by Content-Length, chunked or to the close; interim 1xx answers but 101
+ * skipped for the final one); the requests are written here.
  *
  * Runs on the loop's thread only; nothing blocks (a name is resolved on libuv's pool, a
  * numeric address at once). A plain request reuses a connection kept alive to its endpoint

@@ -403,6 +403,31 @@ static void test_kept_connection_closed_by_the_server(void **state)
     assert_int_equal(s.accepted, 2);
 }
 
+/* Interim answers (100 Continue, 103 Early Hints) before the final one: skipped, the final
+ * one read on the same connection, which is kept for the next request. */
+static void test_interim_answers_skipped(void **state)
+{
+    (void)state;
+    server_t s = {.nanswers = 2, .keep_open = true};
+    s.answers[0] = (answer_script_t){.pieces = {"HTTP/1.1 100 Continue\r\n\r\n",
+                                                "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n"
+                                                "{\"n\": 3}"}};
+    s.answers[1] = (answer_script_t){
+        .pieces = {"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"
+                   "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n"
+                   "{\"n\": 4}"}};
+    server_start(&s);
+    client_t c;
+    client_up(&c, &s);
+    post_and_wait(&c, false, 1);
+    post_and_wait(&c, false, 2);
+    assert_string_equal(c.messages, "3,4");
+    assert_int_equal(c.ends, 0);
+    client_down(&c);
+    server_end(&s);
+    assert_int_equal(s.accepted, 1);
+}
+
 /* The server's wait for a connection ended by one of the test's own (counted). */
 static void server_release(server_t *s)
 {
@@ -544,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_chunked_stream_split_at_odd_places),
         cmocka_unit_test(test_connection_kept),
         cmocka_unit_test(test_kept_connection_closed_by_the_server),
+        cmocka_unit_test(test_interim_answers_skipped),
         cmocka_unit_test(test_error_reply_fails_over),
         cmocka_unit_test(test_request_error_not_retried),
         cmocka_unit_test(test_silent_endpoints_within_the_timeout),
