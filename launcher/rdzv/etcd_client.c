@@ -659,6 +659,14 @@ static long attempt_ms(ddp_etcd_call_t *call)
     return share > 0 ? share : 1;
 }
 
+/* Whether a request to `path` is the same done twice (a read, a lease's refresh), so that
+ * one lost with its connection may be sent again: not a txn, a put, a delete, a lease's
+ * grant or revoke (the round record's compare-and-swap done twice fails its compare). */
+static bool idempotent(const char *path)
+{
+    return strcmp(path, "/v3/kv/range") == 0 || strcmp(path, "/v3/lease/keepalive") == 0;
+}
+
 static int start_on(ddp_etcd_call_t *call, size_t endpoint)
 {
     long timeout_ms = attempt_ms(call);
@@ -668,7 +676,7 @@ static int start_on(ddp_etcd_call_t *call, size_t endpoint)
     ddp_etcd_t *e = call->e;
     if (e->http != NULL)
         return ddp_http_post(e->http, e->endpoints[endpoint], call->path, call->body, call->stream,
-                             timeout_ms, &http_cbs, call, &call->req);
+                             idempotent(call->path), timeout_ms, &http_cbs, call, &call->req);
 #endif
 #if DDP_HAVE_LIBCURL
     return start_curl(call, endpoint, timeout_ms);

@@ -6,9 +6,10 @@
  *   kept alive, not a stream-->  IDLE  --next request-->  BUSY
  *   any state  --failure, cancel, a stream's end, the client's free-->  CLOSING (freed once
  *   its handles have closed and its resolution returned)
- * An IDLE connection that reads anything (the server's close) is closed. A plain request
- * whose reused connection is found closed before any byte of its response is sent once
- * more on a new connection (the server may close an idle connection at any moment). */
+ * An IDLE connection that reads anything (the server's close) is closed. An idempotent
+ * plain request whose reused connection is found closed before any byte of its response
+ * is sent once more on a new connection (the server may close an idle connection at any
+ * moment); another may have been done by the server before its close, and is not. */
 #include "rdzv/etcd_http.h"
 
 #include "buf.h"
@@ -32,9 +33,10 @@ struct ddp_http_req_s {
     char *endpoint;
     ddp_buf_t text; /* the request as sent */
     bool stream;
-    bool retried;   /* sent again after a reused connection's close */
-    bool cancelled; /* during a callback: dropped after it */
-    bool stopped;   /* the body callback said to stop */
+    bool idempotent; /* the same if done twice: may be sent again */
+    bool retried;    /* sent again after a reused connection's close */
+    bool cancelled;  /* during a callback: dropped after it */
+    bool stopped;    /* the body callback said to stop */
     long timeout_ms;
     conn_t *conn;
 };
@@ -265,11 +267,11 @@ static void fail(conn_t *c, ddp_http_end_t end, const char *what, const char *de
 }
 
 /* A request found its reused connection closed before any byte of its response: once more
- * on a new one (true), or not. */
+ * on a new one (true) where doing it twice is harmless, or not. */
 static bool send_again(conn_t *c)
 {
     ddp_http_req_t *req = c->req;
-    if (!c->reused || c->began || req->stream || req->retried)
+    if (!c->reused || c->began || req->stream || !req->idempotent || req->retried)
         return false;
     c->req = NULL;
     conn_close(c);
@@ -516,8 +518,8 @@ static int attach(ddp_http_t *h, ddp_http_req_t *req, bool fresh)
 }
 
 int ddp_http_post(ddp_http_t *h, const char *endpoint, const char *path, const char *body,
-                  bool stream, long timeout_ms, const ddp_http_cbs_t *cbs, void *ctx,
-                  ddp_http_req_t **out)
+                  bool stream, bool idempotent, long timeout_ms, const ddp_http_cbs_t *cbs,
+                  void *ctx, ddp_http_req_t **out)
 {
     ddp_http_req_t *req = calloc(1, sizeof *req);
     if (req == NULL)
@@ -525,6 +527,7 @@ int ddp_http_post(ddp_http_t *h, const char *endpoint, const char *path, const c
     req->cbs = cbs;
     req->ctx = ctx;
     req->stream = stream;
+    req->idempotent = idempotent;
     req->timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
     req->endpoint = strdup(endpoint);
     size_t len = strlen(body);

@@ -248,17 +248,22 @@ static void on_reply(void *ctx, int err, const ddp_json_t *reply, const char *wh
     atomic_fetch_add(&c->server->delivered, 1);
 }
 
-/* Posts and runs the loop until `ends` ends (or replies of a plain request) come. */
-static void post_and_wait(client_t *c, bool stream, int ends)
+/* Posts to `path` and runs the loop until `ends` ends (or replies of a plain request)
+ * come. */
+static void post_to_and_wait(client_t *c, const char *path, bool stream, int ends)
 {
-    assert_int_equal(
-        ddp_etcd_post(c->etcd, "/v3/kv/range", "{\"key\": \"aw==\"}", stream, on_reply, c, NULL),
-        0);
+    assert_int_equal(ddp_etcd_post(c->etcd, path, "{\"key\": \"aw==\"}", stream, on_reply, c, NULL),
+                     0);
     double until = now_s() + 2 * WAIT_MS / 1000.0;
     while (c->ends + (stream ? 0 : c->replies) < ends && now_s() < until)
         uv_run(&c->loop, UV_RUN_ONCE);
     if (c->ends + (stream ? 0 : c->replies) < ends)
         fail_msg("no end within %d ms", 2 * WAIT_MS);
+}
+
+static void post_and_wait(client_t *c, bool stream, int ends)
+{
+    post_to_and_wait(c, "/v3/kv/range", stream, ends);
 }
 
 /* A failure the client says: `err`, `why` holding `words`. */
@@ -401,6 +406,31 @@ static void test_kept_connection_closed_by_the_server(void **state)
     client_down(&c);
     server_end(&s);
     assert_int_equal(s.accepted, 2);
+}
+
+/* The server reads a txn on a kept connection, then closes it without an answer (it may
+ * have done it): the txn is not sent again (done twice, a compare-and-swap fails its
+ * compare), its failure said at once. */
+static void test_txn_not_sent_again(void **state)
+{
+    (void)state;
+    server_t s = {.nanswers = 2};
+    s.answers[0] =
+        (answer_script_t){.pieces = {"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n{\"n\": 1}"}};
+    server_start(&s);
+    client_t c;
+    client_up_at(&c, &s, &s.port, 1, 3.0);
+    post_and_wait(&c, false, 1);
+    double t0 = now_s();
+    post_to_and_wait(&c, "/v3/kv/txn", false, 2);
+    double took = now_s() - t0;
+    assert_int_equal(c.err, DDP_ECLOSED);
+    if (strstr(c.why, "lost before a response") == NULL || took > 2.0)
+        fail_msg("after %.2f s: '%s'", took, c.why);
+    client_down(&c);
+    server_end(&s);
+    assert_int_equal(s.served, 2);
+    assert_int_equal(s.accepted, 1);
 }
 
 /* Interim answers (100 Continue, 103 Early Hints) before the final one: skipped, the final
@@ -570,6 +600,7 @@ int main(void)
         cmocka_unit_test(test_connection_kept),
         cmocka_unit_test(test_kept_connection_closed_by_the_server),
         cmocka_unit_test(test_interim_answers_skipped),
+        cmocka_unit_test(test_txn_not_sent_again),
         cmocka_unit_test(test_error_reply_fails_over),
         cmocka_unit_test(test_request_error_not_retried),
         cmocka_unit_test(test_silent_endpoints_within_the_timeout),
