@@ -57,7 +57,7 @@ struct ddp_etcd_place_s {
     bool own;     /* this launcher's store is the job's */
     char *placed; /* the coordinator's record the job is at (malloc'd) */
     char *latest; /* the record the key holds as last seen, NULL: none (malloc'd) */
-    ddp_etcd_call_t *reading, *writing;   /* the round record's */
+    ddp_etcd_call_t *reading, *writing;   /* the round record's (writing: or its read back) */
     ddp_etcd_call_t *deleting, *revoking; /* (CLOSING) the prefix's, the lease's */
     uv_timer_t bound;                     /* (CLOSING) the end's deadline (CLOSE_BOUND) */
     bool ended;                           /* (CLOSING) its handle closes, then it is freed */
@@ -65,6 +65,9 @@ struct ddp_etcd_place_s {
     void (*closed)(void *ctx);            /* (CLOSING) told once the last request is done */
     void *closed_ctx;
     char *pending;         /* a record to write once the last write is in */
+    char *sent;            /* the record of the write in flight (or read back after it) */
+    char *unsure;          /* a record whose write etcd may have done, unanswered */
+    bool again;            /* `pending` is a failed write's record, sent again once */
     struct probe_s *probe; /* PROBING: the connection to the elected store */
     double ttl, join_timeout;
     bool relocating;     /* (ELECTING) the job's store was lost: the key's next word decides */
@@ -232,26 +235,92 @@ static void write_state(ddp_etcd_place_t *p);
 
 static void end_session(ddp_etcd_place_t *p);
 
-static void on_state_written(void *ctx, int err, const ddp_json_t *reply, const char *why)
+/* The next record's write, or the leaving one's end once its last is in. */
+static void after_write(ddp_etcd_place_t *p)
+{
+    if (p->pending != NULL)
+        write_state(p);
+    if (p->writing == NULL && p->phase == PLACE_CLOSING) /* the leaving one's last is in */
+        end_session(p);
+}
+
+/* The round record read back after a write that failed or was unanswered: the key holds
+ * this launcher's (the record sent, one of its unanswered ones, or untouched since its
+ * last write: its revision taken, the record sent again where it is not in), or another
+ * launcher's (a coordinator that took the job over while this one was deposed: its record
+ * stands). */
+static void on_state_checked(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_place_t *p = ctx;
     p->writing = NULL;
-    if (err != 0) {
-        ddp_log_warn(p->log, "etcd: unable to write the job's round record: %s", why);
-    } else if (!ddp_etcd_succeeded(reply)) {
-        /* Written since: another coordinator has taken the job over (this one was deposed
-         * while it ran); its record stands. */
+    char *sent = p->sent;
+    p->sent = NULL;
+    ddp_buf_t value = DDP_BUF_INIT;
+    const ddp_json_t *kv = ddp_json_first(ddp_json_get(reply, "kvs"));
+    int64_t rev = 0;
+    if (err != 0 || (kv != NULL && (ddp_etcd_bytes(kv, "value", &value) != 0 ||
+                                    !ddp_etcd_int(kv, "mod_revision", &rev)))) {
+        /* Unknown: kept as one that may be in (the next write's compare says). */
+        ddp_log_warn(p->log, "etcd: unable to read the job's round record back: %s",
+                     err != 0 ? why : "not etcd's reply");
+        free(p->unsure);
+        p->unsure = sent;
+        sent = NULL;
+    } else if (kv != NULL ? rev != p->state_rev && strcmp(ddp_buf_str(&value), sent) != 0 &&
+                                (p->unsure == NULL || strcmp(ddp_buf_str(&value), p->unsure) != 0)
+                          : p->state_rev != 0) {
         ddp_log_warn(p->log, "etcd: the job's round record was written by another launcher: "
                              "this one no longer coordinates the job in etcd's eyes");
         free(p->pending);
         p->pending = NULL;
     } else {
-        (void)ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &p->state_rev);
+        p->state_rev = rev;
+        free(p->unsure);
+        p->unsure = NULL;
+        bool in = kv != NULL && strcmp(ddp_buf_str(&value), sent) == 0;
+        if (!in && p->pending == NULL && !p->again) { /* not done: once more */
+            p->pending = sent;
+            p->again = true;
+            sent = NULL;
+        }
     }
-    if (p->pending != NULL)
-        write_state(p);
-    if (p->writing == NULL && p->phase == PLACE_CLOSING) /* the leaving one's last is in */
-        end_session(p);
+    ddp_buf_free(&value);
+    free(sent);
+    after_write(p);
+}
+
+static void on_state_written(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_place_t *p = ctx;
+    p->writing = NULL;
+    if (err != 0 || !ddp_etcd_succeeded(reply)) {
+        /* etcd may have done it (its answer lost or late), or the compare failed (written
+         * since, by this launcher's unanswered write or by another): read back to know. */
+        if (err != 0)
+            ddp_log_warn(p->log,
+                         "etcd: unable to write the job's round record: %s: reading it "
+                         "back",
+                         why);
+        char key[DDP_ETCD_PREFIX_MAX + 16];
+        ddp_buf_t body = DDP_BUF_INIT;
+        key_of(p, "state", key, sizeof key);
+        if (ddp_etcd_body_range(&body, key, false) != 0 ||
+            ddp_etcd_post(p->etcd, "/v3/kv/range", ddp_buf_str(&body), false, on_state_checked, p,
+                          &p->writing) != 0)
+            ddp_log_warn(p->log, "etcd: unable to read the job's round record back: out of "
+                                 "memory");
+        ddp_buf_free(&body);
+        if (p->writing != NULL)
+            return;
+    } else {
+        (void)ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &p->state_rev);
+        p->again = false;
+        free(p->unsure);
+        p->unsure = NULL;
+    }
+    free(p->sent);
+    p->sent = NULL;
+    after_write(p);
 }
 
 static void write_state(ddp_etcd_place_t *p)
@@ -263,10 +332,14 @@ static void write_state(ddp_etcd_place_t *p)
     key_of(p, "state", key, sizeof key);
     if (ddp_etcd_body_put_if(&body, key, record, strlen(record), p->state_rev) != 0 ||
         ddp_etcd_post(p->etcd, "/v3/kv/txn", ddp_buf_str(&body), false, on_state_written, p,
-                      &p->writing) != 0)
+                      &p->writing) != 0) {
         ddp_log_warn(p->log, "etcd: unable to write the job's round record: out of memory");
+        free(record);
+    } else {
+        free(p->sent);
+        p->sent = record;
+    }
     ddp_buf_free(&body);
-    free(record);
 }
 
 void ddp_etcd_place_record(ddp_etcd_place_t *p, const char *record)
@@ -275,6 +348,7 @@ void ddp_etcd_place_record(ddp_etcd_place_t *p, const char *record)
         return;
     free(p->pending); /* (the newest round's is the one to keep) */
     p->pending = strdup(record);
+    p->again = false;
     if (p->writing == NULL && p->pending != NULL)
         write_state(p);
 }
@@ -695,6 +769,8 @@ static void on_bound_closed(uv_handle_t *handle)
     free(p->placed);
     free(p->latest);
     free(p->pending);
+    free(p->sent);
+    free(p->unsure);
     ddp_etcd_free(p->etcd); /* (drops what is still in flight, unanswered) */
     free(p);
 }
