@@ -6,7 +6,8 @@
  *   kept alive, not a stream-->  IDLE  --next request-->  BUSY
  *   any state  --failure, cancel, a stream's end, the client's free-->  CLOSING (freed once
  *   its handles have closed and its resolution returned)
- * An IDLE connection that reads anything (the server's close) is closed. An idempotent
+ * An IDLE connection that reads anything (the server's close), or has bytes waiting when a
+ * request would take it, is closed. An idempotent
  * plain request whose reused connection is found closed before any byte of its response
  * is sent once more on a new connection (the server may close an idle connection at any
  * moment); another may have been done by the server before its close, and is not. */
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 
 typedef enum { CONN_RESOLVING, CONN_CONNECTING, CONN_BUSY, CONN_IDLE, CONN_CLOSING } conn_state_t;
 
@@ -498,13 +500,27 @@ static void on_timeout(uv_timer_t *timer)
          c->state == CONN_BUSY ? "no whole response within" : "not reached within", limit);
 }
 
-/* The request on a connection to its endpoint: a kept one (not `fresh`, not a stream) or a
- * new one. 0, DDP_EUSAGE, -ENOMEM. */
+/* Whether a kept connection has bytes waiting that the loop has not read yet (an answer
+ * nobody asked for, a body past its length, the server's close): reused, they would be
+ * taken for the next request's answer, and every later one shifted by one. */
+static bool bytes_waiting(conn_t *c)
+{
+    uv_os_fd_t fd;
+    int n = 0;
+    return uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0 || ioctl(fd, FIONREAD, &n) != 0 || n > 0;
+}
+
+/* The request on a connection to its endpoint: a kept one (not `fresh`, not a stream) with
+ * nothing waiting to be read, or a new one. 0, DDP_EUSAGE, -ENOMEM. */
 static int attach(ddp_http_t *h, ddp_http_req_t *req, bool fresh)
 {
     conn_t *c = NULL;
     for (conn_t *o = h->conns; !fresh && !req->stream && o != NULL && c == NULL; o = o->next) {
-        if (o->state == CONN_IDLE && strcmp(o->endpoint, req->endpoint) == 0)
+        if (o->state != CONN_IDLE || strcmp(o->endpoint, req->endpoint) != 0)
+            continue;
+        if (bytes_waiting(o))
+            conn_close(o);
+        else
             c = o;
     }
     if (c == NULL)

@@ -45,8 +45,10 @@ typedef struct {
     int nanswers;
     bool keep_open; /* after the answers, wait for the client's close */
     bool one_each;  /* a connection for each request, closed after its answer */
+    bool reaccept;  /* a request not read on a connection (the client closed it): on the next */
     int listen_fd, port;
     atomic_int delivered; /* messages the client took */
+    atomic_int sent;      /* pieces written */
     int accepted, served; /* connections accepted, requests read */
     pthread_t thread;
 } server_t;
@@ -112,6 +114,7 @@ static void answer(server_t *s, int fd, const answer_script_t *a)
         while (atomic_load(&s->delivered) < a->after[i] && now_s() < until)
             sched_yield();
         send_all(fd, a->pieces[i], strlen(a->pieces[i]));
+        atomic_fetch_add(&s->sent, 1);
     }
     if (a->big > 0) {
         char *x = malloc(a->big);
@@ -141,7 +144,12 @@ static void *serve(void *arg)
     int fd = accept_one(s);
     if (fd < 0)
         return NULL;
-    for (int i = 0; i < s->nanswers && read_request(fd); i++) {
+    for (int i = 0; i < s->nanswers; i++) {
+        if (!read_request(fd)) {
+            close(fd);
+            if (!s->reaccept || (fd = accept_one(s)) < 0 || !read_request(fd))
+                return NULL;
+        }
         s->served++;
         answer(s, fd, &s->answers[i]);
         if (s->one_each && i + 1 < s->nanswers) {
@@ -433,6 +441,36 @@ static void test_txn_not_sent_again(void **state)
     assert_int_equal(s.accepted, 1);
 }
 
+/* An answer nobody asked for comes after the last one, in the socket before the next
+ * request takes the kept connection: the connection is not reused (its bytes would be
+ * taken for the next answer, every later one shifted by one), the request goes on a new
+ * one. */
+static void test_stray_answer_not_taken(void **state)
+{
+    (void)state;
+    server_t s = {.nanswers = 2, .reaccept = true};
+    s.answers[0] =
+        (answer_script_t){.pieces = {"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n{\"n\": 1}",
+                                     "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{\"n\": 666}"},
+                          .after = {0, 1}};
+    s.answers[1] =
+        (answer_script_t){.pieces = {"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n{\"n\": 2}"}};
+    server_start(&s);
+    client_t c;
+    client_up(&c, &s);
+    post_and_wait(&c, false, 1);
+    double until = now_s() + WAIT_MS / 1000.0; /* the stray in the socket, not yet read */
+    while (atomic_load(&s.sent) < 2 && now_s() < until)
+        sched_yield();
+    assert_int_equal(atomic_load(&s.sent), 2);
+    post_and_wait(&c, false, 2);
+    assert_string_equal(c.messages, "1,2");
+    assert_int_equal(c.ends, 0);
+    client_down(&c);
+    server_end(&s);
+    assert_int_equal(s.accepted, 2);
+}
+
 /* Interim answers (100 Continue, 103 Early Hints) before the final one: skipped, the final
  * one read on the same connection, which is kept for the next request. */
 static void test_interim_answers_skipped(void **state)
@@ -601,6 +639,7 @@ int main(void)
         cmocka_unit_test(test_kept_connection_closed_by_the_server),
         cmocka_unit_test(test_interim_answers_skipped),
         cmocka_unit_test(test_txn_not_sent_again),
+        cmocka_unit_test(test_stray_answer_not_taken),
         cmocka_unit_test(test_error_reply_fails_over),
         cmocka_unit_test(test_request_error_not_retried),
         cmocka_unit_test(test_silent_endpoints_within_the_timeout),
