@@ -73,6 +73,7 @@ struct ddp_etcd_call_s {
     size_t tried;    /* endpoints tried */
     uint64_t until;  /* the loop's ms by which it ends, at every endpoint together */
     ddp_buf_t in;    /* the reply so far (a stream: its unfinished message) */
+    size_t scanned;  /* (a stream) bytes of `in` known to hold no newline */
     bool too_big;    /* a message over DDP_ETCD_MAX_REPLY */
     bool delivered;  /* a stream: a message came (then an end is not the endpoint's fault) */
     bool cancelled;  /* during a dispatch: freed at its end (the graveyard) */
@@ -255,18 +256,23 @@ static bool take_data(ddp_etcd_call_t *call, bool messages, const char *data, si
     }
     if (ddp_buf_append(&call->in, data, len) != 0)
         return false;
-    /* A stream's messages end with a newline: each whole one now. The callback may cancel
-     * the call (then nothing more is read). */
+    /* A stream's messages end with a newline: each whole one now, the bytes scanned before
+     * not scanned again (a message in many small pieces is not scanned whole each time).
+     * The callback may cancel the call (then nothing more is read). */
     char *nl;
     while (messages && !call->cancelled &&
-           (nl = memchr(call->in.data, '\n', call->in.len)) != NULL) {
+           (nl = memchr(call->in.data + call->scanned, '\n', call->in.len - call->scanned)) !=
+               NULL) {
         size_t line = (size_t)(nl - call->in.data);
         if (line > 0)
             deliver(call, call->cb, call->ctx, call->in.data, line);
         memmove(call->in.data, nl + 1, call->in.len - line - 1);
         call->in.len -= line + 1;
         call->in.data[call->in.len] = '\0';
+        call->scanned = 0;
     }
+    if (messages)
+        call->scanned = call->in.len;
     return !call->cancelled;
 }
 
@@ -324,6 +330,7 @@ static bool retry_elsewhere(ddp_etcd_call_t *call, ended_t ended, long status)
     e->current = next;
     drop_transfer(call);
     ddp_buf_clear(&call->in);
+    call->scanned = 0;
     return start_on(call, next) == 0;
 }
 

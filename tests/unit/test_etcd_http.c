@@ -361,6 +361,39 @@ static void test_chunked_stream_split_at_odd_places(void **state)
     server_end(&s);
 }
 
+/* A watch's message of 1 MiB in chunks of one byte each: each piece is not a scan of
+ * the whole message so far (it took ~5 s, growing with the square of its size). */
+static void test_message_in_tiny_pieces(void **state)
+{
+    (void)state;
+    enum { PAD = 1 << 20 };
+    char head[64];
+    int len = snprintf(head, sizeof head, "{\"result\": {\"n\": 5, \"pad\": \"");
+    size_t size = (size_t)len + PAD + 4; /* "}}\n", one byte a chunk: "1\r\nX\r\n" */
+    char *body = malloc(size * 6 + 8), *at = body;
+    assert_non_null(body);
+    for (size_t i = 0; i < size; i++) {
+        char x = i < (size_t)len ? head[i] : i < (size_t)len + PAD ? 'x' : "\"}}\n"[i - len - PAD];
+        at += sprintf(at, "1\r\n%c\r\n", x);
+    }
+    strcpy(at, "0\r\n\r\n");
+    server_t s = {.nanswers = 1};
+    s.answers[0] = (answer_script_t){
+        .pieces = {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", body}};
+    server_start(&s);
+    client_t c;
+    client_up(&c, &s);
+    double t0 = now_s();
+    post_and_wait(&c, true, 1);
+    double took = now_s() - t0;
+    assert_string_equal(c.messages, "5");
+    if (took > 1.0)
+        fail_msg("the message took %.2f s", took);
+    client_down(&c);
+    server_end(&s);
+    free(body);
+}
+
 /* Plain requests one after another go over one kept connection. */
 static void test_connection_kept(void **state)
 {
@@ -635,6 +668,7 @@ int main(void)
         cmocka_unit_test(test_body_over_the_bound),
         cmocka_unit_test(test_http_500),
         cmocka_unit_test(test_chunked_stream_split_at_odd_places),
+        cmocka_unit_test(test_message_in_tiny_pieces),
         cmocka_unit_test(test_connection_kept),
         cmocka_unit_test(test_kept_connection_closed_by_the_server),
         cmocka_unit_test(test_interim_answers_skipped),
