@@ -40,6 +40,7 @@ struct ddp_http_req_s {
     bool cancelled;  /* during a callback: dropped after it */
     bool stopped;    /* the body callback said to stop */
     long timeout_ms;
+    uint64_t deadline; /* loop ms: the end of timeout_ms from its post, resends included */
     conn_t *conn;
 };
 
@@ -83,6 +84,14 @@ static int attach(ddp_http_t *h, ddp_http_req_t *req, bool fresh);
 static void fail(conn_t *c, ddp_http_end_t end, const char *what, const char *detail);
 static void on_timeout(uv_timer_t *timer);
 static void defer_failure(conn_t *c, int err);
+
+/* The request's deadline on the connection's timer: what is left of its time since it was
+ * posted (a resend, a name's next address get no time afresh). */
+static void start_deadline(conn_t *c, ddp_http_req_t *req)
+{
+    uint64_t now = uv_now(c->h->loop);
+    uv_timer_start(&c->timer, on_timeout, req->deadline > now ? req->deadline - now : 0, 0);
+}
 
 /* Connections. */
 
@@ -198,7 +207,7 @@ static conn_t *conn_new(ddp_http_t *h, ddp_http_req_t *req)
     c->state = CONN_CONNECTING;
     c->req = req;
     req->conn = c;
-    uv_timer_start(&c->timer, on_timeout, (uint64_t)req->timeout_ms, 0);
+    start_deadline(c, req);
     return c;
 }
 
@@ -528,7 +537,7 @@ static int attach(ddp_http_t *h, ddp_http_req_t *req, bool fresh)
     c->state = CONN_BUSY;
     c->req = req;
     req->conn = c;
-    uv_timer_start(&c->timer, on_timeout, (uint64_t)req->timeout_ms, 0);
+    start_deadline(c, req);
     send_request(c);
     return 0;
 }
@@ -545,6 +554,7 @@ int ddp_http_post(ddp_http_t *h, const char *endpoint, const char *path, const c
     req->stream = stream;
     req->idempotent = idempotent;
     req->timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
+    req->deadline = uv_now(h->loop) + (uint64_t)req->timeout_ms;
     req->endpoint = strdup(endpoint);
     size_t len = strlen(body);
     int err = req->endpoint != NULL ? 0 : -ENOMEM;

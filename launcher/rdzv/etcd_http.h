@@ -46,11 +46,11 @@ typedef struct {
 ddp_http_t *ddp_http_new(uv_loop_t *loop, const ddp_log_t *log);
 
 /* POSTs `body` (JSON, copied) to http://`endpoint``path`; `endpoint` is "HOST:PORT" or
- * "[ADDR]:PORT" (copied). A plain request must end within `timeout_ms` (connecting
- * included); a stream (`stream`) must connect within it, then has no deadline. A plain
- * request found its kept connection closed before any byte of its response is sent again
- * on a new connection only where it is `idempotent` (the same done twice: a read), as the
- * server may have done it before its close. `cbs` must outlive the request. 0, DDP_EUSAGE (an
+ * "[ADDR]:PORT" (copied). A plain request must end within `timeout_ms` (connecting, a
+ * name's next addresses and a resend included); a stream (`stream`) must connect within it, then
+ * has no deadline. A plain request found its kept connection closed before any byte of its response
+ * is sent again on a new connection only where it is `idempotent` (the same done twice: a read), as
+ * the server may have done it before its close. `cbs` must outlive the request. 0, DDP_EUSAGE (an
  * endpoint that is not HOST:PORT) or -ENOMEM; no callback then. */
 int ddp_http_post(ddp_http_t *h, const char *endpoint, const char *path, const char *body,
                   bool stream, bool idempotent, long timeout_ms, const ddp_http_cbs_t *cbs,

@@ -38,6 +38,9 @@ typedef struct {
     const char *pieces[PIECES];
     int after[PIECES];
     size_t big;
+    int hold_ms; /* before the answer */
+    bool drop;   /* held, the connection closed unanswered; the request read again on a new
+                  * one, held again, answered there */
 } answer_script_t;
 
 typedef struct {
@@ -107,8 +110,16 @@ static void send_all(int fd, const char *data, size_t len)
     }
 }
 
+static void hold(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
 static void answer(server_t *s, int fd, const answer_script_t *a)
 {
+    hold(a->hold_ms);
     for (int i = 0; i < PIECES && a->pieces[i] != NULL; i++) {
         double until = now_s() + WAIT_MS / 1000.0;
         while (atomic_load(&s->delivered) < a->after[i] && now_s() < until)
@@ -151,6 +162,13 @@ static void *serve(void *arg)
                 return NULL;
         }
         s->served++;
+        if (s->answers[i].drop) {
+            hold(s->answers[i].hold_ms);
+            close(fd);
+            if ((fd = accept_one(s)) < 0 || !read_request(fd))
+                return NULL;
+            s->served++;
+        }
         answer(s, fd, &s->answers[i]);
         if (s->one_each && i + 1 < s->nanswers) {
             close(fd);
@@ -504,6 +522,32 @@ static void test_stray_answer_not_taken(void **state)
     assert_int_equal(s.accepted, 2);
 }
 
+/* A range on a kept connection held 0.8 s, the connection then closed unanswered: sent
+ * again on a new one, held 0.8 s there too. It ends at its 1 s timeout from its post, not
+ * a new timeout from its resend (answered after 1.6 s). */
+static void test_resend_keeps_the_deadline(void **state)
+{
+    (void)state;
+    server_t s = {.nanswers = 2};
+    const char *ok = "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n{\"n\": 1}";
+    s.answers[0] = (answer_script_t){.pieces = {ok}};
+    s.answers[1] = (answer_script_t){.pieces = {ok}, .hold_ms = 800, .drop = true};
+    server_start(&s);
+    client_t c;
+    client_up_at(&c, &s, &s.port, 1, 1.0);
+    post_and_wait(&c, false, 1);
+    double t0 = now_s();
+    post_and_wait(&c, false, 2);
+    double took = now_s() - t0;
+    assert_int_equal(c.replies, 1);
+    assert_int_equal(c.err, DDP_ETIMEOUT);
+    if (took < 0.9 || took > 1.5)
+        fail_msg("ended after %.2f s, not its 1 s timeout: '%s'", took, c.why);
+    client_down(&c);
+    server_end(&s);
+    assert_int_equal(s.accepted, 2);
+}
+
 /* Interim answers (100 Continue, 103 Early Hints) before the final one: skipped, the final
  * one read on the same connection, which is kept for the next request. */
 static void test_interim_answers_skipped(void **state)
@@ -674,6 +718,7 @@ int main(void)
         cmocka_unit_test(test_interim_answers_skipped),
         cmocka_unit_test(test_txn_not_sent_again),
         cmocka_unit_test(test_stray_answer_not_taken),
+        cmocka_unit_test(test_resend_keeps_the_deadline),
         cmocka_unit_test(test_error_reply_fails_over),
         cmocka_unit_test(test_request_error_not_retried),
         cmocka_unit_test(test_silent_endpoints_within_the_timeout),
