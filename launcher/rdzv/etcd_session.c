@@ -55,6 +55,7 @@ struct ddp_etcd_session_s {
     char *coord;
     int64_t coord_lease, coord_rev;
     bool coord_known;
+    int64_t deposed; /* the lease of the last coordinator this one deposed */
     int64_t members_rev;
     bool watch_members; /* the coordinator's: the member keys are watched */
     /* A watch that ended (the member it spoke to gone) is set up again after `backoff` s
@@ -632,8 +633,16 @@ static void on_depose(void *ctx, int err, const ddp_json_t *reply, const char *w
     ddp_etcd_session_t *s = ctx;
     (void)reply;
     s->calls[CALL_DEPOSE] = NULL;
-    if (err != 0 && strstr(why, "lease not found") == NULL)
+    if (err != 0 && strstr(why, "lease not found") == NULL) {
         lose(s, "etcd: unable to end the lost coordinator's lease: %s", why);
+        return;
+    }
+    /* The lease's keys went with it. Where the watch has not said so yet, the key is read
+     * now and its word said: a watch taken and never answered (a buffering proxy in front
+     * of the gateway, a wedged member) would leave the depose waiting with no deadline; the
+     * read has the request's. */
+    if (!s->unwatched && s->coord_known && s->coord != NULL && s->coord_lease == s->deposed)
+        ddp_etcd_session_watch(s, true, true);
 }
 
 bool ddp_etcd_session_depose(ddp_etcd_session_t *s)
@@ -645,6 +654,7 @@ bool ddp_etcd_session_depose(ddp_etcd_session_t *s)
         s->calls[CALL_DEPOSE] != NULL)
         return true;
     snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->coord_lease);
+    s->deposed = s->coord_lease;
     (void)post(s, CALL_DEPOSE, "/v3/lease/revoke", body, false, on_depose);
     return true;
 }

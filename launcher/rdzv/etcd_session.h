@@ -76,7 +76,10 @@ void ddp_etcd_session_elect(ddp_etcd_session_t *s, const char *record);
 
 /* The coordinator's launcher is known to be gone (its port refused a connection, or did
  * not answer as a store): its lease is revoked, so its keys go now rather than at its TTL.
- * False where the key is under no lease (no launcher put it: it would never go). */
+ * Once the revoke is answered, the key is read (where watched and the watch has not said it
+ * went): its word comes within the request timeout, a watch that never answers aside; a
+ * revoke that fails loses the session (the lost callback names the endpoints). False where
+ * the key is under no lease (no launcher put it: it would never go). */
 bool ddp_etcd_session_depose(ddp_etcd_session_t *s);
 
 /* For the coordinator: the member keys are watched (the member callback, for those there

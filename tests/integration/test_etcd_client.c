@@ -18,11 +18,18 @@
 #include "rdzv/etcd_place.h"
 #include "rdzv/etcd_session.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* One request's answer, taken by the callback. */
 typedef struct {
@@ -519,6 +526,162 @@ static void test_one_coordinator_then_another(void **state)
     th_etcd_down(&etcd);
 }
 
+/* A proxy in front of etcd that passes every request on but takes a watch and never
+ * answers it (a buffering reverse proxy, a wedged member). */
+typedef struct {
+    int listen_fd, port, etcd_port;
+    atomic_bool stop;
+    pthread_t thread, conns[64];
+    int nconns;
+} wedge_t;
+
+typedef struct {
+    wedge_t *w;
+    int fd;
+} wedge_conn_t;
+
+/* Waits for `fd` readable (100 ms at most): false when the proxy stops. */
+static bool wedge_wait(wedge_t *w, struct pollfd *p, nfds_t n)
+{
+    while (!atomic_load(&w->stop)) {
+        int r = poll(p, n, 100);
+        if (r > 0)
+            return true;
+        if (r < 0)
+            return false;
+    }
+    return false;
+}
+
+static void *wedge_conn(void *arg)
+{
+    wedge_conn_t *wc = arg;
+    wedge_t *w = wc->w;
+    int fd = wc->fd, up = -1;
+    free(wc);
+    char head[8192];
+    ssize_t n = 0;
+    struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = -1, .events = POLLIN}};
+    while (n < 15 && wedge_wait(w, p, 1)) /* (the request line's start) */
+        if ((n = recv(fd, head, sizeof head, MSG_PEEK)) <= 0)
+            goto out;
+    if (n < 15)
+        goto out;
+    if (strncmp(head, "POST /v3/watch ", 15) == 0) { /* held, never answered */
+        while (wedge_wait(w, p, 1) && recv(fd, head, sizeof head, 0) > 0)
+            ;
+        goto out;
+    }
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)w->etcd_port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (up < 0 || connect(up, (struct sockaddr *)&addr, sizeof addr) != 0)
+        goto out;
+    p[1].fd = up;
+    for (;;) {
+        p[0].revents = p[1].revents = 0;
+        if (!wedge_wait(w, p, 2))
+            goto out;
+        for (int i = 0; i < 2; i++) {
+            if (p[i].revents == 0)
+                continue;
+            ssize_t got = recv(p[i].fd, head, sizeof head, 0);
+            if (got <= 0 || send(p[1 - i].fd, head, (size_t)got, MSG_NOSIGNAL) != got)
+                goto out;
+        }
+    }
+out:
+    if (up >= 0)
+        close(up);
+    close(fd);
+    return NULL;
+}
+
+static void *wedge_accept(void *arg)
+{
+    wedge_t *w = arg;
+    struct pollfd p = {.fd = w->listen_fd, .events = POLLIN};
+    while (wedge_wait(w, &p, 1) && w->nconns < 64) {
+        int fd = accept(w->listen_fd, NULL, NULL);
+        wedge_conn_t *wc = malloc(sizeof *wc);
+        if (fd < 0 || wc == NULL) {
+            free(wc);
+            if (fd >= 0)
+                close(fd);
+            continue;
+        }
+        *wc = (wedge_conn_t){w, fd};
+        if (pthread_create(&w->conns[w->nconns], NULL, wedge_conn, wc) == 0)
+            w->nconns++;
+        else {
+            close(fd);
+            free(wc);
+        }
+    }
+    return NULL;
+}
+
+static void wedge_start(wedge_t *w, const char *etcd_endpoint)
+{
+    memset(w, 0, sizeof *w);
+    w->etcd_port = atoi(strrchr(etcd_endpoint, ':') + 1);
+    w->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(w->listen_fd >= 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof addr;
+    assert_int_equal(bind(w->listen_fd, (struct sockaddr *)&addr, sizeof addr), 0);
+    assert_int_equal(listen(w->listen_fd, 16), 0);
+    assert_int_equal(getsockname(w->listen_fd, (struct sockaddr *)&addr, &len), 0);
+    w->port = ntohs(addr.sin_port);
+    assert_int_equal(pthread_create(&w->thread, NULL, wedge_accept, w), 0);
+}
+
+static void wedge_stop(wedge_t *w)
+{
+    atomic_store(&w->stop, true);
+    pthread_join(w->thread, NULL);
+    for (int i = 0; i < w->nconns; i++)
+        pthread_join(w->conns[i], NULL);
+    close(w->listen_fd);
+}
+
+/* The elected launcher deposed by another whose watch of the coordinator's key is taken
+ * and never answered: the revoke's answer is followed by a read of the key, which says it
+ * went (the deposer waited for the watch with no deadline). */
+static void test_depose_with_a_silent_watch(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    wedge_t w;
+    wedge_start(&w, etcd.endpoints);
+    char endpoint[32];
+    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", w.port);
+    client_t c;
+    launcher_t l[NLAUNCHERS];
+    client_up(&c, endpoint, 2);
+    sessions_up(&c, l, 3);
+    assert_true(run_while(&c, l, all_told, 10));
+    elect_all(l);
+    assert_true(run_while(&c, l, elected, 10));
+    int first = one_coordinator(l);
+    int other = (first + 1) % NLAUNCHERS;
+    l[other].told = false;
+    ddp_etcd_session_depose(l[other].s);
+    for (double deadline = th_now() + 4;
+         !(l[other].told && l[other].coord[0] == '\0') && th_now() < deadline;) {
+        bool never = false;
+        run_until(&c, &never, 0.02);
+    }
+    if (!l[other].told || l[other].coord[0] != '\0')
+        fail_msg("L%d, the deposer, not told the key went (told %d, '%s')", other, l[other].told,
+                 l[other].coord);
+    sessions_down(&c, l);
+    wedge_stop(&w);
+    th_etcd_down(&etcd);
+}
+
 static bool member_gone(launcher_t *l)
 {
     int own = one_coordinator(l);
@@ -728,6 +891,7 @@ int main(int argc, char **argv)
         TH_TEST(test_lease_runs_out),
         TH_TEST(test_etcd_gone),
         TH_TEST(test_round_record_read_back),
+        TH_TEST(test_depose_with_a_silent_watch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
