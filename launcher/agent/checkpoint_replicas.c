@@ -112,14 +112,16 @@ static int wait_ms(double deadline)
     return left <= 0 ? -1 : left < IO_MS ? (int)left + 1 : IO_MS;
 }
 
-/* The rate both ends of a transfer keep to: the lower of this node's `own` and the
- * `other`'s, as its request said (0: no limit, or not said). */
-static uint64_t both_rates(uint64_t own, uint64_t other)
+/* The rate a transfer to or from this node is held to: its own (`own`); the RATE its
+ * request says (`said`) only where this node has none. A request's word never lowers it:
+ * a key holder saying a tiny rate would get the FLOOR_RATE floor back (a GET held, a PUT
+ * holding its places and room, for minutes). Every node is to be given the same rate. */
+static uint64_t job_rate(uint64_t own, uint64_t said)
 {
-    return own == 0 || (other != 0 && other < own) ? other : own;
+    return own != 0 ? own : said;
 }
 
-/* The bytes a second a transfer at `rate` (both_rates) comes at on the whole at least, one
+/* The bytes a second a transfer at `rate` (job_rate) comes at on the whole at least, one
  * of `n` under way at once over this node's link: a sixteenth of the rate shared by them,
  * FLOOR_RATE at least. */
 static uint64_t rate_floor(uint64_t rate, int n)
@@ -460,7 +462,7 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
                   .step = -1,
                   .bytes = bytes,
                   .reserve = atomic_fetch_add(&r->claimed, bytes),
-                  .floor = rate_floor(both_rates(r->rate, rate), puts),
+                  .floor = rate_floor(job_rate(r->rate, rate), puts),
                   .slack_ms = PUT_SLACK_MS,
                   .unique = true};
     held_here(r->dir, first, nranks, &e);
@@ -515,7 +517,7 @@ static int serve_get(ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t
     }
     int len = snprintf(head, sizeof head, TAG " %" PRIu64 "\n", in >= 0 ? h.used_bytes : 0);
     double deadline =
-        ddp_clock_mono() + whole_limit(rate_floor(both_rates(r->rate, rate), 1), h.used_bytes);
+        ddp_clock_mono() + whole_limit(rate_floor(job_rate(r->rate, rate), 1), h.used_bytes);
     int err = send_all(r->stop_fd, deadline, fd, head, (size_t)len);
     if (err == 0 && in >= 0)
         err = send_bytes(r->stop_fd, deadline, 0, fd, in, &h);

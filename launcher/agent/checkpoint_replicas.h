@@ -11,9 +11,10 @@
  * KEY RANK SLOT BYTES RATE\n", BYTES of the slot file, its generation again as 8 bytes (0: it
  * changed while sent), then one byte back: 'k' kept, 'n' not; or "DDPREPL1 GET KEY RANK
  * STEP RATE\n", answered "DDPREPL1 BYTES\n" (0: none held), the bytes and the generation
- * again. RATE is the asker's --checkpoint-replica-rate (0: none; without it, as before: this
- * node's own): a transfer must come at a sixteenth of the lower of both ends' rates on the
- * whole, shared by the PUTs under way here, DDP_CHECKPOINT_REPLICA_MIN_RATE at least.
+ * again. RATE is the asker's --checkpoint-replica-rate, taken only by a node without one of
+ * its own: a transfer must come at a sixteenth of the receiver's (or holder's) own rate on
+ * the whole, shared by the PUTs under way here, DDP_CHECKPOINT_REPLICA_MIN_RATE at least, so
+ * a request's word cannot lower it (every node is to be given the same rate).
  * KEY is the listener's secret, random, 128
  * bits in hex, published with its address in the round's store: a request without it is
  * refused before anything is read or written (compared in constant time), so that only who
