@@ -367,14 +367,13 @@ static int receive_bytes(int stop, int fd, int out, const expect_t *e, uint64_t 
  * directory's room less e->reserve first, the header as soon as it came (check_first), written as
  * DIR/.NAME.incoming (DIR/.NAME.<n>.incoming where `unique`: n a count of its own), checked
  * (check_received) and renamed. 0, or an error with `why` (nothing left). */
-static int receive_into(int stop, int fd, const char *dir, const char *name, const expect_t *e,
-                        ddp_buf_t *why)
+/* Whether `e->bytes` fit the directory's room less e->reserve, and e->largest: 0, or
+ * DDP_ETOOBIG (or the room's error) with `why`. */
+static int check_room(const char *dir, const expect_t *e, ddp_buf_t *why)
 {
-    char tmp[PATH_MAX + 96], path[PATH_MAX + 96];
-    uint64_t trailer = 0, sum = 0, bytes = e->bytes;
-    bool unique = e->unique;
+    uint64_t bytes = e->bytes;
     ddp_ckpt_room_t room;
-    int out = -1, err = ddp_ckpt_room(dir, "/sys/fs/cgroup", "/proc/self/cgroup", &room);
+    int err = ddp_ckpt_room(dir, "/sys/fs/cgroup", "/proc/self/cgroup", &room);
     uint64_t left = room.bytes > e->reserve ? room.bytes - e->reserve : 0;
     if (err == 0 && (bytes < DDP_CKPT_HEADER_BYTES || bytes > left))
         err = (ddp_buf_printf(why,
@@ -389,6 +388,16 @@ static int receive_into(int stop, int fd, const char *dir, const char *name, con
                               "node's own ranks (%" PRIu64 ")",
                               bytes, SIZE_FACTOR, e->largest),
                DDP_ETOOBIG);
+    return err;
+}
+
+static int receive_into(int stop, int fd, const char *dir, const char *name, const expect_t *e,
+                        ddp_buf_t *why)
+{
+    char tmp[PATH_MAX + 96], path[PATH_MAX + 96];
+    uint64_t trailer = 0, sum = 0, bytes = e->bytes;
+    bool unique = e->unique;
+    int out = -1, err = check_room(dir, e, why);
     if (err == 0) {
         static atomic_uint seq; /* (the listener's transfers at once: a name each) */
         if (unique)
@@ -415,6 +424,12 @@ static int receive_into(int stop, int fd, const char *dir, const char *name, con
 
 static int newest_slot(const char *dir, int rank, int *in, ddp_ckpt_header_t *h);
 
+/* a + b, UINT64_MAX where that would wrap (a claim said by a peer may be absurd). */
+static uint64_t add_capped(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
 /* What this node holds, for a replica (e->bytes): kept beside it (added to e->reserve), one
  * more save of each of its own ranks first .. first + nranks - 1 (of this replica's size for
  * a rank that has saved none yet: data-parallel ranks hold states of about one size, so its
@@ -429,11 +444,11 @@ static void held_here(const char *dir, int first, int nranks, expect_t *e)
         ddp_ckpt_header_t h;
         int in = -1;
         if (newest_slot(dir, first + i, &in, &h) >= 0) {
-            e->reserve += h.used_bytes;
+            e->reserve = add_capped(e->reserve, h.used_bytes);
             e->largest = h.used_bytes > e->largest ? h.used_bytes : e->largest;
             close(in);
         } else {
-            e->reserve += e->bytes;
+            e->reserve = add_capped(e->reserve, e->bytes);
         }
     }
 }
@@ -456,17 +471,24 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
     pthread_mutex_lock(&r->mutex);
     int first = r->first_rank, nranks = r->nranks;
     pthread_mutex_unlock(&r->mutex);
-    int puts = atomic_fetch_add(&r->puts, 1) + 1; /* (this one's share of the link) */
+    /* Checked before its claim counts (an absurd one refused then takes no room meanwhile),
+     * and again with the claims under way counted. */
     expect_t e = {.rank = *rank,
                   .world = world,
                   .step = -1,
                   .bytes = bytes,
-                  .reserve = atomic_fetch_add(&r->claimed, bytes),
-                  .floor = rate_floor(job_rate(r->rate, rate), puts),
                   .slack_ms = PUT_SLACK_MS,
                   .unique = true};
     held_here(r->dir, first, nranks, &e);
-    int err = receive_into(r->stop_fd, fd, r->dir, name, &e, why);
+    uint64_t held = e.reserve;
+    e.reserve = add_capped(held, atomic_load(&r->claimed));
+    int err = check_room(r->dir, &e, why);
+    if (err != 0)
+        return err;
+    int puts = atomic_fetch_add(&r->puts, 1) + 1; /* (this one's share of the link) */
+    e.reserve = add_capped(held, atomic_fetch_add(&r->claimed, bytes));
+    e.floor = rate_floor(job_rate(r->rate, rate), puts);
+    err = receive_into(r->stop_fd, fd, r->dir, name, &e, why);
     atomic_fetch_sub(&r->claimed, bytes);
     atomic_fetch_sub(&r->puts, 1);
     if (err == 0)

@@ -388,7 +388,7 @@ static void test_replicas_over_loopback(void **state)
         close(idle[i]);
     free(small);
     /* Refused connections are said 10 at most, then once a minute with their count. */
-    for (int i = 0; i < 40; i++)
+    for (int i = 0; i < 60; i++)
         assert_int_equal(ask(port, "junk\n", 5, false), 'n');
     assert_true(logged(log_fd, "further refusals said once a minute"));
     int said = 0;
@@ -878,6 +878,66 @@ static void test_size_bound_by_own_slots_alone(void **state)
     remove_dir(dir_b);
 }
 
+/* Keyed PUTs claiming 9e18 bytes, from 127.0.0.2, until `stop`. */
+typedef struct {
+    int port;
+    atomic_bool stop;
+    atomic_int sent;
+} flood_t;
+
+static void *absurd_flood_run(void *arg)
+{
+    flood_t *f = arg;
+    char line[128];
+    int n = snprintf(line, sizeof line, "DDPREPL1 PUT %s 2 0 9000000000000000000\n", key_b);
+    while (!atomic_load(&f->stop)) {
+        struct sockaddr_in from = {.sin_family = AF_INET},
+                           to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)f->port)};
+        from.sin_addr.s_addr = htonl(0x7f000002);
+        to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        char answer;
+        if (fd >= 0 && bind(fd, (struct sockaddr *)&from, sizeof from) == 0 &&
+            connect(fd, (struct sockaddr *)&to, sizeof to) == 0 &&
+            send(fd, line, (size_t)n, MSG_NOSIGNAL) == n && recv(fd, &answer, 1, 0) >= 0)
+            atomic_fetch_add(&f->sent, 1);
+        if (fd >= 0)
+            close(fd);
+    }
+    return NULL;
+}
+
+/* Absurd claims, refused at once, take no room meanwhile: 60 real PUTs taken while 2 threads
+ * send keyed PUTs claiming 9e18 bytes are all kept (the claims counted before their check
+ * refused real PUTs for room). */
+static void test_absurd_claims_take_no_room(void **state)
+{
+    (void)state;
+    ddp_log_t log;
+    ddp_checkpoint_replicas_t *b = start_b(1u << 30, &log);
+    int log_fd = log.fd;
+    flood_t f = {.port = ddp_checkpoint_replicas_port(b)};
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&threads[i], NULL, absurd_flood_run, &f), 0);
+    size_t len, req_len;
+    uint8_t *slot = sized_slot(1, 0x66, 4096, &len);
+    uint8_t *req = put_request(slot, len, 1, &req_len);
+    int kept = 0;
+    for (int i = 0; i < 60; i++)
+        kept += ask(f.port, req, req_len, false) == 'k';
+    atomic_store(&f.stop, true);
+    for (int i = 0; i < 2; i++)
+        pthread_join(threads[i], NULL);
+    if (kept != 60 || atomic_load(&f.sent) == 0)
+        fail_msg("%d of 60 kept beside %d absurd claims", kept, atomic_load(&f.sent));
+    free(req);
+    free(slot);
+    ddp_checkpoint_replicas_stop(b);
+    close(log_fd);
+    remove_dir(dir_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -892,6 +952,7 @@ int main(void)
         cmocka_unit_test(test_fetch_bounded_at_the_rate),
         cmocka_unit_test(test_slow_peer_holds_the_sender_bounded),
         cmocka_unit_test(test_size_bound_by_own_slots_alone),
+        cmocka_unit_test(test_absurd_claims_take_no_room),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
