@@ -60,6 +60,14 @@
 #define TAG             "DDPREPL1"
 #define MAX_PEERS       64 /* --checkpoint-replicas is capped at the nodes less one; and this */
 
+/* The refusals' warnings: the first REFUSED_SAID, then one a minute with their count (one
+ * by one again after a minute without any). */
+typedef struct {
+    int said;
+    uint64_t quiet; /* refused since the last line */
+    double next;    /* ddp_clock_mono's: the next line */
+} refusals_t;
+
 struct ddp_checkpoint_replicas_s {
     const ddp_log_t *log;
     char dir[PATH_MAX];
@@ -80,10 +88,11 @@ struct ddp_checkpoint_replicas_s {
     pthread_mutex_t mutex; /* the round, from the loop to the sender */
     int first_rank, nranks, npeers;
     ddp_replica_peer_t peers[MAX_PEERS];
-    unsigned round_seq;  /* moved on by each round */
-    int next_listen_fd;  /* a listener for the receiver to take in place of its own; -1 */
-    char bound[64];      /* the address listened at ("": every address) */
-    char unbindable[64]; /* the last address that could not be (said once) */
+    unsigned round_seq;        /* moved on by each round */
+    int next_listen_fd;        /* a listener for the receiver to take in place of its own; -1 */
+    char bound[64];            /* the address listened at ("": every address) */
+    char unbindable[64];       /* the last address that could not be (said once) */
+    refusals_t keyed_refusals; /* keyed requests' failures said (the mutex's) */
 };
 
 /* Waits for `events` on fd, or the stop: 1 ready, -ECANCELED (stop), DDP_ETIMEOUT, -errno. */
@@ -297,6 +306,31 @@ typedef struct {
     int slack_ms;     /* ... with this long more (0: IO_MS) */
     bool unique;      /* a name of its own for the temporary */
 } expect_t;
+
+typedef enum { SAY_ONE, SAY_LAST, SAY_COUNT, SAY_NONE } say_t;
+
+/* How one more refusal is said: one by one (SAY_LAST the last of those), in a line of
+ * their *count, or not yet. */
+static say_t refusal_turn(refusals_t *q, uint64_t *count)
+{
+    double now = ddp_clock_mono();
+    if (q->said >= REFUSED_SAID && q->quiet == 0 && now >= q->next)
+        q->said = 0; /* (a minute without any) */
+    if (q->said < REFUSED_SAID) {
+        q->said++;
+        q->next = now + REFUSED_EVERY_S;
+        return q->said == REFUSED_SAID ? SAY_LAST : SAY_ONE;
+    }
+    q->quiet++;
+    if (now < q->next)
+        return SAY_NONE;
+    *count = q->quiet;
+    q->quiet = 0;
+    q->next = now + REFUSED_EVERY_S;
+    return SAY_COUNT;
+}
+
+#define FURTHER_SAID " (further refusals said once a minute)"
 
 /* Whether the header `h` that came first is that of a complete, checksummed slot of rank
  * `rank` (of a world of `world`: 0 any; of step `step`: -1 any), `bytes` in all. 0, or
@@ -556,6 +590,25 @@ static int serve_get(ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t
     return err;
 }
 
+/* A keyed request's failure ("WHAT HOST DONE: WHY") said as refusals are (refusal_turn):
+ * a key holder's refused requests in a loop cannot fill the log. */
+static void keyed_refused(ddp_checkpoint_replicas_t *r, const char *what, const char *host,
+                          const char *done, const char *why)
+{
+    uint64_t count = 0;
+    pthread_mutex_lock(&r->mutex);
+    say_t say = refusal_turn(&r->keyed_refusals, &count);
+    pthread_mutex_unlock(&r->mutex);
+    if (say == SAY_ONE || say == SAY_LAST)
+        ddp_log_warn(r->log, "in-memory checkpoints: %s %s%s: %s%s", what, host, done, why,
+                     say == SAY_LAST ? FURTHER_SAID : "");
+    else if (say == SAY_COUNT)
+        ddp_log_warn(r->log,
+                     "in-memory checkpoints: %" PRIu64 " more replicas dropped or not sent in "
+                     "the last %d s, the last %s %s%s: %s",
+                     count, REFUSED_EVERY_S, what, host, done, why);
+}
+
 /* One connection whose request `line` (its '\n' cut) carried the key: a PUT taken
  * (answered 'k' or 'n') or a GET served; said. */
 static void serve(ddp_checkpoint_replicas_t *r, int fd, char *line, const char *host)
@@ -564,8 +617,7 @@ static void serve(ddp_checkpoint_replicas_t *r, int fd, char *line, const char *
     int rank = -1, err = 0;
     if (strncmp(line, TAG " GET ", strlen(TAG " GET ")) == 0) {
         if ((err = serve_get(r, fd, line, &why)) != 0 && err != -ECANCELED)
-            ddp_log_warn(r->log, "in-memory checkpoints: a replica asked for by %s: %s", host,
-                         ddp_buf_str(&why));
+            keyed_refused(r, "a replica asked for by", host, "", ddp_buf_str(&why));
         ddp_buf_free(&why);
         return;
     }
@@ -574,8 +626,8 @@ static void serve(ddp_checkpoint_replicas_t *r, int fd, char *line, const char *
         ddp_log_debug(r->log, "in-memory checkpoints: rank %d's slot from %s kept as a replica",
                       rank, host);
     else if (err != -ECANCELED)
-        ddp_log_warn(r->log, "in-memory checkpoints: a replica from %s is dropped: %s", host,
-                     why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
+        keyed_refused(r, "a replica from", host, " is dropped",
+                      why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
     char answer = err == 0 ? 'k' : 'n';
     if (err != -ECANCELED)
         (void)send_all(r->stop_fd, ddp_clock_mono() + LINE_MS / 1000.0, fd, &answer, 1);
@@ -628,33 +680,19 @@ typedef struct {
     char host[64];
 } pending_t;
 
-/* The refusals' warnings: the first REFUSED_SAID, then one a minute with their count. */
-typedef struct {
-    int said;
-    uint64_t quiet; /* refused since the last line */
-    double next;    /* ddp_clock_mono's: the next line */
-} refusals_t;
-
 static void refused(const ddp_checkpoint_replicas_t *r, refusals_t *q, const char *host,
                     const char *why)
 {
-    double now = ddp_clock_mono();
-    if (q->said < REFUSED_SAID) {
-        q->said++;
-        q->next = now + REFUSED_EVERY_S;
+    uint64_t count = 0;
+    say_t say = refusal_turn(q, &count);
+    if (say == SAY_ONE || say == SAY_LAST)
         ddp_log_warn(r->log, "in-memory checkpoints: a connection from %s is refused: %s%s", host,
-                     why, q->said == REFUSED_SAID ? " (further refusals said once a minute)" : "");
-        return;
-    }
-    q->quiet++;
-    if (now < q->next)
-        return;
-    ddp_log_warn(r->log,
-                 "in-memory checkpoints: %" PRIu64 " more connections refused in the last "
-                 "%d s, the last from %s: %s",
-                 q->quiet, REFUSED_EVERY_S, host, why);
-    q->quiet = 0;
-    q->next = now + REFUSED_EVERY_S;
+                     why, say == SAY_LAST ? FURTHER_SAID : "");
+    else if (say == SAY_COUNT)
+        ddp_log_warn(r->log,
+                     "in-memory checkpoints: %" PRIu64 " more connections refused in the last "
+                     "%d s, the last from %s: %s",
+                     count, REFUSED_EVERY_S, host, why);
 }
 
 /* Whether the request `line` is "DDPREPL1 PUT|GET KEY ..." with the listener's key. */

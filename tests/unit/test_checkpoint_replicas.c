@@ -938,6 +938,36 @@ static void test_absurd_claims_take_no_room(void **state)
     remove_dir(dir_b);
 }
 
+/* How many times the log says `text`. */
+static int logged_times(int log_fd, const char *text)
+{
+    int n = 0;
+    for (const char *at = logged_text(log_fd); (at = strstr(at, text)) != NULL; at++)
+        n++;
+    return n;
+}
+
+/* A key holder's refused requests are said as unkeyed ones are: 30 PUTs claiming 9e18 bytes,
+ * each refused ('n'), are said for the first 10 alone (each said before: 95,000 lines in 20
+ * s from a loop). */
+static void test_keyed_refusals_said_bounded(void **state)
+{
+    (void)state;
+    ddp_log_t log;
+    ddp_checkpoint_replicas_t *b = start_b(1u << 30, &log);
+    int log_fd = log.fd, port = ddp_checkpoint_replicas_port(b);
+    char line[128];
+    int n = snprintf(line, sizeof line, "DDPREPL1 PUT %s 2 0 9000000000000000000\n", key_b);
+    for (int i = 0; i < 30; i++)
+        assert_int_equal(ask(port, line, (size_t)n, false), 'n');
+    int said = logged_times(log_fd, "is dropped: ");
+    if (said != 10 || !logged(log_fd, "(further refusals said once a minute)"))
+        fail_msg("%d said: %s", said, logged_text(log_fd));
+    ddp_checkpoint_replicas_stop(b);
+    close(log_fd);
+    remove_dir(dir_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -953,6 +983,7 @@ int main(void)
         cmocka_unit_test(test_slow_peer_holds_the_sender_bounded),
         cmocka_unit_test(test_size_bound_by_own_slots_alone),
         cmocka_unit_test(test_absurd_claims_take_no_room),
+        cmocka_unit_test(test_keyed_refusals_said_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
