@@ -549,7 +549,8 @@ static bool parse_get(char *line, const char *key, int *rank, int64_t *step, uin
 }
 
 /* A GET (its request `line`): the replica of that rank and step, complete and checksummed,
- * sent at full speed ("DDPREPL1 BYTES\n", the bytes, the generation again); "DDPREPL1 0\n"
+ * sent at the job's rate as a PUT is ("DDPREPL1 BYTES\n", the bytes, the generation again;
+ * unpaced, a key holder's GETs in a loop pulled 1.5 GB/s at a rate of 1M); "DDPREPL1 0\n"
  * where there is none; within a PUT's whole deadline (whole_limit: a reader slower than a
  * sixteenth of the job's rate is dropped). 0, or an error with `why`. */
 static int serve_get(ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t *why)
@@ -576,7 +577,7 @@ static int serve_get(ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t
         ddp_clock_mono() + whole_limit(rate_floor(job_rate(r->rate, rate), 1), h.used_bytes);
     int err = send_all(r->stop_fd, deadline, fd, head, (size_t)len);
     if (err == 0 && in >= 0)
-        err = send_bytes(r->stop_fd, deadline, 0, fd, in, &h);
+        err = send_bytes(r->stop_fd, deadline, job_rate(r->rate, rate), fd, in, &h);
     if (err == 0 && in >= 0 && ddp_ckpt_pread_header(in, &again, &size, NULL) == 0 &&
         again.generation == h.generation)
         trailer = h.generation;

@@ -661,6 +661,29 @@ static double get_ended(int fd, double began)
     return ddp_clock_mono() - began;
 }
 
+/* A GET is sent at B's rate, as a PUT is: 4 MiB at 4M a second, read at once, take about
+ * a second (a quarter second's piece first), where they came unpaced in milliseconds. */
+static void test_get_sent_at_the_rate(void **state)
+{
+    (void)state;
+    ddp_log_t log;
+    ddp_checkpoint_replicas_t *b = start_b(4u << 20, &log);
+    int log_fd = log.fd, port = ddp_checkpoint_replicas_port(b);
+    size_t big_len;
+    uint8_t *big = sized_slot(1, 0x77, 4u << 20, &big_len);
+    put(dir_b, "replica2.0", big, big_len);
+    double began = ddp_clock_mono();
+    int fd = unread_get(port);
+    double took = get_ended(fd, began);
+    close(fd);
+    if (took < 0.7 || took > 10)
+        fail_msg("4 MiB at 4M a second took %.2f s", took);
+    free(big);
+    ddp_checkpoint_replicas_stop(b);
+    close(log_fd);
+    remove_dir(dir_b);
+}
+
 /* A key holder's GETs that never read a large replica take no PUT's place and end at a
  * PUT's deadline: 2 of one address are served, the third and fourth closed at once; a
  * PUT from that address is kept meanwhile; the GETs end after a sixteenth of the job's
@@ -984,6 +1007,7 @@ int main(void)
         cmocka_unit_test(test_size_bound_by_own_slots_alone),
         cmocka_unit_test(test_absurd_claims_take_no_room),
         cmocka_unit_test(test_keyed_refusals_said_bounded),
+        cmocka_unit_test(test_get_sent_at_the_rate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
