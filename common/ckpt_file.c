@@ -368,15 +368,52 @@ static bool drop_listed(int dfd, const held_replica_t *r)
     return listed;
 }
 
+/* Whether `name` is a drop's aside, .replica<R>.<s>.<pid>.dropping, exactly (*pid set). */
+static bool dropping_name(const char *name, pid_t *pid)
+{
+    int rank, slot, id, end = 0;
+    if (sscanf(name, ".replica%d.%d.%d.dropping%n", &rank, &slot, &id, &end) != 3 ||
+        name[end] != '\0' || rank < 0 || (slot != 0 && slot != 1) || id <= 0)
+        return false;
+    *pid = (pid_t)id;
+    return true;
+}
+
+int64_t ddp_ckpt_remove_stale_drops(const char *dir)
+{
+    DIR *d;
+    int err = open_dir(dir, &d);
+    if (err != 0)
+        return err;
+    uint64_t freed = 0;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    for (const struct dirent *e; (e = readdir(d)) != NULL;) {
+        struct stat st;
+        pid_t pid;
+        if (!dropping_name(e->d_name, &pid) ||
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+            st.st_uid != geteuid())
+            continue;
+        bool dead = pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH;
+        if ((dead || now.tv_sec - st.st_ctim.tv_sec > DDP_CKPT_DROPPING_MAX_S) &&
+            unlinkat(dirfd(d), e->d_name, 0) == 0)
+            freed += (uint64_t)st.st_blocks * 512;
+    }
+    closedir(d);
+    return (int64_t)freed;
+}
+
 int64_t ddp_ckpt_drop_replicas(const char *dir, uint64_t need, int *count)
 {
     DIR *d;
     int err = open_dir(dir, &d);
     if (err != 0)
         return err;
+    int64_t stale = ddp_ckpt_remove_stale_drops(dir); /* (a dropper killed midway's) */
     held_replica_t *held = NULL;
     size_t n = held_replicas(d, &held);
-    uint64_t freed = 0;
+    uint64_t freed = stale > 0 ? (uint64_t)stale : 0;
     int removed = 0;
     if (n > 0)
         qsort(held, n, sizeof *held, by_age);

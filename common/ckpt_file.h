@@ -94,6 +94,16 @@ int ddp_ckpt_room(const char *dir, const char *cgroup_root, const char *proc_cgr
  * in *count; or -errno where `dir` cannot be read. Blocking: a worker's save. */
 int64_t ddp_ckpt_drop_replicas(const char *dir, uint64_t need, int *count);
 
+/* A drop's aside (.replica<R>.<s>.<pid>.dropping) lives between a rename and an unlink; a
+ * dropper killed between them leaves it, room taken for the rest of the job. */
+#define DDP_CKPT_DROPPING_MAX_S 60
+
+/* Removes from `dir` the asides of drops cut short: a regular file of this user named
+ * exactly .replica<R>.<s>.<pid>.dropping whose pid is no process here (ESRCH) or that was
+ * renamed there more than DDP_CKPT_DROPPING_MAX_S ago. The bytes removed, or -errno where
+ * `dir` cannot be read. ddp_ckpt_drop_replicas does it first. Blocking. */
+int64_t ddp_ckpt_remove_stale_drops(const char *dir);
+
 /* Removes from `dir` the temporaries of ddp_ckpt_copy and of the torch.save copies
  * (.rank<R>.ckpt.<pid>.tmp, .rank<R>.pt.<pid>.tmp) that a copier SIGKILLed midway left: a
  * regular file of this user whose name is exactly that, following no link, and whose pid

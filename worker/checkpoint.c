@@ -131,7 +131,8 @@ static uint64_t layout(const ddp_checkpoint_buffer_t *buffers, size_t n, uint64_
 
 /* Short of `more` bytes for the save of `step`: the replicas of other nodes' ranks the
  * launcher keeps in `dir` give them (this node's own ranks come first; the oldest go first,
- * the newest of each rank last), said in one line. Whether any was removed. */
+ * the newest of each rank last), said in one line; the asides of drops cut short too. Whether
+ * any bytes were removed. */
 static bool drop_replicas(ddp_t *ddp, const char *dir, uint64_t more, int64_t step)
 {
     int count = 0;
@@ -142,7 +143,7 @@ static bool drop_replicas(ddp_t *ddp, const char *dir, uint64_t more, int64_t st
                      "replicas of other nodes' ranks (%" PRId64 " bytes) removed for it, this "
                      "node's own ranks' checkpoints come first",
                      step, more, dir, count, freed);
-    return count > 0;
+    return freed > 0;
 }
 
 /* Slot `s` of the save mapped (kept from the last save where it can be), its file at least

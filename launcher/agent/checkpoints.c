@@ -242,9 +242,11 @@ out:
 }
 
 /* The pool's thread: the replicas in the directory (replica<R>.<s>, agent/
- * checkpoint_replicas.h) read as slots are, the usable ones kept, at most 2 a rank. */
+ * checkpoint_replicas.h) read as slots are, the usable ones kept, at most 2 a rank; the
+ * asides of drops a worker killed midway left removed first (their room is the job's). */
 static void scan_replicas(scan_t *s)
 {
+    (void)ddp_ckpt_remove_stale_drops(s->c->dir);
     DIR *d = opendir(s->c->dir);
     char path[PATH_MAX + 300];
     size_t cap = 2 * (size_t)s->world_size;

@@ -34,6 +34,7 @@ load-pt FILE STEP: torch.load of FILE (a slot the test wrote in torch.save's for
 """
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -242,8 +243,9 @@ def corrupt(same, make_state):
 
 
 def replicas(blob):
-    """Step 1 saved, its slot copied as replicas (rank 3's older one received last); room
-    for half of a save more: step 2's save removes that one alone and goes on."""
+    """Step 1 saved, its slot copied as replicas (rank 3's older one received last) and as a
+    dead dropper's aside; room for half of a save more: step 2's save removes the aside and
+    that one replica alone and goes on."""
     check(ck.save(1, {"blob": blob}), "save 1")
     with open(os.path.join(directory, f"rank{rank}.0"), "rb") as f:
         data = bytearray(f.read())
@@ -262,6 +264,13 @@ def replicas(blob):
                    for n in os.listdir(directory))
 
     budget = used() + len(blob) // 2
+    # A drop's aside that its dropper, killed between its rename and its unlink, left: its
+    # room taken past the budget, removed by the next drop.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    aside = os.path.join(directory, f".replica3.0.{dead.pid}.dropping")
+    with open(aside, "wb") as f:
+        f.write(data[:1 << 16])
     statvfs = os.statvfs
 
     class Room:
@@ -277,6 +286,7 @@ def replicas(blob):
     os.statvfs = statvfs
     left = sorted(n for n in os.listdir(directory) if n.startswith("replica"))
     check(left == ["replica3.1", "replica5.0"], f"replicas left: {left}")
+    check(not os.path.exists(aside), "a dead dropper's aside left")
     check(ck.load()[0] == 2, "step 2 loaded")
 
 

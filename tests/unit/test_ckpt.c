@@ -726,6 +726,36 @@ static void test_drop_keeps_a_replica_renamed_in(void **state)
     free(s.data);
 }
 
+/* The aside of a drop whose dropper died between its rename and its unlink is removed by
+ * the next drop (it was left for the rest of the job, its room taken); a live dropper's
+ * (this process's) is left to it. */
+static void test_drop_removes_a_dead_droppers_aside(void **state)
+{
+    (void)state;
+    const uint64_t sizes[] = {8192};
+    slot_t s = build(sizes, 1);
+    char dead[64], live[64], path[192];
+    int count = -1;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid); /* (no process has that pid now) */
+    snprintf(dead, sizeof dead, ".replica3.0.%d.dropping", (int)pid);
+    snprintf(live, sizeof live, ".replica4.1.%d.dropping", (int)getpid());
+    put_replica(&s, dead, 1, 100);
+    put_replica(&s, live, 1, 100);
+    int64_t freed = ddp_ckpt_drop_replicas(dir, 1, &count);
+    assert_true(freed >= 8192);
+    assert_int_equal(count, 0);
+    snprintf(path, sizeof path, "%s/%s", dir, dead);
+    assert_int_equal(access(path, F_OK), -1);
+    snprintf(path, sizeof path, "%s/%s", dir, live);
+    assert_int_equal(access(path, F_OK), 0);
+    assert_int_equal(unlink(path), 0);
+    free(s.data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -745,6 +775,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_remove_stale, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drop_replicas, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drop_keeps_a_replica_renamed_in, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drop_removes_a_dead_droppers_aside, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,6 +36,7 @@ checkpoint of another world size: CheckpointError, saying so.
 import ctypes
 import os
 import pickle
+import stat
 import struct
 import sys
 import time
@@ -353,6 +354,43 @@ def _replica_rank(name):
     return int(rank)
 
 
+_DROPPING_MAX_S = 60  # ckpt_file.h's DDP_CKPT_DROPPING_MAX_S
+
+
+def _remove_stale_drops(directory, names):
+    """The bytes of drops' asides (.replica<R>.<s>.<pid>.dropping) removed from `directory`
+    (its `names`) whose dropper is no process here or that were renamed there more than
+    _DROPPING_MAX_S ago: a dropper killed between its rename and its unlink left them, their
+    room taken for the rest of the job (ckpt_file.c's ddp_ckpt_remove_stale_drops)."""
+    freed = 0
+    for name in names:
+        parts = name.split(".")
+        if len(parts) != 5 or parts[0] != "" or parts[4] != "dropping" \
+                or _replica_rank(".".join(parts[1:3])) is None \
+                or not parts[3].isascii() or not parts[3].isdigit() or len(parts[3]) > 9 \
+                or int(parts[3]) <= 0:
+            continue
+        path, pid = os.path.join(directory, name), int(parts[3])
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            dead = False
+            if pid != os.getpid():
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    dead = True
+                except OSError:
+                    pass
+            if dead or time.time() - st.st_ctime > _DROPPING_MAX_S:
+                os.unlink(path)
+                freed += st.st_blocks * 512
+        except OSError:
+            pass
+    return freed
+
+
 def _drop_replicas(directory, need):
     """(bytes, number) of the replicas of other nodes' ranks removed from `directory` for
     `need` bytes of room: ckpt_file.c's ddp_ckpt_drop_replicas (the oldest received first,
@@ -362,6 +400,7 @@ def _drop_replicas(directory, need):
         names = os.listdir(directory)
     except OSError:
         return 0, 0
+    freed = _remove_stale_drops(directory, names)
     for name in names:
         rank = _replica_rank(name)
         if rank is None:
@@ -384,7 +423,7 @@ def _drop_replicas(directory, need):
     for entry in held:
         entry.append(all(o[1] != entry[1] or o[2] <= entry[2] for o in held))
     held.sort(key=lambda entry: (entry[6], entry[4]))
-    freed = count = 0
+    count = 0
     for name, _, _, size, _, listed, _ in held:
         if freed >= need:
             break
@@ -480,14 +519,15 @@ class _Writer:
 
     def _drop_replicas(self, more):
         """Short of `more` bytes: the replicas of other nodes' ranks give them (this node's
-        own ranks come first), said in one line. Whether any was removed."""
+        own ranks come first), said in one line; the asides of drops cut short too. Whether
+        any bytes were removed."""
         freed, count = _drop_replicas(self.place.dir, more)
         if count > 0:
             print(f"ddp_launch.checkpoint: step {self.header[4]} needs {more} more bytes in "
                   f"{self.place.dir}: {count} replicas of other nodes' ranks ({freed} bytes) "
                   f"removed for it, this node's own ranks' checkpoints come first",
                   file=sys.stderr)
-        return count > 0
+        return freed > 0
 
     def write_record(self, name, data, size):
         """torch's PyTorchFileWriter.write_record: `data` is bytes, a str, the address of
