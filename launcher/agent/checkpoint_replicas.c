@@ -949,7 +949,8 @@ static int send_bytes(int stop, double deadline, uint64_t rate, int fd, int in,
 /* Rank `rank`'s slot `slot` (open at `in`, header h) sent to `peer`, within the deadline a
  * receiver at this node's rate gives it (a sixteenth of the rate, PUT_SLACK_MS more: a peer
  * slower than that costs the one sender thread that long, not the whole transfer at its
- * pace): 0 once it said it kept it, else an error. */
+ * pace): 0 once it said it kept it, else an error (-ESTALE: refused, the slot saved again
+ * while it went). */
 static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_t *peer, int in,
                      int rank, int slot, const ddp_ckpt_header_t *h)
 {
@@ -972,7 +973,7 @@ static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_
     if (err == 0) /* (its check after the bytes: a line's time more) */
         err = recv_all(r->stop_fd, deadline + LINE_MS / 1000.0, fd, &answer, 1);
     if (err == 0 && answer != 'k')
-        err = DDP_EPARSE;
+        err = trailer == 0 ? -ESTALE : DDP_EPARSE;
     if (fd >= 0)
         close(fd);
     return err;
@@ -1047,11 +1048,21 @@ static void send_look(ddp_checkpoint_replicas_t *r, int first, int nranks,
                 state[p].backoff = 0;
                 continue;
             }
+            char why[256];
+            if (err == -ESTALE) /* (refused: what went is no slot any more) */
+                snprintf(why, sizeof why,
+                         "the slot was saved again while it went: saves come faster than "
+                         "--checkpoint-replica-rate carries it (%" PRIu64 " bytes at %" PRIu64
+                         " bytes a second take %.1f s); give a higher rate or save less often",
+                         h.used_bytes, r->rate,
+                         r->rate > 0 ? (double)h.used_bytes / (double)r->rate : 0.0);
+            else
+                snprintf(why, sizeof why, "%s", ddp_strerror(err));
             if (!state[p].said)
                 ddp_log_warn(r->log,
                              "in-memory checkpoints: unable to send rank %d's step %" PRId64
                              " to %s:%d: %s; tried again, the other peers meanwhile",
-                             first + i, h.step, peers[p].host, peers[p].port, ddp_strerror(err));
+                             first + i, h.step, peers[p].host, peers[p].port, why);
             state[p].said = true;
             state[p].backoff = state[p].backoff == 0 ? RETRY_MS / 1000.0
                                : state[p].backoff * 2 < RETRY_MAX_MS / 1000.0

@@ -991,6 +991,64 @@ static void test_keyed_refusals_said_bounded(void **state)
     remove_dir(dir_b);
 }
 
+/* Whether `dir` holds a transfer under way (a .incoming file). */
+static bool incoming(const char *dir)
+{
+    DIR *d = opendir(dir);
+    bool found = false;
+    for (struct dirent *e; d != NULL && !found && (e = readdir(d)) != NULL;)
+        found = strstr(e->d_name, ".incoming") != NULL;
+    if (d != NULL)
+        closedir(d);
+    return found;
+}
+
+/* A slot saved again while it went (its header rewritten in place) is refused by B, and
+ * A's sender says why: saves come faster than the rate carries the slot (it said only
+ * "malformed input"). */
+static void test_slot_saved_again_while_sent_said(void **state)
+{
+    (void)state;
+    make_dir(dir_a);
+    ddp_log_t log;
+    ddp_checkpoint_replicas_t *b = start_b(1u << 30, &log), *a;
+    int log_fd = log.fd;
+    assert_int_equal(ddp_checkpoint_replicas_start(dir_a, 1u << 20, &log, &a), 0);
+    size_t len;
+    uint8_t *slot = sized_slot(1, 0x88, 2u << 20, &len); /* 2 s at 1M */
+    put(dir_a, "rank2.0", slot, len);
+    ddp_replica_peer_t peer = {"127.0.0.1", ddp_checkpoint_replicas_port(b), ""};
+    snprintf(peer.key, sizeof peer.key, "%s", key_b);
+    ddp_checkpoint_replicas_round(b, 0, 2, 4, NULL, 0);
+    ddp_checkpoint_replicas_round(a, 2, 1, 4, &peer, 1);
+    /* Its header rewritten in place once B receives it (a save of generation 2). */
+    char path[PATH_MAX + 32], said[200];
+    snprintf(path, sizeof path, "%s/rank2.0", dir_a);
+    double began = ddp_clock_mono();
+    while (!incoming(dir_b) && ddp_clock_mono() - began < 30)
+        poll(NULL, 0, 10);
+    ((ddp_ckpt_header_t *)slot)->generation = 2;
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, slot, sizeof(ddp_ckpt_header_t), 0),
+                     (ssize_t)sizeof(ddp_ckpt_header_t));
+    close(fd);
+    while (!logged(log_fd, "saved again while it went") && ddp_clock_mono() - began < 30)
+        poll(NULL, 0, 10);
+    snprintf(said, sizeof said,
+             "saves come faster than --checkpoint-replica-rate carries it (%zu bytes at "
+             "1048576 bytes a second take 2.0 s)",
+             len);
+    if (!logged(log_fd, said))
+        fail_msg("not said: %s", logged_text(log_fd));
+    free(slot);
+    ddp_checkpoint_replicas_stop(a);
+    ddp_checkpoint_replicas_stop(b);
+    close(log_fd);
+    remove_dir(dir_a);
+    remove_dir(dir_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1008,6 +1066,7 @@ int main(void)
         cmocka_unit_test(test_absurd_claims_take_no_room),
         cmocka_unit_test(test_keyed_refusals_said_bounded),
         cmocka_unit_test(test_get_sent_at_the_rate),
+        cmocka_unit_test(test_slot_saved_again_while_sent_said),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
