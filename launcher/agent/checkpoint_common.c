@@ -35,6 +35,9 @@
 #define OUTCOME_WHY_MAX 400
 /* ms: the rest before a fetch's holders are all tried once more. */
 #define FETCH_RETRY_MS 500
+#define FETCH_MARGIN_S                                                    \
+    5 /* a round's fetches end this long before the others' wait for this \
+       * node's outcome (the round's timeout) ends; half of it at least */
 
 struct ddp_checkpoint_common_s {
     uv_work_t work;
@@ -56,6 +59,7 @@ struct ddp_checkpoint_common_s {
     ddp_replica_step_t *all_reps; /* every node's, nall_reps (node: whose) */
     size_t nall_reps;
     char dir[PATH_MAX]; /* where a replica is fetched to; "" none */
+    uint64_t rate;      /* --checkpoint-replica-rate: a fetch's */
     ddp_buf_t fetched;  /* the fetches done, a line each, said on the loop */
     bool any;           /* some rank holds a step */
     int64_t step;       /* the result; -1: none */
@@ -354,9 +358,13 @@ static bool rest(int wake, int ms)
 /* Each rank of this node that does not hold x->step itself: fetched from a node holding its
  * replica of that step, each such node tried in node order, and all of them once more after
  * FETCH_RETRY_MS where none gave it (one flooded or gone holder costs a try, never the
- * step); where none can, said, and the step left unset here. */
+ * step); where none can, said, and the step left unset here. All of them within the
+ * round's timeout less FETCH_MARGIN_S (half of it at least), so that holders that trickle
+ * end this node's fetches before the other nodes stop waiting for its outcome. */
 static void fetch_missing(ddp_checkpoint_common_t *x)
 {
+    double margin = x->round.timeout / 2 < FETCH_MARGIN_S ? x->round.timeout / 2 : FETCH_MARGIN_S,
+           deadline = x->round.timeout > 0 ? ddp_clock_mono() + x->round.timeout - margin : 0;
     for (int i = 0; i < x->round.nranks && x->step >= 0; i++) {
         int rank = x->round.first_rank + i;
         if (holds(&x->ranks[i], x->step))
@@ -378,9 +386,9 @@ static void fetch_missing(ddp_checkpoint_common_t *x)
                 any = true;
                 from = rep;
                 ddp_buf_clear(&why);
-                err = ddp_checkpoint_replicas_fetch(
-                    &x->peers[rep->node], x->dir, rank, x->step, x->round.world_size,
-                    ddp_checkpoint_replicas_rate(x->round.replicas), x->wake_fd, &bytes, &why);
+                err = ddp_checkpoint_replicas_fetch(&x->peers[rep->node], x->dir, rank, x->step,
+                                                    x->round.world_size, x->round.nranks, x->rate,
+                                                    deadline, x->wake_fd, &bytes, &why);
             }
         }
         if (err == 0)
@@ -654,6 +662,7 @@ int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
                                    .why = DDP_BUF_INIT,
                                    .fetched = DDP_BUF_INIT,
                                    .step = -1,
+                                   .rate = cfg->checkpoint_replica_rate,
                                    .done = done,
                                    .ctx = ctx};
     snprintf(x->host, sizeof x->host, "%s", cfg->master_addr);

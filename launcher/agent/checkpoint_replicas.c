@@ -304,6 +304,7 @@ typedef struct {
     uint64_t largest; /* a size it may not pass (0: the room alone bounds it) */
     uint64_t floor;   /* bytes/s it comes at on the whole, at least (0: FLOOR_RATE) ... */
     int slack_ms;     /* ... with this long more (0: IO_MS) */
+    double until;     /* ... and by this time at the latest (ddp_clock_mono's; 0: none) */
     bool unique;      /* a name of its own for the temporary */
 } expect_t;
 
@@ -363,6 +364,8 @@ static int receive_bytes(int stop, int fd, int out, const expect_t *e, uint64_t 
     uint64_t bytes = e->bytes, floor = e->floor > 0 ? e->floor : FLOOR_RATE;
     double limit = (double)bytes / (double)floor + (e->slack_ms > 0 ? e->slack_ms : IO_MS) / 1000.0,
            deadline = ddp_clock_mono() + limit;
+    if (e->until > 0 && e->until < deadline)
+        limit -= deadline - e->until, deadline = e->until;
     char *buf = malloc(CHUNK);
     ddp_ckpt_sum_t *state = malloc(sizeof *state);
     int err = buf == NULL || state == NULL ? -ENOMEM : 0;
@@ -1252,14 +1255,16 @@ static bool parse_answer(char *line, uint64_t *bytes)
 }
 
 int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *dir, int rank,
-                                  int64_t step, int world_size, uint64_t rate, int stop_fd,
-                                  uint64_t *bytes, ddp_buf_t *why)
+                                  int64_t step, int world_size, int nranks, uint64_t rate,
+                                  double deadline, int stop_fd, uint64_t *bytes, ddp_buf_t *why)
 {
     char line[REQUEST_MAX], name[64], path[PATH_MAX + 64];
     uint64_t size = 0;
     int fd = connect_peer(stop_fd, peer), err = fd < 0 ? fd : 0;
     int len = snprintf(line, sizeof line, TAG " GET %s %d %" PRId64 " %" PRIu64 "\n", peer->key,
                        rank, step, rate);
+    if (err == 0 && deadline > 0 && ddp_clock_mono() >= deadline)
+        err = (ddp_buf_printf(why, "no time was left for it"), DDP_ETIMEOUT);
     if (err == 0)
         err = send_all(stop_fd, ddp_clock_mono() + LINE_MS / 1000.0, fd, line, (size_t)len);
     if (err == 0)
@@ -1270,16 +1275,20 @@ int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *di
         err = (ddp_buf_printf(why, "it holds none"), -ENOENT);
     snprintf(name, sizeof name, DDP_CKPT_SLOT_FILE, rank, 0);
     /* Its step checked as its header comes (slot 0 replaced by that alone); the size against
-     * the room less as much again (the rank's next save, of about that size, is to have its
-     * room beside it); within a PUT's deadline at this node's rate, so that a holder that
-     * claims much and trickles holds the exchange thread seconds, not hours. */
+     * the room less as much again for each of this node's ranks (each rank's next save, of
+     * about that size, is to have its room beside it); within a PUT's deadline at this
+     * node's rate and the whole `deadline`, so that a holder that claims much and trickles
+     * holds the exchange thread seconds, not hours. */
     expect_t e = {.rank = rank,
                   .world = world_size,
                   .step = step,
                   .bytes = size,
-                  .reserve = size,
+                  .reserve = size > UINT64_MAX / (uint64_t)(nranks > 1 ? nranks : 1)
+                                 ? UINT64_MAX
+                                 : size * (uint64_t)(nranks > 1 ? nranks : 1),
                   .floor = rate_floor(rate, 1),
-                  .slack_ms = PUT_SLACK_MS};
+                  .slack_ms = PUT_SLACK_MS,
+                  .until = deadline};
     if (err == 0)
         err = receive_into(stop_fd, fd, dir, name, &e, why);
     if (err == 0 && ddp_ckpt_slot_path(path, sizeof path, dir, rank, 1) == 0)

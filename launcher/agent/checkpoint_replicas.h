@@ -88,13 +88,15 @@ uint64_t ddp_checkpoint_replicas_received(const ddp_checkpoint_replicas_t *r);
 
 /* Fetches rank `rank`'s replica of `step` (a world of `world_size`; `rate`: this node's
  * --checkpoint-replica-rate, said to the peer, 0 none) from `peer` into
- * DIR/rank<R>.0 (received under a dot name, checked as a received replica is, renamed;
+ * DIR/rank<R>.0 (received under a dot name, checked as a received replica is, its size
+ * against the room less room for one save of each of this node's `nranks` ranks, renamed;
  * a rank<R>.1 there, older, removed): for the node that now runs that rank, before its
- * workers start. Blocking, each wait bounded and ended by `stop_fd` becoming readable (-1:
- * none). 0 with *bytes, or an error with `why`. */
+ * workers start. Blocking, each wait bounded, the whole by `deadline` (ddp_clock_mono's; 0:
+ * none) too, and ended by `stop_fd` becoming readable (-1: none). 0 with *bytes, or an
+ * error with `why`. */
 int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *dir, int rank,
-                                  int64_t step, int world_size, uint64_t rate, int stop_fd,
-                                  uint64_t *bytes, ddp_buf_t *why);
+                                  int64_t step, int world_size, int nranks, uint64_t rate,
+                                  double deadline, int stop_fd, uint64_t *bytes, ddp_buf_t *why);
 
 /* Ends both threads (a transfer under way stops at its next wait) and frees. NULL:
  * nothing. */

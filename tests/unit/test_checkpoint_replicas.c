@@ -489,7 +489,7 @@ static void test_fetch_of_another_step_leaves_slot_0(void **state)
     ddp_replica_peer_t peer = {"127.0.0.1", ntohs(a.sin_port), "0123456789abcdef0123456789abcdef"};
     ddp_buf_t why = DDP_BUF_INIT;
     uint64_t bytes = 0;
-    int err = ddp_checkpoint_replicas_fetch(&peer, dir_a, 2, 10, 4, 0, -1, &bytes, &why);
+    int err = ddp_checkpoint_replicas_fetch(&peer, dir_a, 2, 10, 4, 1, 0, 0, -1, &bytes, &why);
     pthread_join(thread, NULL);
     close(fd);
     assert_int_not_equal(err, 0);
@@ -791,7 +791,8 @@ static void test_fetch_bounded_at_the_rate(void **state)
     ddp_buf_t why = DDP_BUF_INIT;
     uint64_t bytes = 0;
     double began = ddp_clock_mono();
-    int err = ddp_checkpoint_replicas_fetch(&peer, dir_a, 2, 10, 4, 256u << 20, -1, &bytes, &why);
+    int err =
+        ddp_checkpoint_replicas_fetch(&peer, dir_a, 2, 10, 4, 1, 256u << 20, 0, -1, &bytes, &why);
     double took = ddp_clock_mono() - began;
     pthread_join(thread, NULL);
     close(fd);
@@ -800,6 +801,49 @@ static void test_fetch_bounded_at_the_rate(void **state)
         fail_msg("the fetch ended after %.1f s: %s", took, ddp_buf_str(&why));
     nothing_else(dir_a);
     ddp_buf_free(&why);
+    free(slot);
+    remove_dir(dir_a);
+}
+
+/* A fetch from a stalling holder at the 64 KiB/s floor (a node with no rate: 67 s for 4
+ * MiB) ends by the whole deadline its round gives (1 s here); and one whose size with room
+ * for one save of each of this node's ranks (2^20 of them) is more than the room is
+ * refused at once (room for one save alone was kept). */
+static void test_fetch_bounded_as_a_whole(void **state)
+{
+    (void)state;
+    make_dir(dir_a);
+    size_t len;
+    uint8_t *slot = sized_slot(1, 0x55, 4u << 20, &len); /* step 10 */
+    for (int round = 0; round < 2; round++) {
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t alen = sizeof a;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fd >= 0);
+        assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+        assert_int_equal(listen(fd, 4), 0);
+        assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+        liar_t l = {.fd = fd, .slot = slot, .len = len, .generation = 1};
+        pthread_t thread;
+        assert_int_equal(pthread_create(&thread, NULL, stalling_holder_run, &l), 0);
+        ddp_replica_peer_t peer = {"127.0.0.1", ntohs(a.sin_port),
+                                   "0123456789abcdef0123456789abcdef"};
+        ddp_buf_t why = DDP_BUF_INIT;
+        uint64_t bytes = 0;
+        double began = ddp_clock_mono();
+        int err = ddp_checkpoint_replicas_fetch(&peer, dir_a, 2, 10, 4, round == 0 ? 1 : 1 << 20, 0,
+                                                began + 1, -1, &bytes, &why);
+        double took = ddp_clock_mono() - began;
+        pthread_join(thread, NULL);
+        close(fd);
+        if (round == 0 && (err != DDP_ETIMEOUT || took > 4))
+            fail_msg("the fetch ended after %.1f s: %s", took, ddp_buf_str(&why));
+        if (round == 1 && (err != DDP_ETOOBIG || took > 4))
+            fail_msg("the fetch ended after %.1f s: %s", took, ddp_buf_str(&why));
+        nothing_else(dir_a);
+        ddp_buf_free(&why);
+    }
     free(slot);
     remove_dir(dir_a);
 }
@@ -1061,6 +1105,7 @@ int main(void)
         cmocka_unit_test(test_slow_gets_hold_no_put_place),
         cmocka_unit_test(test_put_rate_word_lowers_no_floor),
         cmocka_unit_test(test_fetch_bounded_at_the_rate),
+        cmocka_unit_test(test_fetch_bounded_as_a_whole),
         cmocka_unit_test(test_slow_peer_holds_the_sender_bounded),
         cmocka_unit_test(test_size_bound_by_own_slots_alone),
         cmocka_unit_test(test_absurd_claims_take_no_room),
