@@ -1089,6 +1089,8 @@ static void replicate_to(ddp_agent_t *a, const ddp_checkpoint_common_t *x)
         if (p->port > 0)
             peers[n++] = *p;
     }
+    ddp_checkpoint_replicas_job_rate(ddp_checkpoints_replicas(a->checkpoints),
+                                     ddp_checkpoint_common_rate(x));
     ddp_checkpoints_replicate(a->checkpoints, a->g.rank_offset, a->g.nworkers, a->g.world_size,
                               peers, n);
 }

@@ -86,6 +86,8 @@ int ddp_checkpoint_common_format(const ddp_replica_peer_t *self, int first_rank,
         err = ddp_buf_printf(out, " %zu", nreps);
     for (size_t i = 0; i < nreps && err == 0; i++)
         err = ddp_buf_printf(out, " %d %" PRId64, reps[i].rank, reps[i].step);
+    if (err == 0 && self->rate > 0)
+        err = ddp_buf_printf(out, " %" PRIu64, self->rate);
     return err;
 }
 
@@ -227,6 +229,12 @@ int ddp_checkpoint_common_parse(const char *text, size_t len, int world_size,
     int err = take_ranks(&p, end, first, n, held, mine, why);
     if (err == 0)
         err = take_replicas(&p, end, world_size, reps, &m, why);
+    int64_t rate = 0;
+    if (err == 0 && p != end &&
+        (!take_number(&p, end, (int64_t)DDP_CHECKPOINT_REPLICA_MAX_RATE, &rate) ||
+         (uint64_t)rate < DDP_CHECKPOINT_REPLICA_MIN_RATE))
+        err = (ddp_buf_printf(why, "its replica rate is not one"), DDP_EPARSE);
+    said.rate = (uint64_t)rate;
     if (err == 0 && p != end)
         err = (ddp_buf_printf(why, "it goes on after its last field"), DDP_EPARSE);
     for (int64_t i = 0; i < n && err == 0; i++)
@@ -525,7 +533,7 @@ static void exchange(uv_work_t *work)
         (err = ddp_store_client_connect(x->host, x->port, &options, &client, &why)) != 0)
         ddp_buf_printf(&x->why, "unable to reach the store at %s:%d: %s", x->host, x->port,
                        why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
-    ddp_replica_peer_t self = {.port = x->round.replica_port};
+    ddp_replica_peer_t self = {.port = x->round.replica_port, .rate = x->rate};
     snprintf(self.key, sizeof self.key, "%s", x->round.replica_key);
     if (err == 0 && self.port > 0 &&
         ddp_store_client_local_address(client, self.host, sizeof self.host) != 0)
@@ -686,6 +694,15 @@ int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
     }
     *out = x;
     return 0;
+}
+
+uint64_t ddp_checkpoint_common_rate(const ddp_checkpoint_common_t *x)
+{
+    uint64_t rate = x->rate;
+    for (int i = 0; x->peers != NULL && i < x->round.nnodes; i++)
+        if (x->peers[i].rate > 0 && (rate == 0 || x->peers[i].rate < rate))
+            rate = x->peers[i].rate;
+    return rate;
 }
 
 const ddp_replica_peer_t *ddp_checkpoint_common_peer(const ddp_checkpoint_common_t *x, int i)

@@ -34,8 +34,8 @@ typedef struct {
 
 /* A node's record: "ckpt1 HOST PORT KEY FIRST N" (HOST PORT: where it takes replicas, KEY
  * its secret, agent/checkpoint_replicas.h; "- 0 -" none), for each of its N ranks from FIRST on "
- * K" and its K steps, then " M" and the M replicas of other ranks it holds, each " RANK STEP". 0,
- * or -ENOMEM. */
+ * K" and its K steps, then " M" and the M replicas of other ranks it holds, each " RANK STEP",
+ * then " RATE" where self->rate says one (its --checkpoint-replica-rate). 0, or -ENOMEM. */
 int ddp_checkpoint_common_format(const ddp_replica_peer_t *self, int first_rank, int nranks,
                                  const ddp_ckpt_rank_steps_t *ranks, const ddp_replica_step_t *reps,
                                  size_t nreps, ddp_buf_t *out);
@@ -85,6 +85,10 @@ int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
                                 size_t nreps,
                                 void (*done)(void *ctx, ddp_checkpoint_common_t *x, int64_t step),
                                 void *ctx, ddp_checkpoint_common_t **out);
+
+/* In `done`: the job's replica rate, the lowest --checkpoint-replica-rate of this node's
+ * and of the records read (0: none said). */
+uint64_t ddp_checkpoint_common_rate(const ddp_checkpoint_common_t *x);
 
 /* In `done`: where node i takes replicas (its record's; port 0: none, or no record). */
 const ddp_replica_peer_t *ddp_checkpoint_common_peer(const ddp_checkpoint_common_t *x, int i);

@@ -71,7 +71,8 @@ typedef struct {
 struct ddp_checkpoint_replicas_s {
     const ddp_log_t *log;
     char dir[PATH_MAX];
-    uint64_t rate;
+    uint64_t rate;                       /* its own --checkpoint-replica-rate */
+    _Atomic uint64_t job_rate;           /* the lowest the round's records publish (0: own alone) */
     int listen_fd;                       /* the receiver's (swapped for next_listen_fd there) */
     atomic_int port;                     /* where it listens (or is to, next_listen_fd's) */
     char key[DDP_REPLICA_KEY_CHARS + 1]; /* every request's secret */
@@ -121,13 +122,21 @@ static int wait_ms(double deadline)
     return left <= 0 ? -1 : left < IO_MS ? (int)left + 1 : IO_MS;
 }
 
-/* The rate a transfer to or from this node is held to: its own (`own`); the RATE its
- * request says (`said`) only where this node has none. A request's word never lowers it:
- * a key holder saying a tiny rate would get the FLOOR_RATE floor back (a GET held, a PUT
- * holding its places and room, for minutes). Every node is to be given the same rate. */
+/* The rate a transfer to or from this node is held to: the job's (`own`, rate_now); the
+ * RATE its request says (`said`) only where this node has none. A request's word never
+ * lowers it: a key holder saying a tiny rate would get the FLOOR_RATE floor back (a GET
+ * held, a PUT holding its places and room, for minutes); the round's records say the
+ * job's rate instead. */
 static uint64_t job_rate(uint64_t own, uint64_t said)
 {
     return own != 0 ? own : said;
+}
+
+/* This node's rate now: the job's (the lowest of the round's records and its own). */
+static uint64_t rate_now(const ddp_checkpoint_replicas_t *r)
+{
+    uint64_t job = atomic_load(&r->job_rate);
+    return job > 0 && (r->rate == 0 || job < r->rate) ? job : r->rate;
 }
 
 /* The bytes a second a transfer at `rate` (job_rate) comes at on the whole at least, one
@@ -524,7 +533,7 @@ static int receive_put(ddp_checkpoint_replicas_t *r, int fd, char *line, int *ra
         return err;
     int puts = atomic_fetch_add(&r->puts, 1) + 1; /* (this one's share of the link) */
     e.reserve = add_capped(held, atomic_fetch_add(&r->claimed, bytes));
-    e.floor = rate_floor(job_rate(r->rate, rate), puts);
+    e.floor = rate_floor(job_rate(rate_now(r), rate), puts);
     err = receive_into(r->stop_fd, fd, r->dir, name, &e, why);
     atomic_fetch_sub(&r->claimed, bytes);
     atomic_fetch_sub(&r->puts, 1);
@@ -577,10 +586,10 @@ static int serve_get(ddp_checkpoint_replicas_t *r, int fd, char *line, ddp_buf_t
     }
     int len = snprintf(head, sizeof head, TAG " %" PRIu64 "\n", in >= 0 ? h.used_bytes : 0);
     double deadline =
-        ddp_clock_mono() + whole_limit(rate_floor(job_rate(r->rate, rate), 1), h.used_bytes);
+        ddp_clock_mono() + whole_limit(rate_floor(job_rate(rate_now(r), rate), 1), h.used_bytes);
     int err = send_all(r->stop_fd, deadline, fd, head, (size_t)len);
     if (err == 0 && in >= 0)
-        err = send_bytes(r->stop_fd, deadline, job_rate(r->rate, rate), fd, in, &h);
+        err = send_bytes(r->stop_fd, deadline, job_rate(rate_now(r), rate), fd, in, &h);
     if (err == 0 && in >= 0 && ddp_ckpt_pread_header(in, &again, &size, NULL) == 0 &&
         again.generation == h.generation)
         trailer = h.generation;
@@ -962,12 +971,12 @@ static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_
     uint64_t size, trailer = 0;
     int fd = connect_peer(r->stop_fd, peer), err = fd < 0 ? fd : 0;
     int len = snprintf(line, sizeof line, TAG " PUT %s %d %d %" PRIu64 " %" PRIu64 "\n", peer->key,
-                       rank, slot, h->used_bytes, r->rate);
-    double deadline = ddp_clock_mono() + whole_limit(rate_floor(r->rate, 1), h->used_bytes);
+                       rank, slot, h->used_bytes, rate_now(r));
+    double deadline = ddp_clock_mono() + whole_limit(rate_floor(rate_now(r), 1), h->used_bytes);
     if (err == 0)
         err = send_all(r->stop_fd, deadline, fd, line, (size_t)len);
     if (err == 0)
-        err = send_bytes(r->stop_fd, deadline, r->rate, fd, in, h);
+        err = send_bytes(r->stop_fd, deadline, rate_now(r), fd, in, h);
     if (err == 0 && ddp_ckpt_pread_header(in, &again, &size, NULL) == 0 &&
         again.generation == h->generation && again.state == DDP_CKPT_COMPLETE)
         trailer = h->generation; /* (else 0: the receiver drops it) */
@@ -1057,8 +1066,8 @@ static void send_look(ddp_checkpoint_replicas_t *r, int first, int nranks,
                          "the slot was saved again while it went: saves come faster than "
                          "--checkpoint-replica-rate carries it (%" PRIu64 " bytes at %" PRIu64
                          " bytes a second take %.1f s); give a higher rate or save less often",
-                         h.used_bytes, r->rate,
-                         r->rate > 0 ? (double)h.used_bytes / (double)r->rate : 0.0);
+                         h.used_bytes, rate_now(r),
+                         rate_now(r) > 0 ? (double)h.used_bytes / (double)rate_now(r) : 0.0);
             else
                 snprintf(why, sizeof why, "%s", ddp_strerror(err));
             if (!state[p].said)
@@ -1305,6 +1314,12 @@ int ddp_checkpoint_replicas_fetch(const ddp_replica_peer_t *peer, const char *di
 uint64_t ddp_checkpoint_replicas_rate(const ddp_checkpoint_replicas_t *r)
 {
     return r != NULL ? r->rate : 0;
+}
+
+void ddp_checkpoint_replicas_job_rate(ddp_checkpoint_replicas_t *r, uint64_t rate)
+{
+    if (r != NULL)
+        atomic_store(&r->job_rate, rate);
 }
 
 int ddp_checkpoint_replicas_port(const ddp_checkpoint_replicas_t *r)

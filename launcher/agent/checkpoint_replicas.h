@@ -12,9 +12,9 @@
  * changed while sent), then one byte back: 'k' kept, 'n' not; or "DDPREPL1 GET KEY RANK
  * STEP RATE\n", answered "DDPREPL1 BYTES\n" (0: none held), the bytes and the generation
  * again. RATE is the asker's --checkpoint-replica-rate, taken only by a node without one of
- * its own: a transfer must come at a sixteenth of the receiver's (or holder's) own rate on
- * the whole, shared by the PUTs under way here, DDP_CHECKPOINT_REPLICA_MIN_RATE at least, so
- * a request's word cannot lower it (every node is to be given the same rate).
+ * its own: a transfer must come at a sixteenth of the job's rate (the lowest the round's
+ * records publish, ddp_checkpoint_replicas_job_rate) on the whole, shared by the PUTs under
+ * way here, DDP_CHECKPOINT_REPLICA_MIN_RATE at least, so a request's word cannot lower it.
  * KEY is the listener's secret, random, 128
  * bits in hex, published with its address in the round's store: a request without it is
  * refused before anything is read or written (compared in constant time), so that only who
@@ -37,6 +37,7 @@ typedef struct {
     char host[64];                       /* numeric; "" none */
     int port;                            /* 0: none */
     char key[DDP_REPLICA_KEY_CHARS + 1]; /* its secret, [0-9a-f]; "" none */
+    uint64_t rate;                       /* its --checkpoint-replica-rate (0: not said) */
 } ddp_replica_peer_t;
 
 /* A replica a node holds: rank `rank`'s checkpoint of `step` (node: which node, where that
@@ -61,6 +62,12 @@ int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_
 
 /* The rate it was started with (0 for NULL). */
 uint64_t ddp_checkpoint_replicas_rate(const ddp_checkpoint_replicas_t *r);
+
+/* The job's rate for the round: the lowest --checkpoint-replica-rate the round's records
+ * publish (0: none said). Sends, GETs and a transfer's floor go at it where it is lower
+ * than the node's own, so that nodes given different rates agree on one (a receiver's
+ * floor above a slower sender's rate would drop all of its replicas). NULL: nothing. */
+void ddp_checkpoint_replicas_job_rate(ddp_checkpoint_replicas_t *r, uint64_t rate);
 
 /* The port it listens on. */
 int ddp_checkpoint_replicas_port(const ddp_checkpoint_replicas_t *r);

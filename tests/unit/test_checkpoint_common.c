@@ -27,7 +27,7 @@ static size_t nreps;
 static int parse(const char *text, ddp_ckpt_rank_steps_t *held)
 {
     ddp_buf_t why = DDP_BUF_INIT;
-    peer = (ddp_replica_peer_t){"untouched", 1, ""};
+    peer = (ddp_replica_peer_t){"untouched", 1, "", 0};
     nreps = 99;
     int err =
         ddp_checkpoint_common_parse(text, strlen(text), WORLD, held, &peer, reps, &nreps, &why);
@@ -45,8 +45,8 @@ static void test_round_trip_and_step(void **state)
     ddp_ckpt_rank_steps_t held[WORLD];
     ddp_buf_t text = DDP_BUF_INIT;
     unsaid(held, WORLD);
-    ddp_replica_peer_t self = {"10.1.2.3", 40000, "0123456789abcdef0123456789abcdef"},
-                       none = {"", 0, ""};
+    ddp_replica_peer_t self = {"10.1.2.3", 40000, "0123456789abcdef0123456789abcdef", 0},
+                       none = {"", 0, "", 0};
     /* Node 1 holds rank 5's replicas of steps 7 and 6 (node 2's, say, lost). */
     ddp_replica_step_t held_here[2] = {{-1, 5, 7}, {-1, 5, 6}};
     assert_int_equal(ddp_checkpoint_common_format(&self, 0, 3, mine, NULL, 0, &text), 0);
@@ -57,7 +57,27 @@ static void test_round_trip_and_step(void **state)
     assert_string_equal(peer.host, "10.1.2.3");
     assert_int_equal(peer.port, 40000);
     assert_string_equal(peer.key, self.key);
+    assert_int_equal(peer.rate, 0);                                         /* (none said) */
     assert_int_equal(ddp_checkpoint_common_step(held, WORLD, NULL, 0), -1); /* ranks 3-5 unsaid */
+    /* Its --checkpoint-replica-rate, where it says one, last; one out of range refused. */
+    self.rate = 1u << 20;
+    ddp_buf_clear(&text);
+    assert_int_equal(ddp_checkpoint_common_format(&self, 0, 3, mine, NULL, 0, &text), 0);
+    assert_string_equal(
+        ddp_buf_str(&text),
+        "ckpt1 10.1.2.3 40000 0123456789abcdef0123456789abcdef 0 3 2 7 8 2 8 7 1 7 0 1048576");
+    unsaid(held, WORLD);
+    assert_int_equal(parse(ddp_buf_str(&text), held), 0);
+    assert_int_equal(peer.rate, 1u << 20);
+    unsaid(held, WORLD);
+    assert_int_equal(
+        parse("ckpt1 10.1.2.3 40000 0123456789abcdef0123456789abcdef 0 3 2 7 8 2 8 7 1 7 0 1",
+              held),
+        DDP_EPARSE);
+    unsaid(held, WORLD);
+    assert_int_equal(
+        parse("ckpt1 10.1.2.3 40000 0123456789abcdef0123456789abcdef 0 3 2 7 8 2 8 7 1 7 0", held),
+        0);
     ddp_buf_clear(&text);
     assert_int_equal(ddp_checkpoint_common_format(&none, 3, 3, theirs, held_here, 2, &text), 0);
     assert_string_equal(ddp_buf_str(&text), "ckpt1 - 0 - 3 3 2 6 7 2 7 8 0 2 5 7 5 6");

@@ -267,7 +267,7 @@ static void test_replicas_over_loopback(void **state)
     assert_true(logged(log_fd, "no round has begun yet"));
     free(req);
     put(dir_a, "rank2.0", one, len);
-    ddp_replica_peer_t peer = {"127.0.0.1", port, ""};
+    ddp_replica_peer_t peer = {"127.0.0.1", port, "", 0};
     snprintf(peer.key, sizeof peer.key, "%s", key_b);
     ddp_checkpoint_replicas_round(a, 2, 1, 4, &peer, 1);
     ddp_checkpoint_replicas_round(b, 0, 2, 4, NULL, 0);
@@ -421,8 +421,8 @@ static void test_one_peer_refusing_holds_up_no_other(void **state)
     size_t len;
     uint8_t *one = sized_slot(1, 0x11, 4096, &len);
     put(dir_a, "rank2.0", one, len);
-    ddp_replica_peer_t peers[2] = {{"127.0.0.1", ddp_checkpoint_replicas_port(b), ""},
-                                   {"127.0.0.1", ddp_checkpoint_replicas_port(b), ""}};
+    ddp_replica_peer_t peers[2] = {{"127.0.0.1", ddp_checkpoint_replicas_port(b), "", 0},
+                                   {"127.0.0.1", ddp_checkpoint_replicas_port(b), "", 0}};
     snprintf(peers[0].key, sizeof peers[0].key, "%s", ddp_checkpoint_replicas_key(a));
     snprintf(peers[1].key, sizeof peers[1].key, "%s", ddp_checkpoint_replicas_key(b));
     ddp_checkpoint_replicas_round(b, 0, 2, 4, NULL, 0);
@@ -486,7 +486,8 @@ static void test_fetch_of_another_step_leaves_slot_0(void **state)
     liar_t l = {.fd = fd, .slot = other, .len = other_len, .generation = 2};
     pthread_t thread;
     assert_int_equal(pthread_create(&thread, NULL, liar_run, &l), 0);
-    ddp_replica_peer_t peer = {"127.0.0.1", ntohs(a.sin_port), "0123456789abcdef0123456789abcdef"};
+    ddp_replica_peer_t peer = {"127.0.0.1", ntohs(a.sin_port), "0123456789abcdef0123456789abcdef",
+                               0};
     ddp_buf_t why = DDP_BUF_INIT;
     uint64_t bytes = 0;
     int err = ddp_checkpoint_replicas_fetch(&peer, dir_a, 2, 10, 4, 1, 0, 0, -1, &bytes, &why);
@@ -717,6 +718,31 @@ static void test_slow_gets_hold_no_put_place(void **state)
     remove_dir(dir_b);
 }
 
+/* The job's rate (the lowest the round's records publish) is B's floor where it is lower
+ * than B's own: B at 1G, told the job's rate is 4M, keeps 1 MiB trickled at 320 KiB/s (a
+ * sixteenth of 4M, 3 s more: 7 s), which its own rate's floor (3 s) dropped: nodes given
+ * different rates agree on one. */
+static void test_put_floor_at_the_jobs_rate(void **state)
+{
+    (void)state;
+    ddp_log_t log;
+    ddp_checkpoint_replicas_t *b = start_b(1u << 30, &log);
+    int log_fd = log.fd, port = ddp_checkpoint_replicas_port(b);
+    ddp_checkpoint_replicas_job_rate(b, 4u << 20);
+    size_t len, req_len;
+    uint8_t *slot = sized_slot(1, 0x44, 1u << 20, &len);
+    uint8_t *req = put_request(slot, len, 1, &req_len);
+    double took;
+    char answer = trickle(port, req, req_len, &took);
+    if (answer != 'k')
+        fail_msg("not kept after %.1f s: %s", took, logged_text(log_fd));
+    free(req);
+    free(slot);
+    ddp_checkpoint_replicas_stop(b);
+    close(log_fd);
+    remove_dir(dir_b);
+}
+
 /* A PUT's RATE word cannot lower B's floor: B at 1G a second drops a PUT saying it sends
  * at 1 byte a second and trickling 2 MiB at 320 KiB/s at B's own rate's floor (a sixteenth
  * of it, 3 s more: 3 s), where the 64 KiB/s floor the word asked for (35 s) kept it after
@@ -787,7 +813,8 @@ static void test_fetch_bounded_at_the_rate(void **state)
     liar_t l = {.fd = fd, .slot = slot, .len = len, .generation = 1};
     pthread_t thread;
     assert_int_equal(pthread_create(&thread, NULL, stalling_holder_run, &l), 0);
-    ddp_replica_peer_t peer = {"127.0.0.1", ntohs(a.sin_port), "0123456789abcdef0123456789abcdef"};
+    ddp_replica_peer_t peer = {"127.0.0.1", ntohs(a.sin_port), "0123456789abcdef0123456789abcdef",
+                               0};
     ddp_buf_t why = DDP_BUF_INIT;
     uint64_t bytes = 0;
     double began = ddp_clock_mono();
@@ -828,7 +855,7 @@ static void test_fetch_bounded_as_a_whole(void **state)
         pthread_t thread;
         assert_int_equal(pthread_create(&thread, NULL, stalling_holder_run, &l), 0);
         ddp_replica_peer_t peer = {"127.0.0.1", ntohs(a.sin_port),
-                                   "0123456789abcdef0123456789abcdef"};
+                                   "0123456789abcdef0123456789abcdef", 0};
         ddp_buf_t why = DDP_BUF_INIT;
         uint64_t bytes = 0;
         double began = ddp_clock_mono();
@@ -896,8 +923,8 @@ static void test_slow_peer_holds_the_sender_bounded(void **state)
     size_t len;
     uint8_t *one = sized_slot(1, 0x66, 8u << 20, &len);
     put(dir_a, "rank2.0", one, len);
-    ddp_replica_peer_t peers[2] = {{"127.0.0.1", ntohs(sa.sin_port), ""},
-                                   {"127.0.0.1", ddp_checkpoint_replicas_port(b), ""}};
+    ddp_replica_peer_t peers[2] = {{"127.0.0.1", ntohs(sa.sin_port), "", 0},
+                                   {"127.0.0.1", ddp_checkpoint_replicas_port(b), "", 0}};
     snprintf(peers[0].key, sizeof peers[0].key, "%s", ddp_checkpoint_replicas_key(b));
     snprintf(peers[1].key, sizeof peers[1].key, "%s", ddp_checkpoint_replicas_key(b));
     ddp_checkpoint_replicas_round(b, 0, 2, 4, NULL, 0);
@@ -1061,7 +1088,7 @@ static void test_slot_saved_again_while_sent_said(void **state)
     size_t len;
     uint8_t *slot = sized_slot(1, 0x88, 2u << 20, &len); /* 2 s at 1M */
     put(dir_a, "rank2.0", slot, len);
-    ddp_replica_peer_t peer = {"127.0.0.1", ddp_checkpoint_replicas_port(b), ""};
+    ddp_replica_peer_t peer = {"127.0.0.1", ddp_checkpoint_replicas_port(b), "", 0};
     snprintf(peer.key, sizeof peer.key, "%s", key_b);
     ddp_checkpoint_replicas_round(b, 0, 2, 4, NULL, 0);
     ddp_checkpoint_replicas_round(a, 2, 1, 4, &peer, 1);
@@ -1104,6 +1131,7 @@ int main(void)
         cmocka_unit_test(test_listener_at_the_published_address),
         cmocka_unit_test(test_slow_gets_hold_no_put_place),
         cmocka_unit_test(test_put_rate_word_lowers_no_floor),
+        cmocka_unit_test(test_put_floor_at_the_jobs_rate),
         cmocka_unit_test(test_fetch_bounded_at_the_rate),
         cmocka_unit_test(test_fetch_bounded_as_a_whole),
         cmocka_unit_test(test_slow_peer_holds_the_sender_bounded),
