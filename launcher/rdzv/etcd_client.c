@@ -52,6 +52,7 @@ typedef enum {
     ENDED_REPLIED = DDP_HTTP_REPLIED,
     ENDED_UNREACHED = DDP_HTTP_UNREACHED,
     ENDED_TIMEDOUT = DDP_HTTP_TIMEDOUT,
+    ENDED_LOST = DDP_HTTP_LOST,
     ENDED_BROKEN = DDP_HTTP_BROKEN,
     ENDED_STOPPED = DDP_HTTP_STOPPED,
     ENDED_FAILED,
@@ -303,8 +304,8 @@ static bool endpoint_status(long status)
 static bool endpoint_failed(const ddp_etcd_call_t *call, ended_t ended, long status)
 {
     return !call->delivered &&
-           (ended == ENDED_UNREACHED || ended == ENDED_TIMEDOUT || ended == ENDED_BROKEN ||
-            (ended == ENDED_REPLIED && endpoint_status(status)));
+           (ended == ENDED_UNREACHED || ended == ENDED_TIMEDOUT || ended == ENDED_LOST ||
+            ended == ENDED_BROKEN || (ended == ENDED_REPLIED && endpoint_status(status)));
 }
 
 /* Sends the call again, to the next endpoint, where its own failed and time is left:
@@ -367,7 +368,10 @@ static int failure(ddp_etcd_call_t *call, ended_t ended, long status, ddp_buf_t 
         return status == 404 || status == 405 || status == 501 ? DDP_EUSAGE : DDP_EPROTO;
     }
     ddp_buf_printf(why, "etcd at %s: %s", where, call->error);
-    return ended == ENDED_TIMEDOUT ? DDP_ETIMEOUT : DDP_ECLOSED;
+    /* A plain request lost with its connection after it went may have been done, as one
+     * unanswered in time may. */
+    return ended == ENDED_TIMEDOUT || (ended == ENDED_LOST && !call->stream) ? DDP_ETIMEOUT
+                                                                             : DDP_ECLOSED;
 }
 
 /* A transfer's end (its words in call->error). Runs where the transport allows the
@@ -443,10 +447,12 @@ static void finished_curl(ddp_etcd_call_t *call, CURLcode code)
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_CONNECT:
     case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_GOT_NOTHING:
     case CURLE_SSL_CONNECT_ERROR:
         ended = ENDED_UNREACHED;
+        break;
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING: /* the request went: it may have been done */
+        ended = ENDED_LOST;
         break;
     case CURLE_OPERATION_TIMEDOUT:
         ended = ENDED_TIMEDOUT;

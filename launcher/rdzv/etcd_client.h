@@ -38,9 +38,10 @@ typedef struct {
 } ddp_etcd_opts_t;
 
 /* A reply (err 0: `reply` is the JSON object etcd answered, valid during the call), or
- * the request's end (err < 0: `why` says what failed, naming the endpoints tried). A
- * stream's callback runs once a message, then once with its end (err < 0; DDP_ECLOSED when
- * the server ended it). */
+ * the request's end (err < 0: `why` says what failed, naming the endpoints tried). A plain
+ * request's DDP_ETIMEOUT: unanswered in time, or its connection lost after it went; either
+ * way etcd may have done it. A stream's callback runs once a message, then once with its end
+ * (err < 0; DDP_ECLOSED when the server ended it). */
 typedef void (*ddp_etcd_cb_t)(void *ctx, int err, const ddp_json_t *reply, const char *why);
 
 /* Loads libcurl and sets up a client on `loop` (the options are copied). 0; DDP_EUSAGE

@@ -302,7 +302,7 @@ static void lost(conn_t *c, int status)
     if (send_again(c))
         return;
     if (!c->began)
-        fail(c, DDP_HTTP_UNREACHED, "the connection lost before a response", uv_strerror(status));
+        fail(c, DDP_HTTP_LOST, "the connection lost before a response", uv_strerror(status));
     else
         fail(c, DDP_HTTP_BROKEN, "the connection lost in the middle of a response",
              uv_strerror(status));

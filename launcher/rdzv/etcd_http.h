@@ -27,8 +27,10 @@ typedef struct ddp_http_req_s ddp_http_req_t;
 /* How a request ended. */
 typedef enum {
     DDP_HTTP_REPLIED,   /* a whole response came: `status` is its */
-    DDP_HTTP_UNREACHED, /* not resolved, refused, or the connection lost before a response */
+    DDP_HTTP_UNREACHED, /* not resolved, refused: the request not sent */
     DDP_HTTP_TIMEDOUT,  /* no whole response within the time (a stream: no connection) */
+    DDP_HTTP_LOST,      /* the connection lost after the request went, before a response: the
+                         * server may have done it */
     DDP_HTTP_BROKEN,    /* what came is not HTTP/1.1, or the connection lost mid-response */
     DDP_HTTP_STOPPED,   /* the body callback said to stop */
 } ddp_http_end_t;

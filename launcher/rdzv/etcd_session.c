@@ -25,6 +25,9 @@ enum {
     NCALLS
 };
 
+/* Revokes of a lost coordinator's lease sent, where each is lost or late. */
+#define DEPOSE_SENDS 3
+
 typedef enum { SESSION_STARTING, SESSION_RUNNING, SESSION_LOST } session_phase_t;
 
 struct ddp_etcd_session_s {
@@ -56,6 +59,7 @@ struct ddp_etcd_session_s {
     int64_t coord_lease, coord_rev;
     bool coord_known;
     int64_t deposed; /* the lease of the last coordinator this one deposed */
+    int depose_sent; /* revokes of it sent */
     int64_t members_rev;
     bool watch_members; /* the coordinator's: the member keys are watched */
     /* A watch that ended (the member it spoke to gone) is set up again after `backoff` s
@@ -453,8 +457,9 @@ static void on_join(void *ctx, int err, const ddp_json_t *reply, const char *why
     s->calls[CALL_JOIN] = NULL;
     int64_t revision = 0;
     if (err != 0 || !ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &revision)) {
-        /* A join unanswered in time may have taken the coordinator's key all the same:
-         * the next join keeps it where it holds this launcher's record. */
+        /* A join unanswered in time (or lost with its connection after it went: DDP_ETIMEOUT
+         * too) may have taken the coordinator's key all the same: the next join keeps it
+         * where it holds this launcher's record. */
         if (s->elect_record != NULL)
             s->owner = true;
         lose_lease(s, s->joined || err == DDP_ETIMEOUT,
@@ -628,11 +633,26 @@ void ddp_etcd_session_elect(ddp_etcd_session_t *s, const char *record)
     ddp_buf_free(&body);
 }
 
+static void on_depose(void *ctx, int err, const ddp_json_t *reply, const char *why);
+
+static void send_revoke(ddp_etcd_session_t *s)
+{
+    char body[64];
+    snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->deposed);
+    s->depose_sent++;
+    (void)post(s, CALL_DEPOSE, "/v3/lease/revoke", body, false, on_depose);
+}
+
 static void on_depose(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_session_t *s = ctx;
     (void)reply;
     s->calls[CALL_DEPOSE] = NULL;
+    if (err == DDP_ETIMEOUT && s->depose_sent < DEPOSE_SENDS && s->phase == SESSION_RUNNING) {
+        /* Lost or late, it may have been done: sent again (done, it is "lease not found"). */
+        send_revoke(s);
+        return;
+    }
     if (err != 0 && strstr(why, "lease not found") == NULL) {
         lose(s, "etcd: unable to end the lost coordinator's lease: %s", why);
         return;
@@ -647,15 +667,14 @@ static void on_depose(void *ctx, int err, const ddp_json_t *reply, const char *w
 
 bool ddp_etcd_session_depose(ddp_etcd_session_t *s)
 {
-    char body[64];
     if (s->coord_known && s->coord != NULL && s->coord_lease == 0)
         return false;
     if (s->phase != SESSION_RUNNING || s->coord_lease == 0 || s->coord_lease == s->lease ||
         s->calls[CALL_DEPOSE] != NULL)
         return true;
-    snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->coord_lease);
     s->deposed = s->coord_lease;
-    (void)post(s, CALL_DEPOSE, "/v3/lease/revoke", body, false, on_depose);
+    s->depose_sent = 0;
+    send_revoke(s);
     return true;
 }
 

@@ -527,10 +527,12 @@ static void test_one_coordinator_then_another(void **state)
 }
 
 /* A proxy in front of etcd that passes every request on but takes a watch and never
- * answers it (a buffering reverse proxy, a wedged member). */
+ * answers it (a buffering reverse proxy, a wedged member); where `drop` names a path, the
+ * next request to it is passed on and its answer dropped with the connection. */
 typedef struct {
     int listen_fd, port, etcd_port;
     atomic_bool stop;
+    const char *_Atomic drop;
     pthread_t thread, conns[64];
     int nconns;
 } wedge_t;
@@ -579,6 +581,7 @@ static void *wedge_conn(void *arg)
     if (up < 0 || connect(up, (struct sockaddr *)&addr, sizeof addr) != 0)
         goto out;
     p[1].fd = up;
+    bool dropping = false;
     for (;;) {
         p[0].revents = p[1].revents = 0;
         if (!wedge_wait(w, p, 2))
@@ -587,7 +590,13 @@ static void *wedge_conn(void *arg)
             if (p[i].revents == 0)
                 continue;
             ssize_t got = recv(p[i].fd, head, sizeof head, 0);
-            if (got <= 0 || send(p[1 - i].fd, head, (size_t)got, MSG_NOSIGNAL) != got)
+            const char *drop = atomic_load(&w->drop);
+            if (i == 0 && got > 5 && drop != NULL && strncmp(head, "POST ", 5) == 0 &&
+                strncmp(head + 5, drop, strlen(drop)) == 0 &&
+                atomic_compare_exchange_strong(&w->drop, &drop, NULL))
+                dropping = true;
+            if (got <= 0 || (i == 1 && dropping) ||
+                send(p[1 - i].fd, head, (size_t)got, MSG_NOSIGNAL) != got)
                 goto out;
         }
     }
@@ -676,6 +685,73 @@ static void test_depose_with_a_silent_watch(void **state)
     }
     if (!l[other].told || l[other].coord[0] != '\0')
         fail_msg("L%d, the deposer, not told the key went (told %d, '%s')", other, l[other].told,
+                 l[other].coord);
+    sessions_down(&c, l);
+    wedge_stop(&w);
+    th_etcd_down(&etcd);
+}
+
+static bool first_lost(launcher_t *l)
+{
+    return l[0].lost;
+}
+
+static bool first_told(launcher_t *l)
+{
+    return l[0].told || l[0].lost;
+}
+
+/* A launcher's grant and join whose answers are lost with their connection (one endpoint,
+ * so not sent elsewhere) may have been done: the lease is taken again, the launcher joins
+ * (it ended with status 5 before); a depose's revoke whose answer is lost is sent again,
+ * the deposer told the key went. */
+static void test_lost_answers(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    wedge_t w;
+    wedge_start(&w, etcd.endpoints);
+    char endpoint[32];
+    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", w.port);
+    client_t c;
+    launcher_t l[NLAUNCHERS];
+    client_up(&c, endpoint, 2);
+    const char *paths[] = {"/v3/lease/grant ", "/v3/kv/txn "};
+    for (int i = 0; i < 2; i++) {
+        memset(&l[0], 0, sizeof l[0]);
+        snprintf(l[0].id, sizeof l[0].id, "L0");
+        atomic_store(&w.drop, paths[i]);
+        assert_int_equal(ddp_etcd_session_start(c.etcd, "test/job/", l[0].id, 3, "rec", &callbacks,
+                                                &l[0], &l[0].s),
+                         0);
+        assert_true(run_while(&c, l, first_lost, 5));
+        assert_null(atomic_load(&w.drop));
+        if (!ddp_etcd_session_rejoin(l[0].s, 0, true))
+            fail_msg("%s's answer lost: taken as final (%s)", paths[i], l[0].why);
+        l[0].lost = false;
+        assert_true(run_while(&c, l, first_told, 5));
+        assert_false(l[0].lost);
+        ddp_etcd_session_close(l[0].s, false, NULL, NULL);
+        l[0].s = NULL;
+    }
+    sessions_up(&c, l, 3);
+    assert_true(run_while(&c, l, all_told, 10));
+    elect_all(l);
+    assert_true(run_while(&c, l, elected, 10));
+    int first = one_coordinator(l);
+    int other = (first + 1) % NLAUNCHERS;
+    l[other].told = false;
+    atomic_store(&w.drop, "/v3/lease/revoke ");
+    ddp_etcd_session_depose(l[other].s);
+    for (double deadline = th_now() + 4;
+         !(l[other].told && l[other].coord[0] == '\0') && !l[other].lost && th_now() < deadline;) {
+        bool never = false;
+        run_until(&c, &never, 0.02);
+    }
+    assert_null(atomic_load(&w.drop));
+    if (l[other].lost || !l[other].told || l[other].coord[0] != '\0')
+        fail_msg("L%d, the deposer, lost (%s) or not told the key went ('%s')", other, l[other].why,
                  l[other].coord);
     sessions_down(&c, l);
     wedge_stop(&w);
@@ -892,6 +968,7 @@ int main(int argc, char **argv)
         TH_TEST(test_etcd_gone),
         TH_TEST(test_round_record_read_back),
         TH_TEST(test_depose_with_a_silent_watch),
+        TH_TEST(test_lost_answers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
