@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 
 typedef enum { CONN_RESOLVING, CONN_CONNECTING, CONN_BUSY, CONN_IDLE, CONN_CLOSING } conn_state_t;
 
@@ -510,13 +511,18 @@ static void on_timeout(uv_timer_t *timer)
 }
 
 /* Whether a kept connection has bytes waiting that the loop has not read yet (an answer
- * nobody asked for, a body past its length, the server's close): reused, they would be
- * taken for the next request's answer, and every later one shifted by one. */
+ * nobody asked for, a body past its length: reused, they would be taken for the next
+ * request's answer, and every later one shifted by one), or the server's close (FIONREAD
+ * counts none; a peek reads 0: reused, a request the server never read would fail). */
 static bool bytes_waiting(conn_t *c)
 {
     uv_os_fd_t fd;
     int n = 0;
-    return uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0 || ioctl(fd, FIONREAD, &n) != 0 || n > 0;
+    char byte;
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0 || ioctl(fd, FIONREAD, &n) != 0 || n > 0)
+        return true;
+    ssize_t got = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return got >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
 /* The request on a connection to its endpoint: a kept one (not `fresh`, not a stream) with

@@ -52,6 +52,7 @@ typedef struct {
     int listen_fd, port;
     atomic_int delivered; /* messages the client took */
     atomic_int sent;      /* pieces written */
+    atomic_int closed;    /* connections closed after their answer (one_each) */
     int accepted, served; /* connections accepted, requests read */
     pthread_t thread;
 } server_t;
@@ -172,6 +173,7 @@ static void *serve(void *arg)
         answer(s, fd, &s->answers[i]);
         if (s->one_each && i + 1 < s->nanswers) {
             close(fd);
+            atomic_fetch_add(&s->closed, 1);
             if ((fd = accept_one(s)) < 0)
                 return NULL;
         }
@@ -523,6 +525,33 @@ static void test_stray_answer_not_taken(void **state)
     assert_int_equal(s.accepted, 2);
 }
 
+/* The server answers, then closes the connection while idle (no "Connection: close"; a
+ * proxy's idle timeout): a txn posted once the close is in the socket goes on a new
+ * connection, answered (it took the closed one and failed, never read by the server). */
+static void test_idle_close_not_reused(void **state)
+{
+    (void)state;
+    server_t s = {.nanswers = 2, .one_each = true};
+    s.answers[0] =
+        (answer_script_t){.pieces = {"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n{\"n\": 1}"}};
+    s.answers[1] =
+        (answer_script_t){.pieces = {"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n{\"n\": 2}"}};
+    server_start(&s);
+    client_t c;
+    client_up(&c, &s);
+    post_and_wait(&c, false, 1);
+    double until = now_s() + WAIT_MS / 1000.0; /* the close in the socket, not yet read */
+    while (atomic_load(&s.closed) < 1 && now_s() < until)
+        sched_yield();
+    assert_int_equal(atomic_load(&s.closed), 1);
+    post_to_and_wait(&c, "/v3/kv/txn", false, 2);
+    if (strcmp(c.messages, "1,2") != 0 || c.ends != 0)
+        fail_msg("'%s', %d failed: '%s'", c.messages, c.ends, c.why);
+    client_down(&c);
+    server_end(&s);
+    assert_int_equal(s.accepted, 2);
+}
+
 /* A range on a kept connection held 0.8 s, the connection then closed unanswered: sent
  * again on a new one, held 0.8 s there too. It ends at its 1 s timeout from its post, not
  * a new timeout from its resend (answered after 1.6 s). */
@@ -719,6 +748,7 @@ int main(void)
         cmocka_unit_test(test_interim_answers_skipped),
         cmocka_unit_test(test_txn_not_sent_again),
         cmocka_unit_test(test_stray_answer_not_taken),
+        cmocka_unit_test(test_idle_close_not_reused),
         cmocka_unit_test(test_resend_keeps_the_deadline),
         cmocka_unit_test(test_error_reply_fails_over),
         cmocka_unit_test(test_request_error_not_retried),
