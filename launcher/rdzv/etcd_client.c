@@ -257,23 +257,28 @@ static bool take_data(ddp_etcd_call_t *call, bool messages, const char *data, si
     }
     if (ddp_buf_append(&call->in, data, len) != 0)
         return false;
+    if (!messages)
+        return true;
     /* A stream's messages end with a newline: each whole one now, the bytes scanned before
-     * not scanned again (a message in many small pieces is not scanned whole each time).
-     * The callback may cancel the call (then nothing more is read). */
+     * not scanned again (a message in many small pieces is not scanned whole each time),
+     * the lines taken moved out once (not the rest after each: a read of many short lines
+     * would be the square of its size). The callback may cancel the call (then nothing
+     * more is read). */
+    size_t start = 0, scan = call->scanned;
     char *nl;
-    while (messages && !call->cancelled &&
-           (nl = memchr(call->in.data + call->scanned, '\n', call->in.len - call->scanned)) !=
-               NULL) {
-        size_t line = (size_t)(nl - call->in.data);
-        if (line > 0)
-            deliver(call, call->cb, call->ctx, call->in.data, line);
-        memmove(call->in.data, nl + 1, call->in.len - line - 1);
-        call->in.len -= line + 1;
-        call->in.data[call->in.len] = '\0';
-        call->scanned = 0;
+    while (!call->cancelled &&
+           (nl = memchr(call->in.data + scan, '\n', call->in.len - scan)) != NULL) {
+        size_t end = (size_t)(nl - call->in.data);
+        if (end > start)
+            deliver(call, call->cb, call->ctx, call->in.data + start, end - start);
+        start = scan = end + 1;
     }
-    if (messages)
-        call->scanned = call->in.len;
+    if (start > 0) {
+        memmove(call->in.data, call->in.data + start, call->in.len - start);
+        call->in.len -= start;
+        call->in.data[call->in.len] = '\0';
+    }
+    call->scanned = call->in.len;
     return !call->cancelled;
 }
 

@@ -414,6 +414,36 @@ static void test_message_in_tiny_pieces(void **state)
     free(body);
 }
 
+/* A watch's 4 MiB of empty lines, then a message: each read's lines are consumed without
+ * moving the rest of the read after each (~0.1 s a 64 KiB read, the loop standing still). */
+static void test_many_short_lines(void **state)
+{
+    (void)state;
+    enum { LINES = 4 << 20 };
+    const char *last = "{\"result\": {\"n\": 5}}\n";
+    char *body = malloc(LINES + 128), *at = body;
+    assert_non_null(body);
+    at += sprintf(at, "%x\r\n", (unsigned)LINES);
+    memset(at, '\n', LINES);
+    at += LINES;
+    sprintf(at, "\r\n%zx\r\n%s\r\n0\r\n\r\n", strlen(last), last);
+    server_t s = {.nanswers = 1};
+    s.answers[0] = (answer_script_t){
+        .pieces = {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", body}};
+    server_start(&s);
+    client_t c;
+    client_up(&c, &s);
+    double t0 = now_s();
+    post_and_wait(&c, true, 1);
+    double took = now_s() - t0;
+    assert_string_equal(c.messages, "5");
+    if (took > 1.0)
+        fail_msg("the lines took %.2f s", took);
+    client_down(&c);
+    server_end(&s);
+    free(body);
+}
+
 /* Plain requests one after another go over one kept connection. */
 static void test_connection_kept(void **state)
 {
@@ -743,6 +773,7 @@ int main(void)
         cmocka_unit_test(test_http_500),
         cmocka_unit_test(test_chunked_stream_split_at_odd_places),
         cmocka_unit_test(test_message_in_tiny_pieces),
+        cmocka_unit_test(test_many_short_lines),
         cmocka_unit_test(test_connection_kept),
         cmocka_unit_test(test_kept_connection_closed_by_the_server),
         cmocka_unit_test(test_interim_answers_skipped),
