@@ -47,6 +47,10 @@ typedef enum {
     PLACE_CLOSING
 } phase_t;
 
+/* Unanswered round record writes remembered in a row (one a round: more is a flapping
+ * etcd; the oldest are forgotten). */
+#define UNSURE_MAX 8
+
 struct ddp_etcd_place_s {
     const ddp_log_t *log;
     ddp_etcd_t *etcd;
@@ -64,9 +68,11 @@ struct ddp_etcd_place_s {
     int64_t state_rev;                    /* its revision as this coordinator knows it */
     void (*closed)(void *ctx);            /* (CLOSING) told once the last request is done */
     void *closed_ctx;
-    char *pending;         /* a record to write once the last write is in */
-    char *sent;            /* the record of the write in flight (or read back after it) */
-    char *unsure;          /* a record whose write etcd may have done, unanswered */
+    char *pending;            /* a record to write once the last write is in */
+    char *sent;               /* the record of the write in flight (or read back after it) */
+    char *unsure[UNSURE_MAX]; /* records whose writes etcd may have done, unanswered, since
+                               * the last write known in (oldest first) */
+    int nunsure;
     bool again;            /* `pending` is a failed write's record, sent again once */
     struct probe_s *probe; /* PROBING: the connection to the elected store */
     double ttl, join_timeout;
@@ -244,6 +250,31 @@ static void after_write(ddp_etcd_place_t *p)
         end_session(p);
 }
 
+static void unsure_clear(ddp_etcd_place_t *p)
+{
+    for (int i = 0; i < p->nunsure; i++)
+        free(p->unsure[i]);
+    p->nunsure = 0;
+}
+
+static void unsure_add(ddp_etcd_place_t *p, char *record)
+{
+    if (p->nunsure == UNSURE_MAX) {
+        free(p->unsure[0]);
+        memmove(p->unsure, p->unsure + 1, sizeof p->unsure[0] * (UNSURE_MAX - 1));
+        p->nunsure--;
+    }
+    p->unsure[p->nunsure++] = record;
+}
+
+static bool unsure_has(const ddp_etcd_place_t *p, const char *record)
+{
+    for (int i = 0; i < p->nunsure; i++)
+        if (strcmp(p->unsure[i], record) == 0)
+            return true;
+    return false;
+}
+
 /* The round record read back after a write that failed or was unanswered: the key holds
  * this launcher's (the record sent, one of its unanswered ones, or untouched since its
  * last write: its revision taken, the record sent again where it is not in), or another
@@ -263,11 +294,10 @@ static void on_state_checked(void *ctx, int err, const ddp_json_t *reply, const 
         /* Unknown: kept as one that may be in (the next write's compare says). */
         ddp_log_warn(p->log, "etcd: unable to read the job's round record back: %s",
                      err != 0 ? why : "not etcd's reply");
-        free(p->unsure);
-        p->unsure = sent;
+        unsure_add(p, sent);
         sent = NULL;
     } else if (kv != NULL ? rev != p->state_rev && strcmp(ddp_buf_str(&value), sent) != 0 &&
-                                (p->unsure == NULL || strcmp(ddp_buf_str(&value), p->unsure) != 0)
+                                !unsure_has(p, ddp_buf_str(&value))
                           : p->state_rev != 0) {
         ddp_log_warn(p->log, "etcd: the job's round record was written by another launcher: "
                              "this one no longer coordinates the job in etcd's eyes");
@@ -275,8 +305,7 @@ static void on_state_checked(void *ctx, int err, const ddp_json_t *reply, const 
         p->pending = NULL;
     } else {
         p->state_rev = rev;
-        free(p->unsure);
-        p->unsure = NULL;
+        unsure_clear(p);
         bool in = kv != NULL && strcmp(ddp_buf_str(&value), sent) == 0;
         if (!in && p->pending == NULL && !p->again) { /* not done: once more */
             p->pending = sent;
@@ -315,8 +344,7 @@ static void on_state_written(void *ctx, int err, const ddp_json_t *reply, const 
     } else {
         (void)ddp_etcd_int(ddp_json_get(reply, "header"), "revision", &p->state_rev);
         p->again = false;
-        free(p->unsure);
-        p->unsure = NULL;
+        unsure_clear(p);
     }
     free(p->sent);
     p->sent = NULL;
@@ -770,7 +798,7 @@ static void on_bound_closed(uv_handle_t *handle)
     free(p->latest);
     free(p->pending);
     free(p->sent);
-    free(p->unsure);
+    unsure_clear(p);
     ddp_etcd_free(p->etcd); /* (drops what is still in flight, unanswered) */
     free(p);
 }

@@ -527,12 +527,14 @@ static void test_one_coordinator_then_another(void **state)
 }
 
 /* A proxy in front of etcd that passes every request on but takes a watch and never
- * answers it (a buffering reverse proxy, a wedged member); where `drop` names a path, the
- * next request to it is passed on and its answer dropped with the connection. */
+ * answers it (a buffering reverse proxy, a wedged member); the requests to the paths in
+ * `drops` (wedge_drop), each the next to its path in turn, are passed on and their answers
+ * dropped with the connection. */
 typedef struct {
     int listen_fd, port, etcd_port;
     atomic_bool stop;
-    const char *_Atomic drop;
+    const char *drops[8], *needles[8];
+    atomic_int ndrops, dropped;
     pthread_t thread, conns[64];
     int nconns;
 } wedge_t;
@@ -590,10 +592,13 @@ static void *wedge_conn(void *arg)
             if (p[i].revents == 0)
                 continue;
             ssize_t got = recv(p[i].fd, head, sizeof head, 0);
-            const char *drop = atomic_load(&w->drop);
-            if (i == 0 && got > 5 && drop != NULL && strncmp(head, "POST ", 5) == 0 &&
-                strncmp(head + 5, drop, strlen(drop)) == 0 &&
-                atomic_compare_exchange_strong(&w->drop, &drop, NULL))
+            int d = atomic_load(&w->dropped);
+            if (i == 0 && got > 5 && d < atomic_load(&w->ndrops) &&
+                strncmp(head, "POST ", 5) == 0 &&
+                strncmp(head + 5, w->drops[d], strlen(w->drops[d])) == 0 &&
+                (w->needles[d] == NULL ||
+                 memmem(head, (size_t)got, w->needles[d], strlen(w->needles[d])) != NULL) &&
+                atomic_compare_exchange_strong(&w->dropped, &d, d + 1))
                 dropping = true;
             if (got <= 0 || (i == 1 && dropping) ||
                 send(p[1 - i].fd, head, (size_t)got, MSG_NOSIGNAL) != got)
@@ -644,6 +649,22 @@ static void wedge_start(wedge_t *w, const char *etcd_endpoint)
     assert_int_equal(getsockname(w->listen_fd, (struct sockaddr *)&addr, &len), 0);
     w->port = ntohs(addr.sin_port);
     assert_int_equal(pthread_create(&w->thread, NULL, wedge_accept, w), 0);
+}
+
+/* The next request to `path` ("/v3/kv/txn ") holding `needle` (NULL: any) after those
+ * dropped before: its answer dropped. */
+static void wedge_drop(wedge_t *w, const char *path, const char *needle)
+{
+    int n = atomic_load(&w->ndrops);
+    assert_true(n < 8);
+    w->drops[n] = path;
+    w->needles[n] = needle;
+    atomic_store(&w->ndrops, n + 1);
+}
+
+static bool wedge_dropped(wedge_t *w)
+{
+    return atomic_load(&w->dropped) == atomic_load(&w->ndrops);
 }
 
 static void wedge_stop(wedge_t *w)
@@ -721,12 +742,12 @@ static void test_lost_answers(void **state)
     for (int i = 0; i < 2; i++) {
         memset(&l[0], 0, sizeof l[0]);
         snprintf(l[0].id, sizeof l[0].id, "L0");
-        atomic_store(&w.drop, paths[i]);
+        wedge_drop(&w, paths[i], NULL);
         assert_int_equal(ddp_etcd_session_start(c.etcd, "test/job/", l[0].id, 3, "rec", &callbacks,
                                                 &l[0], &l[0].s),
                          0);
         assert_true(run_while(&c, l, first_lost, 5));
-        assert_null(atomic_load(&w.drop));
+        assert_true(wedge_dropped(&w));
         if (!ddp_etcd_session_rejoin(l[0].s, 0, true))
             fail_msg("%s's answer lost: taken as final (%s)", paths[i], l[0].why);
         l[0].lost = false;
@@ -742,14 +763,14 @@ static void test_lost_answers(void **state)
     int first = one_coordinator(l);
     int other = (first + 1) % NLAUNCHERS;
     l[other].told = false;
-    atomic_store(&w.drop, "/v3/lease/revoke ");
+    wedge_drop(&w, "/v3/lease/revoke ", NULL);
     ddp_etcd_session_depose(l[other].s);
     for (double deadline = th_now() + 4;
          !(l[other].told && l[other].coord[0] == '\0') && !l[other].lost && th_now() < deadline;) {
         bool never = false;
         run_until(&c, &never, 0.02);
     }
-    assert_null(atomic_load(&w.drop));
+    assert_true(wedge_dropped(&w));
     if (l[other].lost || !l[other].told || l[other].coord[0] != '\0')
         fail_msg("L%d, the deposer, lost (%s) or not told the key went ('%s')", other, l[other].why,
                  l[other].coord);
@@ -929,6 +950,68 @@ static void test_round_record_read_back(void **state)
     th_etcd_down(&etcd);
 }
 
+/* Two round record writes unanswered in a row, their read-backs lost too (a flapping
+ * proxy): the first done (its answer dropped), the second's compare failing on it (a
+ * read sent again where its kept connection closes: dropped twice). Read
+ * back at the third, the first's record is this launcher's own (only the last unanswered
+ * one was remembered: taken for another launcher's, round 3's record never written). */
+static void test_round_records_unanswered_in_a_row(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    wedge_t w;
+    wedge_start(&w, etcd.endpoints);
+    client_t c;
+    client_up(&c, etcd.endpoints, 2);
+    ddp_launch_config_t cfg;
+    ddp_config_defaults(&cfg);
+    cfg.run_id = strdup("ru");
+    cfg.etcd.endpoints = calloc(2, sizeof *cfg.etcd.endpoints);
+    assert_non_null(cfg.etcd.endpoints);
+    char endpoint[32];
+    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", w.port);
+    cfg.etcd.endpoints[0] = strdup(endpoint);
+    cfg.etcd.nendpoints = 1;
+    static const ddp_etcd_place_cbs_t cbs = {on_placed, on_place_failed, on_place_deposed,
+                                             on_place_forming};
+    place_seen_t seen = {0};
+    ddp_etcd_place_t *p = NULL;
+    ddp_buf_t why = DDP_BUF_INIT;
+    if (ddp_etcd_place_start(&c.loop, &cfg, &c.log, "L0", "127.0.0.1", 1, &cbs, &seen, &p, &why) !=
+        0)
+        fail_msg("ddp_etcd_place_start: %s", ddp_buf_str(&why));
+    ddp_buf_free(&why);
+    if (!run_until(&c, &seen.placed, 10) || !seen.own)
+        fail_msg("not elected");
+    const char *key = "ddp-launch/ru/state";
+    ddp_etcd_place_record(p, "round 0");
+    assert_true(key_holds(&c, key, "round 0", 10));
+    const char *state_key = "ZGRwLWxhdW5jaC9ydS9zdGF0ZQ=="; /* ddp-launch/ru/state */
+    wedge_drop(&w, "/v3/kv/txn ", state_key);               /* round 1's write, done */
+    wedge_drop(&w, "/v3/kv/range ", state_key);             /* its read-back */
+    /* Round 2's read-back (its compare failed), on its kept connection, then a new one. */
+    wedge_drop(&w, "/v3/kv/range ", state_key);
+    wedge_drop(&w, "/v3/kv/range ", state_key);
+    ddp_etcd_place_record(p, "round 1");
+    ddp_etcd_place_record(p, "round 2"); /* (written once round 1's is in) */
+    for (double deadline = th_now() + 10; !wedge_dropped(&w) && th_now() < deadline;) {
+        bool never = false;
+        run_until(&c, &never, 0.02);
+    }
+    assert_true(wedge_dropped(&w));
+    ddp_etcd_place_record(p, "round 3");
+    if (!key_holds(&c, key, "round 3", 10))
+        fail_msg("round 3's record not written: its own record taken for another's");
+    ddp_etcd_place_close(p, false, on_place_closed, &seen);
+    assert_true(run_until(&c, &seen.closed, 10));
+    assert_false(seen.failed);
+    ddp_config_free(&cfg);
+    client_down(&c);
+    wedge_stop(&w);
+    th_etcd_down(&etcd);
+}
+
 /* A transaction's reply: succeeded only where "succeeded" is true (etcd's gateway leaves
  * out a false; a false written, or another value, is no success). No etcd needed. */
 static void test_succeeded_read(void **state)
@@ -969,6 +1052,7 @@ int main(int argc, char **argv)
         TH_TEST(test_round_record_read_back),
         TH_TEST(test_depose_with_a_silent_watch),
         TH_TEST(test_lost_answers),
+        TH_TEST(test_round_records_unanswered_in_a_row),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
