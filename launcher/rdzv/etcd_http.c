@@ -322,6 +322,8 @@ static int on_body(http_parser *parser, const char *at, size_t len)
 {
     conn_t *c = parser->data;
     ddp_http_req_t *req = c->req;
+    if (c->status >= 100 && c->status < 200 && c->status != 101)
+        return 0; /* an interim answer's (a broken server's: a 1xx has none): dropped */
     c->in_callback = true;
     bool go = req->cbs->body(req->ctx, c->status, at, len);
     c->in_callback = false;
