@@ -395,8 +395,9 @@ static void fetch_missing(ddp_checkpoint_common_t *x)
                 from = rep;
                 ddp_buf_clear(&why);
                 err = ddp_checkpoint_replicas_fetch(&x->peers[rep->node], x->dir, rank, x->step,
-                                                    x->round.world_size, x->round.nranks, x->rate,
-                                                    deadline, x->wake_fd, &bytes, &why);
+                                                    x->round.world_size, x->round.nranks,
+                                                    ddp_checkpoint_common_rate(x), deadline,
+                                                    x->wake_fd, &bytes, &why);
             }
         }
         if (err == 0)

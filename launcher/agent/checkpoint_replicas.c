@@ -1060,14 +1060,17 @@ static void send_look(ddp_checkpoint_replicas_t *r, int first, int nranks,
                 state[p].backoff = 0;
                 continue;
             }
-            char why[256];
+            char why[512];
             if (err == -ESTALE) /* (refused: what went is no slot any more) */
                 snprintf(why, sizeof why,
-                         "the slot was saved again while it went: saves come faster than "
-                         "--checkpoint-replica-rate carries it (%" PRIu64 " bytes at %" PRIu64
-                         " bytes a second take %.1f s); give a higher rate or save less often",
+                         "the slot was saved again while it went: saves come faster than the "
+                         "job's replica rate carries it (%" PRIu64 " bytes at %" PRIu64
+                         " bytes a second take %.1f s; the job's rate is the lowest "
+                         "--checkpoint-replica-rate of its nodes%s); give every node a higher "
+                         "rate or save less often",
                          h.used_bytes, rate_now(r),
-                         rate_now(r) > 0 ? (double)h.used_bytes / (double)rate_now(r) : 0.0);
+                         rate_now(r) > 0 ? (double)h.used_bytes / (double)rate_now(r) : 0.0,
+                         rate_now(r) < r->rate ? ", lower than this node's: another node's" : "");
             else
                 snprintf(why, sizeof why, "%s", ddp_strerror(err));
             if (!state[p].said)

@@ -93,8 +93,9 @@ void ddp_checkpoint_replicas_round(ddp_checkpoint_replicas_t *r, int first_rank,
 /* The bytes of replicas received and kept so far (for the job's end). */
 uint64_t ddp_checkpoint_replicas_received(const ddp_checkpoint_replicas_t *r);
 
-/* Fetches rank `rank`'s replica of `step` (a world of `world_size`; `rate`: this node's
- * --checkpoint-replica-rate, said to the peer, 0 none) from `peer` into
+/* Fetches rank `rank`'s replica of `step` (a world of `world_size`; `rate`: the job's
+ * replica rate, the lowest its nodes publish, at which the holder sends, said to the peer,
+ * 0 none) from `peer` into
  * DIR/rank<R>.0 (received under a dot name, checked as a received replica is, its size
  * against the room less room for one save of each of this node's `nranks` ranks, renamed;
  * a rank<R>.1 there, older, removed): for the node that now runs that rank, before its

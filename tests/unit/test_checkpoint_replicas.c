@@ -1107,8 +1107,9 @@ static void test_slot_saved_again_while_sent_said(void **state)
     while (!logged(log_fd, "saved again while it went") && ddp_clock_mono() - began < 30)
         poll(NULL, 0, 10);
     snprintf(said, sizeof said,
-             "saves come faster than --checkpoint-replica-rate carries it (%zu bytes at "
-             "1048576 bytes a second take 2.0 s)",
+             "saves come faster than the job's replica rate carries it (%zu bytes at "
+             "1048576 bytes a second take 2.0 s; the job's rate is the lowest "
+             "--checkpoint-replica-rate of its nodes)",
              len);
     if (!logged(log_fd, said))
         fail_msg("not said: %s", logged_text(log_fd));
