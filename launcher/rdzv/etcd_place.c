@@ -680,17 +680,22 @@ static void on_coordinator(void *ctx, const char *record, bool own)
         read_state(p);
         return;
     }
-    /* This launcher's own store's address under another launcher's id: that launcher has
-     * gone (this one listens there now: a restart with a fixed --master-port), its lease
-     * not run out yet. Probed, the store would answer as the job's. */
+    /* This launcher's own store's address under a lease not its own: under another
+     * launcher's id, that launcher has gone (this one listens there now: a restart with a
+     * fixed --master-port), its lease not run out yet; under this launcher's own id, a
+     * join of its own took the key under the lease it held then, the join's answer lost,
+     * and it joined again under a new one. Probed, the store would answer as the job's. */
     size_t addr_len = strcspn(p->record, " ") + 1;
-    if (!own && strncmp(record, p->record, addr_len) == 0 && strcmp(record, p->record) != 0) {
+    if (!own && strncmp(record, p->record, addr_len) == 0) {
+        bool mine = strcmp(record, p->record) == 0;
         char warning[2000];
         snprintf(warning, sizeof warning,
-                 "the coordinator's key %scoord names %.*s, this launcher's own store, under "
-                 "another launcher's id (a launcher gone since, this one listening at its "
-                 "port): ending its lease, then electing another",
-                 p->prefix, (int)addr_len - 1, record);
+                 "the coordinator's key %scoord names %.*s, this launcher's own store, %s: "
+                 "ending that lease, then electing another",
+                 p->prefix, (int)addr_len - 1, record,
+                 mine ? "under a lease this launcher held before (a join whose answer was lost)"
+                      : "under another launcher's id (a launcher gone since, this one listening "
+                        "at its port)");
         depose_named(p, host, port, "is this launcher's own store", warning);
         return;
     }
