@@ -25,8 +25,10 @@ enum {
     NCALLS
 };
 
-/* Revokes of a lost coordinator's lease sent, where each is lost or late. */
-#define DEPOSE_SENDS 3
+/* Revokes of a lost coordinator's lease sent, where each is lost or late, and the pause
+ * before the next (times the sends so far: one restart of a member or proxy takes not all). */
+#define DEPOSE_SENDS    3
+#define DEPOSE_PAUSE_MS 250
 
 typedef enum { SESSION_STARTING, SESSION_RUNNING, SESSION_LOST } session_phase_t;
 
@@ -58,8 +60,9 @@ struct ddp_etcd_session_s {
     char *coord;
     int64_t coord_lease, coord_rev;
     bool coord_known;
-    int64_t deposed; /* the lease of the last coordinator this one deposed */
-    int depose_sent; /* revokes of it sent */
+    int64_t deposed;     /* the lease of the last coordinator this one deposed */
+    int depose_sent;     /* revokes of it sent */
+    uv_timer_t redepose; /* the pause before a revoke is sent again */
     int64_t members_rev;
     bool watch_members; /* the coordinator's: the member keys are watched */
     /* A watch that ended (the member it spoke to gone) is set up again after `backoff` s
@@ -91,6 +94,7 @@ static void lose(ddp_etcd_session_t *s, const char *fmt, ...)
     uv_timer_stop(&s->keepalive);
     uv_timer_stop(&s->deadline);
     uv_timer_stop(&s->retry);
+    uv_timer_stop(&s->redepose);
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
@@ -534,7 +538,8 @@ int ddp_etcd_session_start(ddp_etcd_t *etcd, const char *prefix, const char *id,
     uv_timer_init(s->loop, &s->keepalive);
     uv_timer_init(s->loop, &s->deadline);
     uv_timer_init(s->loop, &s->retry);
-    s->keepalive.data = s->deadline.data = s->retry.data = s;
+    uv_timer_init(s->loop, &s->redepose);
+    s->keepalive.data = s->deadline.data = s->retry.data = s->redepose.data = s;
     char body[64];
     snprintf(body, sizeof body, "{\"TTL\": %lld}", (long long)(s->lease_ttl + 0.999));
     *out = s;
@@ -643,24 +648,35 @@ static void send_revoke(ddp_etcd_session_t *s)
     (void)post(s, CALL_DEPOSE, "/v3/lease/revoke", body, false, on_depose);
 }
 
+static void on_redepose(uv_timer_t *timer)
+{
+    ddp_etcd_session_t *s = timer->data;
+    if (s->phase == SESSION_RUNNING && s->calls[CALL_DEPOSE] == NULL)
+        send_revoke(s);
+}
+
 static void on_depose(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_session_t *s = ctx;
     (void)reply;
     s->calls[CALL_DEPOSE] = NULL;
-    if (err == DDP_ETIMEOUT && s->depose_sent < DEPOSE_SENDS && s->phase == SESSION_RUNNING) {
-        /* Lost or late, it may have been done: sent again (done, it is "lease not found"). */
-        send_revoke(s);
+    if (s->phase != SESSION_RUNNING)
+        return;
+    if (err == DDP_ETIMEOUT && s->depose_sent < DEPOSE_SENDS) {
+        /* Lost or late, it may have been done: sent again after a pause (done, it is "lease
+         * not found"). */
+        uv_timer_start(&s->redepose, on_redepose, (uint64_t)DEPOSE_PAUSE_MS * s->depose_sent, 0);
         return;
     }
-    if (err != 0 && strstr(why, "lease not found") == NULL) {
+    if (err != 0 && err != DDP_ETIMEOUT && strstr(why, "lease not found") == NULL) {
         lose(s, "etcd: unable to end the lost coordinator's lease: %s", why);
         return;
     }
-    /* The lease's keys went with it. Where the watch has not said so yet, the key is read
-     * now and its word said: a watch taken and never answered (a buffering proxy in front
-     * of the gateway, a wedged member) would leave the depose waiting with no deadline; the
-     * read has the request's. */
+    /* The lease's keys went with it, or (every answer lost) may have. Where the watch has
+     * not said so yet, the key is read now and its word said: a watch taken and never
+     * answered (a buffering proxy in front of the gateway, a wedged member) would leave the
+     * depose waiting with no deadline; the read has the request's. A key still under the
+     * lease (no revoke reached etcd) is said again, and judged again by the place. */
     if (!s->unwatched && s->coord_known && s->coord != NULL && s->coord_lease == s->deposed)
         ddp_etcd_session_watch(s, true, true);
 }
@@ -670,7 +686,7 @@ bool ddp_etcd_session_depose(ddp_etcd_session_t *s)
     if (s->coord_known && s->coord != NULL && s->coord_lease == 0)
         return false;
     if (s->phase != SESSION_RUNNING || s->coord_lease == 0 || s->coord_lease == s->lease ||
-        s->calls[CALL_DEPOSE] != NULL)
+        s->calls[CALL_DEPOSE] != NULL || uv_is_active((uv_handle_t *)&s->redepose))
         return true;
     s->deposed = s->coord_lease;
     s->depose_sent = 0;
@@ -797,6 +813,10 @@ static void free_session(uv_handle_t *handle)
         uv_close((uv_handle_t *)&s->retry, free_session);
         return;
     }
+    if (!uv_is_closing((uv_handle_t *)&s->redepose)) {
+        uv_close((uv_handle_t *)&s->redepose, free_session);
+        return;
+    }
     free(s->prefix);
     free(s->id);
     free(s->record);
@@ -817,6 +837,7 @@ void ddp_etcd_session_close(ddp_etcd_session_t *s, bool keep, void (*done)(void 
     uv_timer_stop(&s->keepalive);
     uv_timer_stop(&s->deadline);
     uv_timer_stop(&s->retry);
+    uv_timer_stop(&s->redepose);
     /* The revoke is left to run; a closing context only for whoever waits for it (a client
      * freed first drops the call unanswered, and nothing is left behind). */
     if (!keep && ddp_etcd_session_lease(s) != 0 &&
