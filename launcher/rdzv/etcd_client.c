@@ -46,18 +46,6 @@ typedef struct {
 } curl_api_t;
 #endif
 
-/* How a transfer ended, whichever transport carried it (etcd_http's ends, and a failure
- * that is not the endpoint's: libcurl's other errors). */
-typedef enum {
-    ENDED_REPLIED = DDP_HTTP_REPLIED,
-    ENDED_UNREACHED = DDP_HTTP_UNREACHED,
-    ENDED_TIMEDOUT = DDP_HTTP_TIMEDOUT,
-    ENDED_LOST = DDP_HTTP_LOST,
-    ENDED_BROKEN = DDP_HTTP_BROKEN,
-    ENDED_STOPPED = DDP_HTTP_STOPPED,
-    ENDED_FAILED,
-} ended_t;
-
 struct ddp_etcd_call_s {
     ddp_etcd_t *e;
 #if DDP_HAVE_LIBCURL
@@ -306,24 +294,24 @@ static bool endpoint_status(long status)
 /* Whether a failure is the endpoint's (another may answer): it could not be reached, did
  * not answer in time, answered what is not HTTP or an HTTP error of its own
  * (endpoint_status), before any reply came. */
-static bool endpoint_failed(const ddp_etcd_call_t *call, ended_t ended, long status)
+static bool endpoint_failed(const ddp_etcd_call_t *call, ddp_http_end_t ended, long status)
 {
     return !call->delivered &&
-           (ended == ENDED_UNREACHED || ended == ENDED_TIMEDOUT || ended == ENDED_LOST ||
-            ended == ENDED_BROKEN || (ended == ENDED_REPLIED && endpoint_status(status)));
+           (ended == DDP_HTTP_UNREACHED || ended == DDP_HTTP_TIMEDOUT || ended == DDP_HTTP_LOST ||
+            ended == DDP_HTTP_BROKEN || (ended == DDP_HTTP_REPLIED && endpoint_status(status)));
 }
 
 /* Sends the call again, to the next endpoint, where its own failed and time is left:
  * true when it went. Where it is not sent again, the client's next calls begin at the
  * endpoint after the one that failed last. */
-static bool retry_elsewhere(ddp_etcd_call_t *call, ended_t ended, long status)
+static bool retry_elsewhere(ddp_etcd_call_t *call, ddp_http_end_t ended, long status)
 {
     ddp_etcd_t *e = call->e;
     if (!endpoint_failed(call, ended, status))
         return false;
     size_t last = (call->first + call->tried - 1) % e->nendpoints;
     size_t next = (last + 1) % e->nendpoints;
-    if (ended == ENDED_REPLIED) /* (the transport's words are none): the status and body */
+    if (ended == DDP_HTTP_REPLIED) /* (the transport's words are none): the status and body */
         snprintf(call->error, sizeof call->error, "HTTP status %ld: %.160s", status,
                  call->in.data != NULL ? call->in.data : "");
     if (call->tried >= e->nendpoints || uv_now(e->loop) >= call->until) {
@@ -341,7 +329,7 @@ static bool retry_elsewhere(ddp_etcd_call_t *call, ended_t ended, long status)
 }
 
 /* Why a call ended without a reply, into `why`: its error code. */
-static int failure(ddp_etcd_call_t *call, ended_t ended, long status, ddp_buf_t *why)
+static int failure(ddp_etcd_call_t *call, ddp_http_end_t ended, long status, ddp_buf_t *why)
 {
     ddp_etcd_t *e = call->e;
     const char *where = call->tried > 1
@@ -351,11 +339,11 @@ static int failure(ddp_etcd_call_t *call, ended_t ended, long status, ddp_buf_t 
         ddp_buf_printf(why, "etcd at %s: a reply over %u bytes", where, DDP_ETCD_MAX_REPLY);
         return DDP_ETOOBIG;
     }
-    if (ended == ENDED_REPLIED && status == 200) {
+    if (ended == DDP_HTTP_REPLIED && status == 200) {
         ddp_buf_printf(why, "etcd at %s ended the stream", where);
         return DDP_ECLOSED;
     }
-    if (ended == ENDED_REPLIED) { /* the gateway's error is JSON too: its message */
+    if (ended == DDP_HTTP_REPLIED) { /* the gateway's error is JSON too: its message */
         ddp_json_t *root = NULL;
         ddp_buf_t said = DDP_BUF_INIT;
         const char *body = call->in.data ? call->in.data : "";
@@ -375,13 +363,13 @@ static int failure(ddp_etcd_call_t *call, ended_t ended, long status, ddp_buf_t 
     ddp_buf_printf(why, "etcd at %s: %s", where, call->error);
     /* A plain request lost with its connection after it went may have been done, as one
      * unanswered in time may. */
-    return ended == ENDED_TIMEDOUT || (ended == ENDED_LOST && !call->stream) ? DDP_ETIMEOUT
-                                                                             : DDP_ECLOSED;
+    return ended == DDP_HTTP_TIMEDOUT || (ended == DDP_HTTP_LOST && !call->stream) ? DDP_ETIMEOUT
+                                                                                   : DDP_ECLOSED;
 }
 
 /* A transfer's end (its words in call->error). Runs where the transport allows the
  * transfer to be removed. */
-static void finished(ddp_etcd_call_t *call, ended_t ended, long status)
+static void finished(ddp_etcd_call_t *call, ddp_http_end_t ended, long status)
 {
     if (call->cancelled)
         return; /* in the graveyard */
@@ -391,8 +379,8 @@ static void finished(ddp_etcd_call_t *call, ended_t ended, long status)
     void *ctx = call->ctx;
     call_unlink(call);
     call->cancelled = true; /* a cancel from its own callback is a no-op */
-    call->e->answered = call->e->answered || (ended == ENDED_REPLIED && status == 200);
-    if (ended == ENDED_REPLIED && status == 200 && !call->stream) {
+    call->e->answered = call->e->answered || (ended == DDP_HTTP_REPLIED && status == 200);
+    if (ended == DDP_HTTP_REPLIED && status == 200 && !call->stream) {
         deliver(call, cb, ctx, call->in.data != NULL ? call->in.data : "", call->in.len);
     } else {
         ddp_buf_t why = DDP_BUF_INIT;
@@ -441,29 +429,29 @@ static void finished_curl(ddp_etcd_call_t *call, CURLcode code)
 {
     ddp_etcd_t *e = call->e;
     long status = 0;
-    ended_t ended = ENDED_FAILED;
+    ddp_http_end_t ended = DDP_HTTP_FAILED;
     if (call->cancelled)
         return; /* in the graveyard */
     e->api.easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &status);
     switch (code) {
     case CURLE_OK:
-        ended = ENDED_REPLIED;
+        ended = DDP_HTTP_REPLIED;
         break;
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_CONNECT:
     case CURLE_SEND_ERROR:
     case CURLE_SSL_CONNECT_ERROR:
-        ended = ENDED_UNREACHED;
+        ended = DDP_HTTP_UNREACHED;
         break;
     case CURLE_RECV_ERROR:
     case CURLE_GOT_NOTHING: /* the request went: it may have been done */
-        ended = ENDED_LOST;
+        ended = DDP_HTTP_LOST;
         break;
     case CURLE_OPERATION_TIMEDOUT:
-        ended = ENDED_TIMEDOUT;
+        ended = DDP_HTTP_TIMEDOUT;
         break;
     case CURLE_WRITE_ERROR:
-        ended = ENDED_STOPPED;
+        ended = DDP_HTTP_STOPPED;
         break;
     default:
         break;
@@ -640,7 +628,7 @@ static void on_http_end(void *ctx, ddp_http_end_t end, int status, const char *w
     call->req = NULL; /* the transport's request is gone */
     snprintf(call->error, sizeof call->error, "%s", why);
     e->dispatching = true;
-    finished(call, (ended_t)end, status);
+    finished(call, (ddp_http_end_t)end, status);
     dispatch_end(e);
 }
 
@@ -677,6 +665,7 @@ static long attempt_ms(ddp_etcd_call_t *call)
     return share > 0 ? share : 1;
 }
 
+#if DDP_HAVE_HTTP_PARSER
 /* Whether a request to `path` is the same done twice (a read, a lease's refresh), so that
  * one lost with its connection may be sent again: not a txn, a put, a delete, a lease's
  * grant or revoke (the round record's compare-and-swap done twice fails its compare). */
@@ -684,6 +673,7 @@ static bool idempotent(const char *path)
 {
     return strcmp(path, "/v3/kv/range") == 0 || strcmp(path, "/v3/lease/keepalive") == 0;
 }
+#endif
 
 static int start_on(ddp_etcd_call_t *call, size_t endpoint)
 {

@@ -33,6 +33,8 @@ typedef enum {
                          * server may have done it */
     DDP_HTTP_BROKEN,    /* what came is not HTTP/1.1, or the connection lost mid-response */
     DDP_HTTP_STOPPED,   /* the body callback said to stop */
+    DDP_HTTP_FAILED,    /* (never this transport's: libcurl's for a failure that is not the
+                         * endpoint's) */
 } ddp_http_end_t;
 
 typedef struct {

@@ -12,6 +12,7 @@
 
 #include "harness.h"
 
+#include "ddp_config.h"
 #include "error.h"
 #include "config/config.h"
 #include "rdzv/etcd_client.h"
@@ -731,6 +732,17 @@ static void wedge_stop(wedge_t *w)
     close(w->listen_fd);
 }
 
+/* Skips a test of answers lost with their connection where libcurl carries plain http (a
+ * build without http-parser): libcurl sends a request again by itself where a kept
+ * connection closes before its answer (known, docs/etcd.md). */
+static void skip_without_http_parser(void)
+{
+    if (!DDP_HAVE_HTTP_PARSER) {
+        printf("skipped: libcurl carries plain http in this build, and resends by itself\n");
+        skip();
+    }
+}
+
 /* The elected launcher deposed by another whose watch of the coordinator's key is taken
  * and never answered: the revoke's answer is followed by a read of the key, which says it
  * went (the deposer waited for the watch with no deadline). */
@@ -784,6 +796,7 @@ static bool first_told(launcher_t *l)
 static void test_lost_answers(void **state)
 {
     (void)state;
+    skip_without_http_parser();
     th_etcd_t etcd;
     th_etcd_up(&etcd, 1);
     wedge_t w;
@@ -840,6 +853,7 @@ static void test_lost_answers(void **state)
 static void test_depose_every_answer_lost(void **state)
 {
     (void)state;
+    skip_without_http_parser();
     th_etcd_t etcd;
     th_etcd_up(&etcd, 1);
     wedge_t w;
@@ -1145,6 +1159,7 @@ static void test_round_records_unanswered_in_a_row(void **state)
 static void test_join_answer_lost_after_taking_the_key(void **state)
 {
     (void)state;
+    skip_without_http_parser();
     th_etcd_t etcd;
     th_etcd_up(&etcd, 1);
     char said[4096], lease[64] = "", log[16384];
