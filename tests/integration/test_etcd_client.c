@@ -743,6 +743,51 @@ static void skip_without_http_parser(void)
     }
 }
 
+/* One etcd member behind the proxy `w`, and a client `c` of it. */
+static void wedged_up(th_etcd_t *etcd, wedge_t *w, client_t *c)
+{
+    th_etcd_up(etcd, 1);
+    wedge_start(w, etcd->endpoints);
+    char endpoint[32];
+    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", w->port);
+    client_up(c, endpoint, 2);
+}
+
+static void wedged_down(th_etcd_t *etcd, wedge_t *w, client_t *c, launcher_t *l)
+{
+    sessions_down(c, l);
+    wedge_stop(w);
+    th_etcd_down(etcd);
+}
+
+/* Three launchers' sessions elect one: returns another, to depose it (deposed). */
+static int elect_one(client_t *c, launcher_t *l)
+{
+    sessions_up(c, l, 3);
+    assert_true(run_while(c, l, all_told, 10));
+    elect_all(l);
+    assert_true(run_while(c, l, elected, 10));
+    return (one_coordinator(l) + 1) % NLAUNCHERS;
+}
+
+/* Launcher `other` deposes the elected one: it is told, within `timeout` s, that the key
+ * went, and is not lost; the time it took. */
+static double deposed(client_t *c, launcher_t *l, int other, double timeout)
+{
+    double started = th_now();
+    l[other].told = false;
+    ddp_etcd_session_depose(l[other].s);
+    for (double deadline = started + timeout;
+         !(l[other].told && l[other].coord[0] == '\0') && !l[other].lost && th_now() < deadline;) {
+        bool never = false;
+        run_until(c, &never, 0.02);
+    }
+    if (l[other].lost || !l[other].told || l[other].coord[0] != '\0')
+        fail_msg("L%d, the deposer, lost (%s) or not told the key went (told %d, '%s')", other,
+                 l[other].why, l[other].told, l[other].coord);
+    return th_now() - started;
+}
+
 /* The elected launcher deposed by another whose watch of the coordinator's key is taken
  * and never answered: the revoke's answer is followed by a read of the key, which says it
  * went (the deposer waited for the watch with no deadline). */
@@ -750,33 +795,12 @@ static void test_depose_with_a_silent_watch(void **state)
 {
     (void)state;
     th_etcd_t etcd;
-    th_etcd_up(&etcd, 1);
     wedge_t w;
-    wedge_start(&w, etcd.endpoints);
-    char endpoint[32];
-    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", w.port);
     client_t c;
     launcher_t l[NLAUNCHERS];
-    client_up(&c, endpoint, 2);
-    sessions_up(&c, l, 3);
-    assert_true(run_while(&c, l, all_told, 10));
-    elect_all(l);
-    assert_true(run_while(&c, l, elected, 10));
-    int first = one_coordinator(l);
-    int other = (first + 1) % NLAUNCHERS;
-    l[other].told = false;
-    ddp_etcd_session_depose(l[other].s);
-    for (double deadline = th_now() + 4;
-         !(l[other].told && l[other].coord[0] == '\0') && th_now() < deadline;) {
-        bool never = false;
-        run_until(&c, &never, 0.02);
-    }
-    if (!l[other].told || l[other].coord[0] != '\0')
-        fail_msg("L%d, the deposer, not told the key went (told %d, '%s')", other, l[other].told,
-                 l[other].coord);
-    sessions_down(&c, l);
-    wedge_stop(&w);
-    th_etcd_down(&etcd);
+    wedged_up(&etcd, &w, &c);
+    (void)deposed(&c, l, elect_one(&c, l), 4);
+    wedged_down(&etcd, &w, &c, l);
 }
 
 static bool first_lost(launcher_t *l)
@@ -798,14 +822,10 @@ static void test_lost_answers(void **state)
     (void)state;
     skip_without_http_parser();
     th_etcd_t etcd;
-    th_etcd_up(&etcd, 1);
     wedge_t w;
-    wedge_start(&w, etcd.endpoints);
-    char endpoint[32];
-    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", w.port);
     client_t c;
     launcher_t l[NLAUNCHERS];
-    client_up(&c, endpoint, 2);
+    wedged_up(&etcd, &w, &c);
     const char *paths[] = {"/v3/lease/grant ", "/v3/kv/txn "};
     for (int i = 0; i < 2; i++) {
         memset(&l[0], 0, sizeof l[0]);
@@ -824,27 +844,11 @@ static void test_lost_answers(void **state)
         ddp_etcd_session_close(l[0].s, false, NULL, NULL);
         l[0].s = NULL;
     }
-    sessions_up(&c, l, 3);
-    assert_true(run_while(&c, l, all_told, 10));
-    elect_all(l);
-    assert_true(run_while(&c, l, elected, 10));
-    int first = one_coordinator(l);
-    int other = (first + 1) % NLAUNCHERS;
-    l[other].told = false;
+    int other = elect_one(&c, l);
     wedge_drop(&w, "/v3/lease/revoke ", NULL);
-    ddp_etcd_session_depose(l[other].s);
-    for (double deadline = th_now() + 4;
-         !(l[other].told && l[other].coord[0] == '\0') && !l[other].lost && th_now() < deadline;) {
-        bool never = false;
-        run_until(&c, &never, 0.02);
-    }
+    (void)deposed(&c, l, other, 4);
     assert_true(wedge_dropped(&w));
-    if (l[other].lost || !l[other].told || l[other].coord[0] != '\0')
-        fail_msg("L%d, the deposer, lost (%s) or not told the key went ('%s')", other, l[other].why,
-                 l[other].coord);
-    sessions_down(&c, l);
-    wedge_stop(&w);
-    th_etcd_down(&etcd);
+    wedged_down(&etcd, &w, &c, l);
 }
 
 /* A depose whose revokes all lose their answers (the first done at etcd, the others
@@ -855,40 +859,18 @@ static void test_depose_every_answer_lost(void **state)
     (void)state;
     skip_without_http_parser();
     th_etcd_t etcd;
-    th_etcd_up(&etcd, 1);
     wedge_t w;
-    wedge_start(&w, etcd.endpoints);
-    char endpoint[32];
-    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", w.port);
     client_t c;
     launcher_t l[NLAUNCHERS];
-    client_up(&c, endpoint, 2);
-    sessions_up(&c, l, 3);
-    assert_true(run_while(&c, l, all_told, 10));
-    elect_all(l);
-    assert_true(run_while(&c, l, elected, 10));
-    int first = one_coordinator(l);
-    int other = (first + 1) % NLAUNCHERS;
-    l[other].told = false;
+    wedged_up(&etcd, &w, &c);
+    int other = elect_one(&c, l);
     wedge_drop_all(&w, "/v3/lease/revoke ", NULL, true);
-    double started = th_now();
-    ddp_etcd_session_depose(l[other].s);
-    for (double deadline = th_now() + 8;
-         !(l[other].told && l[other].coord[0] == '\0') && !l[other].lost && th_now() < deadline;) {
-        bool never = false;
-        run_until(&c, &never, 0.02);
-    }
-    double took = th_now() - started;
+    double took = deposed(&c, l, other, 8);
     wedge_drop_all(&w, NULL, NULL, false);
-    if (l[other].lost || !l[other].told || l[other].coord[0] != '\0')
-        fail_msg("L%d, the deposer, lost (%s) or not told the key went ('%s')", other, l[other].why,
-                 l[other].coord);
     assert_int_equal(atomic_load(&w.all_dropped), 3);
     printf("three revokes unanswered: the key read %.2f s after the first\n", took);
     assert_true(took >= 0.7); /* (paused 0.25 s, then 0.5 s) */
-    sessions_down(&c, l);
-    wedge_stop(&w);
-    th_etcd_down(&etcd);
+    wedged_down(&etcd, &w, &c, l);
 }
 
 static bool member_gone(launcher_t *l)
@@ -1099,6 +1081,31 @@ static void test_round_record_read_back(void **state)
     th_etcd_down(&etcd);
 }
 
+/* A launcher's place in job `run_id` through the proxy `w` in front of `etcd`, its log
+ * captured, the request to `drop` (NULL: none) its first whose answer is dropped; the test's
+ * own client `c` goes to etcd itself. */
+static void wedged_place_up(th_etcd_t *etcd, wedge_t *w, client_t *c, place_t *pl,
+                            const char *run_id, const char *drop)
+{
+    wedge_start(w, etcd->endpoints);
+    char endpoint[32];
+    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", w->port);
+    if (drop != NULL)
+        wedge_drop(w, drop, NULL);
+    client_up(c, etcd->endpoints, 2);
+    log_capture(c);
+    place_up(c, pl, run_id, endpoint);
+}
+
+static void wedged_place_down(th_etcd_t *etcd, wedge_t *w, client_t *c, place_t *pl)
+{
+    place_down(c, pl);
+    client_down(c);
+    close(c->log.fd);
+    wedge_stop(w);
+    th_etcd_down(etcd);
+}
+
 /* Two round record writes unanswered in a row, their read-backs lost too (etcd out of
  * reach a moment): round 1's write done (its answer dropped), round 2's compare failing on
  * it; every read of the record dropped meanwhile. At round 3's write, read back, round 1's
@@ -1110,14 +1117,10 @@ static void test_round_records_unanswered_in_a_row(void **state)
     th_etcd_t etcd;
     th_etcd_up(&etcd, 1);
     wedge_t w;
-    wedge_start(&w, etcd.endpoints);
-    char endpoint[32], log[16384];
-    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", w.port);
     client_t c;
-    client_up(&c, etcd.endpoints, 2);
-    log_capture(&c);
     place_t pl;
-    place_up(&c, &pl, "ru", endpoint);
+    char log[16384];
+    wedged_place_up(&etcd, &w, &c, &pl, "ru", NULL);
     if (!run_until(&c, &pl.seen.placed, 10) || !pl.seen.own)
         fail_msg("not elected");
     const char *key = "ddp-launch/ru/state";
@@ -1143,11 +1146,7 @@ static void test_round_records_unanswered_in_a_row(void **state)
         fail_msg("round 3's record not written: its own record taken for another's; the "
                  "log:\n%s",
                  (log_has(&c, unread, log, sizeof log), log));
-    place_down(&c, &pl);
-    client_down(&c);
-    close(c.log.fd);
-    wedge_stop(&w);
-    th_etcd_down(&etcd);
+    wedged_place_down(&etcd, &w, &c, &pl);
 }
 
 /* The join of a launcher whose compare fails (a member key there already: here one put by
@@ -1169,26 +1168,16 @@ static void test_join_answer_lost_after_taking_the_key(void **state)
     snprintf(args, sizeof args, "put --lease=%s ddp-launch/jt/node/other x", lease);
     assert_int_equal(th_etcdctl(&etcd, args, said, sizeof said), 0);
     wedge_t w;
-    wedge_start(&w, etcd.endpoints);
-    char endpoint[32];
-    snprintf(endpoint, sizeof endpoint, "127.0.0.1:%d", w.port);
-    wedge_drop(&w, "/v3/kv/txn ", NULL); /* the join */
     client_t c;
-    client_up(&c, etcd.endpoints, 2);
-    log_capture(&c);
     place_t pl;
-    place_up(&c, &pl, "jt", endpoint);
+    wedged_place_up(&etcd, &w, &c, &pl, "jt", "/v3/kv/txn "); /* (the join's answer) */
     if (!run_until(&c, &pl.seen.placed, 15) || !pl.seen.own)
         fail_msg("not elected (placed %d); the log:\n%s", pl.seen.placed,
                  (log_has(&c, "", log, sizeof log), log));
     assert_true(wedge_dropped(&w));
     if (log_has(&c, "under a lease this launcher held before", log, sizeof log) != 1)
         fail_msg("its own record under its old lease not said; the log:\n%s", log);
-    place_down(&c, &pl);
-    client_down(&c);
-    close(c.log.fd);
-    wedge_stop(&w);
-    th_etcd_down(&etcd);
+    wedged_place_down(&etcd, &w, &c, &pl);
 }
 
 /* A transaction's reply: succeeded only where "succeeded" is true (etcd's gateway leaves
