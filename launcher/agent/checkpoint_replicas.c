@@ -4,7 +4,8 @@
  * bounded as a whole), checks the request line and the size (the directory's room) before
  * it writes anything, writes the bytes under a dot name, and keeps them only once the slot's
  * header, checksum and generation agree; the sender looks at this node's ranks' slots every
- * LOOK_MS and sends each rank's newest checksummed one to every peer of the round, in
+ * time a new sum is written (ddp_checkpoint_replicas_summed), each round, and every IDLE_MS,
+ * and sends each rank's newest checksummed one to every peer of the round, in
  * pieces of a quarter second at the rate (4 MiB at most), resting to keep to it. A peer
  * that dies, stalls or refuses costs a transfer (said once a round for a sender's peer) and
  * rests with a backoff while the others go on, never a thread. */
@@ -36,7 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LOOK_MS 100   /* the sender's look at the slots */
+#define IDLE_MS 5000  /* the sender's look at the slots with no news of a new sum */
 #define IO_MS   10000 /* a read or write that makes no progress this long ends the transfer */
 #define LINE_MS 3000  /* a request's line, or a GET's answer line, whole */
 #define FLOOR_RATE \
@@ -78,6 +79,7 @@ struct ddp_checkpoint_replicas_s {
     char key[DDP_REPLICA_KEY_CHARS + 1]; /* every request's secret */
     int stop_fd;                         /* eventfd: readable once the threads are to end */
     int wake_fd;                         /* eventfd: readable once next_listen_fd is set */
+    int send_fd; /* eventfd: readable once a slot is summed or a round set (the sender's look) */
     pthread_t receiver, sender;
     bool receiver_started, sender_started;
     _Atomic uint64_t received; /* bytes kept */
@@ -925,10 +927,26 @@ static int connect_peer(int stop, const ddp_replica_peer_t *peer)
     return err != 0 ? err : fd;
 }
 
-/* A rest on the stop: false when it came. */
-static bool rest(const ddp_checkpoint_replicas_t *r, double seconds)
+/* The sender's rest: until a slot is summed or a round set (send_fd), `seconds` at most;
+ * false at the stop. */
+static bool news(const ddp_checkpoint_replicas_t *r, double seconds)
 {
-    return wait_io(r->stop_fd, -1, 0, (int)(seconds * 1000) + 1) != -ECANCELED;
+    uint64_t count;
+    if (wait_io(r->stop_fd, r->send_fd, POLLIN, (int)(seconds * 1000) + 1) == -ECANCELED)
+        return false;
+    if (read(r->send_fd, &count, sizeof count) < 0) {
+        /* (nothing to read: the rest ran out) */
+    }
+    return true;
+}
+
+/* The sender told to look (send_fd). */
+static void tell_sender(const ddp_checkpoint_replicas_t *r)
+{
+    uint64_t one = 1;
+    if (r != NULL && r->send_fd >= 0 && write(r->send_fd, &one, sizeof one) < 0) {
+        /* (it cannot fail: a counter far from its limit) */
+    }
 }
 
 /* The used bytes of the slot open at `in` (header h) over `fd`, at most `rate` bytes a second
@@ -1097,7 +1115,7 @@ static void *send_run(void *arg)
     uint64_t *sent = NULL;
     peer_state_t state[MAX_PEERS];
     ddp_replica_peer_t peers[MAX_PEERS];
-    while (rest(r, LOOK_MS / 1000.0)) {
+    for (double rest_s = IDLE_MS / 1000.0; news(r, rest_s);) {
         pthread_mutex_lock(&r->mutex);
         bool new_round = r->round_seq != seq;
         if (new_round) {
@@ -1115,6 +1133,12 @@ static void *send_run(void *arg)
         }
         if (sent != NULL && npeers > 0)
             send_look(r, first, nranks, peers, npeers, sent, state);
+        /* Until the news, or the first peer resting after a failure is due again. */
+        double now = ddp_clock_mono();
+        rest_s = IDLE_MS / 1000.0;
+        for (int p = 0; p < npeers; p++)
+            if (state[p].next > now && state[p].next - now < rest_s)
+                rest_s = state[p].next - now;
     }
     free(sent);
     return NULL;
@@ -1216,7 +1240,7 @@ int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_
         return -ENOMEM;
     r->log = log;
     r->rate = rate;
-    r->stop_fd = r->wake_fd = r->next_listen_fd = -1;
+    r->stop_fd = r->wake_fd = r->send_fd = r->next_listen_fd = -1;
     snprintf(r->dir, sizeof r->dir, "%s", dir);
     pthread_mutex_init(&r->mutex, NULL);
     uint8_t secret[DDP_REPLICA_KEY_CHARS / 2];
@@ -1234,11 +1258,17 @@ int ddp_checkpoint_replicas_start(const char *dir, uint64_t rate, const ddp_log_
     if (err == 0)
         err = (r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ? -errno : 0;
     if (err == 0)
+        err = (r->send_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ? -errno : 0;
+    if (err == 0)
         err = -pthread_create(&r->receiver, NULL, receive_run, r);
     r->receiver_started = err == 0;
     if (err == 0)
         err = -pthread_create(&r->sender, NULL, send_run, r);
     r->sender_started = err == 0;
+    if (err == 0) { /* (named for top -H and the tests) */
+        (void)pthread_setname_np(r->receiver, "ddp-repl-recv");
+        (void)pthread_setname_np(r->sender, "ddp-repl-send");
+    }
     if (err != 0) {
         ddp_log_warn(log,
                      "in-memory checkpoints: unable to listen for replicas or start their "
@@ -1349,6 +1379,12 @@ void ddp_checkpoint_replicas_round(ddp_checkpoint_replicas_t *r, int first_rank,
         memcpy(r->peers, peers, (size_t)r->npeers * sizeof *peers);
     r->round_seq++;
     pthread_mutex_unlock(&r->mutex);
+    tell_sender(r);
+}
+
+void ddp_checkpoint_replicas_summed(void *r)
+{
+    tell_sender(r);
 }
 
 uint64_t ddp_checkpoint_replicas_received(const ddp_checkpoint_replicas_t *r)
@@ -1374,6 +1410,8 @@ void ddp_checkpoint_replicas_stop(ddp_checkpoint_replicas_t *r)
         close(r->next_listen_fd);
     if (r->wake_fd >= 0)
         close(r->wake_fd);
+    if (r->send_fd >= 0)
+        close(r->send_fd);
     if (r->stop_fd >= 0)
         close(r->stop_fd);
     pthread_mutex_destroy(&r->mutex);

@@ -4,10 +4,11 @@
  * replica<R>.<s> in its checkpoint directory, verified against the slot's checksum before it
  * is renamed into place (a torn or wrong transfer is dropped and said). A sender thread
  * sends each of this node's ranks' newest complete, checksummed slot to the round's next N
- * nodes, at a bounded rate. Both threads (and the receiver's, one a connection, capped) are
- * blocking-socket threads that poll a stop eventfd with every wait (a stop acts at once) and
- * bound every read and write in time, a request line and a transfer as a whole too; the
- * functions here run on the agent's loop and only take a mutex. The wire: "DDPREPL1 PUT
+ * nodes, at a bounded rate, once told a slot was summed or a round set (it sleeps
+ * meanwhile: a job that saves nothing costs no wake-ups). Both threads (and the receiver's, one a
+ * connection, capped) are blocking-socket threads that poll a stop eventfd with every wait (a stop
+ * acts at once) and bound every read and write in time, a request line and a transfer as a whole
+ * too; the functions here run on the agent's loop and only take a mutex. The wire: "DDPREPL1 PUT
  * KEY RANK SLOT BYTES RATE\n", BYTES of the slot file, its generation again as 8 bytes (0: it
  * changed while sent), then one byte back: 'k' kept, 'n' not; or "DDPREPL1 GET KEY RANK
  * STEP RATE\n", answered "DDPREPL1 BYTES\n" (0: none held), the bytes and the generation
@@ -89,6 +90,10 @@ const char *ddp_checkpoint_replicas_key(const ddp_checkpoint_replicas_t *r);
  * already sent go again to the new peers. */
 void ddp_checkpoint_replicas_round(ddp_checkpoint_replicas_t *r, int first_rank, int nranks,
                                    int world_size, const ddp_replica_peer_t *peers, int n);
+
+/* A slot of this node was summed (agent/checkpoint_sums.h's `summed`, on its thread): the
+ * sender looks now rather than at its idle look (5 s). `r`: the replicas, or NULL. */
+void ddp_checkpoint_replicas_summed(void *r);
 
 /* The bytes of replicas received and kept so far (for the job's end). */
 uint64_t ddp_checkpoint_replicas_received(const ddp_checkpoint_replicas_t *r);

@@ -74,6 +74,9 @@ struct ddp_checkpoint_sums_s {
     _Atomic uint64_t held, peak;
     said_t said[SAID_MAX];
     int nsaid;
+    void (*summed)(void *ctx); /* told after a look that wrote a sum (NULL: none) */
+    void *summed_ctx;
+    bool wrote; /* this look wrote a sum */
 };
 
 /* Whether trouble was said of this file (this name, inode and size) already; remembers it
@@ -149,7 +152,7 @@ static bool sum_slot(ddp_checkpoint_sums_t *s, const char *name, const struct st
              ddp_ckpt_pread_header(fd, &again, &size, NULL) == 0 &&
              again.generation == h.generation && again.state == DDP_CKPT_COMPLETE &&
              again.checksum_generation != h.generation)
-        summed = write_sum(path, st, sum, h.generation);
+        s->wrote = summed = write_sum(path, st, sum, h.generation);
 out:
     close(fd);
     ddp_buf_free(&why);
@@ -317,7 +320,10 @@ static void *sums_main(void *arg)
     while (!s->stop) {
         pthread_mutex_unlock(&s->lock);
         double began = ddp_clock_mono();
+        s->wrote = false;
         look(s);
+        if (s->wrote && s->summed != NULL)
+            s->summed(s->summed_ctx);
         double now = ddp_clock_mono(), rest = REST_SHARE * (now - began);
         struct timespec until =
             ddp_clock_timespec(now + (rest > LOOK_MS / 1e3 ? rest : LOOK_MS / 1e3));
@@ -333,7 +339,8 @@ static void *sums_main(void *arg)
 }
 
 int ddp_checkpoint_sums_start(const char *dir, const char *persist_dir, int every,
-                              const ddp_log_t *log, ddp_checkpoint_sums_t **out)
+                              void (*summed)(void *ctx), void *ctx, const ddp_log_t *log,
+                              ddp_checkpoint_sums_t **out)
 {
     ddp_checkpoint_sums_t *s = calloc(1, sizeof *s);
     pthread_condattr_t attr;
@@ -342,6 +349,8 @@ int ddp_checkpoint_sums_start(const char *dir, const char *persist_dir, int ever
         snprintf(s->dir, sizeof s->dir, "%s", dir);
         snprintf(s->persist_dir, sizeof s->persist_dir, "%s", persist_dir ? persist_dir : "");
         s->every = every;
+        s->summed = summed;
+        s->summed_ctx = ctx;
         s->log = log;
         pthread_mutex_init(&s->lock, NULL);
         pthread_condattr_init(&attr);
@@ -349,6 +358,8 @@ int ddp_checkpoint_sums_start(const char *dir, const char *persist_dir, int ever
         pthread_cond_init(&s->wake, &attr);
         pthread_condattr_destroy(&attr);
         err = pthread_create(&s->thread, NULL, sums_main, s);
+        if (err == 0)
+            (void)pthread_setname_np(s->thread, "ddp-ckpt-sums");
     }
     if (err != 0) {
         ddp_log_warn(log,

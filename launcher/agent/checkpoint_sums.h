@@ -21,9 +21,11 @@ typedef struct ddp_checkpoint_sums_s ddp_checkpoint_sums_t;
 
 /* Starts the thread over the slots in `dir` (copied). With `persist_dir` (--checkpoint-dir;
  * NULL: none) a rank's newest checksummed slot is copied there as rank<R>.ckpt every
- * `every` saves (0: never but at the end). 0 and *out, or -errno (said). */
+ * `every` saves (0: never but at the end). `summed` (NULL: none) is called with `ctx` on the
+ * thread after each look that wrote a sum. 0 and *out, or -errno (said). */
 int ddp_checkpoint_sums_start(const char *dir, const char *persist_dir, int every,
-                              const ddp_log_t *log, ddp_checkpoint_sums_t **out);
+                              void (*summed)(void *ctx), void *ctx, const ddp_log_t *log,
+                              ddp_checkpoint_sums_t **out);
 
 /* The bytes the directory's files hold (their pages), at the last look, and at most. */
 uint64_t ddp_checkpoint_sums_held(const ddp_checkpoint_sums_t *s, uint64_t *peak);

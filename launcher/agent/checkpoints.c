@@ -166,9 +166,13 @@ int ddp_checkpoints_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, dd
         c->dir[0] != '\0' && cfg->checkpoint_dir != NULL && persist_dir_ok(cfg, log)
             ? cfg->checkpoint_dir
             : NULL;
+    /* The replicas' sender first: the sums' thread tells it of each new sum. */
+    if (c->dir[0] != '\0' && cfg->nnodes_max > 1 && cfg->checkpoint_replicas != 0 &&
+        ddp_checkpoint_replicas_start(c->dir, cfg->checkpoint_replica_rate, log, &c->replicas) != 0)
+        c->replicas = NULL; /* said */
     if (c->dir[0] != '\0' &&
-        ddp_checkpoint_sums_start(c->dir, persist, cfg->checkpoint_persist_every, log, &c->sums) !=
-            0)
+        ddp_checkpoint_sums_start(c->dir, persist, cfg->checkpoint_persist_every,
+                                  ddp_checkpoint_replicas_summed, c->replicas, log, &c->sums) != 0)
         c->sums = NULL; /* said: the slots are loaded without a checksum */
     if (persist != NULL && guard->fd >= 0 && ddp_guard_persist_dir(guard, persist) != 0)
         ddp_log_debug(log, "the orphan guard was not told of %s", persist);
@@ -185,9 +189,6 @@ int ddp_checkpoints_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, dd
         ddp_buf_free(&removed);
         c->restored = restore(c, persist, 0, cfg->nproc_per_node, cfg->nproc_per_node, NULL);
     }
-    if (c->dir[0] != '\0' && cfg->nnodes_max > 1 && cfg->checkpoint_replicas != 0 &&
-        ddp_checkpoint_replicas_start(c->dir, cfg->checkpoint_replica_rate, log, &c->replicas) != 0)
-        c->replicas = NULL; /* said */
     *out = c;
     return 0;
 }
@@ -474,9 +475,9 @@ void ddp_checkpoints_free(ddp_checkpoints_t *c, bool persist)
     if (c == NULL)
         return;
     uint64_t peak, received = ddp_checkpoint_replicas_received(c->replicas);
-    ddp_checkpoint_replicas_stop(c->replicas);
     (void)ddp_checkpoint_sums_held(c->sums, &peak);
-    ddp_checkpoint_sums_stop(c->sums, persist);
+    ddp_checkpoint_sums_stop(c->sums, persist); /* (first: it tells the replicas' sender) */
+    ddp_checkpoint_replicas_stop(c->replicas);
     if (received > 0)
         ddp_log_info(c->log,
                      "in-memory checkpoints: %" PRIu64 " bytes of other nodes' replicas "
