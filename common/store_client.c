@@ -287,7 +287,8 @@ static bool say_slow(const ddp_store_client_t *c, double waited, const char *why
 }
 
 /* A TCP connection to any address of host:port (c->fd) by `deadline`: 0, or the last
- * failure (DDP_EPARSE with *gai for a name that cannot be looked up). */
+ * failure other than a refusal, -ECONNREFUSED where every address refused (DDP_EPARSE
+ * with *gai for a name that cannot be looked up). */
 static int connect_any(ddp_store_client_t *c, const char *host, const char *port, double deadline,
                        int *gai)
 {
@@ -297,13 +298,15 @@ static int connect_any(ddp_store_client_t *c, const char *host, const char *port
     *gai = getaddrinfo(host, port, &hints, &addrs);
     if (*gai != 0) /* a name that does not resolve may yet (DNS not ready): retried */
         return *gai == EAI_NONAME || *gai == EAI_AGAIN ? -EHOSTUNREACH : DDP_EPARSE;
-    int err = -ECONNREFUSED;
+    int err = -ECONNREFUSED, other = 0;
     for (struct addrinfo *ai = addrs; ai != NULL; ai = ai->ai_next) {
         if ((err = connect_one(ai, deadline, &c->fd)) == 0)
             break;
+        if (err != -ECONNREFUSED)
+            other = err;
     }
     freeaddrinfo(addrs);
-    return err;
+    return err != 0 && other != 0 ? other : err;
 }
 
 /* A client that never connected, given up: `err` returned. */
@@ -371,6 +374,11 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
             /* Again at once, not after a pause: the server is there. */
             c->gen = DDP_CODEC_GEN1;
             continue;
+        }
+        if (err == -ECONNREFUSED && c->options.refused_ends) {
+            if (errbuf != NULL)
+                ddp_buf_printf(errbuf, "the store at %s refuses connections", c->address);
+            return abandon(c, err);
         }
         c->gen = DDP_CODEC_GEN2; /* generation 1 failed too: start over next time */
         double now = ddp_clock_mono();

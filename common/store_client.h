@@ -28,10 +28,13 @@ typedef struct ddp_store_client_options_s {
     void (*on_slow)(void *ctx, const char *what);
     void *slow_ctx;
     double slow_after;
+    /* A connection every address of the host refuses ends the attempts at once,
+     * -ECONNREFUSED (for a server known to listen already: it is gone). */
+    bool refused_ends;
 } ddp_store_client_options_t;
 
 #define DDP_STORE_CLIENT_OPTIONS_DEFAULT \
-    ((ddp_store_client_options_t){300, 300, DDP_CODEC_LIMITS_DEFAULT, NULL, NULL, 5})
+    ((ddp_store_client_options_t){300, 300, DDP_CODEC_LIMITS_DEFAULT, NULL, NULL, 5, false})
 
 /* Connects to host:port, retrying with exponential backoff until connect_timeout, then
  * VALIDATE and PING (generation 2, torch 2.2 and later). A server that resets VALIDATE
@@ -40,8 +43,8 @@ typedef struct ddp_store_client_options_s {
  * WAIT is polled with CHECK (there is no CANCEL_WAIT to end one that timed out). The
  * handshake's answer is due by connect_timeout too. A server that answers, but not as a
  * TCPStore, is DDP_EPROTO at once (no retry); one that accepts and stays silent is
- * retried, and named so when the time is up. On failure *out is untouched and `err` (may
- * be NULL) says why. */
+ * retried, and named so when the time is up (a refused one too, unless refused_ends). On
+ * failure *out is untouched and `err` (may be NULL) says why. */
 int ddp_store_client_connect(const char *host, int port, const ddp_store_client_options_t *options,
                              ddp_store_client_t **out, ddp_buf_t *err);
 

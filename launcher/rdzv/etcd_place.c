@@ -7,7 +7,9 @@
  *              PLACED (placed callback); ours--> READING
  *   READING --the job's round record read (none, or the last round's)--> PLACED
  *   (ELECTING, another's) PROBING --its store answers a handshake (or cannot be probed:
- *              a name, no connection in time)--> PLACED; refuses the connection (a dead
+ *              a name, whose lookup would block the loop: the node thread's connection
+ *              judges, a refusal told as a lost store; no connection in time)--> PLACED;
+ *              refuses the connection (a dead
  *              job's record, its lease still running), or takes it and answers otherwise
  *              or not within a lease's time while the job forms (another program's port)--> its
  * lease revoked --> ELECTING (under no lease: FAILED) PLACED --ddp_etcd_place_lost: the key read

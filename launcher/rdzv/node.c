@@ -548,18 +548,26 @@ static int await_coordinator(ddp_rdzv_t *r, const char *const *keys)
 }
 
 /* etcd: the store etcd's coordinator key names (by a host name, which the loop's probe
- * does not try) answered, but not as a store (another program's port), or not within
- * join_timeout: the loop is told as of a lost store, and reads the key afresh, ends that
- * launcher's lease where it still names it, and has another elected. */
-static node_phase_t elected_unanswered(ddp_rdzv_t *r, const char *why)
+ * does not try) refused the connection (`refused`: it listened before its key was put, so
+ * its launcher is gone, as the probe judges an address), answered, but not as a store
+ * (another program's port), or not within join_timeout: the loop is told as of a lost
+ * store, and reads the key afresh, ends that launcher's lease where it still names it, and
+ * has another elected. */
+static node_phase_t elected_unanswered(ddp_rdzv_t *r, bool refused, const char *why)
 {
     char prefix[DDP_ETCD_PREFIX_MAX];
     ddp_etcd_place_prefix(r->cfg->run_id, prefix, sizeof prefix);
-    ddp_rdzv_command(r, DDP_RDZV_CMD_STORE_LOST, NULL, DDP_EXIT_RDZV_FAILED,
-                     "the store at %s:%d that etcd's key %scoord names did not "
-                     "answer as a ddp-launch store within %g s (--rdzv-conf join_timeout): %s",
-                     r->cfg->master_addr, r->cfg->master_port, prefix,
-                     r->cfg->rdzv_conf.join_timeout, why);
+    if (refused)
+        ddp_rdzv_command(r, DDP_RDZV_CMD_STORE_LOST, NULL, DDP_EXIT_RDZV_FAILED,
+                         "the store at %s:%d that etcd's key %scoord names refuses connections "
+                         "(its launcher is gone)",
+                         r->cfg->master_addr, r->cfg->master_port, prefix);
+    else
+        ddp_rdzv_command(r, DDP_RDZV_CMD_STORE_LOST, NULL, DDP_EXIT_RDZV_FAILED,
+                         "the store at %s:%d that etcd's key %scoord names did not "
+                         "answer as a ddp-launch store within %g s (--rdzv-conf join_timeout): %s",
+                         r->cfg->master_addr, r->cfg->master_port, prefix,
+                         r->cfg->rdzv_conf.join_timeout, why);
     return NODE_END;
 }
 
@@ -581,6 +589,7 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
     if (etcd)
         deadline = started + cfg->rdzv_conf.join_timeout;
     options.timeout = cfg->rdzv_conf.read_timeout; /* each store call's deadline */
+    options.refused_ends = etcd;
     while (!ddp_rdzv_quitting(r)) {
         options.connect_timeout = connect_slice(deadline);
         ddp_buf_clear(&why);
@@ -589,8 +598,8 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
         if (err == 0)
             break;
         double now = ddp_clock_mono();
-        if (etcd && (err == DDP_EPROTO || now >= deadline)) {
-            node_phase_t phase = elected_unanswered(r, ddp_buf_str(&why));
+        if (etcd && (err == DDP_EPROTO || err == -ECONNREFUSED || now >= deadline)) {
+            node_phase_t phase = elected_unanswered(r, err == -ECONNREFUSED, ddp_buf_str(&why));
             ddp_buf_free(&why);
             return phase;
         }

@@ -894,6 +894,34 @@ static void squatted_key(th_etcd_t *etcd, const char *id, const char *host, int 
     assert_int_equal(th_etcdctl(etcd, args, said, sizeof said), 0);
 }
 
+/* The same by a host name (the default --local-addr), which the loop's probe does not try:
+ * the node thread's connection, refused, says that store is gone; its lease is ended at
+ * once, not the connection tried again for join_timeout (600 s by default). */
+static void test_dead_jobs_named_record_deposed(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    int port = th_free_port();
+    squatted_key(&etcd, "named", "localhost", port);
+    double started = th_now();
+    th_proc_t p;
+    start_launcher(&p, "--nnodes=1 --rdzv-id=named --rdzv-endpoint=%s", etcd.endpoints);
+    TH_ASSERT(&p, th_wait_exit(&p, 30));
+    printf("went on from the dead store's host name %.2f s after the start\n", th_now() - started);
+    char says[200];
+    snprintf(says, sizeof says,
+             "the store at localhost:%d that etcd's key ddp-launch/named/coord names refuses "
+             "connections (its launcher is gone)",
+             port);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(out(&p), "\nWORLD_SIZE=1\n") != NULL);
+    TH_ASSERT(&p, strstr(err(&p), says) != NULL);
+    TH_ASSERT(&p, th_now() - started < 10);
+    th_cleanup(&p);
+    th_etcd_down(&etcd);
+}
+
 /* A launcher that moved on from a key naming another program's port (`says` of it), elected
  * itself and ran the job of one, within `bound` s of `started`. */
 static void moved_on(th_proc_t *p, double started, double bound, const char *says)
@@ -1631,6 +1659,7 @@ int main(int argc, char **argv)
         TH_TEST(test_same_host_and_pid),
         TH_TEST(test_signal_names_the_node),
         TH_TEST(test_dead_jobs_live_record_deposed),
+        TH_TEST(test_dead_jobs_named_record_deposed),
         TH_TEST(test_coordinator_key_names_another_program),
         TH_TEST(test_end_bounded_with_etcd_stopped),
         TH_TEST(test_elected_launcher_lost_spare_takes_over),
