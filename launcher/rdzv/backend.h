@@ -112,6 +112,7 @@ struct ddp_rdzv_coord_s {
     void (*formed)(void *ctx, const char *record);
     void *formed_ctx;
     char *last_ranks; /* resumed: the last round's launcher ids by node rank (malloc'd) */
+    bool resumed;     /* resumed, and no round formed since */
 };
 
 struct ddp_rdzv_backend_ops_s {

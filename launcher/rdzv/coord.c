@@ -474,12 +474,47 @@ static void refuse_misfit_spare(ddp_rdzv_coord_t *c, ddp_rdzv_member_t *m)
     ddp_buf_free(&counts);
 }
 
+/* Resumed from a round record (etcd) that names none of the launchers joined now: the old
+ * job's launchers are all gone (the whole job crashed and was started again within a
+ * lease's time, the record's launcher not deposed yet), and this is a new job. Survivors
+ * of a lost elected launcher are in the record (a round that closes with hot spares alone
+ * before any of them rejoins, after the last call at --nnodes' minimum, is a new job's
+ * too). */
+static bool resumed_by_nobody(const ddp_rdzv_coord_t *c)
+{
+    if (!c->resumed)
+        return false;
+    for (size_t i = 0; i < c->nmembers; i++)
+        if (c->members[i]->joined && c->members[i]->node_rank >= 0)
+            return false;
+    return true;
+}
+
 static void try_close(ddp_rdzv_coord_t *c, double now)
 {
     if (c->phase != COORD_FORMING)
         return;
+    /* A new job's round is round 0, with the whole restart budget (set as it closes, so
+     * that its ranks are chosen as a first round's; put back where it does not). */
+    int round = c->round, restarts = c->restarts;
+    bool fresh = resumed_by_nobody(c);
+    if (fresh)
+        c->round = c->restarts = 0;
     int n = c->backend->close(c, now, c->running);
+    if (fresh && n > 0) {
+        ddp_log_info(c->log,
+                     "rendezvous: the round record of round %d (%d restart(s) spent) names no "
+                     "launcher of this job: a new job, from round 0 with the whole restart "
+                     "budget (the old job's launchers are gone)",
+                     round - 1, restarts);
+        free(c->last_ranks);
+        c->last_ranks = NULL;
+    } else if (fresh) {
+        c->round = round;
+        c->restarts = restarts;
+    }
     if (n > 0) {
+        c->resumed = false;
         form_round(c, c->running, n);
         for (size_t i = 0; c->phase == COORD_RUNNING && i < c->nmembers; i++)
             refuse_misfit_spare(c, c->members[i]);
@@ -1121,6 +1156,7 @@ int ddp_rdzv_coord_resume_from(ddp_rdzv_coord_t *c, const char *record)
         return -ENOMEM;
     c->round = round + 1;
     c->restarts = restarts;
+    c->resumed = true;
     for (size_t i = 0; i < c->nmembers; i++) /* (our own, joined already) */
         c->members[i]->node_rank = last_rank(c, c->members[i]->id);
     ddp_log_info(c->log, "rendezvous: taking the job over after round %d (%d restart(s) spent)",

@@ -922,6 +922,43 @@ static void test_dead_jobs_named_record_deposed(void **state)
     th_etcd_down(&etcd);
 }
 
+/* A job started again within a lease's time of its crash (every launcher SIGKILLed, a
+ * restart spent): the dead job's round record names none of the new job's launchers. The
+ * new job runs round 0 with its whole budget, not round 2 with none left. */
+static void test_dead_jobs_round_record_not_inherited(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    char said[4096];
+    squatted_key(&etcd, "crashed", "127.0.0.1", th_free_port());
+    assert_int_equal(th_etcdctl(&etcd,
+                                "put ddp-launch/crashed/state 'round 1 restarts 1 ranks gone "
+                                "gone2'",
+                                said, sizeof said),
+                     0);
+    double started = th_now();
+    th_proc_t node[2];
+    for (int i = 0; i < 2; i++)
+        start_launcher(&node[i], "--nnodes=2 --max-restarts=1 --rdzv-id=crashed --rdzv-endpoint=%s",
+                       etcd.endpoints);
+    int fresh = 0;
+    for (int i = 0; i < 2; i++) {
+        TH_ASSERT(&node[i], th_wait_exit(&node[i], 30));
+        TH_ASSERT(&node[i], th_status(&node[i]) == 0);
+        TH_ASSERT(&node[i], strstr(out(&node[i]), "\nTORCHELASTIC_RESTART_COUNT=0\n") != NULL);
+        TH_ASSERT(&node[i], strstr(err(&node[i]), "round 0: 2 node(s)") != NULL);
+        fresh += strstr(err(&node[i]), "the round record of round 1 (1 restart(s) spent) names "
+                                       "no launcher of this job: a new job") != NULL;
+    }
+    printf("the new job ran %.2f s after the start\n", th_now() - started);
+    assert_int_equal(fresh, 1);
+    assert_true(th_now() - started < 10);
+    for (int i = 0; i < 2; i++)
+        th_cleanup(&node[i]);
+    th_etcd_down(&etcd);
+}
+
 /* A launcher that moved on from a key naming another program's port (`says` of it), elected
  * itself and ran the job of one, within `bound` s of `started`. */
 static void moved_on(th_proc_t *p, double started, double bound, const char *says)
@@ -1660,6 +1697,7 @@ int main(int argc, char **argv)
         TH_TEST(test_signal_names_the_node),
         TH_TEST(test_dead_jobs_live_record_deposed),
         TH_TEST(test_dead_jobs_named_record_deposed),
+        TH_TEST(test_dead_jobs_round_record_not_inherited),
         TH_TEST(test_coordinator_key_names_another_program),
         TH_TEST(test_end_bounded_with_etcd_stopped),
         TH_TEST(test_elected_launcher_lost_spare_takes_over),
