@@ -60,6 +60,7 @@ struct ddp_store_server_s {
     uint64_t poll_until;   /* uv_hrtime() at which polling stops without a new request */
     uint64_t polls;        /* loop turns spent polling, ever */
     uint64_t requests;     /* requests served, ever */
+    uint64_t keys;         /* keys named by them, ever */
     size_t max_conns;      /* 0: no cap */
     unsigned long long nofile;
     uint64_t refused;                      /* connections refused at the cap, ever */
@@ -573,6 +574,7 @@ static int handle(conn_t *c, const ddp_codec_request_t *req)
     ddp_buf_t *out = &c->out;
     int err = 0;
     s->requests++;
+    s->keys += req->count > 0 ? req->count : req->key_len > 0;
     if (s->busy_poll_ns > 0 && !s->closing && c->tag == NULL)
         busy_poll_extend(s);
     switch (req->op) {
@@ -1011,6 +1013,11 @@ uint64_t ddp_store_server_busy_polls(const ddp_store_server_t *server)
 uint64_t ddp_store_server_requests(const ddp_store_server_t *server)
 {
     return server->requests;
+}
+
+uint64_t ddp_store_server_keys(const ddp_store_server_t *server)
+{
+    return server->keys;
 }
 
 size_t ddp_store_server_connections(const ddp_store_server_t *server)

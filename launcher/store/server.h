@@ -87,6 +87,10 @@ size_t ddp_store_server_long_waits(const ddp_store_server_t *server, double olde
 /* The requests served, ever. */
 uint64_t ddp_store_server_requests(const ddp_store_server_t *server);
 
+/* The keys named by the requests served, ever (a WAIT or MULTI_GET of n keys: n; an empty
+ * key not counted). */
+uint64_t ddp_store_server_keys(const ddp_store_server_t *server);
+
 /* The loop turns spent busy polling, ever. */
 uint64_t ddp_store_server_busy_polls(const ddp_store_server_t *server);
 
