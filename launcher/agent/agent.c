@@ -1071,6 +1071,15 @@ static void checks_done(void *ctx, int rc, const char *why)
 
 static int checks_then_workers(ddp_agent_t *a);
 
+/* How many of the round's next nodes this node replicates to: --checkpoint-replicas (1 by
+ * default), at most the nodes less one and 64. */
+static int replica_targets(const ddp_agent_t *a)
+{
+    int want = a->g.cfg->checkpoint_replicas < 0 ? 1 : a->g.cfg->checkpoint_replicas;
+    want = want < a->g.nnodes - 1 ? want : a->g.nnodes - 1;
+    return want < 64 ? want : 64;
+}
+
 /* The round's next --checkpoint-replicas nodes (in node order, after this one) that take
  * replicas, told to the checkpoints' sender; capped at the nodes less one (said). */
 static void replicate_to(ddp_agent_t *a, const ddp_checkpoint_common_t *x)
@@ -1082,7 +1091,7 @@ static void replicate_to(ddp_agent_t *a, const ddp_checkpoint_common_t *x)
                      "--checkpoint-replicas=%d: round %d has %d other node(s); each node's "
                      "checkpoints go to %d",
                      want, a->g.attempt, a->g.nnodes - 1, a->g.nnodes - 1);
-    want = want < a->g.nnodes - 1 ? want : a->g.nnodes - 1;
+    want = replica_targets(a);
     for (int k = 1; k <= want && n < 64; k++) {
         const ddp_replica_peer_t *p =
             ddp_checkpoint_common_peer(x, (a->g.group_rank + k) % a->g.nnodes);
@@ -1122,6 +1131,7 @@ static int agree_step(ddp_agent_t *a)
                                            .first_rank = a->g.rank_offset,
                                            .nranks = a->g.nworkers,
                                            .timeout = a->g.cfg->rdzv_conf.read_timeout,
+                                           .targets = replica_targets(a),
                                            .replica_port =
                                                ddp_checkpoints_replica_port(a->checkpoints),
                                            .replicas = ddp_checkpoints_replicas(a->checkpoints),

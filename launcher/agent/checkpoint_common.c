@@ -1,10 +1,12 @@
-/* In-memory checkpoints across nodes (see agent/checkpoint_common.h): the records, pure,
- * and their exchange through the round's store. The exchange runs on a thread of the loop's
- * pool with a blocking store client of its own: a connection bounded by CONNECT_S, one SET,
- * one WAIT for every node's key (bounded by the round's timeout, ended at once by a cancel
- * through an eventfd), one MULTI_GET; after the fetches, the outcome's SET and, on a node
- * with a step, its WAIT, MULTI_GET and the verdict's COMPARE_SET. What it found is said on
- * the loop. */
+/* In-memory checkpoints across nodes (see agent/checkpoint_common.h): the records and the
+ * plan, pure, and their exchange through the round's store. The exchange runs on a thread of
+ * the loop's pool with a blocking store client of its own: a connection bounded by
+ * CONNECT_S and the record's SET; on node 0 a WAIT for every node's key (bounded by the
+ * round's timeout, ended at once by a cancel through an eventfd), one MULTI_GET and the
+ * plan's SET; on the others a WAIT and a read of the plan and one MULTI_GET of the targets'
+ * records. After the fetches, where the plan has a step, the outcome's SET, then on node 0
+ * a WAIT and a MULTI_GET of every node's outcome and the verdict's COMPARE_SET, on the
+ * others with a step a WAIT and a read of the verdict. What it found is said on the loop. */
 #include "agent/checkpoint_common.h"
 
 #include "ckpt.h"
@@ -29,6 +31,8 @@
 #define CONNECT_S 5.0
 /* The record's first word (its version). */
 #define RECORD_TAG "ckpt1"
+/* The plan's first word (its version). */
+#define PLAN_TAG "plan1"
 /* The nodes named where some did not publish. */
 #define MISSING_SAID 8
 /* The most of a node's reason it has no step that its outcome carries. */
@@ -47,12 +51,16 @@ struct ddp_checkpoint_common_s {
     ddp_checkpoint_common_round_t round;
     char **keys;      /* every node's key, by node rank */
     char **outcomes;  /* every node's outcome's key (its step, or why none), by node rank */
-    char *verdict;    /* the round's verdict's key: the first proposal of a node with a step */
+    char *plan_key;   /* the round's plan's key: node 0's */
+    char *verdict;    /* the round's verdict's key: node 0's proposal */
     ddp_buf_t record; /* this node's */
     int wake_fd;      /* eventfd: written by a cancel */
     atomic_bool cancelled;
     ddp_ckpt_rank_steps_t *ranks; /* this node's, nranks entries */
-    ddp_replica_peer_t *peers;    /* every node's replica port, by node rank */
+    ddp_replica_peer_t *peers;    /* every node's replica port, by node rank (node 0), or the
+                                   * targets' (the others) */
+    ddp_ckpt_plan_t plan;         /* the round's: node 0's own, or read */
+    bool planned;                 /* the plan is known (node 0, or read and parsed) */
     ddp_ckpt_rank_steps_t *held;  /* world_size entries */
     ddp_replica_step_t *reps;     /* the replicas this node holds, nreps */
     size_t nreps;
@@ -61,7 +69,6 @@ struct ddp_checkpoint_common_s {
     char dir[PATH_MAX]; /* where a replica is fetched to; "" none */
     uint64_t rate;      /* --checkpoint-replica-rate: a fetch's */
     ddp_buf_t fetched;  /* the fetches done, a line each, said on the loop */
-    bool any;           /* some rank holds a step */
     int64_t step;       /* the result; -1: none */
     ddp_buf_t why;      /* why there is none, where that is to be said */
     void (*done)(void *ctx, ddp_checkpoint_common_t *x, int64_t step);
@@ -292,6 +299,106 @@ int64_t ddp_checkpoint_common_step(const ddp_ckpt_rank_steps_t *held, int world_
     return best;
 }
 
+/* Up to OUTCOME_WHY_MAX bytes of a peer's text (len at text), each byte outside printable
+ * ASCII as '?', onto out. */
+static void put_text(ddp_buf_t *out, const char *text, size_t len)
+{
+    for (size_t i = 0; i < len && i < OUTCOME_WHY_MAX; i++)
+        ddp_buf_printf(out, "%c", text[i] >= ' ' && text[i] <= '~' ? text[i] : '?');
+}
+
+void ddp_checkpoint_common_plan_free(ddp_ckpt_plan_t *plan)
+{
+    free(plan->fetch);
+    ddp_buf_free(&plan->none);
+    *plan = (ddp_ckpt_plan_t)DDP_CKPT_PLAN_INIT;
+}
+
+int ddp_checkpoint_common_plan_format(const ddp_ckpt_plan_t *plan, ddp_buf_t *out)
+{
+    if (plan->none.len > 0)
+        return ddp_buf_printf(out, "none %s", ddp_buf_str(&plan->none));
+    int err = plan->step < 0 ? ddp_buf_printf(out, PLAN_TAG " -")
+                             : ddp_buf_printf(out, PLAN_TAG " %" PRId64, plan->step);
+    if (err == 0)
+        err = ddp_buf_printf(out, " %" PRIu64 " %d %zu", plan->rate, plan->any ? 1 : 0,
+                             plan->step < 0 ? (size_t)0 : plan->nfetch);
+    for (size_t i = 0; i < plan->nfetch && plan->step >= 0 && err == 0; i++) {
+        const ddp_ckpt_plan_fetch_t *f = &plan->fetch[i];
+        err = ddp_buf_printf(out, " %d %d %s %d %s", f->rank, f->node, f->peer.host, f->peer.port,
+                             f->peer.key);
+    }
+    return err;
+}
+
+/* The plan's entries at *p (count of them) into plan->fetch. */
+static int take_fetches(const char **p, const char *end, int world_size, int nnodes, int64_t count,
+                        ddp_ckpt_plan_t *plan, ddp_buf_t *why)
+{
+    size_t cap = 0;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t rank, node, port;
+        ddp_ckpt_plan_fetch_t f = {.rank = 0};
+        if (!take_number(p, end, world_size - 1, &rank) ||
+            !take_number(p, end, nnodes - 1, &node) || !take_host(p, end, f.peer.host) ||
+            strcmp(f.peer.host, "-") == 0 || !take_number(p, end, 65535, &port) || port == 0 ||
+            !take_key(p, end, f.peer.key) || f.peer.key[0] == '\0')
+            return ddp_buf_printf(why, "its fetch %" PRId64 " is not a rank, a node and an address",
+                                  i),
+                   DDP_EPARSE;
+        if (plan->nfetch == cap) {
+            cap = cap == 0 ? 16 : 2 * cap;
+            ddp_ckpt_plan_fetch_t *grown = realloc(plan->fetch, cap * sizeof *grown);
+            if (grown == NULL)
+                return ddp_buf_printf(why, "out of memory"), -ENOMEM;
+            plan->fetch = grown;
+        }
+        f.rank = (int)rank;
+        f.node = (int)node;
+        f.peer.port = (int)port;
+        plan->fetch[plan->nfetch++] = f;
+    }
+    return 0;
+}
+
+int ddp_checkpoint_common_plan_parse(const char *text, size_t len, int world_size, int nnodes,
+                                     ddp_ckpt_plan_t *plan, ddp_buf_t *why)
+{
+    const char *p = text, *end = text + len;
+    size_t tag = strlen(PLAN_TAG);
+    int64_t step = -1, rate, any, count;
+    ddp_checkpoint_common_plan_free(plan);
+    if (len > 5 && memcmp(text, "none ", 5) == 0) {
+        put_text(&plan->none, text + 5, len - 5);
+        return 0;
+    }
+    if (len < tag || memcmp(text, PLAN_TAG, tag) != 0)
+        return ddp_buf_printf(why, "it starts with neither '" PLAN_TAG "' nor 'none '"), DDP_EPARSE;
+    p += tag;
+    if (end - p >= 2 && memcmp(p, " -", 2) == 0 && (end - p == 2 || p[2] == ' '))
+        p += 2;
+    else if (!take_number(&p, end, DDP_CKPT_MAX_STEP, &step))
+        return ddp_buf_printf(why, "its step is not one"), DDP_EPARSE;
+    if (!take_number(&p, end, (int64_t)DDP_CHECKPOINT_REPLICA_MAX_RATE, &rate) ||
+        (rate > 0 && (uint64_t)rate < DDP_CHECKPOINT_REPLICA_MIN_RATE))
+        return ddp_buf_printf(why, "its replica rate is not one"), DDP_EPARSE;
+    if (!take_number(&p, end, 1, &any))
+        return ddp_buf_printf(why, "its word of any step held is not 0 or 1"), DDP_EPARSE;
+    if (!take_number(&p, end, step < 0 ? 0 : (int64_t)world_size * nnodes, &count))
+        return ddp_buf_printf(why, "its count of fetches is not one"), DDP_EPARSE;
+    int err = take_fetches(&p, end, world_size, nnodes, count, plan, why);
+    if (err == 0 && p != end)
+        err = (ddp_buf_printf(why, "it goes on after its last field"), DDP_EPARSE);
+    if (err != 0) {
+        ddp_checkpoint_common_plan_free(plan);
+        return err;
+    }
+    plan->step = step;
+    plan->rate = (uint64_t)rate;
+    plan->any = any == 1;
+    return 0;
+}
+
 /* The nodes whose key is not there (values as MULTI_GET gives them), into `why`. */
 static void say_missing(ddp_checkpoint_common_t *x, const ddp_buf_t *values)
 {
@@ -344,7 +451,7 @@ static void read_records(ddp_checkpoint_common_t *x, ddp_store_client_t *client,
     for (size_t i = 0; i < n && err == 0 && !timed_out; i++)
         err = take_record(x, (int)i, &values[i]);
     for (int i = 0; i < x->round.world_size && err == 0 && !timed_out; i++)
-        x->any = x->any || x->held[i].n > 0;
+        x->plan.any = x->plan.any || x->held[i].n > 0;
     if (err == 0 && !timed_out)
         x->step =
             ddp_checkpoint_common_step(x->held, x->round.world_size, x->all_reps, x->nall_reps);
@@ -377,7 +484,7 @@ static void fetch_missing(ddp_checkpoint_common_t *x)
         int rank = x->round.first_rank + i;
         if (holds(&x->ranks[i], x->step))
             continue;
-        const ddp_replica_step_t *from = NULL;
+        const ddp_ckpt_plan_fetch_t *from = NULL;
         bool any = false;
         ddp_buf_t why = DDP_BUF_INIT;
         uint64_t bytes = 0;
@@ -387,17 +494,16 @@ static void fetch_missing(ddp_checkpoint_common_t *x)
              attempt++) {
             if (attempt > 0 && (!any || !rest(x->wake_fd, FETCH_RETRY_MS)))
                 break; /* (none to try again, or the wake: the job ends) */
-            for (size_t k = 0; k < x->nall_reps && err != 0 && err != -ECANCELED; k++) {
-                const ddp_replica_step_t *rep = &x->all_reps[k];
-                if (rep->rank != rank || rep->step != x->step || x->peers[rep->node].port <= 0)
+            for (size_t k = 0; k < x->plan.nfetch && err != 0 && err != -ECANCELED; k++) {
+                const ddp_ckpt_plan_fetch_t *f = &x->plan.fetch[k];
+                if (f->rank != rank)
                     continue;
                 any = true;
-                from = rep;
+                from = f;
                 ddp_buf_clear(&why);
-                err = ddp_checkpoint_replicas_fetch(&x->peers[rep->node], x->dir, rank, x->step,
-                                                    x->round.world_size, x->round.nranks,
-                                                    ddp_checkpoint_common_rate(x), deadline,
-                                                    x->wake_fd, &bytes, &why);
+                err = ddp_checkpoint_replicas_fetch(
+                    &f->peer, x->dir, rank, x->step, x->round.world_size, x->round.nranks,
+                    ddp_checkpoint_common_rate(x), deadline, x->wake_fd, &bytes, &why);
             }
         }
         if (err == 0)
@@ -414,8 +520,7 @@ static void fetch_missing(ddp_checkpoint_common_t *x)
                            "unable to fetch rank %d's step %" PRId64
                            " from node %d (%s:%d), the last of those holding it, each tried "
                            "twice: %s",
-                           rank, x->step, from->node, x->peers[from->node].host,
-                           x->peers[from->node].port,
+                           rank, x->step, from->node, from->peer.host, from->peer.port,
                            why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
         if (err != 0)
             x->step = -1;
@@ -423,22 +528,148 @@ static void fetch_missing(ddp_checkpoint_common_t *x)
     }
 }
 
-/* Up to OUTCOME_WHY_MAX bytes of a peer's text (len at text), each byte outside printable
- * ASCII as '?', onto out. */
-static void put_text(ddp_buf_t *out, const char *text, size_t len)
+/* Node 0: the plan of what it read (x->step, x->why, x->plan.any said by read_records): the
+ * job's replica rate, and each replica of the step of a rank that lacks it, held by a node
+ * that takes requests (in node order: all_reps is). */
+static int make_plan(ddp_checkpoint_common_t *x)
 {
-    for (size_t i = 0; i < len && i < OUTCOME_WHY_MAX; i++)
-        ddp_buf_printf(out, "%c", text[i] >= ' ' && text[i] <= '~' ? text[i] : '?');
+    ddp_ckpt_plan_t *plan = &x->plan;
+    plan->rate = ddp_checkpoint_common_rate(x);
+    if (x->why.len > 0)
+        return ddp_buf_printf(&plan->none, "%s", ddp_buf_str(&x->why));
+    plan->step = x->step;
+    if (x->step < 0)
+        return 0;
+    plan->fetch = calloc(x->nall_reps + 1, sizeof *plan->fetch);
+    if (plan->fetch == NULL)
+        return -ENOMEM;
+    for (size_t k = 0; k < x->nall_reps; k++) {
+        const ddp_replica_step_t *rep = &x->all_reps[k];
+        if (rep->step != x->step || x->peers[rep->node].port <= 0 ||
+            holds(&x->held[rep->rank], x->step))
+            continue;
+        plan->fetch[plan->nfetch++] = (ddp_ckpt_plan_fetch_t){
+            .rank = rep->rank, .node = rep->node, .peer = x->peers[rep->node]};
+    }
+    return 0;
+}
+
+/* Node 0: every node's record waited for (bounded), read, and the round's plan published. */
+static int aggregate(ddp_checkpoint_common_t *x, ddp_store_client_t *client)
+{
+    ddp_buf_t text = DDP_BUF_INIT;
+    int err = ddp_store_client_wait_or_wake(client, (const char *const *)x->keys,
+                                            (size_t)x->round.nnodes, x->round.timeout, x->wake_fd);
+    if (err == 0 || err == DDP_ETIMEOUT) {
+        read_records(x, client, err == DDP_ETIMEOUT);
+        x->planned = true;
+        err = make_plan(x);
+        if (err == 0)
+            err = ddp_checkpoint_common_plan_format(&x->plan, &text);
+        if (err == 0 && !atomic_load(&x->cancelled) &&
+            ddp_store_client_set(client, x->plan_key, text.data, text.len) != 0 && x->why.len == 0)
+            ddp_buf_printf(&x->why, "unable to publish the round's plan: %s",
+                           ddp_store_client_error(client));
+        if (err != 0 && x->why.len == 0)
+            ddp_buf_printf(&x->why, "unable to make the round's plan: %s", ddp_strerror(err));
+        err = 0;
+    } else if (err < 0) {
+        ddp_buf_printf(&x->why, "%s", ddp_store_client_error(client));
+    }
+    ddp_buf_free(&text);
+    return err;
+}
+
+/* s: how much longer than the round's timeout a node waits for what node 0 publishes after
+ * a wait of that timeout of its own: that its reason, not this node's timeout, is said. */
+static double node0_margin(const ddp_checkpoint_common_t *x)
+{
+    return x->round.timeout / 2 < FETCH_MARGIN_S ? x->round.timeout / 2 : FETCH_MARGIN_S;
+}
+
+/* One key node 0 publishes (`what`: "plan", "verdict"), waited for (bounded) and read into
+ * *value; where it cannot be, why into x->why. 0, or an error (-ECANCELED on a cancel). */
+static int node0_key(ddp_checkpoint_common_t *x, ddp_store_client_t *client, const char *key,
+                     const char *what, ddp_buf_t *value)
+{
+    double timeout = x->round.timeout + node0_margin(x);
+    int err = ddp_store_client_wait_or_wake(client, &key, 1, timeout, x->wake_fd);
+    if (err == 1) /* (the wake) */
+        return -ECANCELED;
+    if (err == DDP_ETIMEOUT)
+        ddp_buf_printf(&x->why, "node 0 published no %s of the round within %g s", what, timeout);
+    if (err == 0 && (err = ddp_store_client_multi_get(client, &key, 1, value)) == 0 &&
+        value->len == 0)
+        err = (ddp_buf_printf(&x->why, "node 0's %s of the round is empty", what), DDP_EPARSE);
+    if (err != 0 && err != -ECANCELED && x->why.len == 0)
+        ddp_buf_printf(&x->why, "unable to read node 0's %s of the round: %s", what,
+                       ddp_store_client_error(client));
+    return err;
+}
+
+/* The records of the round's `targets` nodes after this one, into x->peers (a bad or missing
+ * one: none there): one MULTI_GET. */
+static void read_targets(ddp_checkpoint_common_t *x, ddp_store_client_t *client)
+{
+    int n = x->round.targets < x->round.nnodes - 1 ? x->round.targets : x->round.nnodes - 1;
+    const char **keys = calloc((size_t)n + 1, sizeof *keys);
+    ddp_buf_t *values = calloc((size_t)n + 1, sizeof *values), why = DDP_BUF_INIT;
+    ddp_ckpt_rank_steps_t *held = calloc((size_t)x->round.world_size + 1, sizeof *held);
+    ddp_replica_step_t *reps = calloc(2 * (size_t)x->round.world_size + 1, sizeof *reps);
+    size_t nreps;
+    for (int k = 0; keys != NULL && k < n; k++)
+        keys[k] = x->keys[(x->round.node_rank + 1 + k) % x->round.nnodes];
+    if (n > 0 && keys != NULL && values != NULL && held != NULL && reps != NULL &&
+        ddp_store_client_multi_get(client, keys, (size_t)n, values) == 0)
+        for (int k = 0; k < n; k++) {
+            int node = (x->round.node_rank + 1 + k) % x->round.nnodes;
+            for (int i = 0; i < x->round.world_size; i++)
+                held[i].n = -1;
+            ddp_buf_clear(&why);
+            (void)ddp_checkpoint_common_parse(values[k].data != NULL ? values[k].data : "",
+                                              values[k].len, x->round.world_size, held,
+                                              &x->peers[node], reps, &nreps, &why);
+        }
+    for (int k = 0; values != NULL && k < n; k++)
+        ddp_buf_free(&values[k]);
+    ddp_buf_free(&why);
+    free(keys);
+    free(values);
+    free(held);
+    free(reps);
+}
+
+/* A node but node 0: the round's plan waited for (bounded), read and parsed into x->plan,
+ * then its step taken (or why there is none), and the targets' records read. */
+static int take_plan(ddp_checkpoint_common_t *x, ddp_store_client_t *client)
+{
+    ddp_buf_t value = DDP_BUF_INIT, why = DDP_BUF_INIT;
+    int err = node0_key(x, client, x->plan_key, "plan", &value);
+    if (err == 0 &&
+        (err = ddp_checkpoint_common_plan_parse(value.data, value.len, x->round.world_size,
+                                                x->round.nnodes, &x->plan, &why)) != 0)
+        ddp_buf_printf(&x->why, "node 0's plan of the round is not one: %s",
+                       why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
+    x->planned = err == 0;
+    if (err == 0 && x->plan.none.len > 0)
+        ddp_buf_printf(&x->why, "%s", ddp_buf_str(&x->plan.none));
+    else if (err == 0)
+        x->step = x->plan.step;
+    if (err != -ECANCELED && !atomic_load(&x->cancelled))
+        read_targets(x, client);
+    ddp_buf_free(&value);
+    ddp_buf_free(&why);
+    return err == -ECANCELED ? err : 0;
 }
 
 /* An outcome or the verdict (`value`, untrusted; `whose`: "node N's outcome", "the round's
- * verdict"): whether it is "step S" with this node's S; where not, why, onto `why`: the
+ * verdict"): whether it is "step S" with the plan's S; where not, why, onto `why`: the
  * reason it gives ("none WHY"), or what it is. */
 static bool agrees(const ddp_checkpoint_common_t *x, const char *whose, const ddp_buf_t *value,
                    ddp_buf_t *why)
 {
     char want[48];
-    size_t len = (size_t)snprintf(want, sizeof want, "step %" PRId64, x->step);
+    size_t len = (size_t)snprintf(want, sizeof want, "step %" PRId64, x->plan.step);
     const char *text = value->data != NULL ? value->data : "";
     if (value->len == len && memcmp(text, want, len) == 0)
         return true;
@@ -452,8 +683,8 @@ static bool agrees(const ddp_checkpoint_common_t *x, const char *whose, const dd
     return false;
 }
 
-/* What this node proposes as the round's verdict, into `proposal`: "step S" where every
- * node's outcome (waited for, bounded) is this node's step, else "none" and why. */
+/* Node 0: what it proposes as the round's verdict, into `proposal`: "step S" where every
+ * node's outcome (waited for, bounded) is the plan's step, else "none" and why. */
 static void propose(ddp_checkpoint_common_t *x, ddp_store_client_t *client, ddp_buf_t *proposal)
 {
     size_t n = (size_t)x->round.nnodes;
@@ -478,41 +709,54 @@ static void propose(ddp_checkpoint_common_t *x, ddp_store_client_t *client, ddp_
     if (why.len > 0)
         ddp_buf_printf(proposal, "none %s", ddp_buf_str(&why));
     else
-        ddp_buf_printf(proposal, "step %" PRId64, x->step);
+        ddp_buf_printf(proposal, "step %" PRId64, x->plan.step);
     for (size_t i = 0; values != NULL && i < n; i++)
         ddp_buf_free(&values[i]);
     free(values);
     ddp_buf_free(&why);
 }
 
-/* After the fetches: this node's outcome ("step S", or "none" and why it has no step)
- * published at <round>/ckpt-done/<node rank>. A node with a step then waits for every
- * node's and proposes the round's verdict at <round>/ckpt-verdict: the first proposal
- * stays (COMPARE_SET), and every node with a step takes it, so that a node whose fetch
- * failed, or whose wait ran out, leaves every node's step unset, not its own only. */
+/* Where the plan has a step (or this node could not take it), after the fetches: this
+ * node's outcome ("step S", or "none"
+ * and why it has no step) published at <round>/ckpt-done/<node rank>. Node 0 then waits
+ * for every node's and sets the round's verdict at <round>/ckpt-verdict (COMPARE_SET: the
+ * first kept), and every node with a step takes it (waited for, bounded; where node 0
+ * publishes none in time, this node proposes "none" in its place), so that a node whose
+ * fetch failed, or whose wait ran out, leaves every node's step unset, not its own only. */
 static void agree_outcome(ddp_checkpoint_common_t *x, ddp_store_client_t *client)
 {
     ddp_buf_t mine = DDP_BUF_INIT, verdict = DDP_BUF_INIT;
-    if (x->why.len > 0) {
+    bool stepped = x->step >= 0 && x->why.len == 0;
+    if (!stepped) {
         ddp_buf_printf(&mine, "none node %d: ", x->round.node_rank);
         put_text(&mine, x->why.data, x->why.len);
     } else {
         ddp_buf_printf(&mine, "step %" PRId64, x->step);
     }
     int err = ddp_store_client_set(client, x->outcomes[x->round.node_rank], mine.data, mine.len);
-    if (err == 0 && x->step >= 0 && x->why.len == 0) {
+    if (err == 0 && x->round.node_rank == 0) {
         ddp_buf_clear(&mine);
         propose(x, client, &mine);
         if (atomic_load(&x->cancelled)) /* (the round stopped: no proposal of its) */
             goto out;
         err =
             ddp_store_client_compare_set(client, x->verdict, "", 0, mine.data, mine.len, &verdict);
-        if (err == 0 && !agrees(x, "the round's verdict", &verdict, &x->why))
-            x->step = -1;
+    } else if (err == 0 && stepped) {
+        err = node0_key(x, client, x->verdict, "verdict", &verdict);
+        if (err == DDP_ETIMEOUT) { /* (node 0 lost, or late: "none" proposed, the first kept) */
+            ddp_buf_clear(&mine);
+            ddp_buf_printf(&mine, "none node %d: %s", x->round.node_rank, ddp_buf_str(&x->why));
+            ddp_buf_clear(&x->why);
+            err = ddp_store_client_compare_set(client, x->verdict, "", 0, mine.data, mine.len,
+                                               &verdict);
+        }
     }
-    if (err != 0 && x->why.len == 0) {
-        ddp_buf_printf(&x->why, "unable to agree on the nodes' outcomes: %s",
-                       ddp_store_client_error(client));
+    if (err == 0 && stepped && !agrees(x, "the round's verdict", &verdict, &x->why))
+        x->step = -1;
+    if (err != 0) {
+        if (x->why.len == 0 && err != -ECANCELED)
+            ddp_buf_printf(&x->why, "unable to agree on the nodes' outcomes: %s",
+                           ddp_store_client_error(client));
         x->step = -1;
     }
 out:
@@ -528,7 +772,7 @@ static void exchange(uv_work_t *work)
     ddp_store_client_t *client = NULL;
     ddp_buf_t why = DDP_BUF_INIT;
     options.connect_timeout = CONNECT_S;
-    options.timeout = x->round.timeout;
+    options.timeout = x->round.timeout + node0_margin(x);
     int err = atomic_load(&x->cancelled) ? -ECANCELED : 0;
     if (err == 0 &&
         (err = ddp_store_client_connect(x->host, x->port, &options, &client, &why)) != 0)
@@ -547,17 +791,14 @@ static void exchange(uv_work_t *work)
     if (err == 0 && (err = ddp_store_client_set(client, x->keys[x->round.node_rank], x->record.data,
                                                 x->record.len)) != 0)
         ddp_buf_printf(&x->why, "%s", ddp_store_client_error(client));
-    if (err == 0) {
-        err = ddp_store_client_wait_or_wake(client, (const char *const *)x->keys,
-                                            (size_t)x->round.nnodes, x->round.timeout, x->wake_fd);
-        if (err == 0 || err == DDP_ETIMEOUT)
-            read_records(x, client, err == DDP_ETIMEOUT);
-        else if (err < 0)
-            ddp_buf_printf(&x->why, "%s", ddp_store_client_error(client));
-    }
+    if (err == 0)
+        err = x->round.node_rank == 0 ? aggregate(x, client) : take_plan(x, client);
     if (err == 0 && x->step >= 0 && x->why.len == 0)
         fetch_missing(x);
-    if ((err == 0 || err == DDP_ETIMEOUT) && !atomic_load(&x->cancelled))
+    /* (A node that could not take the plan says so at once: node 0 then waits for it no
+     * longer, where the plan has a step.) */
+    if (err == 0 && (!x->planned || (x->plan.step >= 0 && x->plan.none.len == 0)) &&
+        !atomic_load(&x->cancelled))
         agree_outcome(x, client);
     if (atomic_load(&x->cancelled)) { /* nothing to say */
         ddp_buf_clear(&x->why);
@@ -577,6 +818,8 @@ static void common_free(ddp_checkpoint_common_t *x)
     free(x->keys);
     free(x->outcomes);
     free(x->verdict);
+    free(x->plan_key);
+    ddp_checkpoint_common_plan_free(&x->plan);
     if (x->wake_fd >= 0)
         close(x->wake_fd);
     ddp_buf_free(&x->record);
@@ -610,7 +853,7 @@ static void exchanged(uv_work_t *work, int status)
                      "in-memory checkpoints: the workers resume from step %" PRId64
                      ", the newest every rank of the round's %d nodes holds (DDP_CHECKPOINT_STEP)",
                      step, x->round.nnodes);
-    else if (x->any)
+    else if (x->plan.any)
         ddp_log_info(x->log,
                      "in-memory checkpoints: no step every rank of the round's %d nodes "
                      "holds",
@@ -650,6 +893,9 @@ static int prepare(ddp_checkpoint_common_t *x, const ddp_launch_config_t *cfg,
         if ((x->outcomes[i] = strdup(key)) == NULL)
             return -ENOMEM;
     }
+    ddp_rdzv_key(key, sizeof key, cfg->run_id, "%d/ckpt-plan", r->round);
+    if ((x->plan_key = strdup(key)) == NULL)
+        return -ENOMEM;
     ddp_rdzv_key(key, sizeof key, cfg->run_id, "%d/ckpt-verdict", r->round);
     return (x->verdict = strdup(key)) == NULL ? -ENOMEM : 0;
 }
@@ -670,6 +916,7 @@ int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
                                    .record = DDP_BUF_INIT,
                                    .why = DDP_BUF_INIT,
                                    .fetched = DDP_BUF_INIT,
+                                   .plan = DDP_CKPT_PLAN_INIT,
                                    .step = -1,
                                    .rate = cfg->checkpoint_replica_rate,
                                    .done = done,
@@ -700,6 +947,8 @@ int ddp_checkpoint_common_start(uv_loop_t *loop, const ddp_launch_config_t *cfg,
 uint64_t ddp_checkpoint_common_rate(const ddp_checkpoint_common_t *x)
 {
     uint64_t rate = x->rate;
+    if (x->plan.rate > 0 && (rate == 0 || x->plan.rate < rate))
+        rate = x->plan.rate;
     for (int i = 0; x->peers != NULL && i < x->round.nnodes; i++)
         if (x->peers[i].rate > 0 && (rate == 0 || x->peers[i].rate < rate))
             rate = x->peers[i].rate;

@@ -1,6 +1,8 @@
 /* agent/checkpoint_common.c's records, pure: a node's record formatted and parsed back; what
  * a peer could write instead (each refused, the ranks it would have said left alone); the
- * newest step every rank holds. */
+ * newest step every rank holds; the round's plan formatted and parsed back, and what node 0
+ * could write instead. Then the exchange of N nodes against a real store server: the step
+ * agreed, at O(N) keys at the store in all. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -9,8 +11,12 @@
 
 #include "agent/checkpoint_common.h"
 #include "error.h"
+#include "store/server.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define WORLD 6
 
@@ -161,11 +167,237 @@ static void test_bad_records_refused(void **state)
     ddp_buf_free(&why);
 }
 
+/* A plan formatted and parsed back; "none WHY" taken with its bytes made printable. */
+static void test_plan_round_trip(void **state)
+{
+    (void)state;
+    ddp_ckpt_plan_fetch_t fetch[2] = {
+        {4, 1, {"10.1.2.3", 40000, "0123456789abcdef0123456789abcdef", 0}},
+        {4, 2, {"fd00::2", 40001, "fedcba9876543210fedcba9876543210", 0}}};
+    ddp_ckpt_plan_t plan = {.step = 8, .rate = 1 << 20, .any = true, .fetch = fetch, .nfetch = 2},
+                    back = DDP_CKPT_PLAN_INIT;
+    ddp_buf_t text = DDP_BUF_INIT, why = DDP_BUF_INIT;
+    assert_int_equal(ddp_checkpoint_common_plan_format(&plan, &text), 0);
+    assert_string_equal(ddp_buf_str(&text),
+                        "plan1 8 1048576 1 2 4 1 10.1.2.3 40000 0123456789abcdef0123456789abcdef "
+                        "4 2 fd00::2 40001 fedcba9876543210fedcba9876543210");
+    assert_int_equal(ddp_checkpoint_common_plan_parse(text.data, text.len, WORLD, 3, &back, &why),
+                     0);
+    assert_int_equal(back.step, 8);
+    assert_int_equal(back.rate, 1 << 20);
+    assert_true(back.any);
+    assert_int_equal(back.nfetch, 2);
+    assert_int_equal(back.none.len, 0);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(back.fetch[i].rank, 4);
+        assert_int_equal(back.fetch[i].node, i + 1);
+        assert_string_equal(back.fetch[i].peer.host, fetch[i].peer.host);
+        assert_int_equal(back.fetch[i].peer.port, fetch[i].peer.port);
+        assert_string_equal(back.fetch[i].peer.key, fetch[i].peer.key);
+    }
+    /* No step: "-", and no fetches written. */
+    plan.step = -1;
+    plan.any = false;
+    plan.rate = 0;
+    ddp_buf_clear(&text);
+    assert_int_equal(ddp_checkpoint_common_plan_format(&plan, &text), 0);
+    assert_string_equal(ddp_buf_str(&text), "plan1 - 0 0 0");
+    assert_int_equal(ddp_checkpoint_common_plan_parse(text.data, text.len, WORLD, 3, &back, &why),
+                     0);
+    assert_int_equal(back.step, -1);
+    assert_int_equal(back.nfetch, 0);
+    /* None: why, as node 0 said it; a peer's bytes made printable. */
+    ddp_buf_clear(&text);
+    ddp_buf_printf(&plan.none, "node 2 published no record within 10 s");
+    assert_int_equal(ddp_checkpoint_common_plan_format(&plan, &text), 0);
+    assert_string_equal(ddp_buf_str(&text), "none node 2 published no record within 10 s");
+    assert_int_equal(ddp_checkpoint_common_plan_parse(text.data, text.len, WORLD, 3, &back, &why),
+                     0);
+    assert_string_equal(ddp_buf_str(&back.none), "node 2 published no record within 10 s");
+    assert_int_equal(back.step, -1);
+    assert_int_equal(ddp_checkpoint_common_plan_parse("none a\nb\033", 9, WORLD, 3, &back, &why),
+                     0);
+    assert_string_equal(ddp_buf_str(&back.none), "a?b?");
+    assert_int_equal(why.len, 0);
+    ddp_checkpoint_common_plan_free(&back);
+    ddp_buf_free(&plan.none);
+    ddp_buf_free(&text);
+}
+
+/* What node 0 (or whoever wrote the key) could write instead of a plan: each refused, with
+ * why, and no step taken from it. */
+static void test_bad_plans_refused(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "",
+        "none",
+        "none ",
+        "plan2 1 0 0 0",
+        "plan1",
+        "plan1 1",
+        "plan1 1 0",
+        "plan1 1 0 0",
+        "plan1 1 0 2 0", /* ANY not 0 or 1 */
+        "plan1 -1 0 0 0",
+        "plan1 -- 0 0 0",                   /* steps are not negative */
+        "plan1 4611686018427387905 0 0 0",  /* beyond DDP_CKPT_MAX_STEP */
+        "plan1 99999999999999999999 0 0 0", /* 20 digits */
+        "plan1 1 5 0 0",                    /* a rate below --checkpoint-replica-rate's */
+        "plan1 1 0 0 0 ",
+        "plan1 1 0 0 0\n",
+        "plan1  1 0 0 0",
+        "plan1 +1 0 0 0",
+        "plan1 - 0 0 1 0 0 10.0.0.1 5 0123456789abcdef0123456789abcdef", /* a fetch, no step */
+        "plan1 1 0 0 1",                                                 /* fewer than said */
+        "plan1 1 0 0 1 6 0 10.0.0.1 5 0123456789abcdef0123456789abcdef", /* a rank beyond */
+        "plan1 1 0 0 1 0 3 10.0.0.1 5 0123456789abcdef0123456789abcdef", /* a node beyond */
+        "plan1 1 0 0 1 0 0 - 5 0123456789abcdef0123456789abcdef",        /* no host */
+        "plan1 1 0 0 1 0 0 a;b 5 0123456789abcdef0123456789abcdef",
+        "plan1 1 0 0 1 0 0 10.0.0.1 0 0123456789abcdef0123456789abcdef", /* no port */
+        "plan1 1 0 0 1 0 0 10.0.0.1 65536 0123456789abcdef0123456789abcdef",
+        "plan1 1 0 0 1 0 0 10.0.0.1 5 -",                /* no key */
+        "plan1 1 0 0 1 0 0 10.0.0.1 5 0123456789abcdef", /* a key of other than 128 bits */
+        "plan1 1 0 0 19 0 0 10.0.0.1 5 0123456789abcdef0123456789abcdef", /* > 6 * 3 entries */
+        "plan1 1 0 0 1 0 0 10.0.0.1 5 0123456789abcdef0123456789abcdef 1",
+        "step 1",
+        "ckpt1 - 0 - 0 1 0",
+    };
+    ddp_ckpt_plan_t plan = DDP_CKPT_PLAN_INIT;
+    ddp_buf_t why = DDP_BUF_INIT;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ddp_buf_clear(&why);
+        if (ddp_checkpoint_common_plan_parse(bad[i], strlen(bad[i]), WORLD, 3, &plan, &why) !=
+            DDP_EPARSE)
+            fail_msg("'%s' was taken", bad[i]);
+        assert_true(why.len > 0);
+        assert_int_equal(plan.step, -1);
+        assert_int_equal(plan.nfetch, 0);
+        assert_int_equal(plan.none.len, 0);
+    }
+    /* Not NUL-terminated: only len bytes are read. */
+    assert_int_equal(
+        ddp_checkpoint_common_plan_parse("plan1 7 0 1 0999", 13, WORLD, 3, &plan, &why), 0);
+    assert_int_equal(plan.step, 7);
+    ddp_checkpoint_common_plan_free(&plan);
+    ddp_buf_free(&why);
+}
+
+/* The exchange of a round of `nnodes` nodes (a rank each, all holding steps 3 and 5, but the
+ * last, which holds 3 alone; node `missing` never there, -1 none) on one loop against a real
+ * store server: every node's step, and the keys the store was asked about. */
+typedef struct {
+    int done;
+    int64_t step[64];
+    ddp_checkpoint_common_t *x[64];
+} exchange_t;
+
+static void exchanged(void *ctx, ddp_checkpoint_common_t *x, int64_t step)
+{
+    exchange_t *e = ctx;
+    for (int i = 0; i < 64; i++)
+        if (e->x[i] == x)
+            e->step[i] = step;
+    e->done++;
+}
+
+static uint64_t exchange_keys(int nnodes, int missing, double timeout, int64_t *steps)
+{
+    static int jobs;
+    uv_loop_t loop;
+    ddp_log_t log;
+    ddp_buf_t why = DDP_BUF_INIT;
+    ddp_store_server_t *server;
+    ddp_launch_config_t cfg = {.master_port = 0};
+    exchange_t e = {0};
+    char run_id[32];
+    ddp_log_init(&log, "test_checkpoint_common", DDP_LOG_ERROR);
+    ddp_store_server_options_t options = {
+        .host = "127.0.0.1", .port = 0, .limits = DDP_CODEC_LIMITS_DEFAULT, .log = &log};
+    assert_int_equal(uv_loop_init(&loop), 0);
+    assert_int_equal(ddp_store_server_start(&loop, &options, &server, &why), 0);
+    snprintf(cfg.master_addr, sizeof cfg.master_addr, "127.0.0.1");
+    cfg.master_port = ddp_store_server_port(server);
+    snprintf(run_id, sizeof run_id, "job%d", ++jobs);
+    cfg.run_id = run_id;
+    int started = 0;
+    for (int i = 0; i < nnodes; i++) {
+        ddp_ckpt_rank_steps_t mine = {2, {3, 5}};
+        e.step[i] = -2;
+        if (i == missing)
+            continue;
+        started++;
+        if (i == nnodes - 1)
+            mine = (ddp_ckpt_rank_steps_t){1, {3}};
+        ddp_checkpoint_common_round_t round = {.round = 1,
+                                               .node_rank = i,
+                                               .nnodes = nnodes,
+                                               .world_size = nnodes,
+                                               .first_rank = i,
+                                               .nranks = 1,
+                                               .timeout = timeout,
+                                               .targets = 1};
+        assert_int_equal(ddp_checkpoint_common_start(&loop, &cfg, &log, &round, &mine, NULL, 0,
+                                                     exchanged, &e, &e.x[i]),
+                         0);
+    }
+    while (e.done < started)
+        uv_run(&loop, UV_RUN_ONCE);
+    uint64_t keys = ddp_store_server_keys(server);
+    memcpy(steps, e.step, (size_t)nnodes * sizeof *steps);
+    ddp_store_server_close(server);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    ddp_buf_free(&why);
+    return keys;
+}
+
+/* N nodes agree on step 3 (the newest every rank holds) at O(N) keys at the store: node 0
+ * alone reads every node's record and outcome (about 4 N keys), the others a handful each;
+ * each node reading all N records and outcomes (as it once did) is 4 N^2. */
+static void test_exchange_costs_o_n_keys(void **state)
+{
+    (void)state;
+    int64_t steps[64];
+    int sizes[2] = {8, 48};
+    uint64_t keys[2];
+    for (int k = 0; k < 2; k++) {
+        int n = sizes[k];
+        keys[k] = exchange_keys(n, -1, 20, steps);
+        for (int i = 0; i < n; i++)
+            assert_int_equal(steps[i], 3);
+        printf("%d nodes: %llu keys at the store (%.1f a node)\n", n, (unsigned long long)keys[k],
+               (double)keys[k] / n);
+        if (keys[k] > 12 * (uint64_t)n)
+            fail_msg("%d nodes asked the store about %llu keys: not O(N)", n,
+                     (unsigned long long)keys[k]);
+    }
+}
+
+/* Node 0 lost: the others wait for its plan the round's timeout and half of it (1.5 s here),
+ * then go on without a step. */
+static void test_node_0_lost_no_step(void **state)
+{
+    (void)state;
+    int64_t steps[64];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    (void)exchange_keys(3, 0, 1, steps);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_int_equal(steps[0], -2); /* (never there) */
+    assert_int_equal(steps[1], -1);
+    assert_int_equal(steps[2], -1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    assert_true(took >= 1.4 && took < 10);
+}
+
 int main(void)
 {
+    setenv("UV_THREADPOOL_SIZE", "64", 1); /* (each node's exchange holds a thread) */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip_and_step),
-        cmocka_unit_test(test_bad_records_refused),
+        cmocka_unit_test(test_round_trip_and_step),     cmocka_unit_test(test_bad_records_refused),
+        cmocka_unit_test(test_plan_round_trip),         cmocka_unit_test(test_bad_plans_refused),
+        cmocka_unit_test(test_exchange_costs_o_n_keys), cmocka_unit_test(test_node_0_lost_no_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
