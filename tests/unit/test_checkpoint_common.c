@@ -11,12 +11,15 @@
 
 #include "agent/checkpoint_common.h"
 #include "error.h"
+#include "rdzv/record.h"
 #include "store/server.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #define WORLD 6
 
@@ -284,8 +287,9 @@ static void test_bad_plans_refused(void **state)
 }
 
 /* The exchange of a round of `nnodes` nodes (a rank each, all holding steps 3 and 5, but the
- * last, which holds 3 alone; node `missing` never there, -1 none) on one loop against a real
- * store server: every node's step, and the keys the store was asked about. */
+ * last, which holds 3 alone; node `missing` never there, -1 none, its record `bad` where
+ * not NULL) on one loop against a real store server: every node's step, and the keys the
+ * store was asked about; what the nodes warned of onto `said` where not NULL. */
 typedef struct {
     int done;
     int64_t step[64];
@@ -301,7 +305,8 @@ static void exchanged(void *ctx, ddp_checkpoint_common_t *x, int64_t step)
     e->done++;
 }
 
-static uint64_t exchange_keys(int nnodes, int missing, double timeout, int64_t *steps)
+static uint64_t exchange_keys(int nnodes, int missing, const char *bad, double timeout,
+                              int64_t *steps, ddp_buf_t *said)
 {
     static int jobs;
     uv_loop_t loop;
@@ -311,7 +316,9 @@ static uint64_t exchange_keys(int nnodes, int missing, double timeout, int64_t *
     ddp_launch_config_t cfg = {.master_port = 0};
     exchange_t e = {0};
     char run_id[32];
-    ddp_log_init(&log, "test_checkpoint_common", DDP_LOG_ERROR);
+    ddp_log_init(&log, "test_checkpoint_common", said != NULL ? DDP_LOG_WARN : DDP_LOG_ERROR);
+    if (said != NULL)
+        assert_true((log.fd = memfd_create("said", MFD_CLOEXEC)) >= 0);
     ddp_store_server_options_t options = {
         .host = "127.0.0.1", .port = 0, .limits = DDP_CODEC_LIMITS_DEFAULT, .log = &log};
     assert_int_equal(uv_loop_init(&loop), 0);
@@ -320,6 +327,14 @@ static uint64_t exchange_keys(int nnodes, int missing, double timeout, int64_t *
     cfg.master_port = ddp_store_server_port(server);
     snprintf(run_id, sizeof run_id, "job%d", ++jobs);
     cfg.run_id = run_id;
+    if (bad != NULL) {
+        char key[256];
+        ddp_rdzv_key(key, sizeof key, run_id, "%d/ckpt/%d", 1, missing);
+        assert_int_equal(ddp_store_set(ddp_store_server_store(server),
+                                       (ddp_store_key_t){(const uint8_t *)key, strlen(key)},
+                                       (const uint8_t *)bad, strlen(bad)),
+                         0);
+    }
     int started = 0;
     for (int i = 0; i < nnodes; i++) {
         ddp_ckpt_rank_steps_t mine = {2, {3, 5}};
@@ -348,6 +363,14 @@ static uint64_t exchange_keys(int nnodes, int missing, double timeout, int64_t *
     ddp_store_server_close(server);
     uv_run(&loop, UV_RUN_DEFAULT);
     assert_int_equal(uv_loop_close(&loop), 0);
+    if (said != NULL) {
+        char chunk[4096];
+        ssize_t n;
+        assert_int_equal(lseek(log.fd, 0, SEEK_SET), 0);
+        while ((n = read(log.fd, chunk, sizeof chunk)) > 0)
+            ddp_buf_append(said, chunk, (size_t)n);
+        close(log.fd);
+    }
     ddp_buf_free(&why);
     return keys;
 }
@@ -363,7 +386,7 @@ static void test_exchange_costs_o_n_keys(void **state)
     uint64_t keys[2];
     for (int k = 0; k < 2; k++) {
         int n = sizes[k];
-        keys[k] = exchange_keys(n, -1, 20, steps);
+        keys[k] = exchange_keys(n, -1, NULL, 20, steps, NULL);
         for (int i = 0; i < n; i++)
             assert_int_equal(steps[i], 3);
         printf("%d nodes: %llu keys at the store (%.1f a node)\n", n, (unsigned long long)keys[k],
@@ -374,30 +397,64 @@ static void test_exchange_costs_o_n_keys(void **state)
     }
 }
 
+/* How many times `what` is in `text`. */
+static int count(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *at = text; (at = strstr(at, what)) != NULL; at += strlen(what))
+        n++;
+    return n;
+}
+
 /* Node 0 lost: the others wait for its plan the round's timeout and half of it (1.5 s here),
- * then go on without a step. */
+ * then go on without a step, each saying so. */
 static void test_node_0_lost_no_step(void **state)
 {
     (void)state;
     int64_t steps[64];
+    ddp_buf_t said = DDP_BUF_INIT;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    (void)exchange_keys(3, 0, 1, steps);
+    (void)exchange_keys(3, 0, NULL, 1, steps, &said);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     assert_int_equal(steps[0], -2); /* (never there) */
     assert_int_equal(steps[1], -1);
     assert_int_equal(steps[2], -1);
     double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     assert_true(took >= 1.4 && took < 10);
+    assert_int_equal(count(ddp_buf_str(&said), "no step agreed across the nodes (node 0 "
+                                               "published no plan of the round within 1.5 s)"),
+                     2);
+    ddp_buf_free(&said);
+}
+
+/* A node's record that is not one: node 0's reason, in its plan, said by every node at once
+ * (no wait: every key is there). */
+static void test_bad_record_said_by_every_node(void **state)
+{
+    (void)state;
+    int64_t steps[64];
+    ddp_buf_t said = DDP_BUF_INIT;
+    (void)exchange_keys(4, 2, "ckpt1 - 0 - 2 1 9", 20, steps, &said);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(steps[i], i == 2 ? -2 : -1);
+    assert_int_equal(count(ddp_buf_str(&said), "no step agreed across the nodes (node 2's record "
+                                               "is not one: rank 2's count of steps is not one"),
+                     3);
+    ddp_buf_free(&said);
 }
 
 int main(void)
 {
     setenv("UV_THREADPOOL_SIZE", "64", 1); /* (each node's exchange holds a thread) */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip_and_step),     cmocka_unit_test(test_bad_records_refused),
-        cmocka_unit_test(test_plan_round_trip),         cmocka_unit_test(test_bad_plans_refused),
-        cmocka_unit_test(test_exchange_costs_o_n_keys), cmocka_unit_test(test_node_0_lost_no_step),
+        cmocka_unit_test(test_round_trip_and_step),
+        cmocka_unit_test(test_bad_records_refused),
+        cmocka_unit_test(test_plan_round_trip),
+        cmocka_unit_test(test_bad_plans_refused),
+        cmocka_unit_test(test_exchange_costs_o_n_keys),
+        cmocka_unit_test(test_node_0_lost_no_step),
+        cmocka_unit_test(test_bad_record_said_by_every_node),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
