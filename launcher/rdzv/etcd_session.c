@@ -55,6 +55,7 @@ struct ddp_etcd_session_s {
     double ticked_at;    /* monotonic s of the keep-alive timer's last tick */
     bool stopped;        /* the loop stood still (SIGSTOP, Ctrl-Z) since etcd last answered */
     double relaxed_at;   /* monotonic s when the keep-alives were last seen relaxed */
+    bool paced_relaxed;  /* the keep-alives went at the relaxed pace at the last tick */
     ddp_etcd_call_t *calls[NCALLS];
     /* The coordinator's key as last seen: its record, lease and revision. */
     char *coord;
@@ -378,6 +379,7 @@ static void on_keepalive_timer(uv_timer_t *timer)
     if (stood_still(s))
         return;
     s->ticked_at = now_s(s);
+    s->paced_relaxed = relaxed(s);
     if (!overdue(s)) /* (which sees whether they are relaxed still) */
         arm_deadline(s);
     if (s->calls[CALL_KEEPALIVE] != NULL) { /* the last one has not come back */
@@ -488,6 +490,7 @@ static void on_grant(void *ctx, int err, const ddp_json_t *reply, const char *wh
         return;
     }
     s->last_alive = s->ticked_at = now_s(s);
+    s->paced_relaxed = relaxed(s);
     s->lease_gone = false;
     uint64_t every = (uint64_t)(s->ttl * 1000 / 3);
     uv_timer_start(&s->keepalive, on_keepalive_timer, every, every);
@@ -780,8 +783,11 @@ bool ddp_etcd_session_stopped(const ddp_etcd_session_t *s)
 int64_t ddp_etcd_session_lease(const ddp_etcd_session_t *s)
 {
     /* A keep-alive goes every third of the limit and is answered at once: one unanswered
-     * for a second more says etcd is out of reach now. */
-    bool unanswered = now_s(s) - s->last_alive > limit(s) / 3 + 1;
+     * for a second more says etcd is out of reach now. The pace is the one they went at at
+     * the last tick, not the limit now: a launcher ending while the job forms is no longer
+     * relaxed (its place closes), but its last keep-alive went at the relaxed pace. */
+    double every = (s->paced_relaxed ? s->lease_ttl : s->ttl) / 3;
+    bool unanswered = now_s(s) - s->last_alive > every + 1;
     return s->lease_gone || unanswered ? 0 : s->lease;
 }
 

@@ -378,6 +378,7 @@ typedef struct {
     bool lost;
     char why[800];
     char gone[256]; /* members seen to go, "id " each */
+    bool relaxed;   /* what its relaxed callback says (the job forms) */
 } launcher_t;
 
 static void on_lost(void *ctx, const char *why)
@@ -404,6 +405,11 @@ static void on_member(void *ctx, const char *id, bool there)
 }
 
 static const ddp_etcd_session_cbs_t callbacks = {on_lost, on_coordinator, on_member, NULL};
+
+static bool on_relaxed(void *ctx)
+{
+    return ((launcher_t *)ctx)->relaxed;
+}
 
 #define NLAUNCHERS 3
 
@@ -1182,6 +1188,50 @@ static void test_join_answer_lost_after_taking_the_key(void **state)
 
 /* A transaction's reply: succeeded only where "succeeded" is true (etcd's gateway leaves
  * out a false; a false written, or another value, is no success). No etcd needed. */
+static void on_closed(void *ctx)
+{
+    *(bool *)ctx = true;
+}
+
+/* A launcher ending while the job forms (its keep-alives relaxed: one every 3 s for a
+ * limit of 3 s) revokes its lease though over a third of the limit and a second (2 s) passed
+ * since etcd last answered one: they went at the relaxed pace, and the place that closes no
+ * longer says relaxed. Its member key goes at once, not at the lease's end (9 s). */
+static void test_forming_close_revokes(void **state)
+{
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    client_t c;
+    launcher_t l;
+    client_up(&c, etcd.endpoints, 2);
+    memset(&l, 0, sizeof l);
+    snprintf(l.id, sizeof l.id, "L0");
+    l.relaxed = true;
+    const ddp_etcd_session_cbs_t relaxing = {on_lost, on_coordinator, on_member, on_relaxed};
+    assert_int_equal(
+        ddp_etcd_session_start(c.etcd, "test/job/", l.id, 3, "rec", &relaxing, &l, &l.s), 0);
+    bool never = false;
+    for (double deadline = th_now() + 10; !l.told && !l.lost && th_now() < deadline;)
+        run_until(&c, &never, 0.02);
+    assert_true(l.told && !l.lost);
+    /* The grant came before the join was told: 2.3 s on is over 2 s since etcd's last
+     * answer, and before the next relaxed keep-alive (3 s after it). */
+    run_until(&c, &never, 2.3);
+    l.relaxed = false;
+    assert_int_not_equal(ddp_etcd_session_lease(l.s), 0);
+    bool closed = false;
+    ddp_etcd_session_close(l.s, false, on_closed, &closed);
+    assert_true(run_until(&c, &closed, 10));
+    ddp_buf_t body = DDP_BUF_INIT;
+    assert_int_equal(ddp_etcd_body_range(&body, "test/job/node/", true), 0);
+    answer_t range = call(&c, "/v3/kv/range", ddp_buf_str(&body), 10);
+    ddp_buf_free(&body);
+    assert_int_equal(range.err, 0);
+    assert_int_equal(range.count, 0);
+    client_down(&c);
+    th_etcd_down(&etcd);
+}
+
 static void test_succeeded_read(void **state)
 {
     static const struct {
@@ -1217,6 +1267,7 @@ int main(int argc, char **argv)
         TH_TEST(test_one_coordinator_then_another),
         TH_TEST(test_lease_runs_out),
         TH_TEST(test_etcd_gone),
+        TH_TEST(test_forming_close_revokes),
         TH_TEST(test_round_record_read_back),
         TH_TEST(test_depose_with_a_silent_watch),
         TH_TEST(test_lost_answers),
