@@ -218,9 +218,9 @@ int ddp_rdzv_round_record_format(ddp_buf_t *out, int round, int restarts,
     return err;
 }
 
-/* "WORD N" at *p: the word, one space, 1 to 10 digits (no sign; at most INT_MAX), and *p
- * moved past them; false where not. */
-static bool take_count(const char **p, const char *word, int *out)
+/* "WORD N" at *p: the word, one space, 1 to 10 digits (no sign; at most max), and *p moved
+ * past them; false where not. */
+static bool take_count(const char **p, const char *word, int max, int *out)
 {
     size_t len = strlen(word);
     const char *at = *p;
@@ -234,7 +234,7 @@ static bool take_count(const char **p, const char *word, int *out)
         return false;
     memcpy(digits, at, n);
     digits[n] = '\0';
-    if (ddp_parse_long(digits, 0, INT_MAX, &value) != 0)
+    if (ddp_parse_long(digits, 0, max, &value) != 0)
         return false;
     *out = (int)value;
     *p = at + n;
@@ -244,9 +244,9 @@ static bool take_count(const char **p, const char *word, int *out)
 int ddp_rdzv_round_record_parse(const char *text, int *round, int *restarts, const char **ranks)
 {
     const char *at = text;
-    if (!take_count(&at, "round", round) || *at++ != ' ' ||
-        !take_count(&at, "restarts", restarts) || strncmp(at, " ranks", 6) != 0 ||
-        (at[6] != '\0' && at[6] != ' '))
+    if (!take_count(&at, "round", DDP_RDZV_RECORD_COUNT_MAX, round) || *at++ != ' ' ||
+        !take_count(&at, "restarts", DDP_RDZV_RECORD_COUNT_MAX, restarts) ||
+        strncmp(at, " ranks", 6) != 0 || (at[6] != '\0' && at[6] != ' '))
         return DDP_EPARSE;
     *ranks = at + 6 + (at[6] == ' ');
     return 0;

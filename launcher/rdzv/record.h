@@ -34,6 +34,7 @@
 #include "buf.h"
 #include "config/config.h"
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -151,8 +152,13 @@ typedef const char *(*ddp_rdzv_member_id_fn)(void *ctx, int i);
  * resumes from: "round R restarts K ranks ID0 ID1 ..." (the launchers by node rank). */
 int ddp_rdzv_round_record_format(ddp_buf_t *out, int round, int restarts,
                                  ddp_rdzv_member_id_fn id_of, void *ctx, int n);
+/* The most a round record's round and restarts may be: the coordinator that resumes from it
+ * counts both on (the next round is R+1, each after it one more), and a count near INT_MAX
+ * would wrap. A record's counts come from etcd, where anyone may have written them. */
+#define DDP_RDZV_RECORD_COUNT_MAX (INT_MAX / 2)
+
 /* 0 with *round, *restarts and *ranks (within `text`: the ids, space-separated), or
- * DDP_EPARSE. */
+ * DDP_EPARSE (a count over DDP_RDZV_RECORD_COUNT_MAX too). */
 int ddp_rdzv_round_record_parse(const char *text, int *round, int *restarts, const char **ranks);
 
 #endif

@@ -372,18 +372,21 @@ static void test_round_record(void **state)
     assert_int_equal(round, 3);
     assert_int_equal(restarts, 1);
     assert_string_equal(ranks, "host-1 host-2");
-    assert_int_equal(
-        ddp_rdzv_round_record_parse("round 2147483647 restarts 0 ranks", &round, &restarts, &ranks),
-        0);
-    assert_int_equal(round, 2147483647);
+    assert_int_equal(ddp_rdzv_round_record_parse("round 1073741823 restarts 1073741823 ranks",
+                                                 &round, &restarts, &ranks),
+                     0);
+    assert_int_equal(round, 1073741823);
+    assert_int_equal(restarts, 1073741823);
     assert_string_equal(ranks, "");
-    static const char *const bad[] = {"", "round x restarts 0 ranks", "round 1 restarts -1 ranks",
-                                      "round 1 restarts 0 ranksX", "round 1 restarts 0",
-                                      /* beyond int: refused, never wrapped (an int's sscanf) */
-                                      "round 4294967303 restarts 4294967298 ranks x y",
-                                      "round 2147483648 restarts 0 ranks",
-                                      "round 1 restarts 99999999999999999999 ranks",
-                                      "round +1 restarts 0 ranks", "round  1 restarts 0 ranks"};
+    static const char *const bad[] = {
+        "", "round x restarts 0 ranks", "round 1 restarts -1 ranks", "round 1 restarts 0 ranksX",
+        "round 1 restarts 0",
+        /* beyond int: refused, never wrapped (an int's sscanf) */
+        "round 4294967303 restarts 4294967298 ranks x y", "round 2147483648 restarts 0 ranks",
+        /* counted on, they would wrap: refused too */
+        "round 2147483647 restarts 0 ranks", "round 1073741824 restarts 0 ranks",
+        "round 1 restarts 2147483647 ranks", "round 1 restarts 99999999999999999999 ranks",
+        "round +1 restarts 0 ranks", "round  1 restarts 0 ranks"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(ddp_rdzv_round_record_parse(bad[i], &round, &restarts, &ranks),
                          DDP_EPARSE);
