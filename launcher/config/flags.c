@@ -1034,7 +1034,28 @@ static int check_etcd_file(const char *key, const char *path, ddp_buf_t *err)
                           key, path, problem, DDP_ETCD_FILE_MAX >> 20);
 }
 
-/* --rdzv-backend=etcd: its endpoints (every member of the cluster) and its TLS files. */
+/* etcd's longest lease (its MaxLeaseTTL, 9e9 s: a grant for longer is refused). */
+#define ETCD_LEASE_TTL_MAX 9e9
+
+/* A launcher's lease, while the job forms, is three times its keep-alive limit, which is
+ * twice keep_alive_interval times keep_alive_max_attempt (etcd_place.c's lease_s,
+ * etcd_session.c's lease_ttl): over etcd's longest, every grant would be refused. */
+static int check_etcd_lease(const ddp_launch_config_t *cfg, ddp_buf_t *err)
+{
+    double lease =
+        3 * 2 * cfg->rdzv_conf.keep_alive_interval * cfg->rdzv_conf.keep_alive_max_attempt;
+    if (lease <= ETCD_LEASE_TTL_MAX)
+        return 0;
+    return ddp_flag_usage(err, "--rdzv-conf",
+                          "keep_alive_interval=%.15g and keep_alive_max_attempt=%d ask a lease "
+                          "of %.15g s from etcd (6 times their product), over its longest, "
+                          "%.15g s",
+                          cfg->rdzv_conf.keep_alive_interval, cfg->rdzv_conf.keep_alive_max_attempt,
+                          lease, ETCD_LEASE_TTL_MAX);
+}
+
+/* --rdzv-backend=etcd: its endpoints (every member of the cluster), its TLS files and its
+ * lease. */
 static int check_etcd(ddp_launch_config_t *cfg, ddp_buf_t *err)
 {
     ddp_etcd_conf_t *etcd = &cfg->etcd;
@@ -1067,7 +1088,8 @@ static int check_etcd(ddp_launch_config_t *cfg, ddp_buf_t *err)
             etcd->cert != NULL ? "cert" : "key", etcd->cert != NULL ? "key" : "cert");
     if ((rc = check_etcd_file("cacert", etcd->cacert, err)) != 0 ||
         (rc = check_etcd_file("cert", etcd->cert, err)) != 0 ||
-        (rc = check_etcd_file("key", etcd->key, err)) != 0)
+        (rc = check_etcd_file("key", etcd->key, err)) != 0 ||
+        (rc = check_etcd_lease(cfg, err)) != 0)
         return rc;
     /* The first endpoint stands for the cluster where one address is shown. */
     (void)ddp_parse_host_port(etcd->endpoints[0], 2379, cfg->rdzv_endpoint_host,

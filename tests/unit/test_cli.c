@@ -336,6 +336,11 @@ static const bad_case_t bad_cases[] = {
     {"--rdzv-conf=store_type=etcd t.py", NULL, "--rdzv-conf: invalid store_type 'etcd'"},
     {"--rdzv-conf=keep_alive_max_attempt=0 t.py", NULL, "invalid keep_alive_max_attempt '0'"},
     {"--rdzv-conf=keep_alive_interval=-1 t.py", NULL, "invalid keep_alive_interval '-1'"},
+    {"--rdzv-backend=etcd --rdzv-endpoint=a "
+     "--rdzv-conf=keep_alive_interval=1e7,keep_alive_max_attempt=1000 t.py",
+     NULL,
+     "--rdzv-conf: keep_alive_interval=10000000 and keep_alive_max_attempt=1000 ask a lease of "
+     "60000000000 s from etcd (6 times their product), over its longest, 9000000000 s"},
     {"--standalone=1 t.py", NULL, "--standalone: takes no value"},
     {"t.py", "PET_STANDALONE=maybe", "PET_STANDALONE: invalid value 'maybe'"},
     {"t.py", "PET_NPROC_PER_NODE=zero", "PET_NPROC_PER_NODE: invalid value 'zero'"},
