@@ -3,6 +3,7 @@
 
 #include "error.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -57,13 +58,27 @@ int ddp_parse_bool(const char *text, bool *out)
     return DDP_EPARSE;
 }
 
+/* Whether text[0..len) is an IPv6 address, a zone (%eth0) after it or not. */
+static bool is_ipv6(const char *text, size_t len)
+{
+    char addr[INET6_ADDRSTRLEN];
+    struct in6_addr parsed;
+    const char *zone = memchr(text, '%', len);
+    size_t addr_len = zone != NULL ? (size_t)(zone - text) : len;
+    if (addr_len >= sizeof addr || (zone != NULL && zone + 1 == text + len))
+        return false;
+    memcpy(addr, text, addr_len);
+    addr[addr_len] = '\0';
+    return inet_pton(AF_INET6, addr, &parsed) == 1;
+}
+
 int ddp_parse_host_port(const char *text, int default_port, char *host, size_t host_cap, int *port)
 {
     const char *host_start = text, *host_end, *port_text = NULL;
     if (text[0] == '[') {
         host_start = text + 1;
         host_end = strchr(host_start, ']');
-        if (host_end == NULL)
+        if (host_end == NULL || !is_ipv6(host_start, (size_t)(host_end - host_start)))
             return DDP_EPARSE;
         if (host_end[1] == ':')
             port_text = host_end + 2;
@@ -72,8 +87,11 @@ int ddp_parse_host_port(const char *text, int default_port, char *host, size_t h
     } else {
         const char *colon = strchr(text, ':');
         if (colon != NULL && strchr(colon + 1, ':') != NULL) {
-            /* Several colons and no brackets: an IPv6 address without a port. */
+            /* Several colons and no brackets: an IPv6 address without a port, or nothing
+             * (a URL, a HOST:PORT:PORT). */
             host_end = text + strlen(text);
+            if (!is_ipv6(text, (size_t)(host_end - text)))
+                return DDP_EPARSE;
         } else if (colon != NULL) {
             host_end = colon;
             port_text = colon + 1;

@@ -20,7 +20,8 @@ int ddp_parse_bool(const char *text, bool *out);
 /* Splits "host", "host:port", "[v6addr]" or "[v6addr]:port" (also a bare IPv6 address
  * without brackets, which then has no port). `host` receives the host without brackets;
  * `*port` is left as `default_port` when none is given. Ports are 0..65535.
- * Returns 0, DDP_EPARSE (empty host, bad brackets, bad port) or -ENAMETOOLONG. */
+ * Returns 0, DDP_EPARSE (empty host, bad brackets, bad port, several colons or brackets
+ * around what is not an IPv6 address, "%zone" after it or not) or -ENAMETOOLONG. */
 int ddp_parse_host_port(const char *text, int default_port, char *host, size_t host_cap, int *port);
 
 #endif

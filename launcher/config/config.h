@@ -83,7 +83,7 @@ typedef struct ddp_rdzv_conf_s {
 /* --rdzv-backend=etcd: the cluster that decides where the job's store lives, and how to
  * speak to it (--rdzv-endpoint, --rdzv-conf protocol, cacert, cert, key; strings owned). */
 typedef struct ddp_etcd_conf_s {
-    char *given;      /* --rdzv-endpoint as given: "HOST[:PORT],HOST[:PORT],..." */
+    char *given;      /* --rdzv-endpoint as given: "[SCHEME://]HOST[:PORT],..." */
     char **endpoints; /* each as "HOST:PORT" (default port 2379; IPv6 as [ADDR]:PORT) */
     size_t nendpoints;
     bool https, protocol_given;

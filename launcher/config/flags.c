@@ -177,8 +177,23 @@ static int apply_rdzv_backend(ddp_launch_config_t *cfg, const char *value, const
     return 0;
 }
 
-/* HOST[:PORT]: c10d's store; etcd's members, HOST[:PORT],HOST[:PORT],... (the backend may
- * come later: the list is read by ddp_flags_check). */
+/* The scheme before an etcd endpoint (etcdctl's http:// or https://), if any. */
+typedef enum { SCHEME_NONE, SCHEME_HTTP, SCHEME_HTTPS } etcd_scheme_t;
+
+/* etcd's endpoints may start with a scheme, as etcdctl's do: where `text` starts with
+ * "http://" or "https://" (any case), *rest is past it and the scheme is returned. */
+static etcd_scheme_t etcd_scheme(const char *text, const char **rest)
+{
+    *rest = text;
+    if (strncasecmp(text, "http://", 7) == 0)
+        *rest = text + 7;
+    else if (strncasecmp(text, "https://", 8) == 0)
+        *rest = text + 8;
+    return *rest == text ? SCHEME_NONE : text[4] == ':' ? SCHEME_HTTP : SCHEME_HTTPS;
+}
+
+/* HOST[:PORT]: c10d's store; etcd's members, [SCHEME://]HOST[:PORT],... (the backend may
+ * come later: the list, and an endpoint with a scheme, are read by ddp_flags_check). */
 static int apply_rdzv_endpoint(ddp_launch_config_t *cfg, const char *value, const char *origin,
                                const ddp_log_t *log, ddp_buf_t *err)
 {
@@ -192,14 +207,18 @@ static int apply_rdzv_endpoint(ddp_launch_config_t *cfg, const char *value, cons
     if ((cfg->etcd.given = strdup(value)) == NULL)
         return -ENOMEM;
     cfg->rdzv_endpoint_set = true;
-    if (strchr(value, ',') != NULL) { /* etcd's list, checked with the backend */
+    const char *rest;
+    if (strchr(value, ',') != NULL || etcd_scheme(value, &rest) != SCHEME_NONE) {
+        /* etcd's, checked with the backend */
         cfg->rdzv_endpoint_host[0] = '\0';
         cfg->rdzv_endpoint_port = -1;
         return 0;
     }
     if (ddp_parse_host_port(value, -1, cfg->rdzv_endpoint_host, sizeof cfg->rdzv_endpoint_host,
                             &cfg->rdzv_endpoint_port) != 0)
-        return bad_value(err, origin, value, "HOST, HOST:PORT or [IPV6]:PORT");
+        return bad_value(err, origin, value,
+                         "HOST, HOST:PORT, [IPV6]:PORT or an IPv6 address (etcd's: http:// "
+                         "or https:// before it or not)");
     return 0;
 }
 
@@ -999,16 +1018,28 @@ int ddp_flag_index(const char *name)
     return -1;
 }
 
-/* One endpoint of etcd's list (default port 2379) appended as "HOST:PORT". */
-static int add_etcd_endpoint(ddp_etcd_conf_t *etcd, const char *text, ddp_buf_t *err)
+/* One endpoint of etcd's list (default port 2379) appended as "HOST:PORT"; the scheme
+ * before it (http:// or https://) is the list's: one of each is refused. */
+static int add_etcd_endpoint(ddp_etcd_conf_t *etcd, const char *text, etcd_scheme_t *scheme,
+                             ddp_buf_t *err)
 {
     char host[DDP_HOST_MAX], **grown;
     int port = 2379;
-    if (ddp_parse_host_port(text, 2379, host, sizeof host, &port) != 0 || port == 0)
+    const char *rest;
+    etcd_scheme_t own = etcd_scheme(text, &rest);
+    if (ddp_parse_host_port(rest, 2379, host, sizeof host, &port) != 0 || port == 0)
         return ddp_flag_usage(err, "--rdzv-endpoint",
-                              "invalid etcd endpoint '%s': expected HOST, HOST:PORT or "
-                              "[IPV6]:PORT, a list of them with commas",
+                              "invalid etcd endpoint '%s': expected HOST, HOST:PORT, "
+                              "[IPV6]:PORT or an IPv6 address, http:// or https:// before it "
+                              "or not, a list of them with commas",
                               text);
+    if (own != SCHEME_NONE && *scheme != SCHEME_NONE && own != *scheme)
+        return ddp_flag_usage(err, "--rdzv-endpoint",
+                              "%s: http:// and https:// endpoints mixed: etcd is reached one "
+                              "way (https:// is --rdzv-conf protocol=https)",
+                              etcd->given);
+    if (own != SCHEME_NONE)
+        *scheme = own;
     grown = realloc(etcd->endpoints, (etcd->nendpoints + 2) * sizeof *grown);
     if (grown == NULL)
         return -ENOMEM;
@@ -1070,14 +1101,23 @@ static int check_etcd(ddp_launch_config_t *cfg, ddp_buf_t *err)
     ddp_strv_free(etcd->endpoints);
     etcd->endpoints = NULL;
     etcd->nendpoints = 0;
+    etcd_scheme_t scheme = SCHEME_NONE;
     for (char *one = strtok_r(copy, ",", &save); one != NULL && rc == 0;
          one = strtok_r(NULL, ",", &save))
-        rc = add_etcd_endpoint(etcd, one, err);
+        rc = add_etcd_endpoint(etcd, one, &scheme, err);
     free(copy);
     if (rc == 0 && etcd->nendpoints == 0)
-        rc = add_etcd_endpoint(etcd, "", err);
+        rc = add_etcd_endpoint(etcd, "", &scheme, err);
     if (rc != 0)
         return rc;
+    /* As etcdctl: https:// endpoints are reached over TLS; a protocol given says the same. */
+    bool https = scheme == SCHEME_HTTPS;
+    if (scheme != SCHEME_NONE && etcd->protocol_given && etcd->https != https)
+        return ddp_flag_usage(
+            err, "--rdzv-endpoint", "%s: %s endpoints with --rdzv-conf protocol=%s: give one way",
+            etcd->given, https ? "https://" : "http://", etcd->https ? "https" : "http");
+    if (scheme != SCHEME_NONE)
+        etcd->https = https;
     bool tls_files = etcd->cacert != NULL || etcd->cert != NULL || etcd->key != NULL;
     if (tls_files && !etcd->https)
         return ddp_flag_usage(err, "--rdzv-conf",
@@ -1105,11 +1145,16 @@ static int check_not_etcd(const ddp_launch_config_t *cfg, ddp_buf_t *err)
         return ddp_flag_usage(err, "--rdzv-conf",
                               "protocol, cacert, cert and key are etcd's: add "
                               "--rdzv-backend=etcd");
+    const char *rest;
     if (cfg->rdzv_endpoint_set && cfg->rdzv_endpoint_host[0] == '\0')
         return ddp_flag_usage(err, "--rdzv-endpoint",
-                              "%s: a list of endpoints is etcd's (--rdzv-backend=etcd); c10d's "
-                              "store has one, HOST[:PORT]",
-                              etcd->given);
+                              "%s: %s is etcd's (--rdzv-backend=etcd); c10d's store has one, "
+                              "HOST[:PORT]",
+                              etcd->given,
+                              strchr(etcd->given, ',') != NULL ? "a list of endpoints"
+                              : etcd_scheme(etcd->given, &rest) == SCHEME_HTTPS
+                                  ? "an https:// endpoint"
+                                  : "an http:// endpoint");
     return 0;
 }
 

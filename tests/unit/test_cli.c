@@ -315,6 +315,24 @@ static const bad_case_t bad_cases[] = {
     {"--master-port=http t.py", NULL, "--master-port"},
     {"--rdzv-backend=etcd t.py", NULL, "etcd needs --rdzv-endpoint HOST[:PORT][,HOST[:PORT]...]"},
     {"--rdzv-backend=etcd --rdzv-endpoint=a,b:x t.py", NULL, "invalid etcd endpoint 'b:x'"},
+    {"--rdzv-backend=etcd --rdzv-endpoint=127.0.0.1:2379:1 t.py", NULL,
+     "--rdzv-endpoint: invalid value '127.0.0.1:2379:1': expected HOST, HOST:PORT, [IPV6]:PORT "
+     "or an IPv6 address (etcd's: http:// or https:// before it or not)"},
+    {"--rdzv-backend=etcd --rdzv-endpoint=e,127.0.0.1:2379:1 t.py", NULL,
+     "invalid etcd endpoint '127.0.0.1:2379:1': expected HOST, HOST:PORT, [IPV6]:PORT or an IPv6 "
+     "address, http:// or https:// before it or not, a list of them with commas"},
+    {"--rdzv-backend=etcd --rdzv-endpoint=a,etcd1:2379:2379 t.py", NULL,
+     "invalid etcd endpoint 'etcd1:2379:2379'"},
+    {"--rdzv-backend=etcd --rdzv-endpoint=ftp://a:1 t.py", NULL, "invalid value 'ftp://a:1'"},
+    {"--rdzv-backend=etcd --rdzv-endpoint=http://a:1,https://b:1 t.py", NULL,
+     "http://a:1,https://b:1: http:// and https:// endpoints mixed"},
+    {"--rdzv-backend=etcd --rdzv-endpoint=https://a:1 --rdzv-conf=protocol=http t.py", NULL,
+     "https://a:1: https:// endpoints with --rdzv-conf protocol=http: give one way"},
+    {"--rdzv-backend=etcd --rdzv-endpoint=http://a --rdzv-conf=protocol=https t.py", NULL,
+     "http:// endpoints with --rdzv-conf protocol=https"},
+    {"--rdzv-backend=c10d --rdzv-endpoint=http://a:1 t.py", NULL,
+     "http://a:1: an http:// endpoint is etcd's (--rdzv-backend=etcd)"},
+    {"--rdzv-backend=c10d --rdzv-endpoint=a:1:2 t.py", NULL, "--rdzv-endpoint: invalid value"},
     {"--rdzv-backend=etcd --rdzv-endpoint=a --rdzv-conf=protocol=gopher t.py", NULL,
      "--rdzv-conf: invalid protocol 'gopher'"},
     {"--rdzv-backend=etcd --rdzv-endpoint=a --rdzv-conf=key=/etc/hostname t.py", NULL,
@@ -507,6 +525,39 @@ static void test_etcd_flags(void **state)
     assert_true(ddp_config_dynamic(&p.cfg));
     assert_int_equal(ddp_config_store_host(&p.cfg), DDP_STORE_HOST_ELECTED);
     done(&p);
+    /* etcdctl's schemes: https:// is TLS, as protocol=https; http:// is not. */
+    static const struct {
+        const char *args;
+        const char *first;
+        bool https;
+    } schemes[] = {
+        {"--rdzv-endpoint=HTTP://127.0.0.1:25880", "127.0.0.1:25880", false},
+        {"--rdzv-endpoint=https://e1,https://[::1]:5", "e1:2379", true},
+        {"--rdzv-endpoint=https://e1,e2 --rdzv-conf=protocol=https", "e1:2379", true},
+        {"--rdzv-endpoint=http://e1,e2 --rdzv-conf=protocol=http", "e1:2379", false},
+        {"--rdzv-endpoint=fe80::1%eth0", "[fe80::1%eth0]:2379", false},
+    };
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "--nnodes=2 --rdzv-backend=etcd %s t.py", schemes[i].args);
+        parse(&p, args, NULL);
+        if (p.rc != 0)
+            fail_msg("'%s': %s", args, ddp_buf_str(&p.err));
+        assert_string_equal(p.cfg.etcd.endpoints[0], schemes[i].first);
+        assert_int_equal(p.cfg.etcd.https, schemes[i].https);
+        done(&p);
+    }
+    /* c10d's endpoint as before: HOST[:PORT], [IPV6]:PORT or an IPv6 address. */
+    static const char *const c10d[] = {"head:29400", "[::1]:29400", "::1", "head"};
+    for (size_t i = 0; i < sizeof c10d / sizeof c10d[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "--nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=%s t.py",
+                 c10d[i]);
+        parse(&p, args, NULL);
+        if (p.rc != 0)
+            fail_msg("'%s': %s", args, ddp_buf_str(&p.err));
+        done(&p);
+    }
 }
 
 /* An elastic job: a range of nodes with c10d. */

@@ -77,6 +77,15 @@ static void test_host_port(void **state)
         {"h:65536", DDP_EPARSE, NULL, 0},
         {"h:", DDP_EPARSE, NULL, 0},
         {"h:-1", DDP_EPARSE, NULL, 0},
+        /* Several colons are an IPv6 address or nothing: never a host that takes them all. */
+        {"http://127.0.0.1:2379", DDP_EPARSE, NULL, 0},
+        {"127.0.0.1:2379:1", DDP_EPARSE, NULL, 0},
+        {"etcd1:2379:2379", DDP_EPARSE, NULL, 0},
+        {"fe80::1%", DDP_EPARSE, NULL, 0},
+        {"[etcd1]:2379", DDP_EPARSE, NULL, 0},
+        {"[127.0.0.1]:2379", DDP_EPARSE, NULL, 0},
+        {"::ffff:10.0.0.1", 0, "::ffff:10.0.0.1", -1},
+        {"[::]:7", 0, "::", 7},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char host[64] = "";
