@@ -5,6 +5,7 @@
 
 #include "error.h"
 #include "rdzv/coord.h"
+#include "rdzv/etcd_client.h"
 #include "rdzv/etcd_place.h"
 #include "rdzv/rdzv.h"
 #include "store/server.h"
@@ -200,8 +201,12 @@ void ddp_placement_start(ddp_placement_t *p)
     int err = ddp_etcd_place_start(g->loop, g->cfg, g->log, id, g->cfg->master_addr, g->store_port,
                                    &cbs, p, &p->place, &why);
     if (err != 0) {
-        ddp_log_error(g->log, "rendezvous: unable to use etcd at %s: %s", g->cfg->etcd.given,
+        ddp_buf_t at = DDP_BUF_INIT;
+        (void)ddp_etcd_endpoints_text(&at, (const char *const *)g->cfg->etcd.endpoints,
+                                      g->cfg->etcd.nendpoints);
+        ddp_log_error(g->log, "rendezvous: unable to use etcd at %s: %s", ddp_buf_str(&at),
                       err == -ENOMEM ? "out of memory" : ddp_buf_str(&why));
+        ddp_buf_free(&at);
         g->ops->end_job(g, DDP_EXIT_RDZV_FAILED);
     }
     ddp_buf_free(&why);

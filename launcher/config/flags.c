@@ -1035,9 +1035,9 @@ static int add_etcd_endpoint(ddp_etcd_conf_t *etcd, const char *text, etcd_schem
                               text);
     if (own != SCHEME_NONE && *scheme != SCHEME_NONE && own != *scheme)
         return ddp_flag_usage(err, "--rdzv-endpoint",
-                              "%s: http:// and https:// endpoints mixed: etcd is reached one "
-                              "way (https:// is --rdzv-conf protocol=https)",
-                              etcd->given);
+                              "'%s': http:// and https:// endpoints mixed: etcd is reached "
+                              "one way (https:// is --rdzv-conf protocol=https)",
+                              text);
     if (own != SCHEME_NONE)
         *scheme = own;
     grown = realloc(etcd->endpoints, (etcd->nendpoints + 2) * sizeof *grown);
@@ -1113,9 +1113,9 @@ static int check_etcd(ddp_launch_config_t *cfg, ddp_buf_t *err)
     /* As etcdctl: https:// endpoints are reached over TLS; a protocol given says the same. */
     bool https = scheme == SCHEME_HTTPS;
     if (scheme != SCHEME_NONE && etcd->protocol_given && etcd->https != https)
-        return ddp_flag_usage(
-            err, "--rdzv-endpoint", "%s: %s endpoints with --rdzv-conf protocol=%s: give one way",
-            etcd->given, https ? "https://" : "http://", etcd->https ? "https" : "http");
+        return ddp_flag_usage(err, "--rdzv-endpoint",
+                              "%s endpoints with --rdzv-conf protocol=%s: give one way",
+                              https ? "https://" : "http://", etcd->https ? "https" : "http");
     if (scheme != SCHEME_NONE)
         etcd->https = https;
     bool tls_files = etcd->cacert != NULL || etcd->cert != NULL || etcd->key != NULL;
@@ -1148,13 +1148,13 @@ static int check_not_etcd(const ddp_launch_config_t *cfg, ddp_buf_t *err)
     const char *rest;
     if (cfg->rdzv_endpoint_set && cfg->rdzv_endpoint_host[0] == '\0')
         return ddp_flag_usage(err, "--rdzv-endpoint",
-                              "%s: %s is etcd's (--rdzv-backend=etcd); c10d's store has one, "
-                              "HOST[:PORT]",
-                              etcd->given,
+                              "%s is etcd's (--rdzv-backend=etcd); c10d's store has one, "
+                              "HOST[:PORT] (given '%.100s'%s)",
                               strchr(etcd->given, ',') != NULL ? "a list of endpoints"
                               : etcd_scheme(etcd->given, &rest) == SCHEME_HTTPS
                                   ? "an https:// endpoint"
-                                  : "an http:// endpoint");
+                                  : "an http:// endpoint",
+                              etcd->given, strlen(etcd->given) > 100 ? "..." : "");
     return 0;
 }
 

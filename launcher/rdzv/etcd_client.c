@@ -839,8 +839,8 @@ int ddp_etcd_new(uv_loop_t *loop, const ddp_etcd_opts_t *opts, const ddp_log_t *
     for (size_t i = 0; ok && e->endpoints != NULL && i < opts->nendpoints; i++) {
         e->endpoints[i] = copy_or_null(opts->endpoints[i], &ok);
         e->nendpoints += e->endpoints[i] != NULL;
-        ok = ddp_buf_printf(&all, "%s%s", i ? "," : "", opts->endpoints[i]) == 0 && ok;
     }
+    ok = ok && ddp_etcd_endpoints_text(&all, opts->endpoints, opts->nendpoints) == 0;
     e->all_endpoints = ddp_buf_steal(&all);
     /* Launchers begin at endpoints of their own (by pid): a thousand joining at once load
      * every member's gateway, not the first one's alone. */
@@ -982,6 +982,25 @@ void ddp_etcd_free(ddp_etcd_t *e)
 }
 
 #endif
+
+/* At most this many endpoints, and the second and later ones only within this many bytes,
+ * are named in a message: a line holds the reason after them. */
+#define ENDPOINTS_SHOWN      3
+#define ENDPOINTS_TEXT_BYTES 160
+
+int ddp_etcd_endpoints_text(ddp_buf_t *out, const char *const *endpoints, size_t n)
+{
+    size_t shown = 0, start = out->len;
+    int err = 0;
+    while (err == 0 && shown < n && shown < ENDPOINTS_SHOWN &&
+           (shown == 0 || out->len - start + strlen(endpoints[shown]) < ENDPOINTS_TEXT_BYTES)) {
+        err = ddp_buf_printf(out, "%s%s", shown > 0 ? "," : "", endpoints[shown]);
+        shown++;
+    }
+    if (err == 0 && shown < n)
+        err = ddp_buf_printf(out, " and %zu more", n - shown);
+    return err;
+}
 
 /* Bodies and replies. */
 

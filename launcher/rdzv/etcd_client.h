@@ -62,9 +62,15 @@ void ddp_etcd_cancel(ddp_etcd_call_t *call);
 /* The loop the client runs on. */
 uv_loop_t *ddp_etcd_loop(const ddp_etcd_t *e);
 
-/* The endpoint requests go to now ("HOST:PORT"), and all of them as one text. */
+/* The endpoint requests go to now ("HOST:PORT"), and all of them as one text for messages
+ * (ddp_etcd_endpoints_text's). */
 const char *ddp_etcd_endpoint(const ddp_etcd_t *e);
 const char *ddp_etcd_endpoints(const ddp_etcd_t *e);
+
+/* Appends `endpoints` (n of them) to `out` as a message names them: "A,B,C", or past three
+ * (or 160 bytes) "A,B,C and N more", so that what follows in a line is never cut. 0 or
+ * -ENOMEM. */
+int ddp_etcd_endpoints_text(ddp_buf_t *out, const char *const *endpoints, size_t n);
 
 /* Ends every call without its callback and frees the client once its handles have closed
  * on the loop. */

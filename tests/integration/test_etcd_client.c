@@ -286,6 +286,57 @@ static void test_no_member_answers(void **state)
     client_down(&c);
 }
 
+/* Many endpoints: a message names the first three and how many more, so that the reason
+ * after them is never cut (2000 of them cut the line at ~830 bytes before it). */
+static void test_many_endpoints_named_short(void **state)
+{
+    enum { N = 200 };
+    static char names[N][32];
+    const char *list[N];
+    int port = th_free_port();
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "127.0.0.1:%d", port);
+        list[i] = names[i];
+    }
+    client_t c;
+    assert_int_equal(uv_loop_init(&c.loop), 0);
+    ddp_log_init(&c.log, "test", DDP_LOG_DEBUG);
+    ddp_etcd_opts_t opts = {.endpoints = list, .nendpoints = N, .timeout = 1};
+    ddp_buf_t why = DDP_BUF_INIT;
+    int err = ddp_etcd_new(&c.loop, &opts, &c.log, &c.etcd, &why);
+    if (err == DDP_EUSAGE && strstr(ddp_buf_str(&why), "built without libcurl") != NULL) {
+        ddp_buf_free(&why);
+        uv_loop_close(&c.loop);
+        skip();
+    }
+    assert_int_equal(err, 0);
+    char want[256];
+    snprintf(want, sizeof want, "%s,%s,%s and %d more", names[0], names[0], names[0], N - 3);
+    assert_string_equal(ddp_etcd_endpoints(c.etcd), want);
+    answer_t a = put(&c, "k", "v", 0);
+    assert_int_equal(a.err, DDP_ECLOSED);
+    if (strstr(a.why, want) == NULL || strstr(a.why, "refused") == NULL)
+        fail_msg("'%s' does not name '%s' and why", a.why, want);
+    client_down(&c);
+    /* Long names: the second and later only within 160 bytes. */
+    char longer[3][120];
+    const char *three[3];
+    for (int i = 0; i < 3; i++) {
+        memset(longer[i], 'a' + i, sizeof longer[i] - 6);
+        snprintf(longer[i] + sizeof longer[i] - 6, 6, ":2379");
+        three[i] = longer[i];
+    }
+    ddp_buf_clear(&why);
+    assert_int_equal(ddp_etcd_endpoints_text(&why, three, 3), 0);
+    snprintf(want, sizeof want, "%s and 2 more", longer[0]);
+    assert_string_equal(ddp_buf_str(&why), want);
+    ddp_buf_clear(&why);
+    assert_int_equal(ddp_etcd_endpoints_text(&why, list, 2), 0);
+    snprintf(want, sizeof want, "%s,%s", names[0], names[0]);
+    assert_string_equal(ddp_buf_str(&why), want);
+    ddp_buf_free(&why);
+}
+
 /* A web server that is not etcd: a clear error, not a reply taken for etcd's. */
 static void test_not_etcd(void **state)
 {
@@ -1262,6 +1313,7 @@ int main(int argc, char **argv)
         TH_TEST(test_keys_leases_transactions_watches),
         TH_TEST(test_moves_to_a_live_member),
         TH_TEST(test_no_member_answers),
+        TH_TEST(test_many_endpoints_named_short),
         TH_TEST(test_not_etcd),
         TH_TEST(test_tls),
         TH_TEST(test_one_coordinator_then_another),
