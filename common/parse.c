@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -114,4 +115,9 @@ int ddp_parse_host_port(const char *text, int default_port, char *host, size_t h
     host[host_len] = '\0';
     *port = (int)port_value;
     return 0;
+}
+
+void ddp_host_port_text(char *out, size_t cap, const char *host, int port)
+{
+    snprintf(out, cap, strchr(host, ':') != NULL ? "[%s]:%d" : "%s:%d", host, port);
 }

@@ -24,4 +24,8 @@ int ddp_parse_bool(const char *text, bool *out);
  * around what is not an IPv6 address, "%zone" after it or not) or -ENAMETOOLONG. */
 int ddp_parse_host_port(const char *text, int default_port, char *host, size_t host_cap, int *port);
 
+/* Its inverse, for messages and connections: "host:port", or "[host]:port" where the host is
+ * an IPv6 address (it holds a colon), into out (cut at cap). */
+void ddp_host_port_text(char *out, size_t cap, const char *host, int port);
+
 #endif

@@ -3,6 +3,7 @@
 
 #include "error.h"
 #include "io.h"
+#include "parse.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -345,7 +346,7 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
     c->fd = -1;
     c->gen = DDP_CODEC_GEN2;
     c->options = options ? *options : DDP_STORE_CLIENT_OPTIONS_DEFAULT;
-    snprintf(c->address, sizeof c->address, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    ddp_host_port_text(c->address, sizeof c->address, host, port);
     snprintf(port_text, sizeof port_text, "%d", port);
     double deadline = start + c->options.connect_timeout;
     int gai = 0;

@@ -60,6 +60,7 @@
 #include "output/events.h"
 #include "output/logs.h"
 #include "output/output.h"
+#include "parse.h"
 #include "rdzv/coord.h"
 #include "rdzv/rdzv.h"
 #include "rdzv/record.h"
@@ -1831,7 +1832,7 @@ static int agent_new(const ddp_launch_config_t *cfg, const ddp_log_t *log, ddp_a
 static void start_rendezvous(ddp_agent_t *a)
 {
     const ddp_launch_config_t *cfg = a->g.cfg;
-    char id[DDP_RDZV_ID_MAX];
+    char id[DDP_RDZV_ID_MAX], store[DDP_HOST_MAX + 16];
     int err = 0;
     ddp_rdzv_launcher_id(id, a->g.host);
     a->g.state = DDP_AGENT_WAITING;
@@ -1844,14 +1845,15 @@ static void start_rendezvous(ddp_agent_t *a)
         ddp_log_error(a->g.log, "unable to start the rendezvous: %s", ddp_strerror(err));
         finish(a);
     } else if (ddp_config_dynamic(cfg)) {
-        ddp_log_info(a->g.log, "joining the elastic job (%d to %d nodes) at %s:%d%s",
-                     cfg->nnodes_min, cfg->nnodes_max, cfg->master_addr, cfg->master_port,
-                     a->g.store != NULL ? ", hosting its store" : "");
+        ddp_host_port_text(store, sizeof store, cfg->master_addr, cfg->master_port);
+        ddp_log_info(a->g.log, "joining the elastic job (%d to %d nodes) at %s%s", cfg->nnodes_min,
+                     cfg->nnodes_max, store, a->g.store != NULL ? ", hosting its store" : "");
         if (cfg->hot_spares > 0) /* this launcher may wait as a spare: its zygote meanwhile */
             ddp_worker_start_zygote(a->start);
     } else {
-        ddp_log_info(a->g.log, "node %d of %d: joining the job at %s:%d", cfg->node_rank,
-                     cfg->nnodes_max, cfg->master_addr, cfg->master_port);
+        ddp_host_port_text(store, sizeof store, cfg->master_addr, cfg->master_port);
+        ddp_log_info(a->g.log, "node %d of %d: joining the job at %s", cfg->node_rank,
+                     cfg->nnodes_max, store);
     }
 }
 

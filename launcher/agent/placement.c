@@ -4,6 +4,7 @@
 #include "agent/placement.h"
 
 #include "error.h"
+#include "parse.h"
 #include "rdzv/coord.h"
 #include "rdzv/etcd_client.h"
 #include "rdzv/etcd_place.h"
@@ -76,7 +77,7 @@ static void store_event(ddp_placement_t *p, const char *name, bool own, const ch
 {
     ddp_buf_t fields = DDP_BUF_INIT;
     char store[DDP_HOST_MAX + 16];
-    snprintf(store, sizeof store, "%s:%d", p->placed.master_addr, p->placed.master_port);
+    ddp_host_port_text(store, sizeof store, p->placed.master_addr, p->placed.master_port);
     ddp_events_str(&fields, "store", store);
     if (why == NULL)
         ddp_buf_printf(&fields, ", \"elected\": %s, \"after_loss\": %s", own ? "true" : "false",

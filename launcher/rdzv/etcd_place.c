@@ -29,6 +29,7 @@
 #include "rdzv/etcd_place.h"
 
 #include "error.h"
+#include "parse.h"
 #include "rdzv/etcd_client.h"
 #include "rdzv/etcd_session.h"
 #include "store_codec.h"
@@ -469,18 +470,19 @@ static void probe_end(probe_t *pr, probe_result_t result, const char *what)
         placed_elsewhere(p, pr->host, pr->port);
         return;
     }
-    char warning[2000];
+    char warning[2000], store[DDP_HOST_MAX + 16];
+    ddp_host_port_text(store, sizeof store, pr->host, pr->port);
     if (result == PROBE_REFUSED)
         snprintf(warning, sizeof warning,
-                 "the elected launcher's store at %s:%d refuses connections (its launcher is "
+                 "the elected launcher's store at %s refuses connections (its launcher is "
                  "gone): ending its lease, then electing another",
-                 pr->host, pr->port);
+                 store);
     else
         snprintf(warning, sizeof warning,
-                 "the coordinator's key %scoord names %s:%d, which %s: it did not answer as a "
+                 "the coordinator's key %scoord names %s, which %s: it did not answer as a "
                  "ddp-launch store (another program's port?): ending its lease, then electing "
                  "another",
-                 p->prefix, pr->host, pr->port, what);
+                 p->prefix, store, what);
     depose_named(p, pr->host, pr->port, result == PROBE_REFUSED ? "refuses connections" : what,
                  warning);
 }

@@ -1010,6 +1010,31 @@ static void ends_unleased(th_proc_t *p, const char *says)
     th_cleanup(p);
 }
 
+/* IPv6 stores are named in brackets: a dead launcher's at [::1]:PORT (refused), and this
+ * launcher's own, at --local-addr=::1 ("::1:PORT" read as a host before). */
+static void test_ipv6_store_named_in_brackets(void **state)
+{
+    (void)state;
+    th_etcd_t etcd;
+    th_etcd_up(&etcd, 1);
+    int refused = th_free_port();
+    squatted_key(&etcd, "v6", "[::1]", refused);
+    double started = th_now();
+    th_proc_t p;
+    start_launcher(&p, "--nnodes=1 --rdzv-id=v6 --rdzv-endpoint=%s --local-addr=::1",
+                   etcd.endpoints);
+    TH_ASSERT(&p, th_wait_exit(&p, 20));
+    printf("done %.2f s after the start\n", th_now() - started);
+    TH_ASSERT(&p, th_status(&p) == 0);
+    char says[200];
+    snprintf(says, sizeof says, "the elected launcher's store at [::1]:%d refuses connections",
+             refused);
+    TH_ASSERT(&p, strstr(err(&p), says) != NULL);
+    TH_ASSERT(&p, strstr(err(&p), "joining the elastic job (1 to 1 nodes) at [::1]:") != NULL);
+    th_cleanup(&p);
+    th_etcd_down(&etcd);
+}
+
 /* The coordinator's key names a port where another program listens (here the test's own
  * socket): one that answers the handshake with bytes a TCPStore does not send (by address,
  * then by a host name), then one that takes the connection and says nothing. Each time the
@@ -1699,6 +1724,7 @@ int main(int argc, char **argv)
         TH_TEST(test_dead_jobs_named_record_deposed),
         TH_TEST(test_dead_jobs_round_record_not_inherited),
         TH_TEST(test_coordinator_key_names_another_program),
+        TH_TEST(test_ipv6_store_named_in_brackets),
         TH_TEST(test_end_bounded_with_etcd_stopped),
         TH_TEST(test_elected_launcher_lost_spare_takes_over),
         TH_TEST(test_elected_launcher_lost_job_shrinks),

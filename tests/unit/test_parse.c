@@ -102,6 +102,11 @@ static void test_host_port(void **state)
     int port;
     assert_int_equal(ddp_parse_host_port("longhost:1", -1, tiny, sizeof tiny, &port),
                      -ENAMETOOLONG);
+    char text[64];
+    ddp_host_port_text(text, sizeof text, "::1", 5);
+    assert_string_equal(text, "[::1]:5");
+    ddp_host_port_text(text, sizeof text, "node1", 29400);
+    assert_string_equal(text, "node1:29400");
 }
 
 int main(void)
