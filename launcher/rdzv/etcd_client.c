@@ -98,6 +98,13 @@ struct ddp_etcd_s {
     size_t nendpoints, current;
     char *all_endpoints;
     bool answered; /* etcd answered a request (status 200) once */
+    /* What the headers of etcd's answers said (ddp_etcd_data_lost): the cluster id first
+     * seen, the highest revision, and the first sign since that etcd lost its data (a
+     * revision gone back is taken back once one reaches `lost_from` again: a member that
+     * lagged, not a loss). */
+    char cluster_id[32];
+    int64_t revision, lost_from;
+    char data_lost[160];
     bool https;
     char *cacert, *cert, *key;
     long timeout_ms;
@@ -217,6 +224,38 @@ static int check_reply(const char *text, size_t len, ddp_json_t **out, ddp_buf_t
     return 0;
 }
 
+/* A reply's header ({"header": ...}, a stream's in its result) as etcd's data goes. */
+static void note_header(ddp_etcd_t *e, const ddp_json_t *reply)
+{
+    const ddp_json_t *header = ddp_json_get(reply, "header");
+    if (header == NULL)
+        header = ddp_json_get(ddp_json_get(reply, "result"), "header");
+    size_t len = 0;
+    const char *id = ddp_json_string(ddp_json_get(header, "cluster_id"), &len);
+    if (id != NULL && len > 0 && len < sizeof e->cluster_id) {
+        if (e->cluster_id[0] == '\0')
+            memcpy(e->cluster_id, id, len + 1);
+        else if (strcmp(e->cluster_id, id) != 0 && (e->data_lost[0] == '\0' || e->lost_from > 0)) {
+            snprintf(e->data_lost, sizeof e->data_lost, "its cluster id changed from %s to %s",
+                     e->cluster_id, id);
+            e->lost_from = 0; /* for good */
+        }
+    }
+    int64_t revision;
+    if (!ddp_etcd_int(header, "revision", &revision))
+        return;
+    if (revision < e->revision && e->data_lost[0] == '\0') {
+        snprintf(e->data_lost, sizeof e->data_lost, "its revision went back from %lld to %lld",
+                 (long long)e->revision, (long long)revision);
+        e->lost_from = e->revision;
+    } else if (e->lost_from > 0 && revision >= e->lost_from) {
+        e->data_lost[0] = '\0';
+        e->lost_from = 0;
+    }
+    if (revision > e->revision)
+        e->revision = revision;
+}
+
 /* The message text[len] (a whole reply, or one line of a stream) to `cb`. */
 static void deliver(ddp_etcd_call_t *call, ddp_etcd_cb_t cb, void *ctx, const char *text,
                     size_t len)
@@ -228,6 +267,8 @@ static void deliver(ddp_etcd_call_t *call, ddp_etcd_cb_t cb, void *ctx, const ch
     if (err == 0 && call->stream && ddp_json_get(root, "result") != NULL)
         reply = ddp_json_get(root, "result");
     call->delivered = call->delivered || err == 0;
+    if (err == 0)
+        note_header(call->e, reply);
     cb(ctx, err, err == 0 ? reply : NULL, ddp_buf_str(&why));
     ddp_json_free(root);
     ddp_buf_free(&why);
@@ -770,6 +811,11 @@ const char *ddp_etcd_endpoints(const ddp_etcd_t *e)
     return e->all_endpoints;
 }
 
+const char *ddp_etcd_data_lost(const ddp_etcd_t *e)
+{
+    return e->data_lost[0] != '\0' ? e->data_lost : NULL;
+}
+
 /* Setup and teardown. */
 
 static void free_client(ddp_etcd_t *e)
@@ -974,6 +1020,12 @@ const char *ddp_etcd_endpoints(const ddp_etcd_t *e)
 {
     (void)e;
     return "";
+}
+
+const char *ddp_etcd_data_lost(const ddp_etcd_t *e)
+{
+    (void)e;
+    return NULL;
 }
 
 void ddp_etcd_free(ddp_etcd_t *e)

@@ -67,6 +67,12 @@ uv_loop_t *ddp_etcd_loop(const ddp_etcd_t *e);
 const char *ddp_etcd_endpoint(const ddp_etcd_t *e);
 const char *ddp_etcd_endpoints(const ddp_etcd_t *e);
 
+/* Whether etcd's answers showed it lost its data since this client first reached it (a
+ * member restarted from an empty data directory): the cluster id in their headers changed,
+ * or their revision went back (and has not come up to the highest seen again). Why, as
+ * "its revision went back from X to Y", or NULL. */
+const char *ddp_etcd_data_lost(const ddp_etcd_t *e);
+
 /* Appends `endpoints` (n of them) to `out` as a message names them: "A,B,C", or past three
  * (or 160 bytes) "A,B,C and N more", so that what follows in a line is never cut. 0 or
  * -ENOMEM. */

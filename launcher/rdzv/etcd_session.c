@@ -361,6 +361,12 @@ static void on_keepalive(void *ctx, int err, const ddp_json_t *reply, const char
                    (long long)s->lease, s->lease_ttl);
         return;
     }
+    const char *lost = err == 0 ? ddp_etcd_data_lost(s->etcd) : NULL;
+    if (lost != NULL) { /* (a member restarted from an empty data directory) */
+        lose_lease(s, true, "etcd at %s lost its data (%s): this job's keys are gone",
+                   ddp_etcd_endpoint(s->etcd), lost);
+        return;
+    }
     if (err == 0) { /* etcd answered: the lease is gone */
         lose_lease(s, true,
                    "etcd ended this launcher's lease (%lld): it was judged gone (its keep-alives "

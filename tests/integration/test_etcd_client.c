@@ -544,6 +544,17 @@ static void sessions_down(client_t *c, launcher_t *l)
     client_down(c);
 }
 
+/* A one-member etcd, a client (request timeout `timeout` s) and three sessions (limit `ttl`
+ * s), each told the coordinator's record (none yet). */
+static void told_sessions_up(th_etcd_t *etcd, client_t *c, launcher_t *l, double timeout,
+                             double ttl)
+{
+    th_etcd_up(etcd, 1);
+    client_up(c, etcd->endpoints, timeout);
+    sessions_up(c, l, ttl);
+    assert_true(run_while(c, l, all_told, 10));
+}
+
 /* Three launchers elect one coordinator; deposed (another found its port closed), every
  * other hears at once that none is, it hears its lease is gone, and the others elect one of
  * theirs. */
@@ -942,12 +953,9 @@ static bool member_gone(launcher_t *l)
 static void test_lease_runs_out(void **state)
 {
     th_etcd_t etcd;
-    th_etcd_up(&etcd, 1);
     client_t c;
     launcher_t l[NLAUNCHERS];
-    client_up(&c, etcd.endpoints, 2);
-    sessions_up(&c, l, 2);
-    assert_true(run_while(&c, l, all_told, 10));
+    told_sessions_up(&etcd, &c, l, 2, 2);
     elect_all(l);
     assert_true(run_while(&c, l, elected, 10));
     int own = one_coordinator(l), other = (own + 1) % NLAUNCHERS;
@@ -984,12 +992,9 @@ static bool all_lost(launcher_t *l)
 static void test_etcd_gone(void **state)
 {
     th_etcd_t etcd;
-    th_etcd_up(&etcd, 1);
     client_t c;
     launcher_t l[NLAUNCHERS];
-    client_up(&c, etcd.endpoints, 1);
-    sessions_up(&c, l, 2);
-    assert_true(run_while(&c, l, all_told, 10));
+    told_sessions_up(&etcd, &c, l, 1, 2);
     double killed = th_now();
     th_etcd_kill(&etcd, 0, SIGKILL);
     assert_true(run_while(&c, l, all_lost, 10));
@@ -1237,8 +1242,28 @@ static void test_join_answer_lost_after_taking_the_key(void **state)
     wedged_place_down(&etcd, &w, &c, &pl);
 }
 
-/* A transaction's reply: succeeded only where "succeeded" is true (etcd's gateway leaves
- * out a false; a false written, or another value, is no success). No etcd needed. */
+/* etcd restarted from an empty data directory (its revision back to 1): each launcher's
+ * next keep-alive finds its lease gone, and says etcd lost its data, not that it was judged
+ * gone (its keep-alives late, or revoked). */
+static void test_etcd_data_lost(void **state)
+{
+    th_etcd_t etcd;
+    client_t c;
+    launcher_t l[NLAUNCHERS];
+    told_sessions_up(&etcd, &c, l, 2, 5);
+    double wiped = th_now();
+    th_etcd_wipe(&etcd);
+    printf("etcd wiped and up again in %.2f s\n", th_now() - wiped);
+    assert_true(run_while(&c, l, all_lost, 10));
+    printf("every launcher told %.2f s after the wipe began\n", th_now() - wiped);
+    for (int i = 0; i < NLAUNCHERS; i++)
+        if (strstr(l[i].why, "lost its data (its revision went back from ") == NULL ||
+            strstr(l[i].why, " to 1): this job's keys are gone") == NULL)
+            fail_msg("L%d was told '%s'", i, l[i].why);
+    sessions_down(&c, l);
+    th_etcd_down(&etcd);
+}
+
 static void on_closed(void *ctx)
 {
     *(bool *)ctx = true;
@@ -1283,6 +1308,8 @@ static void test_forming_close_revokes(void **state)
     th_etcd_down(&etcd);
 }
 
+/* A transaction's reply: succeeded only where "succeeded" is true (etcd's gateway leaves
+ * out a false; a false written, or another value, is no success). No etcd needed. */
 static void test_succeeded_read(void **state)
 {
     static const struct {
@@ -1320,6 +1347,7 @@ int main(int argc, char **argv)
         TH_TEST(test_lease_runs_out),
         TH_TEST(test_etcd_gone),
         TH_TEST(test_forming_close_revokes),
+        TH_TEST(test_etcd_data_lost),
         TH_TEST(test_round_record_read_back),
         TH_TEST(test_depose_with_a_silent_watch),
         TH_TEST(test_lost_answers),

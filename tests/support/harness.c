@@ -794,7 +794,7 @@ int th_etcdctl(const th_etcd_t *c, const char *args, char *out, size_t cap)
 }
 
 static void etcd_up(th_etcd_t *c, int n, bool tls, const char *host);
-static void etcd_start_members(th_etcd_t *c, bool tls);
+static void etcd_start_members(th_etcd_t *c, bool tls, bool same_ports);
 static const char *etcd_wait_healthy(th_etcd_t *c);
 static void etcd_stop_members(th_etcd_t *c);
 
@@ -841,7 +841,7 @@ static void etcd_up(th_etcd_t *c, int n, bool tls, const char *host)
     /* A member whose port another test took meanwhile (th_free_port only says it was free)
      * exits at once: the cluster is made again on other ports, three times at most. */
     for (int attempt = 1;; attempt++) {
-        etcd_start_members(c, tls);
+        etcd_start_members(c, tls, false);
         const char *why = etcd_wait_healthy(c);
         if (why == NULL)
             return;
@@ -853,15 +853,18 @@ static void etcd_up(th_etcd_t *c, int n, bool tls, const char *host)
     }
 }
 
-/* Starts c->n members on ports free a moment ago, each with a fresh data directory. */
-static void etcd_start_members(th_etcd_t *c, bool tls)
+/* Starts c->n members on ports free a moment ago (`same_ports`: their ports before), each
+ * with a fresh data directory. */
+static void etcd_start_members(th_etcd_t *c, bool tls, bool same_ports)
 {
     int n = c->n;
     char cluster[TH_ETCD_MAX * 48] = "";
     c->endpoints[0] = '\0';
     for (int i = 0; i < n; i++) {
-        c->client_port[i] = th_free_port();
-        c->peer_port[i] = th_free_port();
+        if (!same_ports) {
+            c->client_port[i] = th_free_port();
+            c->peer_port[i] = th_free_port();
+        }
         size_t len = strlen(cluster), elen = strlen(c->endpoints);
         snprintf(cluster + len, sizeof cluster - len, "%sm%d=http://127.0.0.1:%d", i ? "," : "", i,
                  c->peer_port[i]);
@@ -961,6 +964,16 @@ static void etcd_stop_members(th_etcd_t *c)
         snprintf(path, sizeof path, "%s/m%d.log", c->dir, i);
         unlink(path);
     }
+}
+
+void th_etcd_wipe(th_etcd_t *c)
+{
+    etcd_stop_members(c);
+    etcd_start_members(c, c->certs[0] != '\0', true);
+    const char *why = etcd_wait_healthy(c);
+    if (why != NULL)
+        fail_msg("etcd (%d member(s) at %s) not up again after its wipe: %s", c->n, c->endpoints,
+                 why);
 }
 
 void th_etcd_kill(th_etcd_t *c, int i, int sig)

@@ -147,6 +147,9 @@ void th_etcd_up_at(th_etcd_t *c, int n, const char *host);
 /* As th_etcd_up, its clients served over https only, with client certificates the test's
  * CA signed (c->certs: ca.pem, client.pem, client-key.pem; other-ca.pem signed nothing). */
 void th_etcd_up_tls(th_etcd_t *c, int n);
+/* Every member killed and started again at its ports from an empty data directory: the
+ * cluster's keys and leases gone, its revision back to 1. */
+void th_etcd_wipe(th_etcd_t *c);
 void th_etcd_kill(th_etcd_t *c, int i, int sig);
 int th_etcd_leader(th_etcd_t *c, double timeout);
 void th_etcd_down(th_etcd_t *c);
