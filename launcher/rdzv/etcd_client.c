@@ -102,8 +102,8 @@ struct ddp_etcd_s {
      * seen, the highest revision, and the first sign since that etcd lost its data (a
      * revision gone back is taken back once one reaches `lost_from` again: a member that
      * lagged, not a loss). */
-    char cluster_id[32];
-    int64_t revision, lost_from;
+    char cluster_id[32], last_cluster_id[32];
+    int64_t revision, lost_from, last_revision;
     char data_lost[160];
     bool https;
     char *cacert, *cert, *key;
@@ -233,6 +233,7 @@ static void note_header(ddp_etcd_t *e, const ddp_json_t *reply)
     size_t len = 0;
     const char *id = ddp_json_string(ddp_json_get(header, "cluster_id"), &len);
     if (id != NULL && len > 0 && len < sizeof e->cluster_id) {
+        memcpy(e->last_cluster_id, id, len + 1);
         if (e->cluster_id[0] == '\0')
             memcpy(e->cluster_id, id, len + 1);
         else if (strcmp(e->cluster_id, id) != 0 && (e->data_lost[0] == '\0' || e->lost_from > 0)) {
@@ -244,6 +245,7 @@ static void note_header(ddp_etcd_t *e, const ddp_json_t *reply)
     int64_t revision;
     if (!ddp_etcd_int(header, "revision", &revision))
         return;
+    e->last_revision = revision;
     if (revision < e->revision && e->data_lost[0] == '\0') {
         snprintf(e->data_lost, sizeof e->data_lost, "its revision went back from %lld to %lld",
                  (long long)e->revision, (long long)revision);
@@ -816,6 +818,16 @@ const char *ddp_etcd_data_lost(const ddp_etcd_t *e)
     return e->data_lost[0] != '\0' ? e->data_lost : NULL;
 }
 
+void ddp_etcd_data_lost_clear(ddp_etcd_t *e)
+{
+    if (e->data_lost[0] == '\0')
+        return;
+    memcpy(e->cluster_id, e->last_cluster_id, sizeof e->cluster_id);
+    e->revision = e->last_revision;
+    e->lost_from = 0;
+    e->data_lost[0] = '\0';
+}
+
 /* Setup and teardown. */
 
 static void free_client(ddp_etcd_t *e)
@@ -1026,6 +1038,11 @@ const char *ddp_etcd_data_lost(const ddp_etcd_t *e)
 {
     (void)e;
     return NULL;
+}
+
+void ddp_etcd_data_lost_clear(ddp_etcd_t *e)
+{
+    (void)e;
 }
 
 void ddp_etcd_free(ddp_etcd_t *e)

@@ -72,6 +72,9 @@ const char *ddp_etcd_endpoints(const ddp_etcd_t *e);
  * or their revision went back (and has not come up to the highest seen again). Why, as
  * "its revision went back from X to Y", or NULL. */
 const char *ddp_etcd_data_lost(const ddp_etcd_t *e);
+/* What etcd's answers say now is the cluster from here on (a new lease taken in it): no
+ * loss is seen in what came before. */
+void ddp_etcd_data_lost_clear(ddp_etcd_t *e);
 
 /* Appends `endpoints` (n of them) to `out` as a message names them: "A,B,C", or past three
  * (or 160 bytes) "A,B,C and N more", so that what follows in a line is never cut. 0 or

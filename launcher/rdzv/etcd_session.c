@@ -498,6 +498,7 @@ static void on_grant(void *ctx, int err, const ddp_json_t *reply, const char *wh
     s->last_alive = s->ticked_at = now_s(s);
     s->paced_relaxed = relaxed(s);
     s->lease_gone = false;
+    ddp_etcd_data_lost_clear(s->etcd); /* (a loss before it is not this lease's) */
     uint64_t every = (uint64_t)(s->ttl * 1000 / 3);
     uv_timer_start(&s->keepalive, on_keepalive_timer, every, every);
     arm_deadline(s);

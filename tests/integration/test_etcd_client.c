@@ -1242,6 +1242,16 @@ static void test_join_answer_lost_after_taking_the_key(void **state)
     wedged_place_down(&etcd, &w, &c, &pl);
 }
 
+static bool all_told_one(launcher_t *l)
+{
+    return l->told || l->lost;
+}
+
+static bool lost_one(launcher_t *l)
+{
+    return l->lost;
+}
+
 /* etcd restarted from an empty data directory (its revision back to 1): each launcher's
  * next keep-alive finds its lease gone, and says etcd lost its data, not that it was judged
  * gone (its keep-alives late, or revoked). */
@@ -1260,6 +1270,18 @@ static void test_etcd_data_lost(void **state)
         if (strstr(l[i].why, "lost its data (its revision went back from ") == NULL ||
             strstr(l[i].why, " to 1): this job's keys are gone") == NULL)
             fail_msg("L%d was told '%s'", i, l[i].why);
+    /* One joins the new cluster: a lease it loses there is not the old data's loss. */
+    l[0].lost = l[0].told = false;
+    assert_true(ddp_etcd_session_rejoin(l[0].s, 0, false));
+    assert_true(run_while(&c, &l[0], all_told_one, 10));
+    int64_t lease = ddp_etcd_session_lease(l[0].s);
+    assert_int_not_equal(lease, 0);
+    char revoke[64];
+    snprintf(revoke, sizeof revoke, "{\"ID\": \"%lld\"}", (long long)lease);
+    assert_int_equal(call(&c, "/v3/lease/revoke", revoke, 10).err, 0);
+    assert_true(run_while(&c, &l[0], lost_one, 10));
+    if (strstr(l[0].why, "ended this launcher's lease") == NULL)
+        fail_msg("L0, its new lease revoked, was told '%s'", l[0].why);
     sessions_down(&c, l);
     th_etcd_down(&etcd);
 }
