@@ -45,8 +45,8 @@ struct ddp_store_server_s {
     const ddp_log_t *log;
     ddp_codec_limits_t limits;
     ddp_store_t *store;
-    uv_tcp_t listeners[MAX_LISTENERS];
-    int nlisteners;
+    uv_tcp_t listeners[MAX_LISTENERS]; /* nslots used: those not closing listen */
+    int nslots, nlisteners;
     int port;
     conn_t *conns; /* every open connection */
     size_t nconns;
@@ -853,9 +853,18 @@ static void on_connection(uv_stream_t *listener, int status)
 
 /* Listens on one resolved address (on the port the first one got, or a free one): 0,
  * or the libuv error (the handle is then closing). */
+/* Every listener closed (a failed one is closing already). */
+static void close_listeners(ddp_store_server_t *s)
+{
+    for (int i = 0; i < s->nslots; i++)
+        if (!uv_is_closing((uv_handle_t *)&s->listeners[i]))
+            uv_close((uv_handle_t *)&s->listeners[i], on_own_handle_closed);
+    s->nlisteners = 0;
+}
+
 static int listen_one(ddp_store_server_t *s, struct addrinfo *ai)
 {
-    uv_tcp_t *tcp = &s->listeners[s->nlisteners];
+    uv_tcp_t *tcp = &s->listeners[s->nslots++]; /* (a failed one's slot is closing: not reused) */
     if (s->port != 0) {
         if (ai->ai_family == AF_INET)
             ((struct sockaddr_in *)ai->ai_addr)->sin_port = htons((uint16_t)s->port);
@@ -931,8 +940,7 @@ static int listen_all(ddp_store_server_t *s, const ddp_store_server_options_t *o
         }
     }
     int rc = -EADDRNOTAVAIL;
-    for (struct addrinfo *ai = addrs; ai != NULL && s->nlisteners < MAX_LISTENERS;
-         ai = ai->ai_next) {
+    for (struct addrinfo *ai = addrs; ai != NULL && s->nslots < MAX_LISTENERS; ai = ai->ai_next) {
         int e = listen_one(s, ai);
         if (e == UV_EADDRINUSE || (e != 0 && s->nlisteners == 0))
             rc = e;
@@ -942,9 +950,7 @@ static int listen_all(ddp_store_server_t *s, const ddp_store_server_options_t *o
     freeaddrinfo(addrs);
     if (rc != UV_EADDRINUSE && s->nlisteners > 0)
         return 0;
-    for (int i = 0; i < s->nlisteners; i++)
-        uv_close((uv_handle_t *)&s->listeners[i], on_own_handle_closed);
-    s->nlisteners = 0;
+    close_listeners(s);
     if (rc == -EADDRINUSE)
         ddp_buf_printf(err,
                        "port %d on %s is in use by another program (pick a free one "
@@ -1085,9 +1091,7 @@ void ddp_store_server_close(ddp_store_server_t *server)
     server->closing = true;
     while (server->conns != NULL)
         conn_close(server->conns, NULL);
-    for (int i = 0; i < server->nlisteners; i++)
-        uv_close((uv_handle_t *)&server->listeners[i], on_own_handle_closed);
-    server->nlisteners = 0;
+    close_listeners(server);
     uv_close((uv_handle_t *)&server->deferred, on_own_handle_closed);
     if (server->busy_poll_ns > 0)
         uv_close((uv_handle_t *)&server->busy_poll, on_own_handle_closed);

@@ -694,6 +694,40 @@ static void test_start_up_errors(void **state)
     th_cleanup(&p);
 }
 
+/* The store host's name resolves first to an address this machine lacks (here a mount
+ * namespace's /etc/hosts: fd00::77, then 127.0.0.1): that address is skipped and the store
+ * listens on the other (the launcher aborted on a libuv assertion: the failed listener's
+ * closing handle was initialised again for the next address). */
+static void test_store_name_with_an_address_not_here(void **state)
+{
+    (void)state;
+    char *dir = th_tmpdir(), hosts[512], script[2048];
+    snprintf(hosts, sizeof hosts, "%s/hosts", dir);
+    FILE *f = fopen(hosts, "w");
+    assert_non_null(f);
+    fputs("127.0.0.1 localhost\nfd00::77 ddp-not-here\n127.0.0.1 ddp-not-here\n", f);
+    fclose(f);
+    snprintf(script, sizeof script,
+             "mount --bind %s /etc/hosts || exit 77; exec %s --master-addr=ddp-not-here "
+             "--master-port=0 --no-python %s env",
+             hosts, th_launcher(), th_worker());
+    const char *argv[] = {"/usr/bin/unshare", "-m", "/bin/sh", "-c", script, NULL};
+    th_proc_t p;
+    th_run(&p, argv, clean_env, 60);
+    if (th_status(&p) == 77 || strstr(ddp_buf_str(&p.err), "unshare failed") != NULL) {
+        printf("cannot make a mount namespace (not root?): skipped\n");
+        th_cleanup(&p);
+        free(dir);
+        skip();
+    }
+    TH_ASSERT(&p, th_status(&p) == 0);
+    TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "MASTER_ADDR=ddp-not-here") != NULL);
+    th_cleanup(&p);
+    unlink(hosts);
+    rmdir(dir);
+    free(dir);
+}
+
 static void test_store_port_in_use(void **state)
 {
     /* Another program holds a port: the launcher says so and exits 4. */
@@ -1064,6 +1098,7 @@ int main(void)
         TH_TEST(test_program_only_in_the_working_directory),
         TH_TEST(test_nnodes_outside_a_slurm_step_said),
         TH_TEST(test_store_port_in_use),
+        TH_TEST(test_store_name_with_an_address_not_here),
         TH_TEST(test_default_port_busy_takes_a_free_one),
         TH_TEST(test_numa_binding_applied),
         TH_TEST(test_numa_binding_in_warm_restarts),
