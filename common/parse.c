@@ -73,6 +73,15 @@ static bool is_ipv6(const char *text, size_t len)
     return inet_pton(AF_INET6, addr, &parsed) == 1;
 }
 
+/* Whether text[0..len) is a host name or an IPv4 address: letters, digits, '-', '.', '_'. */
+static bool is_host_name(const char *text, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)text[i]) && strchr("-._", text[i]) == NULL)
+            return false;
+    return true;
+}
+
 int ddp_parse_host_port(const char *text, int default_port, char *host, size_t host_cap, int *port)
 {
     const char *host_start = text, *host_end, *port_text = NULL;
@@ -103,6 +112,8 @@ int ddp_parse_host_port(const char *text, int default_port, char *host, size_t h
     size_t host_len = (size_t)(host_end - host_start);
     if (host_len == 0)
         return DDP_EPARSE;
+    if (host_start == text && !is_ipv6(text, host_len) && !is_host_name(text, host_len))
+        return DDP_EPARSE; /* ("user@host", a path: no name's) */
     if (host_len >= host_cap)
         return -ENAMETOOLONG;
     long port_value = default_port;

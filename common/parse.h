@@ -21,7 +21,8 @@ int ddp_parse_bool(const char *text, bool *out);
  * without brackets, which then has no port). `host` receives the host without brackets;
  * `*port` is left as `default_port` when none is given. Ports are 0..65535.
  * Returns 0, DDP_EPARSE (empty host, bad brackets, bad port, several colons or brackets
- * around what is not an IPv6 address, "%zone" after it or not) or -ENAMETOOLONG. */
+ * around what is not an IPv6 address, "%zone" after it or not, a host of other than letters,
+ * digits, '-', '.' and '_': "user@host", a path) or -ENAMETOOLONG. */
 int ddp_parse_host_port(const char *text, int default_port, char *host, size_t host_cap, int *port);
 
 /* Its inverse, for messages and connections: "host:port", or "[host]:port" where the host is

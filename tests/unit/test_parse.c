@@ -85,6 +85,10 @@ static void test_host_port(void **state)
         {"[etcd1]:2379", DDP_EPARSE, NULL, 0},
         {"[127.0.0.1]:2379", DDP_EPARSE, NULL, 0},
         {"::ffff:10.0.0.1", 0, "::ffff:10.0.0.1", -1},
+        {"user@127.0.0.1:2379", DDP_EPARSE, NULL, 0},
+        {"127.0.0.1:2379/v3", DDP_EPARSE, NULL, 0},
+        {"my_host-1.example.org:5", 0, "my_host-1.example.org", 5},
+        {"a b", DDP_EPARSE, NULL, 0},
         {"[::]:7", 0, "::", 7},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
