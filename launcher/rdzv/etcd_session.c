@@ -696,8 +696,10 @@ bool ddp_etcd_session_depose(ddp_etcd_session_t *s)
     if (s->coord_known && s->coord != NULL && s->coord_lease == 0)
         return false;
     if (s->phase != SESSION_RUNNING || s->coord_lease == 0 || s->coord_lease == s->lease ||
-        s->calls[CALL_DEPOSE] != NULL || uv_is_active((uv_handle_t *)&s->redepose))
+        s->calls[CALL_DEPOSE] != NULL ||
+        (uv_is_active((uv_handle_t *)&s->redepose) && s->deposed == s->coord_lease))
         return true;
+    uv_timer_stop(&s->redepose); /* (a pause before another lease's revoke: this one's now) */
     s->deposed = s->coord_lease;
     s->depose_sent = 0;
     send_revoke(s);
