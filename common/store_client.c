@@ -640,11 +640,16 @@ static int await_answer(ddp_store_client_t *c, int wake_fd, double deadline,
 /* Gives up a WAIT on the server too. It may have answered (the keys came) just before
  * the cancel: then *came, the keys are there after all. A server too busy to answer
  * within min(timeout, 30 s) leaves the answer pending, taken before the next request's
- * (a WAIT after it must not take it for its own). */
-static int cancel_wait(ddp_store_client_t *c, bool *came)
+ * (a WAIT after it must not take it for its own). `woken` (a wake ended the WAIT: its owner
+ * stops, a signal or the round's end): the cancel is sent within CANCEL_SEND_S and its
+ * answer left pending at once (a silent server held a signal up to 30 s). */
+#define CANCEL_SEND_S 0.5
+static int cancel_wait(ddp_store_client_t *c, bool woken, bool *came)
 {
     double now = ddp_clock_mono();
     double deadline = now + (c->options.timeout < 30 ? c->options.timeout : 30);
+    if (woken) /* (its owner stops: the answer is not waited for, nor a full buffer long) */
+        deadline = now + CANCEL_SEND_S;
     int err = begin(c, DDP_CODEC_CANCEL_WAIT);
     if (err == 0)
         err = send_all(c, deadline);
@@ -652,6 +657,8 @@ static int cancel_wait(ddp_store_client_t *c, bool *came)
         return err;
     c->pending = PENDING_CANCEL;
     c->pending_sent = now;
+    if (woken)
+        return 0; /* taken before the next request's, if any */
     if ((err = recv_cancel(c, deadline, came)) == 0)
         c->pending = PENDING_NONE;
     return err == DDP_ETIMEOUT ? 0 : err;
@@ -696,7 +703,7 @@ int ddp_store_client_wait_ticking(ddp_store_client_t *c, const char *const *keys
     if (err != DDP_ETIMEOUT)
         return fail(c, err, "WAIT for '%s'", n ? keys[0] : "");
     bool came = false;
-    if ((err = cancel_wait(c, &came)) != 0)
+    if ((err = cancel_wait(c, woken, &came)) != 0)
         return fail(c, err, "cancel the WAIT for '%s'", n ? keys[0] : "");
     if (came)
         return 0;

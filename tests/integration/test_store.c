@@ -338,6 +338,44 @@ static void test_late_cancel_answer_is_not_the_next_wait_answer(void **state)
     stop_store(&p);
 }
 
+/* A wait ended by its wake (a signal, the round's end) while the server is frozen returns
+ * at once, not after the CANCEL_WAIT's answer (up to min(timeout, 30 s): a launcher held a
+ * signal 30-90 s with its store host SIGSTOPped); the late answer is taken before the next
+ * request's, which is in step. */
+static void test_woken_wait_does_not_wait_for_the_cancel(void **state)
+{
+    (void)state;
+    th_proc_t p;
+    int port = start_store(&p, NULL);
+    ddp_store_client_t *c = NULL, *writer = client(port);
+    ddp_buf_t err = DDP_BUF_INIT;
+    ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
+    options.timeout = 30;
+    if (ddp_store_client_connect("127.0.0.1", port, &options, &c, &err) != 0)
+        fail_msg("%s", ddp_buf_str(&err));
+    const char *keys[] = {"/woken/key"};
+    int wake[2];
+    assert_int_equal(pipe(wake), 0);
+    assert_int_equal(kill(p.pid, SIGSTOP), 0);
+    double began = th_now();
+    assert_int_equal(write(wake[1], "x", 1), 1);
+    int rc = ddp_store_client_wait_or_wake(c, keys, 1, 60, wake[0]);
+    double took = th_now() - began;
+    assert_int_equal(kill(p.pid, SIGCONT), 0);
+    close(wake[0]);
+    close(wake[1]);
+    assert_int_equal(rc, 1);
+    printf("woken with the server frozen: returned in %.2f s\n", took);
+    assert_true(took < 2);
+    assert_int_equal(ddp_store_client_set(writer, "/woken/key", "1", 1), 0);
+    assert_int_equal(ddp_store_client_ping(writer), 0);
+    assert_int_equal(ddp_store_client_wait(c, keys, 1, 5), 0);
+    ddp_buf_free(&err);
+    ddp_store_client_close(c);
+    ddp_store_client_close(writer);
+    stop_store(&p);
+}
+
 static void test_wait_is_woken_by_another_client(void **state)
 {
     th_proc_t p;
@@ -841,6 +879,7 @@ int main(void)
         TH_TEST(test_captured_gen1_session),
         TH_TEST(test_c_client_operations),
         TH_TEST(test_late_cancel_answer_is_not_the_next_wait_answer),
+        TH_TEST(test_woken_wait_does_not_wait_for_the_cancel),
         TH_TEST(test_wait_is_woken_by_another_client),
         TH_TEST(test_hostile_input_closes_only_its_connection),
         TH_TEST(test_ten_thousand_clients),
