@@ -723,6 +723,42 @@ static void propose(ddp_checkpoint_common_t *x, ddp_store_client_t *client, ddp_
  * first kept), and every node with a step takes it (waited for, bounded; where node 0
  * publishes none in time, this node proposes "none" in its place), so that a node whose
  * fetch failed, or whose wait ran out, leaves every node's step unset, not its own only. */
+/* The store's connection for the exchange (`why`: the failure). */
+static int connect_store(const ddp_checkpoint_common_t *x, ddp_store_client_t **out, ddp_buf_t *why)
+{
+    ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
+    options.connect_timeout = CONNECT_S;
+    options.timeout = x->round.timeout + node0_margin(x);
+    return ddp_store_client_connect(x->host, x->port, &options, out, why);
+}
+
+/* The verdict again on a new connection, the first having failed after this node's outcome
+ * went (node 0's COMPARE_SET may be in, its answer lost; another node's read of it failed):
+ * waited for (bounded), then `mine` ("none") proposed where none came (the first kept) and
+ * the verdict taken, so that this node ends on the round's one verdict, not alone on none. */
+static int verdict_again(ddp_checkpoint_common_t *x, const ddp_buf_t *mine, ddp_buf_t *verdict)
+{
+    ddp_store_client_t *c = NULL;
+    ddp_buf_t why = DDP_BUF_INIT;
+    int err = connect_store(x, &c, &why);
+    ddp_buf_clear(&x->why);
+    ddp_buf_clear(verdict);
+    if (err == 0)
+        err = node0_key(x, c, x->verdict, "verdict", verdict);
+    if (err == DDP_ETIMEOUT) {
+        ddp_buf_clear(verdict);
+        ddp_buf_clear(&x->why);
+        err = ddp_store_client_compare_set(c, x->verdict, "", 0, mine->data, mine->len, verdict);
+    }
+    if (err != 0 && err != -ECANCELED && x->why.len == 0)
+        ddp_buf_printf(&x->why, "unable to read the round's verdict on a new connection: %s",
+                       c != NULL ? ddp_store_client_error(c) : ddp_buf_str(&why));
+    if (c != NULL)
+        ddp_store_client_close(c);
+    ddp_buf_free(&why);
+    return err;
+}
+
 static void agree_outcome(ddp_checkpoint_common_t *x, ddp_store_client_t *client)
 {
     ddp_buf_t mine = DDP_BUF_INIT, verdict = DDP_BUF_INIT;
@@ -751,6 +787,12 @@ static void agree_outcome(ddp_checkpoint_common_t *x, ddp_store_client_t *client
                                                &verdict);
         }
     }
+    if (err != 0 && err != -ECANCELED && stepped && !atomic_load(&x->cancelled)) {
+        ddp_buf_clear(&mine);
+        ddp_buf_printf(&mine, "none node %d: its connection to the store lost (%s)",
+                       x->round.node_rank, ddp_store_client_error(client));
+        err = verdict_again(x, &mine, &verdict);
+    }
     if (err == 0 && stepped && !agrees(x, "the round's verdict", &verdict, &x->why))
         x->step = -1;
     if (err != 0) {
@@ -768,14 +810,10 @@ out:
 static void exchange(uv_work_t *work)
 {
     ddp_checkpoint_common_t *x = work->data;
-    ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
     ddp_store_client_t *client = NULL;
     ddp_buf_t why = DDP_BUF_INIT;
-    options.connect_timeout = CONNECT_S;
-    options.timeout = x->round.timeout + node0_margin(x);
     int err = atomic_load(&x->cancelled) ? -ECANCELED : 0;
-    if (err == 0 &&
-        (err = ddp_store_client_connect(x->host, x->port, &options, &client, &why)) != 0)
+    if (err == 0 && (err = connect_store(x, &client, &why)) != 0)
         ddp_buf_printf(&x->why, "unable to reach the store at %s:%d: %s", x->host, x->port,
                        why.len > 0 ? ddp_buf_str(&why) : ddp_strerror(err));
     ddp_replica_peer_t self = {.port = x->round.replica_port, .rate = x->rate};

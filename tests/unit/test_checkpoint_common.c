@@ -14,10 +14,16 @@
 #include "rdzv/record.h"
 #include "store/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -305,6 +311,68 @@ static void exchanged(void *ctx, ddp_checkpoint_common_t *x, int64_t step)
     e->done++;
 }
 
+/* A proxy in front of the store for one node: its first connection is cut (both ways) once
+ * the request holding `cut_after` has gone through and been answered (a store host's
+ * network fault); later connections pass. */
+typedef struct {
+    int listen_fd, port, store_port;
+    const char *cut_after;
+    atomic_bool stop, cut;
+    pthread_t thread;
+} cutter_t;
+
+static void pass(cutter_t *k, int fd, bool first)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)k->store_port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    char buf[65536];
+    bool armed = false;
+    if (up < 0 || connect(up, (struct sockaddr *)&addr, sizeof addr) != 0)
+        goto out;
+    struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = up, .events = POLLIN}};
+    while (!atomic_load(&k->stop)) {
+        if (poll(p, 2, 100) <= 0)
+            continue;
+        for (int i = 0; i < 2; i++) {
+            if (p[i].revents == 0)
+                continue;
+            ssize_t got = recv(p[i].fd, buf, sizeof buf, 0);
+            if (got <= 0 || send(p[1 - i].fd, buf, (size_t)got, MSG_NOSIGNAL) != got)
+                goto out;
+            if (first && i == 0 && memmem(buf, (size_t)got, k->cut_after, strlen(k->cut_after)))
+                armed = true;
+            else if (armed && i == 1) { /* (its answer went back: cut now) */
+                atomic_store(&k->cut, true);
+                goto out;
+            }
+        }
+    }
+out:
+    if (up >= 0)
+        close(up);
+    close(fd);
+}
+
+static void *cutter_run(void *arg)
+{
+    cutter_t *k = arg;
+    bool first = true;
+    struct pollfd p = {.fd = k->listen_fd, .events = POLLIN};
+    while (!atomic_load(&k->stop)) {
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        int fd = accept(k->listen_fd, NULL, NULL);
+        if (fd >= 0)
+            pass(k, fd, first); /* (one connection at a time: a node's exchange is one) */
+        first = false;
+    }
+    return NULL;
+}
+
+static cutter_t *cutter; /* where set, node 1 of exchange_keys goes through it */
+
 static uint64_t exchange_keys(int nnodes, int missing, const char *bad, double timeout,
                               int64_t *steps, ddp_buf_t *said)
 {
@@ -352,6 +420,11 @@ static uint64_t exchange_keys(int nnodes, int missing, const char *bad, double t
                                                .nranks = 1,
                                                .timeout = timeout,
                                                .targets = 1};
+        cfg.master_port = ddp_store_server_port(server);
+        if (cutter != NULL && i == 1) {
+            cutter->store_port = cfg.master_port;
+            cfg.master_port = cutter->port;
+        }
         assert_int_equal(ddp_checkpoint_common_start(&loop, &cfg, &log, &round, &mine, NULL, 0,
                                                      exchanged, &e, &e.x[i]),
                          0);
@@ -444,6 +517,36 @@ static void test_bad_record_said_by_every_node(void **state)
     ddp_buf_free(&said);
 }
 
+/* Node 1's connection to the store cut once its outcome went in (round 7's
+ * reset-after-outcome.sh): its read of the verdict failed and it left the step unset while
+ * node 0 and the others resumed from it. It now reads the verdict again on a new connection
+ * and ends on the round's one verdict, step 3 everywhere. */
+static void test_connection_lost_after_outcome_one_verdict(void **state)
+{
+    (void)state;
+    int64_t steps[64];
+    cutter_t k = {.cut_after = "ckpt-done/1"};
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof addr;
+    k.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(k.listen_fd >= 0);
+    assert_int_equal(bind(k.listen_fd, (struct sockaddr *)&addr, sizeof addr), 0);
+    assert_int_equal(listen(k.listen_fd, 8), 0);
+    assert_int_equal(getsockname(k.listen_fd, (struct sockaddr *)&addr, &len), 0);
+    k.port = ntohs(addr.sin_port);
+    assert_int_equal(pthread_create(&k.thread, NULL, cutter_run, &k), 0);
+    cutter = &k;
+    (void)exchange_keys(3, -1, NULL, 5, steps, NULL);
+    cutter = NULL;
+    atomic_store(&k.stop, true);
+    pthread_join(k.thread, NULL);
+    close(k.listen_fd);
+    assert_true(atomic_load(&k.cut));
+    for (int i = 0; i < 3; i++)
+        if (steps[i] != 3)
+            fail_msg("node %d's step %lld, not the round's 3", i, (long long)steps[i]);
+}
+
 int main(void)
 {
     setenv("UV_THREADPOOL_SIZE", "64", 1); /* (each node's exchange holds a thread) */
@@ -455,6 +558,7 @@ int main(void)
         cmocka_unit_test(test_exchange_costs_o_n_keys),
         cmocka_unit_test(test_node_0_lost_no_step),
         cmocka_unit_test(test_bad_record_said_by_every_node),
+        cmocka_unit_test(test_connection_lost_after_outcome_one_verdict),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
