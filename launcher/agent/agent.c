@@ -1141,6 +1141,7 @@ static int agree_step(ddp_agent_t *a)
              ddp_checkpoints_replica_key(a->checkpoints));
     const ddp_replica_step_t *reps;
     size_t nreps = ddp_checkpoints_replica_steps(a->checkpoints, &reps);
+    ddp_checkpoint_replicas_world(round.replicas, a->g.world_size); /* (taken from now on) */
     int err = ranks == NULL
                   ? -ENOMEM
                   : ddp_checkpoint_common_start(&a->loop, a->g.cfg, a->g.log, &round, ranks, reps,

@@ -1003,7 +1003,7 @@ static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_
     if (err == 0) /* (its check after the bytes: a line's time more) */
         err = recv_all(r->stop_fd, deadline + LINE_MS / 1000.0, fd, &answer, 1);
     if (err == 0 && answer != 'k')
-        err = trailer == 0 ? -ESTALE : DDP_EPARSE;
+        err = trailer == 0 ? -ESTALE : -EREMOTEIO; /* (refused: its log says why) */
     if (fd >= 0)
         close(fd);
     return err;
@@ -1089,6 +1089,10 @@ static void send_look(ddp_checkpoint_replicas_t *r, int first, int nranks,
                          h.used_bytes, rate_now(r),
                          rate_now(r) > 0 ? (double)h.used_bytes / (double)rate_now(r) : 0.0,
                          rate_now(r) < r->rate ? ", lower than this node's: another node's" : "");
+            else if (err == -EREMOTEIO)
+                snprintf(why, sizeof why,
+                         "the peer refused it (its log says why: a node whose round has not "
+                         "begun yet refuses replicas until it has)");
             else
                 snprintf(why, sizeof why, "%s", ddp_strerror(err));
             if (!state[p].said)
@@ -1380,6 +1384,12 @@ void ddp_checkpoint_replicas_round(ddp_checkpoint_replicas_t *r, int first_rank,
     r->round_seq++;
     pthread_mutex_unlock(&r->mutex);
     tell_sender(r);
+}
+
+void ddp_checkpoint_replicas_world(ddp_checkpoint_replicas_t *r, int world_size)
+{
+    if (r != NULL)
+        atomic_store(&r->world_size, world_size);
 }
 
 void ddp_checkpoint_replicas_summed(void *r)

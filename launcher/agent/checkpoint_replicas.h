@@ -91,6 +91,11 @@ const char *ddp_checkpoint_replicas_key(const ddp_checkpoint_replicas_t *r);
 void ddp_checkpoint_replicas_round(ddp_checkpoint_replicas_t *r, int first_rank, int nranks,
                                    int world_size, const ddp_replica_peer_t *peers, int n);
 
+/* A round of `world_size` ranks is forming here (its step agreed before its peers are
+ * known): replicas of its ranks are taken from now on (a hot spare refused the survivors'
+ * until its own agreement and fetches were over). NULL: nothing. */
+void ddp_checkpoint_replicas_world(ddp_checkpoint_replicas_t *r, int world_size);
+
 /* A slot of this node was summed (agent/checkpoint_sums.h's `summed`, on its thread): the
  * sender looks now rather than at its idle look (5 s). `r`: the replicas, or NULL. */
 void ddp_checkpoint_replicas_summed(void *r);

@@ -1183,6 +1183,31 @@ static void test_sender_sleeps_until_a_sum(void **state)
     remove_dir(dir_b);
 }
 
+/* A hot spare's round is forming (its step being agreed, ddp_checkpoint_replicas_world)
+ * before its peers are known: a survivor's replica is taken then (refused before: "no round
+ * has begun yet", and the survivor backed off up to 16 s). */
+static void test_replica_taken_while_the_round_forms(void **state)
+{
+    (void)state;
+    make_dir(dir_b);
+    ddp_log_t log = {.name = "test", .level = DDP_LOG_DEBUG, .fd = open_log()};
+    ddp_checkpoint_replicas_t *b;
+    assert_int_equal(ddp_checkpoint_replicas_start(dir_b, 1u << 30, &log, &b), 0);
+    key_b = ddp_checkpoint_replicas_key(b);
+    int port = ddp_checkpoint_replicas_port(b);
+    size_t len, req_len;
+    uint8_t *slot = sized_slot(2, 0x33, 4096, &len);
+    uint8_t *req = put_request(slot, len, 2, &req_len);
+    assert_int_equal(ask(port, req, req_len, false), 'n'); /* (no round at all yet) */
+    ddp_checkpoint_replicas_world(b, 4);
+    assert_int_equal(ask(port, req, req_len, false), 'k');
+    free(req);
+    free(slot);
+    ddp_checkpoint_replicas_stop(b);
+    close(log.fd);
+    remove_dir(dir_b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1204,6 +1229,7 @@ int main(void)
         cmocka_unit_test(test_get_sent_at_the_rate),
         cmocka_unit_test(test_slot_saved_again_while_sent_said),
         cmocka_unit_test(test_sender_sleeps_until_a_sum),
+        cmocka_unit_test(test_replica_taken_while_the_round_forms),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
