@@ -716,13 +716,6 @@ static void propose(ddp_checkpoint_common_t *x, ddp_store_client_t *client, ddp_
     ddp_buf_free(&why);
 }
 
-/* Where the plan has a step (or this node could not take it), after the fetches: this
- * node's outcome ("step S", or "none"
- * and why it has no step) published at <round>/ckpt-done/<node rank>. Node 0 then waits
- * for every node's and sets the round's verdict at <round>/ckpt-verdict (COMPARE_SET: the
- * first kept), and every node with a step takes it (waited for, bounded; where node 0
- * publishes none in time, this node proposes "none" in its place), so that a node whose
- * fetch failed, or whose wait ran out, leaves every node's step unset, not its own only. */
 /* The store's connection for the exchange (`why`: the failure). */
 static int connect_store(const ddp_checkpoint_common_t *x, ddp_store_client_t **out, ddp_buf_t *why)
 {
@@ -732,11 +725,27 @@ static int connect_store(const ddp_checkpoint_common_t *x, ddp_store_client_t **
     return ddp_store_client_connect(x->host, x->port, &options, out, why);
 }
 
-/* The verdict again on a new connection, the first having failed after this node's outcome
- * went (node 0's COMPARE_SET may be in, its answer lost; another node's read of it failed):
- * waited for (bounded), then `mine` ("none") proposed where none came (the first kept) and
- * the verdict taken, so that this node ends on the round's one verdict, not alone on none. */
-static int verdict_again(ddp_checkpoint_common_t *x, const ddp_buf_t *mine, ddp_buf_t *verdict)
+/* A node but node 0: the round's verdict waited for (bounded), read into `verdict`; where none
+ * came (node 0 lost, or late), "none" proposed with the wait's reason (the first kept) and
+ * the verdict taken. */
+static int take_verdict(ddp_checkpoint_common_t *x, ddp_store_client_t *client, ddp_buf_t *verdict)
+{
+    int err = node0_key(x, client, x->verdict, "verdict", verdict);
+    if (err == DDP_ETIMEOUT) {
+        ddp_buf_t none = DDP_BUF_INIT;
+        ddp_buf_printf(&none, "none node %d: %s", x->round.node_rank, ddp_buf_str(&x->why));
+        ddp_buf_clear(&x->why);
+        ddp_buf_clear(verdict);
+        err = ddp_store_client_compare_set(client, x->verdict, "", 0, none.data, none.len, verdict);
+        ddp_buf_free(&none);
+    }
+    return err;
+}
+
+/* The verdict again on a new connection (take_verdict), the first having failed after this
+ * node's outcome went (node 0's COMPARE_SET may be in, its answer lost; another node's read
+ * of it failed), so that this node ends on the round's one verdict, not alone on none. */
+static int verdict_again(ddp_checkpoint_common_t *x, ddp_buf_t *verdict)
 {
     ddp_store_client_t *c = NULL;
     ddp_buf_t why = DDP_BUF_INIT;
@@ -744,12 +753,7 @@ static int verdict_again(ddp_checkpoint_common_t *x, const ddp_buf_t *mine, ddp_
     ddp_buf_clear(&x->why);
     ddp_buf_clear(verdict);
     if (err == 0)
-        err = node0_key(x, c, x->verdict, "verdict", verdict);
-    if (err == DDP_ETIMEOUT) {
-        ddp_buf_clear(verdict);
-        ddp_buf_clear(&x->why);
-        err = ddp_store_client_compare_set(c, x->verdict, "", 0, mine->data, mine->len, verdict);
-    }
+        err = take_verdict(x, c, verdict);
     if (err != 0 && err != -ECANCELED && x->why.len == 0)
         ddp_buf_printf(&x->why, "unable to read the round's verdict on a new connection: %s",
                        c != NULL ? ddp_store_client_error(c) : ddp_buf_str(&why));
@@ -759,6 +763,13 @@ static int verdict_again(ddp_checkpoint_common_t *x, const ddp_buf_t *mine, ddp_
     return err;
 }
 
+/* Where the plan has a step (or this node could not take it), after the fetches: this
+ * node's outcome ("step S", or "none"
+ * and why it has no step) published at <round>/ckpt-done/<node rank>. Node 0 then waits
+ * for every node's and sets the round's verdict at <round>/ckpt-verdict (COMPARE_SET: the
+ * first kept), and every node with a step takes it (waited for, bounded; where node 0
+ * publishes none in time, this node proposes "none" in its place), so that a node whose
+ * fetch failed, or whose wait ran out, leaves every node's step unset, not its own only. */
 static void agree_outcome(ddp_checkpoint_common_t *x, ddp_store_client_t *client)
 {
     ddp_buf_t mine = DDP_BUF_INIT, verdict = DDP_BUF_INIT;
@@ -778,21 +789,10 @@ static void agree_outcome(ddp_checkpoint_common_t *x, ddp_store_client_t *client
         err =
             ddp_store_client_compare_set(client, x->verdict, "", 0, mine.data, mine.len, &verdict);
     } else if (err == 0 && stepped) {
-        err = node0_key(x, client, x->verdict, "verdict", &verdict);
-        if (err == DDP_ETIMEOUT) { /* (node 0 lost, or late: "none" proposed, the first kept) */
-            ddp_buf_clear(&mine);
-            ddp_buf_printf(&mine, "none node %d: %s", x->round.node_rank, ddp_buf_str(&x->why));
-            ddp_buf_clear(&x->why);
-            err = ddp_store_client_compare_set(client, x->verdict, "", 0, mine.data, mine.len,
-                                               &verdict);
-        }
+        err = take_verdict(x, client, &verdict);
     }
-    if (err != 0 && err != -ECANCELED && stepped && !atomic_load(&x->cancelled)) {
-        ddp_buf_clear(&mine);
-        ddp_buf_printf(&mine, "none node %d: its connection to the store lost (%s)",
-                       x->round.node_rank, ddp_store_client_error(client));
-        err = verdict_again(x, &mine, &verdict);
-    }
+    if (err != 0 && err != -ECANCELED && stepped && !atomic_load(&x->cancelled))
+        err = verdict_again(x, &verdict);
     if (err == 0 && stepped && !agrees(x, "the round's verdict", &verdict, &x->why))
         x->step = -1;
     if (err != 0) {
