@@ -227,17 +227,32 @@ static int open_log(void)
     return log_fd;
 }
 
-/* B alone, on a directory of its own, logging into open_log's, at `rate`, in a round where
- * its rank is 0 of 4. */
-static ddp_checkpoint_replicas_t *start_b(uint64_t rate, ddp_log_t *log)
+/* B alone, on a directory of its own, logging into open_log's, at `rate`, before any round. */
+static ddp_checkpoint_replicas_t *start_b_unrounded(uint64_t rate, ddp_log_t *log)
 {
     make_dir(dir_b);
     *log = (ddp_log_t){.name = "test", .level = DDP_LOG_DEBUG, .fd = open_log()};
     ddp_checkpoint_replicas_t *b;
     assert_int_equal(ddp_checkpoint_replicas_start(dir_b, rate, log, &b), 0);
     key_b = ddp_checkpoint_replicas_key(b);
+    return b;
+}
+
+/* As start_b_unrounded, in a round where its rank is 0 of 4. */
+static ddp_checkpoint_replicas_t *start_b(uint64_t rate, ddp_log_t *log)
+{
+    ddp_checkpoint_replicas_t *b = start_b_unrounded(rate, log);
     ddp_checkpoint_replicas_round(b, 0, 1, 4, NULL, 0);
     return b;
+}
+
+/* A round of 4 where B holds ranks 0-1 and A rank 2, its slots sent to B. */
+static void a_sends_to_b(ddp_checkpoint_replicas_t *a, ddp_checkpoint_replicas_t *b)
+{
+    ddp_replica_peer_t peer = {"127.0.0.1", ddp_checkpoint_replicas_port(b), "", 0};
+    snprintf(peer.key, sizeof peer.key, "%s", key_b);
+    ddp_checkpoint_replicas_round(b, 0, 2, 4, NULL, 0);
+    ddp_checkpoint_replicas_round(a, 2, 1, 4, &peer, 1);
 }
 
 static void test_replicas_over_loopback(void **state)
@@ -1089,10 +1104,7 @@ static void test_slot_saved_again_while_sent_said(void **state)
     size_t len;
     uint8_t *slot = sized_slot(1, 0x88, 2u << 20, &len); /* 2 s at 1M */
     put(dir_a, "rank2.0", slot, len);
-    ddp_replica_peer_t peer = {"127.0.0.1", ddp_checkpoint_replicas_port(b), "", 0};
-    snprintf(peer.key, sizeof peer.key, "%s", key_b);
-    ddp_checkpoint_replicas_round(b, 0, 2, 4, NULL, 0);
-    ddp_checkpoint_replicas_round(a, 2, 1, 4, &peer, 1);
+    a_sends_to_b(a, b);
     /* Its header rewritten in place once B receives it (a save of generation 2). */
     char path[PATH_MAX + 32], said[200];
     snprintf(path, sizeof path, "%s/rank2.0", dir_a);
@@ -1159,10 +1171,7 @@ static void test_sender_sleeps_until_a_sum(void **state)
     ddp_checkpoint_replicas_t *b = start_b(1u << 30, &log), *a;
     int log_fd = log.fd;
     assert_int_equal(ddp_checkpoint_replicas_start(dir_a, 1u << 30, &log, &a), 0);
-    ddp_replica_peer_t peer = {"127.0.0.1", ddp_checkpoint_replicas_port(b), "", 0};
-    snprintf(peer.key, sizeof peer.key, "%s", key_b);
-    ddp_checkpoint_replicas_round(b, 0, 2, 4, NULL, 0);
-    ddp_checkpoint_replicas_round(a, 2, 1, 4, &peer, 1);
+    a_sends_to_b(a, b);
     poll(NULL, 0, 100); /* (its first look, the round's) */
     long before = thread_switches("ddp-repl-send");
     assert_true(before >= 0);
@@ -1189,11 +1198,8 @@ static void test_sender_sleeps_until_a_sum(void **state)
 static void test_replica_taken_while_the_round_forms(void **state)
 {
     (void)state;
-    make_dir(dir_b);
-    ddp_log_t log = {.name = "test", .level = DDP_LOG_DEBUG, .fd = open_log()};
-    ddp_checkpoint_replicas_t *b;
-    assert_int_equal(ddp_checkpoint_replicas_start(dir_b, 1u << 30, &log, &b), 0);
-    key_b = ddp_checkpoint_replicas_key(b);
+    ddp_log_t log;
+    ddp_checkpoint_replicas_t *b = start_b_unrounded(1u << 30, &log);
     int port = ddp_checkpoint_replicas_port(b);
     size_t len, req_len;
     uint8_t *slot = sized_slot(2, 0x33, 4096, &len);
