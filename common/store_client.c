@@ -287,11 +287,55 @@ static bool say_slow(const ddp_store_client_t *c, double waited, const char *why
     return true;
 }
 
-/* A TCP connection to any address of host:port (c->fd) by `deadline`: 0, or the last
- * failure other than a refusal, -ECONNREFUSED where every address refused (DDP_EPARSE
- * with *gai for a name that cannot be looked up). */
+/* Each address of a name that has several gets at most this long to connect and answer
+ * the handshake before the next is tried (the list is tried again after a pause): a first
+ * address that accepts and stays silent, or drops the SYN, must not use the whole
+ * deadline. A name with one address has the whole deadline (a loaded server answers late). */
+#define ADDRESS_SLICE 5.0
+
+/* What connecting to each address of a name came to, the worst kept. */
+typedef struct {
+    int other;        /* the last failure other than a refusal, 0 if none */
+    bool silent;      /* an address accepted and did not answer the handshake in its slice */
+    bool not_a_store; /* an address answered, but not as a TCPStore */
+} tried_t;
+
+/* A connection to the address `ai` and the store's handshake on it (c->fd), by
+ * `deadline`: a generation 1 server's reset of the generation 2 handshake is taken at once
+ * and the address connected again speaking generation 1. */
+static int connect_address(ddp_store_client_t *c, const struct addrinfo *ai, double deadline,
+                           tried_t *tried)
+{
+    c->gen = DDP_CODEC_GEN2;
+    for (;;) {
+        int err = connect_one(ai, deadline, &c->fd);
+        if (err)
+            return err;
+        if ((err = handshake(c, deadline)) == 0)
+            return 0;
+        close(c->fd);
+        c->fd = -1;
+        ddp_buf_clear(&c->in);
+        ddp_buf_clear(&c->out);
+        c->pending = PENDING_NONE;
+        if (c->gen == DDP_CODEC_GEN2 && reset_by_gen1(err)) {
+            c->gen = DDP_CODEC_GEN1; /* again at once, not after a pause: the server is there */
+            continue;
+        }
+        c->gen = DDP_CODEC_GEN2;
+        tried->silent = tried->silent || err == DDP_ETIMEOUT;
+        tried->not_a_store = tried->not_a_store || err == DDP_EPROTO;
+        return err;
+    }
+}
+
+/* A connection to any address of host:port (c->fd), handshake done, by `deadline`: 0, or
+ * DDP_EPROTO where an address answered but not as a TCPStore, DDP_ETIMEOUT (and
+ * *silent) where one accepted and stayed silent, else the last failure other than a
+ * refusal, -ECONNREFUSED where every address refused (DDP_EPARSE with *gai for a name
+ * that cannot be looked up). */
 static int connect_any(ddp_store_client_t *c, const char *host, const char *port, double deadline,
-                       int *gai)
+                       int *gai, bool *silent)
 {
     struct addrinfo hints = {0}, *addrs = NULL;
     hints.ai_socktype = SOCK_STREAM;
@@ -299,15 +343,23 @@ static int connect_any(ddp_store_client_t *c, const char *host, const char *port
     *gai = getaddrinfo(host, port, &hints, &addrs);
     if (*gai != 0) /* a name that does not resolve may yet (DNS not ready): retried */
         return *gai == EAI_NONAME || *gai == EAI_AGAIN ? -EHOSTUNREACH : DDP_EPARSE;
-    int err = -ECONNREFUSED, other = 0;
+    bool several = addrs->ai_next != NULL;
+    tried_t tried = {0};
+    int err = -ECONNREFUSED;
     for (struct addrinfo *ai = addrs; ai != NULL; ai = ai->ai_next) {
-        if ((err = connect_one(ai, deadline, &c->fd)) == 0)
+        double by = several ? ddp_clock_mono() + ADDRESS_SLICE : deadline;
+        if ((err = connect_address(c, ai, by < deadline ? by : deadline, &tried)) == 0)
             break;
         if (err != -ECONNREFUSED)
-            other = err;
+            tried.other = err;
     }
     freeaddrinfo(addrs);
-    return err != 0 && other != 0 ? other : err;
+    *silent = err != 0 && tried.silent;
+    if (err == 0)
+        return 0;
+    if (tried.not_a_store)
+        return DDP_EPROTO;
+    return tried.silent ? DDP_ETIMEOUT : tried.other != 0 ? tried.other : err;
 }
 
 /* A client that never connected, given up: `err` returned. */
@@ -352,8 +404,9 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
     int gai = 0;
     bool said_slow = false, accepted_silent = false;
     for (int attempt = 1;; attempt++) {
-        int err = connect_any(c, host, port_text, deadline, &gai);
-        if (err == 0 && (err = handshake(c, deadline)) == 0) {
+        bool silent = false;
+        int err = connect_any(c, host, port_text, deadline, &gai, &silent);
+        if (err == 0) {
             *out = c;
             return 0;
         }
@@ -365,23 +418,12 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
                                c->address);
             return abandon(c, DDP_EPROTO);
         }
-        accepted_silent = accepted_silent || (err == DDP_ETIMEOUT && c->fd >= 0);
-        if (c->fd >= 0) {
-            close(c->fd);
-            c->fd = -1;
-        }
-        ddp_buf_clear(&c->in);
-        if (c->gen == DDP_CODEC_GEN2 && reset_by_gen1(err)) {
-            /* Again at once, not after a pause: the server is there. */
-            c->gen = DDP_CODEC_GEN1;
-            continue;
-        }
+        accepted_silent = accepted_silent || silent;
         if (err == -ECONNREFUSED && c->options.refused_ends) {
             if (errbuf != NULL)
                 ddp_buf_printf(errbuf, "the store at %s refuses connections", c->address);
             return abandon(c, err);
         }
-        c->gen = DDP_CODEC_GEN2; /* generation 1 failed too: start over next time */
         double now = ddp_clock_mono();
         char why[300];
         if (gai != 0) /* said as the name's, not "No route to host" */

@@ -41,7 +41,9 @@ typedef struct ddp_store_client_options_s {
  * (generation 1: torch 1.13 and 2.0) is spoken to in generation 1 instead, where the
  * operations it lacks (PING aside, answered by GETNUMKEYS) fail with DDP_EPROTO and a
  * WAIT is polled with CHECK (there is no CANCEL_WAIT to end one that timed out). The
- * handshake's answer is due by connect_timeout too. A server that answers, but not as a
+ * handshake's answer is due by connect_timeout too. A name with several addresses has each
+ * tried in turn, connection and handshake, for at most 5 s, so one that stays silent
+ * does not hide the next. A server that answers, but not as a
  * TCPStore, is DDP_EPROTO at once (no retry); one that accepts and stays silent is
  * retried, and named so when the time is up (a refused one too, unless refused_ends). On
  * failure *out is untouched and `err` (may be NULL) says why. */
