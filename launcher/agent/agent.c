@@ -1420,7 +1420,8 @@ static void on_rdzv_command(void *ctx)
             remote_stop(a, exit_code, message);
             break;
         case DDP_RDZV_CMD_STORE_LOST:
-            ddp_placement_store_lost(a->placement, message);
+        case DDP_RDZV_CMD_STORE_UNANSWERED:
+            ddp_placement_store_lost(a->placement, message, cmd == DDP_RDZV_CMD_STORE_UNANSWERED);
             break;
         case DDP_RDZV_CMD_FINISH:
             ddp_hang_watch_cancel(a->hang);

@@ -88,7 +88,7 @@ static void store_event(ddp_placement_t *p, const char *name, bool own, const ch
     ddp_buf_free(&fields);
 }
 
-void ddp_placement_store_lost(ddp_placement_t *p, const char *message)
+void ddp_placement_store_lost(ddp_placement_t *p, const char *message, bool unanswered)
 {
     ddp_group_t *g = p->g;
     ddp_log_warn(g->log, "%s: the job goes on at the store of the launcher etcd elects next",
@@ -96,7 +96,7 @@ void ddp_placement_store_lost(ddp_placement_t *p, const char *message)
     store_event(p, "store_lost", false, message);
     p->relocating = true;
     p->relocated = false;
-    ddp_etcd_place_lost(p->place);
+    ddp_etcd_place_lost(p->place, unanswered);
     if (g->state == DDP_AGENT_RUNNING && g->nrunning > 0)
         g->ops->stop(g, SIGTERM, DDP_STOP_REMOTE);
     else

@@ -23,9 +23,10 @@ const ddp_launch_config_t *ddp_placement_cfg(const ddp_placement_t *p);
  * g->store_port) a candidate. The rendezvous starts once it is known
  * (ops->start_rendezvous); a failure ends the job (ops->end_job, status 5). */
 void ddp_placement_start(ddp_placement_t *p);
-/* The rendezvous thread lost the job's store (`message` says how): the workers stop as
- * for a re-form (ops->stop), and etcd elects the next store. */
-void ddp_placement_store_lost(ddp_placement_t *p, const char *message);
+/* The rendezvous thread lost the job's store (`message` says how; `unanswered`: it never
+ * joined there, see ddp_etcd_place_lost): the workers stop as for a re-form (ops->stop),
+ * and etcd elects the next store. */
+void ddp_placement_store_lost(ddp_placement_t *p, const char *message, bool unanswered);
 /* Between rounds (g->state WAITING): where the store was lost and etcd has placed the job
  * again, the lost store's rendezvous thread retires (kept until ddp_placement_free) and a
  * new one starts (ops->start_rendezvous). Otherwise nothing. */

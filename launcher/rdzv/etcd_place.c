@@ -79,11 +79,15 @@ struct ddp_etcd_place_s {
     bool again;            /* `pending` is a failed write's record, sent again once */
     struct probe_s *probe; /* PROBING: the connection to the elected store */
     double ttl, join_timeout;
-    bool relocating;     /* (ELECTING) the job's store was lost: the key's next word decides */
-    bool rejoining;      /* the lease was lost while the job formed: taken again */
-    bool answered;       /* etcd answered a join of this launcher's once */
-    int unanswered;      /* first joins etcd left unanswered */
-    double rejoin_since; /* loop s of the first loss since the last join */
+    bool relocating;  /* (ELECTING) the job's store was lost: the key's next word decides */
+    bool judged_here; /* (relocating) the loss judged from this node alone (see place_lost) */
+    /* (ELECTING) a depose waiting on whether the elected launcher keeps its lease alive:
+     * the store's "host:port " as the key names it, and what this node saw of it. */
+    char judged_named[300], judged[600];
+    bool rejoining;                   /* the lease was lost while the job formed: taken again */
+    bool answered;                    /* etcd answered a join of this launcher's once */
+    int unanswered;                   /* first joins etcd left unanswered */
+    double rejoin_since;              /* loop s of the first loss since the last join */
     char prefix[DDP_ETCD_PREFIX_MAX]; /* ddp-launch/<run id, escaped>/ */
     char id[128], record[400];
 };
@@ -97,6 +101,11 @@ struct ddp_etcd_place_s {
 /* First joins etcd may leave unanswered before this launcher ends (a join burst's late
  * answers are taken again; an endpoint that never answers is said after these). */
 #define FIRST_TRIES 3
+
+/* How a depose judged from this node alone is checked first, said in its warning. */
+#define UNLESS_ALIVE                                                                          \
+    "unless its launcher keeps its lease alive (read in etcd until a keep-alive is overdue, " \
+    "8 s at most)"
 
 static void fail(ddp_etcd_place_t *p, const char *why)
 {
@@ -433,7 +442,7 @@ static void probe_closed(uv_handle_t *handle)
  * launcher's (said, naming the address and `what` of it, not waited for: nothing would
  * delete it). */
 static void depose_named(ddp_etcd_place_t *p, const char *host, int port, const char *what,
-                         const char *warning)
+                         const char *warning, bool unless_alive)
 {
     char named[300];
     p->phase = PLACE_ELECTING;
@@ -442,8 +451,10 @@ static void depose_named(ddp_etcd_place_t *p, const char *host, int port, const 
         on_coordinator(p, p->latest, false); /* it went, or another was elected, meanwhile */
         return;
     }
+    snprintf(p->judged_named, sizeof p->judged_named, "%s", named);
+    snprintf(p->judged, sizeof p->judged, "%s", what);
     ddp_etcd_session_watch(p->session, true, false); /* then says the key is gone */
-    if (!ddp_etcd_session_depose(p->session)) {
+    if (!ddp_etcd_session_depose(p->session, unless_alive)) {
         char why[1400];
         snprintf(why, sizeof why,
                  "etcd at %s: the coordinator's key %scoord names %.*s, which %s, and is under "
@@ -474,17 +485,17 @@ static void probe_end(probe_t *pr, probe_result_t result, const char *what)
     ddp_host_port_text(store, sizeof store, pr->host, pr->port);
     if (result == PROBE_REFUSED)
         snprintf(warning, sizeof warning,
-                 "the elected launcher's store at %s refuses connections (its launcher is "
-                 "gone): ending its lease, then electing another",
-                 store);
+                 "the elected launcher's store at %s refuses connections: %s, ending that "
+                 "lease, then electing another",
+                 store, UNLESS_ALIVE);
     else
         snprintf(warning, sizeof warning,
                  "the coordinator's key %scoord names %s, which %s: it did not answer as a "
-                 "ddp-launch store (another program's port?): ending its lease, then electing "
-                 "another",
-                 p->prefix, store, what);
+                 "ddp-launch store (another program's port?): %s, ending that lease, then "
+                 "electing another",
+                 p->prefix, store, what, UNLESS_ALIVE);
     depose_named(p, pr->host, pr->port, result == PROBE_REFUSED ? "refuses connections" : what,
-                 warning);
+                 warning, true);
 }
 
 static void on_probe_alloc(uv_handle_t *handle, size_t size, uv_buf_t *buf)
@@ -620,17 +631,41 @@ static bool relocate(ddp_etcd_place_t *p, const char *record)
     p->relocating = false;
     bool same = record != NULL && p->placed != NULL && strcmp(record, p->placed) == 0;
     const char *placed = p->placed != NULL ? p->placed : "?";
-    if (same && !ddp_etcd_session_depose(p->session)) {
+    int len = (int)strcspn(placed, " ");
+    if (same && p->judged_here) {
+        snprintf(p->judged_named, sizeof p->judged_named, "%.*s ", len, placed);
+        snprintf(p->judged, sizeof p->judged, "%s", "did not take this node's connection");
+    }
+    if (same && !ddp_etcd_session_depose(p->session, p->judged_here)) {
         fail(p, "etcd: the coordinator's key names the lost store and is under no lease (no "
                 "launcher put it): delete it");
         return true;
     }
-    ddp_log_warn(p->log, "etcd: the job's store at %.*s is lost: %s", (int)strcspn(placed, " "),
-                 placed,
+    ddp_log_warn(p->log, "etcd: the job's store at %.*s is lost: %s%s", len, placed,
+                 same && p->judged_here ? UNLESS_ALIVE ", " : "",
                  same             ? "ending its launcher's lease, then electing another"
                  : record == NULL ? "electing another launcher"
                                   : "another launcher is elected already");
     return same;
+}
+
+/* (ELECTING) the elected launcher whose store this node judged gone keeps its lease alive:
+ * it lives, and only this node cannot reach its store. This launcher ends, saying so; the
+ * job is not moved for one node's view. */
+static void on_kept_alive(void *ctx)
+{
+    ddp_etcd_place_t *p = ctx;
+    if (p->phase != PLACE_ELECTING || p->latest == NULL || p->judged_named[0] == '\0' ||
+        strncmp(p->latest, p->judged_named, strlen(p->judged_named)) != 0)
+        return; /* the key changed meanwhile: its word has been taken */
+    char why[1400];
+    snprintf(why, sizeof why,
+             "etcd: the elected launcher keeps its lease alive (it lives), yet from this node "
+             "its store at %.*s %s: this node reaches that name or address otherwise than the "
+             "job's launchers do (the --local-addr given there, /etc/hosts or DNS here, a "
+             "firewall between); this launcher ends, the job is left as it is",
+             (int)strlen(p->judged_named) - 1, p->judged_named, p->judged);
+    fail(p, why);
 }
 
 static void on_coordinator(void *ctx, const char *record, bool own)
@@ -700,7 +735,7 @@ static void on_coordinator(void *ctx, const char *record, bool own)
                  mine ? "under a lease this launcher held before (a join whose answer was lost)"
                       : "under another launcher's id (a launcher gone since, this one listening "
                         "at its port)");
-        depose_named(p, host, port, "is this launcher's own store", warning);
+        depose_named(p, host, port, "is this launcher's own store", warning, false);
         return;
     }
     if (probe(p, host, port) != 0)
@@ -771,7 +806,7 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
     }
     p->phase = PLACE_ELECTING;
     ddp_etcd_session_cbs_t session_cbs = {on_lost, on_coordinator, NULL, /* no member watch */
-                                          on_relaxed};
+                                          on_relaxed, on_kept_alive};
     err = ddp_etcd_session_start(p->etcd, p->prefix, p->id, p->ttl, p->record, &session_cbs, p,
                                  &p->session);
     if (err != 0) {
@@ -785,12 +820,13 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
     return 0;
 }
 
-void ddp_etcd_place_lost(ddp_etcd_place_t *p)
+void ddp_etcd_place_lost(ddp_etcd_place_t *p, bool unanswered)
 {
     if (p->phase != PLACE_PLACED)
         return;
     p->phase = PLACE_ELECTING;
     p->relocating = true;
+    p->judged_here = unanswered;
     /* The key read afresh (nothing watched it while the job was placed), then watched: its
      * word goes to on_coordinator. */
     ddp_etcd_session_watch(p->session, true, true);

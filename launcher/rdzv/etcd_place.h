@@ -60,8 +60,11 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
 /* The node thread lost the job's store mid-job (its launcher's node is gone, say): the
  * elected launcher's lease is revoked where the key still names it (every launcher sees
  * the key go at once), the launchers elect another, and placed says where the job goes on
- * (this launcher's own store, which it kept listening, or the new one's). */
-void ddp_etcd_place_lost(ddp_etcd_place_t *p);
+ * (this launcher's own store, which it kept listening, or the new one's). `unanswered`:
+ * the thread never joined there (the store refused it, or did not answer as a store), a
+ * judgement of this node alone: the lease is revoked only where its launcher does not keep
+ * it alive (ddp_etcd_session_depose); where it does, failed says so. */
+void ddp_etcd_place_lost(ddp_etcd_place_t *p, bool unanswered);
 
 /* The elected launcher's coordinator formed a round: its record (copied) is kept in etcd,
  * written only where nobody else has written it since this launcher read or wrote it (a

@@ -30,6 +30,12 @@ enum {
 #define DEPOSE_SENDS    3
 #define DEPOSE_PAUSE_MS 250
 
+/* A ddp-launch launcher keeps its lease alive at least every third of the lease's time (up
+ * to a second more: its timer ticks); one late by this much more in all (its loop busy,
+ * etcd slow) is still taken to be alive. Its lease's time to live is read this often. */
+#define KEEPALIVE_LATE_S 2.0
+#define ALIVE_READ_S     0.5
+
 typedef enum { SESSION_STARTING, SESSION_RUNNING, SESSION_LOST } session_phase_t;
 
 struct ddp_etcd_session_s {
@@ -63,7 +69,12 @@ struct ddp_etcd_session_s {
     bool coord_known;
     int64_t deposed;     /* the lease of the last coordinator this one deposed */
     int depose_sent;     /* revokes of it sent */
-    uv_timer_t redepose; /* the pause before a revoke is sent again */
+    uv_timer_t redepose; /* the pause before a revoke is sent again, or a lease read again */
+    /* A depose unless the lease is kept alive (ddp_etcd_session_depose's `unless_alive`):
+     * its time to live is being read; the latest the lease's end can be by the reads so far
+     * (loop s, 0 before the first), and when the read in flight was sent. */
+    bool alive_read;
+    double alive_end, read_sent;
     int64_t members_rev;
     bool watch_members; /* the coordinator's: the member keys are watched */
     /* A watch that ended (the member it spoke to gone) is set up again after `backoff` s
@@ -658,10 +669,14 @@ static void send_revoke(ddp_etcd_session_t *s)
     (void)post(s, CALL_DEPOSE, "/v3/lease/revoke", body, false, on_depose);
 }
 
+static void read_lease(ddp_etcd_session_t *s);
+
 static void on_redepose(uv_timer_t *timer)
 {
     ddp_etcd_session_t *s = timer->data;
-    if (s->phase == SESSION_RUNNING && s->calls[CALL_DEPOSE] == NULL)
+    if (s->phase == SESSION_RUNNING && s->calls[CALL_DEPOSE] == NULL && s->alive_read)
+        read_lease(s);
+    else if (s->phase == SESSION_RUNNING && s->calls[CALL_DEPOSE] == NULL)
         send_revoke(s);
 }
 
@@ -691,7 +706,58 @@ static void on_depose(void *ctx, int err, const ddp_json_t *reply, const char *w
         ddp_etcd_session_watch(s, true, true);
 }
 
-bool ddp_etcd_session_depose(ddp_etcd_session_t *s)
+static void read_lease(ddp_etcd_session_t *s);
+
+/* A read of the deposed lease's time to live answered (ddp_etcd_session_depose's
+ * `unless_alive`). etcd says the whole seconds left, truncated (etcd 3.4, as measured), as
+ * of a moment between the request's sending and its answer: the lease's end is before
+ * answer + TTL + 1, and at or after sent + TTL. A lease nobody keeps alive keeps its end; a
+ * keep-alive moves it later by the time since the one before. The reads go on every
+ * ALIVE_READ_S: one whose end is at or after every end read before the lease moved: it was
+ * kept alive (kept_alive said, no revoke). A read sent once a live launcher's keep-alive was
+ * due (a third of the lease's time after the last, KEEPALIVE_LATE_S late) that shows no move:
+ * it is gone, the lease revoked. A failed read goes on to the revoke, which says etcd's
+ * failure. */
+static void on_lease_read(void *ctx, int err, const ddp_json_t *reply, const char *why)
+{
+    ddp_etcd_session_t *s = ctx;
+    (void)why;
+    s->calls[CALL_DEPOSE] = NULL;
+    if (s->phase != SESSION_RUNNING)
+        return;
+    int64_t ttl = -1, granted = 0;
+    bool read = err == 0 && ddp_etcd_int(reply, "TTL", &ttl) && ttl >= 0 &&
+                ddp_etcd_int(reply, "grantedTTL", &granted) && granted > 0;
+    if (read && s->alive_end > 0 && s->read_sent + (double)ttl >= s->alive_end) {
+        s->alive_read = false;
+        if (s->cbs.kept_alive != NULL)
+            s->cbs.kept_alive(s->ctx);
+        return;
+    }
+    if (read) {
+        double end = now_s(s) + (double)ttl + 1;
+        if (s->alive_end == 0 || end < s->alive_end)
+            s->alive_end = end;
+        double due = s->alive_end - (double)granted + (double)granted / 3 + KEEPALIVE_LATE_S;
+        if (s->read_sent < due) {
+            uv_timer_start(&s->redepose, on_redepose, (uint64_t)(ALIVE_READ_S * 1000), 0);
+            return;
+        }
+    }
+    s->alive_read = false;
+    s->depose_sent = 0;
+    send_revoke(s);
+}
+
+static void read_lease(ddp_etcd_session_t *s)
+{
+    char body[64];
+    snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->deposed);
+    s->read_sent = now_s(s);
+    (void)post(s, CALL_DEPOSE, "/v3/lease/timetolive", body, false, on_lease_read);
+}
+
+bool ddp_etcd_session_depose(ddp_etcd_session_t *s, bool unless_alive)
 {
     if (s->coord_known && s->coord != NULL && s->coord_lease == 0)
         return false;
@@ -702,7 +768,12 @@ bool ddp_etcd_session_depose(ddp_etcd_session_t *s)
     uv_timer_stop(&s->redepose); /* (a pause before another lease's revoke: this one's now) */
     s->deposed = s->coord_lease;
     s->depose_sent = 0;
-    send_revoke(s);
+    s->alive_read = unless_alive && s->cbs.kept_alive != NULL;
+    s->alive_end = 0;
+    if (s->alive_read)
+        read_lease(s);
+    else
+        send_revoke(s);
     return true;
 }
 

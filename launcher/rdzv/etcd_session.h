@@ -40,6 +40,9 @@ typedef struct {
      * the lost callback; otherwise (and without it) every third of ttl, unanswered for at
      * most ttl. */
     bool (*relaxed)(void *ctx);
+    /* (May be NULL) after ddp_etcd_session_depose(s, true): the coordinator's lease was
+     * kept alive while the session watched it (its launcher lives): not revoked. */
+    void (*kept_alive)(void *ctx);
 } ddp_etcd_session_cbs_t;
 
 /* Starts the session of launcher `id` under `prefix` (copied): its lease of `ttl` s, its
@@ -76,11 +79,17 @@ void ddp_etcd_session_elect(ddp_etcd_session_t *s, const char *record);
 
 /* The coordinator's launcher is known to be gone (its port refused a connection, or did
  * not answer as a store): its lease is revoked, so its keys go now rather than at its TTL.
+ * `unless_alive` (a judgement from this node alone, which another route to that launcher, or
+ * another view of its name, would not share): first the lease's time to live is read every
+ * half second until its end moves (kept alive: the kept_alive callback says so and nothing
+ * is revoked) or a live launcher's keep-alive is overdue (a third of the lease's time and
+ * 2 s after its last: up to 8 s for ddp-launch's 18 s leases; none where the first read
+ * shows one overdue already).
  * Once the revoke is answered, the key is read (where watched and the watch has not said it
  * went): its word comes within the request timeout, a watch that never answers aside; a
  * revoke that fails loses the session (the lost callback names the endpoints). False where
  * the key is under no lease (no launcher put it: it would never go). */
-bool ddp_etcd_session_depose(ddp_etcd_session_t *s);
+bool ddp_etcd_session_depose(ddp_etcd_session_t *s, bool unless_alive);
 
 /* For the coordinator: the member keys are watched (the member callback, for those there
  * now too). */

@@ -549,21 +549,20 @@ static int await_coordinator(ddp_rdzv_t *r, const char *const *keys)
 
 /* etcd: the store etcd's coordinator key names (by a host name, which the loop's probe
  * does not try) refused the connection (`refused`: it listened before its key was put, so
- * its launcher is gone, as the probe judges an address), answered, but not as a store
- * (another program's port), or not within join_timeout: the loop is told as of a lost
- * store, and reads the key afresh, ends that launcher's lease where it still names it, and
- * has another elected. */
+ * its launcher is gone, as the probe judges an address, unless this node alone cannot
+ * reach it), answered, but not as a store (another program's port), or not within
+ * join_timeout: the loop is told, and reads the key afresh, ends that launcher's lease where
+ * it still names it and that launcher does not keep it alive, and has another elected. */
 static node_phase_t elected_unanswered(ddp_rdzv_t *r, bool refused, const char *why)
 {
     char prefix[DDP_ETCD_PREFIX_MAX];
     ddp_etcd_place_prefix(r->cfg->run_id, prefix, sizeof prefix);
     if (refused)
-        ddp_rdzv_command(r, DDP_RDZV_CMD_STORE_LOST, NULL, DDP_EXIT_RDZV_FAILED,
-                         "the store at %s:%d that etcd's key %scoord names refuses connections "
-                         "(its launcher is gone)",
+        ddp_rdzv_command(r, DDP_RDZV_CMD_STORE_UNANSWERED, NULL, DDP_EXIT_RDZV_FAILED,
+                         "the store at %s:%d that etcd's key %scoord names refuses connections",
                          r->cfg->master_addr, r->cfg->master_port, prefix);
     else
-        ddp_rdzv_command(r, DDP_RDZV_CMD_STORE_LOST, NULL, DDP_EXIT_RDZV_FAILED,
+        ddp_rdzv_command(r, DDP_RDZV_CMD_STORE_UNANSWERED, NULL, DDP_EXIT_RDZV_FAILED,
                          "the store at %s:%d that etcd's key %scoord names did not "
                          "answer as a ddp-launch store within %g s (--rdzv-conf join_timeout): %s",
                          r->cfg->master_addr, r->cfg->master_port, prefix,

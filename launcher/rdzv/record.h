@@ -62,6 +62,11 @@ typedef enum {
     /* --rdzv-backend=etcd: the store failed us mid-job (message: how); the thread has ended,
      * and the job goes on at the store of the launcher etcd elects next. */
     DDP_RDZV_CMD_STORE_LOST,
+    /* As STORE_LOST, where the store etcd names was judged from this node before it joined:
+     * it refused the connection, or did not answer as a ddp-launch store (in time): its
+     * launcher's lease is read before it is ended (that launcher may live, unreachable
+     * from here alone). */
+    DDP_RDZV_CMD_STORE_UNANSWERED,
 } ddp_rdzv_cmd_t;
 
 typedef struct {

@@ -430,6 +430,7 @@ typedef struct {
     char why[800];
     char gone[256]; /* members seen to go, "id " each */
     bool relaxed;   /* what its relaxed callback says (the job forms) */
+    bool kept;      /* the kept_alive callback came */
 } launcher_t;
 
 static void on_lost(void *ctx, const char *why)
@@ -455,7 +456,13 @@ static void on_member(void *ctx, const char *id, bool there)
         snprintf(l->gone + len, sizeof l->gone - len, "%s ", id);
 }
 
-static const ddp_etcd_session_cbs_t callbacks = {on_lost, on_coordinator, on_member, NULL};
+static void on_kept_alive(void *ctx)
+{
+    ((launcher_t *)ctx)->kept = true;
+}
+
+static const ddp_etcd_session_cbs_t callbacks = {on_lost, on_coordinator, on_member, NULL,
+                                                 on_kept_alive};
 
 static bool on_relaxed(void *ctx)
 {
@@ -573,7 +580,7 @@ static void test_one_coordinator_then_another(void **state)
     int first = one_coordinator(l);
     int other = (first + 1) % NLAUNCHERS;
     double deposed = th_now();
-    ddp_etcd_session_depose(l[other].s);
+    ddp_etcd_session_depose(l[other].s, false);
     assert_true(run_while(&c, l, none_told, 10));
     assert_true(th_now() - deposed < 1);
     /* The deposed one learns it at its next keep-alive (a third of its lease). */
@@ -591,6 +598,53 @@ static void test_one_coordinator_then_another(void **state)
     elect_all(l);
     assert_true(run_while(&c, l, elected, 10));
     assert_int_not_equal(one_coordinator(l), first);
+    sessions_down(&c, l);
+    th_etcd_down(&etcd);
+}
+
+static bool kept_told(launcher_t *l)
+{
+    for (int i = 0; i < NLAUNCHERS; i++)
+        if (l[i].kept)
+            return true;
+    return false;
+}
+
+/* A depose judged from one node alone (its view of the coordinator's store: refused) is
+ * checked against etcd first: the coordinator keeps its lease alive (a 15 s lease, kept
+ * alive every 5 s), so nothing is revoked and the deposer is told (it was revoked at once,
+ * ending a live coordinator for one node's view); once the coordinator is gone (its
+ * session dropped, its lease left to run out, as for a SIGKILL) the same depose revokes the
+ * lease once its keep-alive is overdue (7 s after its last at most), before the lease's
+ * end (10 s after the depose at least). */
+static void test_depose_unless_alive(void **state)
+{
+    th_etcd_t etcd;
+    client_t c;
+    launcher_t l[NLAUNCHERS];
+    told_sessions_up(&etcd, &c, l, 2, 15);
+    elect_all(l);
+    assert_true(run_while(&c, l, elected, 10));
+    int first = one_coordinator(l), other = (first + 1) % NLAUNCHERS;
+    double asked = th_now();
+    assert_true(ddp_etcd_session_depose(l[other].s, true));
+    assert_true(run_while(&c, l, kept_told, 15));
+    printf("kept alive: said %.2f s after the depose\n", th_now() - asked);
+    assert_true(l[other].kept);
+    assert_false(l[first].lost);
+    assert_true(elected(l));
+    assert_int_equal(one_coordinator(l), first);
+    /* Gone: its lease is no longer kept alive. */
+    ddp_etcd_session_close(l[first].s, true, NULL, NULL);
+    l[first].s = NULL;
+    l[other].kept = false;
+    asked = th_now();
+    assert_true(ddp_etcd_session_depose(l[other].s, true));
+    assert_true(run_while(&c, l, none_told, 20));
+    double took = th_now() - asked;
+    printf("gone: its key went %.2f s after the depose (its lease: 15 s)\n", took);
+    assert_false(l[other].kept);
+    assert_true(took < 9);
     sessions_down(&c, l);
     th_etcd_down(&etcd);
 }
@@ -844,7 +898,7 @@ static double deposed(client_t *c, launcher_t *l, int other, double timeout)
 {
     double started = th_now();
     l[other].told = false;
-    ddp_etcd_session_depose(l[other].s);
+    ddp_etcd_session_depose(l[other].s, false);
     for (double deadline = started + timeout;
          !(l[other].told && l[other].coord[0] == '\0') && !l[other].lost && th_now() < deadline;) {
         bool never = false;
@@ -1305,7 +1359,8 @@ static void test_forming_close_revokes(void **state)
     memset(&l, 0, sizeof l);
     snprintf(l.id, sizeof l.id, "L0");
     l.relaxed = true;
-    const ddp_etcd_session_cbs_t relaxing = {on_lost, on_coordinator, on_member, on_relaxed};
+    const ddp_etcd_session_cbs_t relaxing = {on_lost, on_coordinator, on_member, on_relaxed,
+                                             on_kept_alive};
     assert_int_equal(
         ddp_etcd_session_start(c.etcd, "test/job/", l.id, 3, "rec", &relaxing, &l, &l.s), 0);
     bool never = false;
@@ -1366,6 +1421,7 @@ int main(int argc, char **argv)
         TH_TEST(test_not_etcd),
         TH_TEST(test_tls),
         TH_TEST(test_one_coordinator_then_another),
+        TH_TEST(test_depose_unless_alive),
         TH_TEST(test_lease_runs_out),
         TH_TEST(test_etcd_gone),
         TH_TEST(test_forming_close_revokes),
