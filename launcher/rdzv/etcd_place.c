@@ -84,6 +84,9 @@ struct ddp_etcd_place_s {
     /* (ELECTING) a depose waiting on whether the elected launcher keeps its lease alive:
      * the store's "host:port " as the key names it, and what this node saw of it. */
     char judged_named[300], judged[600];
+    bool judged_slow; /* ... it was the probe's silence: a live one is joined all the same */
+    char judged_host[256];
+    int judged_port;
     bool rejoining;                   /* the lease was lost while the job formed: taken again */
     bool answered;                    /* etcd answered a join of this launcher's once */
     int unanswered;                   /* first joins etcd left unanswered */
@@ -427,7 +430,8 @@ typedef enum {
     PROBE_ANSWERED,    /* as a ddp-launch store */
     PROBE_REFUSED,     /* nobody listens: its launcher is gone */
     PROBE_UNJUDGED,    /* no connection in time, or none can be tried: the node thread judges */
-    PROBE_NOT_A_STORE, /* connected, and answered otherwise or not at all */
+    PROBE_NOT_A_STORE, /* connected, and answered otherwise */
+    PROBE_SILENT,      /* connected, and no answer within probe_silence_s */
 } probe_result_t;
 
 static void probe_closed(uv_handle_t *handle)
@@ -453,6 +457,9 @@ static void depose_named(ddp_etcd_place_t *p, const char *host, int port, const 
     }
     snprintf(p->judged_named, sizeof p->judged_named, "%s", named);
     snprintf(p->judged, sizeof p->judged, "%s", what);
+    snprintf(p->judged_host, sizeof p->judged_host, "%s", host);
+    p->judged_port = port;
+    p->judged_slow = false;
     ddp_etcd_session_watch(p->session, true, false); /* then says the key is gone */
     if (!ddp_etcd_session_depose(p->session, unless_alive)) {
         char why[1400];
@@ -496,6 +503,7 @@ static void probe_end(probe_t *pr, probe_result_t result, const char *what)
                  p->prefix, store, what, UNLESS_ALIVE);
     depose_named(p, pr->host, pr->port, result == PROBE_REFUSED ? "refuses connections" : what,
                  warning, true);
+    p->judged_slow = result == PROBE_SILENT;
 }
 
 static void on_probe_alloc(uv_handle_t *handle, size_t size, uv_buf_t *buf)
@@ -590,7 +598,7 @@ static void on_probe_timer(uv_timer_t *timer)
              "took the connection and said nothing for %g s (a lease's time while the job "
              "forms)",
              pr->p != NULL ? probe_silence_s(pr->p) : 0.0);
-    probe_end(pr, pr->connected ? PROBE_NOT_A_STORE : PROBE_UNJUDGED, what);
+    probe_end(pr, pr->connected ? PROBE_SILENT : PROBE_UNJUDGED, what);
 }
 
 /* 0: the probe runs (PROBING); else none can (a host name: the node thread's connection
@@ -634,7 +642,8 @@ static bool relocate(ddp_etcd_place_t *p, const char *record)
     int len = (int)strcspn(placed, " ");
     if (same && p->judged_here) {
         snprintf(p->judged_named, sizeof p->judged_named, "%.*s ", len, placed);
-        snprintf(p->judged, sizeof p->judged, "%s", "did not take this node's connection");
+        snprintf(p->judged, sizeof p->judged, "%s", "did not answer this node's connection");
+        p->judged_slow = false; /* (the node thread waited for it: join_timeout) */
     }
     if (same && !ddp_etcd_session_depose(p->session, p->judged_here)) {
         fail(p, "etcd: the coordinator's key names the lost store and is under no lease (no "
@@ -651,13 +660,23 @@ static bool relocate(ddp_etcd_place_t *p, const char *record)
 
 /* (ELECTING) the elected launcher whose store this node judged gone keeps its lease alive:
  * it lives, and only this node cannot reach its store. This launcher ends, saying so; the
- * job is not moved for one node's view. */
+ * job is not moved for one node's view. A store that only stayed silent for the probe (its
+ * loop busy with a burst of joins) is joined all the same: the node thread's connection
+ * waits for it within join_timeout, and judges again. */
 static void on_kept_alive(void *ctx)
 {
     ddp_etcd_place_t *p = ctx;
     if (p->phase != PLACE_ELECTING || p->latest == NULL || p->judged_named[0] == '\0' ||
         strncmp(p->latest, p->judged_named, strlen(p->judged_named)) != 0)
         return; /* the key changed meanwhile: its word has been taken */
+    if (p->judged_slow) {
+        ddp_log_warn(p->log,
+                     "etcd: the elected launcher keeps its lease alive (it lives): its store at "
+                     "%.*s is slow, not gone; joining it (--rdzv-conf join_timeout)",
+                     (int)strlen(p->judged_named) - 1, p->judged_named);
+        placed_elsewhere(p, p->judged_host, p->judged_port);
+        return;
+    }
     char why[1400];
     snprintf(why, sizeof why,
              "etcd: the elected launcher keeps its lease alive (it lives), yet from this node "

@@ -848,18 +848,19 @@ static void test_stopped_elected_leaves_for_the_new_one(void **state)
     th_etcd_down(&etcd);
 }
 
-/* A job SIGKILLed whole leaves its keys under a lease that runs 18 s more (a launcher's
- * while its job forms): a new job with its run id finds the coordinator's record naming a
+/* A job SIGKILLed whole leaves its keys under a lease that runs on (here 9 s: a launcher
+ * of --rdzv-conf keep_alive_interval=0.5 would hold one of 18 s while its job forms; 9 s
+ * keeps the test short): a new job with its run id finds the coordinator's record naming a
  * store that refuses connections, sees in etcd that nobody keeps that lease alive (its
- * keep-alive overdue: 8 s after the last at most), ends it and elects one of its own
- * launchers, not after the lease. */
+ * keep-alive overdue: a third of the lease and 2 s after its last, 5 s here), ends it and
+ * elects one of its own launchers, not after the lease. */
 static void test_dead_jobs_live_record_deposed(void **state)
 {
     (void)state;
     th_etcd_t etcd;
     th_etcd_up(&etcd, 1);
     char said[4096], lease[64] = "", args[256];
-    assert_int_equal(th_etcdctl(&etcd, "lease grant 18", said, sizeof said), 0);
+    assert_int_equal(th_etcdctl(&etcd, "lease grant 9", said, sizeof said), 0);
     assert_int_equal(sscanf(said, "lease %63s granted", lease), 1);
     snprintf(args, sizeof args, "put --lease=%s ddp-launch/dead/coord '127.0.0.1:%d gone'", lease,
              th_free_port());
@@ -887,11 +888,11 @@ static void test_dead_jobs_live_record_deposed(void **state)
 }
 
 /* The coordinator's key of job `id` put by hand under a lease, as a dead job's would be
- * (18 s: a launcher's while its job forms), naming host:port. */
+ * (9 s: see test_dead_jobs_live_record_deposed), naming host:port. */
 static void squatted_key(th_etcd_t *etcd, const char *id, const char *host, int port)
 {
     char said[4096], lease[64] = "", args[256];
-    assert_int_equal(th_etcdctl(etcd, "lease grant 18", said, sizeof said), 0);
+    assert_int_equal(th_etcdctl(etcd, "lease grant 9", said, sizeof said), 0);
     assert_int_equal(sscanf(said, "lease %63s granted", lease), 1);
     snprintf(args, sizeof args, "put --lease=%s ddp-launch/%s/coord '%s:%d gone'", lease, id, host,
              port);
@@ -902,8 +903,8 @@ static void squatted_key(th_etcd_t *etcd, const char *id, const char *host, int 
 
 /* The same by a host name (the default --local-addr), which the loop's probe does not try:
  * the node thread's connection, refused, says that store is gone; its lease is ended once
- * etcd shows it not kept alive (8 s at most), not the connection tried again for
- * join_timeout (600 s by default). */
+ * etcd shows it not kept alive (5 s after its last keep-alive here), not the connection tried again
+ * for join_timeout (600 s by default). */
 static void test_dead_jobs_named_record_deposed(void **state)
 {
     (void)state;
