@@ -63,6 +63,7 @@ struct ddp_hang_watch_s {
     ddp_hang_cause_t cause;
     unsigned awaited; /* COLLECTING: AWAIT_* */
     double quiet;     /* how long no progress was seen when the current hang was found (s) */
+    double limit;     /* ... and the timeout it passed (s) */
     char why[240];    /* what found it */
     /* The stop it ends in ("the job hung ...": "" before): the failure of the ranks it
      * names, for the report. */
@@ -129,7 +130,7 @@ static void on_hang_stacks_done(void *ctx);
 static void on_hang_wait(uv_timer_t *timer);
 
 void ddp_hang_watch_begin(ddp_hang_watch_t *h, ddp_hang_cause_t cause, const char *why,
-                          double quiet, const bool *named)
+                          double quiet, double limit, const bool *named)
 {
     ddp_group_t *g = h->g;
     if (h->phase != HANG_IDLE)
@@ -137,8 +138,10 @@ void ddp_hang_watch_begin(ddp_hang_watch_t *h, ddp_hang_cause_t cause, const cha
     h->phase = HANG_COLLECTING;
     h->cause = cause;
     h->awaited = AWAIT_PAUSE;
-    if (cause == DDP_HANG_STALLED)
+    if (cause == DDP_HANG_STALLED) {
         h->quiet = quiet;
+        h->limit = limit;
+    }
     snprintf(h->why, sizeof h->why, "%s", why);
     for (int i = 0; i < g->nworkers; i++)
         h->workers[i].named = named != NULL && named[i];
@@ -260,9 +263,9 @@ static void end_report(ddp_hang_watch_t *h, const char *verdict)
      * failure of the ranks it names, in the job's report. */
     if (h->cause == DDP_HANG_STALLED && verdict != NULL)
         snprintf(h->message, sizeof h->message,
-                 "the job hung (no progress for %.3g s): %s (the hang report: "
-                 "%s/hang_report.txt)",
-                 h->quiet, verdict, g->attempt_dir);
+                 "the job hung (no progress for %.3g s, the limit %.3g s): %s (the hang "
+                 "report: %s/hang_report.txt)",
+                 h->quiet, h->limit, verdict, g->attempt_dir);
     else if (h->cause == DDP_HANG_STALLED)
         snprintf(h->message, sizeof h->message,
                  "the job hung: %s (the hang report is printed by the node that found it "
@@ -275,7 +278,8 @@ static void end_report(ddp_hang_watch_t *h, const char *verdict)
         g->ops->stop(g, SIGTERM, DDP_STOP_REMOTE);
     } else if (h->cause == DDP_HANG_STALLED && (verdict != NULL || g->rdzv == NULL)) {
         char message[DDP_RDZV_MSG_MAX];
-        snprintf(message, sizeof message, "the job hung (no progress for %.3g s): %s", h->quiet,
+        snprintf(message, sizeof message,
+                 "the job hung (no progress for %.3g s, the limit %.3g s): %s", h->quiet, h->limit,
                  verdict != NULL ? verdict : "see the report");
         ddp_log_error(g->log, "%s; stopping it as a failure", message);
         if (g->rdzv != NULL)
@@ -437,7 +441,7 @@ bool ddp_hang_watch_defer_failure(ddp_hang_watch_t *h, const ddp_failure_t *f)
     if (h->phase == HANG_IDLE && timed_out(h->g, f)) {
         char why[128];
         snprintf(why, sizeof why, "rank %d's collective timed out", f->rank);
-        ddp_hang_watch_begin(h, DDP_HANG_TIMED_OUT, why, 0, NULL);
+        ddp_hang_watch_begin(h, DDP_HANG_TIMED_OUT, why, 0, 0, NULL);
     }
     /* During a report a failure's stop waits for it (the round fails with the first
      * failure: there is none before a report starts, which a failure would stop). */
@@ -460,7 +464,7 @@ bool ddp_hang_watch_defer_remote(ddp_hang_watch_t *h, const char *message)
 void ddp_hang_watch_asked(ddp_hang_watch_t *h)
 {
     if (h->g->state == DDP_AGENT_RUNNING && h->phase == HANG_IDLE)
-        ddp_hang_watch_begin(h, DDP_HANG_ASKED, "another node found a hang", 0, NULL);
+        ddp_hang_watch_begin(h, DDP_HANG_ASKED, "another node found a hang", 0, 0, NULL);
 }
 
 /* --hang-timeout: a worker with a ring progresses when it finishes a collective; one
@@ -503,7 +507,7 @@ static void on_hang_timer(uv_timer_t *timer)
     if (idle >= g->cfg->hang_timeout) {
         char why[160];
         snprintf(why, sizeof why, "no rank has made progress for %.0f s (--hang-timeout)", idle);
-        ddp_hang_watch_begin(h, DDP_HANG_STALLED, why, idle, NULL);
+        ddp_hang_watch_begin(h, DDP_HANG_STALLED, why, idle, g->cfg->hang_timeout, NULL);
     }
 }
 

@@ -39,11 +39,11 @@ bool ddp_hang_watch_may_begin(const ddp_hang_watch_t *h);
 bool ddp_hang_watch_reporting(const ddp_hang_watch_t *h);
 
 /* A report begins (where one may: ddp_hang_watch_may_begin): `why` found it, no progress
- * seen for `quiet` s (a stall's, said in its message), and names the local ranks with named[i] true
- * (the hang's: their ends are its failures; NULL: none, or with --hang-timeout those not waiting in
- * a collective). */
+ * seen for `quiet` s against a timeout of `limit` s (a stall's: its message says both), and
+ * names the local ranks with named[i] true (the hang's: their ends are its failures; NULL:
+ * none, or with --hang-timeout those not waiting in a collective). */
 void ddp_hang_watch_begin(ddp_hang_watch_t *h, ddp_hang_cause_t cause, const char *why,
-                          double quiet, const bool *named);
+                          double quiet, double limit, const bool *named);
 /* A worker of the running attempt failed (`f`): a collective timed out begins a report.
  * True when a report is under way: the failure's stop then waits for its end (which
  * fails the round with failures[0]). */

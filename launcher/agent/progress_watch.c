@@ -182,33 +182,36 @@ static void learn_steps(ddp_learnt_t *l, const ddp_progress_ring_t *ring)
 typedef struct {
     int culprit, waiter; /* local ranks; -1: none */
     double quiet[2];     /* how long they made no progress (s) */
+    double limit[2];     /* ... against which timeout (s) */
     char why[2][200];
     bool busy;
 } auto_look_t;
 
-/* Checks `quiet` seconds without progress (a Ctrl-Z's stop aside) against a rank's
- * `limit`, and keeps the shortest limit judged (the ticks come at least as often): whether
- * it is past. */
-static bool check_limit(ddp_progress_watch_t *p, double quiet, double limit)
+/* Checks *quiet seconds without progress against a rank's `limit` (*quiet then without a
+ * Ctrl-Z's stop: that time is no rank's), and keeps the shortest limit judged (the ticks
+ * come at least as often): whether it is past. */
+static bool check_limit(ddp_progress_watch_t *p, double *quiet, double limit)
 {
     double resumed_at = ddp_pause_resumed_at(p->pause);
     double since_resumed = ddp_clock_mono() - resumed_at;
-    if (resumed_at > 0 && quiet > since_resumed)
-        quiet = since_resumed; /* the time stopped by a Ctrl-Z is no rank's */
+    if (resumed_at > 0 && *quiet > since_resumed)
+        *quiet = since_resumed;
     if (limit < p->tick_limit)
         p->tick_limit = limit;
-    return quiet > limit;
+    return *quiet > limit;
 }
 
-/* Local rank `i`, past its limit after `quiet` s without progress (`why` says how), into
+/* Local rank `i`, past its `limit` after `quiet` s without progress (`why` says how), into
  * the look: the hang's, or waiting. */
-static void judged(auto_look_t *look, int i, bool waits, double quiet, const char *why)
+static void judged(auto_look_t *look, int i, bool waits, double quiet, double limit,
+                   const char *why)
 {
     int k = waits ? 1 : 0, *who = waits ? &look->waiter : &look->culprit;
     if (*who >= 0)
         return;
     *who = i;
     look->quiet[k] = quiet;
+    look->limit[k] = limit;
     snprintf(look->why[k], sizeof look->why[k], "%s", why);
 }
 
@@ -250,7 +253,8 @@ static void judge_steps(ddp_progress_watch_t *p, int i, const ddp_progress_ring_
         since = last > 0 ? (double)last / 1e9 : p->window_start;
     }
     bool waits = p->workers[i].waits_since_ns > 0;
-    if (!check_limit(p, now - since, limit)) {
+    double quiet = now - since;
+    if (!check_limit(p, &quiet, limit)) {
         look->busy = look->busy || !waits;
         return;
     }
@@ -258,13 +262,13 @@ static void judge_steps(ddp_progress_watch_t *p, int i, const ddp_progress_ring_
         say_limit(p, limit, longest, "its longest", "never ended before", basis, sizeof basis);
         snprintf(why, sizeof why,
                  "rank %d has been in section '%s' for %.1f s (--hang-timeout=auto: %s)", w->rank,
-                 name, now - since, basis);
+                 name, quiet, basis);
     } else {
         say_limit(p, limit, longest, "the longest step", "nothing learnt yet", basis, sizeof basis);
         snprintf(why, sizeof why, "rank %d has made no step for %.1f s (--hang-timeout=auto: %s)",
-                 w->rank, now - since, basis);
+                 w->rank, quiet, basis);
     }
-    judged(look, i, waits, now - since, why);
+    judged(look, i, waits, quiet, limit, why);
 }
 
 /* A libddp rank (flight ring, local rank i): its collectives' progress, judged by the
@@ -289,7 +293,8 @@ static void judge_collectives(ddp_progress_watch_t *p, int i, const ddp_flight_r
     double limit = warm ? auto_limit(p, l->gap_s) : AUTO_COLD_S;
     double since = v->moved_at > 0 ? v->moved_at : p->window_start;
     char basis[120], why[200];
-    if (!check_limit(p, now - since, limit)) {
+    double quiet = now - since;
+    if (!check_limit(p, &quiet, limit)) {
         look->busy = true;
         return;
     }
@@ -297,8 +302,8 @@ static void judge_collectives(ddp_progress_watch_t *p, int i, const ddp_flight_r
               "nothing learnt yet", basis, sizeof basis);
     snprintf(why, sizeof why,
              "rank %d has finished no collective for %.1f s (--hang-timeout=auto: %s)", w->rank,
-             now - since, basis);
-    judged(look, i, false, now - since, why);
+             quiet, basis);
+    judged(look, i, false, quiet, limit, why);
 }
 
 /* The look's verdict, where there is one, begins the hang report: the rank past its limit
@@ -331,7 +336,7 @@ static void auto_verdict(ddp_progress_watch_t *p, const auto_look_t *look)
     char why[240];
     snprintf(why, sizeof why, "%s", ddp_buf_str(&text));
     ddp_hang_watch_begin(p->hang, DDP_HANG_STALLED, why, look->quiet[own ? 0 : 1],
-                         other != NULL ? named : NULL);
+                         look->limit[own ? 0 : 1], other != NULL ? named : NULL);
     ddp_buf_free(&text);
     free(other);
     free(named);

@@ -195,7 +195,12 @@ static void test_hang_auto_finds_a_stopped_rank(void **state)
     printf("rank 1 reported after %.2f s without a step (limit %.2f s)\n", idle, limit);
     TH_ASSERT(&p, idle < 0.5 && limit < 0.5 && limit >= 0.2);
     TH_ASSERT(&p, strstr(err, "ddp_launch.step() #40 ") != NULL); /* its row in the table */
-    TH_ASSERT(&p, strstr(err, "the job hung") != NULL);
+    /* The stop says how long rank 1 was quiet, and its timeout as the limit (above: %.1f). */
+    const char *hung = strstr(err, "the job hung (no progress for ");
+    double quiet = 0, said_limit = 0;
+    TH_ASSERT(&p, hung != NULL && sscanf(hung + strlen("the job hung (no progress for "),
+                                         "%lf s, the limit %lf s): ", &quiet, &said_limit) == 2);
+    TH_ASSERT(&p, quiet > said_limit && said_limit - limit < 0.06 && limit - said_limit < 0.06);
     /* The failure report: rank 1 its root cause, the hang report's file named; rank 0
      * stopped (they were neither: a hang stop printed nothing after its SIGTERM). */
     const char *root = strstr(err, "Root Cause (first observed failure):");

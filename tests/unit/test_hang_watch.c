@@ -60,7 +60,7 @@ static void test_timeout_stops_the_attempt(void **state)
     ddp_hang_watch_attempt(h.hang);
     assert_true(ddp_hang_watch_may_begin(h.hang));
     /* The loop held for a second (a busy launcher's): its first look finds the workers
-     * quiet that long, and the message says so, not the timeout. */
+     * quiet that long, and the message says so, with the timeout as the limit. */
     (void)poll(NULL, 0, 1000);
     assert_true(gf_run_until(&h.f, stopped, 10));
     assert_int_equal(h.f.stops, 1);
@@ -73,10 +73,13 @@ static void test_timeout_stops_the_attempt(void **state)
         const char *named = ddp_hang_watch_named(h.hang, i);
         assert_non_null(named);
         const char *said = strstr(named, "the job hung (no progress for ");
-        double quiet = 0;
+        double quiet = 0, limit = 0;
         assert_non_null(said);
-        assert_int_equal(sscanf(said + strlen("the job hung (no progress for "), "%lf", &quiet), 1);
+        assert_int_equal(sscanf(said + strlen("the job hung (no progress for "),
+                                "%lf s, the limit %lf s): ", &quiet, &limit),
+                         2);
         assert_true(quiet >= 1.0 && quiet < 10);
+        assert_true(limit == 0.3);
         assert_non_null(strstr(named, "/hang_report.txt)"));
     }
     char *log = gf_log(&h.f), path[PATH_MAX];
@@ -103,7 +106,7 @@ static void test_failure_waits_for_the_report(void **state)
     h.f.cfg.hang_auto = true; /* (--hang-timeout=auto names its own ranks) */
     ddp_hang_watch_attempt(h.hang);
     bool named[2] = {false, true};
-    ddp_hang_watch_begin(h.hang, DDP_HANG_STALLED, "rank 1 has made no step", 12, named);
+    ddp_hang_watch_begin(h.hang, DDP_HANG_STALLED, "rank 1 has made no step", 12, 2.5, named);
     assert_true(ddp_hang_watch_reporting(h.hang));
     ddp_failure_t *fl = &h.f.g.failures[h.f.g.nfailures++];
     assert_int_equal(
@@ -116,7 +119,8 @@ static void test_failure_waits_for_the_report(void **state)
     assert_int_equal(h.f.first_failure, 0);
     assert_int_equal(h.f.stops, 0);
     assert_null(ddp_hang_watch_named(h.hang, 0));
-    assert_non_null(strstr(ddp_hang_watch_named(h.hang, 1), "no progress for 12 s"));
+    assert_non_null(
+        strstr(ddp_hang_watch_named(h.hang, 1), "no progress for 12 s, the limit 2.5 s): "));
     teardown(&h);
 }
 
@@ -127,7 +131,7 @@ static void test_cancel(void **state)
     hang_fixture_t h;
     setup(&h, 1);
     ddp_hang_watch_attempt(h.hang);
-    ddp_hang_watch_begin(h.hang, DDP_HANG_STALLED, "stalled", 1, NULL);
+    ddp_hang_watch_begin(h.hang, DDP_HANG_STALLED, "stalled", 1, 0.5, NULL);
     ddp_hang_watch_cancel(h.hang);
     assert_false(ddp_hang_watch_reporting(h.hang));
     gf_run_for(&h.f, 0.8);
