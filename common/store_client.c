@@ -37,6 +37,7 @@ struct ddp_store_client_s {
     pending_t pending;
     double pending_sent; /* ... when it was sent */
     char error[1024];
+    int failure; /* error's code (0: none) */
 };
 
 __attribute__((format(printf, 3, 4))) static int fail(ddp_store_client_t *c, int err,
@@ -49,12 +50,18 @@ __attribute__((format(printf, 3, 4))) static int fail(ddp_store_client_t *c, int
     va_end(ap);
     snprintf(c->error, sizeof c->error, "store %s: unable to %s: %s", c->address, what,
              ddp_strerror(err));
+    c->failure = err;
     return err;
 }
 
 const char *ddp_store_client_error(const ddp_store_client_t *client)
 {
     return client->error;
+}
+
+int ddp_store_client_failure(const ddp_store_client_t *client)
+{
+    return client->failure;
 }
 
 /* Waits for `events` on the socket until `deadline` (monotonic seconds). It always
@@ -189,6 +196,7 @@ static int take_pending(ddp_store_client_t *c, double deadline)
 static int begin(ddp_store_client_t *c, ddp_codec_op_t op)
 {
     c->error[0] = '\0';
+    c->failure = 0;
     ddp_buf_clear(&c->out);
     int err = take_pending(c, op_deadline(c));
     return err ? err : ddp_codec_put_op(&c->out, c->gen, op);
@@ -436,9 +444,9 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
         if (err == DDP_EPARSE || now >= deadline) {
             if (errbuf != NULL && accepted_silent)
                 ddp_buf_printf(errbuf,
-                               "%s accepts connections but does not answer as a TCPStore: "
-                               "the launcher serving it is stopped (Ctrl-Z there?) or hung, "
-                               "or another program holds that port",
+                               "%s accepts connections but does not answer as a "
+                               "TCPStore: " DDP_STORE_CLIENT_SILENT_WHY
+                               ", or another program holds that port",
                                c->address);
             else if (errbuf != NULL)
                 ddp_buf_printf(errbuf,

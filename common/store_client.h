@@ -52,6 +52,13 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
 
 /* What the last failed call did wrong, or "". */
 const char *ddp_store_client_error(const ddp_store_client_t *client);
+/* Its code (0: none). DDP_ETIMEOUT on a connected client: the store took the request, or
+ * stopped taking bytes, and did not answer in time. */
+int ddp_store_client_failure(const ddp_store_client_t *client);
+
+/* Why a store that accepts connections would not answer, for messages: a launcher's store
+ * is served by its loop, which a stop (SIGSTOP, Ctrl-Z) or a hang holds. */
+#define DDP_STORE_CLIENT_SILENT_WHY "the launcher serving it is stopped (Ctrl-Z there?) or hung"
 
 int ddp_store_client_set(ddp_store_client_t *client, const char *key, const void *value,
                          size_t len);

@@ -128,19 +128,27 @@ int ddp_rdzv_take_pause_request(ddp_rdzv_t *r)
 }
 
 /* The store failed us mid-job: this node ends (status 5), saying what failed on the
- * connection that failed (the waiter's, when await_keys said so), and that etcd's
+ * connection that failed (the waiter's, when await_keys said so), why a store that stopped
+ * answering (a timeout, not a refused or reset connection) would, and that etcd's
  * rendezvous would have gone on; with etcd, the loop is told, and a new thread joins the
  * store of the launcher elected next. */
 static node_phase_t store_lost(ddp_rdzv_t *r)
 {
     const ddp_store_client_t *c = r->waiter_failed ? r->waiter : r->client;
     bool etcd = r->cfg->rdzv_backend == DDP_RDZV_ETCD; /* the job moves to another store */
+    bool silent = ddp_store_client_failure(c) == DDP_ETIMEOUT;
     ddp_rdzv_command(r, etcd ? DDP_RDZV_CMD_STORE_LOST : DDP_RDZV_CMD_FINISH, NULL,
-                     DDP_EXIT_RDZV_FAILED, "lost the rendezvous store at %s:%d: %s%s",
+                     DDP_EXIT_RDZV_FAILED, "lost the rendezvous store at %s:%d: %s%s%s",
                      r->cfg->master_addr, r->cfg->master_port, ddp_store_client_error(c),
-                     etcd ? ""
-                          : "; the job ends with the launcher that served it (its node lost?): "
-                            "--rdzv-backend=etcd survives the loss of any node");
+                     silent ? "; it took this launcher's connection but stopped "
+                              "answering: " DDP_STORE_CLIENT_SILENT_WHY
+                              ", or its node is unreachable"
+                            : "",
+                     etcd     ? ""
+                     : silent ? "; the job ends with it: --rdzv-backend=etcd survives the loss "
+                                "of any node"
+                              : "; the job ends with the launcher that served it (its node "
+                                "lost?): --rdzv-backend=etcd survives the loss of any node");
     return NODE_END;
 }
 

@@ -606,6 +606,35 @@ static void test_stopped_store_host_named(void **state)
     job_cleanup(&job);
 }
 
+/* The store's host stopped (SIGSTOP: no word to the others, as a Ctrl-Z's pause gives)
+ * after node 1 joined: node 1's heartbeat goes unanswered past read_timeout (2 s), and it
+ * ends (status 5) saying that the store took its connection but stopped answering, its
+ * launcher stopped or hung, not only that it timed out. */
+static void test_store_host_stopped_after_a_join_named(void **state)
+{
+    const char *waits[] = {th_worker(), "wait", NULL};
+    const char *debug[] = {"DDP_LAUNCH_LOG_LEVEL=debug", NULL}; /* (its join said) */
+    job_t job;
+    job_init(&job);
+    th_proc_t *n0 = start_node(&job, 3, 0, 1, "--rdzv-conf=read_timeout=2", waits);
+    th_proc_t *n1 = start_node_env(&job, 3, 1, 1, "--rdzv-conf=read_timeout=2", waits, debug);
+    TH_ASSERT(n1, th_wait_output(n1, 2, "joined the rendezvous at ", 1, 30));
+    TH_ASSERT(n0, kill(n0->pid, SIGSTOP) == 0 && wait_stopped(n0->pid, 10));
+    double stopped = th_now();
+    TH_ASSERT(n1, th_wait_exit(n1, 30));
+    printf("node 1 ended %.1f s after the store's host stopped\n", th_now() - stopped);
+    TH_ASSERT(n1, th_status(n1) == 5 && th_now() - stopped < 15);
+    TH_ASSERT(n1, strstr(err(n1), "lost the rendezvous store") != NULL);
+    TH_ASSERT(n1, strstr(err(n1), "timed out; it took this launcher's connection but stopped "
+                                  "answering: the launcher serving it is stopped (Ctrl-Z "
+                                  "there?) or hung") != NULL);
+    kill(n0->pid, SIGCONT);
+    kill(n0->pid, SIGTERM);
+    TH_ASSERT(n0, th_wait_exit(n0, 30));
+    TH_ASSERT(n0, th_status(n0) == 128 + SIGTERM);
+    job_cleanup(&job);
+}
+
 /* Node 1 comes with another --rdzv-id: it ends (status 5) naming both jobs, and node 0,
  * which goes on waiting for its own node 1, says a launcher of the other job came. */
 static void test_other_rdzv_id_named_on_both_sides(void **state)
@@ -794,6 +823,7 @@ static void test_store_host_lost(void **state)
     TH_ASSERT(n1, th_status(n1) == 5);
     TH_ASSERT(n1, strstr(err(n1), "lost the rendezvous store") != NULL);
     TH_ASSERT(n1, strstr(err(n1), "--rdzv-backend=etcd survives the loss of any node") != NULL);
+    TH_ASSERT(n1, strstr(err(n1), "stopped answering") == NULL); /* closed, not silent */
     job_wait(&job, 10);
     job_cleanup(&job);
 }
@@ -2384,6 +2414,7 @@ int main(int argc, char **argv)
         TH_TEST(test_stranger_refused_job_untouched),
         TH_TEST(test_stray_with_other_flags_refused_alone),
         TH_TEST(test_stopped_store_host_named),
+        TH_TEST(test_store_host_stopped_after_a_join_named),
         TH_TEST(test_port_held_by_another_program),
         TH_TEST(test_other_rdzv_id_named_on_both_sides),
         TH_TEST(test_node_loss_noticed),
