@@ -190,3 +190,18 @@ int ddp_buf_printable(ddp_buf_t *out, const char *text, size_t len, bool lines)
     }
     return err;
 }
+
+int ddp_buf_printable_cut(ddp_buf_t *out, const char *text, size_t len, size_t most, bool lines)
+{
+    size_t shown = len;
+    if (len > most) { /* back to the start of the character cut, if it is a well-formed one */
+        shown = most;
+        for (size_t back = 0; back < 3 && shown > 0 && ((unsigned char)text[shown] & 0xc0) == 0x80;
+             back++)
+            shown--;
+        if (utf8_printable((const unsigned char *)text + shown, len - shown) == 0)
+            shown = most; /* no character there: its bytes are \xNN anyway */
+    }
+    int err = ddp_buf_printable(out, text, shown, lines);
+    return err == 0 && shown < len ? ddp_buf_puts(out, "...") : err;
+}

@@ -46,6 +46,9 @@ char *ddp_buf_steal(ddp_buf_t *buf);
  * above as they are; every other byte (a control character, an escape sequence's ESC, a C1
  * control, a byte of no character) as \xNN. 0 or -ENOMEM. */
 int ddp_buf_printable(ddp_buf_t *out, const char *text, size_t len, bool lines);
+/* As ddp_buf_printable, of text[0, len)'s first `most` bytes at most (cut at a character's
+ * start), then "..." where some were left out: a line's share of what others wrote. */
+int ddp_buf_printable_cut(ddp_buf_t *out, const char *text, size_t len, size_t most, bool lines);
 
 /* Appends base + i for each i in [0, n) with skip[i] false, as runs ("1-3, 5, 9"), at most
  * `most` of them named (then ", ..."): the ranks, nodes or places a message lists. */

@@ -675,7 +675,7 @@ static void worker_ended(ddp_agent_t *a, ddp_worker_t *w, int status, double now
         return;
     }
     if (has_line)
-        f.last_line = strdup(line); /* NULL: no memory, no line */
+        (void)ddp_failure_set_last_line(&f, line, strlen(line)); /* no memory: no line */
     char *oom = ddp_end_notes_oom_message(a->notes, w, status);
     if (oom != NULL && f.message == NULL) /* the report's line for it */
         f.message = oom;

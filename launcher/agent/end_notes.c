@@ -239,7 +239,8 @@ static void say_if_torch_is_missing(const ddp_group_t *g, bool python)
 #define TAIL_BYTES 4096
 
 /* The root cause's stderr went to its log file only (--redirects without --tee): its last
- * lines follow the report, since they were not on the console. */
+ * lines follow the report, since they were not on the console; in the launcher's lines,
+ * with escape sequences and control characters shown escaped (ddp_buf_printable). */
 static void say_stderr_tail(const ddp_group_t *g)
 {
     const ddp_failure_t *root = &g->failures[ddp_report_root(g->failures, g->nfailures)];
@@ -279,7 +280,9 @@ static void say_stderr_tail(const ddp_group_t *g)
     ddp_buf_printf(&out, "the last lines of rank %d's stderr (%s):\n", root->rank, path);
     for (char *line = start; *line != '\0';) {
         size_t len = strcspn(line, "\n");
-        ddp_buf_printf(&out, "  | %.*s\n", (int)len, line);
+        ddp_buf_puts(&out, "  | ");
+        ddp_buf_printable(&out, line, len, false);
+        ddp_buf_puts(&out, "\n");
         line += len + (line[len] == '\n');
     }
     (void)ddp_write_all(2, out.data, out.len);

@@ -22,11 +22,12 @@
 #define MALFORMED_SAID 3    /* malformed requests said one by one, then no more */
 #define MAX_DELAY_MS   1e12 /* a timer further away is looked at again then (30 years) */
 #define READS_PER_TURN 64   /* a worker writing without pause cannot hold the loop */
+#define SHOWN_MAX      200  /* bytes of a request or a scope in a message */
 
 typedef struct {
     pid_t pid;
     char *scope;
-    char *shown;    /* the scope as a message shows it (ddp_buf_printable: the worker's text) */
+    char *shown;    /* the scope as a message shows it (the worker's text: escaped, bounded) */
     double expires; /* wall clock, s */
     int sig;        /* <= 0: none */
 } entry_t;
@@ -131,9 +132,9 @@ static void malformed(ddp_file_timer_t *t, const char *why, const char *line, si
     if (++t->malformed > MALFORMED_SAID)
         return;
     ddp_buf_t shown = DDP_BUF_INIT;
-    (void)ddp_buf_printable(&shown, line, len > 200 ? 200 : len, false);
-    ddp_log_warn(t->log, "watchdog timer: ignoring a request that %s: %s%s", why,
-                 ddp_buf_str(&shown), len > 200 ? "..." : "");
+    (void)ddp_buf_printable_cut(&shown, line, len, SHOWN_MAX, false);
+    ddp_log_warn(t->log, "watchdog timer: ignoring a request that %s: %s", why,
+                 ddp_buf_str(&shown));
     ddp_buf_free(&shown);
     if (t->malformed == MALFORMED_SAID)
         ddp_log_warn(t->log, "watchdog timer: further malformed requests are not said");
@@ -196,7 +197,7 @@ static void request(ddp_file_timer_t *t, const char *line, size_t len)
             }
             ddp_buf_t text = DDP_BUF_INIT;
             char *copy = strdup(scope), *shown = NULL;
-            if (ddp_buf_printable(&text, scope, scope_len, false) == 0)
+            if (ddp_buf_printable_cut(&text, scope, scope_len, SHOWN_MAX, false) == 0)
                 shown = ddp_buf_steal(&text);
             if (copy != NULL && shown != NULL)
                 t->entries[t->n++] = (entry_t){(pid_t)pid, copy, shown, expires, sig};

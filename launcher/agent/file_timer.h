@@ -28,7 +28,7 @@ typedef struct ddp_file_timer_s ddp_file_timer_t;
 typedef int (*ddp_file_timer_owner_fn)(void *ctx, pid_t pid);
 
 /* A timer expired: `sig` was sent to `pid` of `local_rank` (its scope `scope`, as a message
- * shows it: ddp_buf_printable). */
+ * shows it: escaped, its first 200 bytes). */
 typedef void (*ddp_file_timer_fired_fn)(void *ctx, pid_t pid, int local_rank, const char *scope,
                                         int sig);
 

@@ -84,14 +84,12 @@ void ddp_policy_free(ddp_policy_t *p)
 }
 
 /* What `text` (len bytes) begins with, for a line: its first SHOWN_MAX bytes less trailing
- * blanks, as a terminal may show them (ddp_buf_printable). */
+ * blanks, as a terminal may show them (ddp_buf_printable_cut). */
 static void show_text(const char *text, size_t len, ddp_buf_t *out)
 {
     while (len > 0 && strchr(" \t\r\n", text[len - 1]) != NULL)
         len--;
-    (void)ddp_buf_printable(out, text, len < SHOWN_MAX ? len : SHOWN_MAX, false);
-    if (len > SHOWN_MAX)
-        ddp_buf_puts(out, "...");
+    (void)ddp_buf_printable_cut(out, text, len, SHOWN_MAX, false);
 }
 
 /* What the file at `path` is when it is not a regular file: "a directory", "a FIFO", ... */

@@ -188,18 +188,28 @@ int ddp_failure_from_json(const char *line, size_t len, ddp_failure_t *f)
     f->host = shown_copy(host, strlen(host), false);
     f->error_file = file != NULL ? shown_copy(file, strlen(file), false) : NULL;
     f->message = message != NULL ? shown_copy(message, strlen(message), true) : NULL;
-    size_t last_len = last != NULL ? strcspn(last, "\r\n") : 0; /* one line, never trusted */
-    f->last_line =
-        last != NULL
-            ? shown_copy(last, last_len < DDP_LAST_LINE_MAX ? last_len : DDP_LAST_LINE_MAX, false)
-            : NULL;
+    err = last != NULL ? ddp_failure_set_last_line(f, last, strlen(last)) : 0; /* never trusted */
     ddp_json_free(root);
     if (f->host == NULL || (file != NULL && f->error_file == NULL) ||
-        (message != NULL && f->message == NULL) || (last != NULL && f->last_line == NULL)) {
+        (message != NULL && f->message == NULL) || err != 0) {
         ddp_failure_free(f);
         return -ENOMEM;
     }
     return 0;
+}
+
+int ddp_failure_set_last_line(ddp_failure_t *f, const char *text, size_t len)
+{
+    ddp_buf_t shown = DDP_BUF_INIT;
+    size_t line = 0;
+    while (line < len && text[line] != '\r' && text[line] != '\n')
+        line++;
+    free(f->last_line);
+    f->last_line = NULL;
+    if (ddp_buf_printable_cut(&shown, text, line, DDP_LAST_LINE_MAX, false) == 0)
+        f->last_line = ddp_buf_steal(&shown);
+    ddp_buf_free(&shown);
+    return f->last_line != NULL ? 0 : -ENOMEM;
 }
 
 int ddp_failure_status(const ddp_failure_t *f)

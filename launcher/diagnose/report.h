@@ -30,7 +30,8 @@ typedef struct ddp_failure_s {
     char *message;    /* from the error file: the traceback, else the message */
     int peer_rank;    /* from the error file: the rank this failure blames, or -1 */
     char *host;       /* another node's failure: its host (owned); NULL: this node's */
-    char *last_line;  /* the last line it wrote where the launcher reads it, or NULL */
+    char *last_line;  /* the last line it wrote where the launcher reads it (shown: escaped,
+                         bounded), or NULL */
 } ddp_failure_t;
 
 /* Fills `f` for a worker that ended with waitpid status `wait_status`, seen at `now`
@@ -39,6 +40,11 @@ typedef struct ddp_failure_s {
 int ddp_failure_init(ddp_failure_t *f, int rank, int local_rank, pid_t pid, int wait_status,
                      double now, const char *error_file);
 void ddp_failure_free(ddp_failure_t *f);
+
+/* Sets f->last_line to text[0, len) up to its first line end, the worker's own text, as a
+ * terminal may show it: escaped (ddp_buf_printable), its first DDP_LAST_LINE_MAX bytes.
+ * 0 or -ENOMEM (then NULL). */
+int ddp_failure_set_last_line(ddp_failure_t *f, const char *text, size_t len);
 
 /* Appends `f` (of this node, `host`) as one line of JSON, for the job's report on the node
  * that prints it. 0 or -ENOMEM. */

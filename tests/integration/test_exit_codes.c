@@ -143,6 +143,26 @@ static void test_error_files_reach_the_report(void **state)
     th_cleanup(&p);
 }
 
+/* The last line a worker wrote, in the report, is the worker's text in the launcher's
+ * lines: an OSC 52 clipboard write, a screen clear and a DEL are shown escaped there (the
+ * worker's own stderr on the console is its own, as torchrun passes it). */
+static void test_last_line_shown_escaped(void **state)
+{
+    th_proc_t p;
+    const char *said[] = {th_launcher(),
+                          "--no-python",
+                          "/bin/sh",
+                          "-c",
+                          "printf 'ok\\n\\033]52;c;aGk=\\007\\033[2J gone \\177\\n' >&2; exit 3",
+                          NULL};
+    th_run(&p, said, NULL, 60);
+    const char *err = ddp_buf_str(&p.err), *root = strstr(err, "Root Cause (first observed");
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, "\n  last line : \\x1b]52;c;aGk=\\x07\\x1b[2J gone \\x7f\n") != NULL);
+    TH_ASSERT(&p, root != NULL && strpbrk(root, "\x1b\x07\x7f") == NULL);
+    th_cleanup(&p);
+}
+
 /* An error file that is not a regular file (a FIFO nobody writes, a directory) must not
  * hang the launcher on its loop's thread: the report says what it found. */
 static void test_error_file_that_is_no_file(void **state)
@@ -450,6 +470,7 @@ int main(void)
         TH_TEST(test_fatal_signals),
         TH_TEST(test_root_cause_is_the_failed_rank),
         TH_TEST(test_error_files_reach_the_report),
+        TH_TEST(test_last_line_shown_escaped),
         TH_TEST(test_error_file_that_is_no_file),
         TH_TEST(test_out_of_memory_is_named),
         TH_TEST(test_waiting_for_the_rest_is_said),

@@ -456,6 +456,27 @@ static void test_one_file_keeps_order(void **state)
     free(dir);
 }
 
+/* The stderr tail after the report is the launcher's lines: a redirected worker's escape
+ * sequences and control characters are shown escaped there, and none reaches the console. */
+static void test_stderr_tail_shown_escaped(void **state)
+{
+    const char *redirected[] = {th_launcher(),
+                                "-r",
+                                "2",
+                                "--no-python",
+                                "/bin/sh",
+                                "-c",
+                                "printf 'one\\n\\033[2J\\033]52;c;aGk=\\007 two\\r\\n' >&2; exit 4",
+                                NULL};
+    th_proc_t p;
+    th_run(&p, redirected, NULL, 60);
+    const char *err = ddp_buf_str(&p.err);
+    TH_ASSERT(&p, th_status(&p) == 1);
+    TH_ASSERT(&p, strstr(err, "  | one\n  | \\x1b[2J\\x1b]52;c;aGk=\\x07 two\\x0d\n") != NULL);
+    TH_ASSERT(&p, strpbrk(err, "\x1b\x07\r") == NULL);
+    th_cleanup(&p);
+}
+
 static void test_report_shows_stderr_tail(void **state)
 {
     const char *script = "if [ $RANK = 1 ]; then i=1; while [ $i -le 15 ]; do echo \"line $i\" "
@@ -701,15 +722,25 @@ static void test_terminal_workers_see_a_terminal(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        TH_TEST(test_redirects_layout),         TH_TEST(test_tee_prefix_on_each_stream),
-        TH_TEST(test_tee_map_with_many_digits), TH_TEST(test_duplicate_filters),
-        TH_TEST(test_prefix_template),          TH_TEST(test_local_ranks_filter),
-        TH_TEST(test_lines_never_mix),          TH_TEST(test_slow_console_never_stalls_the_files),
-        TH_TEST(test_ten_megabyte_line),        TH_TEST(test_binary_and_unterminated_output),
-        TH_TEST(test_report_shows_stderr_tail), TH_TEST(test_one_file_keeps_order),
-        TH_TEST(test_closed_standard_streams),  TH_TEST(test_console_reader_gone),
-        TH_TEST(test_unusable_tmpdir),          TH_TEST(test_unfinished_line_is_shown),
-        TH_TEST(test_torchrun_loglevel),        TH_TEST(test_terminal_workers_see_a_terminal),
+        TH_TEST(test_redirects_layout),
+        TH_TEST(test_tee_prefix_on_each_stream),
+        TH_TEST(test_tee_map_with_many_digits),
+        TH_TEST(test_duplicate_filters),
+        TH_TEST(test_prefix_template),
+        TH_TEST(test_local_ranks_filter),
+        TH_TEST(test_lines_never_mix),
+        TH_TEST(test_slow_console_never_stalls_the_files),
+        TH_TEST(test_ten_megabyte_line),
+        TH_TEST(test_binary_and_unterminated_output),
+        TH_TEST(test_report_shows_stderr_tail),
+        TH_TEST(test_stderr_tail_shown_escaped),
+        TH_TEST(test_one_file_keeps_order),
+        TH_TEST(test_closed_standard_streams),
+        TH_TEST(test_console_reader_gone),
+        TH_TEST(test_unusable_tmpdir),
+        TH_TEST(test_unfinished_line_is_shown),
+        TH_TEST(test_torchrun_loglevel),
+        TH_TEST(test_terminal_workers_see_a_terminal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

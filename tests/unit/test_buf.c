@@ -110,6 +110,35 @@ static void test_printable(void **state)
     ddp_buf_free(&b);
 }
 
+/* Its first bytes only, cut at a character's start, "..." where cut: an escape sequence
+ * cut is shown escaped still. */
+static void test_printable_cut(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in;
+        size_t most;
+        const char *out;
+    } cases[] = {
+        {"abcdef", 3, "abc..."},
+        {"abc", 3, "abc"},
+        {"ab\x1b"
+         "cd",
+         10, "ab\\x1bcd"},
+        {"\x1b[2J\r", 2, "\\x1b[..."},
+        {"ab\xc3\xa9z", 3, "ab..."},                  /* not half an e-acute */
+        {"ab\xe2\x82\xacz", 4, "ab..."},              /* nor a third of a euro */
+        {"ab\x80\x80\x80\x80", 4, "ab\\x80\\x80..."}, /* no character to keep whole */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ddp_buf_t b = DDP_BUF_INIT;
+        assert_int_equal(
+            ddp_buf_printable_cut(&b, cases[i].in, strlen(cases[i].in), cases[i].most, false), 0);
+        assert_string_equal(ddp_buf_str(&b), cases[i].out);
+        ddp_buf_free(&b);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -118,6 +147,7 @@ int main(void)
         cmocka_unit_test(test_runs),
         cmocka_unit_test(test_runs_of),
         cmocka_unit_test(test_printable),
+        cmocka_unit_test(test_printable_cut),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -281,6 +281,37 @@ static void test_escapes_are_shown_escaped(void **state)
     free(log);
 }
 
+/* A worker's text in a message is bounded: a scope of 1,500 carriage returns is shown as
+ * its first 200 bytes (each \x0d) and "...", and so is a malformed request's line. */
+static void test_long_scope_is_cut(void **state)
+{
+    fixture_t f = {.child = start_child()};
+    char scope[3001], set[3200], junk[2001];
+    for (int i = 0; i < 1500; i++)
+        memcpy(scope + 2 * i, "\\r", 2);
+    scope[3000] = '\0';
+    memset(junk, '\r', 2000);
+    junk[2000] = '\0';
+    request(set, sizeof set, f.child, scope, ddp_clock_wall() + 0.1, SIGTERM);
+    const char *requests[] = {junk, set, NULL};
+    char *log = run(&f, requests, 0.6);
+    int status = 0;
+    assert_false(end_child(f.child, &status));
+    assert_int_equal(f.fired, 1);
+    const char *said = strstr(log, "watchdog timer '"), *end = NULL;
+    assert_non_null(said);
+    said += strlen("watchdog timer '");
+    assert_non_null(end = strstr(said, "' of local rank 3"));
+    assert_int_equal(end - said, 200 * 4 + 3);
+    assert_memory_equal(end - 7, "\\x0d...", 7);
+    said = strstr(log, "ignoring a request that is not JSON: ");
+    assert_non_null(said);
+    said += strlen("ignoring a request that is not JSON: ");
+    assert_int_equal(strcspn(said, "\n"), 200 * 4 + 3);
+    assert_null(strchr(log, '\r'));
+    free(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -290,6 +321,7 @@ int main(void)
         cmocka_unit_test(test_foreign_pid_is_never_signalled),
         cmocka_unit_test(test_odd_requests_are_harmless),
         cmocka_unit_test(test_escapes_are_shown_escaped),
+        cmocka_unit_test(test_long_scope_is_cut),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

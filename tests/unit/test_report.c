@@ -400,6 +400,24 @@ static void test_failure_summary(void **state)
     }
 }
 
+/* A worker's last line is its own text: escaped, one line, its first DDP_LAST_LINE_MAX
+ * bytes; set again, the old one goes. */
+static void test_last_line_shown(void **state)
+{
+    (void)state;
+    ddp_failure_t f;
+    char line[1001];
+    memset(&f, 0, sizeof f);
+    assert_int_equal(ddp_failure_set_last_line(&f, "a\x1b]52;c;aGk=\x07\x7f b\rhidden", 23), 0);
+    assert_string_equal(f.last_line, "a\\x1b]52;c;aGk=\\x07\\x7f b");
+    memset(line, 'x', 1000);
+    line[1000] = '\0';
+    assert_int_equal(ddp_failure_set_last_line(&f, line, 1000), 0);
+    assert_int_equal(strlen(f.last_line), DDP_LAST_LINE_MAX + 3);
+    assert_string_equal(f.last_line + DDP_LAST_LINE_MAX, "...");
+    ddp_failure_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -412,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_failure_json_round_trip),
         cmocka_unit_test(test_core_dump_note),
         cmocka_unit_test(test_failure_summary),
+        cmocka_unit_test(test_last_line_shown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
