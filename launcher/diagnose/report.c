@@ -229,7 +229,12 @@ char *ddp_failure_summary(const char *message)
                 start = line, end = p;
         }
     }
-    return strndup(start, (size_t)(end - start));
+    ddp_buf_t line = DDP_BUF_INIT;
+    char *said = NULL;
+    if (ddp_buf_printable_cut(&line, start, (size_t)(end - start), DDP_LAST_LINE_MAX, false) == 0)
+        said = ddp_buf_steal(&line);
+    ddp_buf_free(&line);
+    return said;
 }
 
 char *ddp_failure_said(const ddp_failure_t *f)
@@ -331,6 +336,10 @@ size_t ddp_report_root(const ddp_failure_t *failures, size_t n)
     return root;
 }
 
+/* The bytes of a message (an error.json's traceback, up to 4 MiB) the report shows: its
+ * end, where the exception is. */
+#define TRACEBACK_SHOWN_MAX ((size_t)64 << 10)
+
 static int format_failure(ddp_buf_t *out, size_t idx, const char *host, const ddp_failure_t *f,
                           bool python)
 {
@@ -352,8 +361,19 @@ static int format_failure(ddp_buf_t *out, size_t idx, const char *host, const dd
     if (err)
         return err;
     if (f->message != NULL) {
+        const char *p = f->message;
+        size_t total = strlen(p);
+        if (total > TRACEBACK_SHOWN_MAX) { /* its last lines, from a line's start */
+            const char *from = p + total - TRACEBACK_SHOWN_MAX, *nl = strchr(from, '\n');
+            from = nl != NULL && nl[1] != '\0' ? nl + 1 : from;
+            err = ddp_buf_printf(out,
+                                 "... (%zu bytes before are left out here: see the error "
+                                 "file)\n  ",
+                                 (size_t)(from - p));
+            p = from;
+        }
         /* Indent the traceback's lines under the field, as torchrun does. */
-        for (const char *p = f->message; *p && err == 0;) {
+        while (*p && err == 0) {
             const char *nl = strchr(p, '\n');
             size_t len = nl ? (size_t)(nl - p) : strlen(p);
             err = ddp_buf_append(out, p, len);

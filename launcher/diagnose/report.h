@@ -55,7 +55,8 @@ int ddp_failure_to_json(const ddp_failure_t *f, const char *host, ddp_buf_t *out
 int ddp_failure_from_json(const char *line, size_t len, ddp_failure_t *f);
 
 /* A message's one line, malloc'd (NULL: no memory): a Python traceback's last line (the
- * exception raised, "ValueError: bad batch"), else the first line. */
+ * exception raised, "ValueError: bad batch"), else the first line; as a terminal may show
+ * it (ddp_buf_printable), its first DDP_LAST_LINE_MAX bytes ("..." where cut). */
 char *ddp_failure_summary(const char *message);
 
 /* What failure `f` said, in one line, malloc'd: its message's summary, else its last

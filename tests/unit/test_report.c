@@ -398,6 +398,43 @@ static void test_failure_summary(void **state)
         assert_string_equal(got, cases[i][1]);
         free(got);
     }
+    /* One line of a megabyte (a flat error.json's message) is its first 400 bytes; a byte
+     * no terminal should see is shown escaped, whoever made the message. */
+    size_t big = 1 << 20;
+    char *line = malloc(big + 1), *got;
+    assert_non_null(line);
+    memset(line, 'y', big);
+    line[big] = '\0';
+    line[0] = '\x1b';
+    assert_non_null(got = ddp_failure_summary(line));
+    assert_int_equal(strlen(got), 4 + (DDP_LAST_LINE_MAX - 1) + 3); /* \x1b, 399 y, ... */
+    assert_memory_equal(got, "\\x1byyy", 7);
+    assert_string_equal(got + 4 + DDP_LAST_LINE_MAX - 1, "...");
+    free(got);
+    free(line);
+}
+
+/* A traceback of megabytes (an error.json's message may hold 4 MiB) is shown by its last
+ * 64 KiB, from a line's start, saying how much is left out. */
+static void test_long_traceback_cut(void **state)
+{
+    (void)state;
+    ddp_failure_t f;
+    ddp_buf_t message = DDP_BUF_INIT, out = DDP_BUF_INIT;
+    assert_int_equal(ddp_failure_init(&f, 0, 0, 100, W_EXITCODE(1, 0), 1000, NULL), 0);
+    for (int i = 0; i < 100000; i++)
+        assert_int_equal(ddp_buf_printf(&message, "  File \"t.py\", line %d\n", i), 0);
+    assert_int_equal(ddp_buf_puts(&message, "RuntimeError: the end"), 0);
+    f.message = ddp_buf_steal(&message);
+    assert_int_equal(ddp_report_format(&out, "train.py", "node0", &f, 1, true), 0);
+    const char *text = ddp_buf_str(&out), *cut = strstr(text, "  traceback : ... (");
+    assert_true(out.len < 72 << 10); /* (each line indented 2 bytes more) */
+    assert_non_null(cut);
+    assert_non_null(strstr(cut, " bytes before are left out here: see the error file)\n"
+                                "    File \"t.py\", line "));
+    assert_non_null(strstr(cut, "line 99999\n  RuntimeError: the end\n"));
+    ddp_failure_free(&f);
+    ddp_buf_free(&out);
 }
 
 /* A worker's last line is its own text: escaped, one line, its first DDP_LAST_LINE_MAX
@@ -431,6 +468,7 @@ int main(void)
         cmocka_unit_test(test_core_dump_note),
         cmocka_unit_test(test_failure_summary),
         cmocka_unit_test(test_last_line_shown),
+        cmocka_unit_test(test_long_traceback_cut),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
