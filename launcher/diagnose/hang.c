@@ -205,7 +205,12 @@ bool ddp_hang_python_frame(const char *dir, char *buf, size_t cap)
     if (found &&
         sscanf(block + 1, "  File \"%255[^\"]\", line %d in %127s", file, &lineno, func) == 3) {
         const char *base = strrchr(file, '/');
-        snprintf(buf, cap, "%s (%s:%d)", func, base != NULL ? base + 1 : file, lineno);
+        char raw[sizeof file + sizeof func + 32];
+        ddp_buf_t shown = DDP_BUF_INIT; /* the worker's file: shown as a terminal may */
+        snprintf(raw, sizeof raw, "%s (%s:%d)", func, base != NULL ? base + 1 : file, lineno);
+        found = ddp_buf_printable(&shown, raw, strlen(raw), false) == 0;
+        snprintf(buf, cap, "%s", ddp_buf_str(&shown));
+        ddp_buf_free(&shown);
     } else {
         found = false;
     }

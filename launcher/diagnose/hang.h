@@ -65,7 +65,8 @@ void ddp_hang_row_from_proc(pid_t pid, int rank, double idle, const char *activi
 
 /* From <dir>/python_stack.txt (Python's faulthandler, armed by --hang-dump): where the
  * main thread of the last dump is, "all_reduce (distributed_c10d.py:1541)", into
- * buf[cap]; false when there is no such file or thread. */
+ * buf[cap], shown as a terminal may (the file is the worker's: ddp_buf_printable); false
+ * when there is no such file or thread. */
 bool ddp_hang_python_frame(const char *dir, char *buf, size_t cap);
 
 /* The CPU time of `pid` so far, in seconds (utime + stime); -1 when unreadable. */

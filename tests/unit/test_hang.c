@@ -297,6 +297,13 @@ static void test_python_frame(void **state)
     assert_string_equal(frame, "all_reduce (distributed_c10d.py:1541)");
     write_file(dir, "python_stack.txt", "garbage\n", 8);
     assert_false(ddp_hang_python_frame(dir, frame, sizeof frame));
+    /* The file is the worker's: what a terminal would act on is shown escaped. */
+    static const char forged[] = "Current thread 0x1 (most recent call first):\n"
+                                 "  File \"/w/\x1b[2J.py\", line 1 in \x1b]52;c;aGk=\x07\n"
+                                 "  File \"/w/t.py\", line 2 in <module>\n";
+    write_file(dir, "python_stack.txt", forged, sizeof forged - 1);
+    assert_true(ddp_hang_python_frame(dir, frame, sizeof frame));
+    assert_string_equal(frame, "\\x1b]52;c;aGk=\\x07 (\\x1b[2J.py:1)");
     remove_dir(dir);
 }
 
