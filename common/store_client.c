@@ -298,8 +298,11 @@ static bool say_slow(const ddp_store_client_t *c, double waited, const char *why
 /* Each address of a name that has several gets at most this long to connect and answer
  * the handshake before the next is tried (the list is tried again after a pause): a first
  * address that accepts and stays silent, or drops the SYN, must not use the whole
- * deadline. A name with one address has the whole deadline (a loaded server answers late). */
-#define ADDRESS_SLICE 5.0
+ * deadline. A name with one address has the whole deadline (a loaded server answers late);
+ * one with many shares ADDRESSES_SLICE among them (a second each at least), so that a long
+ * answer of the resolver does not put the last address out of reach. */
+#define ADDRESS_SLICE   5.0
+#define ADDRESSES_SLICE 10.0
 
 /* What connecting to each address of a name came to, the worst kept. */
 typedef struct {
@@ -351,11 +354,15 @@ static int connect_any(ddp_store_client_t *c, const char *host, const char *port
     *gai = getaddrinfo(host, port, &hints, &addrs);
     if (*gai != 0) /* a name that does not resolve may yet (DNS not ready): retried */
         return *gai == EAI_NONAME || *gai == EAI_AGAIN ? -EHOSTUNREACH : DDP_EPARSE;
-    bool several = addrs->ai_next != NULL;
+    int n = 0;
+    for (struct addrinfo *ai = addrs; ai != NULL; ai = ai->ai_next)
+        n++;
+    double slice = ADDRESSES_SLICE / n < 1 ? 1 : ADDRESSES_SLICE / n;
+    slice = slice > ADDRESS_SLICE ? ADDRESS_SLICE : slice;
     tried_t tried = {0};
     int err = -ECONNREFUSED;
     for (struct addrinfo *ai = addrs; ai != NULL; ai = ai->ai_next) {
-        double by = several ? ddp_clock_mono() + ADDRESS_SLICE : deadline;
+        double by = n > 1 ? ddp_clock_mono() + slice : deadline;
         if ((err = connect_address(c, ai, by < deadline ? by : deadline, &tried)) == 0)
             break;
         if (err != -ECONNREFUSED)

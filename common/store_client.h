@@ -42,8 +42,9 @@ typedef struct ddp_store_client_options_s {
  * operations it lacks (PING aside, answered by GETNUMKEYS) fail with DDP_EPROTO and a
  * WAIT is polled with CHECK (there is no CANCEL_WAIT to end one that timed out). The
  * handshake's answer is due by connect_timeout too. A name with several addresses has each
- * tried in turn, connection and handshake, for at most 5 s, so one that stays silent
- * does not hide the next. A server that answers, but not as a
+ * tried in turn, connection and handshake, for at most 5 s (10 s shared among them where
+ * they are more than two, a second each at least), so one that stays silent does not hide
+ * the next. A server that answers, but not as a
  * TCPStore, is DDP_EPROTO at once (no retry); one that accepts and stays silent is
  * retried, and named so when the time is up (a refused one too, unless refused_ends). On
  * failure *out is untouched and `err` (may be NULL) says why. */

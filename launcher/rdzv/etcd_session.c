@@ -36,6 +36,10 @@ enum {
 #define KEEPALIVE_LATE_S 2.0
 #define ALIVE_READ_S     0.5
 
+/* The reads end this long after the first at most, whatever the lease's own time: 8 s is
+ * when a keep-alive of ddp-launch's default lease (18 s while the job forms) is overdue. */
+#define ALIVE_MAX_S 8.0
+
 typedef enum { SESSION_STARTING, SESSION_RUNNING, SESSION_LOST } session_phase_t;
 
 struct ddp_etcd_session_s {
@@ -74,7 +78,7 @@ struct ddp_etcd_session_s {
      * its time to live is being read; the latest the lease's end can be by the reads so far
      * (loop s, 0 before the first), and when the read in flight was sent. */
     bool alive_read;
-    double alive_end, read_sent;
+    double alive_end, read_sent, alive_from;
     int64_t members_rev;
     bool watch_members; /* the coordinator's: the member keys are watched */
     /* A watch that ended (the member it spoke to gone) is set up again after `backoff` s
@@ -713,38 +717,49 @@ static void read_lease(ddp_etcd_session_t *s);
  * of a moment between the request's sending and its answer: the lease's end is before
  * answer + TTL + 1, and at or after sent + TTL. A lease nobody keeps alive keeps its end; a
  * keep-alive moves it later by the time since the one before. The reads go on every
- * ALIVE_READ_S: one whose end is at or after every end read before the lease moved: it was
- * kept alive (kept_alive said, no revoke). A read sent once a live launcher's keep-alive was
- * due (a third of the lease's time after the last, KEEPALIVE_LATE_S late) that shows no move:
- * it is gone, the lease revoked. A failed read goes on to the revoke, which says etcd's
- * failure. */
+ * ALIVE_READ_S, ALIVE_MAX_S at most from the first: one whose end is at or after every end
+ * read before moved: the lease was kept alive (kept_alive said, no revoke). A read sent once
+ * a live launcher's keep-alive was due (a third of the lease's time after the last,
+ * KEEPALIVE_LATE_S late) that shows no move, or "no such lease", and the bound reached with
+ * reads that show no move (a lease kept alive less often: taken as gone, as without the
+ * check): the lease revoked. A read that failed (etcd slow, a member restarting) is sent
+ * again; none answered within the bound loses the session (the lease of a launcher that
+ * may live is not ended on one node's view, unchecked). */
 static void on_lease_read(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_session_t *s = ctx;
-    (void)why;
     s->calls[CALL_DEPOSE] = NULL;
     if (s->phase != SESSION_RUNNING)
         return;
     int64_t ttl = -1, granted = 0;
-    bool read = err == 0 && ddp_etcd_int(reply, "TTL", &ttl) && ttl >= 0 &&
-                ddp_etcd_int(reply, "grantedTTL", &granted) && granted > 0;
+    bool answered = err == 0 && ddp_etcd_int(reply, "TTL", &ttl);
+    bool read = answered && ttl >= 0 && ddp_etcd_int(reply, "grantedTTL", &granted) && granted > 0;
     if (read && s->alive_end > 0 && s->read_sent + (double)ttl >= s->alive_end) {
         s->alive_read = false;
         if (s->cbs.kept_alive != NULL)
             s->cbs.kept_alive(s->ctx);
         return;
     }
+    double due = s->alive_from + ALIVE_MAX_S;
     if (read) {
         double end = now_s(s) + (double)ttl + 1;
         if (s->alive_end == 0 || end < s->alive_end)
             s->alive_end = end;
-        double due = s->alive_end - (double)granted + (double)granted / 3 + KEEPALIVE_LATE_S;
-        if (s->read_sent < due) {
-            uv_timer_start(&s->redepose, on_redepose, (uint64_t)(ALIVE_READ_S * 1000), 0);
-            return;
-        }
+        double overdue = s->alive_end - (double)granted + (double)granted / 3 + KEEPALIVE_LATE_S;
+        due = overdue < due ? overdue : due;
+    }
+    if ((read || !answered) && s->read_sent < due) {
+        uv_timer_start(&s->redepose, on_redepose, (uint64_t)(ALIVE_READ_S * 1000), 0);
+        return;
     }
     s->alive_read = false;
+    if (!answered && s->alive_end == 0) {
+        lose(s,
+             "etcd at %s did not answer whether the elected launcher keeps its lease alive "
+             "within %g s (%s): its lease is not ended on this launcher's view alone",
+             ddp_etcd_endpoints(s->etcd), ALIVE_MAX_S, err != 0 ? why : "no TTL in its answer");
+        return;
+    }
     s->depose_sent = 0;
     send_revoke(s);
 }
@@ -761,15 +776,20 @@ bool ddp_etcd_session_depose(ddp_etcd_session_t *s, bool unless_alive)
 {
     if (s->coord_known && s->coord != NULL && s->coord_lease == 0)
         return false;
+    bool busy = s->calls[CALL_DEPOSE] != NULL || uv_is_active((uv_handle_t *)&s->redepose);
     if (s->phase != SESSION_RUNNING || s->coord_lease == 0 || s->coord_lease == s->lease ||
-        s->calls[CALL_DEPOSE] != NULL ||
-        (uv_is_active((uv_handle_t *)&s->redepose) && s->deposed == s->coord_lease))
+        (busy && s->deposed == s->coord_lease))
         return true;
-    uv_timer_stop(&s->redepose); /* (a pause before another lease's revoke: this one's now) */
+    /* Another lease's read, revoke or pause (the key named another meanwhile): this one's
+     * now; that one's keys are no longer the coordinator's. */
+    ddp_etcd_cancel(s->calls[CALL_DEPOSE]);
+    s->calls[CALL_DEPOSE] = NULL;
+    uv_timer_stop(&s->redepose);
     s->deposed = s->coord_lease;
     s->depose_sent = 0;
     s->alive_read = unless_alive && s->cbs.kept_alive != NULL;
     s->alive_end = 0;
+    s->alive_from = now_s(s);
     if (s->alive_read)
         read_lease(s);
     else
