@@ -79,6 +79,7 @@ struct ddp_etcd_session_s {
      * (loop s, 0 before the first), and when the read in flight was sent. */
     bool alive_read;
     double alive_end, read_sent, alive_from;
+    int64_t alive_term; /* etcd's raft term at the reads (a new leader restarts them) */
     int64_t members_rev;
     bool watch_members; /* the coordinator's: the member keys are watched */
     /* A watch that ended (the member it spoke to gone) is set up again after `backoff` s
@@ -722,18 +723,28 @@ static void read_lease(ddp_etcd_session_t *s);
  * a live launcher's keep-alive was due (a third of the lease's time after the last,
  * KEEPALIVE_LATE_S late) that shows no move, or "no such lease", and the bound reached with
  * reads that show no move (a lease kept alive less often: taken as gone, as without the
- * check): the lease revoked. A read that failed (etcd slow, a member restarting) is sent
- * again; none answered within the bound loses the session (the lease of a launcher that
- * may live is not ended on one node's view, unchecked). */
+ * check): the lease revoked. A read that failed (etcd slow, a member restarting), or whose
+ * answer is no lease's (a TTL below -1 or above the lease's time, no time granted), is sent
+ * again; reads across a new raft term start over (a new leader gives every lease its whole
+ * time again, which is no keep-alive); none answered within the bound loses the session (the lease
+ * of a launcher that may live is not ended on one node's view, unchecked). */
 static void on_lease_read(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_session_t *s = ctx;
     s->calls[CALL_DEPOSE] = NULL;
     if (s->phase != SESSION_RUNNING)
         return;
-    int64_t ttl = -1, granted = 0;
+    int64_t ttl = -2, granted = 0, term = 0;
     bool answered = err == 0 && ddp_etcd_int(reply, "TTL", &ttl);
-    bool read = answered && ttl >= 0 && ddp_etcd_int(reply, "grantedTTL", &granted) && granted > 0;
+    bool gone = answered && ttl == -1; /* etcd's word for no such lease */
+    bool read = answered && ttl >= 0 && ddp_etcd_int(reply, "grantedTTL", &granted) &&
+                granted > 0 && ttl <= granted;
+    (void)ddp_etcd_int(ddp_json_get(reply, "header"), "raft_term", &term);
+    if (read && term != s->alive_term) {
+        /* A new leader gives every lease its whole time again: the reads start over. */
+        s->alive_term = term;
+        s->alive_end = 0;
+    }
     if (read && s->alive_end > 0 && s->read_sent + (double)ttl >= s->alive_end) {
         s->alive_read = false;
         if (s->cbs.kept_alive != NULL)
@@ -748,16 +759,17 @@ static void on_lease_read(void *ctx, int err, const ddp_json_t *reply, const cha
         double overdue = s->alive_end - (double)granted + (double)granted / 3 + KEEPALIVE_LATE_S;
         due = overdue < due ? overdue : due;
     }
-    if ((read || !answered) && s->read_sent < due) {
+    if (!gone && s->read_sent < due) {
         uv_timer_start(&s->redepose, on_redepose, (uint64_t)(ALIVE_READ_S * 1000), 0);
         return;
     }
     s->alive_read = false;
-    if (!answered && s->alive_end == 0) {
+    if (!gone && s->alive_end == 0) {
         lose(s,
              "etcd at %s did not answer whether the elected launcher keeps its lease alive "
              "within %g s (%s): its lease is not ended on this launcher's view alone",
-             ddp_etcd_endpoints(s->etcd), ALIVE_MAX_S, err != 0 ? why : "no TTL in its answer");
+             ddp_etcd_endpoints(s->etcd), ALIVE_MAX_S,
+             err != 0 ? why : "its answers held no time to live a lease can have");
         return;
     }
     s->depose_sent = 0;
@@ -789,6 +801,7 @@ bool ddp_etcd_session_depose(ddp_etcd_session_t *s, bool unless_alive)
     s->depose_sent = 0;
     s->alive_read = unless_alive && s->cbs.kept_alive != NULL;
     s->alive_end = 0;
+    s->alive_term = 0;
     s->alive_from = now_s(s);
     if (s->alive_read)
         read_lease(s);
