@@ -23,6 +23,8 @@
  *              elected launcher that finds another's there--> FAILED)
  *   ELECTING, PLACED --etcd unreachable, not etcd, the lease lost while workers run (but
  *              for a stop) or not taken again within join_timeout--> FAILED
+ *   ELECTING, PROBING --no store placed within join_timeout of the election's first probe
+ *              or depose (or of the job's store's loss): a key that keeps changing--> FAILED
  *   any --ddp_etcd_place_close--> CLOSING (the prefix deleted by the elected but where it
  *                                         leaves a job that goes on, the lease
  *                                         revoked, the client freed) */
@@ -67,7 +69,7 @@ struct ddp_etcd_place_s {
     ddp_etcd_call_t *reading, *writing;   /* the round record's (writing: or its read back) */
     ddp_etcd_call_t *deleting, *revoking; /* (CLOSING) the prefix's, the lease's */
     uv_timer_t bound;                     /* (CLOSING) the end's deadline (CLOSE_BOUND) */
-    bool ended;                           /* (CLOSING) its handle closes, then it is freed */
+    bool ended;                           /* (CLOSING) its handles close, then it is freed */
     int64_t state_rev;                    /* its revision as this coordinator knows it */
     void (*closed)(void *ctx);            /* (CLOSING) told once the last request is done */
     void *closed_ctx;
@@ -79,6 +81,10 @@ struct ddp_etcd_place_s {
     bool again;            /* `pending` is a failed write's record, sent again once */
     struct probe_s *probe; /* PROBING: the connection to the elected store */
     double ttl, join_timeout;
+    /* (ELECTING, PROBING) join_timeout from the election's first probe or depose (or the
+     * job's store's loss) to a store placed */
+    uv_timer_t election;
+    int open;         /* (CLOSING) handles not closed yet: the last frees the place */
     bool relocating;  /* (ELECTING) the job's store was lost: the key's next word decides */
     bool judged_here; /* (relocating) the loss judged from this node alone (see place_lost) */
     /* (ELECTING) a depose waiting on whether the elected launcher keeps its lease alive:
@@ -115,7 +121,38 @@ static void fail(ddp_etcd_place_t *p, const char *why)
     if (p->phase == PLACE_FAILED || p->phase == PLACE_CLOSING)
         return;
     p->phase = PLACE_FAILED;
+    uv_timer_stop(&p->election);
     p->cbs.failed(p->ctx, why);
+}
+
+/* An election that keeps finding stores to depose (a key re-put by another program, or
+ * squatters whose records follow each other: each a probe and a lease check of its own)
+ * ends join_timeout after its first, rather than never. */
+static void on_election_timeout(uv_timer_t *timer)
+{
+    ddp_etcd_place_t *p = timer->data;
+    if (p->phase != PLACE_ELECTING && p->phase != PLACE_PROBING)
+        return;
+    char why[1600];
+    ddp_buf_t last = DDP_BUF_INIT;
+    if (p->latest != NULL) /* (another program's bytes, maybe: shown escaped) */
+        (void)ddp_buf_printable_cut(&last, p->latest, strlen(p->latest), 200, false);
+    snprintf(why, sizeof why,
+             "etcd at %s: no store was placed within %g s of this election's first depose "
+             "(--rdzv-conf join_timeout): the coordinator's key %scoord kept naming launchers "
+             "that were gone or not ddp-launch stores (last: '%s'); is another program writing "
+             "under ddp-launch/?",
+             ddp_etcd_endpoints(p->etcd), p->join_timeout, p->prefix,
+             p->latest != NULL ? ddp_buf_str(&last) : "none");
+    ddp_buf_free(&last);
+    fail(p, why);
+}
+
+/* The election's deadline, from its first probe or depose on (once: not moved by the next). */
+static void election_bounded(ddp_etcd_place_t *p)
+{
+    if (!uv_is_active((uv_handle_t *)&p->election))
+        uv_timer_start(&p->election, on_election_timeout, (uint64_t)(p->join_timeout * 1000), 0);
 }
 
 static void read_state(ddp_etcd_place_t *p);
@@ -234,6 +271,7 @@ static void on_state(void *ctx, int err, const ddp_json_t *reply, const char *wh
         (void)ddp_etcd_int(kv, "mod_revision", &p->state_rev);
     p->phase = PLACE_PLACED;
     p->own = true;
+    uv_timer_stop(&p->election);
     ddp_etcd_session_watch(p->session, false, false);
     ddp_log_info(p->log, "etcd: elected: this launcher serves the job's store");
     p->cbs.placed(p->ctx, true, NULL, 0, kv != NULL ? ddp_buf_str(&value) : NULL);
@@ -399,6 +437,7 @@ void ddp_etcd_place_record(ddp_etcd_place_t *p, const char *record)
 static void placed_elsewhere(ddp_etcd_place_t *p, const char *host, int port)
 {
     p->phase = PLACE_PLACED;
+    uv_timer_stop(&p->election);
     ddp_etcd_session_watch(p->session, false, false);
     p->own = false;
     ddp_log_info(p->log, "etcd: the job's store is the elected launcher's");
@@ -455,6 +494,7 @@ static void depose_named(ddp_etcd_place_t *p, const char *host, int port, const 
         on_coordinator(p, p->latest, false); /* it went, or another was elected, meanwhile */
         return;
     }
+    election_bounded(p);
     snprintf(p->judged_named, sizeof p->judged_named, "%s", named);
     snprintf(p->judged, sizeof p->judged, "%s", what);
     snprintf(p->judged_host, sizeof p->judged_host, "%s", host);
@@ -623,6 +663,7 @@ static int probe(ddp_etcd_place_t *p, const char *host, int port)
     pr->tcp.data = pr->timer.data = pr->connect.data = pr;
     p->probe = pr;
     p->phase = PLACE_PROBING;
+    election_bounded(p);
     uv_timer_start(&pr->timer, on_probe_timer, (uint64_t)(p->ttl / 3 * 1000), 0);
     int err =
         uv_tcp_connect(&pr->connect, &pr->tcp, (const struct sockaddr *)&addr, on_probe_connect);
@@ -833,6 +874,9 @@ int ddp_etcd_place_start(uv_loop_t *loop, const ddp_launch_config_t *cfg, const 
         free(p);
         return err;
     }
+    uv_timer_init(loop, &p->election);
+    p->election.data = p;
+    p->open = 1;
     ddp_etcd_session_elect(p->session, p->record);    /* at the join, where none is */
     ddp_etcd_session_watch(p->session, false, false); /* until a depose waits for the key */
     *out = p;
@@ -846,6 +890,7 @@ void ddp_etcd_place_lost(ddp_etcd_place_t *p, bool unanswered)
     p->phase = PLACE_ELECTING;
     p->relocating = true;
     p->judged_here = unanswered;
+    election_bounded(p);
     /* The key read afresh (nothing watched it while the job was placed), then watched: its
      * word goes to on_coordinator. */
     ddp_etcd_session_watch(p->session, true, true);
@@ -853,9 +898,11 @@ void ddp_etcd_place_lost(ddp_etcd_place_t *p, bool unanswered)
 
 /* The end. */
 
-static void on_bound_closed(uv_handle_t *handle)
+static void on_handle_closed(uv_handle_t *handle)
 {
     ddp_etcd_place_t *p = handle->data;
+    if (--p->open > 0)
+        return;
     if (p->closed != NULL)
         p->closed(p->closed_ctx);
     free(p->placed);
@@ -880,7 +927,8 @@ static void ended(ddp_etcd_place_t *p)
     if (p->session != NULL)
         ddp_etcd_session_close(p->session, true, NULL, NULL);
     p->session = NULL;
-    uv_close((uv_handle_t *)&p->bound, on_bound_closed);
+    uv_close((uv_handle_t *)&p->election, on_handle_closed);
+    uv_close((uv_handle_t *)&p->bound, on_handle_closed);
 }
 
 static void on_revoked(void *ctx, int err, const ddp_json_t *reply, const char *why)
@@ -943,8 +991,10 @@ void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving, void (*closed)(void
     probe_t *pr = p->probe;
     p->probe = NULL;
     p->phase = PLACE_CLOSING;
+    uv_timer_stop(&p->election);
     uv_timer_init(ddp_etcd_loop(p->etcd), &p->bound);
     p->bound.data = p;
+    p->open++;
     uv_timer_start(&p->bound, on_bound, (uint64_t)(CLOSE_BOUND * 1000), 0);
     if (pr != NULL) { /* (it frees itself once its handles have closed) */
         pr->p = NULL;
