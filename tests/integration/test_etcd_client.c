@@ -543,6 +543,15 @@ static void elect_all(launcher_t *l)
     }
 }
 
+/* Every live session elects: one is, and every other is told its record; another than the
+ * elected one is returned (the elected is one_coordinator). */
+static int elected_other(client_t *c, launcher_t *l)
+{
+    elect_all(l);
+    assert_true(run_while(c, l, elected, 10));
+    return (one_coordinator(l) + 1) % NLAUNCHERS;
+}
+
 static void sessions_down(client_t *c, launcher_t *l)
 {
     for (int i = 0; i < NLAUNCHERS; i++)
@@ -623,9 +632,7 @@ static void test_depose_unless_alive(void **state)
     client_t c;
     launcher_t l[NLAUNCHERS];
     told_sessions_up(&etcd, &c, l, 2, 15);
-    elect_all(l);
-    assert_true(run_while(&c, l, elected, 10));
-    int first = one_coordinator(l), other = (first + 1) % NLAUNCHERS;
+    int other = elected_other(&c, l), first = one_coordinator(l);
     double asked = th_now();
     assert_true(ddp_etcd_session_depose(l[other].s, true));
     assert_true(run_while(&c, l, kept_told, 15));
@@ -659,9 +666,7 @@ static void test_depose_check_is_bounded(void **state)
     client_t c;
     launcher_t l[NLAUNCHERS];
     told_sessions_up(&etcd, &c, l, 2, 60);
-    elect_all(l);
-    assert_true(run_while(&c, l, elected, 10));
-    int first = one_coordinator(l), other = (first + 1) % NLAUNCHERS;
+    int other = elected_other(&c, l), first = one_coordinator(l);
     ddp_etcd_session_close(l[first].s, true, NULL, NULL);
     l[first].s = NULL;
     double asked = th_now();
@@ -908,14 +913,13 @@ static void wedged_down(th_etcd_t *etcd, wedge_t *w, client_t *c, launcher_t *l)
     th_etcd_down(etcd);
 }
 
-/* Three launchers' sessions elect one: returns another, to depose it (deposed). */
-static int elect_one(client_t *c, launcher_t *l)
+/* Three launchers' sessions (limit `ttl` s) elect one: returns another, to depose it
+ * (deposed). */
+static int elect_one(client_t *c, launcher_t *l, double ttl)
 {
-    sessions_up(c, l, 3);
+    sessions_up(c, l, ttl);
     assert_true(run_while(c, l, all_told, 10));
-    elect_all(l);
-    assert_true(run_while(c, l, elected, 10));
-    return (one_coordinator(l) + 1) % NLAUNCHERS;
+    return elected_other(c, l);
 }
 
 /* Launcher `other` deposes the elected one: it is told, within `timeout` s, that the key
@@ -947,7 +951,7 @@ static void test_depose_with_a_silent_watch(void **state)
     client_t c;
     launcher_t l[NLAUNCHERS];
     wedged_up(&etcd, &w, &c);
-    (void)deposed(&c, l, elect_one(&c, l), 4);
+    (void)deposed(&c, l, elect_one(&c, l, 3), 4);
     wedged_down(&etcd, &w, &c, l);
 }
 
@@ -992,7 +996,7 @@ static void test_lost_answers(void **state)
         ddp_etcd_session_close(l[0].s, false, NULL, NULL);
         l[0].s = NULL;
     }
-    int other = elect_one(&c, l);
+    int other = elect_one(&c, l, 3);
     wedge_drop(&w, "/v3/lease/revoke ", NULL);
     (void)deposed(&c, l, other, 4);
     assert_true(wedge_dropped(&w));
@@ -1012,11 +1016,7 @@ static void test_depose_check_answer_lost(void **state)
     client_t c;
     launcher_t l[NLAUNCHERS];
     wedged_up(&etcd, &w, &c);
-    sessions_up(&c, l, 6);
-    assert_true(run_while(&c, l, all_told, 10));
-    elect_all(l);
-    assert_true(run_while(&c, l, elected, 10));
-    int first = one_coordinator(l), other = (first + 1) % NLAUNCHERS;
+    int other = elect_one(&c, l, 6), first = one_coordinator(l);
     wedge_drop(&w, "/v3/lease/timetolive ", NULL);
     assert_true(ddp_etcd_session_depose(l[other].s, true));
     assert_true(run_while(&c, l, kept_told, 12));
@@ -1039,7 +1039,7 @@ static void test_depose_every_answer_lost(void **state)
     client_t c;
     launcher_t l[NLAUNCHERS];
     wedged_up(&etcd, &w, &c);
-    int other = elect_one(&c, l);
+    int other = elect_one(&c, l, 3);
     wedge_drop_all(&w, "/v3/lease/revoke ", NULL, true);
     double took = deposed(&c, l, other, 8);
     wedge_drop_all(&w, NULL, NULL, false);
@@ -1064,9 +1064,7 @@ static void test_lease_runs_out(void **state)
     client_t c;
     launcher_t l[NLAUNCHERS];
     told_sessions_up(&etcd, &c, l, 2, 2);
-    elect_all(l);
-    assert_true(run_while(&c, l, elected, 10));
-    int own = one_coordinator(l), other = (own + 1) % NLAUNCHERS;
+    int other = elected_other(&c, l), own = one_coordinator(l);
     ddp_etcd_session_watch_members(l[own].s);
     double killed = th_now();
     ddp_etcd_session_close(l[other].s, true, NULL, NULL);
