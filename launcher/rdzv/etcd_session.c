@@ -42,6 +42,19 @@ enum {
 
 typedef enum { SESSION_STARTING, SESSION_RUNNING, SESSION_LOST } session_phase_t;
 
+/* A depose of the coordinator's lease (ddp_etcd_session_depose). Unless the lease is kept
+ * alive (`unless_alive`), its time to live is read first (`reading`): the latest the
+ * lease's end can be by the reads so far (loop s, 0 before the first), when the first and
+ * the one in flight were sent, and etcd's raft term at the reads (a new leader restarts
+ * them). */
+typedef struct {
+    int64_t lease; /* the deposed coordinator's */
+    int sent;      /* revokes of it sent */
+    bool reading;
+    double end, from, read_sent;
+    int64_t term;
+} depose_t;
+
 struct ddp_etcd_session_s {
     ddp_etcd_t *etcd;
     uv_loop_t *loop;
@@ -71,15 +84,8 @@ struct ddp_etcd_session_s {
     char *coord;
     int64_t coord_lease, coord_rev;
     bool coord_known;
-    int64_t deposed;     /* the lease of the last coordinator this one deposed */
-    int depose_sent;     /* revokes of it sent */
+    depose_t depose;     /* the last depose this launcher asked (set whole at each) */
     uv_timer_t redepose; /* the pause before a revoke is sent again, or a lease read again */
-    /* A depose unless the lease is kept alive (ddp_etcd_session_depose's `unless_alive`):
-     * its time to live is being read; the latest the lease's end can be by the reads so far
-     * (loop s, 0 before the first), and when the read in flight was sent. */
-    bool alive_read;
-    double alive_end, read_sent, alive_from;
-    int64_t alive_term; /* etcd's raft term at the reads (a new leader restarts them) */
     int64_t members_rev;
     bool watch_members; /* the coordinator's: the member keys are watched */
     /* A watch that ended (the member it spoke to gone) is set up again after `backoff` s
@@ -669,8 +675,8 @@ static void on_depose(void *ctx, int err, const ddp_json_t *reply, const char *w
 static void send_revoke(ddp_etcd_session_t *s)
 {
     char body[64];
-    snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->deposed);
-    s->depose_sent++;
+    snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->depose.lease);
+    s->depose.sent++;
     (void)post(s, CALL_DEPOSE, "/v3/lease/revoke", body, false, on_depose);
 }
 
@@ -679,7 +685,7 @@ static void read_lease(ddp_etcd_session_t *s);
 static void on_redepose(uv_timer_t *timer)
 {
     ddp_etcd_session_t *s = timer->data;
-    if (s->phase == SESSION_RUNNING && s->calls[CALL_DEPOSE] == NULL && s->alive_read)
+    if (s->phase == SESSION_RUNNING && s->calls[CALL_DEPOSE] == NULL && s->depose.reading)
         read_lease(s);
     else if (s->phase == SESSION_RUNNING && s->calls[CALL_DEPOSE] == NULL)
         send_revoke(s);
@@ -692,10 +698,10 @@ static void on_depose(void *ctx, int err, const ddp_json_t *reply, const char *w
     s->calls[CALL_DEPOSE] = NULL;
     if (s->phase != SESSION_RUNNING)
         return;
-    if (err == DDP_ETIMEOUT && s->depose_sent < DEPOSE_SENDS) {
+    if (err == DDP_ETIMEOUT && s->depose.sent < DEPOSE_SENDS) {
         /* Lost or late, it may have been done: sent again after a pause (done, it is "lease
          * not found"). */
-        uv_timer_start(&s->redepose, on_redepose, (uint64_t)DEPOSE_PAUSE_MS * s->depose_sent, 0);
+        uv_timer_start(&s->redepose, on_redepose, (uint64_t)DEPOSE_PAUSE_MS * s->depose.sent, 0);
         return;
     }
     if (err != 0 && err != DDP_ETIMEOUT && strstr(why, "lease not found") == NULL) {
@@ -707,7 +713,7 @@ static void on_depose(void *ctx, int err, const ddp_json_t *reply, const char *w
      * answered (a buffering proxy in front of the gateway, a wedged member) would leave the
      * depose waiting with no deadline; the read has the request's. A key still under the
      * lease (no revoke reached etcd) is said again, and judged again by the place. */
-    if (!s->unwatched && s->coord_known && s->coord != NULL && s->coord_lease == s->deposed)
+    if (!s->unwatched && s->coord_known && s->coord != NULL && s->coord_lease == s->depose.lease)
         ddp_etcd_session_watch(s, true, true);
 }
 
@@ -740,31 +746,31 @@ static void on_lease_read(void *ctx, int err, const ddp_json_t *reply, const cha
     bool read = answered && ttl >= 0 && ddp_etcd_int(reply, "grantedTTL", &granted) &&
                 granted > 0 && ttl <= granted;
     (void)ddp_etcd_int(ddp_json_get(reply, "header"), "raft_term", &term);
-    if (read && term != s->alive_term) {
+    if (read && term != s->depose.term) {
         /* A new leader gives every lease its whole time again: the reads start over. */
-        s->alive_term = term;
-        s->alive_end = 0;
+        s->depose.term = term;
+        s->depose.end = 0;
     }
-    if (read && s->alive_end > 0 && s->read_sent + (double)ttl >= s->alive_end) {
-        s->alive_read = false;
+    if (read && s->depose.end > 0 && s->depose.read_sent + (double)ttl >= s->depose.end) {
+        s->depose.reading = false;
         if (s->cbs.kept_alive != NULL)
             s->cbs.kept_alive(s->ctx);
         return;
     }
-    double due = s->alive_from + ALIVE_MAX_S;
+    double due = s->depose.from + ALIVE_MAX_S;
     if (read) {
         double end = now_s(s) + (double)ttl + 1;
-        if (s->alive_end == 0 || end < s->alive_end)
-            s->alive_end = end;
-        double overdue = s->alive_end - (double)granted + (double)granted / 3 + KEEPALIVE_LATE_S;
+        if (s->depose.end == 0 || end < s->depose.end)
+            s->depose.end = end;
+        double overdue = s->depose.end - (double)granted + (double)granted / 3 + KEEPALIVE_LATE_S;
         due = overdue < due ? overdue : due;
     }
-    if (!gone && s->read_sent < due) {
+    if (!gone && s->depose.read_sent < due) {
         uv_timer_start(&s->redepose, on_redepose, (uint64_t)(ALIVE_READ_S * 1000), 0);
         return;
     }
-    s->alive_read = false;
-    if (!gone && s->alive_end == 0) {
+    s->depose.reading = false;
+    if (!gone && s->depose.end == 0) {
         lose(s,
              "etcd at %s did not answer whether the elected launcher keeps its lease alive "
              "within %g s (%s): its lease is not ended on this launcher's view alone",
@@ -772,15 +778,15 @@ static void on_lease_read(void *ctx, int err, const ddp_json_t *reply, const cha
              err != 0 ? why : "its answers held no time to live a lease can have");
         return;
     }
-    s->depose_sent = 0;
+    s->depose.sent = 0;
     send_revoke(s);
 }
 
 static void read_lease(ddp_etcd_session_t *s)
 {
     char body[64];
-    snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->deposed);
-    s->read_sent = now_s(s);
+    snprintf(body, sizeof body, "{\"ID\": \"%lld\"}", (long long)s->depose.lease);
+    s->depose.read_sent = now_s(s);
     (void)post(s, CALL_DEPOSE, "/v3/lease/timetolive", body, false, on_lease_read);
 }
 
@@ -790,20 +796,17 @@ bool ddp_etcd_session_depose(ddp_etcd_session_t *s, bool unless_alive)
         return false;
     bool busy = s->calls[CALL_DEPOSE] != NULL || uv_is_active((uv_handle_t *)&s->redepose);
     if (s->phase != SESSION_RUNNING || s->coord_lease == 0 || s->coord_lease == s->lease ||
-        (busy && s->deposed == s->coord_lease))
+        (busy && s->depose.lease == s->coord_lease))
         return true;
     /* Another lease's read, revoke or pause (the key named another meanwhile): this one's
      * now; that one's keys are no longer the coordinator's. */
     ddp_etcd_cancel(s->calls[CALL_DEPOSE]);
     s->calls[CALL_DEPOSE] = NULL;
     uv_timer_stop(&s->redepose);
-    s->deposed = s->coord_lease;
-    s->depose_sent = 0;
-    s->alive_read = unless_alive && s->cbs.kept_alive != NULL;
-    s->alive_end = 0;
-    s->alive_term = 0;
-    s->alive_from = now_s(s);
-    if (s->alive_read)
+    s->depose = (depose_t){.lease = s->coord_lease,
+                           .reading = unless_alive && s->cbs.kept_alive != NULL,
+                           .from = now_s(s)};
+    if (s->depose.reading)
         read_lease(s);
     else
         send_revoke(s);
