@@ -434,6 +434,11 @@ void ddp_etcd_place_record(ddp_etcd_place_t *p, const char *record)
         write_state(p);
 }
 
+bool ddp_etcd_place_settled(const ddp_etcd_place_t *p)
+{
+    return p->writing == NULL && p->pending == NULL;
+}
+
 static void placed_elsewhere(ddp_etcd_place_t *p, const char *host, int port)
 {
     p->phase = PLACE_PLACED;

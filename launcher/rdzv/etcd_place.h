@@ -71,6 +71,10 @@ void ddp_etcd_place_lost(ddp_etcd_place_t *p, bool unanswered);
  * coordinator taken over from stands down: said). */
 void ddp_etcd_place_record(ddp_etcd_place_t *p, const char *record);
 
+/* True where no round record write of this launcher is in flight nor waits (its last
+ * answered, or given up). */
+bool ddp_etcd_place_settled(const ddp_etcd_place_t *p);
+
 /* The job is over here: the callbacks stop; the elected launcher deletes the job's keys
  * (unless `leaving`: this launcher leaves a job that goes on, whose round record the next
  * elected one takes over: its last record is written first), every launcher revokes its

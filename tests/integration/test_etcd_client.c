@@ -1219,6 +1219,17 @@ static int log_has(const client_t *c, const char *text, char *copy, size_t cap)
     return count;
 }
 
+/* The place's round record writes answered, within `timeout` s. */
+static bool settled(client_t *c, place_t *pl, double timeout)
+{
+    for (double deadline = th_now() + timeout;
+         !ddp_etcd_place_settled(pl->p) && th_now() < deadline;) {
+        bool never = false;
+        run_until(c, &never, 0.02);
+    }
+    return ddp_etcd_place_settled(pl->p);
+}
+
 /* The elected launcher's round record written by etcd though its answer never came (lost
  * with its connection, or late): the next write's compare fails on the revision it had.
  * Read back, the record is its own: its revision taken, and the next rounds' records go
@@ -1238,6 +1249,7 @@ static void test_round_record_read_back(void **state)
     const char *key = "ddp-launch/rr/state";
     ddp_etcd_place_record(pl.p, "round 0");
     assert_true(key_holds(&c, key, "round 0", 10));
+    assert_true(settled(&c, &pl, 10)); /* (its answer seen: the next write is sent at once) */
     answer_t done = put(&c, key, "round 1", 0); /* its write, done, its answer lost */
     assert_int_equal(done.err, 0);
     ddp_etcd_place_record(pl.p, "round 1");
@@ -1294,6 +1306,7 @@ static void test_round_records_unanswered_in_a_row(void **state)
     const char *key = "ddp-launch/ru/state";
     ddp_etcd_place_record(pl.p, "round 0");
     assert_true(key_holds(&c, key, "round 0", 10));
+    assert_true(settled(&c, &pl, 10)); /* (its answer seen: the next write is sent at once) */
     const char *state_key = "ZGRwLWxhdW5jaC9ydS9zdGF0ZQ=="; /* ddp-launch/ru/state */
     const char *unread = "unable to read the job's round record back";
     wedge_drop(&w, "/v3/kv/txn ", state_key); /* round 1's write, done */
