@@ -7,6 +7,7 @@
 #include "io.h"
 #include "parse.h"
 #include "config/slurm.h"
+#include "fanout/session.h"
 #include "host/proc.h"
 
 #include <errno.h>
@@ -551,12 +552,31 @@ static void reap(supervisor_t *s, double now)
     }
 }
 
-/* Closes every node's ssh stdin: ssh passes the end on, and a launcher started over ssh
- * ends as on a hangup when its stdin ends (fanout/session.c), whatever its rendezvous is
- * doing. */
-static void close_sessions(supervisor_t *s)
+/* Node i's ssh stdin's end word (DDP_SESSION_END: else a node that ssh started less than
+ * 2 s before would take the end for ssh -n's), never blocking; an ssh gone meanwhile (its
+ * pipe's SIGPIPE, blocked here, is taken back) is no error. */
+static void tell_end(int fd)
+{
+    static const char end = DDP_SESSION_END;
+    sigset_t sigpipe, old;
+    struct timespec none = {0, 0};
+    sigemptyset(&sigpipe);
+    sigaddset(&sigpipe, SIGPIPE);
+    sigprocmask(SIG_BLOCK, &sigpipe, &old);
+    if (fcntl(fd, F_SETFL, O_NONBLOCK) == 0 && write(fd, &end, 1) < 0 && errno == EPIPE)
+        while (sigtimedwait(&sigpipe, NULL, &none) == SIGPIPE) {
+        }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+/* Closes every node's ssh stdin (where `tell`, its end word first): ssh passes the end on,
+ * and a launcher started over ssh ends as on a hangup when its stdin ends
+ * (fanout/session.c), whatever its rendezvous is doing. */
+static void close_sessions(supervisor_t *s, bool tell)
 {
     for (int i = 1; i < s->hosts->n; i++) {
+        if (s->session[i] >= 0 && tell)
+            tell_end(s->session[i]);
         if (s->session[i] >= 0)
             close(s->session[i]);
         s->session[i] = -1;
@@ -584,7 +604,7 @@ static void deadlines(supervisor_t *s, double now)
                      "%d node(s) still running %g s after node 0 ended (status %d): closing "
                      "their ssh sessions' input, which ends their launchers",
                      s->left, linger, s->code0);
-        close_sessions(s);
+        close_sessions(s, true);
         s->closed_sessions = true;
     }
     int sig = since < linger + 2 * SSH_GRACE ? SIGTERM : SIGKILL;
@@ -714,7 +734,7 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
             kill(s.node0, sig); /* node 0 ends the job on every node */
         else if (sig > 0 && sig != SIGCHLD && s.etcd && !s.closed_sessions) {
             /* etcd, node 0 gone: the others end as on a hangup */
-            close_sessions(&s);
+            close_sessions(&s, true);
             s.closed_sessions = true;
         }
         double now = ddp_clock_mono();
@@ -722,7 +742,7 @@ int ddp_fanout_ssh(const ddp_launch_config_t *cfg, const ddp_fanout_hosts_t *hos
         deadlines(&s, now);
     }
     sigprocmask(SIG_SETMASK, &old, NULL);
-    close_sessions(&s);
+    close_sessions(&s, false); /* (every node has ended) */
     free(s.pids);
     free(s.session);
     if (s.ended_node0)

@@ -25,15 +25,22 @@ static void on_session(uv_poll_t *handle, int status, int events)
 {
     ddp_session_t *s = handle->data;
     int pending = 0;
-    /* Nothing is ever written to it: what comes is discarded; readable and empty is its end. */
+    bool told = false;
+    /* Only the supervisor's end is ever written to it (DDP_SESSION_END); anything else is
+     * discarded; readable and empty is its end. */
     if (status == 0 && !(events & UV_DISCONNECT) && ioctl(s->fd, FIONREAD, &pending) == 0 &&
         pending > 0) {
         char sink[4096];
-        (void)!read(s->fd, sink, (size_t)pending < sizeof sink ? (size_t)pending : sizeof sink);
-        return;
+        ssize_t n =
+            read(s->fd, sink, (size_t)pending < sizeof sink ? (size_t)pending : sizeof sink);
+        told = n > 0 && memchr(sink, DDP_SESSION_END, (size_t)n) != NULL;
+        if (!told)
+            return;
     }
     uv_poll_stop(handle);
-    if (ddp_clock_mono() - s->since < SESSION_GRACE_S) {
+    /* An end at once without the supervisor's word is ssh -n's (its input /dev/null); the
+     * supervisor's, after node 0 ended, may reach a launcher that ssh started late. */
+    if (!told && ddp_clock_mono() - s->since < SESSION_GRACE_S) {
         ddp_log_warn(s->log, "this node's input (its DDP_LAUNCH_SSH session's) ended at once: the "
                              "command does not pass it on (ssh -n?), so this node cannot end "
                              "with the ddp-launch --hosts that started it");

@@ -636,6 +636,44 @@ static void test_nohup_survives_hangup(void **state)
     }
 }
 
+/* A launcher started by --hosts (DDP_LAUNCH_SSH_NODE=1) whose ssh input ends in its first
+ * 2 s: with the supervisor's end word before it (its node 0 ended before ssh had started
+ * this one), a hangup: the job ends (129); with none (ssh -n: an input that ends at once), said,
+ * and the job goes on. Under load the end word's absence left a late node running for ever
+ * (test_ssh's test_node0_failing_at_start_ends_every_node in a clean clone's CI). */
+static void test_ssh_session_end_word(void **state)
+{
+    for (int told = 0; told < 2; told++) {
+        const char *argv[] = {"/bin/sh",
+                              "-c",
+                              told ? "exec \"$@\" <<EOF\n\x04\nEOF\n" : "exec \"$@\" <<EOF\nEOF\n",
+                              "sh",
+                              th_launcher(),
+                              "--nproc-per-node=1",
+                              "--no-python",
+                              "/bin/sh",
+                              "-c",
+                              told ? "sleep 30" : "sleep 1; echo survived",
+                              NULL};
+        const char *env[] = {"DDP_LAUNCH_SSH_NODE=1", NULL};
+        th_proc_t p;
+        double started = th_now();
+        th_start(&p, argv, env);
+        TH_ASSERT(&p, th_wait_exit(&p, 20));
+        const char *err = ddp_buf_str(&p.err);
+        if (told) {
+            TH_ASSERT(&p, th_status(&p) == 128 + SIGHUP && th_now() - started < 10);
+            TH_ASSERT(&p, strstr(err, "the ssh session that started this node has ended") != NULL);
+            TH_ASSERT(&p, strstr(err, "ended at once") == NULL);
+        } else {
+            TH_ASSERT(&p, th_status(&p) == 0);
+            TH_ASSERT(&p, strstr(ddp_buf_str(&p.out), "survived") != NULL);
+            TH_ASSERT(&p, strstr(err, "ended at once: the command does not pass it on") != NULL);
+        }
+        th_cleanup(&p);
+    }
+}
+
 /* An argument runs only the tests whose names match it (the stress suite's orphan loop). */
 /* scancel, systemd's stop: SIGTERM to every process of the job at once, and the workers'
  * deaths may be seen before the launcher's own signal (here 20 ms before). The job ends as
@@ -733,6 +771,7 @@ int main(int argc, char **argv)
         TH_TEST(test_stopped_worker_is_continued),
         TH_TEST(test_ctrl_z_stops_the_workers),
         TH_TEST(test_nohup_survives_hangup),
+        TH_TEST(test_ssh_session_end_word),
         TH_TEST(test_job_signal_seen_first_by_workers),
         TH_TEST(test_container_init),
         TH_TEST(test_unforwarded_signal_stops_cleanly),
