@@ -23,8 +23,9 @@
  *              elected launcher that finds another's there--> FAILED)
  *   ELECTING, PLACED --etcd unreachable, not etcd, the lease lost while workers run (but
  *              for a stop) or not taken again within join_timeout--> FAILED
- *   ELECTING, PROBING --no store placed within join_timeout of the election's first probe
- *              or depose (or of the job's store's loss): a key that keeps changing--> FAILED
+ *   ELECTING, PROBING --the coordinator's key changed to another record while the election
+ *              judged one, and no store placed within join_timeout of that change (the
+ *              loop's stops not counted): a key that keeps changing--> FAILED
  *   any --ddp_etcd_place_close--> CLOSING (the prefix deleted by the elected but where it
  *                                         leaves a job that goes on, the lease
  *                                         revoked, the client freed) */
@@ -81,9 +82,16 @@ struct ddp_etcd_place_s {
     bool again;            /* `pending` is a failed write's record, sent again once */
     struct probe_s *probe; /* PROBING: the connection to the elected store */
     double ttl, join_timeout;
-    /* (ELECTING, PROBING) join_timeout from the election's first probe or depose (or the
-     * job's store's loss) to a store placed */
+    /* (ELECTING, PROBING) join_timeout from the first change of the coordinator's key while
+     * this election judged a record to a store placed: each record is judged within bounds of
+     * its own (a probe, a lease check, the node thread's connection), not a key that keeps
+     * changing. `judging`: the last record judged (malloc'd), `changes` since. An election
+     * ends with a store this node reached (its own, a probe answered, or the job at one
+     * until it was lost), not with one the node thread never joined. */
     uv_timer_t election;
+    uint64_t election_end; /* its deadline, loop ms (0: none yet) */
+    char *judging;
+    int changes;
     int open;         /* (CLOSING) handles not closed yet: the last frees the place */
     bool relocating;  /* (ELECTING) the job's store was lost: the key's next word decides */
     bool judged_here; /* (relocating) the loss judged from this node alone (see place_lost) */
@@ -116,43 +124,79 @@ struct ddp_etcd_place_s {
     "unless its launcher keeps its lease alive (read in etcd until a keep-alive is overdue, " \
     "8 s at most)"
 
+static void probe_drop(struct probe_s *pr);
+
 static void fail(ddp_etcd_place_t *p, const char *why)
 {
     if (p->phase == PLACE_FAILED || p->phase == PLACE_CLOSING)
         return;
     p->phase = PLACE_FAILED;
     uv_timer_stop(&p->election);
+    if (p->probe != NULL) /* (it frees itself once its handles have closed) */
+        probe_drop(p->probe);
     p->cbs.failed(p->ctx, why);
 }
 
-/* An election that keeps finding stores to depose (a key re-put by another program, or
- * squatters whose records follow each other: each a probe and a lease check of its own)
- * ends join_timeout after its first, rather than never. */
+static void on_election_timeout(uv_timer_t *timer);
+
+/* The election's deadline kept: join_timeout from its first change (set where none is),
+ * its timer started for what is left of it. */
+static void election_deadline(ddp_etcd_place_t *p)
+{
+    uint64_t now = uv_now(ddp_etcd_loop(p->etcd));
+    if (p->election_end == 0)
+        p->election_end = now + (uint64_t)(p->join_timeout * 1000);
+    uv_timer_start(&p->election, on_election_timeout,
+                   p->election_end > now ? p->election_end - now : 0, 0);
+}
+
+/* The key kept changing for join_timeout while this election judged its records. A loop
+ * that stood still meanwhile (Ctrl-Z: the job's pause) counts from its continue. */
 static void on_election_timeout(uv_timer_t *timer)
 {
     ddp_etcd_place_t *p = timer->data;
     if (p->phase != PLACE_ELECTING && p->phase != PLACE_PROBING)
         return;
+    if (ddp_etcd_session_stopped(p->session)) {
+        p->election_end = 0;
+        election_deadline(p);
+        return;
+    }
     char why[1600];
     ddp_buf_t last = DDP_BUF_INIT;
     if (p->latest != NULL) /* (another program's bytes, maybe: shown escaped) */
         (void)ddp_buf_printable_cut(&last, p->latest, strlen(p->latest), 200, false);
     snprintf(why, sizeof why,
-             "etcd at %s: no store was placed within %g s of this election's first depose "
-             "(--rdzv-conf join_timeout): the coordinator's key %scoord kept naming launchers "
-             "that were gone or not ddp-launch stores (last: '%s'); is another program writing "
-             "under ddp-launch/?",
-             ddp_etcd_endpoints(p->etcd), p->join_timeout, p->prefix,
+             "etcd at %s: no store was placed within %g s (--rdzv-conf join_timeout) of the "
+             "first change of the coordinator's key %scoord while this launcher judged its "
+             "record: it changed %d time(s), each record gone or not a ddp-launch store this "
+             "node could join (last: '%s'); is another program writing under ddp-launch/?",
+             ddp_etcd_endpoints(p->etcd), p->join_timeout, p->prefix, p->changes,
              p->latest != NULL ? ddp_buf_str(&last) : "none");
     ddp_buf_free(&last);
     fail(p, why);
 }
 
-/* The election's deadline, from its first probe or depose on (once: not moved by the next). */
-static void election_bounded(ddp_etcd_place_t *p)
+/* (ELECTING) `record` is the one to judge now: another than the last judged starts the
+ * election's deadline (once: not moved by the next). */
+static void judging(ddp_etcd_place_t *p, const char *record)
 {
-    if (!uv_is_active((uv_handle_t *)&p->election))
-        uv_timer_start(&p->election, on_election_timeout, (uint64_t)(p->join_timeout * 1000), 0);
+    if (p->judging != NULL && strcmp(p->judging, record) == 0)
+        return;
+    if (p->judging != NULL && p->changes++ == 0)
+        election_deadline(p);
+    free(p->judging);
+    p->judging = strdup(record);
+}
+
+/* A store this node reached: the election is over (its next starts afresh). */
+static void election_over(ddp_etcd_place_t *p)
+{
+    uv_timer_stop(&p->election);
+    free(p->judging);
+    p->judging = NULL;
+    p->changes = 0;
+    p->election_end = 0;
 }
 
 static void read_state(ddp_etcd_place_t *p);
@@ -271,7 +315,7 @@ static void on_state(void *ctx, int err, const ddp_json_t *reply, const char *wh
         (void)ddp_etcd_int(kv, "mod_revision", &p->state_rev);
     p->phase = PLACE_PLACED;
     p->own = true;
-    uv_timer_stop(&p->election);
+    election_over(p);
     ddp_etcd_session_watch(p->session, false, false);
     ddp_log_info(p->log, "etcd: elected: this launcher serves the job's store");
     p->cbs.placed(p->ctx, true, NULL, 0, kv != NULL ? ddp_buf_str(&value) : NULL);
@@ -442,7 +486,7 @@ bool ddp_etcd_place_settled(const ddp_etcd_place_t *p)
 static void placed_elsewhere(ddp_etcd_place_t *p, const char *host, int port)
 {
     p->phase = PLACE_PLACED;
-    uv_timer_stop(&p->election);
+    uv_timer_stop(&p->election); /* (until the node thread says whether it joined there) */
     ddp_etcd_session_watch(p->session, false, false);
     p->own = false;
     ddp_log_info(p->log, "etcd: the job's store is the elected launcher's");
@@ -499,7 +543,6 @@ static void depose_named(ddp_etcd_place_t *p, const char *host, int port, const 
         on_coordinator(p, p->latest, false); /* it went, or another was elected, meanwhile */
         return;
     }
-    election_bounded(p);
     snprintf(p->judged_named, sizeof p->judged_named, "%s", named);
     snprintf(p->judged, sizeof p->judged, "%s", what);
     snprintf(p->judged_host, sizeof p->judged_host, "%s", host);
@@ -525,10 +568,15 @@ static void probe_end(probe_t *pr, probe_result_t result, const char *what)
         uv_close((uv_handle_t *)&pr->timer, probe_closed);
         uv_close((uv_handle_t *)&pr->tcp, probe_closed);
     }
-    if (p == NULL || p->phase != PLACE_PROBING)
+    if (p == NULL)
         return;
-    p->probe = NULL;
+    if (p->probe == pr)
+        p->probe = NULL;
     pr->p = NULL;
+    if (p->phase != PLACE_PROBING)
+        return; /* (failed, or closing, meanwhile) */
+    if (result == PROBE_ANSWERED)
+        election_over(p);
     if (result == PROBE_ANSWERED || result == PROBE_UNJUDGED) {
         placed_elsewhere(p, pr->host, pr->port);
         return;
@@ -549,6 +597,12 @@ static void probe_end(probe_t *pr, probe_result_t result, const char *what)
     depose_named(p, pr->host, pr->port, result == PROBE_REFUSED ? "refuses connections" : what,
                  warning, true);
     p->judged_slow = result == PROBE_SILENT;
+}
+
+/* The probe ended unjudged (the place failed or closes). */
+static void probe_drop(probe_t *pr)
+{
+    probe_end(pr, PROBE_UNJUDGED, NULL);
 }
 
 static void on_probe_alloc(uv_handle_t *handle, size_t size, uv_buf_t *buf)
@@ -668,7 +722,6 @@ static int probe(ddp_etcd_place_t *p, const char *host, int port)
     pr->tcp.data = pr->timer.data = pr->connect.data = pr;
     p->probe = pr;
     p->phase = PLACE_PROBING;
-    election_bounded(p);
     uv_timer_start(&pr->timer, on_probe_timer, (uint64_t)(p->ttl / 3 * 1000), 0);
     int err =
         uv_tcp_connect(&pr->connect, &pr->tcp, (const struct sockaddr *)&addr, on_probe_connect);
@@ -768,6 +821,8 @@ static void on_coordinator(void *ctx, const char *record, bool own)
         ddp_etcd_session_elect(p->session, p->record);
         return;
     }
+    if (!own)
+        judging(p, record);
     if (!own && !parse_record(record, host, sizeof host, &port)) {
         char why[1400];
         snprintf(why, sizeof why,
@@ -895,7 +950,10 @@ void ddp_etcd_place_lost(ddp_etcd_place_t *p, bool unanswered)
     p->phase = PLACE_ELECTING;
     p->relocating = true;
     p->judged_here = unanswered;
-    election_bounded(p);
+    if (!unanswered)
+        election_over(p);    /* (the job was at that store: this is a new election) */
+    else if (p->changes > 0) /* (the same election goes on, its deadline with it) */
+        election_deadline(p);
     /* The key read afresh (nothing watched it while the job was placed), then watched: its
      * word goes to on_coordinator. */
     ddp_etcd_session_watch(p->session, true, true);
@@ -912,6 +970,7 @@ static void on_handle_closed(uv_handle_t *handle)
         p->closed(p->closed_ctx);
     free(p->placed);
     free(p->latest);
+    free(p->judging);
     free(p->pending);
     free(p->sent);
     unsure_clear(p);
