@@ -918,7 +918,8 @@ static int prepare(ddp_checkpoint_common_t *x, const ddp_launch_config_t *cfg,
     x->reps = calloc(nreps + 1, sizeof *x->reps);
     if (x->reps == NULL)
         return -ENOMEM;
-    memcpy(x->reps, reps, nreps * sizeof *reps);
+    if (nreps > 0) /* (reps may be NULL then) */
+        memcpy(x->reps, reps, nreps * sizeof *reps);
     x->nreps = nreps;
     snprintf(x->dir, sizeof x->dir, "%s", r->dir != NULL ? r->dir : "");
     for (int i = 0; i < r->world_size; i++)
