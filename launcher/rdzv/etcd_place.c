@@ -91,6 +91,7 @@ struct ddp_etcd_place_s {
     uv_timer_t election;
     uint64_t election_end; /* its deadline, loop ms (0: none yet) */
     char *judging;
+    int64_t judging_lease;
     int changes;
     int open;         /* (CLOSING) handles not closed yet: the last frees the place */
     bool relocating;  /* (ELECTING) the job's store was lost: the key's next word decides */
@@ -138,6 +139,16 @@ static void fail(ddp_etcd_place_t *p, const char *why)
 }
 
 static void on_election_timeout(uv_timer_t *timer);
+static double probe_silence_s(const ddp_etcd_place_t *p);
+
+/* The election's bound: join_timeout, and at least one record's whole judgement (the
+ * probe's silence, then a lease check and its last read's request timeout), so that a key
+ * changed once, to a live store that is slow, is judged as any first record is. */
+static double election_s(const ddp_etcd_place_t *p)
+{
+    double one = probe_silence_s(p) + DDP_ETCD_LEASE_CHECK_S + p->ttl / 3 + 1;
+    return p->join_timeout > one ? p->join_timeout : one;
+}
 
 /* The election's deadline kept: join_timeout from its first change (set where none is),
  * its timer started for what is left of it. */
@@ -145,7 +156,7 @@ static void election_deadline(ddp_etcd_place_t *p)
 {
     uint64_t now = uv_now(ddp_etcd_loop(p->etcd));
     if (p->election_end == 0)
-        p->election_end = now + (uint64_t)(p->join_timeout * 1000);
+        p->election_end = now + (uint64_t)(election_s(p) * 1000);
     uv_timer_start(&p->election, on_election_timeout,
                    p->election_end > now ? p->election_end - now : 0, 0);
 }
@@ -167,22 +178,26 @@ static void on_election_timeout(uv_timer_t *timer)
     if (p->latest != NULL) /* (another program's bytes, maybe: shown escaped) */
         (void)ddp_buf_printable_cut(&last, p->latest, strlen(p->latest), 200, false);
     snprintf(why, sizeof why,
-             "etcd at %s: no store was placed within %g s (--rdzv-conf join_timeout) of the "
-             "first change of the coordinator's key %scoord while this launcher judged its "
-             "record: it changed %d time(s), each record gone or not a ddp-launch store this "
-             "node could join (last: '%s'); is another program writing under ddp-launch/?",
-             ddp_etcd_endpoints(p->etcd), p->join_timeout, p->prefix, p->changes,
+             "etcd at %s: no store was placed within %g s (--rdzv-conf join_timeout, or one "
+             "record's probe and lease check where longer) of the first change of the "
+             "coordinator's key %scoord while this launcher judged its record: it changed %d "
+             "time(s), each record gone or not a ddp-launch store this node could join (last: "
+             "'%s'); is another program writing under ddp-launch/?",
+             ddp_etcd_endpoints(p->etcd), election_s(p), p->prefix, p->changes,
              p->latest != NULL ? ddp_buf_str(&last) : "none");
     ddp_buf_free(&last);
     fail(p, why);
 }
 
-/* (ELECTING) `record` is the one to judge now: another than the last judged starts the
- * election's deadline (once: not moved by the next). */
+/* (ELECTING) `record` is the one to judge now: another than the last judged, or the same
+ * under another lease (re-put: its lease check starts over), starts the election's deadline
+ * (once: not moved by the next). */
 static void judging(ddp_etcd_place_t *p, const char *record)
 {
-    if (p->judging != NULL && strcmp(p->judging, record) == 0)
+    int64_t lease = ddp_etcd_session_coord_lease(p->session);
+    if (p->judging != NULL && strcmp(p->judging, record) == 0 && p->judging_lease == lease)
         return;
+    p->judging_lease = lease;
     if (p->judging != NULL && p->changes++ == 0)
         election_deadline(p);
     free(p->judging);

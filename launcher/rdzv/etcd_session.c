@@ -36,9 +36,8 @@ enum {
 #define KEEPALIVE_LATE_S 2.0
 #define ALIVE_READ_S     0.5
 
-/* The reads end this long after the first at most, whatever the lease's own time: 8 s is
- * when a keep-alive of ddp-launch's default lease (18 s while the job forms) is overdue. */
-#define ALIVE_MAX_S 8.0
+/* The reads end this long after the first at most (see the header). */
+#define ALIVE_MAX_S DDP_ETCD_LEASE_CHECK_S
 
 typedef enum { SESSION_STARTING, SESSION_RUNNING, SESSION_LOST } session_phase_t;
 
@@ -894,6 +893,11 @@ void ddp_etcd_session_watch_members(ddp_etcd_session_t *s)
 bool ddp_etcd_session_stopped(const ddp_etcd_session_t *s)
 {
     return s->stopped;
+}
+
+int64_t ddp_etcd_session_coord_lease(const ddp_etcd_session_t *s)
+{
+    return s->coord_known ? s->coord_lease : 0;
 }
 
 int64_t ddp_etcd_session_lease(const ddp_etcd_session_t *s)

@@ -104,6 +104,14 @@ void ddp_etcd_session_watch_members(ddp_etcd_session_t *s);
  * (ddp_etcd_session_rejoin) while workers run. */
 bool ddp_etcd_session_stopped(const ddp_etcd_session_t *s);
 
+/* The lease the coordinator's key was under as last seen (0: none, or no key). */
+int64_t ddp_etcd_session_coord_lease(const ddp_etcd_session_t *s);
+
+/* A depose's lease check (ddp_etcd_session_depose's `unless_alive`) ends this long after
+ * its first read at most, whatever the lease's own time: 8 s is when a keep-alive of
+ * ddp-launch's default lease (18 s while the job forms) is overdue. */
+#define DDP_ETCD_LEASE_CHECK_S 8.0
+
 /* This launcher's lease; 0 where it was lost (etcd ended it, or left its keep-alives
  * unanswered past the limit), or where etcd leaves the last keep-alive unanswered for over
  * a second (out of reach): a revoke would be moot, or unanswered too. */
