@@ -467,12 +467,6 @@ static node_phase_t finish(ddp_rdzv_t *r, const ddp_rdzv_verdict_t *v, bool join
 
 /* At most 1 s of a connection's attempts, up to `deadline`: the launcher's end (a signal)
  * is looked at between them. */
-/* A connection's handshake given up where this launcher ends (options.cancelled). */
-static bool quitting(void *ctx)
-{
-    return ddp_rdzv_quitting(ctx);
-}
-
 static double connect_slice(double deadline)
 {
     double left = deadline - ddp_clock_mono();
@@ -491,8 +485,6 @@ static node_phase_t connect_waiter(ddp_rdzv_t *r)
     options.timeout = r->cfg->rdzv_conf.read_timeout;
     do {
         options.connect_timeout = connect_slice(deadline);
-        options.cancelled = quitting;
-        options.cancel_ctx = r;
         ddp_buf_clear(&why);
         err = ddp_store_client_connect(r->cfg->master_addr, r->cfg->master_port, &options,
                                        &r->waiter, &why);
@@ -605,8 +597,6 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
         deadline = started + cfg->rdzv_conf.join_timeout;
     options.timeout = cfg->rdzv_conf.read_timeout; /* each store call's deadline */
     options.refused_ends = etcd;
-    options.cancelled = quitting; /* (a handshake then waits past the slice) */
-    options.cancel_ctx = r;
     while (!ddp_rdzv_quitting(r)) {
         options.connect_timeout = connect_slice(deadline);
         ddp_buf_clear(&why);
