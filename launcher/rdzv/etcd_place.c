@@ -82,7 +82,7 @@ struct ddp_etcd_place_s {
     bool again;            /* `pending` is a failed write's record, sent again once */
     struct probe_s *probe; /* PROBING: the connection to the elected store */
     double ttl, join_timeout;
-    /* (ELECTING, PROBING) join_timeout from the first change of the coordinator's key while
+    /* (ELECTING, PROBING) election_s from the first change of the coordinator's key while
      * this election judged a record to a store placed: each record is judged within bounds of
      * its own (a probe, a lease check, the node thread's connection), not a key that keeps
      * changing. `judging`: the last record judged (malloc'd), `changes` since. An election
@@ -150,7 +150,7 @@ static double election_s(const ddp_etcd_place_t *p)
     return p->join_timeout > one ? p->join_timeout : one;
 }
 
-/* The election's deadline kept: join_timeout from its first change (set where none is),
+/* The election's deadline kept: election_s from its first change (set where none is),
  * its timer started for what is left of it. */
 static void election_deadline(ddp_etcd_place_t *p)
 {
@@ -1075,10 +1075,8 @@ void ddp_etcd_place_close(ddp_etcd_place_t *p, bool leaving, void (*closed)(void
     p->bound.data = p;
     p->open++;
     uv_timer_start(&p->bound, on_bound, (uint64_t)(CLOSE_BOUND * 1000), 0);
-    if (pr != NULL) { /* (it frees itself once its handles have closed) */
-        pr->p = NULL;
-        probe_end(pr, PROBE_UNJUDGED, NULL);
-    }
+    if (pr != NULL) /* (it frees itself once its handles have closed) */
+        probe_drop(pr);
     ddp_etcd_cancel(p->reading);
     p->reading = NULL;
     if (flush && p->writing == NULL)

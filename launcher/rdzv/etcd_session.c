@@ -36,9 +36,6 @@ enum {
 #define KEEPALIVE_LATE_S 2.0
 #define ALIVE_READ_S     0.5
 
-/* The reads end this long after the first at most (see the header). */
-#define ALIVE_MAX_S DDP_ETCD_LEASE_CHECK_S
-
 typedef enum { SESSION_STARTING, SESSION_RUNNING, SESSION_LOST } session_phase_t;
 
 /* A depose of the coordinator's lease (ddp_etcd_session_depose). Unless the lease is kept
@@ -723,16 +720,16 @@ static void read_lease(ddp_etcd_session_t *s);
  * of a moment between the request's sending and its answer: the lease's end is before
  * answer + TTL + 1, and at or after sent + TTL. A lease nobody keeps alive keeps its end; a
  * keep-alive moves it later by the time since the one before. The reads go on every
- * ALIVE_READ_S, ALIVE_MAX_S at most from the first: one whose end is at or after every end
- * read before moved: the lease was kept alive (kept_alive said, no revoke). A read sent once
- * a live launcher's keep-alive was due (a third of the lease's time after the last,
- * KEEPALIVE_LATE_S late) that shows no move, or "no such lease", and the bound reached with
- * reads that show no move (a lease kept alive less often: taken as gone, as without the
- * check): the lease revoked. A read that failed (etcd slow, a member restarting), or whose
- * answer is no lease's (a TTL below -1 or above the lease's time, no time granted), is sent
- * again; reads across a new raft term start over (a new leader gives every lease its whole
- * time again, which is no keep-alive); none answered within the bound loses the session (the lease
- * of a launcher that may live is not ended on one node's view, unchecked). */
+ * ALIVE_READ_S, DDP_ETCD_LEASE_CHECK_S at most from the first: one whose end is at or after every
+ * end read before moved: the lease was kept alive (kept_alive said, no revoke). A read sent once a
+ * live launcher's keep-alive was due (a third of the lease's time after the last, KEEPALIVE_LATE_S
+ * late) that shows no move, or "no such lease", and the bound reached with reads that show no move
+ * (a lease kept alive less often: taken as gone, as without the check): the lease revoked. A read
+ * that failed (etcd slow, a member restarting), or whose answer is no lease's (a TTL below -1 or
+ * above the lease's time, no time granted), is sent again; reads across a new raft term start over
+ * (a new leader gives every lease its whole time again, which is no keep-alive); none answered
+ * within the bound loses the session (the lease of a launcher that may live is not ended on one
+ * node's view, unchecked). */
 static void on_lease_read(void *ctx, int err, const ddp_json_t *reply, const char *why)
 {
     ddp_etcd_session_t *s = ctx;
@@ -756,7 +753,7 @@ static void on_lease_read(void *ctx, int err, const ddp_json_t *reply, const cha
             s->cbs.kept_alive(s->ctx);
         return;
     }
-    double due = s->depose.from + ALIVE_MAX_S;
+    double due = s->depose.from + DDP_ETCD_LEASE_CHECK_S;
     if (read) {
         double end = now_s(s) + (double)ttl + 1;
         if (s->depose.end == 0 || end < s->depose.end)
@@ -773,7 +770,7 @@ static void on_lease_read(void *ctx, int err, const ddp_json_t *reply, const cha
         lose(s,
              "etcd at %s did not answer whether the elected launcher keeps its lease alive "
              "within %g s (%s): its lease is not ended on this launcher's view alone",
-             ddp_etcd_endpoints(s->etcd), ALIVE_MAX_S,
+             ddp_etcd_endpoints(s->etcd), DDP_ETCD_LEASE_CHECK_S,
              err != 0 ? why : "its answers held no time to live a lease can have");
         return;
     }
