@@ -31,6 +31,13 @@
 #define ZERO_COPY_MIN ((size_t)64 << 10)
 /* The bytes of values one MULTI_GET reply copies; the rest go by reference. */
 #define REPLY_COPY_MAX ((size_t)256 << 10)
+/* Connections accepted in one loop turn. libuv (1.44) accepts in a loop until the backlog
+ * is empty: clients that connect as fast as it accepts (a thousand launchers, their
+ * connections given up and made again, or a flood) would hold the loop there, and no
+ * request of a connection already open would be read. The connection past the budget
+ * waits in libuv (its listener not watched) for the turn's check. */
+#define ACCEPTS_PER_TURN 64
+#define LISTEN_BACKLOG   65535
 
 typedef struct conn_s conn_t;
 
@@ -69,6 +76,9 @@ struct ddp_store_server_s {
     bool in_request;            /* handling a request: its serve() drains the resume list after */
     conn_t *waits, *waits_tail; /* the connections with a WAIT pending, oldest first */
     uv_idle_t deferred;         /* drains the resume list on the next loop turn */
+    uv_check_t accept_turn;     /* active while a turn has accepted: the budget anew */
+    int accepts_left;           /* of ACCEPTS_PER_TURN, this turn */
+    bool held[MAX_LISTENERS];   /* a listener's connection past the budget, for the check */
 };
 
 struct conn_s {
@@ -114,6 +124,7 @@ typedef struct {
 
 static void process_input(conn_t *c);
 static void serve(conn_t *c);
+static void on_connection(uv_stream_t *listener, int status);
 
 static void handle_closed(ddp_store_server_t *s)
 {
@@ -807,14 +818,13 @@ static void format_peer(uv_tcp_t *tcp, struct sockaddr_storage *out, char *buf, 
     *out = addr;
 }
 
-static void on_connection(uv_stream_t *listener, int status)
+/* Takes the connection libuv holds for `listener` (which watches it again): 0, or
+ * uv_accept's error (then libuv does not watch it again). */
+static int accept_one(ddp_store_server_t *s, uv_stream_t *listener)
 {
-    ddp_store_server_t *s = listener->data;
-    if (status < 0 || s->closing)
-        return;
     conn_t *c = calloc(1, sizeof *c);
     if (c == NULL)
-        return;
+        return -ENOMEM;
     c->server = s;
     c->waiter.ready = on_wait_ready;
     uv_tcp_init(s->loop, &c->tcp);
@@ -827,7 +837,7 @@ static void on_connection(uv_stream_t *listener, int status)
         s->accept_warned = true;
         c->closing = true;
         uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
-        return;
+        return err;
     }
     format_peer(&c->tcp, &c->peer_addr, c->peer, sizeof c->peer);
     if (s->max_conns > 0 && s->nconns >= s->max_conns) {
@@ -840,7 +850,7 @@ static void on_connection(uv_stream_t *listener, int status)
                          c->peer, s->nconns, s->nofile, (unsigned long long)s->refused);
         c->closing = true;
         uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
-        return;
+        return 0;
     }
     uv_tcp_nodelay(&c->tcp, 1);
     c->next = s->conns;
@@ -849,6 +859,51 @@ static void on_connection(uv_stream_t *listener, int status)
     s->conns = c;
     s->nconns++;
     serve(c); /* starts reading */
+    return 0;
+}
+
+/* After the turn's I/O: the budget anew, and the connections held past it taken. */
+static void on_accept_turn(uv_check_t *check)
+{
+    ddp_store_server_t *s = check->data;
+    bool held = false;
+    s->accepts_left = ACCEPTS_PER_TURN;
+    for (int i = 0; i < s->nslots && !s->closing; i++) {
+        if (!s->held[i])
+            continue;
+        s->held[i] = false;
+        uv_stream_t *listener = (uv_stream_t *)&s->listeners[i];
+        if (uv_is_closing((uv_handle_t *)listener))
+            continue;
+        s->accepts_left--;
+        int err = accept_one(s, listener);
+        if (err == -ENOMEM) /* (still held: the next turn tries again) */
+            s->held[i] = true;
+        else if (err != 0) /* (listening again watches it again) */
+            (void)uv_listen(listener, LISTEN_BACKLOG, on_connection);
+    }
+    for (int i = 0; i < s->nslots; i++)
+        held = held || s->held[i];
+    if (!held && s->accepts_left == ACCEPTS_PER_TURN)
+        uv_check_stop(check);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    ddp_store_server_t *s = listener->data;
+    if (status < 0 || s->closing)
+        return;
+    if (!uv_is_active((uv_handle_t *)&s->accept_turn))
+        uv_check_start(&s->accept_turn, on_accept_turn);
+    /* Not accepted (past the budget, or no memory for it): libuv holds it, and stops
+     * watching the listener, until the check takes it. */
+    bool hold = s->accepts_left <= 0;
+    if (!hold) {
+        s->accepts_left--;
+        hold = accept_one(s, listener) == -ENOMEM;
+    }
+    if (hold)
+        s->held[(uv_tcp_t *)listener - s->listeners] = true;
 }
 
 /* Listens on one resolved address (on the port the first one got, or a free one): 0,
@@ -877,7 +932,7 @@ static int listen_one(ddp_store_server_t *s, struct addrinfo *ai)
     unsigned flags = ai->ai_family == AF_INET6 ? UV_TCP_IPV6ONLY : 0;
     int e = uv_tcp_bind(tcp, ai->ai_addr, flags);
     if (e == 0)
-        e = uv_listen((uv_stream_t *)tcp, 65535, on_connection);
+        e = uv_listen((uv_stream_t *)tcp, LISTEN_BACKLOG, on_connection);
     if (e != 0) {
         uv_close((uv_handle_t *)tcp, on_own_handle_closed);
         return e;
@@ -991,6 +1046,10 @@ int ddp_store_server_start(uv_loop_t *loop, const ddp_store_server_options_t *op
     uv_idle_init(loop, &s->deferred);
     s->deferred.data = s;
     s->open_handles++;
+    uv_check_init(loop, &s->accept_turn);
+    s->accept_turn.data = s;
+    s->open_handles++;
+    s->accepts_left = ACCEPTS_PER_TURN;
     s->busy_poll_ns = (uint64_t)options->busy_poll_us * 1000;
     if (s->busy_poll_ns > 0) {
         uv_idle_init(loop, &s->busy_poll);
@@ -1093,6 +1152,7 @@ void ddp_store_server_close(ddp_store_server_t *server)
         conn_close(server->conns, NULL);
     close_listeners(server);
     uv_close((uv_handle_t *)&server->deferred, on_own_handle_closed);
+    uv_close((uv_handle_t *)&server->accept_turn, on_own_handle_closed);
     if (server->busy_poll_ns > 0)
         uv_close((uv_handle_t *)&server->busy_poll, on_own_handle_closed);
 }
