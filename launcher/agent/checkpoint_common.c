@@ -26,8 +26,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-/* s: the exchange's connection to the store, which this node's rendezvous has just used:
- * short, as a cancel does not end it. */
+/* s: one attempt at the exchange's connection to the store (the round's cancel is looked
+ * at between attempts, up to the round's timeout): a store host busy with a thousand
+ * nodes' rounds answers late, and the node whose connection fails publishes no record,
+ * for which node 0 waits that timeout. */
 #define CONNECT_S 5.0
 /* The record's first word (its version). */
 #define RECORD_TAG "ckpt1"
@@ -717,12 +719,20 @@ static void propose(ddp_checkpoint_common_t *x, ddp_store_client_t *client, ddp_
 }
 
 /* The store's connection for the exchange (`why`: the failure). */
-static int connect_store(const ddp_checkpoint_common_t *x, ddp_store_client_t **out, ddp_buf_t *why)
+static int connect_store(ddp_checkpoint_common_t *x, ddp_store_client_t **out, ddp_buf_t *why)
 {
     ddp_store_client_options_t options = DDP_STORE_CLIENT_OPTIONS_DEFAULT;
-    options.connect_timeout = CONNECT_S;
+    double deadline = ddp_clock_mono() + (x->round.timeout > CONNECT_S ? x->round.timeout : 0);
+    int err;
     options.timeout = x->round.timeout + node0_margin(x);
-    return ddp_store_client_connect(x->host, x->port, &options, out, why);
+    do {
+        double left = deadline - ddp_clock_mono();
+        options.connect_timeout = left > CONNECT_S ? CONNECT_S : left > 1 ? left : 1;
+        ddp_buf_clear(why);
+        err = ddp_store_client_connect(x->host, x->port, &options, out, why);
+    } while (err != 0 && err != DDP_EPROTO && err != DDP_EPARSE && ddp_clock_mono() < deadline &&
+             !atomic_load(&x->cancelled));
+    return err;
 }
 
 /* A node but node 0: the round's verdict waited for (bounded), read into `verdict`; where none
