@@ -37,7 +37,8 @@ struct ddp_store_client_s {
     pending_t pending;
     double pending_sent; /* ... when it was sent */
     char error[1024];
-    int failure; /* error's code (0: none) */
+    int failure;     /* error's code (0: none) */
+    bool connecting; /* its waits end where options.cancelled says so */
 };
 
 __attribute__((format(printf, 3, 4))) static int fail(ddp_store_client_t *c, int err,
@@ -64,13 +65,22 @@ int ddp_store_client_failure(const ddp_store_client_t *client)
     return client->failure;
 }
 
+/* How often a connecting client's waits look at options.cancelled. */
+#define CANCEL_LOOK_S 0.2
+
 /* Waits for `events` on the socket until `deadline` (monotonic seconds). It always
  * looks once, so what is known already (a refused connection) is seen even at the
- * deadline. */
-static int wait_fd(int fd, short events, double deadline)
+ * deadline. A connecting client `c` (may be NULL) whose caller can cancel is looked at
+ * every CANCEL_LOOK_S: -ECANCELED. */
+static int wait_fd(const ddp_store_client_t *c, int fd, short events, double deadline)
 {
+    bool cancellable = c != NULL && c->connecting && c->options.cancelled != NULL;
     for (;;) {
+        if (cancellable && c->options.cancelled(c->options.cancel_ctx))
+            return -ECANCELED;
         double left = deadline - ddp_clock_mono();
+        if (cancellable && left > CANCEL_LOOK_S)
+            left = CANCEL_LOOK_S;
         struct pollfd pfd = {.fd = fd, .events = events};
         int ms = left <= 0 ? 0 : left > 86400 ? 86400 * 1000 : (int)(left * 1000) + 1;
         int r = poll(&pfd, 1, ms);
@@ -96,7 +106,7 @@ static int send_all(ddp_store_client_t *c, double deadline)
             continue;
         if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
             return ddp_error_from_errno(errno);
-        int err = wait_fd(c->fd, POLLOUT, deadline);
+        int err = wait_fd(c, c->fd, POLLOUT, deadline);
         if (err)
             return err;
     }
@@ -128,7 +138,7 @@ static int recv_reply(ddp_store_client_t *c, ddp_codec_op_t op, uint64_t count,
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return ddp_error_from_errno(errno);
-        if ((err = wait_fd(c->fd, POLLIN, deadline)) != 0)
+        if ((err = wait_fd(c, c->fd, POLLIN, deadline)) != 0)
             return err;
     }
 }
@@ -232,7 +242,7 @@ static int connect_one(const struct addrinfo *ai, double deadline, int *out)
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
         if (errno != EINPROGRESS) {
             err = -errno;
-        } else if ((err = wait_fd(fd, POLLOUT, deadline)) == 0) {
+        } else if ((err = wait_fd(NULL, fd, POLLOUT, deadline)) == 0) {
             int so = 0;
             socklen_t len = sizeof so;
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &len);
@@ -313,16 +323,23 @@ typedef struct {
 
 /* A connection to the address `ai` and the store's handshake on it (c->fd), by
  * `deadline`: a generation 1 server's reset of the generation 2 handshake is taken at once
- * and the address connected again speaking generation 1. */
+ * and the address connected again speaking generation 1. A name's sole address has its
+ * handshake answered within options.answer_within where that is past `deadline`: a store busy with
+ * a burst of joins answers a connection late, and one given up at a short connect_timeout (a
+ * caller's slice) is queued again behind the burst, for ever where the burst is a thousand nodes.
+ */
 static int connect_address(ddp_store_client_t *c, const struct addrinfo *ai, double deadline,
-                           tried_t *tried)
+                           bool sole, tried_t *tried)
 {
     c->gen = DDP_CODEC_GEN2;
     for (;;) {
         int err = connect_one(ai, deadline, &c->fd);
         if (err)
             return err;
-        if ((err = handshake(c, deadline)) == 0)
+        double answer_by = deadline, waited = ddp_clock_mono() + c->options.answer_within;
+        if (sole && waited > answer_by)
+            answer_by = waited;
+        if ((err = handshake(c, answer_by)) == 0)
             return 0;
         close(c->fd);
         c->fd = -1;
@@ -334,6 +351,8 @@ static int connect_address(ddp_store_client_t *c, const struct addrinfo *ai, dou
             continue;
         }
         c->gen = DDP_CODEC_GEN2;
+        if (err == -ECANCELED)
+            return err;
         tried->silent = tried->silent || err == DDP_ETIMEOUT;
         tried->not_a_store = tried->not_a_store || err == DDP_EPROTO;
         return err;
@@ -363,12 +382,16 @@ static int connect_any(ddp_store_client_t *c, const char *host, const char *port
     int err = -ECONNREFUSED;
     for (struct addrinfo *ai = addrs; ai != NULL; ai = ai->ai_next) {
         double by = n > 1 ? ddp_clock_mono() + slice : deadline;
-        if ((err = connect_address(c, ai, by < deadline ? by : deadline, &tried)) == 0)
+        if ((err = connect_address(c, ai, by < deadline ? by : deadline, n == 1, &tried)) == 0)
+            break;
+        if (err == -ECANCELED)
             break;
         if (err != -ECONNREFUSED)
             tried.other = err;
     }
     freeaddrinfo(addrs);
+    if (err == -ECANCELED)
+        return err;
     *silent = err != 0 && tried.silent;
     if (err == 0)
         return 0;
@@ -420,10 +443,18 @@ int ddp_store_client_connect(const char *host, int port, const ddp_store_client_
     bool said_slow = false, accepted_silent = false;
     for (int attempt = 1;; attempt++) {
         bool silent = false;
+        c->connecting = true;
         int err = connect_any(c, host, port_text, deadline, &gai, &silent);
+        c->connecting = false;
         if (err == 0) {
             *out = c;
             return 0;
+        }
+        if (err == -ECANCELED) {
+            if (errbuf != NULL)
+                ddp_buf_printf(errbuf, "connecting to the store at %s: given up (cancelled)",
+                               c->address);
+            return abandon(c, err);
         }
         if (err == DDP_EPROTO) { /* something answered, not as a TCPStore: retries cannot help */
             if (errbuf != NULL)

@@ -31,10 +31,19 @@ typedef struct ddp_store_client_options_s {
     /* A connection every address of the host refuses ends the attempts at once,
      * -ECONNREFUSED (for a server known to listen already: it is gone). */
     bool refused_ends;
+    /* Where set, connecting looks at it every 0.2 s and gives up (-ECANCELED) when it says
+     * so. */
+    bool (*cancelled)(void *ctx);
+    void *cancel_ctx;
+    /* A name's sole address, connected, has its handshake answered within this many
+     * seconds where that is past connect_timeout: a caller that connects in short slices
+     * (to look at its own end) is not queued again behind a burst of joins at each. */
+    double answer_within;
 } ddp_store_client_options_t;
 
-#define DDP_STORE_CLIENT_OPTIONS_DEFAULT \
-    ((ddp_store_client_options_t){300, 300, DDP_CODEC_LIMITS_DEFAULT, NULL, NULL, 5, false})
+#define DDP_STORE_CLIENT_OPTIONS_DEFAULT                                                          \
+    ((ddp_store_client_options_t){300, 300, DDP_CODEC_LIMITS_DEFAULT, NULL, NULL, 5, false, NULL, \
+                                  NULL, 0})
 
 /* Connects to host:port, retrying with exponential backoff until connect_timeout, then
  * VALIDATE and PING (generation 2, torch 2.2 and later). A server that resets VALIDATE

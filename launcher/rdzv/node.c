@@ -465,11 +465,23 @@ static node_phase_t finish(ddp_rdzv_t *r, const ddp_rdzv_verdict_t *v, bool join
     return NODE_END;
 }
 
+/* A connection's handshake given up where this launcher ends (options.cancelled). */
+static bool quitting(void *ctx)
+{
+    return ddp_rdzv_quitting(ctx);
+}
+
+/* s a connection the store took may wait for its handshake's answer past the slice: a store
+ * host busy with a burst of joins answers late, and a connection given up is queued again
+ * behind the burst. */
+#define ANSWER_WITHIN 10.0
+
 /* At most 1 s of a connection's attempts, up to `deadline`: the launcher's end (a signal)
- * is looked at between them. */
-static double connect_slice(double deadline)
+ * is looked at between them (and within a handshake's wait, options.cancelled). */
+static double connect_slice(ddp_store_client_options_t *options, double deadline)
 {
     double left = deadline - ddp_clock_mono();
+    options->answer_within = left < ANSWER_WITHIN ? (left > 0 ? left : 0) : ANSWER_WITHIN;
     return left < 1 ? (left > 0 ? left : 0.01) : 1;
 }
 
@@ -484,7 +496,9 @@ static node_phase_t connect_waiter(ddp_rdzv_t *r)
     int err;
     options.timeout = r->cfg->rdzv_conf.read_timeout;
     do {
-        options.connect_timeout = connect_slice(deadline);
+        options.connect_timeout = connect_slice(&options, deadline);
+        options.cancelled = quitting;
+        options.cancel_ctx = r;
         ddp_buf_clear(&why);
         err = ddp_store_client_connect(r->cfg->master_addr, r->cfg->master_port, &options,
                                        &r->waiter, &why);
@@ -597,8 +611,10 @@ static node_phase_t node_connect(ddp_rdzv_t *r)
         deadline = started + cfg->rdzv_conf.join_timeout;
     options.timeout = cfg->rdzv_conf.read_timeout; /* each store call's deadline */
     options.refused_ends = etcd;
+    options.cancelled = quitting; /* (a handshake then waits past the slice) */
+    options.cancel_ctx = r;
     while (!ddp_rdzv_quitting(r)) {
-        options.connect_timeout = connect_slice(deadline);
+        options.connect_timeout = connect_slice(&options, deadline);
         ddp_buf_clear(&why);
         int err = ddp_store_client_connect(cfg->master_addr, cfg->master_port, &options, &r->client,
                                            &why);
