@@ -102,19 +102,21 @@ static void test_straggler_named(void **state)
 }
 
 /* A DistributedDataParallel model given to ddp_launch.watch(): its all-reduces inside
- * backward() are each step's wait, so rank 2, whose forward pass takes 50 ms more a step,
+ * backward() are each step's wait, so rank 2, whose forward pass takes 100 ms more a step,
  * is named by the 1 s reports, and no other (unseen, every rank's work was its whole step:
- * none was ever named). */
+ * none was ever named). 100 ms and 100 steps: with 50 ms and 80 steps, a CI run's load (its
+ * other suites beside it) once left no rank named: the gap must stand over 1.2x the median
+ * however long a loaded machine makes each rank's own compute. */
 static void test_ddp_straggler_named(void **state)
 {
     const char *args[] = {"--master-port=0",
                           "--nproc-per-node=3",
                           "--straggler-report=1",
                           th_script("ddp_watch.py"),
-                          "80",
+                          "100",
                           "10",
                           "2",
-                          "50",
+                          "100",
                           NULL};
     th_proc_t p;
     run_rank_2_named(&p, args, 3);
