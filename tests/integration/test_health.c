@@ -245,7 +245,9 @@ static void test_least_timeout_ends_the_check(void **state)
         th_run(&p, argv, NULL, 60);
         TH_ASSERT(&p, th_status(&p) == 5);
         TH_ASSERT(&p, th_now() - started < 5);
-        TH_ASSERT(&p, strstr(err(&p), "did not finish within 0.1 s") != NULL);
+        /* (On a loaded machine the check may not even have begun: said so.) */
+        TH_ASSERT(&p, strstr(err(&p), "did not finish within 0.1 s") != NULL ||
+                          strstr(err(&p), "did not begin within 0.1 s") != NULL);
         TH_ASSERT(&p, strstr(out(&p), "started") == NULL);
         th_cleanup(&p);
     }
