@@ -495,10 +495,10 @@ static node_phase_t connect_waiter(ddp_rdzv_t *r)
     double deadline = ddp_clock_mono() + r->cfg->rdzv_conf.read_timeout;
     int err;
     options.timeout = r->cfg->rdzv_conf.read_timeout;
+    options.cancelled = quitting;
+    options.cancel_ctx = r;
     do {
         options.connect_timeout = connect_slice(&options, deadline);
-        options.cancelled = quitting;
-        options.cancel_ctx = r;
         ddp_buf_clear(&why);
         err = ddp_store_client_connect(r->cfg->master_addr, r->cfg->master_port, &options,
                                        &r->waiter, &why);
