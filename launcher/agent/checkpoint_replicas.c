@@ -1004,6 +1004,12 @@ static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_
         err = recv_all(r->stop_fd, deadline + LINE_MS / 1000.0, fd, &answer, 1);
     if (err == 0 && answer != 'k')
         err = trailer == 0 ? -ESTALE : -EREMOTEIO; /* (refused: its log says why) */
+    /* A receiver refuses a header that changed before it went as soon as it comes, and
+     * closes: the send fails (a reset), and the slot saved again is why. */
+    if (err != 0 && err != -ECANCELED && fd >= 0 &&
+        ddp_ckpt_pread_header(in, &again, &size, NULL) == 0 &&
+        (again.generation != h->generation || again.state != DDP_CKPT_COMPLETE))
+        err = -ESTALE;
     if (fd >= 0)
         close(fd);
     return err;

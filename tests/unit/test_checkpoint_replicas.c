@@ -1092,7 +1092,8 @@ static bool incoming(const char *dir)
 
 /* A slot saved again while it went (its header rewritten in place) is refused by B, and
  * A's sender says why: saves come faster than the rate carries the slot (it said only
- * "malformed input"). */
+ * "malformed input"). Also where the header changed before it went (B refuses it as it
+ * comes and closes: A's send is reset; it said "Connection reset by peer"). */
 static void test_slot_saved_again_while_sent_said(void **state)
 {
     (void)state;
