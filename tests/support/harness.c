@@ -476,6 +476,7 @@ typedef struct {
     char *tmpdir;
     char *saved_tmpdir; /* TMPDIR before the test, NULL when unset */
     char mark[64];
+    double began; /* th_now's at the setup: the test's time is said at its end */
 } th_session_t;
 
 int th_setup(void **state)
@@ -489,6 +490,7 @@ int th_setup(void **state)
              th_now() * 1e6);
     setenv("TMPDIR", session->tmpdir, 1);
     setenv("DDP_TEST_SESSION", strchr(session->mark, '=') + 1, 1);
+    session->began = th_now();
     *state = session;
     return 0;
 }
@@ -561,6 +563,9 @@ char *th_shm_tmpdir(void)
 int th_teardown(void **state)
 {
     th_session_t *session = *state;
+    /* (CI's log then shows where a suite's time goes) */
+    printf("(%.1f s)\n", th_now() - session->began);
+    fflush(stdout);
     int left = th_end_marked(session->mark, 10);
     th_rmtree(session->tmpdir);
     for (size_t k = 0; k < sizeof shm_dirs / sizeof shm_dirs[0] && shm_dirs[k] != NULL; k++) {
