@@ -976,6 +976,17 @@ static int send_bytes(int stop, double deadline, uint64_t rate, int fd, int in,
     return err;
 }
 
+/* Whether the slot open at `in` is still the one of header h (complete, of its generation):
+ * 1 yes, 0 saved again (or being saved), -1 its header unreadable. */
+static int still_the_slot(int in, const ddp_ckpt_header_t *h)
+{
+    ddp_ckpt_header_t now;
+    uint64_t size;
+    if (ddp_ckpt_pread_header(in, &now, &size, NULL) != 0)
+        return -1;
+    return now.generation == h->generation && now.state == DDP_CKPT_COMPLETE;
+}
+
 /* Rank `rank`'s slot `slot` (open at `in`, header h) sent to `peer`, within the deadline a
  * receiver at this node's rate gives it (a sixteenth of the rate, PUT_SLACK_MS more: a peer
  * slower than that costs the one sender thread that long, not the whole transfer at its
@@ -985,8 +996,7 @@ static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_
                      int rank, int slot, const ddp_ckpt_header_t *h)
 {
     char line[REQUEST_MAX], answer = 0;
-    ddp_ckpt_header_t again;
-    uint64_t size, trailer = 0;
+    uint64_t trailer = 0;
     int fd = connect_peer(r->stop_fd, peer), err = fd < 0 ? fd : 0;
     int len = snprintf(line, sizeof line, TAG " PUT %s %d %d %" PRIu64 " %" PRIu64 "\n", peer->key,
                        rank, slot, h->used_bytes, rate_now(r));
@@ -995,8 +1005,7 @@ static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_
         err = send_all(r->stop_fd, deadline, fd, line, (size_t)len);
     if (err == 0)
         err = send_bytes(r->stop_fd, deadline, rate_now(r), fd, in, h);
-    if (err == 0 && ddp_ckpt_pread_header(in, &again, &size, NULL) == 0 &&
-        again.generation == h->generation && again.state == DDP_CKPT_COMPLETE)
+    if (err == 0 && still_the_slot(in, h) == 1)
         trailer = h->generation; /* (else 0: the receiver drops it) */
     if (err == 0)
         err = send_all(r->stop_fd, deadline, fd, &trailer, sizeof trailer);
@@ -1006,9 +1015,7 @@ static int send_slot(const ddp_checkpoint_replicas_t *r, const ddp_replica_peer_
         err = trailer == 0 ? -ESTALE : -EREMOTEIO; /* (refused: its log says why) */
     /* A receiver refuses a header that changed before it went as soon as it comes, and
      * closes: the send fails (a reset), and the slot saved again is why. */
-    if (err != 0 && err != -ECANCELED && fd >= 0 &&
-        ddp_ckpt_pread_header(in, &again, &size, NULL) == 0 &&
-        (again.generation != h->generation || again.state != DDP_CKPT_COMPLETE))
+    if (err != 0 && err != -ECANCELED && err != -ESTALE && fd >= 0 && still_the_slot(in, h) == 0)
         err = -ESTALE;
     if (fd >= 0)
         close(fd);
