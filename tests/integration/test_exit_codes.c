@@ -23,18 +23,10 @@
  * signal-like 128+n, 255. */
 static void test_every_exit_code(void **state)
 {
-#if defined(__SANITIZE_ADDRESS__)
-    static const int codes[] = {0, 1, 2, 3, 64, 125, 126, 127, 128, 129, 134, 137, 143, 254, 255};
-    const int ncodes = (int)(sizeof codes / sizeof codes[0]);
-#else
-    const int ncodes = 256;
-#endif
+    static const int edges[] = {0, 1, 2, 3, 64, 125, 126, 127, 128, 129, 134, 137, 143, 254, 255};
+    int ncodes = th_sanitized() ? (int)(sizeof edges / sizeof edges[0]) : 256;
     for (int k = 0; k < ncodes; k++) {
-#if defined(__SANITIZE_ADDRESS__)
-        int code = codes[k];
-#else
-        int code = k;
-#endif
+        int code = th_sanitized() ? edges[k] : k;
         char text[16], want[64];
         snprintf(text, sizeof text, "%d", code);
         const char *argv[] = {th_launcher(), "--no-python", th_worker(), "exit", text, NULL};

@@ -11,6 +11,7 @@
 
 #include "harness.h"
 #include "io.h"
+#include "json.h"
 
 #include <glob.h>
 #include <locale.h>
@@ -274,11 +275,16 @@ static void test_ctrl_z_is_no_hang_for_auto(void **state)
     th_cleanup(&p);
 }
 
-/* The number after `key` in `text` (-1: none). */
-static double learnt(const char *text, const char *key)
+/* hang_timeouts.json's longest_s under `path` (keys, NULL-ended) of `root` (-1: none). */
+static double learnt(const ddp_json_t *root, const char *const *path)
 {
-    const char *at = strstr(text, key);
-    return at != NULL ? strtod(at + strlen(key), NULL) : -1;
+    const ddp_json_t *at = root;
+    for (; at != NULL && *path != NULL; path++)
+        at = ddp_json_get(at, *path);
+    double seconds = -1;
+    if (at == NULL || !ddp_json_number(ddp_json_get(at, "longest_s"), &seconds))
+        return -1;
+    return seconds;
 }
 
 /* A 3 s checkpoint section every 20 steps of 50 ms is its own phase: not a hang. */
@@ -314,10 +320,17 @@ static void test_hang_auto_spares_a_checkpoint(void **state)
     /* The checkpoint's 3 s learnt apart (3.0x, up to 4 s on a loaded machine); the step's
      * own time not taken for it (under 1 s: a loaded machine's steps of 50 ms took 0.12 s
      * once, and the check asked 0.0x). */
-    double checkpoint_s = learnt(text, "\"checkpoint\": {\"longest_s\": "),
-           step_s = learnt(text, "\"step\": {\"longest_s\": ");
+    static const char *const checkpoint[] = {"sections", "checkpoint", NULL};
+    static const char *const step[] = {"step", NULL};
+    ddp_json_t *root = NULL;
+    double checkpoint_s = -1, step_s = -1;
+    if (ddp_json_parse(text, len, &root) == 0) {
+        checkpoint_s = learnt(root, checkpoint);
+        step_s = learnt(root, step);
+    }
     if (checkpoint_s < 3.0 || checkpoint_s >= 4.0 || step_s < 0.05 || step_s >= 1.0)
         fail_msg("hang_timeouts.json: %s", text);
+    ddp_json_free(root);
     free(text);
     th_rmtree(dir);
     free(dir);

@@ -591,8 +591,7 @@ static void *flooder(void *arg)
 static void test_connect_flood_does_not_stall_others(void **state)
 {
     enum { FLOODERS = 8, FLOOD_S = 20, ROUND_TRIPS = 300 };
-    const char *wrapper = getenv("DDP_TEST_WRAPPER");
-    if (wrapper != NULL && *wrapper != '\0') {
+    if (th_wrapped()) {
         print_message("skipped: a store under a tool (valgrind) is no measure of its turns\n");
         skip();
     }
@@ -619,11 +618,8 @@ static void test_connect_flood_does_not_stall_others(void **state)
                   (long)atomic_load(&flood.made), left);
     /* Answered during the flood, not held by it (libuv's own accept loop took 11 s here,
      * taking connection after connection; with the turn's budget, well under 1 s). */
-#if defined(__SANITIZE_ADDRESS__)
-    TH_ASSERT(&p, left > 0); /* (a sanitized store's turns are slower: during the flood) */
-#else
-    TH_ASSERT(&p, left > FLOOD_S * 3 / 4);
-#endif
+    /* (a sanitized store's turns are slower: during the flood) */
+    TH_ASSERT(&p, th_sanitized() ? left > 0 : left > FLOOD_S * 3 / 4);
     ddp_store_client_close(fast);
     stop_store(&p);
 }
@@ -751,12 +747,7 @@ static void test_amplifying_requests_stay_bounded(void **state)
     printf("store peak RSS under the attacks: %.1f MiB\n", peak);
     /* (A server under valgrind, or ASan's shadow memory and quarantine, has an RSS that
      * says nothing of its own.) */
-    const char *wrapper = getenv("DDP_TEST_WRAPPER");
-    bool instrumented = wrapper != NULL && *wrapper != '\0';
-#if defined(__SANITIZE_ADDRESS__)
-    instrumented = true;
-#endif
-    if (!instrumented)
+    if (!th_wrapped() && !th_sanitized())
         TH_ASSERT(&p, peak < 32);
     TH_ASSERT(&p, read_values(gets[0], 5000, sizes[0], value));
     TH_ASSERT(&p, read_values(gets[1], 5000, sizes[1], value));

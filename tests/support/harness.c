@@ -39,6 +39,21 @@ double th_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+bool th_sanitized(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return true;
+#else
+    return false;
+#endif
+}
+
+bool th_wrapped(void)
+{
+    const char *wrapper = getenv("DDP_TEST_WRAPPER");
+    return wrapper != NULL && *wrapper != '\0';
+}
+
 static int pidfd_open(pid_t pid)
 {
     return (int)syscall(SYS_pidfd_open, pid, 0);

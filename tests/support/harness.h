@@ -166,6 +166,11 @@ int th_free_port(void);
 
 /* Seconds on the monotonic clock. */
 double th_now(void);
+/* Whether the tests run built with AddressSanitizer (launches ten times as slow: a test may
+ * take fewer samples of one path there). */
+bool th_sanitized(void);
+/* Whether our programs run under a tool (DDP_TEST_WRAPPER: the valgrind test setup). */
+bool th_wrapped(void);
 
 /* ||a - b|| / ||a|| of two files of float32 (parameter dumps); asserts both hold the
  * same number, over 1000. */
