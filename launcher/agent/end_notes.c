@@ -21,15 +21,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define WAIT_NOTE_S  60  /* s after the first worker finished while others run: say who runs */
-#define WAIT_EVERY_S 300 /* then every WAIT_EVERY_S s */
+#define WAIT_EVERY_S 300 /* after --finished-wait-notice, then every WAIT_EVERY_S s */
 
 struct ddp_end_notes_s {
     ddp_group_t *g;
     long long oom_kills;  /* the memory cgroup's OOM kills when the attempt started; -1 */
     bool left_early_said; /* this attempt's ranks that finished first */
     /* Some workers finished while others run (here, or on other nodes): said after
-     * WAIT_NOTE_S, then every WAIT_EVERY_S. */
+     * --finished-wait-notice, then every WAIT_EVERY_S. */
     uv_timer_t wait_timer;
     uint64_t *output_at_success; /* by local rank: its output when the first finished */
     /* When every worker here succeeded and the job went on waiting for other nodes'
@@ -81,6 +80,14 @@ void ddp_end_notes_stop(ddp_end_notes_t *n)
     uv_timer_stop(&n->wait_timer);
 }
 
+/* After --finished-wait-notice (not at all where 0), then every WAIT_EVERY_S. */
+static void start_wait_timer(ddp_end_notes_t *n, uv_timer_cb cb)
+{
+    double first = n->g->cfg->finished_wait_notice;
+    if (first > 0)
+        uv_timer_start(&n->wait_timer, cb, (uint64_t)(first * 1000 + 0.5), WAIT_EVERY_S * 1000);
+}
+
 /* Some workers finished and others still run (a rank stuck, or only slower): said once a
  * while, so a silent job is not taken for a hung one, nor the reverse. */
 static void on_wait_timer(uv_timer_t *timer)
@@ -117,11 +124,11 @@ void ddp_end_notes_first_succeeded(ddp_end_notes_t *n)
     for (int i = 0; i < g->nworkers; i++)
         if (g->workers[i].running)
             n->output_at_success[i] = ddp_group_worker_output(g, &g->workers[i]);
-    uv_timer_start(&n->wait_timer, on_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
+    start_wait_timer(n, on_wait_timer);
 }
 
 /* Every worker here succeeded, and the job waits for other nodes' workers: said once that
- * has lasted WAIT_NOTE_S (the ranks of a DDP job end within seconds of each other), then
+ * has lasted --finished-wait-notice (the ranks of a DDP job end within seconds of each other), then
  * every WAIT_EVERY_S. */
 static void on_nodes_wait_timer(uv_timer_t *timer)
 {
@@ -132,7 +139,7 @@ static void on_nodes_wait_timer(uv_timer_t *timer)
     ddp_buf_t done = DDP_BUF_INIT;
     int ndone = ddp_group_ranks_where(g, false, &done);
     double waited = ddp_clock_mono() - n->nodes_wait_since;
-    bool first = waited < WAIT_NOTE_S + WAIT_EVERY_S / 2;
+    bool first = waited < g->cfg->finished_wait_notice + WAIT_EVERY_S / 2;
     ddp_log(g->log, first ? DDP_LOG_WARN : DDP_LOG_INFO,
             "this node's rank%s %s finished (exit 0) %.0f s ago; the job waits for the other "
             "nodes' workers%s",
@@ -147,7 +154,7 @@ static void on_nodes_wait_timer(uv_timer_t *timer)
 void ddp_end_notes_nodes_wait(ddp_end_notes_t *n)
 {
     n->nodes_wait_since = ddp_clock_mono();
-    uv_timer_start(&n->wait_timer, on_nodes_wait_timer, WAIT_NOTE_S * 1000, WAIT_EVERY_S * 1000);
+    start_wait_timer(n, on_nodes_wait_timer);
 }
 
 /* The OOM kills of this launcher's memory cgroup, which its workers share (cgroup v2's

@@ -26,6 +26,7 @@ void ddp_config_defaults(ddp_launch_config_t *cfg)
     cfg->hang_floor = 10;
     cfg->straggler_report = 300;
     cfg->store_wait_notice = 60;
+    cfg->finished_wait_notice = 60;
     cfg->straggler_threshold = 1.2;
     cfg->checkpoint_replicas = -1;
     cfg->checkpoint_replica_rate = 1ull << 30;

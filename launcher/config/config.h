@@ -143,6 +143,9 @@ typedef struct ddp_launch_config_s {
     ddp_exit_code_mode_t exit_code_mode;
     /* --store-wait-notice: s a worker waits in the store before it is named (60; 0: off) */
     double store_wait_notice;
+    /* --finished-wait-notice: s after this node's first worker (or all of them) finished
+     * while others run before who waits for whom is said (60; 0: off) */
+    double finished_wait_notice;
     double hang_timeout;     /* --hang-timeout: s with no progress before a hang report; 0: off */
     bool hang_auto;          /* --hang-timeout=auto: each rank's own, from its observed steps */
     double hang_floor;       /* --hang-timeout-floor: auto's least (default 10 s) */

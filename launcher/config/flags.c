@@ -932,6 +932,10 @@ const ddp_flag_t ddp_flags[] = {
      true, false, DDP_FLAG_GROUP_SUPERVISION, "SECONDS",
      "a worker that has waited this long in the store for a\nkey nobody has set is named, with "
      "the ranks that do not\nwait (default 60; 0: off)"},
+    {"finished-wait-notice", 0, DDP_FLAG_SECONDS, FIELD(finished_wait_notice), 0, 7 * 86400, NULL,
+     NULL, true, false, DDP_FLAG_GROUP_SUPERVISION, "SECONDS",
+     "when some ranks finished and others run this long,\nsay which run, then every 300 s "
+     "(default 60; 0: off)"},
     {"straggler-report", 0, DDP_FLAG_SECONDS, FIELD(straggler_report), 0, 7 * 86400, NULL, NULL,
      true, false, DDP_FLAG_GROUP_SUPERVISION, "SECONDS",
      "every SECONDS, name the ranks that work a step longer\nthan the others (default 300; 0: "
