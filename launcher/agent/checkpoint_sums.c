@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -27,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -34,12 +37,17 @@
 #include <time.h>
 #include <unistd.h>
 
-/* How often the directory is looked at; the thread's nice value (below the workers'); its
- * rest after a look, at least REST_SHARE times the look's time (sums and copies): at most a
- * quarter of a CPU, whatever the workers save. */
-#define LOOK_MS    100
-#define NICE       10
-#define REST_SHARE 3.0
+/* How often the directory is looked at while it holds files (a save is written through a
+ * mapping: no file event says it); the thread's nice value (below the workers'); its rest
+ * after a look, at least REST_SHARE times the look's time (sums and copies): at most a
+ * quarter of a CPU, whatever the workers save. While the directory holds no file (a job
+ * that keeps no checkpoint) the thread sleeps until one is made there (inotify), or
+ * EMPTY_LOOK_MS: thousands of launchers on a host do not each wake ten times a second
+ * for nothing. */
+#define LOOK_MS       100
+#define EMPTY_LOOK_MS 10000
+#define NICE          10
+#define REST_SHARE    3.0
 /* The files whose trouble is remembered (said once each); more are said each look. */
 #define SAID_MAX 256
 
@@ -67,9 +75,11 @@ struct ddp_checkpoint_sums_s {
     size_t nnewest, npersisted;
     const ddp_log_t *log;
     pthread_t thread;
-    pthread_mutex_t lock; /* stop and the wake-up */
-    pthread_cond_t wake;
+    pthread_mutex_t lock; /* stop and persist_all */
+    int wake_fd;          /* an eventfd: stop was asked */
+    int notify_fd;        /* inotify on dir (files made, moved in); -1: none */
     bool stop;
+    bool empty; /* the last look found no file in dir */
     atomic_bool cancel;
     _Atomic uint64_t held, peak;
     said_t said[SAID_MAX];
@@ -288,11 +298,15 @@ static void look(ddp_checkpoint_sums_t *s)
     uint64_t held = 0;
     const struct dirent *e;
     s->nnewest = 0;
+    s->empty = true;
     while ((e = readdir(d)) != NULL && !atomic_load(&s->cancel)) {
         struct stat st;
         ddp_ckpt_header_t h;
         newest_t *n;
         int rank;
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        s->empty = false;
         if (e->d_name[0] == '.' || fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
         if (S_ISREG(st.st_mode))
@@ -312,25 +326,52 @@ static void look(ddp_checkpoint_sums_t *s)
         atomic_store(&s->peak, held);
 }
 
+/* The thread's rest after a look: until `until` (monotonic), a stop, or (with `files`
+ * watched) a file made in the directory. */
+static void rest_until(ddp_checkpoint_sums_t *s, double until, bool files)
+{
+    struct pollfd fds[2] = {{.fd = s->wake_fd, .events = POLLIN},
+                            {.fd = files ? s->notify_fd : -1, .events = POLLIN}};
+    for (double left; (left = until - ddp_clock_mono()) > 0;) {
+        int n = poll(fds, 2, (int)(left * 1000) + 1);
+        if (n < 0 && errno != EINTR)
+            return;
+        if (n > 0 && fds[1].revents != 0) { /* (the events themselves are not needed) */
+            char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+            while (read(s->notify_fd, events, sizeof events) > 0)
+                ;
+            return;
+        }
+        if (n > 0 && fds[0].revents != 0)
+            return;
+    }
+}
+
+static bool stopping(ddp_checkpoint_sums_t *s)
+{
+    pthread_mutex_lock(&s->lock);
+    bool stop = s->stop;
+    pthread_mutex_unlock(&s->lock);
+    return stop;
+}
+
 static void *sums_main(void *arg)
 {
     ddp_checkpoint_sums_t *s = arg;
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), NICE); /* this thread only */
-    pthread_mutex_lock(&s->lock);
-    while (!s->stop) {
-        pthread_mutex_unlock(&s->lock);
+    while (!stopping(s)) {
         double began = ddp_clock_mono();
         s->wrote = false;
         look(s);
         if (s->wrote && s->summed != NULL)
             s->summed(s->summed_ctx);
         double now = ddp_clock_mono(), rest = REST_SHARE * (now - began);
-        struct timespec until =
-            ddp_clock_timespec(now + (rest > LOOK_MS / 1e3 ? rest : LOOK_MS / 1e3));
-        pthread_mutex_lock(&s->lock);
-        while (!s->stop && pthread_cond_timedwait(&s->wake, &s->lock, &until) == 0)
-            ;
+        bool idle = s->empty && s->notify_fd >= 0;
+        if (rest < (idle ? EMPTY_LOOK_MS : LOOK_MS) / 1e3)
+            rest = (idle ? EMPTY_LOOK_MS : LOOK_MS) / 1e3;
+        rest_until(s, now + rest, idle);
     }
+    pthread_mutex_lock(&s->lock);
     bool last = s->persist_all;
     pthread_mutex_unlock(&s->lock);
     if (last) /* the job failed or was stopped: every rank's newest to disk */
@@ -338,13 +379,25 @@ static void *sums_main(void *arg)
     return NULL;
 }
 
+static void close_sums_fds(ddp_checkpoint_sums_t *s)
+{
+    if (s != NULL && s->wake_fd >= 0)
+        close(s->wake_fd);
+    if (s != NULL && s->notify_fd >= 0)
+        close(s->notify_fd);
+}
+
 int ddp_checkpoint_sums_start(const char *dir, const char *persist_dir, int every,
                               void (*summed)(void *ctx), void *ctx, const ddp_log_t *log,
                               ddp_checkpoint_sums_t **out)
 {
     ddp_checkpoint_sums_t *s = calloc(1, sizeof *s);
-    pthread_condattr_t attr;
     int err = s == NULL ? ENOMEM : 0;
+    if (err == 0) {
+        s->notify_fd = -1;
+        s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        err = s->wake_fd < 0 ? errno : 0;
+    }
     if (err == 0) {
         snprintf(s->dir, sizeof s->dir, "%s", dir);
         snprintf(s->persist_dir, sizeof s->persist_dir, "%s", persist_dir ? persist_dir : "");
@@ -353,10 +406,14 @@ int ddp_checkpoint_sums_start(const char *dir, const char *persist_dir, int ever
         s->summed_ctx = ctx;
         s->log = log;
         pthread_mutex_init(&s->lock, NULL);
-        pthread_condattr_init(&attr);
-        pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-        pthread_cond_init(&s->wake, &attr);
-        pthread_condattr_destroy(&attr);
+        /* (without a watch: looked at every LOOK_MS, files or not) */
+        s->notify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        if (s->notify_fd >= 0 &&
+            inotify_add_watch(s->notify_fd, dir,
+                              IN_CREATE | IN_MOVED_TO | IN_ONLYDIR | IN_DONT_FOLLOW) < 0) {
+            close(s->notify_fd);
+            s->notify_fd = -1;
+        }
         err = pthread_create(&s->thread, NULL, sums_main, s);
         if (err == 0)
             (void)pthread_setname_np(s->thread, "ddp-ckpt-sums");
@@ -366,10 +423,9 @@ int ddp_checkpoint_sums_start(const char *dir, const char *persist_dir, int ever
                      "in-memory checkpoints: unable to start the checksums' thread: %s; "
                      "slots are loaded unchecked",
                      strerror(err));
-        if (s != NULL) {
-            pthread_cond_destroy(&s->wake);
+        if (s != NULL && s->wake_fd >= 0)
             pthread_mutex_destroy(&s->lock);
-        }
+        close_sums_fds(s);
         free(s);
         return -err;
     }
@@ -394,11 +450,12 @@ void ddp_checkpoint_sums_stop(ddp_checkpoint_sums_t *s, bool persist)
     pthread_mutex_lock(&s->lock);
     s->stop = true;
     s->persist_all = persist;
-    pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->lock);
+    uint64_t one = 1;
+    (void)!write(s->wake_fd, &one, sizeof one);
     pthread_join(s->thread, NULL);
-    pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->lock);
+    close_sums_fds(s);
     free(s->newest);
     free(s->persisted);
     free(s);
