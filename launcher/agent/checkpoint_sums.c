@@ -42,10 +42,12 @@
  * after a look, at least REST_SHARE times the look's time (sums and copies): at most a
  * quarter of a CPU, whatever the workers save. While the directory holds no file (a job
  * that keeps no checkpoint) the thread sleeps until one is made there (inotify), or
- * EMPTY_LOOK_MS: thousands of launchers on a host do not each wake ten times a second
- * for nothing. */
+ * EMPTY_LOOK_MS; EMPTY_POLL_MS where inotify is refused (fs.inotify.max_user_instances,
+ * 128 a user by default: thousands of simulated nodes on one host): they do not each wake
+ * ten times a second for nothing. */
 #define LOOK_MS       100
 #define EMPTY_LOOK_MS 10000
+#define EMPTY_POLL_MS 1000
 #define NICE          10
 #define REST_SHARE    3.0
 /* The files whose trouble is remembered (said once each); more are said each look. */
@@ -366,10 +368,10 @@ static void *sums_main(void *arg)
         if (s->wrote && s->summed != NULL)
             s->summed(s->summed_ctx);
         double now = ddp_clock_mono(), rest = REST_SHARE * (now - began);
-        bool idle = s->empty && s->notify_fd >= 0;
-        if (rest < (idle ? EMPTY_LOOK_MS : LOOK_MS) / 1e3)
-            rest = (idle ? EMPTY_LOOK_MS : LOOK_MS) / 1e3;
-        rest_until(s, now + rest, idle);
+        double least = !s->empty ? LOOK_MS : s->notify_fd >= 0 ? EMPTY_LOOK_MS : EMPTY_POLL_MS;
+        if (rest < least / 1e3)
+            rest = least / 1e3;
+        rest_until(s, now + rest, s->empty && s->notify_fd >= 0);
     }
     pthread_mutex_lock(&s->lock);
     bool last = s->persist_all;
@@ -406,7 +408,7 @@ int ddp_checkpoint_sums_start(const char *dir, const char *persist_dir, int ever
         s->summed_ctx = ctx;
         s->log = log;
         pthread_mutex_init(&s->lock, NULL);
-        /* (without a watch: looked at every LOOK_MS, files or not) */
+        /* (without a watch: an empty directory looked at every EMPTY_POLL_MS) */
         s->notify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
         if (s->notify_fd >= 0 &&
             inotify_add_watch(s->notify_fd, dir,

@@ -1228,7 +1228,9 @@ static void test_sums_sleep_while_nothing_is_kept(void **state)
     while (!atomic_load(&summed) && ddp_clock_mono() < put_at + 5)
         poll(NULL, 0, 10);
     printf("summed %.2f s after it was made\n", ddp_clock_mono() - put_at);
-    assert_true(atomic_load(&summed) && ddp_clock_mono() < put_at + 1);
+    /* (0.01 s here; up to 1 s where inotify is refused: fs.inotify.max_user_instances
+     * taken by a thousand launchers of another suite) */
+    assert_true(atomic_load(&summed) && ddp_clock_mono() < put_at + 2);
     assert_true(ddp_checkpoint_sums_held(sums, NULL) >= len);
     /* and with a file there, looked at as before (a save through a mapping says nothing) */
     before = thread_switches("ddp-ckpt-sums");
