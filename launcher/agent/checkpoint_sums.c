@@ -328,9 +328,10 @@ static void look(ddp_checkpoint_sums_t *s)
         atomic_store(&s->peak, held);
 }
 
-/* The thread's rest after a look: until `until` (monotonic), a stop, or (with `files`
- * watched) a file made in the directory. */
-static void rest_until(ddp_checkpoint_sums_t *s, double until, bool files)
+/* The thread's rest after a look: until `until` (monotonic), or a stop; with `files`
+ * watched, a file made in the directory ends it at `soonest` (a look's least rest: a worker
+ * that makes files in a loop gets no more looks than one that saves). */
+static void rest_until(ddp_checkpoint_sums_t *s, double until, double soonest, bool files)
 {
     struct pollfd fds[2] = {{.fd = s->wake_fd, .events = POLLIN},
                             {.fd = files ? s->notify_fd : -1, .events = POLLIN}};
@@ -338,14 +339,15 @@ static void rest_until(ddp_checkpoint_sums_t *s, double until, bool files)
         int n = poll(fds, 2, (int)(left * 1000) + 1);
         if (n < 0 && errno != EINTR)
             return;
+        if (n > 0 && fds[0].revents != 0)
+            return;
         if (n > 0 && fds[1].revents != 0) { /* (the events themselves are not needed) */
             char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
             while (read(s->notify_fd, events, sizeof events) > 0)
                 ;
-            return;
+            fds[1].fd = -1;
+            until = soonest < until ? soonest : until;
         }
-        if (n > 0 && fds[0].revents != 0)
-            return;
     }
 }
 
@@ -369,9 +371,10 @@ static void *sums_main(void *arg)
             s->summed(s->summed_ctx);
         double now = ddp_clock_mono(), rest = REST_SHARE * (now - began);
         double least = !s->empty ? LOOK_MS : s->notify_fd >= 0 ? EMPTY_LOOK_MS : EMPTY_POLL_MS;
+        double soonest = now + (rest > LOOK_MS / 1e3 ? rest : LOOK_MS / 1e3);
         if (rest < least / 1e3)
             rest = least / 1e3;
-        rest_until(s, now + rest, s->empty && s->notify_fd >= 0);
+        rest_until(s, now + rest, soonest, s->empty && s->notify_fd >= 0);
     }
     pthread_mutex_lock(&s->lock);
     bool last = s->persist_all;

@@ -1,9 +1,10 @@
 /* In-memory checkpoints' checksums, written in the background (agent/checkpoint_sums.c): a
  * thread of its own looks at the slots in the launcher's checkpoint directory every
  * LOOK_MS while it holds files (while it holds none, when one is made there: inotify, and
- * every EMPTY_LOOK_MS; every EMPTY_POLL_MS without inotify), checksums each one that is complete and not summed yet, and writes the sum,
- * then the generation it covers (common/ckpt.h's contract), so that a torn or corrupted
- * slot is never loaded. It counts the bytes the directory's files hold, and with
+ * every EMPTY_LOOK_MS; every EMPTY_POLL_MS without inotify), checksums each one that is
+ * complete and not summed yet, and writes the sum, then the generation it covers
+ * (common/ckpt.h's contract), so that a torn or corrupted slot is never loaded. It counts
+ * the bytes the directory's files hold, and with
  * --checkpoint-dir copies each rank's newest slot to disk (every --checkpoint-persist-every
  * saves, and at the end of a job that failed or was stopped). A slot file that
  * is a link, not a regular file, or that says more bytes than it holds is said once and

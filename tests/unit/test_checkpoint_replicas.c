@@ -1137,30 +1137,52 @@ static void test_slot_saved_again_while_sent_said(void **state)
 }
 
 /* The voluntary context switches of this process's thread named `name` (-1: none). */
-static long thread_switches(const char *name)
+/* The /proc/self/task/<tid>/`file` of the thread named `name` (NULL: none), opened. */
+static FILE *thread_file(const char *name, const char *file)
 {
     DIR *d = opendir("/proc/self/task");
     struct dirent *e;
-    long switches = -1;
+    FILE *found = NULL;
     char path[300], line[200];
-    while (d != NULL && switches < 0 && (e = readdir(d)) != NULL) {
+    while (d != NULL && found == NULL && (e = readdir(d)) != NULL) {
         snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
         FILE *f = fopen(path, "r");
         bool it = f != NULL && fgets(line, sizeof line, f) != NULL &&
                   strncmp(line, name, strlen(name)) == 0 && line[strlen(name)] == '\n';
         if (f != NULL)
             fclose(f);
-        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
-        if (!it || (f = fopen(path, "r")) == NULL)
-            continue;
-        while (fgets(line, sizeof line, f) != NULL)
-            if (sscanf(line, "voluntary_ctxt_switches: %ld", &switches) == 1)
-                break;
-        fclose(f);
+        snprintf(path, sizeof path, "/proc/self/task/%s/%s", e->d_name, file);
+        if (it)
+            found = fopen(path, "r");
     }
     if (d != NULL)
         closedir(d);
+    return found;
+}
+
+/* The voluntary context switches of the thread named `name` (its sleeps); -1: none. */
+static long thread_switches(const char *name)
+{
+    FILE *f = thread_file(name, "status");
+    long switches = -1;
+    char line[200];
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "voluntary_ctxt_switches: %ld", &switches) == 1)
+            break;
+    if (f != NULL)
+        fclose(f);
     return switches;
+}
+
+/* The CPU time of the thread named `name` in ms (its schedstat, to the nanosecond); -1. */
+static double thread_cpu_ms(const char *name)
+{
+    FILE *f = thread_file(name, "schedstat");
+    unsigned long long ns;
+    double ms = f != NULL && fscanf(f, "%llu", &ns) == 1 ? ns / 1e6 : -1;
+    if (f != NULL)
+        fclose(f);
+    return ms;
 }
 
 /* A job that saves nothing: the sender sleeps (it looked every 0.1 s, 1.75x the launchers'
@@ -1237,6 +1259,28 @@ static void test_sums_sleep_while_nothing_is_kept(void **state)
     poll(NULL, 0, 1000);
     after = thread_switches("ddp-ckpt-sums");
     assert_true(after - before >= 5);
+    /* Emptied again, then a worker that makes and removes a file every ms: looked at no
+     * more often than a directory with files (it woke at each file: ~900 times). */
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/rank2.0", dir_a);
+    assert_int_equal(unlink(path), 0);
+    poll(NULL, 0, 300);
+    snprintf(path, sizeof path, "%s/churn", dir_a);
+    before = thread_switches("ddp-ckpt-sums");
+    double cpu = thread_cpu_ms("ddp-ckpt-sums");
+    long made = 0;
+    for (double until = ddp_clock_mono() + 1; ddp_clock_mono() < until; made++) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
+        close(fd);
+        assert_int_equal(unlink(path), 0);
+        poll(NULL, 0, 1); /* (there an instant in each ms: each look finds it empty) */
+    }
+    after = thread_switches("ddp-ckpt-sums");
+    cpu = thread_cpu_ms("ddp-ckpt-sums") - cpu;
+    printf("%ld files made and removed in 1 s: the thread slept %ld times, ran %.1f ms\n", made,
+           after - before, cpu);
+    assert_true(after - before <= 25 && cpu >= 0 && cpu < 50);
     ddp_checkpoint_sums_stop(sums, false);
     free(one);
     close(log_fd);
