@@ -80,6 +80,8 @@ struct ddp_checkpoint_sums_s {
     pthread_mutex_t lock; /* stop and persist_all */
     int wake_fd;          /* an eventfd: stop was asked */
     int notify_fd;        /* inotify on dir (files made, moved in); -1: none */
+    int wd;               /* its watch; -1: none */
+    bool watching;        /* the watch is of the directory the last look read */
     bool stop;
     bool empty; /* the last look found no file in dir */
     atomic_bool cancel;
@@ -287,10 +289,41 @@ static bool slot_name(const char *name, int *rank)
            (slot == 0 || slot == 1);
 }
 
+/* The watch's events read and dropped (they are not needed: a look reads the directory),
+ * so that those of a directory with files, not waited on, do not pile up; a bounded read. */
+static void drain(ddp_checkpoint_sums_t *s)
+{
+    char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    for (int i = 0; i < 64 && s->notify_fd >= 0; i++)
+        if (read(s->notify_fd, events, sizeof events) <= 0)
+            break;
+}
+
+/* The watch on the directory open at `dfd`, made again where it is of another one (the
+ * directory removed, or another put in its place, by a worker: the old watch would never
+ * fire again, and the thread sleep its EMPTY_LOOK_MS through saves). */
+static void watch(ddp_checkpoint_sums_t *s, int dfd)
+{
+    struct stat open_st, named_st;
+    drain(s);
+    s->watching = false;
+    if (s->notify_fd < 0 || dfd < 0 || fstat(dfd, &open_st) != 0)
+        return;
+    int wd = inotify_add_watch(s->notify_fd, s->dir,
+                               IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF |
+                                   IN_ONLYDIR | IN_DONT_FOLLOW);
+    if (s->wd >= 0 && wd != s->wd) /* (one of a directory since gone, or moved away) */
+        (void)inotify_rm_watch(s->notify_fd, s->wd);
+    s->wd = wd;
+    s->watching = wd >= 0 && fstatat(AT_FDCWD, s->dir, &named_st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                  named_st.st_dev == open_st.st_dev && named_st.st_ino == open_st.st_ino;
+}
+
 /* One look at the directory: the bytes held, and the slots summed. */
 static void look(ddp_checkpoint_sums_t *s)
 {
     int dfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    watch(s, dfd);
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
     if (d == NULL) {
         if (dfd >= 0)
@@ -341,10 +374,8 @@ static void rest_until(ddp_checkpoint_sums_t *s, double until, double soonest, b
             return;
         if (n > 0 && fds[0].revents != 0)
             return;
-        if (n > 0 && fds[1].revents != 0) { /* (the events themselves are not needed) */
-            char events[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-            while (read(s->notify_fd, events, sizeof events) > 0)
-                ;
+        if (n > 0 && fds[1].revents != 0) {
+            drain(s);
             fds[1].fd = -1;
             until = soonest < until ? soonest : until;
         }
@@ -370,11 +401,11 @@ static void *sums_main(void *arg)
         if (s->wrote && s->summed != NULL)
             s->summed(s->summed_ctx);
         double now = ddp_clock_mono(), rest = REST_SHARE * (now - began);
-        double least = !s->empty ? LOOK_MS : s->notify_fd >= 0 ? EMPTY_LOOK_MS : EMPTY_POLL_MS;
+        double least = !s->empty ? LOOK_MS : s->watching ? EMPTY_LOOK_MS : EMPTY_POLL_MS;
         double soonest = now + (rest > LOOK_MS / 1e3 ? rest : LOOK_MS / 1e3);
         if (rest < least / 1e3)
             rest = least / 1e3;
-        rest_until(s, now + rest, soonest, s->empty && s->notify_fd >= 0);
+        rest_until(s, now + rest, soonest, s->empty && s->watching);
     }
     pthread_mutex_lock(&s->lock);
     bool last = s->persist_all;
@@ -411,14 +442,10 @@ int ddp_checkpoint_sums_start(const char *dir, const char *persist_dir, int ever
         s->summed_ctx = ctx;
         s->log = log;
         pthread_mutex_init(&s->lock, NULL);
-        /* (without a watch: an empty directory looked at every EMPTY_POLL_MS) */
+        /* (without a watch: an empty directory looked at every EMPTY_POLL_MS; the watch
+         * is made at each look, watch()) */
         s->notify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-        if (s->notify_fd >= 0 &&
-            inotify_add_watch(s->notify_fd, dir,
-                              IN_CREATE | IN_MOVED_TO | IN_ONLYDIR | IN_DONT_FOLLOW) < 0) {
-            close(s->notify_fd);
-            s->notify_fd = -1;
-        }
+        s->wd = -1;
         err = pthread_create(&s->thread, NULL, sums_main, s);
         if (err == 0)
             (void)pthread_setname_np(s->thread, "ddp-ckpt-sums");

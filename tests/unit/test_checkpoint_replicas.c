@@ -1281,6 +1281,19 @@ static void test_sums_sleep_while_nothing_is_kept(void **state)
     printf("%ld files made and removed in 1 s: the thread slept %ld times, ran %.1f ms\n", made,
            after - before, cpu);
     assert_true(after - before <= 25 && cpu >= 0 && cpu < 50);
+    /* The directory removed by a worker, and made again later: its slots still summed at
+     * once (the old watch, of the directory gone, would never fire: 10 s) */
+    assert_int_equal(rmdir(dir_a), 0);
+    poll(NULL, 0, 300);
+    assert_int_equal(mkdir(dir_a, 0700), 0);
+    atomic_store(&summed, false);
+    put_at = ddp_clock_mono();
+    put(dir_a, "rank2.0", one, len);
+    while (!atomic_load(&summed) && ddp_clock_mono() < put_at + 15)
+        poll(NULL, 0, 10);
+    printf("the directory made again: a slot summed %.2f s after it was made\n",
+           ddp_clock_mono() - put_at);
+    assert_true(atomic_load(&summed) && ddp_clock_mono() < put_at + 2.5);
     ddp_checkpoint_sums_stop(sums, false);
     free(one);
     close(log_fd);
