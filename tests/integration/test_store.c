@@ -600,16 +600,10 @@ static long accept_queue(int port)
 /* Sends SIGSTOP to `pid` and waits (up to 10 s) until it is stopped. */
 static bool stop_still(pid_t pid)
 {
-    char path[64], stat[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     kill(pid, SIGSTOP);
     for (int i = 0; i < 1000; i++) {
-        FILE *in = fopen(path, "r");
-        bool read = in != NULL && fgets(stat, sizeof stat, in) != NULL;
-        if (in != NULL)
-            fclose(in);
-        const char *state = read ? strrchr(stat, ')') : NULL;
-        if (state != NULL && (state[2] == 'T' || state[2] == 't'))
+        char state = th_proc_state(pid);
+        if (state == 'T' || state == 't')
             return true;
         usleep(10 * 1000);
     }
